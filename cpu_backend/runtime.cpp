@@ -1,0 +1,98 @@
+// runtime.cpp — the launcher: tp::run_program on MPI (see core/runtime.h for the contract).
+#include "core/runtime.h"
+
+#include <mpi.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "core/error.h"
+#include "mpi_communicator.h"
+
+namespace tp {
+
+namespace {
+
+// When every rank reports the same bad input, they all reach this barrier quickly and exit 2
+// cleanly. If some rank never arrives (the error was not seen everywhere, or another rank is
+// blocked in a collective), waiting longer would hang the job: abort it instead.
+bool all_ranks_agree(double timeout_s) {
+  MPI_Request req = MPI_REQUEST_NULL;
+  if (MPI_Ibarrier(MPI_COMM_WORLD, &req) != MPI_SUCCESS) return false;
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    int done = 0;
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (done) return true;
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (waited > timeout_s) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+[[noreturn]] void abort_job(int rank, const char* what, int code) {
+  std::fprintf(stderr, "rank %d: error: %s (aborting all ranks)\n", rank, what);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::exit(code);
+}
+
+// OpenMP threads per rank: the cores of this node shared among the ranks on it, at least one, so
+// `mpirun -np 4` on a 2-core laptop runs 4 threads in all, not 8. OMP_NUM_THREADS overrides.
+void choose_threads(int local_size) {
+  const char* env = std::getenv("OMP_NUM_THREADS");
+  if (env != nullptr && *env != '\0') return;
+  omp_set_num_threads(std::max(1, omp_get_num_procs() / std::max(1, local_size)));
+}
+
+}  // namespace
+
+int run_program(int argc, char** argv, Options& options, const Program& program) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) MPI_Init(&argc, &argv);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);  // MPI errors become tp::Error
+
+  int rank = 0, local_rank = 0, local_size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &local_rank);
+  MPI_Comm_size(node, &local_size);
+  MPI_Comm_free(&node);
+  choose_threads(local_size);
+
+  options.text("backend", "cpu", "device backend", {"cpu", "gpu"});
+  int rc = 0;
+  try {
+    options.parse(argc, argv);
+    if (options.help_requested()) {
+      if (rank == 0) std::fputs(options.help().c_str(), stdout);
+    } else {
+      MpiCommunicator world(MPI_COMM_WORLD, false);
+      std::unique_ptr<Device> device = make_device(options.get_text("backend"), local_rank);
+      Context ctx{options, *device, world, local_rank, local_size};
+      rc = program(ctx);
+      device->synchronize();
+    }
+  } catch (const Error& e) {
+    if (!e.is_bad_input() || !all_ranks_agree(10.0)) abort_job(rank, e.what(), e.exit_code());
+    if (rank == 0) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      std::fflush(stderr);
+    }
+    rc = e.exit_code();
+  } catch (const std::exception& e) {
+    abort_job(rank, e.what(), 1);
+  }
+  std::fflush(stdout);
+  MPI_Finalize();
+  return rc;
+}
+
+}  // namespace tp

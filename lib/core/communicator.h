@@ -1,0 +1,114 @@
+// communicator.h — the abstract Communicator (a group of ranks moving contiguous buffers) and Work.
+//
+// The public calls are not virtual: each checks its shapes, records itself in the CommLedger and
+// then calls the backend's protected `do_*` method. A backend therefore cannot forget the ledger,
+// and the shape rules live in one place:
+//
+//   all_reduce(x)                 x: (any), summed in place over the group
+//   all_gather(shard, full)       full = [shard_0; shard_1; ...; shard_{t-1}] along dim 0
+//                                 (full.numel() == t · shard.numel())
+//   reduce_scatter(full, shard)   shard = rank's block of Σ_r full_r along dim 0
+//   broadcast(x, root)            every rank gets root's x
+//   send_recv(send, to, recv, from)  one ring step: send to `to` while receiving from `from`
+//
+// Layout transforms (gathering along the last dim, splitting heads) are not here: they live in
+// parallel/mappings and use Device::copy_columns around these contiguous moves.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/tensor.h"
+#include "observe/comm_ledger.h"
+
+namespace tp {
+
+/// Handle of an asynchronous collective. The output buffer must not be read before wait().
+class Work {
+ public:
+  virtual ~Work() = default;
+  /// Blocks until the operation has completed (its output buffer is ready).
+  virtual void wait() = 0;
+  /// True when the operation has completed; never blocks.
+  virtual bool test() = 0;
+};
+
+/// A Work that is already complete (for synchronous fallbacks and size-1 groups).
+class CompletedWork : public Work {
+ public:
+  void wait() override {}
+  bool test() override { return true; }
+};
+
+/// A group of ranks and the collectives among them (sum reduction, f32 tensors).
+class Communicator {
+ public:
+  Communicator(int rank, int size) : rank_(rank), size_(size) {}
+  virtual ~Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  /// "mpi (MPICH 4.0.2)", "serial", "nccl".
+  virtual std::string name() const = 0;
+
+  void all_reduce(Tensor& x);
+  void all_gather(const Tensor& shard, Tensor& full);
+  void reduce_scatter(const Tensor& full, Tensor& shard);
+  void broadcast(Tensor& x, int root);
+  void send_recv(const Tensor& send, int to, Tensor& recv, int from);
+  /// Waits until every rank of the group has called barrier(). Not recorded (moves no data).
+  void barrier() { do_barrier(); }
+
+  std::unique_ptr<Work> all_reduce_async(Tensor& x);
+  std::unique_ptr<Work> all_gather_async(const Tensor& shard, Tensor& full);
+  std::unique_ptr<Work> reduce_scatter_async(const Tensor& full, Tensor& shard);
+
+  /// Sub-groups: ranks with the same `color` form one group, ordered by `key` (then by rank).
+  /// The new communicator has its own ledger.
+  std::unique_ptr<Communicator> split(int color, int key) { return do_split(color, key); }
+
+  CommLedger& ledger() { return ledger_; }
+  const CommLedger& ledger() const { return ledger_; }
+
+ protected:
+  virtual void do_all_reduce(Tensor& x) = 0;
+  virtual void do_all_gather(const Tensor& shard, Tensor& full) = 0;
+  virtual void do_reduce_scatter(const Tensor& full, Tensor& shard) = 0;
+  virtual void do_broadcast(Tensor& x, int root) = 0;
+  virtual void do_send_recv(const Tensor& send, int to, Tensor& recv, int from) = 0;
+  virtual void do_barrier() = 0;
+  /// Asynchronous variants. The defaults run the blocking call and return a completed Work, for
+  /// backends without a nonblocking path.
+  virtual std::unique_ptr<Work> do_all_reduce_async(Tensor& x);
+  virtual std::unique_ptr<Work> do_all_gather_async(const Tensor& shard, Tensor& full);
+  virtual std::unique_ptr<Work> do_reduce_scatter_async(const Tensor& full, Tensor& shard);
+  virtual std::unique_ptr<Communicator> do_split(int color, int key) = 0;
+
+ private:
+  void check_gather_shapes(const char* op, const Tensor& shard, const Tensor& full) const;
+  void check_peer(const char* op, int peer) const;
+
+  int rank_;
+  int size_;
+  CommLedger ledger_;
+};
+
+/// The communicator of a single rank (t = 1): every collective is a copy or nothing.
+class SerialCommunicator : public Communicator {
+ public:
+  SerialCommunicator() : Communicator(0, 1) {}
+  std::string name() const override { return "serial"; }
+
+ protected:
+  void do_all_reduce(Tensor&) override {}
+  void do_all_gather(const Tensor& shard, Tensor& full) override;
+  void do_reduce_scatter(const Tensor& full, Tensor& shard) override;
+  void do_broadcast(Tensor&, int) override {}
+  void do_send_recv(const Tensor& send, int to, Tensor& recv, int from) override;
+  void do_barrier() override {}
+  std::unique_ptr<Communicator> do_split(int color, int key) override;
+};
+
+}  // namespace tp

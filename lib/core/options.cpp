@@ -1,0 +1,178 @@
+#include "core/options.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace tp {
+
+namespace {
+bool parse_int(const std::string& s, int64_t& out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0') return false;
+  out = v;
+  return true;
+}
+
+bool parse_real(const std::string& s, double& out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(s.c_str(), &end);
+  if (errno != 0 || *end != '\0') return false;
+  out = v;
+  return true;
+}
+
+bool parse_bool(const std::string& s, bool& out) {
+  if (s == "true" || s == "1" || s == "yes") return out = true, true;
+  if (s == "false" || s == "0" || s == "no") return out = false, true;
+  return false;
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + v[i];
+  return s;
+}
+}  // namespace
+
+Options::Options(std::string program, std::string summary)
+    : program_(std::move(program)), summary_(std::move(summary)) {}
+
+Options& Options::declare(const std::string& name, Type type, std::string value,
+                          const std::string& help, const std::vector<std::string>& choices) {
+  TP_CHECK(!name.empty() && name != "help", "invalid option name '", name, "'");
+  TP_CHECK(options_.count(name) == 0, "option --", name, " declared twice");
+  options_[name] = Option{type, std::move(value), help, choices};
+  order_.push_back(name);
+  return *this;
+}
+
+Options& Options::flag(const std::string& name, const std::string& help) {
+  return declare(name, Type::Flag, "false", help);
+}
+
+Options& Options::integer(const std::string& name, int64_t fallback, const std::string& help) {
+  return declare(name, Type::Int, std::to_string(fallback), help);
+}
+
+Options& Options::real(const std::string& name, double fallback, const std::string& help) {
+  std::ostringstream os;
+  os << fallback;
+  return declare(name, Type::Real, os.str(), help);
+}
+
+Options& Options::text(const std::string& name, const std::string& fallback, const std::string& help,
+                       const std::vector<std::string>& choices) {
+  return declare(name, Type::Text, fallback, help, choices);
+}
+
+void Options::assign(const std::string& name, Option& opt, const std::string& value) {
+  int64_t i = 0;
+  double d = 0;
+  bool b = false;
+  switch (opt.type) {
+    case Type::Flag:
+      TP_CHECK_INPUT(parse_bool(value, b), "--", name, "=", value,
+                     ": expected true or false (or give --", name, " alone)");
+      opt.value = b ? "true" : "false";
+      return;
+    case Type::Int:
+      TP_CHECK_INPUT(parse_int(value, i), "--", name, "=", value, ": expected an integer");
+      break;
+    case Type::Real:
+      TP_CHECK_INPUT(parse_real(value, d), "--", name, "=", value, ": expected a number");
+      break;
+    case Type::Text:
+      if (!opt.choices.empty()) {
+        bool ok = false;
+        for (const auto& c : opt.choices) ok = ok || c == value;
+        TP_CHECK_INPUT(ok, "--", name, "=", value, ": expected one of ", join(opt.choices, ", "));
+      }
+      break;
+  }
+  opt.value = value;
+}
+
+void Options::parse(int argc, const char* const* argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    TP_CHECK_INPUT(arg.size() > 2 && arg.compare(0, 2, "--") == 0, "unexpected argument '", arg,
+                   "'; options look like --name=value (see --help)");
+    std::string name = arg.substr(2), value;
+    const size_t eq = name.find('=');
+    const bool has_value = eq != std::string::npos;
+    if (has_value) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    if (name == "help") {
+      help_ = true;
+      continue;
+    }
+    auto it = options_.find(name);
+    TP_CHECK_INPUT(it != options_.end(), "unknown option --", name, " (", program_,
+                   " accepts: --", join(order_, ", --"), "; see --help)");
+    Option& opt = it->second;
+    if (!has_value) {
+      if (opt.type == Type::Flag) {
+        value = "true";
+      } else {
+        TP_CHECK_INPUT(i + 1 < argc, "--", name, " needs a value (--", name, "=VALUE)");
+        value = argv[++i];
+      }
+    }
+    assign(name, opt, value);
+  }
+}
+
+std::string Options::help() const {
+  std::ostringstream os;
+  os << "usage: " << program_ << " [options]\n" << summary_ << "\n\noptions:\n";
+  for (const auto& name : order_) {
+    const Option& o = options_.at(name);
+    std::string left = "  --" + name;
+    if (o.type == Type::Int) left += "=N";
+    if (o.type == Type::Real) left += "=X";
+    if (o.type == Type::Text) left += o.choices.empty() ? "=S" : "=" + join(o.choices, "|");
+    if (left.size() < 26) left.resize(26, ' ');
+    os << left << " " << o.help;
+    if (o.type != Type::Flag) os << " (default: " << o.value << ")";
+    os << "\n";
+  }
+  os << "  --help                   print this text and exit\n";
+  return os.str();
+}
+
+const Options::Option& Options::find(const std::string& name, Type type) const {
+  auto it = options_.find(name);
+  TP_CHECK(it != options_.end(), "option --", name, " was never declared");
+  TP_CHECK(it->second.type == type, "option --", name, " read with the wrong type");
+  return it->second;
+}
+
+bool Options::get_flag(const std::string& name) const { return find(name, Type::Flag).value == "true"; }
+
+int64_t Options::get_int(const std::string& name) const {
+  int64_t v = 0;
+  parse_int(find(name, Type::Int).value, v);
+  return v;
+}
+
+double Options::get_real(const std::string& name) const {
+  double v = 0;
+  parse_real(find(name, Type::Real).value, v);
+  return v;
+}
+
+const std::string& Options::get_text(const std::string& name) const {
+  return find(name, Type::Text).value;
+}
+
+}  // namespace tp

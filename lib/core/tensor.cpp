@@ -1,0 +1,143 @@
+#include "core/tensor.h"
+
+#include "core/device.h"
+#include "core/error.h"
+
+namespace tp {
+
+// ---- Shape ---------------------------------------------------------------------------------------
+
+Shape::Shape(std::initializer_list<int64_t> dims) : Shape(std::vector<int64_t>(dims)) {}
+
+Shape::Shape(const std::vector<int64_t>& dims) {
+  TP_CHECK(dims.size() <= static_cast<size_t>(kMaxDims), "a tensor has at most ", kMaxDims,
+           " dims, got ", dims.size());
+  ndim_ = static_cast<int>(dims.size());
+  for (int i = 0; i < ndim_; ++i) {
+    TP_CHECK(dims[i] >= 0, "negative dimension ", dims[i], " in a shape");
+    dims_[i] = dims[i];
+  }
+}
+
+int64_t Shape::operator[](int i) const {
+  TP_CHECK(i >= 0 && i < ndim_, "dim ", i, " out of range for shape ", str());
+  return dims_[i];
+}
+
+int64_t Shape::numel() const {
+  int64_t n = 1;
+  for (int i = 0; i < ndim_; ++i) n *= dims_[i];
+  return n;
+}
+
+int64_t Shape::rows() const {
+  int64_t n = 1;
+  for (int i = 0; i + 1 < ndim_; ++i) n *= dims_[i];
+  return n;
+}
+
+int64_t Shape::cols() const { return ndim_ == 0 ? 1 : dims_[ndim_ - 1]; }
+
+Shape Shape::with(int i, int64_t value) const {
+  TP_CHECK(i >= 0 && i < ndim_, "dim ", i, " out of range for shape ", str());
+  Shape s = *this;
+  s.dims_[i] = value;
+  return s;
+}
+
+std::string Shape::str() const {
+  std::string s = "[";
+  for (int i = 0; i < ndim_; ++i) s += (i ? ", " : "") + std::to_string(dims_[i]);
+  return s + "]";
+}
+
+bool Shape::operator==(const Shape& other) const {
+  if (ndim_ != other.ndim_) return false;
+  for (int i = 0; i < ndim_; ++i)
+    if (dims_[i] != other.dims_[i]) return false;
+  return true;
+}
+
+// ---- Tensor --------------------------------------------------------------------------------------
+
+struct Tensor::Storage {
+  Device* device;
+  void* ptr;
+  Storage(Device* d, size_t bytes) : device(d), ptr(bytes ? d->allocate(bytes) : nullptr) {}
+  ~Storage() {
+    if (ptr) device->deallocate(ptr);
+  }
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+};
+
+Tensor::Tensor(Device& device, const Shape& shape)
+    : device_(&device),
+      storage_(std::make_shared<Storage>(&device, static_cast<size_t>(shape.numel()) * sizeof(float))),
+      shape_(shape) {}
+
+Tensor Tensor::zeros(Device& device, const Shape& shape) {
+  Tensor t(device, shape);
+  device.fill(t, 0.0f);
+  return t;
+}
+
+Tensor Tensor::from_host(Device& device, const Shape& shape, const std::vector<float>& values) {
+  Tensor t(device, shape);
+  t.copy_from_host(values);
+  return t;
+}
+
+Device& Tensor::device() const {
+  TP_CHECK(device_ != nullptr, "use of an undefined (empty) tensor");
+  return *device_;
+}
+
+float* Tensor::data() const {
+  TP_CHECK(storage_ != nullptr, "use of an undefined (empty) tensor");
+  return static_cast<float*>(storage_->ptr) + offset_;
+}
+
+Tensor Tensor::view(int64_t begin, int64_t end) const {
+  TP_CHECK(ndim() >= 1, "view() needs at least one dim; shape ", shape_.str());
+  TP_CHECK(0 <= begin && begin <= end && end <= dim(0), "view [", begin, ", ", end,
+           ") out of range for dim 0 of shape ", shape_.str());
+  Tensor v = *this;
+  v.shape_ = shape_.with(0, end - begin);
+  v.offset_ = offset_ + begin * (numel() / (dim(0) ? dim(0) : 1));
+  return v;
+}
+
+Tensor Tensor::reshape(const Shape& shape) const {
+  TP_CHECK(shape.numel() == numel(), "reshape from ", shape_.str(), " to ", shape.str(),
+           " changes the element count");
+  Tensor v = *this;
+  v.shape_ = shape;
+  return v;
+}
+
+Tensor Tensor::clone() const {
+  Tensor t(device(), shape_);
+  t.copy_from(*this);
+  return t;
+}
+
+std::vector<float> Tensor::to_host() const {
+  std::vector<float> out(static_cast<size_t>(numel()));
+  if (numel() > 0) device().copy_to_host(out.data(), data(), bytes());
+  return out;
+}
+
+void Tensor::copy_from_host(const std::vector<float>& values) {
+  TP_CHECK(static_cast<int64_t>(values.size()) == numel(), "copy_from_host: ", values.size(),
+           " values for a tensor of shape ", shape_.str());
+  if (numel() > 0) device().copy_from_host(data(), values.data(), bytes());
+}
+
+void Tensor::copy_from(const Tensor& other) {
+  TP_CHECK(other.numel() == numel(), "copy_from: shape ", other.shape().str(), " into ", shape_.str());
+  TP_CHECK(&other.device() == &device(), "copy_from: tensors on different devices");
+  if (numel() > 0) device().copy(data(), other.data(), bytes());
+}
+
+}  // namespace tp

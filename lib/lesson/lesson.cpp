@@ -1,0 +1,179 @@
+#include "lesson/lesson.h"
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+
+#include "core/error.h"
+
+namespace tp::lesson {
+
+std::string fmt(float value) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", static_cast<double>(value));
+  return buf;
+}
+
+std::string fmt(const std::vector<float>& values) {
+  if (values.size() == 1) return fmt(values[0]);
+  std::string s = "[";
+  for (size_t i = 0; i < values.size(); ++i) s += (i ? ", " : "") + fmt(values[i]);
+  return s + "]";
+}
+
+std::string fmt(const std::vector<float>& values, size_t cols) {
+  if (cols == 0 || values.size() <= cols) return fmt(values);
+  std::string s = "[";
+  for (size_t r = 0; r * cols < values.size(); ++r)
+    s += (r ? ", " : "") +
+         fmt(std::vector<float>(values.begin() + r * cols,
+                                values.begin() + std::min(values.size(), (r + 1) * cols)));
+  return s + "]";
+}
+
+std::string Table::str() const {
+  std::vector<size_t> width(header_.size(), 0);
+  auto measure = [&](const std::vector<std::string>& row) {
+    for (size_t i = 0; i < row.size() && i < width.size(); ++i) {
+      // Count code points, not bytes, so "Xᵀ" aligns.
+      size_t n = 0;
+      for (unsigned char ch : row[i]) n += (ch & 0xC0) != 0x80;
+      width[i] = std::max(width[i], n);
+    }
+  };
+  measure(header_);
+  for (const auto& r : rows_) measure(r);
+  auto line = [&](const std::vector<std::string>& row) {
+    std::string s = "|";
+    for (size_t i = 0; i < width.size(); ++i) {
+      const std::string cell = i < row.size() ? row[i] : "";
+      size_t n = 0;
+      for (unsigned char ch : cell) n += (ch & 0xC0) != 0x80;
+      s += " " + cell + std::string(width[i] - n, ' ') + " |";
+    }
+    return s + "\n";
+  };
+  std::string out = line(header_);
+  out += "|";
+  for (size_t w : width) out += std::string(w + 2, '-') + "|";
+  out += "\n";
+  for (const auto& r : rows_) out += line(r);
+  return out;
+}
+
+Lesson::Lesson(Context& ctx, const std::string& binary, const std::vector<int>& ranks)
+    : ctx_(ctx), pause_(ctx.options.get_flag("step")) {
+  const int t = ctx.world.size();
+  if (std::find(ranks.begin(), ranks.end(), t) == ranks.end()) {
+    std::string others;
+    for (size_t i = 1; i < ranks.size(); ++i) others += (i > 1 ? ", " : "") + std::to_string(ranks[i]);
+    TP_CHECK_INPUT(false, binary, " runs on ", ranks[0], " ranks, not ", t, ": mpirun -np ", ranks[0],
+                   " build/bin/", binary, others.empty() ? "" : " (also works with -np " + others + ")");
+  }
+  display_ = ctx.world.split(0, ctx.world.rank());
+}
+
+void Lesson::step(const std::string& heading) {
+  if (pause_ && step_ > 0) {
+    if (is_root()) {
+      std::cout << "  [--step: press Enter for step " << step_ + 1 << "]" << std::flush;
+      std::string ignored;
+      std::getline(std::cin, ignored);
+    }
+    display_->barrier();
+  }
+  ++step_;
+  say("\nStep ", step_, ". ", heading);
+}
+
+std::vector<std::vector<float>> Lesson::gather(const Tensor& t) {
+  const int64_t n = t.numel();
+  Tensor all(t.device(), Shape{size(), n});
+  display_->all_gather(t.reshape(Shape{n}), all);
+  std::vector<std::vector<float>> out;
+  if (!is_root()) return out;
+  const std::vector<float> flat = all.to_host();
+  for (int r = 0; r < size(); ++r) out.emplace_back(flat.begin() + r * n, flat.begin() + (r + 1) * n);
+  return out;
+}
+
+std::vector<std::string> Lesson::gather_fmt(const Tensor& t) {
+  std::vector<std::string> out;
+  for (const auto& v : gather(t)) out.push_back(fmt(v, t.rows() > 1 ? static_cast<size_t>(t.cols()) : 0));
+  return out;
+}
+
+void Lesson::report(Table& table, const std::string& step, const Tensor& value, size_t mark) {
+  std::vector<std::string> cells = gather_fmt(value);
+  if (!is_root()) return;
+  std::string line = " ";
+  for (size_t i = 0; i < cells.size(); ++i) line += " rank " + std::to_string(i) + ": " + cells[i] + "  ";
+  const std::string comm = comm_since(mark);
+  say(line, " communication: ", comm);
+  cells.insert(cells.begin(), step);
+  cells.push_back(comm);
+  table.add(cells);
+}
+
+std::string Lesson::comm_since(size_t mark) const {
+  const auto& recs = ctx_.world.ledger().records();
+  if (mark >= recs.size()) return "none";
+  std::string s;
+  for (size_t i = mark; i < recs.size(); ++i) {
+    const CommRecord& r = recs[i];
+    std::string op = r.op;
+    std::replace(op.begin(), op.end(), '_', '-');
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%s of %lld floats (ring: %.3g B sent per rank)", op.c_str(),
+                  static_cast<long long>(r.elements), r.wire_bytes);
+    s += (s.empty() ? "" : "; ") + std::string(buf);
+  }
+  return s;
+}
+
+void Lesson::check(const std::string& what, const std::vector<float>& got,
+                   const std::vector<float>& want, double rtol) {
+  if (!is_root()) return;
+  ++checks_;
+  if (got.size() != want.size()) {
+    failures_.push_back(what + ": got " + std::to_string(got.size()) + " values, expected " +
+                        std::to_string(want.size()));
+    return;
+  }
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    diff += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+    norm += static_cast<double>(want[i]) * want[i];
+  }
+  const double err = norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+  if (!(err <= rtol)) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " (relative error %.3g > %.3g)", err, rtol);
+    failures_.push_back(what + ": got " + fmt(got) + ", single device gives " + fmt(want) + buf);
+  }
+}
+
+void Lesson::check_ranks(const std::string& what, const Tensor& t,
+                         const std::vector<std::vector<float>>& want, double rtol) {
+  const auto got = gather(t);
+  if (!is_root()) return;
+  TP_CHECK(want.size() == got.size(), "check_ranks: expected values for ", got.size(), " ranks");
+  for (size_t r = 0; r < got.size(); ++r) check(what + " on rank " + std::to_string(r), got[r], want[r], rtol);
+}
+
+int Lesson::finish() {
+  Tensor failed = Tensor::from_host(device(), Shape{1}, {static_cast<float>(failures_.size())});
+  display_->broadcast(failed, 0);
+  const bool ok = failed.to_host()[0] == 0.0f;
+  if (is_root()) {
+    if (ok) {
+      say("\nPASSED (", checks_, " checks against a single-device computation)");
+    } else {
+      for (const auto& f : failures_) say("  differs: ", f);
+      say("\nFAILED (", failures_.size(), " of ", checks_, " checks)");
+    }
+  }
+  return ok ? 0 : 1;
+}
+
+}  // namespace tp::lesson

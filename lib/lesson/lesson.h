@@ -1,0 +1,102 @@
+// lesson.h — what every lesson program shares: numbered steps, per-rank tables printed by rank 0,
+// self-checks against a single-device reference, and the PASSED / FAILED ending.
+//
+// Display traffic (gathering each rank's numbers to rank 0 for printing) goes through a separate
+// communicator, so the world communicator's CommLedger holds only the collectives the math needs;
+// the lesson prints those in its "communication" column.
+#pragma once
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/log.h"
+#include "core/host.h"
+#include "core/runtime.h"
+
+namespace tp::lesson {
+
+/// "9" for one value, "[1, 4]" for several (shortest round-trip-free %g formatting).
+std::string fmt(const std::vector<float>& values);
+std::string fmt(float value);
+/// "[[1, 2, 3], [2, 4, 6]]": a row-major matrix with `cols` columns.
+std::string fmt(const std::vector<float>& values, size_t cols);
+
+/// A table printed with aligned columns (markdown-style pipes).
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) : header_(std::move(header)) {}
+  void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  std::string str() const;
+
+ private:
+  std::vector<std::string> header_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+class Lesson {
+ public:
+  /// `ranks`: the rank counts this lesson accepts; the first is the one to suggest. With any
+  /// other count every rank exits 2 after rank 0 prints the right mpirun command. Reads --step.
+  Lesson(Context& ctx, const std::string& binary, const std::vector<int>& ranks);
+
+  Communicator& world() { return ctx_.world; }
+  Device& device() { return ctx_.device; }
+  int rank() const { return ctx_.world.rank(); }
+  int size() const { return ctx_.world.size(); }
+  bool is_root() const { return rank() == 0; }
+
+  /// Starts numbered step N+1: prints "Step N. heading" on rank 0. With --step, first waits for
+  /// Enter (rank 0 reads stdin; the others wait for it).
+  void step(const std::string& heading);
+  /// Prints a line on rank 0.
+  template <typename... Args>
+  void say(Args&&... args) { log0(ctx_.world, std::forward<Args>(args)...); }
+
+  /// Every rank's copy of `t` (same size on every rank), in rank order; filled on rank 0 only.
+  std::vector<std::vector<float>> gather(const Tensor& t);
+  /// One string per rank for `t`, formatted with fmt(); filled on rank 0 only.
+  std::vector<std::string> gather_fmt(const Tensor& t);
+
+  /// Gathers `value` from every rank, prints "rank 0: …   rank 1: …   communication: …" and adds
+  /// the row [step, value on each rank, communication since `mark`] to `table` (rank 0).
+  void report(Table& table, const std::string& step, const Tensor& value, size_t mark);
+
+  /// Marks the world ledger: comm_since(mark) describes the collectives issued after it.
+  size_t mark() const { return ctx_.world.ledger().size(); }
+  /// "none", or e.g. "all-reduce of 2 floats (ring: 5.3 B sent per rank)" for the world
+  /// collectives recorded since `mark`.
+  std::string comm_since(size_t mark) const;
+
+  /// On rank 0: compares `got` with `want` (relative tolerance ‖got − want‖ / ‖want‖ ≤ rtol, or
+  /// absolute ≤ rtol when want is all zeros) and records a failure naming `what` if they differ.
+  void check(const std::string& what, const std::vector<float>& got, const std::vector<float>& want,
+             double rtol = 1e-6);
+  /// Gathers `t` from every rank and checks rank r's copy against want[r].
+  void check_ranks(const std::string& what, const Tensor& t, const std::vector<std::vector<float>>& want,
+                   double rtol = 1e-6);
+  int checks() const { return checks_; }
+
+  /// Prints "PASSED (n checks against a single-device computation)" and returns 0, or lists what
+  /// differed, prints "FAILED" and returns 1. The same value on every rank.
+  int finish();
+
+ private:
+  Context& ctx_;
+  std::unique_ptr<Communicator> display_;
+  bool pause_;
+  int step_ = 0;
+  int checks_ = 0;
+  std::vector<std::string> failures_;
+};
+
+/// {f(0), f(1), …, f(t − 1)}: what each rank should hold, for check_ranks.
+template <typename F>
+std::vector<std::vector<float>> per_rank(int t, F f) {
+  std::vector<std::vector<float>> v;
+  for (int i = 0; i < t; ++i) v.push_back(f(i));
+  return v;
+}
+
+}  // namespace tp::lesson

@@ -1,0 +1,64 @@
+// comm_ledger.h — a record of every collective a communicator ran.
+//
+// Each record holds the op, the group size t, the elements and bytes of the logical buffer, and the
+// bytes each rank sends under the ring model:
+//
+//   all-reduce       2 (t − 1) / t · N   (reduce-scatter, then all-gather, each moving (t − 1)/t of N)
+//   all-gather       (t − 1) / t · N     (N = the full, gathered buffer)
+//   reduce-scatter   (t − 1) / t · N     (N = the full buffer before scattering)
+//   broadcast        N                   (pipelined chain: every rank but the last forwards N)
+//   send-recv        N                   (N = the buffer sent)
+//
+// With t = 1 every op moves nothing. The label says where the call came from ("f backward", a
+// lesson step...): code pushes labels with CommLedger::Scope.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tp {
+
+/// One collective call as seen by this rank.
+struct CommRecord {
+  std::string op;        ///< "all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv"
+  int group_size = 1;    ///< t, the ranks in the communicator
+  int64_t elements = 0;  ///< N: elements of the logical buffer (see the table above)
+  int64_t bytes = 0;     ///< 4 N
+  double wire_bytes = 0; ///< bytes this rank sends under the ring model
+  bool async = false;    ///< issued through an *_async call
+  std::string label;     ///< the scope(s) active when it was issued, joined by '/'
+};
+
+/// The ring-model bytes one rank sends for `op` on a buffer of `bytes` in a group of `t`.
+double ring_wire_bytes(const std::string& op, int t, int64_t bytes);
+
+/// Append-only list of CommRecords, with labels pushed by scopes.
+class CommLedger {
+ public:
+  /// Records one call; fills bytes and wire_bytes from op, t and elements.
+  void record(const std::string& op, int group_size, int64_t elements, bool async = false);
+  const std::vector<CommRecord>& records() const { return records_; }
+  size_t size() const { return records_.size(); }
+  void clear() { records_.clear(); }
+  /// Sum of wire_bytes over records [from, size()).
+  double wire_bytes_since(size_t from) const;
+
+  /// Pushes a label for the lifetime of the scope object.
+  class Scope {
+   public:
+    Scope(CommLedger& ledger, const std::string& label);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    CommLedger& ledger_;
+  };
+
+ private:
+  std::vector<CommRecord> records_;
+  std::vector<std::string> labels_;
+};
+
+}  // namespace tp

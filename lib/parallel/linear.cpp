@@ -1,0 +1,137 @@
+#include "parallel/linear.h"
+
+#include "core/error.h"
+#include "core/host.h"
+#include "parallel/mappings.h"
+
+namespace tp {
+
+namespace {
+int64_t local_size(const std::string& layer, const char* dim, int64_t global, int t) {
+  check_divisible(layer + " " + dim, global, t);
+  return global / t;
+}
+}  // namespace
+
+// ---- ParallelLinearBase -------------------------------------------------------------------------
+
+ParallelLinearBase::ParallelLinearBase(Device& device, Communicator& comm, std::string name,
+                                       int64_t in, int64_t out, Shape weight_shard, Shape bias_shard,
+                                       bool with_bias)
+    : device_(device), comm_(comm), name_(std::move(name)), in_(in), out_(out) {
+  TP_CHECK_INPUT(in > 0 && out > 0, name_, ": in=", in, " and out=", out, " must be positive");
+  weight = Tensor::zeros(device, weight_shard);
+  dweight = Tensor::zeros(device, weight_shard);
+  if (with_bias) {
+    bias = Tensor::zeros(device, bias_shard);
+    dbias = Tensor::zeros(device, bias_shard);
+  }
+}
+
+void ParallelLinearBase::zero_grad() {
+  device_.fill(dweight, 0.0f);
+  if (has_bias()) device_.fill(dbias, 0.0f);
+}
+
+void ParallelLinearBase::init_shards(uint64_t seed, const Distribution& dist,
+                                     const GlobalIndex& weight_index, const GlobalIndex& bias_index) {
+  device_.fill_random(weight, RngKey::from(seed, name_ + ".weight"), weight_index, dist);
+  if (has_bias()) device_.fill_random(bias, RngKey::from(seed, name_ + ".bias"), bias_index, dist);
+}
+
+// ---- ColumnParallelLinear -----------------------------------------------------------------------
+
+ColumnParallelLinear::ColumnParallelLinear(Device& device, Communicator& comm, std::string name,
+                                           int64_t in, int64_t out, bool with_bias, bool gather_output)
+    : ParallelLinearBase(device, comm, name, in, out,
+                         Shape{in, local_size(name, "out", out, comm.size())},
+                         Shape{out / comm.size()}, with_bias),
+      gather_output_(gather_output),
+      out_local_(out / comm.size()),
+      col0_(comm.rank() * (out / comm.size())) {}
+
+void ColumnParallelLinear::init(uint64_t seed, const Distribution& dist) {
+  init_shards(seed, dist, GlobalIndex::columns(out_, col0_), GlobalIndex::columns(out_, col0_));
+}
+
+void ColumnParallelLinear::load_global(const std::vector<float>& w, const std::vector<float>& b) {
+  TP_CHECK(static_cast<int64_t>(w.size()) == in_ * out_, name_, ".load_global: weight has ", w.size(),
+           " values, expected ", in_, "x", out_);
+  weight.copy_from_host(host_block(w, out_, 0, in_, col0_, out_local_));
+  if (has_bias()) {
+    TP_CHECK(static_cast<int64_t>(b.size()) == out_, name_, ".load_global: bias has ", b.size(),
+             " values, expected ", out_);
+    bias.copy_from_host(host_block(b, out_, 0, 1, col0_, out_local_));
+  }
+}
+
+Tensor ColumnParallelLinear::forward(const Tensor& x) {
+  TP_CHECK(x.cols() == in_, name_, ".forward: input ", x.shape().str(), " should end in in=", in_);
+  saved_input_ = copy_to_tp_region_forward(comm_, x);                 // f: identity
+  Tensor y(device_, x.shape().with(x.ndim() - 1, out_local_));
+  device_.gemm(false, false, 1.0f, saved_input_, weight, 0.0f, y);    // Y_r = X A_r
+  if (has_bias()) device_.add_bias(y, bias);                          //     + b_r
+  return gather_output_ ? gather_from_tp_region_forward(comm_, y) : y;
+}
+
+Tensor ColumnParallelLinear::backward(const Tensor& dy_in) {
+  TP_CHECK(saved_input_.defined(), name_, ".backward called before forward");
+  const Tensor dy = gather_output_ ? gather_from_tp_region_backward(comm_, dy_in) : dy_in;
+  TP_CHECK(dy.cols() == out_local_ && dy.rows() == saved_input_.rows(), name_, ".backward: dy ",
+           dy.shape().str(), " does not match the forward output");
+  device_.gemm(true, false, 1.0f, saved_input_, dy, 1.0f, dweight);  // dA_r += Xᵀ dY_r
+  if (has_bias()) device_.add_bias_backward(dbias, dy);              // db_r += Σ dY_r
+  Tensor dx(device_, saved_input_.shape());
+  device_.gemm(false, true, 1.0f, dy, weight, 0.0f, dx);             // dY_r A_rᵀ: one term of dX
+  return copy_to_tp_region_backward(comm_, dx);                      // f backward: Σ over ranks
+}
+
+// ---- RowParallelLinear --------------------------------------------------------------------------
+
+RowParallelLinear::RowParallelLinear(Device& device, Communicator& comm, std::string name, int64_t in,
+                                     int64_t out, bool with_bias, bool input_is_parallel)
+    : ParallelLinearBase(device, comm, name, in, out,
+                         Shape{local_size(name, "in", in, comm.size()), out}, Shape{out}, with_bias),
+      input_is_parallel_(input_is_parallel),
+      in_local_(in / comm.size()),
+      row0_(comm.rank() * (in / comm.size())) {}
+
+void RowParallelLinear::init(uint64_t seed, const Distribution& dist) {
+  init_shards(seed, dist, GlobalIndex::rows(out_, row0_), GlobalIndex::whole(out_));
+}
+
+void RowParallelLinear::load_global(const std::vector<float>& w, const std::vector<float>& b) {
+  TP_CHECK(static_cast<int64_t>(w.size()) == in_ * out_, name_, ".load_global: weight has ", w.size(),
+           " values, expected ", in_, "x", out_);
+  weight.copy_from_host(host_block(w, out_, row0_, in_local_, 0, out_));
+  if (has_bias()) {
+    TP_CHECK(static_cast<int64_t>(b.size()) == out_, name_, ".load_global: bias has ", b.size(),
+             " values, expected ", out_);
+    bias.copy_from_host(b);
+  }
+}
+
+Tensor RowParallelLinear::forward(const Tensor& x) {
+  saved_input_ = input_is_parallel_ ? x : scatter_to_tp_region_forward(comm_, x);
+  TP_CHECK(saved_input_.cols() == in_local_, name_, ".forward: input ", x.shape().str(),
+           " should end in ", input_is_parallel_ ? in_local_ : in_, input_is_parallel_ ? " (in/t)" : " (in)");
+  Tensor partial(device_, saved_input_.shape().with(saved_input_.ndim() - 1, out_));
+  device_.gemm(false, false, 1.0f, saved_input_, weight, 0.0f, partial);  // X_r A_r
+  Tensor y = reduce_from_tp_region_forward(comm_, partial);               // g: Σ_r X_r A_r
+  if (has_bias()) device_.add_bias(y, bias);                              // + b, once
+  return y;
+}
+
+Tensor RowParallelLinear::backward(const Tensor& dy_in) {
+  TP_CHECK(saved_input_.defined(), name_, ".backward called before forward");
+  const Tensor dy = reduce_from_tp_region_backward(comm_, dy_in);         // g backward: identity
+  TP_CHECK(dy.cols() == out_ && dy.rows() == saved_input_.rows(), name_, ".backward: dy ",
+           dy.shape().str(), " does not match the forward output");
+  device_.gemm(true, false, 1.0f, saved_input_, dy, 1.0f, dweight);      // dA_r += X_rᵀ dY
+  if (has_bias()) device_.add_bias_backward(dbias, dy);                  // db += Σ dY (replicated)
+  Tensor dx(device_, saved_input_.shape());
+  device_.gemm(false, true, 1.0f, dy, weight, 0.0f, dx);                 // dX_r = dY A_rᵀ
+  return input_is_parallel_ ? dx : scatter_to_tp_region_backward(comm_, dx);
+}
+
+}  // namespace tp

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# install-deps.sh — checks what the build needs and installs what is missing.
+#
+#   scripts/install-deps.sh          MPI (mpicxx + mpirun), OpenMP, GoogleTest
+#   scripts/install-deps.sh --docs   the same, plus Doxygen
+#
+# On Debian/Ubuntu it installs the missing packages with apt-get (through sudo when not root) and
+# says which. Elsewhere it prints the command for your system and stops (exit 1).
+# Honours MPICXX and MPIEXEC like the Makefile. Prints one ✓/✗ line per component.
+set -u
+MPICXX=${MPICXX:-mpicxx}
+MPIEXEC=${MPIEXEC:-mpirun}
+docs=0
+[ "${1:-}" = "--docs" ] && docs=1
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+have_mpi()    { command -v "$MPICXX" >/dev/null 2>&1 && command -v "$MPIEXEC" >/dev/null 2>&1; }
+have_openmp() {
+  printf '#include <omp.h>\nint main(){return omp_get_max_threads()>0?0:1;}\n' > "$tmp/omp.cpp"
+  "$MPICXX" -fopenmp "$tmp/omp.cpp" -o "$tmp/omp" >/dev/null 2>&1
+}
+have_gtest() {
+  printf '#include <gtest/gtest.h>\nTEST(A,B){EXPECT_EQ(1,1);}\n' > "$tmp/gt.cpp"
+  local cxx=$MPICXX; command -v "$cxx" >/dev/null 2>&1 || cxx=c++
+  "$cxx" "$tmp/gt.cpp" -o "$tmp/gt" -lgtest_main -lgtest -pthread >/dev/null 2>&1
+}
+have_doxygen() { command -v doxygen >/dev/null 2>&1; }
+
+missing() {  # prints the Debian packages still needed
+  local pkgs=()
+  have_mpi || pkgs+=(mpich libmpich-dev)
+  have_gtest || pkgs+=(libgtest-dev)
+  [ $docs = 1 ] && ! have_doxygen && pkgs+=(doxygen)
+  command -v make >/dev/null 2>&1 || pkgs+=(make)
+  command -v g++ >/dev/null 2>&1 || pkgs+=(g++)
+  echo "${pkgs[@]:-}"
+}
+
+need=$(missing)
+if [ -n "$need" ]; then
+  if command -v apt-get >/dev/null 2>&1; then
+    sudo=""
+    if [ "$(id -u)" != 0 ]; then
+      command -v sudo >/dev/null 2>&1 || { echo "✗ need root or sudo to run: apt-get install -y $need"; exit 1; }
+      sudo="sudo"
+    fi
+    echo "installing Debian packages: $need"
+    export DEBIAN_FRONTEND=noninteractive
+    # shellcheck disable=SC2086
+    if ! $sudo apt-get install -y -q --no-install-recommends $need >"$tmp/apt.log" 2>&1; then
+      $sudo apt-get update -q >"$tmp/apt.log" 2>&1
+      # shellcheck disable=SC2086
+      $sudo apt-get install -y -q --no-install-recommends $need >>"$tmp/apt.log" 2>&1 ||
+        { tail -20 "$tmp/apt.log"; echo "✗ apt-get install $need failed (log above)"; exit 1; }
+    fi
+  else
+    echo "✗ missing: MPI, GoogleTest or Doxygen, and this is not a Debian/Ubuntu system. Install them with:"
+    case "$(uname -s)" in
+      Darwin) echo "    brew install mpich libomp googletest doxygen"
+              echo "  and build with: make MPICXX=mpicxx CXXFLAGS_EXTRA=\"-Xpreprocessor -I\$(brew --prefix libomp)/include\" LDFLAGS_EXTRA=\"-L\$(brew --prefix libomp)/lib -lomp\"" ;;
+      *)
+        if command -v dnf >/dev/null 2>&1; then
+          echo "    sudo dnf install -y mpich-devel gtest-devel doxygen gcc-c++ make && module load mpi/mpich-x86_64"
+        elif command -v pacman >/dev/null 2>&1; then
+          echo "    sudo pacman -S --needed mpich gtest doxygen base-devel"
+        elif command -v zypper >/dev/null 2>&1; then
+          echo "    sudo zypper install mpich-devel gtest doxygen gcc-c++ make"
+        else
+          echo "    an MPI implementation with mpicxx (MPICH or Open MPI), GoogleTest, Doxygen, a C++17 compiler with OpenMP"
+        fi ;;
+    esac
+    exit 1
+  fi
+fi
+
+# ---- report -------------------------------------------------------------------------------------
+status=0
+if have_mpi; then
+  if "$MPICXX" -show 2>/dev/null | grep -qi mpich; then
+    impl="MPICH $(mpichversion 2>/dev/null | sed -n 's/^MPICH Version:[[:space:]]*//p' | head -1)"
+  elif "$MPICXX" --showme:version >/dev/null 2>&1; then
+    impl=$("$MPICXX" --showme:version 2>&1 | grep -o 'Open MPI [0-9.]*' | head -1)
+  else
+    impl="unknown MPI"
+  fi
+  echo "✓ MPI: $MPICXX (${impl% }), $MPIEXEC"
+else
+  echo "✗ MPI: $MPICXX or $MPIEXEC not found"; status=1
+fi
+if have_mpi && have_openmp; then echo "✓ OpenMP"; else echo "✗ OpenMP: $MPICXX -fopenmp does not compile a test program"; status=1; fi
+if have_gtest; then echo "✓ GoogleTest"; else echo "✗ GoogleTest not found (libgtest-dev)"; status=1; fi
+if [ $docs = 1 ]; then
+  if have_doxygen; then echo "✓ Doxygen $(doxygen --version)"; else echo "✗ Doxygen not found"; status=1; fi
+fi
+nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
+if [ -n "$nvcc" ]; then
+  echo "✓ nvcc found ($("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/CUDA \1/p')); the GPU backend is not written yet, building the CPU backend"
+else
+  echo "✗ nvcc not found, skipping GPU backend"
+fi
+exit $status
