@@ -33,7 +33,7 @@ obj = $(patsubst %.cpp,$(BUILD)/obj/%.o,$(1))
 LIBTP     := $(BUILD)/lib/libtp.a
 LIBTP_CPU := $(BUILD)/lib/libtp_cpu.a
 LESSON_BINS := $(patsubst %,$(BUILD)/bin/lesson_%,$(LESSONS))
-TEST_BINS   := $(BUILD)/bin/test_serial $(BUILD)/bin/test_mpi
+TEST_BINS   := $(BUILD)/bin/test_serial $(BUILD)/bin/test_mpi $(BUILD)/bin/fail_one_rank
 
 .PHONY: all lessons tests run test docs clean deps
 .SECONDARY:
@@ -69,6 +69,10 @@ $(BUILD)/bin/test_serial: $(call obj,$(SERIAL_TEST) tests/test_util.cpp) $(LIBTP
 $(BUILD)/bin/test_mpi: $(call obj,$(MPI_TEST) tests/test_util.cpp) $(LIBTP_CPU) $(LIBTP)
 	@mkdir -p $(dir $@)
 	$(MPICXX) $(LDFLAGS) $^ -o $@ -lgtest -pthread
+
+$(BUILD)/bin/fail_one_rank: $(BUILD)/obj/tests/fail_one_rank.o $(LIBTP_CPU) $(LIBTP)
+	@mkdir -p $(dir $@)
+	$(MPICXX) $(LDFLAGS) $^ -o $@
 
 run: lessons
 	@scripts/run-lessons.sh

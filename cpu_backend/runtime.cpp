@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "launch.h"
 #include "mpi_communicator.h"
 
 namespace tp {
@@ -42,15 +43,23 @@ bool all_ranks_agree(double timeout_s) {
   std::exit(code);
 }
 
-// OpenMP threads per rank: the cores of this node shared among the ranks on it, at least one, so
-// `mpirun -np 4` on a 2-core laptop runs 4 threads in all, not 8. OMP_NUM_THREADS overrides.
-void choose_threads(int local_size) {
+}  // namespace
+
+void node_local_rank(MPI_Comm comm, int* local_rank, int* local_size) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, local_rank);
+  MPI_Comm_size(node, local_size);
+  MPI_Comm_free(&node);
+}
+
+void choose_omp_threads(int local_size) {
   const char* env = std::getenv("OMP_NUM_THREADS");
   if (env != nullptr && *env != '\0') return;
   omp_set_num_threads(std::max(1, omp_get_num_procs() / std::max(1, local_size)));
 }
-
-}  // namespace
 
 int run_program(int argc, char** argv, Options& options, const Program& program) {
   int initialized = 0;
@@ -60,12 +69,8 @@ int run_program(int argc, char** argv, Options& options, const Program& program)
 
   int rank = 0, local_rank = 0, local_size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm node = MPI_COMM_NULL;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
-  MPI_Comm_rank(node, &local_rank);
-  MPI_Comm_size(node, &local_size);
-  MPI_Comm_free(&node);
-  choose_threads(local_size);
+  node_local_rank(MPI_COMM_WORLD, &local_rank, &local_size);
+  choose_omp_threads(local_size);
 
   options.text("backend", "cpu", "device backend", {"cpu", "gpu"});
   int rc = 0;

@@ -8,7 +8,7 @@ namespace tp {
 
 namespace {
 int64_t local_size(const std::string& layer, const char* dim, int64_t global, int t) {
-  check_divisible(layer + " " + dim, global, t);
+  check_divisible(layer + "." + dim, global, t);
   return global / t;
 }
 }  // namespace

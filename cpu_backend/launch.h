@@ -1,0 +1,16 @@
+// launch.h — process-level setup shared by the launcher (runtime.cpp) and the MPI test main.
+#pragma once
+
+#include <mpi.h>
+
+namespace tp {
+
+/// Rank and size of this process among the ranks on the same node (MPI_COMM_TYPE_SHARED).
+void node_local_rank(MPI_Comm comm, int* local_rank, int* local_size);
+
+/// OpenMP threads per rank: the cores of this node shared among its `local_size` ranks, at least
+/// one, so `mpirun -np 4` on a 2-core laptop runs 4 threads in all, not 8. OMP_NUM_THREADS, when
+/// set, wins.
+void choose_omp_threads(int local_size);
+
+}  // namespace tp

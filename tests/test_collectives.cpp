@@ -1,0 +1,166 @@
+// test_collectives.cpp — every collective of MpiCommunicator, sync and async, on the world and on
+// split groups, with rank-valued inputs and closed-form answers; and the CommLedger records.
+// Runs under mpirun -np 1, 2, 3, 4. Values are small integers, so equality is exact.
+#include <gtest/gtest.h>
+
+#include "core/communicator.h"
+#include "core/error.h"
+#include "test_util.h"
+
+namespace {
+
+using namespace tp;
+using tp::testing::device;
+using tp::testing::world;
+
+// x[i] = (rank + 1) · (i + 1): the sum over ranks is (i + 1) · t(t + 1)/2.
+Tensor rank_valued(const Communicator& c, int64_t n) {
+  return Tensor::from_host(device(), Shape{n}, tp::testing::iota_vector(n, 1.0f * (c.rank() + 1), 1.0f * (c.rank() + 1)));
+}
+
+std::vector<float> triangle_times(int64_t n, int t, int64_t first = 0) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>((first + i + 1) * t * (t + 1) / 2);
+  return v;
+}
+
+void check_all_reduce(Communicator& c, bool async) {
+  Tensor x = rank_valued(c, 10);
+  if (async) {
+    auto w = c.all_reduce_async(x);
+    w->wait();
+    EXPECT_TRUE(w->test());
+  } else {
+    c.all_reduce(x);
+  }
+  EXPECT_EQ(x.to_host(), triangle_times(10, c.size()));
+}
+
+void check_all_gather(Communicator& c, bool async) {
+  const int t = c.size(), r = c.rank();
+  Tensor shard = Tensor::from_host(device(), Shape{2, 3}, tp::testing::iota_vector(6, 100.0f * r));
+  Tensor full(device(), Shape{2 * t, 3});
+  if (async) c.all_gather_async(shard, full)->wait();
+  else c.all_gather(shard, full);
+  std::vector<float> want;
+  for (int q = 0; q < t; ++q)
+    for (int i = 0; i < 6; ++i) want.push_back(100.0f * q + i);
+  EXPECT_EQ(full.to_host(), want);
+}
+
+void check_reduce_scatter(Communicator& c, bool async) {
+  const int t = c.size(), r = c.rank();
+  const int64_t n = 3;
+  Tensor full = rank_valued(c, n * t);
+  Tensor shard(device(), Shape{n});
+  if (async) c.reduce_scatter_async(full, shard)->wait();
+  else c.reduce_scatter(full, shard);
+  EXPECT_EQ(shard.to_host(), triangle_times(n, t, r * n));
+}
+
+TEST(Collectives, AllReduceSumsRankValues) { check_all_reduce(world(), false); }
+TEST(Collectives, AllReduceAsync) { check_all_reduce(world(), true); }
+TEST(Collectives, AllGatherConcatenatesAlongDim0) { check_all_gather(world(), false); }
+TEST(Collectives, AllGatherAsync) { check_all_gather(world(), true); }
+TEST(Collectives, ReduceScatterGivesEachRankItsBlockOfTheSum) { check_reduce_scatter(world(), false); }
+TEST(Collectives, ReduceScatterAsync) { check_reduce_scatter(world(), true); }
+
+TEST(Collectives, BroadcastFromTheLastRank) {
+  Communicator& c = world();
+  Tensor x = Tensor::from_host(device(), Shape{4}, std::vector<float>(4, 1.0f * c.rank()));
+  c.broadcast(x, c.size() - 1);
+  EXPECT_EQ(x.to_host(), std::vector<float>(4, 1.0f * (c.size() - 1)));
+}
+
+TEST(Collectives, SendRecvAroundTheRing) {
+  Communicator& c = world();
+  const int t = c.size(), r = c.rank();
+  Tensor send = Tensor::from_host(device(), Shape{3}, std::vector<float>(3, 1.0f * r));
+  Tensor recv = Tensor::zeros(device(), Shape{3});
+  c.send_recv(send, (r + 1) % t, recv, (r - 1 + t) % t);
+  EXPECT_EQ(recv.to_host(), std::vector<float>(3, 1.0f * ((r - 1 + t) % t)));
+}
+
+TEST(Collectives, AsyncWorkCompletesAfterOtherWork) {
+  // Two collectives in flight at once, waited for in reverse order.
+  Communicator& c = world();
+  Tensor a = rank_valued(c, 5), b = rank_valued(c, 7);
+  auto wa = c.all_reduce_async(a);
+  auto wb = c.all_reduce_async(b);
+  wb->wait();
+  wa->wait();
+  EXPECT_EQ(a.to_host(), triangle_times(5, c.size()));
+  EXPECT_EQ(b.to_host(), triangle_times(7, c.size()));
+}
+
+// Split by parity: even ranks form one group, odd ranks another; every collective within it.
+TEST(Collectives, SplitGroupsRunEveryCollective) {
+  Communicator& w = world();
+  auto sub = w.split(w.rank() % 2, w.rank());
+  const int expected_size = (w.size() + (w.rank() % 2 == 0 ? 1 : 0)) / 2;
+  ASSERT_EQ(sub->size(), expected_size);  // same outcome on every rank of a group
+  EXPECT_EQ(sub->rank(), w.rank() / 2);
+  for (bool async : {false, true}) {
+    check_all_reduce(*sub, async);
+    check_all_gather(*sub, async);
+    check_reduce_scatter(*sub, async);
+  }
+  // The group's sum of world ranks: even group 0 + 2 + ..., odd group 1 + 3 + ...
+  Tensor x = Tensor::from_host(device(), Shape{1}, {1.0f * w.rank()});
+  sub->all_reduce(x);
+  float want = 0;
+  for (int q = w.rank() % 2; q < w.size(); q += 2) want += q;
+  EXPECT_EQ(x.to_host()[0], want);
+  EXPECT_EQ(sub->ledger().size(), 7u);  // its own ledger: 2 × 3 collectives + 1 all-reduce
+}
+
+TEST(Collectives, SplitKeyOrdersRanks) {
+  Communicator& w = world();
+  auto rev = w.split(0, w.size() - w.rank());
+  EXPECT_EQ(rev->size(), w.size());
+  EXPECT_EQ(rev->rank(), w.size() - 1 - w.rank());
+}
+
+TEST(Collectives, LedgerRecordsRingBytes) {
+  Communicator& c = world();
+  const int t = c.size();
+  const size_t before = c.ledger().size();
+  Tensor x = rank_valued(c, 12);
+  c.all_reduce(x);
+  Tensor shard(device(), Shape{6}), full(device(), Shape{6 * t});
+  c.all_gather(shard, full);
+  c.reduce_scatter(full, shard);
+  c.all_reduce_async(x)->wait();
+  const auto& recs = c.ledger().records();
+  ASSERT_EQ(recs.size(), before + 4);
+  const double share = static_cast<double>(t - 1) / t;
+  EXPECT_EQ(recs[before].op, "all_reduce");
+  EXPECT_EQ(recs[before].elements, 12);
+  EXPECT_EQ(recs[before].bytes, 48);
+  EXPECT_DOUBLE_EQ(recs[before].wire_bytes, 2 * share * 48);
+  EXPECT_EQ(recs[before + 1].op, "all_gather");
+  EXPECT_EQ(recs[before + 1].elements, 6 * t);
+  EXPECT_DOUBLE_EQ(recs[before + 1].wire_bytes, share * 24 * t);
+  EXPECT_EQ(recs[before + 2].op, "reduce_scatter");
+  EXPECT_DOUBLE_EQ(recs[before + 2].wire_bytes, share * 24 * t);
+  EXPECT_TRUE(recs[before + 3].async);
+  EXPECT_EQ(recs[before].group_size, t);
+}
+
+TEST(Collectives, WrongBufferSizesAreRejectedBeforeCommunicating) {
+  Communicator& c = world();
+  Tensor shard(device(), Shape{4}), wrong(device(), Shape{4 * c.size() + 1});
+  EXPECT_THROW(c.all_gather(shard, wrong), Error);
+  EXPECT_THROW(c.reduce_scatter(wrong, shard), Error);
+  EXPECT_THROW(c.broadcast(shard, c.size()), Error);
+}
+
+TEST(SerialCommunicator, IsTheSizeOneCase) {
+  SerialCommunicator s;
+  check_all_reduce(s, false);
+  check_all_gather(s, true);
+  check_reduce_scatter(s, false);
+  EXPECT_EQ(s.ledger().records()[0].wire_bytes, 0.0);
+}
+
+}  // namespace

@@ -1,0 +1,27 @@
+// test_util.h — shared test helpers: the device, random host data, relative error.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/communicator.h"
+#include "core/device.h"
+
+namespace tp::testing {
+
+/// The CPU device every test uses.
+Device& device();
+/// All ranks of the job (defined by mpi_main.cpp; MPI tests only).
+Communicator& world();
+
+/// n values from the counter-based RNG keyed by (seed, name): uniform in [-1, 1).
+std::vector<float> random_vector(const std::string& name, int64_t n, uint64_t seed = 1234);
+
+/// ‖got − want‖₂ / ‖want‖₂ (or ‖got − want‖₂ when want is zero); infinity on a size mismatch.
+double rel_error(const std::vector<float>& got, const std::vector<float>& want);
+
+/// {f(i), f(i) + … } helpers for closed-form expectations.
+std::vector<float> iota_vector(int64_t n, float start = 0.0f, float step = 1.0f);
+
+}  // namespace tp::testing
