@@ -5,6 +5,7 @@
 #                 the last line is "N passed, M failed"
 #   make          build everything into build/ (build/bin, build/lib)
 #   make lessons  build the lessons only
+#   make bench    measure the GEMM and the collectives (ratios, with correctness columns)
 #   make docs     Doxygen over lib/ and the lesson pages into docs/html
 #   make clean    remove build/ and docs/html
 #
@@ -17,7 +18,9 @@ MPIEXEC ?= mpirun
 NP      ?= 1 2 3 4
 BUILD   ?= build
 
-CXXFLAGS := -std=c++17 -O2 -Wall -Wextra -fopenmp -MMD -MP -Ilib $(CXXFLAGS_EXTRA)
+# OMPI/MPICH_SKIP_MPICXX: we use the C API; Open MPI's deprecated C++ bindings header warns.
+CXXFLAGS := -std=c++17 -O2 -Wall -Wextra -fopenmp -MMD -MP -Ilib \
+            -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX $(CXXFLAGS_EXTRA)
 LDFLAGS  := -fopenmp $(LDFLAGS_EXTRA)
 
 export MPICXX MPIEXEC NP BUILD
@@ -35,9 +38,9 @@ LIBTP_CPU := $(BUILD)/lib/libtp_cpu.a
 LESSON_BINS := $(patsubst %,$(BUILD)/bin/lesson_%,$(LESSONS))
 TEST_BINS   := $(BUILD)/bin/test_serial $(BUILD)/bin/test_mpi $(BUILD)/bin/fail_one_rank
 
-.PHONY: all lessons tests run test docs clean deps
+.PHONY: all lessons tests run test docs bench clean deps
 .SECONDARY:
-all: lessons tests
+all: lessons tests $(BUILD)/bin/tp_bench
 
 lessons: $(LESSON_BINS)
 tests: $(TEST_BINS)
@@ -74,11 +77,19 @@ $(BUILD)/bin/fail_one_rank: $(BUILD)/obj/tests/fail_one_rank.o $(LIBTP_CPU) $(LI
 	@mkdir -p $(dir $@)
 	$(MPICXX) $(LDFLAGS) $^ -o $@
 
+$(BUILD)/bin/tp_bench: $(BUILD)/obj/tools/tp_bench.o $(LIBTP_CPU) $(LIBTP)
+	@mkdir -p $(dir $@)
+	$(MPICXX) $(LDFLAGS) $^ -o $@
+
 run: lessons
 	@scripts/run-lessons.sh
 
 test: all
 	@scripts/run-tests.sh
+
+# GEMM (blocked vs naive) and collectives (algbw/busbw), each with a correctness column.
+bench: $(BUILD)/bin/tp_bench
+	$(MPIEXEC) -np 2 $(BUILD)/bin/tp_bench
 
 docs:
 	@scripts/install-deps.sh --docs
