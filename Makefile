@@ -25,7 +25,8 @@ LDFLAGS  := -fopenmp $(LDFLAGS_EXTRA)
 
 export MPICXX MPIEXEC NP BUILD
 
-LIB_SRC     := $(wildcard lib/*/*.cpp)
+LIB_SRC     := $(filter-out lib/lesson/%,$(wildcard lib/*/*.cpp))
+LESSON_SRC  := $(wildcard lib/lesson/*.cpp)
 CPU_SRC     := $(wildcard cpu_backend/*.cpp)
 LESSONS     := $(patsubst lessons/%/main.cpp,%,$(wildcard lessons/*/main.cpp))
 SERIAL_TEST := tests/test_gemm.cpp tests/test_rng.cpp tests/test_options.cpp tests/test_tensor.cpp
@@ -35,6 +36,8 @@ obj = $(patsubst %.cpp,$(BUILD)/obj/%.o,$(1))
 
 LIBTP     := $(BUILD)/lib/libtp.a
 LIBTP_CPU := $(BUILD)/lib/libtp_cpu.a
+# lib/lesson sits above the launcher (it calls tp::run_program), so it is its own archive, linked first.
+LIBTP_LESSON := $(BUILD)/lib/libtp_lesson.a
 LESSON_BINS := $(patsubst %,$(BUILD)/bin/lesson_%,$(LESSONS))
 TEST_BINS   := $(BUILD)/bin/test_serial $(BUILD)/bin/test_mpi $(BUILD)/bin/fail_one_rank
 
@@ -61,7 +64,11 @@ $(LIBTP_CPU): $(call obj,$(CPU_SRC))
 	@mkdir -p $(dir $@)
 	ar rcs $@ $^
 
-$(BUILD)/bin/lesson_%: $(BUILD)/obj/lessons/%/main.o $(LIBTP_CPU) $(LIBTP)
+$(LIBTP_LESSON): $(call obj,$(LESSON_SRC))
+	@mkdir -p $(dir $@)
+	ar rcs $@ $^
+
+$(BUILD)/bin/lesson_%: $(BUILD)/obj/lessons/%/main.o $(LIBTP_LESSON) $(LIBTP_CPU) $(LIBTP)
 	@mkdir -p $(dir $@)
 	$(MPICXX) $(LDFLAGS) $^ -o $@
 

@@ -60,13 +60,17 @@ class HostView {
   float* ptr_ = nullptr;
 };
 
+// An MPI request and the host views it reads and writes. `in` may be null for an in-place
+// operation, whose output view then starts with the tensor's contents.
 class MpiWork : public Work {
  public:
-  MpiWork(std::unique_ptr<HostView> in, std::unique_ptr<HostView> out)
-      : in_(std::move(in)), out_(std::move(out)) {}
+  MpiWork(const Tensor* in, const Tensor& out)
+      : in_(in ? std::make_unique<HostView>(*in, true) : nullptr), out_(out, in == nullptr) {}
   ~MpiWork() override {
     if (!done_) MPI_Wait(&request, MPI_STATUS_IGNORE);  // never leave MPI writing into freed memory
   }
+  float* in() const { return in_->ptr(); }
+  float* out() const { return out_.ptr(); }
   void wait() override {
     if (done_) return;
     mpi_check(MPI_Wait(&request, MPI_STATUS_IGNORE), "MPI_Wait");
@@ -84,9 +88,10 @@ class MpiWork : public Work {
  private:
   void finish() {
     done_ = true;
-    out_->write_back();
+    out_.write_back();
   }
-  std::unique_ptr<HostView> in_, out_;
+  std::unique_ptr<HostView> in_;
+  HostView out_;
   bool done_ = false;
 };
 
@@ -158,33 +163,24 @@ void MpiCommunicator::do_send_recv(const Tensor& send, int to, Tensor& recv, int
 void MpiCommunicator::do_barrier() { mpi_check(MPI_Barrier(comm_), "MPI_Barrier"); }
 
 std::unique_ptr<Work> MpiCommunicator::do_all_reduce_async(Tensor& x) {
-  auto v = std::make_unique<HostView>(x, true);
-  float* p = v->ptr();
-  auto work = std::make_unique<MpiWork>(nullptr, std::move(v));
-  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, p, count_of(x), MPI_FLOAT, MPI_SUM, comm_, &work->request),
+  auto work = std::make_unique<MpiWork>(nullptr, x);
+  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, work->out(), count_of(x), MPI_FLOAT, MPI_SUM, comm_, &work->request),
             "MPI_Iallreduce");
   return work;
 }
 
 std::unique_ptr<Work> MpiCommunicator::do_all_gather_async(const Tensor& shard, Tensor& full) {
-  auto in = std::make_unique<HostView>(shard, true);
-  auto out = std::make_unique<HostView>(full, false);
-  float* pi = in->ptr();
-  float* po = out->ptr();
-  auto work = std::make_unique<MpiWork>(std::move(in), std::move(out));
-  mpi_check(MPI_Iallgather(pi, count_of(shard), MPI_FLOAT, po, count_of(shard), MPI_FLOAT, comm_,
-                           &work->request),
+  auto work = std::make_unique<MpiWork>(&shard, full);
+  mpi_check(MPI_Iallgather(work->in(), count_of(shard), MPI_FLOAT, work->out(), count_of(shard), MPI_FLOAT,
+                           comm_, &work->request),
             "MPI_Iallgather");
   return work;
 }
 
 std::unique_ptr<Work> MpiCommunicator::do_reduce_scatter_async(const Tensor& full, Tensor& shard) {
-  auto in = std::make_unique<HostView>(full, true);
-  auto out = std::make_unique<HostView>(shard, false);
-  float* pi = in->ptr();
-  float* po = out->ptr();
-  auto work = std::make_unique<MpiWork>(std::move(in), std::move(out));
-  mpi_check(MPI_Ireduce_scatter_block(pi, po, count_of(shard), MPI_FLOAT, MPI_SUM, comm_, &work->request),
+  auto work = std::make_unique<MpiWork>(&full, shard);
+  mpi_check(MPI_Ireduce_scatter_block(work->in(), work->out(), count_of(shard), MPI_FLOAT, MPI_SUM, comm_,
+                                      &work->request),
             "MPI_Ireduce_scatter_block");
   return work;
 }

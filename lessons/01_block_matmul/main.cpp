@@ -21,15 +21,12 @@
 using namespace tp;
 
 int main(int argc, char** argv) {
-  Options opts("lesson_01_block_matmul", "Block matrix multiplication: XA split by columns and by rows.");
-  opts.flag("step", "pause for Enter between steps");
-  return run_program(argc, argv, opts, [](Context& ctx) {
-    lesson::Lesson L(ctx, "lesson_01_block_matmul", {2});
+  return lesson::run(argc, argv, "lesson_01_block_matmul",
+                     "Lesson 01: block matrix multiplication",
+                     {2}, [](lesson::Lesson& L) {
     Device& dev = L.device();
     Communicator& world = L.world();
     const int r = L.rank();
-    L.say("Lesson 01: block matrix multiplication on ", L.size(), " ranks (", world.name(), ", ",
-          dev.name(), ")");
 
     // 1. The numbers, and the single-device answer.
     L.step("The numbers. Every rank builds X (1x2) and A (2x2); one device computes XA.");
@@ -95,6 +92,5 @@ int main(int argc, char** argv) {
     L.say(table.str());
     L.say("Column split: no communication to compute, one all-gather to concatenate.\n"
           "Row split: each rank needs only its slice of X, and one all-reduce to sum.");
-    return L.finish();
   });
 }

@@ -27,14 +27,12 @@
 using namespace tp;
 
 int main(int argc, char** argv) {
-  Options opts("lesson_02_column_parallel", "Column-parallel linear, forward and backward, at t = 3.");
-  opts.flag("step", "pause for Enter between steps");
-  return run_program(argc, argv, opts, [](Context& ctx) {
-    lesson::Lesson L(ctx, "lesson_02_column_parallel", {3});
+  return lesson::run(argc, argv, "lesson_02_column_parallel",
+                     "Lesson 02: column-parallel linear, forward and backward",
+                     {3}, [](lesson::Lesson& L) {
     Device& dev = L.device();
     Communicator& world = L.world();
     const int t = L.size();
-    L.say("Lesson 02: column-parallel linear on ", t, " ranks (", world.name(), ", ", dev.name(), ")");
 
     // 1. The numbers, and the single-device reference: the same layer on one rank (t = 1).
     L.step("The numbers, and the answer from one device.");
@@ -129,6 +127,5 @@ int main(int argc, char** argv) {
           "  f (copy_to_tp_region):     forward identity,   backward all-reduce  (entry; X feeds every rank)\n"
           "  g (reduce_from_tp_region): forward all-reduce, backward identity    (exit; sums partial outputs)\n"
           "A column-parallel layer communicates only in backward, through f: one all-reduce of dX.");
-    return L.finish();
   });
 }

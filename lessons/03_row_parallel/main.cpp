@@ -25,15 +25,12 @@
 using namespace tp;
 
 int main(int argc, char** argv) {
-  Options opts("lesson_03_row_parallel", "Row-parallel linear, forward and backward, and the bias.");
-  opts.flag("step", "pause for Enter between steps");
-  return run_program(argc, argv, opts, [](Context& ctx) {
-    lesson::Lesson L(ctx, "lesson_03_row_parallel", {2, 1, 4});
+  return lesson::run(argc, argv, "lesson_03_row_parallel",
+                     "Lesson 03: row-parallel linear, forward and backward, and the bias",
+                     {2, 1, 4}, [](lesson::Lesson& L) {
     Device& dev = L.device();
     Communicator& world = L.world();
     const int r = L.rank(), t = L.size();
-    L.say("Lesson 03: row-parallel linear on ", t, " rank", t > 1 ? "s" : "", " (", world.name(), ", ",
-          dev.name(), ")");
 
     // 1. The numbers, and the single-device reference: the same layer on one rank (t = 1).
     L.step("The numbers, and the answer from one device.");
@@ -149,6 +146,5 @@ int main(int argc, char** argv) {
     L.say("A row-parallel layer communicates in forward (g: one all-reduce of the output) and not in\n"
           "backward. The bias is not split: it is added once, after the all-reduce, and its gradient\n"
           "db = Σ dY comes out the same on every rank.");
-    return L.finish();
   });
 }

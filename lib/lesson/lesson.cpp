@@ -176,4 +176,17 @@ int Lesson::finish() {
   return ok ? 0 : 1;
 }
 
+int run(int argc, char** argv, const std::string& binary, const std::string& title,
+        const std::vector<int>& ranks, const std::function<void(Lesson&)>& body) {
+  Options opts(binary, title + ".");
+  opts.flag("step", "pause for Enter between steps");
+  return run_program(argc, argv, opts, [&](Context& ctx) {
+    Lesson lesson(ctx, binary, ranks);
+    const int t = ctx.world.size();
+    lesson.say(title, "\n  t = ", t, " rank", t == 1 ? "" : "s", ": ", ctx.world.name(), ", ", ctx.device.name());
+    body(lesson);
+    return lesson.finish();
+  });
+}
+
 }  // namespace tp::lesson

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -90,6 +91,12 @@ class Lesson {
   int checks_ = 0;
   std::vector<std::string> failures_;
 };
+
+/// The whole of a lesson's main(): declares --step, starts the ranks (tp::run_program), checks the
+/// rank count against `ranks`, prints the title and "t = N ranks: communicator, device", runs `body`
+/// and ends with Lesson::finish(). `binary` names the program in messages ("lesson_02_...").
+int run(int argc, char** argv, const std::string& binary, const std::string& title,
+        const std::vector<int>& ranks, const std::function<void(Lesson&)>& body);
 
 /// {f(0), f(1), …, f(t − 1)}: what each rank should hold, for check_ranks.
 template <typename F>
