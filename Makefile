@@ -50,7 +50,7 @@ tests: $(TEST_BINS)
 
 # Checks for MPI, OpenMP and GoogleTest (installing what is missing) before anything compiles.
 deps:
-	@scripts/install-deps.sh
+	@DEPS_CACHE=$(BUILD)/.deps scripts/install-deps.sh
 
 $(BUILD)/obj/%.o: %.cpp | deps
 	@mkdir -p $(dir $@)

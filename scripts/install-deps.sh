@@ -3,6 +3,9 @@
 #
 #   scripts/install-deps.sh          MPI (mpicxx + mpirun), OpenMP, GoogleTest
 #   scripts/install-deps.sh --docs   the same, plus Doxygen
+#   DEPS_CACHE=FILE scripts/install-deps.sh
+#                                    reuse the report in FILE when it was made for the same MPICXX
+#                                    and mpicxx is still there (the Makefile passes build/.deps)
 #
 # On Debian/Ubuntu it installs the missing packages with apt-get (through sudo when not root) and
 # says which. Elsewhere it prints the command for your system and stops (exit 1).
@@ -12,6 +15,13 @@ MPICXX=${MPICXX:-mpicxx}
 MPIEXEC=${MPIEXEC:-mpirun}
 docs=0
 [ "${1:-}" = "--docs" ] && docs=1
+
+cache=${DEPS_CACHE:-}
+if [ -n "$cache" ] && [ -f "$cache" ] && [ "$(head -1 "$cache")" = "$MPICXX $MPIEXEC $docs" ] &&
+   command -v "$MPICXX" >/dev/null 2>&1 && command -v "$MPIEXEC" >/dev/null 2>&1; then
+  tail -n +2 "$cache"
+  exit 0
+fi
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -76,6 +86,7 @@ if [ -n "$need" ]; then
 fi
 
 # ---- report -------------------------------------------------------------------------------------
+report() {
 status=0
 if have_mpi; then
   if "$MPICXX" -show 2>/dev/null | grep -qi mpich; then
@@ -99,5 +110,14 @@ if [ -n "$nvcc" ]; then
   echo "✓ nvcc found ($("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/CUDA \1/p')); the GPU backend is not written yet, building the CPU backend"
 else
   echo "✗ nvcc not found, skipping GPU backend"
+fi
+return $status
+}
+report >"$tmp/report"
+status=$?
+cat "$tmp/report"
+if [ $status = 0 ] && [ -n "$cache" ]; then
+  mkdir -p "$(dirname "$cache")"
+  { echo "$MPICXX $MPIEXEC $docs"; cat "$tmp/report"; } >"$cache"
 fi
 exit $status

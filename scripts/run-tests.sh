@@ -89,7 +89,7 @@ expect "wrong rank count" 2 "mpirun -np 3 build/bin/lesson_02_column_parallel" 2
 expect "unknown flag" 2 "unknown option --stpe" 3 "$BUILD/bin/lesson_02_column_parallel" --stpe
 expect "bad value" 2 "--backend=tpu: expected one of cpu, gpu" 2 "$BUILD/bin/lesson_01_block_matmul" --backend=tpu
 expect "no GPU backend" 2 "--backend gpu: this build has no GPU backend" 2 "$BUILD/bin/lesson_01_block_matmul" --backend gpu
-expect "bad input on every rank" 2 "error: hidden=500 is not divisible by t=3" 3 "$BUILD/bin/fail_one_rank" --mode=bad-input
+expect "non-divisible size" 2 "error: fc1.out=7 is not divisible by t=3 (the number of ranks); run with t in {1, 7} or change fc1.out" 3 "$BUILD/bin/fail_one_rank" --mode=bad-input
 expect "one rank fails" nonzero "rank 1: error: rank 1 fails on purpose" 3 "$BUILD/bin/fail_one_rank" --mode=one-rank
 
 echo

@@ -65,21 +65,22 @@ TEST(Collectives, AllGatherAsync) { check_all_gather(world(), true); }
 TEST(Collectives, ReduceScatterGivesEachRankItsBlockOfTheSum) { check_reduce_scatter(world(), false); }
 TEST(Collectives, ReduceScatterAsync) { check_reduce_scatter(world(), true); }
 
-TEST(Collectives, BroadcastFromTheLastRank) {
-  Communicator& c = world();
+void check_broadcast(Communicator& c) {
   Tensor x = Tensor::from_host(device(), Shape{4}, std::vector<float>(4, 1.0f * c.rank()));
   c.broadcast(x, c.size() - 1);
   EXPECT_EQ(x.to_host(), std::vector<float>(4, 1.0f * (c.size() - 1)));
 }
 
-TEST(Collectives, SendRecvAroundTheRing) {
-  Communicator& c = world();
+void check_send_recv(Communicator& c) {
   const int t = c.size(), r = c.rank();
   Tensor send = Tensor::from_host(device(), Shape{3}, std::vector<float>(3, 1.0f * r));
   Tensor recv = Tensor::zeros(device(), Shape{3});
   c.send_recv(send, (r + 1) % t, recv, (r - 1 + t) % t);
   EXPECT_EQ(recv.to_host(), std::vector<float>(3, 1.0f * ((r - 1 + t) % t)));
 }
+
+TEST(Collectives, BroadcastFromTheLastRank) { check_broadcast(world()); }
+TEST(Collectives, SendRecvAroundTheRing) { check_send_recv(world()); }
 
 TEST(Collectives, AsyncWorkCompletesAfterOtherWork) {
   // Two collectives in flight at once, waited for in reverse order.
@@ -105,13 +106,15 @@ TEST(Collectives, SplitGroupsRunEveryCollective) {
     check_all_gather(*sub, async);
     check_reduce_scatter(*sub, async);
   }
+  check_broadcast(*sub);
+  check_send_recv(*sub);
   // The group's sum of world ranks: even group 0 + 2 + ..., odd group 1 + 3 + ...
   Tensor x = Tensor::from_host(device(), Shape{1}, {1.0f * w.rank()});
   sub->all_reduce(x);
   float want = 0;
   for (int q = w.rank() % 2; q < w.size(); q += 2) want += q;
   EXPECT_EQ(x.to_host()[0], want);
-  EXPECT_EQ(sub->ledger().size(), 7u);  // its own ledger: 2 × 3 collectives + 1 all-reduce
+  EXPECT_EQ(sub->ledger().size(), 9u);  // its own ledger: 2 × 3 + broadcast + send-recv + all-reduce
 }
 
 TEST(Collectives, SplitKeyOrdersRanks) {
