@@ -29,7 +29,8 @@ LIB_SRC     := $(filter-out lib/lesson/%,$(wildcard lib/*/*.cpp))
 LESSON_SRC  := $(wildcard lib/lesson/*.cpp)
 CPU_SRC     := $(wildcard cpu_backend/*.cpp)
 LESSONS     := $(patsubst lessons/%/main.cpp,%,$(wildcard lessons/*/main.cpp))
-SERIAL_TEST := tests/test_gemm.cpp tests/test_rng.cpp tests/test_options.cpp tests/test_tensor.cpp
+SERIAL_TEST := tests/test_gemm.cpp tests/test_rng.cpp tests/test_options.cpp tests/test_tensor.cpp \
+               tests/test_kernels.cpp tests/test_safetensors.cpp
 MPI_TEST    := $(filter-out $(SERIAL_TEST) tests/test_util.cpp,$(wildcard tests/test_*.cpp)) tests/mpi_main.cpp
 
 obj = $(patsubst %.cpp,$(BUILD)/obj/%.o,$(1))

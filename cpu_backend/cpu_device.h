@@ -31,6 +31,35 @@ class CpuDevice : public Device {
                     int64_t ncols) override;
   void fill_random(Tensor& x, const RngKey& key, const GlobalIndex& index,
                    const Distribution& dist) override;
+
+  // Model kernels: cpu_kernels.cpp.
+  void mul(const Tensor& x, const Tensor& m, Tensor& y) override;
+  double sum_squares(const Tensor& x) override;
+  void dropout_mask(Tensor& mask, const RngKey& key, const GlobalIndex& index, float p) override;
+  void gelu_forward(Tensor& y, const Tensor& x) override;
+  void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) override;
+  void swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u) override;
+  void swiglu_backward(Tensor& dg, Tensor& du, const Tensor& dy, const Tensor& g, const Tensor& u) override;
+  void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& w,
+                         const Tensor& b, float eps) override;
+  void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x,
+                          const Tensor& w, const Tensor& mean, const Tensor& rstd) override;
+  void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps) override;
+  void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
+                        const Tensor& rstd) override;
+  void attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k, const Tensor& v,
+                         const AttentionShape& shape) override;
+  void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q,
+                          const Tensor& k, const Tensor& v, const Tensor& probs,
+                          const AttentionShape& shape) override;
+  void embedding_forward(Tensor& out, const Tensor& ids, const Tensor& wte, const Tensor& wpe,
+                         int64_t batch) override;
+  void embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Tensor& ids,
+                          int64_t batch) override;
+  void softmax_cross_entropy(Tensor& loss, Tensor& dlogits, const Tensor& logits, const Tensor& targets,
+                             float scale) override;
+  void adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWParams& h,
+                  int64_t step) override;
 };
 
 }  // namespace tp

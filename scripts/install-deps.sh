@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # install-deps.sh — checks what the build needs and installs what is missing.
 #
-#   scripts/install-deps.sh          MPI (mpicxx + mpirun), OpenMP, GoogleTest
+#   scripts/install-deps.sh          MPI (mpicxx + mpirun), OpenMP, GoogleTest, nlohmann-json
 #   scripts/install-deps.sh --docs   the same, plus Doxygen
 #   DEPS_CACHE=FILE scripts/install-deps.sh
 #                                    reuse the report in FILE when it was made for the same MPICXX
@@ -36,12 +36,18 @@ have_gtest() {
   local cxx=$MPICXX; command -v "$cxx" >/dev/null 2>&1 || cxx=c++
   "$cxx" "$tmp/gt.cpp" -o "$tmp/gt" -lgtest_main -lgtest -pthread >/dev/null 2>&1
 }
+have_json() {
+  printf '#include <nlohmann/json.hpp>\nint main(){return nlohmann::json::parse("[1]").size()==1?0:1;}\n' > "$tmp/js.cpp"
+  local cxx=$MPICXX; command -v "$cxx" >/dev/null 2>&1 || cxx=c++
+  "$cxx" -std=c++17 -fsyntax-only "$tmp/js.cpp" >/dev/null 2>&1
+}
 have_doxygen() { command -v doxygen >/dev/null 2>&1; }
 
 missing() {  # prints the Debian packages still needed
   local pkgs=()
   have_mpi || pkgs+=(mpich libmpich-dev)
   have_gtest || pkgs+=(libgtest-dev)
+  have_json || pkgs+=(nlohmann-json3-dev)
   [ $docs = 1 ] && ! have_doxygen && pkgs+=(doxygen)
   command -v make >/dev/null 2>&1 || pkgs+=(make)
   command -v g++ >/dev/null 2>&1 || pkgs+=(g++)
@@ -66,19 +72,19 @@ if [ -n "$need" ]; then
         { tail -20 "$tmp/apt.log"; echo "✗ apt-get install $need failed (log above)"; exit 1; }
     fi
   else
-    echo "✗ missing: MPI, GoogleTest or Doxygen, and this is not a Debian/Ubuntu system. Install them with:"
+    echo "✗ missing: MPI, GoogleTest, nlohmann-json or Doxygen, and this is not a Debian/Ubuntu system. Install them with:"
     case "$(uname -s)" in
-      Darwin) echo "    brew install mpich libomp googletest doxygen"
+      Darwin) echo "    brew install mpich libomp googletest nlohmann-json doxygen"
               echo "  and build with: make MPICXX=mpicxx CXXFLAGS_EXTRA=\"-Xpreprocessor -I\$(brew --prefix libomp)/include\" LDFLAGS_EXTRA=\"-L\$(brew --prefix libomp)/lib -lomp\"" ;;
       *)
         if command -v dnf >/dev/null 2>&1; then
-          echo "    sudo dnf install -y mpich-devel gtest-devel doxygen gcc-c++ make && module load mpi/mpich-x86_64"
+          echo "    sudo dnf install -y mpich-devel gtest-devel json-devel doxygen gcc-c++ make && module load mpi/mpich-x86_64"
         elif command -v pacman >/dev/null 2>&1; then
-          echo "    sudo pacman -S --needed mpich gtest doxygen base-devel"
+          echo "    sudo pacman -S --needed mpich gtest nlohmann-json doxygen base-devel"
         elif command -v zypper >/dev/null 2>&1; then
-          echo "    sudo zypper install mpich-devel gtest doxygen gcc-c++ make"
+          echo "    sudo zypper install mpich-devel gtest nlohmann_json-devel doxygen gcc-c++ make"
         else
-          echo "    an MPI implementation with mpicxx (MPICH or Open MPI), GoogleTest, Doxygen, a C++17 compiler with OpenMP"
+          echo "    an MPI implementation with mpicxx (MPICH or Open MPI), GoogleTest, nlohmann-json, Doxygen, a C++17 compiler with OpenMP"
         fi ;;
     esac
     exit 1
@@ -102,6 +108,7 @@ else
 fi
 if have_mpi && have_openmp; then echo "✓ OpenMP"; else echo "✗ OpenMP: $MPICXX -fopenmp does not compile a test program"; status=1; fi
 if have_gtest; then echo "✓ GoogleTest"; else echo "✗ GoogleTest not found (libgtest-dev)"; status=1; fi
+if have_json; then echo "✓ nlohmann-json"; else echo "✗ nlohmann-json not found (nlohmann-json3-dev)"; status=1; fi
 if [ $docs = 1 ]; then
   if have_doxygen; then echo "✓ Doxygen $(doxygen --version)"; else echo "✗ Doxygen not found"; status=1; fi
 fi

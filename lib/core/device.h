@@ -4,7 +4,12 @@
 // (OpenMP) and the GPU backend (CUDA). Kernels work on contiguous f32 tensors; a tensor of any rank
 // is seen as the 2-D matrix [rows, cols] = [product of all dims but the last, last dim].
 //
-// Shape legend used in comments: m, n, k = GEMM sizes; rows, cols = the 2-D view of a tensor.
+// Conventions: input gradients (dx) are written (=); parameter gradients (dw, db) are accumulated
+// (+=), so gradients of a parameter used twice add up.
+//
+// Shape legend used in comments: m, n, k = GEMM sizes; rows, cols = the 2-D view of a tensor;
+// S = sequence, B = batch, h = hidden, nh / nkv = query / key-value heads, hd = head dim,
+// V = vocabulary. Activations are stored sequence-major: token (s, b) is row s·B + b.
 #pragma once
 
 #include <cstddef>
@@ -16,6 +21,26 @@
 #include "core/tensor.h"
 
 namespace tp {
+
+/// Sizes of one causal attention call (see Device::attention_forward).
+struct AttentionShape {
+  int64_t seq = 0;       ///< S
+  int64_t batch = 0;     ///< B
+  int64_t heads = 0;     ///< nh: query heads held by this call
+  int64_t kv_heads = 0;  ///< nkv: key/value heads held by this call; nh % nkv == 0
+  int64_t head_dim = 0;  ///< hd
+  float scale = 1.0f;    ///< multiplies q·k, normally 1/sqrt(hd)
+};
+
+/// Hyper-parameters of one AdamW update (see Device::adamw_step).
+struct AdamWParams {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;  ///< decoupled: p −= lr · wd · p
+  float grad_scale = 1.0f;    ///< the gradient is multiplied by this first (global-norm clipping)
+};
 
 /// Memory and kernels of one rank. One per process; it must outlive every Tensor it allocated.
 class Device {
@@ -69,6 +94,71 @@ class Device {
   /// See core/rng.h; the value depends only on (key, global index), never on the shard.
   virtual void fill_random(Tensor& x, const RngKey& key, const GlobalIndex& index,
                            const Distribution& dist) = 0;
+
+  // ---- elementwise, more ---------------------------------------------------------------------
+  /// y = x ⊙ m (same numel; y may alias x). Dropout forward and backward are both this.
+  virtual void mul(const Tensor& x, const Tensor& m, Tensor& y) = 0;
+  /// Σ x², accumulated in double (synchronises: the result is on the host).
+  virtual double sum_squares(const Tensor& x) = 0;
+  /// mask[r, c] = (u ≥ p) / (1 − p) with u uniform in [0, 1) from (key, global index of (r, c)),
+  /// as in fill_random. p = 0 gives all ones. mask: (rows, cols)
+  virtual void dropout_mask(Tensor& mask, const RngKey& key, const GlobalIndex& index, float p) = 0;
+
+  // ---- activations ---------------------------------------------------------------------------
+  /// y = GeLU(x), tanh approximation: 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³))). y, x: same numel
+  virtual void gelu_forward(Tensor& y, const Tensor& x) = 0;
+  /// dx = dy · GeLU'(x)
+  virtual void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) = 0;
+  /// y = silu(g) ⊙ u, silu(g) = g · σ(g). y, g, u: same numel
+  virtual void swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u) = 0;
+  /// dg = dy ⊙ u ⊙ silu'(g), du = dy ⊙ silu(g)
+  virtual void swiglu_backward(Tensor& dg, Tensor& du, const Tensor& dy, const Tensor& g,
+                               const Tensor& u) = 0;
+
+  // ---- norms (over the last dim of x: (rows, h)) ----------------------------------------------
+  /// y = (x − μ) · rstd ⊙ w + b, rstd = 1/√(σ² + eps) (biased variance). Saves μ, rstd: (rows).
+  virtual void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
+                                 const Tensor& w, const Tensor& b, float eps) = 0;
+  /// dx = ..., dw += Σ_r dy ⊙ x̂, db += Σ_r dy
+  virtual void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy,
+                                  const Tensor& x, const Tensor& w, const Tensor& mean,
+                                  const Tensor& rstd) = 0;
+  /// y = x · rstd ⊙ w, rstd = 1/√(mean(x²) + eps). Saves rstd: (rows).
+  virtual void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps) = 0;
+  /// dx = ..., dw += Σ_r dy ⊙ x · rstd
+  virtual void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
+                                const Tensor& w, const Tensor& rstd) = 0;
+
+  // ---- attention -----------------------------------------------------------------------------
+  /// Causal softmax attention for every (batch b, query head j): query head j reads key/value
+  /// head j / (nh / nkv). q: (S·B, nh·hd), k, v: (S·B, nkv·hd), out: (S·B, nh·hd), row s·B + b.
+  /// probs: (B, nh, S, S), saved for backward: softmax_t≤s(scale · q_s · k_t), zero for t > s.
+  virtual void attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
+                                 const Tensor& v, const AttentionShape& shape) = 0;
+  /// dq, dk, dv written (=); dk, dv sum over the query heads that share a key/value head.
+  virtual void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
+                                  const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& probs, const AttentionShape& shape) = 0;
+
+  // ---- embedding and loss --------------------------------------------------------------------
+  /// out[s·B + b] = wte[ids[s·B + b]] + wpe[s]. ids: (S·B) token ids stored as f32 (exact below
+  /// 2^24), wte: (V, h), wpe: (≥ S, h), out: (S·B, h)
+  virtual void embedding_forward(Tensor& out, const Tensor& ids, const Tensor& wte,
+                                 const Tensor& wpe, int64_t batch) = 0;
+  /// dwte[ids[i]] += dout[i]; dwpe[s] += Σ_b dout[s·B + b]
+  virtual void embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Tensor& ids,
+                                  int64_t batch) = 0;
+  /// Per row r of logits (rows, V) and target id targets[r] (f32): loss[r] = logsumexp(logits[r])
+  /// − logits[r, target], dlogits[r] = scale · (softmax(logits[r]) − onehot(target)). dlogits may
+  /// alias logits.
+  virtual void softmax_cross_entropy(Tensor& loss, Tensor& dlogits, const Tensor& logits,
+                                     const Tensor& targets, float scale) = 0;
+
+  // ---- optimizer -----------------------------------------------------------------------------
+  /// One AdamW step (step ≥ 1) with g' = grad_scale · g: m = β1 m + (1 − β1) g'; v = β2 v +
+  /// (1 − β2) g'²; p −= lr · (m / (1 − β1^step)) / (√(v / (1 − β2^step)) + eps) + lr · wd · p.
+  virtual void adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWParams& h,
+                          int64_t step) = 0;
 };
 
 /// Creates the device named by `--backend` ("cpu" or "gpu"). Defined by the launcher, which knows
