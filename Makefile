@@ -40,13 +40,15 @@ LIBTP_CPU := $(BUILD)/lib/libtp_cpu.a
 # lib/lesson sits above the launcher (it calls tp::run_program), so it is its own archive, linked first.
 LIBTP_LESSON := $(BUILD)/lib/libtp_lesson.a
 LESSON_BINS := $(patsubst %,$(BUILD)/bin/lesson_%,$(LESSONS))
+TOOL_BINS   := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(wildcard tools/tp_*.cpp))
 TEST_BINS   := $(BUILD)/bin/test_serial $(BUILD)/bin/test_mpi $(BUILD)/bin/fail_one_rank
 
-.PHONY: all lessons tests run test docs bench clean deps
+.PHONY: all lessons tests tools run test docs bench clean deps
 .SECONDARY:
-all: lessons tests $(BUILD)/bin/tp_bench
+all: lessons tests tools
 
 lessons: $(LESSON_BINS)
+tools: $(TOOL_BINS)
 tests: $(TEST_BINS)
 
 # Checks for MPI, OpenMP and GoogleTest (installing what is missing) before anything compiles.
@@ -85,7 +87,7 @@ $(BUILD)/bin/fail_one_rank: $(BUILD)/obj/tests/fail_one_rank.o $(LIBTP_CPU) $(LI
 	@mkdir -p $(dir $@)
 	$(MPICXX) $(LDFLAGS) $^ -o $@
 
-$(BUILD)/bin/tp_bench: $(BUILD)/obj/tools/tp_bench.o $(LIBTP_CPU) $(LIBTP)
+$(BUILD)/bin/tp_%: $(BUILD)/obj/tools/tp_%.o $(LIBTP_CPU) $(LIBTP)
 	@mkdir -p $(dir $@)
 	$(MPICXX) $(LDFLAGS) $^ -o $@
 

@@ -1,77 +1,643 @@
 // cpu_kernels.cpp — the CPU backend's model kernels (activations, norms, attention, embedding,
-// loss, optimizer, dropout). STUBS: being written.
+// loss, optimizer, dropout). The math of each kernel sits in a comment above it, the forward next to
+// its backward (llm.c style); the contract is in core/device.h.
+//
+// Determinism: every output element is computed by one thread in a fixed order, so results are
+// bit-identical for any OpenMP thread count. Sums over rows (dw, db, dk, dv, dwte) are parallelised
+// over the output (columns, key positions), never split across threads.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
 #include "core/error.h"
 #include "cpu_device.h"
 
 namespace tp {
 
-void CpuDevice::mul(const Tensor&, const Tensor&, Tensor&) {
-  TP_CHECK(false, "CpuDevice::mul is not implemented yet");
+namespace {
+constexpr int64_t kParallelMin = 1 << 14;  // below this much work, one thread is faster
+constexpr int64_t kColBlock = 64;          // columns per thread in the column-parallel row sums
+
+void check_on(const Device& dev, const Tensor& t, const char* what) {
+  TP_CHECK(t.defined(), what, ": undefined tensor");
+  TP_CHECK(&t.device() == &dev, what, ": tensor lives on another device");
 }
 
-double CpuDevice::sum_squares(const Tensor&) {
-  TP_CHECK(false, "CpuDevice::sum_squares is not implemented yet");
-  return 0.0;
+void check_same_numel(const char* what, const char* a_name, const Tensor& a, const char* b_name,
+                      const Tensor& b) {
+  TP_CHECK(a.numel() == b.numel(), what, ": ", a_name, " ", a.shape().str(), " and ", b_name, " ",
+           b.shape().str(), " differ in size");
 }
 
-void CpuDevice::dropout_mask(Tensor&, const RngKey&, const GlobalIndex&, float) {
-  TP_CHECK(false, "CpuDevice::dropout_mask is not implemented yet");
+template <typename... Ts>
+void check_all_on(const Device& dev, const char* what, const Ts&... ts) {
+  (check_on(dev, ts, what), ...);
 }
 
-void CpuDevice::gelu_forward(Tensor&, const Tensor&) {
-  TP_CHECK(false, "CpuDevice::gelu_forward is not implemented yet");
+// An id stored as f32 must be an integer in [0, limit).
+bool valid_id(float id, int64_t limit) {
+  return id >= 0.0f && id < static_cast<float>(limit) && id == std::floor(id);
 }
 
-void CpuDevice::gelu_backward(Tensor&, const Tensor&, const Tensor&) {
-  TP_CHECK(false, "CpuDevice::gelu_backward is not implemented yet");
+// acc[c] (c in [c0, c1)) = Σ_r f(r, c), rows in order; one call per column block, so the result
+// does not depend on the thread that runs it.
+template <typename F>
+void sum_rows_block(int64_t rows, int64_t c0, int64_t c1, double* acc, F f) {
+  for (int64_t c = c0; c < c1; ++c) acc[c - c0] = 0.0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = c0; c < c1; ++c) acc[c - c0] += f(r, c);
+}
+}  // namespace
+
+// ---- elementwise ---------------------------------------------------------------------------------
+
+// y = x ⊙ m
+void CpuDevice::mul(const Tensor& x, const Tensor& m, Tensor& y) {
+  check_all_on(*this, "mul", x, m, y);
+  check_same_numel("mul", "x", x, "m", m);
+  check_same_numel("mul", "x", x, "y", y);
+  const float* px = x.data();
+  const float* pm = m.data();
+  float* py = y.data();
+  const int64_t n = x.numel();
+#pragma omp parallel for if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) py[i] = px[i] * pm[i];
 }
 
-void CpuDevice::swiglu_forward(Tensor&, const Tensor&, const Tensor&) {
-  TP_CHECK(false, "CpuDevice::swiglu_forward is not implemented yet");
+// Σ x², in double. Fixed blocks, each summed by one thread, then the block sums in order.
+double CpuDevice::sum_squares(const Tensor& x) {
+  check_on(*this, x, "sum_squares");
+  const float* px = x.data();
+  const int64_t n = x.numel();
+  constexpr int64_t kBlock = 4096;
+  const int64_t nblocks = (n + kBlock - 1) / kBlock;
+  std::vector<double> partial(static_cast<size_t>(nblocks), 0.0);
+#pragma omp parallel for if (n > kParallelMin)
+  for (int64_t blk = 0; blk < nblocks; ++blk) {
+    const int64_t end = std::min(n, (blk + 1) * kBlock);
+    double s = 0.0;
+    for (int64_t i = blk * kBlock; i < end; ++i) s += static_cast<double>(px[i]) * px[i];
+    partial[blk] = s;
+  }
+  double total = 0.0;
+  for (double s : partial) total += s;
+  return total;
 }
 
-void CpuDevice::swiglu_backward(Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&) {
-  TP_CHECK(false, "CpuDevice::swiglu_backward is not implemented yet");
+// mask[r, c] = (u ≥ p) / (1 − p), u = uniform[0, 1) at global index offset + r·row_stride + c
+void CpuDevice::dropout_mask(Tensor& mask, const RngKey& key, const GlobalIndex& index, float p) {
+  check_on(*this, mask, "dropout_mask");
+  TP_CHECK(p >= 0.0f && p < 1.0f, "dropout_mask: p=", p, " must be in [0, 1)");
+  float* pm = mask.data();
+  const int64_t rows = mask.rows(), cols = mask.cols();
+  const float keep = 1.0f / (1.0f - p);
+  const Distribution uniform = Distribution::uniform(0.0f, 1.0f);
+#pragma omp parallel for if (rows * cols > 4096)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const float u = random_value(key, index.offset + r * index.row_stride + c, uniform);
+      pm[r * cols + c] = u >= p ? keep : 0.0f;
+    }
 }
 
-void CpuDevice::layernorm_forward(Tensor&, Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&, float) {
-  TP_CHECK(false, "CpuDevice::layernorm_forward is not implemented yet");
+// ---- activations ---------------------------------------------------------------------------------
+
+// GeLU, tanh approximation, with a = √(2/π), z = a (x + 0.044715 x³):
+//   y  = 0.5 x (1 + tanh z)
+//   y' = 0.5 (1 + tanh z) + 0.5 x (1 − tanh² z) · a (1 + 3 · 0.044715 x²)
+namespace {
+constexpr float kGeluA = 0.7978845608028654f;  // √(2/π)
+constexpr float kGeluC = 0.044715f;
+}  // namespace
+
+void CpuDevice::gelu_forward(Tensor& y, const Tensor& x) {
+  check_all_on(*this, "gelu_forward", y, x);
+  check_same_numel("gelu_forward", "y", y, "x", x);
+  const float* px = x.data();
+  float* py = y.data();
+  const int64_t n = x.numel();
+#pragma omp parallel for if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float xi = px[i];
+    py[i] = 0.5f * xi * (1.0f + std::tanh(kGeluA * (xi + kGeluC * xi * xi * xi)));
+  }
 }
 
-void CpuDevice::layernorm_backward(Tensor&, Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
-  TP_CHECK(false, "CpuDevice::layernorm_backward is not implemented yet");
+void CpuDevice::gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) {
+  check_all_on(*this, "gelu_backward", dx, dy, x);
+  check_same_numel("gelu_backward", "dx", dx, "x", x);
+  check_same_numel("gelu_backward", "dy", dy, "x", x);
+  const float* px = x.data();
+  const float* pdy = dy.data();
+  float* pdx = dx.data();
+  const int64_t n = x.numel();
+#pragma omp parallel for if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float xi = px[i];
+    const float t = std::tanh(kGeluA * (xi + kGeluC * xi * xi * xi));
+    const float grad = 0.5f * (1.0f + t) + 0.5f * xi * (1.0f - t * t) * kGeluA * (1.0f + 3.0f * kGeluC * xi * xi);
+    pdx[i] = pdy[i] * grad;
+  }
 }
 
-void CpuDevice::rmsnorm_forward(Tensor&, Tensor&, const Tensor&, const Tensor&, float) {
-  TP_CHECK(false, "CpuDevice::rmsnorm_forward is not implemented yet");
+// SwiGLU, σ(g) = 1 / (1 + e^−g), silu(g) = g σ(g), silu'(g) = σ(g) (1 + g (1 − σ(g))):
+//   y = silu(g) ⊙ u
+//   dg = dy ⊙ u ⊙ silu'(g),  du = dy ⊙ silu(g)
+void CpuDevice::swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u) {
+  check_all_on(*this, "swiglu_forward", y, g, u);
+  check_same_numel("swiglu_forward", "y", y, "g", g);
+  check_same_numel("swiglu_forward", "u", u, "g", g);
+  const float* pg = g.data();
+  const float* pu = u.data();
+  float* py = y.data();
+  const int64_t n = g.numel();
+#pragma omp parallel for if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float sig = 1.0f / (1.0f + std::exp(-pg[i]));
+    py[i] = pg[i] * sig * pu[i];
+  }
 }
 
-void CpuDevice::rmsnorm_backward(Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
-  TP_CHECK(false, "CpuDevice::rmsnorm_backward is not implemented yet");
+void CpuDevice::swiglu_backward(Tensor& dg, Tensor& du, const Tensor& dy, const Tensor& g,
+                                const Tensor& u) {
+  check_all_on(*this, "swiglu_backward", dg, du, dy, g, u);
+  check_same_numel("swiglu_backward", "dg", dg, "g", g);
+  check_same_numel("swiglu_backward", "du", du, "g", g);
+  check_same_numel("swiglu_backward", "dy", dy, "g", g);
+  check_same_numel("swiglu_backward", "u", u, "g", g);
+  const float* pg = g.data();
+  const float* pu = u.data();
+  const float* pdy = dy.data();
+  float* pdg = dg.data();
+  float* pdu = du.data();
+  const int64_t n = g.numel();
+#pragma omp parallel for if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = pg[i], ui = pu[i], dyi = pdy[i];  // read all before writing (no aliasing rule)
+    const float sig = 1.0f / (1.0f + std::exp(-gi));
+    pdg[i] = dyi * ui * sig * (1.0f + gi * (1.0f - sig));
+    pdu[i] = dyi * gi * sig;
+  }
 }
 
-void CpuDevice::attention_forward(Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&, const AttentionShape&) {
-  TP_CHECK(false, "CpuDevice::attention_forward is not implemented yet");
+// ---- norms ---------------------------------------------------------------------------------------
+
+// LayerNorm over the last dim (h) of each row:
+//   μ = mean(x), σ² = mean((x − μ)²) (biased), rstd = 1/√(σ² + eps), x̂ = (x − μ) rstd
+//   y = x̂ ⊙ w + b
+// Backward, with g = dy ⊙ w:
+//   dx = rstd (g − mean(g) − x̂ mean(g ⊙ x̂))      (written)
+//   dw += Σ_r dy ⊙ x̂,  db += Σ_r dy              (accumulated)
+void CpuDevice::layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
+                                  const Tensor& w, const Tensor& b, float eps) {
+  check_all_on(*this, "layernorm_forward", y, mean, rstd, x, w, b);
+  const int64_t rows = x.rows(), h = x.cols();
+  TP_CHECK(y.rows() == rows && y.cols() == h, "layernorm_forward: y ", y.shape().str(), " for x ",
+           x.shape().str());
+  TP_CHECK(w.numel() == h && b.numel() == h, "layernorm_forward: w ", w.shape().str(), " and b ",
+           b.shape().str(), " for rows of ", h);
+  TP_CHECK(mean.numel() == rows && rstd.numel() == rows, "layernorm_forward: mean ", mean.shape().str(),
+           " and rstd ", rstd.shape().str(), " for ", rows, " rows");
+  const float* px = x.data();
+  const float* pw = w.data();
+  const float* pb = b.data();
+  float* py = y.data();
+  float* pmean = mean.data();
+  float* prstd = rstd.data();
+#pragma omp parallel for if (rows * h > kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = px + r * h;
+    double s = 0.0;
+    for (int64_t c = 0; c < h; ++c) s += xr[c];
+    const double mu = s / static_cast<double>(h);
+    double ss = 0.0;
+    for (int64_t c = 0; c < h; ++c) ss += (xr[c] - mu) * (xr[c] - mu);
+    const float m = static_cast<float>(mu);
+    const float rs = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(h) + eps));
+    float* yr = py + r * h;
+    for (int64_t c = 0; c < h; ++c) yr[c] = (xr[c] - m) * rs * pw[c] + pb[c];
+    pmean[r] = m;
+    prstd[r] = rs;
+  }
 }
 
-void CpuDevice::attention_backward(Tensor&, Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AttentionShape&) {
-  TP_CHECK(false, "CpuDevice::attention_backward is not implemented yet");
+void CpuDevice::layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy,
+                                   const Tensor& x, const Tensor& w, const Tensor& mean,
+                                   const Tensor& rstd) {
+  check_all_on(*this, "layernorm_backward", dx, dw, db, dy, x, w, mean, rstd);
+  const int64_t rows = x.rows(), h = x.cols();
+  TP_CHECK(dx.rows() == rows && dx.cols() == h && dy.rows() == rows && dy.cols() == h,
+           "layernorm_backward: dx ", dx.shape().str(), " and dy ", dy.shape().str(), " for x ",
+           x.shape().str());
+  TP_CHECK(w.numel() == h && dw.numel() == h && db.numel() == h, "layernorm_backward: w ",
+           w.shape().str(), ", dw ", dw.shape().str(), ", db ", db.shape().str(), " for rows of ", h);
+  TP_CHECK(mean.numel() == rows && rstd.numel() == rows, "layernorm_backward: mean ",
+           mean.shape().str(), " and rstd ", rstd.shape().str(), " for ", rows, " rows");
+  const float* px = x.data();
+  const float* pw = w.data();
+  const float* pdy = dy.data();
+  const float* pmean = mean.data();
+  const float* prstd = rstd.data();
+  float* pdx = dx.data();
+  float* pdw = dw.data();
+  float* pdb = db.data();
+  const bool parallel = rows * h > kParallelMin;
+
+  // dw, db: each block of columns summed over the rows in order by one thread.
+  const int64_t nblocks = (h + kColBlock - 1) / kColBlock;
+#pragma omp parallel for if (parallel)
+  for (int64_t blk = 0; blk < nblocks; ++blk) {
+    const int64_t c0 = blk * kColBlock, c1 = std::min(h, c0 + kColBlock);
+    double acc[kColBlock];
+    sum_rows_block(rows, c0, c1, acc, [&](int64_t r, int64_t c) {
+      return static_cast<double>(pdy[r * h + c]) * ((px[r * h + c] - pmean[r]) * prstd[r]);
+    });
+    for (int64_t c = c0; c < c1; ++c) pdw[c] += static_cast<float>(acc[c - c0]);
+    sum_rows_block(rows, c0, c1, acc, [&](int64_t r, int64_t c) { return double{pdy[r * h + c]}; });
+    for (int64_t c = c0; c < c1; ++c) pdb[c] += static_cast<float>(acc[c - c0]);
+  }
+
+  // dx: one row per iteration.
+#pragma omp parallel for if (parallel)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = px + r * h;
+    const float* dyr = pdy + r * h;
+    const float m = pmean[r], rs = prstd[r];
+    double sum_g = 0.0, sum_gx = 0.0;
+    for (int64_t c = 0; c < h; ++c) {
+      const float g = dyr[c] * pw[c];
+      sum_g += g;
+      sum_gx += static_cast<double>(g) * ((xr[c] - m) * rs);
+    }
+    const float mean_g = static_cast<float>(sum_g / static_cast<double>(h));
+    const float mean_gx = static_cast<float>(sum_gx / static_cast<double>(h));
+    float* dxr = pdx + r * h;
+    for (int64_t c = 0; c < h; ++c) {
+      const float xhat = (xr[c] - m) * rs;
+      dxr[c] = rs * (dyr[c] * pw[c] - mean_g - xhat * mean_gx);
+    }
+  }
 }
 
-void CpuDevice::embedding_forward(Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t) {
-  TP_CHECK(false, "CpuDevice::embedding_forward is not implemented yet");
+// RMSNorm over the last dim (h) of each row:
+//   rstd = 1/√(mean(x²) + eps), x̂ = x rstd, y = x̂ ⊙ w
+// Backward, with g = dy ⊙ w:
+//   dx = rstd (g − x̂ mean(g ⊙ x̂))   (written)
+//   dw += Σ_r dy ⊙ x̂                (accumulated)
+void CpuDevice::rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps) {
+  check_all_on(*this, "rmsnorm_forward", y, rstd, x, w);
+  const int64_t rows = x.rows(), h = x.cols();
+  TP_CHECK(y.rows() == rows && y.cols() == h, "rmsnorm_forward: y ", y.shape().str(), " for x ",
+           x.shape().str());
+  TP_CHECK(w.numel() == h, "rmsnorm_forward: w ", w.shape().str(), " for rows of ", h);
+  TP_CHECK(rstd.numel() == rows, "rmsnorm_forward: rstd ", rstd.shape().str(), " for ", rows, " rows");
+  const float* px = x.data();
+  const float* pw = w.data();
+  float* py = y.data();
+  float* prstd = rstd.data();
+#pragma omp parallel for if (rows * h > kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = px + r * h;
+    double ss = 0.0;
+    for (int64_t c = 0; c < h; ++c) ss += static_cast<double>(xr[c]) * xr[c];
+    const float rs = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(h) + eps));
+    float* yr = py + r * h;
+    for (int64_t c = 0; c < h; ++c) yr[c] = xr[c] * rs * pw[c];
+    prstd[r] = rs;
+  }
 }
 
-void CpuDevice::embedding_backward(Tensor&, Tensor&, const Tensor&, const Tensor&, int64_t) {
-  TP_CHECK(false, "CpuDevice::embedding_backward is not implemented yet");
+void CpuDevice::rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
+                                 const Tensor& w, const Tensor& rstd) {
+  check_all_on(*this, "rmsnorm_backward", dx, dw, dy, x, w, rstd);
+  const int64_t rows = x.rows(), h = x.cols();
+  TP_CHECK(dx.rows() == rows && dx.cols() == h && dy.rows() == rows && dy.cols() == h,
+           "rmsnorm_backward: dx ", dx.shape().str(), " and dy ", dy.shape().str(), " for x ",
+           x.shape().str());
+  TP_CHECK(w.numel() == h && dw.numel() == h, "rmsnorm_backward: w ", w.shape().str(), " and dw ",
+           dw.shape().str(), " for rows of ", h);
+  TP_CHECK(rstd.numel() == rows, "rmsnorm_backward: rstd ", rstd.shape().str(), " for ", rows, " rows");
+  const float* px = x.data();
+  const float* pw = w.data();
+  const float* pdy = dy.data();
+  const float* prstd = rstd.data();
+  float* pdx = dx.data();
+  float* pdw = dw.data();
+  const bool parallel = rows * h > kParallelMin;
+
+  const int64_t nblocks = (h + kColBlock - 1) / kColBlock;
+#pragma omp parallel for if (parallel)
+  for (int64_t blk = 0; blk < nblocks; ++blk) {
+    const int64_t c0 = blk * kColBlock, c1 = std::min(h, c0 + kColBlock);
+    double acc[kColBlock];
+    sum_rows_block(rows, c0, c1, acc, [&](int64_t r, int64_t c) {
+      return static_cast<double>(pdy[r * h + c]) * (px[r * h + c] * prstd[r]);
+    });
+    for (int64_t c = c0; c < c1; ++c) pdw[c] += static_cast<float>(acc[c - c0]);
+  }
+
+#pragma omp parallel for if (parallel)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = px + r * h;
+    const float* dyr = pdy + r * h;
+    const float rs = prstd[r];
+    double sum_gx = 0.0;
+    for (int64_t c = 0; c < h; ++c) sum_gx += static_cast<double>(dyr[c] * pw[c]) * (xr[c] * rs);
+    const float mean_gx = static_cast<float>(sum_gx / static_cast<double>(h));
+    float* dxr = pdx + r * h;
+    for (int64_t c = 0; c < h; ++c) dxr[c] = rs * (dyr[c] * pw[c] - xr[c] * rs * mean_gx);
+  }
 }
 
-void CpuDevice::softmax_cross_entropy(Tensor&, Tensor&, const Tensor&, const Tensor&, float) {
-  TP_CHECK(false, "CpuDevice::softmax_cross_entropy is not implemented yet");
+// ---- attention -----------------------------------------------------------------------------------
+
+// Causal attention, per batch b and query head j (kv head g = j / (nh / nkv)), query position s:
+//   P_t = softmax_{t ≤ s}(scale · q_s · k_t),  out_s = Σ_{t≤s} P_t v_t
+// Backward, with dP_t = dout_s · v_t and dS_t = P_t (dP_t − Σ_u P_u dP_u):
+//   dq_s = scale Σ_t dS_t k_t,  dk_t = scale Σ_{j∈g} Σ_{s≥t} dS_t q_s,  dv_t = Σ_{j∈g} Σ_{s≥t} P_t dout_s
+namespace {
+void check_attention(const Device& dev, const char* what, const AttentionShape& sh, const Tensor& q,
+                     const Tensor& k, const Tensor& v, const Tensor& probs) {
+  check_all_on(dev, what, q, k, v, probs);
+  TP_CHECK(sh.seq > 0 && sh.batch > 0 && sh.heads > 0 && sh.kv_heads > 0 && sh.head_dim > 0, what,
+           ": sizes must be positive (S=", sh.seq, " B=", sh.batch, " nh=", sh.heads, " nkv=",
+           sh.kv_heads, " hd=", sh.head_dim, ")");
+  TP_CHECK(sh.heads % sh.kv_heads == 0, what, ": nh=", sh.heads, " is not a multiple of nkv=",
+           sh.kv_heads);
+  const int64_t rows = sh.seq * sh.batch;
+  TP_CHECK(q.rows() == rows && q.cols() == sh.heads * sh.head_dim, what, ": q ", q.shape().str(),
+           " should be ", rows, "x", sh.heads * sh.head_dim);
+  TP_CHECK(k.rows() == rows && k.cols() == sh.kv_heads * sh.head_dim, what, ": k ", k.shape().str(),
+           " should be ", rows, "x", sh.kv_heads * sh.head_dim);
+  TP_CHECK(v.rows() == rows && v.cols() == sh.kv_heads * sh.head_dim, what, ": v ", v.shape().str(),
+           " should be ", rows, "x", sh.kv_heads * sh.head_dim);
+  TP_CHECK(probs.numel() == sh.batch * sh.heads * sh.seq * sh.seq, what, ": probs ",
+           probs.shape().str(), " should hold B·nh·S·S = ", sh.batch * sh.heads * sh.seq * sh.seq);
+}
+}  // namespace
+
+void CpuDevice::attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
+                                  const Tensor& v, const AttentionShape& sh) {
+  check_attention(*this, "attention_forward", sh, q, k, v, probs);
+  check_on(*this, out, "attention_forward");
+  TP_CHECK(out.rows() == q.rows() && out.cols() == q.cols(), "attention_forward: out ",
+           out.shape().str(), " should match q ", q.shape().str());
+  const int64_t S = sh.seq, B = sh.batch, nh = sh.heads, hd = sh.head_dim;
+  const int64_t group = nh / sh.kv_heads;
+  const int64_t qc = nh * hd, kc = sh.kv_heads * hd;  // row lengths of q/out and k/v
+  const float* pq = q.data();
+  const float* pk = k.data();
+  const float* pv = v.data();
+  float* pout = out.data();
+  float* pp = probs.data();
+  // One (b, j, s) per iteration: it writes probs row (b, j, s) and out row s·B + b, head j.
+#pragma omp parallel for collapse(3) if (B * nh * S * S * hd > kParallelMin)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0; j < nh; ++j)
+      for (int64_t s = 0; s < S; ++s) {
+        const int64_t g = j / group;
+        const float* qs = pq + (s * B + b) * qc + j * hd;
+        float* prow = pp + ((b * nh + j) * S + s) * S;
+        float maxv = -INFINITY;
+        for (int64_t t = 0; t <= s; ++t) {
+          const float* kt = pk + (t * B + b) * kc + g * hd;
+          float dot = 0.0f;
+          for (int64_t d = 0; d < hd; ++d) dot += qs[d] * kt[d];
+          prow[t] = sh.scale * dot;
+          maxv = std::max(maxv, prow[t]);
+        }
+        double sum = 0.0;
+        for (int64_t t = 0; t <= s; ++t) {
+          prow[t] = std::exp(prow[t] - maxv);
+          sum += prow[t];
+        }
+        const float inv = static_cast<float>(1.0 / sum);
+        for (int64_t t = 0; t <= s; ++t) prow[t] *= inv;
+        for (int64_t t = s + 1; t < S; ++t) prow[t] = 0.0f;
+        float* os = pout + (s * B + b) * qc + j * hd;
+        for (int64_t d = 0; d < hd; ++d) os[d] = 0.0f;
+        for (int64_t t = 0; t <= s; ++t) {
+          const float* vt = pv + (t * B + b) * kc + g * hd;
+          for (int64_t d = 0; d < hd; ++d) os[d] += prow[t] * vt[d];
+        }
+      }
 }
 
-void CpuDevice::adamw_step(Tensor&, const Tensor&, Tensor&, Tensor&, const AdamWParams&, int64_t) {
-  TP_CHECK(false, "CpuDevice::adamw_step is not implemented yet");
+void CpuDevice::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
+                                   const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const Tensor& probs, const AttentionShape& sh) {
+  check_attention(*this, "attention_backward", sh, q, k, v, probs);
+  check_all_on(*this, "attention_backward", dq, dk, dv, dout);
+  TP_CHECK(dq.rows() == q.rows() && dq.cols() == q.cols() && dout.rows() == q.rows() &&
+               dout.cols() == q.cols(),
+           "attention_backward: dq ", dq.shape().str(), " and dout ", dout.shape().str(),
+           " should match q ", q.shape().str());
+  TP_CHECK(dk.rows() == k.rows() && dk.cols() == k.cols() && dv.rows() == v.rows() &&
+               dv.cols() == v.cols(),
+           "attention_backward: dk ", dk.shape().str(), " and dv ", dv.shape().str(),
+           " should match k ", k.shape().str());
+  const int64_t S = sh.seq, B = sh.batch, nh = sh.heads, nkv = sh.kv_heads, hd = sh.head_dim;
+  const int64_t group = nh / nkv;
+  const int64_t qc = nh * hd, kc = nkv * hd;
+  const float* pq = q.data();
+  const float* pk = k.data();
+  const float* pv = v.data();
+  const float* pdo = dout.data();
+  const float* pp = probs.data();
+  float* pdq = dq.data();
+  float* pdk = dk.data();
+  float* pdv = dv.data();
+  const bool parallel = B * nh * S * S * hd > kParallelMin;
+
+  // Pass 1, one (b, j, s) per iteration: dS row (b, j, s) into scratch, and dq_s.
+  std::vector<float> dscore(static_cast<size_t>(B * nh * S * S));
+#pragma omp parallel for collapse(3) if (parallel)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0; j < nh; ++j)
+      for (int64_t s = 0; s < S; ++s) {
+        const int64_t g = j / group;
+        const int64_t row = (b * nh + j) * S + s;
+        const float* prow = pp + row * S;
+        float* dsrow = dscore.data() + row * S;
+        const float* dos = pdo + (s * B + b) * qc + j * hd;
+        double pdp = 0.0;  // Σ_u P_u dP_u
+        for (int64_t t = 0; t <= s; ++t) {
+          const float* vt = pv + (t * B + b) * kc + g * hd;
+          float dp = 0.0f;
+          for (int64_t d = 0; d < hd; ++d) dp += dos[d] * vt[d];
+          dsrow[t] = dp;
+          pdp += static_cast<double>(prow[t]) * dp;
+        }
+        const float pdpf = static_cast<float>(pdp);
+        for (int64_t t = 0; t <= s; ++t) dsrow[t] = prow[t] * (dsrow[t] - pdpf);
+        float* dqs = pdq + (s * B + b) * qc + j * hd;
+        for (int64_t d = 0; d < hd; ++d) dqs[d] = 0.0f;
+        for (int64_t t = 0; t <= s; ++t) {
+          const float* kt = pk + (t * B + b) * kc + g * hd;
+          for (int64_t d = 0; d < hd; ++d) dqs[d] += dsrow[t] * kt[d];
+        }
+        for (int64_t d = 0; d < hd; ++d) dqs[d] *= sh.scale;
+      }
+
+  // Pass 2, one (b, kv head g, t) per iteration: dk_t and dv_t summed over the group's query heads
+  // and the positions s ≥ t, in a fixed order.
+#pragma omp parallel for collapse(3) if (parallel)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t g = 0; g < nkv; ++g)
+      for (int64_t t = 0; t < S; ++t) {
+        float* dkt = pdk + (t * B + b) * kc + g * hd;
+        float* dvt = pdv + (t * B + b) * kc + g * hd;
+        for (int64_t d = 0; d < hd; ++d) dkt[d] = dvt[d] = 0.0f;
+        for (int64_t j = g * group; j < (g + 1) * group; ++j)
+          for (int64_t s = t; s < S; ++s) {
+            const int64_t row = (b * nh + j) * S + s;
+            const float ds = dscore[row * S + t], p = pp[row * S + t];
+            const float* qs = pq + (s * B + b) * qc + j * hd;
+            const float* dos = pdo + (s * B + b) * qc + j * hd;
+            for (int64_t d = 0; d < hd; ++d) {
+              dkt[d] += ds * qs[d];
+              dvt[d] += p * dos[d];
+            }
+          }
+        for (int64_t d = 0; d < hd; ++d) dkt[d] *= sh.scale;
+      }
+}
+
+// ---- embedding and loss --------------------------------------------------------------------------
+
+// out[s·B + b] = wte[ids[s·B + b]] + wpe[s]
+// Backward: dwte[ids[i]] += dout[i], dwpe[s] += Σ_b dout[s·B + b]
+namespace {
+void check_embedding(const Device& dev, const char* what, const Tensor& out, const Tensor& ids,
+                     const Tensor& wte, const Tensor& wpe, int64_t batch) {
+  check_all_on(dev, what, out, ids, wte, wpe);
+  const int64_t rows = ids.numel(), h = wte.cols();
+  TP_CHECK(batch > 0 && rows % batch == 0, what, ": ", rows, " ids are not a multiple of batch=", batch);
+  TP_CHECK(out.rows() == rows && out.cols() == h, what, ": ", out.shape().str(), " should be ", rows,
+           "x", h, " (ids ", ids.shape().str(), ", wte ", wte.shape().str(), ")");
+  TP_CHECK(wpe.cols() == h && wpe.rows() >= rows / batch, what, ": wpe ", wpe.shape().str(),
+           " should have ", h, " columns and at least S=", rows / batch, " rows");
+  const float* pid = ids.data();
+  const int64_t V = wte.rows();
+  for (int64_t i = 0; i < rows; ++i)
+    TP_CHECK(valid_id(pid[i], V), what, ": id ", pid[i], " at row ", i, " is not a token of V=", V);
+}
+}  // namespace
+
+void CpuDevice::embedding_forward(Tensor& out, const Tensor& ids, const Tensor& wte, const Tensor& wpe,
+                                  int64_t batch) {
+  check_embedding(*this, "embedding_forward", out, ids, wte, wpe, batch);
+  const int64_t rows = ids.numel(), h = wte.cols();
+  const float* pid = ids.data();
+  const float* pwte = wte.data();
+  const float* pwpe = wpe.data();
+  float* pout = out.data();
+#pragma omp parallel for if (rows * h > kParallelMin)
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* te = pwte + static_cast<int64_t>(pid[i]) * h;
+    const float* pe = pwpe + (i / batch) * h;
+    float* o = pout + i * h;
+    for (int64_t c = 0; c < h; ++c) o[c] = te[c] + pe[c];
+  }
+}
+
+void CpuDevice::embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Tensor& ids,
+                                   int64_t batch) {
+  check_embedding(*this, "embedding_backward", dout, ids, dwte, dwpe, batch);
+  const int64_t rows = ids.numel(), h = dwte.cols(), S = rows / batch;
+  const float* pid = ids.data();
+  const float* pdo = dout.data();
+  float* pdwte = dwte.data();
+  float* pdwpe = dwpe.data();
+  const bool parallel = rows * h > kParallelMin;
+  // dwte: ids repeat, so each block of columns is owned by one thread, rows in order.
+  const int64_t nblocks = (h + kColBlock - 1) / kColBlock;
+#pragma omp parallel for if (parallel)
+  for (int64_t blk = 0; blk < nblocks; ++blk) {
+    const int64_t c0 = blk * kColBlock, c1 = std::min(h, c0 + kColBlock);
+    for (int64_t i = 0; i < rows; ++i) {
+      float* dst = pdwte + static_cast<int64_t>(pid[i]) * h;
+      const float* src = pdo + i * h;
+      for (int64_t c = c0; c < c1; ++c) dst[c] += src[c];
+    }
+  }
+  // dwpe: row s is owned by one thread, b in order.
+#pragma omp parallel for if (parallel)
+  for (int64_t s = 0; s < S; ++s) {
+    float* dst = pdwpe + s * h;
+    for (int64_t b = 0; b < batch; ++b) {
+      const float* src = pdo + (s * batch + b) * h;
+      for (int64_t c = 0; c < h; ++c) dst[c] += src[c];
+    }
+  }
+}
+
+// Per row r with target y: m = max(x), lse = m + log Σ_c e^(x_c − m)
+//   loss[r] = lse − x_y,  dlogits[r, c] = scale (e^(x_c − lse) − [c = y])
+// dlogits may alias logits: the row's max, sum and x_y are read before any write.
+void CpuDevice::softmax_cross_entropy(Tensor& loss, Tensor& dlogits, const Tensor& logits,
+                                      const Tensor& targets, float scale) {
+  check_all_on(*this, "softmax_cross_entropy", loss, dlogits, logits, targets);
+  const int64_t rows = logits.rows(), V = logits.cols();
+  TP_CHECK(dlogits.rows() == rows && dlogits.cols() == V, "softmax_cross_entropy: dlogits ",
+           dlogits.shape().str(), " should match logits ", logits.shape().str());
+  TP_CHECK(loss.numel() == rows && targets.numel() == rows, "softmax_cross_entropy: loss ",
+           loss.shape().str(), " and targets ", targets.shape().str(), " should hold ", rows,
+           " rows of logits ", logits.shape().str());
+  const float* pt = targets.data();
+  for (int64_t r = 0; r < rows; ++r)
+    TP_CHECK(valid_id(pt[r], V), "softmax_cross_entropy: target ", pt[r], " at row ", r,
+             " is not a class of V=", V);
+  const float* px = logits.data();
+  float* pd = dlogits.data();
+  float* pl = loss.data();
+#pragma omp parallel for if (rows * V > kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = px + r * V;
+    float* dr = pd + r * V;
+    const int64_t y = static_cast<int64_t>(pt[r]);
+    float maxv = -INFINITY;
+    for (int64_t c = 0; c < V; ++c) maxv = std::max(maxv, xr[c]);
+    double sum = 0.0;
+    for (int64_t c = 0; c < V; ++c) sum += std::exp(static_cast<double>(xr[c]) - maxv);
+    const double lse = maxv + std::log(sum);
+    pl[r] = static_cast<float>(lse - xr[y]);
+    for (int64_t c = 0; c < V; ++c) {
+      const float p = static_cast<float>(std::exp(static_cast<double>(xr[c]) - lse));
+      dr[c] = scale * (p - (c == y ? 1.0f : 0.0f));
+    }
+  }
+}
+
+// ---- optimizer -----------------------------------------------------------------------------------
+
+// AdamW, g' = grad_scale · g:
+//   m = β1 m + (1 − β1) g',  v = β2 v + (1 − β2) g'²
+//   p −= lr · (m / (1 − β1^step)) / (√(v / (1 − β2^step)) + eps) + lr · wd · p
+void CpuDevice::adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWParams& hp,
+                           int64_t step) {
+  check_all_on(*this, "adamw_step", p, g, m, v);
+  check_same_numel("adamw_step", "p", p, "g", g);
+  check_same_numel("adamw_step", "p", p, "m", m);
+  check_same_numel("adamw_step", "p", p, "v", v);
+  TP_CHECK(step >= 1, "adamw_step: step=", step, " must be ≥ 1");
+  const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta1), static_cast<double>(step)));
+  const float bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta2), static_cast<double>(step)));
+  float* pp = p.data();
+  const float* pg = g.data();
+  float* pm = m.data();
+  float* pv = v.data();
+  const int64_t n = p.numel();
+#pragma omp parallel for if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = hp.grad_scale * pg[i];
+    const float mi = hp.beta1 * pm[i] + (1.0f - hp.beta1) * gi;
+    const float vi = hp.beta2 * pv[i] + (1.0f - hp.beta2) * gi * gi;
+    pm[i] = mi;
+    pv[i] = vi;
+    const float update = (mi / bc1) / (std::sqrt(vi / bc2) + hp.eps);
+    pp[i] -= hp.lr * update + hp.lr * hp.weight_decay * pp[i];
+  }
 }
 
 }  // namespace tp

@@ -1,0 +1,451 @@
+// test_safetensors.cpp — the safetensors reader/writer (serial): round trips, the byte layout, the
+// atomic write, every validation error of the untrusted header, and garbage that must not crash.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace st = tp::safetensors;
+
+// A fresh, empty folder for the current test under ::testing::TempDir().
+std::string fresh_dir() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const fs::path dir = fs::path(::testing::TempDir()) /
+                       (std::string("tp_safetensors_") + info->test_suite_name() + "_" + info->name());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  ASSERT_TRUE(out.good()) << path;
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// The 8-byte little-endian length, written byte by byte (independent of the host).
+std::string u64le(uint64_t n) {
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  return s;
+}
+
+// A whole file: length prefix, header as given, data.
+std::string craft(const std::string& header, const std::string& data = "") {
+  return u64le(header.size()) + header + data;
+}
+
+// Opens `path` (and reads every tensor) expecting a bad-input error containing `needle`, on one line.
+void expect_bad_input(const std::string& path, const std::string& needle) {
+  try {
+    st::File f = st::File::open(path);
+    for (const auto& name : f.names()) {
+      if (f.info(name).dtype == st::DType::F32) f.read_f32(name);
+      else f.read_i32(name);
+    }
+    ADD_FAILURE() << "no error for " << path << " (wanted '" << needle << "')";
+  } catch (const tp::Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(e.exit_code(), 2) << msg;
+    EXPECT_NE(msg.find(needle), std::string::npos) << "wanted '" << needle << "' in: " << msg;
+    EXPECT_NE(msg.find(path), std::string::npos) << "the message should name the file: " << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << "not one line: " << msg;
+  }
+}
+
+// Writes `bytes` to a file in `dir` and expects a bad-input error containing `needle`.
+void expect_bad_file(const std::string& dir, const std::string& bytes, const std::string& needle) {
+  static int counter = 0;
+  const std::string path = dir + "/bad_" + std::to_string(counter++) + ".safetensors";
+  write_bytes(path, bytes);
+  expect_bad_input(path, needle);
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+// A small valid file with two tensors of each dtype and metadata.
+st::Writer sample_writer() {
+  st::Writer w;
+  w.add_f32("wte", {3, 2}, {0.5f, -1.0f, 2.0f, 3.25f, -0.0f, 1e-3f});
+  w.add_i32("tokens", {4}, {1, -2, 50256, 0});
+  w.add_f32("ln.bias", {2}, {0.125f, 7.0f});
+  w.add_i32("step", {}, {42});
+  w.set_metadata("format", "tp");
+  return w;
+}
+
+TEST(SafetensorsRoundTrip, SeveralTensorsScalarEmptyAndMetadata) {
+  const std::string dir = fresh_dir(), path = dir + "/ckpt.safetensors";
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> w1 = {1.0f, -2.5f, 3.0e38f, -inf, inf, 1.0e-45f, -0.0f, 0.1f};
+  const std::vector<int32_t> ids = {0, 1, -1, std::numeric_limits<int32_t>::max(),
+                                    std::numeric_limits<int32_t>::min(), 12345};
+  st::Writer w;
+  w.add_f32("h.0.attn.c_attn.weight", {2, 4}, w1);
+  w.add_i32("ids", {2, 3}, ids);
+  w.add_f32("scale", {}, {3.5f});
+  w.add_f32("empty", {0}, {});
+  w.add_i32("empty_i32", {2, 0, 3}, {});
+  w.add_f32("nan", {1}, {std::nanf("")});
+  w.set_metadata("step", "1000");
+  w.set_metadata("note", "héllo \"quoted\"\nsecond line");
+  w.write(path);
+
+  const st::File f = st::File::open(path);
+  EXPECT_EQ(f.path(), path);
+  EXPECT_EQ(f.names(), (std::vector<std::string>{"empty", "empty_i32", "h.0.attn.c_attn.weight", "ids", "nan",
+                                                 "scale"}));
+  EXPECT_TRUE(f.has("ids"));
+  EXPECT_FALSE(f.has("missing"));
+  EXPECT_FALSE(f.has("__metadata__"));
+
+  EXPECT_EQ(f.info("h.0.attn.c_attn.weight").dtype, st::DType::F32);
+  EXPECT_EQ(f.info("h.0.attn.c_attn.weight").shape, (std::vector<int64_t>{2, 4}));
+  EXPECT_TRUE(same_bits(f.read_f32("h.0.attn.c_attn.weight"), w1));
+  EXPECT_EQ(f.info("ids").dtype, st::DType::I32);
+  EXPECT_EQ(f.read_i32("ids"), ids);
+
+  EXPECT_TRUE(f.info("scale").shape.empty());
+  EXPECT_EQ(f.info("scale").numel(), 1);
+  EXPECT_EQ(f.read_f32("scale"), std::vector<float>{3.5f});
+  EXPECT_EQ(f.info("empty").shape, std::vector<int64_t>{0});
+  EXPECT_EQ(f.info("empty").numel(), 0);
+  EXPECT_TRUE(f.read_f32("empty").empty());
+  EXPECT_EQ(f.info("empty_i32").numel(), 0);
+  EXPECT_TRUE(f.read_i32("empty_i32").empty());
+  EXPECT_TRUE(std::isnan(f.read_f32("nan").at(0)));
+
+  EXPECT_TRUE(f.has_metadata("step"));
+  EXPECT_EQ(f.metadata("step"), "1000");
+  EXPECT_EQ(f.metadata("note"), "héllo \"quoted\"\nsecond line");
+  EXPECT_FALSE(f.has_metadata("absent"));
+  EXPECT_EQ(f.metadata("absent"), "");
+  EXPECT_EQ(f.metadata("absent", "dflt"), "dflt");
+}
+
+TEST(SafetensorsRoundTrip, NoTensorsNoMetadata) {
+  const std::string path = fresh_dir() + "/empty.safetensors";
+  st::Writer().write(path);
+  const st::File f = st::File::open(path);
+  EXPECT_TRUE(f.names().empty());
+  EXPECT_FALSE(f.has_metadata("format"));
+}
+
+TEST(SafetensorsLayout, HeaderIsPaddedToEightBytesAndDataIsPacked) {
+  const std::string dir = fresh_dir();
+  // Vary the name length so the unpadded header length takes every residue mod 8.
+  for (int extra = 0; extra < 8; ++extra) {
+    const std::string path = dir + "/a" + std::to_string(extra) + ".safetensors";
+    st::Writer w;
+    w.add_f32("x" + std::string(extra, 'y'), {3}, {1.0f, 2.0f, 3.0f});
+    w.add_i32("z", {2}, {7, 8});
+    w.write(path);
+    const std::string bytes = read_bytes(path);
+    ASSERT_GE(bytes.size(), 8u);
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[i]);
+    EXPECT_EQ(n % 8, 0u) << "header length " << n;
+    EXPECT_EQ(bytes.size(), 8 + n + 3 * 4 + 2 * 4);
+    const std::string header = bytes.substr(8, n);
+    EXPECT_EQ(header.front(), '{');
+    EXPECT_EQ(header.substr(0, header.find_last_not_of(' ') + 1).back(), '}');
+    // Name order: "x..." at offset 0, then "z"; the data is the raw little-endian elements.
+    const unsigned char one_le[4] = {0x00, 0x00, 0x80, 0x3f};  // 1.0f
+    EXPECT_EQ(std::memcmp(bytes.data() + 8 + n, one_le, 4), 0);
+    const unsigned char seven_le[4] = {0x07, 0x00, 0x00, 0x00};
+    EXPECT_EQ(std::memcmp(bytes.data() + 8 + n + 12, seven_le, 4), 0);
+    EXPECT_EQ(st::File::open(path).read_i32("z"), (std::vector<int32_t>{7, 8}));
+  }
+}
+
+TEST(SafetensorsLayout, ReadsAHandWrittenPythonStyleFile) {
+  // What Python's safetensors writes: compact JSON, keys not sorted, data in another order than
+  // the names, "__metadata__" first, header padded with spaces.
+  std::string header =
+      R"({"__metadata__":{"format":"pt"},"b":{"dtype":"I32","shape":[3],"data_offsets":[0,12]},)"
+      R"("a":{"dtype":"F32","shape":[2,2],"data_offsets":[12,28]}})";
+  header.append((8 - header.size() % 8) % 8, ' ');
+  const unsigned char data[] = {
+      0x01, 0x00, 0x00, 0x00, 0xfe, 0xff, 0xff, 0xff, 0x07, 0x00, 0x00, 0x00,  // b = 1, -2, 7
+      0x00, 0x00, 0x80, 0x3f, 0x00, 0x00, 0x00, 0xc0,                          // a = 1.0, -2.0,
+      0x00, 0x00, 0x00, 0x3f, 0x00, 0x00, 0x40, 0x40};                         //     0.5, 3.0
+  const std::string path = fresh_dir() + "/python.safetensors";
+  write_bytes(path, craft(header, std::string(reinterpret_cast<const char*>(data), sizeof data)));
+
+  const st::File f = st::File::open(path);
+  EXPECT_EQ(f.names(), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(f.info("a").shape, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(f.read_f32("a"), (std::vector<float>{1.0f, -2.0f, 0.5f, 3.0f}));
+  EXPECT_EQ(f.read_i32("b"), (std::vector<int32_t>{1, -2, 7}));
+  EXPECT_EQ(f.metadata("format"), "pt");
+}
+
+TEST(SafetensorsWrite, AtomicReplaceLeavesNoTempFile) {
+  const std::string dir = fresh_dir(), path = dir + "/ckpt.safetensors";
+  write_bytes(path, "old contents that are not a checkpoint");
+  sample_writer().write(path);
+  st::Writer w2;
+  w2.add_f32("only", {1}, {9.0f});
+  w2.write(path);
+  const st::File f = st::File::open(path);
+  EXPECT_EQ(f.names(), std::vector<std::string>{"only"});
+  EXPECT_EQ(f.read_f32("only"), std::vector<float>{9.0f});
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(dir)) files.push_back(e.path().filename().string());
+  EXPECT_EQ(files, std::vector<std::string>{"ckpt.safetensors"});
+}
+
+TEST(SafetensorsWrite, FailureRemovesTempFileAndNamesThePath) {
+  const std::string dir = fresh_dir();
+  // The target is a directory: the temp file is written, the rename fails.
+  const std::string target = dir + "/is_a_dir";
+  fs::create_directories(target + "/inside");
+  try {
+    sample_writer().write(target);
+    ADD_FAILURE() << "no error writing onto a directory";
+  } catch (const tp::Error& e) {
+    EXPECT_EQ(e.exit_code(), 1) << e.what();
+    EXPECT_NE(std::string(e.what()).find(target), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("directory"), std::string::npos) << e.what();
+  }
+  // A folder that does not exist: the temp file cannot be created.
+  const std::string missing = dir + "/no/such/ckpt.safetensors";
+  try {
+    sample_writer().write(missing);
+    ADD_FAILURE() << "no error writing into a missing folder";
+  } catch (const tp::Error& e) {
+    EXPECT_EQ(e.exit_code(), 1) << e.what();
+    EXPECT_NE(std::string(e.what()).find(missing), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("No such file or directory"), std::string::npos) << e.what();
+  }
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(dir)) files.push_back(e.path().filename().string());
+  EXPECT_EQ(files, std::vector<std::string>{"is_a_dir"});
+}
+
+TEST(SafetensorsWrite, ProgrammingErrorsAreNotBadInput) {
+  auto expect_failure = [](auto fn, const std::string& needle) {
+    try {
+      fn();
+      ADD_FAILURE() << "no error (wanted '" << needle << "')";
+    } catch (const tp::Error& e) {
+      EXPECT_EQ(e.exit_code(), 1) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_failure([] {
+    st::Writer w;
+    w.add_f32("x", {1}, {1.0f});
+    w.add_i32("x", {1}, {1});
+  }, "'x' was added twice");
+  expect_failure([] { st::Writer().add_f32("x", {2, 3}, {1.0f}); }, "has 1 values but its shape holds 6");
+  expect_failure([] { st::Writer().add_i32("x", {-1}, {}); }, "negative dim -1");
+  expect_failure([] { st::Writer().add_f32("__metadata__", {}, {1.0f}); }, "is reserved");
+  expect_failure([] { st::Writer().add_f32("bad\xff", {}, {1.0f}); }, "not valid UTF-8");
+}
+
+TEST(SafetensorsErrors, MissingShortOrAbsurdFiles) {
+  const std::string dir = fresh_dir();
+  expect_bad_input(dir + "/nope.safetensors", "cannot open checkpoint " + dir + "/nope.safetensors: No such file or directory");
+  expect_bad_input(dir, "not a regular file");
+  expect_bad_file(dir, "", "is 0 bytes, shorter than the 8-byte header length");
+  expect_bad_file(dir, "abc", "is 3 bytes, shorter than the 8-byte header length");
+  expect_bad_file(dir, u64le(100) + "{}", "header length 100 is larger than the 2 bytes after it");
+  expect_bad_file(dir, u64le(uint64_t{1} << 40) + "{}", "header length 1099511627776 is absurd");
+  expect_bad_file(dir, u64le(~uint64_t{0}) + "{}", "is absurd");
+}
+
+TEST(SafetensorsErrors, HeaderNotJsonOrNotAnObject) {
+  const std::string dir = fresh_dir();
+  expect_bad_file(dir, craft("{\"a\": "), "the header is not valid JSON: parse error");
+  expect_bad_file(dir, craft("not json"), "the header is not valid JSON");
+  expect_bad_file(dir, craft(std::string("{\"\xff\": 1}")), "the header is not valid JSON");
+  expect_bad_file(dir, craft(std::string(16, '\0')), "the header is not valid JSON");
+  expect_bad_file(dir, craft(""), "the header is not valid JSON");
+  expect_bad_file(dir, craft("[1, 2]"), "the header is a JSON array, not an object");
+  expect_bad_file(dir, craft("\"text\"   "), "the header is a JSON string, not an object");
+}
+
+TEST(SafetensorsErrors, EntriesWithMissingOrWrongFields) {
+  const std::string dir = fresh_dir();
+  const std::string d12(12, '\0');
+  expect_bad_file(dir, craft(R"({"w": 5})"), "tensor 'w': entry is a JSON number, not an object");
+  expect_bad_file(dir, craft(R"({"w": {"shape": [3], "data_offsets": [0, 12]}})", d12), "tensor 'w': entry lacks \"dtype\"");
+  expect_bad_file(dir, craft(R"({"w": {"dtype": "F32", "data_offsets": [0, 12]}})", d12), "entry lacks \"shape\"");
+  expect_bad_file(dir, craft(R"({"w": {"dtype": "F32", "shape": [3]}})", d12), "entry lacks \"data_offsets\"");
+  expect_bad_file(dir, craft(R"({"w": {"dtype": 32, "shape": [3], "data_offsets": [0, 12]}})", d12),
+                  "dtype is a JSON number, not a string");
+  expect_bad_file(dir, craft(R"({"w": {"dtype": "F32", "shape": "3", "data_offsets": [0, 12]}})", d12),
+                  "shape is a JSON string, not an array");
+  expect_bad_file(dir, craft(R"({"w": {"dtype": "F32", "shape": [3.0], "data_offsets": [0, 12]}})", d12),
+                  "holds a JSON number, not an integer");
+  expect_bad_file(dir, craft(R"({"w": {"dtype": "F32", "shape": [null], "data_offsets": [0, 12]}})", d12),
+                  "holds a JSON null, not an integer");
+  expect_bad_file(dir, craft(R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [12]}})", d12),
+                  "data_offsets [12] is not an array [begin, end]");
+  expect_bad_file(dir, craft(R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": {"a": 1}}})", d12),
+                  "is not an array [begin, end]");
+  expect_bad_file(dir, craft(R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": ["0", "12"]}})", d12),
+                  "must be two non-negative integers");
+  expect_bad_file(dir, craft(R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [-4, 8]}})", d12),
+                  "must be two non-negative integers");
+}
+
+TEST(SafetensorsErrors, DtypeShapeAndOffsets) {
+  const std::string dir = fresh_dir();
+  const std::string d12(12, '\0');
+  expect_bad_file(dir, craft(R"({"w": {"dtype": "F16", "shape": [3], "data_offsets": [0, 6]}})", d12),
+                  "tensor 'w': dtype 'F16' is not supported (supported: F32, I32)");
+  expect_bad_file(dir, craft(R"({"w": {"dtype": "F32", "shape": [2, -3], "data_offsets": [0, 12]}})", d12),
+                  "shape [2,-3] has a negative dim");
+  expect_bad_file(dir, craft(R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 12]}})", d12),
+                  "overflows the element count");
+  expect_bad_file(dir, craft(R"({"w": {"dtype": "F32", "shape": [18446744073709551615], "data_offsets": [0, 12]}})", d12),
+                  "overflows the element count");
+  expect_bad_file(dir, craft(R"({"w": {"dtype": "I32", "shape": [4611686018427387904], "data_offsets": [0, 12]}})", d12),
+                  "overflows the byte count");
+  expect_bad_file(dir, craft(R"({"w": {"dtype": "F32", "shape": [0], "data_offsets": [8, 4]}})", d12),
+                  "data_offsets [8, 4] have begin > end");
+  expect_bad_file(dir, craft(R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})", d12),
+                  "data_offsets [0, 8] span 8 bytes, but F32 shape [3] needs 12");
+  expect_bad_file(dir, craft(R"({"w": {"dtype": "I32", "shape": [], "data_offsets": [0, 0]}})", d12),
+                  "needs 4");
+  // The exact wording for a truncated data section.
+  const std::string path = dir + "/truncated.safetensors";
+  write_bytes(path, craft(R"({"w": {"dtype": "F32", "shape": [30], "data_offsets": [0, 120]}})", std::string(100, '\0')));
+  expect_bad_input(path, "tensor 'w': data_offsets [0, 120] lie outside the 100-byte data section of file " + path +
+                             " (truncated?)");
+}
+
+TEST(SafetensorsErrors, MetadataMustBeStrings) {
+  const std::string dir = fresh_dir();
+  expect_bad_file(dir, craft(R"({"__metadata__": {"step": 1000}})"),
+                  "__metadata__ value 'step' is a JSON number, not a string");
+  expect_bad_file(dir, craft(R"({"__metadata__": ["a"]})"), "__metadata__ is a JSON array, not an object of strings");
+}
+
+TEST(SafetensorsErrors, MissingTensorAndWrongDtype) {
+  const std::string path = fresh_dir() + "/ckpt.safetensors";
+  sample_writer().write(path);
+  const st::File f = st::File::open(path);
+  auto expect = [&](auto fn, const std::string& needle) {
+    try {
+      fn();
+      ADD_FAILURE() << "no error (wanted '" << needle << "')";
+    } catch (const tp::Error& e) {
+      EXPECT_EQ(e.exit_code(), 2) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    }
+  };
+  expect([&] { f.info("wpe"); }, "has no tensor 'wpe' (it has 4 tensors: ln.bias, step, tokens, wte)");
+  expect([&] { f.read_f32("wpe"); }, "has no tensor 'wpe'");
+  expect([&] { f.read_f32("tokens"); }, "tensor 'tokens' is I32, not F32");
+  expect([&] { f.read_i32("wte"); }, "tensor 'wte' is F32, not I32");
+  expect([&] { f.info("line\nbreak"); }, "has no tensor 'line\\nbreak'");
+}
+
+TEST(SafetensorsErrors, FileShrunkAfterOpen) {
+  const std::string path = fresh_dir() + "/ckpt.safetensors";
+  sample_writer().write(path);
+  const st::File f = st::File::open(path);
+  fs::resize_file(path, fs::file_size(path) - 4);
+  try {
+    f.read_f32("wte");
+    ADD_FAILURE() << "no error reading past the end";
+  } catch (const tp::Error& e) {
+    EXPECT_EQ(e.exit_code(), 2) << e.what();
+    EXPECT_NE(std::string(e.what()).find("the file ended before its data"), std::string::npos) << e.what();
+  }
+}
+
+// Opens `path` and reads every tensor; returns true when it parsed, false on a tp::Error. Any other
+// exception escapes and fails the test.
+bool try_open_and_read(const std::string& path) {
+  try {
+    const st::File f = st::File::open(path);
+    for (const auto& name : f.names()) {
+      const auto& info = f.info(name);
+      if (info.dtype == st::DType::F32) EXPECT_EQ(static_cast<int64_t>(f.read_f32(name).size()), info.numel());
+      else EXPECT_EQ(static_cast<int64_t>(f.read_i32(name).size()), info.numel());
+    }
+    return true;
+  } catch (const tp::Error& e) {
+    EXPECT_EQ(e.exit_code(), 2) << e.what();
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+    return false;
+  }
+}
+
+TEST(SafetensorsFuzz, EveryTruncationOfAValidFileIsRejected) {
+  const std::string dir = fresh_dir(), good = dir + "/good.safetensors", cut = dir + "/cut.safetensors";
+  sample_writer().write(good);
+  const std::string bytes = read_bytes(good);
+  ASSERT_TRUE(try_open_and_read(good));
+  for (size_t len = 0; len < bytes.size(); ++len) {
+    write_bytes(cut, bytes.substr(0, len));
+    EXPECT_FALSE(try_open_and_read(cut)) << "a " << len << "-byte prefix of " << bytes.size() << " parsed";
+  }
+}
+
+TEST(SafetensorsFuzz, RandomGarbageNeverCrashes) {
+  const std::string dir = fresh_dir(), good = dir + "/good.safetensors", path = dir + "/garbage.safetensors";
+  sample_writer().write(good);
+  const std::string valid = read_bytes(good);
+  const std::string json_chars = "{}[]\":,0123456789-.eE FI32dtypeshapedata_offsets__metadata__\\u";
+  std::mt19937 rng(20240611);
+  auto pick = [&](size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng); };
+  int parsed = 0;
+  for (int i = 0; i < 400; ++i) {
+    std::string bytes;
+    switch (i % 4) {
+      case 0: {  // pure random bytes
+        bytes.resize(pick(300));
+        for (char& c : bytes) c = static_cast<char>(pick(256));
+        break;
+      }
+      case 1: {  // a plausible length, then JSON-ish characters
+        std::string header(pick(120), ' ');
+        for (char& c : header) c = json_chars[pick(json_chars.size())];
+        bytes = craft(header, std::string(pick(64), '\x01'));
+        break;
+      }
+      case 2: {  // a valid file with a few random bytes changed
+        bytes = valid;
+        for (size_t k = 0, n = 1 + pick(4); k < n; ++k) bytes[pick(bytes.size())] = static_cast<char>(pick(256));
+        break;
+      }
+      default: {  // a valid file with a random JSON-ish character changed inside the header
+        bytes = valid;
+        bytes[8 + pick(valid.size() - 8 - 52)] = json_chars[pick(json_chars.size())];
+        break;
+      }
+    }
+    write_bytes(path, bytes);
+    parsed += try_open_and_read(path) ? 1 : 0;
+  }
+  // Some mutations only touch the data or the padding, so a few files still parse.
+  EXPECT_GT(parsed, 0);
+  EXPECT_LT(parsed, 400);
+}
+
+}  // namespace

@@ -1,8 +1,27 @@
 #include "core/communicator.h"
 
+#include <chrono>
+
 #include "core/error.h"
 
 namespace tp {
+
+namespace {
+// Times one call and stores the wall time in its ledger record.
+class CallTimer {
+ public:
+  CallTimer(CommLedger& ledger, size_t index)
+      : ledger_(ledger), index_(index), start_(std::chrono::steady_clock::now()) {}
+  ~CallTimer() {
+    ledger_.set_seconds(index_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+  }
+
+ private:
+  CommLedger& ledger_;
+  size_t index_;
+  std::chrono::steady_clock::time_point start_;
+};
+}  // namespace
 
 void Communicator::check_gather_shapes(const char* op, const Tensor& shard, const Tensor& full) const {
   TP_CHECK(shard.defined() && full.defined(), op, ": undefined tensor");
@@ -16,25 +35,25 @@ void Communicator::check_peer(const char* op, int peer) const {
 
 void Communicator::all_reduce(Tensor& x) {
   TP_CHECK(x.defined(), "all_reduce: undefined tensor");
-  ledger_.record("all_reduce", size_, x.numel());
+  CallTimer timer(ledger_, ledger_.record("all_reduce", size_, x.numel()));
   do_all_reduce(x);
 }
 
 void Communicator::all_gather(const Tensor& shard, Tensor& full) {
   check_gather_shapes("all_gather", shard, full);
-  ledger_.record("all_gather", size_, full.numel());
+  CallTimer timer(ledger_, ledger_.record("all_gather", size_, full.numel()));
   do_all_gather(shard, full);
 }
 
 void Communicator::reduce_scatter(const Tensor& full, Tensor& shard) {
   check_gather_shapes("reduce_scatter", shard, full);
-  ledger_.record("reduce_scatter", size_, full.numel());
+  CallTimer timer(ledger_, ledger_.record("reduce_scatter", size_, full.numel()));
   do_reduce_scatter(full, shard);
 }
 
 void Communicator::broadcast(Tensor& x, int root) {
   check_peer("broadcast", root);
-  ledger_.record("broadcast", size_, x.numel());
+  CallTimer timer(ledger_, ledger_.record("broadcast", size_, x.numel()));
   do_broadcast(x, root);
 }
 
@@ -42,25 +61,25 @@ void Communicator::send_recv(const Tensor& send, int to, Tensor& recv, int from)
   check_peer("send_recv", to);
   check_peer("send_recv", from);
   TP_CHECK(send.defined() && recv.defined(), "send_recv: undefined tensor");
-  ledger_.record("send_recv", size_, send.numel());
+  CallTimer timer(ledger_, ledger_.record("send_recv", size_, send.numel()));
   do_send_recv(send, to, recv, from);
 }
 
 std::unique_ptr<Work> Communicator::all_reduce_async(Tensor& x) {
   TP_CHECK(x.defined(), "all_reduce_async: undefined tensor");
-  ledger_.record("all_reduce", size_, x.numel(), true);
+  CallTimer timer(ledger_, ledger_.record("all_reduce", size_, x.numel(), true));
   return do_all_reduce_async(x);
 }
 
 std::unique_ptr<Work> Communicator::all_gather_async(const Tensor& shard, Tensor& full) {
   check_gather_shapes("all_gather_async", shard, full);
-  ledger_.record("all_gather", size_, full.numel(), true);
+  CallTimer timer(ledger_, ledger_.record("all_gather", size_, full.numel(), true));
   return do_all_gather_async(shard, full);
 }
 
 std::unique_ptr<Work> Communicator::reduce_scatter_async(const Tensor& full, Tensor& shard) {
   check_gather_shapes("reduce_scatter_async", shard, full);
-  ledger_.record("reduce_scatter", size_, full.numel(), true);
+  CallTimer timer(ledger_, ledger_.record("reduce_scatter", size_, full.numel(), true));
   return do_reduce_scatter_async(full, shard);
 }
 

@@ -15,7 +15,7 @@ double ring_wire_bytes(const std::string& op, int t, int64_t bytes) {
   return 0.0;
 }
 
-void CommLedger::record(const std::string& op, int group_size, int64_t elements, bool async) {
+size_t CommLedger::record(const std::string& op, int group_size, int64_t elements, bool async) {
   CommRecord r;
   r.op = op;
   r.group_size = group_size;
@@ -25,11 +25,18 @@ void CommLedger::record(const std::string& op, int group_size, int64_t elements,
   r.async = async;
   for (size_t i = 0; i < labels_.size(); ++i) r.label += (i ? "/" : "") + labels_[i];
   records_.push_back(std::move(r));
+  return records_.size() - 1;
 }
 
 double CommLedger::wire_bytes_since(size_t from) const {
   double sum = 0.0;
   for (size_t i = from; i < records_.size(); ++i) sum += records_[i].wire_bytes;
+  return sum;
+}
+
+double CommLedger::seconds_since(size_t from) const {
+  double sum = 0.0;
+  for (size_t i = from; i < records_.size(); ++i) sum += records_[i].seconds;
   return sum;
 }
 

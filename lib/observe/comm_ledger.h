@@ -27,6 +27,7 @@ struct CommRecord {
   int64_t bytes = 0;     ///< 4 N
   double wire_bytes = 0; ///< bytes this rank sends under the ring model
   bool async = false;    ///< issued through an *_async call
+  double seconds = 0;    ///< wall time of the call (for an async call: of issuing it, not of waiting)
   std::string label;     ///< the scope(s) active when it was issued, joined by '/'
 };
 
@@ -36,13 +37,17 @@ double ring_wire_bytes(const std::string& op, int t, int64_t bytes);
 /// Append-only list of CommRecords, with labels pushed by scopes.
 class CommLedger {
  public:
-  /// Records one call; fills bytes and wire_bytes from op, t and elements.
-  void record(const std::string& op, int group_size, int64_t elements, bool async = false);
+  /// Records one call; fills bytes and wire_bytes from op, t and elements. Returns its index.
+  size_t record(const std::string& op, int group_size, int64_t elements, bool async = false);
+  /// Sets the wall time of record `index`.
+  void set_seconds(size_t index, double seconds) { records_.at(index).seconds = seconds; }
   const std::vector<CommRecord>& records() const { return records_; }
   size_t size() const { return records_.size(); }
   void clear() { records_.clear(); }
   /// Sum of wire_bytes over records [from, size()).
   double wire_bytes_since(size_t from) const;
+  /// Sum of seconds over records [from, size()).
+  double seconds_since(size_t from) const;
 
   /// Pushes a label for the lifetime of the scope object.
   class Scope {

@@ -74,7 +74,11 @@ Tensor ColumnParallelLinear::forward(const Tensor& x) {
   return gather_output_ ? gather_from_tp_region_forward(comm_, y) : y;
 }
 
-Tensor ColumnParallelLinear::backward(const Tensor& dy_in) {
+Tensor ColumnParallelLinear::backward(const Tensor& dy) {
+  return copy_to_tp_region_backward(comm_, backward_partial(dy));   // f backward: Σ over ranks
+}
+
+Tensor ColumnParallelLinear::backward_partial(const Tensor& dy_in) {
   TP_CHECK(saved_input_.defined(), name_, ".backward called before forward");
   const Tensor dy = gather_output_ ? gather_from_tp_region_backward(comm_, dy_in) : dy_in;
   TP_CHECK(dy.cols() == out_local_ && dy.rows() == saved_input_.rows(), name_, ".backward: dy ",
@@ -83,7 +87,30 @@ Tensor ColumnParallelLinear::backward(const Tensor& dy_in) {
   if (has_bias()) device_.add_bias_backward(dbias, dy);              // db_r += Σ dY_r
   Tensor dx(device_, saved_input_.shape());
   device_.gemm(false, true, 1.0f, dy, weight, 0.0f, dx);             // dY_r A_rᵀ: one term of dX
-  return copy_to_tp_region_backward(comm_, dx);                      // f backward: Σ over ranks
+  return dx;
+}
+
+void ColumnParallelLinear::collect_params(ParamList& out, float weight_std) const {
+  Param w;
+  w.name = name_ + ".weight";
+  w.shape = Shape{in_, out_};
+  w.split = Split::Columns;
+  w.offset = col0_;
+  w.value = weight;
+  w.grad = dweight;
+  w.init_std = weight_std;
+  w.decay = true;
+  out.push_back(w);
+  if (!has_bias()) return;
+  Param b;
+  b.name = name_ + ".bias";
+  b.shape = Shape{out_};
+  b.split = Split::Columns;
+  b.offset = col0_;
+  b.value = bias;
+  b.grad = dbias;
+  b.init = Init::Zeros;
+  out.push_back(b);
 }
 
 // ---- RowParallelLinear --------------------------------------------------------------------------
@@ -132,6 +159,27 @@ Tensor RowParallelLinear::backward(const Tensor& dy_in) {
   Tensor dx(device_, saved_input_.shape());
   device_.gemm(false, true, 1.0f, dy, weight, 0.0f, dx);                 // dX_r = dY A_rᵀ
   return input_is_parallel_ ? dx : scatter_to_tp_region_backward(comm_, dx);
+}
+
+void RowParallelLinear::collect_params(ParamList& out, float weight_std) const {
+  Param w;
+  w.name = name_ + ".weight";
+  w.shape = Shape{in_, out_};
+  w.split = Split::Rows;
+  w.offset = row0_;
+  w.value = weight;
+  w.grad = dweight;
+  w.init_std = weight_std;
+  w.decay = true;
+  out.push_back(w);
+  if (!has_bias()) return;
+  Param b;
+  b.name = name_ + ".bias";
+  b.shape = Shape{out_};
+  b.value = bias;
+  b.grad = dbias;
+  b.init = Init::Zeros;
+  out.push_back(b);
 }
 
 }  // namespace tp

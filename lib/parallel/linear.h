@@ -18,6 +18,7 @@
 #include "core/device.h"
 #include "core/rng.h"
 #include "core/tensor.h"
+#include "parallel/param.h"
 
 namespace tp {
 
@@ -75,9 +76,16 @@ class ColumnParallelLinear : public ParallelLinearBase {
   /// dy: like forward's y → dx: (N, in), complete on every rank (all-reduced).
   /// Accumulates dweight += Xᵀ dY_r, dbias += Σ_rows dY_r.
   Tensor backward(const Tensor& dy);
+  /// Backward without f's all-reduce: returns this rank's term dY_r A_rᵀ of dX. For several
+  /// column-parallel layers reading the same X (q, k, v; SwiGLU's gate and up), add their terms
+  /// and all-reduce once (copy_to_tp_region_backward) instead of once per layer.
+  Tensor backward_partial(const Tensor& dy);
 
   int64_t out_local() const { return out_local_; }
   int64_t first_column() const { return col0_; }  ///< global index of this rank's first column
+  /// Appends the weight (in, out; split by columns) and bias (out; split by columns) as Params
+  /// named name() + ".weight" / ".bias": the weight N(0, weight_std) with decay, the bias zero.
+  void collect_params(ParamList& out, float weight_std) const;
 
  private:
   bool gather_output_;
@@ -112,6 +120,9 @@ class RowParallelLinear : public ParallelLinearBase {
 
   int64_t in_local() const { return in_local_; }
   int64_t first_row() const { return row0_; }  ///< global index of this rank's first weight row
+  /// Appends the weight (in, out; split by rows) and the replicated bias (out) as Params named
+  /// name() + ".weight" / ".bias": the weight N(0, weight_std) with decay, the bias zero.
+  void collect_params(ParamList& out, float weight_std) const;
 
  private:
   bool input_is_parallel_;

@@ -1,0 +1,359 @@
+#include "io/safetensors.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+// Tensor bytes are copied with memcpy between the file and host arrays, which is correct because
+// the file format is little-endian and so is every host we build for (x86-64, AArch64). A
+// big-endian port would byte-swap in read_bytes and Writer::add.
+#if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__)
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes a little-endian host");
+#endif
+static_assert(sizeof(float) == 4 && std::numeric_limits<float>::is_iec559, "F32 must be IEEE-754 binary32");
+
+namespace tp::safetensors {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr int64_t kMaxHeaderBytes = 100 * 1000 * 1000;  // 100 MB: real headers are kilobytes
+constexpr int64_t kMaxInt64 = std::numeric_limits<int64_t>::max();
+const char* const kMetadataKey = "__metadata__";
+
+// Quotes a name for a one-line message: 'name', with control characters escaped.
+std::string quote(const std::string& s) {
+  std::string out = "'";
+  for (unsigned char c : s) {
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "'";
+}
+
+// nlohmann's message without the "[json.exception.parse_error.101] " prefix, printable ASCII only
+// (its "last read: '...'" part echoes raw bytes of the file) and at most 160 characters.
+std::string short_json_message(const std::string& what) {
+  std::string msg = what;
+  if (!msg.empty() && msg[0] == '[') {
+    const size_t close = msg.find("] ");
+    if (close != std::string::npos) msg = msg.substr(close + 2);
+  }
+  for (char& c : msg) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u >= 0x7f) c = '?';
+  }
+  if (msg.size() > 160) msg = msg.substr(0, 157) + "...";
+  return msg;
+}
+
+const char* json_type(const json& j) { return j.type_name(); }
+
+// A JSON value as a non-negative int64, or false when it is not an integer in [0, 2^63).
+bool as_nonneg_int(const json& j, int64_t& out) {
+  if (j.is_number_unsigned()) {
+    const auto v = j.get<uint64_t>();
+    if (v > static_cast<uint64_t>(kMaxInt64)) return false;
+    out = static_cast<int64_t>(v);
+    return true;
+  }
+  if (j.is_number_integer()) {
+    out = j.get<int64_t>();
+    return out >= 0;
+  }
+  return false;
+}
+
+bool parse_dtype(const std::string& s, DType& out) {
+  if (s == "F32") { out = DType::F32; return true; }
+  if (s == "I32") { out = DType::I32; return true; }
+  return false;
+}
+
+}  // namespace
+
+const char* dtype_name(DType dtype) { return dtype == DType::F32 ? "F32" : "I32"; }
+
+int64_t dtype_size(DType) { return 4; }
+
+int64_t TensorInfo::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writer
+
+void Writer::add(const std::string& name, DType dtype, const std::vector<int64_t>& shape,
+                 const void* data, size_t count) {
+  TP_CHECK(name != kMetadataKey, "safetensors: the tensor name \"__metadata__\" is reserved");
+  TP_CHECK(tensors_.count(name) == 0, "safetensors: tensor ", quote(name), " was added twice");
+  try {
+    (void)json(name).dump();
+  } catch (const json::exception&) {
+    TP_CHECK(false, "safetensors: tensor name ", quote(name), " is not valid UTF-8");
+  }
+  int64_t numel = 1;
+  for (int64_t d : shape) {
+    TP_CHECK(d >= 0, "safetensors: tensor ", quote(name), " has a negative dim ", d);
+    TP_CHECK(d == 0 || numel <= kMaxInt64 / d, "safetensors: tensor ", quote(name), " is too large");
+    numel *= d;
+  }
+  TP_CHECK(static_cast<size_t>(numel) == count, "safetensors: tensor ", quote(name), " has ", count,
+           " values but its shape holds ", numel);
+  Entry e;
+  e.info.dtype = dtype;
+  e.info.shape = shape;
+  e.bytes.resize(count * static_cast<size_t>(dtype_size(dtype)));
+  if (!e.bytes.empty()) std::memcpy(e.bytes.data(), data, e.bytes.size());  // little-endian host
+  tensors_.emplace(name, std::move(e));
+}
+
+void Writer::add_f32(const std::string& name, const std::vector<int64_t>& shape, std::vector<float> values) {
+  add(name, DType::F32, shape, values.data(), values.size());
+}
+
+void Writer::add_i32(const std::string& name, const std::vector<int64_t>& shape, std::vector<int32_t> values) {
+  add(name, DType::I32, shape, values.data(), values.size());
+}
+
+void Writer::set_metadata(const std::string& key, const std::string& value) {
+  try {
+    (void)json(key).dump();
+    (void)json(value).dump();
+  } catch (const json::exception&) {
+    TP_CHECK(false, "safetensors: metadata ", quote(key), " is not valid UTF-8");
+  }
+  metadata_[key] = value;
+}
+
+void Writer::write(const std::string& path) const {
+  json header = json::object();
+  if (!metadata_.empty()) {
+    json meta = json::object();
+    for (const auto& [k, v] : metadata_) meta[k] = v;
+    header[kMetadataKey] = meta;
+  }
+  int64_t offset = 0;
+  for (const auto& [name, e] : tensors_) {
+    const auto size = static_cast<int64_t>(e.bytes.size());
+    header[name] = {{"dtype", dtype_name(e.info.dtype)},
+                    {"shape", e.info.shape},
+                    {"data_offsets", {offset, offset + size}}};
+    offset += size;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // the data section starts 8-byte aligned
+
+  char len[8];
+  uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+
+  const std::string tmp = path + ".tmp." + std::to_string(static_cast<long>(::getpid()));
+  auto fail = [&](const char* what) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    TP_CHECK(false, "cannot write checkpoint ", path, " (", what, " ", tmp, "): ", std::strerror(err));
+  };
+  {
+    errno = 0;
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) fail("creating");
+    out.write(len, 8);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    for (const auto& kv : tensors_)
+      out.write(kv.second.bytes.data(), static_cast<std::streamsize>(kv.second.bytes.size()));
+    out.flush();
+    if (!out) fail("writing");
+    out.close();
+    if (!out) fail("closing");
+  }
+  errno = 0;
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("renaming");
+}
+
+// ---------------------------------------------------------------------------------------------
+// File
+
+File File::open(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    TP_CHECK_INPUT(false, "cannot open checkpoint ", path, ": ", std::strerror(errno));
+  TP_CHECK_INPUT(S_ISREG(st.st_mode), "cannot open checkpoint ", path, ": not a regular file");
+  errno = 0;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) TP_CHECK_INPUT(false, "cannot open checkpoint ", path, ": ", std::strerror(errno ? errno : EIO));
+  const auto file_size = static_cast<int64_t>(st.st_size);
+
+  TP_CHECK_INPUT(file_size >= 8, "checkpoint ", path, " is ", file_size,
+                 " bytes, shorter than the 8-byte header length: not a safetensors file (truncated?)");
+  unsigned char len[8];
+  in.read(reinterpret_cast<char*>(len), 8);
+  TP_CHECK_INPUT(in.gcount() == 8, "cannot read checkpoint ", path, ": the file ended early");
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | len[i];
+  TP_CHECK_INPUT(n <= static_cast<uint64_t>(kMaxHeaderBytes), "checkpoint ", path, ": header length ", n,
+                 " is absurd (more than ", kMaxHeaderBytes, " bytes): not a safetensors file");
+  TP_CHECK_INPUT(static_cast<int64_t>(n) <= file_size - 8, "checkpoint ", path, ": header length ", n,
+                 " is larger than the ", file_size - 8, " bytes after it (truncated?)");
+
+  std::string text(n, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(n));
+  TP_CHECK_INPUT(static_cast<uint64_t>(in.gcount()) == n, "cannot read checkpoint ", path,
+                 ": the file ended inside the header");
+
+  json header;
+  try {
+    header = json::parse(text);
+  } catch (const json::exception& e) {
+    TP_CHECK_INPUT(false, "checkpoint ", path, ": the header is not valid JSON: ", short_json_message(e.what()));
+  }
+  TP_CHECK_INPUT(header.is_object(), "checkpoint ", path, ": the header is a JSON ", json_type(header),
+                 ", not an object");
+
+  File f;
+  f.path_ = path;
+  f.data_start_ = 8 + static_cast<int64_t>(n);
+  const int64_t data_size = file_size - f.data_start_;
+
+  for (const auto& [name, value] : header.items()) {
+    const std::string where = "checkpoint " + path + ": tensor " + quote(name);
+    if (name == kMetadataKey) {
+      TP_CHECK_INPUT(value.is_object(), "checkpoint ", path, ": __metadata__ is a JSON ", json_type(value),
+                     ", not an object of strings");
+      for (const auto& [k, v] : value.items()) {
+        TP_CHECK_INPUT(v.is_string(), "checkpoint ", path, ": __metadata__ value ", quote(k), " is a JSON ",
+                       json_type(v), ", not a string");
+        f.metadata_[k] = v.get<std::string>();
+      }
+      continue;
+    }
+    TP_CHECK_INPUT(value.is_object(), where, ": entry is a JSON ", json_type(value), ", not an object");
+    for (const char* key : {"dtype", "shape", "data_offsets"})
+      TP_CHECK_INPUT(value.contains(key), where, ": entry lacks \"", key, "\"");
+
+    Entry e;
+    const json& dtype = value.at("dtype");
+    TP_CHECK_INPUT(dtype.is_string(), where, ": dtype is a JSON ", json_type(dtype), ", not a string");
+    TP_CHECK_INPUT(parse_dtype(dtype.get<std::string>(), e.info.dtype), where, ": dtype ",
+                   quote(dtype.get<std::string>()), " is not supported (supported: F32, I32)");
+
+    const json& shape = value.at("shape");
+    TP_CHECK_INPUT(shape.is_array(), where, ": shape is a JSON ", json_type(shape), ", not an array");
+    int64_t numel = 1;
+    for (const json& d : shape) {
+      TP_CHECK_INPUT(d.is_number_integer(), where, ": shape ", shape.dump(), " holds a JSON ", json_type(d),
+                     ", not an integer");
+      TP_CHECK_INPUT(d.is_number_unsigned() || d.get<int64_t>() >= 0, where, ": shape ", shape.dump(),
+                     " has a negative dim");
+      int64_t dim = 0;
+      TP_CHECK_INPUT(as_nonneg_int(d, dim), where, ": shape ", shape.dump(), " overflows the element count");
+      TP_CHECK_INPUT(dim == 0 || numel <= kMaxInt64 / dim, where, ": shape ", shape.dump(),
+                     " overflows the element count");
+      numel *= dim;
+      e.info.shape.push_back(dim);
+    }
+    TP_CHECK_INPUT(numel <= kMaxInt64 / dtype_size(e.info.dtype), where, ": shape ", shape.dump(),
+                   " overflows the byte count");
+
+    const json& off = value.at("data_offsets");
+    TP_CHECK_INPUT(off.is_array() && off.size() == 2, where, ": data_offsets ", off.dump(),
+                   " is not an array [begin, end]");
+    TP_CHECK_INPUT(as_nonneg_int(off[0], e.begin) && as_nonneg_int(off[1], e.end), where, ": data_offsets ",
+                   off.dump(), " must be two non-negative integers");
+    TP_CHECK_INPUT(e.begin <= e.end, where, ": data_offsets [", e.begin, ", ", e.end, "] have begin > end");
+    TP_CHECK_INPUT(e.end <= data_size, where, ": data_offsets [", e.begin, ", ", e.end, "] lie outside the ",
+                   data_size, "-byte data section of file ", path, " (truncated?)");
+    const int64_t want = numel * dtype_size(e.info.dtype);
+    TP_CHECK_INPUT(e.end - e.begin == want, where, ": data_offsets [", e.begin, ", ", e.end, "] span ",
+                   e.end - e.begin, " bytes, but ", dtype_name(e.info.dtype), " shape ", shape.dump(),
+                   " needs ", want);
+    f.tensors_.emplace(name, std::move(e));
+  }
+  return f;
+}
+
+bool File::has(const std::string& name) const { return tensors_.count(name) != 0; }
+
+std::vector<std::string> File::names() const {
+  std::vector<std::string> out;
+  out.reserve(tensors_.size());
+  for (const auto& kv : tensors_) out.push_back(kv.first);  // std::map: already sorted
+  return out;
+}
+
+const File::Entry& File::entry(const std::string& name) const {
+  const auto it = tensors_.find(name);
+  if (it == tensors_.end()) {
+    std::string some;
+    int shown = 0;
+    for (const auto& kv : tensors_) {
+      if (shown == 5) { some += ", ..."; break; }
+      some += (shown++ ? ", " : "") + kv.first;
+    }
+    TP_CHECK_INPUT(false, "checkpoint ", path_, " has no tensor ", quote(name), " (it has ", tensors_.size(),
+                   tensors_.size() == 1 ? " tensor" : " tensors", some.empty() ? "" : ": ", some, ")");
+  }
+  return it->second;
+}
+
+const TensorInfo& File::info(const std::string& name) const { return entry(name).info; }
+
+const File::Entry& File::typed_entry(const std::string& name, DType want) const {
+  const Entry& e = entry(name);
+  TP_CHECK_INPUT(e.info.dtype == want, "checkpoint ", path_, ": tensor ", quote(name), " is ",
+                 dtype_name(e.info.dtype), ", not ", dtype_name(want));
+  return e;
+}
+
+void File::read_bytes(const std::string& name, const Entry& e, void* out) const {
+  const int64_t bytes = e.end - e.begin;
+  if (bytes == 0) return;
+  errno = 0;
+  std::ifstream in(path_, std::ios::binary);
+  if (!in) TP_CHECK_INPUT(false, "cannot open checkpoint ", path_, ": ", std::strerror(errno ? errno : EIO));
+  in.seekg(data_start_ + e.begin);
+  in.read(static_cast<char*>(out), bytes);  // little-endian file, little-endian host
+  TP_CHECK_INPUT(in && in.gcount() == bytes, "checkpoint ", path_, ": tensor ", quote(name),
+                 ": the file ended before its data (changed since it was opened?)");
+}
+
+std::vector<float> File::read_f32(const std::string& name) const {
+  const Entry& e = typed_entry(name, DType::F32);
+  std::vector<float> out(static_cast<size_t>(e.info.numel()));
+  read_bytes(name, e, out.data());
+  return out;
+}
+
+std::vector<int32_t> File::read_i32(const std::string& name) const {
+  const Entry& e = typed_entry(name, DType::I32);
+  std::vector<int32_t> out(static_cast<size_t>(e.info.numel()));
+  read_bytes(name, e, out.data());
+  return out;
+}
+
+std::string File::metadata(const std::string& key, const std::string& fallback) const {
+  const auto it = metadata_.find(key);
+  return it == metadata_.end() ? fallback : it->second;
+}
+
+bool File::has_metadata(const std::string& key) const { return metadata_.count(key) != 0; }
+
+}  // namespace tp::safetensors

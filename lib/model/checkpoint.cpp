@@ -1,0 +1,189 @@
+#include "model/checkpoint.h"
+
+#include <map>
+#include <sstream>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+
+namespace tp {
+
+namespace {
+
+constexpr const char* kFormat = "tp-from-scratch-gpt/1";
+
+std::string stored_name(const Param& p) { return p.ckpt_name.empty() ? p.name : p.ckpt_name; }
+
+// The shape of the stored tensor that holds `p` (wider than p when several params share it).
+std::vector<int64_t> stored_shape(const Param& p) {
+  const int64_t cols = p.ckpt_cols > 0 ? p.ckpt_cols : p.cols();
+  if (p.shape.ndim() == 1) return {cols};
+  return {p.rows(), cols};
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// Global tensors assembled from params; `which(i)` picks the tensor of param i (value, m, v, grad).
+template <typename Which>
+std::map<std::string, std::vector<float>> assemble(Communicator& comm, const ParamList& params, Which which) {
+  std::map<std::string, std::vector<float>> out;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Param& p = params[i];
+    const std::vector<float> global = gather_global(comm, p, which(i));
+    const auto shape = stored_shape(p);
+    std::vector<float>& dst = out[stored_name(p)];
+    const int64_t cols = shape.back(), rows = p.rows();
+    dst.resize(static_cast<size_t>(rows * cols));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < p.cols(); ++c) dst[r * cols + p.ckpt_col0 + c] = global[r * p.cols() + c];
+  }
+  return out;
+}
+
+void add_all(safetensors::Writer& w, const ParamList& params, const std::string& prefix,
+             const std::map<std::string, std::vector<float>>& tensors) {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const Param& p : params) shapes[stored_name(p)] = stored_shape(p);
+  for (const auto& [name, values] : tensors) w.add_f32(prefix + name, shapes.at(name), values);
+}
+
+void add_config(safetensors::Writer& w, const GptConfig& c) {
+  w.set_metadata("layers", std::to_string(c.layers));
+  w.set_metadata("hidden", std::to_string(c.hidden));
+  w.set_metadata("heads", std::to_string(c.heads));
+  w.set_metadata("kv_heads", std::to_string(c.kv()));
+  w.set_metadata("ffn", std::to_string(c.inner()));
+  w.set_metadata("vocab", std::to_string(c.vocab));
+  w.set_metadata("seq", std::to_string(c.seq));
+  w.set_metadata("act", c.act);
+  w.set_metadata("norm", c.norm);
+  w.set_metadata("tied", c.tied ? "true" : "false");
+}
+
+// Every configuration value the file records that differs from `c`, as "name: file X, run Y".
+void check_config(const safetensors::File& f, const GptConfig& c) {
+  const std::pair<const char*, std::string> want[] = {
+      {"layers", std::to_string(c.layers)}, {"hidden", std::to_string(c.hidden)},
+      {"heads", std::to_string(c.heads)},   {"kv_heads", std::to_string(c.kv())},
+      {"ffn", std::to_string(c.inner())},   {"vocab", std::to_string(c.vocab)},
+      {"seq", std::to_string(c.seq)},       {"act", c.act},
+      {"norm", c.norm},                     {"tied", c.tied ? "true" : "false"}};
+  std::string diff;
+  for (const auto& [key, value] : want) {
+    if (!f.has_metadata(key) || f.metadata(key) == value) continue;
+    diff += (diff.empty() ? "" : ", ") + std::string("--") + key + "=" + f.metadata(key) + " in the file but " + value + " here";
+  }
+  TP_CHECK_INPUT(diff.empty(), "checkpoint ", f.path(), " was saved with a different model: ", diff,
+                 "; pass the file's values or start without --load");
+}
+
+// Reads stored tensor `name` for `p`, checks its shape and returns this rank's shard.
+std::vector<float> read_shard(const safetensors::File& f, const std::string& name, const Param& p, int t) {
+  TP_CHECK_INPUT(f.has(name), "checkpoint ", f.path(), " has no tensor ", name);
+  const auto& info = f.info(name);
+  const auto want = stored_shape(p);
+  std::string hint;
+  if (name == "transformer.wpe.weight" && info.shape.size() == 2 && info.shape[0] < want[0])
+    hint = " (--seq=" + std::to_string(want[0]) + " is larger than the position table of " +
+           std::to_string(info.shape[0]) + ")";
+  TP_CHECK_INPUT(info.shape == want, "checkpoint ", f.path(), ": tensor ", name, " has shape ",
+                 shape_str(info.shape), " but this model needs ", shape_str(want), hint);
+  const std::vector<float> stored = f.read_f32(name);
+  std::vector<float> global(static_cast<size_t>(p.rows() * p.cols()));
+  const int64_t cols = want.back();
+  for (int64_t r = 0; r < p.rows(); ++r)
+    for (int64_t c = 0; c < p.cols(); ++c) global[r * p.cols() + c] = stored[r * cols + p.ckpt_col0 + c];
+  return shard_of(p, global, t);
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, Communicator& comm, const Gpt& model, const AdamW& opt,
+                     int64_t step) {
+  const ParamList& params = model.params();
+  CommLedger::Scope scope(comm.ledger(), "checkpoint");
+  const auto values = assemble(comm, params, [&](size_t i) { return params[i].value; });
+  const auto m = assemble(comm, params, [&](size_t i) { return opt.exp_avg()[i]; });
+  const auto v = assemble(comm, params, [&](size_t i) { return opt.exp_avg_sq()[i]; });
+  if (comm.rank() == 0) {
+    safetensors::Writer w;
+    add_all(w, params, "", values);
+    add_all(w, params, "optimizer.exp_avg.", m);
+    add_all(w, params, "optimizer.exp_avg_sq.", v);
+    w.set_metadata("format", kFormat);
+    w.set_metadata("step", std::to_string(step));
+    w.set_metadata("adam_steps", std::to_string(opt.steps()));
+    add_config(w, model.config());
+    w.write(path);
+  }
+  comm.barrier();  // nobody reads the file before it is complete
+}
+
+LoadedCheckpoint load_checkpoint(const std::string& path, Communicator& comm, Gpt& model, AdamW& opt) {
+  const safetensors::File f = safetensors::File::open(path);
+  const GptConfig& cfg = model.config();
+  check_config(f, cfg);
+  ParamList& params = model.params();
+  const int t = comm.size();
+  for (const Param& p : params) {
+    Tensor value = p.value;
+    value.copy_from_host(read_shard(f, stored_name(p), p, t));
+  }
+  if (cfg.tied && f.has("lm_head.weight")) {
+    // A tied model has no head of its own; a file that stores one must store wte again.
+    TP_CHECK_INPUT(f.read_f32("lm_head.weight") == f.read_f32("transformer.wte.weight"), "checkpoint ",
+                   path, " has an lm_head.weight that differs from transformer.wte.weight, but this "
+                   "model ties them; load it untied or drop lm_head.weight");
+  }
+  LoadedCheckpoint out;
+  out.optimizer_state = f.has("optimizer.exp_avg." + stored_name(params.front()));
+  if (out.optimizer_state) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      Tensor m = opt.exp_avg()[i], v = opt.exp_avg_sq()[i];
+      m.copy_from_host(read_shard(f, "optimizer.exp_avg." + stored_name(params[i]), params[i], t));
+      v.copy_from_host(read_shard(f, "optimizer.exp_avg_sq." + stored_name(params[i]), params[i], t));
+    }
+  }
+  auto number = [&](const char* key) {
+    const std::string s = f.metadata(key, "0");
+    int64_t v = 0;
+    std::istringstream is(s);
+    TP_CHECK_INPUT((is >> v) && is.eof() && v >= 0, "checkpoint ", path, ": metadata ", key, "=", s,
+                   " is not a step count");
+    return v;
+  };
+  out.step = number("step");
+  opt.set_steps(out.optimizer_state ? number("adam_steps") : 0);
+  return out;
+}
+
+void dump_gradients(const std::string& path, Communicator& comm, const Gpt& model, const Batch& batch,
+                    float loss) {
+  const ParamList& params = model.params();
+  CommLedger::Scope scope(comm.ledger(), "dump_gradients");
+  const auto grads = assemble(comm, params, [&](size_t i) { return params[i].grad; });
+  if (comm.rank() == 0) {
+    safetensors::Writer w;
+    add_all(w, params, "grad.", grads);
+    // The batch, back from sequence-major (s·B + b) to the usual (B, S).
+    std::vector<int32_t> ids(batch.ids.size()), labels(batch.ids.size());
+    for (int64_t s = 0; s < batch.seq; ++s)
+      for (int64_t b = 0; b < batch.batch; ++b) {
+        ids[b * batch.seq + s] = batch.ids[s * batch.batch + b];
+        labels[b * batch.seq + s] = batch.targets[s * batch.batch + b];
+      }
+    w.add_i32("batch.input_ids", {batch.batch, batch.seq}, ids);
+    w.add_i32("batch.labels", {batch.batch, batch.seq}, labels);
+    w.add_f32("loss", {1}, {loss});
+    w.set_metadata("format", kFormat);
+    add_config(w, model.config());
+    w.write(path);
+  }
+  comm.barrier();
+}
+
+}  // namespace tp

@@ -1,0 +1,52 @@
+// checkpoint.h — save and load a Gpt (and its AdamW state) as a safetensors file of *global*
+// tensors under Hugging Face GPT-2 names and layouts, so a run saved at t = 2 resumes at t = 1, 3
+// or 4.
+//
+// Tensors (weights stored (in, out), as GPT-2's Conv1D):
+//   transformer.wte.weight (V, h)            transformer.wpe.weight (S, h)
+//   transformer.h.N.ln_1.weight / .bias (h)  (RMSNorm: no .bias)
+//   transformer.h.N.attn.c_attn.weight (h, (nh + 2 nkv)·hd) = [q | k | v], .bias likewise
+//   transformer.h.N.attn.c_proj.weight (h, h), .bias (h)
+//   transformer.h.N.ln_2.weight / .bias (h)
+//   transformer.h.N.mlp.c_fc.weight (h, ffn), .bias (ffn)        (the "up" projection)
+//   transformer.h.N.mlp.c_gate.weight (h, ffn), .bias (ffn)      (SwiGLU only; not in GPT-2)
+//   transformer.h.N.mlp.c_proj.weight (ffn, h), .bias (h)
+//   transformer.ln_f.weight / .bias (h)
+//   lm_head.weight (V, h)                                        (untied head only)
+//   optimizer.exp_avg.<name>, optimizer.exp_avg_sq.<name>        (AdamW moments, same shapes)
+// Metadata: format, step (training steps done), adam_steps, the model configuration.
+//
+// Saving gathers every shard (an all-gather per split tensor) and rank 0 writes the file atomically
+// (temporary file, then rename). Loading: every rank reads the file, checks it against the
+// configuration (every mismatch is a bad-input error naming the tensor and both shapes) and keeps
+// its own shard.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/communicator.h"
+#include "model/adamw.h"
+#include "model/gpt.h"
+
+namespace tp {
+
+/// Writes `path` (collective: every rank must call it). `step` = training steps done.
+void save_checkpoint(const std::string& path, Communicator& comm, const Gpt& model, const AdamW& opt,
+                     int64_t step);
+
+/// What load_checkpoint found.
+struct LoadedCheckpoint {
+  int64_t step = 0;              ///< training steps done when it was saved (0 without metadata)
+  bool optimizer_state = false;  ///< AdamW moments were present and loaded
+};
+
+/// Loads `path` into `model` (and `opt`, when the file holds optimizer state).
+LoadedCheckpoint load_checkpoint(const std::string& path, Communicator& comm, Gpt& model, AdamW& opt);
+
+/// Writes every global gradient (names prefixed "grad."), the batch ("batch.input_ids",
+/// "batch.labels": int32 (B, S)) and the loss ("loss": f32 (1)) to `path` (collective).
+void dump_gradients(const std::string& path, Communicator& comm, const Gpt& model, const Batch& batch,
+                    float loss);
+
+}  // namespace tp

@@ -1,0 +1,64 @@
+#include "model/config.h"
+
+#include <sstream>
+
+#include "core/error.h"
+
+namespace tp {
+
+namespace {
+std::string divisors(int64_t n) {
+  std::string s;
+  for (int64_t d = 1; d <= n && d <= 64; ++d)
+    if (n % d == 0) s += (s.empty() ? "" : ", ") + std::to_string(d);
+  return "{" + s + "}";
+}
+}  // namespace
+
+std::vector<std::string> GptConfig::problems(int t) const {
+  std::vector<std::string> p;
+  auto need = [&](bool ok, const std::string& msg) {
+    if (!ok) p.push_back(msg);
+  };
+  need(layers >= 1, "--layers=" + std::to_string(layers) + " must be at least 1");
+  need(hidden >= 1, "--hidden=" + std::to_string(hidden) + " must be at least 1");
+  need(heads >= 1, "--heads=" + std::to_string(heads) + " must be at least 1");
+  need(vocab >= 4, "--vocab=" + std::to_string(vocab) + " must be at least 4");
+  need(seq >= 1, "--seq=" + std::to_string(seq) + " must be at least 1");
+  need(kv_heads >= 0, "--kv-heads=" + std::to_string(kv_heads) + " must be 0 (= heads) or positive");
+  need(ffn >= 0, "--ffn=" + std::to_string(ffn) + " must be 0 (= 4·hidden) or positive");
+  need(act == "gelu" || act == "swiglu", "--act=" + act + ": expected gelu or swiglu");
+  need(norm == "layernorm" || norm == "rmsnorm", "--norm=" + norm + ": expected layernorm or rmsnorm");
+  need(dropout >= 0.0f && dropout < 1.0f, "--dropout must be in [0, 1)");
+  if (!p.empty() || t < 1) return p;
+  const std::string ts = std::to_string(t);
+  need(hidden % heads == 0, "hidden=" + std::to_string(hidden) + " is not divisible by heads=" +
+                                std::to_string(heads) + "; choose heads in " + divisors(hidden));
+  need(heads % t == 0, "heads=" + std::to_string(heads) + " is not divisible by t=" + ts +
+                           " (the number of ranks): each rank owns whole heads; run with t in " + divisors(heads));
+  need(heads % kv() == 0, "heads=" + std::to_string(heads) + " is not divisible by kv_heads=" +
+                              std::to_string(kv()) + "; choose kv_heads in " + divisors(heads));
+  need(kv() % t == 0, "kv_heads=" + std::to_string(kv()) + " is not divisible by t=" + ts +
+                          "; run with t in " + divisors(kv()) + " or raise --kv-heads");
+  need(inner() % t == 0, "ffn=" + std::to_string(inner()) + " is not divisible by t=" + ts +
+                             "; run with t in " + divisors(inner()) + " or change --ffn");
+  return p;
+}
+
+void GptConfig::validate(int t) const {
+  const auto p = problems(t);
+  if (p.empty()) return;
+  std::string all = p.size() == 1 ? "" : std::to_string(p.size()) + " problems with the model configuration: ";
+  for (size_t i = 0; i < p.size(); ++i) all += (i ? "; " : "") + p[i];
+  TP_CHECK_INPUT(false, all);
+}
+
+std::string GptConfig::str() const {
+  std::ostringstream os;
+  os << "L=" << layers << " h=" << hidden << " nh=" << heads << " nkv=" << kv() << " ffn=" << inner()
+     << " V=" << vocab << " S=" << seq << " " << act << " " << norm << " dropout=" << dropout
+     << (tied ? " tied" : " untied");
+  return os.str();
+}
+
+}  // namespace tp

@@ -1,0 +1,43 @@
+// config.h — the GPT configuration and its preflight check.
+//
+// The model (see docs/model.md for the full description): GPT-2 style, pre-norm. Token embedding
+// wte (V, h) + learned position embedding wpe (S, h); L blocks of x + attn(ln_1(x)) and
+// x + mlp(ln_2(x)); a final ln_f; logits = ln_f(x) wteᵀ (tied head) or ln_f(x) lm_headᵀ; mean
+// cross-entropy over all B·S positions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tp {
+
+struct GptConfig {
+  int64_t layers = 2;        ///< L
+  int64_t hidden = 64;       ///< h
+  int64_t heads = 4;         ///< nh, query heads
+  int64_t kv_heads = 0;      ///< nkv, key/value heads (GQA); 0 means nh (multi-head attention)
+  int64_t ffn = 0;           ///< MLP inner size; 0 means 4h
+  int64_t vocab = 256;       ///< V
+  int64_t seq = 64;          ///< S, the length of the position table (and the longest sequence)
+  std::string act = "gelu";  ///< "gelu" (tanh approximation) or "swiglu"
+  std::string norm = "layernorm";  ///< "layernorm" or "rmsnorm"
+  float dropout = 0.0f;      ///< p for the embedding and both residual branches
+  bool tied = true;          ///< LM head tied to wte
+  float init_std = 0.02f;    ///< N(0, init_std) for weights; output projections use init_std/√(2L)
+  float eps = 1e-5f;         ///< norm epsilon
+
+  int64_t kv() const { return kv_heads > 0 ? kv_heads : heads; }
+  int64_t inner() const { return ffn > 0 ? ffn : 4 * hidden; }
+  int64_t head_dim() const { return heads > 0 ? hidden / heads : 0; }
+
+  /// Every problem of this config for tensor-parallel size t, each one line naming the value and
+  /// the fix. Empty when the config is valid.
+  std::vector<std::string> problems(int t) const;
+  /// Throws one bad-input tp::Error listing all problems ("; "-separated) when there are any.
+  void validate(int t) const;
+  /// "L=2 h=64 nh=4 nkv=4 ffn=256 V=256 S=64 gelu layernorm dropout=0 tied"
+  std::string str() const;
+};
+
+}  // namespace tp

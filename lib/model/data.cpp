@@ -1,0 +1,106 @@
+#include "model/data.h"
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/rng.h"
+
+namespace tp {
+
+namespace {
+constexpr double kProb[4] = {0.5, 0.25, 0.125, 0.125};
+
+double uniform(const RngKey& key, int64_t index) {
+  return random_value(key, index, Distribution::uniform(0.0f, 1.0f));
+}
+}  // namespace
+
+double TokenSource::loss_floor() const { return std::numeric_limits<double>::quiet_NaN(); }
+
+MarkovSource::MarkovSource(int64_t vocab, uint64_t seed) : vocab_(vocab), seed_(seed) {
+  TP_CHECK_INPUT(vocab >= 5, "the synthetic Markov data needs --vocab of at least 5, got ", vocab);
+  const RngKey key = RngKey::from(seed, "markov.table");
+  next_.resize(static_cast<size_t>(vocab));
+  for (int64_t i = 0; i < vocab; ++i) {
+    auto& succ = next_[static_cast<size_t>(i)];
+    for (int64_t draw = 0; succ.size() < 4; ++draw) {
+      const auto cand = static_cast<int32_t>(std::min<double>(vocab - 1, std::floor(uniform(key, i * 1024 + draw) * vocab)));
+      bool fresh = true;
+      for (int32_t s : succ) fresh = fresh && s != cand;
+      if (fresh) succ.push_back(cand);
+    }
+  }
+}
+
+Batch MarkovSource::batch(int64_t step, int64_t batch, int64_t seq) const {
+  Batch out;
+  out.seq = seq;
+  out.batch = batch;
+  out.ids.resize(static_cast<size_t>(seq * batch));
+  out.targets.resize(out.ids.size());
+  const RngKey key = RngKey::from(seed_, "markov.sample");
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t base = (step * batch + b) * (seq + 1);
+    auto token = static_cast<int32_t>(std::min<double>(vocab_ - 1, std::floor(uniform(key, base) * vocab_)));
+    for (int64_t s = 0; s < seq; ++s) {
+      const double u = uniform(key, base + s + 1);
+      int j = 0;  // the successor whose cumulative probability first exceeds u
+      double acc = kProb[0];
+      while (j < 3 && u >= acc) acc += kProb[++j];
+      const int32_t next = next_[static_cast<size_t>(token)][static_cast<size_t>(j)];
+      out.ids[static_cast<size_t>(s * batch + b)] = token;
+      out.targets[static_cast<size_t>(s * batch + b)] = next;
+      token = next;
+    }
+  }
+  return out;
+}
+
+double MarkovSource::loss_floor() const {
+  double h = 0;
+  for (double p : kProb) h -= p * std::log(p);
+  return h;
+}
+
+std::string MarkovSource::describe() const {
+  std::ostringstream os;
+  os << "synthetic Markov chain over " << vocab_ << " tokens, 4 successors each (p = 1/2, 1/4, 1/8, 1/8); "
+     << "loss floor " << loss_floor() << " nats";
+  return os.str();
+}
+
+TextSource::TextSource(const std::string& path, int64_t seq, uint64_t seed) : path_(path), seed_(seed) {
+  std::ifstream in(path, std::ios::binary);
+  TP_CHECK_INPUT(in.good(), "cannot open data file ", path, "; give --data an existing text file");
+  bytes_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  TP_CHECK_INPUT(!bytes_.empty(), "data file ", path, " is empty");
+  TP_CHECK_INPUT(static_cast<int64_t>(bytes_.size()) >= seq + 1, "data file ", path, " has ", bytes_.size(),
+                 " bytes; one training sequence needs seq + 1 = ", seq + 1, " (use a longer file or a smaller --seq)");
+}
+
+Batch TextSource::batch(int64_t step, int64_t batch, int64_t seq) const {
+  Batch out;
+  out.seq = seq;
+  out.batch = batch;
+  out.ids.resize(static_cast<size_t>(seq * batch));
+  out.targets.resize(out.ids.size());
+  const RngKey key = RngKey::from(seed_, "text.offset");
+  const int64_t starts = static_cast<int64_t>(bytes_.size()) - seq;  // valid start offsets
+  for (int64_t b = 0; b < batch; ++b) {
+    const auto off = std::min<int64_t>(starts - 1, static_cast<int64_t>(uniform(key, step * batch + b) * starts));
+    for (int64_t s = 0; s < seq; ++s) {
+      out.ids[static_cast<size_t>(s * batch + b)] = bytes_[static_cast<size_t>(off + s)];
+      out.targets[static_cast<size_t>(s * batch + b)] = bytes_[static_cast<size_t>(off + s + 1)];
+    }
+  }
+  return out;
+}
+
+std::string TextSource::describe() const {
+  return "bytes of " + path_ + " (" + std::to_string(bytes_.size()) + " bytes, V = 256)";
+}
+
+}  // namespace tp

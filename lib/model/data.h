@@ -1,0 +1,62 @@
+// data.h — where training tokens come from. Every rank draws the same batch for a given step (the
+// batch depends on (seed, step) only), so runs at any t see identical data.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/gpt.h"
+
+namespace tp {
+
+class TokenSource {
+ public:
+  virtual ~TokenSource() = default;
+  virtual int64_t vocab() const = 0;
+  /// Batch `step`: B sequences of S + 1 consecutive tokens → ids (first S) and targets (last S).
+  virtual Batch batch(int64_t step, int64_t batch, int64_t seq) const = 0;
+  /// One line for the log.
+  virtual std::string describe() const = 0;
+  /// The lowest mean loss any model can reach on this data (nats/token), when known; NaN if not.
+  virtual double loss_floor() const;
+};
+
+/// A synthetic source with a known entropy rate: a Markov chain over V tokens in which every token
+/// has 4 distinct successors, taken with probabilities 1/2, 1/4, 1/8, 1/8. Whatever the current
+/// token, the next one carries H = 1.75 bits = 1.2130 nats, so no model can beat a mean loss of
+/// 1.2130 nats, and a model that has learned the successor table reaches it. The table and the
+/// samples come from the counter-based RNG keyed by the seed.
+class MarkovSource : public TokenSource {
+ public:
+  MarkovSource(int64_t vocab, uint64_t seed);
+  int64_t vocab() const override { return vocab_; }
+  Batch batch(int64_t step, int64_t batch, int64_t seq) const override;
+  std::string describe() const override;
+  double loss_floor() const override;
+  /// The successors of token `token`, in decreasing probability.
+  const std::vector<int32_t>& successors(int32_t token) const { return next_[static_cast<size_t>(token)]; }
+
+ private:
+  int64_t vocab_;
+  uint64_t seed_;
+  std::vector<std::vector<int32_t>> next_;
+};
+
+/// Byte-level tokens (V = 256) of any file; batch rows start at offsets drawn from (seed, step).
+class TextSource : public TokenSource {
+ public:
+  /// Bad input when the file is missing, empty, or shorter than seq + 1 bytes.
+  TextSource(const std::string& path, int64_t seq, uint64_t seed);
+  int64_t vocab() const override { return 256; }
+  Batch batch(int64_t step, int64_t batch, int64_t seq) const override;
+  std::string describe() const override;
+
+ private:
+  std::string path_;
+  std::vector<unsigned char> bytes_;
+  uint64_t seed_;
+};
+
+}  // namespace tp

@@ -1,0 +1,115 @@
+// layers.h — the parts of a transformer block under tensor parallelism: norms, dropout, the
+// parallel MLP and the parallel attention. Each has forward (saving what backward needs) and
+// backward (returning dX, accumulating parameter gradients with +=) side by side.
+//
+// Shape legend: N = S·B tokens (sequence-major rows, token (s, b) is row s·B + b), h = hidden,
+// ffn = MLP inner size, nh / nkv = query / key-value heads, hd = h / nh, t = TP size.
+#pragma once
+
+#include <string>
+
+#include "core/communicator.h"
+#include "core/device.h"
+#include "model/config.h"
+#include "parallel/linear.h"
+#include "parallel/param.h"
+
+namespace tp {
+
+/// LayerNorm (y = (x − μ)/σ ⊙ w + b) or RMSNorm (y = x / rms(x) ⊙ w) over the hidden dim.
+/// Replicated under plain TP: its input is the whole hidden vector on every rank, because a norm
+/// needs statistics of the whole vector (lesson 06).
+class Norm {
+ public:
+  /// kind: "layernorm" or "rmsnorm". name: e.g. "transformer.h.0.ln_1".
+  Norm(Device& device, std::string name, int64_t hidden, const std::string& kind, float eps);
+  /// x: (N, h) → y: (N, h). Saves x and the row statistics.
+  Tensor forward(const Tensor& x);
+  /// dy: (N, h) → dx: (N, h); dweight (and dbias) accumulate.
+  Tensor backward(const Tensor& dy);
+  void collect_params(ParamList& out) const;
+  bool is_rms() const { return rms_; }
+
+  Tensor weight, bias, dweight, dbias;  ///< (h); bias only for LayerNorm
+
+ private:
+  Device& device_;
+  std::string name_;
+  bool rms_;
+  float eps_;
+  Tensor x_, mean_, rstd_;
+};
+
+/// Inverted dropout with a counter-based mask: element (token row r, feature c) of site `site` at
+/// training step `step` is kept when uniform(seed, "dropout/<step>/<site>", (row_offset + r)·h + c)
+/// ≥ p. The mask depends on global positions only, so it is the same for every t.
+class Dropout {
+ public:
+  Dropout(Device& device, std::string site, float p);
+  /// x: (N, h) → y = x ⊙ mask / (1 − p). p = 0: returns x.
+  Tensor forward(const Tensor& x, uint64_t seed, int64_t step, int64_t row_offset = 0);
+  /// dx = dy ⊙ mask / (1 − p).
+  Tensor backward(const Tensor& dy);
+
+ private:
+  Device& device_;
+  std::string site_;
+  float p_;
+  Tensor mask_;
+};
+
+/// The MLP under TP: fc1 column-parallel (h → ffn), the activation local on this rank's ffn/t
+/// columns, fc2 row-parallel (ffn → h):
+///
+///     Y = GeLU(X [A_1, …, A_t]) [B_1; …; B_t] = Σ_r GeLU(X A_r) B_r
+///
+/// One all-reduce forward (g, after fc2) and one backward (f, before fc1). With SwiGLU, gate and up
+/// are both column-parallel, silu(X G_r) ⊙ (X U_r) is local, and their dX terms are added before
+/// the single all-reduce. Checkpoint names: mlp.c_fc (up), mlp.c_gate (SwiGLU only), mlp.c_proj.
+class ParallelMLP {
+ public:
+  /// prefix: e.g. "transformer.h.0.mlp".
+  ParallelMLP(Device& device, Communicator& comm, const std::string& prefix, const GptConfig& cfg);
+  /// x: (N, h), whole on every rank → y: (N, h), whole on every rank.
+  Tensor forward(const Tensor& x);
+  /// dy: (N, h) → dx: (N, h), whole on every rank.
+  Tensor backward(const Tensor& dy);
+  void collect_params(ParamList& out, float std, float proj_std) const;
+
+ private:
+  Device& device_;
+  Communicator& comm_;
+  bool swiglu_;
+  ColumnParallelLinear fc1_;   // up: (h, ffn) split by columns
+  ColumnParallelLinear gate_;  // SwiGLU gate (unused for GeLU)
+  RowParallelLinear fc2_;      // down: (ffn, h) split by rows
+  Tensor up_, gate_out_;       // saved pre-activations: (N, ffn/t)
+};
+
+/// Causal self-attention under TP, split by heads: q, k, v are column-parallel so rank r owns query
+/// heads [r·nh/t, (r+1)·nh/t) and key/value heads [r·nkv/t, (r+1)·nkv/t) whole; softmax attention
+/// is computed locally; the output projection is row-parallel. One all-reduce forward (g) and one
+/// backward (f, after adding the dX terms of q, k and v). Query head j reads key/value head
+/// j / (nh/nkv) (grouped-query attention when nkv < nh). Checkpoint: q | k | v side by side in
+/// attn.c_attn, (h, (nh + 2 nkv)·hd); attn.c_proj.
+class ParallelAttention {
+ public:
+  /// prefix: e.g. "transformer.h.0.attn".
+  ParallelAttention(Device& device, Communicator& comm, const std::string& prefix, const GptConfig& cfg);
+  /// x: (S·B, h) → y: (S·B, h), both whole on every rank.
+  Tensor forward(const Tensor& x, int64_t seq, int64_t batch);
+  Tensor backward(const Tensor& dy);
+  void collect_params(ParamList& out, float std, float proj_std) const;
+
+ private:
+  Device& device_;
+  Communicator& comm_;
+  std::string prefix_;
+  int64_t hidden_, heads_, kv_heads_, head_dim_;
+  ColumnParallelLinear q_, k_, v_;
+  RowParallelLinear proj_;
+  AttentionShape shape_;
+  Tensor q_out_, k_out_, v_out_, probs_;
+};
+
+}  // namespace tp

@@ -1,0 +1,68 @@
+// param.h — a parameter as the rest of the system sees it: a global name and shape, how it is
+// split over the tensor-parallel group, and this rank's shard with its gradient.
+//
+// Everything that walks over "all parameters" (initialisation, zeroing gradients, the gradient
+// norm, the optimizer, checkpoints, the tests that compare t = N with t = 1) works on Params, so a
+// new layer only has to describe its parameters once.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/communicator.h"
+#include "core/device.h"
+#include "core/rng.h"
+#include "core/tensor.h"
+
+namespace tp {
+
+/// How a parameter is laid out over the t ranks of a tensor-parallel group.
+enum class Split {
+  Replicated,  ///< every rank holds all of it (norms, row-parallel biases, embeddings here)
+  Columns,     ///< rank r holds columns [offset, offset + cols/t) (column-parallel)
+  Rows,        ///< rank r holds rows [offset, offset + rows/t) (row-parallel weights)
+};
+
+/// How a parameter starts.
+enum class Init { Normal, Zeros, Ones };
+
+/// One parameter: global description + this rank's shard. `value` and `grad` share memory with
+/// the layer that owns them (Tensor is a handle).
+struct Param {
+  std::string name;         ///< unique global name, e.g. "h.0.mlp.fc1.weight"
+  Shape shape;              ///< global shape: (cols) for a vector, (rows, cols) for a matrix
+  Split split = Split::Replicated;
+  int64_t offset = 0;       ///< first global column (Columns) or row (Rows) held here
+  Tensor value;             ///< this rank's shard
+  Tensor grad;              ///< its gradient (same shape), accumulated by backward
+  Init init = Init::Normal;
+  float init_std = 0.02f;   ///< for Init::Normal
+  bool decay = false;       ///< AdamW weight decay applies (matrices, not biases or norms)
+  /// Where the parameter lives in a checkpoint: tensor `ckpt_name`, columns [ckpt_col0, ckpt_col0 +
+  /// cols) of a stored matrix with `ckpt_cols` columns (several parameters may share one stored
+  /// tensor, e.g. q | k | v in c_attn). Empty ckpt_name: the parameter's own name, whole.
+  std::string ckpt_name;
+  int64_t ckpt_col0 = 0;
+  int64_t ckpt_cols = 0;
+
+  int64_t rows() const { return shape.ndim() == 2 ? shape[0] : 1; }  ///< global rows (1 for a vector)
+  int64_t cols() const { return shape.cols(); }                       ///< global columns
+  /// Maps the shard's local (r, c) to the global flat index, for counter-based initialisation.
+  GlobalIndex shard_index() const;
+};
+
+using ParamList = std::vector<Param>;
+
+/// Fills every parameter from (seed, name, global index): identical numbers for every t.
+void init_params(Device& device, ParamList& params, uint64_t seed);
+/// grad = 0 for every parameter.
+void zero_grads(Device& device, ParamList& params);
+/// The whole (global) tensor from every rank's shard of `which` (p.value, p.grad or optimizer
+/// state of the same shape), row-major (rows × cols), on every rank. Communicates for split
+/// parameters (an all-gather over `comm`).
+std::vector<float> gather_global(Communicator& comm, const Param& p, const Tensor& which);
+/// This rank's shard of a global (rows × cols) row-major tensor, as host values.
+std::vector<float> shard_of(const Param& p, const std::vector<float>& global, int t);
+
+}  // namespace tp

@@ -1,0 +1,183 @@
+// tp_train — trains a small GPT with tensor parallelism; t = the number of ranks.
+//
+//   mpirun -np 2 build/bin/tp_train --layers 2 --hidden 64 --heads 4 --steps 50
+//   mpirun -np 4 build/bin/tp_train --steps 20 --save run.safetensors
+//   mpirun -np 1 build/bin/tp_train --load run.safetensors --steps 20     (resume at another t)
+//
+// Every rank draws the same batch for a step and starts from the same weights (counter-based
+// initialisation), so the loss curve is the same for every t up to fp32 rounding.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/runtime.h"
+#include "model/adamw.h"
+#include "model/checkpoint.h"
+#include "model/data.h"
+#include "model/gpt.h"
+
+using namespace tp;
+
+namespace {
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Learning rate at absolute step `step` (0-based): linear warm-up over `warmup` steps, then cosine
+// decay to 10 % of lr at step `decay`. Defined by step numbers, never by the length of this run,
+// so a resumed run continues the same schedule.
+float learning_rate(float lr, int64_t step, int64_t warmup, int64_t decay) {
+  float f = 1.0f;
+  if (warmup > 0 && step < warmup) f = static_cast<float>(step + 1) / static_cast<float>(warmup);
+  if (decay > warmup && step >= warmup) {
+    const double x = std::min(1.0, static_cast<double>(step - warmup) / static_cast<double>(decay - warmup));
+    f *= static_cast<float>(0.1 + 0.9 * 0.5 * (1.0 + std::cos(3.141592653589793 * x)));
+  }
+  return lr * f;
+}
+
+GptConfig config_from(const Options& o) {
+  GptConfig c;
+  c.layers = o.get_int("layers");
+  c.hidden = o.get_int("hidden");
+  c.heads = o.get_int("heads");
+  c.kv_heads = o.get_int("kv-heads");
+  c.ffn = o.get_int("ffn");
+  c.vocab = o.get_int("vocab");
+  c.seq = o.get_int("seq");
+  c.act = o.get_text("act");
+  c.norm = o.get_text("norm");
+  c.dropout = static_cast<float>(o.get_real("dropout"));
+  c.tied = !o.get_flag("untie");
+  return c;
+}
+
+int train(Context& ctx) {
+  const Options& o = ctx.options;
+  Communicator& world = ctx.world;
+  GptConfig cfg = config_from(o);
+  const int64_t steps = o.get_int("steps"), batch = o.get_int("batch");
+  const uint64_t seed = static_cast<uint64_t>(o.get_int("seed"));
+  const std::string data = o.get_text("data");
+  // Check every flag before anything allocates or communicates; report all problems at once.
+  std::vector<std::string> problems;
+  if (steps < 0) problems.push_back("--steps=" + std::to_string(steps) + " must be 0 or more");
+  if (batch < 1) problems.push_back("--batch=" + std::to_string(batch) + " must be at least 1");
+  if (!data.empty() && cfg.vocab != 0 && cfg.vocab != 256)
+    problems.push_back("--data uses byte tokens (V = 256); drop --vocab=" + std::to_string(cfg.vocab));
+  if (cfg.vocab == 0) cfg.vocab = 256;
+  for (const auto& p : cfg.problems(world.size())) problems.push_back(p);
+  if (!problems.empty()) {
+    std::string all = problems.size() == 1 ? "" : std::to_string(problems.size()) + " problems: ";
+    for (size_t i = 0; i < problems.size(); ++i) all += (i ? "; " : "") + problems[i];
+    TP_CHECK_INPUT(false, all);
+  }
+
+  std::unique_ptr<TokenSource> source;
+  if (data.empty()) source = std::make_unique<MarkovSource>(cfg.vocab, seed);
+  else source = std::make_unique<TextSource>(data, cfg.seq, seed);
+
+  Gpt model(ctx.device, world, cfg);
+  model.init(seed);
+  AdamWParams hp;
+  hp.lr = static_cast<float>(o.get_real("lr"));
+  hp.weight_decay = static_cast<float>(o.get_real("weight-decay"));
+  AdamW opt(ctx.device, model.params(), hp);
+  int64_t step = 0;
+  if (!o.get_text("load").empty()) {
+    const LoadedCheckpoint loaded = load_checkpoint(o.get_text("load"), world, model, opt);
+    step = loaded.step;
+    log0(world, "loaded ", o.get_text("load"), " at step ", step,
+         loaded.optimizer_state ? " (with optimizer state)" : " (no optimizer state: AdamW starts fresh)");
+  }
+  int64_t n_params = 0;
+  for (const Param& p : model.params()) n_params += p.shape.numel();
+  log0(world, "tp_train: t = ", world.size(), " (", world.name(), ", ", ctx.device.name(), ")");
+  log0(world, "model: ", cfg.str(), ", ", n_params, " parameters");
+  log0(world, "data: ", source->describe());
+  log0(world, "batch ", batch, " x seq ", cfg.seq, " = ", batch * cfg.seq, " tokens/step, lr ", hp.lr,
+       ", steps ", step, " -> ", step + steps);
+
+  std::ofstream json;
+  if (!o.get_text("log-json").empty() && world.rank() == 0) {
+    json.open(o.get_text("log-json"), std::ios::app);
+    TP_CHECK_INPUT(json.good(), "cannot write --log-json file ", o.get_text("log-json"));
+  }
+  const int64_t every = std::max<int64_t>(1, o.get_int("log-every"));
+  const float clip = static_cast<float>(o.get_real("clip"));
+  for (int64_t i = 0; i < steps; ++i, ++step) {
+    const double t0 = now();
+    const size_t mark = world.ledger().size();
+    const Batch b = source->batch(step, batch, cfg.seq);
+    model.zero_grad();
+    const float loss = model.forward(b, seed, step);
+    model.backward();
+    if (i == 0 && !o.get_text("dump-grads").empty()) {
+      dump_gradients(o.get_text("dump-grads"), world, model, b, loss);
+      log0(world, "wrote gradients of step ", step, " to ", o.get_text("dump-grads"));
+    }
+    const double norm = global_grad_norm(world, ctx.device, model.params());
+    const float lr = learning_rate(hp.lr, step, o.get_int("warmup"), o.get_int("decay-steps"));
+    opt.step(model.params(), lr, clip_factor(norm, clip));
+    ctx.device.synchronize();
+    const double secs = now() - t0, comm = world.ledger().seconds_since(mark);
+    const double tok_s = static_cast<double>(batch * cfg.seq) / secs;
+    if (i % every == 0 || i + 1 == steps) {
+      char line[200];
+      std::snprintf(line, sizeof line, "step %5lld | loss %.6f | grad norm %.4f | lr %.3g | %.0f tok/s | comm %4.1f%%",
+                    static_cast<long long>(step + 1), loss, norm, lr, tok_s, 100.0 * comm / secs);
+      log0(world, line);
+    }
+    if (json.is_open()) {
+      char line[240];
+      std::snprintf(line, sizeof line,
+                    "{\"step\": %lld, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, \"tokens_per_s\": %.6g, "
+                    "\"comm_s\": %.6g, \"compute_s\": %.6g, \"t\": %d}",
+                    static_cast<long long>(step + 1), loss, norm, lr, tok_s, comm, secs - comm, world.size());
+      json << line << "\n" << std::flush;
+    }
+  }
+  if (std::isfinite(source->loss_floor())) log0(world, "loss floor of this data: ", source->loss_floor(), " nats");
+  if (!o.get_text("save").empty()) {
+    save_checkpoint(o.get_text("save"), world, model, opt, step);
+    log0(world, "saved ", o.get_text("save"), " at step ", step);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o("tp_train", "Trains a small GPT with tensor parallelism over the ranks of mpirun (t = -np).");
+  o.integer("layers", 2, "transformer blocks L")
+      .integer("hidden", 64, "hidden size h")
+      .integer("heads", 4, "attention heads (divisible by t)")
+      .integer("kv-heads", 0, "key/value heads for GQA; 0 = heads")
+      .integer("ffn", 0, "MLP inner size; 0 = 4 h")
+      .integer("vocab", 0, "vocabulary V; 0 = 256 (the Markov data's default, and bytes for --data)")
+      .integer("seq", 64, "sequence length = size of the position table")
+      .integer("batch", 8, "sequences per step")
+      .integer("steps", 50, "steps to run from where the run starts (fresh or --load)")
+      .real("lr", 1e-3, "peak learning rate (constant unless --warmup / --decay-steps)")
+      .integer("warmup", 0, "linear warm-up over the first N steps (absolute step numbers)")
+      .integer("decay-steps", 0, "cosine decay to 10% of lr, ending at absolute step N (0 = none)")
+      .real("weight-decay", 0.0, "AdamW decoupled weight decay on matrices")
+      .real("clip", 1.0, "clip the global gradient norm to this (0 = no clipping)")
+      .integer("seed", 1234, "seed of the initial weights, the data and dropout")
+      .real("dropout", 0.0, "dropout probability (embedding and both residual branches)")
+      .text("act", "gelu", "MLP activation", {"gelu", "swiglu"})
+      .text("norm", "layernorm", "normalisation", {"layernorm", "rmsnorm"})
+      .flag("untie", "give the LM head its own weight instead of tying it to wte")
+      .text("data", "", "train on the bytes of this file (V = 256) instead of the Markov data")
+      .text("save", "", "write a checkpoint (safetensors) here at the end")
+      .text("load", "", "start from this checkpoint (weights, optimizer state, step)")
+      .text("dump-grads", "", "after the first backward, write every global gradient, the batch and the loss here")
+      .text("log-json", "", "append one JSON object per step to this file")
+      .integer("log-every", 10, "print a progress line every N steps");
+  return run_program(argc, argv, o, train);
+}
