@@ -1,6 +1,6 @@
 # Tensor Parallelism from Scratch — build, run, test.
 #
-#   make run      install what is missing, build, run lessons 01-03 (each under mpirun)
+#   make run      install what is missing, build, run every lesson (each under mpirun)
 #   make test     install what is missing, build, run every test and every lesson;
 #                 the last line is "N passed, M failed"
 #   make          build everything into build/ (build/bin, build/lib)

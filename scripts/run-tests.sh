@@ -92,6 +92,47 @@ expect "no GPU backend" 2 "--backend gpu: this build has no GPU backend" 2 "$BUI
 expect "non-divisible size" 2 "error: fc1.out=7 is not divisible by t=3 (the number of ranks); run with t in {1, 7} or change fc1.out" 3 "$BUILD/bin/fail_one_rank" --mode=bad-input
 expect "one rank fails" nonzero "rank 1: error: rank 1 fails on purpose" 3 "$BUILD/bin/fail_one_rank" --mode=one-rank
 
+# 5. Training: the same loss curve at every t, a resume across t, and bad input to tp_train.
+tmp=$BUILD/test-tmp
+rm -rf "$tmp"; mkdir -p "$tmp"
+train=("$BUILD/bin/tp_train" --layers 2 --hidden 48 --heads 12 --ffn 96 --seq 16 --batch 4 --log-every 1000)
+losses() { sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$1"; }
+same_curve() {  # same_curve NAME A.json B.json [FIRST_STEP_OF_B]: relative difference ≤ 1e-4 at every step
+  local name=$1 a=$2 b=$3 skip=${4:-0} worst
+  worst=$(paste <(losses "$a" | tail -n +$((skip + 1))) <(losses "$b") |
+          awk 'NF == 2 { d = ($1 - $2) / $2; if (d < 0) d = -d; if (d > w) w = d; n++ }
+               END { if (n == 0) print "none"; else printf "%.2e", w }')
+  if [ "$worst" = none ]; then fail "$name: no losses to compare ($a, $b)"
+  elif awk -v w="$worst" 'BEGIN { exit !(w <= 1e-4) }'; then pass 1; echo "✓ $name: largest relative difference $worst"
+  else fail "$name: loss curves differ by $worst (> 1e-4)"; fi
+}
+for np in 1 2 3 4; do
+  run_mpi "$np" "${train[@]}" --steps 20 --log-json "$tmp/t$np.json" >"$logs/train_t$np.log" 2>&1 ||
+    fail "tp_train -np $np exited non-zero (see $logs/train_t$np.log)"
+done
+for np in 2 3 4; do same_curve "20-step loss curve, t = $np vs t = 1" "$tmp/t1.json" "$tmp/t$np.json"; done
+run_mpi 2 "${train[@]}" --steps 10 --save "$tmp/ck.safetensors" >"$logs/train_save.log" 2>&1 ||
+  fail "tp_train --save at -np 2 failed (see $logs/train_save.log)"
+run_mpi 4 "${train[@]}" --steps 10 --load "$tmp/ck.safetensors" --log-json "$tmp/resumed.json" >"$logs/train_resume.log" 2>&1 ||
+  fail "tp_train --load at -np 4 failed (see $logs/train_resume.log)"
+same_curve "saved at t = 2 after 10 steps, resumed at t = 4 = uninterrupted t = 1" "$tmp/t1.json" "$tmp/resumed.json" 10
+
+head -c 100 "$tmp/ck.safetensors" >"$tmp/truncated.safetensors"
+printf '\x10\x00\x00\x00\x00\x00\x00\x00{"a": [1, 2,    ' >"$tmp/garbage.safetensors"
+printf 'x' >"$tmp/tiny.txt"
+tt=("$BUILD/bin/tp_train" --steps 1)
+expect "heads not divisible by t" 2 "heads=6 is not divisible by t=4" 4 "${tt[@]}" --hidden 48 --heads 6
+expect "several config problems at once" 2 "4 problems: hidden=50 is not divisible by heads=4" 2 "${tt[@]}" --hidden 50 --heads 4 --ffn 7 --kv-heads 3
+expect "kv_heads not divisible by t" 2 "kv_heads=2 is not divisible by t=4" 4 "${tt[@]}" --heads 4 --kv-heads 2
+expect "missing data file" 2 "cannot open data file $tmp/none.txt" 2 "${tt[@]}" --data "$tmp/none.txt"
+expect "data file too short" 2 "has 1 bytes; one training sequence needs seq + 1 = 65" 2 "${tt[@]}" --data "$tmp/tiny.txt"
+expect "missing checkpoint" 2 "cannot open checkpoint $tmp/none.safetensors" 2 "${tt[@]}" --load "$tmp/none.safetensors"
+expect "truncated checkpoint" 2 "truncated" 2 "${train[@]}" --steps 1 --load "$tmp/truncated.safetensors"
+expect "malformed checkpoint header" 2 "header" 2 "${tt[@]}" --load "$tmp/garbage.safetensors"
+expect "checkpoint shape mismatch" 2 "tensor transformer.wte.weight has shape [256, 48] but this model needs [256, 64]" 2 \
+  "${train[@]}" --hidden 64 --heads 4 --steps 1 --load "$tmp/ck.safetensors"
+expect "seq larger than the position table" 2 "is larger than the position table of 16" 2 "${train[@]}" --seq 32 --steps 1 --load "$tmp/ck.safetensors"
+
 echo
 for f in "${failures[@]:+${failures[@]}}"; do echo "failed: $f"; done
 echo "$passed passed, $failed failed$([ "$skipped" != 0 ] && echo ", $skipped skipped")"

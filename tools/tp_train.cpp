@@ -19,6 +19,7 @@
 #include "model/checkpoint.h"
 #include "model/data.h"
 #include "model/gpt.h"
+#include "model/train.h"
 
 using namespace tp;
 
@@ -114,16 +115,15 @@ int train(Context& ctx) {
     const double t0 = now();
     const size_t mark = world.ledger().size();
     const Batch b = source->batch(step, batch, cfg.seq);
-    model.zero_grad();
-    const float loss = model.forward(b, seed, step);
-    model.backward();
-    if (i == 0 && !o.get_text("dump-grads").empty()) {
+    const float lr = learning_rate(hp.lr, step, o.get_int("warmup"), o.get_int("decay-steps"));
+    const bool dump = i == 0 && !o.get_text("dump-grads").empty();
+    const StepResult r = train_step(world, ctx.device, model, opt, b, seed, step, lr, clip, [&](float loss) {
+      if (!dump) return;
       dump_gradients(o.get_text("dump-grads"), world, model, b, loss);
       log0(world, "wrote gradients of step ", step, " to ", o.get_text("dump-grads"));
-    }
-    const double norm = global_grad_norm(world, ctx.device, model.params());
-    const float lr = learning_rate(hp.lr, step, o.get_int("warmup"), o.get_int("decay-steps"));
-    opt.step(model.params(), lr, clip_factor(norm, clip));
+    });
+    const float loss = r.loss;
+    const double norm = r.grad_norm;
     ctx.device.synchronize();
     const double secs = now() - t0, comm = world.ledger().seconds_since(mark);
     const double tok_s = static_cast<double>(batch * cfg.seq) / secs;

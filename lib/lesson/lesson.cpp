@@ -124,8 +124,8 @@ std::string Lesson::comm_since(size_t mark) const {
     std::string op = r.op;
     std::replace(op.begin(), op.end(), '_', '-');
     char buf[160];
-    std::snprintf(buf, sizeof buf, "%s of %lld floats (ring: %.3g B sent per rank)", op.c_str(),
-                  static_cast<long long>(r.elements), r.wire_bytes);
+    std::snprintf(buf, sizeof buf, "%s of %lld float%s (ring: %.3g B sent per rank)", op.c_str(),
+                  static_cast<long long>(r.elements), r.elements == 1 ? "" : "s", r.wire_bytes);
     s += (s.empty() ? "" : "; ") + std::string(buf);
   }
   return s;
@@ -177,9 +177,11 @@ int Lesson::finish() {
 }
 
 int run(int argc, char** argv, const std::string& binary, const std::string& title,
-        const std::vector<int>& ranks, const std::function<void(Lesson&)>& body) {
+        const std::vector<int>& ranks, const std::function<void(Lesson&)>& body,
+        const std::function<void(Options&)>& extra_options) {
   Options opts(binary, title + ".");
   opts.flag("step", "pause for Enter between steps");
+  if (extra_options) extra_options(opts);
   return run_program(argc, argv, opts, [&](Context& ctx) {
     Lesson lesson(ctx, binary, ranks);
     const int t = ctx.world.size();

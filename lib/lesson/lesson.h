@@ -43,6 +43,7 @@ class Lesson {
   Lesson(Context& ctx, const std::string& binary, const std::vector<int>& ranks);
 
   Communicator& world() { return ctx_.world; }
+  const Options& options() const { return ctx_.options; }
   Device& device() { return ctx_.device; }
   int rank() const { return ctx_.world.rank(); }
   int size() const { return ctx_.world.size(); }
@@ -95,8 +96,10 @@ class Lesson {
 /// The whole of a lesson's main(): declares --step, starts the ranks (tp::run_program), checks the
 /// rank count against `ranks`, prints the title and "t = N ranks: communicator, device", runs `body`
 /// and ends with Lesson::finish(). `binary` names the program in messages ("lesson_02_...").
+/// `extra_options`, when given, declares the lesson's own flags (read them with L.options()).
 int run(int argc, char** argv, const std::string& binary, const std::string& title,
-        const std::vector<int>& ranks, const std::function<void(Lesson&)>& body);
+        const std::vector<int>& ranks, const std::function<void(Lesson&)>& body,
+        const std::function<void(Options&)>& extra_options = {});
 
 /// {f(0), f(1), …, f(t − 1)}: what each rank should hold, for check_ranks.
 template <typename F>

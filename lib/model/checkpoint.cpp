@@ -64,34 +64,45 @@ void add_config(safetensors::Writer& w, const GptConfig& c) {
   w.set_metadata("tied", c.tied ? "true" : "false");
 }
 
-// Every configuration value the file records that differs from `c`, as "name: file X, run Y".
-void check_config(const safetensors::File& f, const GptConfig& c) {
-  const std::pair<const char*, std::string> want[] = {
+// Everything about the file that does not fit the model, each as one phrase: missing tensors,
+// tensors of the wrong shape (naming both shapes), and recorded configuration values that differ.
+std::vector<std::string> mismatches(const safetensors::File& f, const GptConfig& c, const ParamList& params) {
+  std::vector<std::string> out;
+  std::map<std::string, bool> seen;
+  for (const Param& p : params) {
+    const std::string name = stored_name(p);
+    if (seen[name]) continue;
+    seen[name] = true;
+    if (!f.has(name)) {
+      out.push_back("it has no tensor " + name);
+      continue;
+    }
+    const auto& have = f.info(name).shape;
+    const auto want = stored_shape(p);
+    if (have == want) continue;
+    std::string msg = "tensor " + name + " has shape " + shape_str(have) + " but this model needs " + shape_str(want);
+    if (name == "transformer.wpe.weight" && have.size() == 2 && have[0] < want[0])
+      msg += " (--seq=" + std::to_string(want[0]) + " is larger than the position table of " + std::to_string(have[0]) + ")";
+    out.push_back(msg);
+  }
+  const std::pair<const char*, std::string> config[] = {
       {"layers", std::to_string(c.layers)}, {"hidden", std::to_string(c.hidden)},
       {"heads", std::to_string(c.heads)},   {"kv_heads", std::to_string(c.kv())},
       {"ffn", std::to_string(c.inner())},   {"vocab", std::to_string(c.vocab)},
       {"seq", std::to_string(c.seq)},       {"act", c.act},
       {"norm", c.norm},                     {"tied", c.tied ? "true" : "false"}};
-  std::string diff;
-  for (const auto& [key, value] : want) {
-    if (!f.has_metadata(key) || f.metadata(key) == value) continue;
-    diff += (diff.empty() ? "" : ", ") + std::string("--") + key + "=" + f.metadata(key) + " in the file but " + value + " here";
-  }
-  TP_CHECK_INPUT(diff.empty(), "checkpoint ", f.path(), " was saved with a different model: ", diff,
-                 "; pass the file's values or start without --load");
+  for (const auto& [key, value] : config)
+    if (f.has_metadata(key) && f.metadata(key) != value)
+      out.push_back(std::string("it was saved with ") + key + "=" + f.metadata(key) + ", this run has " + value);
+  return out;
 }
 
 // Reads stored tensor `name` for `p`, checks its shape and returns this rank's shard.
 std::vector<float> read_shard(const safetensors::File& f, const std::string& name, const Param& p, int t) {
   TP_CHECK_INPUT(f.has(name), "checkpoint ", f.path(), " has no tensor ", name);
-  const auto& info = f.info(name);
   const auto want = stored_shape(p);
-  std::string hint;
-  if (name == "transformer.wpe.weight" && info.shape.size() == 2 && info.shape[0] < want[0])
-    hint = " (--seq=" + std::to_string(want[0]) + " is larger than the position table of " +
-           std::to_string(info.shape[0]) + ")";
-  TP_CHECK_INPUT(info.shape == want, "checkpoint ", f.path(), ": tensor ", name, " has shape ",
-                 shape_str(info.shape), " but this model needs ", shape_str(want), hint);
+  TP_CHECK_INPUT(f.info(name).shape == want, "checkpoint ", f.path(), ": tensor ", name, " has shape ",
+                 shape_str(f.info(name).shape), " but this model needs ", shape_str(want));
   const std::vector<float> stored = f.read_f32(name);
   std::vector<float> global(static_cast<size_t>(p.rows() * p.cols()));
   const int64_t cols = want.back();
@@ -126,8 +137,15 @@ void save_checkpoint(const std::string& path, Communicator& comm, const Gpt& mod
 LoadedCheckpoint load_checkpoint(const std::string& path, Communicator& comm, Gpt& model, AdamW& opt) {
   const safetensors::File f = safetensors::File::open(path);
   const GptConfig& cfg = model.config();
-  check_config(f, cfg);
   ParamList& params = model.params();
+  const auto problems = mismatches(f, cfg, params);
+  if (!problems.empty()) {
+    std::string all;
+    for (size_t i = 0; i < problems.size() && i < 4; ++i) all += (i ? "; " : "") + problems[i];
+    if (problems.size() > 4) all += "; and " + std::to_string(problems.size() - 4) + " more";
+    TP_CHECK_INPUT(false, "checkpoint ", path, " does not fit this model: ", all,
+                   " (pass the flags it was saved with, or start without --load)");
+  }
   const int t = comm.size();
   for (const Param& p : params) {
     Tensor value = p.value;

@@ -13,6 +13,15 @@ namespace tp {
 namespace {
 constexpr double kProb[4] = {0.5, 0.25, 0.125, 0.125};
 
+Batch empty_batch(int64_t seq, int64_t batch) {
+  Batch out;
+  out.seq = seq;
+  out.batch = batch;
+  out.ids.resize(static_cast<size_t>(seq * batch));
+  out.targets.resize(out.ids.size());
+  return out;
+}
+
 double uniform(const RngKey& key, int64_t index) {
   return random_value(key, index, Distribution::uniform(0.0f, 1.0f));
 }
@@ -36,11 +45,7 @@ MarkovSource::MarkovSource(int64_t vocab, uint64_t seed) : vocab_(vocab), seed_(
 }
 
 Batch MarkovSource::batch(int64_t step, int64_t batch, int64_t seq) const {
-  Batch out;
-  out.seq = seq;
-  out.batch = batch;
-  out.ids.resize(static_cast<size_t>(seq * batch));
-  out.targets.resize(out.ids.size());
+  Batch out = empty_batch(seq, batch);
   const RngKey key = RngKey::from(seed_, "markov.sample");
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t base = (step * batch + b) * (seq + 1);
@@ -82,11 +87,7 @@ TextSource::TextSource(const std::string& path, int64_t seq, uint64_t seed) : pa
 }
 
 Batch TextSource::batch(int64_t step, int64_t batch, int64_t seq) const {
-  Batch out;
-  out.seq = seq;
-  out.batch = batch;
-  out.ids.resize(static_cast<size_t>(seq * batch));
-  out.targets.resize(out.ids.size());
+  Batch out = empty_batch(seq, batch);
   const RngKey key = RngKey::from(seed_, "text.offset");
   const int64_t starts = static_cast<int64_t>(bytes_.size()) - seq;  // valid start offsets
   for (int64_t b = 0; b < batch; ++b) {

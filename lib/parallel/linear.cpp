@@ -33,6 +33,30 @@ void ParallelLinearBase::zero_grad() {
   if (has_bias()) device_.fill(dbias, 0.0f);
 }
 
+void ParallelLinearBase::collect(ParamList& out, Split weight_split, int64_t weight_offset, Split bias_split,
+                                 int64_t bias_offset, float weight_std) const {
+  Param w;
+  w.name = name_ + ".weight";
+  w.shape = Shape{in_, out_};
+  w.split = weight_split;
+  w.offset = weight_offset;
+  w.value = weight;
+  w.grad = dweight;
+  w.init_std = weight_std;
+  w.decay = true;
+  out.push_back(w);
+  if (!has_bias()) return;
+  Param b;
+  b.name = name_ + ".bias";
+  b.shape = Shape{out_};
+  b.split = bias_split;
+  b.offset = bias_offset;
+  b.value = bias;
+  b.grad = dbias;
+  b.init = Init::Zeros;
+  out.push_back(b);
+}
+
 void ParallelLinearBase::init_shards(uint64_t seed, const Distribution& dist,
                                      const GlobalIndex& weight_index, const GlobalIndex& bias_index) {
   device_.fill_random(weight, RngKey::from(seed, name_ + ".weight"), weight_index, dist);
@@ -91,26 +115,7 @@ Tensor ColumnParallelLinear::backward_partial(const Tensor& dy_in) {
 }
 
 void ColumnParallelLinear::collect_params(ParamList& out, float weight_std) const {
-  Param w;
-  w.name = name_ + ".weight";
-  w.shape = Shape{in_, out_};
-  w.split = Split::Columns;
-  w.offset = col0_;
-  w.value = weight;
-  w.grad = dweight;
-  w.init_std = weight_std;
-  w.decay = true;
-  out.push_back(w);
-  if (!has_bias()) return;
-  Param b;
-  b.name = name_ + ".bias";
-  b.shape = Shape{out_};
-  b.split = Split::Columns;
-  b.offset = col0_;
-  b.value = bias;
-  b.grad = dbias;
-  b.init = Init::Zeros;
-  out.push_back(b);
+  collect(out, Split::Columns, col0_, Split::Columns, col0_, weight_std);
 }
 
 // ---- RowParallelLinear --------------------------------------------------------------------------
@@ -162,24 +167,7 @@ Tensor RowParallelLinear::backward(const Tensor& dy_in) {
 }
 
 void RowParallelLinear::collect_params(ParamList& out, float weight_std) const {
-  Param w;
-  w.name = name_ + ".weight";
-  w.shape = Shape{in_, out_};
-  w.split = Split::Rows;
-  w.offset = row0_;
-  w.value = weight;
-  w.grad = dweight;
-  w.init_std = weight_std;
-  w.decay = true;
-  out.push_back(w);
-  if (!has_bias()) return;
-  Param b;
-  b.name = name_ + ".bias";
-  b.shape = Shape{out_};
-  b.value = bias;
-  b.grad = dbias;
-  b.init = Init::Zeros;
-  out.push_back(b);
+  collect(out, Split::Rows, row0_, Split::Replicated, 0, weight_std);
 }
 
 }  // namespace tp

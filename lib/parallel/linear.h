@@ -44,6 +44,9 @@ class ParallelLinearBase {
   /// and the bias likewise from name + ".bias".
   void init_shards(uint64_t seed, const Distribution& dist, const GlobalIndex& weight_index,
                    const GlobalIndex& bias_index);
+  /// Appends the weight (N(0, weight_std), decayed) and the bias (zeros) as Params.
+  void collect(ParamList& out, Split weight_split, int64_t weight_offset, Split bias_split,
+               int64_t bias_offset, float weight_std) const;
 
   Device& device_;
   Communicator& comm_;
