@@ -52,12 +52,21 @@ class CpuDevice : public Device {
   void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q,
                           const Tensor& k, const Tensor& v, const Tensor& probs,
                           const AttentionShape& shape) override;
-  void embedding_forward(Tensor& out, const Tensor& ids, const Tensor& wte, const Tensor& wpe,
-                         int64_t batch) override;
-  void embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Tensor& ids,
-                          int64_t batch) override;
-  void softmax_cross_entropy(Tensor& loss, Tensor& dlogits, const Tensor& logits, const Tensor& targets,
-                             float scale) override;
+  void embedding_shard_forward(Tensor& out, const Tensor& ids, const Tensor& wte_shard,
+                               int64_t first_id) override;
+  void embedding_shard_backward(Tensor& dwte_shard, const Tensor& dout, const Tensor& ids,
+                                int64_t first_id) override;
+  void position_forward(Tensor& x, const Tensor& wpe, int64_t batch, int64_t row0) override;
+  void position_backward(Tensor& dwpe, const Tensor& dx, int64_t batch, int64_t row0) override;
+  void vocab_max(Tensor& row_max, const Tensor& logits, const VocabShard& shard) override;
+  void vocab_sum_exp_target(Tensor& sum_exp, Tensor& target_logit, const Tensor& logits,
+                            const Tensor& row_max, const Tensor& targets,
+                            const VocabShard& shard) override;
+  void vocab_loss(Tensor& loss, const Tensor& row_max, const Tensor& sum_exp,
+                  const Tensor& target_logit) override;
+  void vocab_softmax_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
+                              const Tensor& sum_exp, const Tensor& targets, const VocabShard& shard,
+                              float scale) override;
   void adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWParams& h,
                   int64_t step) override;
 };

@@ -503,109 +503,252 @@ void CpuDevice::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Ten
       }
 }
 
-// ---- embedding and loss --------------------------------------------------------------------------
+// ---- vocabulary-parallel embedding ---------------------------------------------------------------
 
-// out[s·B + b] = wte[ids[s·B + b]] + wpe[s]
-// Backward: dwte[ids[i]] += dout[i], dwpe[s] += Σ_b dout[s·B + b]
+// wte is split by rows (tokens): a shard holds ids [first, first + rows). Each shard looks up the
+// ids it owns and writes zeros for the others, so the sum over the shards (one all-reduce) is the
+// full lookup:
+//   out[i] = wte_shard[ids[i] − first] if first ≤ ids[i] < first + rows, else 0
+// Backward: dwte_shard[ids[i] − first] += dout[i] for the owned ids only.
 namespace {
-void check_embedding(const Device& dev, const char* what, const Tensor& out, const Tensor& ids,
-                     const Tensor& wte, const Tensor& wpe, int64_t batch) {
-  check_all_on(dev, what, out, ids, wte, wpe);
-  const int64_t rows = ids.numel(), h = wte.cols();
-  TP_CHECK(batch > 0 && rows % batch == 0, what, ": ", rows, " ids are not a multiple of batch=", batch);
-  TP_CHECK(out.rows() == rows && out.cols() == h, what, ": ", out.shape().str(), " should be ", rows,
-           "x", h, " (ids ", ids.shape().str(), ", wte ", wte.shape().str(), ")");
-  TP_CHECK(wpe.cols() == h && wpe.rows() >= rows / batch, what, ": wpe ", wpe.shape().str(),
-           " should have ", h, " columns and at least S=", rows / batch, " rows");
+// An id stored as f32 must be a non-negative integer, exact in f32 (below 2^24).
+bool valid_token(float id) { return id >= 0.0f && id < 16777216.0f && id == std::floor(id); }
+
+// The owned row of id, or −1 when another shard owns it.
+int64_t owned_row(float id, int64_t first, int64_t rows) {
+  const int64_t row = static_cast<int64_t>(id) - first;
+  return row >= 0 && row < rows ? row : -1;
+}
+
+void check_embedding_shard(const Device& dev, const char* what, const Tensor& out, const Tensor& ids,
+                           const Tensor& wte_shard, int64_t first_id) {
+  check_all_on(dev, what, out, ids, wte_shard);
+  const int64_t n = ids.numel(), h = wte_shard.cols();
+  TP_CHECK(first_id >= 0, what, ": first_id=", first_id, " must be ≥ 0");
+  TP_CHECK(out.rows() == n && out.cols() == h, what, ": ", out.shape().str(), " should be ", n, "x",
+           h, " (ids ", ids.shape().str(), ", wte_shard ", wte_shard.shape().str(), ")");
   const float* pid = ids.data();
-  const int64_t V = wte.rows();
-  for (int64_t i = 0; i < rows; ++i)
-    TP_CHECK(valid_id(pid[i], V), what, ": id ", pid[i], " at row ", i, " is not a token of V=", V);
+  for (int64_t i = 0; i < n; ++i)
+    TP_CHECK(valid_token(pid[i]), what, ": id ", pid[i], " at row ", i,
+             " is not a token id (a non-negative integer below 2^24)");
 }
 }  // namespace
 
-void CpuDevice::embedding_forward(Tensor& out, const Tensor& ids, const Tensor& wte, const Tensor& wpe,
-                                  int64_t batch) {
-  check_embedding(*this, "embedding_forward", out, ids, wte, wpe, batch);
-  const int64_t rows = ids.numel(), h = wte.cols();
+void CpuDevice::embedding_shard_forward(Tensor& out, const Tensor& ids, const Tensor& wte_shard,
+                                        int64_t first_id) {
+  check_embedding_shard(*this, "embedding_shard_forward", out, ids, wte_shard, first_id);
+  const int64_t n = ids.numel(), rows = wte_shard.rows(), h = wte_shard.cols();
   const float* pid = ids.data();
-  const float* pwte = wte.data();
-  const float* pwpe = wpe.data();
+  const float* pwte = wte_shard.data();
   float* pout = out.data();
-#pragma omp parallel for if (rows * h > kParallelMin)
-  for (int64_t i = 0; i < rows; ++i) {
-    const float* te = pwte + static_cast<int64_t>(pid[i]) * h;
-    const float* pe = pwpe + (i / batch) * h;
+#pragma omp parallel for if (n * h > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t row = owned_row(pid[i], first_id, rows);
     float* o = pout + i * h;
-    for (int64_t c = 0; c < h; ++c) o[c] = te[c] + pe[c];
+    if (row < 0) {
+      for (int64_t c = 0; c < h; ++c) o[c] = 0.0f;
+    } else {
+      const float* te = pwte + row * h;
+      for (int64_t c = 0; c < h; ++c) o[c] = te[c];
+    }
   }
 }
 
-void CpuDevice::embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Tensor& ids,
-                                   int64_t batch) {
-  check_embedding(*this, "embedding_backward", dout, ids, dwte, dwpe, batch);
-  const int64_t rows = ids.numel(), h = dwte.cols(), S = rows / batch;
+void CpuDevice::embedding_shard_backward(Tensor& dwte_shard, const Tensor& dout, const Tensor& ids,
+                                         int64_t first_id) {
+  check_embedding_shard(*this, "embedding_shard_backward", dout, ids, dwte_shard, first_id);
+  const int64_t n = ids.numel(), rows = dwte_shard.rows(), h = dwte_shard.cols();
   const float* pid = ids.data();
   const float* pdo = dout.data();
-  float* pdwte = dwte.data();
-  float* pdwpe = dwpe.data();
-  const bool parallel = rows * h > kParallelMin;
-  // dwte: ids repeat, so each block of columns is owned by one thread, rows in order.
+  float* pdwte = dwte_shard.data();
+  // ids repeat, so each block of columns is owned by one thread, rows i in order.
   const int64_t nblocks = (h + kColBlock - 1) / kColBlock;
-#pragma omp parallel for if (parallel)
+#pragma omp parallel for if (n * h > kParallelMin)
   for (int64_t blk = 0; blk < nblocks; ++blk) {
     const int64_t c0 = blk * kColBlock, c1 = std::min(h, c0 + kColBlock);
-    for (int64_t i = 0; i < rows; ++i) {
-      float* dst = pdwte + static_cast<int64_t>(pid[i]) * h;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t row = owned_row(pid[i], first_id, rows);
+      if (row < 0) continue;
+      float* dst = pdwte + row * h;
       const float* src = pdo + i * h;
       for (int64_t c = c0; c < c1; ++c) dst[c] += src[c];
     }
   }
-  // dwpe: row s is owned by one thread, b in order.
-#pragma omp parallel for if (parallel)
-  for (int64_t s = 0; s < S; ++s) {
+}
+
+// Positions, sequence-major: global row g = s·B + b is position s = g / B. x holds the global rows
+// [row0, row0 + rows) (row0 > 0 for a sequence-parallel shard):
+//   x[r] += wpe[(row0 + r) / B]
+// Backward: dwpe[s] += Σ over the held rows r of position s of dx[r]
+namespace {
+void check_position(const Device& dev, const char* what, const Tensor& x, const Tensor& wpe,
+                    int64_t batch, int64_t row0) {
+  check_all_on(dev, what, x, wpe);
+  TP_CHECK(batch > 0, what, ": batch=", batch, " must be > 0");
+  TP_CHECK(row0 >= 0, what, ": row0=", row0, " must be ≥ 0");
+  const int64_t rows = x.rows(), h = x.cols();
+  const int64_t need = rows > 0 ? (row0 + rows - 1) / batch + 1 : 0;  // positions read or written
+  TP_CHECK(wpe.cols() == h && wpe.rows() >= need, what, ": wpe ", wpe.shape().str(), " should have ",
+           h, " columns and at least ", need, " rows for rows [", row0, ", ", row0 + rows,
+           ") of x ", x.shape().str(), " at batch=", batch);
+}
+}  // namespace
+
+void CpuDevice::position_forward(Tensor& x, const Tensor& wpe, int64_t batch, int64_t row0) {
+  check_position(*this, "position_forward", x, wpe, batch, row0);
+  const int64_t rows = x.rows(), h = x.cols();
+  const float* pwpe = wpe.data();
+  float* px = x.data();
+#pragma omp parallel for if (rows * h > kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* pe = pwpe + ((row0 + r) / batch) * h;
+    float* xr = px + r * h;
+    for (int64_t c = 0; c < h; ++c) xr[c] += pe[c];
+  }
+}
+
+void CpuDevice::position_backward(Tensor& dwpe, const Tensor& dx, int64_t batch, int64_t row0) {
+  check_position(*this, "position_backward", dx, dwpe, batch, row0);
+  const int64_t rows = dx.rows(), h = dx.cols();
+  if (rows == 0) return;
+  const int64_t s0 = row0 / batch, s1 = (row0 + rows - 1) / batch + 1;  // positions [s0, s1)
+  const float* pdx = dx.data();
+  float* pdwpe = dwpe.data();
+  // Position s is owned by one thread, its held rows in order.
+#pragma omp parallel for if (rows * h > kParallelMin)
+  for (int64_t s = s0; s < s1; ++s) {
+    const int64_t r0 = std::max(s * batch, row0) - row0;
+    const int64_t r1 = std::min((s + 1) * batch, row0 + rows) - row0;
     float* dst = pdwpe + s * h;
-    for (int64_t b = 0; b < batch; ++b) {
-      const float* src = pdo + (s * batch + b) * h;
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* src = pdx + r * h;
       for (int64_t c = 0; c < h; ++c) dst[c] += src[c];
     }
   }
 }
 
-// Per row r with target y: m = max(x), lse = m + log Σ_c e^(x_c − m)
-//   loss[r] = lse − x_y,  dlogits[r, c] = scale (e^(x_c − lse) − [c = y])
-// dlogits may alias logits: the row's max, sum and x_y are read before any write.
-void CpuDevice::softmax_cross_entropy(Tensor& loss, Tensor& dlogits, const Tensor& logits,
-                                      const Tensor& targets, float scale) {
-  check_all_on(*this, "softmax_cross_entropy", loss, dlogits, logits, targets);
-  const int64_t rows = logits.rows(), V = logits.cols();
-  TP_CHECK(dlogits.rows() == rows && dlogits.cols() == V, "softmax_cross_entropy: dlogits ",
-           dlogits.shape().str(), " should match logits ", logits.shape().str());
-  TP_CHECK(loss.numel() == rows && targets.numel() == rows, "softmax_cross_entropy: loss ",
-           loss.shape().str(), " and targets ", targets.shape().str(), " should hold ", rows,
-           " rows of logits ", logits.shape().str());
+// ---- vocabulary-parallel loss --------------------------------------------------------------------
+
+// logits are split by columns (tokens): a shard holds global ids [first, first + cols), of which
+// ids ≥ V are padding and take no part. With m, Σ and x_y all-reduced between the steps (max, sum,
+// sum), for row i with target y:
+//   m_i = max_j x_ij                                   (vocab_max; −inf for a shard of padding)
+//   Σ_i = Σ_j e^(x_ij − m_i),  x_y = x_iy or 0         (vocab_sum_exp_target, m_i the global max)
+//   loss_i = log Σ_i + m_i − x_y                       (vocab_loss)
+//   dlogits_ij = scale (e^(x_ij − m_i) / Σ_i − [first + j = y]), 0 on padding
+// Every dlogits element depends on its own logit only, so dlogits may alias logits.
+namespace {
+// Columns [0, real) of the shard are real tokens, [real, cols) padding.
+int64_t real_columns(const char* what, const VocabShard& shard, int64_t cols) {
+  TP_CHECK(shard.first >= 0 && shard.vocab > 0, what, ": shard first=", shard.first, " vocab=",
+           shard.vocab, " (need first ≥ 0, vocab > 0)");
+  return std::clamp<int64_t>(shard.vocab - shard.first, 0, cols);
+}
+
+void check_rows(const char* what, const char* name, const Tensor& t, const Tensor& logits) {
+  TP_CHECK(t.numel() == logits.rows(), what, ": ", name, " ", t.shape().str(), " should hold ",
+           logits.rows(), " rows of logits ", logits.shape().str());
+}
+
+void check_targets(const char* what, const Tensor& targets, const Tensor& logits, int64_t vocab) {
+  check_rows(what, "targets", targets, logits);
   const float* pt = targets.data();
-  for (int64_t r = 0; r < rows; ++r)
-    TP_CHECK(valid_id(pt[r], V), "softmax_cross_entropy: target ", pt[r], " at row ", r,
-             " is not a class of V=", V);
+  for (int64_t i = 0; i < targets.numel(); ++i)
+    TP_CHECK(valid_id(pt[i], vocab), what, ": target ", pt[i], " at row ", i,
+             " is not a token of V=", vocab);
+}
+}  // namespace
+
+void CpuDevice::vocab_max(Tensor& row_max, const Tensor& logits, const VocabShard& shard) {
+  const char* what = "vocab_max";
+  check_all_on(*this, what, row_max, logits);
+  const int64_t n = logits.rows(), cols = logits.cols();
+  const int64_t real = real_columns(what, shard, cols);
+  check_rows(what, "row_max", row_max, logits);
   const float* px = logits.data();
-  float* pd = dlogits.data();
+  float* pm = row_max.data();
+#pragma omp parallel for if (n * cols > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float* xr = px + i * cols;
+    float m = -INFINITY;
+    for (int64_t j = 0; j < real; ++j) m = std::max(m, xr[j]);
+    pm[i] = m;
+  }
+}
+
+void CpuDevice::vocab_sum_exp_target(Tensor& sum_exp, Tensor& target_logit, const Tensor& logits,
+                                     const Tensor& row_max, const Tensor& targets,
+                                     const VocabShard& shard) {
+  const char* what = "vocab_sum_exp_target";
+  check_all_on(*this, what, sum_exp, target_logit, logits, row_max, targets);
+  const int64_t n = logits.rows(), cols = logits.cols();
+  const int64_t real = real_columns(what, shard, cols);
+  check_rows(what, "sum_exp", sum_exp, logits);
+  check_rows(what, "target_logit", target_logit, logits);
+  check_rows(what, "row_max", row_max, logits);
+  check_targets(what, targets, logits, shard.vocab);
+  const float* px = logits.data();
+  const float* pm = row_max.data();
+  const float* pt = targets.data();
+  float* ps = sum_exp.data();
+  float* py = target_logit.data();
+#pragma omp parallel for if (n * cols > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float* xr = px + i * cols;
+    const double m = pm[i];
+    double s = 0.0;
+    for (int64_t j = 0; j < real; ++j) s += std::exp(static_cast<double>(xr[j]) - m);
+    const int64_t j = static_cast<int64_t>(pt[i]) - shard.first;  // target < V, so j < real if owned
+    ps[i] = static_cast<float>(s);
+    py[i] = j >= 0 && j < real ? xr[j] : 0.0f;
+  }
+}
+
+void CpuDevice::vocab_loss(Tensor& loss, const Tensor& row_max, const Tensor& sum_exp,
+                           const Tensor& target_logit) {
+  const char* what = "vocab_loss";
+  check_all_on(*this, what, loss, row_max, sum_exp, target_logit);
+  check_same_numel(what, "loss", loss, "row_max", row_max);
+  check_same_numel(what, "loss", loss, "sum_exp", sum_exp);
+  check_same_numel(what, "loss", loss, "target_logit", target_logit);
+  const float* pm = row_max.data();
+  const float* ps = sum_exp.data();
+  const float* py = target_logit.data();
   float* pl = loss.data();
-#pragma omp parallel for if (rows * V > kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = px + r * V;
-    float* dr = pd + r * V;
-    const int64_t y = static_cast<int64_t>(pt[r]);
-    float maxv = -INFINITY;
-    for (int64_t c = 0; c < V; ++c) maxv = std::max(maxv, xr[c]);
-    double sum = 0.0;
-    for (int64_t c = 0; c < V; ++c) sum += std::exp(static_cast<double>(xr[c]) - maxv);
-    const double lse = maxv + std::log(sum);
-    pl[r] = static_cast<float>(lse - xr[y]);
-    for (int64_t c = 0; c < V; ++c) {
-      const float p = static_cast<float>(std::exp(static_cast<double>(xr[c]) - lse));
-      dr[c] = scale * (p - (c == y ? 1.0f : 0.0f));
+  const int64_t n = loss.numel();
+#pragma omp parallel for if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i)
+    pl[i] = static_cast<float>(std::log(static_cast<double>(ps[i])) + pm[i] - py[i]);
+}
+
+void CpuDevice::vocab_softmax_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
+                                       const Tensor& sum_exp, const Tensor& targets,
+                                       const VocabShard& shard, float scale) {
+  const char* what = "vocab_softmax_backward";
+  check_all_on(*this, what, dlogits, logits, row_max, sum_exp, targets);
+  const int64_t n = logits.rows(), cols = logits.cols();
+  TP_CHECK(dlogits.rows() == n && dlogits.cols() == cols, what, ": dlogits ", dlogits.shape().str(),
+           " should match logits ", logits.shape().str());
+  const int64_t real = real_columns(what, shard, cols);
+  check_rows(what, "row_max", row_max, logits);
+  check_rows(what, "sum_exp", sum_exp, logits);
+  check_targets(what, targets, logits, shard.vocab);
+  const float* px = logits.data();
+  const float* pm = row_max.data();
+  const float* ps = sum_exp.data();
+  const float* pt = targets.data();
+  float* pd = dlogits.data();
+#pragma omp parallel for if (n * cols > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float* xr = px + i * cols;
+    float* dr = pd + i * cols;
+    const double m = pm[i], inv = 1.0 / static_cast<double>(ps[i]);
+    const int64_t y = static_cast<int64_t>(pt[i]) - shard.first;  // local target column, if owned
+    for (int64_t j = 0; j < real; ++j) {  // x_ij is read before dlogits_ij is written
+      const float p = static_cast<float>(std::exp(static_cast<double>(xr[j]) - m) * inv);
+      dr[j] = scale * (p - (j == y ? 1.0f : 0.0f));
     }
+    for (int64_t j = real; j < cols; ++j) dr[j] = 0.0f;
   }
 }
 

@@ -126,9 +126,10 @@ MpiCommunicator::~MpiCommunicator() {
 
 std::string MpiCommunicator::name() const { return "mpi (" + mpi_library_version() + ")"; }
 
-void MpiCommunicator::do_all_reduce(Tensor& x) {
+void MpiCommunicator::do_all_reduce(Tensor& x, ReduceOp op) {
   HostView v(x, true);
-  mpi_check(MPI_Allreduce(MPI_IN_PLACE, v.ptr(), count_of(x), MPI_FLOAT, MPI_SUM, comm_), "MPI_Allreduce");
+  mpi_check(MPI_Allreduce(MPI_IN_PLACE, v.ptr(), count_of(x), MPI_FLOAT, op == ReduceOp::Max ? MPI_MAX : MPI_SUM, comm_),
+            "MPI_Allreduce");
   v.write_back();
 }
 

@@ -1,6 +1,6 @@
 // mpi_communicator.h — the Communicator on MPI (MPICH or Open MPI).
 //
-//   all_reduce      → MPI_Allreduce(MPI_IN_PLACE, SUM)      all_reduce_async     → MPI_Iallreduce
+//   all_reduce      → MPI_Allreduce(MPI_IN_PLACE, SUM | MAX) all_reduce_async    → MPI_Iallreduce
 //   all_gather      → MPI_Allgather                         all_gather_async     → MPI_Iallgather
 //   reduce_scatter  → MPI_Reduce_scatter_block (SUM)        reduce_scatter_async → MPI_Ireduce_scatter_block
 //   broadcast       → MPI_Bcast      send_recv → MPI_Sendrecv      split → MPI_Comm_split
@@ -24,7 +24,7 @@ class MpiCommunicator : public Communicator {
   MPI_Comm handle() const { return comm_; }
 
  protected:
-  void do_all_reduce(Tensor& x) override;
+  void do_all_reduce(Tensor& x, ReduceOp op) override;
   void do_all_gather(const Tensor& shard, Tensor& full) override;
   void do_reduce_scatter(const Tensor& full, Tensor& shard) override;
   void do_broadcast(Tensor& x, int root) override;

@@ -117,12 +117,32 @@ run_mpi 4 "${train[@]}" --steps 10 --load "$tmp/ck.safetensors" --log-json "$tmp
   fail "tp_train --load at -np 4 failed (see $logs/train_resume.log)"
 same_curve "saved at t = 2 after 10 steps, resumed at t = 4 = uninterrupted t = 1" "$tmp/t1.json" "$tmp/resumed.json" 10
 
+# Sequence parallelism (with dropout) and a padded vocabulary: the same curve as plain t = 1.
+sp=("${train[@]}" --steps 20 --dropout 0.1)
+run_mpi 1 "${sp[@]}" --log-json "$tmp/sp_t1.json" >"$logs/train_sp_t1.log" 2>&1 || fail "tp_train --dropout at -np 1 failed"
+for np in 2 4; do
+  run_mpi "$np" "${sp[@]}" --sp --audit-grads --log-json "$tmp/sp_t$np.json" >"$logs/train_sp_t$np.log" 2>&1 ||
+    fail "tp_train --sp --audit-grads at -np $np failed (see $logs/train_sp_t$np.log)"
+  same_curve "20-step curve with --sp and dropout, t = $np vs t = 1" "$tmp/sp_t1.json" "$tmp/sp_t$np.json"
+  if grep -q "audit: 15 of 15 replicated gradients identical on every rank and equal to t = 1" "$logs/train_sp_t$np.log" &&
+     grep -q "(ledger) = .* (formula, with SP)" "$logs/train_sp_t$np.log"; then
+    pass 1; echo "✓ --sp at t = $np: gradient audit passed, activation ledger = formula"
+  else
+    fail "--sp at t = $np: audit or memory check missing from $logs/train_sp_t$np.log"
+  fi
+done
+big=("${train[@]}" --steps 5 --batch 2 --vocab 50257)
+run_mpi 1 "${big[@]}" --log-json "$tmp/v1.json" >"$logs/train_v1.log" 2>&1 || fail "tp_train --vocab 50257 at -np 1 failed"
+run_mpi 3 "${big[@]}" --log-json "$tmp/v3.json" >"$logs/train_v3.log" 2>&1 || fail "tp_train --vocab 50257 at -np 3 failed"
+same_curve "--vocab 50257: t = 3 (padded to 50259) vs t = 1" "$tmp/v1.json" "$tmp/v3.json"
+
 head -c 100 "$tmp/ck.safetensors" >"$tmp/truncated.safetensors"
 printf '\x10\x00\x00\x00\x00\x00\x00\x00{"a": [1, 2,    ' >"$tmp/garbage.safetensors"
 printf 'x' >"$tmp/tiny.txt"
 tt=("$BUILD/bin/tp_train" --steps 1)
 expect "heads not divisible by t" 2 "heads=6 is not divisible by t=4" 4 "${tt[@]}" --hidden 48 --heads 6
 expect "several config problems at once" 2 "4 problems: hidden=50 is not divisible by heads=4" 2 "${tt[@]}" --hidden 50 --heads 4 --ffn 7 --kv-heads 3
+expect "--sp with seq not divisible by t" 2 "seq=10 is not divisible by t=4: sequence parallelism gives each rank seq/t tokens" 4 "${tt[@]}" --sp --seq 10
 expect "kv_heads not divisible by t" 2 "kv_heads=2 is not divisible by t=4" 4 "${tt[@]}" --heads 4 --kv-heads 2
 expect "missing data file" 2 "cannot open data file $tmp/none.txt" 2 "${tt[@]}" --data "$tmp/none.txt"
 expect "data file too short" 2 "has 1 bytes; one training sequence needs seq + 1 = 65" 2 "${tt[@]}" --data "$tmp/tiny.txt"

@@ -1,5 +1,6 @@
 // test_collectives.cpp — every collective of MpiCommunicator, sync and async, on the world and on
-// split groups, with rank-valued inputs and closed-form answers; and the CommLedger records.
+// split groups, with rank-valued inputs and closed-form answers (the all-reduce with sum and with
+// max); and the CommLedger records.
 // Runs under mpirun -np 1, 2, 3, 4. Values are small integers, so equality is exact.
 #include <gtest/gtest.h>
 
@@ -58,7 +59,49 @@ void check_reduce_scatter(Communicator& c, bool async) {
   EXPECT_EQ(shard.to_host(), triangle_times(n, t, r * n));
 }
 
+// x[i] = rank + i for even i, −(rank + i) for odd i: the maximum over the group is t − 1 + i (the
+// last rank) for even i and −i (rank 0) for odd i, so x[0] = t − 1. One ledger record, op
+// "all_reduce_max", with the all-reduce's ring bytes 2 (t − 1)/t · 4N.
+void check_all_reduce_max(Communicator& c) {
+  const int t = c.size(), r = c.rank();
+  const int64_t n = 6;
+  std::vector<float> v(n), want(n);
+  for (int64_t i = 0; i < n; ++i) {
+    v[i] = (i % 2 == 0 ? 1.0f : -1.0f) * static_cast<float>(r + i);
+    want[i] = i % 2 == 0 ? static_cast<float>(t - 1 + i) : -static_cast<float>(i);
+  }
+  Tensor x = Tensor::from_host(device(), Shape{n}, v), y = rank_valued(c, 4);
+  const size_t before = c.ledger().size();
+  c.all_reduce(x, ReduceOp::Max);
+  c.all_reduce(y, ReduceOp::Sum);  // the other reduction, for contrast
+  EXPECT_EQ(x.to_host(), want);
+  EXPECT_EQ(x.to_host()[0], static_cast<float>(t - 1));
+  EXPECT_EQ(y.to_host(), triangle_times(4, t));
+  ASSERT_EQ(c.ledger().size(), before + 2);  // after the last collective: ASSERT is safe
+  const CommRecord& rec = c.ledger().records()[before];
+  EXPECT_EQ(rec.op, "all_reduce_max");
+  EXPECT_EQ(rec.group_size, t);
+  EXPECT_EQ(rec.elements, n);
+  EXPECT_EQ(rec.bytes, 4 * n);
+  EXPECT_DOUBLE_EQ(rec.wire_bytes, 2.0 * (t - 1) / t * 4.0 * n);
+  EXPECT_FALSE(rec.async);
+  EXPECT_EQ(c.ledger().records()[before + 1].op, "all_reduce");
+}
+
 TEST(Collectives, AllReduceSumsRankValues) { check_all_reduce(world(), false); }
+TEST(Collectives, AllReduceMaxOfRankValuesIsTheLastRank) { check_all_reduce_max(world()); }
+TEST(Collectives, AllReduceMaxOnSplitGroups) {
+  Communicator& w = world();
+  auto sub = w.split(w.rank() % 2, w.rank());
+  ASSERT_EQ(sub->size(), (w.size() + (w.rank() % 2 == 0 ? 1 : 0)) / 2);  // same outcome on every rank of a group
+  check_all_reduce_max(*sub);
+  // In world ranks: the largest of the group is the last even (or odd) world rank.
+  Tensor x = Tensor::from_host(device(), Shape{1}, {1.0f * w.rank()});
+  sub->all_reduce(x, ReduceOp::Max);
+  int want = w.rank() % 2;
+  while (want + 2 < w.size()) want += 2;
+  EXPECT_EQ(x.to_host()[0], static_cast<float>(want));
+}
 TEST(Collectives, AllReduceAsync) { check_all_reduce(world(), true); }
 TEST(Collectives, AllGatherConcatenatesAlongDim0) { check_all_gather(world(), false); }
 TEST(Collectives, AllGatherAsync) { check_all_gather(world(), true); }
@@ -164,6 +207,7 @@ TEST(SerialCommunicator, IsTheSizeOneCase) {
   check_all_gather(s, true);
   check_reduce_scatter(s, false);
   EXPECT_EQ(s.ledger().records()[0].wire_bytes, 0.0);
+  check_all_reduce_max(s);  // t = 1: the max of one value is itself
 }
 
 }  // namespace

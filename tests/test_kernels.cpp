@@ -171,15 +171,6 @@ AttnRef attention_ref(const Vec& q, const Vec& k, const Vec& v, const AttentionS
   return r;
 }
 
-Vec embedding_ref(const std::vector<float>& ids, const Vec& wte, const Vec& wpe, int64_t batch,
-                  int64_t h) {
-  Vec out(ids.size() * h);
-  for (size_t i = 0; i < ids.size(); ++i)
-    for (int64_t c = 0; c < h; ++c)
-      out[i * h + c] = wte[static_cast<int64_t>(ids[i]) * h + c] + wpe[(i / batch) * h + c];
-  return out;
-}
-
 // loss[r] = −log softmax(logits[r])[target]
 Vec cross_entropy_ref(const Vec& logits, const std::vector<float>& targets, int64_t V) {
   Vec loss(targets.size());
@@ -536,117 +527,410 @@ TEST(KernelAttention, BadShapesAreErrors) {
   EXPECT_THROW(device().attention_forward(out, probs, q, k, v, sh), tp::Error);
 }
 
-// ---- embedding --------------------------------------------------------------------------------
+// ---- vocabulary-parallel embedding ------------------------------------------------------------
 
-TEST(KernelEmbedding, ForwardAddsTokenAndPositionRows) {
-  const int64_t S = 4, B = 3, V = 7, h = 5, P = 6;  // wpe has more positions than S
-  const std::vector<float> ids = {3, 0, 6, 3, 3, 1, 5, 0, 2, 6, 6, 4};  // repeats
-  const auto wte = random_vector("wte", V * h), wpe = random_vector("wpe", P * h);
-  Tensor Ids = on_device(Shape{S * B}, ids), Wte = on_device(Shape{V, h}, wte),
-         Wpe = on_device(Shape{P, h}, wpe), Out = filled(Shape{S * B, h}, kNaN);
-  device().embedding_forward(Out, Ids, Wte, Wpe, B);
-  std::vector<float> want(S * B * h);
-  for (int64_t i = 0; i < S * B; ++i)
-    for (int64_t c = 0; c < h; ++c)
-      want[i * h + c] = wte[static_cast<int64_t>(ids[i]) * h + c] + wpe[(i / B) * h + c];
-  EXPECT_EQ(Out.to_host(), want);  // one float add per element, the same one
+// The vocabulary split of the model: V tokens padded to Vp = t·ceil(V / t); shard p holds the ids
+// [p·Vp/t, (p + 1)·Vp/t).
+int64_t padded_vocab(int64_t V, int64_t t) { return (V + t - 1) / t * t; }
 
-  Tensor badIds = on_device(Shape{S * B}, std::vector<float>(S * B, 7.0f));  // id == V
-  EXPECT_THROW(device().embedding_forward(Out, badIds, Wte, Wpe, B), tp::Error);
-  Tensor shortWpe(device(), Shape{S - 1, h});
-  EXPECT_THROW(device().embedding_forward(Out, Ids, Wte, shortWpe, B), tp::Error);
+// out[i] = wte_shard[ids[i] − first] if owned, else 0 (wte_shard: (rows, h)).
+Vec embedding_shard_ref(const std::vector<float>& ids, const Vec& wte_shard, int64_t first,
+                        int64_t h) {
+  const int64_t rows = static_cast<int64_t>(wte_shard.size()) / h;
+  Vec out(ids.size() * h, 0.0);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int64_t row = static_cast<int64_t>(ids[i]) - first;
+    if (row < 0 || row >= rows) continue;
+    for (int64_t c = 0; c < h; ++c) out[i * h + c] = wte_shard[row * h + c];
+  }
+  return out;
 }
 
-TEST(KernelEmbedding, BackwardMatchesFiniteDifferencesAndAccumulates) {
-  const int64_t S = 4, B = 3, V = 7, h = 5, P = 6;
-  const std::vector<float> ids = {3, 0, 6, 3, 3, 1, 5, 0, 2, 6, 6, 4};
-  const Vec wte = to_d(random_vector("wte", V * h)), wpe = to_d(random_vector("wpe", P * h));
-  const Vec R = to_d(random_vector("emb_R", S * B * h));
-  Tensor Ids = on_device(Shape{S * B}, ids), dOut = on_device(Shape{S * B, h}, to_f(R));
-  Tensor dWte = filled(Shape{V, h}, 0.0f), dWpe = filled(Shape{P, h}, 0.0f);
-  device().embedding_backward(dWte, dWpe, dOut, Ids, B);
-  const Vec want_wte = fd_grad([&](const Vec& x) { return embedding_ref(ids, x, wpe, B, h); }, wte, R);
-  const Vec want_wpe = fd_grad([&](const Vec& x) { return embedding_ref(ids, wte, x, B, h); }, wpe, R);
-  const auto g_wte = dWte.to_host(), g_wpe = dWpe.to_host();
-  EXPECT_LE(rel_error(g_wte, to_f(want_wte)), kGradTol);
-  EXPECT_LE(rel_error(g_wpe, to_f(want_wpe)), kGradTol);
-  for (int64_t c = 0; c < h; ++c) EXPECT_EQ(g_wpe[(S + 1) * h + c], 0.0f);  // positions ≥ S untouched
-
-  // A second call accumulates. Not bit-exactly 2x: the kernel adds row by row into dW, so the second
-  // pass rounds differently; 1e-6 is float rounding, a kernel that overwrote would be off by 0.5.
-  device().embedding_backward(dWte, dWpe, dOut, Ids, B);
-  std::vector<float> twice_wte = g_wte, twice_wpe = g_wpe;
-  for (float& x : twice_wte) x *= 2;
-  for (float& x : twice_wpe) x *= 2;
-  EXPECT_LE(rel_error(dWte.to_host(), twice_wte), 1e-6);
-  EXPECT_LE(rel_error(dWpe.to_host(), twice_wpe), 1e-6);
+// Rows [r0, r0 + n) of a (·, h) matrix.
+std::vector<float> row_slice(const std::vector<float>& m, int64_t r0, int64_t n, int64_t h) {
+  return std::vector<float>(m.begin() + r0 * h, m.begin() + (r0 + n) * h);
 }
 
-TEST(KernelEmbedding, BackwardIsThreadIndependent) {
-  const int64_t S = 64, B = 8, V = 10, h = 96;  // 49152 elements; 512 rows into 10 token rows
-  std::vector<float> ids(S * B);
-  for (int64_t i = 0; i < S * B; ++i) ids[i] = static_cast<float>((i * 7 + i / 5) % V);
-  Tensor Ids = on_device(Shape{S * B}, ids);
-  Tensor dOut = on_device(Shape{S * B, h}, random_vector("emb_thr", S * B * h));
-  std::vector<float> wte[2], wpe[2];
+// Token ids of V = 10 with repeats, both ends and every id at least once.
+const std::vector<float> kVocabIds = {3, 0, 9, 3, 3, 1, 5, 0, 2, 9, 6, 4, 7, 8, 8, 4};
+
+TEST(KernelEmbeddingShard, ForwardLooksUpOwnedIdsAndZerosTheRest) {
+  const int64_t h = 5, first = 4, rows = 4;  // shard 1 of t = 3 over V = 10 padded to 12: ids [4, 8)
+  const int64_t n = static_cast<int64_t>(kVocabIds.size());
+  const auto wte = random_vector("es_wte", rows * h);
+  Tensor Ids = on_device(Shape{n}, kVocabIds), Wte = on_device(Shape{rows, h}, wte);
+  Tensor Out = filled(Shape{n, h}, kNaN);
+  device().embedding_shard_forward(Out, Ids, Wte, first);
+  const auto got = Out.to_host();
+  EXPECT_EQ(got, to_f(embedding_shard_ref(kVocabIds, to_d(wte), first, h)));  // copies: exact
+  int64_t owned = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const bool mine = kVocabIds[i] >= first && kVocabIds[i] < first + rows;
+    owned += mine ? 1 : 0;
+    for (int64_t c = 0; c < h && !mine; ++c)
+      EXPECT_EQ(got[i * h + c], 0.0f) << "id " << kVocabIds[i] << " belongs to another shard";
+  }
+  EXPECT_EQ(owned, 5);  // 5, 6, 4, 7, 4: the case mixes owned and foreign ids
+
+  Tensor fracIds = on_device(Shape{2}, {1.0f, 2.5f}), negIds = on_device(Shape{2}, {-1.0f, 2.0f});
+  Tensor out2(device(), Shape{2, h});
+  EXPECT_THROW(device().embedding_shard_forward(out2, fracIds, Wte, first), tp::Error);
+  EXPECT_THROW(device().embedding_shard_forward(out2, negIds, Wte, first), tp::Error);
+  Tensor wrongOut(device(), Shape{n, h + 1});
+  EXPECT_THROW(device().embedding_shard_forward(wrongOut, Ids, Wte, first), tp::Error);
+}
+
+TEST(KernelEmbeddingShard, ShardsSumToTheFullLookup) {
+  const int64_t V = 10, h = 6;
+  const int64_t n = static_cast<int64_t>(kVocabIds.size());
+  Tensor Ids = on_device(Shape{n}, kVocabIds);
+  for (int64_t t = 1; t <= 4; ++t) {
+    const int64_t Vp = padded_vocab(V, t), rows = Vp / t;
+    const auto wte = random_vector("es_sum_wte" + std::to_string(t), Vp * h);  // padded rows too
+    std::vector<float> sum(n * h, 0.0f);
+    for (int64_t p = 0; p < t; ++p) {
+      Tensor Wte = on_device(Shape{rows, h}, row_slice(wte, p * rows, rows, h));
+      Tensor Out = filled(Shape{n, h}, kNaN);
+      device().embedding_shard_forward(Out, Ids, Wte, p * rows);
+      const auto o = Out.to_host();
+      for (int64_t i = 0; i < n * h; ++i) sum[i] += o[i];
+    }
+    std::vector<float> want(n * h);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t c = 0; c < h; ++c) want[i * h + c] = wte[static_cast<int64_t>(kVocabIds[i]) * h + c];
+    EXPECT_EQ(sum, want) << "t=" << t;  // x + 0 + … + 0 is exact: one shard owns each id
+  }
+}
+
+TEST(KernelEmbeddingShard, BackwardMatchesReferenceAndFiniteDifferencesAndAccumulates) {
+  const int64_t h = 5, first = 3, rows = 4;  // ids [3, 7) of V = 10
+  const int64_t n = static_cast<int64_t>(kVocabIds.size());
+  const Vec wte = to_d(random_vector("esb_wte", rows * h));
+  const Vec R = to_d(random_vector("esb_R", n * h));
+  Tensor Ids = on_device(Shape{n}, kVocabIds), dOut = on_device(Shape{n, h}, to_f(R));
+  Tensor dWte = filled(Shape{rows, h}, 0.0f);
+  device().embedding_shard_backward(dWte, dOut, Ids, first);
+  const auto g = dWte.to_host();
+
+  Vec want(rows * h, 0.0);  // the definition: owned rows only
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t row = static_cast<int64_t>(kVocabIds[i]) - first;
+    if (row >= 0 && row < rows)
+      for (int64_t c = 0; c < h; ++c) want[row * h + c] += R[i * h + c];
+  }
+  EXPECT_LE(rel_error(g, to_f(want)), kForwardTol);
+  const Vec fd = fd_grad([&](const Vec& x) { return embedding_shard_ref(kVocabIds, x, first, h); }, wte, R);
+  EXPECT_LE(rel_error(g, to_f(fd)), kGradTol);
+
+  // A second call accumulates (not bit-exactly 2x: rows are added one by one into dW).
+  device().embedding_shard_backward(dWte, dOut, Ids, first);
+  std::vector<float> twice = g;
+  for (float& x : twice) x *= 2;
+  EXPECT_LE(rel_error(dWte.to_host(), twice), 1e-6);
+
+  // A shard that owns none of the ids leaves its gradient alone.
+  Tensor dNone = filled(Shape{2, h}, 0.5f);
+  device().embedding_shard_backward(dNone, dOut, Ids, 10);  // ids [10, 12): padding
+  for (float x : dNone.to_host()) EXPECT_EQ(x, 0.5f);
+}
+
+TEST(KernelEmbeddingShard, BackwardIsThreadIndependent) {
+  const int64_t n = 512, V = 10, h = 96, first = 3, rows = 5;  // 49152 elements, 512 ids into 5 rows
+  std::vector<float> ids(n);
+  for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<float>((i * 7 + i / 5) % V);
+  Tensor Ids = on_device(Shape{n}, ids);
+  Tensor dOut = on_device(Shape{n, h}, random_vector("esb_thr", n * h));
+  std::vector<float> got[2];
   for (int t = 1; t <= 2; ++t)
     with_threads(t, [&] {
-      Tensor dWte = filled(Shape{V, h}, 0.0f), dWpe = filled(Shape{S, h}, 0.0f);
-      device().embedding_backward(dWte, dWpe, dOut, Ids, B);
-      wte[t - 1] = dWte.to_host();
-      wpe[t - 1] = dWpe.to_host();
+      Tensor dWte = filled(Shape{rows, h}, 0.0f);
+      device().embedding_shard_backward(dWte, dOut, Ids, first);
+      got[t - 1] = dWte.to_host();
     });
-  EXPECT_EQ(wte[0], wte[1]);
-  EXPECT_EQ(wpe[0], wpe[1]);
+  EXPECT_EQ(got[0], got[1]);
 }
 
-// ---- loss -------------------------------------------------------------------------------------
-
-TEST(KernelCrossEntropy, LossMatchesReferenceAndGradientMatchesFiniteDifferences) {
-  const int64_t rows = 4, V = 7;
-  const float scale = 0.25f;  // e.g. 1 / rows, the mean loss
-  const auto logits = random_scaled("ce_logits", rows * V, 3.0f);
-  const std::vector<float> targets = {2, 0, 6, 2};
-  Tensor Logits = on_device(Shape{rows, V}, logits), T = on_device(Shape{rows}, targets);
-  Tensor loss = filled(Shape{rows}, kNaN), dLogits = filled(Shape{rows, V}, kNaN);
-  device().softmax_cross_entropy(loss, dLogits, Logits, T, scale);
-  EXPECT_LE(rel_error(loss.to_host(), to_f(cross_entropy_ref(to_d(logits), targets, V))), kForwardTol);
-  // dlogits = ∂(scale · Σ_r loss[r]) / ∂logits
-  const Vec want = fd_grad([&](const Vec& x) { return cross_entropy_ref(x, targets, V); }, to_d(logits),
-                           Vec(rows, scale));
-  const auto got = dLogits.to_host();
-  EXPECT_LE(rel_error(got, to_f(want)), kGradTol);
-
-  // dlogits aliasing logits gives the same numbers.
-  Tensor inplace = on_device(Shape{rows, V}, logits), loss2(device(), Shape{rows});
-  device().softmax_cross_entropy(loss2, inplace, inplace, T, scale);
-  EXPECT_EQ(inplace.to_host(), got);
-  EXPECT_EQ(loss2.to_host(), loss.to_host());
-
-  Tensor badT = on_device(Shape{rows}, {2, 0, 7, 2});  // target == V
-  EXPECT_THROW(device().softmax_cross_entropy(loss, dLogits, Logits, badT, scale), tp::Error);
+// x[r] + wpe[(row0 + r) / B] for the global rows [row0, row0 + rows) (x: (rows, h)).
+Vec position_ref(const Vec& x, const Vec& wpe, int64_t batch, int64_t row0, int64_t h) {
+  Vec y = x;
+  const int64_t rows = static_cast<int64_t>(x.size()) / h;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < h; ++c) y[r * h + c] += wpe[((row0 + r) / batch) * h + c];
+  return y;
 }
 
-TEST(KernelCrossEntropy, LargeLogitsStayFinite) {
-  const int64_t rows = 2, V = 5;
+TEST(KernelPosition, ForwardAndBackwardOnASequenceShardMatchReference) {
+  const int64_t B = 3, h = 4, P = 7, rows = 8;
+  // row0 = 6: the shard of positions [2, 4] of a sequence split; row0 = 5: starts mid-position.
+  for (int64_t row0 : {int64_t{6}, int64_t{5}}) {
+    const std::string tag = "row0=" + std::to_string(row0);
+    const auto x = random_vector("pos_x" + tag, rows * h), wpe = random_vector("pos_wpe", P * h);
+    Tensor X = on_device(Shape{rows, h}, x), Wpe = on_device(Shape{P, h}, wpe);
+    device().position_forward(X, Wpe, B, row0);
+    std::vector<float> want(rows * h);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < h; ++c) want[r * h + c] = x[r * h + c] + wpe[((row0 + r) / B) * h + c];
+    EXPECT_EQ(X.to_host(), want) << tag;  // one float add per element, the same one
+
+    const Vec R = to_d(random_vector("pos_R" + tag, rows * h));
+    Tensor dX = on_device(Shape{rows, h}, to_f(R)), dWpe = filled(Shape{P, h}, 0.0f);
+    device().position_backward(dWpe, dX, B, row0);
+    const auto g = dWpe.to_host();
+    const Vec xd = to_d(x);
+    const Vec fd = fd_grad([&](const Vec& w) { return position_ref(xd, w, B, row0, h); }, to_d(wpe), R);
+    EXPECT_LE(rel_error(g, to_f(fd)), kGradTol) << tag;
+    const int64_t s0 = row0 / B, s1 = (row0 + rows - 1) / B;  // positions held
+    for (int64_t s = 0; s < P; ++s) {
+      if (s >= s0 && s <= s1) continue;
+      for (int64_t c = 0; c < h; ++c) EXPECT_EQ(g[s * h + c], 0.0f) << tag << " position " << s;
+    }
+
+    device().position_backward(dWpe, dX, B, row0);  // accumulates
+    std::vector<float> twice = g;
+    for (float& v : twice) v *= 2;
+    EXPECT_LE(rel_error(dWpe.to_host(), twice), 1e-6) << tag;
+  }
+  Tensor X(device(), Shape{rows, h}), shortWpe(device(), Shape{4, h});  // rows [6, 14) need 5
+  EXPECT_THROW(device().position_forward(X, shortWpe, B, 6), tp::Error);
+  EXPECT_THROW(device().position_backward(shortWpe, X, B, 6), tp::Error);
+  Tensor Wpe(device(), Shape{P, h});
+  EXPECT_THROW(device().position_forward(X, Wpe, 0, 6), tp::Error);
+}
+
+TEST(KernelPosition, BackwardIsThreadIndependent) {
+  const int64_t B = 4, h = 96, rows = 512, row0 = 64, P = (row0 + rows) / B;
+  Tensor dX = on_device(Shape{rows, h}, random_vector("pos_thr", rows * h));
+  std::vector<float> got[2];
+  for (int t = 1; t <= 2; ++t)
+    with_threads(t, [&] {
+      Tensor dWpe = filled(Shape{P, h}, 0.0f);
+      device().position_backward(dWpe, dX, B, row0);
+      got[t - 1] = dWpe.to_host();
+    });
+  EXPECT_EQ(got[0], got[1]);
+}
+
+// ---- vocabulary-parallel loss -----------------------------------------------------------------
+
+// The (N, V) logits split over t shards of a vocabulary padded to Vp: shard p gets the columns
+// [p·Vp/t, (p + 1)·Vp/t), the padded ones filled with a huge value that must take no part.
+struct VocabSplit {
+  int64_t n, V, t, cols;
+  std::vector<Tensor> logits;  // (n, cols) each
+  VocabSplit(const std::vector<float>& full, int64_t n_, int64_t V_, int64_t t_, float pad = 1e4f)
+      : n(n_), V(V_), t(t_), cols(padded_vocab(V_, t_) / t_) {
+    for (int64_t p = 0; p < t; ++p) {
+      std::vector<float> s(n * cols);
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < cols; ++j) {
+          const int64_t id = p * cols + j;
+          s[i * cols + j] = id < V ? full[i * V + id] : pad;
+        }
+      logits.push_back(on_device(Shape{n, cols}, s));
+    }
+  }
+  tp::VocabShard shard(int64_t p) const { return {p * cols, V}; }
+};
+
+// What the forward does across shards, with the all-reduces done on the host: max of the row
+// maxima; then Σ of sum_exp (each shard using the global max) and Σ of target_logit.
+struct VocabForward {
+  Tensor row_max, sum_exp, target_logit, loss;
+};
+
+VocabForward vocab_forward(const VocabSplit& sp, const Tensor& targets) {
+  const int64_t n = sp.n;
+  std::vector<float> mx(n, -INFINITY), se(n, 0.0f), tl(n, 0.0f);
+  for (int64_t p = 0; p < sp.t; ++p) {
+    Tensor m = filled(Shape{n}, kNaN);
+    device().vocab_max(m, sp.logits[p], sp.shard(p));
+    const auto mh = m.to_host();
+    for (int64_t i = 0; i < n; ++i) mx[i] = std::max(mx[i], mh[i]);
+  }
+  VocabForward f;
+  f.row_max = on_device(Shape{n}, mx);
+  for (int64_t p = 0; p < sp.t; ++p) {
+    Tensor s = filled(Shape{n}, kNaN), y = filled(Shape{n}, kNaN);
+    device().vocab_sum_exp_target(s, y, sp.logits[p], f.row_max, targets, sp.shard(p));
+    const auto sh = s.to_host(), yh = y.to_host();
+    for (int64_t i = 0; i < n; ++i) {
+      se[i] += sh[i];
+      tl[i] += yh[i];
+    }
+  }
+  f.sum_exp = on_device(Shape{n}, se);
+  f.target_logit = on_device(Shape{n}, tl);
+  f.loss = filled(Shape{n}, kNaN);
+  device().vocab_loss(f.loss, f.row_max, f.sum_exp, f.target_logit);
+  return f;
+}
+
+// scale · (softmax(logits[r]) − onehot(target)), in double.
+Vec softmax_grad_ref(const Vec& logits, const std::vector<float>& targets, int64_t V, double scale) {
+  Vec d(logits.size());
+  for (size_t r = 0; r < targets.size(); ++r) {
+    double mx = -1e300, sum = 0;
+    for (int64_t c = 0; c < V; ++c) mx = std::max(mx, logits[r * V + c]);
+    for (int64_t c = 0; c < V; ++c) sum += std::exp(logits[r * V + c] - mx);
+    for (int64_t c = 0; c < V; ++c)
+      d[r * V + c] = scale * (std::exp(logits[r * V + c] - mx) / sum -
+                              (c == static_cast<int64_t>(targets[r]) ? 1.0 : 0.0));
+  }
+  return d;
+}
+
+constexpr int64_t kVocabN = 5, kVocabV = 10;
+const std::vector<float> kVocabTargets = {2, 0, 9, 2, 7};  // both ends of the vocabulary
+
+TEST(KernelVocabLoss, ShardedLossEqualsFullCrossEntropy) {
+  const int64_t n = kVocabN, V = kVocabV;
+  const auto logits = random_scaled("vl_logits", n * V, 3.0f);
+  const Vec want = cross_entropy_ref(to_d(logits), kVocabTargets, V);
+  Tensor T = on_device(Shape{n}, kVocabTargets);
+  for (int64_t t = 1; t <= 4; ++t) {
+    VocabSplit sp(logits, n, V, t);
+    VocabForward f = vocab_forward(sp, T);
+    // float sums of e^(x − m) and one log: ~1e-7 relative; a padded 1e4 counted would be off by ~1e4.
+    EXPECT_LE(rel_error(f.loss.to_host(), to_f(want)), 1e-6) << "t=" << t;
+  }
+}
+
+TEST(KernelVocabLoss, ConcatenatedGradientIsSoftmaxMinusOneHotAndZeroOnPadding) {
+  const int64_t n = kVocabN, V = kVocabV;
+  const float scale = 1.0f / n;  // the mean loss
+  const auto logits = random_scaled("vl_logits", n * V, 3.0f);
+  const Vec want = softmax_grad_ref(to_d(logits), kVocabTargets, V, scale);
+  // ∂(scale · Σ_r loss[r]) / ∂logits by central differences of the double cross-entropy.
+  const Vec fd = fd_grad([&](const Vec& x) { return cross_entropy_ref(x, kVocabTargets, V); },
+                         to_d(logits), Vec(n, scale));
+  EXPECT_LE(rel_error(to_f(fd), to_f(want)), kGradTol);  // the reference itself is the gradient
+  Tensor T = on_device(Shape{n}, kVocabTargets);
+  for (int64_t t = 1; t <= 4; ++t) {
+    VocabSplit sp(logits, n, V, t);
+    VocabForward f = vocab_forward(sp, T);
+    std::vector<float> got(n * V, kNaN);
+    for (int64_t p = 0; p < t; ++p) {
+      Tensor d = filled(Shape{n, sp.cols}, kNaN);
+      device().vocab_softmax_backward(d, sp.logits[p], f.row_max, f.sum_exp, T, sp.shard(p), scale);
+      const auto dh = d.to_host();
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < sp.cols; ++j) {
+          const int64_t id = p * sp.cols + j;
+          if (id < V) {
+            got[i * V + id] = dh[i * sp.cols + j];
+          } else {
+            EXPECT_EQ(dh[i * sp.cols + j], 0.0f) << "t=" << t << " padded id " << id;
+          }
+        }
+    }
+    EXPECT_LE(rel_error(got, to_f(want)), 1e-6) << "t=" << t;  // float rounding of p and scale·
+    EXPECT_LE(rel_error(got, to_f(fd)), kGradTol) << "t=" << t;
+  }
+}
+
+TEST(KernelVocabLoss, GradientMayAliasLogits) {
+  const int64_t n = kVocabN, V = kVocabV, t = 3;
+  const auto logits = random_scaled("vl_logits", n * V, 3.0f);
+  Tensor T = on_device(Shape{n}, kVocabTargets);
+  VocabSplit sp(logits, n, V, t);
+  VocabForward f = vocab_forward(sp, T);
+  for (int64_t p = 0; p < t; ++p) {
+    Tensor d(device(), Shape{n, sp.cols});
+    device().vocab_softmax_backward(d, sp.logits[p], f.row_max, f.sum_exp, T, sp.shard(p), 0.2f);
+    Tensor inplace = on_device(Shape{n, sp.cols}, sp.logits[p].to_host());
+    device().vocab_softmax_backward(inplace, inplace, f.row_max, f.sum_exp, T, sp.shard(p), 0.2f);
+    EXPECT_EQ(inplace.to_host(), d.to_host()) << "shard " << p;
+  }
+}
+
+TEST(KernelVocabLoss, AShardOfOnlyPaddingContributesNothing) {
+  // V = 2 over t = 4 shards of one column: shards 2 and 3 hold padding only.
+  const int64_t n = 2, V = 2, t = 4;
+  const std::vector<float> logits = {0.5f, -1.0f, 2.0f, 3.0f};
+  const std::vector<float> targets = {1, 0};
+  Tensor T = on_device(Shape{n}, targets);
+  VocabSplit sp(logits, n, V, t);
+  Tensor m(device(), Shape{n});
+  device().vocab_max(m, sp.logits[3], sp.shard(3));
+  for (float x : m.to_host()) EXPECT_EQ(x, -INFINITY);
+  VocabForward f = vocab_forward(sp, T);
+  EXPECT_LE(rel_error(f.loss.to_host(), to_f(cross_entropy_ref(to_d(logits), targets, V))), 1e-6);
+  Tensor s(device(), Shape{n}), y(device(), Shape{n}), d = filled(Shape{n, 1}, kNaN);
+  device().vocab_sum_exp_target(s, y, sp.logits[2], f.row_max, T, sp.shard(2));
+  device().vocab_softmax_backward(d, sp.logits[2], f.row_max, f.sum_exp, T, sp.shard(2), 1.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_EQ(s.to_host()[i], 0.0f);
+    EXPECT_EQ(y.to_host()[i], 0.0f);
+    EXPECT_EQ(d.to_host()[i], 0.0f);
+  }
+}
+
+TEST(KernelVocabLoss, LargeLogitsStayFinite) {
+  const int64_t n = 2, V = 5, t = 2;  // Vp = 6: shard 1 holds ids 3, 4 and one padded column
   const std::vector<float> logits = {1e4f, 1e4f - 1, 1e4f - 3, -1e4f, 1e4f - 0.5f,
                                      -1e4f, 2e4f,     0,         1e4f,  2e4f - 2};
   const std::vector<float> targets = {1, 4};
-  Tensor Logits = on_device(Shape{rows, V}, logits), T = on_device(Shape{rows}, targets);
-  Tensor loss(device(), Shape{rows}), dLogits(device(), Shape{rows, V});
-  device().softmax_cross_entropy(loss, dLogits, Logits, T, 1.0f);
-  const auto l = loss.to_host(), d = dLogits.to_host();
-  for (float x : d) EXPECT_TRUE(std::isfinite(x));
-  // −log softmax by hand: row 0 over the offsets {0, −1, −3, −2e4, −0.5} from the max, target −1.
+  Tensor T = on_device(Shape{n}, targets);
+  VocabSplit sp(logits, n, V, t, 3e4f);
+  VocabForward f = vocab_forward(sp, T);
+  const auto l = f.loss.to_host();
   const double lse0 = std::log(1 + std::exp(-1.0) + std::exp(-3.0) + std::exp(-0.5));
-  const double lse1 = std::log(1 + std::exp(-2.0));  // offsets {−3e4, 0, −2e4, −1e4, −2}
+  const double lse1 = std::log(1 + std::exp(-2.0));
   EXPECT_NEAR(l[0], lse0 + 1.0, 1e-5);
   EXPECT_NEAR(l[1], lse1 + 2.0, 1e-5);
-  for (int64_t r = 0; r < rows; ++r) {
-    double sum = 0;
-    for (int64_t c = 0; c < V; ++c) sum += d[r * V + c];
-    EXPECT_NEAR(sum, 0.0, 1e-6);  // softmax sums to 1, minus the one-hot
+  double sum[2] = {0, 0};
+  for (int64_t p = 0; p < t; ++p) {
+    Tensor d(device(), Shape{n, sp.cols});
+    device().vocab_softmax_backward(d, sp.logits[p], f.row_max, f.sum_exp, T, sp.shard(p), 1.0f);
+    const auto dh = d.to_host();
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < sp.cols; ++j) {
+        EXPECT_TRUE(std::isfinite(dh[i * sp.cols + j]));
+        sum[i] += dh[i * sp.cols + j];
+      }
   }
+  EXPECT_NEAR(sum[0], 0.0, 1e-6);  // softmax sums to 1, minus the one-hot
+  EXPECT_NEAR(sum[1], 0.0, 1e-6);
+}
+
+TEST(KernelVocabLoss, BadTargetsAndShapesAreErrors) {
+  const int64_t n = 3, cols = 4;
+  const tp::VocabShard shard{4, 10};
+  Tensor logits(device(), Shape{n, cols}), m = filled(Shape{n}, 0.0f), s = filled(Shape{n}, 1.0f);
+  Tensor y(device(), Shape{n}), d(device(), Shape{n, cols});
+  Tensor badT = on_device(Shape{n}, {1, 10, 2});  // target == V (a padded id)
+  EXPECT_THROW(device().vocab_sum_exp_target(s, y, logits, m, badT, shard), tp::Error);
+  EXPECT_THROW(device().vocab_softmax_backward(d, logits, m, s, badT, shard, 1.0f), tp::Error);
+  Tensor T = on_device(Shape{n}, {1, 9, 2}), shortM(device(), Shape{n - 1});
+  EXPECT_THROW(device().vocab_max(shortM, logits, shard), tp::Error);
+  EXPECT_THROW(device().vocab_sum_exp_target(s, y, logits, shortM, T, shard), tp::Error);
+  Tensor wrongD(device(), Shape{n, cols + 1});
+  EXPECT_THROW(device().vocab_softmax_backward(wrongD, logits, m, s, T, shard, 1.0f), tp::Error);
+  EXPECT_THROW(device().vocab_loss(y, m, shortM, s), tp::Error);
+}
+
+TEST(KernelVocabLoss, SumExpAndBackwardAreThreadIndependent) {
+  const int64_t n = 400, V = 197, t = 4, cols = padded_vocab(V, t) / t;  // 20000 elements
+  // The last of 4 shards over V = 197 padded to 200: ids [150, 200), the last 3 padding.
+  const tp::VocabShard shard{(t - 1) * cols, V};
+  const auto x = random_scaled("vl_thr", n * cols, 3.0f);
+  std::vector<float> targets(n);
+  for (int64_t i = 0; i < n; ++i) targets[i] = static_cast<float>((i * 37) % V);
+  Tensor X = on_device(Shape{n, cols}, x), T = on_device(Shape{n}, targets);
+  std::vector<float> got[2][4];
+  for (int th = 1; th <= 2; ++th)
+    with_threads(th, [&] {
+      Tensor m(device(), Shape{n}), s(device(), Shape{n}), y(device(), Shape{n});
+      Tensor d(device(), Shape{n, cols});
+      device().vocab_max(m, X, shard);
+      device().vocab_sum_exp_target(s, y, X, m, T, shard);
+      device().vocab_softmax_backward(d, X, m, s, T, shard, 1.0f / n);
+      got[th - 1][0] = m.to_host();
+      got[th - 1][1] = s.to_host();
+      got[th - 1][2] = y.to_host();
+      got[th - 1][3] = d.to_host();
+    });
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(got[0][k], got[1][k]) << "output " << k;
 }
 
 // ---- optimizer --------------------------------------------------------------------------------

@@ -9,6 +9,9 @@
 // on the world (t = np) and once on a local SerialCommunicator (t = 1); the same input goes
 // through both and every output, dX and gathered global gradient is compared with the t = 1 one
 // of the same name. Sizes divide by 1, 2, 3 and 4 everywhere, so every test runs at every np.
+// The vocabulary-parallel wte / lm_head hold V' = padded_vocab(t) rows (V = 64 → 66 at t = 3), so
+// they are compared through gather_real (the real V rows, what the t = 1 model holds). Shared
+// helpers (tolerances, comparisons, Trainer over tp::train_step): model_test_helpers.h.
 //
 // Tolerances (relative error ‖got − want‖ / ‖want‖), each stated again where used:
 //   1e-5  one forward / backward: both sides compute in fp32; at t > 1 the row-parallel sums and
@@ -20,8 +23,8 @@
 //         every operation, so bitwise equal).
 //
 // Collectives: every rank runs every test and makes the same collective calls in the same order
-// (gather_global is an all-gather for split parameters). After the first collective of a test only
-// EXPECT_* is used, so a failure on one rank never leaves the others blocked.
+// (gather_real / gather_global are all-gathers for split parameters). After the first collective
+// of a test only EXPECT_* is used, so a failure on one rank never leaves the others blocked.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -42,6 +45,7 @@
 #include "model/gpt.h"
 #include "model/layers.h"
 #include "parallel/param.h"
+#include "model_test_helpers.h"
 #include "test_util.h"
 
 namespace {
@@ -52,9 +56,17 @@ using tp::testing::random_vector;
 using tp::testing::rel_error;
 using tp::testing::world;
 
-constexpr double kTol = 1e-5;      // one forward/backward in fp32, split sums reordered over t
-constexpr double kLossTol = 1e-6;  // the mean loss of one step
-constexpr uint64_t kSeed = 77;
+using tp::testing::expect_collectives;
+using tp::testing::ExpectedCollective;
+using tp::testing::expect_grads_match;
+using tp::testing::expect_same_init;
+using tp::testing::is_key_bias;
+using tp::testing::kLossTol;
+using tp::testing::kSeed;
+using tp::testing::kTol;
+using tp::testing::markov_batch;
+using tp::testing::norm2;
+using tp::testing::Trainer;
 
 // hidden 48, heads 12 (head_dim 4), kv_heads 12 (MHA), ffn 96: every size divides by 1, 2, 3, 4.
 GptConfig base_config() {
@@ -80,65 +92,6 @@ void randomize(ParamList& params) {
 
 Tensor input(const std::string& name, int64_t rows, int64_t cols) {
   return Tensor::from_host(device(), Shape{rows, cols}, random_vector(name, rows * cols));
-}
-
-// The bias of the attention keys has zero gradient in exact arithmetic: it adds q·b_k to every
-// score of a query row, and softmax ignores a constant added to a row. In fp32 its gradient is
-// rounding noise, so it is compared to the scale of the other attention-bias gradients instead.
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-bool is_key_bias(const std::string& name) { return ends_with(name, ".k.bias"); }
-
-double norm2(const std::vector<float>& v) {
-  double s = 0;
-  for (float x : v) s += static_cast<double>(x) * x;
-  return std::sqrt(s);
-}
-
-// Every parameter of the t = np module holds its shard of the t = 1 module's weights, bit for bit
-// (counter-based initialisation). Local: no communication.
-void expect_same_init(const ParamList& got, const ParamList& want) {
-  ASSERT_EQ(got.size(), want.size());  // before any collective of the caller
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_EQ(got[i].name, want[i].name);
-    EXPECT_EQ(got[i].value.to_host(), shard_of(got[i], want[i].value.to_host(), world().size())) << got[i].name;
-  }
-}
-
-// Every gathered global gradient of the t = np module against the t = 1 gradient of the same name.
-// Collective: one all-gather per split parameter, in the same order on every rank.
-void expect_grads_match(const ParamList& got, const ParamList& want, double tol, bool some_split = true) {
-  EXPECT_EQ(got.size(), want.size());
-  std::map<std::string, const Param*> ref;
-  for (const Param& p : want) ref[p.name] = &p;
-  double bias_scale = 0;  // ‖grad‖ of the largest q / v bias: the scale the key-bias noise is measured by
-  for (const Param& p : want)
-    if (ends_with(p.name, ".q.bias") || ends_with(p.name, ".v.bias"))
-      bias_scale = std::max(bias_scale, norm2(p.grad.to_host()));
-  int split = 0;
-  for (const Param& p : got) {
-    const std::vector<float> g = gather_global(world(), p, p.grad);  // collective for split params
-    split += p.split != Split::Replicated;
-    const auto it = ref.find(p.name);
-    if (it == ref.end()) {
-      ADD_FAILURE() << p.name << " has no t = 1 counterpart";
-      continue;
-    }
-    const std::vector<float> w = it->second->grad.to_host();
-    EXPECT_EQ(g.size(), w.size()) << p.name;
-    if (is_key_bias(p.name)) {
-      // Zero up to fp32 noise on both sides (see is_key_bias).
-      EXPECT_LE(norm2(g), 1e-5 * bias_scale) << p.name;
-      EXPECT_LE(norm2(w), 1e-5 * bias_scale) << p.name;
-      continue;
-    }
-    EXPECT_GT(norm2(w), 0.0) << p.name << ": a zero gradient tests nothing";
-    EXPECT_LE(rel_error(g, w), tol) << p.name;
-  }
-  if (some_split && world().size() > 1) {
-    EXPECT_GT(split, 0) << "nothing is split at t > 1";
-  }
 }
 
 // A file name under TempDir() unique to this job (rank 0's pid, broadcast) and this np.
@@ -368,11 +321,6 @@ TEST(ModelBlock, WithDropoutMatchesSingleDevice) {
 
 // ---- 5. Whole Gpt -------------------------------------------------------------------------------
 
-// ids and targets from the Markov source: the same on every rank.
-Batch markov_batch(int64_t vocab, int64_t step, int64_t batch, int64_t seq) {
-  return MarkovSource(vocab, kSeed).batch(step, batch, seq);
-}
-
 void check_gpt(const GptConfig& cfg) {
   SerialCommunicator serial;
   Gpt model(device(), world(), cfg), ref(device(), serial, cfg);
@@ -420,27 +368,6 @@ TEST(ModelGpt, UntiedSwigluRmsNormGqaDropoutMatchesSingleDevice) {
 }
 
 // ---- 6. 50-step loss curves ---------------------------------------------------------------------
-
-struct Trainer {
-  Gpt model;
-  AdamW opt;
-  Communicator& comm;
-  float clip;
-  Trainer(Communicator& c, const GptConfig& cfg, const AdamWParams& hp, float clip_norm, uint64_t seed)
-      : model(device(), c, cfg), opt(device(), model.params(), hp), comm(c), clip(clip_norm) {
-    model.init(seed);
-  }
-  // One training step on batch `step` of `data` (the tp_train loop); returns the loss.
-  float step(const TokenSource& data, int64_t step, int64_t batch) {
-    const Batch b = data.batch(step, batch, model.config().seq);
-    model.zero_grad();
-    const float loss = model.forward(b, kSeed, step);
-    model.backward();
-    const double norm = global_grad_norm(comm, device(), model.params());
-    opt.step(model.params(), opt.hyper().lr, clip_factor(norm, clip));
-    return loss;
-  }
-};
 
 GptConfig tiny_config() {
   GptConfig c;
@@ -509,6 +436,7 @@ TEST(ModelClipping, GlobalNormCountsReplicatedOnceAndClippedStepMatches) {
   // On the host, from the gathered global gradients: every parameter once, whatever its split.
   double sq = 0, replicated_sq = 0;
   for (const Param& p : model.params()) {
+    // Padding rows included: their gradient is zero, so they add nothing (and the norms agree).
     const auto g = gather_global(world(), p, p.grad);  // collective for split params
     double s = 0;
     for (float v : g) s += static_cast<double>(v) * v;
@@ -545,7 +473,7 @@ TEST(ModelClipping, GlobalNormCountsReplicatedOnceAndClippedStepMatches) {
   double moved = 0;  // how far clipping moved the t = 1 parameters away from the unclipped step
   for (size_t i = 0; i < model.params().size(); ++i) {
     const Param& p = model.params()[i];
-    const auto got = gather_global(world(), p, p.value);  // collective for split params
+    const auto got = gather_real(world(), p, p.value);  // collective for split params
     const auto want = ref.params()[i].value.to_host();
     if (is_key_bias(p.name)) {
       // Zero at the start, and its gradient is fp32 noise (see is_key_bias): it must stay ~0 on
@@ -565,47 +493,44 @@ TEST(ModelClipping, GlobalNormCountsReplicatedOnceAndClippedStepMatches) {
 
 class ModelLedger : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(ModelLedger, OneStepIsFourAllReducesPerLayerPlusTheNorm) {
+// Per step with plain TP (N = S·B tokens): forward: the embedding's all-reduce (N·h), one per
+// attention and MLP (2L of N·h), the cross-entropy's three of N (row max, Σ exp, target logit);
+// backward: the head's dX (N·h), one per attention and MLP (2L of N·h) — the embedding's backward
+// is g's identity; then the gradient norm's one number. 4L + 6 all-reduces.
+TEST_P(ModelLedger, OneStepIsFourAllReducesPerLayerPlusEmbeddingHeadLossAndNorm) {
   GptConfig cfg = gpt_config();
   cfg.act = GetParam();  // SwiGLU adds the gate's dX term before the single backward all-reduce
   Gpt model(device(), world(), cfg);
   model.init(kSeed);
-  const int64_t S = cfg.seq, B = 3, h = cfg.hidden, L = cfg.layers;
+  const int64_t S = cfg.seq, B = 3, N = S * B, h = cfg.hidden, L = cfg.layers;
   const Batch b = markov_batch(cfg.vocab, 0, B, S);
   CommLedger& ledger = world().ledger();
   const size_t mark = ledger.size();
   model.forward(b, kSeed, 0);
   const size_t after_forward = ledger.size();
   model.backward();
+  model.finish_gradients();  // nothing to sum without sequence parallelism
   const size_t after_backward = ledger.size();
   global_grad_norm(world(), device(), model.params());
   const std::vector<CommRecord> rec(ledger.records().begin() + mark, ledger.records().end());
   const int t = world().size();
-  if (t == 1) {  // every region op is the identity at t = 1, and the norm needs no all-reduce
+  if (t == 1) {  // every region op is the identity at t = 1, and neither loss nor norm communicates
     EXPECT_TRUE(rec.empty()) << rec.size() << " records";
     return;
   }
-  EXPECT_EQ(after_forward - mark, static_cast<size_t>(2 * L));           // attention, MLP per layer
-  EXPECT_EQ(after_backward - after_forward, static_cast<size_t>(2 * L)); // their f backward
-  ASSERT_EQ(rec.size(), static_cast<size_t>(4 * L + 1));  // all collectives are done: ASSERT is safe
-  const double wire = 2.0 * (t - 1) / t * 4.0 * static_cast<double>(S * B * h);
-  for (size_t i = 0; i < rec.size(); ++i) {
-    const CommRecord& r = rec[i];
-    EXPECT_EQ(r.op, "all_reduce") << i;
-    EXPECT_EQ(r.group_size, t) << i;
-    if (i + 1 < rec.size()) {
-      EXPECT_EQ(r.elements, S * B * h) << i;
-      EXPECT_EQ(r.bytes, 4 * S * B * h) << i;
-      EXPECT_DOUBLE_EQ(r.wire_bytes, wire) << i;
-      const bool fwd = i < static_cast<size_t>(2 * L);
-      EXPECT_NE(r.label.find(fwd ? "reduce_from_tp_region.forward" : "copy_to_tp_region.backward"), std::string::npos)
-          << i << ": " << r.label;
-    } else {
-      EXPECT_EQ(r.elements, 1) << "the grad norm: one number";
-      EXPECT_DOUBLE_EQ(r.wire_bytes, 2.0 * (t - 1) / t * 4.0);
-      EXPECT_NE(r.label.find("grad_norm"), std::string::npos) << r.label;
-    }
-  }
+  EXPECT_EQ(after_forward - mark, static_cast<size_t>(1 + 2 * L + 3));      // embedding, 2 per layer, loss
+  EXPECT_EQ(after_backward - after_forward, static_cast<size_t>(1 + 2 * L));  // head dX, 2 per layer
+  const std::string g = "reduce_from_tp_region.forward", f = "copy_to_tp_region.backward";
+  std::vector<ExpectedCollective> want = {{"all_reduce", N * h, g}};  // the embedding
+  for (int64_t l = 0; l < 2 * L; ++l) want.push_back({"all_reduce", N * h, g});
+  want.push_back({"all_reduce_max", N, "cross_entropy"});  // row max
+  want.push_back({"all_reduce", N, "cross_entropy"});      // Σ exp
+  want.push_back({"all_reduce", N, "cross_entropy"});      // target logit
+  want.push_back({"all_reduce", N * h, f});                // the head's dX
+  for (int64_t l = 0; l < 2 * L; ++l) want.push_back({"all_reduce", N * h, f});
+  want.push_back({"all_reduce", 1, "grad_norm"});
+  ASSERT_EQ(want.size(), static_cast<size_t>(4 * L + 6));
+  expect_collectives(rec, want, t);  // all collectives are done: its ASSERT is safe
 }
 
 INSTANTIATE_TEST_SUITE_P(Model, ModelLedger, ::testing::Values("gelu", "swiglu"));
@@ -644,11 +569,12 @@ TEST(ModelCheckpoint, SavedAtNpLoadsAtOneAndAtNpBitForBit) {
   for (size_t i = 0; i < ps.size() && i < one.params().size(); ++i) {
     const Param& p = ps[i];
     EXPECT_EQ(p.name, one.params()[i].name);
-    // Copies, not computations: bit for bit. Three all-gathers per split parameter.
-    EXPECT_EQ(gather_global(world(), p, p.value), one.params()[i].value.to_host()) << p.name;
-    const auto m = gather_global(world(), p, run.opt.exp_avg()[i]);
+    // Copies, not computations: bit for bit (the real rows: the file holds the unpadded V). Three
+    // all-gathers per split parameter.
+    EXPECT_EQ(gather_real(world(), p, p.value), one.params()[i].value.to_host()) << p.name;
+    const auto m = gather_real(world(), p, run.opt.exp_avg()[i]);
     EXPECT_EQ(m, one_opt.exp_avg()[i].to_host()) << p.name;
-    EXPECT_EQ(gather_global(world(), p, run.opt.exp_avg_sq()[i]), one_opt.exp_avg_sq()[i].to_host()) << p.name;
+    EXPECT_EQ(gather_real(world(), p, run.opt.exp_avg_sq()[i]), one_opt.exp_avg_sq()[i].to_host()) << p.name;
     if (!is_key_bias(p.name)) {
       EXPECT_GT(norm2(m), 0.0) << p.name << ": zero moments test nothing";
     }

@@ -16,9 +16,11 @@
 #include "core/log.h"
 #include "core/runtime.h"
 #include "model/adamw.h"
+#include "model/audit.h"
 #include "model/checkpoint.h"
 #include "model/data.h"
 #include "model/gpt.h"
+#include "model/memory.h"
 #include "model/train.h"
 
 using namespace tp;
@@ -55,6 +57,8 @@ GptConfig config_from(const Options& o) {
   c.norm = o.get_text("norm");
   c.dropout = static_cast<float>(o.get_real("dropout"));
   c.tied = !o.get_flag("untie");
+  c.sp = o.get_flag("sp");
+  c.pad_vocab_multiple = o.get_int("pad-vocab-multiple");
   return c;
 }
 
@@ -97,10 +101,13 @@ int train(Context& ctx) {
          loaded.optimizer_state ? " (with optimizer state)" : " (no optimizer state: AdamW starts fresh)");
   }
   int64_t n_params = 0;
-  for (const Param& p : model.params()) n_params += p.shape.numel();
+  for (const Param& p : model.params()) n_params += p.ckpt_rows > 0 ? p.ckpt_rows * p.cols() : p.shape.numel();
   log0(world, "tp_train: t = ", world.size(), " (", world.name(), ", ", ctx.device.name(), ")");
   log0(world, "model: ", cfg.str(), ", ", n_params, " parameters");
   log0(world, "data: ", source->describe());
+  if (model.padded_vocab() != cfg.vocab)
+    log0(world, "vocabulary ", cfg.vocab, " padded to ", model.padded_vocab(), " (", model.padded_vocab() / world.size(),
+         " rows per rank); the padding is never looked up, never wins the softmax, and is not saved");
   log0(world, "batch ", batch, " x seq ", cfg.seq, " = ", batch * cfg.seq, " tokens/step, lr ", hp.lr,
        ", steps ", step, " -> ", step + steps);
 
@@ -108,6 +115,31 @@ int train(Context& ctx) {
   if (!o.get_text("log-json").empty() && world.rank() == 0) {
     json.open(o.get_text("log-json"), std::ios::app);
     TP_CHECK_INPUT(json.good(), "cannot write --log-json file ", o.get_text("log-json"));
+  }
+  if (o.get_flag("audit-grads")) {
+    // The same step at t = 1 on every rank, from the same weights, then compare.
+    SerialCommunicator solo;
+    GptConfig one = cfg;
+    one.sp = false;
+    Gpt reference(ctx.device, solo, one);
+    reference.init(seed);
+    AdamW ref_opt(ctx.device, reference.params(), hp);
+    if (!o.get_text("load").empty()) load_checkpoint(o.get_text("load"), solo, reference, ref_opt);
+    const Batch b = source->batch(step, batch, cfg.seq);
+    for (Gpt* m : {&model, &reference}) {
+      m->zero_grad();
+      m->forward(b, seed, step);
+      m->backward();
+      m->finish_gradients();
+    }
+    const auto problems = audit_replicated_gradients(world, model, reference);
+    int64_t replicated = 0;
+    for (const Param& p : model.params()) replicated += p.split == Split::Replicated;
+    for (const auto& p : problems) log0(world, "audit: ", p);
+    log0(world, "audit: ", replicated - static_cast<int64_t>(problems.size()), " of ", replicated,
+         " replicated gradients identical on every rank and equal to t = 1", problems.empty() ? "" : " — FAILED");
+    if (!problems.empty()) return 1;
+    model.zero_grad();
   }
   const int64_t every = std::max<int64_t>(1, o.get_int("log-every"));
   const float clip = static_cast<float>(o.get_real("clip"));
@@ -125,6 +157,14 @@ int train(Context& ctx) {
     const float loss = r.loss;
     const double norm = r.grad_norm;
     ctx.device.synchronize();
+    if (i == 0) {
+      // What a block keeps for backward, measured by the memory ledger, against the formula.
+      const int64_t measured = model.memory().layer_bytes(0), formula = block_activation_bytes(cfg, cfg.seq, batch, world.size());
+      TP_CHECK(measured == formula, "activation memory of block 0: the ledger has ", measured,
+               " bytes but the formula (lib/model/memory.h) gives ", formula);
+      log0(world, "activations kept per block on each rank: ", measured, " bytes (ledger) = ", formula,
+           " bytes (formula", cfg.sp ? ", with SP" : "", ")");
+    }
     const double secs = now() - t0, comm = world.ledger().seconds_since(mark);
     const double tok_s = static_cast<double>(batch * cfg.seq) / secs;
     if (i % every == 0 || i + 1 == steps) {
@@ -143,6 +183,21 @@ int train(Context& ctx) {
     }
   }
   if (std::isfinite(source->loss_floor())) log0(world, "loss floor of this data: ", source->loss_floor(), " nats");
+  {
+    // Peak device memory of every rank, in MiB (gathered for the report, after training).
+    Tensor mine = Tensor::from_host(ctx.device, Shape{2}, {static_cast<float>(ctx.device.memory().peak / 1048576.0),
+                                                          static_cast<float>(ctx.device.memory().largest / 1048576.0)});
+    Tensor all(ctx.device, Shape{world.size(), 2});
+    world.all_gather(mine, all);
+    const std::vector<float> v = all.to_host();
+    std::string line;
+    char buf[96];
+    for (int r = 0; r < world.size(); ++r) {
+      std::snprintf(buf, sizeof buf, "%srank %d %.2f MiB (largest tensor %.2f MiB)", r ? ", " : "", r, v[2 * r], v[2 * r + 1]);
+      line += buf;
+    }
+    log0(world, "peak device memory: ", line);
+  }
   if (!o.get_text("save").empty()) {
     save_checkpoint(o.get_text("save"), world, model, opt, step);
     log0(world, "saved ", o.get_text("save"), " at step ", step);
@@ -173,6 +228,9 @@ int main(int argc, char** argv) {
       .text("act", "gelu", "MLP activation", {"gelu", "swiglu"})
       .text("norm", "layernorm", "normalisation", {"layernorm", "rmsnorm"})
       .flag("untie", "give the LM head its own weight instead of tying it to wte")
+      .flag("sp", "sequence parallelism: between the TP regions each rank keeps seq/t tokens")
+      .integer("pad-vocab-multiple", 1, "pad the vocabulary to a multiple of this times t")
+      .flag("audit-grads", "before training, check every replicated gradient against t = 1 and across ranks")
       .text("data", "", "train on the bytes of this file (V = 256) instead of the Markov data")
       .text("save", "", "write a checkpoint (safetensors) here at the end")
       .text("load", "", "start from this checkpoint (weights, optimizer state, step)")

@@ -51,10 +51,7 @@ int main(int argc, char** argv) {
           ",  dW = Xᵀ dY = ", lesson::fmt(dw_ref, out), ",  db = ", lesson::fmt(db_ref));
     L.check("single-device Y", y_ref, {xw[0] + b_host[0], xw[1] + b_host[1]});
 
-    std::vector<std::string> header = {"step"};
-    for (int i = 0; i < t; ++i) header.push_back("rank " + std::to_string(i));
-    header.push_back("communication");
-    lesson::Table table(header);
+    lesson::Table table = L.rank_table();
 
     // 2. Split: rank r keeps rows [r·k, (r+1)·k) of W and the same slice of X.
     L.step("Split W by rows and X by columns: rank r holds W_r (" + std::to_string(k) + "x2) and X_r.");

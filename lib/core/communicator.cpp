@@ -33,10 +33,10 @@ void Communicator::check_peer(const char* op, int peer) const {
   TP_CHECK(peer >= 0 && peer < size_, op, ": peer rank ", peer, " outside the group of ", size_);
 }
 
-void Communicator::all_reduce(Tensor& x) {
+void Communicator::all_reduce(Tensor& x, ReduceOp op) {
   TP_CHECK(x.defined(), "all_reduce: undefined tensor");
-  CallTimer timer(ledger_, ledger_.record("all_reduce", size_, x.numel()));
-  do_all_reduce(x);
+  CallTimer timer(ledger_, ledger_.record(op == ReduceOp::Max ? "all_reduce_max" : "all_reduce", size_, x.numel()));
+  do_all_reduce(x, op);
 }
 
 void Communicator::all_gather(const Tensor& shard, Tensor& full) {
@@ -84,7 +84,7 @@ std::unique_ptr<Work> Communicator::reduce_scatter_async(const Tensor& full, Ten
 }
 
 std::unique_ptr<Work> Communicator::do_all_reduce_async(Tensor& x) {
-  do_all_reduce(x);
+  do_all_reduce(x, ReduceOp::Sum);
   return std::make_unique<CompletedWork>();
 }
 

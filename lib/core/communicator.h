@@ -4,7 +4,7 @@
 // then calls the backend's protected `do_*` method. A backend therefore cannot forget the ledger,
 // and the shape rules live in one place:
 //
-//   all_reduce(x)                 x: (any), summed in place over the group
+//   all_reduce(x[, op])           x: (any), summed (or max'ed) in place over the group
 //   all_gather(shard, full)       full = [shard_0; shard_1; ...; shard_{t-1}] along dim 0
 //                                 (full.numel() == t · shard.numel())
 //   reduce_scatter(full, shard)   shard = rank's block of Σ_r full_r along dim 0
@@ -22,6 +22,10 @@
 #include "observe/comm_ledger.h"
 
 namespace tp {
+
+/// The reduction of all_reduce: sum (the default everywhere) or max (the vocabulary-parallel
+/// cross-entropy's row maximum).
+enum class ReduceOp { Sum, Max };
 
 /// Handle of an asynchronous collective. The output buffer must not be read before wait().
 class Work {
@@ -53,7 +57,7 @@ class Communicator {
   /// "mpi (MPICH 4.0.2)", "serial", "nccl".
   virtual std::string name() const = 0;
 
-  void all_reduce(Tensor& x);
+  void all_reduce(Tensor& x, ReduceOp op = ReduceOp::Sum);
   void all_gather(const Tensor& shard, Tensor& full);
   void reduce_scatter(const Tensor& full, Tensor& shard);
   void broadcast(Tensor& x, int root);
@@ -73,7 +77,7 @@ class Communicator {
   const CommLedger& ledger() const { return ledger_; }
 
  protected:
-  virtual void do_all_reduce(Tensor& x) = 0;
+  virtual void do_all_reduce(Tensor& x, ReduceOp op) = 0;
   virtual void do_all_gather(const Tensor& shard, Tensor& full) = 0;
   virtual void do_reduce_scatter(const Tensor& full, Tensor& shard) = 0;
   virtual void do_broadcast(Tensor& x, int root) = 0;
@@ -102,7 +106,7 @@ class SerialCommunicator : public Communicator {
   std::string name() const override { return "serial"; }
 
  protected:
-  void do_all_reduce(Tensor&) override {}
+  void do_all_reduce(Tensor&, ReduceOp) override {}
   void do_all_gather(const Tensor& shard, Tensor& full) override;
   void do_reduce_scatter(const Tensor& full, Tensor& shard) override;
   void do_broadcast(Tensor&, int) override {}

@@ -42,10 +42,42 @@ struct AdamWParams {
   float grad_scale = 1.0f;    ///< the gradient is multiplied by this first (global-norm clipping)
 };
 
+/// The part of a vocabulary-parallel logits tensor one rank holds: global ids [first, first + cols)
+/// of which only ids < vocab are real tokens (the rest is padding up to a multiple of t).
+struct VocabShard {
+  int64_t first = 0;  ///< global id of column 0
+  int64_t vocab = 0;  ///< real (unpadded) vocabulary size V
+};
+
+/// What a device has allocated through Tensors (kept by the Device base class for every backend).
+struct MemoryStats {
+  int64_t in_use = 0;       ///< bytes held by live tensors
+  int64_t peak = 0;         ///< the most in_use has been since the last reset_peak()
+  int64_t largest = 0;      ///< the largest single allocation since the last reset_peak()
+  int64_t allocations = 0;  ///< allocations made
+};
+
 /// Memory and kernels of one rank. One per process; it must outlive every Tensor it allocated.
 class Device {
  public:
   virtual ~Device() = default;
+
+  /// Memory held by this device's tensors (tracked by Tensor for every backend).
+  const MemoryStats& memory() const { return memory_; }
+  /// Starts a new peak / largest-allocation window.
+  void reset_peak() {
+    memory_.peak = memory_.in_use;
+    memory_.largest = 0;
+  }
+  /// Called by Tensor's storage: `bytes` allocated (positive) or freed (negative).
+  void track(int64_t bytes) {
+    memory_.in_use += bytes;
+    if (bytes > 0) {
+      ++memory_.allocations;
+      memory_.largest = bytes > memory_.largest ? bytes : memory_.largest;
+    }
+    memory_.peak = memory_.in_use > memory_.peak ? memory_.in_use : memory_.peak;
+  }
 
   /// Human-readable name: "cpu (openmp x2)", "cuda:0 (H200)".
   virtual std::string name() const = 0;
@@ -140,25 +172,43 @@ class Device {
                                   const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& probs, const AttentionShape& shape) = 0;
 
-  // ---- embedding and loss --------------------------------------------------------------------
-  /// out[s·B + b] = wte[ids[s·B + b]] + wpe[s]. ids: (S·B) token ids stored as f32 (exact below
-  /// 2^24), wte: (V, h), wpe: (≥ S, h), out: (S·B, h)
-  virtual void embedding_forward(Tensor& out, const Tensor& ids, const Tensor& wte,
-                                 const Tensor& wpe, int64_t batch) = 0;
-  /// dwte[ids[i]] += dout[i]; dwpe[s] += Σ_b dout[s·B + b]
-  virtual void embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Tensor& ids,
-                                  int64_t batch) = 0;
-  /// Per row r of logits (rows, V) and target id targets[r] (f32): loss[r] = logsumexp(logits[r])
-  /// − logits[r, target], dlogits[r] = scale · (softmax(logits[r]) − onehot(target)). dlogits may
-  /// alias logits.
-  virtual void softmax_cross_entropy(Tensor& loss, Tensor& dlogits, const Tensor& logits,
-                                     const Tensor& targets, float scale) = 0;
+  // ---- vocabulary-parallel embedding and loss ----------------------------------------------
+  /// out[i] = wte_shard[ids[i] − first_id] when this shard owns ids[i] (first_id ≤ ids[i] <
+  /// first_id + rows of wte_shard), else zeros. ids: (N) as f32, wte_shard: (V/t, h), out: (N, h)
+  virtual void embedding_shard_forward(Tensor& out, const Tensor& ids, const Tensor& wte_shard,
+                                       int64_t first_id) = 0;
+  /// dwte_shard[ids[i] − first_id] += dout[i] for the ids this shard owns.
+  virtual void embedding_shard_backward(Tensor& dwte_shard, const Tensor& dout, const Tensor& ids,
+                                        int64_t first_id) = 0;
+  /// x[r] += wpe[(row0 + r) / B]: x holds the sequence-major rows [row0, row0 + rows) of the batch.
+  virtual void position_forward(Tensor& x, const Tensor& wpe, int64_t batch, int64_t row0) = 0;
+  /// dwpe[(row0 + r) / B] += dx[r]
+  virtual void position_backward(Tensor& dwpe, const Tensor& dx, int64_t batch, int64_t row0) = 0;
+  /// row_max[i] = max of logits[i, j] over the real columns (first + j < vocab); −inf if none.
+  /// logits: (N, cols), row_max: (N)
+  virtual void vocab_max(Tensor& row_max, const Tensor& logits, const VocabShard& shard) = 0;
+  /// sum_exp[i] = Σ over real columns of exp(logits[i, j] − row_max[i]);
+  /// target_logit[i] = logits[i, targets[i] − first] when this shard owns targets[i], else 0.
+  virtual void vocab_sum_exp_target(Tensor& sum_exp, Tensor& target_logit, const Tensor& logits,
+                                    const Tensor& row_max, const Tensor& targets,
+                                    const VocabShard& shard) = 0;
+  /// loss[i] = log(sum_exp[i]) + row_max[i] − target_logit[i]   (all (N), after the all-reduces)
+  virtual void vocab_loss(Tensor& loss, const Tensor& row_max, const Tensor& sum_exp,
+                          const Tensor& target_logit) = 0;
+  /// dlogits[i, j] = scale · (exp(logits[i, j] − row_max[i]) / sum_exp[i] − [first + j == targets[i]])
+  /// for real columns, 0 for padding. dlogits may alias logits.
+  virtual void vocab_softmax_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
+                                      const Tensor& sum_exp, const Tensor& targets,
+                                      const VocabShard& shard, float scale) = 0;
 
   // ---- optimizer -----------------------------------------------------------------------------
   /// One AdamW step (step ≥ 1) with g' = grad_scale · g: m = β1 m + (1 − β1) g'; v = β2 v +
   /// (1 − β2) g'²; p −= lr · (m / (1 − β1^step)) / (√(v / (1 − β2^step)) + eps) + lr · wd · p.
   virtual void adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWParams& h,
                           int64_t step) = 0;
+
+ private:
+  MemoryStats memory_;
 };
 
 /// Creates the device named by `--backend` ("cpu" or "gpu"). Defined by the launcher, which knows

@@ -63,9 +63,13 @@ bool Shape::operator==(const Shape& other) const {
 struct Tensor::Storage {
   Device* device;
   void* ptr;
-  Storage(Device* d, size_t bytes) : device(d), ptr(bytes ? d->allocate(bytes) : nullptr) {}
+  size_t bytes;
+  Storage(Device* d, size_t n) : device(d), ptr(n ? d->allocate(n) : nullptr), bytes(n) {
+    device->track(static_cast<int64_t>(bytes));
+  }
   ~Storage() {
     if (ptr) device->deallocate(ptr);
+    device->track(-static_cast<int64_t>(bytes));
   }
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;

@@ -103,6 +103,13 @@ std::vector<std::string> Lesson::gather_fmt(const Tensor& t) {
   return out;
 }
 
+Table Lesson::rank_table() const {
+  std::vector<std::string> header = {"step"};
+  for (int i = 0; i < size(); ++i) header.push_back("rank " + std::to_string(i));
+  header.push_back("communication");
+  return Table(header);
+}
+
 void Lesson::report(Table& table, const std::string& step, const Tensor& value, size_t mark) {
   std::vector<std::string> cells = gather_fmt(value);
   if (!is_root()) return;

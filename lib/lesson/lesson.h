@@ -61,6 +61,9 @@ class Lesson {
   /// One string per rank for `t`, formatted with fmt(); filled on rank 0 only.
   std::vector<std::string> gather_fmt(const Tensor& t);
 
+  /// A table with the columns step | rank 0 | … | rank t−1 | communication, for report().
+  Table rank_table() const;
+
   /// Gathers `value` from every rank, prints "rank 0: …   rank 1: …   communication: …" and adds
   /// the row [step, value on each rank, communication since `mark`] to `table` (rank 0).
   void report(Table& table, const std::string& step, const Tensor& value, size_t mark);

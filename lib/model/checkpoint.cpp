@@ -14,11 +14,14 @@ constexpr const char* kFormat = "tp-from-scratch-gpt/1";
 
 std::string stored_name(const Param& p) { return p.ckpt_name.empty() ? p.name : p.ckpt_name; }
 
-// The shape of the stored tensor that holds `p` (wider than p when several params share it).
+int64_t stored_rows(const Param& p) { return p.real_rows(); }
+
+// The shape of the stored tensor that holds `p`: wider than p when several params share it,
+// shorter when p has padding rows the file does not hold (the vocabulary).
 std::vector<int64_t> stored_shape(const Param& p) {
   const int64_t cols = p.ckpt_cols > 0 ? p.ckpt_cols : p.cols();
   if (p.shape.ndim() == 1) return {cols};
-  return {p.rows(), cols};
+  return {stored_rows(p), cols};
 }
 
 std::string shape_str(const std::vector<int64_t>& s) {
@@ -36,7 +39,7 @@ std::map<std::string, std::vector<float>> assemble(Communicator& comm, const Par
     const std::vector<float> global = gather_global(comm, p, which(i));
     const auto shape = stored_shape(p);
     std::vector<float>& dst = out[stored_name(p)];
-    const int64_t cols = shape.back(), rows = p.rows();
+    const int64_t cols = shape.back(), rows = stored_rows(p);  // padding rows are not stored
     dst.resize(static_cast<size_t>(rows * cols));
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < p.cols(); ++c) dst[r * cols + p.ckpt_col0 + c] = global[r * p.cols() + c];
@@ -104,9 +107,9 @@ std::vector<float> read_shard(const safetensors::File& f, const std::string& nam
   TP_CHECK_INPUT(f.info(name).shape == want, "checkpoint ", f.path(), ": tensor ", name, " has shape ",
                  shape_str(f.info(name).shape), " but this model needs ", shape_str(want));
   const std::vector<float> stored = f.read_f32(name);
-  std::vector<float> global(static_cast<size_t>(p.rows() * p.cols()));
+  std::vector<float> global(static_cast<size_t>(p.rows() * p.cols()), 0.0f);  // padding rows: 0
   const int64_t cols = want.back();
-  for (int64_t r = 0; r < p.rows(); ++r)
+  for (int64_t r = 0; r < stored_rows(p); ++r)
     for (int64_t c = 0; c < p.cols(); ++c) global[r * p.cols() + c] = stored[r * cols + p.ckpt_col0 + c];
   return shard_of(p, global, t);
 }

@@ -30,6 +30,7 @@ std::vector<std::string> GptConfig::problems(int t) const {
   need(act == "gelu" || act == "swiglu", "--act=" + act + ": expected gelu or swiglu");
   need(norm == "layernorm" || norm == "rmsnorm", "--norm=" + norm + ": expected layernorm or rmsnorm");
   need(dropout >= 0.0f && dropout < 1.0f, "--dropout must be in [0, 1)");
+  need(pad_vocab_multiple >= 1, "--pad-vocab-multiple=" + std::to_string(pad_vocab_multiple) + " must be at least 1");
   if (!p.empty() || t < 1) return p;
   const std::string ts = std::to_string(t);
   need(hidden % heads == 0, "hidden=" + std::to_string(hidden) + " is not divisible by heads=" +
@@ -42,6 +43,9 @@ std::vector<std::string> GptConfig::problems(int t) const {
                           "; run with t in " + divisors(kv()) + " or raise --kv-heads");
   need(inner() % t == 0, "ffn=" + std::to_string(inner()) + " is not divisible by t=" + ts +
                              "; run with t in " + divisors(inner()) + " or change --ffn");
+  need(!sp || seq % t == 0, "seq=" + std::to_string(seq) + " is not divisible by t=" + ts +
+                                ": sequence parallelism gives each rank seq/t tokens; run with t in " +
+                                divisors(seq) + " or change --seq");
   return p;
 }
 
@@ -57,7 +61,7 @@ std::string GptConfig::str() const {
   std::ostringstream os;
   os << "L=" << layers << " h=" << hidden << " nh=" << heads << " nkv=" << kv() << " ffn=" << inner()
      << " V=" << vocab << " S=" << seq << " " << act << " " << norm << " dropout=" << dropout
-     << (tied ? " tied" : " untied");
+     << (tied ? " tied" : " untied") << (sp ? " sp" : "");
   return os.str();
 }
 

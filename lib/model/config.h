@@ -26,17 +26,25 @@ struct GptConfig {
   bool tied = true;          ///< LM head tied to wte
   float init_std = 0.02f;    ///< N(0, init_std) for weights; output projections use init_std/√(2L)
   float eps = 1e-5f;         ///< norm epsilon
+  bool sp = false;           ///< sequence parallelism between the TP regions (--sp)
+  int64_t pad_vocab_multiple = 1;  ///< V is padded up to a multiple of pad_vocab_multiple · t
 
   int64_t kv() const { return kv_heads > 0 ? kv_heads : heads; }
   int64_t inner() const { return ffn > 0 ? ffn : 4 * hidden; }
   int64_t head_dim() const { return heads > 0 ? hidden / heads : 0; }
+  /// V rounded up to a multiple of pad_vocab_multiple · t, so every rank owns the same number of
+  /// vocabulary rows. The padded rows are never looked up and never win the softmax.
+  int64_t padded_vocab(int t) const {
+    const int64_t m = pad_vocab_multiple * t;
+    return m > 0 ? (vocab + m - 1) / m * m : vocab;
+  }
 
   /// Every problem of this config for tensor-parallel size t, each one line naming the value and
   /// the fix. Empty when the config is valid.
   std::vector<std::string> problems(int t) const;
   /// Throws one bad-input tp::Error listing all problems ("; "-separated) when there are any.
   void validate(int t) const;
-  /// "L=2 h=64 nh=4 nkv=4 ffn=256 V=256 S=64 gelu layernorm dropout=0 tied"
+  /// "L=2 h=64 nh=4 nkv=4 ffn=256 V=256 S=64 gelu layernorm dropout=0 tied" (+ " sp")
   std::string str() const;
 };
 

@@ -1,8 +1,10 @@
 #include "model/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
+#include "parallel/mappings.h"
 
 namespace tp {
 
@@ -20,18 +22,31 @@ std::vector<float> as_float(const std::vector<int32_t>& v) { return std::vector<
 
 TransformerBlock::TransformerBlock(Device& device, Communicator& comm, const GptConfig& cfg, int64_t layer)
     : device_(device),
-      ln_1_(device, "transformer.h." + std::to_string(layer) + ".ln_1", cfg.hidden, cfg.norm, cfg.eps),
-      ln_2_(device, "transformer.h." + std::to_string(layer) + ".ln_2", cfg.hidden, cfg.norm, cfg.eps),
+      comm_(comm),
+      sp_(cfg.sp),
+      layer_(layer),
+      ln_1_(device, "transformer.h." + std::to_string(layer) + ".ln_1", cfg.hidden, cfg.norm, cfg.eps, cfg.sp),
+      ln_2_(device, "transformer.h." + std::to_string(layer) + ".ln_2", cfg.hidden, cfg.norm, cfg.eps, cfg.sp),
       attn_(device, comm, "transformer.h." + std::to_string(layer) + ".attn", cfg),
       mlp_(device, comm, "transformer.h." + std::to_string(layer) + ".mlp", cfg),
       drop_attn_(device, "h." + std::to_string(layer) + ".attn", cfg.dropout),
       drop_mlp_(device, "h." + std::to_string(layer) + ".mlp", cfg.dropout) {}
 
 Tensor TransformerBlock::forward(const Tensor& x, int64_t seq, int64_t batch, uint64_t seed, int64_t step) {
-  Tensor a = drop_attn_.forward(attn_.forward(ln_1_.forward(x), seq, batch), seed, step);
+  const int64_t row0 = sp_ ? comm_.rank() * x.rows() : 0;  // my first token row, for the masks
+  Tensor a = drop_attn_.forward(attn_.forward(ln_1_.forward(x), seq, batch), seed, step, row0);
   Tensor x1 = add(device_, x, a);
-  Tensor m = drop_mlp_.forward(mlp_.forward(ln_2_.forward(x1)), seed, step);
+  Tensor m = drop_mlp_.forward(mlp_.forward(ln_2_.forward(x1)), seed, step, row0);
   return add(device_, x1, m);
+}
+
+void TransformerBlock::observe(MemoryLedger* ledger) {
+  ln_1_.observe(ledger, layer_);
+  ln_2_.observe(ledger, layer_);
+  attn_.observe(ledger, layer_);
+  mlp_.observe(ledger, layer_);
+  drop_attn_.observe(ledger, layer_);
+  drop_mlp_.observe(ledger, layer_);
 }
 
 Tensor TransformerBlock::backward(const Tensor& dx2) {
@@ -51,62 +66,118 @@ void TransformerBlock::collect_params(ParamList& out, float std, float proj_std)
 Gpt::Gpt(Device& device, Communicator& comm, const GptConfig& cfg)
     : device_(device), comm_(comm), cfg_(cfg), drop_embd_(device, "embd", cfg.dropout) {
   cfg.validate(comm.size());
-  const int64_t V = cfg.vocab, h = cfg.hidden;
-  wte_ = Tensor::zeros(device, Shape{V, h});
-  dwte_ = Tensor::zeros(device, Shape{V, h});
+  const int t = comm.size();
+  const int64_t h = cfg.hidden;
+  vocab_pad_ = cfg.padded_vocab(t);
+  vocab_local_ = vocab_pad_ / t;
+  vocab_first_ = comm.rank() * vocab_local_;
+  wte_ = Tensor::zeros(device, Shape{vocab_local_, h});
+  dwte_ = Tensor::zeros(device, Shape{vocab_local_, h});
   wpe_ = Tensor::zeros(device, Shape{cfg.seq, h});
   dwpe_ = Tensor::zeros(device, Shape{cfg.seq, h});
-  for (int64_t l = 0; l < cfg.layers; ++l) blocks_.push_back(std::make_unique<TransformerBlock>(device, comm, cfg, l));
-  ln_f_ = std::make_unique<Norm>(device, "transformer.ln_f", h, cfg.norm, cfg.eps);
+  for (int64_t l = 0; l < cfg.layers; ++l) {
+    blocks_.push_back(std::make_unique<TransformerBlock>(device, comm, cfg, l));
+    blocks_.back()->observe(&memory_);
+  }
+  ln_f_ = std::make_unique<Norm>(device, "transformer.ln_f", h, cfg.norm, cfg.eps, cfg.sp);
 
-  auto replicated = [&](const std::string& name, Tensor& value, Tensor& grad) {
+  // wte (and an untied head): split by vocabulary rows; the file holds the real V rows only.
+  auto vocab_rows = [&](const std::string& name, Tensor& value, Tensor& grad) {
     Param p;
     p.name = name;
-    p.shape = value.shape();
+    p.shape = Shape{vocab_pad_, h};
+    p.split = Split::Rows;
+    p.offset = vocab_first_;
     p.value = value;
     p.grad = grad;
     p.init_std = cfg.init_std;
     p.decay = true;
+    p.ckpt_rows = cfg.vocab;
     params_.push_back(p);
   };
-  replicated("transformer.wte.weight", wte_, dwte_);
-  replicated("transformer.wpe.weight", wpe_, dwpe_);
+  vocab_rows("transformer.wte.weight", wte_, dwte_);
+  Param pos;
+  pos.name = "transformer.wpe.weight";
+  pos.shape = wpe_.shape();
+  pos.value = wpe_;
+  pos.grad = dwpe_;
+  pos.init_std = cfg.init_std;
+  pos.decay = true;
+  pos.sequence_parallel_grad = cfg.sp;  // each rank adds positions to its own tokens only
+  params_.push_back(pos);
   // GPT-2's scaled init: projections that write into the residual stream get std / sqrt(2L).
   const float proj_std = cfg.init_std / std::sqrt(2.0f * static_cast<float>(cfg.layers));
   for (const auto& b : blocks_) b->collect_params(params_, cfg.init_std, proj_std);
   ln_f_->collect_params(params_);
   if (!cfg.tied) {
-    lm_head_ = Tensor::zeros(device, Shape{V, h});
-    dlm_head_ = Tensor::zeros(device, Shape{V, h});
-    replicated("lm_head.weight", lm_head_, dlm_head_);
+    lm_head_ = Tensor::zeros(device, Shape{vocab_local_, h});
+    dlm_head_ = Tensor::zeros(device, Shape{vocab_local_, h});
+    vocab_rows("lm_head.weight", lm_head_, dlm_head_);
   }
 }
 
-void Gpt::init(uint64_t seed) { init_params(device_, params_, seed); }
+void Gpt::init(uint64_t seed) {
+  init_params(device_, params_, seed);
+  // Padding rows are zero, never looked up and excluded from the softmax, so they stay zero.
+  const int64_t real = std::max<int64_t>(0, std::min(vocab_local_, cfg_.vocab - vocab_first_));
+  for (Tensor* w : {&wte_, &lm_head_}) {
+    if (!w->defined() || real == vocab_local_) continue;
+    Tensor pad = w->view(real, vocab_local_);
+    device_.fill(pad, 0.0f);
+  }
+}
 
 void Gpt::zero_grad() { zero_grads(device_, params_); }
 
 float Gpt::forward(const Batch& b, uint64_t seed, int64_t step) {
+  const int t = comm_.size();
   TP_CHECK_INPUT(b.seq >= 1 && b.seq <= cfg_.seq, "a batch of sequence length ", b.seq,
                  " does not fit the position table of ", cfg_.seq, " (--seq)");
+  TP_CHECK_INPUT(!cfg_.sp || b.seq % t == 0, "sequence parallelism needs the sequence length ", b.seq,
+                 " to be divisible by t=", t);
   const int64_t n = b.seq * b.batch;
   TP_CHECK(static_cast<int64_t>(b.ids.size()) == n && static_cast<int64_t>(b.targets.size()) == n,
            "batch holds ", b.ids.size(), " ids for ", b.seq, "x", b.batch);
   for (int32_t id : b.ids) TP_CHECK_INPUT(id >= 0 && id < cfg_.vocab, "token id ", id, " outside the vocabulary of ", cfg_.vocab);
+  for (int32_t id : b.targets) TP_CHECK_INPUT(id >= 0 && id < cfg_.vocab, "target id ", id, " outside the vocabulary of ", cfg_.vocab);
+  memory_.clear();
   batch_ = b.batch;
   ids_ = Tensor::from_host(device_, Shape{n}, as_float(b.ids));
-  Tensor x(device_, Shape{n, cfg_.hidden});
-  device_.embedding_forward(x, ids_, wte_, wpe_, b.batch);
-  x = drop_embd_.forward(x, seed, step);
+
+  // 1. Embedding: my vocabulary rows (zeros for the ids other ranks own), summed over ranks.
+  Tensor emb(device_, Shape{n, cfg_.hidden});
+  device_.embedding_shard_forward(emb, ids_, wte_, vocab_first_);
+  Tensor x = cfg_.sp ? reduce_scatter_to_sp_region_forward(comm_, emb)  // my s/t tokens
+                     : reduce_from_tp_region_forward(comm_, emb);       // all tokens
+  row0_ = cfg_.sp ? comm_.rank() * x.rows() : 0;
+  device_.position_forward(x, wpe_, b.batch, row0_);
+  x = drop_embd_.forward(x, seed, step, row0_);
+
+  // 2. The blocks.
   for (auto& block : blocks_) x = block->forward(x, b.seq, b.batch, seed, step);
-  xf_ = ln_f_->forward(x);
+
+  // 3. Final norm, then the head over my vocabulary rows: logits (N, V'/t).
+  const Tensor xf_local = ln_f_->forward(x);
+  xf_ = cfg_.sp ? gather_from_sp_region_forward(comm_, xf_local) : copy_to_tp_region_forward(comm_, xf_local);
   const Tensor& head = cfg_.tied ? wte_ : lm_head_;
-  dlogits_ = Tensor(device_, Shape{n, cfg_.vocab});
-  device_.gemm(false, true, 1.0f, xf_, head, 0.0f, dlogits_);  // logits = xf headᵀ: (N, V)
-  Tensor loss(device_, Shape{n});
+  dlogits_ = Tensor(device_, Shape{n, vocab_local_});
+  device_.gemm(false, true, 1.0f, xf_, head, 0.0f, dlogits_);
+
+  // 4. Cross-entropy over the vocabulary split: three all-reduces of one number per token.
+  const VocabShard shard{vocab_first_, cfg_.vocab};
   Tensor targets = Tensor::from_host(device_, Shape{n}, as_float(b.targets));
-  // In place: logits become dloss/dlogits = (softmax − onehot) / N.
-  device_.softmax_cross_entropy(loss, dlogits_, dlogits_, targets, 1.0f / static_cast<float>(n));
+  Tensor row_max(device_, Shape{n}), sum_exp(device_, Shape{n}), target_logit(device_, Shape{n}), loss(device_, Shape{n});
+  device_.vocab_max(row_max, dlogits_, shard);
+  {
+    CommLedger::Scope scope(comm_.ledger(), "cross_entropy");
+    if (t > 1) comm_.all_reduce(row_max, ReduceOp::Max);       // the max over all V logits
+    device_.vocab_sum_exp_target(sum_exp, target_logit, dlogits_, row_max, targets, shard);
+    if (t > 1) comm_.all_reduce(sum_exp);                      // Σ exp over all V logits
+    if (t > 1) comm_.all_reduce(target_logit);                 // from the rank that owns the target
+  }
+  device_.vocab_loss(loss, row_max, sum_exp, target_logit);
+  // In place: my logits become dloss/dlogits = (softmax − onehot) / N on my columns.
+  device_.vocab_softmax_backward(dlogits_, dlogits_, row_max, sum_exp, targets, shard, 1.0f / static_cast<float>(n));
   double sum = 0;
   for (float l : loss.to_host()) sum += l;
   return static_cast<float>(sum / static_cast<double>(n));
@@ -117,12 +188,46 @@ void Gpt::backward() {
   const Tensor& head = cfg_.tied ? wte_ : lm_head_;
   Tensor& dhead = cfg_.tied ? dwte_ : dlm_head_;
   Tensor dxf(device_, xf_.shape());
-  device_.gemm(false, false, 1.0f, dlogits_, head, 0.0f, dxf);   // dxf = dlogits head: (N, h)
-  device_.gemm(true, false, 1.0f, dlogits_, xf_, 1.0f, dhead);   // dhead += dlogitsᵀ xf: (V, h)
-  Tensor dx = ln_f_->backward(dxf);
+  device_.gemm(false, false, 1.0f, dlogits_, head, 0.0f, dxf);   // my vocabulary's part of dxf
+  device_.gemm(true, false, 1.0f, dlogits_, xf_, 1.0f, dhead);   // dhead += dlogitsᵀ xf: (V'/t, h)
+  Tensor dx = cfg_.sp ? gather_from_sp_region_backward(comm_, dxf)   // Σ over ranks, my tokens
+                      : copy_to_tp_region_backward(comm_, dxf);      // Σ over ranks
+  dx = ln_f_->backward(dx);
   for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) dx = (*it)->backward(dx);
   dx = drop_embd_.backward(dx);
-  device_.embedding_backward(dwte_, dwpe_, dx, ids_, batch_);
+  device_.position_backward(dwpe_, dx, batch_, row0_);
+  const Tensor demb = cfg_.sp ? reduce_scatter_to_sp_region_backward(comm_, dx)  // all tokens
+                              : reduce_from_tp_region_backward(comm_, dx);
+  device_.embedding_shard_backward(dwte_, demb, ids_, vocab_first_);
+}
+
+void Gpt::finish_gradients() {
+  if (!cfg_.sp || comm_.size() == 1) return;
+  std::vector<const Param*> partial;
+  int64_t total = 0;
+  for (const Param& p : params_)
+    if (p.sequence_parallel_grad) {
+      partial.push_back(&p);
+      total += p.grad.numel();
+    }
+  if (partial.empty()) return;
+  // One all-reduce for all of them: pack, sum over the group, unpack.
+  Tensor packed(device_, Shape{total});
+  int64_t at = 0;
+  for (const Param* p : partial) {
+    packed.view(at, at + p->grad.numel()).copy_from(p->grad);
+    at += p->grad.numel();
+  }
+  {
+    CommLedger::Scope scope(comm_.ledger(), "sequence_parallel_grads");
+    comm_.all_reduce(packed);
+  }
+  at = 0;
+  for (const Param* p : partial) {
+    Tensor g = p->grad;
+    g.copy_from(packed.view(at, at + g.numel()));
+    at += g.numel();
+  }
 }
 
 }  // namespace tp

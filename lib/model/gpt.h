@@ -5,9 +5,18 @@
 // Model:   x = dropout(wte[ids] + wpe[pos]); x = block_L(… block_1(x)); logits = ln_f(x) wteᵀ
 //          (or lm_headᵀ when untied); loss = mean over the B·S positions of −log softmax(logits)[target]
 //
-// Under plain TP the embedding, the norms and the head are replicated (every rank holds all of
-// them and computes the same numbers); attention and MLP are split, with one all-reduce each
-// forward and backward. Activations are sequence-major (S·B, h): token (s, b) is row s·B + b.
+// Under TP, attention and MLP are split (one all-reduce each, forward and backward); the norms are
+// replicated; the embedding and the LM head are split by vocabulary rows: rank r owns token ids
+// [r·V'/t, (r+1)·V'/t) of the padded vocabulary V' (V rounded up to a multiple of t). The lookup
+// writes zeros for ids another rank owns and an all-reduce completes it; the head computes logits
+// for the rank's own ids only, and the cross-entropy needs three all-reduces of one number per
+// token (row max, sum of exponentials, target logit). No rank holds the full (tokens, V) logits.
+//
+// With sequence parallelism (cfg.sp) the activations between the TP regions hold s/t tokens per
+// rank: the embedding's all-reduce becomes a reduce-scatter, each region all-gathers on entry and
+// reduce-scatters on exit, and the head all-gathers ln_f's output. Replicated parameters that see
+// only local tokens (norms, row-parallel biases, wpe) get partial gradients, summed by
+// finish_gradients(). Activations are sequence-major (S·B, h): token (s, b) is row s·B + b.
 #pragma once
 
 #include <memory>
@@ -15,19 +24,26 @@
 
 #include "model/config.h"
 #include "model/layers.h"
+#include "observe/memory_ledger.h"
 
 namespace tp {
 
 class TransformerBlock {
  public:
   TransformerBlock(Device& device, Communicator& comm, const GptConfig& cfg, int64_t layer);
-  /// x: (S·B, h) → (S·B, h). `seed` and `step` key the dropout masks.
+  /// x: (S·B, h) → (S·B, h); under SP this rank's (S·B/t, h). `seed` and `step` key the dropout
+  /// masks.
   Tensor forward(const Tensor& x, int64_t seq, int64_t batch, uint64_t seed, int64_t step);
   Tensor backward(const Tensor& dy);
   void collect_params(ParamList& out, float std, float proj_std) const;
+  /// Record every tensor the block keeps for backward in `ledger` (under this block's index).
+  void observe(MemoryLedger* ledger);
 
  private:
   Device& device_;
+  Communicator& comm_;
+  bool sp_;
+  int64_t layer_;
   Norm ln_1_, ln_2_;
   ParallelAttention attn_;
   ParallelMLP mlp_;
@@ -50,7 +66,17 @@ class Gpt {
   float forward(const Batch& batch, uint64_t seed, int64_t step);
   /// Backward from the loss; parameter gradients accumulate into Param::grad.
   void backward();
+  /// Completes the gradients after backward(): under sequence parallelism, sums the partial
+  /// gradients of the replicated parameters over the group (one all-reduce of all of them
+  /// packed together). Without SP there is nothing to do. Forgetting this step leaves every
+  /// rank with a different, partial gradient; audit_replicated_gradients() catches that.
+  void finish_gradients();
   void zero_grad();
+  /// Padded vocabulary V' (a multiple of t) and this rank's first id.
+  int64_t padded_vocab() const { return vocab_pad_; }
+  int64_t first_vocab_id() const { return vocab_first_; }
+  /// What the last forward kept for backward.
+  const MemoryLedger& memory() const { return memory_; }
 
   const GptConfig& config() const { return cfg_; }
   ParamList& params() { return params_; }
@@ -60,14 +86,16 @@ class Gpt {
   Device& device_;
   Communicator& comm_;
   GptConfig cfg_;
-  Tensor wte_, dwte_, wpe_, dwpe_, lm_head_, dlm_head_;
+  int64_t vocab_pad_, vocab_first_, vocab_local_;
+  Tensor wte_, dwte_, wpe_, dwpe_, lm_head_, dlm_head_;  // wte_, lm_head_: (V'/t, h) vocabulary shards
   std::vector<std::unique_ptr<TransformerBlock>> blocks_;
   std::unique_ptr<Norm> ln_f_;
   Dropout drop_embd_;
   ParamList params_;
+  MemoryLedger memory_;
   // saved for backward
   Tensor ids_, xf_, dlogits_;
-  int64_t batch_ = 0;
+  int64_t batch_ = 0, row0_ = 0;
 };
 
 }  // namespace tp

@@ -9,8 +9,9 @@ namespace tp {
 
 // ---- Norm ---------------------------------------------------------------------------------------
 
-Norm::Norm(Device& device, std::string name, int64_t hidden, const std::string& kind, float eps)
-    : device_(device), name_(std::move(name)), rms_(kind == "rmsnorm"), eps_(eps) {
+Norm::Norm(Device& device, std::string name, int64_t hidden, const std::string& kind, float eps,
+           bool sequence_parallel)
+    : device_(device), name_(std::move(name)), rms_(kind == "rmsnorm"), eps_(eps), sp_(sequence_parallel) {
   TP_CHECK(kind == "layernorm" || kind == "rmsnorm", "unknown norm '", kind, "'");
   weight = Tensor(device, Shape{hidden});
   dweight = Tensor::zeros(device, Shape{hidden});
@@ -31,6 +32,11 @@ Tensor Norm::forward(const Tensor& x) {
     mean_ = Tensor(device_, Shape{x.rows()});
     device_.layernorm_forward(y, mean_, rstd_, x, weight, bias, eps_);
   }
+  if (memory_) {
+    memory_->save(name_ + ".input", layer_, x_);
+    memory_->save(name_ + ".mean", layer_, mean_);
+    memory_->save(name_ + ".rstd", layer_, rstd_);
+  }
   return y;
 }
 
@@ -48,6 +54,7 @@ void Norm::collect_params(ParamList& out) const {
   w.value = weight;
   w.grad = dweight;
   w.init = Init::Ones;
+  w.sequence_parallel_grad = sp_;
   out.push_back(w);
   if (rms_) return;
   Param b = w;
@@ -67,6 +74,7 @@ Tensor Dropout::forward(const Tensor& x, uint64_t seed, int64_t step, int64_t ro
   mask_ = Tensor(device_, x.shape());
   const RngKey key = RngKey::from(seed, "dropout/" + std::to_string(step) + "/" + site_);
   device_.dropout_mask(mask_, key, GlobalIndex::rows(x.cols(), row_offset), p_);
+  if (memory_) memory_->save(site_ + ".dropout_mask", layer_, mask_);
   Tensor y(device_, x.shape());
   device_.mul(x, mask_, y);
   return y;
@@ -85,34 +93,55 @@ ParallelMLP::ParallelMLP(Device& device, Communicator& comm, const std::string& 
     : device_(device),
       comm_(comm),
       swiglu_(cfg.act == "swiglu"),
+      sp_(cfg.sp),
       fc1_(device, comm, prefix + ".c_fc", cfg.hidden, cfg.inner(), true, false),
       gate_(device, comm, prefix + ".c_gate", cfg.hidden, swiglu_ ? cfg.inner() : comm.size(), swiglu_, false),
-      fc2_(device, comm, prefix + ".c_proj", cfg.inner(), cfg.hidden, true, true) {}
+      fc2_(device, comm, prefix + ".c_proj", cfg.inner(), cfg.hidden, true, true, cfg.sp) {}
 
-Tensor ParallelMLP::forward(const Tensor& x) {
-  up_ = fc1_.forward(x);                           // X U_r: (N, ffn/t), no communication
+void ParallelMLP::observe(MemoryLedger* ledger, int64_t layer) {
+  memory_ = ledger;
+  layer_ = layer;
+  fc1_.observe(ledger, layer);
+  gate_.observe(ledger, layer);
+  fc2_.observe(ledger, layer);
+}
+
+Tensor ParallelMLP::forward(const Tensor& x_in) {
+  // SP: all-gather my s/t tokens into the whole sequence; keep only the shard.
+  const Tensor x = sp_ ? gather_from_sp_region_forward(comm_, x_in) : x_in;
+  if (sp_) {
+    x_local_ = x_in;
+    if (memory_) memory_->save(fc1_.name() + ".input_shard", layer_, x_local_);
+  }
+  up_ = fc1_.forward(x, !sp_);                     // X U_r: (N, ffn/t), no communication
+  if (memory_) memory_->save(fc1_.name() + ".output", layer_, up_);
   Tensor act(device_, up_.shape());
   if (swiglu_) {
-    gate_out_ = gate_.forward(x);                  // X G_r
+    gate_out_ = gate_.forward(x, !sp_);            // X G_r
+    if (memory_) memory_->save(gate_.name() + ".output", layer_, gate_out_);
     device_.swiglu_forward(act, gate_out_, up_);   // silu(X G_r) ⊙ X U_r, local
   } else {
     device_.gelu_forward(act, up_);                // GeLU(X U_r), local: elementwise
   }
-  return fc2_.forward(act);                        // Σ_r act_r B_r: g's all-reduce
+  return fc2_.forward(act);                        // Σ_r act_r B_r: g's all-reduce (SP: reduce-scatter)
 }
 
 Tensor ParallelMLP::backward(const Tensor& dy) {
-  Tensor dact = fc2_.backward(dy);                 // local (g backward is the identity)
+  Tensor dact = fc2_.backward(dy);                 // local (g backward is the identity; SP: all-gather dY)
   Tensor dup(device_, up_.shape());
+  Tensor dgate;
   if (swiglu_) {
-    Tensor dgate(device_, up_.shape());
+    dgate = Tensor(device_, up_.shape());
     device_.swiglu_backward(dgate, dup, dact, gate_out_, up_);
-    Tensor dx = fc1_.backward_partial(dup);
-    device_.axpy(1.0f, gate_.backward_partial(dgate), dx);
-    return copy_to_tp_region_backward(comm_, dx);  // f backward: one all-reduce
+  } else {
+    device_.gelu_backward(dup, dact, up_);
   }
-  device_.gelu_backward(dup, dact, up_);
-  return fc1_.backward(dup);                       // f backward inside: one all-reduce
+  // SP: the whole-sequence input again, for the weight gradients (recomputed, not kept).
+  const Tensor x = sp_ ? gather_from_sp_region_forward(comm_, x_local_) : Tensor();
+  Tensor dx = sp_ ? fc1_.backward_partial(dup, x) : fc1_.backward_partial(dup);
+  if (swiglu_) device_.axpy(1.0f, sp_ ? gate_.backward_partial(dgate, x) : gate_.backward_partial(dgate), dx);
+  return sp_ ? gather_from_sp_region_backward(comm_, dx)   // reduce-scatter to my tokens
+             : copy_to_tp_region_backward(comm_, dx);      // f backward: one all-reduce
 }
 
 void ParallelMLP::collect_params(ParamList& out, float std, float proj_std) const {
@@ -128,6 +157,7 @@ ParallelAttention::ParallelAttention(Device& device, Communicator& comm, const s
     : device_(device),
       comm_(comm),
       prefix_(prefix),
+      sp_(cfg.sp),
       hidden_(cfg.hidden),
       heads_(cfg.heads),
       kv_heads_(cfg.kv()),
@@ -135,25 +165,52 @@ ParallelAttention::ParallelAttention(Device& device, Communicator& comm, const s
       q_(device, comm, prefix + ".q", cfg.hidden, cfg.heads * cfg.head_dim(), true, false),
       k_(device, comm, prefix + ".k", cfg.hidden, cfg.kv() * cfg.head_dim(), true, false),
       v_(device, comm, prefix + ".v", cfg.hidden, cfg.kv() * cfg.head_dim(), true, false),
-      proj_(device, comm, prefix + ".c_proj", cfg.heads * cfg.head_dim(), cfg.hidden, true, true) {}
+      proj_(device, comm, prefix + ".c_proj", cfg.heads * cfg.head_dim(), cfg.hidden, true, true, cfg.sp) {}
 
-Tensor ParallelAttention::forward(const Tensor& x, int64_t seq, int64_t batch) {
+void ParallelAttention::observe(MemoryLedger* ledger, int64_t layer) {
+  memory_ = ledger;
+  layer_ = layer;
+  for (ParallelLinearBase* l : {static_cast<ParallelLinearBase*>(&q_), static_cast<ParallelLinearBase*>(&k_),
+                                static_cast<ParallelLinearBase*>(&v_), static_cast<ParallelLinearBase*>(&proj_)})
+    l->observe(ledger, layer);
+}
+
+Tensor ParallelAttention::forward(const Tensor& x_in, int64_t seq, int64_t batch) {
+  // SP: all-gather my s/t tokens into the whole sequence; keep only the shard.
+  const Tensor x = sp_ ? gather_from_sp_region_forward(comm_, x_in) : x_in;
+  if (sp_) {
+    x_local_ = x_in;
+    if (memory_) memory_->save(prefix_ + ".input_shard", layer_, x_local_);
+  }
   const int t = comm_.size();
   shape_ = AttentionShape{seq, batch, heads_ / t, kv_heads_ / t, head_dim_,
                           1.0f / std::sqrt(static_cast<float>(head_dim_))};
-  q_out_ = q_.forward(x);  // this rank's query heads: (N, nh/t · hd)
-  k_out_ = k_.forward(x);  // this rank's key/value heads: (N, nkv/t · hd)
-  v_out_ = v_.forward(x);
+  q_out_ = q_.forward(x, !sp_);  // this rank's query heads: (N, nh/t · hd)
+  k_out_ = k_.forward(x, !sp_);  // this rank's key/value heads: (N, nkv/t · hd)
+  v_out_ = v_.forward(x, !sp_);
   Tensor ctx(device_, q_out_.shape());
   probs_ = Tensor(device_, Shape{batch, heads_ / t, seq, seq});
   device_.attention_forward(ctx, probs_, q_out_, k_out_, v_out_, shape_);  // local: whole heads
-  return proj_.forward(ctx);  // Σ_r ctx_r P_r: g's all-reduce
+  if (memory_) {
+    memory_->save(prefix_ + ".q", layer_, q_out_);
+    memory_->save(prefix_ + ".k", layer_, k_out_);
+    memory_->save(prefix_ + ".v", layer_, v_out_);
+    memory_->save(prefix_ + ".probs", layer_, probs_);
+  }
+  return proj_.forward(ctx);  // Σ_r ctx_r P_r: g's all-reduce (SP: reduce-scatter)
 }
 
 Tensor ParallelAttention::backward(const Tensor& dy) {
   Tensor dctx = proj_.backward(dy);
   Tensor dq(device_, q_out_.shape()), dk(device_, k_out_.shape()), dv(device_, v_out_.shape());
   device_.attention_backward(dq, dk, dv, dctx, q_out_, k_out_, v_out_, probs_, shape_);
+  if (sp_) {
+    const Tensor x = gather_from_sp_region_forward(comm_, x_local_);  // the whole input again
+    Tensor dx = q_.backward_partial(dq, x);
+    device_.axpy(1.0f, k_.backward_partial(dk, x), dx);
+    device_.axpy(1.0f, v_.backward_partial(dv, x), dx);
+    return gather_from_sp_region_backward(comm_, dx);  // reduce-scatter to my tokens
+  }
   Tensor dx = q_.backward_partial(dq);
   device_.axpy(1.0f, k_.backward_partial(dk), dx);
   device_.axpy(1.0f, v_.backward_partial(dv), dx);

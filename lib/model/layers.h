@@ -11,6 +11,7 @@
 #include "core/communicator.h"
 #include "core/device.h"
 #include "model/config.h"
+#include "observe/memory_ledger.h"
 #include "parallel/linear.h"
 #include "parallel/param.h"
 
@@ -21,14 +22,22 @@ namespace tp {
 /// needs statistics of the whole vector (lesson 06).
 class Norm {
  public:
-  /// kind: "layernorm" or "rmsnorm". name: e.g. "transformer.h.0.ln_1".
-  Norm(Device& device, std::string name, int64_t hidden, const std::string& kind, float eps);
+  /// kind: "layernorm" or "rmsnorm". name: e.g. "transformer.h.0.ln_1". With
+  /// sequence_parallel the norm sees only this rank's tokens, so its parameter gradients are
+  /// partial sums (Param::sequence_parallel_grad).
+  Norm(Device& device, std::string name, int64_t hidden, const std::string& kind, float eps,
+       bool sequence_parallel = false);
   /// x: (N, h) → y: (N, h). Saves x and the row statistics.
   Tensor forward(const Tensor& x);
   /// dy: (N, h) → dx: (N, h); dweight (and dbias) accumulate.
   Tensor backward(const Tensor& dy);
   void collect_params(ParamList& out) const;
   bool is_rms() const { return rms_; }
+  /// Record what forward keeps in `ledger` under block `layer`.
+  void observe(MemoryLedger* ledger, int64_t layer) {
+    memory_ = ledger;
+    layer_ = layer;
+  }
 
   Tensor weight, bias, dweight, dbias;  ///< (h); bias only for LayerNorm
 
@@ -37,7 +46,10 @@ class Norm {
   std::string name_;
   bool rms_;
   float eps_;
+  bool sp_;
   Tensor x_, mean_, rstd_;
+  MemoryLedger* memory_ = nullptr;
+  int64_t layer_ = -1;
 };
 
 /// Inverted dropout with a counter-based mask: element (token row r, feature c) of site `site` at
@@ -50,12 +62,18 @@ class Dropout {
   Tensor forward(const Tensor& x, uint64_t seed, int64_t step, int64_t row_offset = 0);
   /// dx = dy ⊙ mask / (1 − p).
   Tensor backward(const Tensor& dy);
+  void observe(MemoryLedger* ledger, int64_t layer) {
+    memory_ = ledger;
+    layer_ = layer;
+  }
 
  private:
   Device& device_;
   std::string site_;
   float p_;
   Tensor mask_;
+  MemoryLedger* memory_ = nullptr;
+  int64_t layer_ = -1;
 };
 
 /// The MLP under TP: fc1 column-parallel (h → ffn), the activation local on this rank's ffn/t
@@ -66,20 +84,30 @@ class Dropout {
 /// One all-reduce forward (g, after fc2) and one backward (f, before fc1). With SwiGLU, gate and up
 /// are both column-parallel, silu(X G_r) ⊙ (X U_r) is local, and their dX terms are added before
 /// the single all-reduce. Checkpoint names: mlp.c_fc (up), mlp.c_gate (SwiGLU only), mlp.c_proj.
+///
+/// With sequence parallelism (cfg.sp) the input arrives as this rank's s/t tokens: it is
+/// all-gathered on entry (gather_from_sp_region; backward: reduce-scatter) and fc2's partial sums
+/// are reduce-scattered back to s/t tokens. Only the local shard of the input is kept; backward
+/// all-gathers it again to form fc1's weight gradient.
 class ParallelMLP {
  public:
   /// prefix: e.g. "transformer.h.0.mlp".
   ParallelMLP(Device& device, Communicator& comm, const std::string& prefix, const GptConfig& cfg);
-  /// x: (N, h), whole on every rank → y: (N, h), whole on every rank.
+  /// x: (N, h), whole on every rank → y: (N, h), whole on every rank. Under SP: (N/t, h) → (N/t, h).
   Tensor forward(const Tensor& x);
-  /// dy: (N, h) → dx: (N, h), whole on every rank.
+  /// dy: like y → dx: like x.
   Tensor backward(const Tensor& dy);
   void collect_params(ParamList& out, float std, float proj_std) const;
+  void observe(MemoryLedger* ledger, int64_t layer);
 
  private:
   Device& device_;
   Communicator& comm_;
   bool swiglu_;
+  bool sp_;
+  Tensor x_local_;             // SP: the kept sequence shard of the input
+  MemoryLedger* memory_ = nullptr;
+  int64_t layer_ = -1;
   ColumnParallelLinear fc1_;   // up: (h, ffn) split by columns
   ColumnParallelLinear gate_;  // SwiGLU gate (unused for GeLU)
   RowParallelLinear fc2_;      // down: (ffn, h) split by rows
@@ -92,19 +120,27 @@ class ParallelMLP {
 /// backward (f, after adding the dX terms of q, k and v). Query head j reads key/value head
 /// j / (nh/nkv) (grouped-query attention when nkv < nh). Checkpoint: q | k | v side by side in
 /// attn.c_attn, (h, (nh + 2 nkv)·hd); attn.c_proj.
+///
+/// With sequence parallelism (cfg.sp), as for the MLP: all-gather the s/t local tokens on entry,
+/// reduce-scatter the output projection's partial sums, keep only the local input shard.
 class ParallelAttention {
  public:
   /// prefix: e.g. "transformer.h.0.attn".
   ParallelAttention(Device& device, Communicator& comm, const std::string& prefix, const GptConfig& cfg);
-  /// x: (S·B, h) → y: (S·B, h), both whole on every rank.
+  /// x: (S·B, h) → y: (S·B, h), both whole on every rank. Under SP: (S·B/t, h) → (S·B/t, h).
   Tensor forward(const Tensor& x, int64_t seq, int64_t batch);
   Tensor backward(const Tensor& dy);
   void collect_params(ParamList& out, float std, float proj_std) const;
+  void observe(MemoryLedger* ledger, int64_t layer);
 
  private:
   Device& device_;
   Communicator& comm_;
   std::string prefix_;
+  bool sp_;
+  Tensor x_local_;  // SP: the kept sequence shard of the input
+  MemoryLedger* memory_ = nullptr;
+  int64_t layer_ = -1;
   int64_t hidden_, heads_, kv_heads_, head_dim_;
   ColumnParallelLinear q_, k_, v_;
   RowParallelLinear proj_;

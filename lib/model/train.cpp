@@ -9,6 +9,7 @@ StepResult train_step(Communicator& comm, Device& device, Gpt& model, AdamW& opt
   model.zero_grad();
   r.loss = model.forward(batch, seed, step);
   model.backward();
+  model.finish_gradients();
   if (after_backward) after_backward(r.loss);
   r.grad_norm = global_grad_norm(comm, device, model.params());
   r.clip = clip_factor(r.grad_norm, max_grad_norm);

@@ -14,7 +14,8 @@ struct StepResult {
   float clip = 1;          ///< the factor the gradients were scaled by
 };
 
-/// zero_grad → forward → backward → [after_backward()] → global gradient norm → clip → AdamW.
+/// zero_grad → forward → backward → finish_gradients → [after_backward()] → global gradient norm
+/// → clip → AdamW.
 /// Collective: every rank calls it with the same batch.
 StepResult train_step(Communicator& comm, Device& device, Gpt& model, AdamW& opt, const Batch& batch,
                       uint64_t seed, int64_t step, float lr, float max_grad_norm,

@@ -8,7 +8,7 @@ double ring_wire_bytes(const std::string& op, int t, int64_t bytes) {
   if (t <= 1) return 0.0;
   const double n = static_cast<double>(bytes);
   const double share = static_cast<double>(t - 1) / t;
-  if (op == "all_reduce") return 2.0 * share * n;
+  if (op == "all_reduce" || op == "all_reduce_max") return 2.0 * share * n;
   if (op == "all_gather" || op == "reduce_scatter") return share * n;
   if (op == "broadcast" || op == "send_recv") return n;
   TP_CHECK(false, "ring_wire_bytes: unknown op '", op, "'");

@@ -3,7 +3,8 @@
 // Each record holds the op, the group size t, the elements and bytes of the logical buffer, and the
 // bytes each rank sends under the ring model:
 //
-//   all-reduce       2 (t − 1) / t · N   (reduce-scatter, then all-gather, each moving (t − 1)/t of N)
+//   all-reduce       2 (t − 1) / t · N   (reduce-scatter, then all-gather, each moving (t − 1)/t of N;
+//                                        the same for the max reduction, "all_reduce_max")
 //   all-gather       (t − 1) / t · N     (N = the full, gathered buffer)
 //   reduce-scatter   (t − 1) / t · N     (N = the full buffer before scattering)
 //   broadcast        N                   (pipelined chain: every rank but the last forwards N)
@@ -21,7 +22,7 @@ namespace tp {
 
 /// One collective call as seen by this rank.
 struct CommRecord {
-  std::string op;        ///< "all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv"
+  std::string op;        ///< "all_reduce", "all_reduce_max", "all_gather", "reduce_scatter", "broadcast", "send_recv"
   int group_size = 1;    ///< t, the ranks in the communicator
   int64_t elements = 0;  ///< N: elements of the logical buffer (see the table above)
   int64_t bytes = 0;     ///< 4 N

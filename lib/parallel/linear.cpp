@@ -28,6 +28,11 @@ ParallelLinearBase::ParallelLinearBase(Device& device, Communicator& comm, std::
   }
 }
 
+void ParallelLinearBase::keep_input(const Tensor& x) {
+  saved_input_ = x;
+  if (memory_) memory_->save(name_ + ".input", layer_, x);
+}
+
 void ParallelLinearBase::zero_grad() {
   device_.fill(dweight, 0.0f);
   if (has_bias()) device_.fill(dbias, 0.0f);
@@ -89,11 +94,13 @@ void ColumnParallelLinear::load_global(const std::vector<float>& w, const std::v
   }
 }
 
-Tensor ColumnParallelLinear::forward(const Tensor& x) {
-  TP_CHECK(x.cols() == in_, name_, ".forward: input ", x.shape().str(), " should end in in=", in_);
-  saved_input_ = copy_to_tp_region_forward(comm_, x);                 // f: identity
+Tensor ColumnParallelLinear::forward(const Tensor& x_in, bool keep) {
+  TP_CHECK(x_in.cols() == in_, name_, ".forward: input ", x_in.shape().str(), " should end in in=", in_);
+  const Tensor x = copy_to_tp_region_forward(comm_, x_in);            // f: identity
+  if (keep) keep_input(x);
+  else saved_input_ = Tensor();
   Tensor y(device_, x.shape().with(x.ndim() - 1, out_local_));
-  device_.gemm(false, false, 1.0f, saved_input_, weight, 0.0f, y);    // Y_r = X A_r
+  device_.gemm(false, false, 1.0f, x, weight, 0.0f, y);               // Y_r = X A_r
   if (has_bias()) device_.add_bias(y, bias);                          //     + b_r
   return gather_output_ ? gather_from_tp_region_forward(comm_, y) : y;
 }
@@ -102,14 +109,18 @@ Tensor ColumnParallelLinear::backward(const Tensor& dy) {
   return copy_to_tp_region_backward(comm_, backward_partial(dy));   // f backward: Σ over ranks
 }
 
-Tensor ColumnParallelLinear::backward_partial(const Tensor& dy_in) {
-  TP_CHECK(saved_input_.defined(), name_, ".backward called before forward");
+Tensor ColumnParallelLinear::backward_partial(const Tensor& dy) {
+  TP_CHECK(saved_input_.defined(), name_, ".backward called before forward (or after forward(x, false))");
+  return backward_partial(dy, saved_input_);
+}
+
+Tensor ColumnParallelLinear::backward_partial(const Tensor& dy_in, const Tensor& input) {
   const Tensor dy = gather_output_ ? gather_from_tp_region_backward(comm_, dy_in) : dy_in;
-  TP_CHECK(dy.cols() == out_local_ && dy.rows() == saved_input_.rows(), name_, ".backward: dy ",
-           dy.shape().str(), " does not match the forward output");
-  device_.gemm(true, false, 1.0f, saved_input_, dy, 1.0f, dweight);  // dA_r += Xᵀ dY_r
+  TP_CHECK(dy.cols() == out_local_ && dy.rows() == input.rows() && input.cols() == in_, name_,
+           ".backward: dy ", dy.shape().str(), " does not match the forward output");
+  device_.gemm(true, false, 1.0f, input, dy, 1.0f, dweight);         // dA_r += Xᵀ dY_r
   if (has_bias()) device_.add_bias_backward(dbias, dy);              // db_r += Σ dY_r
-  Tensor dx(device_, saved_input_.shape());
+  Tensor dx(device_, input.shape());
   device_.gemm(false, true, 1.0f, dy, weight, 0.0f, dx);             // dY_r A_rᵀ: one term of dX
   return dx;
 }
@@ -121,10 +132,11 @@ void ColumnParallelLinear::collect_params(ParamList& out, float weight_std) cons
 // ---- RowParallelLinear --------------------------------------------------------------------------
 
 RowParallelLinear::RowParallelLinear(Device& device, Communicator& comm, std::string name, int64_t in,
-                                     int64_t out, bool with_bias, bool input_is_parallel)
+                                     int64_t out, bool with_bias, bool input_is_parallel, bool sequence_parallel)
     : ParallelLinearBase(device, comm, name, in, out,
                          Shape{local_size(name, "in", in, comm.size()), out}, Shape{out}, with_bias),
       input_is_parallel_(input_is_parallel),
+      sequence_parallel_(sequence_parallel),
       in_local_(in / comm.size()),
       row0_(comm.rank() * (in / comm.size())) {}
 
@@ -144,23 +156,25 @@ void RowParallelLinear::load_global(const std::vector<float>& w, const std::vect
 }
 
 Tensor RowParallelLinear::forward(const Tensor& x) {
-  saved_input_ = input_is_parallel_ ? x : scatter_to_tp_region_forward(comm_, x);
+  keep_input(input_is_parallel_ ? x : scatter_to_tp_region_forward(comm_, x));
   TP_CHECK(saved_input_.cols() == in_local_, name_, ".forward: input ", x.shape().str(),
            " should end in ", input_is_parallel_ ? in_local_ : in_, input_is_parallel_ ? " (in/t)" : " (in)");
   Tensor partial(device_, saved_input_.shape().with(saved_input_.ndim() - 1, out_));
   device_.gemm(false, false, 1.0f, saved_input_, weight, 0.0f, partial);  // X_r A_r
-  Tensor y = reduce_from_tp_region_forward(comm_, partial);               // g: Σ_r X_r A_r
+  Tensor y = sequence_parallel_ ? reduce_scatter_to_sp_region_forward(comm_, partial)  // Σ_r, my tokens
+                                : reduce_from_tp_region_forward(comm_, partial);      // g: Σ_r X_r A_r
   if (has_bias()) device_.add_bias(y, bias);                              // + b, once
   return y;
 }
 
 Tensor RowParallelLinear::backward(const Tensor& dy_in) {
   TP_CHECK(saved_input_.defined(), name_, ".backward called before forward");
-  const Tensor dy = reduce_from_tp_region_backward(comm_, dy_in);         // g backward: identity
+  const Tensor dy = sequence_parallel_ ? reduce_scatter_to_sp_region_backward(comm_, dy_in)  // all-gather
+                                       : reduce_from_tp_region_backward(comm_, dy_in);  // g: identity
   TP_CHECK(dy.cols() == out_ && dy.rows() == saved_input_.rows(), name_, ".backward: dy ",
            dy.shape().str(), " does not match the forward output");
   device_.gemm(true, false, 1.0f, saved_input_, dy, 1.0f, dweight);      // dA_r += X_rᵀ dY
-  if (has_bias()) device_.add_bias_backward(dbias, dy);                  // db += Σ dY (replicated)
+  if (has_bias()) device_.add_bias_backward(dbias, sequence_parallel_ ? dy_in : dy);  // db += Σ dY
   Tensor dx(device_, saved_input_.shape());
   device_.gemm(false, true, 1.0f, dy, weight, 0.0f, dx);                 // dX_r = dY A_rᵀ
   return input_is_parallel_ ? dx : scatter_to_tp_region_backward(comm_, dx);
@@ -168,6 +182,7 @@ Tensor RowParallelLinear::backward(const Tensor& dy_in) {
 
 void RowParallelLinear::collect_params(ParamList& out, float weight_std) const {
   collect(out, Split::Rows, row0_, Split::Replicated, 0, weight_std);
+  if (has_bias() && sequence_parallel_) out.back().sequence_parallel_grad = true;  // sums my tokens only
 }
 
 }  // namespace tp

@@ -18,6 +18,7 @@
 #include "core/device.h"
 #include "core/rng.h"
 #include "core/tensor.h"
+#include "observe/memory_ledger.h"
 #include "parallel/param.h"
 
 namespace tp {
@@ -31,6 +32,11 @@ class ParallelLinearBase {
   bool has_bias() const { return bias.defined(); }
   /// dweight = 0, dbias = 0.
   void zero_grad();
+  /// From now on, record the input kept for backward in `ledger` under block `layer`.
+  void observe(MemoryLedger* ledger, int64_t layer) {
+    memory_ = ledger;
+    layer_ = layer;
+  }
 
   Tensor weight;   ///< this rank's shard of the [in, out] weight
   Tensor bias;     ///< this rank's bias (see each layer for its shape); undefined without bias
@@ -52,7 +58,12 @@ class ParallelLinearBase {
   Communicator& comm_;
   std::string name_;
   int64_t in_, out_;
+  /// Keeps `x` as the input for backward (and records it in the memory ledger, if any).
+  void keep_input(const Tensor& x);
+
   Tensor saved_input_;  ///< what forward saved for backward
+  MemoryLedger* memory_ = nullptr;
+  int64_t layer_ = -1;
 };
 
 /// Column-parallel linear: the weight is split by output columns, A = [A_1, …, A_t]:
@@ -74,8 +85,10 @@ class ColumnParallelLinear : public ParallelLinearBase {
   /// Takes this rank's columns of a global weight (in × out, row-major) and bias (out).
   void load_global(const std::vector<float>& weight, const std::vector<float>& bias = {});
 
-  /// x: (N, in) → y: (N, out/t), or (N, out) with gather_output. Saves x.
-  Tensor forward(const Tensor& x);
+  /// x: (N, in) → y: (N, out/t), or (N, out) with gather_output. Saves x, unless keep_input is
+  /// false: then backward needs the input passed again (backward_partial(dy, x)); sequence
+  /// parallelism uses this to keep only the sequence shard and re-gather it in backward.
+  Tensor forward(const Tensor& x, bool keep_input = true);
   /// dy: like forward's y → dx: (N, in), complete on every rank (all-reduced).
   /// Accumulates dweight += Xᵀ dY_r, dbias += Σ_rows dY_r.
   Tensor backward(const Tensor& dy);
@@ -83,6 +96,8 @@ class ColumnParallelLinear : public ParallelLinearBase {
   /// column-parallel layers reading the same X (q, k, v; SwiGLU's gate and up), add their terms
   /// and all-reduce once (copy_to_tp_region_backward) instead of once per layer.
   Tensor backward_partial(const Tensor& dy);
+  /// The same, with the forward input given explicitly (for forward(x, false)).
+  Tensor backward_partial(const Tensor& dy, const Tensor& input);
 
   int64_t out_local() const { return out_local_; }
   int64_t first_column() const { return col0_; }  ///< global index of this rank's first column
@@ -106,19 +121,25 @@ class ColumnParallelLinear : public ParallelLinearBase {
 /// dX_r = dY A_rᵀ, dA_r = X_rᵀ dY and db = Σ_rows dY are local (db is the same on every rank).
 /// If the input arrives whole (input_is_parallel = false), it is split on entry
 /// (scatter_to_tp_region) and backward all-gathers dX.
+///
+/// With sequence_parallel, the partial sums are reduce-scattered along the sequence
+/// (reduce_scatter_to_sp_region) instead of all-reduced: each rank gets the complete output for
+/// its s/t tokens, adds the bias to them, and backward all-gathers dY first. The bias gradient then
+/// covers only this rank's tokens and must be summed over the group (Param::sequence_parallel_grad).
 class RowParallelLinear : public ParallelLinearBase {
  public:
   /// Bad input (in not divisible by t) is a tp::Error naming the size and the valid t.
   RowParallelLinear(Device& device, Communicator& comm, std::string name, int64_t in, int64_t out,
-                    bool with_bias, bool input_is_parallel);
+                    bool with_bias, bool input_is_parallel, bool sequence_parallel = false);
 
   void init(uint64_t seed, const Distribution& dist);
   /// Takes this rank's rows of a global weight (in × out, row-major) and the whole bias (out).
   void load_global(const std::vector<float>& weight, const std::vector<float>& bias = {});
 
-  /// x: (N, in/t) when input_is_parallel, else (N, in) → y: (N, out), complete on every rank.
+  /// x: (N, in/t) when input_is_parallel, else (N, in) → y: (N, out), complete on every rank
+  /// (sequence_parallel: (N/t, out), this rank's tokens).
   Tensor forward(const Tensor& x);
-  /// dy: (N, out) → dx: (N, in/t) when input_is_parallel, else (N, in).
+  /// dy: like y → dx: (N, in/t) when input_is_parallel, else (N, in).
   Tensor backward(const Tensor& dy);
 
   int64_t in_local() const { return in_local_; }
@@ -129,6 +150,7 @@ class RowParallelLinear : public ParallelLinearBase {
 
  private:
   bool input_is_parallel_;
+  bool sequence_parallel_;
   int64_t in_local_, row0_;
 };
 

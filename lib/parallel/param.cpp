@@ -47,6 +47,12 @@ std::vector<float> gather_global(Communicator& comm, const Param& p, const Tenso
   return out;
 }
 
+std::vector<float> gather_real(Communicator& comm, const Param& p, const Tensor& which) {
+  std::vector<float> all = gather_global(comm, p, which);
+  all.resize(static_cast<size_t>(p.real_rows() * p.cols()));
+  return all;
+}
+
 std::vector<float> shard_of(const Param& p, const std::vector<float>& global, int t) {
   TP_CHECK(static_cast<int64_t>(global.size()) == p.rows() * p.cols(), p.name, ": ", global.size(),
            " values for shape ", p.shape.str());

@@ -39,6 +39,12 @@ struct Param {
   Init init = Init::Normal;
   float init_std = 0.02f;   ///< for Init::Normal
   bool decay = false;       ///< AdamW weight decay applies (matrices, not biases or norms)
+  /// Replicated, but under sequence parallelism each rank's gradient covers only its own tokens:
+  /// the gradients must be summed over the group (Gpt::finish_gradients) before they are complete.
+  bool sequence_parallel_grad = false;
+  /// Rows stored in a checkpoint when fewer than the global rows (vocabulary padding: wte holds V
+  /// rounded up to a multiple of t, the file holds the real V). 0: all rows.
+  int64_t ckpt_rows = 0;
   /// Where the parameter lives in a checkpoint: tensor `ckpt_name`, columns [ckpt_col0, ckpt_col0 +
   /// cols) of a stored matrix with `ckpt_cols` columns (several parameters may share one stored
   /// tensor, e.g. q | k | v in c_attn). Empty ckpt_name: the parameter's own name, whole.
@@ -48,6 +54,8 @@ struct Param {
 
   int64_t rows() const { return shape.ndim() == 2 ? shape[0] : 1; }  ///< global rows (1 for a vector)
   int64_t cols() const { return shape.cols(); }                       ///< global columns
+  /// Rows that hold real values: rows() minus vocabulary padding (see ckpt_rows).
+  int64_t real_rows() const { return ckpt_rows > 0 ? ckpt_rows : rows(); }
   /// Maps the shard's local (r, c) to the global flat index, for counter-based initialisation.
   GlobalIndex shard_index() const;
 };
@@ -62,6 +70,9 @@ void zero_grads(Device& device, ParamList& params);
 /// state of the same shape), row-major (rows × cols), on every rank. Communicates for split
 /// parameters (an all-gather over `comm`).
 std::vector<float> gather_global(Communicator& comm, const Param& p, const Tensor& which);
+/// gather_global without the padding rows: the first real_rows() rows (what a t = 1 model with the
+/// unpadded vocabulary holds, and what a checkpoint stores).
+std::vector<float> gather_real(Communicator& comm, const Param& p, const Tensor& which);
 /// This rank's shard of a global (rows × cols) row-major tensor, as host values.
 std::vector<float> shard_of(const Param& p, const std::vector<float>& global, int t);
 

@@ -1,0 +1,38 @@
+// memory.h — the activation memory of one transformer block, in closed form.
+//
+// What a block keeps for backward on one rank, for this implementation's choices (fp32 = 4 bytes
+// per value; dropout masks stored as fp32; the attention probabilities kept; nothing recomputed
+// except the sequence-parallel all-gather). With N = s·b tokens, h hidden, nh / nkv heads of size
+// hd, ffn the MLP size, t ranks, and n = N/t under sequence parallelism (N without):
+//
+//   ln_1 input                  n·h        + its statistics: 2n (LayerNorm: μ, rstd) or n (RMSNorm)
+//   attention input             n·h        (the ln_1 output; under SP the local shard, re-gathered
+//                                           in backward)
+//   q, k, v                     N·(nh + 2 nkv)·hd / t
+//   attention probabilities     b·(nh/t)·s²
+//   attention output (ctx)      N·nh·hd / t (input of the row-parallel c_proj)
+//   dropout mask (p > 0)        n·h
+//   ln_2 input                  n·h        + statistics
+//   MLP input                   n·h
+//   fc1 output (up)             N·ffn / t  (+ N·ffn / t for SwiGLU's gate)
+//   activation output           N·ffn / t  (input of the row-parallel c_proj)
+//   dropout mask (p > 0)        n·h
+//
+// For GPT-2's shape (nkv = nh, ffn = 4h, GeLU, LayerNorm, dropout on) this is, in bytes,
+//   TP only:  4·[sbh(6 + 12/t) + 4sb] + 4·nh·s²·b/t   =  sbh(24 + 48/t) + 16sb + 4·nh·s²b/t
+//   TP + SP:  sbh·72/t + 16sb/t + 4·nh·s²b/t
+// the fp32 analogue of Korthikanti et al.'s sbh(10 + 24/t + 5as/(ht)) and sbh(34/t + 5as/(ht)) for
+// 16-bit activations with 1-byte masks: sequence parallelism divides the part that TP alone
+// leaves replicated (the n·h terms) by t too.
+#pragma once
+
+#include <cstdint>
+
+#include "model/config.h"
+
+namespace tp {
+
+/// Bytes one block keeps for backward on one rank (see above); cfg.sp selects n = N/t.
+int64_t block_activation_bytes(const GptConfig& cfg, int64_t seq, int64_t batch, int t);
+
+}  // namespace tp
