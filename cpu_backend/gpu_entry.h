@@ -3,11 +3,18 @@
 // #ifdef: the choice is made at link time.
 #pragma once
 
+#include <mpi.h>
+
 #include <memory>
 
+#include "core/communicator.h"
 #include "core/device.h"
 
 namespace tp {
-/// A CUDA device for the rank with node-local index `local_rank`.
-std::unique_ptr<Device> make_gpu_device(int local_rank);
+/// A CUDA device for the rank with node-local index `options.local_rank` (GPU local_rank modulo
+/// the GPUs on the node). No usable GPU is a bad-input error "no CUDA device: <reason>".
+std::unique_ptr<Device> make_gpu_device(const DeviceOptions& options);
+/// An NCCL communicator over the ranks of `comm` for tensors on `device` (a CUDA device),
+/// bootstrapped through MPI. Several ranks on one GPU is a bad-input error suggesting --comm mpi.
+std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm, Device& device);
 }  // namespace tp

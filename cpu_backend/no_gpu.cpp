@@ -4,10 +4,15 @@
 
 namespace tp {
 
-std::unique_ptr<Device> make_gpu_device(int) {
+std::unique_ptr<Device> make_gpu_device(const DeviceOptions&) {
   TP_CHECK_INPUT(false,
-                 "--backend gpu: this build has no GPU backend (it is not written yet, and "
-                 "will need nvcc at build time); use --backend cpu");
+                 "--backend gpu: this build has no GPU backend (nvcc was not found when it was built, "
+                 "or NO_CUDA=1); rebuild on a machine with CUDA, or use --backend cpu");
+  return nullptr;
+}
+
+std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm, Device&) {
+  TP_CHECK_INPUT(false, "--comm nccl: this build has no GPU backend; use --comm mpi");
   return nullptr;
 }
 

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "gpu_entry.h"
 #include "launch.h"
 #include "mpi_communicator.h"
 
@@ -73,15 +74,28 @@ int run_program(int argc, char** argv, Options& options, const Program& program)
   choose_omp_threads(local_size);
 
   options.text("backend", "cpu", "device backend", {"cpu", "gpu"});
+  options.text("comm", "auto", "communicator: auto (nccl with --backend gpu, else mpi), mpi (host-staged with a GPU: several ranks may share one), nccl",
+               {"auto", "mpi", "nccl"});
+  options.flag("tf32", "GPU: allow TF32 tensor cores in fp32 GEMMs");
+  options.text("dtype", "fp32", "GEMM input precision (bf16: GPU only, fp32 accumulation and master weights)", {"fp32", "bf16"});
   int rc = 0;
   try {
     options.parse(argc, argv);
     if (options.help_requested()) {
       if (rank == 0) std::fputs(options.help().c_str(), stdout);
     } else {
-      MpiCommunicator world(MPI_COMM_WORLD, false);
-      std::unique_ptr<Device> device = make_device(options.get_text("backend"), local_rank);
-      Context ctx{options, *device, world, local_rank, local_size};
+      DeviceOptions dev_opts;
+      dev_opts.backend = options.get_text("backend");
+      dev_opts.local_rank = local_rank;
+      dev_opts.tf32 = options.get_flag("tf32");
+      dev_opts.dtype = options.get_text("dtype");
+      std::unique_ptr<Device> device = make_device(dev_opts);
+      const std::string comm = options.get_text("comm");
+      TP_CHECK_INPUT(comm != "nccl" || dev_opts.backend == "gpu", "--comm nccl needs --backend gpu");
+      std::unique_ptr<Communicator> world;
+      if (dev_opts.backend == "gpu" && comm != "mpi") world = make_nccl_communicator(MPI_COMM_WORLD, *device);
+      else world = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false);
+      Context ctx{options, *device, *world, local_rank, local_size};
       rc = program(ctx);
       device->synchronize();
     }

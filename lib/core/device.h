@@ -211,8 +211,17 @@ class Device {
   MemoryStats memory_;
 };
 
-/// Creates the device named by `--backend` ("cpu" or "gpu"). Defined by the launcher, which knows
-/// which backends this build contains; an unknown or missing backend is a bad-input tp::Error.
-std::unique_ptr<Device> make_device(const std::string& backend, int local_rank);
+/// How to create a device (from the command line: --backend, --tf32, --dtype).
+struct DeviceOptions {
+  std::string backend = "cpu";  ///< "cpu" or "gpu"
+  int local_rank = 0;           ///< rank among the ranks on this node (picks the GPU)
+  bool tf32 = false;            ///< GPU: let cuBLAS use TF32 tensor cores for fp32 GEMMs
+  std::string dtype = "fp32";   ///< GEMM input precision: "fp32", or "bf16" (GPU; fp32 accumulate)
+};
+
+/// Creates the device named by `--backend`. Defined by the launcher, which knows which backends
+/// this build contains; an unknown or missing backend, or an option the backend lacks, is a
+/// bad-input tp::Error.
+std::unique_ptr<Device> make_device(const DeviceOptions& options);
 
 }  // namespace tp

@@ -1,0 +1,120 @@
+// cuda_device.h — the GPU Device: memory from a caching allocator over cudaMalloc, GEMM through
+// cuBLAS, a CUDA kernel for every other op, all on one compute stream.
+//
+// Files: cuda_device.cu (memory, copies, GEMM, elementwise, RNG fill, dropout mask),
+// kernels_model.cu (GeLU, SwiGLU, LayerNorm, RMSNorm, AdamW), kernels_attention.cu (attention,
+// embedding, positions, the vocabulary-parallel cross-entropy pieces). The semantics of every op
+// are those documented in lib/core/device.h, the same as the CPU backend's.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <map>
+#include <vector>
+
+#include "core/device.h"
+
+namespace tp {
+
+/// Device memory in size classes, reused instead of freed: no cudaMalloc/cudaFree per step.
+class CachingAllocator {
+ public:
+  ~CachingAllocator();
+  void* allocate(size_t bytes);    ///< rounds up to a size class; reuses a free block when one fits
+  void deallocate(void* ptr);      ///< returns the block to its class's free list
+  void release_all();              ///< cudaFree every cached block (at shutdown)
+  size_t reserved_bytes() const { return reserved_; }
+
+ private:
+  std::map<size_t, std::vector<void*>> free_;  // size class → free blocks
+  std::map<void*, size_t> size_of_;            // live or cached block → its size class
+  size_t reserved_ = 0;
+};
+
+class CudaDevice : public Device {
+ public:
+  /// Uses GPU `ordinal`; creates the compute stream and the cuBLAS handle.
+  CudaDevice(int ordinal, const DeviceOptions& options);
+  ~CudaDevice() override;
+  CudaDevice(const CudaDevice&) = delete;
+  CudaDevice& operator=(const CudaDevice&) = delete;
+  std::string name() const override;  ///< "cuda:0 (NVIDIA H200)"
+  bool host_accessible() const override { return false; }
+  int ordinal() const { return ordinal_; }
+  cudaStream_t stream() const { return stream_; }  ///< every kernel of this device runs here
+
+  void* allocate(size_t bytes) override;
+  void deallocate(void* ptr) override;
+  void copy_from_host(void* dst, const void* host_src, size_t bytes) override;
+  void copy_to_host(void* host_dst, const void* src, size_t bytes) override;
+  void copy(void* dst, const void* src, size_t bytes) override;
+  void synchronize() override;
+
+  void fill(Tensor& x, float value) override;
+  void scale(Tensor& x, float alpha) override;
+  void axpy(float alpha, const Tensor& x, Tensor& y) override;
+  void gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b, float beta,
+            Tensor& c) override;
+  void add_bias(Tensor& y, const Tensor& bias) override;
+  void add_bias_backward(Tensor& dbias, const Tensor& dy) override;
+  void copy_columns(const Tensor& src, int64_t src_col, Tensor& dst, int64_t dst_col,
+                    int64_t ncols) override;
+  void fill_random(Tensor& x, const RngKey& key, const GlobalIndex& index,
+                   const Distribution& dist) override;
+
+  // Model kernels: kernels_model.cu (activations, norms, AdamW) and kernels_attention.cu
+  // (attention, embedding, vocabulary-parallel loss).
+  void mul(const Tensor& x, const Tensor& m, Tensor& y) override;
+  double sum_squares(const Tensor& x) override;
+  void dropout_mask(Tensor& mask, const RngKey& key, const GlobalIndex& index, float p) override;
+  void gelu_forward(Tensor& y, const Tensor& x) override;
+  void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) override;
+  void swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u) override;
+  void swiglu_backward(Tensor& dg, Tensor& du, const Tensor& dy, const Tensor& g, const Tensor& u) override;
+  void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& w,
+                         const Tensor& b, float eps) override;
+  void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x,
+                          const Tensor& w, const Tensor& mean, const Tensor& rstd) override;
+  void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps) override;
+  void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
+                        const Tensor& rstd) override;
+  void attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k, const Tensor& v,
+                         const AttentionShape& shape) override;
+  void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q,
+                          const Tensor& k, const Tensor& v, const Tensor& probs,
+                          const AttentionShape& shape) override;
+  void embedding_shard_forward(Tensor& out, const Tensor& ids, const Tensor& wte_shard,
+                               int64_t first_id) override;
+  void embedding_shard_backward(Tensor& dwte_shard, const Tensor& dout, const Tensor& ids,
+                                int64_t first_id) override;
+  void position_forward(Tensor& x, const Tensor& wpe, int64_t batch, int64_t row0) override;
+  void position_backward(Tensor& dwpe, const Tensor& dx, int64_t batch, int64_t row0) override;
+  void vocab_max(Tensor& row_max, const Tensor& logits, const VocabShard& shard) override;
+  void vocab_sum_exp_target(Tensor& sum_exp, Tensor& target_logit, const Tensor& logits,
+                            const Tensor& row_max, const Tensor& targets,
+                            const VocabShard& shard) override;
+  void vocab_loss(Tensor& loss, const Tensor& row_max, const Tensor& sum_exp,
+                  const Tensor& target_logit) override;
+  void vocab_softmax_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
+                              const Tensor& sum_exp, const Tensor& targets, const VocabShard& shard,
+                              float scale) override;
+  void adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWParams& h,
+                  int64_t step) override;
+
+ private:
+  int ordinal_;
+  DeviceOptions options_;
+  std::string name_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  CachingAllocator allocator_;
+  void* scratch_ = nullptr;       // reduction scratch (sum_squares) and bf16 staging, grown on demand
+  size_t scratch_bytes_ = 0;
+ public:
+  /// At least `bytes` of device scratch memory, valid until the next call (stream-ordered).
+  void* scratch(size_t bytes);
+};
+
+}  // namespace tp
