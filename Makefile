@@ -7,11 +7,20 @@
 #   make lessons  build the lessons only
 #   make bench    measure the GEMM and the collectives (ratios, with correctness columns)
 #   make docs     Doxygen over lib/ and the lesson pages into docs/html
+#   make gpu-check  on a machine with a GPU: build, GPU tests, every lesson on the GPU, timings
 #   make clean    remove build/ and docs/html
 #
 # Overridable: MPICXX (the MPI C++ compiler wrapper), MPIEXEC (the launcher), NP (the rank counts
 # the MPI tests run under), BUILD (the output folder), CXXFLAGS_EXTRA / LDFLAGS_EXTRA.
 #   make test MPICXX=mpicxx.openmpi MPIEXEC=mpirun.openmpi BUILD=build-openmpi NP="1 2"
+#
+# GPU backend (gpu_backend/): built whenever nvcc is found, with cuBLAS and NCCL; nothing needs a
+# GPU at build time. NVCC (default: nvcc on PATH, else /usr/local/cuda/bin/nvcc), CUDA_HOME
+# (default: the folder above nvcc's bin/), NCCL_HOME (when NCCL is not under CUDA_HOME or /usr),
+# CUDA_ARCH (default: sm_80 and sm_90 code plus compute_90 PTX), NO_CUDA=1 (skip it). Without it
+# the build links cpu_backend/no_gpu.cpp, and --backend gpu says so. $(BUILD)/gpu-backend records
+# which ("yes", or "no: <why>") for the scripts.
+#   make NO_CUDA=1                  make CUDA_ARCH="-gencode arch=compute_90,code=sm_90"
 
 MPICXX  ?= mpicxx
 MPIEXEC ?= mpirun
@@ -23,15 +32,42 @@ CXXFLAGS := -std=c++17 -O2 -Wall -Wextra -fopenmp -MMD -MP -Ilib \
             -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX $(CXXFLAGS_EXTRA)
 LDFLAGS  := -fopenmp $(LDFLAGS_EXTRA)
 
-export MPICXX MPIEXEC NP BUILD
+# ---- GPU backend: found or not -------------------------------------------------------------------
+ifeq ($(origin NVCC),undefined)
+  NVCC := $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+endif
+CUDA_HOME ?= $(patsubst %/bin/,%,$(dir $(realpath $(if $(NVCC),$(shell command -v $(NVCC) 2>/dev/null)))))
+CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+             -gencode arch=compute_90,code=compute_90
+GPU_CU_SRC  := $(wildcard gpu_backend/*.cu)
+GPU_CPP_SRC := $(wildcard gpu_backend/*.cpp)
+NCCL_INC := $(firstword $(wildcard $(if $(NCCL_HOME),$(NCCL_HOME)/include/nccl.h) $(CUDA_HOME)/include/nccl.h \
+                                    /usr/include/nccl.h /usr/local/include/nccl.h))
+ifeq ($(NO_CUDA),1)
+  GPU_BACKEND := no: NO_CUDA=1
+else ifeq ($(NVCC),)
+  GPU_BACKEND := no: nvcc not found
+else ifeq ($(GPU_CU_SRC),)
+  GPU_BACKEND := no: gpu_backend/ has no .cu sources
+else ifeq ($(NCCL_INC),)
+  GPU_BACKEND := no: nccl.h not found (set NCCL_HOME)
+else
+  GPU_BACKEND := yes
+endif
+
+export MPICXX MPIEXEC NP BUILD NO_CUDA NVCC
 
 LIB_SRC     := $(filter-out lib/lesson/%,$(wildcard lib/*/*.cpp))
 LESSON_SRC  := $(wildcard lib/lesson/*.cpp)
-CPU_SRC     := $(wildcard cpu_backend/*.cpp)
+# no_gpu.cpp is not in libtp_cpu.a: each program links either it or libtp_gpu.a (GPU_LINK below).
+CPU_SRC     := $(filter-out cpu_backend/no_gpu.cpp,$(wildcard cpu_backend/*.cpp))
 LESSONS     := $(patsubst lessons/%/main.cpp,%,$(wildcard lessons/*/main.cpp))
 SERIAL_TEST := tests/test_gemm.cpp tests/test_rng.cpp tests/test_options.cpp tests/test_tensor.cpp \
                tests/test_kernels.cpp tests/test_safetensors.cpp
-MPI_TEST    := $(filter-out $(SERIAL_TEST) tests/test_util.cpp,$(wildcard tests/test_*.cpp)) tests/mpi_main.cpp
+# test_gpu.cpp is its own MPI binary (GPU against CPU); it builds in every build and skips when
+# --backend gpu has no device.
+GPU_TEST    := tests/test_gpu.cpp
+MPI_TEST    := $(filter-out $(SERIAL_TEST) $(GPU_TEST) tests/test_util.cpp,$(wildcard tests/test_*.cpp)) tests/mpi_main.cpp
 
 obj = $(patsubst %.cpp,$(BUILD)/obj/%.o,$(1))
 
@@ -41,11 +77,31 @@ LIBTP_CPU := $(BUILD)/lib/libtp_cpu.a
 LIBTP_LESSON := $(BUILD)/lib/libtp_lesson.a
 LESSON_BINS := $(patsubst %,$(BUILD)/bin/lesson_%,$(LESSONS))
 TOOL_BINS   := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(wildcard tools/tp_*.cpp))
-TEST_BINS   := $(BUILD)/bin/test_serial $(BUILD)/bin/test_mpi $(BUILD)/bin/fail_one_rank
+TEST_BINS   := $(BUILD)/bin/test_serial $(BUILD)/bin/test_mpi $(BUILD)/bin/fail_one_rank $(BUILD)/bin/test_gpu
 
-.PHONY: all lessons tests tools run test docs bench clean deps
-.SECONDARY:
-all: lessons tests tools
+# What every program links for `--backend gpu`: the GPU backend and the CUDA libraries, or the
+# stub that says there is none. $(GPU_STAMP) changes (only) when that choice does, so switching
+# NO_CUDA relinks everything.
+LIBTP_GPU := $(BUILD)/lib/libtp_gpu.a
+comma     := ,
+GPU_STAMP := $(BUILD)/gpu-backend
+ifeq ($(GPU_BACKEND),yes)
+  CUDA_LIBDIRS := $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib $(if $(NCCL_HOME),$(NCCL_HOME)/lib))
+  GPU_LINK   := $(LIBTP_GPU)
+  GPU_LDLIBS := $(addprefix -L,$(CUDA_LIBDIRS)) -lcublas -lcudart -lnccl $(addprefix -Wl$(comma)-rpath$(comma),$(CUDA_LIBDIRS))
+else
+  GPU_LINK   := $(BUILD)/obj/cpu_backend/no_gpu.o
+  GPU_LDLIBS :=
+endif
+# The link line: objects and archives of the rule ($^ without the stamp), then the GPU libraries.
+LINK = $(MPICXX) $(LDFLAGS) $(filter-out $(GPU_STAMP),$^) -o $@
+
+.PHONY: all lessons tests tools run test docs bench clean deps gpu-check FORCE
+# Keep the objects that only pattern rules mention (make would delete them as intermediates).
+# Only these: a bare .SECONDARY would also stop a missing archive from being rebuilt.
+.SECONDARY: $(patsubst %,$(BUILD)/obj/lessons/%/main.o,$(LESSONS)) \
+            $(patsubst tools/%.cpp,$(BUILD)/obj/tools/%.o,$(wildcard tools/*.cpp))
+all: lessons tests tools $(GPU_STAMP)
 
 lessons: $(LESSON_BINS)
 tools: $(TOOL_BINS)
@@ -53,49 +109,85 @@ tests: $(TEST_BINS)
 
 # Checks for MPI, OpenMP and GoogleTest (installing what is missing) before anything compiles.
 deps:
-	@DEPS_CACHE=$(BUILD)/.deps scripts/install-deps.sh
+	@DEPS_CACHE=$(BUILD)/.deps GPU_BACKEND="$(GPU_BACKEND)" scripts/install-deps.sh
 
 $(BUILD)/obj/%.o: %.cpp | deps
 	@mkdir -p $(dir $@)
 	$(MPICXX) $(CXXFLAGS) -Icpu_backend -c $< -o $@
 
+$(GPU_STAMP): FORCE
+	@mkdir -p $(dir $@)
+	@echo "$(GPU_BACKEND)" | cmp -s - $@ || echo "$(GPU_BACKEND)" > $@
+
+# ---- GPU backend objects: .cu through nvcc, .cpp (gpu_entry, the NCCL communicator) through mpicxx --
+# nvcc compiles host code with its default host compiler, so it gets MPI's include path explicitly
+# (gpu_entry.h includes mpi.h). libtp_gpu.a is linked after libtp_cpu.a (which calls into it) and
+# before libtp.a (which it calls).
+MPI_INC    = $(filter -I%,$(shell $(MPICXX) --showme:compile 2>/dev/null || $(MPICXX) -show 2>/dev/null))
+CUDA_INC  := -isystem $(CUDA_HOME)/include $(if $(NCCL_HOME),-isystem $(NCCL_HOME)/include)
+NVCCFLAGS  = -std=c++17 --expt-relaxed-constexpr -O2 $(CUDA_ARCH) -Ilib -Igpu_backend -Icpu_backend \
+             $(patsubst -I%,-isystem %,$(MPI_INC)) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX \
+             -Xcompiler -Wall,-Wextra -MMD -MP $(NVCCFLAGS_EXTRA)
+
+$(BUILD)/obj/gpu_backend/%.o: gpu_backend/%.cu | deps
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -MF $(@:.o=.d) -c $< -o $@
+
+$(BUILD)/obj/gpu_backend/%.o: gpu_backend/%.cpp | deps
+	@mkdir -p $(dir $@)
+	$(MPICXX) $(CXXFLAGS) -Icpu_backend -Igpu_backend $(CUDA_INC) -c $< -o $@
+
+$(LIBTP_GPU): $(call obj,$(GPU_CPP_SRC)) $(patsubst %.cu,$(BUILD)/obj/%.o,$(GPU_CU_SRC))
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
 $(LIBTP): $(call obj,$(LIB_SRC))
 	@mkdir -p $(dir $@)
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^
 
 $(LIBTP_CPU): $(call obj,$(CPU_SRC))
 	@mkdir -p $(dir $@)
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^
 
 $(LIBTP_LESSON): $(call obj,$(LESSON_SRC))
 	@mkdir -p $(dir $@)
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/bin/lesson_%: $(BUILD)/obj/lessons/%/main.o $(LIBTP_LESSON) $(LIBTP_CPU) $(LIBTP)
+$(BUILD)/bin/lesson_%: $(BUILD)/obj/lessons/%/main.o $(LIBTP_LESSON) $(LIBTP_CPU) $(GPU_LINK) $(LIBTP) $(GPU_STAMP)
 	@mkdir -p $(dir $@)
-	$(MPICXX) $(LDFLAGS) $^ -o $@
+	$(LINK) $(GPU_LDLIBS)
 
-$(BUILD)/bin/test_serial: $(call obj,$(SERIAL_TEST) tests/test_util.cpp) $(LIBTP_CPU) $(LIBTP)
+$(BUILD)/bin/test_serial: $(call obj,$(SERIAL_TEST) tests/test_util.cpp) $(LIBTP_CPU) $(GPU_LINK) $(LIBTP) $(GPU_STAMP)
 	@mkdir -p $(dir $@)
-	$(MPICXX) $(LDFLAGS) $^ -o $@ -lgtest_main -lgtest -pthread
+	$(LINK) -lgtest_main -lgtest -pthread $(GPU_LDLIBS)
 
-$(BUILD)/bin/test_mpi: $(call obj,$(MPI_TEST) tests/test_util.cpp) $(LIBTP_CPU) $(LIBTP)
+$(BUILD)/bin/test_mpi: $(call obj,$(MPI_TEST) tests/test_util.cpp) $(LIBTP_CPU) $(GPU_LINK) $(LIBTP) $(GPU_STAMP)
 	@mkdir -p $(dir $@)
-	$(MPICXX) $(LDFLAGS) $^ -o $@ -lgtest -pthread
+	$(LINK) -lgtest -pthread $(GPU_LDLIBS)
 
-$(BUILD)/bin/fail_one_rank: $(BUILD)/obj/tests/fail_one_rank.o $(LIBTP_CPU) $(LIBTP)
+$(BUILD)/bin/test_gpu: $(call obj,$(GPU_TEST) tests/mpi_main.cpp tests/test_util.cpp) $(LIBTP_CPU) $(GPU_LINK) $(LIBTP) $(GPU_STAMP)
 	@mkdir -p $(dir $@)
-	$(MPICXX) $(LDFLAGS) $^ -o $@
+	$(LINK) -lgtest -pthread $(GPU_LDLIBS)
 
-$(BUILD)/bin/tp_%: $(BUILD)/obj/tools/tp_%.o $(LIBTP_CPU) $(LIBTP)
+$(BUILD)/bin/fail_one_rank: $(BUILD)/obj/tests/fail_one_rank.o $(LIBTP_CPU) $(GPU_LINK) $(LIBTP) $(GPU_STAMP)
 	@mkdir -p $(dir $@)
-	$(MPICXX) $(LDFLAGS) $^ -o $@
+	$(LINK) $(GPU_LDLIBS)
+
+$(BUILD)/bin/tp_%: $(BUILD)/obj/tools/tp_%.o $(LIBTP_CPU) $(GPU_LINK) $(LIBTP) $(GPU_STAMP)
+	@mkdir -p $(dir $@)
+	$(LINK) $(GPU_LDLIBS)
 
 run: lessons
 	@scripts/run-lessons.sh
 
 test: all
 	@scripts/run-tests.sh
+
+# On a machine with a GPU: build, GPU tests, every lesson with --backend gpu against the CPU, and
+# the timings (GEMM, one block against PyTorch, memory-bound kernels); logs under $OUT when set.
+# Without a GPU it prints one line and exits 0.
+gpu-check:
+	@scripts/gpu-check.sh
 
 # GEMM (blocked vs naive) and collectives (algbw/busbw), each with a correctness column.
 bench: $(BUILD)/bin/tp_bench

@@ -64,11 +64,12 @@ class CudaDevice : public Device {
   void fill_random(Tensor& x, const RngKey& key, const GlobalIndex& index,
                    const Distribution& dist) override;
 
-  // Model kernels: kernels_model.cu (activations, norms, AdamW) and kernels_attention.cu
-  // (attention, embedding, vocabulary-parallel loss).
   void mul(const Tensor& x, const Tensor& m, Tensor& y) override;
   double sum_squares(const Tensor& x) override;
   void dropout_mask(Tensor& mask, const RngKey& key, const GlobalIndex& index, float p) override;
+
+  // Model kernels: kernels_model.cu (activations, norms, AdamW) and kernels_attention.cu
+  // (attention, embedding, vocabulary-parallel loss).
   void gelu_forward(Tensor& y, const Tensor& x) override;
   void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) override;
   void swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u) override;

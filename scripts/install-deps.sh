@@ -3,23 +3,45 @@
 #
 #   scripts/install-deps.sh          MPI (mpicxx + mpirun), OpenMP, GoogleTest, nlohmann-json
 #   scripts/install-deps.sh --docs   the same, plus Doxygen
+#   NO_CUDA=1 scripts/install-deps.sh   the GPU line says the GPU backend is skipped
 #   DEPS_CACHE=FILE scripts/install-deps.sh
 #                                    reuse the report in FILE when it was made for the same MPICXX
 #                                    and mpicxx is still there (the Makefile passes build/.deps)
 #
 # On Debian/Ubuntu it installs the missing packages with apt-get (through sudo when not root) and
 # says which. Elsewhere it prints the command for your system and stops (exit 1).
-# Honours MPICXX and MPIEXEC like the Makefile. Prints one ✓/✗ line per component.
+# Honours MPICXX and MPIEXEC like the Makefile. Prints one ✓/✗ line per component, and a last
+# line on the GPU backend (optional: nvcc found → built; else skipped, which is not an error).
+# The Makefile passes its own decision in GPU_BACKEND ("yes" or "no: <why>"); run by hand, the
+# script finds nvcc the way the Makefile does (NVCC, nvcc on PATH, /usr/local/cuda/bin/nvcc).
 set -u
 MPICXX=${MPICXX:-mpicxx}
 MPIEXEC=${MPIEXEC:-mpirun}
 docs=0
 [ "${1:-}" = "--docs" ] && docs=1
 
+# The GPU backend line: never cached (NO_CUDA or NVCC may change between calls), never fatal.
+gpu_line() {
+  local nvcc=${NVCC:-} decision=${GPU_BACKEND:-}
+  [ -z "$nvcc" ] && nvcc=$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; } || true)
+  if [ -z "$decision" ]; then
+    if [ "${NO_CUDA:-}" = 1 ]; then decision="no: NO_CUDA=1"
+    elif [ -z "$nvcc" ]; then decision="no: nvcc not found"
+    else decision=yes; fi
+  fi
+  case "$decision" in
+    yes) echo "✓ nvcc found ($("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/CUDA \1/p'), $nvcc): building the GPU backend (cuBLAS, NCCL)" ;;
+    "no: NO_CUDA=1") echo "· NO_CUDA=1: skipping GPU backend" ;;
+    "no: nvcc not found") echo "✗ nvcc not found, skipping GPU backend" ;;
+    *) echo "· ${decision#no: }: skipping GPU backend" ;;
+  esac
+}
+
 cache=${DEPS_CACHE:-}
-if [ -n "$cache" ] && [ -f "$cache" ] && [ "$(head -1 "$cache")" = "$MPICXX $MPIEXEC $docs" ] &&
+if [ -n "$cache" ] && [ -f "$cache" ] && [ "$(head -1 "$cache")" = "$MPICXX $MPIEXEC $docs gpu-line-apart" ] &&
    command -v "$MPICXX" >/dev/null 2>&1 && command -v "$MPIEXEC" >/dev/null 2>&1; then
   tail -n +2 "$cache"
+  gpu_line
   exit 0
 fi
 
@@ -112,19 +134,14 @@ if have_json; then echo "✓ nlohmann-json"; else echo "✗ nlohmann-json not fo
 if [ $docs = 1 ]; then
   if have_doxygen; then echo "✓ Doxygen $(doxygen --version)"; else echo "✗ Doxygen not found"; status=1; fi
 fi
-nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
-if [ -n "$nvcc" ]; then
-  echo "✓ nvcc found ($("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/CUDA \1/p')); the GPU backend is not written yet, building the CPU backend"
-else
-  echo "✗ nvcc not found, skipping GPU backend"
-fi
 return $status
 }
 report >"$tmp/report"
 status=$?
 cat "$tmp/report"
+gpu_line
 if [ $status = 0 ] && [ -n "$cache" ]; then
   mkdir -p "$(dirname "$cache")"
-  { echo "$MPICXX $MPIEXEC $docs"; cat "$tmp/report"; } >"$cache"
+  { echo "$MPICXX $MPIEXEC $docs gpu-line-apart"; cat "$tmp/report"; } >"$cache"
 fi
 exit $status

@@ -4,9 +4,13 @@
 #   serial GoogleTest binary        each test counts
 #   MPI GoogleTest binary at NP     each test at each rank count counts (a test fails if it failed
 #                                   on any rank)
+#   GPU GoogleTest binary           GPU against CPU (test_gpu), at np 1, 2, 3 when there is a
+#                                   GPU; without one (or without the GPU backend) every test skips,
+#                                   counts as skipped, and one line says why
 #   every lesson at its rank count  counts once (exit 0 and PASSED)
-#   bad-input and failure checks    wrong rank count, unknown flag, missing GPU backend, one rank
-#                                   failing: each must exit non-zero, quickly, with a clear line
+#   bad-input and failure checks    wrong rank count, unknown flag, --backend gpu without a GPU (or
+#                                   without the GPU backend), one rank failing: each must exit
+#                                   non-zero, quickly, with a clear line
 # Full logs go to $BUILD/test-logs/. Exit 0 only when nothing failed.
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -59,6 +63,48 @@ for np in $NP; do
   fi
 done
 
+# 2b. GPU tests. $BUILD/gpu-backend (written by the Makefile) says whether this build has the GPU
+# backend ("yes" or "no: <why>"); test_gpu's rank 0 says whether it found a device ("tp-gpu:
+# device <name>" or "tp-gpu: skipped: <why>"). Without a device every test skips: one line says why,
+# and the GPU tests at np 2, 3 are not run.
+gpu_backend=$(cat "$BUILD/gpu-backend" 2>/dev/null || echo "no: $BUILD/gpu-backend missing")
+gpu_device=no
+log=$logs/test_gpu.np1.log
+run_mpi 1 "$BUILD/bin/test_gpu" >"$log" 2>&1
+rc=$?
+line=$(grep '^tp-tests:' "$log" | tail -1)
+gpu=$(grep '^tp-gpu:' "$log" | tail -1)
+if [ -z "$line" ] || [ -z "$gpu" ]; then
+  fail "test_gpu -np 1 exited $rc without a result (crash or timeout; see $log)"
+elif [ "${gpu#tp-gpu: skipped: }" != "$gpu" ]; then
+  why=${gpu#tp-gpu: skipped: }
+  s=$(echo "$line" | sed 's/.*skipped=\([0-9]*\).*/\1/'); skipped=$((skipped + s))
+  if [ "$gpu_backend" != yes ]; then
+    echo "GPU tests skipped: no GPU backend in this build (${gpu_backend#no: }); $s tests"
+  else
+    why=${why#no CUDA device: }; why=${why%; use --backend cpu}
+    echo "GPU tests skipped: no CUDA device ($why); $s tests"
+  fi
+else
+  gpu_device=yes
+  for np in 1 2 3; do
+    log=$logs/test_gpu.np$np.log
+    [ "$np" = 1 ] || run_mpi "$np" "$BUILD/bin/test_gpu" >"$log" 2>&1
+    rc=$?
+    line=$(grep '^tp-tests:' "$log" | tail -1)
+    if [ -z "$line" ]; then fail "test_gpu -np $np exited $rc without a result (crash or timeout; see $log)"; continue; fi
+    p=$(echo "$line" | sed 's/.*passed=\([0-9]*\).*/\1/'); f=$(echo "$line" | sed 's/.*failed=\([0-9]*\).*/\1/')
+    s=$(echo "$line" | sed 's/.*skipped=\([0-9]*\).*/\1/')
+    pass "$p"; skipped=$((skipped + s))
+    if [ "$f" != 0 ]; then
+      grep '^\[  FAILED  \] [A-Za-z]' "$log" | sort -u | while read -r l; do echo "✗ gpu np=$np: ${l#*] }"; done
+      failed=$((failed + f)); failures+=("test_gpu -np $np: $f failed (see $log)")
+    else
+      echo "✓ test_gpu -np $np (${gpu#tp-gpu: device }): $p passed$([ "$s" != 0 ] && echo ", $s skipped")"
+    fi
+  done
+fi
+
 # 3. Every lesson at its rank count.
 while read -r name np; do
   log=$logs/lesson_$name.log
@@ -88,7 +134,22 @@ expect() {  # expect NAME EXPECTED_RC NEEDLE NP PROGRAM ARGS...
 expect "wrong rank count" 2 "mpirun -np 3 build/bin/lesson_02_column_parallel" 2 "$BUILD/bin/lesson_02_column_parallel"
 expect "unknown flag" 2 "unknown option --stpe" 3 "$BUILD/bin/lesson_02_column_parallel" --stpe
 expect "bad value" 2 "--backend=tpu: expected one of cpu, gpu" 2 "$BUILD/bin/lesson_01_block_matmul" --backend=tpu
-expect "no GPU backend" 2 "--backend gpu: this build has no GPU backend" 2 "$BUILD/bin/lesson_01_block_matmul" --backend gpu
+# --backend gpu: what it must say depends on the build (GPU backend or not) and on the machine.
+if [ "$gpu_backend" != yes ]; then
+  expect "no GPU backend" 2 "--backend gpu: this build has no GPU backend" 2 "$BUILD/bin/lesson_01_block_matmul" --backend gpu
+  expect "--comm nccl, no GPU backend" 2 "--backend gpu: this build has no GPU backend" 2 "$BUILD/bin/lesson_01_block_matmul" --backend gpu --comm nccl
+elif [ "$gpu_device" = no ]; then
+  expect "--backend gpu without a GPU" 2 "error: no CUDA device: " 2 "$BUILD/bin/lesson_01_block_matmul" --backend gpu
+  expect "--backend gpu --comm nccl without a GPU" 2 "error: no CUDA device: " 2 "$BUILD/bin/lesson_01_block_matmul" --backend gpu --comm nccl
+else
+  expect "--backend gpu --comm mpi: two ranks on the GPU(s)" 0 "PASSED" 2 "$BUILD/bin/lesson_01_block_matmul" --backend gpu --comm mpi
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  if [ "${gpus:-0}" -lt 2 ]; then
+    expect "--comm nccl with 2 ranks on one GPU" 2 "NCCL needs one GPU per rank: 2 ranks share 1 GPU on this node; run with --comm mpi" 2 \
+      "$BUILD/bin/lesson_01_block_matmul" --backend gpu --comm nccl
+  fi
+fi
+expect "--comm nccl with --backend cpu" 2 "--comm nccl needs --backend gpu" 2 "$BUILD/bin/lesson_01_block_matmul" --comm nccl
 expect "non-divisible size" 2 "error: fc1.out=7 is not divisible by t=3 (the number of ranks); run with t in {1, 7} or change fc1.out" 3 "$BUILD/bin/fail_one_rank" --mode=bad-input
 expect "one rank fails" nonzero "rank 1: error: rank 1 fails on purpose" 3 "$BUILD/bin/fail_one_rank" --mode=one-rank
 

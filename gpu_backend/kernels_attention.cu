@@ -1,0 +1,614 @@
+// kernels_attention.cu — the GPU backend's attention, vocabulary-parallel embedding, position and
+// cross-entropy kernels. The math of each kernel sits in a comment above it, the forward next to
+// its backward (llm.c style); the contract is in core/device.h and the reference is the CPU backend
+// (cpu_backend/cpu_kernels.cpp), whose arithmetic (f32 vs f64 steps) is mirrored here.
+//
+// Determinism: no float atomics. Every output element is written by one thread; sums over rows or
+// positions (dk, dv, dwte, dwpe) are loops in a fixed order inside that thread, and sums inside a
+// row (softmax statistics, dot products) are fixed-tree warp/block reductions (reduce.cuh).
+//
+// Host round trips: token ids and targets arrive as f32 device tensors and are validated as on the
+// CPU, which needs them on the host (ids.to_host(): one synchronisation per call of the embedding
+// kernels, vocab_sum_exp_target and vocab_softmax_backward). embedding_shard_backward also uses the
+// host copy to group the positions by owned row (a stable counting sort), so each row of dwte is
+// summed by one thread per column, positions in increasing order, exactly as the CPU does.
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+#include "cuda_check.h"
+#include "cuda_device.h"
+#include "reduce.cuh"
+
+namespace tp {
+
+namespace {
+constexpr int kThreads = 256;       // elementwise kernels
+constexpr int kRowThreads = 256;    // most threads for a one-block-per-row vocab kernel
+constexpr int kAttnThreads = 128;   // attention: 4 warps per (b, head, query) row
+
+// ---- host-side checks (mirror cpu_kernels.cpp) --------------------------------------------------
+
+void check_on(const Device& dev, const Tensor& t, const char* what) {
+  TP_CHECK(t.defined(), what, ": undefined tensor");
+  TP_CHECK(&t.device() == &dev, what, ": tensor lives on another device");
+}
+
+template <typename... Ts>
+void check_all_on(const Device& dev, const char* what, const Ts&... ts) {
+  (check_on(dev, ts, what), ...);
+}
+
+void check_same_numel(const char* what, const char* a_name, const Tensor& a, const char* b_name,
+                      const Tensor& b) {
+  TP_CHECK(a.numel() == b.numel(), what, ": ", a_name, " ", a.shape().str(), " and ", b_name, " ",
+           b.shape().str(), " differ in size");
+}
+
+// An id stored as f32 must be an integer in [0, limit).
+bool valid_id(float id, int64_t limit) {
+  return id >= 0.0f && id < static_cast<float>(limit) && id == std::floor(id);
+}
+
+// An id stored as f32 must be a non-negative integer, exact in f32 (below 2^24).
+bool valid_token(float id) { return id >= 0.0f && id < 16777216.0f && id == std::floor(id); }
+
+__device__ __forceinline__ int64_t global_thread() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t grid_threads() {
+  return static_cast<int64_t>(gridDim.x) * blockDim.x;
+}
+}  // namespace
+
+// =================================================================================================
+// Kernels
+// =================================================================================================
+
+namespace {
+
+// ---- attention -----------------------------------------------------------------------------------
+
+// Causal attention, per batch b and query head j (kv head g = j / (nh / nkv)), query position s:
+//   P_t = softmax_{t ≤ s}(scale · q_s · k_t),  out_s = Σ_{t≤s} P_t v_t
+// Row-major layouts: q, out (S·B, nh·hd), k, v (S·B, nkv·hd), token (s, b) at row s·B + b;
+// probs (B, nh, S, S), row (b, j, s) at ((b·nh + j)·S + s)·S, zero for t > s.
+//
+// One block per probs row (b, j, s), grid stride over the B·nh·S rows:
+//   1. each warp takes keys t = warp, warp + nwarps, …: lanes split q_s · k_t over d, warp sum;
+//      the scaled score goes to probs (scratch for the row), and the running max
+//   2. block max; e_t = exp(score_t − max) written back, Σ e_t in f64 (block sum)
+//   3. P_t = e_t · (1/Σ); zeros for t > s
+//   4. one thread per d: out_s[d] = Σ_{t ≤ s} P_t v_t[d], t in order
+__global__ void attention_forward_kernel(float* out, float* probs, const float* q, const float* k,
+                                         const float* v, int64_t S, int64_t B, int64_t nh,
+                                         int64_t group, int64_t hd, float scale) {
+  const int64_t qc = nh * hd, kc = (nh / group) * hd;  // row lengths of q/out and k/v
+  const int lane = static_cast<int>(threadIdx.x) % gpu::kWarp;
+  const int warp = static_cast<int>(threadIdx.x) / gpu::kWarp;
+  const int nwarps = static_cast<int>(blockDim.x) / gpu::kWarp;
+  const int64_t total = B * nh * S;
+  for (int64_t row = blockIdx.x; row < total; row += gridDim.x) {
+    const int64_t s = row % S, j = (row / S) % nh, b = row / (S * nh), g = j / group;
+    const float* qs = q + (s * B + b) * qc + j * hd;
+    float* prow = probs + row * S;
+
+    float local_max = -INFINITY;
+    for (int64_t t = warp; t <= s; t += nwarps) {
+      const float* kt = k + (t * B + b) * kc + g * hd;
+      float dot = 0.0f;
+      for (int64_t d = lane; d < hd; d += gpu::kWarp) dot += qs[d] * kt[d];
+      dot = gpu::warp_reduce(dot, gpu::SumOp{});
+      const float score = scale * dot;
+      if (lane == 0) prow[t] = score;
+      local_max = fmaxf(local_max, score);
+    }
+    const float maxv = gpu::block_max(local_max);  // synchronises: the scores are visible
+
+    double sum = 0.0;
+    for (int64_t t = threadIdx.x; t <= s; t += blockDim.x) {
+      const float e = expf(prow[t] - maxv);
+      prow[t] = e;
+      sum += e;
+    }
+    sum = gpu::block_sum(sum);
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t t = threadIdx.x; t <= s; t += blockDim.x) prow[t] *= inv;  // this thread's e_t
+    for (int64_t t = s + 1 + threadIdx.x; t < S; t += blockDim.x) prow[t] = 0.0f;
+    __syncthreads();  // every P_t is written
+
+    float* os = out + (s * B + b) * qc + j * hd;
+    const float* vg = v + b * kc + g * hd;  // v_t = vg + t·B·kc
+    for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+      float acc = 0.0f;
+      for (int64_t t = 0; t <= s; ++t) acc += prow[t] * vg[t * B * kc + d];
+      os[d] = acc;
+    }
+    __syncthreads();  // the next row's block reductions reuse shared memory
+  }
+}
+
+// Attention backward, with dP_t = dout_s · v_t and dS_t = P_t (dP_t − Σ_u P_u dP_u):
+//   dq_s = scale Σ_t dS_t k_t,  dk_t = scale Σ_{j∈g} Σ_{s≥t} dS_t q_s,
+//   dv_t = Σ_{j∈g} Σ_{s≥t} P_t dout_s
+//
+// Pass 1, one block per row (b, j, s), grid stride: dS row into dscore (same layout as probs; only
+// t ≤ s is written), then dq_s.
+//   1. each warp takes keys t = warp, warp + nwarps, …: dP_t = dout_s · v_t (lanes split d, warp
+//      sum) into dscore; lane 0 adds P_t dP_t to its f64 partial of Σ_u P_u dP_u
+//   2. block sum; dS_t = P_t (dP_t − Σ) in place
+//   3. one thread per d: dq_s[d] = scale · Σ_{t ≤ s} dS_t k_t[d], t in order
+__global__ void attention_backward_dq_kernel(float* dq, float* dscore, const float* dout,
+                                             const float* k, const float* v, const float* probs,
+                                             int64_t S, int64_t B, int64_t nh, int64_t group,
+                                             int64_t hd, float scale) {
+  const int64_t qc = nh * hd, kc = (nh / group) * hd;
+  const int lane = static_cast<int>(threadIdx.x) % gpu::kWarp;
+  const int warp = static_cast<int>(threadIdx.x) / gpu::kWarp;
+  const int nwarps = static_cast<int>(blockDim.x) / gpu::kWarp;
+  const int64_t total = B * nh * S;
+  for (int64_t row = blockIdx.x; row < total; row += gridDim.x) {
+    const int64_t s = row % S, j = (row / S) % nh, b = row / (S * nh), g = j / group;
+    const float* prow = probs + row * S;
+    float* dsrow = dscore + row * S;
+    const float* dos = dout + (s * B + b) * qc + j * hd;
+
+    double pdp = 0.0;  // this warp's part of Σ_u P_u dP_u (lane 0 only)
+    for (int64_t t = warp; t <= s; t += nwarps) {
+      const float* vt = v + (t * B + b) * kc + g * hd;
+      float dp = 0.0f;
+      for (int64_t d = lane; d < hd; d += gpu::kWarp) dp += dos[d] * vt[d];
+      dp = gpu::warp_reduce(dp, gpu::SumOp{});
+      if (lane == 0) {
+        dsrow[t] = dp;
+        pdp += static_cast<double>(prow[t]) * dp;
+      }
+    }
+    pdp = gpu::block_sum(pdp);  // synchronises: every dP_t is visible
+    const float pdpf = static_cast<float>(pdp);
+    for (int64_t t = threadIdx.x; t <= s; t += blockDim.x) dsrow[t] = prow[t] * (dsrow[t] - pdpf);
+    __syncthreads();  // every dS_t is written
+
+    float* dqs = dq + (s * B + b) * qc + j * hd;
+    const float* kg = k + b * kc + g * hd;  // k_t = kg + t·B·kc
+    for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+      float acc = 0.0f;
+      for (int64_t t = 0; t <= s; ++t) acc += dsrow[t] * kg[t * B * kc + d];
+      dqs[d] = acc * scale;
+    }
+    __syncthreads();  // the next row's block reduction reuses shared memory
+  }
+}
+
+// Pass 2, one block per (b, kv head g, t), grid stride; one thread per d: dk_t[d] and dv_t[d]
+// summed over the group's query heads j and the positions s ≥ t, in that order (as on the CPU).
+__global__ void attention_backward_dkv_kernel(float* dk, float* dv, const float* dscore,
+                                              const float* q, const float* dout, const float* probs,
+                                              int64_t S, int64_t B, int64_t nh, int64_t group,
+                                              int64_t hd, float scale) {
+  const int64_t nkv = nh / group;
+  const int64_t qc = nh * hd, kc = nkv * hd;
+  const int64_t total = B * nkv * S;
+  for (int64_t item = blockIdx.x; item < total; item += gridDim.x) {
+    const int64_t t = item % S, g = (item / S) % nkv, b = item / (S * nkv);
+    float* dkt = dk + (t * B + b) * kc + g * hd;
+    float* dvt = dv + (t * B + b) * kc + g * hd;
+    for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+      float dk_acc = 0.0f, dv_acc = 0.0f;
+      for (int64_t j = g * group; j < (g + 1) * group; ++j)
+        for (int64_t s = t; s < S; ++s) {
+          const int64_t row = (b * nh + j) * S + s;
+          const float ds = dscore[row * S + t], p = probs[row * S + t];
+          const int64_t at = (s * B + b) * qc + j * hd + d;
+          dk_acc += ds * q[at];
+          dv_acc += p * dout[at];
+        }
+      dkt[d] = dk_acc * scale;
+      dvt[d] = dv_acc;
+    }
+  }
+}
+
+// ---- vocabulary-parallel embedding ---------------------------------------------------------------
+
+// wte is split by rows (tokens): a shard holds ids [first, first + rows). Each shard looks up the
+// ids it owns and writes zeros for the others, so the sum over the shards (one all-reduce) is the
+// full lookup:
+//   out[i] = wte_shard[ids[i] − first] if first ≤ ids[i] < first + rows, else 0
+// One thread per (i, c). The ids were validated on the host.
+__global__ void embedding_shard_forward_kernel(float* out, const float* ids, const float* wte,
+                                               int64_t n, int64_t rows, int64_t h, int64_t first) {
+  const int64_t items = n * h;
+  for (int64_t item = global_thread(); item < items; item += grid_threads()) {
+    const int64_t i = item / h, c = item % h;
+    const int64_t row = static_cast<int64_t>(ids[i]) - first;
+    out[item] = row >= 0 && row < rows ? wte[row * h + c] : 0.0f;
+  }
+}
+
+// Backward: dwte_shard[ids[i] − first] += dout[i] for the owned ids only.
+// The host groups the positions i by owned row (unique rows u in increasing order; positions of
+// row u at index[offsets[u] .. offsets[u + 1]), increasing). One thread per (u, c) adds dout[i, c]
+// for those positions in order into the f32 value — the CPU's exact sequence of additions.
+__global__ void embedding_shard_backward_kernel(float* dwte, const float* dout,
+                                                const int64_t* unique_rows, const int64_t* offsets,
+                                                const int64_t* index, int64_t nunique, int64_t h) {
+  const int64_t items = nunique * h;
+  for (int64_t item = global_thread(); item < items; item += grid_threads()) {
+    const int64_t u = item / h, c = item % h;
+    float* dst = dwte + unique_rows[u] * h + c;
+    float acc = *dst;
+    for (int64_t p = offsets[u]; p < offsets[u + 1]; ++p) acc += dout[index[p] * h + c];
+    *dst = acc;
+  }
+}
+
+// Positions, sequence-major: global row g = s·B + b is position s = g / B. x holds the global rows
+// [row0, row0 + rows) (row0 > 0 for a sequence-parallel shard):
+//   x[r] += wpe[(row0 + r) / B]
+// One thread per (r, c).
+__global__ void position_forward_kernel(float* x, const float* wpe, int64_t rows, int64_t h,
+                                        int64_t batch, int64_t row0) {
+  const int64_t items = rows * h;
+  for (int64_t item = global_thread(); item < items; item += grid_threads()) {
+    const int64_t r = item / h, c = item % h;
+    x[item] += wpe[((row0 + r) / batch) * h + c];
+  }
+}
+
+// Backward: dwpe[s] += Σ over the held rows r of position s of dx[r]
+// One thread per (position s in [s0, s1), c), its held rows in order, added one by one into the
+// f32 value as on the CPU.
+__global__ void position_backward_kernel(float* dwpe, const float* dx, int64_t rows, int64_t h,
+                                         int64_t batch, int64_t row0, int64_t s0, int64_t s1) {
+  const int64_t items = (s1 - s0) * h;
+  for (int64_t item = global_thread(); item < items; item += grid_threads()) {
+    const int64_t s = s0 + item / h, c = item % h;
+    const int64_t r0 = (s * batch > row0 ? s * batch : row0) - row0;
+    const int64_t r1 = ((s + 1) * batch < row0 + rows ? (s + 1) * batch : row0 + rows) - row0;
+    float* dst = dwpe + s * h + c;
+    float acc = *dst;
+    for (int64_t r = r0; r < r1; ++r) acc += dx[r * h + c];
+    *dst = acc;
+  }
+}
+
+// ---- vocabulary-parallel loss --------------------------------------------------------------------
+
+// logits are split by columns (tokens): a shard holds global ids [first, first + cols), of which
+// ids ≥ V are padding and take no part: columns [0, real) are real,
+// real = clamp(V − first, 0, cols).
+// With m, Σ and x_y all-reduced between the steps (max, sum, sum), for row i with target y:
+//   m_i = max_j x_ij                                   (vocab_max; −inf for a shard of padding)
+//   Σ_i = Σ_j e^(x_ij − m_i),  x_y = x_iy or 0         (vocab_sum_exp_target, m_i the global max)
+//   loss_i = log Σ_i + m_i − x_y                       (vocab_loss)
+//   dlogits_ij = scale (e^(x_ij − m_i) / Σ_i − [first + j = y]), 0 on padding
+// The row kernels: one block per row, grid stride, block reductions.
+__global__ void vocab_max_kernel(float* row_max, const float* logits, int64_t n, int64_t cols,
+                                 int64_t real) {
+  for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
+    const float* xr = logits + i * cols;
+    float m = -INFINITY;
+    for (int64_t j = threadIdx.x; j < real; j += blockDim.x) m = fmaxf(m, xr[j]);
+    m = gpu::block_max(m);
+    if (threadIdx.x == 0) row_max[i] = m;
+  }
+}
+
+// Σ in f64 of e^(f64(x) − m), as on the CPU; the target logit read by thread 0.
+__global__ void vocab_sum_exp_target_kernel(float* sum_exp, float* target_logit,
+                                            const float* logits, const float* row_max,
+                                            const float* targets, int64_t n, int64_t cols,
+                                            int64_t real, int64_t first) {
+  for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
+    const float* xr = logits + i * cols;
+    const double m = row_max[i];
+    double s = 0.0;
+    for (int64_t j = threadIdx.x; j < real; j += blockDim.x)
+      s += exp(static_cast<double>(xr[j]) - m);
+    s = gpu::block_sum(s);
+    if (threadIdx.x == 0) {
+      const int64_t j = static_cast<int64_t>(targets[i]) - first;  // target < V: j < real if owned
+      sum_exp[i] = static_cast<float>(s);
+      target_logit[i] = j >= 0 && j < real ? xr[j] : 0.0f;
+    }
+  }
+}
+
+// loss_i = log Σ_i + m_i − x_y, in f64 as on the CPU; one thread per row.
+__global__ void vocab_loss_kernel(float* loss, const float* row_max, const float* sum_exp,
+                                  const float* target_logit, int64_t n) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads())
+    loss[i] = static_cast<float>(log(static_cast<double>(sum_exp[i])) + row_max[i] -
+                                 target_logit[i]);
+}
+
+// dlogits_ij = scale (p_ij − [j = y]) with p_ij = f32(e^(f64(x_ij) − m_i) · (1/Σ_i)), 0 on
+// padding. One block per row, one thread per column: each element reads its own logit before
+// writing, so dlogits may alias logits.
+__global__ void vocab_softmax_backward_kernel(float* dlogits, const float* logits,
+                                              const float* row_max, const float* sum_exp,
+                                              const float* targets, int64_t n, int64_t cols,
+                                              int64_t real, int64_t first, float scale) {
+  for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
+    const float* xr = logits + i * cols;
+    float* dr = dlogits + i * cols;
+    const double m = row_max[i], inv = 1.0 / static_cast<double>(sum_exp[i]);
+    const int64_t y = static_cast<int64_t>(targets[i]) - first;  // local target column, if owned
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+      if (j < real) {
+        const float p = static_cast<float>(exp(static_cast<double>(xr[j]) - m) * inv);
+        dr[j] = scale * (p - (j == y ? 1.0f : 0.0f));
+      } else {
+        dr[j] = 0.0f;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+// =================================================================================================
+// Launchers
+// =================================================================================================
+
+namespace {
+void check_attention(const Device& dev, const char* what, const AttentionShape& sh, const Tensor& q,
+                     const Tensor& k, const Tensor& v, const Tensor& probs) {
+  check_all_on(dev, what, q, k, v, probs);
+  TP_CHECK(sh.seq > 0 && sh.batch > 0 && sh.heads > 0 && sh.kv_heads > 0 && sh.head_dim > 0, what,
+           ": sizes must be positive (S=", sh.seq, " B=", sh.batch, " nh=", sh.heads, " nkv=",
+           sh.kv_heads, " hd=", sh.head_dim, ")");
+  TP_CHECK(sh.heads % sh.kv_heads == 0, what, ": nh=", sh.heads, " is not a multiple of nkv=",
+           sh.kv_heads);
+  const int64_t rows = sh.seq * sh.batch;
+  TP_CHECK(q.rows() == rows && q.cols() == sh.heads * sh.head_dim, what, ": q ", q.shape().str(),
+           " should be ", rows, "x", sh.heads * sh.head_dim);
+  TP_CHECK(k.rows() == rows && k.cols() == sh.kv_heads * sh.head_dim, what, ": k ", k.shape().str(),
+           " should be ", rows, "x", sh.kv_heads * sh.head_dim);
+  TP_CHECK(v.rows() == rows && v.cols() == sh.kv_heads * sh.head_dim, what, ": v ", v.shape().str(),
+           " should be ", rows, "x", sh.kv_heads * sh.head_dim);
+  TP_CHECK(probs.numel() == sh.batch * sh.heads * sh.seq * sh.seq, what, ": probs ",
+           probs.shape().str(), " should hold B·nh·S·S = ", sh.batch * sh.heads * sh.seq * sh.seq);
+}
+
+// Checks as on the CPU; returns the ids, copied to the host to validate them.
+std::vector<float> check_embedding_shard(const Device& dev, const char* what, const Tensor& out,
+                                         const Tensor& ids, const Tensor& wte_shard,
+                                         int64_t first_id) {
+  check_all_on(dev, what, out, ids, wte_shard);
+  const int64_t n = ids.numel(), h = wte_shard.cols();
+  TP_CHECK(first_id >= 0, what, ": first_id=", first_id, " must be ≥ 0");
+  TP_CHECK(out.rows() == n && out.cols() == h, what, ": ", out.shape().str(), " should be ", n, "x",
+           h, " (ids ", ids.shape().str(), ", wte_shard ", wte_shard.shape().str(), ")");
+  std::vector<float> host_ids = ids.to_host();
+  for (int64_t i = 0; i < n; ++i)
+    TP_CHECK(valid_token(host_ids[i]), what, ": id ", host_ids[i], " at row ", i,
+             " is not a token id (a non-negative integer below 2^24)");
+  return host_ids;
+}
+
+void check_position(const Device& dev, const char* what, const Tensor& x, const Tensor& wpe,
+                    int64_t batch, int64_t row0) {
+  check_all_on(dev, what, x, wpe);
+  TP_CHECK(batch > 0, what, ": batch=", batch, " must be > 0");
+  TP_CHECK(row0 >= 0, what, ": row0=", row0, " must be ≥ 0");
+  const int64_t rows = x.rows(), h = x.cols();
+  const int64_t need = rows > 0 ? (row0 + rows - 1) / batch + 1 : 0;  // positions read or written
+  TP_CHECK(wpe.cols() == h && wpe.rows() >= need, what, ": wpe ", wpe.shape().str(), " should have ",
+           h, " columns and at least ", need, " rows for rows [", row0, ", ", row0 + rows,
+           ") of x ", x.shape().str(), " at batch=", batch);
+}
+
+// Columns [0, real) of the shard are real tokens, [real, cols) padding.
+int64_t real_columns(const char* what, const VocabShard& shard, int64_t cols) {
+  TP_CHECK(shard.first >= 0 && shard.vocab > 0, what, ": shard first=", shard.first, " vocab=",
+           shard.vocab, " (need first ≥ 0, vocab > 0)");
+  const int64_t real = shard.vocab - shard.first;
+  return real < 0 ? 0 : (real > cols ? cols : real);
+}
+
+void check_rows(const char* what, const char* name, const Tensor& t, const Tensor& logits) {
+  TP_CHECK(t.numel() == logits.rows(), what, ": ", name, " ", t.shape().str(), " should hold ",
+           logits.rows(), " rows of logits ", logits.shape().str());
+}
+
+// Targets are validated on the host (one copy and synchronisation).
+void check_targets(const char* what, const Tensor& targets, const Tensor& logits, int64_t vocab) {
+  check_rows(what, "targets", targets, logits);
+  const std::vector<float> pt = targets.to_host();
+  for (int64_t i = 0; i < targets.numel(); ++i)
+    TP_CHECK(valid_id(pt[i], vocab), what, ": target ", pt[i], " at row ", i,
+             " is not a token of V=", vocab);
+}
+
+unsigned int elementwise_blocks(int64_t n) { return gpu::grid_blocks(n, kThreads); }
+unsigned int row_blocks(int64_t rows) { return gpu::grid_blocks(rows, 1); }
+}  // namespace
+
+void CudaDevice::attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
+                                   const Tensor& v, const AttentionShape& sh) {
+  check_attention(*this, "attention_forward", sh, q, k, v, probs);
+  check_on(*this, out, "attention_forward");
+  TP_CHECK(out.rows() == q.rows() && out.cols() == q.cols(), "attention_forward: out ",
+           out.shape().str(), " should match q ", q.shape().str());
+  const int64_t S = sh.seq, B = sh.batch, nh = sh.heads, hd = sh.head_dim;
+  const int64_t group = nh / sh.kv_heads;
+  attention_forward_kernel<<<row_blocks(B * nh * S), kAttnThreads, 0, stream()>>>(
+      out.data(), probs.data(), q.data(), k.data(), v.data(), S, B, nh, group, hd, sh.scale);
+  CUDA_CHECK_LAUNCH();
+}
+
+void CudaDevice::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
+                                    const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& probs, const AttentionShape& sh) {
+  check_attention(*this, "attention_backward", sh, q, k, v, probs);
+  check_all_on(*this, "attention_backward", dq, dk, dv, dout);
+  TP_CHECK(dq.rows() == q.rows() && dq.cols() == q.cols() && dout.rows() == q.rows() &&
+               dout.cols() == q.cols(),
+           "attention_backward: dq ", dq.shape().str(), " and dout ", dout.shape().str(),
+           " should match q ", q.shape().str());
+  TP_CHECK(dk.rows() == k.rows() && dk.cols() == k.cols() && dv.rows() == v.rows() &&
+               dv.cols() == v.cols(),
+           "attention_backward: dk ", dk.shape().str(), " and dv ", dv.shape().str(),
+           " should match k ", k.shape().str());
+  const int64_t S = sh.seq, B = sh.batch, nh = sh.heads, nkv = sh.kv_heads, hd = sh.head_dim;
+  const int64_t group = nh / nkv;
+  // dS for every (b, j, s, t ≤ s), the size of probs: B·nh·S·S floats of scratch.
+  float* dscore = static_cast<float*>(scratch(static_cast<size_t>(B * nh * S * S) * sizeof(float)));
+  attention_backward_dq_kernel<<<row_blocks(B * nh * S), kAttnThreads, 0, stream()>>>(
+      dq.data(), dscore, dout.data(), k.data(), v.data(), probs.data(), S, B, nh, group, hd,
+      sh.scale);
+  CUDA_CHECK_LAUNCH();
+  attention_backward_dkv_kernel<<<row_blocks(B * nkv * S), gpu::threads_for(hd, kAttnThreads), 0,
+                                  stream()>>>(dk.data(), dv.data(), dscore, q.data(), dout.data(),
+                                              probs.data(), S, B, nh, group, hd, sh.scale);
+  CUDA_CHECK_LAUNCH();
+}
+
+void CudaDevice::embedding_shard_forward(Tensor& out, const Tensor& ids, const Tensor& wte_shard,
+                                         int64_t first_id) {
+  check_embedding_shard(*this, "embedding_shard_forward", out, ids, wte_shard, first_id);
+  const int64_t n = ids.numel(), rows = wte_shard.rows(), h = wte_shard.cols();
+  if (n * h == 0) return;
+  embedding_shard_forward_kernel<<<elementwise_blocks(n * h), kThreads, 0, stream()>>>(
+      out.data(), ids.data(), wte_shard.data(), n, rows, h, first_id);
+  CUDA_CHECK_LAUNCH();
+}
+
+void CudaDevice::embedding_shard_backward(Tensor& dwte_shard, const Tensor& dout, const Tensor& ids,
+                                          int64_t first_id) {
+  const std::vector<float> host_ids =
+      check_embedding_shard(*this, "embedding_shard_backward", dout, ids, dwte_shard, first_id);
+  const int64_t n = ids.numel(), rows = dwte_shard.rows(), h = dwte_shard.cols();
+  if (h == 0) return;
+
+  // Group the positions by owned row (stable counting sort). Host layout, int64:
+  //   [unique rows (nunique)] [offsets (nunique + 1)] [positions (owned)]
+  std::vector<int64_t> row_of(static_cast<size_t>(n));
+  std::vector<int64_t> count(static_cast<size_t>(rows), 0);
+  int64_t owned = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t row = static_cast<int64_t>(host_ids[i]) - first_id;
+    row_of[i] = row >= 0 && row < rows ? row : -1;
+    if (row_of[i] >= 0) {
+      ++count[row_of[i]];
+      ++owned;
+    }
+  }
+  if (owned == 0) return;  // a shard that owns none of the ids leaves its gradient alone
+  int64_t nunique = 0;
+  for (int64_t r = 0; r < rows; ++r) nunique += count[r] > 0 ? 1 : 0;
+  std::vector<int64_t> packed(static_cast<size_t>(2 * nunique + 1 + owned));
+  int64_t* unique_rows = packed.data();
+  int64_t* offsets = unique_rows + nunique;
+  int64_t* index = offsets + nunique + 1;
+  std::vector<int64_t> cursor(static_cast<size_t>(rows), -1);  // next free slot of each owned row
+  int64_t u = 0, at = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (count[r] == 0) continue;
+    unique_rows[u] = r;
+    offsets[u] = at;
+    cursor[r] = at;
+    at += count[r];
+    ++u;
+  }
+  offsets[nunique] = at;
+  for (int64_t i = 0; i < n; ++i)
+    if (row_of[i] >= 0) index[cursor[row_of[i]]++] = i;  // positions in increasing order
+
+  const size_t bytes = packed.size() * sizeof(int64_t);
+  int64_t* dev_packed = static_cast<int64_t*>(scratch(bytes));
+  // Stream-ordered after earlier users of the scratch; from pageable memory the call returns once
+  // the host buffer has been staged, so `packed` may go out of scope.
+  CUDA_CHECK(cudaMemcpyAsync(dev_packed, packed.data(), bytes, cudaMemcpyHostToDevice, stream()));
+  embedding_shard_backward_kernel<<<elementwise_blocks(nunique * h), kThreads, 0, stream()>>>(
+      dwte_shard.data(), dout.data(), dev_packed, dev_packed + nunique,
+      dev_packed + 2 * nunique + 1, nunique, h);
+  CUDA_CHECK_LAUNCH();
+}
+
+void CudaDevice::position_forward(Tensor& x, const Tensor& wpe, int64_t batch, int64_t row0) {
+  check_position(*this, "position_forward", x, wpe, batch, row0);
+  const int64_t rows = x.rows(), h = x.cols();
+  if (rows * h == 0) return;
+  position_forward_kernel<<<elementwise_blocks(rows * h), kThreads, 0, stream()>>>(
+      x.data(), wpe.data(), rows, h, batch, row0);
+  CUDA_CHECK_LAUNCH();
+}
+
+void CudaDevice::position_backward(Tensor& dwpe, const Tensor& dx, int64_t batch, int64_t row0) {
+  check_position(*this, "position_backward", dx, dwpe, batch, row0);
+  const int64_t rows = dx.rows(), h = dx.cols();
+  if (rows == 0 || h == 0) return;
+  const int64_t s0 = row0 / batch, s1 = (row0 + rows - 1) / batch + 1;  // positions [s0, s1)
+  position_backward_kernel<<<elementwise_blocks((s1 - s0) * h), kThreads, 0, stream()>>>(
+      dwpe.data(), dx.data(), rows, h, batch, row0, s0, s1);
+  CUDA_CHECK_LAUNCH();
+}
+
+void CudaDevice::vocab_max(Tensor& row_max, const Tensor& logits, const VocabShard& shard) {
+  const char* what = "vocab_max";
+  check_all_on(*this, what, row_max, logits);
+  const int64_t n = logits.rows(), cols = logits.cols();
+  const int64_t real = real_columns(what, shard, cols);
+  check_rows(what, "row_max", row_max, logits);
+  if (n == 0) return;
+  vocab_max_kernel<<<row_blocks(n), gpu::threads_for(real, kRowThreads), 0, stream()>>>(
+      row_max.data(), logits.data(), n, cols, real);
+  CUDA_CHECK_LAUNCH();
+}
+
+void CudaDevice::vocab_sum_exp_target(Tensor& sum_exp, Tensor& target_logit, const Tensor& logits,
+                                      const Tensor& row_max, const Tensor& targets,
+                                      const VocabShard& shard) {
+  const char* what = "vocab_sum_exp_target";
+  check_all_on(*this, what, sum_exp, target_logit, logits, row_max, targets);
+  const int64_t n = logits.rows(), cols = logits.cols();
+  const int64_t real = real_columns(what, shard, cols);
+  check_rows(what, "sum_exp", sum_exp, logits);
+  check_rows(what, "target_logit", target_logit, logits);
+  check_rows(what, "row_max", row_max, logits);
+  check_targets(what, targets, logits, shard.vocab);
+  if (n == 0) return;
+  vocab_sum_exp_target_kernel<<<row_blocks(n), gpu::threads_for(real, kRowThreads), 0, stream()>>>(
+      sum_exp.data(), target_logit.data(), logits.data(), row_max.data(), targets.data(), n, cols,
+      real, shard.first);
+  CUDA_CHECK_LAUNCH();
+}
+
+void CudaDevice::vocab_loss(Tensor& loss, const Tensor& row_max, const Tensor& sum_exp,
+                            const Tensor& target_logit) {
+  const char* what = "vocab_loss";
+  check_all_on(*this, what, loss, row_max, sum_exp, target_logit);
+  check_same_numel(what, "loss", loss, "row_max", row_max);
+  check_same_numel(what, "loss", loss, "sum_exp", sum_exp);
+  check_same_numel(what, "loss", loss, "target_logit", target_logit);
+  const int64_t n = loss.numel();
+  if (n == 0) return;
+  vocab_loss_kernel<<<elementwise_blocks(n), kThreads, 0, stream()>>>(
+      loss.data(), row_max.data(), sum_exp.data(), target_logit.data(), n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void CudaDevice::vocab_softmax_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
+                                        const Tensor& sum_exp, const Tensor& targets,
+                                        const VocabShard& shard, float scale) {
+  const char* what = "vocab_softmax_backward";
+  check_all_on(*this, what, dlogits, logits, row_max, sum_exp, targets);
+  const int64_t n = logits.rows(), cols = logits.cols();
+  TP_CHECK(dlogits.rows() == n && dlogits.cols() == cols, what, ": dlogits ", dlogits.shape().str(),
+           " should match logits ", logits.shape().str());
+  const int64_t real = real_columns(what, shard, cols);
+  check_rows(what, "row_max", row_max, logits);
+  check_rows(what, "sum_exp", sum_exp, logits);
+  check_targets(what, targets, logits, shard.vocab);
+  if (n * cols == 0) return;
+  vocab_softmax_backward_kernel<<<row_blocks(n), gpu::threads_for(cols, kRowThreads), 0,
+                                  stream()>>>(dlogits.data(), logits.data(), row_max.data(),
+                                              sum_exp.data(), targets.data(), n, cols, real,
+                                              shard.first, scale);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tp

@@ -1,0 +1,439 @@
+// kernels_model.cu — the GPU backend's activation, norm and optimizer kernels: GeLU, SwiGLU,
+// LayerNorm, RMSNorm, AdamW. The math of each kernel sits in a comment above it, the forward next
+// to its backward (llm.c style); the contract is in core/device.h and the reference is the CPU
+// backend (cpu_backend/cpu_kernels.cpp), whose arithmetic (f32 vs f64 steps) is mirrored here.
+//
+// Determinism: no float atomics. Elementwise kernels compute each output once. Row statistics use
+// one block per row and a fixed-tree block reduction (reduce.cuh). Parameter gradients summed over
+// rows (dw, db) go in two kernels: each thread sums one column over a fixed chunk of kRowChunk rows
+// in row order (f64), then one thread per column adds the chunk sums in chunk order — the chunking
+// depends only on the shape, so results are bit-identical from run to run.
+//
+// Launch configurations: elementwise kernels 256 threads with a grid stride; row kernels one block
+// per row (grid stride over rows), threads = h rounded up to a warp, at most 256.
+#include <cmath>
+
+#include "core/error.h"
+#include "cuda_check.h"
+#include "cuda_device.h"
+#include "reduce.cuh"
+
+namespace tp {
+
+namespace {
+constexpr int kThreads = 256;         // elementwise and column-sum kernels
+constexpr int kRowThreads = 256;      // most threads for a one-block-per-row kernel
+constexpr int64_t kRowChunk = 64;     // rows per partial column sum (norm dw, db)
+
+// ---- host-side checks (mirror cpu_kernels.cpp) --------------------------------------------------
+
+void check_on(const Device& dev, const Tensor& t, const char* what) {
+  TP_CHECK(t.defined(), what, ": undefined tensor");
+  TP_CHECK(&t.device() == &dev, what, ": tensor lives on another device");
+}
+
+template <typename... Ts>
+void check_all_on(const Device& dev, const char* what, const Ts&... ts) {
+  (check_on(dev, ts, what), ...);
+}
+
+void check_same_numel(const char* what, const char* a_name, const Tensor& a, const char* b_name,
+                      const Tensor& b) {
+  TP_CHECK(a.numel() == b.numel(), what, ": ", a_name, " ", a.shape().str(), " and ", b_name, " ",
+           b.shape().str(), " differ in size");
+}
+
+// Grid-stride index helpers.
+__device__ __forceinline__ int64_t global_thread() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t grid_threads() {
+  return static_cast<int64_t>(gridDim.x) * blockDim.x;
+}
+}  // namespace
+
+// =================================================================================================
+// Kernels
+// =================================================================================================
+
+namespace {
+
+// ---- activations ---------------------------------------------------------------------------------
+
+// GeLU, tanh approximation, with a = √(2/π), z = a (x + 0.044715 x³):
+//   y  = 0.5 x (1 + tanh z)
+//   y' = 0.5 (1 + tanh z) + 0.5 x (1 − tanh² z) · a (1 + 3 · 0.044715 x²)
+constexpr float kGeluA = 0.7978845608028654f;  // √(2/π)
+constexpr float kGeluC = 0.044715f;
+
+__global__ void gelu_forward_kernel(float* y, const float* x, int64_t n) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
+    const float xi = x[i];
+    y[i] = 0.5f * xi * (1.0f + tanhf(kGeluA * (xi + kGeluC * xi * xi * xi)));
+  }
+}
+
+__global__ void gelu_backward_kernel(float* dx, const float* dy, const float* x, int64_t n) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
+    const float xi = x[i];
+    const float t = tanhf(kGeluA * (xi + kGeluC * xi * xi * xi));
+    const float grad =
+        0.5f * (1.0f + t) + 0.5f * xi * (1.0f - t * t) * kGeluA * (1.0f + 3.0f * kGeluC * xi * xi);
+    dx[i] = dy[i] * grad;
+  }
+}
+
+// SwiGLU, σ(g) = 1 / (1 + e^−g), silu(g) = g σ(g), silu'(g) = σ(g) (1 + g (1 − σ(g))):
+//   y = silu(g) ⊙ u
+//   dg = dy ⊙ u ⊙ silu'(g),  du = dy ⊙ silu(g)
+__global__ void swiglu_forward_kernel(float* y, const float* g, const float* u, int64_t n) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
+    const float gi = g[i];
+    const float sig = 1.0f / (1.0f + expf(-gi));
+    y[i] = gi * sig * u[i];
+  }
+}
+
+__global__ void swiglu_backward_kernel(float* dg, float* du, const float* dy, const float* g,
+                                       const float* u, int64_t n) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
+    const float gi = g[i], ui = u[i], dyi = dy[i];  // read all before writing (no aliasing rule)
+    const float sig = 1.0f / (1.0f + expf(-gi));
+    dg[i] = dyi * ui * sig * (1.0f + gi * (1.0f - sig));
+    du[i] = dyi * gi * sig;
+  }
+}
+
+// ---- parameter-gradient column sums (norm dw, db) ------------------------------------------------
+
+// out[c] += Σ_r term(r, c), deterministic in two steps:
+//   partial[k, c] = Σ_{r in chunk k, in order} term(r, c)          (f64; one thread per (k, c))
+//   out[c] += f32(Σ_k partial[k, c], k in order)                    (one thread per c)
+// Terms, mirroring the CPU (the x̂ factor is computed in f32, the product in f64):
+//   LayerNorm dw: dy · x̂ = dy · ((x − μ) rstd);  LayerNorm db: dy;  RMSNorm dw: dy · (x rstd)
+struct LayerNormDwTerm {
+  const float* dy;
+  const float* x;
+  const float* mean;
+  const float* rstd;
+  __device__ double operator()(int64_t r, int64_t i) const {
+    return static_cast<double>(dy[i]) * ((x[i] - mean[r]) * rstd[r]);
+  }
+};
+
+struct DyTerm {
+  const float* dy;
+  __device__ double operator()(int64_t, int64_t i) const { return static_cast<double>(dy[i]); }
+};
+
+struct RmsNormDwTerm {
+  const float* dy;
+  const float* x;
+  const float* rstd;
+  __device__ double operator()(int64_t r, int64_t i) const {
+    return static_cast<double>(dy[i]) * (x[i] * rstd[r]);
+  }
+};
+
+// One thread per (chunk k, column c), item = k·h + c: consecutive threads read consecutive columns.
+template <typename Term>
+__global__ void column_partial_sums_kernel(double* partial, int64_t rows, int64_t h,
+                                           int64_t nchunks, Term term) {
+  const int64_t items = nchunks * h;
+  for (int64_t item = global_thread(); item < items; item += grid_threads()) {
+    const int64_t k = item / h, c = item % h;
+    const int64_t r0 = k * kRowChunk;
+    const int64_t r1 = r0 + kRowChunk < rows ? r0 + kRowChunk : rows;
+    double acc = 0.0;
+    for (int64_t r = r0; r < r1; ++r) acc += term(r, r * h + c);
+    partial[item] = acc;
+  }
+}
+
+__global__ void column_finish_kernel(float* out, const double* partial, int64_t h,
+                                     int64_t nchunks) {
+  for (int64_t c = global_thread(); c < h; c += grid_threads()) {
+    double acc = 0.0;
+    for (int64_t k = 0; k < nchunks; ++k) acc += partial[k * h + c];
+    out[c] += static_cast<float>(acc);
+  }
+}
+
+// ---- norms ---------------------------------------------------------------------------------------
+
+// LayerNorm over the last dim (h) of each row:
+//   μ = mean(x), σ² = mean((x − μ)²) (biased), rstd = 1/√(σ² + eps), x̂ = (x − μ) rstd
+//   y = x̂ ⊙ w + b
+// One block per row: Σx, then Σ(x − μ)² (f64, block reductions), then y.
+__global__ void layernorm_forward_kernel(float* y, float* mean, float* rstd, const float* x,
+                                         const float* w, const float* b, int64_t rows, int64_t h,
+                                         float eps) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* xr = x + r * h;
+    double s = 0.0;
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) s += xr[c];
+    s = gpu::block_sum(s);
+    const double mu = s / static_cast<double>(h);
+    double ss = 0.0;
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) ss += (xr[c] - mu) * (xr[c] - mu);
+    ss = gpu::block_sum(ss);
+    const float m = static_cast<float>(mu);
+    const float rs = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(h) + eps));
+    float* yr = y + r * h;
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) yr[c] = (xr[c] - m) * rs * w[c] + b[c];
+    if (threadIdx.x == 0) {
+      mean[r] = m;
+      rstd[r] = rs;
+    }
+  }
+}
+
+// LayerNorm backward, with g = dy ⊙ w:
+//   dx = rstd (g − mean(g) − x̂ mean(g ⊙ x̂))      (written; this kernel, one block per row)
+//   dw += Σ_r dy ⊙ x̂,  db += Σ_r dy              (accumulated; the column-sum kernels above)
+__global__ void layernorm_backward_dx_kernel(float* dx, const float* dy, const float* x,
+                                             const float* w, const float* mean, const float* rstd,
+                                             int64_t rows, int64_t h) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* xr = x + r * h;
+    const float* dyr = dy + r * h;
+    const float m = mean[r], rs = rstd[r];
+    double sum_g = 0.0, sum_gx = 0.0;
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) {
+      const float g = dyr[c] * w[c];
+      sum_g += g;
+      sum_gx += static_cast<double>(g) * ((xr[c] - m) * rs);
+    }
+    sum_g = gpu::block_sum(sum_g);
+    sum_gx = gpu::block_sum(sum_gx);
+    const float mean_g = static_cast<float>(sum_g / static_cast<double>(h));
+    const float mean_gx = static_cast<float>(sum_gx / static_cast<double>(h));
+    float* dxr = dx + r * h;
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) {
+      const float xhat = (xr[c] - m) * rs;
+      dxr[c] = rs * (dyr[c] * w[c] - mean_g - xhat * mean_gx);
+    }
+  }
+}
+
+// RMSNorm over the last dim (h) of each row:
+//   rstd = 1/√(mean(x²) + eps), x̂ = x rstd, y = x̂ ⊙ w
+// One block per row: Σx² (f64, block reduction), then y.
+__global__ void rmsnorm_forward_kernel(float* y, float* rstd, const float* x, const float* w,
+                                       int64_t rows, int64_t h, float eps) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* xr = x + r * h;
+    double ss = 0.0;
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) ss += static_cast<double>(xr[c]) * xr[c];
+    ss = gpu::block_sum(ss);
+    const float rs = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(h) + eps));
+    float* yr = y + r * h;
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) yr[c] = xr[c] * rs * w[c];
+    if (threadIdx.x == 0) rstd[r] = rs;
+  }
+}
+
+// RMSNorm backward, with g = dy ⊙ w:
+//   dx = rstd (g − x̂ mean(g ⊙ x̂))   (written; this kernel, one block per row)
+//   dw += Σ_r dy ⊙ x̂                (accumulated; the column-sum kernels above)
+__global__ void rmsnorm_backward_dx_kernel(float* dx, const float* dy, const float* x,
+                                           const float* w, const float* rstd, int64_t rows,
+                                           int64_t h) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* xr = x + r * h;
+    const float* dyr = dy + r * h;
+    const float rs = rstd[r];
+    double sum_gx = 0.0;
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x)
+      sum_gx += static_cast<double>(dyr[c] * w[c]) * (xr[c] * rs);
+    sum_gx = gpu::block_sum(sum_gx);
+    const float mean_gx = static_cast<float>(sum_gx / static_cast<double>(h));
+    float* dxr = dx + r * h;
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x)
+      dxr[c] = rs * (dyr[c] * w[c] - xr[c] * rs * mean_gx);
+  }
+}
+
+// ---- optimizer -----------------------------------------------------------------------------------
+
+// AdamW, g' = grad_scale · g:
+//   m = β1 m + (1 − β1) g',  v = β2 v + (1 − β2) g'²
+//   p −= lr · (m / (1 − β1^step)) / (√(v / (1 − β2^step)) + eps) + lr · wd · p
+// bc1 = 1 − β1^step, bc2 = 1 − β2^step are computed on the host in f64, as on the CPU.
+__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, AdamWParams hp,
+                             float bc1, float bc2, int64_t n) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
+    const float gi = hp.grad_scale * g[i];
+    const float mi = hp.beta1 * m[i] + (1.0f - hp.beta1) * gi;
+    const float vi = hp.beta2 * v[i] + (1.0f - hp.beta2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    const float update = (mi / bc1) / (sqrtf(vi / bc2) + hp.eps);
+    const float pi = p[i];
+    p[i] = pi - (hp.lr * update + hp.lr * hp.weight_decay * pi);
+  }
+}
+
+}  // namespace
+
+// =================================================================================================
+// Launchers
+// =================================================================================================
+
+namespace {
+// out[c] += Σ_r term(r, c) for a (rows, h) tensor, through the device's scratch memory.
+template <typename Term>
+void column_sums(CudaDevice& dev, float* out, int64_t rows, int64_t h, Term term) {
+  if (h == 0) return;
+  const int64_t nchunks = (rows + kRowChunk - 1) / kRowChunk;  // 0 rows: 0 chunks, out += 0
+  double* partial = nullptr;
+  if (nchunks > 0) {
+    partial = static_cast<double*>(dev.scratch(static_cast<size_t>(nchunks * h) * sizeof(double)));
+    column_partial_sums_kernel<<<gpu::grid_blocks(nchunks * h, kThreads), kThreads, 0,
+                                 dev.stream()>>>(partial, rows, h, nchunks, term);
+    CUDA_CHECK_LAUNCH();
+  }
+  column_finish_kernel<<<gpu::grid_blocks(h, kThreads), kThreads, 0, dev.stream()>>>(out, partial,
+                                                                                     h, nchunks);
+  CUDA_CHECK_LAUNCH();
+}
+
+unsigned int elementwise_blocks(int64_t n) { return gpu::grid_blocks(n, kThreads); }
+unsigned int row_blocks(int64_t rows) { return gpu::grid_blocks(rows, 1); }
+}  // namespace
+
+void CudaDevice::gelu_forward(Tensor& y, const Tensor& x) {
+  check_all_on(*this, "gelu_forward", y, x);
+  check_same_numel("gelu_forward", "y", y, "x", x);
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  gelu_forward_kernel<<<elementwise_blocks(n), kThreads, 0, stream()>>>(y.data(), x.data(), n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void CudaDevice::gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) {
+  check_all_on(*this, "gelu_backward", dx, dy, x);
+  check_same_numel("gelu_backward", "dx", dx, "x", x);
+  check_same_numel("gelu_backward", "dy", dy, "x", x);
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  gelu_backward_kernel<<<elementwise_blocks(n), kThreads, 0, stream()>>>(dx.data(), dy.data(),
+                                                                          x.data(), n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void CudaDevice::swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u) {
+  check_all_on(*this, "swiglu_forward", y, g, u);
+  check_same_numel("swiglu_forward", "y", y, "g", g);
+  check_same_numel("swiglu_forward", "u", u, "g", g);
+  const int64_t n = g.numel();
+  if (n == 0) return;
+  swiglu_forward_kernel<<<elementwise_blocks(n), kThreads, 0, stream()>>>(y.data(), g.data(),
+                                                                           u.data(), n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void CudaDevice::swiglu_backward(Tensor& dg, Tensor& du, const Tensor& dy, const Tensor& g,
+                                 const Tensor& u) {
+  check_all_on(*this, "swiglu_backward", dg, du, dy, g, u);
+  check_same_numel("swiglu_backward", "dg", dg, "g", g);
+  check_same_numel("swiglu_backward", "du", du, "g", g);
+  check_same_numel("swiglu_backward", "dy", dy, "g", g);
+  check_same_numel("swiglu_backward", "u", u, "g", g);
+  const int64_t n = g.numel();
+  if (n == 0) return;
+  swiglu_backward_kernel<<<elementwise_blocks(n), kThreads, 0, stream()>>>(
+      dg.data(), du.data(), dy.data(), g.data(), u.data(), n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void CudaDevice::layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
+                                   const Tensor& w, const Tensor& b, float eps) {
+  check_all_on(*this, "layernorm_forward", y, mean, rstd, x, w, b);
+  const int64_t rows = x.rows(), h = x.cols();
+  TP_CHECK(y.rows() == rows && y.cols() == h, "layernorm_forward: y ", y.shape().str(), " for x ",
+           x.shape().str());
+  TP_CHECK(w.numel() == h && b.numel() == h, "layernorm_forward: w ", w.shape().str(), " and b ",
+           b.shape().str(), " for rows of ", h);
+  TP_CHECK(mean.numel() == rows && rstd.numel() == rows, "layernorm_forward: mean ",
+           mean.shape().str(), " and rstd ", rstd.shape().str(), " for ", rows, " rows");
+  if (rows == 0) return;
+  layernorm_forward_kernel<<<row_blocks(rows), gpu::threads_for(h, kRowThreads), 0, stream()>>>(
+      y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), rows, h, eps);
+  CUDA_CHECK_LAUNCH();
+}
+
+void CudaDevice::layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy,
+                                    const Tensor& x, const Tensor& w, const Tensor& mean,
+                                    const Tensor& rstd) {
+  check_all_on(*this, "layernorm_backward", dx, dw, db, dy, x, w, mean, rstd);
+  const int64_t rows = x.rows(), h = x.cols();
+  TP_CHECK(dx.rows() == rows && dx.cols() == h && dy.rows() == rows && dy.cols() == h,
+           "layernorm_backward: dx ", dx.shape().str(), " and dy ", dy.shape().str(), " for x ",
+           x.shape().str());
+  TP_CHECK(w.numel() == h && dw.numel() == h && db.numel() == h, "layernorm_backward: w ",
+           w.shape().str(), ", dw ", dw.shape().str(), ", db ", db.shape().str(), " for rows of ", h);
+  TP_CHECK(mean.numel() == rows && rstd.numel() == rows, "layernorm_backward: mean ",
+           mean.shape().str(), " and rstd ", rstd.shape().str(), " for ", rows, " rows");
+  // dw, db first (they read dy), then dx, in the CPU's order.
+  column_sums(*this, dw.data(), rows, h,
+              LayerNormDwTerm{dy.data(), x.data(), mean.data(), rstd.data()});
+  column_sums(*this, db.data(), rows, h, DyTerm{dy.data()});
+  if (rows == 0) return;
+  layernorm_backward_dx_kernel<<<row_blocks(rows), gpu::threads_for(h, kRowThreads), 0, stream()>>>(
+      dx.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(), rows, h);
+  CUDA_CHECK_LAUNCH();
+}
+
+void CudaDevice::rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w,
+                                 float eps) {
+  check_all_on(*this, "rmsnorm_forward", y, rstd, x, w);
+  const int64_t rows = x.rows(), h = x.cols();
+  TP_CHECK(y.rows() == rows && y.cols() == h, "rmsnorm_forward: y ", y.shape().str(), " for x ",
+           x.shape().str());
+  TP_CHECK(w.numel() == h, "rmsnorm_forward: w ", w.shape().str(), " for rows of ", h);
+  TP_CHECK(rstd.numel() == rows, "rmsnorm_forward: rstd ", rstd.shape().str(), " for ", rows,
+           " rows");
+  if (rows == 0) return;
+  rmsnorm_forward_kernel<<<row_blocks(rows), gpu::threads_for(h, kRowThreads), 0, stream()>>>(
+      y.data(), rstd.data(), x.data(), w.data(), rows, h, eps);
+  CUDA_CHECK_LAUNCH();
+}
+
+void CudaDevice::rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
+                                  const Tensor& w, const Tensor& rstd) {
+  check_all_on(*this, "rmsnorm_backward", dx, dw, dy, x, w, rstd);
+  const int64_t rows = x.rows(), h = x.cols();
+  TP_CHECK(dx.rows() == rows && dx.cols() == h && dy.rows() == rows && dy.cols() == h,
+           "rmsnorm_backward: dx ", dx.shape().str(), " and dy ", dy.shape().str(), " for x ",
+           x.shape().str());
+  TP_CHECK(w.numel() == h && dw.numel() == h, "rmsnorm_backward: w ", w.shape().str(), " and dw ",
+           dw.shape().str(), " for rows of ", h);
+  TP_CHECK(rstd.numel() == rows, "rmsnorm_backward: rstd ", rstd.shape().str(), " for ", rows,
+           " rows");
+  column_sums(*this, dw.data(), rows, h, RmsNormDwTerm{dy.data(), x.data(), rstd.data()});
+  if (rows == 0) return;
+  rmsnorm_backward_dx_kernel<<<row_blocks(rows), gpu::threads_for(h, kRowThreads), 0, stream()>>>(
+      dx.data(), dy.data(), x.data(), w.data(), rstd.data(), rows, h);
+  CUDA_CHECK_LAUNCH();
+}
+
+void CudaDevice::adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWParams& hp,
+                            int64_t step) {
+  check_all_on(*this, "adamw_step", p, g, m, v);
+  check_same_numel("adamw_step", "p", p, "g", g);
+  check_same_numel("adamw_step", "p", p, "m", m);
+  check_same_numel("adamw_step", "p", p, "v", v);
+  TP_CHECK(step >= 1, "adamw_step: step=", step, " must be ≥ 1");
+  const float bc1 = static_cast<float>(
+      1.0 - std::pow(static_cast<double>(hp.beta1), static_cast<double>(step)));
+  const float bc2 = static_cast<float>(
+      1.0 - std::pow(static_cast<double>(hp.beta2), static_cast<double>(step)));
+  const int64_t n = p.numel();
+  if (n == 0) return;
+  adamw_kernel<<<elementwise_blocks(n), kThreads, 0, stream()>>>(p.data(), g.data(), m.data(),
+                                                                  v.data(), hp, bc1, bc2, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tp

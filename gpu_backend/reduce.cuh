@@ -1,0 +1,73 @@
+// reduce.cuh — warp and block reductions and launch-size helpers shared by the GPU model kernels
+// (kernels_model.cu, kernels_attention.cu).
+//
+// Determinism: a reduction combines the values in a fixed tree (xor-shuffles within a warp, then
+// the warp partials in warp order), so for a given block size the result never depends on timing.
+// Every thread of the block gets the result. No atomics anywhere.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+namespace tp {
+namespace gpu {
+
+constexpr int kWarp = 32;
+
+struct SumOp {
+  template <typename T>
+  __device__ T operator()(T a, T b) const { return a + b; }
+};
+
+struct MaxOp {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+/// Reduces `v` over the 32 lanes of a warp; every lane gets the result (xor butterfly).
+template <typename T, typename Op>
+__device__ __forceinline__ T warp_reduce(T v, Op op) {
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+/// Reduces `v` over the whole block; every thread gets the result. Must be called by every thread
+/// of the block (it synchronises), with blockDim.x a multiple of 32 and at most 1024. Consecutive
+/// calls may reuse the shared buffer: the leading __syncthreads() keeps them apart.
+template <typename T, typename Op>
+__device__ T block_reduce(T v, Op op, T identity) {
+  __shared__ T partial[kWarp];
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int warp = static_cast<int>(threadIdx.x) / kWarp;
+  const int nwarps = static_cast<int>(blockDim.x) / kWarp;
+  v = warp_reduce(v, op);
+  __syncthreads();  // an earlier call's readers are done with `partial`
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  T r = lane < nwarps ? partial[lane] : identity;  // every warp folds the partials the same way
+  return warp_reduce(r, op);
+}
+
+template <typename T>
+__device__ T block_sum(T v) { return block_reduce(v, SumOp{}, T(0)); }
+
+__device__ inline float block_max(float v) { return block_reduce(v, MaxOp{}, -INFINITY); }
+
+/// Blocks for `n` work items of `per_block` each, capped (kernels loop with a grid stride).
+inline unsigned int grid_blocks(int64_t n, int64_t per_block) {
+  constexpr int64_t kMaxBlocks = int64_t{1} << 30;  // below the 2^31 − 1 limit of gridDim.x
+  const int64_t blocks = (n + per_block - 1) / per_block;
+  return static_cast<unsigned int>(blocks < kMaxBlocks ? (blocks > 0 ? blocks : 1) : kMaxBlocks);
+}
+
+/// Threads for a block whose threads stride over `n` items: n rounded up to a warp, in [32, cap].
+inline unsigned int threads_for(int64_t n, int cap) {
+  const int64_t t = (n + kWarp - 1) / kWarp * kWarp;
+  return static_cast<unsigned int>(t < kWarp ? kWarp : (t > cap ? cap : t));
+}
+
+}  // namespace gpu
+}  // namespace tp

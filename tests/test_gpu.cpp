@@ -1,0 +1,686 @@
+// test_gpu.cpp — the GPU backend against the CPU backend, and the collectives on GPU tensors.
+// Its own binary (build/bin/test_gpu, with tests/mpi_main.cpp), run by scripts/run-tests.sh under
+// mpirun -np 1, 2, 3 (and by scripts/gpu-check.sh).
+//
+//   1. Every Device op on random inputs, the CUDA device against the CPU device (the reference):
+//      memory and copies, fill / scale / axpy, gemm in all four transpose cases with alpha and beta,
+//      bias, copy_columns, fill_random, mul, sum_squares, dropout_mask, GeLU, SwiGLU, LayerNorm,
+//      RMSNorm, attention (MHA and GQA), embedding and positions, the vocabulary-parallel loss
+//      pieces and AdamW.
+//   2. A small Gpt forward / backward on the CUDA device against the CPU device at t = np, same
+//      seed: the loss and every gathered gradient.
+//   3. A 20-step training run (AdamW, dropout) on both: the loss curves.
+//   4. Every collective on GPU tensors: over NCCL (when each rank of the node has its own GPU: np =
+//      1 on a one-GPU machine) and over MpiCommunicator, which stages GPU tensors through host
+//      memory, so np = 2, 3 share one GPU (--comm mpi).
+//
+// Tolerances (relative error ‖gpu − cpu‖₂ / ‖cpu‖₂; both sides fp32 unless stated):
+//   0       copies, fill, copy_columns, fill_random uniform, dropout masks: bit for bit (the same
+//           Philox counters and the same float transform on both devices).
+//   1e-6    fill_random normal (Box–Muller in double, rounded to float once) and sum_squares (a sum
+//           in double on both sides, in different orders).
+//   1e-5    gemm in fp32 (cuBLAS sums in another order) and every model kernel (different
+//           reduction orders, fused multiply-adds, exp/tanh within a few ulps).
+//   1e-3    gemm with --tf32: inputs rounded to a 10-bit mantissa (2⁻¹¹ ≈ 5e-4 per element).
+//   2e-2    gemm with --dtype bf16: inputs rounded to an 8-bit mantissa (2⁻⁹ ≈ 2e-3 per element;
+//           the bound leaves room for cancellation in short sums).
+//   1e-4    the model: the loss and gradients of one step (a whole forward and backward of fp32
+//           kernels, each within 1e-5) and each loss of the 20-step curve (rounding differences
+//           fed back through AdamW).
+//   exact   collectives on small integers (sums and maxima of integers are exact in fp32).
+//
+// Without a GPU (or in a build without the GPU backend) every test skips with the reason
+// make_gpu_device gave, and rank 0 prints one line "tp-gpu: skipped: <reason>" that run-tests.sh
+// reports. The decision is agreed over all ranks, so no rank runs a collective the others skip.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/communicator.h"
+#include "core/device.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/tensor.h"
+#include "gpu_entry.h"
+#include "launch.h"
+#include "model/adamw.h"
+#include "model/config.h"
+#include "model/data.h"
+#include "model/gpt.h"
+#include "model/train.h"
+#include "mpi_communicator.h"
+#include "parallel/param.h"
+#include "test_util.h"
+
+namespace {
+
+using namespace tp;
+using tp::testing::random_vector;
+using tp::testing::rel_error;
+using tp::testing::world;
+
+Device& cpu() { return tp::testing::device(); }
+
+constexpr double kDouble = 1e-6;
+constexpr double kFp32 = 1e-5;
+constexpr double kTf32 = 1e-3;
+constexpr double kBf16 = 2e-2;
+constexpr double kModel = 1e-4;
+constexpr uint64_t kSeed = 77;
+const float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// ---- the GPU devices, created once for the whole run -------------------------------------------
+
+struct GpuState {
+  std::unique_ptr<Device> fp32, tf32, bf16;
+  std::unique_ptr<Communicator> nccl;
+  bool nccl_tried = false;
+  std::string nccl_skip;  // why NCCL is not tested here (several ranks share a GPU)
+  std::string skip;       // why there is no GPU (bad input from make_gpu_device): tests skip
+  std::string broken;     // a real failure creating the device: tests fail
+  int local_rank = 0;
+};
+GpuState g;
+
+std::unique_ptr<Device> make_gpu(bool tf32, const std::string& dtype) {
+  DeviceOptions o;
+  o.backend = "gpu";
+  o.local_rank = g.local_rank;
+  o.tf32 = tf32;
+  o.dtype = dtype;
+  return make_gpu_device(o);
+}
+
+class GpuEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    int local_size = 1;
+    node_local_rank(MPI_COMM_WORLD, &g.local_rank, &local_size);
+    int kind = 0;  // 0 device, 1 skip (bad input: no GPU / no backend), 2 broken
+    try {
+      g.fp32 = make_gpu(false, "fp32");
+    } catch (const Error& e) {
+      kind = e.is_bad_input() ? 1 : 2;
+      (kind == 1 ? g.skip : g.broken) = e.what();
+    } catch (const std::exception& e) {
+      kind = 2;
+      g.broken = e.what();
+    }
+    int worst = kind;  // every rank takes the same decision
+    MPI_Allreduce(&kind, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (worst != 0 && kind == 0) {
+      g.fp32.reset();
+      (worst == 1 ? g.skip : g.broken) = "another rank has no CUDA device";
+    }
+    if (world().rank() == 0) {
+      if (g.fp32) std::printf("tp-gpu: device %s\n", g.fp32->name().c_str());
+      else if (worst == 1) std::printf("tp-gpu: skipped: %s\n", g.skip.c_str());
+      else std::printf("tp-gpu: broken: %s\n", g.broken.c_str());
+      std::fflush(stdout);
+    }
+  }
+  void TearDown() override {
+    g.nccl.reset();  // before the device its streams belong to
+    g.bf16.reset();
+    g.tf32.reset();
+    g.fp32.reset();
+  }
+};
+[[maybe_unused]] const auto* const g_env = ::testing::AddGlobalTestEnvironment(new GpuEnvironment);
+
+// Skips (no GPU) or fails (the device could not be created) the current test.
+#define REQUIRE_GPU()                                                      \
+  do {                                                                     \
+    if (!g.broken.empty()) FAIL() << "creating the CUDA device failed: " << g.broken; \
+    if (!g.fp32) GTEST_SKIP() << g.skip;                                   \
+  } while (0)
+
+Device& gpu() { return *g.fp32; }
+
+// ---- pairs of tensors: the same numbers on the CPU and on the GPU ------------------------------
+
+struct Pair {
+  Tensor cpu, gpu;
+};
+
+Pair both(const Shape& s, const std::vector<float>& v, Device* gdev = nullptr) {
+  return {Tensor::from_host(cpu(), s, v), Tensor::from_host(gdev ? *gdev : gpu(), s, v)};
+}
+// Uniform in [-a, a), keyed by name.
+Pair rnd(const std::string& name, const Shape& s, float a = 1.0f, Device* gdev = nullptr) {
+  auto v = random_vector(name, s.numel());
+  for (float& x : v) x *= a;
+  return both(s, v, gdev);
+}
+Pair full(const Shape& s, float value, Device* gdev = nullptr) {
+  return both(s, std::vector<float>(static_cast<size_t>(s.numel()), value), gdev);
+}
+// An output that must be written, not accumulated: NaN on both sides first.
+Pair out(const Shape& s, Device* gdev = nullptr) { return full(s, kNaN, gdev); }
+
+double err(const Pair& p) { return rel_error(p.gpu.to_host(), p.cpu.to_host()); }
+
+#define EXPECT_CLOSE(pair, tol) EXPECT_LE(err(pair), (tol)) << #pair
+#define EXPECT_SAME(pair) EXPECT_EQ((pair).gpu.to_host(), (pair).cpu.to_host()) << #pair
+
+// ---- 1. Device ops ------------------------------------------------------------------------------
+
+TEST(GpuMemory, CopiesViewsCloneAndMemoryStats) {
+  REQUIRE_GPU();
+  const auto v = random_vector("mem", 1000);
+  const int64_t before = gpu().memory().in_use;
+  {
+    Tensor a = Tensor::from_host(gpu(), Shape{10, 100}, v);
+    EXPECT_EQ(gpu().memory().in_use, before + 4000);
+    EXPECT_EQ(a.to_host(), v);
+    Tensor b = a.clone();
+    EXPECT_EQ(b.to_host(), v);
+    Tensor c(gpu(), Shape{10, 100});
+    c.copy_from(a);
+    EXPECT_EQ(c.to_host(), v);
+    const auto rows = a.view(3, 5).to_host();
+    EXPECT_EQ(rows, std::vector<float>(v.begin() + 300, v.begin() + 500));
+    Tensor z = Tensor::zeros(gpu(), Shape{7, 3});
+    EXPECT_EQ(z.to_host(), std::vector<float>(21, 0.0f));
+    a.view(3, 5).copy_from_host(std::vector<float>(200, 2.0f));
+    auto want = v;
+    std::fill(want.begin() + 300, want.begin() + 500, 2.0f);
+    EXPECT_EQ(a.to_host(), want);
+    EXPECT_FALSE(gpu().host_accessible());
+  }
+  EXPECT_EQ(gpu().memory().in_use, before);
+}
+
+TEST(GpuElementwise, FillScaleAxpyMul) {
+  REQUIRE_GPU();
+  const Shape s{33, 65};
+  Pair x = out(s);
+  cpu().fill(x.cpu, 1.5f);
+  gpu().fill(x.gpu, 1.5f);
+  EXPECT_SAME(x);
+  Pair y = rnd("scale", s);
+  cpu().scale(y.cpu, -0.37f);
+  gpu().scale(y.gpu, -0.37f);
+  EXPECT_CLOSE(y, kFp32);
+  Pair a = rnd("axpy.x", s), b = rnd("axpy.y", s);
+  cpu().axpy(0.71f, a.cpu, b.cpu);
+  gpu().axpy(0.71f, a.gpu, b.gpu);
+  EXPECT_CLOSE(b, kFp32);
+  Pair m = rnd("mul.m", s), p = out(s);
+  cpu().mul(a.cpu, m.cpu, p.cpu);
+  gpu().mul(a.gpu, m.gpu, p.gpu);
+  EXPECT_CLOSE(p, kFp32);
+  cpu().mul(a.cpu, m.cpu, a.cpu);  // y may alias x
+  gpu().mul(a.gpu, m.gpu, a.gpu);
+  EXPECT_CLOSE(a, kFp32);
+  Pair q = rnd("sumsq", Shape{1001, 17}, 3.0f);
+  const double sc = cpu().sum_squares(q.cpu), sg = gpu().sum_squares(q.gpu);
+  EXPECT_LE(std::abs(sg - sc), kDouble * sc) << sg << " vs " << sc;
+}
+
+// gemm in all four transpose cases, with beta = 0 over NaN and with alpha, beta ≠ 0 and 1, at an
+// odd small shape and at one large enough for the tensor-core paths.
+void check_gemm(Device& dev, double tol) {
+  struct Case { int64_t m, n, k; };
+  for (const Case c : {Case{37, 53, 71}, Case{256, 384, 512}}) {
+    for (int ta = 0; ta < 2; ++ta) {
+      for (int tb = 0; tb < 2; ++tb) {
+        const std::string tag = "gemm" + std::to_string(c.m) + (ta ? "T" : "N") + (tb ? "T" : "N");
+        Pair a = rnd(tag + ".a", ta ? Shape{c.k, c.m} : Shape{c.m, c.k}, 1.0f, &dev);
+        Pair b = rnd(tag + ".b", tb ? Shape{c.n, c.k} : Shape{c.k, c.n}, 1.0f, &dev);
+        Pair c0 = out(Shape{c.m, c.n}, &dev);  // beta = 0: NaN must be ignored
+        cpu().gemm(ta, tb, 1.0f, a.cpu, b.cpu, 0.0f, c0.cpu);
+        dev.gemm(ta, tb, 1.0f, a.gpu, b.gpu, 0.0f, c0.gpu);
+        EXPECT_LE(err(c0), tol) << tag << " beta=0";
+        Pair c1 = rnd(tag + ".c", Shape{c.m, c.n}, 1.0f, &dev);
+        cpu().gemm(ta, tb, 0.5f, a.cpu, b.cpu, -1.25f, c1.cpu);
+        dev.gemm(ta, tb, 0.5f, a.gpu, b.gpu, -1.25f, c1.gpu);
+        EXPECT_LE(err(c1), tol) << tag << " alpha=0.5 beta=-1.25";
+      }
+    }
+  }
+}
+
+TEST(GpuGemm, Fp32MatchesCpu) {
+  REQUIRE_GPU();
+  check_gemm(gpu(), kFp32);
+}
+
+TEST(GpuGemm, Tf32Within1e3) {
+  REQUIRE_GPU();
+  if (!g.tf32) g.tf32 = make_gpu(true, "fp32");
+  check_gemm(*g.tf32, kTf32);
+}
+
+TEST(GpuGemm, Bf16Within2e2) {
+  REQUIRE_GPU();
+  if (!g.bf16) g.bf16 = make_gpu(false, "bf16");
+  check_gemm(*g.bf16, kBf16);
+}
+
+TEST(GpuLayout, BiasAndCopyColumns) {
+  REQUIRE_GPU();
+  Pair y = rnd("bias.y", Shape{3, 7, 45}), bias = rnd("bias.b", Shape{45});
+  cpu().add_bias(y.cpu, bias.cpu);
+  gpu().add_bias(y.gpu, bias.gpu);
+  EXPECT_CLOSE(y, kFp32);
+  Pair db = rnd("bias.db", Shape{45}), dy = rnd("bias.dy", Shape{517, 45});
+  cpu().add_bias_backward(db.cpu, dy.cpu);  // accumulates
+  gpu().add_bias_backward(db.gpu, dy.gpu);
+  EXPECT_CLOSE(db, kFp32);
+  Pair src = rnd("cols.src", Shape{29, 40}), dst = rnd("cols.dst", Shape{29, 23});
+  cpu().copy_columns(src.cpu, 11, dst.cpu, 5, 13);
+  gpu().copy_columns(src.gpu, 11, dst.gpu, 5, 13);
+  EXPECT_SAME(dst);
+}
+
+TEST(GpuRandom, FillRandomAndDropoutMaskBitForBit) {
+  REQUIRE_GPU();
+  const RngKey key = RngKey::from(kSeed, "transformer.h.0.mlp.c_fc.weight");
+  // A column shard (cols 40..72 of a 96-column matrix) and a row shard: global indices differ
+  // from local ones.
+  for (const GlobalIndex idx : {GlobalIndex::whole(33), GlobalIndex::columns(96, 40), GlobalIndex::rows(33, 17)}) {
+    Pair u = out(Shape{19, 33});
+    cpu().fill_random(u.cpu, key, idx, Distribution::uniform(-0.5f, 2.0f));
+    gpu().fill_random(u.gpu, key, idx, Distribution::uniform(-0.5f, 2.0f));
+    EXPECT_SAME(u) << " offset " << idx.offset;
+    Pair n = out(Shape{19, 33});
+    cpu().fill_random(n.cpu, key, idx, Distribution::normal(0.1f, 0.02f));
+    gpu().fill_random(n.gpu, key, idx, Distribution::normal(0.1f, 0.02f));
+    EXPECT_CLOSE(n, kDouble);
+    for (float p : {0.0f, 0.1f, 0.5f}) {
+      Pair m = out(Shape{19, 33});
+      cpu().dropout_mask(m.cpu, key, idx, p);
+      gpu().dropout_mask(m.gpu, key, idx, p);
+      EXPECT_SAME(m) << " p=" << p;
+    }
+  }
+}
+
+TEST(GpuActivations, GeluAndSwiglu) {
+  REQUIRE_GPU();
+  const Shape s{67, 96};
+  Pair x = rnd("act.x", s, 4.0f), dy = rnd("act.dy", s), y = out(s), dx = out(s);
+  cpu().gelu_forward(y.cpu, x.cpu);
+  gpu().gelu_forward(y.gpu, x.gpu);
+  EXPECT_CLOSE(y, kFp32);
+  cpu().gelu_backward(dx.cpu, dy.cpu, x.cpu);
+  gpu().gelu_backward(dx.gpu, dy.gpu, x.gpu);
+  EXPECT_CLOSE(dx, kFp32);
+  Pair gt = rnd("act.g", s, 4.0f), u = rnd("act.u", s, 2.0f), sy = out(s), dg = out(s), du = out(s);
+  cpu().swiglu_forward(sy.cpu, gt.cpu, u.cpu);
+  gpu().swiglu_forward(sy.gpu, gt.gpu, u.gpu);
+  EXPECT_CLOSE(sy, kFp32);
+  cpu().swiglu_backward(dg.cpu, du.cpu, dy.cpu, gt.cpu, u.cpu);
+  gpu().swiglu_backward(dg.gpu, du.gpu, dy.gpu, gt.gpu, u.gpu);
+  EXPECT_CLOSE(dg, kFp32);
+  EXPECT_CLOSE(du, kFp32);
+}
+
+TEST(GpuNorms, LayerNormAndRmsNormForwardBackward) {
+  REQUIRE_GPU();
+  for (const int64_t h : {48, 257, 4096}) {
+    const int64_t rows = h == 4096 ? 8 : 37;
+    const Shape s{rows, h};
+    Pair x = rnd("ln.x" + std::to_string(h), s, 3.0f), w = rnd("ln.w", Shape{h}), b = rnd("ln.b", Shape{h});
+    Pair y = out(s), mean = out(Shape{rows}), rstd = out(Shape{rows});
+    cpu().layernorm_forward(y.cpu, mean.cpu, rstd.cpu, x.cpu, w.cpu, b.cpu, 1e-5f);
+    gpu().layernorm_forward(y.gpu, mean.gpu, rstd.gpu, x.gpu, w.gpu, b.gpu, 1e-5f);
+    EXPECT_CLOSE(y, kFp32) << " h=" << h;
+    EXPECT_CLOSE(mean, kFp32) << " h=" << h;
+    EXPECT_CLOSE(rstd, kFp32) << " h=" << h;
+    Pair dy = rnd("ln.dy", s), dx = out(s), dw = rnd("ln.dw", Shape{h}), db = rnd("ln.db", Shape{h});
+    cpu().layernorm_backward(dx.cpu, dw.cpu, db.cpu, dy.cpu, x.cpu, w.cpu, mean.cpu, rstd.cpu);
+    gpu().layernorm_backward(dx.gpu, dw.gpu, db.gpu, dy.gpu, x.gpu, w.gpu, mean.gpu, rstd.gpu);
+    EXPECT_CLOSE(dx, kFp32) << " h=" << h;
+    EXPECT_CLOSE(dw, kFp32) << " h=" << h;
+    EXPECT_CLOSE(db, kFp32) << " h=" << h;
+
+    Pair ry = out(s), rr = out(Shape{rows});
+    cpu().rmsnorm_forward(ry.cpu, rr.cpu, x.cpu, w.cpu, 1e-5f);
+    gpu().rmsnorm_forward(ry.gpu, rr.gpu, x.gpu, w.gpu, 1e-5f);
+    EXPECT_CLOSE(ry, kFp32) << " h=" << h;
+    EXPECT_CLOSE(rr, kFp32) << " h=" << h;
+    Pair rdx = out(s), rdw = rnd("rms.dw", Shape{h});
+    cpu().rmsnorm_backward(rdx.cpu, rdw.cpu, dy.cpu, x.cpu, w.cpu, rr.cpu);
+    gpu().rmsnorm_backward(rdx.gpu, rdw.gpu, dy.gpu, x.gpu, w.gpu, rr.gpu);
+    EXPECT_CLOSE(rdx, kFp32) << " h=" << h;
+    EXPECT_CLOSE(rdw, kFp32) << " h=" << h;
+  }
+}
+
+TEST(GpuAttention, CausalForwardBackwardMhaAndGqa) {
+  REQUIRE_GPU();
+  struct Case { int64_t seq, batch, heads, kv, hd; };
+  for (const Case c : {Case{13, 2, 4, 4, 8}, Case{13, 2, 4, 2, 8}, Case{70, 1, 6, 2, 64}}) {
+    AttentionShape sh;
+    sh.seq = c.seq;
+    sh.batch = c.batch;
+    sh.heads = c.heads;
+    sh.kv_heads = c.kv;
+    sh.head_dim = c.hd;
+    sh.scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+    const int64_t n = c.seq * c.batch;
+    const std::string tag = "attn" + std::to_string(c.seq) + "." + std::to_string(c.kv);
+    Pair q = rnd(tag + ".q", Shape{n, c.heads * c.hd}, 2.0f), k = rnd(tag + ".k", Shape{n, c.kv * c.hd}, 2.0f),
+         v = rnd(tag + ".v", Shape{n, c.kv * c.hd});
+    Pair o = out(Shape{n, c.heads * c.hd}), probs = out(Shape{c.batch, c.heads, c.seq, c.seq});
+    cpu().attention_forward(o.cpu, probs.cpu, q.cpu, k.cpu, v.cpu, sh);
+    gpu().attention_forward(o.gpu, probs.gpu, q.gpu, k.gpu, v.gpu, sh);
+    EXPECT_CLOSE(o, kFp32) << tag;
+    EXPECT_CLOSE(probs, kFp32) << tag;
+    Pair dout = rnd(tag + ".dout", Shape{n, c.heads * c.hd});
+    Pair dq = out(q.cpu.shape()), dk = out(k.cpu.shape()), dv = out(v.cpu.shape());
+    cpu().attention_backward(dq.cpu, dk.cpu, dv.cpu, dout.cpu, q.cpu, k.cpu, v.cpu, probs.cpu, sh);
+    gpu().attention_backward(dq.gpu, dk.gpu, dv.gpu, dout.gpu, q.gpu, k.gpu, v.gpu, probs.gpu, sh);
+    EXPECT_CLOSE(dq, kFp32) << tag;
+    EXPECT_CLOSE(dk, kFp32) << tag;
+    EXPECT_CLOSE(dv, kFp32) << tag;
+  }
+}
+
+// Token ids as floats, some owned by the shard [first, first + rows) and some not.
+std::vector<float> ids(int64_t n, int64_t vocab, const std::string& name) {
+  std::vector<float> v(static_cast<size_t>(n));
+  const auto r = random_vector(name, n);
+  for (int64_t i = 0; i < n; ++i)
+    v[i] = static_cast<float>(std::min<int64_t>(vocab - 1, static_cast<int64_t>((r[i] + 1.0f) * 0.5f * vocab)));
+  return v;
+}
+
+TEST(GpuEmbedding, ShardLookupAndPositionsForwardBackward) {
+  REQUIRE_GPU();
+  const int64_t vocab = 50, rows = 20, first = 15, h = 24, seq = 9, batch = 3, n = seq * batch;
+  Pair id = both(Shape{n}, ids(n, vocab, "emb.ids"));
+  Pair wte = rnd("emb.wte", Shape{rows, h}), o = out(Shape{n, h});
+  cpu().embedding_shard_forward(o.cpu, id.cpu, wte.cpu, first);
+  gpu().embedding_shard_forward(o.gpu, id.gpu, wte.gpu, first);
+  EXPECT_CLOSE(o, kFp32);
+  Pair dout = rnd("emb.dout", Shape{n, h}), dwte = rnd("emb.dwte", Shape{rows, h});
+  cpu().embedding_shard_backward(dwte.cpu, dout.cpu, id.cpu, first);
+  gpu().embedding_shard_backward(dwte.gpu, dout.gpu, id.gpu, first);
+  EXPECT_CLOSE(dwte, kFp32);
+  // Positions on rows [row0, row0 + 12) of the batch (a sequence-parallel shard).
+  const int64_t row0 = 6, local = 12;
+  Pair x = rnd("pos.x", Shape{local, h}), wpe = rnd("pos.wpe", Shape{seq, h});
+  cpu().position_forward(x.cpu, wpe.cpu, batch, row0);
+  gpu().position_forward(x.gpu, wpe.gpu, batch, row0);
+  EXPECT_CLOSE(x, kFp32);
+  Pair dwpe = rnd("pos.dwpe", Shape{seq, h}), dx = rnd("pos.dx", Shape{local, h});
+  cpu().position_backward(dwpe.cpu, dx.cpu, batch, row0);
+  gpu().position_backward(dwpe.gpu, dx.gpu, batch, row0);
+  EXPECT_CLOSE(dwpe, kFp32);
+}
+
+TEST(GpuVocabLoss, MaxSumExpLossAndSoftmaxBackwardWithPadding) {
+  REQUIRE_GPU();
+  // The last shard of V = 50 padded to 3 · 17 = 51: one padding column.
+  const int64_t n = 31, cols = 17;
+  const VocabShard shard{34, 50};
+  Pair logits = rnd("voc.logits", Shape{n, cols}, 6.0f);
+  Pair targets = both(Shape{n}, ids(n, 50, "voc.targets"));
+  Pair mx = out(Shape{n});
+  cpu().vocab_max(mx.cpu, logits.cpu, shard);
+  gpu().vocab_max(mx.gpu, logits.gpu, shard);
+  EXPECT_SAME(mx);  // a maximum is exact
+  Pair se = out(Shape{n}), tl = out(Shape{n});
+  cpu().vocab_sum_exp_target(se.cpu, tl.cpu, logits.cpu, mx.cpu, targets.cpu, shard);
+  gpu().vocab_sum_exp_target(se.gpu, tl.gpu, logits.gpu, mx.gpu, targets.gpu, shard);
+  EXPECT_CLOSE(se, kFp32);
+  EXPECT_SAME(tl);  // a copied logit (or 0)
+  Pair loss = out(Shape{n});
+  cpu().vocab_loss(loss.cpu, mx.cpu, se.cpu, tl.cpu);
+  gpu().vocab_loss(loss.gpu, mx.gpu, se.gpu, tl.gpu);
+  EXPECT_CLOSE(loss, kFp32);
+  Pair dl = out(Shape{n, cols});
+  cpu().vocab_softmax_backward(dl.cpu, logits.cpu, mx.cpu, se.cpu, targets.cpu, shard, 1.0f / n);
+  gpu().vocab_softmax_backward(dl.gpu, logits.gpu, mx.gpu, se.gpu, targets.gpu, shard, 1.0f / n);
+  EXPECT_CLOSE(dl, kFp32);
+  cpu().vocab_softmax_backward(logits.cpu, logits.cpu, mx.cpu, se.cpu, targets.cpu, shard, 1.0f / n);  // aliased
+  gpu().vocab_softmax_backward(logits.gpu, logits.gpu, mx.gpu, se.gpu, targets.gpu, shard, 1.0f / n);
+  EXPECT_CLOSE(logits, kFp32);
+}
+
+TEST(GpuOptimizer, AdamWThreeSteps) {
+  REQUIRE_GPU();
+  const Shape s{41, 29};
+  Pair p = rnd("adam.p", s), m = full(s, 0.0f), v = full(s, 0.0f);
+  AdamWParams hp;
+  hp.lr = 1e-2f;
+  hp.weight_decay = 0.1f;
+  hp.grad_scale = 0.5f;
+  for (int64_t step = 1; step <= 3; ++step) {
+    Pair gr = rnd("adam.g" + std::to_string(step), s);
+    cpu().adamw_step(p.cpu, gr.cpu, m.cpu, v.cpu, hp, step);
+    gpu().adamw_step(p.gpu, gr.gpu, m.gpu, v.gpu, hp, step);
+  }
+  EXPECT_CLOSE(p, kFp32);
+  EXPECT_CLOSE(m, kFp32);
+  EXPECT_CLOSE(v, kFp32);
+}
+
+// ---- 2. and 3. The model: gradients of one step, a 20-step loss curve ---------------------------
+
+GptConfig small_gpt(bool variant) {
+  GptConfig c;
+  c.layers = 2;
+  c.hidden = 48;
+  c.heads = 12;
+  c.ffn = 96;
+  c.vocab = 64;
+  c.seq = 8;
+  c.init_std = 0.1f;  // attention far from uniform
+  if (variant) {      // the other code paths: untied head, SwiGLU, RMSNorm, GQA, dropout
+    c.tied = false;
+    c.act = "swiglu";
+    c.norm = "rmsnorm";
+    c.heads = 24;
+    c.kv_heads = 12;
+    c.dropout = 0.1f;
+  }
+  return c;
+}
+
+double norm2(const std::vector<float>& v) {
+  double s = 0;
+  for (float x : v) s += static_cast<double>(x) * x;
+  return std::sqrt(s);
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The GPU model uses the world communicator too: MpiCommunicator stages its tensors through the
+// host, so np = 2, 3 run on one GPU. Gradients are gathered (collective, same order everywhere).
+void check_model(const GptConfig& cfg) {
+  Gpt on_gpu(gpu(), world(), cfg), on_cpu(cpu(), world(), cfg);
+  on_gpu.init(kSeed);
+  on_cpu.init(kSeed);
+  const Batch b = MarkovSource(cfg.vocab, kSeed).batch(0, 3, cfg.seq);
+  const float lg = on_gpu.forward(b, kSeed, 0), lc = on_cpu.forward(b, kSeed, 0);
+  on_gpu.backward();
+  on_cpu.backward();
+  on_gpu.finish_gradients();
+  on_cpu.finish_gradients();
+  EXPECT_LE(std::abs(lg - lc), kModel * std::abs(lc)) << lg << " vs " << lc;
+  const ParamList& pg = on_gpu.params();
+  const ParamList& pc = on_cpu.params();
+  EXPECT_EQ(pg.size(), pc.size());
+  // The key bias has zero gradient in exact arithmetic (softmax ignores a constant per row): it is
+  // compared to the scale of the other attention-bias gradients instead (see model_test_helpers.h).
+  double bias_scale = 0;
+  std::vector<std::vector<float>> gc(pc.size());
+  for (size_t i = 0; i < pc.size(); ++i) {
+    gc[i] = gather_real(world(), pc[i], pc[i].grad);
+    if (ends_with(pc[i].name, ".q.bias") || ends_with(pc[i].name, ".v.bias")) bias_scale = std::max(bias_scale, norm2(gc[i]));
+  }
+  for (size_t i = 0; i < std::min(pg.size(), pc.size()); ++i) {
+    const auto gg = gather_real(world(), pg[i], pg[i].grad);
+    EXPECT_EQ(pg[i].name, pc[i].name);
+    if (ends_with(pc[i].name, ".k.bias")) {
+      EXPECT_LE(norm2(gg), 1e-5 * bias_scale) << pc[i].name;
+      continue;
+    }
+    EXPECT_GT(norm2(gc[i]), 0.0) << pc[i].name;
+    EXPECT_LE(rel_error(gg, gc[i]), kModel) << pc[i].name;
+  }
+}
+
+TEST(GpuModel, GptGradientsMatchCpuTiedGeluLayerNorm) {
+  REQUIRE_GPU();
+  check_model(small_gpt(false));
+}
+
+TEST(GpuModel, GptGradientsMatchCpuUntiedSwigluRmsNormGqaDropout) {
+  REQUIRE_GPU();
+  check_model(small_gpt(true));
+}
+
+TEST(GpuModel, TwentyStepLossCurveMatchesCpu) {
+  REQUIRE_GPU();
+  GptConfig cfg = small_gpt(false);
+  cfg.init_std = 0.02f;  // the default: the curve goes down within 20 steps
+  cfg.dropout = 0.1f;
+  AdamWParams hp;
+  hp.lr = 1e-2f;
+  const MarkovSource data(cfg.vocab, kSeed);
+  Gpt mg(gpu(), world(), cfg), mc(cpu(), world(), cfg);
+  mg.init(kSeed);
+  mc.init(kSeed);
+  AdamW og(gpu(), mg.params(), hp), oc(cpu(), mc.params(), hp);
+  std::vector<float> lg, lc;
+  for (int64_t s = 0; s < 20; ++s) {
+    const Batch b = data.batch(s, 4, cfg.seq);
+    lg.push_back(train_step(world(), gpu(), mg, og, b, kSeed, s, hp.lr, 1.0f).loss);
+    lc.push_back(train_step(world(), cpu(), mc, oc, b, kSeed, s, hp.lr, 1.0f).loss);
+  }
+  for (size_t s = 0; s < lc.size(); ++s)
+    EXPECT_LE(std::abs(lg[s] - lc[s]), kModel * lc[s]) << "step " << s << ": " << lg[s] << " vs " << lc[s];
+  EXPECT_LT(lc.back(), lc.front()) << "the model did not learn";
+}
+
+// ---- 4. Collectives on GPU tensors --------------------------------------------------------------
+
+std::vector<float> iota(int64_t n, float start, float step) { return tp::testing::iota_vector(n, start, step); }
+
+// Every collective of `c`, on tensors of `dev`, with small integers (exact). Collective: every
+// rank makes the same calls; only EXPECT_* after the first.
+void check_collectives(Communicator& c, Device& dev) {
+  const int t = c.size(), r = c.rank();
+  const int64_t n = 12;
+  auto tri = [&](int64_t count, int64_t first) {
+    std::vector<float> v(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i) v[i] = static_cast<float>((first + i + 1) * t * (t + 1) / 2);
+    return v;
+  };
+  const size_t ledger0 = c.ledger().records().size();
+  // all_reduce sum, max; sync and async.
+  Tensor x = Tensor::from_host(dev, Shape{n}, iota(n, r + 1.0f, r + 1.0f));
+  c.all_reduce(x);
+  EXPECT_EQ(x.to_host(), tri(n, 0)) << c.name() << " all_reduce";
+  Tensor mx = Tensor::from_host(dev, Shape{n}, iota(n, 10.0f * r, -1.0f));
+  c.all_reduce(mx, ReduceOp::Max);
+  EXPECT_EQ(mx.to_host(), iota(n, 10.0f * (t - 1), -1.0f)) << c.name() << " all_reduce max";
+  Tensor xa = Tensor::from_host(dev, Shape{n}, iota(n, r + 1.0f, r + 1.0f));
+  auto w = c.all_reduce_async(xa);
+  Tensor other = Tensor::from_host(dev, Shape{n}, iota(n, 0.0f, 1.0f));
+  dev.scale(other, 2.0f);  // compute while the all-reduce may still run
+  w->wait();
+  EXPECT_TRUE(w->test());
+  EXPECT_EQ(xa.to_host(), tri(n, 0)) << c.name() << " all_reduce_async";
+  EXPECT_EQ(other.to_host(), iota(n, 0.0f, 2.0f));
+  // all_gather, reduce_scatter; sync and async.
+  for (int async = 0; async < 2; ++async) {
+    Tensor shard = Tensor::from_host(dev, Shape{2, 3}, iota(6, 100.0f * r, 1.0f));
+    Tensor whole(dev, Shape{2 * t, 3});
+    if (async) {
+      auto wk = c.all_gather_async(shard, whole);
+      while (!wk->test()) {
+      }
+      wk->wait();
+    } else {
+      c.all_gather(shard, whole);
+    }
+    std::vector<float> want;
+    for (int q = 0; q < t; ++q)
+      for (int i = 0; i < 6; ++i) want.push_back(100.0f * q + i);
+    EXPECT_EQ(whole.to_host(), want) << c.name() << " all_gather async=" << async;
+    Tensor fullv = Tensor::from_host(dev, Shape{3 * t}, iota(3 * t, r + 1.0f, r + 1.0f));
+    Tensor part(dev, Shape{3});
+    if (async) c.reduce_scatter_async(fullv, part)->wait();
+    else c.reduce_scatter(fullv, part);
+    EXPECT_EQ(part.to_host(), tri(3, 3 * r)) << c.name() << " reduce_scatter async=" << async;
+  }
+  // broadcast from every root.
+  for (int root = 0; root < t; ++root) {
+    Tensor bx = Tensor::from_host(dev, Shape{5}, iota(5, 7.0f * r, 1.0f));
+    c.broadcast(bx, root);
+    EXPECT_EQ(bx.to_host(), iota(5, 7.0f * root, 1.0f)) << c.name() << " broadcast root " << root;
+  }
+  // send_recv: one ring step to the right.
+  Tensor s = Tensor::from_host(dev, Shape{4}, iota(4, 10.0f * r, 1.0f)), rv(dev, Shape{4});
+  c.send_recv(s, (r + 1) % t, rv, (r + t - 1) % t);
+  EXPECT_EQ(rv.to_host(), iota(4, 10.0f * ((r + t - 1) % t), 1.0f)) << c.name() << " send_recv";
+  c.barrier();
+  // split: even and odd ranks, reversed order; an all-reduce of the rank in each group.
+  auto sub = c.split(r % 2, -r);
+  const int size = (t + 1 - r % 2) / 2;
+  EXPECT_EQ(sub->size(), size);
+  Tensor sr = Tensor::from_host(dev, Shape{1}, {static_cast<float>(r)});
+  sub->all_reduce(sr);
+  float want_sum = 0;
+  for (int q = r % 2; q < t; q += 2) want_sum += static_cast<float>(q);
+  EXPECT_EQ(sr.to_host(), std::vector<float>{want_sum}) << c.name() << " split";
+  EXPECT_EQ(sub->rank(), (size - 1) - r / 2) << "ordered by key = -rank";
+  sub->barrier();
+  // The ledger recorded every call (barrier excluded), with its op.
+  const auto& rec = c.ledger().records();
+  EXPECT_EQ(rec.size() - ledger0, 3u + 4u + static_cast<size_t>(t) + 1u);
+  if (rec.size() > ledger0 + 1) {
+    EXPECT_EQ(rec[ledger0].op, "all_reduce");
+    EXPECT_EQ(rec[ledger0 + 1].op, "all_reduce_max");
+  }
+}
+
+TEST(GpuCollectives, NcclEveryCollective) {
+  REQUIRE_GPU();
+  if (!g.nccl_tried) {
+    g.nccl_tried = true;
+    try {
+      g.nccl = make_nccl_communicator(MPI_COMM_WORLD, gpu());
+    } catch (const Error& e) {
+      if (!e.is_bad_input()) throw;
+      g.nccl_skip = e.what();  // raised on every rank alike (the check is agreed over the group)
+    }
+  }
+  if (!g.nccl) GTEST_SKIP() << g.nccl_skip;
+  EXPECT_EQ(g.nccl->name().rfind("nccl", 0), 0u) << g.nccl->name();
+  check_collectives(*g.nccl, gpu());
+}
+
+TEST(GpuCollectives, MpiHostStagedEveryCollective) {
+  REQUIRE_GPU();
+  MpiCommunicator c(MPI_COMM_WORLD, false);
+  check_collectives(c, gpu());
+}
+
+TEST(GpuCollectives, NcclRejectsACpuDevice) {
+  REQUIRE_GPU();
+  try {
+    make_nccl_communicator(MPI_COMM_WORLD, cpu());
+    ADD_FAILURE() << "make_nccl_communicator accepted a CPU device";
+  } catch (const Error& e) {
+    EXPECT_TRUE(e.is_bad_input()) << e.what();
+    EXPECT_NE(std::string(e.what()).find("CUDA device"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
