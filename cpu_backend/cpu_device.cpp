@@ -6,17 +6,13 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/kernel_checks.h"
 #include "gemm.h"
 
 namespace tp {
 
 namespace {
 constexpr int64_t kParallelMin = 1 << 14;  // below this many elements, one thread is faster
-
-void check_on(const Device& dev, const Tensor& t, const char* what) {
-  TP_CHECK(t.defined(), what, ": undefined tensor");
-  TP_CHECK(&t.device() == &dev, what, ": tensor lives on another device");
-}
 }  // namespace
 
 std::string CpuDevice::name() const {
@@ -37,7 +33,7 @@ void CpuDevice::copy_to_host(void* dst, const void* src, size_t bytes) { std::me
 void CpuDevice::copy(void* dst, const void* src, size_t bytes) { std::memmove(dst, src, bytes); }
 
 void CpuDevice::fill(Tensor& x, float value) {
-  check_on(*this, x, "fill");
+  checks::check_on(*this, x, "fill");
   float* p = x.data();
   const int64_t n = x.numel();
 #pragma omp parallel for if (n > kParallelMin)
@@ -45,7 +41,7 @@ void CpuDevice::fill(Tensor& x, float value) {
 }
 
 void CpuDevice::scale(Tensor& x, float alpha) {
-  check_on(*this, x, "scale");
+  checks::check_on(*this, x, "scale");
   float* p = x.data();
   const int64_t n = x.numel();
 #pragma omp parallel for if (n > kParallelMin)
@@ -53,10 +49,7 @@ void CpuDevice::scale(Tensor& x, float alpha) {
 }
 
 void CpuDevice::axpy(float alpha, const Tensor& x, Tensor& y) {
-  check_on(*this, x, "axpy");
-  check_on(*this, y, "axpy");
-  TP_CHECK(x.numel() == y.numel(), "axpy: x ", x.shape().str(), " and y ", y.shape().str(),
-           " differ in size");
+  checks::check_axpy(*this, x, y);
   const float* px = x.data();
   float* py = y.data();
   const int64_t n = x.numel();
@@ -66,24 +59,13 @@ void CpuDevice::axpy(float alpha, const Tensor& x, Tensor& y) {
 
 void CpuDevice::gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
                      float beta, Tensor& c) {
-  check_on(*this, a, "gemm");
-  check_on(*this, b, "gemm");
-  check_on(*this, c, "gemm");
-  const int64_t m = trans_a ? a.cols() : a.rows();
-  const int64_t k = trans_a ? a.rows() : a.cols();
-  const int64_t kb = trans_b ? b.cols() : b.rows();
-  const int64_t n = trans_b ? b.rows() : b.cols();
-  TP_CHECK(k == kb, "gemm: inner dimensions differ: op(A) is ", m, "x", k, ", op(B) is ", kb, "x", n,
-           " (A ", a.shape().str(), trans_a ? "ᵀ" : "", ", B ", b.shape().str(), trans_b ? "ᵀ" : "", ")");
-  TP_CHECK(c.rows() == m && c.cols() == n, "gemm: C ", c.shape().str(), " should be ", m, "x", n);
+  const auto [m, n, k] = checks::check_gemm(*this, trans_a, trans_b, a, b, c);
   cpu::gemm_blocked(trans_a, trans_b, m, n, k, alpha, a.data(), a.cols(), b.data(), b.cols(), beta,
                     c.data(), c.cols());
 }
 
 void CpuDevice::add_bias(Tensor& y, const Tensor& bias) {
-  check_on(*this, y, "add_bias");
-  check_on(*this, bias, "add_bias");
-  TP_CHECK(bias.numel() == y.cols(), "add_bias: bias of ", bias.numel(), " for rows of ", y.cols());
+  checks::check_add_bias(*this, y, bias);
   float* py = y.data();
   const float* pb = bias.data();
   const int64_t rows = y.rows(), cols = y.cols();
@@ -93,10 +75,7 @@ void CpuDevice::add_bias(Tensor& y, const Tensor& bias) {
 }
 
 void CpuDevice::add_bias_backward(Tensor& dbias, const Tensor& dy) {
-  check_on(*this, dbias, "add_bias_backward");
-  check_on(*this, dy, "add_bias_backward");
-  TP_CHECK(dbias.numel() == dy.cols(), "add_bias_backward: dbias of ", dbias.numel(), " for rows of ",
-           dy.cols());
+  checks::check_add_bias_backward(*this, dbias, dy);
   float* pdb = dbias.data();
   const float* pdy = dy.data();
   const int64_t rows = dy.rows(), cols = dy.cols();
@@ -111,13 +90,7 @@ void CpuDevice::add_bias_backward(Tensor& dbias, const Tensor& dy) {
 
 void CpuDevice::copy_columns(const Tensor& src, int64_t src_col, Tensor& dst, int64_t dst_col,
                              int64_t ncols) {
-  check_on(*this, src, "copy_columns");
-  check_on(*this, dst, "copy_columns");
-  TP_CHECK(src.rows() == dst.rows(), "copy_columns: ", src.rows(), " source rows, ", dst.rows(),
-           " destination rows");
-  TP_CHECK(ncols >= 0 && src_col >= 0 && dst_col >= 0 && src_col + ncols <= src.cols() &&
-               dst_col + ncols <= dst.cols(),
-           "copy_columns: columns out of range");
+  checks::check_copy_columns(*this, src, src_col, dst, dst_col, ncols);
   const float* ps = src.data();
   float* pd = dst.data();
   const int64_t rows = src.rows(), sc = src.cols(), dc = dst.cols();
@@ -128,7 +101,7 @@ void CpuDevice::copy_columns(const Tensor& src, int64_t src_col, Tensor& dst, in
 
 void CpuDevice::fill_random(Tensor& x, const RngKey& key, const GlobalIndex& index,
                             const Distribution& dist) {
-  check_on(*this, x, "fill_random");
+  checks::check_on(*this, x, "fill_random");
   float* p = x.data();
   const int64_t rows = x.rows(), cols = x.cols();
 #pragma omp parallel for if (rows * cols > 4096)

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/kernel_checks.h"
 #include "cpu_device.h"
 
 namespace tp {
@@ -18,25 +19,9 @@ namespace {
 constexpr int64_t kParallelMin = 1 << 14;  // below this much work, one thread is faster
 constexpr int64_t kColBlock = 64;          // columns per thread in the column-parallel row sums
 
-void check_on(const Device& dev, const Tensor& t, const char* what) {
-  TP_CHECK(t.defined(), what, ": undefined tensor");
-  TP_CHECK(&t.device() == &dev, what, ": tensor lives on another device");
-}
-
-void check_same_numel(const char* what, const char* a_name, const Tensor& a, const char* b_name,
-                      const Tensor& b) {
-  TP_CHECK(a.numel() == b.numel(), what, ": ", a_name, " ", a.shape().str(), " and ", b_name, " ",
-           b.shape().str(), " differ in size");
-}
-
-template <typename... Ts>
-void check_all_on(const Device& dev, const char* what, const Ts&... ts) {
-  (check_on(dev, ts, what), ...);
-}
-
-// An id stored as f32 must be an integer in [0, limit).
-bool valid_id(float id, int64_t limit) {
-  return id >= 0.0f && id < static_cast<float>(limit) && id == std::floor(id);
+// The values of a tensor of this device, read in place (for the checks of ids and targets).
+auto host_values(const Tensor& t) {
+  return [&t] { return static_cast<const float*>(t.data()); };
 }
 
 // acc[c] (c in [c0, c1)) = Σ_r f(r, c), rows in order; one call per column block, so the result
@@ -53,9 +38,7 @@ void sum_rows_block(int64_t rows, int64_t c0, int64_t c1, double* acc, F f) {
 
 // y = x ⊙ m
 void CpuDevice::mul(const Tensor& x, const Tensor& m, Tensor& y) {
-  check_all_on(*this, "mul", x, m, y);
-  check_same_numel("mul", "x", x, "m", m);
-  check_same_numel("mul", "x", x, "y", y);
+  checks::check_mul(*this, x, m, y);
   const float* px = x.data();
   const float* pm = m.data();
   float* py = y.data();
@@ -66,7 +49,7 @@ void CpuDevice::mul(const Tensor& x, const Tensor& m, Tensor& y) {
 
 // Σ x², in double. Fixed blocks, each summed by one thread, then the block sums in order.
 double CpuDevice::sum_squares(const Tensor& x) {
-  check_on(*this, x, "sum_squares");
+  checks::check_on(*this, x, "sum_squares");
   const float* px = x.data();
   const int64_t n = x.numel();
   constexpr int64_t kBlock = 4096;
@@ -86,8 +69,7 @@ double CpuDevice::sum_squares(const Tensor& x) {
 
 // mask[r, c] = (u ≥ p) / (1 − p), u = uniform[0, 1) at global index offset + r·row_stride + c
 void CpuDevice::dropout_mask(Tensor& mask, const RngKey& key, const GlobalIndex& index, float p) {
-  check_on(*this, mask, "dropout_mask");
-  TP_CHECK(p >= 0.0f && p < 1.0f, "dropout_mask: p=", p, " must be in [0, 1)");
+  checks::check_dropout_mask(*this, mask, p);
   float* pm = mask.data();
   const int64_t rows = mask.rows(), cols = mask.cols();
   const float keep = 1.0f / (1.0f - p);
@@ -111,8 +93,7 @@ constexpr float kGeluC = 0.044715f;
 }  // namespace
 
 void CpuDevice::gelu_forward(Tensor& y, const Tensor& x) {
-  check_all_on(*this, "gelu_forward", y, x);
-  check_same_numel("gelu_forward", "y", y, "x", x);
+  checks::check_gelu_forward(*this, y, x);
   const float* px = x.data();
   float* py = y.data();
   const int64_t n = x.numel();
@@ -124,9 +105,7 @@ void CpuDevice::gelu_forward(Tensor& y, const Tensor& x) {
 }
 
 void CpuDevice::gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) {
-  check_all_on(*this, "gelu_backward", dx, dy, x);
-  check_same_numel("gelu_backward", "dx", dx, "x", x);
-  check_same_numel("gelu_backward", "dy", dy, "x", x);
+  checks::check_gelu_backward(*this, dx, dy, x);
   const float* px = x.data();
   const float* pdy = dy.data();
   float* pdx = dx.data();
@@ -144,9 +123,7 @@ void CpuDevice::gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) {
 //   y = silu(g) ⊙ u
 //   dg = dy ⊙ u ⊙ silu'(g),  du = dy ⊙ silu(g)
 void CpuDevice::swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u) {
-  check_all_on(*this, "swiglu_forward", y, g, u);
-  check_same_numel("swiglu_forward", "y", y, "g", g);
-  check_same_numel("swiglu_forward", "u", u, "g", g);
+  checks::check_swiglu_forward(*this, y, g, u);
   const float* pg = g.data();
   const float* pu = u.data();
   float* py = y.data();
@@ -160,11 +137,7 @@ void CpuDevice::swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u) {
 
 void CpuDevice::swiglu_backward(Tensor& dg, Tensor& du, const Tensor& dy, const Tensor& g,
                                 const Tensor& u) {
-  check_all_on(*this, "swiglu_backward", dg, du, dy, g, u);
-  check_same_numel("swiglu_backward", "dg", dg, "g", g);
-  check_same_numel("swiglu_backward", "du", du, "g", g);
-  check_same_numel("swiglu_backward", "dy", dy, "g", g);
-  check_same_numel("swiglu_backward", "u", u, "g", g);
+  checks::check_swiglu_backward(*this, dg, du, dy, g, u);
   const float* pg = g.data();
   const float* pu = u.data();
   const float* pdy = dy.data();
@@ -190,14 +163,8 @@ void CpuDevice::swiglu_backward(Tensor& dg, Tensor& du, const Tensor& dy, const 
 //   dw += Σ_r dy ⊙ x̂,  db += Σ_r dy              (accumulated)
 void CpuDevice::layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
                                   const Tensor& w, const Tensor& b, float eps) {
-  check_all_on(*this, "layernorm_forward", y, mean, rstd, x, w, b);
+  checks::check_layernorm_forward(*this, y, mean, rstd, x, w, b);
   const int64_t rows = x.rows(), h = x.cols();
-  TP_CHECK(y.rows() == rows && y.cols() == h, "layernorm_forward: y ", y.shape().str(), " for x ",
-           x.shape().str());
-  TP_CHECK(w.numel() == h && b.numel() == h, "layernorm_forward: w ", w.shape().str(), " and b ",
-           b.shape().str(), " for rows of ", h);
-  TP_CHECK(mean.numel() == rows && rstd.numel() == rows, "layernorm_forward: mean ", mean.shape().str(),
-           " and rstd ", rstd.shape().str(), " for ", rows, " rows");
   const float* px = x.data();
   const float* pw = w.data();
   const float* pb = b.data();
@@ -224,15 +191,8 @@ void CpuDevice::layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const T
 void CpuDevice::layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy,
                                    const Tensor& x, const Tensor& w, const Tensor& mean,
                                    const Tensor& rstd) {
-  check_all_on(*this, "layernorm_backward", dx, dw, db, dy, x, w, mean, rstd);
+  checks::check_layernorm_backward(*this, dx, dw, db, dy, x, w, mean, rstd);
   const int64_t rows = x.rows(), h = x.cols();
-  TP_CHECK(dx.rows() == rows && dx.cols() == h && dy.rows() == rows && dy.cols() == h,
-           "layernorm_backward: dx ", dx.shape().str(), " and dy ", dy.shape().str(), " for x ",
-           x.shape().str());
-  TP_CHECK(w.numel() == h && dw.numel() == h && db.numel() == h, "layernorm_backward: w ",
-           w.shape().str(), ", dw ", dw.shape().str(), ", db ", db.shape().str(), " for rows of ", h);
-  TP_CHECK(mean.numel() == rows && rstd.numel() == rows, "layernorm_backward: mean ",
-           mean.shape().str(), " and rstd ", rstd.shape().str(), " for ", rows, " rows");
   const float* px = x.data();
   const float* pw = w.data();
   const float* pdy = dy.data();
@@ -285,12 +245,8 @@ void CpuDevice::layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Ten
 //   dx = rstd (g − x̂ mean(g ⊙ x̂))   (written)
 //   dw += Σ_r dy ⊙ x̂                (accumulated)
 void CpuDevice::rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps) {
-  check_all_on(*this, "rmsnorm_forward", y, rstd, x, w);
+  checks::check_rmsnorm_forward(*this, y, rstd, x, w);
   const int64_t rows = x.rows(), h = x.cols();
-  TP_CHECK(y.rows() == rows && y.cols() == h, "rmsnorm_forward: y ", y.shape().str(), " for x ",
-           x.shape().str());
-  TP_CHECK(w.numel() == h, "rmsnorm_forward: w ", w.shape().str(), " for rows of ", h);
-  TP_CHECK(rstd.numel() == rows, "rmsnorm_forward: rstd ", rstd.shape().str(), " for ", rows, " rows");
   const float* px = x.data();
   const float* pw = w.data();
   float* py = y.data();
@@ -309,14 +265,8 @@ void CpuDevice::rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const 
 
 void CpuDevice::rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
                                  const Tensor& w, const Tensor& rstd) {
-  check_all_on(*this, "rmsnorm_backward", dx, dw, dy, x, w, rstd);
+  checks::check_rmsnorm_backward(*this, dx, dw, dy, x, w, rstd);
   const int64_t rows = x.rows(), h = x.cols();
-  TP_CHECK(dx.rows() == rows && dx.cols() == h && dy.rows() == rows && dy.cols() == h,
-           "rmsnorm_backward: dx ", dx.shape().str(), " and dy ", dy.shape().str(), " for x ",
-           x.shape().str());
-  TP_CHECK(w.numel() == h && dw.numel() == h, "rmsnorm_backward: w ", w.shape().str(), " and dw ",
-           dw.shape().str(), " for rows of ", h);
-  TP_CHECK(rstd.numel() == rows, "rmsnorm_backward: rstd ", rstd.shape().str(), " for ", rows, " rows");
   const float* px = x.data();
   const float* pw = w.data();
   const float* pdy = dy.data();
@@ -355,33 +305,9 @@ void CpuDevice::rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const
 //   P_t = softmax_{t ≤ s}(scale · q_s · k_t),  out_s = Σ_{t≤s} P_t v_t
 // Backward, with dP_t = dout_s · v_t and dS_t = P_t (dP_t − Σ_u P_u dP_u):
 //   dq_s = scale Σ_t dS_t k_t,  dk_t = scale Σ_{j∈g} Σ_{s≥t} dS_t q_s,  dv_t = Σ_{j∈g} Σ_{s≥t} P_t dout_s
-namespace {
-void check_attention(const Device& dev, const char* what, const AttentionShape& sh, const Tensor& q,
-                     const Tensor& k, const Tensor& v, const Tensor& probs) {
-  check_all_on(dev, what, q, k, v, probs);
-  TP_CHECK(sh.seq > 0 && sh.batch > 0 && sh.heads > 0 && sh.kv_heads > 0 && sh.head_dim > 0, what,
-           ": sizes must be positive (S=", sh.seq, " B=", sh.batch, " nh=", sh.heads, " nkv=",
-           sh.kv_heads, " hd=", sh.head_dim, ")");
-  TP_CHECK(sh.heads % sh.kv_heads == 0, what, ": nh=", sh.heads, " is not a multiple of nkv=",
-           sh.kv_heads);
-  const int64_t rows = sh.seq * sh.batch;
-  TP_CHECK(q.rows() == rows && q.cols() == sh.heads * sh.head_dim, what, ": q ", q.shape().str(),
-           " should be ", rows, "x", sh.heads * sh.head_dim);
-  TP_CHECK(k.rows() == rows && k.cols() == sh.kv_heads * sh.head_dim, what, ": k ", k.shape().str(),
-           " should be ", rows, "x", sh.kv_heads * sh.head_dim);
-  TP_CHECK(v.rows() == rows && v.cols() == sh.kv_heads * sh.head_dim, what, ": v ", v.shape().str(),
-           " should be ", rows, "x", sh.kv_heads * sh.head_dim);
-  TP_CHECK(probs.numel() == sh.batch * sh.heads * sh.seq * sh.seq, what, ": probs ",
-           probs.shape().str(), " should hold B·nh·S·S = ", sh.batch * sh.heads * sh.seq * sh.seq);
-}
-}  // namespace
-
 void CpuDevice::attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
                                   const Tensor& v, const AttentionShape& sh) {
-  check_attention(*this, "attention_forward", sh, q, k, v, probs);
-  check_on(*this, out, "attention_forward");
-  TP_CHECK(out.rows() == q.rows() && out.cols() == q.cols(), "attention_forward: out ",
-           out.shape().str(), " should match q ", q.shape().str());
+  checks::check_attention_forward(*this, out, probs, q, k, v, sh);
   const int64_t S = sh.seq, B = sh.batch, nh = sh.heads, hd = sh.head_dim;
   const int64_t group = nh / sh.kv_heads;
   const int64_t qc = nh * hd, kc = sh.kv_heads * hd;  // row lengths of q/out and k/v
@@ -426,16 +352,7 @@ void CpuDevice::attention_forward(Tensor& out, Tensor& probs, const Tensor& q, c
 void CpuDevice::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
                                    const Tensor& q, const Tensor& k, const Tensor& v,
                                    const Tensor& probs, const AttentionShape& sh) {
-  check_attention(*this, "attention_backward", sh, q, k, v, probs);
-  check_all_on(*this, "attention_backward", dq, dk, dv, dout);
-  TP_CHECK(dq.rows() == q.rows() && dq.cols() == q.cols() && dout.rows() == q.rows() &&
-               dout.cols() == q.cols(),
-           "attention_backward: dq ", dq.shape().str(), " and dout ", dout.shape().str(),
-           " should match q ", q.shape().str());
-  TP_CHECK(dk.rows() == k.rows() && dk.cols() == k.cols() && dv.rows() == v.rows() &&
-               dv.cols() == v.cols(),
-           "attention_backward: dk ", dk.shape().str(), " and dv ", dv.shape().str(),
-           " should match k ", k.shape().str());
+  checks::check_attention_backward(*this, dq, dk, dv, dout, q, k, v, probs, sh);
   const int64_t S = sh.seq, B = sh.batch, nh = sh.heads, nkv = sh.kv_heads, hd = sh.head_dim;
   const int64_t group = nh / nkv;
   const int64_t qc = nh * hd, kc = nkv * hd;
@@ -511,32 +428,17 @@ void CpuDevice::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Ten
 //   out[i] = wte_shard[ids[i] − first] if first ≤ ids[i] < first + rows, else 0
 // Backward: dwte_shard[ids[i] − first] += dout[i] for the owned ids only.
 namespace {
-// An id stored as f32 must be a non-negative integer, exact in f32 (below 2^24).
-bool valid_token(float id) { return id >= 0.0f && id < 16777216.0f && id == std::floor(id); }
-
 // The owned row of id, or −1 when another shard owns it.
 int64_t owned_row(float id, int64_t first, int64_t rows) {
   const int64_t row = static_cast<int64_t>(id) - first;
   return row >= 0 && row < rows ? row : -1;
 }
-
-void check_embedding_shard(const Device& dev, const char* what, const Tensor& out, const Tensor& ids,
-                           const Tensor& wte_shard, int64_t first_id) {
-  check_all_on(dev, what, out, ids, wte_shard);
-  const int64_t n = ids.numel(), h = wte_shard.cols();
-  TP_CHECK(first_id >= 0, what, ": first_id=", first_id, " must be ≥ 0");
-  TP_CHECK(out.rows() == n && out.cols() == h, what, ": ", out.shape().str(), " should be ", n, "x",
-           h, " (ids ", ids.shape().str(), ", wte_shard ", wte_shard.shape().str(), ")");
-  const float* pid = ids.data();
-  for (int64_t i = 0; i < n; ++i)
-    TP_CHECK(valid_token(pid[i]), what, ": id ", pid[i], " at row ", i,
-             " is not a token id (a non-negative integer below 2^24)");
-}
 }  // namespace
 
 void CpuDevice::embedding_shard_forward(Tensor& out, const Tensor& ids, const Tensor& wte_shard,
                                         int64_t first_id) {
-  check_embedding_shard(*this, "embedding_shard_forward", out, ids, wte_shard, first_id);
+  checks::check_embedding_shard(*this, "embedding_shard_forward", out, ids, wte_shard, first_id,
+                                host_values(ids));
   const int64_t n = ids.numel(), rows = wte_shard.rows(), h = wte_shard.cols();
   const float* pid = ids.data();
   const float* pwte = wte_shard.data();
@@ -556,7 +458,8 @@ void CpuDevice::embedding_shard_forward(Tensor& out, const Tensor& ids, const Te
 
 void CpuDevice::embedding_shard_backward(Tensor& dwte_shard, const Tensor& dout, const Tensor& ids,
                                          int64_t first_id) {
-  check_embedding_shard(*this, "embedding_shard_backward", dout, ids, dwte_shard, first_id);
+  checks::check_embedding_shard(*this, "embedding_shard_backward", dout, ids, dwte_shard, first_id,
+                                host_values(ids));
   const int64_t n = ids.numel(), rows = dwte_shard.rows(), h = dwte_shard.cols();
   const float* pid = ids.data();
   const float* pdo = dout.data();
@@ -580,22 +483,8 @@ void CpuDevice::embedding_shard_backward(Tensor& dwte_shard, const Tensor& dout,
 // [row0, row0 + rows) (row0 > 0 for a sequence-parallel shard):
 //   x[r] += wpe[(row0 + r) / B]
 // Backward: dwpe[s] += Σ over the held rows r of position s of dx[r]
-namespace {
-void check_position(const Device& dev, const char* what, const Tensor& x, const Tensor& wpe,
-                    int64_t batch, int64_t row0) {
-  check_all_on(dev, what, x, wpe);
-  TP_CHECK(batch > 0, what, ": batch=", batch, " must be > 0");
-  TP_CHECK(row0 >= 0, what, ": row0=", row0, " must be ≥ 0");
-  const int64_t rows = x.rows(), h = x.cols();
-  const int64_t need = rows > 0 ? (row0 + rows - 1) / batch + 1 : 0;  // positions read or written
-  TP_CHECK(wpe.cols() == h && wpe.rows() >= need, what, ": wpe ", wpe.shape().str(), " should have ",
-           h, " columns and at least ", need, " rows for rows [", row0, ", ", row0 + rows,
-           ") of x ", x.shape().str(), " at batch=", batch);
-}
-}  // namespace
-
 void CpuDevice::position_forward(Tensor& x, const Tensor& wpe, int64_t batch, int64_t row0) {
-  check_position(*this, "position_forward", x, wpe, batch, row0);
+  checks::check_position(*this, "position_forward", x, wpe, batch, row0);
   const int64_t rows = x.rows(), h = x.cols();
   const float* pwpe = wpe.data();
   float* px = x.data();
@@ -608,7 +497,7 @@ void CpuDevice::position_forward(Tensor& x, const Tensor& wpe, int64_t batch, in
 }
 
 void CpuDevice::position_backward(Tensor& dwpe, const Tensor& dx, int64_t batch, int64_t row0) {
-  check_position(*this, "position_backward", dx, dwpe, batch, row0);
+  checks::check_position(*this, "position_backward", dx, dwpe, batch, row0);
   const int64_t rows = dx.rows(), h = dx.cols();
   if (rows == 0) return;
   const int64_t s0 = row0 / batch, s1 = (row0 + rows - 1) / batch + 1;  // positions [s0, s1)
@@ -637,34 +526,9 @@ void CpuDevice::position_backward(Tensor& dwpe, const Tensor& dx, int64_t batch,
 //   loss_i = log Σ_i + m_i − x_y                       (vocab_loss)
 //   dlogits_ij = scale (e^(x_ij − m_i) / Σ_i − [first + j = y]), 0 on padding
 // Every dlogits element depends on its own logit only, so dlogits may alias logits.
-namespace {
-// Columns [0, real) of the shard are real tokens, [real, cols) padding.
-int64_t real_columns(const char* what, const VocabShard& shard, int64_t cols) {
-  TP_CHECK(shard.first >= 0 && shard.vocab > 0, what, ": shard first=", shard.first, " vocab=",
-           shard.vocab, " (need first ≥ 0, vocab > 0)");
-  return std::clamp<int64_t>(shard.vocab - shard.first, 0, cols);
-}
-
-void check_rows(const char* what, const char* name, const Tensor& t, const Tensor& logits) {
-  TP_CHECK(t.numel() == logits.rows(), what, ": ", name, " ", t.shape().str(), " should hold ",
-           logits.rows(), " rows of logits ", logits.shape().str());
-}
-
-void check_targets(const char* what, const Tensor& targets, const Tensor& logits, int64_t vocab) {
-  check_rows(what, "targets", targets, logits);
-  const float* pt = targets.data();
-  for (int64_t i = 0; i < targets.numel(); ++i)
-    TP_CHECK(valid_id(pt[i], vocab), what, ": target ", pt[i], " at row ", i,
-             " is not a token of V=", vocab);
-}
-}  // namespace
-
 void CpuDevice::vocab_max(Tensor& row_max, const Tensor& logits, const VocabShard& shard) {
-  const char* what = "vocab_max";
-  check_all_on(*this, what, row_max, logits);
+  const int64_t real = checks::check_vocab_max(*this, row_max, logits, shard);
   const int64_t n = logits.rows(), cols = logits.cols();
-  const int64_t real = real_columns(what, shard, cols);
-  check_rows(what, "row_max", row_max, logits);
   const float* px = logits.data();
   float* pm = row_max.data();
 #pragma omp parallel for if (n * cols > kParallelMin)
@@ -679,14 +543,10 @@ void CpuDevice::vocab_max(Tensor& row_max, const Tensor& logits, const VocabShar
 void CpuDevice::vocab_sum_exp_target(Tensor& sum_exp, Tensor& target_logit, const Tensor& logits,
                                      const Tensor& row_max, const Tensor& targets,
                                      const VocabShard& shard) {
-  const char* what = "vocab_sum_exp_target";
-  check_all_on(*this, what, sum_exp, target_logit, logits, row_max, targets);
+  const int64_t real = checks::check_vocab_sum_exp_target(*this, sum_exp, target_logit, logits,
+                                                          row_max, targets, shard,
+                                                          host_values(targets));
   const int64_t n = logits.rows(), cols = logits.cols();
-  const int64_t real = real_columns(what, shard, cols);
-  check_rows(what, "sum_exp", sum_exp, logits);
-  check_rows(what, "target_logit", target_logit, logits);
-  check_rows(what, "row_max", row_max, logits);
-  check_targets(what, targets, logits, shard.vocab);
   const float* px = logits.data();
   const float* pm = row_max.data();
   const float* pt = targets.data();
@@ -706,11 +566,7 @@ void CpuDevice::vocab_sum_exp_target(Tensor& sum_exp, Tensor& target_logit, cons
 
 void CpuDevice::vocab_loss(Tensor& loss, const Tensor& row_max, const Tensor& sum_exp,
                            const Tensor& target_logit) {
-  const char* what = "vocab_loss";
-  check_all_on(*this, what, loss, row_max, sum_exp, target_logit);
-  check_same_numel(what, "loss", loss, "row_max", row_max);
-  check_same_numel(what, "loss", loss, "sum_exp", sum_exp);
-  check_same_numel(what, "loss", loss, "target_logit", target_logit);
+  checks::check_vocab_loss(*this, loss, row_max, sum_exp, target_logit);
   const float* pm = row_max.data();
   const float* ps = sum_exp.data();
   const float* py = target_logit.data();
@@ -724,15 +580,9 @@ void CpuDevice::vocab_loss(Tensor& loss, const Tensor& row_max, const Tensor& su
 void CpuDevice::vocab_softmax_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
                                        const Tensor& sum_exp, const Tensor& targets,
                                        const VocabShard& shard, float scale) {
-  const char* what = "vocab_softmax_backward";
-  check_all_on(*this, what, dlogits, logits, row_max, sum_exp, targets);
+  const int64_t real = checks::check_vocab_softmax_backward(*this, dlogits, logits, row_max, sum_exp,
+                                                            targets, shard, host_values(targets));
   const int64_t n = logits.rows(), cols = logits.cols();
-  TP_CHECK(dlogits.rows() == n && dlogits.cols() == cols, what, ": dlogits ", dlogits.shape().str(),
-           " should match logits ", logits.shape().str());
-  const int64_t real = real_columns(what, shard, cols);
-  check_rows(what, "row_max", row_max, logits);
-  check_rows(what, "sum_exp", sum_exp, logits);
-  check_targets(what, targets, logits, shard.vocab);
   const float* px = logits.data();
   const float* pm = row_max.data();
   const float* ps = sum_exp.data();
@@ -759,11 +609,7 @@ void CpuDevice::vocab_softmax_backward(Tensor& dlogits, const Tensor& logits, co
 //   p −= lr · (m / (1 − β1^step)) / (√(v / (1 − β2^step)) + eps) + lr · wd · p
 void CpuDevice::adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWParams& hp,
                            int64_t step) {
-  check_all_on(*this, "adamw_step", p, g, m, v);
-  check_same_numel("adamw_step", "p", p, "g", g);
-  check_same_numel("adamw_step", "p", p, "m", m);
-  check_same_numel("adamw_step", "p", p, "v", v);
-  TP_CHECK(step >= 1, "adamw_step: step=", step, " must be ≥ 1");
+  checks::check_adamw_step(*this, p, g, m, v, step);
   const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta1), static_cast<double>(step)));
   const float bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta2), static_cast<double>(step)));
   float* pp = p.data();

@@ -25,6 +25,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/kernel_checks.h"
 #include "core/rng.h"
 #include "cuda_check.h"
 #include "cuda_device.h"
@@ -41,17 +42,6 @@ constexpr int64_t kSumChunk = 4096;       // elements per partial sum in sum_squ
 // Blocks for n independent items (n > 0), at most kMaxBlocks.
 unsigned int blocks_for(int64_t n) {
   return static_cast<unsigned int>(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
-}
-
-void check_on(const Device& dev, const Tensor& t, const char* what) {
-  TP_CHECK(t.defined(), what, ": undefined tensor");
-  TP_CHECK(&t.device() == &dev, what, ": tensor lives on another device");
-}
-
-void check_same_numel(const char* what, const char* a_name, const Tensor& a, const char* b_name,
-                      const Tensor& b) {
-  TP_CHECK(a.numel() == b.numel(), what, ": ", a_name, " ", a.shape().str(), " and ", b_name, " ",
-           b.shape().str(), " differ in size");
 }
 
 // ==== kernels =====================================================================================
@@ -387,7 +377,7 @@ void CudaDevice::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 // ==== CudaDevice: elementwise ====================================================================
 
 void CudaDevice::fill(Tensor& x, float value) {
-  check_on(*this, x, "fill");
+  checks::check_on(*this, x, "fill");
   const int64_t n = x.numel();
   if (n == 0) return;
   fill_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(x.data(), n, value);
@@ -395,7 +385,7 @@ void CudaDevice::fill(Tensor& x, float value) {
 }
 
 void CudaDevice::scale(Tensor& x, float alpha) {
-  check_on(*this, x, "scale");
+  checks::check_on(*this, x, "scale");
   const int64_t n = x.numel();
   if (n == 0) return;
   scale_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(x.data(), n, alpha);
@@ -403,10 +393,7 @@ void CudaDevice::scale(Tensor& x, float alpha) {
 }
 
 void CudaDevice::axpy(float alpha, const Tensor& x, Tensor& y) {
-  check_on(*this, x, "axpy");
-  check_on(*this, y, "axpy");
-  TP_CHECK(x.numel() == y.numel(), "axpy: x ", x.shape().str(), " and y ", y.shape().str(),
-           " differ in size");
+  checks::check_axpy(*this, x, y);
   const int64_t n = x.numel();
   if (n == 0) return;
   axpy_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(alpha, x.data(), y.data(), n);
@@ -414,11 +401,7 @@ void CudaDevice::axpy(float alpha, const Tensor& x, Tensor& y) {
 }
 
 void CudaDevice::mul(const Tensor& x, const Tensor& m, Tensor& y) {
-  check_on(*this, x, "mul");
-  check_on(*this, m, "mul");
-  check_on(*this, y, "mul");
-  check_same_numel("mul", "x", x, "m", m);
-  check_same_numel("mul", "x", x, "y", y);
+  checks::check_mul(*this, x, m, y);
   const int64_t n = x.numel();
   if (n == 0) return;
   mul_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(x.data(), m.data(), y.data(), n);
@@ -432,16 +415,7 @@ void CudaDevice::mul(const Tensor& x, const Tensor& m, Tensor& y) {
 // (cols) as its leading dimension and the transposes unchanged.
 void CudaDevice::gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
                       float beta, Tensor& c) {
-  check_on(*this, a, "gemm");
-  check_on(*this, b, "gemm");
-  check_on(*this, c, "gemm");
-  const int64_t m = trans_a ? a.cols() : a.rows();
-  const int64_t k = trans_a ? a.rows() : a.cols();
-  const int64_t kb = trans_b ? b.cols() : b.rows();
-  const int64_t n = trans_b ? b.rows() : b.cols();
-  TP_CHECK(k == kb, "gemm: inner dimensions differ: op(A) is ", m, "x", k, ", op(B) is ", kb, "x", n,
-           " (A ", a.shape().str(), trans_a ? "ᵀ" : "", ", B ", b.shape().str(), trans_b ? "ᵀ" : "", ")");
-  TP_CHECK(c.rows() == m && c.cols() == n, "gemm: C ", c.shape().str(), " should be ", m, "x", n);
+  const auto [m, n, k] = checks::check_gemm(*this, trans_a, trans_b, a, b, c);
   if (m == 0 || n == 0) return;
   if (k == 0) {  // op(A) op(B) is zero: C = β C, and β = 0 overwrites (as the CPU does)
     if (beta == 0.0f) {
@@ -485,9 +459,7 @@ void CudaDevice::gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, 
 // ==== CudaDevice: bias, layout ===================================================================
 
 void CudaDevice::add_bias(Tensor& y, const Tensor& bias) {
-  check_on(*this, y, "add_bias");
-  check_on(*this, bias, "add_bias");
-  TP_CHECK(bias.numel() == y.cols(), "add_bias: bias of ", bias.numel(), " for rows of ", y.cols());
+  checks::check_add_bias(*this, y, bias);
   const int64_t n = y.numel();
   if (n == 0) return;
   add_bias_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(y.data(), bias.data(), n, y.cols());
@@ -495,10 +467,7 @@ void CudaDevice::add_bias(Tensor& y, const Tensor& bias) {
 }
 
 void CudaDevice::add_bias_backward(Tensor& dbias, const Tensor& dy) {
-  check_on(*this, dbias, "add_bias_backward");
-  check_on(*this, dy, "add_bias_backward");
-  TP_CHECK(dbias.numel() == dy.cols(), "add_bias_backward: dbias of ", dbias.numel(),
-           " for rows of ", dy.cols());
+  checks::check_add_bias_backward(*this, dbias, dy);
   const int64_t rows = dy.rows(), cols = dy.cols();
   if (cols == 0) return;
   add_bias_backward_kernel<<<blocks_for(cols), kThreads, 0, stream_>>>(dbias.data(), dy.data(),
@@ -508,13 +477,7 @@ void CudaDevice::add_bias_backward(Tensor& dbias, const Tensor& dy) {
 
 void CudaDevice::copy_columns(const Tensor& src, int64_t src_col, Tensor& dst, int64_t dst_col,
                               int64_t ncols) {
-  check_on(*this, src, "copy_columns");
-  check_on(*this, dst, "copy_columns");
-  TP_CHECK(src.rows() == dst.rows(), "copy_columns: ", src.rows(), " source rows, ", dst.rows(),
-           " destination rows");
-  TP_CHECK(ncols >= 0 && src_col >= 0 && dst_col >= 0 && src_col + ncols <= src.cols() &&
-               dst_col + ncols <= dst.cols(),
-           "copy_columns: columns out of range");
+  checks::check_copy_columns(*this, src, src_col, dst, dst_col, ncols);
   const int64_t rows = src.rows();
   if (rows == 0 || ncols == 0) return;
   // A 2-D copy: `rows` rows of ncols floats, pitches = each tensor's row length in bytes.
@@ -527,7 +490,7 @@ void CudaDevice::copy_columns(const Tensor& src, int64_t src_col, Tensor& dst, i
 // ==== CudaDevice: reductions =====================================================================
 
 double CudaDevice::sum_squares(const Tensor& x) {
-  check_on(*this, x, "sum_squares");
+  checks::check_on(*this, x, "sum_squares");
   const int64_t n = x.numel();
   if (n == 0) return 0.0;
   const int64_t chunks = (n + kSumChunk - 1) / kSumChunk;
@@ -548,7 +511,7 @@ double CudaDevice::sum_squares(const Tensor& x) {
 
 void CudaDevice::fill_random(Tensor& x, const RngKey& key, const GlobalIndex& index,
                              const Distribution& dist) {
-  check_on(*this, x, "fill_random");
+  checks::check_on(*this, x, "fill_random");
   const int64_t n = x.numel();
   if (n == 0) return;
   const bool normal = dist.kind == Distribution::Kind::Normal;
@@ -558,8 +521,7 @@ void CudaDevice::fill_random(Tensor& x, const RngKey& key, const GlobalIndex& in
 }
 
 void CudaDevice::dropout_mask(Tensor& mask, const RngKey& key, const GlobalIndex& index, float p) {
-  check_on(*this, mask, "dropout_mask");
-  TP_CHECK(p >= 0.0f && p < 1.0f, "dropout_mask: p=", p, " must be in [0, 1)");
+  checks::check_dropout_mask(*this, mask, p);
   const int64_t n = mask.numel();
   if (n == 0) return;
   const float keep = 1.0f / (1.0f - p);

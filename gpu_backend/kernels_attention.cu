@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/kernel_checks.h"
 #include "cuda_check.h"
 #include "cuda_device.h"
 #include "reduce.cuh"
@@ -27,38 +28,6 @@ constexpr int kThreads = 256;       // elementwise kernels
 constexpr int kRowThreads = 256;    // most threads for a one-block-per-row vocab kernel
 constexpr int kAttnThreads = 128;   // attention: 4 warps per (b, head, query) row
 
-// ---- host-side checks (mirror cpu_kernels.cpp) --------------------------------------------------
-
-void check_on(const Device& dev, const Tensor& t, const char* what) {
-  TP_CHECK(t.defined(), what, ": undefined tensor");
-  TP_CHECK(&t.device() == &dev, what, ": tensor lives on another device");
-}
-
-template <typename... Ts>
-void check_all_on(const Device& dev, const char* what, const Ts&... ts) {
-  (check_on(dev, ts, what), ...);
-}
-
-void check_same_numel(const char* what, const char* a_name, const Tensor& a, const char* b_name,
-                      const Tensor& b) {
-  TP_CHECK(a.numel() == b.numel(), what, ": ", a_name, " ", a.shape().str(), " and ", b_name, " ",
-           b.shape().str(), " differ in size");
-}
-
-// An id stored as f32 must be an integer in [0, limit).
-bool valid_id(float id, int64_t limit) {
-  return id >= 0.0f && id < static_cast<float>(limit) && id == std::floor(id);
-}
-
-// An id stored as f32 must be a non-negative integer, exact in f32 (below 2^24).
-bool valid_token(float id) { return id >= 0.0f && id < 16777216.0f && id == std::floor(id); }
-
-__device__ __forceinline__ int64_t global_thread() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ __forceinline__ int64_t grid_threads() {
-  return static_cast<int64_t>(gridDim.x) * blockDim.x;
-}
 }  // namespace
 
 // =================================================================================================
@@ -219,7 +188,7 @@ __global__ void attention_backward_dkv_kernel(float* dk, float* dv, const float*
 __global__ void embedding_shard_forward_kernel(float* out, const float* ids, const float* wte,
                                                int64_t n, int64_t rows, int64_t h, int64_t first) {
   const int64_t items = n * h;
-  for (int64_t item = global_thread(); item < items; item += grid_threads()) {
+  for (int64_t item = gpu::global_thread(); item < items; item += gpu::grid_threads()) {
     const int64_t i = item / h, c = item % h;
     const int64_t row = static_cast<int64_t>(ids[i]) - first;
     out[item] = row >= 0 && row < rows ? wte[row * h + c] : 0.0f;
@@ -234,7 +203,7 @@ __global__ void embedding_shard_backward_kernel(float* dwte, const float* dout,
                                                 const int64_t* unique_rows, const int64_t* offsets,
                                                 const int64_t* index, int64_t nunique, int64_t h) {
   const int64_t items = nunique * h;
-  for (int64_t item = global_thread(); item < items; item += grid_threads()) {
+  for (int64_t item = gpu::global_thread(); item < items; item += gpu::grid_threads()) {
     const int64_t u = item / h, c = item % h;
     float* dst = dwte + unique_rows[u] * h + c;
     float acc = *dst;
@@ -250,7 +219,7 @@ __global__ void embedding_shard_backward_kernel(float* dwte, const float* dout,
 __global__ void position_forward_kernel(float* x, const float* wpe, int64_t rows, int64_t h,
                                         int64_t batch, int64_t row0) {
   const int64_t items = rows * h;
-  for (int64_t item = global_thread(); item < items; item += grid_threads()) {
+  for (int64_t item = gpu::global_thread(); item < items; item += gpu::grid_threads()) {
     const int64_t r = item / h, c = item % h;
     x[item] += wpe[((row0 + r) / batch) * h + c];
   }
@@ -262,7 +231,7 @@ __global__ void position_forward_kernel(float* x, const float* wpe, int64_t rows
 __global__ void position_backward_kernel(float* dwpe, const float* dx, int64_t rows, int64_t h,
                                          int64_t batch, int64_t row0, int64_t s0, int64_t s1) {
   const int64_t items = (s1 - s0) * h;
-  for (int64_t item = global_thread(); item < items; item += grid_threads()) {
+  for (int64_t item = gpu::global_thread(); item < items; item += gpu::grid_threads()) {
     const int64_t s = s0 + item / h, c = item % h;
     const int64_t r0 = (s * batch > row0 ? s * batch : row0) - row0;
     const int64_t r1 = ((s + 1) * batch < row0 + rows ? (s + 1) * batch : row0 + rows) - row0;
@@ -318,7 +287,7 @@ __global__ void vocab_sum_exp_target_kernel(float* sum_exp, float* target_logit,
 // loss_i = log Σ_i + m_i − x_y, in f64 as on the CPU; one thread per row.
 __global__ void vocab_loss_kernel(float* loss, const float* row_max, const float* sum_exp,
                                   const float* target_logit, int64_t n) {
-  for (int64_t i = global_thread(); i < n; i += grid_threads())
+  for (int64_t i = gpu::global_thread(); i < n; i += gpu::grid_threads())
     loss[i] = static_cast<float>(log(static_cast<double>(sum_exp[i])) + row_max[i] -
                                  target_logit[i]);
 }
@@ -353,73 +322,10 @@ __global__ void vocab_softmax_backward_kernel(float* dlogits, const float* logit
 // =================================================================================================
 
 namespace {
-void check_attention(const Device& dev, const char* what, const AttentionShape& sh, const Tensor& q,
-                     const Tensor& k, const Tensor& v, const Tensor& probs) {
-  check_all_on(dev, what, q, k, v, probs);
-  TP_CHECK(sh.seq > 0 && sh.batch > 0 && sh.heads > 0 && sh.kv_heads > 0 && sh.head_dim > 0, what,
-           ": sizes must be positive (S=", sh.seq, " B=", sh.batch, " nh=", sh.heads, " nkv=",
-           sh.kv_heads, " hd=", sh.head_dim, ")");
-  TP_CHECK(sh.heads % sh.kv_heads == 0, what, ": nh=", sh.heads, " is not a multiple of nkv=",
-           sh.kv_heads);
-  const int64_t rows = sh.seq * sh.batch;
-  TP_CHECK(q.rows() == rows && q.cols() == sh.heads * sh.head_dim, what, ": q ", q.shape().str(),
-           " should be ", rows, "x", sh.heads * sh.head_dim);
-  TP_CHECK(k.rows() == rows && k.cols() == sh.kv_heads * sh.head_dim, what, ": k ", k.shape().str(),
-           " should be ", rows, "x", sh.kv_heads * sh.head_dim);
-  TP_CHECK(v.rows() == rows && v.cols() == sh.kv_heads * sh.head_dim, what, ": v ", v.shape().str(),
-           " should be ", rows, "x", sh.kv_heads * sh.head_dim);
-  TP_CHECK(probs.numel() == sh.batch * sh.heads * sh.seq * sh.seq, what, ": probs ",
-           probs.shape().str(), " should hold B·nh·S·S = ", sh.batch * sh.heads * sh.seq * sh.seq);
-}
-
-// Checks as on the CPU; returns the ids, copied to the host to validate them.
-std::vector<float> check_embedding_shard(const Device& dev, const char* what, const Tensor& out,
-                                         const Tensor& ids, const Tensor& wte_shard,
-                                         int64_t first_id) {
-  check_all_on(dev, what, out, ids, wte_shard);
-  const int64_t n = ids.numel(), h = wte_shard.cols();
-  TP_CHECK(first_id >= 0, what, ": first_id=", first_id, " must be ≥ 0");
-  TP_CHECK(out.rows() == n && out.cols() == h, what, ": ", out.shape().str(), " should be ", n, "x",
-           h, " (ids ", ids.shape().str(), ", wte_shard ", wte_shard.shape().str(), ")");
-  std::vector<float> host_ids = ids.to_host();
-  for (int64_t i = 0; i < n; ++i)
-    TP_CHECK(valid_token(host_ids[i]), what, ": id ", host_ids[i], " at row ", i,
-             " is not a token id (a non-negative integer below 2^24)");
-  return host_ids;
-}
-
-void check_position(const Device& dev, const char* what, const Tensor& x, const Tensor& wpe,
-                    int64_t batch, int64_t row0) {
-  check_all_on(dev, what, x, wpe);
-  TP_CHECK(batch > 0, what, ": batch=", batch, " must be > 0");
-  TP_CHECK(row0 >= 0, what, ": row0=", row0, " must be ≥ 0");
-  const int64_t rows = x.rows(), h = x.cols();
-  const int64_t need = rows > 0 ? (row0 + rows - 1) / batch + 1 : 0;  // positions read or written
-  TP_CHECK(wpe.cols() == h && wpe.rows() >= need, what, ": wpe ", wpe.shape().str(), " should have ",
-           h, " columns and at least ", need, " rows for rows [", row0, ", ", row0 + rows,
-           ") of x ", x.shape().str(), " at batch=", batch);
-}
-
-// Columns [0, real) of the shard are real tokens, [real, cols) padding.
-int64_t real_columns(const char* what, const VocabShard& shard, int64_t cols) {
-  TP_CHECK(shard.first >= 0 && shard.vocab > 0, what, ": shard first=", shard.first, " vocab=",
-           shard.vocab, " (need first ≥ 0, vocab > 0)");
-  const int64_t real = shard.vocab - shard.first;
-  return real < 0 ? 0 : (real > cols ? cols : real);
-}
-
-void check_rows(const char* what, const char* name, const Tensor& t, const Tensor& logits) {
-  TP_CHECK(t.numel() == logits.rows(), what, ": ", name, " ", t.shape().str(), " should hold ",
-           logits.rows(), " rows of logits ", logits.shape().str());
-}
-
-// Targets are validated on the host (one copy and synchronisation).
-void check_targets(const char* what, const Tensor& targets, const Tensor& logits, int64_t vocab) {
-  check_rows(what, "targets", targets, logits);
-  const std::vector<float> pt = targets.to_host();
-  for (int64_t i = 0; i < targets.numel(); ++i)
-    TP_CHECK(valid_id(pt[i], vocab), what, ": target ", pt[i], " at row ", i,
-             " is not a token of V=", vocab);
+// The values of a tensor of this device, copied to the host (for the checks of ids and targets:
+// one copy and synchronisation).
+auto host_copy(const Tensor& t) {
+  return [&t] { return t.to_host(); };
 }
 
 unsigned int elementwise_blocks(int64_t n) { return gpu::grid_blocks(n, kThreads); }
@@ -428,10 +334,7 @@ unsigned int row_blocks(int64_t rows) { return gpu::grid_blocks(rows, 1); }
 
 void CudaDevice::attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
                                    const Tensor& v, const AttentionShape& sh) {
-  check_attention(*this, "attention_forward", sh, q, k, v, probs);
-  check_on(*this, out, "attention_forward");
-  TP_CHECK(out.rows() == q.rows() && out.cols() == q.cols(), "attention_forward: out ",
-           out.shape().str(), " should match q ", q.shape().str());
+  checks::check_attention_forward(*this, out, probs, q, k, v, sh);
   const int64_t S = sh.seq, B = sh.batch, nh = sh.heads, hd = sh.head_dim;
   const int64_t group = nh / sh.kv_heads;
   attention_forward_kernel<<<row_blocks(B * nh * S), kAttnThreads, 0, stream()>>>(
@@ -442,16 +345,7 @@ void CudaDevice::attention_forward(Tensor& out, Tensor& probs, const Tensor& q, 
 void CudaDevice::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
                                     const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& probs, const AttentionShape& sh) {
-  check_attention(*this, "attention_backward", sh, q, k, v, probs);
-  check_all_on(*this, "attention_backward", dq, dk, dv, dout);
-  TP_CHECK(dq.rows() == q.rows() && dq.cols() == q.cols() && dout.rows() == q.rows() &&
-               dout.cols() == q.cols(),
-           "attention_backward: dq ", dq.shape().str(), " and dout ", dout.shape().str(),
-           " should match q ", q.shape().str());
-  TP_CHECK(dk.rows() == k.rows() && dk.cols() == k.cols() && dv.rows() == v.rows() &&
-               dv.cols() == v.cols(),
-           "attention_backward: dk ", dk.shape().str(), " and dv ", dv.shape().str(),
-           " should match k ", k.shape().str());
+  checks::check_attention_backward(*this, dq, dk, dv, dout, q, k, v, probs, sh);
   const int64_t S = sh.seq, B = sh.batch, nh = sh.heads, nkv = sh.kv_heads, hd = sh.head_dim;
   const int64_t group = nh / nkv;
   // dS for every (b, j, s, t ≤ s), the size of probs: B·nh·S·S floats of scratch.
@@ -468,7 +362,8 @@ void CudaDevice::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Te
 
 void CudaDevice::embedding_shard_forward(Tensor& out, const Tensor& ids, const Tensor& wte_shard,
                                          int64_t first_id) {
-  check_embedding_shard(*this, "embedding_shard_forward", out, ids, wte_shard, first_id);
+  checks::check_embedding_shard(*this, "embedding_shard_forward", out, ids, wte_shard, first_id,
+                                host_copy(ids));
   const int64_t n = ids.numel(), rows = wte_shard.rows(), h = wte_shard.cols();
   if (n * h == 0) return;
   embedding_shard_forward_kernel<<<elementwise_blocks(n * h), kThreads, 0, stream()>>>(
@@ -478,8 +373,8 @@ void CudaDevice::embedding_shard_forward(Tensor& out, const Tensor& ids, const T
 
 void CudaDevice::embedding_shard_backward(Tensor& dwte_shard, const Tensor& dout, const Tensor& ids,
                                           int64_t first_id) {
-  const std::vector<float> host_ids =
-      check_embedding_shard(*this, "embedding_shard_backward", dout, ids, dwte_shard, first_id);
+  const std::vector<float> host_ids = checks::check_embedding_shard(
+      *this, "embedding_shard_backward", dout, ids, dwte_shard, first_id, host_copy(ids));
   const int64_t n = ids.numel(), rows = dwte_shard.rows(), h = dwte_shard.cols();
   if (h == 0) return;
 
@@ -529,7 +424,7 @@ void CudaDevice::embedding_shard_backward(Tensor& dwte_shard, const Tensor& dout
 }
 
 void CudaDevice::position_forward(Tensor& x, const Tensor& wpe, int64_t batch, int64_t row0) {
-  check_position(*this, "position_forward", x, wpe, batch, row0);
+  checks::check_position(*this, "position_forward", x, wpe, batch, row0);
   const int64_t rows = x.rows(), h = x.cols();
   if (rows * h == 0) return;
   position_forward_kernel<<<elementwise_blocks(rows * h), kThreads, 0, stream()>>>(
@@ -538,7 +433,7 @@ void CudaDevice::position_forward(Tensor& x, const Tensor& wpe, int64_t batch, i
 }
 
 void CudaDevice::position_backward(Tensor& dwpe, const Tensor& dx, int64_t batch, int64_t row0) {
-  check_position(*this, "position_backward", dx, dwpe, batch, row0);
+  checks::check_position(*this, "position_backward", dx, dwpe, batch, row0);
   const int64_t rows = dx.rows(), h = dx.cols();
   if (rows == 0 || h == 0) return;
   const int64_t s0 = row0 / batch, s1 = (row0 + rows - 1) / batch + 1;  // positions [s0, s1)
@@ -548,11 +443,8 @@ void CudaDevice::position_backward(Tensor& dwpe, const Tensor& dx, int64_t batch
 }
 
 void CudaDevice::vocab_max(Tensor& row_max, const Tensor& logits, const VocabShard& shard) {
-  const char* what = "vocab_max";
-  check_all_on(*this, what, row_max, logits);
+  const int64_t real = checks::check_vocab_max(*this, row_max, logits, shard);
   const int64_t n = logits.rows(), cols = logits.cols();
-  const int64_t real = real_columns(what, shard, cols);
-  check_rows(what, "row_max", row_max, logits);
   if (n == 0) return;
   vocab_max_kernel<<<row_blocks(n), gpu::threads_for(real, kRowThreads), 0, stream()>>>(
       row_max.data(), logits.data(), n, cols, real);
@@ -562,14 +454,10 @@ void CudaDevice::vocab_max(Tensor& row_max, const Tensor& logits, const VocabSha
 void CudaDevice::vocab_sum_exp_target(Tensor& sum_exp, Tensor& target_logit, const Tensor& logits,
                                       const Tensor& row_max, const Tensor& targets,
                                       const VocabShard& shard) {
-  const char* what = "vocab_sum_exp_target";
-  check_all_on(*this, what, sum_exp, target_logit, logits, row_max, targets);
+  const int64_t real = checks::check_vocab_sum_exp_target(*this, sum_exp, target_logit, logits,
+                                                          row_max, targets, shard,
+                                                          host_copy(targets));
   const int64_t n = logits.rows(), cols = logits.cols();
-  const int64_t real = real_columns(what, shard, cols);
-  check_rows(what, "sum_exp", sum_exp, logits);
-  check_rows(what, "target_logit", target_logit, logits);
-  check_rows(what, "row_max", row_max, logits);
-  check_targets(what, targets, logits, shard.vocab);
   if (n == 0) return;
   vocab_sum_exp_target_kernel<<<row_blocks(n), gpu::threads_for(real, kRowThreads), 0, stream()>>>(
       sum_exp.data(), target_logit.data(), logits.data(), row_max.data(), targets.data(), n, cols,
@@ -579,11 +467,7 @@ void CudaDevice::vocab_sum_exp_target(Tensor& sum_exp, Tensor& target_logit, con
 
 void CudaDevice::vocab_loss(Tensor& loss, const Tensor& row_max, const Tensor& sum_exp,
                             const Tensor& target_logit) {
-  const char* what = "vocab_loss";
-  check_all_on(*this, what, loss, row_max, sum_exp, target_logit);
-  check_same_numel(what, "loss", loss, "row_max", row_max);
-  check_same_numel(what, "loss", loss, "sum_exp", sum_exp);
-  check_same_numel(what, "loss", loss, "target_logit", target_logit);
+  checks::check_vocab_loss(*this, loss, row_max, sum_exp, target_logit);
   const int64_t n = loss.numel();
   if (n == 0) return;
   vocab_loss_kernel<<<elementwise_blocks(n), kThreads, 0, stream()>>>(
@@ -594,15 +478,9 @@ void CudaDevice::vocab_loss(Tensor& loss, const Tensor& row_max, const Tensor& s
 void CudaDevice::vocab_softmax_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
                                         const Tensor& sum_exp, const Tensor& targets,
                                         const VocabShard& shard, float scale) {
-  const char* what = "vocab_softmax_backward";
-  check_all_on(*this, what, dlogits, logits, row_max, sum_exp, targets);
+  const int64_t real = checks::check_vocab_softmax_backward(*this, dlogits, logits, row_max, sum_exp,
+                                                            targets, shard, host_copy(targets));
   const int64_t n = logits.rows(), cols = logits.cols();
-  TP_CHECK(dlogits.rows() == n && dlogits.cols() == cols, what, ": dlogits ", dlogits.shape().str(),
-           " should match logits ", logits.shape().str());
-  const int64_t real = real_columns(what, shard, cols);
-  check_rows(what, "row_max", row_max, logits);
-  check_rows(what, "sum_exp", sum_exp, logits);
-  check_targets(what, targets, logits, shard.vocab);
   if (n * cols == 0) return;
   vocab_softmax_backward_kernel<<<row_blocks(n), gpu::threads_for(cols, kRowThreads), 0,
                                   stream()>>>(dlogits.data(), logits.data(), row_max.data(),

@@ -14,6 +14,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/kernel_checks.h"
 #include "cuda_check.h"
 #include "cuda_device.h"
 #include "reduce.cuh"
@@ -25,31 +26,6 @@ constexpr int kThreads = 256;         // elementwise and column-sum kernels
 constexpr int kRowThreads = 256;      // most threads for a one-block-per-row kernel
 constexpr int64_t kRowChunk = 64;     // rows per partial column sum (norm dw, db)
 
-// ---- host-side checks (mirror cpu_kernels.cpp) --------------------------------------------------
-
-void check_on(const Device& dev, const Tensor& t, const char* what) {
-  TP_CHECK(t.defined(), what, ": undefined tensor");
-  TP_CHECK(&t.device() == &dev, what, ": tensor lives on another device");
-}
-
-template <typename... Ts>
-void check_all_on(const Device& dev, const char* what, const Ts&... ts) {
-  (check_on(dev, ts, what), ...);
-}
-
-void check_same_numel(const char* what, const char* a_name, const Tensor& a, const char* b_name,
-                      const Tensor& b) {
-  TP_CHECK(a.numel() == b.numel(), what, ": ", a_name, " ", a.shape().str(), " and ", b_name, " ",
-           b.shape().str(), " differ in size");
-}
-
-// Grid-stride index helpers.
-__device__ __forceinline__ int64_t global_thread() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ __forceinline__ int64_t grid_threads() {
-  return static_cast<int64_t>(gridDim.x) * blockDim.x;
-}
 }  // namespace
 
 // =================================================================================================
@@ -67,14 +43,14 @@ constexpr float kGeluA = 0.7978845608028654f;  // √(2/π)
 constexpr float kGeluC = 0.044715f;
 
 __global__ void gelu_forward_kernel(float* y, const float* x, int64_t n) {
-  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
+  for (int64_t i = gpu::global_thread(); i < n; i += gpu::grid_threads()) {
     const float xi = x[i];
     y[i] = 0.5f * xi * (1.0f + tanhf(kGeluA * (xi + kGeluC * xi * xi * xi)));
   }
 }
 
 __global__ void gelu_backward_kernel(float* dx, const float* dy, const float* x, int64_t n) {
-  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
+  for (int64_t i = gpu::global_thread(); i < n; i += gpu::grid_threads()) {
     const float xi = x[i];
     const float t = tanhf(kGeluA * (xi + kGeluC * xi * xi * xi));
     const float grad =
@@ -87,7 +63,7 @@ __global__ void gelu_backward_kernel(float* dx, const float* dy, const float* x,
 //   y = silu(g) ⊙ u
 //   dg = dy ⊙ u ⊙ silu'(g),  du = dy ⊙ silu(g)
 __global__ void swiglu_forward_kernel(float* y, const float* g, const float* u, int64_t n) {
-  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
+  for (int64_t i = gpu::global_thread(); i < n; i += gpu::grid_threads()) {
     const float gi = g[i];
     const float sig = 1.0f / (1.0f + expf(-gi));
     y[i] = gi * sig * u[i];
@@ -96,7 +72,7 @@ __global__ void swiglu_forward_kernel(float* y, const float* g, const float* u, 
 
 __global__ void swiglu_backward_kernel(float* dg, float* du, const float* dy, const float* g,
                                        const float* u, int64_t n) {
-  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
+  for (int64_t i = gpu::global_thread(); i < n; i += gpu::grid_threads()) {
     const float gi = g[i], ui = u[i], dyi = dy[i];  // read all before writing (no aliasing rule)
     const float sig = 1.0f / (1.0f + expf(-gi));
     dg[i] = dyi * ui * sig * (1.0f + gi * (1.0f - sig));
@@ -140,7 +116,7 @@ template <typename Term>
 __global__ void column_partial_sums_kernel(double* partial, int64_t rows, int64_t h,
                                            int64_t nchunks, Term term) {
   const int64_t items = nchunks * h;
-  for (int64_t item = global_thread(); item < items; item += grid_threads()) {
+  for (int64_t item = gpu::global_thread(); item < items; item += gpu::grid_threads()) {
     const int64_t k = item / h, c = item % h;
     const int64_t r0 = k * kRowChunk;
     const int64_t r1 = r0 + kRowChunk < rows ? r0 + kRowChunk : rows;
@@ -152,7 +128,7 @@ __global__ void column_partial_sums_kernel(double* partial, int64_t rows, int64_
 
 __global__ void column_finish_kernel(float* out, const double* partial, int64_t h,
                                      int64_t nchunks) {
-  for (int64_t c = global_thread(); c < h; c += grid_threads()) {
+  for (int64_t c = gpu::global_thread(); c < h; c += gpu::grid_threads()) {
     double acc = 0.0;
     for (int64_t k = 0; k < nchunks; ++k) acc += partial[k * h + c];
     out[c] += static_cast<float>(acc);
@@ -262,7 +238,7 @@ __global__ void rmsnorm_backward_dx_kernel(float* dx, const float* dy, const flo
 // bc1 = 1 − β1^step, bc2 = 1 − β2^step are computed on the host in f64, as on the CPU.
 __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, AdamWParams hp,
                              float bc1, float bc2, int64_t n) {
-  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
+  for (int64_t i = gpu::global_thread(); i < n; i += gpu::grid_threads()) {
     const float gi = hp.grad_scale * g[i];
     const float mi = hp.beta1 * m[i] + (1.0f - hp.beta1) * gi;
     const float vi = hp.beta2 * v[i] + (1.0f - hp.beta2) * gi * gi;
@@ -303,8 +279,7 @@ unsigned int row_blocks(int64_t rows) { return gpu::grid_blocks(rows, 1); }
 }  // namespace
 
 void CudaDevice::gelu_forward(Tensor& y, const Tensor& x) {
-  check_all_on(*this, "gelu_forward", y, x);
-  check_same_numel("gelu_forward", "y", y, "x", x);
+  checks::check_gelu_forward(*this, y, x);
   const int64_t n = x.numel();
   if (n == 0) return;
   gelu_forward_kernel<<<elementwise_blocks(n), kThreads, 0, stream()>>>(y.data(), x.data(), n);
@@ -312,9 +287,7 @@ void CudaDevice::gelu_forward(Tensor& y, const Tensor& x) {
 }
 
 void CudaDevice::gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) {
-  check_all_on(*this, "gelu_backward", dx, dy, x);
-  check_same_numel("gelu_backward", "dx", dx, "x", x);
-  check_same_numel("gelu_backward", "dy", dy, "x", x);
+  checks::check_gelu_backward(*this, dx, dy, x);
   const int64_t n = x.numel();
   if (n == 0) return;
   gelu_backward_kernel<<<elementwise_blocks(n), kThreads, 0, stream()>>>(dx.data(), dy.data(),
@@ -323,9 +296,7 @@ void CudaDevice::gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) {
 }
 
 void CudaDevice::swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u) {
-  check_all_on(*this, "swiglu_forward", y, g, u);
-  check_same_numel("swiglu_forward", "y", y, "g", g);
-  check_same_numel("swiglu_forward", "u", u, "g", g);
+  checks::check_swiglu_forward(*this, y, g, u);
   const int64_t n = g.numel();
   if (n == 0) return;
   swiglu_forward_kernel<<<elementwise_blocks(n), kThreads, 0, stream()>>>(y.data(), g.data(),
@@ -335,11 +306,7 @@ void CudaDevice::swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u) {
 
 void CudaDevice::swiglu_backward(Tensor& dg, Tensor& du, const Tensor& dy, const Tensor& g,
                                  const Tensor& u) {
-  check_all_on(*this, "swiglu_backward", dg, du, dy, g, u);
-  check_same_numel("swiglu_backward", "dg", dg, "g", g);
-  check_same_numel("swiglu_backward", "du", du, "g", g);
-  check_same_numel("swiglu_backward", "dy", dy, "g", g);
-  check_same_numel("swiglu_backward", "u", u, "g", g);
+  checks::check_swiglu_backward(*this, dg, du, dy, g, u);
   const int64_t n = g.numel();
   if (n == 0) return;
   swiglu_backward_kernel<<<elementwise_blocks(n), kThreads, 0, stream()>>>(
@@ -349,14 +316,8 @@ void CudaDevice::swiglu_backward(Tensor& dg, Tensor& du, const Tensor& dy, const
 
 void CudaDevice::layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
                                    const Tensor& w, const Tensor& b, float eps) {
-  check_all_on(*this, "layernorm_forward", y, mean, rstd, x, w, b);
+  checks::check_layernorm_forward(*this, y, mean, rstd, x, w, b);
   const int64_t rows = x.rows(), h = x.cols();
-  TP_CHECK(y.rows() == rows && y.cols() == h, "layernorm_forward: y ", y.shape().str(), " for x ",
-           x.shape().str());
-  TP_CHECK(w.numel() == h && b.numel() == h, "layernorm_forward: w ", w.shape().str(), " and b ",
-           b.shape().str(), " for rows of ", h);
-  TP_CHECK(mean.numel() == rows && rstd.numel() == rows, "layernorm_forward: mean ",
-           mean.shape().str(), " and rstd ", rstd.shape().str(), " for ", rows, " rows");
   if (rows == 0) return;
   layernorm_forward_kernel<<<row_blocks(rows), gpu::threads_for(h, kRowThreads), 0, stream()>>>(
       y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), rows, h, eps);
@@ -366,15 +327,8 @@ void CudaDevice::layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const 
 void CudaDevice::layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy,
                                     const Tensor& x, const Tensor& w, const Tensor& mean,
                                     const Tensor& rstd) {
-  check_all_on(*this, "layernorm_backward", dx, dw, db, dy, x, w, mean, rstd);
+  checks::check_layernorm_backward(*this, dx, dw, db, dy, x, w, mean, rstd);
   const int64_t rows = x.rows(), h = x.cols();
-  TP_CHECK(dx.rows() == rows && dx.cols() == h && dy.rows() == rows && dy.cols() == h,
-           "layernorm_backward: dx ", dx.shape().str(), " and dy ", dy.shape().str(), " for x ",
-           x.shape().str());
-  TP_CHECK(w.numel() == h && dw.numel() == h && db.numel() == h, "layernorm_backward: w ",
-           w.shape().str(), ", dw ", dw.shape().str(), ", db ", db.shape().str(), " for rows of ", h);
-  TP_CHECK(mean.numel() == rows && rstd.numel() == rows, "layernorm_backward: mean ",
-           mean.shape().str(), " and rstd ", rstd.shape().str(), " for ", rows, " rows");
   // dw, db first (they read dy), then dx, in the CPU's order.
   column_sums(*this, dw.data(), rows, h,
               LayerNormDwTerm{dy.data(), x.data(), mean.data(), rstd.data()});
@@ -387,13 +341,8 @@ void CudaDevice::layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Te
 
 void CudaDevice::rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w,
                                  float eps) {
-  check_all_on(*this, "rmsnorm_forward", y, rstd, x, w);
+  checks::check_rmsnorm_forward(*this, y, rstd, x, w);
   const int64_t rows = x.rows(), h = x.cols();
-  TP_CHECK(y.rows() == rows && y.cols() == h, "rmsnorm_forward: y ", y.shape().str(), " for x ",
-           x.shape().str());
-  TP_CHECK(w.numel() == h, "rmsnorm_forward: w ", w.shape().str(), " for rows of ", h);
-  TP_CHECK(rstd.numel() == rows, "rmsnorm_forward: rstd ", rstd.shape().str(), " for ", rows,
-           " rows");
   if (rows == 0) return;
   rmsnorm_forward_kernel<<<row_blocks(rows), gpu::threads_for(h, kRowThreads), 0, stream()>>>(
       y.data(), rstd.data(), x.data(), w.data(), rows, h, eps);
@@ -402,15 +351,8 @@ void CudaDevice::rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const
 
 void CudaDevice::rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
                                   const Tensor& w, const Tensor& rstd) {
-  check_all_on(*this, "rmsnorm_backward", dx, dw, dy, x, w, rstd);
+  checks::check_rmsnorm_backward(*this, dx, dw, dy, x, w, rstd);
   const int64_t rows = x.rows(), h = x.cols();
-  TP_CHECK(dx.rows() == rows && dx.cols() == h && dy.rows() == rows && dy.cols() == h,
-           "rmsnorm_backward: dx ", dx.shape().str(), " and dy ", dy.shape().str(), " for x ",
-           x.shape().str());
-  TP_CHECK(w.numel() == h && dw.numel() == h, "rmsnorm_backward: w ", w.shape().str(), " and dw ",
-           dw.shape().str(), " for rows of ", h);
-  TP_CHECK(rstd.numel() == rows, "rmsnorm_backward: rstd ", rstd.shape().str(), " for ", rows,
-           " rows");
   column_sums(*this, dw.data(), rows, h, RmsNormDwTerm{dy.data(), x.data(), rstd.data()});
   if (rows == 0) return;
   rmsnorm_backward_dx_kernel<<<row_blocks(rows), gpu::threads_for(h, kRowThreads), 0, stream()>>>(
@@ -420,11 +362,7 @@ void CudaDevice::rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, cons
 
 void CudaDevice::adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWParams& hp,
                             int64_t step) {
-  check_all_on(*this, "adamw_step", p, g, m, v);
-  check_same_numel("adamw_step", "p", p, "g", g);
-  check_same_numel("adamw_step", "p", p, "m", m);
-  check_same_numel("adamw_step", "p", p, "v", v);
-  TP_CHECK(step >= 1, "adamw_step: step=", step, " must be ≥ 1");
+  checks::check_adamw_step(*this, p, g, m, v, step);
   const float bc1 = static_cast<float>(
       1.0 - std::pow(static_cast<double>(hp.beta1), static_cast<double>(step)));
   const float bc2 = static_cast<float>(

@@ -69,5 +69,13 @@ inline unsigned int threads_for(int64_t n, int cap) {
   return static_cast<unsigned int>(t < kWarp ? kWarp : (t > cap ? cap : t));
 }
 
+// Grid-stride loops: this thread's first index, and the stride (all threads of the grid).
+__device__ __forceinline__ int64_t global_thread() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t grid_threads() {
+  return static_cast<int64_t>(gridDim.x) * blockDim.x;
+}
+
 }  // namespace gpu
 }  // namespace tp

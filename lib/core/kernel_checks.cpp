@@ -1,0 +1,264 @@
+#include "core/kernel_checks.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tp::checks {
+
+// ---- building blocks -----------------------------------------------------------------------------
+
+void check_on(const Device& dev, const Tensor& t, const char* what) {
+  TP_CHECK(t.defined(), what, ": undefined tensor");
+  TP_CHECK(&t.device() == &dev, what, ": tensor lives on another device");
+}
+
+void check_same_numel(const char* what, const char* a_name, const Tensor& a, const char* b_name,
+                      const Tensor& b) {
+  TP_CHECK(a.numel() == b.numel(), what, ": ", a_name, " ", a.shape().str(), " and ", b_name, " ",
+           b.shape().str(), " differ in size");
+}
+
+bool valid_id(float id, int64_t limit) {
+  return id >= 0.0f && id < static_cast<float>(limit) && id == std::floor(id);
+}
+
+bool valid_token(float id) { return id >= 0.0f && id < 16777216.0f && id == std::floor(id); }
+
+void check_rows(const char* what, const char* name, const Tensor& t, const Tensor& logits) {
+  TP_CHECK(t.numel() == logits.rows(), what, ": ", name, " ", t.shape().str(), " should hold ",
+           logits.rows(), " rows of logits ", logits.shape().str());
+}
+
+int64_t real_columns(const char* what, const VocabShard& shard, int64_t cols) {
+  TP_CHECK(shard.first >= 0 && shard.vocab > 0, what, ": shard first=", shard.first, " vocab=",
+           shard.vocab, " (need first ≥ 0, vocab > 0)");
+  return std::clamp<int64_t>(shard.vocab - shard.first, 0, cols);
+}
+
+void check_attention(const Device& dev, const char* what, const AttentionShape& sh, const Tensor& q,
+                     const Tensor& k, const Tensor& v, const Tensor& probs) {
+  check_all_on(dev, what, q, k, v, probs);
+  TP_CHECK(sh.seq > 0 && sh.batch > 0 && sh.heads > 0 && sh.kv_heads > 0 && sh.head_dim > 0, what,
+           ": sizes must be positive (S=", sh.seq, " B=", sh.batch, " nh=", sh.heads, " nkv=",
+           sh.kv_heads, " hd=", sh.head_dim, ")");
+  TP_CHECK(sh.heads % sh.kv_heads == 0, what, ": nh=", sh.heads, " is not a multiple of nkv=",
+           sh.kv_heads);
+  const int64_t rows = sh.seq * sh.batch;
+  TP_CHECK(q.rows() == rows && q.cols() == sh.heads * sh.head_dim, what, ": q ", q.shape().str(),
+           " should be ", rows, "x", sh.heads * sh.head_dim);
+  TP_CHECK(k.rows() == rows && k.cols() == sh.kv_heads * sh.head_dim, what, ": k ", k.shape().str(),
+           " should be ", rows, "x", sh.kv_heads * sh.head_dim);
+  TP_CHECK(v.rows() == rows && v.cols() == sh.kv_heads * sh.head_dim, what, ": v ", v.shape().str(),
+           " should be ", rows, "x", sh.kv_heads * sh.head_dim);
+  TP_CHECK(probs.numel() == sh.batch * sh.heads * sh.seq * sh.seq, what, ": probs ",
+           probs.shape().str(), " should hold B·nh·S·S = ", sh.batch * sh.heads * sh.seq * sh.seq);
+}
+
+void check_position(const Device& dev, const char* what, const Tensor& x, const Tensor& wpe,
+                    int64_t batch, int64_t row0) {
+  check_all_on(dev, what, x, wpe);
+  TP_CHECK(batch > 0, what, ": batch=", batch, " must be > 0");
+  TP_CHECK(row0 >= 0, what, ": row0=", row0, " must be ≥ 0");
+  const int64_t rows = x.rows(), h = x.cols();
+  const int64_t need = rows > 0 ? (row0 + rows - 1) / batch + 1 : 0;  // positions read or written
+  TP_CHECK(wpe.cols() == h && wpe.rows() >= need, what, ": wpe ", wpe.shape().str(), " should have ",
+           h, " columns and at least ", need, " rows for rows [", row0, ", ", row0 + rows,
+           ") of x ", x.shape().str(), " at batch=", batch);
+}
+
+// ---- memory, GEMM, bias, layout, elementwise -----------------------------------------------------
+
+void check_axpy(const Device& dev, const Tensor& x, const Tensor& y) {
+  check_on(dev, x, "axpy");
+  check_on(dev, y, "axpy");
+  TP_CHECK(x.numel() == y.numel(), "axpy: x ", x.shape().str(), " and y ", y.shape().str(),
+           " differ in size");
+}
+
+GemmDims check_gemm(const Device& dev, bool trans_a, bool trans_b, const Tensor& a, const Tensor& b,
+                    const Tensor& c) {
+  check_on(dev, a, "gemm");
+  check_on(dev, b, "gemm");
+  check_on(dev, c, "gemm");
+  const int64_t m = trans_a ? a.cols() : a.rows();
+  const int64_t k = trans_a ? a.rows() : a.cols();
+  const int64_t kb = trans_b ? b.cols() : b.rows();
+  const int64_t n = trans_b ? b.rows() : b.cols();
+  TP_CHECK(k == kb, "gemm: inner dimensions differ: op(A) is ", m, "x", k, ", op(B) is ", kb, "x", n,
+           " (A ", a.shape().str(), trans_a ? "ᵀ" : "", ", B ", b.shape().str(), trans_b ? "ᵀ" : "", ")");
+  TP_CHECK(c.rows() == m && c.cols() == n, "gemm: C ", c.shape().str(), " should be ", m, "x", n);
+  return GemmDims{m, n, k};
+}
+
+void check_add_bias(const Device& dev, const Tensor& y, const Tensor& bias) {
+  check_on(dev, y, "add_bias");
+  check_on(dev, bias, "add_bias");
+  TP_CHECK(bias.numel() == y.cols(), "add_bias: bias of ", bias.numel(), " for rows of ", y.cols());
+}
+
+void check_add_bias_backward(const Device& dev, const Tensor& dbias, const Tensor& dy) {
+  check_on(dev, dbias, "add_bias_backward");
+  check_on(dev, dy, "add_bias_backward");
+  TP_CHECK(dbias.numel() == dy.cols(), "add_bias_backward: dbias of ", dbias.numel(), " for rows of ",
+           dy.cols());
+}
+
+void check_copy_columns(const Device& dev, const Tensor& src, int64_t src_col, const Tensor& dst,
+                        int64_t dst_col, int64_t ncols) {
+  check_on(dev, src, "copy_columns");
+  check_on(dev, dst, "copy_columns");
+  TP_CHECK(src.rows() == dst.rows(), "copy_columns: ", src.rows(), " source rows, ", dst.rows(),
+           " destination rows");
+  TP_CHECK(ncols >= 0 && src_col >= 0 && dst_col >= 0 && src_col + ncols <= src.cols() &&
+               dst_col + ncols <= dst.cols(),
+           "copy_columns: columns out of range");
+}
+
+void check_mul(const Device& dev, const Tensor& x, const Tensor& m, const Tensor& y) {
+  check_all_on(dev, "mul", x, m, y);
+  check_same_numel("mul", "x", x, "m", m);
+  check_same_numel("mul", "x", x, "y", y);
+}
+
+void check_dropout_mask(const Device& dev, const Tensor& mask, float p) {
+  check_on(dev, mask, "dropout_mask");
+  TP_CHECK(p >= 0.0f && p < 1.0f, "dropout_mask: p=", p, " must be in [0, 1)");
+}
+
+// ---- activations ---------------------------------------------------------------------------------
+
+void check_gelu_forward(const Device& dev, const Tensor& y, const Tensor& x) {
+  check_all_on(dev, "gelu_forward", y, x);
+  check_same_numel("gelu_forward", "y", y, "x", x);
+}
+
+void check_gelu_backward(const Device& dev, const Tensor& dx, const Tensor& dy, const Tensor& x) {
+  check_all_on(dev, "gelu_backward", dx, dy, x);
+  check_same_numel("gelu_backward", "dx", dx, "x", x);
+  check_same_numel("gelu_backward", "dy", dy, "x", x);
+}
+
+void check_swiglu_forward(const Device& dev, const Tensor& y, const Tensor& g, const Tensor& u) {
+  check_all_on(dev, "swiglu_forward", y, g, u);
+  check_same_numel("swiglu_forward", "y", y, "g", g);
+  check_same_numel("swiglu_forward", "u", u, "g", g);
+}
+
+void check_swiglu_backward(const Device& dev, const Tensor& dg, const Tensor& du, const Tensor& dy,
+                           const Tensor& g, const Tensor& u) {
+  check_all_on(dev, "swiglu_backward", dg, du, dy, g, u);
+  check_same_numel("swiglu_backward", "dg", dg, "g", g);
+  check_same_numel("swiglu_backward", "du", du, "g", g);
+  check_same_numel("swiglu_backward", "dy", dy, "g", g);
+  check_same_numel("swiglu_backward", "u", u, "g", g);
+}
+
+// ---- norms ---------------------------------------------------------------------------------------
+
+void check_layernorm_forward(const Device& dev, const Tensor& y, const Tensor& mean,
+                             const Tensor& rstd, const Tensor& x, const Tensor& w, const Tensor& b) {
+  check_all_on(dev, "layernorm_forward", y, mean, rstd, x, w, b);
+  const int64_t rows = x.rows(), h = x.cols();
+  TP_CHECK(y.rows() == rows && y.cols() == h, "layernorm_forward: y ", y.shape().str(), " for x ",
+           x.shape().str());
+  TP_CHECK(w.numel() == h && b.numel() == h, "layernorm_forward: w ", w.shape().str(), " and b ",
+           b.shape().str(), " for rows of ", h);
+  TP_CHECK(mean.numel() == rows && rstd.numel() == rows, "layernorm_forward: mean ", mean.shape().str(),
+           " and rstd ", rstd.shape().str(), " for ", rows, " rows");
+}
+
+void check_layernorm_backward(const Device& dev, const Tensor& dx, const Tensor& dw,
+                              const Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w,
+                              const Tensor& mean, const Tensor& rstd) {
+  check_all_on(dev, "layernorm_backward", dx, dw, db, dy, x, w, mean, rstd);
+  const int64_t rows = x.rows(), h = x.cols();
+  TP_CHECK(dx.rows() == rows && dx.cols() == h && dy.rows() == rows && dy.cols() == h,
+           "layernorm_backward: dx ", dx.shape().str(), " and dy ", dy.shape().str(), " for x ",
+           x.shape().str());
+  TP_CHECK(w.numel() == h && dw.numel() == h && db.numel() == h, "layernorm_backward: w ",
+           w.shape().str(), ", dw ", dw.shape().str(), ", db ", db.shape().str(), " for rows of ", h);
+  TP_CHECK(mean.numel() == rows && rstd.numel() == rows, "layernorm_backward: mean ",
+           mean.shape().str(), " and rstd ", rstd.shape().str(), " for ", rows, " rows");
+}
+
+void check_rmsnorm_forward(const Device& dev, const Tensor& y, const Tensor& rstd, const Tensor& x,
+                           const Tensor& w) {
+  check_all_on(dev, "rmsnorm_forward", y, rstd, x, w);
+  const int64_t rows = x.rows(), h = x.cols();
+  TP_CHECK(y.rows() == rows && y.cols() == h, "rmsnorm_forward: y ", y.shape().str(), " for x ",
+           x.shape().str());
+  TP_CHECK(w.numel() == h, "rmsnorm_forward: w ", w.shape().str(), " for rows of ", h);
+  TP_CHECK(rstd.numel() == rows, "rmsnorm_forward: rstd ", rstd.shape().str(), " for ", rows, " rows");
+}
+
+void check_rmsnorm_backward(const Device& dev, const Tensor& dx, const Tensor& dw, const Tensor& dy,
+                            const Tensor& x, const Tensor& w, const Tensor& rstd) {
+  check_all_on(dev, "rmsnorm_backward", dx, dw, dy, x, w, rstd);
+  const int64_t rows = x.rows(), h = x.cols();
+  TP_CHECK(dx.rows() == rows && dx.cols() == h && dy.rows() == rows && dy.cols() == h,
+           "rmsnorm_backward: dx ", dx.shape().str(), " and dy ", dy.shape().str(), " for x ",
+           x.shape().str());
+  TP_CHECK(w.numel() == h && dw.numel() == h, "rmsnorm_backward: w ", w.shape().str(), " and dw ",
+           dw.shape().str(), " for rows of ", h);
+  TP_CHECK(rstd.numel() == rows, "rmsnorm_backward: rstd ", rstd.shape().str(), " for ", rows, " rows");
+}
+
+// ---- attention -----------------------------------------------------------------------------------
+
+void check_attention_forward(const Device& dev, const Tensor& out, const Tensor& probs,
+                             const Tensor& q, const Tensor& k, const Tensor& v,
+                             const AttentionShape& sh) {
+  check_attention(dev, "attention_forward", sh, q, k, v, probs);
+  check_on(dev, out, "attention_forward");
+  TP_CHECK(out.rows() == q.rows() && out.cols() == q.cols(), "attention_forward: out ",
+           out.shape().str(), " should match q ", q.shape().str());
+}
+
+void check_attention_backward(const Device& dev, const Tensor& dq, const Tensor& dk,
+                              const Tensor& dv, const Tensor& dout, const Tensor& q,
+                              const Tensor& k, const Tensor& v, const Tensor& probs,
+                              const AttentionShape& sh) {
+  check_attention(dev, "attention_backward", sh, q, k, v, probs);
+  check_all_on(dev, "attention_backward", dq, dk, dv, dout);
+  TP_CHECK(dq.rows() == q.rows() && dq.cols() == q.cols() && dout.rows() == q.rows() &&
+               dout.cols() == q.cols(),
+           "attention_backward: dq ", dq.shape().str(), " and dout ", dout.shape().str(),
+           " should match q ", q.shape().str());
+  TP_CHECK(dk.rows() == k.rows() && dk.cols() == k.cols() && dv.rows() == v.rows() &&
+               dv.cols() == v.cols(),
+           "attention_backward: dk ", dk.shape().str(), " and dv ", dv.shape().str(),
+           " should match k ", k.shape().str());
+}
+
+// ---- vocabulary-parallel loss --------------------------------------------------------------------
+
+int64_t check_vocab_max(const Device& dev, const Tensor& row_max, const Tensor& logits,
+                        const VocabShard& shard) {
+  const char* what = "vocab_max";
+  check_all_on(dev, what, row_max, logits);
+  const int64_t real = real_columns(what, shard, logits.cols());
+  check_rows(what, "row_max", row_max, logits);
+  return real;
+}
+
+void check_vocab_loss(const Device& dev, const Tensor& loss, const Tensor& row_max,
+                      const Tensor& sum_exp, const Tensor& target_logit) {
+  const char* what = "vocab_loss";
+  check_all_on(dev, what, loss, row_max, sum_exp, target_logit);
+  check_same_numel(what, "loss", loss, "row_max", row_max);
+  check_same_numel(what, "loss", loss, "sum_exp", sum_exp);
+  check_same_numel(what, "loss", loss, "target_logit", target_logit);
+}
+
+// ---- optimizer -----------------------------------------------------------------------------------
+
+void check_adamw_step(const Device& dev, const Tensor& p, const Tensor& g, const Tensor& m,
+                      const Tensor& v, int64_t step) {
+  check_all_on(dev, "adamw_step", p, g, m, v);
+  check_same_numel("adamw_step", "p", p, "g", g);
+  check_same_numel("adamw_step", "p", p, "m", m);
+  check_same_numel("adamw_step", "p", p, "v", v);
+  TP_CHECK(step >= 1, "adamw_step: step=", step, " must be ≥ 1");
+}
+
+}  // namespace tp::checks
