@@ -143,7 +143,7 @@ std::string Options::help() const {
     if (o.type == Type::Text) left += o.choices.empty() ? "=S" : "=" + join(o.choices, "|");
     if (left.size() < 26) left.resize(26, ' ');
     os << left << " " << o.help;
-    if (o.type != Type::Flag) os << " (default: " << o.value << ")";
+    if (o.type != Type::Flag) os << " (default: " << (o.value.empty() ? "none" : o.value) << ")";
     os << "\n";
   }
   os << "  --help                   print this text and exit\n";
