@@ -10,8 +10,9 @@
 // Host round trips: token ids and targets arrive as f32 device tensors and are validated as on the
 // CPU, which needs them on the host (ids.to_host(): one synchronisation per call of the embedding
 // kernels, vocab_sum_exp_target and vocab_softmax_backward). embedding_shard_backward also uses the
-// host copy to group the positions by owned row (a stable counting sort), so each row of dwte is
-// summed by one thread per column, positions in increasing order, exactly as the CPU does.
+// host copy to group the positions by owned row (a stable counting sort, uploaded with a second,
+// synchronous copy), so each row of dwte is summed by one thread per column, positions in
+// increasing order, exactly as the CPU does.
 #include <cmath>
 #include <vector>
 
@@ -414,9 +415,12 @@ void CudaDevice::embedding_shard_backward(Tensor& dwte_shard, const Tensor& dout
 
   const size_t bytes = packed.size() * sizeof(int64_t);
   int64_t* dev_packed = static_cast<int64_t*>(scratch(bytes));
-  // Stream-ordered after earlier users of the scratch; from pageable memory the call returns once
-  // the host buffer has been staged, so `packed` may go out of scope.
-  CUDA_CHECK(cudaMemcpyAsync(dev_packed, packed.data(), bytes, cudaMemcpyHostToDevice, stream()));
+  // Stream-ordered after earlier users of the scratch. `packed` is a pageable vector freed when we
+  // return, and CUDA documents a pageable cudaMemcpyAsync only as "might be synchronous" (staging
+  // before return is the guarantee of the synchronous cudaMemcpy, not of the Async form), so the
+  // copy goes through copy_from_host, which waits for it (this call already synchronised once to
+  // check the ids on the host).
+  copy_from_host(dev_packed, packed.data(), bytes);
   embedding_shard_backward_kernel<<<elementwise_blocks(nunique * h), kThreads, 0, stream()>>>(
       dwte_shard.data(), dout.data(), dev_packed, dev_packed + nunique,
       dev_packed + 2 * nunique + 1, nunique, h);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <string>
 #include <vector>
 
 #include "cuda_check.h"
@@ -35,20 +36,27 @@ void mpi_check(int rc, const char* call) {
 }
 
 // NCCL cannot put two ranks of one communicator on the same GPU. Every rank of `comm` learns
-// whether any node has more ranks than GPUs (or two ranks on the same ordinal), so the bad-input
-// error is raised on every rank alike and the launcher exits 2 cleanly instead of hanging.
+// whether any node has two ranks on one physical GPU, so the bad-input error is raised on every
+// rank alike and the launcher exits 2 cleanly instead of hanging. The GPU is identified by its
+// UUID, not by its ordinal or the visible count: with a per-rank CUDA_VISIBLE_DEVICES (one GPU per
+// task, as batch schedulers set it) every rank sees its own, different GPU as ordinal 0 of 1.
 void check_one_gpu_per_rank(MPI_Comm comm, int ordinal) {
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal));
+  constexpr int kUuid = static_cast<int>(sizeof prop.uuid.bytes);
   MPI_Comm node = MPI_COMM_NULL;
   mpi_check(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank_of(comm), MPI_INFO_NULL, &node),
             "MPI_Comm_split_type");
   const int local_size = size_of(node);
-  std::vector<int> ordinals(static_cast<size_t>(local_size));
-  mpi_check(MPI_Allgather(&ordinal, 1, MPI_INT, ordinals.data(), 1, MPI_INT, node), "MPI_Allgather");
+  std::vector<char> all(static_cast<size_t>(local_size) * kUuid);
+  mpi_check(MPI_Allgather(prop.uuid.bytes, kUuid, MPI_BYTE, all.data(), kUuid, MPI_BYTE, node),
+            "MPI_Allgather");
   MPI_Comm_free(&node);
-  int gpus = 0;
-  CUDA_CHECK(cudaGetDeviceCount(&gpus));
-  std::sort(ordinals.begin(), ordinals.end());
-  const bool shared = local_size > gpus || std::adjacent_find(ordinals.begin(), ordinals.end()) != ordinals.end();
+  std::vector<std::string> uuids;
+  for (int i = 0; i < local_size; ++i) uuids.emplace_back(all.data() + static_cast<size_t>(i) * kUuid, kUuid);
+  std::sort(uuids.begin(), uuids.end());
+  const int gpus = static_cast<int>(std::unique(uuids.begin(), uuids.end()) - uuids.begin());
+  const bool shared = gpus < local_size;
   int mine[3] = {shared ? 1 : 0, shared ? local_size : 0, shared ? gpus : 0};
   int worst[3] = {0, 0, 0};
   mpi_check(MPI_Allreduce(mine, worst, 3, MPI_INT, MPI_MAX, comm), "MPI_Allreduce");
