@@ -5,30 +5,14 @@
 
 #include "core/device.h"
 #include "core/error.h"
+#include "mpi_util.h"
 
 namespace tp {
 
 namespace {
 
-int rank_of(MPI_Comm c) {
-  int r = 0;
-  MPI_Comm_rank(c, &r);
-  return r;
-}
-
-int size_of(MPI_Comm c) {
-  int s = 1;
-  MPI_Comm_size(c, &s);
-  return s;
-}
-
-void mpi_check(int rc, const char* call) {
-  if (rc == MPI_SUCCESS) return;
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(rc, text, &len);
-  TP_CHECK(false, call, " failed: ", std::string(text, static_cast<size_t>(len)));
-}
+using mpi::rank_of;
+using mpi::size_of;
 
 int count_of(const Tensor& t) {
   TP_CHECK(t.numel() <= INT_MAX, "a single MPI message holds at most ", INT_MAX,
@@ -73,13 +57,13 @@ class MpiWork : public Work {
   float* out() const { return out_.ptr(); }
   void wait() override {
     if (done_) return;
-    mpi_check(MPI_Wait(&request, MPI_STATUS_IGNORE), "MPI_Wait");
+    mpi::check(MPI_Wait(&request, MPI_STATUS_IGNORE), "MPI_Wait");
     finish();
   }
   bool test() override {
     if (done_) return true;
     int flag = 0;
-    mpi_check(MPI_Test(&request, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+    mpi::check(MPI_Test(&request, &flag, MPI_STATUS_IGNORE), "MPI_Test");
     if (flag) finish();
     return done_;
   }
@@ -128,51 +112,51 @@ std::string MpiCommunicator::name() const { return "mpi (" + mpi_library_version
 
 void MpiCommunicator::do_all_reduce(Tensor& x, ReduceOp op) {
   HostView v(x, true);
-  mpi_check(MPI_Allreduce(MPI_IN_PLACE, v.ptr(), count_of(x), MPI_FLOAT, op == ReduceOp::Max ? MPI_MAX : MPI_SUM, comm_),
+  mpi::check(MPI_Allreduce(MPI_IN_PLACE, v.ptr(), count_of(x), MPI_FLOAT, op == ReduceOp::Max ? MPI_MAX : MPI_SUM, comm_),
             "MPI_Allreduce");
   v.write_back();
 }
 
 void MpiCommunicator::do_all_gather(const Tensor& shard, Tensor& full) {
   HostView in(shard, true), out(full, false);
-  mpi_check(MPI_Allgather(in.ptr(), count_of(shard), MPI_FLOAT, out.ptr(), count_of(shard), MPI_FLOAT, comm_),
+  mpi::check(MPI_Allgather(in.ptr(), count_of(shard), MPI_FLOAT, out.ptr(), count_of(shard), MPI_FLOAT, comm_),
             "MPI_Allgather");
   out.write_back();
 }
 
 void MpiCommunicator::do_reduce_scatter(const Tensor& full, Tensor& shard) {
   HostView in(full, true), out(shard, false);
-  mpi_check(MPI_Reduce_scatter_block(in.ptr(), out.ptr(), count_of(shard), MPI_FLOAT, MPI_SUM, comm_),
+  mpi::check(MPI_Reduce_scatter_block(in.ptr(), out.ptr(), count_of(shard), MPI_FLOAT, MPI_SUM, comm_),
             "MPI_Reduce_scatter_block");
   out.write_back();
 }
 
 void MpiCommunicator::do_broadcast(Tensor& x, int root) {
   HostView v(x, true);
-  mpi_check(MPI_Bcast(v.ptr(), count_of(x), MPI_FLOAT, root, comm_), "MPI_Bcast");
+  mpi::check(MPI_Bcast(v.ptr(), count_of(x), MPI_FLOAT, root, comm_), "MPI_Bcast");
   v.write_back();
 }
 
 void MpiCommunicator::do_send_recv(const Tensor& send, int to, Tensor& recv, int from) {
   HostView in(send, true), out(recv, false);
-  mpi_check(MPI_Sendrecv(in.ptr(), count_of(send), MPI_FLOAT, to, 0, out.ptr(), count_of(recv), MPI_FLOAT,
+  mpi::check(MPI_Sendrecv(in.ptr(), count_of(send), MPI_FLOAT, to, 0, out.ptr(), count_of(recv), MPI_FLOAT,
                          from, 0, comm_, MPI_STATUS_IGNORE),
             "MPI_Sendrecv");
   out.write_back();
 }
 
-void MpiCommunicator::do_barrier() { mpi_check(MPI_Barrier(comm_), "MPI_Barrier"); }
+void MpiCommunicator::do_barrier() { mpi::check(MPI_Barrier(comm_), "MPI_Barrier"); }
 
 std::unique_ptr<Work> MpiCommunicator::do_all_reduce_async(Tensor& x) {
   auto work = std::make_unique<MpiWork>(nullptr, x);
-  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, work->out(), count_of(x), MPI_FLOAT, MPI_SUM, comm_, &work->request),
+  mpi::check(MPI_Iallreduce(MPI_IN_PLACE, work->out(), count_of(x), MPI_FLOAT, MPI_SUM, comm_, &work->request),
             "MPI_Iallreduce");
   return work;
 }
 
 std::unique_ptr<Work> MpiCommunicator::do_all_gather_async(const Tensor& shard, Tensor& full) {
   auto work = std::make_unique<MpiWork>(&shard, full);
-  mpi_check(MPI_Iallgather(work->in(), count_of(shard), MPI_FLOAT, work->out(), count_of(shard), MPI_FLOAT,
+  mpi::check(MPI_Iallgather(work->in(), count_of(shard), MPI_FLOAT, work->out(), count_of(shard), MPI_FLOAT,
                            comm_, &work->request),
             "MPI_Iallgather");
   return work;
@@ -180,7 +164,7 @@ std::unique_ptr<Work> MpiCommunicator::do_all_gather_async(const Tensor& shard, 
 
 std::unique_ptr<Work> MpiCommunicator::do_reduce_scatter_async(const Tensor& full, Tensor& shard) {
   auto work = std::make_unique<MpiWork>(&full, shard);
-  mpi_check(MPI_Ireduce_scatter_block(work->in(), work->out(), count_of(shard), MPI_FLOAT, MPI_SUM, comm_,
+  mpi::check(MPI_Ireduce_scatter_block(work->in(), work->out(), count_of(shard), MPI_FLOAT, MPI_SUM, comm_,
                                       &work->request),
             "MPI_Ireduce_scatter_block");
   return work;
@@ -188,7 +172,7 @@ std::unique_ptr<Work> MpiCommunicator::do_reduce_scatter_async(const Tensor& ful
 
 std::unique_ptr<Communicator> MpiCommunicator::do_split(int color, int key) {
   MPI_Comm sub = MPI_COMM_NULL;
-  mpi_check(MPI_Comm_split(comm_, color, key, &sub), "MPI_Comm_split");
+  mpi::check(MPI_Comm_split(comm_, color, key, &sub), "MPI_Comm_split");
   return std::make_unique<MpiCommunicator>(sub, true);
 }
 

@@ -10,30 +10,14 @@
 #include "cuda_check.h"
 #include "cuda_device.h"
 #include "gpu_entry.h"
+#include "mpi_util.h"
 
 namespace tp {
 
 namespace {
 
-int rank_of(MPI_Comm c) {
-  int r = 0;
-  MPI_Comm_rank(c, &r);
-  return r;
-}
-
-int size_of(MPI_Comm c) {
-  int s = 1;
-  MPI_Comm_size(c, &s);
-  return s;
-}
-
-void mpi_check(int rc, const char* call) {
-  if (rc == MPI_SUCCESS) return;
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(rc, text, &len);
-  TP_CHECK(false, call, " failed: ", std::string(text, static_cast<size_t>(len)));
-}
+using mpi::rank_of;
+using mpi::size_of;
 
 // NCCL cannot put two ranks of one communicator on the same GPU. Every rank of `comm` learns
 // whether any node has two ranks on one physical GPU, so the bad-input error is raised on every
@@ -45,11 +29,11 @@ void check_one_gpu_per_rank(MPI_Comm comm, int ordinal) {
   CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal));
   constexpr int kUuid = static_cast<int>(sizeof prop.uuid.bytes);
   MPI_Comm node = MPI_COMM_NULL;
-  mpi_check(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank_of(comm), MPI_INFO_NULL, &node),
+  mpi::check(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank_of(comm), MPI_INFO_NULL, &node),
             "MPI_Comm_split_type");
   const int local_size = size_of(node);
   std::vector<char> all(static_cast<size_t>(local_size) * kUuid);
-  mpi_check(MPI_Allgather(prop.uuid.bytes, kUuid, MPI_BYTE, all.data(), kUuid, MPI_BYTE, node),
+  mpi::check(MPI_Allgather(prop.uuid.bytes, kUuid, MPI_BYTE, all.data(), kUuid, MPI_BYTE, node),
             "MPI_Allgather");
   MPI_Comm_free(&node);
   std::vector<std::string> uuids;
@@ -59,7 +43,7 @@ void check_one_gpu_per_rank(MPI_Comm comm, int ordinal) {
   const bool shared = gpus < local_size;
   int mine[3] = {shared ? 1 : 0, shared ? local_size : 0, shared ? gpus : 0};
   int worst[3] = {0, 0, 0};
-  mpi_check(MPI_Allreduce(mine, worst, 3, MPI_INT, MPI_MAX, comm), "MPI_Allreduce");
+  mpi::check(MPI_Allreduce(mine, worst, 3, MPI_INT, MPI_MAX, comm), "MPI_Allreduce");
   TP_CHECK_INPUT(worst[0] == 0, "NCCL needs one GPU per rank: ", worst[1], " ranks share ", worst[2],
                  worst[2] == 1 ? " GPU" : " GPUs",
                  " on this node; run with --comm mpi to stage through host memory, or fewer ranks");
@@ -69,7 +53,7 @@ void check_one_gpu_per_rank(MPI_Comm comm, int ordinal) {
 ncclComm_t init_over(MPI_Comm comm) {
   ncclUniqueId id;
   if (rank_of(comm) == 0) NCCL_CHECK(ncclGetUniqueId(&id));
-  mpi_check(MPI_Bcast(&id, static_cast<int>(sizeof id), MPI_BYTE, 0, comm), "MPI_Bcast");
+  mpi::check(MPI_Bcast(&id, static_cast<int>(sizeof id), MPI_BYTE, 0, comm), "MPI_Bcast");
   ncclComm_t nccl = nullptr;
   NCCL_CHECK(ncclCommInitRank(&nccl, size_of(comm), id, rank_of(comm)));
   return nccl;
@@ -129,7 +113,7 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, CudaDevice& device)
   check_one_gpu_per_rank(comm, device_.ordinal());
   // A private duplicate: the bootstrap, barrier and split traffic cannot match the program's own
   // messages on `comm`.
-  mpi_check(MPI_Comm_dup(comm, &mpi_), "MPI_Comm_dup");
+  mpi::check(MPI_Comm_dup(comm, &mpi_), "MPI_Comm_dup");
   nccl_ = init_over(mpi_);
   create_streams();
 }
@@ -230,7 +214,7 @@ void NcclCommunicator::do_barrier() {
   // Everything this rank has queued (compute and communication) is finished before it arrives.
   device_.synchronize();
   CUDA_CHECK(cudaStreamSynchronize(comm_stream_));
-  mpi_check(MPI_Barrier(mpi_), "MPI_Barrier");
+  mpi::check(MPI_Barrier(mpi_), "MPI_Barrier");
 }
 
 std::unique_ptr<Work> NcclCommunicator::do_all_reduce_async(Tensor& x) {
@@ -253,7 +237,7 @@ std::unique_ptr<Work> NcclCommunicator::do_reduce_scatter_async(const Tensor& fu
 
 std::unique_ptr<Communicator> NcclCommunicator::do_split(int color, int key) {
   MPI_Comm sub = MPI_COMM_NULL;
-  mpi_check(MPI_Comm_split(mpi_, color, key, &sub), "MPI_Comm_split");
+  mpi::check(MPI_Comm_split(mpi_, color, key, &sub), "MPI_Comm_split");
   ncclComm_t child = nullptr;
 #if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
   // Collective over this communicator; ranks are ordered by (key, old rank), as MPI_Comm_split

@@ -1,0 +1,33 @@
+// mpi_util.h — small MPI helpers shared by the MPI and NCCL communicators.
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+
+#include "core/error.h"
+
+namespace tp::mpi {
+
+inline int rank_of(MPI_Comm c) {
+  int r = 0;
+  MPI_Comm_rank(c, &r);
+  return r;
+}
+
+inline int size_of(MPI_Comm c) {
+  int s = 1;
+  MPI_Comm_size(c, &s);
+  return s;
+}
+
+/// Throws tp::Error naming `call` and MPI's own message when rc is not MPI_SUCCESS.
+inline void check(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  TP_CHECK(false, call, " failed: ", std::string(text, static_cast<size_t>(len)));
+}
+
+}  // namespace tp::mpi
