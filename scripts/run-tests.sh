@@ -24,6 +24,22 @@ failures=()
 pass() { passed=$((passed + $1)); }
 fail() { failed=$((failed + 1)); failures+=("$1"); echo "✗ $1"; }
 run_mpi() { local np=$1; shift; timeout "${TIMEOUT:-300}" "$MPIEXEC" $MPI_FLAGS -np "$np" "$@" </dev/null; }
+# tally NAME LOG RC: counts the "tp-tests: np=N passed=P failed=F skipped=S" line an MPI test binary
+# (tests/mpi_main.cpp) prints last; a missing line means it crashed or timed out.
+tally() {
+  local name=$1 log=$2 rc=$3 line p f s
+  line=$(grep '^tp-tests:' "$log" | tail -1)
+  if [ -z "$line" ]; then fail "$name exited $rc without a result (crash or timeout; see $log)"; return; fi
+  p=$(echo "$line" | sed 's/.*passed=\([0-9]*\).*/\1/'); f=$(echo "$line" | sed 's/.*failed=\([0-9]*\).*/\1/')
+  s=$(echo "$line" | sed 's/.*skipped=\([0-9]*\).*/\1/')
+  pass "$p"; skipped=$((skipped + s))
+  if [ "$f" != 0 ]; then
+    grep '^\[  FAILED  \] [A-Za-z]' "$log" | sort -u | while read -r l; do echo "✗ $name: ${l#*] }"; done
+    failed=$((failed + f)); failures+=("$name: $f failed (see $log)")
+  else
+    echo "✓ $name: $p passed$([ "$s" != 0 ] && echo ", $s skipped")"
+  fi
+}
 
 # 1. Serial tests.
 log=$logs/test_serial.log
@@ -46,21 +62,7 @@ fi
 for np in $NP; do
   log=$logs/test_mpi.np$np.log
   run_mpi "$np" "$BUILD/bin/test_mpi" >"$log" 2>&1
-  rc=$?
-  line=$(grep '^tp-tests:' "$log" | tail -1)
-  if [ -z "$line" ]; then
-    fail "test_mpi -np $np exited $rc without a result (crash or timeout; see $log)"
-    continue
-  fi
-  p=$(echo "$line" | sed 's/.*passed=\([0-9]*\).*/\1/'); f=$(echo "$line" | sed 's/.*failed=\([0-9]*\).*/\1/')
-  s=$(echo "$line" | sed 's/.*skipped=\([0-9]*\).*/\1/')
-  pass "$p"; skipped=$((skipped + s))
-  if [ "$f" != 0 ]; then
-    grep '^\[  FAILED  \] [A-Za-z]' "$log" | sort -u | while read -r l; do echo "✗ np=$np: ${l#*] }"; done
-    failed=$((failed + f)); failures+=("test_mpi -np $np: $f failed (see $log)")
-  else
-    echo "✓ test_mpi -np $np: $p passed$([ "$s" != 0 ] && echo ", $s skipped")"
-  fi
+  tally "test_mpi -np $np" "$log" $?
 done
 
 # 2b. GPU tests. $BUILD/gpu-backend (written by the Makefile) says whether this build has the GPU
@@ -90,18 +92,7 @@ else
   for np in 1 2 3; do
     log=$logs/test_gpu.np$np.log
     [ "$np" = 1 ] || run_mpi "$np" "$BUILD/bin/test_gpu" >"$log" 2>&1
-    rc=$?
-    line=$(grep '^tp-tests:' "$log" | tail -1)
-    if [ -z "$line" ]; then fail "test_gpu -np $np exited $rc without a result (crash or timeout; see $log)"; continue; fi
-    p=$(echo "$line" | sed 's/.*passed=\([0-9]*\).*/\1/'); f=$(echo "$line" | sed 's/.*failed=\([0-9]*\).*/\1/')
-    s=$(echo "$line" | sed 's/.*skipped=\([0-9]*\).*/\1/')
-    pass "$p"; skipped=$((skipped + s))
-    if [ "$f" != 0 ]; then
-      grep '^\[  FAILED  \] [A-Za-z]' "$log" | sort -u | while read -r l; do echo "✗ gpu np=$np: ${l#*] }"; done
-      failed=$((failed + f)); failures+=("test_gpu -np $np: $f failed (see $log)")
-    else
-      echo "✓ test_gpu -np $np (${gpu#tp-gpu: device }): $p passed$([ "$s" != 0 ] && echo ", $s skipped")"
-    fi
+    tally "test_gpu -np $np (${gpu#tp-gpu: device })" "$log" $?
   done
 fi
 
