@@ -77,7 +77,8 @@ LIBTP_CPU := $(BUILD)/lib/libtp_cpu.a
 LIBTP_LESSON := $(BUILD)/lib/libtp_lesson.a
 LESSON_BINS := $(patsubst %,$(BUILD)/bin/lesson_%,$(LESSONS))
 TOOL_BINS   := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(wildcard tools/tp_*.cpp))
-TEST_BINS   := $(BUILD)/bin/test_serial $(BUILD)/bin/test_mpi $(BUILD)/bin/fail_one_rank $(BUILD)/bin/test_gpu
+TEST_BINS   := $(BUILD)/bin/test_serial $(BUILD)/bin/test_mpi $(BUILD)/bin/fail_one_rank $(BUILD)/bin/test_gpu \
+               $(BUILD)/emu/bin/test_gpu
 
 # What every program links for `--backend gpu`: the GPU backend and the CUDA libraries, or the
 # stub that says there is none. $(GPU_STAMP) changes (only) when that choice does, so switching
@@ -96,11 +97,12 @@ endif
 # The link line: objects and archives of the rule ($^ without the stamp), then the GPU libraries.
 LINK = $(MPICXX) $(LDFLAGS) $(filter-out $(GPU_STAMP),$^) -o $@
 
-.PHONY: all lessons tests tools run test docs bench clean deps gpu-check FORCE
+.PHONY: all lessons tests tools run test docs bench clean deps gpu-check gpu-emu FORCE
 # Keep the objects that only pattern rules mention (make would delete them as intermediates).
 # Only these: a bare .SECONDARY would also stop a missing archive from being rebuilt.
 .SECONDARY: $(patsubst %,$(BUILD)/obj/lessons/%/main.o,$(LESSONS)) \
-            $(patsubst tools/%.cpp,$(BUILD)/obj/tools/%.o,$(wildcard tools/*.cpp))
+            $(patsubst tools/%.cpp,$(BUILD)/obj/tools/%.o,$(wildcard tools/*.cpp)) \
+            $(patsubst gpu_backend/%.cu,$(BUILD)/emu/src/%.cpp,$(GPU_CU_SRC))
 all: lessons tests tools $(GPU_STAMP)
 
 lessons: $(LESSON_BINS)
@@ -176,6 +178,56 @@ $(BUILD)/bin/fail_one_rank: $(BUILD)/obj/tests/fail_one_rank.o $(LIBTP_CPU) $(GP
 $(BUILD)/bin/tp_%: $(BUILD)/obj/tools/tp_%.o $(LIBTP_CPU) $(GPU_LINK) $(LIBTP) $(GPU_STAMP)
 	@mkdir -p $(dir $@)
 	$(LINK) $(GPU_LDLIBS)
+
+# ---- The CUDA emulator build (tests/cuda_emu/include/cuda_emu.h says what it models) -------------
+# The GPU backend compiled by g++ against CPU versions of the CUDA runtime, cuBLAS and NCCL (NCCL
+# over MPI): every kernel runs on the CPU, one fiber per CUDA thread, with guarded device memory
+# and lazily executed streams. It needs neither nvcc nor a GPU, so `make test` runs the GPU tests
+# (build/emu/bin/test_gpu) on every machine; `make gpu-emu` also runs the correctness half of
+# `make gpu-check` (lessons, loss curves) through it. No timing means anything there.
+EMU         := $(BUILD)/emu
+EMU_CXXFLAGS = $(CXXFLAGS) -O1 -g -ffp-contract=off -Wno-unknown-pragmas -Itests/cuda_emu/include \
+               -Igpu_backend -Icpu_backend
+EMU_OBJ     := $(patsubst gpu_backend/%.cu,$(BUILD)/obj/emu/%.o,$(GPU_CU_SRC)) \
+               $(patsubst gpu_backend/%.cpp,$(BUILD)/obj/emu/%.o,$(GPU_CPP_SRC)) $(BUILD)/obj/emu/runtime.o
+LIBTP_EMU   := $(EMU)/lib/libtp_gpu_emu.a
+EMU_BINS    := $(EMU)/bin/tp_train $(EMU)/bin/tp_bench $(patsubst %,$(EMU)/bin/lesson_%,$(LESSONS))
+
+$(EMU)/src/%.cpp: gpu_backend/%.cu scripts/cuda-emu-translate.pl
+	@mkdir -p $(dir $@)
+	perl scripts/cuda-emu-translate.pl $< > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/obj/emu/%.o: $(EMU)/src/%.cpp | deps
+	@mkdir -p $(dir $@)
+	$(MPICXX) $(EMU_CXXFLAGS) -c $< -o $@
+
+$(BUILD)/obj/emu/%.o: gpu_backend/%.cpp | deps
+	@mkdir -p $(dir $@)
+	$(MPICXX) $(EMU_CXXFLAGS) -c $< -o $@
+
+$(BUILD)/obj/emu/runtime.o: tests/cuda_emu/runtime.cpp | deps
+	@mkdir -p $(dir $@)
+	$(MPICXX) $(EMU_CXXFLAGS) -c $< -o $@
+
+$(LIBTP_EMU): $(EMU_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(EMU)/bin/test_gpu: $(call obj,$(GPU_TEST) tests/mpi_main.cpp tests/test_util.cpp) $(LIBTP_CPU) $(LIBTP_EMU) $(LIBTP)
+	@mkdir -p $(dir $@)
+	$(LINK) -lgtest -pthread
+
+$(EMU)/bin/tp_%: $(BUILD)/obj/tools/tp_%.o $(LIBTP_CPU) $(LIBTP_EMU) $(LIBTP)
+	@mkdir -p $(dir $@)
+	$(LINK)
+
+$(EMU)/bin/lesson_%: $(BUILD)/obj/lessons/%/main.o $(LIBTP_LESSON) $(LIBTP_CPU) $(LIBTP_EMU) $(LIBTP)
+	@mkdir -p $(dir $@)
+	$(LINK)
+
+# The correctness steps of gpu-check (GPU tests, every lesson, loss curves) on the emulator.
+gpu-emu: all $(EMU_BINS)
+	@GPU_CHECK_EMU=1 scripts/gpu-check.sh
 
 run: lessons
 	@scripts/run-lessons.sh

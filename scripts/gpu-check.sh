@@ -23,6 +23,12 @@
 #   GPU_CHECK_SIZES="--hidden 1024 --tokens 2048 --seq 512 --heads 8" make gpu-check
 # GPU_CHECK_BUDGET (seconds, default 480): later steps are skipped, and say so, once it is spent.
 #
+# GPU_CHECK_EMU=1 (what `make gpu-emu` sets): the same steps on the CUDA emulator (tests/cuda_emu:
+# the GPU backend's kernels run on the CPU) instead of a GPU: no GPU probe, no build (make built
+# $BUILD/emu/bin), one shared "GPU" as on a one-GPU machine (TP_EMU_SHARED_GPU=1), tiny timing
+# sizes. Its correctness results are real; its timings only show that the steps and their parsing
+# work.
+#
 # Logs: $OUT/gpu-check/ when OUT is set, else $BUILD/gpu-check/. Exit 1 when a correctness check
 # fails (tests, lessons, loss curves, a build without the GPU backend); performance goals are
 # reported (met / MISSED) but do not fail the run. Without a GPU: one line, exit 0.
@@ -30,9 +36,19 @@ set -u
 cd "$(dirname "$0")/.." || exit 2
 . scripts/common.sh
 budget=${GPU_CHECK_BUDGET:-480}  # seconds; steps are skipped (and say so) once it runs out
+emu=${GPU_CHECK_EMU:-0}
+gbin=$BUILD/bin  # the programs run with --backend gpu
+if [ "$emu" = 1 ]; then
+  gbin=$BUILD/emu/bin
+  export TP_EMU_SHARED_GPU=1
+  GPU_CHECK_SIZES=${GPU_CHECK_SIZES:---hidden 64 --tokens 128 --seq 32 --batch 1 --heads 4}
+  budget=${GPU_CHECK_BUDGET:-900}
+fi
 
 # ---- 0. Is there a GPU? ---------------------------------------------------------------------------
-if command -v nvidia-smi >/dev/null 2>&1; then
+if [ "$emu" = 1 ]; then
+  :  # the emulator is the GPU
+elif command -v nvidia-smi >/dev/null 2>&1; then
   if ! smi=$(nvidia-smi -L 2>&1) || ! echo "$smi" | grep -q '^GPU'; then
     echo "gpu-check: no GPU: nothing to check (nvidia-smi: $(echo "$smi" | head -1))"
     exit 0
@@ -43,7 +59,7 @@ elif ! ls /dev/nvidia[0-9]* >/dev/null 2>&1; then
 fi
 
 logs=${OUT:+$OUT/gpu-check}
-logs=${logs:-$BUILD/gpu-check}
+logs=${logs:-$BUILD/gpu-check$([ "$emu" = 1 ] && echo -emu)}
 mkdir -p "$logs"
 rows=()      # the final table: "name|result|goal|verdict"
 failed=0
@@ -57,22 +73,27 @@ ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; }
 le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
 
 # ---- 1. Build ------------------------------------------------------------------------------------
-echo "gpu-check: building (log: $logs/build.log)"
-if ! make -j"$(nproc)" all >"$logs/build.log" 2>&1; then
+if [ "$emu" = 1 ]; then
+  echo "gpu-check: on the CUDA emulator ($gbin): correctness only, timings mean nothing"
+  row "build" "emulator ($gbin)" "-" ok
+elif echo "gpu-check: building (log: $logs/build.log)" && ! make -j"$(nproc)" all >"$logs/build.log" 2>&1; then
   tail -20 "$logs/build.log"
   echo "gpu-check: the build failed (see $logs/build.log)"
   exit 1
 fi
 backend=$(cat "$BUILD/gpu-backend" 2>/dev/null || echo "no: unknown")
+[ "$emu" = 1 ] && backend=yes
 if [ "$backend" != yes ]; then
   echo "gpu-check: there is a GPU, but this build has no GPU backend (${backend#no: }): install the CUDA toolkit (nvcc, cuBLAS) and NCCL, or unset NO_CUDA"
   exit 1
 fi
-warnings=$(grep -c -i 'warning' "$logs/build.log")
-row "build (GPU backend)" "$warnings warnings" "0" "$([ "$warnings" = 0 ] && echo ok || echo MISSED)"
+if [ "$emu" != 1 ]; then
+  warnings=$(grep -c -i 'warning' "$logs/build.log")
+  row "build (GPU backend)" "$warnings warnings" "0" "$([ "$warnings" = 0 ] && echo ok || echo MISSED)"
+fi
 
 # Is the GPU usable from this build? (no CUDA device → one line, exit 0)
-"$BUILD/bin/tp_bench" --backend gpu --suite none >"$logs/probe.log" 2>&1
+"$gbin/tp_bench" --backend gpu --suite none >"$logs/probe.log" 2>&1
 rc=$?
 if [ $rc != 0 ]; then
   if grep -q 'no CUDA device' "$logs/probe.log"; then
@@ -90,7 +111,7 @@ echo "gpu-check: $device ($(left) s of the ${budget} s budget left)"
 tests_result="" tests_ok=ok
 for np in 1 2 3; do
   log=$logs/test_gpu.np$np.log
-  run_mpi "$np" 180 "$BUILD/bin/test_gpu" >"$log" 2>&1
+  run_mpi "$np" 180 "$gbin/test_gpu" >"$log" 2>&1
   rc=$?
   line=$(grep '^tp-tests:' "$log" | tail -1)
   if [ -z "$line" ]; then
@@ -115,11 +136,11 @@ lessons_ok=0 lessons_total=0
 while read -r name np; do
   [ "$(left)" -gt 120 ] || { echo "· lessons: out of time, $name and later not run"; lessons_total=$((lessons_total + 1)); break; }
   lessons_total=$((lessons_total + 1))
-  bin=$BUILD/bin/lesson_$name
+  bin=$BUILD/bin/lesson_$name gpu_bin=$gbin/lesson_$name
   cpu=$logs/lesson_$name.cpu.np$np.log gmpi=$logs/lesson_$name.gpu-mpi.np$np.log g1=$logs/lesson_$name.gpu-nccl.np1.log
   run_mpi "$np" 120 "$bin" >"$cpu" 2>&1
-  run_mpi "$np" 120 "$bin" --backend gpu --comm mpi >"$gmpi" 2>&1
-  run_mpi 1 120 "$bin" --backend gpu >"$g1" 2>&1
+  run_mpi "$np" 120 "$gpu_bin" --backend gpu --comm mpi >"$gmpi" 2>&1
+  run_mpi 1 120 "$gpu_bin" --backend gpu >"$g1" 2>&1
   rc1=$?
   c=$(checks "$cpu") gm=$(checks "$gmpi") g=$(checks "$g1")
   ok=1
@@ -140,7 +161,7 @@ done < <(lesson_list)
 row "lessons, GPU = CPU (PASSED)" "$lessons_ok/$lessons_total" "all" "$([ "$lessons_ok" = "$lessons_total" ] && echo ok || echo FAILED)"
 
 # ---- 4. tp_train loss curves, GPU against CPU ----------------------------------------------------
-train=("$BUILD/bin/tp_train" --layers 2 --hidden 48 --heads 12 --ffn 96 --seq 16 --batch 4 --steps 20 --log-every 1000)
+train=(--layers 2 --hidden 48 --heads 12 --ffn 96 --seq 16 --batch 4 --steps 20 --log-every 1000)
 losses() { sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$1"; }
 worst() {  # largest relative difference of two loss curves, "none" when either is empty
   paste <(losses "$1") <(losses "$2") |
@@ -152,17 +173,17 @@ curve() {  # curve NAME CPU_JSON GPU_JSON
   if [ "$w" != none ] && le "$w" 1e-4; then echo "✓ $1: largest relative difference $w"; row "$1" "$w" "<= 1e-4" ok
   else bad "$1: $w (> 1e-4 or missing)"; row "$1" "$w" "<= 1e-4" FAILED; fi
 }
-run_mpi 1 120 "${train[@]}" --log-json "$logs/train_cpu.json" >"$logs/train_cpu.log" 2>&1
-run_mpi 1 120 "${train[@]}" --backend gpu --log-json "$logs/train_gpu_nccl.json" >"$logs/train_gpu_nccl.log" 2>&1
+run_mpi 1 120 "$BUILD/bin/tp_train" "${train[@]}" --log-json "$logs/train_cpu.json" >"$logs/train_cpu.log" 2>&1
+run_mpi 1 120 "$gbin/tp_train" "${train[@]}" --backend gpu --log-json "$logs/train_gpu_nccl.json" >"$logs/train_gpu_nccl.log" 2>&1
 curve "tp_train 20 steps, GPU (NCCL, t=1) vs CPU" "$logs/train_cpu.json" "$logs/train_gpu_nccl.json"
-run_mpi 1 120 "${train[@]}" --dropout 0.1 --log-json "$logs/train_cpu_drop.json" >"$logs/train_cpu_drop.log" 2>&1
-run_mpi 2 120 "${train[@]}" --dropout 0.1 --sp --backend gpu --comm mpi --log-json "$logs/train_gpu_sp.json" >"$logs/train_gpu_sp.log" 2>&1
+run_mpi 1 120 "$BUILD/bin/tp_train" "${train[@]}" --dropout 0.1 --log-json "$logs/train_cpu_drop.json" >"$logs/train_cpu_drop.log" 2>&1
+run_mpi 2 120 "$gbin/tp_train" "${train[@]}" --dropout 0.1 --sp --backend gpu --comm mpi --log-json "$logs/train_gpu_sp.json" >"$logs/train_gpu_sp.log" 2>&1
 curve "tp_train 20 steps, GPU (--comm mpi, t=2, --sp, dropout) vs CPU t=1" "$logs/train_cpu_drop.json" "$logs/train_gpu_sp.json"
 
 # ---- 5. Timings ----------------------------------------------------------------------------------
 # shellcheck disable=SC2206
 sizes=(${GPU_CHECK_SIZES:-})
-bench=("$BUILD/bin/tp_bench" --backend gpu --comm mpi "${sizes[@]}")
+bench=("$gbin/tp_bench" --backend gpu --comm mpi "${sizes[@]}")
 timing() {  # timing LOG SECONDS ARGS...: one tp_bench run, unless the budget is spent
   local log=$1 t=$2; shift 2
   if [ "$(left)" -lt "$t" ]; then echo "· $(basename "$log" .log): skipped, out of time"; return 1; fi
@@ -189,7 +210,7 @@ if timing "$log" 60 --suite memory; then
   done
 fi
 have_torch=0
-if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then have_torch=1; fi
+if [ "$emu" != 1 ] && python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then have_torch=1; fi
 for prec in fp32 tf32; do
   flags=(); [ $prec = tf32 ] && flags=(--tf32)
   log=$logs/bench_block_$prec.log
@@ -215,6 +236,7 @@ done
 {
   echo
   echo "gpu-check on $device, $SECONDS s (logs: $logs)"
+  [ "$emu" = 1 ] && echo "EMULATOR: the GPU code ran on the CPU; the correctness rows hold, the timing rows mean nothing"
   printf '%-68s %-34s %-9s %s\n' "check" "result" "goal" ""
   for r in "${rows[@]}"; do
     IFS='|' read -r a b c d <<<"$r"
