@@ -78,7 +78,7 @@ LIBTP_LESSON := $(BUILD)/lib/libtp_lesson.a
 LESSON_BINS := $(patsubst %,$(BUILD)/bin/lesson_%,$(LESSONS))
 TOOL_BINS   := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(wildcard tools/tp_*.cpp))
 TEST_BINS   := $(BUILD)/bin/test_serial $(BUILD)/bin/test_mpi $(BUILD)/bin/fail_one_rank $(BUILD)/bin/test_gpu \
-               $(BUILD)/emu/bin/test_gpu
+               $(BUILD)/emu/bin/test_gpu $(BUILD)/emu/bin/lesson_01_block_matmul
 
 # What every program links for `--backend gpu`: the GPU backend and the CUDA libraries, or the
 # stub that says there is none. $(GPU_STAMP) changes (only) when that choice does, so switching

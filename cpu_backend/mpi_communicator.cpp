@@ -50,8 +50,16 @@ class MpiWork : public Work {
  public:
   MpiWork(const Tensor* in, const Tensor& out)
       : in_(in ? std::make_unique<HostView>(*in, true) : nullptr), out_(out, in == nullptr) {}
+  // Destroyed without wait(): the work still completes, as on the other communicators (the
+  // tensor holds the result; a staged one is copied back). Never leaves MPI writing into freed
+  // memory; never throws.
   ~MpiWork() override {
-    if (!done_) MPI_Wait(&request, MPI_STATUS_IGNORE);  // never leave MPI writing into freed memory
+    if (done_) return;
+    MPI_Wait(&request, MPI_STATUS_IGNORE);
+    try {
+      out_.write_back();
+    } catch (...) {
+    }
   }
   float* in() const { return in_->ptr(); }
   float* out() const { return out_.ptr(); }

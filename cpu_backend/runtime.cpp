@@ -40,6 +40,9 @@ bool all_ranks_agree(double timeout_s) {
 [[noreturn]] void abort_job(int rank, const char* what, int code) {
   std::fprintf(stderr, "rank %d: error: %s (aborting all ranks)\n", rank, what);
   std::fflush(stderr);
+  // The launcher forwards each rank's stderr asynchronously, and MPI_Abort kills every process at
+  // once: without a pause the line can be lost (seen once in a loaded `make test`).
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
   MPI_Abort(MPI_COMM_WORLD, code);
   std::exit(code);
 }

@@ -1,6 +1,6 @@
 // cuda_device.cu — the GPU Device's memory, copies, GEMM and generic kernels: the caching
 // allocator, host/device copies, GEMM through cuBLAS (fp32, TF32 or bf16 inputs), fill / scale /
-// axpy / mul, bias forward and backward, column copies, the sum of squares, and the counter-based
+// axpy / mul, bias forward, column copies, the sum of squares, and the counter-based
 // RNG (fill_random, dropout_mask). The model kernels live in kernels_model.cu and
 // kernels_attention.cu.
 //
@@ -11,9 +11,9 @@
 //     into one FMA (the CPU build has no -mfma, so g++ never does);
 //   - fill_random / dropout_mask give the numbers of tp::random_value (core/rng.cpp) bit for bit on
 //     the uniform path; the normal path may differ in the last ulp (see random_value_device);
-//   - reductions are deterministic: add_bias_backward sums each column in one thread, rows in
-//     order (bit-identical to the CPU); sum_squares sums fixed chunks then the chunk sums in a
-//     fixed tree order (identical run to run, not necessarily to the CPU's last bit).
+//   - reductions are deterministic: sum_squares sums fixed chunks then the chunk sums in a fixed
+//     tree order (identical run to run, not necessarily to the CPU's last bit); add_bias_backward
+//     is a column sum in kernels_model.cu, with the norms' parameter gradients.
 //
 // Everything runs on the device's one compute stream, so memory returned to the caching allocator
 // may be handed out again at once: later work on the same stream runs after earlier work.
@@ -81,19 +81,6 @@ __global__ void add_bias_kernel(float* __restrict__ y, const float* __restrict__
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     y[i] += bias[i % cols];
-}
-
-// dbias[c] += Σ_r dy[r, c]: one thread per column, rows in order, in f32 — the CPU's order, so the
-// result is bit-identical to it and to every other run. Neighbouring threads read neighbouring
-// columns of a row, so the loads coalesce.
-__global__ void add_bias_backward_kernel(float* __restrict__ dbias, const float* __restrict__ dy,
-                                         int64_t rows, int64_t cols) {
-  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < cols;
-       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    float sum = 0.0f;
-    for (int64_t r = 0; r < rows; ++r) sum += dy[r * cols + c];
-    dbias[c] += sum;
-  }
 }
 
 // y[i] = bf16(x[i]), round to nearest even: the GEMM inputs under --dtype bf16.
@@ -216,11 +203,11 @@ size_t size_class(size_t bytes) {
 
 CachingAllocator::~CachingAllocator() {
   // Never throws: errors at shutdown (e.g. a device already lost) are ignored.
-  for (auto& [ptr, size] : size_of_) {
-    (void)size;
+  for (auto& [ptr, block] : blocks_) {
+    (void)block;
     cudaFree(ptr);
   }
-  size_of_.clear();
+  blocks_.clear();
   free_.clear();
   reserved_ = 0;
 }
@@ -234,6 +221,7 @@ void* CachingAllocator::allocate(size_t bytes) {
     void* p = it->second.back();
     it->second.pop_back();
     if (it->second.empty()) free_.erase(it);
+    blocks_.at(p).cached = false;
     return p;
   }
   void* p = nullptr;
@@ -249,17 +237,19 @@ void* CachingAllocator::allocate(size_t bytes) {
     }
   }
   CUDA_CHECK(err);
-  size_of_[p] = cls;
+  blocks_[p] = Block{cls, false};
   reserved_ += cls;
   return p;
 }
 
 void CachingAllocator::deallocate(void* ptr) {
   if (ptr == nullptr) return;
-  const auto it = size_of_.find(ptr);
-  TP_CHECK(it != size_of_.end(), "CachingAllocator::deallocate: ", ptr,
+  const auto it = blocks_.find(ptr);
+  TP_CHECK(it != blocks_.end(), "CachingAllocator::deallocate: ", ptr,
            " was not allocated by this device");
-  free_[it->second].push_back(ptr);
+  TP_CHECK(!it->second.cached, "CachingAllocator::deallocate: ", ptr, " freed twice");
+  it->second.cached = true;
+  free_[it->second.size_class].push_back(ptr);
 }
 
 void CachingAllocator::release_all() {
@@ -273,7 +263,7 @@ void CachingAllocator::release_all() {
   cudaError_t first = sync;
   for (auto& [cls, list] : blocks) {
     for (void* p : list) {
-      size_of_.erase(p);
+      blocks_.erase(p);
       reserved_ -= cls;
       const cudaError_t err = cudaFree(p);
       if (first == cudaSuccess) first = err;
@@ -463,15 +453,6 @@ void CudaDevice::add_bias(Tensor& y, const Tensor& bias) {
   const int64_t n = y.numel();
   if (n == 0) return;
   add_bias_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(y.data(), bias.data(), n, y.cols());
-  CUDA_CHECK_LAUNCH();
-}
-
-void CudaDevice::add_bias_backward(Tensor& dbias, const Tensor& dy) {
-  checks::check_add_bias_backward(*this, dbias, dy);
-  const int64_t rows = dy.rows(), cols = dy.cols();
-  if (cols == 0) return;
-  add_bias_backward_kernel<<<blocks_for(cols), kThreads, 0, stream_>>>(dbias.data(), dy.data(),
-                                                                        rows, cols);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -23,13 +23,17 @@ class CachingAllocator {
  public:
   ~CachingAllocator();
   void* allocate(size_t bytes);    ///< rounds up to a size class; reuses a free block when one fits
-  void deallocate(void* ptr);      ///< returns the block to its class's free list
+  void deallocate(void* ptr);      ///< returns the block to its class's free list (a double free throws)
   void release_all();              ///< cudaFree every cached block (at shutdown)
   size_t reserved_bytes() const { return reserved_; }
 
  private:
+  struct Block {
+    size_t size_class;
+    bool cached;  // in free_ (a second deallocate is a double free)
+  };
   std::map<size_t, std::vector<void*>> free_;  // size class → free blocks
-  std::map<void*, size_t> size_of_;            // live or cached block → its size class
+  std::map<void*, Block> blocks_;              // every block from cudaMalloc, live or cached
   size_t reserved_ = 0;
 };
 
@@ -116,6 +120,12 @@ class CudaDevice : public Device {
  public:
   /// At least `bytes` of device scratch memory, valid until the next call (stream-ordered).
   void* scratch(size_t bytes);
+  /// Row-major C_i = α op(A_i) op(B_i) + β C_i for i < batch, fp32 (TF32 under --tf32), each
+  /// operand at base + i · stride with its row stride ld: one cublasSgemmStridedBatched.
+  void batched_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                    const float* a, int64_t lda, int64_t stride_a, const float* b, int64_t ldb,
+                    int64_t stride_b, float beta, float* c, int64_t ldc, int64_t stride_c,
+                    int64_t batch);
 };
 
 }  // namespace tp

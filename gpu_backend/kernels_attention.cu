@@ -4,8 +4,9 @@
 // (cpu_backend/cpu_kernels.cpp), whose arithmetic (f32 vs f64 steps) is mirrored here.
 //
 // Determinism: no float atomics. Every output element is written by one thread; sums over rows or
-// positions (dk, dv, dwte, dwpe) are loops in a fixed order inside that thread, and sums inside a
-// row (softmax statistics, dot products) are fixed-tree warp/block reductions (reduce.cuh).
+// positions (dwte, dwpe) are loops in a fixed order inside that thread, sums inside a row (softmax
+// statistics) are fixed-tree warp/block reductions (reduce.cuh), and the attention products are
+// cuBLAS GEMMs (deterministic for a given GPU and cuBLAS version).
 //
 // Host round trips: token ids and targets arrive as f32 device tensors and are validated as on the
 // CPU, which needs them on the host (ids.to_host(): one synchronisation per call of the embedding
@@ -13,6 +14,7 @@
 // host copy to group the positions by owned row (a stable counting sort, uploaded with a second,
 // synchronous copy), so each row of dwte is summed by one thread per column, positions in
 // increasing order, exactly as the CPU does.
+#include <climits>
 #include <cmath>
 #include <vector>
 
@@ -27,7 +29,6 @@ namespace tp {
 namespace {
 constexpr int kThreads = 256;       // elementwise kernels
 constexpr int kRowThreads = 256;    // most threads for a one-block-per-row vocab kernel
-constexpr int kAttnThreads = 128;   // attention: 4 warps per (b, head, query) row
 
 }  // namespace
 
@@ -39,143 +40,56 @@ namespace {
 
 // ---- attention -----------------------------------------------------------------------------------
 
-// Causal attention, per batch b and query head j (kv head g = j / (nh / nkv)), query position s:
+// Causal attention, per batch b and query head j (kv head g = j / group), query position s:
 //   P_t = softmax_{t ≤ s}(scale · q_s · k_t),  out_s = Σ_{t≤s} P_t v_t
 // Row-major layouts: q, out (S·B, nh·hd), k, v (S·B, nkv·hd), token (s, b) at row s·B + b;
 // probs (B, nh, S, S), row (b, j, s) at ((b·nh + j)·S + s)·S, zero for t > s.
 //
-// One block per probs row (b, j, s), grid stride over the B·nh·S rows:
-//   1. each warp takes keys t = warp, warp + nwarps, …: lanes split q_s · k_t over d, warp sum;
-//      the scaled score goes to probs (scratch for the row), and the running max
-//   2. block max; e_t = exp(score_t − max) written back, Σ e_t in f64 (block sum)
-//   3. P_t = e_t · (1/Σ); zeros for t > s
-//   4. one thread per d: out_s[d] = Σ_{t ≤ s} P_t v_t[d], t in order
-__global__ void attention_forward_kernel(float* out, float* probs, const float* q, const float* k,
-                                         const float* v, int64_t S, int64_t B, int64_t nh,
-                                         int64_t group, int64_t hd, float scale) {
-  const int64_t qc = nh * hd, kc = (nh / group) * hd;  // row lengths of q/out and k/v
-  const int lane = static_cast<int>(threadIdx.x) % gpu::kWarp;
-  const int warp = static_cast<int>(threadIdx.x) / gpu::kWarp;
-  const int nwarps = static_cast<int>(blockDim.x) / gpu::kWarp;
-  const int64_t total = B * nh * S;
-  for (int64_t row = blockIdx.x; row < total; row += gridDim.x) {
-    const int64_t s = row % S, j = (row / S) % nh, b = row / (S * nh), g = j / group;
-    const float* qs = q + (s * B + b) * qc + j * hd;
-    float* prow = probs + row * S;
-
-    float local_max = -INFINITY;
-    for (int64_t t = warp; t <= s; t += nwarps) {
-      const float* kt = k + (t * B + b) * kc + g * hd;
-      float dot = 0.0f;
-      for (int64_t d = lane; d < hd; d += gpu::kWarp) dot += qs[d] * kt[d];
-      dot = gpu::warp_reduce(dot, gpu::SumOp{});
-      const float score = scale * dot;
-      if (lane == 0) prow[t] = score;
-      local_max = fmaxf(local_max, score);
-    }
-    const float maxv = gpu::block_max(local_max);  // synchronises: the scores are visible
-
+// The products are batched cuBLAS GEMMs over the (b, head) pairs (CudaDevice::attention_forward,
+// below): scores = scale · Q Kᵀ straight into probs, then this kernel turns each row into
+// probabilities in place, then out = P V. Like PyTorch's eager attention, the GEMM computes the
+// full S×S square and the kernel masks t > s.
+//
+// One block per probs row (b, j, s), grid stride over the B·nh·S rows: the max over t ≤ s (block
+// max), e_t = exp(x_t − max) written back and Σ e_t in f64 (block sum), P_t = e_t · f32(1/Σ),
+// zeros for t > s — the CPU's arithmetic.
+__global__ void causal_softmax_kernel(float* probs, int64_t S, int64_t rows) {
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const int64_t s = row % S;
+    float* p = probs + row * S;
+    float m = -INFINITY;
+    for (int64_t t = threadIdx.x; t <= s; t += blockDim.x) m = fmaxf(m, p[t]);
+    m = gpu::block_max(m);
     double sum = 0.0;
     for (int64_t t = threadIdx.x; t <= s; t += blockDim.x) {
-      const float e = expf(prow[t] - maxv);
-      prow[t] = e;
+      const float e = expf(p[t] - m);
+      p[t] = e;
       sum += e;
     }
     sum = gpu::block_sum(sum);
     const float inv = static_cast<float>(1.0 / sum);
-    for (int64_t t = threadIdx.x; t <= s; t += blockDim.x) prow[t] *= inv;  // this thread's e_t
-    for (int64_t t = s + 1 + threadIdx.x; t < S; t += blockDim.x) prow[t] = 0.0f;
-    __syncthreads();  // every P_t is written
-
-    float* os = out + (s * B + b) * qc + j * hd;
-    const float* vg = v + b * kc + g * hd;  // v_t = vg + t·B·kc
-    for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
-      float acc = 0.0f;
-      for (int64_t t = 0; t <= s; ++t) acc += prow[t] * vg[t * B * kc + d];
-      os[d] = acc;
-    }
-    __syncthreads();  // the next row's block reductions reuse shared memory
+    for (int64_t t = threadIdx.x; t <= s; t += blockDim.x) p[t] *= inv;  // this thread's e_t
+    for (int64_t t = s + 1 + threadIdx.x; t < S; t += blockDim.x) p[t] = 0.0f;
   }
 }
 
-// Attention backward, with dP_t = dout_s · v_t and dS_t = P_t (dP_t − Σ_u P_u dP_u):
-//   dq_s = scale Σ_t dS_t k_t,  dk_t = scale Σ_{j∈g} Σ_{s≥t} dS_t q_s,
-//   dv_t = Σ_{j∈g} Σ_{s≥t} P_t dout_s
-//
-// Pass 1, one block per row (b, j, s), grid stride: dS row into dscore (same layout as probs; only
-// t ≤ s is written), then dq_s.
-//   1. each warp takes keys t = warp, warp + nwarps, …: dP_t = dout_s · v_t (lanes split d, warp
-//      sum) into dscore; lane 0 adds P_t dP_t to its f64 partial of Σ_u P_u dP_u
-//   2. block sum; dS_t = P_t (dP_t − Σ) in place
-//   3. one thread per d: dq_s[d] = scale · Σ_{t ≤ s} dS_t k_t[d], t in order
-__global__ void attention_backward_dq_kernel(float* dq, float* dscore, const float* dout,
-                                             const float* k, const float* v, const float* probs,
-                                             int64_t S, int64_t B, int64_t nh, int64_t group,
-                                             int64_t hd, float scale) {
-  const int64_t qc = nh * hd, kc = (nh / group) * hd;
-  const int lane = static_cast<int>(threadIdx.x) % gpu::kWarp;
-  const int warp = static_cast<int>(threadIdx.x) / gpu::kWarp;
-  const int nwarps = static_cast<int>(blockDim.x) / gpu::kWarp;
-  const int64_t total = B * nh * S;
-  for (int64_t row = blockIdx.x; row < total; row += gridDim.x) {
-    const int64_t s = row % S, j = (row / S) % nh, b = row / (S * nh), g = j / group;
-    const float* prow = probs + row * S;
-    float* dsrow = dscore + row * S;
-    const float* dos = dout + (s * B + b) * qc + j * hd;
-
-    double pdp = 0.0;  // this warp's part of Σ_u P_u dP_u (lane 0 only)
-    for (int64_t t = warp; t <= s; t += nwarps) {
-      const float* vt = v + (t * B + b) * kc + g * hd;
-      float dp = 0.0f;
-      for (int64_t d = lane; d < hd; d += gpu::kWarp) dp += dos[d] * vt[d];
-      dp = gpu::warp_reduce(dp, gpu::SumOp{});
-      if (lane == 0) {
-        dsrow[t] = dp;
-        pdp += static_cast<double>(prow[t]) * dp;
-      }
-    }
-    pdp = gpu::block_sum(pdp);  // synchronises: every dP_t is visible
-    const float pdpf = static_cast<float>(pdp);
-    for (int64_t t = threadIdx.x; t <= s; t += blockDim.x) dsrow[t] = prow[t] * (dsrow[t] - pdpf);
-    __syncthreads();  // every dS_t is written
-
-    float* dqs = dq + (s * B + b) * qc + j * hd;
-    const float* kg = k + b * kc + g * hd;  // k_t = kg + t·B·kc
-    for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
-      float acc = 0.0f;
-      for (int64_t t = 0; t <= s; ++t) acc += dsrow[t] * kg[t * B * kc + d];
-      dqs[d] = acc * scale;
-    }
-    __syncthreads();  // the next row's block reduction reuses shared memory
-  }
-}
-
-// Pass 2, one block per (b, kv head g, t), grid stride; one thread per d: dk_t[d] and dv_t[d]
-// summed over the group's query heads j and the positions s ≥ t, in that order (as on the CPU).
-__global__ void attention_backward_dkv_kernel(float* dk, float* dv, const float* dscore,
-                                              const float* q, const float* dout, const float* probs,
-                                              int64_t S, int64_t B, int64_t nh, int64_t group,
-                                              int64_t hd, float scale) {
-  const int64_t nkv = nh / group;
-  const int64_t qc = nh * hd, kc = nkv * hd;
-  const int64_t total = B * nkv * S;
-  for (int64_t item = blockIdx.x; item < total; item += gridDim.x) {
-    const int64_t t = item % S, g = (item / S) % nkv, b = item / (S * nkv);
-    float* dkt = dk + (t * B + b) * kc + g * hd;
-    float* dvt = dv + (t * B + b) * kc + g * hd;
-    for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
-      float dk_acc = 0.0f, dv_acc = 0.0f;
-      for (int64_t j = g * group; j < (g + 1) * group; ++j)
-        for (int64_t s = t; s < S; ++s) {
-          const int64_t row = (b * nh + j) * S + s;
-          const float ds = dscore[row * S + t], p = probs[row * S + t];
-          const int64_t at = (s * B + b) * qc + j * hd + d;
-          dk_acc += ds * q[at];
-          dv_acc += p * dout[at];
-        }
-      dkt[d] = dk_acc * scale;
-      dvt[d] = dv_acc;
-    }
+// Attention backward, with dP = dout Vᵀ (a batched GEMM into dscore, full S×S):
+//   dS_t = P_t (dP_t − Σ_u P_u dP_u)   (this kernel, in place; 0 for t > s, where P_t = 0)
+//   dq = scale · dS K,  dk = scale · dSᵀ Q,  dv = Pᵀ dout   (batched GEMMs; a GQA kv head sums
+//                                                            its group's query heads)
+// One block per row, grid stride; Σ_u P_u dP_u in f64 (block sum), as on the CPU.
+__global__ void causal_softmax_backward_kernel(float* ds, const float* probs, int64_t S,
+                                               int64_t rows) {
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const int64_t s = row % S;
+    const float* p = probs + row * S;
+    float* d = ds + row * S;
+    double pdp = 0.0;
+    for (int64_t t = threadIdx.x; t <= s; t += blockDim.x) pdp += static_cast<double>(p[t]) * d[t];
+    pdp = gpu::block_sum(pdp);  // synchronises: every thread has read its dP_t
+    const float c = static_cast<float>(pdp);
+    for (int64_t t = threadIdx.x; t <= s; t += blockDim.x) d[t] = p[t] * (d[t] - c);
+    for (int64_t t = s + 1 + threadIdx.x; t < S; t += blockDim.x) d[t] = 0.0f;
   }
 }
 
@@ -333,14 +247,44 @@ unsigned int elementwise_blocks(int64_t n) { return gpu::grid_blocks(n, kThreads
 unsigned int row_blocks(int64_t rows) { return gpu::grid_blocks(rows, 1); }
 }  // namespace
 
+// The attention GEMMs, batched over the (b, head) pairs. Row-major C = α op(A) op(B) + β C for
+// every pair; each operand is a base pointer, a row stride (ld) and a stride between pairs.
+//
+// Pairs of one call: for a fixed r in [0, group), query head j = g·group + r for every batch b
+// and kv head g, pair index i = b·nkv + g. Then (b, j)'s q/out block starts at (b·nh + j)·hd =
+// i·(group·hd) + r·hd, (b, g)'s k/v block at i·hd, and (b, j)'s S×S probs block at
+// (i·group + r)·S² — strided in i. MHA (group 1) is one call per product; GQA `group` calls.
+
+void CudaDevice::batched_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                              float alpha, const float* a, int64_t lda, int64_t stride_a,
+                              const float* b, int64_t ldb, int64_t stride_b, float beta, float* c,
+                              int64_t ldc, int64_t stride_c, int64_t batch) {
+  TP_CHECK(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX &&
+               ldc <= INT_MAX && batch <= INT_MAX,
+           "batched_gemm: sizes exceed cuBLAS's 32-bit arguments");
+  // Row-major C is column-major Cᵀ = op(B)ᵀ op(A)ᵀ: B first, as in gemm().
+  CUBLAS_CHECK(cublasSgemmStridedBatched(
+      cublas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+      static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b,
+      static_cast<int>(ldb), stride_b, a, static_cast<int>(lda), stride_a, &beta, c,
+      static_cast<int>(ldc), stride_c, static_cast<int>(batch)));
+}
+
 void CudaDevice::attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
                                    const Tensor& v, const AttentionShape& sh) {
   checks::check_attention_forward(*this, out, probs, q, k, v, sh);
-  const int64_t S = sh.seq, B = sh.batch, nh = sh.heads, hd = sh.head_dim;
-  const int64_t group = nh / sh.kv_heads;
-  attention_forward_kernel<<<row_blocks(B * nh * S), kAttnThreads, 0, stream()>>>(
-      out.data(), probs.data(), q.data(), k.data(), v.data(), S, B, nh, group, hd, sh.scale);
+  const int64_t S = sh.seq, B = sh.batch, nh = sh.heads, nkv = sh.kv_heads, hd = sh.head_dim;
+  const int64_t group = nh / nkv, qc = nh * hd, kc = nkv * hd, pairs = B * nkv, rows = B * nh * S;
+  if (rows == 0 || hd == 0) return;
+  for (int64_t r = 0; r < group; ++r)
+    batched_gemm(false, true, S, S, hd, sh.scale, q.data() + r * hd, B * qc, group * hd, k.data(),
+                 B * kc, hd, 0.0f, probs.data() + r * S * S, S, group * S * S, pairs);  // scale·Q Kᵀ
+  causal_softmax_kernel<<<row_blocks(rows), gpu::threads_for(S, kRowThreads), 0, stream()>>>(
+      probs.data(), S, rows);
   CUDA_CHECK_LAUNCH();
+  for (int64_t r = 0; r < group; ++r)
+    batched_gemm(false, false, S, hd, S, 1.0f, probs.data() + r * S * S, S, group * S * S, v.data(),
+                 B * kc, hd, 0.0f, out.data() + r * hd, B * qc, group * hd, pairs);  // out = P V
 }
 
 void CudaDevice::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
@@ -348,17 +292,27 @@ void CudaDevice::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Te
                                     const Tensor& probs, const AttentionShape& sh) {
   checks::check_attention_backward(*this, dq, dk, dv, dout, q, k, v, probs, sh);
   const int64_t S = sh.seq, B = sh.batch, nh = sh.heads, nkv = sh.kv_heads, hd = sh.head_dim;
-  const int64_t group = nh / nkv;
-  // dS for every (b, j, s, t ≤ s), the size of probs: B·nh·S·S floats of scratch.
-  float* dscore = static_cast<float*>(scratch(static_cast<size_t>(B * nh * S * S) * sizeof(float)));
-  attention_backward_dq_kernel<<<row_blocks(B * nh * S), kAttnThreads, 0, stream()>>>(
-      dq.data(), dscore, dout.data(), k.data(), v.data(), probs.data(), S, B, nh, group, hd,
-      sh.scale);
+  const int64_t group = nh / nkv, qc = nh * hd, kc = nkv * hd, pairs = B * nkv, rows = B * nh * S;
+  if (rows == 0 || hd == 0) return;
+  // dP, then dS in place: B·nh·S·S floats of scratch, the size of probs.
+  float* ds = static_cast<float*>(scratch(static_cast<size_t>(rows * S) * sizeof(float)));
+  for (int64_t r = 0; r < group; ++r)
+    batched_gemm(false, true, S, S, hd, 1.0f, dout.data() + r * hd, B * qc, group * hd, v.data(),
+                 B * kc, hd, 0.0f, ds + r * S * S, S, group * S * S, pairs);  // dP = dout Vᵀ
+  causal_softmax_backward_kernel<<<row_blocks(rows), gpu::threads_for(S, kRowThreads), 0,
+                                   stream()>>>(ds, probs.data(), S, rows);
   CUDA_CHECK_LAUNCH();
-  attention_backward_dkv_kernel<<<row_blocks(B * nkv * S), gpu::threads_for(hd, kAttnThreads), 0,
-                                  stream()>>>(dk.data(), dv.data(), dscore, q.data(), dout.data(),
-                                              probs.data(), S, B, nh, group, hd, sh.scale);
-  CUDA_CHECK_LAUNCH();
+  for (int64_t r = 0; r < group; ++r) {
+    const float* dsr = ds + r * S * S;
+    const float* pr = probs.data() + r * S * S;
+    const float beta = r == 0 ? 0.0f : 1.0f;  // a kv head sums over its group's query heads
+    batched_gemm(false, false, S, hd, S, sh.scale, dsr, S, group * S * S, k.data(), B * kc, hd,
+                 0.0f, dq.data() + r * hd, B * qc, group * hd, pairs);  // dq = scale · dS K
+    batched_gemm(true, false, S, hd, S, sh.scale, dsr, S, group * S * S, q.data() + r * hd, B * qc,
+                 group * hd, beta, dk.data(), B * kc, hd, pairs);  // dk (+)= scale · dSᵀ Q
+    batched_gemm(true, false, S, hd, S, 1.0f, pr, S, group * S * S, dout.data() + r * hd, B * qc,
+                 group * hd, beta, dv.data(), B * kc, hd, pairs);  // dv (+)= Pᵀ dout
+  }
 }
 
 void CudaDevice::embedding_shard_forward(Tensor& out, const Tensor& ids, const Tensor& wte_shard,

@@ -1,11 +1,11 @@
 // kernels_model.cu — the GPU backend's activation, norm and optimizer kernels: GeLU, SwiGLU,
-// LayerNorm, RMSNorm, AdamW. The math of each kernel sits in a comment above it, the forward next
+// LayerNorm, RMSNorm, AdamW, and the bias gradient (a column sum, like the norms' dw and db). The math of each kernel sits in a comment above it, the forward next
 // to its backward (llm.c style); the contract is in core/device.h and the reference is the CPU
 // backend (cpu_backend/cpu_kernels.cpp), whose arithmetic (f32 vs f64 steps) is mirrored here.
 //
 // Determinism: no float atomics. Elementwise kernels compute each output once. Row statistics use
 // one block per row and a fixed-tree block reduction (reduce.cuh). Parameter gradients summed over
-// rows (dw, db) go in two kernels: each thread sums one column over a fixed chunk of kRowChunk rows
+// rows (norm dw, db, and every linear's bias gradient) go in two kernels: each thread sums one column over a fixed chunk of kRowChunk rows
 // in row order (f64), then one thread per column adds the chunk sums in chunk order — the chunking
 // depends only on the shape, so results are bit-identical from run to run.
 //
@@ -277,6 +277,14 @@ void column_sums(CudaDevice& dev, float* out, int64_t rows, int64_t h, Term term
 unsigned int elementwise_blocks(int64_t n) { return gpu::grid_blocks(n, kThreads); }
 unsigned int row_blocks(int64_t rows) { return gpu::grid_blocks(rows, 1); }
 }  // namespace
+
+// dbias[c] += Σ_r dy[r, c]: the two-step column sum (f64 partials over 64-row chunks, then the
+// chunks in order), so a (tokens, cols) gradient keeps the whole GPU busy instead of one thread
+// per column walking every row.
+void CudaDevice::add_bias_backward(Tensor& dbias, const Tensor& dy) {
+  checks::check_add_bias_backward(*this, dbias, dy);
+  column_sums(*this, dbias.data(), dy.rows(), dy.cols(), DyTerm{dy.data()});
+}
 
 void CudaDevice::gelu_forward(Tensor& y, const Tensor& x) {
   checks::check_gelu_forward(*this, y, x);

@@ -109,21 +109,31 @@ class NcclWork : public Work {
 
 NcclCommunicator::NcclCommunicator(MPI_Comm comm, CudaDevice& device)
     : Communicator(rank_of(comm), size_of(comm)), device_(device) {
-  CUDA_CHECK(cudaSetDevice(device_.ordinal()));
-  check_one_gpu_per_rank(comm, device_.ordinal());
-  // A private duplicate: the bootstrap, barrier and split traffic cannot match the program's own
-  // messages on `comm`.
-  mpi::check(MPI_Comm_dup(comm, &mpi_), "MPI_Comm_dup");
-  nccl_ = init_over(mpi_);
-  create_streams();
+  try {
+    CUDA_CHECK(cudaSetDevice(device_.ordinal()));
+    check_one_gpu_per_rank(comm, device_.ordinal());
+    // A private duplicate: the bootstrap, barrier and split traffic cannot match the program's
+    // own messages on `comm`.
+    mpi::check(MPI_Comm_dup(comm, &mpi_), "MPI_Comm_dup");
+    nccl_ = init_over(mpi_);
+    create_streams();
+  } catch (...) {
+    release(true);  // the destructor does not run for a half-built object
+    throw;
+  }
 }
 
 NcclCommunicator::NcclCommunicator(MPI_Comm comm, ncclComm_t nccl, CudaDevice& device)
     : Communicator(rank_of(comm), size_of(comm)), mpi_(comm), nccl_(nccl), device_(device) {
-  int nccl_rank = -1;
-  NCCL_CHECK(ncclCommUserRank(nccl_, &nccl_rank));
-  TP_CHECK(nccl_rank == rank(), "split: NCCL rank ", nccl_rank, " differs from MPI rank ", rank());
-  create_streams();
+  try {
+    int nccl_rank = -1;
+    NCCL_CHECK(ncclCommUserRank(nccl_, &nccl_rank));
+    TP_CHECK(nccl_rank == rank(), "split: NCCL rank ", nccl_rank, " differs from MPI rank ", rank());
+    create_streams();
+  } catch (...) {
+    release(true);
+    throw;
+  }
 }
 
 void NcclCommunicator::create_streams() {
@@ -134,23 +144,30 @@ void NcclCommunicator::create_streams() {
   CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
 }
 
-NcclCommunicator::~NcclCommunicator() {
-  // No throwing here. When the program is failing (an exception is unwinding the launcher),
-  // peers may never reach a matching call: abort the NCCL communicator instead of draining it.
+NcclCommunicator::~NcclCommunicator() { release(std::uncaught_exceptions() > 0); }
+
+void NcclCommunicator::release(bool failing) noexcept {
+  // No throwing here. When the program is failing (an exception is unwinding the launcher, or a
+  // constructor failed), peers may never reach a matching call: abort the NCCL communicator
+  // instead of draining it.
   if (nccl_ != nullptr) {
-    if (std::uncaught_exceptions() > 0) {
+    if (failing) {
       ncclCommAbort(nccl_);
     } else {
       if (comm_stream_ != nullptr) cudaStreamSynchronize(comm_stream_);
       ncclCommDestroy(nccl_);
     }
+    nccl_ = nullptr;
   }
   if (ready_ != nullptr) cudaEventDestroy(ready_);
   if (done_ != nullptr) cudaEventDestroy(done_);
   if (comm_stream_ != nullptr) cudaStreamDestroy(comm_stream_);
+  ready_ = done_ = nullptr;
+  comm_stream_ = nullptr;
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (mpi_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&mpi_);
+  mpi_ = MPI_COMM_NULL;
 }
 
 std::string NcclCommunicator::name() const {

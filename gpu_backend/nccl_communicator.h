@@ -92,6 +92,9 @@ class NcclCommunicator : public Communicator {
   /// (owned: both are freed on destruction).
   NcclCommunicator(MPI_Comm comm, ncclComm_t nccl, CudaDevice& device);
   void create_streams();
+  /// Frees what exists (the destructor, or a constructor that throws midway); `failing` aborts
+  /// the NCCL communicator instead of waiting for its queued work.
+  void release(bool failing) noexcept;
   /// Makes the communication stream wait for everything enqueued so far on the compute stream.
   void begin();
   /// Blocking call, after the collective is enqueued: records done_ on the communication stream

@@ -7,6 +7,9 @@
 #   GPU GoogleTest binary           GPU against CPU (test_gpu), at np 1, 2, 3 when there is a
 #                                   GPU; without one (or without the GPU backend) every test skips,
 #                                   counts as skipped, and one line says why
+#   the same on the CUDA emulator   build/emu/bin/test_gpu: the GPU backend's code run on the CPU
+#                                   (tests/cuda_emu), on every machine: np 1 and 2 with a GPU per
+#                                   rank (NCCL), and the collectives at np 2 on one shared GPU
 #   every lesson at its rank count  counts once (exit 0 and PASSED)
 #   bad-input and failure checks    wrong rank count, unknown flag, --backend gpu without a GPU (or
 #                                   without the GPU backend), one rank failing: each must exit
@@ -96,6 +99,19 @@ else
   done
 fi
 
+# 2c. The GPU tests on the CUDA emulator (tests/cuda_emu/include/cuda_emu.h): the GPU backend's
+# kernels, cuBLAS calls and NCCL protocol run on the CPU, on every machine. np 1 and 2 give each
+# rank its own emulated GPU (NCCL over MPI); the collectives again at np 2 on one shared GPU, where
+# NCCL must refuse and --comm mpi stages through host memory.
+for np in 1 2; do
+  log=$logs/test_gpu_emu.np$np.log
+  run_mpi "$np" "$BUILD/emu/bin/test_gpu" >"$log" 2>&1
+  tally "test_gpu on the CUDA emulator -np $np" "$log" $?
+done
+log=$logs/test_gpu_emu.np2.shared.log
+TP_EMU_SHARED_GPU=1 run_mpi 2 "$BUILD/emu/bin/test_gpu" --gtest_filter='GpuCollectives.*' >"$log" 2>&1
+tally "GPU collectives on the CUDA emulator -np 2, one shared GPU" "$log" $?
+
 # 3. Every lesson at its rank count.
 while read -r name np; do
   log=$logs/lesson_$name.log
@@ -140,6 +156,12 @@ else
       "$BUILD/bin/lesson_01_block_matmul" --backend gpu --comm nccl
   fi
 fi
+# The same refusal and the host-staged alternative on the emulator (every machine): one shared GPU.
+TP_EMU_SHARED_GPU=1 expect "emulator: --comm nccl with 2 ranks on one GPU" 2 \
+  "NCCL needs one GPU per rank: 2 ranks share 1 GPU on this node; run with --comm mpi" 2 \
+  "$BUILD/emu/bin/lesson_01_block_matmul" --backend gpu --comm nccl
+TP_EMU_SHARED_GPU=1 expect "emulator: --comm mpi, 2 ranks on one GPU" 0 "PASSED" 2 \
+  "$BUILD/emu/bin/lesson_01_block_matmul" --backend gpu --comm mpi
 expect "--comm nccl with --backend cpu" 2 "--comm nccl needs --backend gpu" 2 "$BUILD/bin/lesson_01_block_matmul" --comm nccl
 expect "non-divisible size" 2 "error: fc1.out=7 is not divisible by t=3 (the number of ranks); run with t in {1, 7} or change fc1.out" 3 "$BUILD/bin/fail_one_rank" --mode=bad-input
 expect "one rank fails" nonzero "rank 1: error: rank 1 fails on purpose" 3 "$BUILD/bin/fail_one_rank" --mode=one-rank

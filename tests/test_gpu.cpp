@@ -196,6 +196,10 @@ TEST(GpuMemory, CopiesViewsCloneAndMemoryStats) {
     EXPECT_FALSE(gpu().host_accessible());
   }
   EXPECT_EQ(gpu().memory().in_use, before);
+  // The caching allocator refuses a second free of the same block (it would hand it out twice).
+  void* p = gpu().allocate(1000);
+  gpu().deallocate(p);
+  EXPECT_THROW(gpu().deallocate(p), Error);
 }
 
 TEST(GpuElementwise, FillScaleAxpyMul) {
@@ -359,7 +363,7 @@ TEST(GpuNorms, LayerNormAndRmsNormForwardBackward) {
 TEST(GpuAttention, CausalForwardBackwardMhaAndGqa) {
   REQUIRE_GPU();
   struct Case { int64_t seq, batch, heads, kv, hd; };
-  for (const Case c : {Case{13, 2, 4, 4, 8}, Case{13, 2, 4, 2, 8}, Case{70, 1, 6, 2, 64}}) {
+  for (const Case c : {Case{13, 2, 4, 4, 8}, Case{13, 2, 4, 2, 8}, Case{9, 3, 6, 2, 16}, Case{70, 1, 6, 2, 64}}) {
     AttentionShape sh;
     sh.seq = c.seq;
     sh.batch = c.batch;
@@ -597,6 +601,10 @@ void check_collectives(Communicator& c, Device& dev) {
   EXPECT_TRUE(w->test());
   EXPECT_EQ(xa.to_host(), tri(n, 0)) << c.name() << " all_reduce_async";
   EXPECT_EQ(other.to_host(), iota(n, 0.0f, 2.0f));
+  // A Work destroyed without wait() still completes (the result lands in the tensor).
+  Tensor xd = Tensor::from_host(dev, Shape{n}, iota(n, r + 1.0f, r + 1.0f));
+  c.all_reduce_async(xd);
+  EXPECT_EQ(xd.to_host(), tri(n, 0)) << c.name() << " all_reduce_async, Work dropped";
   // all_gather, reduce_scatter; sync and async.
   for (int async = 0; async < 2; ++async) {
     Tensor shard = Tensor::from_host(dev, Shape{2, 3}, iota(6, 100.0f * r, 1.0f));
@@ -643,7 +651,7 @@ void check_collectives(Communicator& c, Device& dev) {
   sub->barrier();
   // The ledger recorded every call (barrier excluded), with its op.
   const auto& rec = c.ledger().records();
-  EXPECT_EQ(rec.size() - ledger0, 3u + 4u + static_cast<size_t>(t) + 1u);
+  EXPECT_EQ(rec.size() - ledger0, 4u + 4u + static_cast<size_t>(t) + 1u);
   if (rec.size() > ledger0 + 1) {
     EXPECT_EQ(rec[ledger0].op, "all_reduce");
     EXPECT_EQ(rec[ledger0 + 1].op, "all_reduce_max");

@@ -198,6 +198,19 @@ TEST(KernelMul, MultipliesElementwiseAndMayAlias) {
   EXPECT_THROW(device().mul(X, bad, Y), tp::Error);
 }
 
+TEST(KernelCopyColumns, WithinOneTensorOnlyWhenTheColumnsDoNotOverlap) {
+  const auto v = random_vector("cols_v", 24);
+  Tensor X = on_device(Shape{3, 8}, v);
+  device().copy_columns(X, 0, X, 5, 3);  // columns 0..2 → 5..7 of the same rows: allowed
+  auto want = v;
+  for (int r = 0; r < 3; ++r)
+    for (int j = 0; j < 3; ++j) want[r * 8 + 5 + j] = v[r * 8 + j];
+  EXPECT_EQ(X.to_host(), want);
+  EXPECT_THROW(device().copy_columns(X, 0, X, 2, 4), tp::Error);  // columns 0..3 and 2..5 overlap
+  Tensor Y = X.view(1, 3);  // rows 1..2 of X: the same memory, other rows
+  EXPECT_THROW(device().copy_columns(X.view(0, 2), 0, Y, 0, 8), tp::Error);
+}
+
 TEST(KernelSumSquares, MatchesDoubleSumAndIsThreadIndependent) {
   const int64_t n = 100003;  // several blocks, ragged end
   const auto x = random_vector("ss", n);

@@ -270,7 +270,7 @@ void bench_block(Context& ctx) {
   const double flop_fwd = 24.0 * n * h * h / ctx.world.size() + 4.0 * batch * seq * seq * h / ctx.world.size();
   log0(ctx.world, "# transformer block on ", dev.name(), " (", precision(ctx), "), h = ", h, ", s = ", seq, ", b = ",
        batch, ", ", cfg.heads, " heads, t = ", ctx.world.size(), ": forward ", fwd * 1e3, " ms, forward + backward ",
-       both * 1e3, " ms (", 3.0 * flop_fwd / both / 1e12, " TFLOP/s), peak ", dev.memory().peak / (1 << 20), " MiB");
+       both * 1e3, " ms (", 3.0 * flop_fwd / both / 1e12, " TFLOP/s), peak ", static_cast<double>(dev.memory().peak) / (1 << 20), " MiB");
   result(ctx, "block", precision(ctx) + ".fwd_ms", fwd * 1e3, "ms", 0, 0);
   result(ctx, "block", precision(ctx) + ".fwd_bwd_ms", both * 1e3, "ms", 0, 0);
 }

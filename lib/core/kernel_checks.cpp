@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 namespace tp::checks {
 
@@ -112,6 +113,20 @@ void check_copy_columns(const Device& dev, const Tensor& src, int64_t src_col, c
   TP_CHECK(ncols >= 0 && src_col >= 0 && dst_col >= 0 && src_col + ncols <= src.cols() &&
                dst_col + ncols <= dst.cols(),
            "copy_columns: columns out of range");
+  // Both backends copy row by row without an order (memcpy per row, cudaMemcpy2DAsync), so the
+  // copied elements must not overlap. Pointer arithmetic only: device memory is never read here.
+  const int64_t rows = src.rows();
+  if (rows == 0 || ncols == 0) return;
+  const auto first = [](const Tensor& t, int64_t col) { return reinterpret_cast<uintptr_t>(t.data() + col); };
+  const auto last = [rows, ncols](const Tensor& t, int64_t col) {
+    return reinterpret_cast<uintptr_t>(t.data() + (rows - 1) * t.cols() + col + ncols);
+  };
+  if (first(src, src_col) >= last(dst, dst_col) || first(dst, dst_col) >= last(src, src_col)) return;
+  // The spans meet: fine only for different columns of the same rows of one tensor.
+  TP_CHECK(src.data() == dst.data() && src.cols() == dst.cols() &&
+               (src_col + ncols <= dst_col || dst_col + ncols <= src_col),
+           "copy_columns: the source columns [", src_col, ", ", src_col + ncols,
+           ") and the destination columns [", dst_col, ", ", dst_col + ncols, ") overlap in memory");
 }
 
 void check_mul(const Device& dev, const Tensor& x, const Tensor& m, const Tensor& y) {
