@@ -8,7 +8,9 @@
 //     threadIdx; blocks run one after another; `__shared__` variables are per-block (blocks never
 //     overlap, so a static local is exactly one block's shared memory);
 //   - __syncthreads() as a barrier of the whole block, warp shuffles as a barrier of the warp;
-//     a barrier that not every thread reaches (divergence, an exited thread) is reported;
+//     a barrier that not every thread reaches (divergence, an exited thread) is reported; threads
+//     run in increasing order in even blocks and decreasing order in odd ones, so a missing
+//     barrier between a write and a read shows in one of the two (when the grid has two blocks);
 //   - launch-configuration limits (cudaErrorInvalidConfiguration from cudaGetLastError);
 //   - streams and events: work is queued and runs only when something waits for it (a stream or
 //     device synchronisation, a synchronous copy, an event a stream waits for), so a missing
