@@ -78,7 +78,7 @@ LIBTP_LESSON := $(BUILD)/lib/libtp_lesson.a
 LESSON_BINS := $(patsubst %,$(BUILD)/bin/lesson_%,$(LESSONS))
 TOOL_BINS   := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(wildcard tools/tp_*.cpp))
 TEST_BINS   := $(BUILD)/bin/test_serial $(BUILD)/bin/test_mpi $(BUILD)/bin/fail_one_rank $(BUILD)/bin/test_gpu \
-               $(BUILD)/emu/bin/test_gpu $(BUILD)/emu/bin/lesson_01_block_matmul
+               $(BUILD)/emu/bin/test_gpu $(BUILD)/emu/bin/lesson_01_block_matmul $(BUILD)/emu/bin/emu_selftest
 
 # What every program links for `--backend gpu`: the GPU backend and the CUDA libraries, or the
 # stub that says there is none. $(GPU_STAMP) changes (only) when that choice does, so switching
@@ -102,7 +102,7 @@ LINK = $(MPICXX) $(LDFLAGS) $(filter-out $(GPU_STAMP),$^) -o $@
 # Only these: a bare .SECONDARY would also stop a missing archive from being rebuilt.
 .SECONDARY: $(patsubst %,$(BUILD)/obj/lessons/%/main.o,$(LESSONS)) \
             $(patsubst tools/%.cpp,$(BUILD)/obj/tools/%.o,$(wildcard tools/*.cpp)) \
-            $(patsubst gpu_backend/%.cu,$(BUILD)/emu/src/%.cpp,$(GPU_CU_SRC))
+            $(patsubst gpu_backend/%.cu,$(BUILD)/emu/src/%.cpp,$(GPU_CU_SRC)) $(BUILD)/emu/src/selftest.cpp
 all: lessons tests tools $(GPU_STAMP)
 
 lessons: $(LESSON_BINS)
@@ -197,6 +197,10 @@ $(EMU)/src/%.cpp: gpu_backend/%.cu scripts/cuda-emu-translate.pl
 	@mkdir -p $(dir $@)
 	perl scripts/cuda-emu-translate.pl $< > $@.tmp && mv $@.tmp $@
 
+$(EMU)/src/selftest.cpp: tests/cuda_emu/selftest.cu scripts/cuda-emu-translate.pl
+	@mkdir -p $(dir $@)
+	perl scripts/cuda-emu-translate.pl $< > $@.tmp && mv $@.tmp $@
+
 $(BUILD)/obj/emu/%.o: $(EMU)/src/%.cpp | deps
 	@mkdir -p $(dir $@)
 	$(MPICXX) $(EMU_CXXFLAGS) -c $< -o $@
@@ -216,6 +220,11 @@ $(LIBTP_EMU): $(EMU_OBJ)
 $(EMU)/bin/test_gpu: $(call obj,$(GPU_TEST) tests/mpi_main.cpp tests/test_util.cpp) $(LIBTP_CPU) $(LIBTP_EMU) $(LIBTP)
 	@mkdir -p $(dir $@)
 	$(LINK) -lgtest -pthread
+
+# The emulator's own tests (what it claims to catch, it catches).
+$(EMU)/bin/emu_selftest: $(BUILD)/obj/emu/selftest.o $(BUILD)/obj/emu/runtime.o
+	@mkdir -p $(dir $@)
+	$(LINK) -lgtest_main -lgtest -pthread
 
 $(EMU)/bin/tp_%: $(BUILD)/obj/tools/tp_%.o $(LIBTP_CPU) $(LIBTP_EMU) $(LIBTP)
 	@mkdir -p $(dir $@)

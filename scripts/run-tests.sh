@@ -44,22 +44,27 @@ tally() {
   fi
 }
 
+# serial NAME PROGRAM: runs a plain (non-MPI) GoogleTest binary and counts its report.
+serial() {
+  local name=$1 log=$logs/$1.log rc p f s
+  "$2" >"$log" 2>&1
+  rc=$?
+  p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
+  f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
+  s=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
+  pass "${p:-0}"; skipped=$((skipped + ${s:-0}))
+  if [ -n "$f" ] && [ "$f" != 0 ]; then
+    grep '^\[  FAILED  \] [A-Za-z]' "$log" | sort -u | while read -r line; do echo "✗ $name: ${line#*] }"; done
+    failed=$((failed + f)); failures+=("$name: $f failed (see $log)")
+  elif [ $rc != 0 ] || [ -z "$p" ]; then
+    fail "$name exited $rc without a result (see $log)"
+  else
+    echo "✓ $name: ${p} passed"
+  fi
+}
+
 # 1. Serial tests.
-log=$logs/test_serial.log
-"$BUILD/bin/test_serial" >"$log" 2>&1
-rc=$?
-p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
-f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
-s=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
-pass "${p:-0}"; skipped=$((skipped + ${s:-0}))
-if [ -n "$f" ] && [ "$f" != 0 ]; then
-  grep '^\[  FAILED  \] [A-Za-z]' "$log" | sort -u | while read -r line; do echo "✗ serial: ${line#*] }"; done
-  failed=$((failed + f)); failures+=("test_serial: $f failed (see $log)")
-elif [ $rc != 0 ] || [ -z "$p" ]; then
-  fail "test_serial exited $rc without a result (see $log)"
-else
-  echo "✓ test_serial: ${p} passed"
-fi
+serial test_serial "$BUILD/bin/test_serial"
 
 # 2. MPI tests at every rank count.
 for np in $NP; do
@@ -103,6 +108,7 @@ fi
 # kernels, cuBLAS calls and NCCL protocol run on the CPU, on every machine. np 1 and 2 give each
 # rank its own emulated GPU (NCCL over MPI); the collectives again at np 2 on one shared GPU, where
 # NCCL must refuse and --comm mpi stages through host memory.
+serial emu_selftest "$BUILD/emu/bin/emu_selftest"  # the emulator catches what it claims to
 for np in 1 2; do
   log=$logs/test_gpu_emu.np$np.log
   run_mpi "$np" "$BUILD/emu/bin/test_gpu" >"$log" 2>&1

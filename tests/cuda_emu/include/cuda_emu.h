@@ -4,9 +4,10 @@
 // one at a time, switched only at barriers), no float behaviour beyond IEEE round-to-nearest.
 //
 // What it does model:
-//   - the CUDA thread hierarchy: every thread of a block is a fiber (ucontext) with its own
-//     threadIdx; blocks run one after another; `__shared__` variables are per-block (blocks never
-//     overlap, so a static local is exactly one block's shared memory);
+//   - the CUDA thread hierarchy: every thread of a block is a fiber with its own threadIdx; blocks
+//     run one after another; `__shared__` variables are per-block (blocks never overlap, so a
+//     static local is exactly one block's shared memory — but it keeps the previous block's
+//     contents where a GPU's would be undefined);
 //   - __syncthreads() as a barrier of the whole block, warp shuffles as a barrier of the warp;
 //     a barrier that not every thread reaches (divergence, an exited thread) is reported; threads
 //     run in increasing order in even blocks and decreasing order in odd ones, so a missing
