@@ -4,10 +4,12 @@
 // backend (cpu_backend/cpu_kernels.cpp), whose arithmetic (f32 vs f64 steps) is mirrored here.
 //
 // Determinism: no float atomics. Elementwise kernels compute each output once. Row statistics use
-// one block per row and a fixed-tree block reduction (reduce.cuh). Parameter gradients summed over
-// rows (norm dw, db, and every linear's bias gradient) go in two kernels: each thread sums one column over a fixed chunk of kRowChunk rows
-// in row order (f64), then one thread per column adds the chunk sums in chunk order — the chunking
-// depends only on the shape, so results are bit-identical from run to run.
+// one block per row (or per chunk of rows) and a fixed-tree block reduction (reduce.cuh).
+// Parameter gradients summed over rows are f64 partial sums over fixed chunks of rows, in row
+// order, then one thread per column adds the chunk sums in chunk order: the chunking depends only
+// on the shape, so results are bit-identical from run to run. The bias gradient does this with two
+// kernels (column_sums); the norms' dw (and LayerNorm's db) are summed inside the backward kernel
+// itself, which also writes dx, so dy and x are read from memory once.
 //
 // Launch configurations: elementwise kernels 256 threads with a grid stride; row kernels one block
 // per row (grid stride over rows), threads = h rounded up to a warp, at most 256.
@@ -24,7 +26,8 @@ namespace tp {
 namespace {
 constexpr int kThreads = 256;         // elementwise and column-sum kernels
 constexpr int kRowThreads = 256;      // most threads for a one-block-per-row kernel
-constexpr int64_t kRowChunk = 64;     // rows per partial column sum (norm dw, db)
+constexpr int64_t kRowChunk = 64;     // rows per partial column sum (bias gradient)
+constexpr int64_t kNormChunk = 16;    // rows per block of the fused norm backward (dx, dw, db)
 
 }  // namespace
 
@@ -80,35 +83,15 @@ __global__ void swiglu_backward_kernel(float* dg, float* du, const float* dy, co
   }
 }
 
-// ---- parameter-gradient column sums (norm dw, db) ------------------------------------------------
+// ---- parameter-gradient column sums (the bias gradient) --------------------------------------------
 
 // out[c] += Σ_r term(r, c), deterministic in two steps:
 //   partial[k, c] = Σ_{r in chunk k, in order} term(r, c)          (f64; one thread per (k, c))
 //   out[c] += f32(Σ_k partial[k, c], k in order)                    (one thread per c)
-// Terms, mirroring the CPU (the x̂ factor is computed in f32, the product in f64):
-//   LayerNorm dw: dy · x̂ = dy · ((x − μ) rstd);  LayerNorm db: dy;  RMSNorm dw: dy · (x rstd)
-struct LayerNormDwTerm {
-  const float* dy;
-  const float* x;
-  const float* mean;
-  const float* rstd;
-  __device__ double operator()(int64_t r, int64_t i) const {
-    return static_cast<double>(dy[i]) * ((x[i] - mean[r]) * rstd[r]);
-  }
-};
-
+// column_finish_kernel also finishes the norms' fused backward (below).
 struct DyTerm {
   const float* dy;
   __device__ double operator()(int64_t, int64_t i) const { return static_cast<double>(dy[i]); }
-};
-
-struct RmsNormDwTerm {
-  const float* dy;
-  const float* x;
-  const float* rstd;
-  __device__ double operator()(int64_t r, int64_t i) const {
-    return static_cast<double>(dy[i]) * (x[i] * rstd[r]);
-  }
 };
 
 // One thread per (chunk k, column c), item = k·h + c: consecutive threads read consecutive columns.
@@ -164,34 +147,6 @@ __global__ void layernorm_forward_kernel(float* y, float* mean, float* rstd, con
   }
 }
 
-// LayerNorm backward, with g = dy ⊙ w:
-//   dx = rstd (g − mean(g) − x̂ mean(g ⊙ x̂))      (written; this kernel, one block per row)
-//   dw += Σ_r dy ⊙ x̂,  db += Σ_r dy              (accumulated; the column-sum kernels above)
-__global__ void layernorm_backward_dx_kernel(float* dx, const float* dy, const float* x,
-                                             const float* w, const float* mean, const float* rstd,
-                                             int64_t rows, int64_t h) {
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float* xr = x + r * h;
-    const float* dyr = dy + r * h;
-    const float m = mean[r], rs = rstd[r];
-    double sum_g = 0.0, sum_gx = 0.0;
-    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) {
-      const float g = dyr[c] * w[c];
-      sum_g += g;
-      sum_gx += static_cast<double>(g) * ((xr[c] - m) * rs);
-    }
-    sum_g = gpu::block_sum(sum_g);
-    sum_gx = gpu::block_sum(sum_gx);
-    const float mean_g = static_cast<float>(sum_g / static_cast<double>(h));
-    const float mean_gx = static_cast<float>(sum_gx / static_cast<double>(h));
-    float* dxr = dx + r * h;
-    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) {
-      const float xhat = (xr[c] - m) * rs;
-      dxr[c] = rs * (dyr[c] * w[c] - mean_g - xhat * mean_gx);
-    }
-  }
-}
-
 // RMSNorm over the last dim (h) of each row:
 //   rstd = 1/√(mean(x²) + eps), x̂ = x rstd, y = x̂ ⊙ w
 // One block per row: Σx² (f64, block reduction), then y.
@@ -209,24 +164,51 @@ __global__ void rmsnorm_forward_kernel(float* y, float* rstd, const float* x, co
   }
 }
 
-// RMSNorm backward, with g = dy ⊙ w:
-//   dx = rstd (g − x̂ mean(g ⊙ x̂))   (written; this kernel, one block per row)
-//   dw += Σ_r dy ⊙ x̂                (accumulated; the column-sum kernels above)
-__global__ void rmsnorm_backward_dx_kernel(float* dx, const float* dy, const float* x,
-                                           const float* w, const float* rstd, int64_t rows,
-                                           int64_t h) {
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float* xr = x + r * h;
-    const float* dyr = dy + r * h;
-    const float rs = rstd[r];
-    double sum_gx = 0.0;
-    for (int64_t c = threadIdx.x; c < h; c += blockDim.x)
-      sum_gx += static_cast<double>(dyr[c] * w[c]) * (xr[c] * rs);
-    sum_gx = gpu::block_sum(sum_gx);
-    const float mean_gx = static_cast<float>(sum_gx / static_cast<double>(h));
-    float* dxr = dx + r * h;
-    for (int64_t c = threadIdx.x; c < h; c += blockDim.x)
-      dxr[c] = rs * (dyr[c] * w[c] - xr[c] * rs * mean_gx);
+// Norm backward, with g = dy ⊙ w and x̂ = (x − μ) rstd (LayerNorm) or x rstd (RMSNorm):
+//   LayerNorm: dx = rstd (g − mean(g) − x̂ mean(g ⊙ x̂)),  dw += Σ_r dy ⊙ x̂,  db += Σ_r dy
+//   RMSNorm:   dx = rstd (g − x̂ mean(g ⊙ x̂)),           dw += Σ_r dy ⊙ x̂
+// One block per chunk of kNormChunk rows (grid stride over chunks); for each row in order: the
+// row sums (f64 block reductions), then dx for this thread's columns, adding dy·x̂ (and dy) into
+// the chunk's f64 partial sums of those columns (dw_part, db_part: (nchunks, h), each element
+// owned by one thread). column_finish_kernel then adds the chunks in order. dy and x are read
+// from memory once; the second pass over a row finds it in cache. The arithmetic is the CPU's
+// (x̂ in f32, products into f64).
+template <bool kLayerNorm>
+__global__ void norm_backward_kernel(float* dx, double* dw_part, double* db_part, const float* dy,
+                                     const float* x, const float* w, const float* mean,
+                                     const float* rstd, int64_t rows, int64_t h, int64_t nchunks) {
+  for (int64_t k = blockIdx.x; k < nchunks; k += gridDim.x) {
+    const int64_t r0 = k * kNormChunk;
+    const int64_t r1 = r0 + kNormChunk < rows ? r0 + kNormChunk : rows;
+    double* dwp = dw_part + k * h;
+    double* dbp = kLayerNorm ? db_part + k * h : nullptr;
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) {
+      dwp[c] = 0.0;
+      if (kLayerNorm) dbp[c] = 0.0;
+    }
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * h;
+      const float* dyr = dy + r * h;
+      const float m = kLayerNorm ? mean[r] : 0.0f, rs = rstd[r];
+      double sum_g = 0.0, sum_gx = 0.0;
+      for (int64_t c = threadIdx.x; c < h; c += blockDim.x) {
+        const float g = dyr[c] * w[c];
+        if (kLayerNorm) sum_g += g;
+        sum_gx += static_cast<double>(g) * ((xr[c] - m) * rs);
+      }
+      if (kLayerNorm) sum_g = gpu::block_sum(sum_g);
+      sum_gx = gpu::block_sum(sum_gx);  // synchronises: every thread has read dy and x of row r
+      const float mean_g = kLayerNorm ? static_cast<float>(sum_g / static_cast<double>(h)) : 0.0f;
+      const float mean_gx = static_cast<float>(sum_gx / static_cast<double>(h));
+      float* dxr = dx + r * h;
+      for (int64_t c = threadIdx.x; c < h; c += blockDim.x) {
+        const float dyc = dyr[c], xhat = (xr[c] - m) * rs;
+        dxr[c] = kLayerNorm ? rs * (dyc * w[c] - mean_g - xhat * mean_gx)
+                            : rs * (dyc * w[c] - xhat * mean_gx);
+        dwp[c] += static_cast<double>(dyc) * xhat;
+        if (kLayerNorm) dbp[c] += static_cast<double>(dyc);
+      }
+    }
   }
 }
 
@@ -276,6 +258,33 @@ void column_sums(CudaDevice& dev, float* out, int64_t rows, int64_t h, Term term
 
 unsigned int elementwise_blocks(int64_t n) { return gpu::grid_blocks(n, kThreads); }
 unsigned int row_blocks(int64_t rows) { return gpu::grid_blocks(rows, 1); }
+
+// The fused norm backward (norm_backward_kernel), then the chunk sums into dw (and db).
+void norm_backward(CudaDevice& dev, bool layernorm, Tensor& dx, float* dw, float* db,
+                   const Tensor& dy, const Tensor& x, const Tensor& w, const float* mean,
+                   const float* rstd) {
+  const int64_t rows = x.rows(), h = x.cols();
+  if (rows == 0 || h == 0) return;  // dw, db += 0
+  const int64_t nchunks = (rows + kNormChunk - 1) / kNormChunk;
+  const size_t part = static_cast<size_t>(nchunks * h);
+  auto* dw_part = static_cast<double*>(dev.scratch((layernorm ? 2 : 1) * part * sizeof(double)));
+  double* db_part = layernorm ? dw_part + part : nullptr;
+  const unsigned int threads = gpu::threads_for(h, kRowThreads);
+  if (layernorm) {
+    norm_backward_kernel<true><<<row_blocks(nchunks), threads, 0, dev.stream()>>>(
+        dx.data(), dw_part, db_part, dy.data(), x.data(), w.data(), mean, rstd, rows, h, nchunks);
+  } else {
+    norm_backward_kernel<false><<<row_blocks(nchunks), threads, 0, dev.stream()>>>(
+        dx.data(), dw_part, db_part, dy.data(), x.data(), w.data(), mean, rstd, rows, h, nchunks);
+  }
+  CUDA_CHECK_LAUNCH();
+  column_finish_kernel<<<gpu::grid_blocks(h, kThreads), kThreads, 0, dev.stream()>>>(dw, dw_part, h, nchunks);
+  CUDA_CHECK_LAUNCH();
+  if (layernorm) {
+    column_finish_kernel<<<gpu::grid_blocks(h, kThreads), kThreads, 0, dev.stream()>>>(db, db_part, h, nchunks);
+    CUDA_CHECK_LAUNCH();
+  }
+}
 }  // namespace
 
 // dbias[c] += Σ_r dy[r, c]: the two-step column sum (f64 partials over 64-row chunks, then the
@@ -336,15 +345,7 @@ void CudaDevice::layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Te
                                     const Tensor& x, const Tensor& w, const Tensor& mean,
                                     const Tensor& rstd) {
   checks::check_layernorm_backward(*this, dx, dw, db, dy, x, w, mean, rstd);
-  const int64_t rows = x.rows(), h = x.cols();
-  // dw, db first (they read dy), then dx, in the CPU's order.
-  column_sums(*this, dw.data(), rows, h,
-              LayerNormDwTerm{dy.data(), x.data(), mean.data(), rstd.data()});
-  column_sums(*this, db.data(), rows, h, DyTerm{dy.data()});
-  if (rows == 0) return;
-  layernorm_backward_dx_kernel<<<row_blocks(rows), gpu::threads_for(h, kRowThreads), 0, stream()>>>(
-      dx.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(), rows, h);
-  CUDA_CHECK_LAUNCH();
+  norm_backward(*this, true, dx, dw.data(), db.data(), dy, x, w, mean.data(), rstd.data());
 }
 
 void CudaDevice::rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w,
@@ -360,12 +361,7 @@ void CudaDevice::rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const
 void CudaDevice::rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
                                   const Tensor& w, const Tensor& rstd) {
   checks::check_rmsnorm_backward(*this, dx, dw, dy, x, w, rstd);
-  const int64_t rows = x.rows(), h = x.cols();
-  column_sums(*this, dw.data(), rows, h, RmsNormDwTerm{dy.data(), x.data(), rstd.data()});
-  if (rows == 0) return;
-  rmsnorm_backward_dx_kernel<<<row_blocks(rows), gpu::threads_for(h, kRowThreads), 0, stream()>>>(
-      dx.data(), dy.data(), x.data(), w.data(), rstd.data(), rows, h);
-  CUDA_CHECK_LAUNCH();
+  norm_backward(*this, false, dx, dw.data(), nullptr, dy, x, w, nullptr, rstd.data());
 }
 
 void CudaDevice::adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWParams& hp,
