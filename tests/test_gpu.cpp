@@ -586,8 +586,10 @@ void check_collectives(Communicator& c, Device& dev) {
     return v;
   };
   const size_t ledger0 = c.ledger().records().size();
-  // all_reduce sum, max; sync and async.
-  Tensor x = Tensor::from_host(dev, Shape{n}, iota(n, r + 1.0f, r + 1.0f));
+  // all_reduce sum, max; sync and async. The input of the first is made by a kernel just before
+  // the call (no host synchronisation between them): the collective must wait for it.
+  Tensor x = Tensor::from_host(dev, Shape{n}, iota(n, 0.5f * (r + 1), 0.5f * (r + 1)));
+  dev.scale(x, 2.0f);
   c.all_reduce(x);
   EXPECT_EQ(x.to_host(), tri(n, 0)) << c.name() << " all_reduce";
   Tensor mx = Tensor::from_host(dev, Shape{n}, iota(n, 10.0f * r, -1.0f));

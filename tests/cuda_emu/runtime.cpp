@@ -1005,11 +1005,24 @@ ncclResult_t check_comm(ncclComm_t c) { return c == nullptr ? ncclInvalidArgumen
 
 bool supported(ncclDataType_t t) { return t == ncclFloat; }
 
-// Runs `work` on `stream` after everything already queued there, now (NCCL progresses on its
-// own; running it at enqueue keeps every rank's MPI calls in program order).
-void run_now(cudaStream_t stream, const char* what, std::function<void()> work) {
-  enqueue_work(stream, what, std::move(work));
+// A collective: the MPI exchange runs now, after everything already queued on `stream` (so it
+// reads its inputs as the stream would, and every rank's MPI calls stay in program order: real
+// NCCL progresses on the GPU by itself, and running it lazily here could deadlock against host
+// MPI calls), while writing its result is queued on the stream. So, as with NCCL, only work
+// ordered after the collective (later on this stream, or waiting for an event recorded after it)
+// sees the result: a missing cudaStreamWaitEvent reads stale data.
+void collective(cudaStream_t stream, const char* what, void* recv,
+                const std::function<std::vector<float>()>& exchange) {
   flush_stream(stream);
+  std::vector<float> result;
+  {
+    DeviceMode mode(what);
+    result = exchange();
+  }
+  auto buf = std::make_shared<std::vector<float>>(std::move(result));
+  enqueue_work(stream, what, [recv, buf] {
+    if (!buf->empty()) std::memcpy(recv, buf->data(), buf->size() * sizeof(float));
+  });
 }
 
 std::vector<float> take(const void* p, size_t n) {
@@ -1123,11 +1136,11 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
   if (count == 0) return ncclSuccess;
   if (!is_device_range(send, count * 4) || !is_device_range(recv, count * 4)) return ncclInvalidArgument;
   if (g_group_depth > 0) return ncclInvalidUsage;  // collectives in a group: not emulated
-  run_now(stream, "ncclAllReduce", [=] {
+  collective(stream, "ncclAllReduce", recv, [=] {
     std::vector<float> in = take(send, count), out(count);
     MPI_Allreduce(in.data(), out.data(), static_cast<int>(count), MPI_FLOAT, op == ncclMax ? MPI_MAX : MPI_SUM,
                   comm->mpi);
-    std::memcpy(recv, out.data(), count * 4);
+    return out;
   });
   return ncclSuccess;
 }
@@ -1138,11 +1151,11 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataT
   if (!is_device_range(send, count * 4) || !is_device_range(recv, count * 4 * comm->size))
     return ncclInvalidArgument;
   if (g_group_depth > 0) return ncclInvalidUsage;
-  run_now(stream, "ncclAllGather", [=] {
+  collective(stream, "ncclAllGather", recv, [=] {
     std::vector<float> in = take(send, count), out(count * comm->size);
     MPI_Allgather(in.data(), static_cast<int>(count), MPI_FLOAT, out.data(), static_cast<int>(count), MPI_FLOAT,
                   comm->mpi);
-    std::memcpy(recv, out.data(), out.size() * 4);
+    return out;
   });
   return ncclSuccess;
 }
@@ -1154,11 +1167,11 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclD
   if (!is_device_range(send, count * 4 * comm->size) || !is_device_range(recv, count * 4))
     return ncclInvalidArgument;
   if (g_group_depth > 0) return ncclInvalidUsage;
-  run_now(stream, "ncclReduceScatter", [=] {
+  collective(stream, "ncclReduceScatter", recv, [=] {
     std::vector<float> in = take(send, count * comm->size), out(count);
     MPI_Reduce_scatter_block(in.data(), out.data(), static_cast<int>(count), MPI_FLOAT,
                              op == ncclMax ? MPI_MAX : MPI_SUM, comm->mpi);
-    std::memcpy(recv, out.data(), count * 4);
+    return out;
   });
   return ncclSuccess;
 }
@@ -1170,33 +1183,38 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataT
   if ((comm->rank == root && !is_device_range(send, count * 4)) || !is_device_range(recv, count * 4))
     return ncclInvalidArgument;
   if (g_group_depth > 0) return ncclInvalidUsage;
-  run_now(stream, "ncclBroadcast", [=] {
+  collective(stream, "ncclBroadcast", recv, [=] {
     std::vector<float> buf = comm->rank == root ? take(send, count) : std::vector<float>(count);
     MPI_Bcast(buf.data(), static_cast<int>(count), MPI_FLOAT, root, comm->mpi);
-    std::memcpy(recv, buf.data(), count * 4);
+    return buf;
   });
   return ncclSuccess;
 }
 
 namespace {
+// Sends read now and receives land stream-ordered, as for the collectives above.
 void run_p2p(const std::vector<P2p>& ops) {
   for (const P2p& p : ops) flush_stream(p.stream);  // their inputs are ready
-  std::vector<std::vector<float>> bufs(ops.size());
+  std::vector<std::shared_ptr<std::vector<float>>> bufs(ops.size());
   std::vector<MPI_Request> reqs(ops.size());
-  DeviceMode mode("ncclSend/ncclRecv");
-  for (size_t i = 0; i < ops.size(); ++i) {
-    const P2p& p = ops[i];
-    if (p.send) {
-      bufs[i] = take(p.sbuf, p.count);
-      MPI_Isend(bufs[i].data(), static_cast<int>(p.count), MPI_FLOAT, p.peer, 7, p.comm->mpi, &reqs[i]);
-    } else {
-      bufs[i].resize(p.count);
-      MPI_Irecv(bufs[i].data(), static_cast<int>(p.count), MPI_FLOAT, p.peer, 7, p.comm->mpi, &reqs[i]);
+  {
+    DeviceMode mode("ncclSend/ncclRecv");
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const P2p& p = ops[i];
+      bufs[i] = std::make_shared<std::vector<float>>(p.send ? take(p.sbuf, p.count) : std::vector<float>(p.count));
+      if (p.send)
+        MPI_Isend(bufs[i]->data(), static_cast<int>(p.count), MPI_FLOAT, p.peer, 7, p.comm->mpi, &reqs[i]);
+      else
+        MPI_Irecv(bufs[i]->data(), static_cast<int>(p.count), MPI_FLOAT, p.peer, 7, p.comm->mpi, &reqs[i]);
     }
+    MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
   }
-  MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
-  for (size_t i = 0; i < ops.size(); ++i)
-    if (!ops[i].send && ops[i].count != 0) std::memcpy(ops[i].rbuf, bufs[i].data(), ops[i].count * 4);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].send || ops[i].count == 0) continue;
+    void* dst = ops[i].rbuf;
+    auto buf = bufs[i];
+    enqueue_work(ops[i].stream, "ncclRecv", [dst, buf] { std::memcpy(dst, buf->data(), buf->size() * sizeof(float)); });
+  }
 }
 ncclResult_t p2p(const P2p& op) {
   if (check_comm(op.comm) != ncclSuccess || op.peer < 0 || op.peer >= op.comm->size) return ncclInvalidArgument;
