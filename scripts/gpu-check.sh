@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpu-check.sh — `make gpu-check`: everything that needs a GPU, in one run (≤ 8 minutes on one H200).
 #
-#   1. build (make -j all; the GPU backend must be in it)
+#   1. build (make -j all; the GPU backend must be in it), with the build dependencies from
+#      .offline-deps/ where they cannot be installed (scripts/offline-deps.sh)
 #   2. the GPU tests (build/bin/test_gpu) at np 1 (NCCL), 2 and 3 (--comm mpi: ranks share the GPU)
 #   3. every lesson with --backend gpu: at np 1 over NCCL (when the lesson runs at t = 1) and at its
 #      lessons/lessons.txt rank count over --comm mpi, each against the CPU run at the same rank
@@ -71,6 +72,16 @@ num() { sed -n "s/^RESULT [^ ]* $1 \([^ ]*\) .*/\1/p" "$2" | tail -1; }        #
 ratio() { sed -n "s/^RESULT [^ ]* $1 [^ ]* [^ ]* [^ ]* \([^ ]*\)$/\1/p" "$2" | tail -1; }
 ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; }
 le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
+
+# ---- 0b. Build dependencies on a machine that cannot install packages ----------------------------
+# The lent GPU machine reaches no package registry: MPICH, GoogleTest and nlohmann-json come from
+# .offline-deps/ when they are missing there (scripts/offline-deps.sh download, run beforehand on a
+# machine with apt; carried along), and NCCL from Python's nvidia-nccl package when the CUDA
+# folder has no nccl.h.
+if [ "$emu" != 1 ] && ! . scripts/offline-deps.sh use; then
+  echo "gpu-check: build dependencies missing: on a machine with apt run scripts/offline-deps.sh download, and bring .offline-deps/ along"
+  exit 1
+fi
 
 # ---- 1. Build ------------------------------------------------------------------------------------
 if [ "$emu" = 1 ]; then
