@@ -1,6 +1,6 @@
 // kernels_model.cu — the GPU backend's activation, norm and optimizer kernels: GeLU, SwiGLU,
-// LayerNorm, RMSNorm, AdamW, and the bias gradient (a column sum, like the norms' dw and db). The math of each kernel sits in a comment above it, the forward next
-// to its backward (llm.c style); the contract is in core/device.h and the reference is the CPU
+// LayerNorm, RMSNorm, AdamW, and the bias gradient (a column sum, like the norms' dw and db). The
+// math of each kernel sits in a comment above it, the forward next to its backward (llm.c style); the contract is in core/device.h and the reference is the CPU
 // backend (cpu_backend/cpu_kernels.cpp), whose arithmetic (f32 vs f64 steps) is mirrored here.
 //
 // Determinism: no float atomics. Elementwise kernels compute each output once. Row statistics use
@@ -12,7 +12,8 @@
 // itself, which also writes dx, so dy and x are read from memory once.
 //
 // Launch configurations: elementwise kernels 256 threads with a grid stride; row kernels one block
-// per row (grid stride over rows), threads = h rounded up to a warp, at most 256.
+// per row (the fused norm backward: per 16 rows), grid stride, threads = h rounded up to a warp,
+// at most 256.
 #include <cmath>
 
 #include "core/error.h"
