@@ -203,6 +203,23 @@ bool in_arena(const void* p) {
 
 }  // namespace
 
+bool is_device_pointer(const void* p) {
+  if (p == nullptr) return true;
+  auto it = g_live.upper_bound(static_cast<char*>(const_cast<void*>(p)));
+  if (it == g_live.begin()) return false;
+  --it;
+  const char* c = static_cast<const char*>(p);
+  return c >= it->second.ptr && c <= it->second.ptr + it->second.bytes;  // one past the end too
+}
+
+void bad_kernel_pointer(const char* kernel, int index, const void* p) {
+  if (const Allocation* f = find_region(g_freed, static_cast<const char*>(p)))
+    fatal("kernel %s: argument %d (%p) points into allocation %p (%zu bytes), which was already freed",
+          kernel, index, p, static_cast<void*>(f->ptr), f->bytes);
+  fatal("kernel %s: argument %d (%p) is %s, not device memory", kernel, index, p,
+        in_arena(p) ? "outside every allocation" : "a host pointer");
+}
+
 bool is_device_range(const void* p, size_t bytes) {
   const Allocation* a = find_live(p);
   return a != nullptr && static_cast<const char*>(p) + bytes <= a->ptr + a->bytes;

@@ -186,6 +186,11 @@ TEST_F(CudaEmuDeathTest, BarrierNotReachedByEveryThread) {
       "__syncthreads reached by 16 of 64 threads");
 }
 
+TEST_F(CudaEmuDeathTest, HostPointerAsAKernelArgument) {
+  std::vector<float> host(64);
+  EXPECT_DEATH(write_kernel<<<1, 64>>>(host.data(), 64, 1.0f), "argument 0 .* is a host pointer");
+}
+
 TEST_F(CudaEmuDeathTest, DoubleFree) {
   float* x = device_floats(8);
   cudaFree(x);

@@ -19,7 +19,8 @@
 //   - device memory the host may not touch: every allocation sits in a guarded arena that is
 //     inaccessible while host code runs (a host dereference of a device pointer is reported with
 //     a backtrace) and opened only for the queued work; out-of-bounds accesses past the end of an
-//     allocation and use after free fault and are reported.
+//     allocation and use after free fault and are reported; a pointer argument of a kernel that
+//     is not device memory (a host pointer) is reported at the launch.
 //
 // The .cu sources are compiled by g++ after scripts/cuda-emu-translate.pl rewrites each launch
 // `k<<<grid, block, smem, stream>>>(args)` into `::cuda_emu::launch("k", <k as a lambda>, grid,
@@ -74,6 +75,17 @@ int lane_id();
 void enqueue_kernel(const char* name, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                     std::function<void()> body);
 
+/// True when p is null or points into (or just past) a live device allocation.
+bool is_device_pointer(const void* p);
+[[noreturn]] void bad_kernel_pointer(const char* kernel, int index, const void* p);
+
+template <typename T>
+void check_kernel_arg(const char* kernel, int index, const T& arg) {
+  if constexpr (std::is_pointer<T>::value) {
+    if (!is_device_pointer(arg)) bad_kernel_pointer(kernel, index, arg);
+  }
+}
+
 template <typename F>
 struct Launcher {
   const char* name;
@@ -83,6 +95,9 @@ struct Launcher {
   cudaStream_t stream;
   template <typename... A>
   void operator()(A... args) const {
+    // A pointer argument must be device memory: a GPU cannot dereference a host pointer.
+    int index = 0;
+    (check_kernel_arg(name, index++, args), ...);
     F k = kernel;
     // Arguments are copied at launch (as CUDA copies them into the parameter buffer); every
     // thread then receives its own copies, as kernel parameters are passed by value.
