@@ -3,6 +3,8 @@
 #
 #   scripts/install-deps.sh          MPI (mpicxx + mpirun), OpenMP, GoogleTest, nlohmann-json
 #   scripts/install-deps.sh --docs   the same, plus Doxygen
+#   scripts/install-deps.sh --check  installs nothing, prints nothing: exit 0 when nothing is
+#                                    missing (scripts/offline-deps.sh asks this)
 #   NO_CUDA=1 scripts/install-deps.sh   the GPU line says the GPU backend is skipped
 #   DEPS_CACHE=FILE scripts/install-deps.sh
 #                                    reuse the report in FILE when it was made for the same MPICXX
@@ -17,8 +19,9 @@
 set -u
 MPICXX=${MPICXX:-mpicxx}
 MPIEXEC=${MPIEXEC:-mpirun}
-docs=0
+docs=0 check=0
 [ "${1:-}" = "--docs" ] && docs=1
+[ "${1:-}" = "--check" ] && check=1
 
 # The GPU backend line: never cached (NO_CUDA or NVCC may change between calls), never fatal.
 gpu_line() {
@@ -77,6 +80,7 @@ missing() {  # prints the Debian packages still needed
 }
 
 need=$(missing)
+[ $check = 1 ] && { [ -z "$need" ]; exit; }
 if [ -n "$need" ]; then
   if command -v apt-get >/dev/null 2>&1; then
     sudo=""

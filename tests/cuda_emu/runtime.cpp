@@ -188,12 +188,14 @@ struct DeviceMode {
   }
 };
 
-const Allocation* find_live(const void* p) {
+// The live allocation holding p (or, with end_ok, also one just ending at p), or null.
+const Allocation* find_live(const void* p, bool end_ok = false) {
   auto it = g_live.upper_bound(static_cast<char*>(const_cast<void*>(p)));
   if (it == g_live.begin()) return nullptr;
   --it;
   const char* c = static_cast<const char*>(p);
-  return c >= it->second.ptr && c < it->second.ptr + it->second.bytes ? &it->second : nullptr;
+  const char* end = it->second.ptr + it->second.bytes;
+  return c >= it->second.ptr && (c < end || (end_ok && c == end)) ? &it->second : nullptr;
 }
 
 bool in_arena(const void* p) {
@@ -203,14 +205,7 @@ bool in_arena(const void* p) {
 
 }  // namespace
 
-bool is_device_pointer(const void* p) {
-  if (p == nullptr) return true;
-  auto it = g_live.upper_bound(static_cast<char*>(const_cast<void*>(p)));
-  if (it == g_live.begin()) return false;
-  --it;
-  const char* c = static_cast<const char*>(p);
-  return c >= it->second.ptr && c <= it->second.ptr + it->second.bytes;  // one past the end too
-}
+bool is_device_pointer(const void* p) { return p == nullptr || find_live(p, true) != nullptr; }
 
 void bad_kernel_pointer(const char* kernel, int index, const void* p) {
   if (const Allocation* f = find_region(g_freed, static_cast<const char*>(p)))
