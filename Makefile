@@ -8,6 +8,10 @@
 #   make bench    measure the GEMM and the collectives (ratios, with correctness columns)
 #   make docs     Doxygen over lib/ and the lesson pages into docs/html
 #   make gpu-check  on a machine with a GPU: build, GPU tests, every lesson on the GPU, timings
+#   make gpu-emu  the correctness half of gpu-check on the CUDA emulator (any machine)
+#   make format   clang-format every source file in place (.clang-format; make test checks it)
+#   make compile_commands  build/compile_commands.json for editors (clangd finds it in build/)
+#   make help     this list
 #   make clean    remove build/ and docs/html
 #
 # Overridable: MPICXX (the MPI C++ compiler wrapper), MPIEXEC (the launcher), NP (the rank counts
@@ -18,7 +22,7 @@
 # GPU at build time. NVCC (default: nvcc on PATH, else /usr/local/cuda/bin/nvcc), CUDA_HOME
 # (default: the folder above nvcc's bin/), NCCL_HOME (when NCCL is not under CUDA_HOME or /usr),
 # CUDA_ARCH (default: sm_80 and sm_90 code plus compute_90 PTX), NO_CUDA=1 (skip it). Without it
-# the build links cpu_backend/no_gpu.cpp, and --backend gpu says so. $(BUILD)/gpu-backend records
+# the build links launcher/no_gpu.cpp, and --backend gpu says so. $(BUILD)/gpu-backend records
 # which ("yes", or "no: <why>") for the scripts.
 #   make NO_CUDA=1                  make CUDA_ARCH="-gencode arch=compute_90,code=sm_90"
 
@@ -28,9 +32,32 @@ NP      ?= 1 2 3 4
 BUILD   ?= build
 
 # OMPI/MPICH_SKIP_MPICXX: we use the C API; Open MPI's deprecated C++ bindings header warns.
-CXXFLAGS := -std=c++17 -O2 -Wall -Wextra -fopenmp -MMD -MP -Ilib \
+CXXFLAGS := -std=c++17 -O2 -Wall -Wextra -fopenmp -MMD -MP \
             -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX $(CXXFLAGS_EXTRA)
 LDFLAGS  := -fopenmp $(LDFLAGS_EXTRA)
+
+# ---- The layers, and what each may see ------------------------------------------------------------
+# Each folder is compiled with the include paths of the layers below it and nothing else, so an
+# include that crosses a layer the wrong way is a compile error (scripts/check-layers.sh checks the
+# same rule on the sources, and that docs/architecture.md's picture matches it):
+#
+#   lib/          the math, the layers, the model        $(CXX)     -Ilib
+#   cpu_backend/  CpuDevice                              $(CXX)     -Ilib
+#   mpi/          MpiCommunicator, MPI helpers           $(MPICXX)  -Ilib
+#   gpu_backend/  CudaDevice, NcclCommunicator           nvcc/$(MPICXX) -Ilib -Impi (NCCL bootstraps over MPI)
+#   launcher/     run_program, --backend/--comm          $(MPICXX)  -Ilib -Icpu_backend -Igpu_backend -Impi
+#   lessons/      lesson.h + the lessons, tools/         $(CXX)     -Ilib -Ilauncher (-Ilessons)
+#   tests/        everything (they test the backends)    $(MPICXX)
+#
+# lib/ gets the plain C++ compiler and no MPI include path: <mpi.h> there does not compile.
+INC_LIB      := -Ilib
+INC_CPU      := -Ilib
+INC_MPI      := -Ilib
+INC_GPU      := -Ilib -Impi
+INC_LAUNCHER := -Ilib -Icpu_backend -Igpu_backend -Impi
+INC_LESSON   := -Ilib -Ilauncher -Ilessons
+INC_TOOL     := -Ilib -Ilauncher
+INC_TEST     := -Ilib -Ilauncher -Impi -Icpu_backend -Igpu_backend -Itests
 
 # ---- GPU backend: found or not -------------------------------------------------------------------
 ifeq ($(origin NVCC),undefined)
@@ -57,10 +84,12 @@ endif
 
 export MPICXX MPIEXEC NP BUILD NO_CUDA NVCC
 
-LIB_SRC     := $(filter-out lib/lesson/%,$(wildcard lib/*/*.cpp))
-LESSON_SRC  := $(wildcard lib/lesson/*.cpp)
-# no_gpu.cpp is not in libtp_cpu.a: each program links either it or libtp_gpu.a (GPU_LINK below).
-CPU_SRC     := $(filter-out cpu_backend/no_gpu.cpp,$(wildcard cpu_backend/*.cpp))
+LIB_SRC     := $(wildcard lib/*/*.cpp)
+LESSON_SRC  := $(wildcard lessons/*.cpp)
+CPU_SRC     := $(wildcard cpu_backend/*.cpp)
+MPI_SRC     := $(wildcard mpi/*.cpp)
+# no_gpu.cpp is not in libtp_launcher.a: each program links either it or libtp_gpu.a (GPU_LINK below).
+LAUNCHER_SRC := $(filter-out launcher/no_gpu.cpp,$(wildcard launcher/*.cpp))
 LESSONS     := $(patsubst lessons/%/main.cpp,%,$(wildcard lessons/*/main.cpp))
 SERIAL_TEST := tests/test_gemm.cpp tests/test_rng.cpp tests/test_options.cpp tests/test_tensor.cpp \
                tests/test_kernels.cpp tests/test_safetensors.cpp
@@ -73,7 +102,9 @@ obj = $(patsubst %.cpp,$(BUILD)/obj/%.o,$(1))
 
 LIBTP     := $(BUILD)/lib/libtp.a
 LIBTP_CPU := $(BUILD)/lib/libtp_cpu.a
-# lib/lesson sits above the launcher (it calls tp::run_program), so it is its own archive, linked first.
+LIBTP_MPI := $(BUILD)/lib/libtp_mpi.a
+LIBTP_LAUNCHER := $(BUILD)/lib/libtp_launcher.a
+# lessons/lesson.cpp sits above the launcher (it calls tp::run_program): its own archive, linked first.
 LIBTP_LESSON := $(BUILD)/lib/libtp_lesson.a
 LESSON_BINS := $(patsubst %,$(BUILD)/bin/lesson_%,$(LESSONS))
 TOOL_BINS   := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(wildcard tools/tp_*.cpp))
@@ -91,13 +122,17 @@ ifeq ($(GPU_BACKEND),yes)
   GPU_LINK   := $(LIBTP_GPU)
   GPU_LDLIBS := $(addprefix -L,$(CUDA_LIBDIRS)) -lcublas -lcudart -lnccl $(addprefix -Wl$(comma)-rpath$(comma),$(CUDA_LIBDIRS))
 else
-  GPU_LINK   := $(BUILD)/obj/cpu_backend/no_gpu.o
+  GPU_LINK   := $(BUILD)/obj/launcher/no_gpu.o
   GPU_LDLIBS :=
 endif
 # The link line: objects and archives of the rule ($^ without the stamp), then the GPU libraries.
 LINK = $(MPICXX) $(LDFLAGS) $(filter-out $(GPU_STAMP),$^) -o $@
+# What every program links below its own objects, top layer first: the launcher, the CPU backend,
+# the GPU backend (or its stub), MPI, lib.
+BACKENDS = $(LIBTP_LAUNCHER) $(LIBTP_CPU) $(GPU_LINK) $(LIBTP_MPI) $(LIBTP) $(GPU_STAMP)
 
-.PHONY: all lessons tests tools run test docs bench clean deps gpu-check gpu-emu FORCE
+.PHONY: all lessons tests tools run test docs bench clean deps gpu-check gpu-emu help format \
+        compile_commands FORCE
 # Keep the objects that only pattern rules mention (make would delete them as intermediates).
 # Only these: a bare .SECONDARY would also stop a missing archive from being rebuilt.
 .SECONDARY: $(patsubst %,$(BUILD)/obj/lessons/%/main.o,$(LESSONS)) \
@@ -113,22 +148,44 @@ tests: $(TEST_BINS)
 deps:
 	@DEPS_CACHE=$(BUILD)/.deps GPU_BACKEND="$(GPU_BACKEND)" scripts/install-deps.sh
 
-$(BUILD)/obj/%.o: %.cpp | deps
+# One rule per layer (see "The layers" above).
+$(BUILD)/obj/lib/%.o: lib/%.cpp | deps
 	@mkdir -p $(dir $@)
-	$(MPICXX) $(CXXFLAGS) -Icpu_backend -c $< -o $@
+	$(CXX) $(CXXFLAGS) $(INC_LIB) -c $< -o $@
+
+$(BUILD)/obj/cpu_backend/%.o: cpu_backend/%.cpp | deps
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) $(INC_CPU) -c $< -o $@
+
+$(BUILD)/obj/mpi/%.o: mpi/%.cpp | deps
+	@mkdir -p $(dir $@)
+	$(MPICXX) $(CXXFLAGS) $(INC_MPI) -c $< -o $@
+
+$(BUILD)/obj/launcher/%.o: launcher/%.cpp | deps
+	@mkdir -p $(dir $@)
+	$(MPICXX) $(CXXFLAGS) $(INC_LAUNCHER) -c $< -o $@
+
+$(BUILD)/obj/lessons/%.o: lessons/%.cpp | deps
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) $(INC_LESSON) -c $< -o $@
+
+$(BUILD)/obj/tools/%.o: tools/%.cpp | deps
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) $(INC_TOOL) -c $< -o $@
+
+$(BUILD)/obj/tests/%.o: tests/%.cpp | deps
+	@mkdir -p $(dir $@)
+	$(MPICXX) $(CXXFLAGS) $(INC_TEST) -c $< -o $@
 
 $(GPU_STAMP): FORCE
 	@mkdir -p $(dir $@)
 	@echo "$(GPU_BACKEND)" | cmp -s - $@ || echo "$(GPU_BACKEND)" > $@
 
 # ---- GPU backend objects: .cu through nvcc, .cpp (gpu_entry, the NCCL communicator) through mpicxx --
-# nvcc compiles host code with its default host compiler, so it gets MPI's include path explicitly
-# (gpu_entry.h includes mpi.h). libtp_gpu.a is linked after libtp_cpu.a (which calls into it) and
-# before libtp.a (which it calls).
-MPI_INC    = $(filter -I%,$(shell $(MPICXX) --showme:compile 2>/dev/null || $(MPICXX) -show 2>/dev/null))
+# The .cu files see lib/ only (no MPI: nothing there talks to other ranks). libtp_gpu.a is linked
+# after libtp_launcher.a (which calls into it) and before libtp_mpi.a and libtp.a (which it calls).
 CUDA_INC  := -isystem $(CUDA_HOME)/include $(if $(NCCL_HOME),-isystem $(NCCL_HOME)/include)
-NVCCFLAGS  = -std=c++17 --expt-relaxed-constexpr -O2 $(CUDA_ARCH) -Ilib -Igpu_backend -Icpu_backend \
-             $(patsubst -I%,-isystem %,$(MPI_INC)) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX \
+NVCCFLAGS  = -std=c++17 --expt-relaxed-constexpr -O2 $(CUDA_ARCH) $(INC_LIB) \
              -Xcompiler -Wall,-Wextra -MMD -MP $(NVCCFLAGS_EXTRA)
 
 $(BUILD)/obj/gpu_backend/%.o: gpu_backend/%.cu | deps
@@ -137,7 +194,7 @@ $(BUILD)/obj/gpu_backend/%.o: gpu_backend/%.cu | deps
 
 $(BUILD)/obj/gpu_backend/%.o: gpu_backend/%.cpp | deps
 	@mkdir -p $(dir $@)
-	$(MPICXX) $(CXXFLAGS) -Icpu_backend -Igpu_backend $(CUDA_INC) -c $< -o $@
+	$(MPICXX) $(CXXFLAGS) $(INC_GPU) $(CUDA_INC) -c $< -o $@
 
 $(LIBTP_GPU): $(call obj,$(GPU_CPP_SRC)) $(patsubst %.cu,$(BUILD)/obj/%.o,$(GPU_CU_SRC))
 	@mkdir -p $(dir $@)
@@ -151,31 +208,39 @@ $(LIBTP_CPU): $(call obj,$(CPU_SRC))
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
+$(LIBTP_MPI): $(call obj,$(MPI_SRC))
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIBTP_LAUNCHER): $(call obj,$(LAUNCHER_SRC))
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
 $(LIBTP_LESSON): $(call obj,$(LESSON_SRC))
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/bin/lesson_%: $(BUILD)/obj/lessons/%/main.o $(LIBTP_LESSON) $(LIBTP_CPU) $(GPU_LINK) $(LIBTP) $(GPU_STAMP)
+$(BUILD)/bin/lesson_%: $(BUILD)/obj/lessons/%/main.o $(LIBTP_LESSON) $(BACKENDS)
 	@mkdir -p $(dir $@)
 	$(LINK) $(GPU_LDLIBS)
 
-$(BUILD)/bin/test_serial: $(call obj,$(SERIAL_TEST) tests/test_util.cpp) $(LIBTP_CPU) $(GPU_LINK) $(LIBTP) $(GPU_STAMP)
+$(BUILD)/bin/test_serial: $(call obj,$(SERIAL_TEST) tests/test_util.cpp) $(BACKENDS)
 	@mkdir -p $(dir $@)
 	$(LINK) -lgtest_main -lgtest -pthread $(GPU_LDLIBS)
 
-$(BUILD)/bin/test_mpi: $(call obj,$(MPI_TEST) tests/test_util.cpp) $(LIBTP_CPU) $(GPU_LINK) $(LIBTP) $(GPU_STAMP)
+$(BUILD)/bin/test_mpi: $(call obj,$(MPI_TEST) tests/test_util.cpp) $(BACKENDS)
 	@mkdir -p $(dir $@)
 	$(LINK) -lgtest -pthread $(GPU_LDLIBS)
 
-$(BUILD)/bin/test_gpu: $(call obj,$(GPU_TEST) tests/mpi_main.cpp tests/test_util.cpp) $(LIBTP_CPU) $(GPU_LINK) $(LIBTP) $(GPU_STAMP)
+$(BUILD)/bin/test_gpu: $(call obj,$(GPU_TEST) tests/mpi_main.cpp tests/test_util.cpp) $(BACKENDS)
 	@mkdir -p $(dir $@)
 	$(LINK) -lgtest -pthread $(GPU_LDLIBS)
 
-$(BUILD)/bin/fail_one_rank: $(BUILD)/obj/tests/fail_one_rank.o $(LIBTP_CPU) $(GPU_LINK) $(LIBTP) $(GPU_STAMP)
+$(BUILD)/bin/fail_one_rank: $(BUILD)/obj/tests/fail_one_rank.o $(BACKENDS)
 	@mkdir -p $(dir $@)
 	$(LINK) $(GPU_LDLIBS)
 
-$(BUILD)/bin/tp_%: $(BUILD)/obj/tools/tp_%.o $(LIBTP_CPU) $(GPU_LINK) $(LIBTP) $(GPU_STAMP)
+$(BUILD)/bin/tp_%: $(BUILD)/obj/tools/tp_%.o $(BACKENDS)
 	@mkdir -p $(dir $@)
 	$(LINK) $(GPU_LDLIBS)
 
@@ -186,8 +251,9 @@ $(BUILD)/bin/tp_%: $(BUILD)/obj/tools/tp_%.o $(LIBTP_CPU) $(GPU_LINK) $(LIBTP) $
 # (build/emu/bin/test_gpu) on every machine; `make gpu-emu` also runs the correctness half of
 # `make gpu-check` (lessons, loss curves) through it. No timing means anything there.
 EMU         := $(BUILD)/emu
+# -Igpu_backend: the translated sources live in $(EMU)/src, away from the headers beside them.
 EMU_CXXFLAGS = $(CXXFLAGS) -O1 -g -ffp-contract=off -Wno-unknown-pragmas -Itests/cuda_emu/include \
-               -Igpu_backend -Icpu_backend
+               $(INC_GPU) -Igpu_backend
 EMU_OBJ     := $(patsubst gpu_backend/%.cu,$(BUILD)/obj/emu/%.o,$(GPU_CU_SRC)) \
                $(patsubst gpu_backend/%.cpp,$(BUILD)/obj/emu/%.o,$(GPU_CPP_SRC)) $(BUILD)/obj/emu/runtime.o
 LIBTP_EMU   := $(EMU)/lib/libtp_gpu_emu.a
@@ -217,7 +283,10 @@ $(LIBTP_EMU): $(EMU_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(EMU)/bin/test_gpu: $(call obj,$(GPU_TEST) tests/mpi_main.cpp tests/test_util.cpp) $(LIBTP_CPU) $(LIBTP_EMU) $(LIBTP)
+# The same programs with the emulated GPU backend in place of $(GPU_LINK).
+EMU_BACKENDS = $(LIBTP_LAUNCHER) $(LIBTP_CPU) $(LIBTP_EMU) $(LIBTP_MPI) $(LIBTP)
+
+$(EMU)/bin/test_gpu: $(call obj,$(GPU_TEST) tests/mpi_main.cpp tests/test_util.cpp) $(EMU_BACKENDS)
 	@mkdir -p $(dir $@)
 	$(LINK) -lgtest -pthread
 
@@ -226,11 +295,11 @@ $(EMU)/bin/emu_selftest: $(BUILD)/obj/emu/selftest.o $(BUILD)/obj/emu/runtime.o
 	@mkdir -p $(dir $@)
 	$(LINK) -lgtest_main -lgtest -pthread
 
-$(EMU)/bin/tp_%: $(BUILD)/obj/tools/tp_%.o $(LIBTP_CPU) $(LIBTP_EMU) $(LIBTP)
+$(EMU)/bin/tp_%: $(BUILD)/obj/tools/tp_%.o $(EMU_BACKENDS)
 	@mkdir -p $(dir $@)
 	$(LINK)
 
-$(EMU)/bin/lesson_%: $(BUILD)/obj/lessons/%/main.o $(LIBTP_LESSON) $(LIBTP_CPU) $(LIBTP_EMU) $(LIBTP)
+$(EMU)/bin/lesson_%: $(BUILD)/obj/lessons/%/main.o $(LIBTP_LESSON) $(EMU_BACKENDS)
 	@mkdir -p $(dir $@)
 	$(LINK)
 
@@ -260,6 +329,21 @@ docs:
 	doxygen docs/Doxyfile 2> $(BUILD)/doxygen-warnings.txt
 	@if [ -s $(BUILD)/doxygen-warnings.txt ]; then cat $(BUILD)/doxygen-warnings.txt; \
 	  echo "✗ doxygen warnings (above)"; exit 1; else echo "✓ docs/html/index.html (no warnings)"; fi
+
+# The targets and settings: the comment at the top of this file.
+help:
+	@sed -n '1,/^$$/{s/^# \{0,1\}//;p}' $(firstword $(MAKEFILE_LIST))
+
+# Every C++ and CUDA source, formatted by .clang-format (scripts/check-format.sh is the check).
+format:
+	@scripts/check-format.sh --fix
+
+# A full rebuild under bear, which records each compiler call.
+compile_commands:
+	@command -v bear >/dev/null 2>&1 || { echo "✗ bear not found: apt-get install bear"; exit 1; }
+	@mkdir -p $(BUILD)
+	bear --output $(BUILD)/compile_commands.json -- $(MAKE) -B all
+	@echo "✓ $(BUILD)/compile_commands.json ($$(grep -c '"file"' $(BUILD)/compile_commands.json) files)"
 
 clean:
 	rm -rf $(BUILD) docs/html

@@ -76,18 +76,4 @@ void gemm_blocked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
   }
 }
 
-void gemm_reference(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                    const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-                    int64_t ldc) {
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
-      double sum = 0.0;
-      for (int64_t p = 0; p < k; ++p)
-        sum += static_cast<double>(at(a, lda, trans_a, i, p)) * at(b, ldb, trans_b, p, j);
-      const double old = beta == 0.0f ? 0.0 : static_cast<double>(beta) * c[i * ldc + j];
-      c[i * ldc + j] = static_cast<float>(alpha * sum + old);
-    }
-  }
-}
-
 }  // namespace tp::cpu

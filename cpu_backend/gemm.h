@@ -1,5 +1,5 @@
 // gemm.h — row-major f32 matrix multiply for the CPU backend: the cache-blocked OpenMP kernel used
-// by CpuDevice, and the naive triple loop kept as the reference the tests compare it with.
+// by CpuDevice. The naive reference it is tested against is tp::host_gemm (lib/core/host.h).
 //
 //   C = alpha * op(A) op(B) + beta * C      op(A): (m, k), op(B): (k, n), C: (m, n)
 //
@@ -14,10 +14,5 @@ namespace tp::cpu {
 void gemm_blocked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                   const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                   int64_t ldc);
-
-/// Naive triple loop with a double accumulator: slow and obviously right. Tests only.
-void gemm_reference(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                    const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-                    int64_t ldc);
 
 }  // namespace tp::cpu

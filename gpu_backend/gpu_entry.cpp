@@ -1,5 +1,5 @@
-// gpu_entry.cpp — tp::make_gpu_device, the GPU backend's entry point (declared in
-// cpu_backend/gpu_entry.h): picks the GPU for this rank and builds its CudaDevice.
+// gpu_entry.cpp — tp::make_gpu_device, the GPU backend's entry point (declared in gpu_entry.h):
+// picks the GPU for this rank and builds its CudaDevice.
 //
 // A plain C++ file compiled by the MPI wrapper (gpu_entry.h includes <mpi.h>) with the CUDA
 // include folder on the path; it calls only the CUDA runtime and CudaDevice's constructor.

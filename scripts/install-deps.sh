@@ -2,7 +2,7 @@
 # install-deps.sh — checks what the build needs and installs what is missing.
 #
 #   scripts/install-deps.sh          MPI (mpicxx + mpirun), OpenMP, GoogleTest, nlohmann-json
-#   scripts/install-deps.sh --docs   the same, plus Doxygen
+#   scripts/install-deps.sh --docs   the same, plus Doxygen and Graphviz (the pictures)
 #   scripts/install-deps.sh --check  installs nothing, prints nothing: exit 0 when nothing is
 #                                    missing (scripts/offline-deps.sh asks this)
 #   NO_CUDA=1 scripts/install-deps.sh   the GPU line says the GPU backend is skipped
@@ -67,6 +67,7 @@ have_json() {
   "$cxx" -std=c++17 -fsyntax-only "$tmp/js.cpp" >/dev/null 2>&1
 }
 have_doxygen() { command -v doxygen >/dev/null 2>&1; }
+have_dot()     { command -v dot >/dev/null 2>&1; }
 
 missing() {  # prints the Debian packages still needed
   local pkgs=()
@@ -74,6 +75,10 @@ missing() {  # prints the Debian packages still needed
   have_gtest || pkgs+=(libgtest-dev)
   have_json || pkgs+=(nlohmann-json3-dev)
   [ $docs = 1 ] && ! have_doxygen && pkgs+=(doxygen)
+  [ $docs = 1 ] && ! have_dot && pkgs+=(graphviz)
+  # make test: scripts/check-layers.py, check-lessons.py and check-format.sh
+  command -v python3 >/dev/null 2>&1 || pkgs+=(python3)
+  command -v clang-format >/dev/null 2>&1 || pkgs+=(clang-format)
   command -v make >/dev/null 2>&1 || pkgs+=(make)
   command -v g++ >/dev/null 2>&1 || pkgs+=(g++)
   echo "${pkgs[@]:-}"
@@ -100,15 +105,15 @@ if [ -n "$need" ]; then
   else
     echo "✗ missing: MPI, GoogleTest, nlohmann-json or Doxygen, and this is not a Debian/Ubuntu system. Install them with:"
     case "$(uname -s)" in
-      Darwin) echo "    brew install mpich libomp googletest nlohmann-json doxygen"
+      Darwin) echo "    brew install mpich libomp googletest nlohmann-json doxygen graphviz"
               echo "  and build with: make MPICXX=mpicxx CXXFLAGS_EXTRA=\"-Xpreprocessor -I\$(brew --prefix libomp)/include\" LDFLAGS_EXTRA=\"-L\$(brew --prefix libomp)/lib -lomp\"" ;;
       *)
         if command -v dnf >/dev/null 2>&1; then
-          echo "    sudo dnf install -y mpich-devel gtest-devel json-devel doxygen gcc-c++ make && module load mpi/mpich-x86_64"
+          echo "    sudo dnf install -y mpich-devel gtest-devel json-devel doxygen graphviz gcc-c++ make && module load mpi/mpich-x86_64"
         elif command -v pacman >/dev/null 2>&1; then
-          echo "    sudo pacman -S --needed mpich gtest nlohmann-json doxygen base-devel"
+          echo "    sudo pacman -S --needed mpich gtest nlohmann-json doxygen graphviz base-devel"
         elif command -v zypper >/dev/null 2>&1; then
-          echo "    sudo zypper install mpich-devel gtest nlohmann_json-devel doxygen gcc-c++ make"
+          echo "    sudo zypper install mpich-devel gtest nlohmann_json-devel doxygen graphviz gcc-c++ make"
         else
           echo "    an MPI implementation with mpicxx (MPICH or Open MPI), GoogleTest, nlohmann-json, Doxygen, a C++17 compiler with OpenMP"
         fi ;;
@@ -137,6 +142,7 @@ if have_gtest; then echo "✓ GoogleTest"; else echo "✗ GoogleTest not found (
 if have_json; then echo "✓ nlohmann-json"; else echo "✗ nlohmann-json not found (nlohmann-json3-dev)"; status=1; fi
 if [ $docs = 1 ]; then
   if have_doxygen; then echo "✓ Doxygen $(doxygen --version)"; else echo "✗ Doxygen not found"; status=1; fi
+  if have_dot; then echo "✓ Graphviz dot"; else echo "✗ Graphviz dot not found (graphviz)"; status=1; fi
 fi
 return $status
 }

@@ -10,7 +10,10 @@
 #   the same on the CUDA emulator   build/emu/bin/test_gpu: the GPU backend's code run on the CPU
 #                                   (tests/cuda_emu), on every machine: np 1 and 2 with a GPU per
 #                                   rank (NCCL), and the collectives at np 2 on one shared GPU
-#   every lesson at its rank count  counts once (exit 0 and PASSED)
+#   the layers                      scripts/check-layers.py on the tree (and on a copy with a wrong
+#                                   include, which must fail), and the build refusing such includes
+#   every lesson at its rank count  counts once (exit 0 and PASSED); scripts/check-lessons.py: the
+#                                   rank counts of lessons/lessons.txt are what --help and the docs say
 #   bad-input and failure checks    wrong rank count, unknown flag, --backend gpu without a GPU (or
 #                                   without the GPU backend), one rank failing: each must exit
 #                                   non-zero, quickly, with a clear line
@@ -62,6 +65,44 @@ serial() {
     echo "✓ $name: ${p} passed"
   fi
 }
+
+# 0. The layers (docs/architecture.md): the include graph goes only downwards and matches the
+# picture; and it can fail: a copy of the tree with a wrong include is refused by the script, and by
+# the build's own include paths (lib/ cannot see <mpi.h>, cpu_backend/ cannot see the GPU backend).
+layers_log=$logs/check_layers.log
+if python3 scripts/check-layers.py >"$layers_log" 2>&1; then pass 1; cat "$layers_log"
+else fail "layers: $(grep -c '^✗' "$layers_log") wrong includes or picture edges (see $layers_log)"; cat "$layers_log"; fi
+wrong=$BUILD/test-tmp/layers
+rm -rf "$wrong"; mkdir -p "$wrong/build"
+cp -r Makefile scripts lib cpu_backend mpi gpu_backend launcher lessons tools tests docs "$wrong"/
+cp "$BUILD/.deps" "$wrong/build/.deps" 2>/dev/null
+printf '#include "mpi_communicator.h"\n' >>"$wrong/lib/core/tensor.h"
+printf '#include "cpu_device.h"\n' >>"$wrong/gpu_backend/cuda_device.h"
+python3 scripts/check-layers.py --root "$wrong" >"$logs/check_layers_wrong.log" 2>&1
+if [ $? = 1 ] && grep -q 'lib/core/tensor.h:.*core may not include mpi' "$logs/check_layers_wrong.log" &&
+   grep -q 'gpu_backend/cuda_device.h:.*gpu_backend may not include cpu_backend' "$logs/check_layers_wrong.log"; then
+  pass 1; echo "✓ layers: a wrong include is refused: $(grep -m1 'tensor.h' "$logs/check_layers_wrong.log" | cut -c1-120)"
+else
+  fail "layers: the check accepted lib/ including mpi/ or gpu_backend/ including cpu_backend/ (see $logs/check_layers_wrong.log)"
+fi
+printf '#include <mpi.h>\n' >"$wrong/lib/core/probe.cpp"
+printf '#include "cuda_device.h"\n' >"$wrong/cpu_backend/probe.cpp"
+for probe in lib/core/probe cpu_backend/probe; do
+  if make -s -C "$wrong" BUILD=build "build/obj/$probe.o" >"$logs/check_layers_build.log" 2>&1; then
+    fail "layers: the build compiled $probe.cpp, which includes a header its layer must not see"
+  elif grep -q 'No such file' "$logs/check_layers_build.log"; then
+    pass 1; echo "✓ layers: the build refuses $probe.cpp: $(grep -m1 -o '[a-z_]*\.h: No such file.*' "$logs/check_layers_build.log")"
+  else
+    fail "layers: $probe.cpp failed to build for another reason (see $logs/check_layers_build.log)"
+  fi
+done
+
+# The style: every source as .clang-format says (make format fixes it).
+if scripts/check-format.sh >"$logs/check_format.log" 2>&1; then
+  grep -q '^✓' "$logs/check_format.log" && pass 1; tail -1 "$logs/check_format.log"
+else
+  fail "format: $(grep -c '^✗' "$logs/check_format.log") files differ from .clang-format (make format; see $logs/check_format.log)"
+fi
 
 # 1. Serial tests.
 serial test_serial "$BUILD/bin/test_serial"
@@ -127,6 +168,12 @@ while read -r name np; do
     fail "lesson $name (-np $np): $(grep -E '^(FAILED|error|rank)' "$log" | head -1) (see $log)"
   fi
 done < <(lesson_list)
+# The rank counts: lessons/lessons.txt against each lesson's --help, the index and the docs.
+if MPI_FLAGS=$MPI_FLAGS python3 scripts/check-lessons.py "$BUILD" >"$logs/check_lessons.log" 2>&1; then
+  pass 1; cat "$logs/check_lessons.log"
+else
+  fail "lesson rank counts disagree with lessons/lessons.txt (see $logs/check_lessons.log)"; cat "$logs/check_lessons.log"
+fi
 
 # 4. Bad input and failures: exit code, one clear line, no hang.
 expect() {  # expect NAME EXPECTED_RC NEEDLE NP PROGRAM ARGS...

@@ -6,7 +6,7 @@
 //   --mode=bad-input  every rank builds a ColumnParallelLinear with out = 7, which t = 2, 3, 4 do not
 //                     divide: rank 0 prints the one-line divisibility error, every rank exits 2.
 #include "core/error.h"
-#include "core/runtime.h"
+#include "launcher.h"
 #include "parallel/linear.h"
 
 using namespace tp;

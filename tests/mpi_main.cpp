@@ -11,8 +11,8 @@
 #include <cstdio>
 #include <vector>
 
-#include "launch.h"
 #include "mpi_communicator.h"
+#include "node.h"
 #include "test_util.h"
 
 namespace {

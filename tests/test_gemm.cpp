@@ -10,8 +10,8 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "core/host.h"
 #include "core/tensor.h"
-#include "gemm.h"
 #include "test_util.h"
 
 namespace {
@@ -36,7 +36,7 @@ void compare(const Case& c, bool ta, bool tb, float alpha, float beta) {
   Tensor C = Tensor::from_host(device(), Shape{c.m, c.n}, c0);
   device().gemm(ta, tb, alpha, A, B, beta, C);
   std::vector<float> want = c0;
-  tp::cpu::gemm_reference(ta, tb, c.m, c.n, c.k, alpha, a.data(), A.cols(), b.data(), B.cols(), beta,
+  tp::host_gemm(ta, tb, c.m, c.n, c.k, alpha, a.data(), A.cols(), b.data(), B.cols(), beta,
                           want.data(), c.n);
   EXPECT_LE(rel_error(C.to_host(), want), 1e-5)
       << tag << " trans_a=" << ta << " trans_b=" << tb << " alpha=" << alpha << " beta=" << beta;

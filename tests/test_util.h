@@ -7,6 +7,7 @@
 
 #include "core/communicator.h"
 #include "core/device.h"
+#include "core/host.h"
 
 namespace tp::testing {
 
@@ -19,7 +20,7 @@ Communicator& world();
 std::vector<float> random_vector(const std::string& name, int64_t n, uint64_t seed = 1234);
 
 /// ‖got − want‖₂ / ‖want‖₂ (or ‖got − want‖₂ when want is zero); infinity on a size mismatch.
-double rel_error(const std::vector<float>& got, const std::vector<float>& want);
+using tp::rel_error;
 
 /// {f(i), f(i) + … } helpers for closed-form expectations.
 std::vector<float> iota_vector(int64_t n, float start = 0.0f, float step = 1.0f);

@@ -40,9 +40,9 @@
 #include <string>
 #include <vector>
 
+#include "core/host.h"
 #include "core/log.h"
-#include "core/runtime.h"
-#include "gemm.h"
+#include "launcher.h"
 #include "model/config.h"
 #include "model/gpt.h"
 #include "parallel/param.h"
@@ -117,8 +117,7 @@ void bench_gemm(Context& ctx) {
     const auto ha = a.to_host(), hb = b.to_host();
     std::vector<float> ref(static_cast<size_t>(s.m * s.n));
     const double slow = best_time(1, [&] {
-      cpu::gemm_reference(false, false, s.m, s.n, s.k, 1.0f, ha.data(), s.k, hb.data(), s.n, 0.0f,
-                          ref.data(), s.n);
+      host_gemm(false, false, s.m, s.n, s.k, 1.0f, ha.data(), s.k, hb.data(), s.n, 0.0f, ref.data(), s.n);
     });
     const auto hc = c.to_host();
     int wrong = 0;

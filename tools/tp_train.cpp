@@ -14,7 +14,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "core/runtime.h"
+#include "launcher.h"
 #include "model/adamw.h"
 #include "model/audit.h"
 #include "model/checkpoint.h"

@@ -15,7 +15,7 @@
 //
 // Run:  make lessons && mpirun -np 2 build/bin/lesson_01_block_matmul [--step]
 #include "core/host.h"
-#include "lesson/lesson.h"
+#include "lesson.h"
 #include "parallel/mappings.h"
 
 using namespace tp;

@@ -20,7 +20,7 @@
 //
 // Run:  make lessons && mpirun -np 3 build/bin/lesson_02_column_parallel [--step]
 #include "core/host.h"
-#include "lesson/lesson.h"
+#include "lesson.h"
 #include "parallel/linear.h"
 #include "parallel/mappings.h"
 

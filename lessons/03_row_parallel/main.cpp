@@ -18,7 +18,7 @@
 //
 // Run:  make lessons && mpirun -np 2 build/bin/lesson_03_row_parallel [--step]   (also -np 1 or 4)
 #include "core/host.h"
-#include "lesson/lesson.h"
+#include "lesson.h"
 #include "parallel/linear.h"
 #include "parallel/mappings.h"
 

@@ -22,7 +22,7 @@
 #include <cmath>
 
 #include "core/host.h"
-#include "lesson/lesson.h"
+#include "lesson.h"
 #include "model/config.h"
 #include "model/layers.h"
 #include "parallel/linear.h"

@@ -21,7 +21,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "lesson/lesson.h"
+#include "lesson.h"
 #include "model/config.h"
 #include "model/layers.h"
 

@@ -23,7 +23,7 @@
 #include <cstdio>
 
 #include "core/host.h"
-#include "lesson/lesson.h"
+#include "lesson.h"
 #include "model/layers.h"
 #include "parallel/linear.h"
 #include "parallel/mappings.h"
@@ -62,16 +62,6 @@ std::vector<std::vector<float>> host_stats(const std::vector<float>& x, int64_t 
     out[2].push_back(static_cast<float>(sq / cols));
   }
   return out;
-}
-
-// ‖got − want‖ / ‖want‖.
-double rel_diff(const std::vector<float>& got, const std::vector<float>& want) {
-  double d = 0, n = 0;
-  for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
-    d += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    n += double(want[i]) * want[i];
-  }
-  return n > 0 ? std::sqrt(d / n) : std::sqrt(d);
 }
 
 std::string fmt_rel(double d) {
@@ -189,12 +179,12 @@ int main(int argc, char** argv) {
       L.check_ranks(what + ", gathered", y, lesson::per_rank(t, [&](int) { return expected; }));
       const std::vector<std::vector<float>> got = L.gather(y);
       if (!L.is_root()) return 0.0;
-      const double d = rel_diff(got[0], one_device);
+      const double d = rel_error(got[0], one_device);
       L.say("  gathered (all-gather, the same on every rank): ", lesson::fmt(got[0], h), "   communication: ", comm);
       L.say("  one device:                                    ", lesson::fmt(one_device, h));
       L.say("  ‖gathered − one device‖ / ‖one device‖ = ", fmt_rel(d),
             want_equal ? (t == 1 ? "  (t = 1: the slice is the whole vector)" : "") : "");
-      L.check(what + ": relative difference", {float(d)}, {float(rel_diff(expected, one_device))}, 1e-5);
+      L.check(what + ": relative difference", {float(d)}, {float(rel_error(expected, one_device))}, 1e-5);
       if (want_equal)
         L.check(what + " equals one device", got[0], one_device, 1e-6);
       else
@@ -254,8 +244,8 @@ int main(int argc, char** argv) {
     double d_ln_rep = 0, d_rms_rep = 0;  // the largest over the ranks
     const auto all_ln = L.gather(y_ln), all_rms = L.gather(y_rms);
     for (size_t i = 0; i < all_ln.size(); ++i) {
-      d_ln_rep = std::max(d_ln_rep, rel_diff(all_ln[i], ln_y));
-      d_rms_rep = std::max(d_rms_rep, rel_diff(all_rms[i], rms_y));
+      d_ln_rep = std::max(d_ln_rep, rel_error(all_ln[i], ln_y));
+      d_rms_rep = std::max(d_rms_rep, rel_error(all_rms[i], rms_y));
     }
     ways.add({"(b) LayerNorm replicated after g (tp::Norm)", comm_ln, fmt_rel(d_ln_rep)});
     ways.add({"(b) RMSNorm replicated after g (tp::Norm)", comm_rms, fmt_rel(d_rms_rep)});
@@ -271,7 +261,7 @@ int main(int argc, char** argv) {
     L.check_ranks("LayerNorm of the all-gathered X", y_gathered, lesson::per_rank(t, [&](int) { return ln_y; }));
     const auto all_gathered = L.gather(y_gathered);
     double d_gathered = 0;
-    for (const auto& v : all_gathered) d_gathered = std::max(d_gathered, rel_diff(v, ln_y));
+    for (const auto& v : all_gathered) d_gathered = std::max(d_gathered, rel_error(v, ln_y));
     ways.add({"all-gather X, then LayerNorm replicated", comm_gather, fmt_rel(d_gathered)});
 
     // Distributed statistics: partial sums over the slice, one all-reduce, then the slice.

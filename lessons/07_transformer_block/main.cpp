@@ -18,7 +18,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "lesson/lesson.h"
+#include "lesson.h"
 #include "model/data.h"
 #include "model/gpt.h"
 #include "model/train.h"
@@ -27,15 +27,6 @@
 using namespace tp;
 
 namespace {
-
-std::vector<float> gathered(Communicator& comm, const ParamList& params, bool grads) {
-  std::vector<float> all;
-  for (const Param& p : params) {
-    const auto v = gather_global(comm, p, grads ? p.grad : p.value);
-    all.insert(all.end(), v.begin(), v.end());
-  }
-  return all;
-}
 
 std::string mib(double bytes) {
   char buf[32];

@@ -32,7 +32,7 @@
 
 #include "core/error.h"
 #include "core/host.h"
-#include "lesson/lesson.h"
+#include "lesson.h"
 #include "model/data.h"
 #include "model/gpt.h"
 #include "parallel/mappings.h"

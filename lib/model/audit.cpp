@@ -1,21 +1,13 @@
 #include "model/audit.h"
 
-#include <cmath>
 #include <cstdio>
 #include <map>
+
+#include "core/host.h"
 
 namespace tp {
 
 namespace {
-double rel(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = 0, n = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    d += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
-    n += static_cast<double>(b[i]) * b[i];
-  }
-  return n > 0 ? std::sqrt(d / n) : std::sqrt(d);
-}
-
 std::vector<float> scaled(const std::vector<float>& v, double s) {
   std::vector<float> out(v.size());
   for (size_t i = 0; i < v.size(); ++i) out[i] = static_cast<float>(v[i] * s);
@@ -49,20 +41,20 @@ std::vector<std::string> audit_replicated_gradients(Communicator& comm, const Gp
     for (int r = 0; r < t; ++r) {
       mine.emplace_back(flat.begin() + r * n, flat.begin() + (r + 1) * n);
       for (size_t i = 0; i < n; ++i) sum[i] += mine.back()[i];
-      same = same && rel(mine.back(), mine.front()) <= rtol;
-      all_right = all_right && rel(mine.back(), want) <= rtol;
+      same = same && rel_error(mine.back(), mine.front()) <= rtol;
+      all_right = all_right && rel_error(mine.back(), want) <= rtol;
     }
     if (all_right) continue;
     char err[64];
-    std::snprintf(err, sizeof err, "%.3g", rel(mine.front(), want));
+    std::snprintf(err, sizeof err, "%.3g", rel_error(mine.front(), want));
     std::string verdict;
     // Partial gradients differ between ranks; an averaged one is the same on every rank (and its
     // sum over ranks is the reference too, so `same` tells the two apart).
-    if (t > 1 && !same && rel(sum, want) <= rtol)
+    if (t > 1 && !same && rel_error(sum, want) <= rtol)
       verdict = "the sum over ranks equals the reference: a missing all-reduce (each rank kept its partial gradient)";
-    else if (t > 1 && same && rel(mine.front(), scaled(want, 1.0 / t)) <= rtol)
+    else if (t > 1 && same && rel_error(mine.front(), scaled(want, 1.0 / t)) <= rtol)
       verdict = "equals reference / t: averaged instead of summed";
-    else if (t > 1 && same && rel(mine.front(), scaled(want, t)) <= rtol)
+    else if (t > 1 && same && rel_error(mine.front(), scaled(want, t)) <= rtol)
       verdict = "equals t × reference: summed once too often";
     else if (!same)
       verdict = std::string("differs between ranks, and from the reference (relative error ") + err + ")";

@@ -64,4 +64,13 @@ std::vector<float> shard_of(const Param& p, const std::vector<float>& global, in
   return global;
 }
 
+std::vector<float> gathered(Communicator& comm, const ParamList& params, bool grads) {
+  std::vector<float> all;
+  for (const Param& p : params) {
+    const std::vector<float> v = gather_global(comm, p, grads ? p.grad : p.value);
+    all.insert(all.end(), v.begin(), v.end());
+  }
+  return all;
+}
+
 }  // namespace tp

@@ -1,19 +1,16 @@
-// runtime.cpp — the launcher: tp::run_program on MPI (see core/runtime.h for the contract).
-#include "core/runtime.h"
+// launcher.cpp — tp::run_program on MPI (see launcher.h for the contract).
+#include "launcher.h"
 
 #include <mpi.h>
-#include <omp.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
 
+#include "backends.h"
 #include "core/error.h"
-#include "gpu_entry.h"
-#include "launch.h"
-#include "mpi_communicator.h"
+#include "node.h"
 
 namespace tp {
 
@@ -49,22 +46,6 @@ bool all_ranks_agree(double timeout_s) {
 
 }  // namespace
 
-void node_local_rank(MPI_Comm comm, int* local_rank, int* local_size) {
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm node = MPI_COMM_NULL;
-  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
-  MPI_Comm_rank(node, local_rank);
-  MPI_Comm_size(node, local_size);
-  MPI_Comm_free(&node);
-}
-
-void choose_omp_threads(int local_size) {
-  const char* env = std::getenv("OMP_NUM_THREADS");
-  if (env != nullptr && *env != '\0') return;
-  omp_set_num_threads(std::max(1, omp_get_num_procs() / std::max(1, local_size)));
-}
-
 int run_program(int argc, char** argv, Options& options, const Program& program) {
   int initialized = 0;
   MPI_Initialized(&initialized);
@@ -76,28 +57,17 @@ int run_program(int argc, char** argv, Options& options, const Program& program)
   node_local_rank(MPI_COMM_WORLD, &local_rank, &local_size);
   choose_omp_threads(local_size);
 
-  options.text("backend", "cpu", "device backend", {"cpu", "gpu"});
-  options.text("comm", "auto", "communicator: auto (nccl with --backend gpu, else mpi), mpi (host-staged with a GPU: several ranks may share one), nccl",
-               {"auto", "mpi", "nccl"});
-  options.flag("tf32", "GPU: allow TF32 tensor cores in fp32 GEMMs");
-  options.text("dtype", "fp32", "GEMM input precision (bf16: GPU only, fp32 accumulation and master weights)", {"fp32", "bf16"});
+  add_backend_options(options);
   int rc = 0;
   try {
     options.parse(argc, argv);
     if (options.help_requested()) {
       if (rank == 0) std::fputs(options.help().c_str(), stdout);
     } else {
-      DeviceOptions dev_opts;
-      dev_opts.backend = options.get_text("backend");
-      dev_opts.local_rank = local_rank;
-      dev_opts.tf32 = options.get_flag("tf32");
-      dev_opts.dtype = options.get_text("dtype");
+      const DeviceOptions dev_opts = device_options(options, local_rank);
       std::unique_ptr<Device> device = make_device(dev_opts);
-      const std::string comm = options.get_text("comm");
-      TP_CHECK_INPUT(comm != "nccl" || dev_opts.backend == "gpu", "--comm nccl needs --backend gpu");
-      std::unique_ptr<Communicator> world;
-      if (dev_opts.backend == "gpu" && comm != "mpi") world = make_nccl_communicator(MPI_COMM_WORLD, *device);
-      else world = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false);
+      std::unique_ptr<Communicator> world =
+          make_communicator(options.get_text("comm"), dev_opts, MPI_COMM_WORLD, *device);
       Context ctx{options, *device, *world, local_rank, local_size};
       rc = program(ctx);
       device->synchronize();

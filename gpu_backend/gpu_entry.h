@@ -1,6 +1,8 @@
-// gpu_entry.h — the one entry point into the GPU backend. The build links either the real GPU
-// backend (gpu_backend/, when nvcc is found) or no_gpu.cpp, which says why there is none. No
-// #ifdef: the choice is made at link time.
+// gpu_entry.h — the GPU backend's public header: its two entry points, and all that the launcher
+// (launcher/backends.cpp) and the GPU tests see of it. The build links either the real GPU backend
+// (this folder's gpu_entry.cpp and nccl_communicator.cpp, when nvcc is found) or
+// launcher/no_gpu.cpp, which says why there is none. No #ifdef: the choice is made at link time.
+// Nothing here needs a CUDA header, so it compiles in a build without CUDA.
 #pragma once
 
 #include <mpi.h>

@@ -1,4 +1,4 @@
-#include "lesson/lesson.h"
+#include "lesson.h"
 
 #include <algorithm>
 #include <cmath>
@@ -61,15 +61,18 @@ std::string Table::str() const {
   return out;
 }
 
+std::string how_to_run(const std::string& binary, const std::vector<int>& ranks) {
+  std::string others;
+  for (size_t i = 1; i < ranks.size(); ++i) others += (i > 1 ? ", " : "") + std::to_string(ranks[i]);
+  return "mpirun -np " + std::to_string(ranks.at(0)) + " build/bin/" + binary +
+         (others.empty() ? "" : " (also works with -np " + others + ")");
+}
+
 Lesson::Lesson(Context& ctx, const std::string& binary, const std::vector<int>& ranks)
     : ctx_(ctx), pause_(ctx.options.get_flag("step")) {
   const int t = ctx.world.size();
-  if (std::find(ranks.begin(), ranks.end(), t) == ranks.end()) {
-    std::string others;
-    for (size_t i = 1; i < ranks.size(); ++i) others += (i > 1 ? ", " : "") + std::to_string(ranks[i]);
-    TP_CHECK_INPUT(false, binary, " runs on ", ranks[0], " ranks, not ", t, ": mpirun -np ", ranks[0],
-                   " build/bin/", binary, others.empty() ? "" : " (also works with -np " + others + ")");
-  }
+  TP_CHECK_INPUT(std::find(ranks.begin(), ranks.end(), t) != ranks.end(), binary, " runs on ", ranks.at(0),
+                 " ranks, not ", t, ": ", how_to_run(binary, ranks));
   display_ = ctx.world.split(0, ctx.world.rank());
 }
 
@@ -147,12 +150,7 @@ void Lesson::check(const std::string& what, const std::vector<float>& got,
                         std::to_string(want.size()));
     return;
   }
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    diff += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
-    norm += static_cast<double>(want[i]) * want[i];
-  }
-  const double err = norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+  const double err = rel_error(got, want);
   if (!(err <= rtol)) {
     char buf[64];
     std::snprintf(buf, sizeof buf, " (relative error %.3g > %.3g)", err, rtol);
@@ -186,7 +184,8 @@ int Lesson::finish() {
 int run(int argc, char** argv, const std::string& binary, const std::string& title,
         const std::vector<int>& ranks, const std::function<void(Lesson&)>& body,
         const std::function<void(Options&)>& extra_options) {
-  Options opts(binary, title + ".");
+  // The help names the rank count (scripts/check-lessons.py compares it with lessons/lessons.txt).
+  Options opts(binary, title + ".\nRuns on " + std::to_string(ranks.at(0)) + " ranks: " + how_to_run(binary, ranks) + ".");
   opts.flag("step", "pause for Enter between steps");
   if (extra_options) extra_options(opts);
   return run_program(argc, argv, opts, [&](Context& ctx) {

@@ -1,4 +1,4 @@
-// runtime.h — how a program starts: options, the world communicator, the device, and error exits.
+// launcher.h — how a program starts: options, the world communicator, the device, and error exits.
 //
 //   int main(int argc, char** argv) {
 //     tp::Options opts("lesson_02_column_parallel", "The t = 3 worked example.");
@@ -6,8 +6,9 @@
 //     return tp::run_program(argc, argv, opts, [](tp::Context& ctx) { ...; return 0; });
 //   }
 //
-// run_program starts the process group (MPI), adds and parses `--backend`, picks the number of
-// OpenMP threads, creates the device, runs the program and turns errors into exits:
+// run_program starts the process group (MPI), adds and parses the backend flags (--backend, --comm,
+// --tf32, --dtype: launcher/backends.h), picks the number of OpenMP threads (launcher/node.h),
+// creates the device and the world communicator, runs the program and turns errors into exits:
 //   - --help: rank 0 prints the help, every rank exits 0.
 //   - a bad-input tp::Error (TP_CHECK_INPUT) raised on every rank: rank 0 prints one line
 //     "error: ...", every rank exits 2.
@@ -15,8 +16,9 @@
 //     and aborts the whole job (no rank is left blocked in a collective).
 //   - otherwise every rank exits with the program's return value (which must agree across ranks).
 //
-// It is declared here and defined by the launcher (cpu_backend/runtime.cpp), the one place that
-// knows about MPI and about which backends this build contains.
+// The launcher (this folder) is the one place that knows about MPI start-up and about which
+// backends this build contains; tools/, lessons/ and tests/ include this header and nothing else of
+// it (the MPI test main also uses node.h).
 #pragma once
 
 #include <functional>

@@ -1,4 +1,4 @@
-// launch.h — process-level setup shared by the launcher (runtime.cpp) and the MPI test main.
+// node.h — the ranks of one node: which one am I, and how many threads may each run.
 #pragma once
 
 #include <mpi.h>

@@ -14,7 +14,7 @@
 
 #include "core/log.h"
 #include "core/host.h"
-#include "core/runtime.h"
+#include "launcher.h"
 
 namespace tp::lesson {
 
@@ -95,6 +95,10 @@ class Lesson {
   int checks_ = 0;
   std::vector<std::string> failures_;
 };
+
+/// "mpirun -np 3 build/bin/<binary> (also works with -np 1, 2, 4)": how to run a lesson that accepts
+/// the rank counts `ranks` (the first is the one to suggest).
+std::string how_to_run(const std::string& binary, const std::vector<int>& ranks);
 
 /// The whole of a lesson's main(): declares --step, starts the ranks (tp::run_program), checks the
 /// rank count against `ranks`, prints the title and "t = N ranks: communicator, device", runs `body`

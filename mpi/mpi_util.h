@@ -1,4 +1,5 @@
-// mpi_util.h — small MPI helpers shared by the MPI and NCCL communicators.
+// mpi_util.h — small MPI helpers shared by the MPI communicator and the NCCL communicator
+// (gpu_backend/, which bootstraps over MPI).
 #pragma once
 
 #include <mpi.h>

@@ -1,4 +1,5 @@
-// no_gpu.cpp — linked when this build has no GPU backend.
+// no_gpu.cpp — the GPU entry points (gpu_backend/gpu_entry.h) of a build without a GPU backend:
+// each says why there is none.
 #include "core/error.h"
 #include "gpu_entry.h"
 
