@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <set>
 #include <string>
 #include <tuple>
@@ -405,6 +406,7 @@ TEST_P(SpVocabMemoryLedger, EveryLayerEqualsTheFormula) {
   // inputs, dropout masks) hold N/t tokens under SP, N without.
   int64_t replicated_kind = 0;
   for (const MemoryRecord& r : model.memory().records()) {
+    if (r.layer < 0) continue;  // outside the blocks: below
     bool n_rows = false;
     for (const char* suffix : {"ln_1.input", "ln_2.input", ".mean", ".rstd", "attn.q.input", "mlp.c_fc.input",
                                ".input_shard", ".dropout_mask"})
@@ -415,6 +417,27 @@ TEST_P(SpVocabMemoryLedger, EveryLayerEqualsTheFormula) {
   }
   const int64_t stats = cfg.norm == "layernorm" ? 2 : 1, masks = cfg.dropout > 0 ? 2 : 0;
   EXPECT_EQ(replicated_kind, cfg.layers * (2 + 2 * stats + 2 + masks));  // norm inputs, stats, inputs, masks
+
+  // Outside the blocks (layer −1): the embedding's ids, its dropout mask, ln_f's input and
+  // statistics (N/t tokens under SP), the head's input (all tokens) and the loss gradient on this
+  // rank's logits. Nothing else, and each once.
+  const int64_t n = cfg.sp ? N / t : N;
+  std::map<std::string, std::string> outside, want = {
+      {"transformer.wte.ids", Shape{N}.str()},          {"transformer.ln_f.input", Shape{n, h}.str()},
+      {"transformer.ln_f.rstd", Shape{n}.str()},        {"lm_head.input", Shape{N, h}.str()},
+      {"lm_head.dlogits", Shape{N, model.padded_vocab() / t}.str()}};
+  if (cfg.norm == "layernorm") want["transformer.ln_f.mean"] = Shape{n}.str();
+  if (cfg.dropout > 0) want["embd.dropout_mask"] = Shape{n, h}.str();
+  int64_t outside_bytes = 0, outside_records = 0;
+  for (const MemoryRecord& r : model.memory().records())
+    if (r.layer < 0) {
+      outside[r.name] = r.shape.str();
+      outside_bytes += r.bytes;
+      ++outside_records;
+    }
+  EXPECT_EQ(outside, want);
+  EXPECT_EQ(outside_records, static_cast<int64_t>(want.size()));
+  EXPECT_EQ(model.memory().total_bytes(), cfg.layers * formula + outside_bytes);
 
   // SP divides exactly the n·h terms by t: per token, ln_1 and ln_2 inputs with their statistics,
   // the attention and MLP inputs and the two dropout masks.

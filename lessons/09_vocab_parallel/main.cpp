@@ -19,9 +19,12 @@
 //   4. At a real size: 8192 tokens × 151936 ids (Qwen3) in fp32 are 4.98 GB of logits on one
 //      device, 0.62 GB per rank at t = 8.
 //
-// What is new since lesson 08: the vocabulary-parallel kernels of lib/core/device.h
-// (embedding_shard_forward, vocab_max, vocab_sum_exp_target, vocab_loss, vocab_softmax_backward),
-// all_reduce with ReduceOp::Max, GptConfig::padded_vocab, gather_real, and Device::memory().
+// What is new since lesson 08: lib/parallel/vocab_parallel.h, the two units the model uses:
+// VocabParallelEmbedding (forward_partial, then forward = the same + g) and
+// vocab_parallel_cross_entropy_forward / _backward, whose watcher shows every intermediate number;
+// below them the kernels of lib/core/device.h (embedding_shard_forward, vocab_max,
+// vocab_sum_exp_target, vocab_loss, vocab_softmax_backward) and all_reduce with ReduceOp::Max;
+// GptConfig::padded_vocab, gather_real, and Device::memory().
 //
 // Run:  make lessons && mpirun -np 3 build/bin/lesson_09_vocab_parallel [--step]   (also -np 1, 2, 4)
 #include <algorithm>
@@ -35,7 +38,7 @@
 #include "lesson.h"
 #include "model/data.h"
 #include "model/gpt.h"
-#include "parallel/mappings.h"
+#include "parallel/vocab_parallel.h"
 
 using namespace tp;
 
@@ -64,7 +67,7 @@ int main(int argc, char** argv) {
                      {3, 1, 2, 4}, [](lesson::Lesson& L) {
     Device& dev = L.device();
     Communicator& world = L.world();
-    const int r = L.rank(), t = L.size();
+    const int t = L.size();
     SerialCommunicator solo;
 
     lesson::Table table = L.rank_table();
@@ -73,10 +76,13 @@ int main(int argc, char** argv) {
     L.step("Embedding split by vocabulary rows: look up the ids I own, zeros for the rest, then all-reduce.");
     GptConfig tiny;
     tiny.vocab = 7;
-    const int64_t V = tiny.vocab, h = 3, Vp = tiny.padded_vocab(t), rows = Vp / t, first = r * rows;
+    const int64_t V = tiny.vocab, h = 3;
+    VocabParallelEmbedding embedding(dev, world, "wte", V, tiny.padded_vocab(t), h);
+    const int64_t Vp = embedding.padded_vocab(), rows = embedding.local_rows(), first = embedding.first_id();
     std::vector<float> wte(Vp * h, 0.0f);  // row v = [10v + 1, 10v + 2, 10v + 3]; padding rows 0
     for (int64_t v = 0; v < V; ++v)
       for (int64_t j = 0; j < h; ++j) wte[v * h + j] = static_cast<float>(10 * v + j + 1);
+    embedding.load_global(std::vector<float>(wte.begin(), wte.begin() + V * h));  // takes my rows
     const std::vector<int32_t> ids = {5, 1, 6, 2};
     const int64_t n = static_cast<int64_t>(ids.size());
     L.say("  V = ", V, ", h = ", h, ": wte row v = [10v + 1, 10v + 2, 10v + 3];  ids = [5, 1, 6, 2]");
@@ -84,10 +90,10 @@ int main(int argc, char** argv) {
           "(r + 1))", Vp > V ? ", and the padding rows are zero and never looked up" : "");
     L.check("V' is a multiple of t, at most t − 1 rows of padding",
             {static_cast<float>(Vp % t), static_cast<float>(Vp - V < t && Vp >= V)}, {0, 1});
-    Tensor shard = Tensor::from_host(dev, Shape{rows, h}, host_block(wte, h, first, rows, 0, h));
     size_t m = L.mark();
-    L.report(table, "holds wte rows", shard, m);
-    L.check_ranks("wte shard", shard, lesson::per_rank(t, [&](int i) { return host_block(wte, h, i * rows, rows, 0, h); }));
+    L.report(table, "holds wte rows", embedding.weight, m);
+    L.check_ranks("wte shard", embedding.weight,
+                  lesson::per_rank(t, [&](int i) { return host_block(wte, h, i * rows, rows, 0, h); }));
 
     std::vector<float> ids_f(ids.begin(), ids.end()), lookup;  // lookup: the plain single-device wte[ids]
     for (int32_t id : ids) lookup.insert(lookup.end(), wte.begin() + id * h, wte.begin() + (id + 1) * h);
@@ -99,13 +105,12 @@ int main(int argc, char** argv) {
       return out;
     };
     Tensor id_t = Tensor::from_host(dev, Shape{n}, ids_f);
-    Tensor emb(dev, Shape{n, h});
     m = L.mark();
-    dev.embedding_shard_forward(emb, id_t, shard, first);
+    Tensor emb = embedding.forward_partial(id_t);  // what forward computes before its all-reduce
     L.report(table, "masked lookup", emb, m);
     L.check_ranks("masked lookup", emb, lesson::per_rank(t, masked));
     m = L.mark();
-    Tensor full = reduce_from_tp_region_forward(world, emb);
+    Tensor full = embedding.forward(id_t);  // the masked lookup again, then g: the all-reduce
     L.report(table, "all-reduce (g)", full, m);
     L.check_ranks("all-reduced lookup = wte[ids]", full, lesson::per_rank(t, [&](int) { return lookup; }));
     L.say("  Each id is owned by exactly one rank, so the sum over ranks is that rank's row: wte[ids] = ",
@@ -140,7 +145,7 @@ int main(int argc, char** argv) {
       for (int64_t j = 0; j < V; ++j) padded[i * Vp + j] = logits[i * V + j];
     Tensor x_r = Tensor::from_host(dev, Shape{nt, rows}, host_block(padded, Vp, 0, nt, first, rows));
     Tensor tgt_t = Tensor::from_host(dev, Shape{nt}, std::vector<float>(target.begin(), target.end()));
-    const VocabShard vs{first, V};
+    const VocabShard vs = embedding.shard();  // the head's columns are the embedding's rows
     L.say("  my columns of the logits (the head's output, column-parallel; padding columns are skipped):");
     m = L.mark();
     L.report(table, "logits: my columns", x_r, m);
@@ -151,59 +156,66 @@ int main(int argc, char** argv) {
       for (int64_t k = 0; k < nt; ++k) out.push_back(f(k, i * rows, std::min((i + 1) * rows, V)));
       return out;
     };
-    Tensor row_max(dev, Shape{nt}), sum_exp(dev, Shape{nt}), tgt_logit(dev, Shape{nt}), loss(dev, Shape{nt});
+    // vocab_parallel_cross_entropy_forward runs the stages below in this order and calls `watch`
+    // after each one: the lesson prints and checks every intermediate number as it is formed.
+    auto watch = [&](CrossEntropyStage stage, const CrossEntropyStats& st) {
+      switch (stage) {
+        case CrossEntropyStage::LocalMax:
+          L.report(table, "local max", st.row_max, m);
+          L.check_ranks("local max", st.row_max, lesson::per_rank(t, [&](int i) {
+            return over_cols(i, [&](int64_t k, int64_t a, int64_t b) {
+              float mx = -std::numeric_limits<float>::infinity();
+              for (int64_t j = a; j < b; ++j) mx = std::max(mx, logits[k * V + j]);
+              return mx;
+            });
+          }));
+          break;
+        case CrossEntropyStage::Max:
+          L.report(table, "① all-reduce MAX: max", st.row_max, m);
+          L.check_ranks("global max", st.row_max, lesson::per_rank(t, [&](int) { return max_ref; }));
+          L.say("  ② Σ exp(x − max) over my columns, and ③ the target's logit if I own the target (else 0);\n"
+                "  then two all-reduces SUM:");
+          break;
+        case CrossEntropyStage::LocalSums:
+          L.report(table, "local Σ exp(x − max)", st.sum_exp, m);
+          L.check_ranks("local Σ exp(x − max)", st.sum_exp, lesson::per_rank(t, [&](int i) {
+            return over_cols(i, [&](int64_t k, int64_t a, int64_t b) {
+              double se = 0;
+              for (int64_t j = a; j < b; ++j) se += std::exp(double(logits[k * V + j]) - max_ref[k]);
+              return static_cast<float>(se);
+            });
+          }), 1e-6);
+          L.report(table, "local target logit", st.target_logit, m);
+          L.check_ranks("local target logit (0 unless I own the target)", st.target_logit, lesson::per_rank(t, [&](int i) {
+            return over_cols(i, [&](int64_t k, int64_t a, int64_t b) {
+              return target[k] >= a && target[k] < b ? logits[k * V + target[k]] : 0.0f;
+            });
+          }));
+          break;
+        case CrossEntropyStage::SumExp:
+          L.report(table, "② all-reduce SUM: Σ exp", st.sum_exp, m);
+          L.check_ranks("Σ exp(x − max) over V", st.sum_exp, lesson::per_rank(t, [&](int) { return sum_ref; }), 1e-6);
+          break;
+        case CrossEntropyStage::TargetLogit:
+          L.report(table, "③ all-reduce SUM: target", st.target_logit, m);
+          L.check_ranks("target logit", st.target_logit, lesson::per_rank(t, [&](int) { return tgt_ref; }));
+          L.say("  loss = log Σ + max − target on every rank; then the backward, softmax − one-hot on my columns:");
+          break;
+        case CrossEntropyStage::Loss:
+          L.report(table, "loss = log Σ + max − target", st.loss, m);
+          L.check_ranks("loss vs single-device log-softmax cross-entropy", st.loss,
+                        lesson::per_rank(t, [&](int) { return loss_ref; }), 1e-6);
+          break;
+      }
+      m = L.mark();  // the next stage's communication starts here
+    };
     L.say("  ① the max over my real columns, then all-reduce MAX (subtracted before exp, for stability):");
     m = L.mark();
-    dev.vocab_max(row_max, x_r, vs);
-    L.report(table, "local max", row_max, m);
-    L.check_ranks("local max", row_max, lesson::per_rank(t, [&](int i) {
-      return over_cols(i, [&](int64_t k, int64_t a, int64_t b) {
-        float mx = -std::numeric_limits<float>::infinity();
-        for (int64_t j = a; j < b; ++j) mx = std::max(mx, logits[k * V + j]);
-        return mx;
-      });
-    }));
-    m = L.mark();
-    if (t > 1) world.all_reduce(row_max, ReduceOp::Max);
-    L.report(table, "① all-reduce MAX: max", row_max, m);
-    L.check_ranks("global max", row_max, lesson::per_rank(t, [&](int) { return max_ref; }));
-
-    L.say("  ② Σ exp(x − max) over my columns, and ③ the target's logit if I own the target (else 0);\n"
-          "  then two all-reduces SUM:");
-    m = L.mark();
-    dev.vocab_sum_exp_target(sum_exp, tgt_logit, x_r, row_max, tgt_t, vs);
-    L.report(table, "local Σ exp(x − max)", sum_exp, m);
-    L.check_ranks("local Σ exp(x − max)", sum_exp, lesson::per_rank(t, [&](int i) {
-      return over_cols(i, [&](int64_t k, int64_t a, int64_t b) {
-        double se = 0;
-        for (int64_t j = a; j < b; ++j) se += std::exp(double(logits[k * V + j]) - max_ref[k]);
-        return static_cast<float>(se);
-      });
-    }), 1e-6);
-    L.report(table, "local target logit", tgt_logit, m);
-    L.check_ranks("local target logit (0 unless I own the target)", tgt_logit, lesson::per_rank(t, [&](int i) {
-      return over_cols(i, [&](int64_t k, int64_t a, int64_t b) {
-        return target[k] >= a && target[k] < b ? logits[k * V + target[k]] : 0.0f;
-      });
-    }));
-    m = L.mark();
-    if (t > 1) world.all_reduce(sum_exp);
-    L.report(table, "② all-reduce SUM: Σ exp", sum_exp, m);
-    L.check_ranks("Σ exp(x − max) over V", sum_exp, lesson::per_rank(t, [&](int) { return sum_ref; }), 1e-6);
-    m = L.mark();
-    if (t > 1) world.all_reduce(tgt_logit);
-    L.report(table, "③ all-reduce SUM: target", tgt_logit, m);
-    L.check_ranks("target logit", tgt_logit, lesson::per_rank(t, [&](int) { return tgt_ref; }));
-    L.say("  loss = log Σ + max − target on every rank; then the backward, softmax − one-hot on my columns:");
-    m = L.mark();
-    dev.vocab_loss(loss, row_max, sum_exp, tgt_logit);
-    L.report(table, "loss = log Σ + max − target", loss, m);
-    L.check_ranks("loss vs single-device log-softmax cross-entropy", loss, lesson::per_rank(t, [&](int) { return loss_ref; }),
-                  1e-6);
+    const CrossEntropyStats stats = vocab_parallel_cross_entropy_forward(dev, world, x_r, tgt_t, vs, watch);
 
     Tensor dlogits(dev, Shape{nt, rows});
     m = L.mark();
-    dev.vocab_softmax_backward(dlogits, x_r, row_max, sum_exp, tgt_t, vs, 1.0f);
+    vocab_parallel_cross_entropy_backward(dev, dlogits, x_r, tgt_t, stats, vs, 1.0f);
     L.report(table, "backward: softmax − one-hot", dlogits, m);
     L.check_ranks("dlogits on my columns", dlogits,
                   lesson::per_rank(t, [&](int i) { return host_block(grad_ref, Vp, 0, nt, i * rows, rows); }), 1e-6);

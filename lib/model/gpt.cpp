@@ -1,6 +1,5 @@
 #include "model/gpt.h"
 
-#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -68,11 +67,8 @@ Gpt::Gpt(Device& device, Communicator& comm, const GptConfig& cfg)
   cfg.validate(comm.size());
   const int t = comm.size();
   const int64_t h = cfg.hidden;
-  vocab_pad_ = cfg.padded_vocab(t);
-  vocab_local_ = vocab_pad_ / t;
-  vocab_first_ = comm.rank() * vocab_local_;
-  wte_ = Tensor::zeros(device, Shape{vocab_local_, h});
-  dwte_ = Tensor::zeros(device, Shape{vocab_local_, h});
+  wte_ = std::make_unique<VocabParallelEmbedding>(device, comm, "transformer.wte", cfg.vocab, cfg.padded_vocab(t),
+                                                  h, cfg.sp);
   wpe_ = Tensor::zeros(device, Shape{cfg.seq, h});
   dwpe_ = Tensor::zeros(device, Shape{cfg.seq, h});
   for (int64_t l = 0; l < cfg.layers; ++l) {
@@ -80,22 +76,14 @@ Gpt::Gpt(Device& device, Communicator& comm, const GptConfig& cfg)
     blocks_.back()->observe(&memory_);
   }
   ln_f_ = std::make_unique<Norm>(device, "transformer.ln_f", h, cfg.norm, cfg.eps, cfg.sp);
+  // What the model keeps outside the blocks is recorded too, under layer −1.
+  wte_->observe(&memory_, -1);
+  drop_embd_.observe(&memory_, -1);
+  ln_f_->observe(&memory_, -1);
+  saved_.attach(&memory_, -1);
 
   // wte (and an untied head): split by vocabulary rows; the file holds the real V rows only.
-  auto vocab_rows = [&](const std::string& name, Tensor& value, Tensor& grad) {
-    Param p;
-    p.name = name;
-    p.shape = Shape{vocab_pad_, h};
-    p.split = Split::Rows;
-    p.offset = vocab_first_;
-    p.value = value;
-    p.grad = grad;
-    p.init_std = cfg.init_std;
-    p.decay = true;
-    p.ckpt_rows = cfg.vocab;
-    params_.push_back(p);
-  };
-  vocab_rows("transformer.wte.weight", wte_, dwte_);
+  wte_->collect_params(params_, cfg.init_std);
   Param pos;
   pos.name = "transformer.wpe.weight";
   pos.shape = wpe_.shape();
@@ -110,21 +98,17 @@ Gpt::Gpt(Device& device, Communicator& comm, const GptConfig& cfg)
   for (const auto& b : blocks_) b->collect_params(params_, cfg.init_std, proj_std);
   ln_f_->collect_params(params_);
   if (!cfg.tied) {
-    lm_head_ = Tensor::zeros(device, Shape{vocab_local_, h});
-    dlm_head_ = Tensor::zeros(device, Shape{vocab_local_, h});
-    vocab_rows("lm_head.weight", lm_head_, dlm_head_);
+    lm_head_ = Tensor::zeros(device, Shape{wte_->local_rows(), h});
+    dlm_head_ = Tensor::zeros(device, Shape{wte_->local_rows(), h});
+    params_.push_back(wte_->vocab_param("lm_head.weight", lm_head_, dlm_head_, cfg.init_std));
   }
 }
 
 void Gpt::init(uint64_t seed) {
   init_params(device_, params_, seed);
   // Padding rows are zero, never looked up and excluded from the softmax, so they stay zero.
-  const int64_t real = std::max<int64_t>(0, std::min(vocab_local_, cfg_.vocab - vocab_first_));
-  for (Tensor* w : {&wte_, &lm_head_}) {
-    if (!w->defined() || real == vocab_local_) continue;
-    Tensor pad = w->view(real, vocab_local_);
-    device_.fill(pad, 0.0f);
-  }
+  wte_->zero_padding(wte_->weight);
+  if (lm_head_.defined()) wte_->zero_padding(lm_head_);
 }
 
 void Gpt::zero_grad() { zero_grads(device_, params_); }
@@ -142,13 +126,10 @@ float Gpt::forward(const Batch& b, uint64_t seed, int64_t step) {
   for (int32_t id : b.targets) TP_CHECK_INPUT(id >= 0 && id < cfg_.vocab, "target id ", id, " outside the vocabulary of ", cfg_.vocab);
   memory_.clear();
   batch_ = b.batch;
-  ids_ = Tensor::from_host(device_, Shape{n}, as_float(b.ids));
 
-  // 1. Embedding: my vocabulary rows (zeros for the ids other ranks own), summed over ranks.
-  Tensor emb(device_, Shape{n, cfg_.hidden});
-  device_.embedding_shard_forward(emb, ids_, wte_, vocab_first_);
-  Tensor x = cfg_.sp ? reduce_scatter_to_sp_region_forward(comm_, emb)  // my s/t tokens
-                     : reduce_from_tp_region_forward(comm_, emb);       // all tokens
+  // 1. Embedding: my vocabulary rows (zeros for the ids other ranks own), summed over ranks
+  //    (under SP: reduce-scattered, my s/t tokens).
+  Tensor x = wte_->forward(Tensor::from_host(device_, Shape{n}, as_float(b.ids)));
   row0_ = cfg_.sp ? comm_.rank() * x.rows() : 0;
   device_.position_forward(x, wpe_, b.batch, row0_);
   x = drop_embd_.forward(x, seed, step, row0_);
@@ -158,47 +139,38 @@ float Gpt::forward(const Batch& b, uint64_t seed, int64_t step) {
 
   // 3. Final norm, then the head over my vocabulary rows: logits (N, V'/t).
   const Tensor xf_local = ln_f_->forward(x);
-  xf_ = cfg_.sp ? gather_from_sp_region_forward(comm_, xf_local) : copy_to_tp_region_forward(comm_, xf_local);
-  const Tensor& head = cfg_.tied ? wte_ : lm_head_;
-  dlogits_ = Tensor(device_, Shape{n, vocab_local_});
-  device_.gemm(false, true, 1.0f, xf_, head, 0.0f, dlogits_);
+  const Tensor& xf = saved_.keep(xf_, cfg_.sp ? gather_from_sp_region_forward(comm_, xf_local)
+                                              : copy_to_tp_region_forward(comm_, xf_local));
+  const Tensor& head = cfg_.tied ? wte_->weight : lm_head_;
+  Tensor logits = saved_.keep(dlogits_, Tensor(device_, Shape{n, wte_->local_rows()}));  // (N, V'/t)
+  device_.gemm(false, true, 1.0f, xf, head, 0.0f, logits);
 
   // 4. Cross-entropy over the vocabulary split: three all-reduces of one number per token.
-  const VocabShard shard{vocab_first_, cfg_.vocab};
-  Tensor targets = Tensor::from_host(device_, Shape{n}, as_float(b.targets));
-  Tensor row_max(device_, Shape{n}), sum_exp(device_, Shape{n}), target_logit(device_, Shape{n}), loss(device_, Shape{n});
-  device_.vocab_max(row_max, dlogits_, shard);
-  {
-    CommLedger::Scope scope(comm_.ledger(), "cross_entropy");
-    if (t > 1) comm_.all_reduce(row_max, ReduceOp::Max);       // the max over all V logits
-    device_.vocab_sum_exp_target(sum_exp, target_logit, dlogits_, row_max, targets, shard);
-    if (t > 1) comm_.all_reduce(sum_exp);                      // Σ exp over all V logits
-    if (t > 1) comm_.all_reduce(target_logit);                 // from the rank that owns the target
-  }
-  device_.vocab_loss(loss, row_max, sum_exp, target_logit);
+  const Tensor targets = Tensor::from_host(device_, Shape{n}, as_float(b.targets));
+  const CrossEntropyStats ce = vocab_parallel_cross_entropy_forward(device_, comm_, logits, targets, wte_->shard());
   // In place: my logits become dloss/dlogits = (softmax − onehot) / N on my columns.
-  device_.vocab_softmax_backward(dlogits_, dlogits_, row_max, sum_exp, targets, shard, 1.0f / static_cast<float>(n));
+  vocab_parallel_cross_entropy_backward(device_, logits, logits, targets, ce, wte_->shard(),
+                                        1.0f / static_cast<float>(n));
   double sum = 0;
-  for (float l : loss.to_host()) sum += l;
+  for (float l : ce.loss.to_host()) sum += l;
   return static_cast<float>(sum / static_cast<double>(n));
 }
 
 void Gpt::backward() {
-  TP_CHECK(dlogits_.defined(), "Gpt::backward called before forward");
-  const Tensor& head = cfg_.tied ? wte_ : lm_head_;
-  Tensor& dhead = cfg_.tied ? dwte_ : dlm_head_;
-  Tensor dxf(device_, xf_.shape());
-  device_.gemm(false, false, 1.0f, dlogits_, head, 0.0f, dxf);   // my vocabulary's part of dxf
-  device_.gemm(true, false, 1.0f, dlogits_, xf_, 1.0f, dhead);   // dhead += dlogitsᵀ xf: (V'/t, h)
+  TP_CHECK(dlogits_.has_value(), "Gpt::backward called before forward");
+  const Tensor &dlogits = dlogits_.get(), &xf = xf_.get();
+  const Tensor& head = cfg_.tied ? wte_->weight : lm_head_;
+  Tensor& dhead = cfg_.tied ? wte_->dweight : dlm_head_;
+  Tensor dxf(device_, xf.shape());
+  device_.gemm(false, false, 1.0f, dlogits, head, 0.0f, dxf);    // my vocabulary's part of dxf
+  device_.gemm(true, false, 1.0f, dlogits, xf, 1.0f, dhead);     // dhead += dlogitsᵀ xf: (V'/t, h)
   Tensor dx = cfg_.sp ? gather_from_sp_region_backward(comm_, dxf)   // Σ over ranks, my tokens
                       : copy_to_tp_region_backward(comm_, dxf);      // Σ over ranks
   dx = ln_f_->backward(dx);
   for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) dx = (*it)->backward(dx);
   dx = drop_embd_.backward(dx);
   device_.position_backward(dwpe_, dx, batch_, row0_);
-  const Tensor demb = cfg_.sp ? reduce_scatter_to_sp_region_backward(comm_, dx)  // all tokens
-                              : reduce_from_tp_region_backward(comm_, dx);
-  device_.embedding_shard_backward(dwte_, demb, ids_, vocab_first_);
+  wte_->backward(dx);  // SP: all-gather to all tokens; dwte += dE on my ids
 }
 
 void Gpt::finish_gradients() {

@@ -8,9 +8,10 @@
 // Under TP, attention and MLP are split (one all-reduce each, forward and backward); the norms are
 // replicated; the embedding and the LM head are split by vocabulary rows: rank r owns token ids
 // [r·V'/t, (r+1)·V'/t) of the padded vocabulary V' (V rounded up to a multiple of t). The lookup
-// writes zeros for ids another rank owns and an all-reduce completes it; the head computes logits
-// for the rank's own ids only, and the cross-entropy needs three all-reduces of one number per
-// token (row max, sum of exponentials, target logit). No rank holds the full (tokens, V) logits.
+// writes zeros for ids another rank owns and an all-reduce completes it (VocabParallelEmbedding);
+// the head computes logits for the rank's own ids only, and the cross-entropy needs three
+// all-reduces of one number per token (row max, sum of exponentials, target logit;
+// vocab_parallel_cross_entropy_forward). No rank holds the full (tokens, V) logits.
 //
 // With sequence parallelism (cfg.sp) the activations between the TP regions hold s/t tokens per
 // rank: the embedding's all-reduce becomes a reduce-scatter, each region all-gathers on entry and
@@ -24,7 +25,9 @@
 
 #include "model/config.h"
 #include "model/layers.h"
+#include "observe/activation_stash.h"
 #include "observe/memory_ledger.h"
+#include "parallel/vocab_parallel.h"
 
 namespace tp {
 
@@ -73,9 +76,10 @@ class Gpt {
   void finish_gradients();
   void zero_grad();
   /// Padded vocabulary V' (a multiple of t) and this rank's first id.
-  int64_t padded_vocab() const { return vocab_pad_; }
-  int64_t first_vocab_id() const { return vocab_first_; }
-  /// What the last forward kept for backward.
+  int64_t padded_vocab() const { return wte_->padded_vocab(); }
+  int64_t first_vocab_id() const { return wte_->first_id(); }
+  /// What the last forward kept for backward: the blocks' tensors under their index, the
+  /// embedding's, the final norm's and the head's under −1.
   const MemoryLedger& memory() const { return memory_; }
 
   const GptConfig& config() const { return cfg_; }
@@ -86,15 +90,17 @@ class Gpt {
   Device& device_;
   Communicator& comm_;
   GptConfig cfg_;
-  int64_t vocab_pad_, vocab_first_, vocab_local_;
-  Tensor wte_, dwte_, wpe_, dwpe_, lm_head_, dlm_head_;  // wte_, lm_head_: (V'/t, h) vocabulary shards
+  std::unique_ptr<VocabParallelEmbedding> wte_;  // (V'/t, h) vocabulary shard
+  Tensor wpe_, dwpe_, lm_head_, dlm_head_;        // lm_head_: (V'/t, h), untied head only
   std::vector<std::unique_ptr<TransformerBlock>> blocks_;
   std::unique_ptr<Norm> ln_f_;
   Dropout drop_embd_;
   ParamList params_;
   MemoryLedger memory_;
-  // saved for backward
-  Tensor ids_, xf_, dlogits_;
+  // saved for backward (the ids are kept by wte_)
+  ActivationStash saved_;
+  SavedTensor xf_{"lm_head.input"};        // ln_f's output, all tokens: (N, h)
+  SavedTensor dlogits_{"lm_head.dlogits"};  // the loss gradient on my logits: (N, V'/t)
   int64_t batch_ = 0, row0_ = 0;
 };
 

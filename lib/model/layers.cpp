@@ -11,7 +11,14 @@ namespace tp {
 
 Norm::Norm(Device& device, std::string name, int64_t hidden, const std::string& kind, float eps,
            bool sequence_parallel)
-    : device_(device), name_(std::move(name)), rms_(kind == "rmsnorm"), eps_(eps), sp_(sequence_parallel) {
+    : device_(device),
+      name_(std::move(name)),
+      rms_(kind == "rmsnorm"),
+      eps_(eps),
+      sp_(sequence_parallel),
+      x_(name_ + ".input"),
+      mean_(name_ + ".mean"),
+      rstd_(name_ + ".rstd") {
   TP_CHECK(kind == "layernorm" || kind == "rmsnorm", "unknown norm '", kind, "'");
   weight = Tensor(device, Shape{hidden});
   dweight = Tensor::zeros(device, Shape{hidden});
@@ -23,27 +30,24 @@ Norm::Norm(Device& device, std::string name, int64_t hidden, const std::string& 
 }
 
 Tensor Norm::forward(const Tensor& x) {
-  x_ = x;
   Tensor y(device_, x.shape());
-  rstd_ = Tensor(device_, Shape{x.rows()});
+  Tensor rstd(device_, Shape{x.rows()});
+  saved_.keep(x_, x);
   if (rms_) {
-    device_.rmsnorm_forward(y, rstd_, x, weight, eps_);
+    device_.rmsnorm_forward(y, rstd, x, weight, eps_);
   } else {
-    mean_ = Tensor(device_, Shape{x.rows()});
-    device_.layernorm_forward(y, mean_, rstd_, x, weight, bias, eps_);
+    Tensor mean(device_, Shape{x.rows()});
+    device_.layernorm_forward(y, mean, rstd, x, weight, bias, eps_);
+    saved_.keep(mean_, mean);
   }
-  if (memory_) {
-    memory_->save(name_ + ".input", layer_, x_);
-    memory_->save(name_ + ".mean", layer_, mean_);
-    memory_->save(name_ + ".rstd", layer_, rstd_);
-  }
+  saved_.keep(rstd_, rstd);
   return y;
 }
 
 Tensor Norm::backward(const Tensor& dy) {
   Tensor dx(device_, dy.shape());
-  if (rms_) device_.rmsnorm_backward(dx, dweight, dy, x_, weight, rstd_);
-  else device_.layernorm_backward(dx, dweight, dbias, dy, x_, weight, mean_, rstd_);
+  if (rms_) device_.rmsnorm_backward(dx, dweight, dy, x_.get(), weight, rstd_.get());
+  else device_.layernorm_backward(dx, dweight, dbias, dy, x_.get(), weight, mean_.get(), rstd_.get());
   return dx;
 }
 
@@ -67,23 +71,24 @@ void Norm::collect_params(ParamList& out) const {
 
 // ---- Dropout ------------------------------------------------------------------------------------
 
-Dropout::Dropout(Device& device, std::string site, float p) : device_(device), site_(std::move(site)), p_(p) {}
+Dropout::Dropout(Device& device, std::string site, float p)
+    : device_(device), site_(std::move(site)), p_(p), mask_(site_ + ".dropout_mask") {}
 
 Tensor Dropout::forward(const Tensor& x, uint64_t seed, int64_t step, int64_t row_offset) {
   if (p_ == 0.0f) return x;
-  mask_ = Tensor(device_, x.shape());
+  Tensor mask(device_, x.shape());
   const RngKey key = RngKey::from(seed, "dropout/" + std::to_string(step) + "/" + site_);
-  device_.dropout_mask(mask_, key, GlobalIndex::rows(x.cols(), row_offset), p_);
-  if (memory_) memory_->save(site_ + ".dropout_mask", layer_, mask_);
+  device_.dropout_mask(mask, key, GlobalIndex::rows(x.cols(), row_offset), p_);
+  saved_.keep(mask_, mask);
   Tensor y(device_, x.shape());
-  device_.mul(x, mask_, y);
+  device_.mul(x, mask, y);
   return y;
 }
 
 Tensor Dropout::backward(const Tensor& dy) {
   if (p_ == 0.0f) return dy;
   Tensor dx(device_, dy.shape());
-  device_.mul(dy, mask_, dx);
+  device_.mul(dy, mask_.get(), dx);
   return dx;
 }
 
@@ -96,11 +101,13 @@ ParallelMLP::ParallelMLP(Device& device, Communicator& comm, const std::string& 
       sp_(cfg.sp),
       fc1_(device, comm, prefix + ".c_fc", cfg.hidden, cfg.inner(), true, false),
       gate_(device, comm, prefix + ".c_gate", cfg.hidden, swiglu_ ? cfg.inner() : comm.size(), swiglu_, false),
-      fc2_(device, comm, prefix + ".c_proj", cfg.inner(), cfg.hidden, true, true, cfg.sp) {}
+      fc2_(device, comm, prefix + ".c_proj", cfg.inner(), cfg.hidden, true, true, cfg.sp),
+      x_local_(fc1_.name() + ".input_shard"),
+      up_(fc1_.name() + ".output"),
+      gate_out_(gate_.name() + ".output") {}
 
 void ParallelMLP::observe(MemoryLedger* ledger, int64_t layer) {
-  memory_ = ledger;
-  layer_ = layer;
+  saved_.attach(ledger, layer);
   fc1_.observe(ledger, layer);
   gate_.observe(ledger, layer);
   fc2_.observe(ledger, layer);
@@ -109,35 +116,31 @@ void ParallelMLP::observe(MemoryLedger* ledger, int64_t layer) {
 Tensor ParallelMLP::forward(const Tensor& x_in) {
   // SP: all-gather my s/t tokens into the whole sequence; keep only the shard.
   const Tensor x = sp_ ? gather_from_sp_region_forward(comm_, x_in) : x_in;
-  if (sp_) {
-    x_local_ = x_in;
-    if (memory_) memory_->save(fc1_.name() + ".input_shard", layer_, x_local_);
-  }
-  up_ = fc1_.forward(x, !sp_);                     // X U_r: (N, ffn/t), no communication
-  if (memory_) memory_->save(fc1_.name() + ".output", layer_, up_);
-  Tensor act(device_, up_.shape());
+  if (sp_) saved_.keep(x_local_, x_in);
+  const Tensor& up = saved_.keep(up_, fc1_.forward(x, !sp_));  // X U_r: (N, ffn/t), no communication
+  Tensor act(device_, up.shape());
   if (swiglu_) {
-    gate_out_ = gate_.forward(x, !sp_);            // X G_r
-    if (memory_) memory_->save(gate_.name() + ".output", layer_, gate_out_);
-    device_.swiglu_forward(act, gate_out_, up_);   // silu(X G_r) ⊙ X U_r, local
+    const Tensor& gate = saved_.keep(gate_out_, gate_.forward(x, !sp_));  // X G_r
+    device_.swiglu_forward(act, gate, up);         // silu(X G_r) ⊙ X U_r, local
   } else {
-    device_.gelu_forward(act, up_);                // GeLU(X U_r), local: elementwise
+    device_.gelu_forward(act, up);                 // GeLU(X U_r), local: elementwise
   }
   return fc2_.forward(act);                        // Σ_r act_r B_r: g's all-reduce (SP: reduce-scatter)
 }
 
 Tensor ParallelMLP::backward(const Tensor& dy) {
   Tensor dact = fc2_.backward(dy);                 // local (g backward is the identity; SP: all-gather dY)
-  Tensor dup(device_, up_.shape());
+  const Tensor& up = up_.get();
+  Tensor dup(device_, up.shape());
   Tensor dgate;
   if (swiglu_) {
-    dgate = Tensor(device_, up_.shape());
-    device_.swiglu_backward(dgate, dup, dact, gate_out_, up_);
+    dgate = Tensor(device_, up.shape());
+    device_.swiglu_backward(dgate, dup, dact, gate_out_.get(), up);
   } else {
-    device_.gelu_backward(dup, dact, up_);
+    device_.gelu_backward(dup, dact, up);
   }
   // SP: the whole-sequence input again, for the weight gradients (recomputed, not kept).
-  const Tensor x = sp_ ? gather_from_sp_region_forward(comm_, x_local_) : Tensor();
+  const Tensor x = sp_ ? gather_from_sp_region_forward(comm_, x_local_.get()) : Tensor();
   Tensor dx = sp_ ? fc1_.backward_partial(dup, x) : fc1_.backward_partial(dup);
   if (swiglu_) device_.axpy(1.0f, sp_ ? gate_.backward_partial(dgate, x) : gate_.backward_partial(dgate), dx);
   return sp_ ? gather_from_sp_region_backward(comm_, dx)   // reduce-scatter to my tokens
@@ -165,11 +168,15 @@ ParallelAttention::ParallelAttention(Device& device, Communicator& comm, const s
       q_(device, comm, prefix + ".q", cfg.hidden, cfg.heads * cfg.head_dim(), true, false),
       k_(device, comm, prefix + ".k", cfg.hidden, cfg.kv() * cfg.head_dim(), true, false),
       v_(device, comm, prefix + ".v", cfg.hidden, cfg.kv() * cfg.head_dim(), true, false),
-      proj_(device, comm, prefix + ".c_proj", cfg.heads * cfg.head_dim(), cfg.hidden, true, true, cfg.sp) {}
+      proj_(device, comm, prefix + ".c_proj", cfg.heads * cfg.head_dim(), cfg.hidden, true, true, cfg.sp),
+      x_local_(prefix + ".input_shard"),
+      q_out_(prefix + ".q"),
+      k_out_(prefix + ".k"),
+      v_out_(prefix + ".v"),
+      probs_(prefix + ".probs") {}
 
 void ParallelAttention::observe(MemoryLedger* ledger, int64_t layer) {
-  memory_ = ledger;
-  layer_ = layer;
+  saved_.attach(ledger, layer);
   for (ParallelLinearBase* l : {static_cast<ParallelLinearBase*>(&q_), static_cast<ParallelLinearBase*>(&k_),
                                 static_cast<ParallelLinearBase*>(&v_), static_cast<ParallelLinearBase*>(&proj_)})
     l->observe(ledger, layer);
@@ -178,34 +185,27 @@ void ParallelAttention::observe(MemoryLedger* ledger, int64_t layer) {
 Tensor ParallelAttention::forward(const Tensor& x_in, int64_t seq, int64_t batch) {
   // SP: all-gather my s/t tokens into the whole sequence; keep only the shard.
   const Tensor x = sp_ ? gather_from_sp_region_forward(comm_, x_in) : x_in;
-  if (sp_) {
-    x_local_ = x_in;
-    if (memory_) memory_->save(prefix_ + ".input_shard", layer_, x_local_);
-  }
+  if (sp_) saved_.keep(x_local_, x_in);
   const int t = comm_.size();
   shape_ = AttentionShape{seq, batch, heads_ / t, kv_heads_ / t, head_dim_,
                           1.0f / std::sqrt(static_cast<float>(head_dim_))};
-  q_out_ = q_.forward(x, !sp_);  // this rank's query heads: (N, nh/t · hd)
-  k_out_ = k_.forward(x, !sp_);  // this rank's key/value heads: (N, nkv/t · hd)
-  v_out_ = v_.forward(x, !sp_);
-  Tensor ctx(device_, q_out_.shape());
-  probs_ = Tensor(device_, Shape{batch, heads_ / t, seq, seq});
-  device_.attention_forward(ctx, probs_, q_out_, k_out_, v_out_, shape_);  // local: whole heads
-  if (memory_) {
-    memory_->save(prefix_ + ".q", layer_, q_out_);
-    memory_->save(prefix_ + ".k", layer_, k_out_);
-    memory_->save(prefix_ + ".v", layer_, v_out_);
-    memory_->save(prefix_ + ".probs", layer_, probs_);
-  }
+  const Tensor& q = saved_.keep(q_out_, q_.forward(x, !sp_));  // this rank's query heads: (N, nh/t · hd)
+  const Tensor& k = saved_.keep(k_out_, k_.forward(x, !sp_));  // its key/value heads: (N, nkv/t · hd)
+  const Tensor& v = saved_.keep(v_out_, v_.forward(x, !sp_));
+  Tensor ctx(device_, q.shape());
+  Tensor probs(device_, Shape{batch, heads_ / t, seq, seq});
+  device_.attention_forward(ctx, probs, q, k, v, shape_);  // local: whole heads
+  saved_.keep(probs_, probs);
   return proj_.forward(ctx);  // Σ_r ctx_r P_r: g's all-reduce (SP: reduce-scatter)
 }
 
 Tensor ParallelAttention::backward(const Tensor& dy) {
   Tensor dctx = proj_.backward(dy);
-  Tensor dq(device_, q_out_.shape()), dk(device_, k_out_.shape()), dv(device_, v_out_.shape());
-  device_.attention_backward(dq, dk, dv, dctx, q_out_, k_out_, v_out_, probs_, shape_);
+  const Tensor &q = q_out_.get(), &k = k_out_.get(), &v = v_out_.get();
+  Tensor dq(device_, q.shape()), dk(device_, k.shape()), dv(device_, v.shape());
+  device_.attention_backward(dq, dk, dv, dctx, q, k, v, probs_.get(), shape_);
   if (sp_) {
-    const Tensor x = gather_from_sp_region_forward(comm_, x_local_);  // the whole input again
+    const Tensor x = gather_from_sp_region_forward(comm_, x_local_.get());  // the whole input again
     Tensor dx = q_.backward_partial(dq, x);
     device_.axpy(1.0f, k_.backward_partial(dk, x), dx);
     device_.axpy(1.0f, v_.backward_partial(dv, x), dx);

@@ -1,6 +1,8 @@
 // layers.h — the parts of a transformer block under tensor parallelism: norms, dropout, the
 // parallel MLP and the parallel attention. Each has forward (saving what backward needs) and
-// backward (returning dX, accumulating parameter gradients with +=) side by side.
+// backward (returning dX, accumulating parameter gradients with +=) side by side. What forward
+// saves sits in SavedTensor slots filled through the layer's ActivationStash, so it is recorded in
+// the MemoryLedger that observe() attaches (observe/activation_stash.h).
 //
 // Shape legend: N = S·B tokens (sequence-major rows, token (s, b) is row s·B + b), h = hidden,
 // ffn = MLP inner size, nh / nkv = query / key-value heads, hd = h / nh, t = TP size.
@@ -11,7 +13,7 @@
 #include "core/communicator.h"
 #include "core/device.h"
 #include "model/config.h"
-#include "observe/memory_ledger.h"
+#include "observe/activation_stash.h"
 #include "parallel/linear.h"
 #include "parallel/param.h"
 
@@ -34,10 +36,7 @@ class Norm {
   void collect_params(ParamList& out) const;
   bool is_rms() const { return rms_; }
   /// Record what forward keeps in `ledger` under block `layer`.
-  void observe(MemoryLedger* ledger, int64_t layer) {
-    memory_ = ledger;
-    layer_ = layer;
-  }
+  void observe(MemoryLedger* ledger, int64_t layer) { saved_.attach(ledger, layer); }
 
   Tensor weight, bias, dweight, dbias;  ///< (h); bias only for LayerNorm
 
@@ -47,9 +46,8 @@ class Norm {
   bool rms_;
   float eps_;
   bool sp_;
-  Tensor x_, mean_, rstd_;
-  MemoryLedger* memory_ = nullptr;
-  int64_t layer_ = -1;
+  ActivationStash saved_;
+  SavedTensor x_, mean_, rstd_;  // input (N, h); statistics (N), the mean for LayerNorm only
 };
 
 /// Inverted dropout with a counter-based mask: element (token row r, feature c) of site `site` at
@@ -62,18 +60,14 @@ class Dropout {
   Tensor forward(const Tensor& x, uint64_t seed, int64_t step, int64_t row_offset = 0);
   /// dx = dy ⊙ mask / (1 − p).
   Tensor backward(const Tensor& dy);
-  void observe(MemoryLedger* ledger, int64_t layer) {
-    memory_ = ledger;
-    layer_ = layer;
-  }
+  void observe(MemoryLedger* ledger, int64_t layer) { saved_.attach(ledger, layer); }
 
  private:
   Device& device_;
   std::string site_;
   float p_;
-  Tensor mask_;
-  MemoryLedger* memory_ = nullptr;
-  int64_t layer_ = -1;
+  ActivationStash saved_;
+  SavedTensor mask_;  // (N, h), 0 or 1/(1 − p); not kept when p = 0
 };
 
 /// The MLP under TP: fc1 column-parallel (h → ffn), the activation local on this rank's ffn/t
@@ -105,13 +99,12 @@ class ParallelMLP {
   Communicator& comm_;
   bool swiglu_;
   bool sp_;
-  Tensor x_local_;             // SP: the kept sequence shard of the input
-  MemoryLedger* memory_ = nullptr;
-  int64_t layer_ = -1;
   ColumnParallelLinear fc1_;   // up: (h, ffn) split by columns
   ColumnParallelLinear gate_;  // SwiGLU gate (unused for GeLU)
   RowParallelLinear fc2_;      // down: (ffn, h) split by rows
-  Tensor up_, gate_out_;       // saved pre-activations: (N, ffn/t)
+  ActivationStash saved_;
+  SavedTensor x_local_;        // SP only: the sequence shard of the input, (N/t, h)
+  SavedTensor up_, gate_out_;  // pre-activations (N, ffn/t); the gate's for SwiGLU only
 };
 
 /// Causal self-attention under TP, split by heads: q, k, v are column-parallel so rank r owns query
@@ -138,14 +131,14 @@ class ParallelAttention {
   Communicator& comm_;
   std::string prefix_;
   bool sp_;
-  Tensor x_local_;  // SP: the kept sequence shard of the input
-  MemoryLedger* memory_ = nullptr;
-  int64_t layer_ = -1;
   int64_t hidden_, heads_, kv_heads_, head_dim_;
   ColumnParallelLinear q_, k_, v_;
   RowParallelLinear proj_;
   AttentionShape shape_;
-  Tensor q_out_, k_out_, v_out_, probs_;
+  ActivationStash saved_;
+  SavedTensor x_local_;                    // SP only: the sequence shard of the input, (N/t, h)
+  SavedTensor q_out_, k_out_, v_out_;      // (N, nh/t · hd), (N, nkv/t · hd) twice
+  SavedTensor probs_;                      // (B, nh/t, S, S)
 };
 
 }  // namespace tp

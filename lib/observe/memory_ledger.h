@@ -1,7 +1,7 @@
 // memory_ledger.h — every tensor a forward pass keeps for backward, with its size and layer.
 //
-// Layers call save() for each tensor they hold on to; a tensor kept by several layers (the input
-// that q, k and v share) is counted once. The per-layer sum is what activation memory costs, and
+// Layers keep tensors through an ActivationStash (activation_stash.h), which calls save() for each
+// one; a tensor kept by several layers (the input that q, k and v share) is counted once. The per-layer sum is what activation memory costs, and
 // the model checks it against a closed-form formula (lib/model/memory.h).
 #pragma once
 

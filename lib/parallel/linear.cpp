@@ -18,7 +18,7 @@ int64_t local_size(const std::string& layer, const char* dim, int64_t global, in
 ParallelLinearBase::ParallelLinearBase(Device& device, Communicator& comm, std::string name,
                                        int64_t in, int64_t out, Shape weight_shard, Shape bias_shard,
                                        bool with_bias)
-    : device_(device), comm_(comm), name_(std::move(name)), in_(in), out_(out) {
+    : device_(device), comm_(comm), name_(std::move(name)), in_(in), out_(out), input_(name_ + ".input") {
   TP_CHECK_INPUT(in > 0 && out > 0, name_, ": in=", in, " and out=", out, " must be positive");
   weight = Tensor::zeros(device, weight_shard);
   dweight = Tensor::zeros(device, weight_shard);
@@ -26,11 +26,6 @@ ParallelLinearBase::ParallelLinearBase(Device& device, Communicator& comm, std::
     bias = Tensor::zeros(device, bias_shard);
     dbias = Tensor::zeros(device, bias_shard);
   }
-}
-
-void ParallelLinearBase::keep_input(const Tensor& x) {
-  saved_input_ = x;
-  if (memory_) memory_->save(name_ + ".input", layer_, x);
 }
 
 void ParallelLinearBase::zero_grad() {
@@ -97,8 +92,8 @@ void ColumnParallelLinear::load_global(const std::vector<float>& w, const std::v
 Tensor ColumnParallelLinear::forward(const Tensor& x_in, bool keep) {
   TP_CHECK(x_in.cols() == in_, name_, ".forward: input ", x_in.shape().str(), " should end in in=", in_);
   const Tensor x = copy_to_tp_region_forward(comm_, x_in);            // f: identity
-  if (keep) keep_input(x);
-  else saved_input_ = Tensor();
+  if (keep) saved_.keep(input_, x);
+  else input_.reset();
   Tensor y(device_, x.shape().with(x.ndim() - 1, out_local_));
   device_.gemm(false, false, 1.0f, x, weight, 0.0f, y);               // Y_r = X A_r
   if (has_bias()) device_.add_bias(y, bias);                          //     + b_r
@@ -110,8 +105,8 @@ Tensor ColumnParallelLinear::backward(const Tensor& dy) {
 }
 
 Tensor ColumnParallelLinear::backward_partial(const Tensor& dy) {
-  TP_CHECK(saved_input_.defined(), name_, ".backward called before forward (or after forward(x, false))");
-  return backward_partial(dy, saved_input_);
+  TP_CHECK(input_.has_value(), name_, ".backward called before forward (or after forward(x, false))");
+  return backward_partial(dy, input_.get());
 }
 
 Tensor ColumnParallelLinear::backward_partial(const Tensor& dy_in, const Tensor& input) {
@@ -156,11 +151,11 @@ void RowParallelLinear::load_global(const std::vector<float>& w, const std::vect
 }
 
 Tensor RowParallelLinear::forward(const Tensor& x) {
-  keep_input(input_is_parallel_ ? x : scatter_to_tp_region_forward(comm_, x));
-  TP_CHECK(saved_input_.cols() == in_local_, name_, ".forward: input ", x.shape().str(),
+  const Tensor& x_r = saved_.keep(input_, input_is_parallel_ ? x : scatter_to_tp_region_forward(comm_, x));
+  TP_CHECK(x_r.cols() == in_local_, name_, ".forward: input ", x.shape().str(),
            " should end in ", input_is_parallel_ ? in_local_ : in_, input_is_parallel_ ? " (in/t)" : " (in)");
-  Tensor partial(device_, saved_input_.shape().with(saved_input_.ndim() - 1, out_));
-  device_.gemm(false, false, 1.0f, saved_input_, weight, 0.0f, partial);  // X_r A_r
+  Tensor partial(device_, x_r.shape().with(x_r.ndim() - 1, out_));
+  device_.gemm(false, false, 1.0f, x_r, weight, 0.0f, partial);           // X_r A_r
   Tensor y = sequence_parallel_ ? reduce_scatter_to_sp_region_forward(comm_, partial)  // Σ_r, my tokens
                                 : reduce_from_tp_region_forward(comm_, partial);      // g: Σ_r X_r A_r
   if (has_bias()) device_.add_bias(y, bias);                              // + b, once
@@ -168,14 +163,15 @@ Tensor RowParallelLinear::forward(const Tensor& x) {
 }
 
 Tensor RowParallelLinear::backward(const Tensor& dy_in) {
-  TP_CHECK(saved_input_.defined(), name_, ".backward called before forward");
+  TP_CHECK(input_.has_value(), name_, ".backward called before forward");
+  const Tensor& x_r = input_.get();
   const Tensor dy = sequence_parallel_ ? reduce_scatter_to_sp_region_backward(comm_, dy_in)  // all-gather
                                        : reduce_from_tp_region_backward(comm_, dy_in);  // g: identity
-  TP_CHECK(dy.cols() == out_ && dy.rows() == saved_input_.rows(), name_, ".backward: dy ",
+  TP_CHECK(dy.cols() == out_ && dy.rows() == x_r.rows(), name_, ".backward: dy ",
            dy.shape().str(), " does not match the forward output");
-  device_.gemm(true, false, 1.0f, saved_input_, dy, 1.0f, dweight);      // dA_r += X_rᵀ dY
+  device_.gemm(true, false, 1.0f, x_r, dy, 1.0f, dweight);               // dA_r += X_rᵀ dY
   if (has_bias()) device_.add_bias_backward(dbias, sequence_parallel_ ? dy_in : dy);  // db += Σ dY
-  Tensor dx(device_, saved_input_.shape());
+  Tensor dx(device_, x_r.shape());
   device_.gemm(false, true, 1.0f, dy, weight, 0.0f, dx);                 // dX_r = dY A_rᵀ
   return input_is_parallel_ ? dx : scatter_to_tp_region_backward(comm_, dx);
 }

@@ -18,7 +18,7 @@
 #include "core/device.h"
 #include "core/rng.h"
 #include "core/tensor.h"
-#include "observe/memory_ledger.h"
+#include "observe/activation_stash.h"
 #include "parallel/param.h"
 
 namespace tp {
@@ -33,10 +33,7 @@ class ParallelLinearBase {
   /// dweight = 0, dbias = 0.
   void zero_grad();
   /// From now on, record the input kept for backward in `ledger` under block `layer`.
-  void observe(MemoryLedger* ledger, int64_t layer) {
-    memory_ = ledger;
-    layer_ = layer;
-  }
+  void observe(MemoryLedger* ledger, int64_t layer) { saved_.attach(ledger, layer); }
 
   Tensor weight;   ///< this rank's shard of the [in, out] weight
   Tensor bias;     ///< this rank's bias (see each layer for its shape); undefined without bias
@@ -58,12 +55,8 @@ class ParallelLinearBase {
   Communicator& comm_;
   std::string name_;
   int64_t in_, out_;
-  /// Keeps `x` as the input for backward (and records it in the memory ledger, if any).
-  void keep_input(const Tensor& x);
-
-  Tensor saved_input_;  ///< what forward saved for backward
-  MemoryLedger* memory_ = nullptr;
-  int64_t layer_ = -1;
+  ActivationStash saved_;
+  SavedTensor input_;  ///< what forward keeps for backward: name() + ".input"
 };
 
 /// Column-parallel linear: the weight is split by output columns, A = [A_1, …, A_t]:
