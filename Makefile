@@ -254,8 +254,10 @@ EMU         := $(BUILD)/emu
 # -Igpu_backend: the translated sources live in $(EMU)/src, away from the headers beside them.
 EMU_CXXFLAGS = $(CXXFLAGS) -O1 -g -ffp-contract=off -Wno-unknown-pragmas -Itests/cuda_emu/include \
                $(INC_GPU) -Igpu_backend
+# The emulator itself: CUDA runtime, cuBLAS and NCCL on the CPU (tests/cuda_emu/*.cpp).
+EMU_RT_OBJ  := $(patsubst tests/cuda_emu/%.cpp,$(BUILD)/obj/emu/%.o,$(wildcard tests/cuda_emu/*.cpp))
 EMU_OBJ     := $(patsubst gpu_backend/%.cu,$(BUILD)/obj/emu/%.o,$(GPU_CU_SRC)) \
-               $(patsubst gpu_backend/%.cpp,$(BUILD)/obj/emu/%.o,$(GPU_CPP_SRC)) $(BUILD)/obj/emu/runtime.o
+               $(patsubst gpu_backend/%.cpp,$(BUILD)/obj/emu/%.o,$(GPU_CPP_SRC)) $(EMU_RT_OBJ)
 LIBTP_EMU   := $(EMU)/lib/libtp_gpu_emu.a
 EMU_BINS    := $(EMU)/bin/tp_train $(EMU)/bin/tp_bench $(patsubst %,$(EMU)/bin/lesson_%,$(LESSONS))
 
@@ -275,7 +277,7 @@ $(BUILD)/obj/emu/%.o: gpu_backend/%.cpp | deps
 	@mkdir -p $(dir $@)
 	$(MPICXX) $(EMU_CXXFLAGS) -c $< -o $@
 
-$(BUILD)/obj/emu/runtime.o: tests/cuda_emu/runtime.cpp | deps
+$(BUILD)/obj/emu/%.o: tests/cuda_emu/%.cpp | deps
 	@mkdir -p $(dir $@)
 	$(MPICXX) $(EMU_CXXFLAGS) -c $< -o $@
 
@@ -291,7 +293,7 @@ $(EMU)/bin/test_gpu: $(call obj,$(GPU_TEST) tests/mpi_main.cpp tests/test_util.c
 	$(LINK) -lgtest -pthread
 
 # The emulator's own tests (what it claims to catch, it catches).
-$(EMU)/bin/emu_selftest: $(BUILD)/obj/emu/selftest.o $(BUILD)/obj/emu/runtime.o
+$(EMU)/bin/emu_selftest: $(BUILD)/obj/emu/selftest.o $(EMU_RT_OBJ)
 	@mkdir -p $(dir $@)
 	$(LINK) -lgtest_main -lgtest -pthread
 

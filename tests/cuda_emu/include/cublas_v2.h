@@ -1,5 +1,5 @@
 // cublas_v2.h (CUDA emulator) — the cuBLAS calls the GPU backend uses, column-major as in cuBLAS,
-// computed on the CPU by tests/cuda_emu/runtime.cpp (queued on the handle's stream). TF32 math
+// computed on the CPU by tests/cuda_emu/cublas.cpp (queued on the handle's stream). TF32 math
 // mode rounds the fp32 inputs to TF32 (10-bit mantissa); bf16 inputs are read as bf16.
 #pragma once
 

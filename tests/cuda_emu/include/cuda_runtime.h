@@ -1,5 +1,7 @@
 // cuda_runtime.h (CUDA emulator) — the part of the CUDA runtime API the GPU backend uses, with
-// CUDA's names and meanings, implemented on the CPU by tests/cuda_emu/runtime.cpp. See cuda_emu.h.
+// CUDA's names and meanings, implemented on the CPU in tests/cuda_emu/ (runtime_api.cpp: errors and
+// devices; memory.cpp: allocation and copies; streams.cpp: streams and events; fibers.cpp: kernel
+// launches). See cuda_emu.h.
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,5 @@
 // nccl.h (CUDA emulator) — the NCCL calls the GPU backend uses, implemented over MPI by
-// tests/cuda_emu/runtime.cpp: each collective's MPI exchange runs when it is enqueued (after the
+// tests/cuda_emu/nccl.cpp: each collective's MPI exchange runs when it is enqueued (after the
 // work its stream already holds, so its inputs are what the stream would read), on host copies of
 // the device buffers; its result is written stream-ordered, so only work ordered after the
 // collective sees it. Point-to-point calls inside ncclGroupStart/End are posted together at
