@@ -6,7 +6,6 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "core/kernel_checks.h"
 #include "gemm.h"
 
 namespace tp {
@@ -32,24 +31,21 @@ void CpuDevice::copy_from_host(void* dst, const void* src, size_t bytes) { std::
 void CpuDevice::copy_to_host(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
 void CpuDevice::copy(void* dst, const void* src, size_t bytes) { std::memmove(dst, src, bytes); }
 
-void CpuDevice::fill(Tensor& x, float value) {
-  checks::check_on(*this, x, "fill");
+void CpuDevice::do_fill(Tensor& x, float value) {
   float* p = x.data();
   const int64_t n = x.numel();
 #pragma omp parallel for if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) p[i] = value;
 }
 
-void CpuDevice::scale(Tensor& x, float alpha) {
-  checks::check_on(*this, x, "scale");
+void CpuDevice::do_scale(Tensor& x, float alpha) {
   float* p = x.data();
   const int64_t n = x.numel();
 #pragma omp parallel for if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) p[i] *= alpha;
 }
 
-void CpuDevice::axpy(float alpha, const Tensor& x, Tensor& y) {
-  checks::check_axpy(*this, x, y);
+void CpuDevice::do_axpy(float alpha, const Tensor& x, Tensor& y) {
   const float* px = x.data();
   float* py = y.data();
   const int64_t n = x.numel();
@@ -57,15 +53,13 @@ void CpuDevice::axpy(float alpha, const Tensor& x, Tensor& y) {
   for (int64_t i = 0; i < n; ++i) py[i] += alpha * px[i];
 }
 
-void CpuDevice::gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
-                     float beta, Tensor& c) {
-  const auto [m, n, k] = checks::check_gemm(*this, trans_a, trans_b, a, b, c);
-  cpu::gemm_blocked(trans_a, trans_b, m, n, k, alpha, a.data(), a.cols(), b.data(), b.cols(), beta,
-                    c.data(), c.cols());
+void CpuDevice::do_gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
+                        float beta, Tensor& c, const GemmDims& dims) {
+  cpu::gemm_blocked(trans_a, trans_b, dims.m, dims.n, dims.k, alpha, a.data(), a.cols(), b.data(),
+                    b.cols(), beta, c.data(), c.cols());
 }
 
-void CpuDevice::add_bias(Tensor& y, const Tensor& bias) {
-  checks::check_add_bias(*this, y, bias);
+void CpuDevice::do_add_bias(Tensor& y, const Tensor& bias) {
   float* py = y.data();
   const float* pb = bias.data();
   const int64_t rows = y.rows(), cols = y.cols();
@@ -74,8 +68,7 @@ void CpuDevice::add_bias(Tensor& y, const Tensor& bias) {
     for (int64_t c = 0; c < cols; ++c) py[r * cols + c] += pb[c];
 }
 
-void CpuDevice::add_bias_backward(Tensor& dbias, const Tensor& dy) {
-  checks::check_add_bias_backward(*this, dbias, dy);
+void CpuDevice::do_add_bias_backward(Tensor& dbias, const Tensor& dy) {
   float* pdb = dbias.data();
   const float* pdy = dy.data();
   const int64_t rows = dy.rows(), cols = dy.cols();
@@ -88,9 +81,8 @@ void CpuDevice::add_bias_backward(Tensor& dbias, const Tensor& dy) {
   }
 }
 
-void CpuDevice::copy_columns(const Tensor& src, int64_t src_col, Tensor& dst, int64_t dst_col,
-                             int64_t ncols) {
-  checks::check_copy_columns(*this, src, src_col, dst, dst_col, ncols);
+void CpuDevice::do_copy_columns(const Tensor& src, int64_t src_col, Tensor& dst, int64_t dst_col,
+                                int64_t ncols) {
   const float* ps = src.data();
   float* pd = dst.data();
   const int64_t rows = src.rows(), sc = src.cols(), dc = dst.cols();
@@ -99,9 +91,8 @@ void CpuDevice::copy_columns(const Tensor& src, int64_t src_col, Tensor& dst, in
     std::memcpy(pd + r * dc + dst_col, ps + r * sc + src_col, static_cast<size_t>(ncols) * sizeof(float));
 }
 
-void CpuDevice::fill_random(Tensor& x, const RngKey& key, const GlobalIndex& index,
-                            const Distribution& dist) {
-  checks::check_on(*this, x, "fill_random");
+void CpuDevice::do_fill_random(Tensor& x, const RngKey& key, const GlobalIndex& index,
+                               const Distribution& dist) {
   float* p = x.data();
   const int64_t rows = x.rows(), cols = x.cols();
 #pragma omp parallel for if (rows * cols > 4096)

@@ -1,4 +1,9 @@
 // cpu_device.h — the CPU Device: host memory and OpenMP kernels.
+//
+// It implements the memory calls and the do_* half of every kernel (core/device.h): the public
+// kernel has checked the arguments before a do_* runs, so the kernels here only compute.
+// Files: cpu_device.cpp (memory, copies, GEMM, elementwise, bias, layout, RNG fill),
+// cpu_kernels.cpp (the model kernels).
 #pragma once
 
 #include "core/device.h"
@@ -20,55 +25,61 @@ class CpuDevice : public Device {
   void copy(void* dst, const void* src, size_t bytes) override;
   void synchronize() override {}
 
-  void fill(Tensor& x, float value) override;
-  void scale(Tensor& x, float alpha) override;
-  void axpy(float alpha, const Tensor& x, Tensor& y) override;
-  void gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b, float beta,
-            Tensor& c) override;
-  void add_bias(Tensor& y, const Tensor& bias) override;
-  void add_bias_backward(Tensor& dbias, const Tensor& dy) override;
-  void copy_columns(const Tensor& src, int64_t src_col, Tensor& dst, int64_t dst_col,
-                    int64_t ncols) override;
-  void fill_random(Tensor& x, const RngKey& key, const GlobalIndex& index,
-                   const Distribution& dist) override;
+ protected:
+  void do_fill(Tensor& x, float value) override;
+  void do_scale(Tensor& x, float alpha) override;
+  void do_axpy(float alpha, const Tensor& x, Tensor& y) override;
+  void do_gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
+               float beta, Tensor& c, const GemmDims& dims) override;
+  void do_add_bias(Tensor& y, const Tensor& bias) override;
+  void do_add_bias_backward(Tensor& dbias, const Tensor& dy) override;
+  void do_copy_columns(const Tensor& src, int64_t src_col, Tensor& dst, int64_t dst_col,
+                       int64_t ncols) override;
+  void do_fill_random(Tensor& x, const RngKey& key, const GlobalIndex& index,
+                      const Distribution& dist) override;
 
   // Model kernels: cpu_kernels.cpp.
-  void mul(const Tensor& x, const Tensor& m, Tensor& y) override;
-  double sum_squares(const Tensor& x) override;
-  void dropout_mask(Tensor& mask, const RngKey& key, const GlobalIndex& index, float p) override;
-  void gelu_forward(Tensor& y, const Tensor& x) override;
-  void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) override;
-  void swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u) override;
-  void swiglu_backward(Tensor& dg, Tensor& du, const Tensor& dy, const Tensor& g, const Tensor& u) override;
-  void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& w,
-                         const Tensor& b, float eps) override;
-  void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x,
-                          const Tensor& w, const Tensor& mean, const Tensor& rstd) override;
-  void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps) override;
-  void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
-                        const Tensor& rstd) override;
-  void attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k, const Tensor& v,
-                         const AttentionShape& shape) override;
-  void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q,
-                          const Tensor& k, const Tensor& v, const Tensor& probs,
-                          const AttentionShape& shape) override;
-  void embedding_shard_forward(Tensor& out, const Tensor& ids, const Tensor& wte_shard,
-                               int64_t first_id) override;
-  void embedding_shard_backward(Tensor& dwte_shard, const Tensor& dout, const Tensor& ids,
-                                int64_t first_id) override;
-  void position_forward(Tensor& x, const Tensor& wpe, int64_t batch, int64_t row0) override;
-  void position_backward(Tensor& dwpe, const Tensor& dx, int64_t batch, int64_t row0) override;
-  void vocab_max(Tensor& row_max, const Tensor& logits, const VocabShard& shard) override;
-  void vocab_sum_exp_target(Tensor& sum_exp, Tensor& target_logit, const Tensor& logits,
-                            const Tensor& row_max, const Tensor& targets,
-                            const VocabShard& shard) override;
-  void vocab_loss(Tensor& loss, const Tensor& row_max, const Tensor& sum_exp,
-                  const Tensor& target_logit) override;
-  void vocab_softmax_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
-                              const Tensor& sum_exp, const Tensor& targets, const VocabShard& shard,
-                              float scale) override;
-  void adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWParams& h,
-                  int64_t step) override;
+  void do_mul(const Tensor& x, const Tensor& m, Tensor& y) override;
+  double do_sum_squares(const Tensor& x) override;
+  void do_dropout_mask(Tensor& mask, const RngKey& key, const GlobalIndex& index,
+                       float p) override;
+  void do_gelu_forward(Tensor& y, const Tensor& x) override;
+  void do_gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) override;
+  void do_swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u) override;
+  void do_swiglu_backward(Tensor& dg, Tensor& du, const Tensor& dy, const Tensor& g,
+                          const Tensor& u) override;
+  void do_layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
+                            const Tensor& w, const Tensor& b, float eps) override;
+  void do_layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x,
+                             const Tensor& w, const Tensor& mean, const Tensor& rstd) override;
+  void do_rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w,
+                          float eps) override;
+  void do_rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
+                           const Tensor& w, const Tensor& rstd) override;
+  void do_attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
+                            const Tensor& v, const AttentionShape& shape) override;
+  void do_attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
+                             const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& probs, const AttentionShape& shape) override;
+  void do_embedding_shard_forward(Tensor& out, const Tensor& ids, const Tensor& wte_shard,
+                                  int64_t first_id) override;
+  void do_embedding_shard_backward(Tensor& dwte_shard, const Tensor& dout, const Tensor& ids,
+                                   int64_t first_id, const float* host_ids) override;
+  void do_position_forward(Tensor& x, const Tensor& wpe, int64_t batch, int64_t row0) override;
+  void do_position_backward(Tensor& dwpe, const Tensor& dx, int64_t batch, int64_t row0) override;
+  void do_vocab_max(Tensor& row_max, const Tensor& logits, const VocabShard& shard,
+                    int64_t real_cols) override;
+  void do_vocab_sum_exp_target(Tensor& sum_exp, Tensor& target_logit, const Tensor& logits,
+                               const Tensor& row_max, const Tensor& targets,
+                               const VocabShard& shard, int64_t real_cols) override;
+  void do_vocab_loss(Tensor& loss, const Tensor& row_max, const Tensor& sum_exp,
+                     const Tensor& target_logit) override;
+  void do_vocab_softmax_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
+                                 const Tensor& sum_exp, const Tensor& targets,
+                                 const VocabShard& shard, float scale,
+                                 int64_t real_cols) override;
+  void do_adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWParams& h,
+                     int64_t step) override;
 };
 
 }  // namespace tp

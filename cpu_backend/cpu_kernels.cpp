@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/kernel_checks.h"
 #include "cpu_device.h"
 
 namespace tp {
@@ -18,11 +17,6 @@ namespace tp {
 namespace {
 constexpr int64_t kParallelMin = 1 << 14;  // below this much work, one thread is faster
 constexpr int64_t kColBlock = 64;          // columns per thread in the column-parallel row sums
-
-// The values of a tensor of this device, read in place (for the checks of ids and targets).
-auto host_values(const Tensor& t) {
-  return [&t] { return static_cast<const float*>(t.data()); };
-}
 
 // acc[c] (c in [c0, c1)) = Σ_r f(r, c), rows in order; one call per column block, so the result
 // does not depend on the thread that runs it.
@@ -37,8 +31,7 @@ void sum_rows_block(int64_t rows, int64_t c0, int64_t c1, double* acc, F f) {
 // ---- elementwise ---------------------------------------------------------------------------------
 
 // y = x ⊙ m
-void CpuDevice::mul(const Tensor& x, const Tensor& m, Tensor& y) {
-  checks::check_mul(*this, x, m, y);
+void CpuDevice::do_mul(const Tensor& x, const Tensor& m, Tensor& y) {
   const float* px = x.data();
   const float* pm = m.data();
   float* py = y.data();
@@ -48,8 +41,7 @@ void CpuDevice::mul(const Tensor& x, const Tensor& m, Tensor& y) {
 }
 
 // Σ x², in double. Fixed blocks, each summed by one thread, then the block sums in order.
-double CpuDevice::sum_squares(const Tensor& x) {
-  checks::check_on(*this, x, "sum_squares");
+double CpuDevice::do_sum_squares(const Tensor& x) {
   const float* px = x.data();
   const int64_t n = x.numel();
   constexpr int64_t kBlock = 4096;
@@ -68,8 +60,8 @@ double CpuDevice::sum_squares(const Tensor& x) {
 }
 
 // mask[r, c] = (u ≥ p) / (1 − p), u = uniform[0, 1) at global index offset + r·row_stride + c
-void CpuDevice::dropout_mask(Tensor& mask, const RngKey& key, const GlobalIndex& index, float p) {
-  checks::check_dropout_mask(*this, mask, p);
+void CpuDevice::do_dropout_mask(Tensor& mask, const RngKey& key, const GlobalIndex& index,
+                                float p) {
   float* pm = mask.data();
   const int64_t rows = mask.rows(), cols = mask.cols();
   const float keep = 1.0f / (1.0f - p);
@@ -92,8 +84,7 @@ constexpr float kGeluA = 0.7978845608028654f;  // √(2/π)
 constexpr float kGeluC = 0.044715f;
 }  // namespace
 
-void CpuDevice::gelu_forward(Tensor& y, const Tensor& x) {
-  checks::check_gelu_forward(*this, y, x);
+void CpuDevice::do_gelu_forward(Tensor& y, const Tensor& x) {
   const float* px = x.data();
   float* py = y.data();
   const int64_t n = x.numel();
@@ -104,8 +95,7 @@ void CpuDevice::gelu_forward(Tensor& y, const Tensor& x) {
   }
 }
 
-void CpuDevice::gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) {
-  checks::check_gelu_backward(*this, dx, dy, x);
+void CpuDevice::do_gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) {
   const float* px = x.data();
   const float* pdy = dy.data();
   float* pdx = dx.data();
@@ -122,8 +112,7 @@ void CpuDevice::gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) {
 // SwiGLU, σ(g) = 1 / (1 + e^−g), silu(g) = g σ(g), silu'(g) = σ(g) (1 + g (1 − σ(g))):
 //   y = silu(g) ⊙ u
 //   dg = dy ⊙ u ⊙ silu'(g),  du = dy ⊙ silu(g)
-void CpuDevice::swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u) {
-  checks::check_swiglu_forward(*this, y, g, u);
+void CpuDevice::do_swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u) {
   const float* pg = g.data();
   const float* pu = u.data();
   float* py = y.data();
@@ -135,9 +124,8 @@ void CpuDevice::swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u) {
   }
 }
 
-void CpuDevice::swiglu_backward(Tensor& dg, Tensor& du, const Tensor& dy, const Tensor& g,
-                                const Tensor& u) {
-  checks::check_swiglu_backward(*this, dg, du, dy, g, u);
+void CpuDevice::do_swiglu_backward(Tensor& dg, Tensor& du, const Tensor& dy, const Tensor& g,
+                                   const Tensor& u) {
   const float* pg = g.data();
   const float* pu = u.data();
   const float* pdy = dy.data();
@@ -161,9 +149,8 @@ void CpuDevice::swiglu_backward(Tensor& dg, Tensor& du, const Tensor& dy, const 
 // Backward, with g = dy ⊙ w:
 //   dx = rstd (g − mean(g) − x̂ mean(g ⊙ x̂))      (written)
 //   dw += Σ_r dy ⊙ x̂,  db += Σ_r dy              (accumulated)
-void CpuDevice::layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
-                                  const Tensor& w, const Tensor& b, float eps) {
-  checks::check_layernorm_forward(*this, y, mean, rstd, x, w, b);
+void CpuDevice::do_layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
+                                     const Tensor& w, const Tensor& b, float eps) {
   const int64_t rows = x.rows(), h = x.cols();
   const float* px = x.data();
   const float* pw = w.data();
@@ -188,10 +175,9 @@ void CpuDevice::layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const T
   }
 }
 
-void CpuDevice::layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy,
-                                   const Tensor& x, const Tensor& w, const Tensor& mean,
-                                   const Tensor& rstd) {
-  checks::check_layernorm_backward(*this, dx, dw, db, dy, x, w, mean, rstd);
+void CpuDevice::do_layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy,
+                                      const Tensor& x, const Tensor& w, const Tensor& mean,
+                                      const Tensor& rstd) {
   const int64_t rows = x.rows(), h = x.cols();
   const float* px = x.data();
   const float* pw = w.data();
@@ -244,8 +230,8 @@ void CpuDevice::layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Ten
 // Backward, with g = dy ⊙ w:
 //   dx = rstd (g − x̂ mean(g ⊙ x̂))   (written)
 //   dw += Σ_r dy ⊙ x̂                (accumulated)
-void CpuDevice::rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps) {
-  checks::check_rmsnorm_forward(*this, y, rstd, x, w);
+void CpuDevice::do_rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w,
+                                   float eps) {
   const int64_t rows = x.rows(), h = x.cols();
   const float* px = x.data();
   const float* pw = w.data();
@@ -263,9 +249,8 @@ void CpuDevice::rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const 
   }
 }
 
-void CpuDevice::rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
-                                 const Tensor& w, const Tensor& rstd) {
-  checks::check_rmsnorm_backward(*this, dx, dw, dy, x, w, rstd);
+void CpuDevice::do_rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
+                                    const Tensor& w, const Tensor& rstd) {
   const int64_t rows = x.rows(), h = x.cols();
   const float* px = x.data();
   const float* pw = w.data();
@@ -305,9 +290,8 @@ void CpuDevice::rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const
 //   P_t = softmax_{t ≤ s}(scale · q_s · k_t),  out_s = Σ_{t≤s} P_t v_t
 // Backward, with dP_t = dout_s · v_t and dS_t = P_t (dP_t − Σ_u P_u dP_u):
 //   dq_s = scale Σ_t dS_t k_t,  dk_t = scale Σ_{j∈g} Σ_{s≥t} dS_t q_s,  dv_t = Σ_{j∈g} Σ_{s≥t} P_t dout_s
-void CpuDevice::attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
-                                  const Tensor& v, const AttentionShape& sh) {
-  checks::check_attention_forward(*this, out, probs, q, k, v, sh);
+void CpuDevice::do_attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
+                                     const Tensor& v, const AttentionShape& sh) {
   const int64_t S = sh.seq, B = sh.batch, nh = sh.heads, hd = sh.head_dim;
   const int64_t group = nh / sh.kv_heads;
   const int64_t qc = nh * hd, kc = sh.kv_heads * hd;  // row lengths of q/out and k/v
@@ -349,10 +333,9 @@ void CpuDevice::attention_forward(Tensor& out, Tensor& probs, const Tensor& q, c
       }
 }
 
-void CpuDevice::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
-                                   const Tensor& q, const Tensor& k, const Tensor& v,
-                                   const Tensor& probs, const AttentionShape& sh) {
-  checks::check_attention_backward(*this, dq, dk, dv, dout, q, k, v, probs, sh);
+void CpuDevice::do_attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
+                                      const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const Tensor& probs, const AttentionShape& sh) {
   const int64_t S = sh.seq, B = sh.batch, nh = sh.heads, nkv = sh.kv_heads, hd = sh.head_dim;
   const int64_t group = nh / nkv;
   const int64_t qc = nh * hd, kc = nkv * hd;
@@ -435,10 +418,8 @@ int64_t owned_row(float id, int64_t first, int64_t rows) {
 }
 }  // namespace
 
-void CpuDevice::embedding_shard_forward(Tensor& out, const Tensor& ids, const Tensor& wte_shard,
-                                        int64_t first_id) {
-  checks::check_embedding_shard(*this, "embedding_shard_forward", out, ids, wte_shard, first_id,
-                                host_values(ids));
+void CpuDevice::do_embedding_shard_forward(Tensor& out, const Tensor& ids,
+                                           const Tensor& wte_shard, int64_t first_id) {
   const int64_t n = ids.numel(), rows = wte_shard.rows(), h = wte_shard.cols();
   const float* pid = ids.data();
   const float* pwte = wte_shard.data();
@@ -456,12 +437,11 @@ void CpuDevice::embedding_shard_forward(Tensor& out, const Tensor& ids, const Te
   }
 }
 
-void CpuDevice::embedding_shard_backward(Tensor& dwte_shard, const Tensor& dout, const Tensor& ids,
-                                         int64_t first_id) {
-  checks::check_embedding_shard(*this, "embedding_shard_backward", dout, ids, dwte_shard, first_id,
-                                host_values(ids));
+void CpuDevice::do_embedding_shard_backward(Tensor& dwte_shard, const Tensor& dout,
+                                            const Tensor& ids, int64_t first_id,
+                                            const float* host_ids) {
   const int64_t n = ids.numel(), rows = dwte_shard.rows(), h = dwte_shard.cols();
-  const float* pid = ids.data();
+  const float* pid = host_ids;  // on the CPU, ids.data() itself
   const float* pdo = dout.data();
   float* pdwte = dwte_shard.data();
   // ids repeat, so each block of columns is owned by one thread, rows i in order.
@@ -483,8 +463,7 @@ void CpuDevice::embedding_shard_backward(Tensor& dwte_shard, const Tensor& dout,
 // [row0, row0 + rows) (row0 > 0 for a sequence-parallel shard):
 //   x[r] += wpe[(row0 + r) / B]
 // Backward: dwpe[s] += Σ over the held rows r of position s of dx[r]
-void CpuDevice::position_forward(Tensor& x, const Tensor& wpe, int64_t batch, int64_t row0) {
-  checks::check_position(*this, "position_forward", x, wpe, batch, row0);
+void CpuDevice::do_position_forward(Tensor& x, const Tensor& wpe, int64_t batch, int64_t row0) {
   const int64_t rows = x.rows(), h = x.cols();
   const float* pwpe = wpe.data();
   float* px = x.data();
@@ -496,8 +475,7 @@ void CpuDevice::position_forward(Tensor& x, const Tensor& wpe, int64_t batch, in
   }
 }
 
-void CpuDevice::position_backward(Tensor& dwpe, const Tensor& dx, int64_t batch, int64_t row0) {
-  checks::check_position(*this, "position_backward", dx, dwpe, batch, row0);
+void CpuDevice::do_position_backward(Tensor& dwpe, const Tensor& dx, int64_t batch, int64_t row0) {
   const int64_t rows = dx.rows(), h = dx.cols();
   if (rows == 0) return;
   const int64_t s0 = row0 / batch, s1 = (row0 + rows - 1) / batch + 1;  // positions [s0, s1)
@@ -526,8 +504,8 @@ void CpuDevice::position_backward(Tensor& dwpe, const Tensor& dx, int64_t batch,
 //   loss_i = log Σ_i + m_i − x_y                       (vocab_loss)
 //   dlogits_ij = scale (e^(x_ij − m_i) / Σ_i − [first + j = y]), 0 on padding
 // Every dlogits element depends on its own logit only, so dlogits may alias logits.
-void CpuDevice::vocab_max(Tensor& row_max, const Tensor& logits, const VocabShard& shard) {
-  const int64_t real = checks::check_vocab_max(*this, row_max, logits, shard);
+void CpuDevice::do_vocab_max(Tensor& row_max, const Tensor& logits, const VocabShard& /*shard*/,
+                             int64_t real_cols) {
   const int64_t n = logits.rows(), cols = logits.cols();
   const float* px = logits.data();
   float* pm = row_max.data();
@@ -535,17 +513,15 @@ void CpuDevice::vocab_max(Tensor& row_max, const Tensor& logits, const VocabShar
   for (int64_t i = 0; i < n; ++i) {
     const float* xr = px + i * cols;
     float m = -INFINITY;
-    for (int64_t j = 0; j < real; ++j) m = std::max(m, xr[j]);
+    for (int64_t j = 0; j < real_cols; ++j) m = std::max(m, xr[j]);
     pm[i] = m;
   }
 }
 
-void CpuDevice::vocab_sum_exp_target(Tensor& sum_exp, Tensor& target_logit, const Tensor& logits,
-                                     const Tensor& row_max, const Tensor& targets,
-                                     const VocabShard& shard) {
-  const int64_t real = checks::check_vocab_sum_exp_target(*this, sum_exp, target_logit, logits,
-                                                          row_max, targets, shard,
-                                                          host_values(targets));
+void CpuDevice::do_vocab_sum_exp_target(Tensor& sum_exp, Tensor& target_logit,
+                                        const Tensor& logits, const Tensor& row_max,
+                                        const Tensor& targets, const VocabShard& shard,
+                                        int64_t real_cols) {
   const int64_t n = logits.rows(), cols = logits.cols();
   const float* px = logits.data();
   const float* pm = row_max.data();
@@ -557,16 +533,15 @@ void CpuDevice::vocab_sum_exp_target(Tensor& sum_exp, Tensor& target_logit, cons
     const float* xr = px + i * cols;
     const double m = pm[i];
     double s = 0.0;
-    for (int64_t j = 0; j < real; ++j) s += std::exp(static_cast<double>(xr[j]) - m);
-    const int64_t j = static_cast<int64_t>(pt[i]) - shard.first;  // target < V, so j < real if owned
+    for (int64_t j = 0; j < real_cols; ++j) s += std::exp(static_cast<double>(xr[j]) - m);
+    const int64_t j = static_cast<int64_t>(pt[i]) - shard.first;  // target < V: owned j < real_cols
     ps[i] = static_cast<float>(s);
-    py[i] = j >= 0 && j < real ? xr[j] : 0.0f;
+    py[i] = j >= 0 && j < real_cols ? xr[j] : 0.0f;
   }
 }
 
-void CpuDevice::vocab_loss(Tensor& loss, const Tensor& row_max, const Tensor& sum_exp,
-                           const Tensor& target_logit) {
-  checks::check_vocab_loss(*this, loss, row_max, sum_exp, target_logit);
+void CpuDevice::do_vocab_loss(Tensor& loss, const Tensor& row_max, const Tensor& sum_exp,
+                              const Tensor& target_logit) {
   const float* pm = row_max.data();
   const float* ps = sum_exp.data();
   const float* py = target_logit.data();
@@ -577,11 +552,10 @@ void CpuDevice::vocab_loss(Tensor& loss, const Tensor& row_max, const Tensor& su
     pl[i] = static_cast<float>(std::log(static_cast<double>(ps[i])) + pm[i] - py[i]);
 }
 
-void CpuDevice::vocab_softmax_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
-                                       const Tensor& sum_exp, const Tensor& targets,
-                                       const VocabShard& shard, float scale) {
-  const int64_t real = checks::check_vocab_softmax_backward(*this, dlogits, logits, row_max, sum_exp,
-                                                            targets, shard, host_values(targets));
+void CpuDevice::do_vocab_softmax_backward(Tensor& dlogits, const Tensor& logits,
+                                          const Tensor& row_max, const Tensor& sum_exp,
+                                          const Tensor& targets, const VocabShard& shard,
+                                          float scale, int64_t real_cols) {
   const int64_t n = logits.rows(), cols = logits.cols();
   const float* px = logits.data();
   const float* pm = row_max.data();
@@ -594,11 +568,11 @@ void CpuDevice::vocab_softmax_backward(Tensor& dlogits, const Tensor& logits, co
     float* dr = pd + i * cols;
     const double m = pm[i], inv = 1.0 / static_cast<double>(ps[i]);
     const int64_t y = static_cast<int64_t>(pt[i]) - shard.first;  // local target column, if owned
-    for (int64_t j = 0; j < real; ++j) {  // x_ij is read before dlogits_ij is written
+    for (int64_t j = 0; j < real_cols; ++j) {  // x_ij is read before dlogits_ij is written
       const float p = static_cast<float>(std::exp(static_cast<double>(xr[j]) - m) * inv);
       dr[j] = scale * (p - (j == y ? 1.0f : 0.0f));
     }
-    for (int64_t j = real; j < cols; ++j) dr[j] = 0.0f;
+    for (int64_t j = real_cols; j < cols; ++j) dr[j] = 0.0f;
   }
 }
 
@@ -607,9 +581,8 @@ void CpuDevice::vocab_softmax_backward(Tensor& dlogits, const Tensor& logits, co
 // AdamW, g' = grad_scale · g:
 //   m = β1 m + (1 − β1) g',  v = β2 v + (1 − β2) g'²
 //   p −= lr · (m / (1 − β1^step)) / (√(v / (1 − β2^step)) + eps) + lr · wd · p
-void CpuDevice::adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWParams& hp,
-                           int64_t step) {
-  checks::check_adamw_step(*this, p, g, m, v, step);
+void CpuDevice::do_adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v,
+                              const AdamWParams& hp, int64_t step) {
   const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta1), static_cast<double>(step)));
   const float bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta2), static_cast<double>(step)));
   float* pp = p.data();

@@ -1,8 +1,9 @@
-// cuda_device.cu — the GPU Device's memory, copies, GEMM and generic kernels: the caching
-// allocator, host/device copies, GEMM through cuBLAS (fp32, TF32 or bf16 inputs), fill / scale /
-// axpy / mul, bias forward, column copies, the sum of squares, and the counter-based
-// RNG (fill_random, dropout_mask). The model kernels live in kernels_model.cu and
-// kernels_attention.cu.
+// cuda_device.cu — the GPU Device's memory, copies, GEMM and generic kernels: construction,
+// host/device copies, GEMM through cuBLAS (fp32, TF32 or bf16 inputs), fill / scale / axpy / mul,
+// bias forward, column copies, the sum of squares, and the counter-based RNG (fill_random,
+// dropout_mask). The caching allocator lives in caching_allocator.cpp, the model kernels in
+// kernels_model.cu and kernels_attention.cu. Arguments were checked by the public Device call
+// (core/device.cpp) before any do_* here runs.
 //
 // Semantics are those of core/device.h and of the CPU backend (cpu_backend/cpu_device.cpp,
 // cpu_kernels.cpp), which this file mirrors:
@@ -25,7 +26,6 @@
 #include <string>
 
 #include "core/error.h"
-#include "core/kernel_checks.h"
 #include "core/rng.h"
 #include "cuda_check.h"
 #include "cuda_device.h"
@@ -184,93 +184,7 @@ __global__ void dropout_mask_kernel(float* __restrict__ mask, int64_t n, int64_t
   }
 }
 
-// ==== caching allocator helpers ==================================================================
-
-constexpr size_t kSmallRound = 512;              // sizes ≤ 1 MiB: multiples of 512 B
-constexpr size_t kSmallMax = size_t{1} << 20;    // 1 MiB
-constexpr size_t kLargeRound = size_t{2} << 20;  // sizes > 1 MiB: multiples of 2 MiB
-
-// The size class of a request: ≤ 1 MiB rounds up to 512 B, above to 2 MiB (cudaMalloc itself
-// reserves large allocations in 2 MiB pages, so the rounding wastes no more than it does).
-size_t size_class(size_t bytes) {
-  if (bytes <= kSmallMax) return (bytes + kSmallRound - 1) / kSmallRound * kSmallRound;
-  return (bytes + kLargeRound - 1) / kLargeRound * kLargeRound;
-}
-
 }  // namespace
-
-// ==== CachingAllocator ===========================================================================
-
-CachingAllocator::~CachingAllocator() {
-  // Never throws: errors at shutdown (e.g. a device already lost) are ignored.
-  for (auto& [ptr, block] : blocks_) {
-    (void)block;
-    cudaFree(ptr);
-  }
-  blocks_.clear();
-  free_.clear();
-  reserved_ = 0;
-}
-
-void* CachingAllocator::allocate(size_t bytes) {
-  if (bytes == 0) return nullptr;
-  const size_t cls = size_class(bytes);
-  // Best fit among cached blocks: the smallest class ≥ cls, if it wastes at most a quarter.
-  auto it = free_.lower_bound(cls);
-  if (it != free_.end() && it->first <= cls + cls / 4) {
-    void* p = it->second.back();
-    it->second.pop_back();
-    if (it->second.empty()) free_.erase(it);
-    blocks_.at(p).cached = false;
-    return p;
-  }
-  void* p = nullptr;
-  cudaError_t err = cudaMalloc(&p, cls);
-  if (err == cudaErrorMemoryAllocation) {
-    cudaGetLastError();  // clear the error, or the next CUDA_CHECK_LAUNCH would report it
-    release_all();       // give every cached block back to the driver, then try once more
-    err = cudaMalloc(&p, cls);
-    if (err == cudaErrorMemoryAllocation) {
-      cudaGetLastError();
-      TP_CHECK(false, "out of GPU memory allocating ", bytes, " bytes (", reserved_,
-               " bytes reserved)");
-    }
-  }
-  CUDA_CHECK(err);
-  blocks_[p] = Block{cls, false};
-  reserved_ += cls;
-  return p;
-}
-
-void CachingAllocator::deallocate(void* ptr) {
-  if (ptr == nullptr) return;
-  const auto it = blocks_.find(ptr);
-  TP_CHECK(it != blocks_.end(), "CachingAllocator::deallocate: ", ptr,
-           " was not allocated by this device");
-  TP_CHECK(!it->second.cached, "CachingAllocator::deallocate: ", ptr, " freed twice");
-  it->second.cached = true;
-  free_[it->second.size_class].push_back(ptr);
-}
-
-void CachingAllocator::release_all() {
-  if (free_.empty()) return;
-  // Blocks in the cache may still be read or written by queued kernels: wait for the device
-  // before handing them back. The cache is emptied first, so a failure below leaves no freed
-  // pointer in it.
-  const cudaError_t sync = cudaDeviceSynchronize();
-  std::map<size_t, std::vector<void*>> blocks;
-  blocks.swap(free_);
-  cudaError_t first = sync;
-  for (auto& [cls, list] : blocks) {
-    for (void* p : list) {
-      blocks_.erase(p);
-      reserved_ -= cls;
-      const cudaError_t err = cudaFree(p);
-      if (first == cudaSuccess) first = err;
-    }
-  }
-  TP_CHECK(first == cudaSuccess, "CachingAllocator::release_all: ", cudaGetErrorString(first));
-}
 
 // ==== CudaDevice: construction, memory, copies ==================================================
 
@@ -366,32 +280,28 @@ void CudaDevice::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
 // ==== CudaDevice: elementwise ====================================================================
 
-void CudaDevice::fill(Tensor& x, float value) {
-  checks::check_on(*this, x, "fill");
+void CudaDevice::do_fill(Tensor& x, float value) {
   const int64_t n = x.numel();
   if (n == 0) return;
   fill_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(x.data(), n, value);
   CUDA_CHECK_LAUNCH();
 }
 
-void CudaDevice::scale(Tensor& x, float alpha) {
-  checks::check_on(*this, x, "scale");
+void CudaDevice::do_scale(Tensor& x, float alpha) {
   const int64_t n = x.numel();
   if (n == 0) return;
   scale_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(x.data(), n, alpha);
   CUDA_CHECK_LAUNCH();
 }
 
-void CudaDevice::axpy(float alpha, const Tensor& x, Tensor& y) {
-  checks::check_axpy(*this, x, y);
+void CudaDevice::do_axpy(float alpha, const Tensor& x, Tensor& y) {
   const int64_t n = x.numel();
   if (n == 0) return;
   axpy_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(alpha, x.data(), y.data(), n);
   CUDA_CHECK_LAUNCH();
 }
 
-void CudaDevice::mul(const Tensor& x, const Tensor& m, Tensor& y) {
-  checks::check_mul(*this, x, m, y);
+void CudaDevice::do_mul(const Tensor& x, const Tensor& m, Tensor& y) {
   const int64_t n = x.numel();
   if (n == 0) return;
   mul_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(x.data(), m.data(), y.data(), n);
@@ -403,15 +313,15 @@ void CudaDevice::mul(const Tensor& x, const Tensor& m, Tensor& y) {
 // Row-major C (m×n) is column-major Cᵀ, so C = α op(A) op(B) + β C is computed as the
 // column-major Cᵀ = α op(B)ᵀ op(A)ᵀ + β Cᵀ: B is passed first, with each matrix's own row length
 // (cols) as its leading dimension and the transposes unchanged.
-void CudaDevice::gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
-                      float beta, Tensor& c) {
-  const auto [m, n, k] = checks::check_gemm(*this, trans_a, trans_b, a, b, c);
+void CudaDevice::do_gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
+                         float beta, Tensor& c, const GemmDims& dims) {
+  const auto [m, n, k] = dims;
   if (m == 0 || n == 0) return;
   if (k == 0) {  // op(A) op(B) is zero: C = β C, and β = 0 overwrites (as the CPU does)
     if (beta == 0.0f) {
-      fill(c, 0.0f);
+      do_fill(c, 0.0f);
     } else if (beta != 1.0f) {
-      scale(c, beta);
+      do_scale(c, beta);
     }
     return;
   }
@@ -448,17 +358,15 @@ void CudaDevice::gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, 
 
 // ==== CudaDevice: bias, layout ===================================================================
 
-void CudaDevice::add_bias(Tensor& y, const Tensor& bias) {
-  checks::check_add_bias(*this, y, bias);
+void CudaDevice::do_add_bias(Tensor& y, const Tensor& bias) {
   const int64_t n = y.numel();
   if (n == 0) return;
   add_bias_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(y.data(), bias.data(), n, y.cols());
   CUDA_CHECK_LAUNCH();
 }
 
-void CudaDevice::copy_columns(const Tensor& src, int64_t src_col, Tensor& dst, int64_t dst_col,
-                              int64_t ncols) {
-  checks::check_copy_columns(*this, src, src_col, dst, dst_col, ncols);
+void CudaDevice::do_copy_columns(const Tensor& src, int64_t src_col, Tensor& dst, int64_t dst_col,
+                                 int64_t ncols) {
   const int64_t rows = src.rows();
   if (rows == 0 || ncols == 0) return;
   // A 2-D copy: `rows` rows of ncols floats, pitches = each tensor's row length in bytes.
@@ -470,8 +378,7 @@ void CudaDevice::copy_columns(const Tensor& src, int64_t src_col, Tensor& dst, i
 
 // ==== CudaDevice: reductions =====================================================================
 
-double CudaDevice::sum_squares(const Tensor& x) {
-  checks::check_on(*this, x, "sum_squares");
+double CudaDevice::do_sum_squares(const Tensor& x) {
   const int64_t n = x.numel();
   if (n == 0) return 0.0;
   const int64_t chunks = (n + kSumChunk - 1) / kSumChunk;
@@ -490,9 +397,8 @@ double CudaDevice::sum_squares(const Tensor& x) {
 
 // ==== CudaDevice: random numbers =================================================================
 
-void CudaDevice::fill_random(Tensor& x, const RngKey& key, const GlobalIndex& index,
-                             const Distribution& dist) {
-  checks::check_on(*this, x, "fill_random");
+void CudaDevice::do_fill_random(Tensor& x, const RngKey& key, const GlobalIndex& index,
+                                const Distribution& dist) {
   const int64_t n = x.numel();
   if (n == 0) return;
   const bool normal = dist.kind == Distribution::Kind::Normal;
@@ -501,8 +407,8 @@ void CudaDevice::fill_random(Tensor& x, const RngKey& key, const GlobalIndex& in
   CUDA_CHECK_LAUNCH();
 }
 
-void CudaDevice::dropout_mask(Tensor& mask, const RngKey& key, const GlobalIndex& index, float p) {
-  checks::check_dropout_mask(*this, mask, p);
+void CudaDevice::do_dropout_mask(Tensor& mask, const RngKey& key, const GlobalIndex& index,
+                                 float p) {
   const int64_t n = mask.numel();
   if (n == 0) return;
   const float keep = 1.0f / (1.0f - p);

@@ -1,41 +1,24 @@
 // cuda_device.h — the GPU Device: memory from a caching allocator over cudaMalloc, GEMM through
 // cuBLAS, a CUDA kernel for every other op, all on one compute stream.
 //
-// Files: cuda_device.cu (memory, copies, GEMM, elementwise, RNG fill, dropout mask),
-// kernels_model.cu (GeLU, SwiGLU, LayerNorm, RMSNorm, AdamW), kernels_attention.cu (attention,
-// embedding, positions, the vocabulary-parallel cross-entropy pieces). The semantics of every op
-// are those documented in lib/core/device.h, the same as the CPU backend's.
+// It implements the memory calls and the do_* half of every kernel (core/device.h): the public
+// kernel has checked the arguments on the host before a do_* queues any work. Files:
+// caching_allocator.{h,cpp} (the allocator), cuda_device.cu (memory, copies, GEMM, elementwise,
+// RNG fill, dropout mask), kernels_model.cu (GeLU, SwiGLU, LayerNorm, RMSNorm, AdamW),
+// kernels_attention.cu (attention, embedding, positions, the vocabulary-parallel cross-entropy
+// pieces). The semantics of every op are those documented in lib/core/device.h, the same as the
+// CPU backend's.
 #pragma once
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
-#include <map>
-#include <vector>
 
+#include "caching_allocator.h"
 #include "core/device.h"
 
 namespace tp {
-
-/// Device memory in size classes, reused instead of freed: no cudaMalloc/cudaFree per step.
-class CachingAllocator {
- public:
-  ~CachingAllocator();
-  void* allocate(size_t bytes);    ///< rounds up to a size class; reuses a free block when one fits
-  void deallocate(void* ptr);      ///< returns the block to its class's free list (a double free throws)
-  void release_all();              ///< cudaFree every cached block (at shutdown)
-  size_t reserved_bytes() const { return reserved_; }
-
- private:
-  struct Block {
-    size_t size_class;
-    bool cached;  // in free_ (a second deallocate is a double free)
-  };
-  std::map<size_t, std::vector<void*>> free_;  // size class → free blocks
-  std::map<void*, Block> blocks_;              // every block from cudaMalloc, live or cached
-  size_t reserved_ = 0;
-};
 
 class CudaDevice : public Device {
  public:
@@ -56,57 +39,74 @@ class CudaDevice : public Device {
   void copy(void* dst, const void* src, size_t bytes) override;
   void synchronize() override;
 
-  void fill(Tensor& x, float value) override;
-  void scale(Tensor& x, float alpha) override;
-  void axpy(float alpha, const Tensor& x, Tensor& y) override;
-  void gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b, float beta,
-            Tensor& c) override;
-  void add_bias(Tensor& y, const Tensor& bias) override;
-  void add_bias_backward(Tensor& dbias, const Tensor& dy) override;
-  void copy_columns(const Tensor& src, int64_t src_col, Tensor& dst, int64_t dst_col,
-                    int64_t ncols) override;
-  void fill_random(Tensor& x, const RngKey& key, const GlobalIndex& index,
-                   const Distribution& dist) override;
+  /// At least `bytes` of device scratch memory, valid until the next call (stream-ordered).
+  void* scratch(size_t bytes);
+  /// Row-major C_i = α op(A_i) op(B_i) + β C_i for i < batch, fp32 (TF32 under --tf32), each
+  /// operand at base + i · stride with its row stride ld: one cublasSgemmStridedBatched.
+  void batched_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                    const float* a, int64_t lda, int64_t stride_a, const float* b, int64_t ldb,
+                    int64_t stride_b, float beta, float* c, int64_t ldc, int64_t stride_c,
+                    int64_t batch);
 
-  void mul(const Tensor& x, const Tensor& m, Tensor& y) override;
-  double sum_squares(const Tensor& x) override;
-  void dropout_mask(Tensor& mask, const RngKey& key, const GlobalIndex& index, float p) override;
+ protected:
+  // cuda_device.cu
+  void do_fill(Tensor& x, float value) override;
+  void do_scale(Tensor& x, float alpha) override;
+  void do_axpy(float alpha, const Tensor& x, Tensor& y) override;
+  void do_gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
+               float beta, Tensor& c, const GemmDims& dims) override;
+  void do_add_bias(Tensor& y, const Tensor& bias) override;
+  void do_copy_columns(const Tensor& src, int64_t src_col, Tensor& dst, int64_t dst_col,
+                       int64_t ncols) override;
+  void do_fill_random(Tensor& x, const RngKey& key, const GlobalIndex& index,
+                      const Distribution& dist) override;
+  void do_mul(const Tensor& x, const Tensor& m, Tensor& y) override;
+  double do_sum_squares(const Tensor& x) override;
+  void do_dropout_mask(Tensor& mask, const RngKey& key, const GlobalIndex& index,
+                       float p) override;
 
-  // Model kernels: kernels_model.cu (activations, norms, AdamW) and kernels_attention.cu
-  // (attention, embedding, vocabulary-parallel loss).
-  void gelu_forward(Tensor& y, const Tensor& x) override;
-  void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) override;
-  void swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u) override;
-  void swiglu_backward(Tensor& dg, Tensor& du, const Tensor& dy, const Tensor& g, const Tensor& u) override;
-  void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& w,
-                         const Tensor& b, float eps) override;
-  void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x,
-                          const Tensor& w, const Tensor& mean, const Tensor& rstd) override;
-  void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps) override;
-  void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
-                        const Tensor& rstd) override;
-  void attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k, const Tensor& v,
-                         const AttentionShape& shape) override;
-  void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q,
-                          const Tensor& k, const Tensor& v, const Tensor& probs,
-                          const AttentionShape& shape) override;
-  void embedding_shard_forward(Tensor& out, const Tensor& ids, const Tensor& wte_shard,
-                               int64_t first_id) override;
-  void embedding_shard_backward(Tensor& dwte_shard, const Tensor& dout, const Tensor& ids,
-                                int64_t first_id) override;
-  void position_forward(Tensor& x, const Tensor& wpe, int64_t batch, int64_t row0) override;
-  void position_backward(Tensor& dwpe, const Tensor& dx, int64_t batch, int64_t row0) override;
-  void vocab_max(Tensor& row_max, const Tensor& logits, const VocabShard& shard) override;
-  void vocab_sum_exp_target(Tensor& sum_exp, Tensor& target_logit, const Tensor& logits,
-                            const Tensor& row_max, const Tensor& targets,
-                            const VocabShard& shard) override;
-  void vocab_loss(Tensor& loss, const Tensor& row_max, const Tensor& sum_exp,
-                  const Tensor& target_logit) override;
-  void vocab_softmax_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
-                              const Tensor& sum_exp, const Tensor& targets, const VocabShard& shard,
-                              float scale) override;
-  void adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWParams& h,
-                  int64_t step) override;
+  // kernels_model.cu (bias gradient, activations, norms, AdamW)
+  void do_add_bias_backward(Tensor& dbias, const Tensor& dy) override;
+  void do_gelu_forward(Tensor& y, const Tensor& x) override;
+  void do_gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) override;
+  void do_swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u) override;
+  void do_swiglu_backward(Tensor& dg, Tensor& du, const Tensor& dy, const Tensor& g,
+                          const Tensor& u) override;
+  void do_layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
+                            const Tensor& w, const Tensor& b, float eps) override;
+  void do_layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x,
+                             const Tensor& w, const Tensor& mean, const Tensor& rstd) override;
+  void do_rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w,
+                          float eps) override;
+  void do_rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
+                           const Tensor& w, const Tensor& rstd) override;
+  void do_adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWParams& h,
+                     int64_t step) override;
+
+  // kernels_attention.cu (attention, embedding, positions, vocabulary-parallel loss)
+  void do_attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
+                            const Tensor& v, const AttentionShape& shape) override;
+  void do_attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
+                             const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& probs, const AttentionShape& shape) override;
+  void do_embedding_shard_forward(Tensor& out, const Tensor& ids, const Tensor& wte_shard,
+                                  int64_t first_id) override;
+  /// Groups the positions by owned row on the host, from host_ids (the copy the check read).
+  void do_embedding_shard_backward(Tensor& dwte_shard, const Tensor& dout, const Tensor& ids,
+                                   int64_t first_id, const float* host_ids) override;
+  void do_position_forward(Tensor& x, const Tensor& wpe, int64_t batch, int64_t row0) override;
+  void do_position_backward(Tensor& dwpe, const Tensor& dx, int64_t batch, int64_t row0) override;
+  void do_vocab_max(Tensor& row_max, const Tensor& logits, const VocabShard& shard,
+                    int64_t real_cols) override;
+  void do_vocab_sum_exp_target(Tensor& sum_exp, Tensor& target_logit, const Tensor& logits,
+                               const Tensor& row_max, const Tensor& targets,
+                               const VocabShard& shard, int64_t real_cols) override;
+  void do_vocab_loss(Tensor& loss, const Tensor& row_max, const Tensor& sum_exp,
+                     const Tensor& target_logit) override;
+  void do_vocab_softmax_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
+                                 const Tensor& sum_exp, const Tensor& targets,
+                                 const VocabShard& shard, float scale,
+                                 int64_t real_cols) override;
 
  private:
   int ordinal_;
@@ -117,15 +117,6 @@ class CudaDevice : public Device {
   CachingAllocator allocator_;
   void* scratch_ = nullptr;       // reduction scratch (sum_squares) and bf16 staging, grown on demand
   size_t scratch_bytes_ = 0;
- public:
-  /// At least `bytes` of device scratch memory, valid until the next call (stream-ordered).
-  void* scratch(size_t bytes);
-  /// Row-major C_i = α op(A_i) op(B_i) + β C_i for i < batch, fp32 (TF32 under --tf32), each
-  /// operand at base + i · stride with its row stride ld: one cublasSgemmStridedBatched.
-  void batched_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                    const float* a, int64_t lda, int64_t stride_a, const float* b, int64_t ldb,
-                    int64_t stride_b, float beta, float* c, int64_t ldc, int64_t stride_c,
-                    int64_t batch);
 };
 
 }  // namespace tp

@@ -8,18 +8,17 @@
 // statistics) are fixed-tree warp/block reductions (reduce.cuh), and the attention products are
 // cuBLAS GEMMs (deterministic for a given GPU and cuBLAS version).
 //
-// Host round trips: token ids and targets arrive as f32 device tensors and are validated as on the
-// CPU, which needs them on the host (ids.to_host(): one synchronisation per call of the embedding
-// kernels, vocab_sum_exp_target and vocab_softmax_backward). embedding_shard_backward also uses the
-// host copy to group the positions by owned row (a stable counting sort, uploaded with a second,
-// synchronous copy), so each row of dwte is summed by one thread per column, positions in
-// increasing order, exactly as the CPU does.
+// Host round trips: token ids and targets arrive as f32 device tensors, and the public Device call
+// (core/device.cpp) copies them to the host to check them (one synchronisation per call of the
+// embedding kernels, vocab_sum_exp_target and vocab_softmax_backward). embedding_shard_backward
+// reuses that host copy (host_ids) to group the positions by owned row (a stable counting sort,
+// uploaded with a second, synchronous copy), so each row of dwte is summed by one thread per
+// column, positions in increasing order, exactly as the CPU does.
 #include <climits>
 #include <cmath>
 #include <vector>
 
 #include "core/error.h"
-#include "core/kernel_checks.h"
 #include "cuda_check.h"
 #include "cuda_device.h"
 #include "reduce.cuh"
@@ -237,12 +236,6 @@ __global__ void vocab_softmax_backward_kernel(float* dlogits, const float* logit
 // =================================================================================================
 
 namespace {
-// The values of a tensor of this device, copied to the host (for the checks of ids and targets:
-// one copy and synchronisation).
-auto host_copy(const Tensor& t) {
-  return [&t] { return t.to_host(); };
-}
-
 unsigned int elementwise_blocks(int64_t n) { return gpu::grid_blocks(n, kThreads); }
 unsigned int row_blocks(int64_t rows) { return gpu::grid_blocks(rows, 1); }
 }  // namespace
@@ -270,9 +263,8 @@ void CudaDevice::batched_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, 
       static_cast<int>(ldc), stride_c, static_cast<int>(batch)));
 }
 
-void CudaDevice::attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
-                                   const Tensor& v, const AttentionShape& sh) {
-  checks::check_attention_forward(*this, out, probs, q, k, v, sh);
+void CudaDevice::do_attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
+                                      const Tensor& v, const AttentionShape& sh) {
   const int64_t S = sh.seq, B = sh.batch, nh = sh.heads, nkv = sh.kv_heads, hd = sh.head_dim;
   const int64_t group = nh / nkv, qc = nh * hd, kc = nkv * hd, pairs = B * nkv, rows = B * nh * S;
   if (rows == 0 || hd == 0) return;
@@ -287,10 +279,9 @@ void CudaDevice::attention_forward(Tensor& out, Tensor& probs, const Tensor& q, 
                  B * kc, hd, 0.0f, out.data() + r * hd, B * qc, group * hd, pairs);  // out = P V
 }
 
-void CudaDevice::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
-                                    const Tensor& q, const Tensor& k, const Tensor& v,
-                                    const Tensor& probs, const AttentionShape& sh) {
-  checks::check_attention_backward(*this, dq, dk, dv, dout, q, k, v, probs, sh);
+void CudaDevice::do_attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
+                                       const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const Tensor& probs, const AttentionShape& sh) {
   const int64_t S = sh.seq, B = sh.batch, nh = sh.heads, nkv = sh.kv_heads, hd = sh.head_dim;
   const int64_t group = nh / nkv, qc = nh * hd, kc = nkv * hd, pairs = B * nkv, rows = B * nh * S;
   if (rows == 0 || hd == 0) return;
@@ -315,10 +306,8 @@ void CudaDevice::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Te
   }
 }
 
-void CudaDevice::embedding_shard_forward(Tensor& out, const Tensor& ids, const Tensor& wte_shard,
-                                         int64_t first_id) {
-  checks::check_embedding_shard(*this, "embedding_shard_forward", out, ids, wte_shard, first_id,
-                                host_copy(ids));
+void CudaDevice::do_embedding_shard_forward(Tensor& out, const Tensor& ids,
+                                            const Tensor& wte_shard, int64_t first_id) {
   const int64_t n = ids.numel(), rows = wte_shard.rows(), h = wte_shard.cols();
   if (n * h == 0) return;
   embedding_shard_forward_kernel<<<elementwise_blocks(n * h), kThreads, 0, stream()>>>(
@@ -326,10 +315,9 @@ void CudaDevice::embedding_shard_forward(Tensor& out, const Tensor& ids, const T
   CUDA_CHECK_LAUNCH();
 }
 
-void CudaDevice::embedding_shard_backward(Tensor& dwte_shard, const Tensor& dout, const Tensor& ids,
-                                          int64_t first_id) {
-  const std::vector<float> host_ids = checks::check_embedding_shard(
-      *this, "embedding_shard_backward", dout, ids, dwte_shard, first_id, host_copy(ids));
+void CudaDevice::do_embedding_shard_backward(Tensor& dwte_shard, const Tensor& dout,
+                                             const Tensor& ids, int64_t first_id,
+                                             const float* host_ids) {
   const int64_t n = ids.numel(), rows = dwte_shard.rows(), h = dwte_shard.cols();
   if (h == 0) return;
 
@@ -372,8 +360,8 @@ void CudaDevice::embedding_shard_backward(Tensor& dwte_shard, const Tensor& dout
   // Stream-ordered after earlier users of the scratch. `packed` is a pageable vector freed when we
   // return, and CUDA documents a pageable cudaMemcpyAsync only as "might be synchronous" (staging
   // before return is the guarantee of the synchronous cudaMemcpy, not of the Async form), so the
-  // copy goes through copy_from_host, which waits for it (this call already synchronised once to
-  // check the ids on the host).
+  // copy goes through copy_from_host, which waits for it (the call already synchronised once, to
+  // bring the ids to the host for their check).
   copy_from_host(dev_packed, packed.data(), bytes);
   embedding_shard_backward_kernel<<<elementwise_blocks(nunique * h), kThreads, 0, stream()>>>(
       dwte_shard.data(), dout.data(), dev_packed, dev_packed + nunique,
@@ -381,8 +369,7 @@ void CudaDevice::embedding_shard_backward(Tensor& dwte_shard, const Tensor& dout
   CUDA_CHECK_LAUNCH();
 }
 
-void CudaDevice::position_forward(Tensor& x, const Tensor& wpe, int64_t batch, int64_t row0) {
-  checks::check_position(*this, "position_forward", x, wpe, batch, row0);
+void CudaDevice::do_position_forward(Tensor& x, const Tensor& wpe, int64_t batch, int64_t row0) {
   const int64_t rows = x.rows(), h = x.cols();
   if (rows * h == 0) return;
   position_forward_kernel<<<elementwise_blocks(rows * h), kThreads, 0, stream()>>>(
@@ -390,8 +377,7 @@ void CudaDevice::position_forward(Tensor& x, const Tensor& wpe, int64_t batch, i
   CUDA_CHECK_LAUNCH();
 }
 
-void CudaDevice::position_backward(Tensor& dwpe, const Tensor& dx, int64_t batch, int64_t row0) {
-  checks::check_position(*this, "position_backward", dx, dwpe, batch, row0);
+void CudaDevice::do_position_backward(Tensor& dwpe, const Tensor& dx, int64_t batch, int64_t row0) {
   const int64_t rows = dx.rows(), h = dx.cols();
   if (rows == 0 || h == 0) return;
   const int64_t s0 = row0 / batch, s1 = (row0 + rows - 1) / batch + 1;  // positions [s0, s1)
@@ -400,32 +386,30 @@ void CudaDevice::position_backward(Tensor& dwpe, const Tensor& dx, int64_t batch
   CUDA_CHECK_LAUNCH();
 }
 
-void CudaDevice::vocab_max(Tensor& row_max, const Tensor& logits, const VocabShard& shard) {
-  const int64_t real = checks::check_vocab_max(*this, row_max, logits, shard);
+void CudaDevice::do_vocab_max(Tensor& row_max, const Tensor& logits, const VocabShard& /*shard*/,
+                              int64_t real_cols) {
   const int64_t n = logits.rows(), cols = logits.cols();
   if (n == 0) return;
-  vocab_max_kernel<<<row_blocks(n), gpu::threads_for(real, kRowThreads), 0, stream()>>>(
-      row_max.data(), logits.data(), n, cols, real);
+  vocab_max_kernel<<<row_blocks(n), gpu::threads_for(real_cols, kRowThreads), 0, stream()>>>(
+      row_max.data(), logits.data(), n, cols, real_cols);
   CUDA_CHECK_LAUNCH();
 }
 
-void CudaDevice::vocab_sum_exp_target(Tensor& sum_exp, Tensor& target_logit, const Tensor& logits,
-                                      const Tensor& row_max, const Tensor& targets,
-                                      const VocabShard& shard) {
-  const int64_t real = checks::check_vocab_sum_exp_target(*this, sum_exp, target_logit, logits,
-                                                          row_max, targets, shard,
-                                                          host_copy(targets));
+void CudaDevice::do_vocab_sum_exp_target(Tensor& sum_exp, Tensor& target_logit,
+                                         const Tensor& logits, const Tensor& row_max,
+                                         const Tensor& targets, const VocabShard& shard,
+                                         int64_t real_cols) {
   const int64_t n = logits.rows(), cols = logits.cols();
   if (n == 0) return;
-  vocab_sum_exp_target_kernel<<<row_blocks(n), gpu::threads_for(real, kRowThreads), 0, stream()>>>(
-      sum_exp.data(), target_logit.data(), logits.data(), row_max.data(), targets.data(), n, cols,
-      real, shard.first);
+  vocab_sum_exp_target_kernel<<<row_blocks(n), gpu::threads_for(real_cols, kRowThreads), 0,
+                                stream()>>>(sum_exp.data(), target_logit.data(), logits.data(),
+                                            row_max.data(), targets.data(), n, cols, real_cols,
+                                            shard.first);
   CUDA_CHECK_LAUNCH();
 }
 
-void CudaDevice::vocab_loss(Tensor& loss, const Tensor& row_max, const Tensor& sum_exp,
-                            const Tensor& target_logit) {
-  checks::check_vocab_loss(*this, loss, row_max, sum_exp, target_logit);
+void CudaDevice::do_vocab_loss(Tensor& loss, const Tensor& row_max, const Tensor& sum_exp,
+                               const Tensor& target_logit) {
   const int64_t n = loss.numel();
   if (n == 0) return;
   vocab_loss_kernel<<<elementwise_blocks(n), kThreads, 0, stream()>>>(
@@ -433,16 +417,15 @@ void CudaDevice::vocab_loss(Tensor& loss, const Tensor& row_max, const Tensor& s
   CUDA_CHECK_LAUNCH();
 }
 
-void CudaDevice::vocab_softmax_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
-                                        const Tensor& sum_exp, const Tensor& targets,
-                                        const VocabShard& shard, float scale) {
-  const int64_t real = checks::check_vocab_softmax_backward(*this, dlogits, logits, row_max, sum_exp,
-                                                            targets, shard, host_copy(targets));
+void CudaDevice::do_vocab_softmax_backward(Tensor& dlogits, const Tensor& logits,
+                                           const Tensor& row_max, const Tensor& sum_exp,
+                                           const Tensor& targets, const VocabShard& shard,
+                                           float scale, int64_t real_cols) {
   const int64_t n = logits.rows(), cols = logits.cols();
   if (n * cols == 0) return;
   vocab_softmax_backward_kernel<<<row_blocks(n), gpu::threads_for(cols, kRowThreads), 0,
                                   stream()>>>(dlogits.data(), logits.data(), row_max.data(),
-                                              sum_exp.data(), targets.data(), n, cols, real,
+                                              sum_exp.data(), targets.data(), n, cols, real_cols,
                                               shard.first, scale);
   CUDA_CHECK_LAUNCH();
 }

@@ -17,7 +17,6 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "core/kernel_checks.h"
 #include "cuda_check.h"
 #include "cuda_device.h"
 #include "reduce.cuh"
@@ -291,21 +290,18 @@ void norm_backward(CudaDevice& dev, bool layernorm, Tensor& dx, float* dw, float
 // dbias[c] += Σ_r dy[r, c]: the two-step column sum (f64 partials over 64-row chunks, then the
 // chunks in order), so a (tokens, cols) gradient keeps the whole GPU busy instead of one thread
 // per column walking every row.
-void CudaDevice::add_bias_backward(Tensor& dbias, const Tensor& dy) {
-  checks::check_add_bias_backward(*this, dbias, dy);
+void CudaDevice::do_add_bias_backward(Tensor& dbias, const Tensor& dy) {
   column_sums(*this, dbias.data(), dy.rows(), dy.cols(), DyTerm{dy.data()});
 }
 
-void CudaDevice::gelu_forward(Tensor& y, const Tensor& x) {
-  checks::check_gelu_forward(*this, y, x);
+void CudaDevice::do_gelu_forward(Tensor& y, const Tensor& x) {
   const int64_t n = x.numel();
   if (n == 0) return;
   gelu_forward_kernel<<<elementwise_blocks(n), kThreads, 0, stream()>>>(y.data(), x.data(), n);
   CUDA_CHECK_LAUNCH();
 }
 
-void CudaDevice::gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) {
-  checks::check_gelu_backward(*this, dx, dy, x);
+void CudaDevice::do_gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) {
   const int64_t n = x.numel();
   if (n == 0) return;
   gelu_backward_kernel<<<elementwise_blocks(n), kThreads, 0, stream()>>>(dx.data(), dy.data(),
@@ -313,8 +309,7 @@ void CudaDevice::gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) {
   CUDA_CHECK_LAUNCH();
 }
 
-void CudaDevice::swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u) {
-  checks::check_swiglu_forward(*this, y, g, u);
+void CudaDevice::do_swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u) {
   const int64_t n = g.numel();
   if (n == 0) return;
   swiglu_forward_kernel<<<elementwise_blocks(n), kThreads, 0, stream()>>>(y.data(), g.data(),
@@ -322,9 +317,8 @@ void CudaDevice::swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u) {
   CUDA_CHECK_LAUNCH();
 }
 
-void CudaDevice::swiglu_backward(Tensor& dg, Tensor& du, const Tensor& dy, const Tensor& g,
-                                 const Tensor& u) {
-  checks::check_swiglu_backward(*this, dg, du, dy, g, u);
+void CudaDevice::do_swiglu_backward(Tensor& dg, Tensor& du, const Tensor& dy, const Tensor& g,
+                                    const Tensor& u) {
   const int64_t n = g.numel();
   if (n == 0) return;
   swiglu_backward_kernel<<<elementwise_blocks(n), kThreads, 0, stream()>>>(
@@ -332,9 +326,8 @@ void CudaDevice::swiglu_backward(Tensor& dg, Tensor& du, const Tensor& dy, const
   CUDA_CHECK_LAUNCH();
 }
 
-void CudaDevice::layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
-                                   const Tensor& w, const Tensor& b, float eps) {
-  checks::check_layernorm_forward(*this, y, mean, rstd, x, w, b);
+void CudaDevice::do_layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
+                                      const Tensor& w, const Tensor& b, float eps) {
   const int64_t rows = x.rows(), h = x.cols();
   if (rows == 0) return;
   layernorm_forward_kernel<<<row_blocks(rows), gpu::threads_for(h, kRowThreads), 0, stream()>>>(
@@ -342,16 +335,14 @@ void CudaDevice::layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const 
   CUDA_CHECK_LAUNCH();
 }
 
-void CudaDevice::layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy,
-                                    const Tensor& x, const Tensor& w, const Tensor& mean,
-                                    const Tensor& rstd) {
-  checks::check_layernorm_backward(*this, dx, dw, db, dy, x, w, mean, rstd);
+void CudaDevice::do_layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy,
+                                       const Tensor& x, const Tensor& w, const Tensor& mean,
+                                       const Tensor& rstd) {
   norm_backward(*this, true, dx, dw.data(), db.data(), dy, x, w, mean.data(), rstd.data());
 }
 
-void CudaDevice::rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w,
-                                 float eps) {
-  checks::check_rmsnorm_forward(*this, y, rstd, x, w);
+void CudaDevice::do_rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w,
+                                    float eps) {
   const int64_t rows = x.rows(), h = x.cols();
   if (rows == 0) return;
   rmsnorm_forward_kernel<<<row_blocks(rows), gpu::threads_for(h, kRowThreads), 0, stream()>>>(
@@ -359,15 +350,13 @@ void CudaDevice::rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const
   CUDA_CHECK_LAUNCH();
 }
 
-void CudaDevice::rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
-                                  const Tensor& w, const Tensor& rstd) {
-  checks::check_rmsnorm_backward(*this, dx, dw, dy, x, w, rstd);
+void CudaDevice::do_rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
+                                     const Tensor& w, const Tensor& rstd) {
   norm_backward(*this, false, dx, dw.data(), nullptr, dy, x, w, nullptr, rstd.data());
 }
 
-void CudaDevice::adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWParams& hp,
-                            int64_t step) {
-  checks::check_adamw_step(*this, p, g, m, v, step);
+void CudaDevice::do_adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v,
+                               const AdamWParams& hp, int64_t step) {
   const float bc1 = static_cast<float>(
       1.0 - std::pow(static_cast<double>(hp.beta1), static_cast<double>(step)));
   const float bc2 = static_cast<float>(

@@ -7,6 +7,19 @@
 // Conventions: input gradients (dx) are written (=); parameter gradients (dw, db) are accumulated
 // (+=), so gradients of a parameter used twice add up.
 //
+// The kernels follow the Communicator's pattern: each public kernel is not virtual; it checks its
+// arguments (core/kernel_checks.h: the tensors live on this device, the sizes agree, ids and
+// targets are tokens) and then calls the backend's protected `do_<kernel>`:
+//
+//   void Device::gemm(ta, tb, α, A, B, β, C) {
+//     const GemmDims dims = checks::check_gemm(*this, ta, tb, A, B, C);
+//     do_gemm(ta, tb, α, A, B, β, C, dims);
+//   }
+//
+// A backend implements the do_* methods only, so it cannot skip a check, and every backend rejects
+// the same arguments with the same message. Memory (allocate, the copies), synchronize(), name()
+// and host_accessible() have no arguments to check and stay plain virtuals.
+//
 // Shape legend used in comments: m, n, k = GEMM sizes; rows, cols = the 2-D view of a tensor;
 // S = sequence, B = batch, h = hidden, nh / nkv = query / key-value heads, hd = head dim,
 // V = vocabulary. Activations are stored sequence-major: token (s, b) is row s·B + b.
@@ -30,6 +43,11 @@ struct AttentionShape {
   int64_t kv_heads = 0;  ///< nkv: key/value heads held by this call; nh % nkv == 0
   int64_t head_dim = 0;  ///< hd
   float scale = 1.0f;    ///< multiplies q·k, normally 1/sqrt(hd)
+};
+
+/// The sizes of a GEMM, C (m × n) = op(A) (m × k) · op(B) (k × n) (see Device::gemm).
+struct GemmDims {
+  int64_t m = 0, n = 0, k = 0;
 };
 
 /// Hyper-parameters of one AdamW update (see Device::adamw_step).
@@ -84,7 +102,7 @@ class Device {
   /// True when the host may read and write tensor memory directly (so MPI can use it unstaged).
   virtual bool host_accessible() const = 0;
 
-  // ---- memory --------------------------------------------------------------------------------
+  // ---- memory (plain virtuals: nothing to check) ----------------------------------------------
   virtual void* allocate(size_t bytes) = 0;
   virtual void deallocate(void* ptr) = 0;
   virtual void copy_from_host(void* dst, const void* host_src, size_t bytes) = 0;
@@ -93,135 +111,201 @@ class Device {
   /// Waits until every kernel launched so far has finished.
   virtual void synchronize() = 0;
 
+  // The kernels. Each checks its arguments, then calls the do_* of the same name (below); a bad
+  // argument throws tp::Error before any work is queued.
+
   // ---- elementwise ---------------------------------------------------------------------------
   /// x[:] = value
-  virtual void fill(Tensor& x, float value) = 0;
+  void fill(Tensor& x, float value);
   /// x[:] *= alpha
-  virtual void scale(Tensor& x, float alpha) = 0;
+  void scale(Tensor& x, float alpha);
   /// y[:] += alpha * x[:]   (same numel)
-  virtual void axpy(float alpha, const Tensor& x, Tensor& y) = 0;
+  void axpy(float alpha, const Tensor& x, Tensor& y);
 
   // ---- matrix multiply -----------------------------------------------------------------------
   /// C = alpha * op(A) op(B) + beta * C, row-major; op(X) = X or Xᵀ.
   /// A: (m, k), or (k, m) when trans_a; B: (k, n), or (n, k) when trans_b; C: (m, n).
   /// With beta = 0, C is overwritten (its old contents, even NaN, are ignored).
-  virtual void gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
-                    float beta, Tensor& c) = 0;
+  void gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b, float beta,
+            Tensor& c);
 
   // ---- bias ----------------------------------------------------------------------------------
   /// y[r, :] += bias[:] for every row r.   y: (rows, n), bias: (n)
-  virtual void add_bias(Tensor& y, const Tensor& bias) = 0;
+  void add_bias(Tensor& y, const Tensor& bias);
   /// dbias[:] += Σ_r dy[r, :].   dbias: (n), dy: (rows, n)
-  virtual void add_bias_backward(Tensor& dbias, const Tensor& dy) = 0;
+  void add_bias_backward(Tensor& dbias, const Tensor& dy);
 
   // ---- layout --------------------------------------------------------------------------------
   /// dst[r, dst_col + j] = src[r, src_col + j] for j < ncols and every row r (same row count).
   /// Splitting and concatenating along the last dimension are both this copy.
-  virtual void copy_columns(const Tensor& src, int64_t src_col, Tensor& dst, int64_t dst_col,
-                            int64_t ncols) = 0;
+  void copy_columns(const Tensor& src, int64_t src_col, Tensor& dst, int64_t dst_col,
+                    int64_t ncols);
 
   // ---- initialisation ------------------------------------------------------------------------
   /// Fills a shard from the counter-based RNG: element (r, c) of `x` (2-D view) is the element
   /// with global index `index.offset + r * index.row_stride + c` of the parameter keyed by `key`.
   /// See core/rng.h; the value depends only on (key, global index), never on the shard.
-  virtual void fill_random(Tensor& x, const RngKey& key, const GlobalIndex& index,
-                           const Distribution& dist) = 0;
+  void fill_random(Tensor& x, const RngKey& key, const GlobalIndex& index,
+                   const Distribution& dist);
 
   // ---- elementwise, more ---------------------------------------------------------------------
   /// y = x ⊙ m (same numel; y may alias x). Dropout forward and backward are both this.
-  virtual void mul(const Tensor& x, const Tensor& m, Tensor& y) = 0;
+  void mul(const Tensor& x, const Tensor& m, Tensor& y);
   /// Σ x², accumulated in double (synchronises: the result is on the host).
-  virtual double sum_squares(const Tensor& x) = 0;
+  double sum_squares(const Tensor& x);
   /// mask[r, c] = (u ≥ p) / (1 − p) with u uniform in [0, 1) from (key, global index of (r, c)),
   /// as in fill_random. p = 0 gives all ones. mask: (rows, cols)
-  virtual void dropout_mask(Tensor& mask, const RngKey& key, const GlobalIndex& index, float p) = 0;
+  void dropout_mask(Tensor& mask, const RngKey& key, const GlobalIndex& index, float p);
 
   // ---- activations ---------------------------------------------------------------------------
   /// y = GeLU(x), tanh approximation: 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³))). y, x: same numel
-  virtual void gelu_forward(Tensor& y, const Tensor& x) = 0;
+  void gelu_forward(Tensor& y, const Tensor& x);
   /// dx = dy · GeLU'(x)
-  virtual void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) = 0;
+  void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x);
   /// y = silu(g) ⊙ u, silu(g) = g · σ(g). y, g, u: same numel
-  virtual void swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u) = 0;
+  void swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u);
   /// dg = dy ⊙ u ⊙ silu'(g), du = dy ⊙ silu(g)
-  virtual void swiglu_backward(Tensor& dg, Tensor& du, const Tensor& dy, const Tensor& g,
-                               const Tensor& u) = 0;
+  void swiglu_backward(Tensor& dg, Tensor& du, const Tensor& dy, const Tensor& g,
+                       const Tensor& u);
 
   // ---- norms (over the last dim of x: (rows, h)) ----------------------------------------------
   /// y = (x − μ) · rstd ⊙ w + b, rstd = 1/√(σ² + eps) (biased variance). Saves μ, rstd: (rows).
-  virtual void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
-                                 const Tensor& w, const Tensor& b, float eps) = 0;
+  void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
+                         const Tensor& w, const Tensor& b, float eps);
   /// dx = ..., dw += Σ_r dy ⊙ x̂, db += Σ_r dy
-  virtual void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy,
-                                  const Tensor& x, const Tensor& w, const Tensor& mean,
-                                  const Tensor& rstd) = 0;
+  void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy,
+                          const Tensor& x, const Tensor& w, const Tensor& mean,
+                          const Tensor& rstd);
   /// y = x · rstd ⊙ w, rstd = 1/√(mean(x²) + eps). Saves rstd: (rows).
-  virtual void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps) = 0;
+  void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps);
   /// dx = ..., dw += Σ_r dy ⊙ x · rstd
-  virtual void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
-                                const Tensor& w, const Tensor& rstd) = 0;
+  void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
+                        const Tensor& w, const Tensor& rstd);
 
   // ---- attention -----------------------------------------------------------------------------
   /// Causal softmax attention for every (batch b, query head j): query head j reads key/value
   /// head j / (nh / nkv). q: (S·B, nh·hd), k, v: (S·B, nkv·hd), out: (S·B, nh·hd), row s·B + b.
   /// probs: (B, nh, S, S), saved for backward: softmax_t≤s(scale · q_s · k_t), zero for t > s.
-  virtual void attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
-                                 const Tensor& v, const AttentionShape& shape) = 0;
+  void attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
+                         const Tensor& v, const AttentionShape& shape);
   /// dq, dk, dv written (=); dk, dv sum over the query heads that share a key/value head.
-  virtual void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
-                                  const Tensor& q, const Tensor& k, const Tensor& v,
-                                  const Tensor& probs, const AttentionShape& shape) = 0;
+  void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
+                          const Tensor& q, const Tensor& k, const Tensor& v,
+                          const Tensor& probs, const AttentionShape& shape);
 
   // ---- vocabulary-parallel embedding and loss ----------------------------------------------
   /// out[i] = wte_shard[ids[i] − first_id] when this shard owns ids[i] (first_id ≤ ids[i] <
   /// first_id + rows of wte_shard), else zeros. ids: (N) as f32, wte_shard: (V/t, h), out: (N, h)
-  virtual void embedding_shard_forward(Tensor& out, const Tensor& ids, const Tensor& wte_shard,
-                                       int64_t first_id) = 0;
+  void embedding_shard_forward(Tensor& out, const Tensor& ids, const Tensor& wte_shard,
+                               int64_t first_id);
   /// dwte_shard[ids[i] − first_id] += dout[i] for the ids this shard owns.
-  virtual void embedding_shard_backward(Tensor& dwte_shard, const Tensor& dout, const Tensor& ids,
-                                        int64_t first_id) = 0;
+  void embedding_shard_backward(Tensor& dwte_shard, const Tensor& dout, const Tensor& ids,
+                                int64_t first_id);
   /// x[r] += wpe[(row0 + r) / B]: x holds the sequence-major rows [row0, row0 + rows) of the batch.
-  virtual void position_forward(Tensor& x, const Tensor& wpe, int64_t batch, int64_t row0) = 0;
+  void position_forward(Tensor& x, const Tensor& wpe, int64_t batch, int64_t row0);
   /// dwpe[(row0 + r) / B] += dx[r]
-  virtual void position_backward(Tensor& dwpe, const Tensor& dx, int64_t batch, int64_t row0) = 0;
+  void position_backward(Tensor& dwpe, const Tensor& dx, int64_t batch, int64_t row0);
   /// row_max[i] = max of logits[i, j] over the real columns (first + j < vocab); −inf if none.
   /// logits: (N, cols), row_max: (N)
-  virtual void vocab_max(Tensor& row_max, const Tensor& logits, const VocabShard& shard) = 0;
+  void vocab_max(Tensor& row_max, const Tensor& logits, const VocabShard& shard);
   /// sum_exp[i] = Σ over real columns of exp(logits[i, j] − row_max[i]);
   /// target_logit[i] = logits[i, targets[i] − first] when this shard owns targets[i], else 0.
-  virtual void vocab_sum_exp_target(Tensor& sum_exp, Tensor& target_logit, const Tensor& logits,
-                                    const Tensor& row_max, const Tensor& targets,
-                                    const VocabShard& shard) = 0;
+  void vocab_sum_exp_target(Tensor& sum_exp, Tensor& target_logit, const Tensor& logits,
+                            const Tensor& row_max, const Tensor& targets, const VocabShard& shard);
   /// loss[i] = log(sum_exp[i]) + row_max[i] − target_logit[i]   (all (N), after the all-reduces)
-  virtual void vocab_loss(Tensor& loss, const Tensor& row_max, const Tensor& sum_exp,
-                          const Tensor& target_logit) = 0;
+  void vocab_loss(Tensor& loss, const Tensor& row_max, const Tensor& sum_exp,
+                  const Tensor& target_logit);
   /// dlogits[i, j] = scale · (exp(logits[i, j] − row_max[i]) / sum_exp[i] − [first + j == targets[i]])
   /// for real columns, 0 for padding. dlogits may alias logits.
-  virtual void vocab_softmax_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
-                                      const Tensor& sum_exp, const Tensor& targets,
-                                      const VocabShard& shard, float scale) = 0;
+  void vocab_softmax_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
+                              const Tensor& sum_exp, const Tensor& targets, const VocabShard& shard,
+                              float scale);
 
   // ---- optimizer -----------------------------------------------------------------------------
   /// One AdamW step (step ≥ 1) with g' = grad_scale · g: m = β1 m + (1 − β1) g'; v = β2 v +
   /// (1 − β2) g'²; p −= lr · (m / (1 − β1^step)) / (√(v / (1 − β2^step)) + eps) + lr · wd · p.
-  virtual void adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWParams& h,
-                          int64_t step) = 0;
+  void adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWParams& h,
+                  int64_t step);
+
+ protected:
+  // ---- what a backend implements: one do_* per kernel -----------------------------------------
+  // Called by the kernel of the same name once its arguments passed the checks, so a do_* may
+  // assume them (tensors on this device, sizes that agree, ids that are tokens). Arguments as in
+  // the public call, plus what the check worked out on the way, so no backend computes it again:
+  //   dims       m, n, k of the GEMM
+  //   real_cols  columns [0, real_cols) of the logits shard are real tokens, the rest padding
+  //   host_ids   the ids in host memory (numel of ids of them): the tensor's own memory on a
+  //              host_accessible() device, else the host copy that was checked
+  // Empty tensors pass the checks and reach do_* as well (a GPU backend returns before launching
+  // an empty grid; a CPU loop simply runs no times).
+  virtual void do_fill(Tensor& x, float value) = 0;
+  virtual void do_scale(Tensor& x, float alpha) = 0;
+  virtual void do_axpy(float alpha, const Tensor& x, Tensor& y) = 0;
+  virtual void do_gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
+                       float beta, Tensor& c, const GemmDims& dims) = 0;
+  virtual void do_add_bias(Tensor& y, const Tensor& bias) = 0;
+  virtual void do_add_bias_backward(Tensor& dbias, const Tensor& dy) = 0;
+  virtual void do_copy_columns(const Tensor& src, int64_t src_col, Tensor& dst, int64_t dst_col,
+                               int64_t ncols) = 0;
+  virtual void do_fill_random(Tensor& x, const RngKey& key, const GlobalIndex& index,
+                              const Distribution& dist) = 0;
+  virtual void do_mul(const Tensor& x, const Tensor& m, Tensor& y) = 0;
+  virtual double do_sum_squares(const Tensor& x) = 0;
+  virtual void do_dropout_mask(Tensor& mask, const RngKey& key, const GlobalIndex& index,
+                               float p) = 0;
+  virtual void do_gelu_forward(Tensor& y, const Tensor& x) = 0;
+  virtual void do_gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) = 0;
+  virtual void do_swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u) = 0;
+  virtual void do_swiglu_backward(Tensor& dg, Tensor& du, const Tensor& dy, const Tensor& g,
+                                  const Tensor& u) = 0;
+  virtual void do_layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
+                                    const Tensor& w, const Tensor& b, float eps) = 0;
+  virtual void do_layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy,
+                                     const Tensor& x, const Tensor& w, const Tensor& mean,
+                                     const Tensor& rstd) = 0;
+  virtual void do_rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w,
+                                  float eps) = 0;
+  virtual void do_rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
+                                   const Tensor& w, const Tensor& rstd) = 0;
+  virtual void do_attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
+                                    const Tensor& v, const AttentionShape& shape) = 0;
+  virtual void do_attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
+                                     const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const Tensor& probs, const AttentionShape& shape) = 0;
+  virtual void do_embedding_shard_forward(Tensor& out, const Tensor& ids, const Tensor& wte_shard,
+                                          int64_t first_id) = 0;
+  virtual void do_embedding_shard_backward(Tensor& dwte_shard, const Tensor& dout,
+                                           const Tensor& ids, int64_t first_id,
+                                           const float* host_ids) = 0;
+  virtual void do_position_forward(Tensor& x, const Tensor& wpe, int64_t batch, int64_t row0) = 0;
+  virtual void do_position_backward(Tensor& dwpe, const Tensor& dx, int64_t batch,
+                                    int64_t row0) = 0;
+  virtual void do_vocab_max(Tensor& row_max, const Tensor& logits, const VocabShard& shard,
+                            int64_t real_cols) = 0;
+  virtual void do_vocab_sum_exp_target(Tensor& sum_exp, Tensor& target_logit,
+                                       const Tensor& logits, const Tensor& row_max,
+                                       const Tensor& targets, const VocabShard& shard,
+                                       int64_t real_cols) = 0;
+  virtual void do_vocab_loss(Tensor& loss, const Tensor& row_max, const Tensor& sum_exp,
+                             const Tensor& target_logit) = 0;
+  virtual void do_vocab_softmax_backward(Tensor& dlogits, const Tensor& logits,
+                                         const Tensor& row_max, const Tensor& sum_exp,
+                                         const Tensor& targets, const VocabShard& shard,
+                                         float scale, int64_t real_cols) = 0;
+  virtual void do_adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v,
+                             const AdamWParams& h, int64_t step) = 0;
 
  private:
   MemoryStats memory_;
 };
 
-/// How to create a device (from the command line: --backend, --tf32, --dtype).
+/// How to create a device (from the command line: --backend, --tf32, --dtype). The launcher makes
+/// the device (launcher/backends.h: make_device); a backend's constructor reads what applies to it.
 struct DeviceOptions {
   std::string backend = "cpu";  ///< "cpu" or "gpu"
   int local_rank = 0;           ///< rank among the ranks on this node (picks the GPU)
   bool tf32 = false;            ///< GPU: let cuBLAS use TF32 tensor cores for fp32 GEMMs
   std::string dtype = "fp32";   ///< GEMM input precision: "fp32", or "bf16" (GPU; fp32 accumulate)
 };
-
-/// Creates the device named by `--backend`. Defined by the launcher, which knows which backends
-/// this build contains; an unknown or missing backend, or an option the backend lacks, is a
-/// bad-input tp::Error.
-std::unique_ptr<Device> make_device(const DeviceOptions& options);
 
 }  // namespace tp

@@ -1,10 +1,12 @@
-// kernel_checks.h — the host-side argument checks of the Device kernels, shared by every backend.
+// kernel_checks.h — the host-side argument checks of the Device kernels.
 //
-// Each backend (cpu_backend/, gpu_backend/) starts a kernel with the call below of the same name, so
-// both reject the same arguments with the same message: a tensor on another device, sizes that do
-// not match, an id that is not a token. The checks look at shapes and scalars only; the two that
-// must read tensor values (token ids, targets) take a `read_host` callable from the backend, which
-// returns the values in host memory: code in lib/ never dereferences `data()`.
+// Called from lib/core/device.cpp only: each public Device kernel runs the check of the same name
+// and then the backend's do_* method, so every backend rejects the same arguments with the same
+// message (a tensor on another device, sizes that do not match, an id that is not a token), and a
+// new backend has no check to forget. The checks look at shapes and scalars; the two that must read
+// tensor values (token ids, targets) take a `read_host` callable that returns the values in host
+// memory, indexable by row (device.cpp reads them in place on a host_accessible() device and
+// copies them to the host otherwise).
 //
 // Every failure is a TP_CHECK (exit code 1): a bad kernel argument is a bug in the caller.
 #pragma once
@@ -55,9 +57,8 @@ void check_position(const Device& dev, const char* what, const Tensor& x, const 
                     int64_t batch, int64_t row0);
 
 /// embedding_shard_forward / _backward: out is (numel of ids, cols of wte_shard), first_id ≥ 0 and
-/// every id a token. `read_host()` returns the ids in host memory, indexable by row (a pointer to
-/// the tensor's own memory on a host device, a host copy otherwise); it is called after the shape
-/// checks, and what it returned is returned.
+/// every id a token. `read_host()` returns the ids in host memory, indexable by row; it is called
+/// after the shape checks, and what it returned is returned (embedding_shard_backward uses it).
 template <typename ReadHost>
 auto check_embedding_shard(const Device& dev, const char* what, const Tensor& out,
                            const Tensor& ids, const Tensor& wte_shard, int64_t first_id,
@@ -88,13 +89,8 @@ void check_targets(const char* what, const Tensor& targets, const Tensor& logits
 
 // ---- one call per kernel (the arguments of the Device method of the same name) --------------------
 
-/// The sizes of a GEMM, C (m × n) = op(A) (m × k) · op(B) (k × n).
-struct GemmDims {
-  int64_t m = 0, n = 0, k = 0;
-};
-
 void check_axpy(const Device& dev, const Tensor& x, const Tensor& y);
-/// Returns m, n, k.
+/// Returns m, n, k (tp::GemmDims, core/device.h).
 GemmDims check_gemm(const Device& dev, bool trans_a, bool trans_b, const Tensor& a, const Tensor& b,
                     const Tensor& c);
 void check_add_bias(const Device& dev, const Tensor& y, const Tensor& bias);

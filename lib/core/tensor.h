@@ -2,7 +2,9 @@
 //
 // A Tensor is a handle (shared ownership of its storage): copying a Tensor copies the handle, not
 // the numbers. `clone()` copies the numbers. Code in lib/ never dereferences `data()`: memory may
-// live on a GPU. It goes through Device kernels, or through `to_host()` / `from_host()`.
+// live on a GPU. It goes through Device kernels, or through `to_host()` / `from_host()`. (One
+// exception, guarded: the Device's argument checks read token ids in place when the device says
+// host_accessible(); lib/core/device.cpp.)
 #pragma once
 
 #include <cstdint>
