@@ -27,8 +27,12 @@ void* CpuDevice::allocate(size_t bytes) {
 
 void CpuDevice::deallocate(void* ptr) { std::free(ptr); }
 
-void CpuDevice::copy_from_host(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
-void CpuDevice::copy_to_host(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+void CpuDevice::copy_from_host(void* dst, const void* src, size_t bytes) {
+  std::memcpy(dst, src, bytes);
+}
+void CpuDevice::copy_to_host(void* dst, const void* src, size_t bytes) {
+  std::memcpy(dst, src, bytes);
+}
 void CpuDevice::copy(void* dst, const void* src, size_t bytes) { std::memmove(dst, src, bytes); }
 
 void CpuDevice::do_fill(Tensor& x, float value) {
@@ -88,7 +92,8 @@ void CpuDevice::do_copy_columns(const Tensor& src, int64_t src_col, Tensor& dst,
   const int64_t rows = src.rows(), sc = src.cols(), dc = dst.cols();
 #pragma omp parallel for if (rows * ncols > kParallelMin)
   for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(pd + r * dc + dst_col, ps + r * sc + src_col, static_cast<size_t>(ncols) * sizeof(float));
+    std::memcpy(pd + r * dc + dst_col, ps + r * sc + src_col,
+                static_cast<size_t>(ncols) * sizeof(float));
 }
 
 void CpuDevice::do_fill_random(Tensor& x, const RngKey& key, const GlobalIndex& index,

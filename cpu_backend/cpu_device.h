@@ -41,15 +41,14 @@ class CpuDevice : public Device {
   // Model kernels: cpu_kernels.cpp.
   void do_mul(const Tensor& x, const Tensor& m, Tensor& y) override;
   double do_sum_squares(const Tensor& x) override;
-  void do_dropout_mask(Tensor& mask, const RngKey& key, const GlobalIndex& index,
-                       float p) override;
+  void do_dropout_mask(Tensor& mask, const RngKey& key, const GlobalIndex& index, float p) override;
   void do_gelu_forward(Tensor& y, const Tensor& x) override;
   void do_gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) override;
   void do_swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u) override;
   void do_swiglu_backward(Tensor& dg, Tensor& du, const Tensor& dy, const Tensor& g,
                           const Tensor& u) override;
-  void do_layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
-                            const Tensor& w, const Tensor& b, float eps) override;
+  void do_layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& w,
+                            const Tensor& b, float eps) override;
   void do_layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x,
                              const Tensor& w, const Tensor& mean, const Tensor& rstd) override;
   void do_rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w,
@@ -59,8 +58,8 @@ class CpuDevice : public Device {
   void do_attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
                             const Tensor& v, const AttentionShape& shape) override;
   void do_attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
-                             const Tensor& q, const Tensor& k, const Tensor& v,
-                             const Tensor& probs, const AttentionShape& shape) override;
+                             const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
+                             const AttentionShape& shape) override;
   void do_embedding_shard_forward(Tensor& out, const Tensor& ids, const Tensor& wte_shard,
                                   int64_t first_id) override;
   void do_embedding_shard_backward(Tensor& dwte_shard, const Tensor& dout, const Tensor& ids,
@@ -76,8 +75,7 @@ class CpuDevice : public Device {
                      const Tensor& target_logit) override;
   void do_vocab_softmax_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
                                  const Tensor& sum_exp, const Tensor& targets,
-                                 const VocabShard& shard, float scale,
-                                 int64_t real_cols) override;
+                                 const VocabShard& shard, float scale, int64_t real_cols) override;
   void do_adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWParams& h,
                      int64_t step) override;
 };

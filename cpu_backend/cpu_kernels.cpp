@@ -104,7 +104,8 @@ void CpuDevice::do_gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) 
   for (int64_t i = 0; i < n; ++i) {
     const float xi = px[i];
     const float t = std::tanh(kGeluA * (xi + kGeluC * xi * xi * xi));
-    const float grad = 0.5f * (1.0f + t) + 0.5f * xi * (1.0f - t * t) * kGeluA * (1.0f + 3.0f * kGeluC * xi * xi);
+    const float grad =
+        0.5f * (1.0f + t) + 0.5f * xi * (1.0f - t * t) * kGeluA * (1.0f + 3.0f * kGeluC * xi * xi);
     pdx[i] = pdy[i] * grad;
   }
 }
@@ -379,8 +380,8 @@ void CpuDevice::do_attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const 
         for (int64_t d = 0; d < hd; ++d) dqs[d] *= sh.scale;
       }
 
-  // Pass 2, one (b, kv head g, t) per iteration: dk_t and dv_t summed over the group's query heads
-  // and the positions s ≥ t, in a fixed order.
+      // Pass 2, one (b, kv head g, t) per iteration: dk_t and dv_t summed over the group's query heads
+      // and the positions s ≥ t, in a fixed order.
 #pragma omp parallel for collapse(3) if (parallel)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t g = 0; g < nkv; ++g)
@@ -418,8 +419,8 @@ int64_t owned_row(float id, int64_t first, int64_t rows) {
 }
 }  // namespace
 
-void CpuDevice::do_embedding_shard_forward(Tensor& out, const Tensor& ids,
-                                           const Tensor& wte_shard, int64_t first_id) {
+void CpuDevice::do_embedding_shard_forward(Tensor& out, const Tensor& ids, const Tensor& wte_shard,
+                                           int64_t first_id) {
   const int64_t n = ids.numel(), rows = wte_shard.rows(), h = wte_shard.cols();
   const float* pid = ids.data();
   const float* pwte = wte_shard.data();
@@ -518,10 +519,9 @@ void CpuDevice::do_vocab_max(Tensor& row_max, const Tensor& logits, const VocabS
   }
 }
 
-void CpuDevice::do_vocab_sum_exp_target(Tensor& sum_exp, Tensor& target_logit,
-                                        const Tensor& logits, const Tensor& row_max,
-                                        const Tensor& targets, const VocabShard& shard,
-                                        int64_t real_cols) {
+void CpuDevice::do_vocab_sum_exp_target(Tensor& sum_exp, Tensor& target_logit, const Tensor& logits,
+                                        const Tensor& row_max, const Tensor& targets,
+                                        const VocabShard& shard, int64_t real_cols) {
   const int64_t n = logits.rows(), cols = logits.cols();
   const float* px = logits.data();
   const float* pm = row_max.data();
@@ -583,8 +583,10 @@ void CpuDevice::do_vocab_softmax_backward(Tensor& dlogits, const Tensor& logits,
 //   p −= lr · (m / (1 − β1^step)) / (√(v / (1 − β2^step)) + eps) + lr · wd · p
 void CpuDevice::do_adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v,
                               const AdamWParams& hp, int64_t step) {
-  const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta1), static_cast<double>(step)));
-  const float bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta2), static_cast<double>(step)));
+  const float bc1 =
+      static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta1), static_cast<double>(step)));
+  const float bc2 =
+      static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta2), static_cast<double>(step)));
   float* pp = p.data();
   const float* pg = g.data();
   float* pm = m.data();

@@ -59,7 +59,8 @@ void gemm_blocked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
         for (int64_t i0 = 0; i0 < m; i0 += kMc) {
           const int64_t mc = std::min(kMc, m - i0);
           for (int64_t i = 0; i < mc; ++i)
-            for (int64_t p = 0; p < kc; ++p) ap[i * kc + p] = alpha * at(a, lda, trans_a, i0 + i, p0 + p);
+            for (int64_t p = 0; p < kc; ++p)
+              ap[i * kc + p] = alpha * at(a, lda, trans_a, i0 + i, p0 + p);
           for (int64_t i = 0; i < mc; ++i) {
             float* crow = c + (i0 + i) * ldc + j0;
             const float* arow = ap.data() + i * kc;

@@ -34,10 +34,10 @@ namespace tp {
 
 namespace {
 
-constexpr int kThreads = 256;             // threads per block of the elementwise kernels
-constexpr int64_t kMaxBlocks = 65535;     // grid cap; kernels use grid-stride loops
-constexpr int kReduceThreads = 256;       // threads per block of the reductions (a power of two)
-constexpr int64_t kSumChunk = 4096;       // elements per partial sum in sum_squares (as the CPU)
+constexpr int kThreads = 256;          // threads per block of the elementwise kernels
+constexpr int64_t kMaxBlocks = 65535;  // grid cap; kernels use grid-stride loops
+constexpr int kReduceThreads = 256;    // threads per block of the reductions (a power of two)
+constexpr int64_t kSumChunk = 4096;    // elements per partial sum in sum_squares (as the CPU)
 
 // Blocks for n independent items (n > 0), at most kMaxBlocks.
 unsigned int blocks_for(int64_t n) {
@@ -200,8 +200,8 @@ CudaDevice::CudaDevice(int ordinal, const DeviceOptions& options)
   try {
     CUBLAS_CHECK(cublasCreate(&cublas_));
     CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
-    CUBLAS_CHECK(
-        cublasSetMathMode(cublas_, options.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    CUBLAS_CHECK(cublasSetMathMode(
+        cublas_, options.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   } catch (...) {
     // The destructor does not run for a half-built object: release what exists.
     if (cublas_ != nullptr) cublasDestroy(cublas_);
@@ -325,9 +325,9 @@ void CudaDevice::do_gemm(bool trans_a, bool trans_b, float alpha, const Tensor& 
     }
     return;
   }
-  TP_CHECK(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && a.cols() <= INT_MAX &&
-               b.cols() <= INT_MAX,
-           "gemm: ", m, "x", n, "x", k, " exceeds cuBLAS's 32-bit sizes");
+  TP_CHECK(
+      m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && a.cols() <= INT_MAX && b.cols() <= INT_MAX,
+      "gemm: ", m, "x", n, "x", k, " exceeds cuBLAS's 32-bit sizes");
   const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int im = static_cast<int>(m), in = static_cast<int>(n), ik = static_cast<int>(k);
@@ -339,7 +339,8 @@ void CudaDevice::do_gemm(bool trans_a, bool trans_b, float alpha, const Tensor& 
     // a 256-byte boundary), then one cublasGemmEx.
     const int64_t na = a.numel(), nb = b.numel();
     const size_t a_bytes = (static_cast<size_t>(na) * sizeof(__nv_bfloat16) + 255) / 256 * 256;
-    char* base = static_cast<char*>(scratch(a_bytes + static_cast<size_t>(nb) * sizeof(__nv_bfloat16)));
+    char* base =
+        static_cast<char*>(scratch(a_bytes + static_cast<size_t>(nb) * sizeof(__nv_bfloat16)));
     auto* a16 = reinterpret_cast<__nv_bfloat16*>(base);
     auto* b16 = reinterpret_cast<__nv_bfloat16*>(base + a_bytes);
     to_bf16_kernel<<<blocks_for(na), kThreads, 0, stream_>>>(a.data(), a16, na);
@@ -370,10 +371,10 @@ void CudaDevice::do_copy_columns(const Tensor& src, int64_t src_col, Tensor& dst
   const int64_t rows = src.rows();
   if (rows == 0 || ncols == 0) return;
   // A 2-D copy: `rows` rows of ncols floats, pitches = each tensor's row length in bytes.
-  CUDA_CHECK(cudaMemcpy2DAsync(dst.data() + dst_col, static_cast<size_t>(dst.cols()) * sizeof(float),
-                               src.data() + src_col, static_cast<size_t>(src.cols()) * sizeof(float),
-                               static_cast<size_t>(ncols) * sizeof(float), static_cast<size_t>(rows),
-                               cudaMemcpyDeviceToDevice, stream_));
+  CUDA_CHECK(cudaMemcpy2DAsync(
+      dst.data() + dst_col, static_cast<size_t>(dst.cols()) * sizeof(float), src.data() + src_col,
+      static_cast<size_t>(src.cols()) * sizeof(float), static_cast<size_t>(ncols) * sizeof(float),
+      static_cast<size_t>(rows), cudaMemcpyDeviceToDevice, stream_));
 }
 
 // ==== CudaDevice: reductions =====================================================================

@@ -62,8 +62,7 @@ class CudaDevice : public Device {
                       const Distribution& dist) override;
   void do_mul(const Tensor& x, const Tensor& m, Tensor& y) override;
   double do_sum_squares(const Tensor& x) override;
-  void do_dropout_mask(Tensor& mask, const RngKey& key, const GlobalIndex& index,
-                       float p) override;
+  void do_dropout_mask(Tensor& mask, const RngKey& key, const GlobalIndex& index, float p) override;
 
   // kernels_model.cu (bias gradient, activations, norms, AdamW)
   void do_add_bias_backward(Tensor& dbias, const Tensor& dy) override;
@@ -72,8 +71,8 @@ class CudaDevice : public Device {
   void do_swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u) override;
   void do_swiglu_backward(Tensor& dg, Tensor& du, const Tensor& dy, const Tensor& g,
                           const Tensor& u) override;
-  void do_layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
-                            const Tensor& w, const Tensor& b, float eps) override;
+  void do_layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& w,
+                            const Tensor& b, float eps) override;
   void do_layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x,
                              const Tensor& w, const Tensor& mean, const Tensor& rstd) override;
   void do_rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w,
@@ -87,8 +86,8 @@ class CudaDevice : public Device {
   void do_attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
                             const Tensor& v, const AttentionShape& shape) override;
   void do_attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
-                             const Tensor& q, const Tensor& k, const Tensor& v,
-                             const Tensor& probs, const AttentionShape& shape) override;
+                             const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
+                             const AttentionShape& shape) override;
   void do_embedding_shard_forward(Tensor& out, const Tensor& ids, const Tensor& wte_shard,
                                   int64_t first_id) override;
   /// Groups the positions by owned row on the host, from host_ids (the copy the check read).
@@ -105,8 +104,7 @@ class CudaDevice : public Device {
                      const Tensor& target_logit) override;
   void do_vocab_softmax_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
                                  const Tensor& sum_exp, const Tensor& targets,
-                                 const VocabShard& shard, float scale,
-                                 int64_t real_cols) override;
+                                 const VocabShard& shard, float scale, int64_t real_cols) override;
 
  private:
   int ordinal_;
@@ -115,7 +113,7 @@ class CudaDevice : public Device {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   CachingAllocator allocator_;
-  void* scratch_ = nullptr;       // reduction scratch (sum_squares) and bf16 staging, grown on demand
+  void* scratch_ = nullptr;  // reduction scratch (sum_squares) and bf16 staging, grown on demand
   size_t scratch_bytes_ = 0;
 };
 

@@ -26,8 +26,8 @@
 namespace tp {
 
 namespace {
-constexpr int kThreads = 256;       // elementwise kernels
-constexpr int kRowThreads = 256;    // most threads for a one-block-per-row vocab kernel
+constexpr int kThreads = 256;     // elementwise kernels
+constexpr int kRowThreads = 256;  // most threads for a one-block-per-row vocab kernel
 
 }  // namespace
 
@@ -202,8 +202,8 @@ __global__ void vocab_sum_exp_target_kernel(float* sum_exp, float* target_logit,
 __global__ void vocab_loss_kernel(float* loss, const float* row_max, const float* sum_exp,
                                   const float* target_logit, int64_t n) {
   for (int64_t i = gpu::global_thread(); i < n; i += gpu::grid_threads())
-    loss[i] = static_cast<float>(log(static_cast<double>(sum_exp[i])) + row_max[i] -
-                                 target_logit[i]);
+    loss[i] =
+        static_cast<float>(log(static_cast<double>(sum_exp[i])) + row_max[i] - target_logit[i]);
 }
 
 // dlogits_ij = scale (p_ij − [j = y]) with p_ij = f32(e^(f64(x_ij) − m_i) · (1/Σ_i)), 0 on
@@ -270,7 +270,8 @@ void CudaDevice::do_attention_forward(Tensor& out, Tensor& probs, const Tensor& 
   if (rows == 0 || hd == 0) return;
   for (int64_t r = 0; r < group; ++r)
     batched_gemm(false, true, S, S, hd, sh.scale, q.data() + r * hd, B * qc, group * hd, k.data(),
-                 B * kc, hd, 0.0f, probs.data() + r * S * S, S, group * S * S, pairs);  // scale·Q Kᵀ
+                 B * kc, hd, 0.0f, probs.data() + r * S * S, S, group * S * S,
+                 pairs);  // scale·Q Kᵀ
   causal_softmax_kernel<<<row_blocks(rows), gpu::threads_for(S, kRowThreads), 0, stream()>>>(
       probs.data(), S, rows);
   CUDA_CHECK_LAUNCH();
@@ -306,8 +307,8 @@ void CudaDevice::do_attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const
   }
 }
 
-void CudaDevice::do_embedding_shard_forward(Tensor& out, const Tensor& ids,
-                                            const Tensor& wte_shard, int64_t first_id) {
+void CudaDevice::do_embedding_shard_forward(Tensor& out, const Tensor& ids, const Tensor& wte_shard,
+                                            int64_t first_id) {
   const int64_t n = ids.numel(), rows = wte_shard.rows(), h = wte_shard.cols();
   if (n * h == 0) return;
   embedding_shard_forward_kernel<<<elementwise_blocks(n * h), kThreads, 0, stream()>>>(

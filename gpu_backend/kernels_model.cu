@@ -24,10 +24,10 @@
 namespace tp {
 
 namespace {
-constexpr int kThreads = 256;         // elementwise and column-sum kernels
-constexpr int kRowThreads = 256;      // most threads for a one-block-per-row kernel
-constexpr int64_t kRowChunk = 64;     // rows per partial column sum (bias gradient)
-constexpr int64_t kNormChunk = 16;    // rows per block of the fused norm backward (dx, dw, db)
+constexpr int kThreads = 256;       // elementwise and column-sum kernels
+constexpr int kRowThreads = 256;    // most threads for a one-block-per-row kernel
+constexpr int64_t kRowChunk = 64;   // rows per partial column sum (bias gradient)
+constexpr int64_t kNormChunk = 16;  // rows per block of the fused norm backward (dx, dw, db)
 
 }  // namespace
 
@@ -278,10 +278,12 @@ void norm_backward(CudaDevice& dev, bool layernorm, Tensor& dx, float* dw, float
         dx.data(), dw_part, db_part, dy.data(), x.data(), w.data(), mean, rstd, rows, h, nchunks);
   }
   CUDA_CHECK_LAUNCH();
-  column_finish_kernel<<<gpu::grid_blocks(h, kThreads), kThreads, 0, dev.stream()>>>(dw, dw_part, h, nchunks);
+  column_finish_kernel<<<gpu::grid_blocks(h, kThreads), kThreads, 0, dev.stream()>>>(dw, dw_part, h,
+                                                                                     nchunks);
   CUDA_CHECK_LAUNCH();
   if (layernorm) {
-    column_finish_kernel<<<gpu::grid_blocks(h, kThreads), kThreads, 0, dev.stream()>>>(db, db_part, h, nchunks);
+    column_finish_kernel<<<gpu::grid_blocks(h, kThreads), kThreads, 0, dev.stream()>>>(db, db_part,
+                                                                                       h, nchunks);
     CUDA_CHECK_LAUNCH();
   }
 }
@@ -305,7 +307,7 @@ void CudaDevice::do_gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x)
   const int64_t n = x.numel();
   if (n == 0) return;
   gelu_backward_kernel<<<elementwise_blocks(n), kThreads, 0, stream()>>>(dx.data(), dy.data(),
-                                                                          x.data(), n);
+                                                                         x.data(), n);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -313,7 +315,7 @@ void CudaDevice::do_swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u) 
   const int64_t n = g.numel();
   if (n == 0) return;
   swiglu_forward_kernel<<<elementwise_blocks(n), kThreads, 0, stream()>>>(y.data(), g.data(),
-                                                                           u.data(), n);
+                                                                          u.data(), n);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -357,14 +359,14 @@ void CudaDevice::do_rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, c
 
 void CudaDevice::do_adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v,
                                const AdamWParams& hp, int64_t step) {
-  const float bc1 = static_cast<float>(
-      1.0 - std::pow(static_cast<double>(hp.beta1), static_cast<double>(step)));
-  const float bc2 = static_cast<float>(
-      1.0 - std::pow(static_cast<double>(hp.beta2), static_cast<double>(step)));
+  const float bc1 =
+      static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta1), static_cast<double>(step)));
+  const float bc2 =
+      static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta2), static_cast<double>(step)));
   const int64_t n = p.numel();
   if (n == 0) return;
   adamw_kernel<<<elementwise_blocks(n), kThreads, 0, stream()>>>(p.data(), g.data(), m.data(),
-                                                                  v.data(), hp, bc1, bc2, n);
+                                                                 v.data(), hp, bc1, bc2, n);
   CUDA_CHECK_LAUNCH();
 }
 

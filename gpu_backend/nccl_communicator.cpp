@@ -30,22 +30,23 @@ void check_one_gpu_per_rank(MPI_Comm comm, int ordinal) {
   constexpr int kUuid = static_cast<int>(sizeof prop.uuid.bytes);
   MPI_Comm node = MPI_COMM_NULL;
   mpi::check(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank_of(comm), MPI_INFO_NULL, &node),
-            "MPI_Comm_split_type");
+             "MPI_Comm_split_type");
   const int local_size = size_of(node);
   std::vector<char> all(static_cast<size_t>(local_size) * kUuid);
   mpi::check(MPI_Allgather(prop.uuid.bytes, kUuid, MPI_BYTE, all.data(), kUuid, MPI_BYTE, node),
-            "MPI_Allgather");
+             "MPI_Allgather");
   MPI_Comm_free(&node);
   std::vector<std::string> uuids;
-  for (int i = 0; i < local_size; ++i) uuids.emplace_back(all.data() + static_cast<size_t>(i) * kUuid, kUuid);
+  for (int i = 0; i < local_size; ++i)
+    uuids.emplace_back(all.data() + static_cast<size_t>(i) * kUuid, kUuid);
   std::sort(uuids.begin(), uuids.end());
   const int gpus = static_cast<int>(std::unique(uuids.begin(), uuids.end()) - uuids.begin());
   const bool shared = gpus < local_size;
   int mine[3] = {shared ? 1 : 0, shared ? local_size : 0, shared ? gpus : 0};
   int worst[3] = {0, 0, 0};
   mpi::check(MPI_Allreduce(mine, worst, 3, MPI_INT, MPI_MAX, comm), "MPI_Allreduce");
-  TP_CHECK_INPUT(worst[0] == 0, "NCCL needs one GPU per rank: ", worst[1], " ranks share ", worst[2],
-                 worst[2] == 1 ? " GPU" : " GPUs",
+  TP_CHECK_INPUT(worst[0] == 0, "NCCL needs one GPU per rank: ", worst[1], " ranks share ",
+                 worst[2], worst[2] == 1 ? " GPU" : " GPUs",
                  " on this node; run with --comm mpi to stage through host memory, or fewer ranks");
 }
 
@@ -67,7 +68,8 @@ size_t count(const Tensor& t) { return static_cast<size_t>(t.numel()); }
 // after the collective, and the tensors it reads and writes (kept alive until the Work goes).
 class NcclWork : public Work {
  public:
-  NcclWork(cudaStream_t compute, std::initializer_list<Tensor> keep) : compute_(compute), keep_(keep) {
+  NcclWork(cudaStream_t compute, std::initializer_list<Tensor> keep)
+      : compute_(compute), keep_(keep) {
     CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
   }
   ~NcclWork() override {
@@ -128,7 +130,8 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, ncclComm_t nccl, CudaDevice& d
   try {
     int nccl_rank = -1;
     NCCL_CHECK(ncclCommUserRank(nccl_, &nccl_rank));
-    TP_CHECK(nccl_rank == rank(), "split: NCCL rank ", nccl_rank, " differs from MPI rank ", rank());
+    TP_CHECK(nccl_rank == rank(), "split: NCCL rank ", nccl_rank, " differs from MPI rank ",
+             rank());
     create_streams();
   } catch (...) {
     release(true);
@@ -173,7 +176,8 @@ void NcclCommunicator::release(bool failing) noexcept {
 std::string NcclCommunicator::name() const {
   int v = 0;
   ncclGetVersion(&v);  // major·10000 + minor·100 + patch (NCCL ≥ 2.9)
-  return "nccl " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+  return "nccl " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
+         std::to_string(v % 100);
 }
 
 void NcclCommunicator::begin() {
@@ -194,19 +198,22 @@ std::unique_ptr<Work> NcclCommunicator::finish_async(std::initializer_list<Tenso
 
 void NcclCommunicator::do_all_reduce(Tensor& x, ReduceOp op) {
   begin();
-  NCCL_CHECK(ncclAllReduce(x.data(), x.data(), count(x), ncclFloat, to_nccl(op), nccl_, comm_stream_));
+  NCCL_CHECK(
+      ncclAllReduce(x.data(), x.data(), count(x), ncclFloat, to_nccl(op), nccl_, comm_stream_));
   finish();
 }
 
 void NcclCommunicator::do_all_gather(const Tensor& shard, Tensor& full) {
   begin();
-  NCCL_CHECK(ncclAllGather(shard.data(), full.data(), count(shard), ncclFloat, nccl_, comm_stream_));
+  NCCL_CHECK(
+      ncclAllGather(shard.data(), full.data(), count(shard), ncclFloat, nccl_, comm_stream_));
   finish();
 }
 
 void NcclCommunicator::do_reduce_scatter(const Tensor& full, Tensor& shard) {
   begin();
-  NCCL_CHECK(ncclReduceScatter(full.data(), shard.data(), count(shard), ncclFloat, ncclSum, nccl_, comm_stream_));
+  NCCL_CHECK(ncclReduceScatter(full.data(), shard.data(), count(shard), ncclFloat, ncclSum, nccl_,
+                               comm_stream_));
   finish();
 }
 
@@ -242,13 +249,15 @@ std::unique_ptr<Work> NcclCommunicator::do_all_reduce_async(Tensor& x) {
 
 std::unique_ptr<Work> NcclCommunicator::do_all_gather_async(const Tensor& shard, Tensor& full) {
   begin();
-  NCCL_CHECK(ncclAllGather(shard.data(), full.data(), count(shard), ncclFloat, nccl_, comm_stream_));
+  NCCL_CHECK(
+      ncclAllGather(shard.data(), full.data(), count(shard), ncclFloat, nccl_, comm_stream_));
   return finish_async({shard, full});
 }
 
 std::unique_ptr<Work> NcclCommunicator::do_reduce_scatter_async(const Tensor& full, Tensor& shard) {
   begin();
-  NCCL_CHECK(ncclReduceScatter(full.data(), shard.data(), count(shard), ncclFloat, ncclSum, nccl_, comm_stream_));
+  NCCL_CHECK(ncclReduceScatter(full.data(), shard.data(), count(shard), ncclFloat, ncclSum, nccl_,
+                               comm_stream_));
   return finish_async({full, shard});
 }
 
@@ -269,7 +278,8 @@ std::unique_ptr<Communicator> NcclCommunicator::do_split(int color, int key) {
 
 std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm, Device& device) {
   auto* cuda = dynamic_cast<CudaDevice*>(&device);
-  TP_CHECK_INPUT(cuda != nullptr, "--comm nccl needs tensors on a CUDA device (--backend gpu); this device is ",
+  TP_CHECK_INPUT(cuda != nullptr,
+                 "--comm nccl needs tensors on a CUDA device (--backend gpu); this device is ",
                  device.name());
   return std::make_unique<NcclCommunicator>(comm, *cuda);
 }

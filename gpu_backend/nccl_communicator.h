@@ -52,11 +52,11 @@
 
 /// Checks an NCCL call; a failure throws tp::Error naming the call, the file and line, and NCCL's
 /// own message (like CUDA_CHECK in cuda_check.h).
-#define NCCL_CHECK(call)                                                                       \
-  do {                                                                                         \
-    const ncclResult_t nccl_rc_ = (call);                                                      \
-    TP_CHECK(nccl_rc_ == ncclSuccess, #call, " failed at ", __FILE__, ":", __LINE__, ": ",     \
-             ncclGetErrorString(nccl_rc_));                                                    \
+#define NCCL_CHECK(call)                                                                   \
+  do {                                                                                     \
+    const ncclResult_t nccl_rc_ = (call);                                                  \
+    TP_CHECK(nccl_rc_ == ncclSuccess, #call, " failed at ", __FILE__, ":", __LINE__, ": ", \
+             ncclGetErrorString(nccl_rc_));                                                \
   } while (0)
 
 namespace tp {

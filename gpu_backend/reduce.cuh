@@ -18,7 +18,9 @@ constexpr int kWarp = 32;
 
 struct SumOp {
   template <typename T>
-  __device__ T operator()(T a, T b) const { return a + b; }
+  __device__ T operator()(T a, T b) const {
+    return a + b;
+  }
 };
 
 struct MaxOp {
@@ -52,7 +54,9 @@ __device__ T block_reduce(T v, Op op, T identity) {
 }
 
 template <typename T>
-__device__ T block_sum(T v) { return block_reduce(v, SumOp{}, T(0)); }
+__device__ T block_sum(T v) {
+  return block_reduce(v, SumOp{}, T(0));
+}
 
 __device__ inline float block_max(float v) { return block_reduce(v, MaxOp{}, -INFINITY); }
 

@@ -10,12 +10,14 @@ namespace tp {
 
 void add_backend_options(Options& options) {
   options.text("backend", "cpu", "device backend", {"cpu", "gpu"});
-  options.text("comm", "auto",
-               "communicator: auto (nccl with --backend gpu, else mpi), mpi (host-staged with a GPU: "
-               "several ranks may share one), nccl",
-               {"auto", "mpi", "nccl"});
+  options.text(
+      "comm", "auto",
+      "communicator: auto (nccl with --backend gpu, else mpi), mpi (host-staged with a GPU: "
+      "several ranks may share one), nccl",
+      {"auto", "mpi", "nccl"});
   options.flag("tf32", "GPU: allow TF32 tensor cores in fp32 GEMMs");
-  options.text("dtype", "fp32", "GEMM input precision (bf16: GPU only, fp32 accumulation and master weights)",
+  options.text("dtype", "fp32",
+               "GEMM input precision (bf16: GPU only, fp32 accumulation and master weights)",
                {"fp32", "bf16"});
 }
 
@@ -31,7 +33,8 @@ DeviceOptions device_options(const Options& options, int local_rank) {
 std::unique_ptr<Device> make_device(const DeviceOptions& o) {
   if (o.backend == "cpu") {
     TP_CHECK_INPUT(!o.tf32, "--tf32 applies to the GPU backend; drop it or add --backend gpu");
-    TP_CHECK_INPUT(o.dtype == "fp32", "--dtype ", o.dtype, " needs --backend gpu (the CPU backend computes in fp32)");
+    TP_CHECK_INPUT(o.dtype == "fp32", "--dtype ", o.dtype,
+                   " needs --backend gpu (the CPU backend computes in fp32)");
     return std::make_unique<CpuDevice>();
   }
   if (o.backend == "gpu") return make_gpu_device(o);

@@ -29,7 +29,8 @@ DeviceOptions device_options(const Options& options, int local_rank);
 std::unique_ptr<Device> make_device(const DeviceOptions& options);
 
 /// The communicator over `comm` named by `--comm` (`which`) for tensors on `device`.
-std::unique_ptr<Communicator> make_communicator(const std::string& which, const DeviceOptions& options,
-                                                MPI_Comm comm, Device& device);
+std::unique_ptr<Communicator> make_communicator(const std::string& which,
+                                                const DeviceOptions& options, MPI_Comm comm,
+                                                Device& device);
 
 }  // namespace tp

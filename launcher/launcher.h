@@ -31,11 +31,11 @@ namespace tp {
 
 /// What a program gets from run_program.
 struct Context {
-  Options& options;      ///< parsed
-  Device& device;        ///< this rank's device (from --backend)
-  Communicator& world;   ///< all ranks of the job
-  int local_rank;        ///< rank among the ranks on this node
-  int local_size;        ///< ranks on this node
+  Options& options;     ///< parsed
+  Device& device;       ///< this rank's device (from --backend)
+  Communicator& world;  ///< all ranks of the job
+  int local_rank;       ///< rank among the ranks on this node
+  int local_size;       ///< ranks on this node
 };
 
 using Program = std::function<int(Context&)>;

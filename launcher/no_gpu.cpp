@@ -6,9 +6,10 @@
 namespace tp {
 
 std::unique_ptr<Device> make_gpu_device(const DeviceOptions&) {
-  TP_CHECK_INPUT(false,
-                 "--backend gpu: this build has no GPU backend (nvcc was not found when it was built, "
-                 "or NO_CUDA=1); rebuild on a machine with CUDA, or use --backend cpu");
+  TP_CHECK_INPUT(
+      false,
+      "--backend gpu: this build has no GPU backend (nvcc was not found when it was built, "
+      "or NO_CUDA=1); rebuild on a machine with CUDA, or use --backend cpu");
   return nullptr;
 }
 

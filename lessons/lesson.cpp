@@ -63,7 +63,8 @@ std::string Table::str() const {
 
 std::string how_to_run(const std::string& binary, const std::vector<int>& ranks) {
   std::string others;
-  for (size_t i = 1; i < ranks.size(); ++i) others += (i > 1 ? ", " : "") + std::to_string(ranks[i]);
+  for (size_t i = 1; i < ranks.size(); ++i)
+    others += (i > 1 ? ", " : "") + std::to_string(ranks[i]);
   return "mpirun -np " + std::to_string(ranks.at(0)) + " build/bin/" + binary +
          (others.empty() ? "" : " (also works with -np " + others + ")");
 }
@@ -71,8 +72,8 @@ std::string how_to_run(const std::string& binary, const std::vector<int>& ranks)
 Lesson::Lesson(Context& ctx, const std::string& binary, const std::vector<int>& ranks)
     : ctx_(ctx), pause_(ctx.options.get_flag("step")) {
   const int t = ctx.world.size();
-  TP_CHECK_INPUT(std::find(ranks.begin(), ranks.end(), t) != ranks.end(), binary, " runs on ", ranks.at(0),
-                 " ranks, not ", t, ": ", how_to_run(binary, ranks));
+  TP_CHECK_INPUT(std::find(ranks.begin(), ranks.end(), t) != ranks.end(), binary, " runs on ",
+                 ranks.at(0), " ranks, not ", t, ": ", how_to_run(binary, ranks));
   display_ = ctx.world.split(0, ctx.world.rank());
 }
 
@@ -96,13 +97,15 @@ std::vector<std::vector<float>> Lesson::gather(const Tensor& t) {
   std::vector<std::vector<float>> out;
   if (!is_root()) return out;
   const std::vector<float> flat = all.to_host();
-  for (int r = 0; r < size(); ++r) out.emplace_back(flat.begin() + r * n, flat.begin() + (r + 1) * n);
+  for (int r = 0; r < size(); ++r)
+    out.emplace_back(flat.begin() + r * n, flat.begin() + (r + 1) * n);
   return out;
 }
 
 std::vector<std::string> Lesson::gather_fmt(const Tensor& t) {
   std::vector<std::string> out;
-  for (const auto& v : gather(t)) out.push_back(fmt(v, t.rows() > 1 ? static_cast<size_t>(t.cols()) : 0));
+  for (const auto& v : gather(t))
+    out.push_back(fmt(v, t.rows() > 1 ? static_cast<size_t>(t.cols()) : 0));
   return out;
 }
 
@@ -117,7 +120,8 @@ void Lesson::report(Table& table, const std::string& step, const Tensor& value, 
   std::vector<std::string> cells = gather_fmt(value);
   if (!is_root()) return;
   std::string line = " ";
-  for (size_t i = 0; i < cells.size(); ++i) line += " rank " + std::to_string(i) + ": " + cells[i] + "  ";
+  for (size_t i = 0; i < cells.size(); ++i)
+    line += " rank " + std::to_string(i) + ": " + cells[i] + "  ";
   const std::string comm = comm_since(mark);
   say(line, " communication: ", comm);
   cells.insert(cells.begin(), step);
@@ -163,7 +167,8 @@ void Lesson::check_ranks(const std::string& what, const Tensor& t,
   const auto got = gather(t);
   if (!is_root()) return;
   TP_CHECK(want.size() == got.size(), "check_ranks: expected values for ", got.size(), " ranks");
-  for (size_t r = 0; r < got.size(); ++r) check(what + " on rank " + std::to_string(r), got[r], want[r], rtol);
+  for (size_t r = 0; r < got.size(); ++r)
+    check(what + " on rank " + std::to_string(r), got[r], want[r], rtol);
 }
 
 int Lesson::finish() {
@@ -185,13 +190,15 @@ int run(int argc, char** argv, const std::string& binary, const std::string& tit
         const std::vector<int>& ranks, const std::function<void(Lesson&)>& body,
         const std::function<void(Options&)>& extra_options) {
   // The help names the rank count (scripts/check-lessons.py compares it with lessons/lessons.txt).
-  Options opts(binary, title + ".\nRuns on " + std::to_string(ranks.at(0)) + " ranks: " + how_to_run(binary, ranks) + ".");
+  Options opts(binary, title + ".\nRuns on " + std::to_string(ranks.at(0)) +
+                           " ranks: " + how_to_run(binary, ranks) + ".");
   opts.flag("step", "pause for Enter between steps");
   if (extra_options) extra_options(opts);
   return run_program(argc, argv, opts, [&](Context& ctx) {
     Lesson lesson(ctx, binary, ranks);
     const int t = ctx.world.size();
-    lesson.say(title, "\n  t = ", t, " rank", t == 1 ? "" : "s", ": ", ctx.world.name(), ", ", ctx.device.name());
+    lesson.say(title, "\n  t = ", t, " rank", t == 1 ? "" : "s", ": ", ctx.world.name(), ", ",
+               ctx.device.name());
     body(lesson);
     return lesson.finish();
   });

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "core/log.h"
 #include "core/host.h"
+#include "core/log.h"
 #include "launcher.h"
 
 namespace tp::lesson {
@@ -54,7 +54,9 @@ class Lesson {
   void step(const std::string& heading);
   /// Prints a line on rank 0.
   template <typename... Args>
-  void say(Args&&... args) { log0(ctx_.world, std::forward<Args>(args)...); }
+  void say(Args&&... args) {
+    log0(ctx_.world, std::forward<Args>(args)...);
+  }
 
   /// Every rank's copy of `t` (same size on every rank), in rank order; filled on rank 0 only.
   std::vector<std::vector<float>> gather(const Tensor& t);
@@ -79,8 +81,8 @@ class Lesson {
   void check(const std::string& what, const std::vector<float>& got, const std::vector<float>& want,
              double rtol = 1e-6);
   /// Gathers `t` from every rank and checks rank r's copy against want[r].
-  void check_ranks(const std::string& what, const Tensor& t, const std::vector<std::vector<float>>& want,
-                   double rtol = 1e-6);
+  void check_ranks(const std::string& what, const Tensor& t,
+                   const std::vector<std::vector<float>>& want, double rtol = 1e-6);
   int checks() const { return checks_; }
 
   /// Prints "PASSED (n checks against a single-device computation)" and returns 0, or lists what

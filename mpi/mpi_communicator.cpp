@@ -35,7 +35,8 @@ class HostView {
   float* ptr() const { return ptr_; }
   /// Copies a staged result back to the device (nothing to do when unstaged).
   void write_back() {
-    if (!staging_.empty()) tensor_.device().copy_from_host(tensor_.data(), staging_.data(), tensor_.bytes());
+    if (!staging_.empty())
+      tensor_.device().copy_from_host(tensor_.data(), staging_.data(), tensor_.bytes());
   }
 
  private:
@@ -95,7 +96,7 @@ std::string mpi_library_version() {
   MPI_Get_library_version(text, &len);
   std::string s(text, static_cast<size_t>(len));
   s = s.substr(0, s.find_first_of("\r\n,"));  // first line, before any ", package: ..."
-  std::string out;                                // "MPICH Version:\t4.0.2" → "MPICH 4.0.2"
+  std::string out;                            // "MPICH Version:\t4.0.2" → "MPICH 4.0.2"
   for (char ch : s) {
     if (ch == '\t') ch = ' ';
     if (ch == ' ' && (out.empty() || out.back() == ' ')) continue;
@@ -120,22 +121,25 @@ std::string MpiCommunicator::name() const { return "mpi (" + mpi_library_version
 
 void MpiCommunicator::do_all_reduce(Tensor& x, ReduceOp op) {
   HostView v(x, true);
-  mpi::check(MPI_Allreduce(MPI_IN_PLACE, v.ptr(), count_of(x), MPI_FLOAT, op == ReduceOp::Max ? MPI_MAX : MPI_SUM, comm_),
-            "MPI_Allreduce");
+  mpi::check(MPI_Allreduce(MPI_IN_PLACE, v.ptr(), count_of(x), MPI_FLOAT,
+                           op == ReduceOp::Max ? MPI_MAX : MPI_SUM, comm_),
+             "MPI_Allreduce");
   v.write_back();
 }
 
 void MpiCommunicator::do_all_gather(const Tensor& shard, Tensor& full) {
   HostView in(shard, true), out(full, false);
-  mpi::check(MPI_Allgather(in.ptr(), count_of(shard), MPI_FLOAT, out.ptr(), count_of(shard), MPI_FLOAT, comm_),
-            "MPI_Allgather");
+  mpi::check(MPI_Allgather(in.ptr(), count_of(shard), MPI_FLOAT, out.ptr(), count_of(shard),
+                           MPI_FLOAT, comm_),
+             "MPI_Allgather");
   out.write_back();
 }
 
 void MpiCommunicator::do_reduce_scatter(const Tensor& full, Tensor& shard) {
   HostView in(full, true), out(shard, false);
-  mpi::check(MPI_Reduce_scatter_block(in.ptr(), out.ptr(), count_of(shard), MPI_FLOAT, MPI_SUM, comm_),
-            "MPI_Reduce_scatter_block");
+  mpi::check(
+      MPI_Reduce_scatter_block(in.ptr(), out.ptr(), count_of(shard), MPI_FLOAT, MPI_SUM, comm_),
+      "MPI_Reduce_scatter_block");
   out.write_back();
 }
 
@@ -147,9 +151,9 @@ void MpiCommunicator::do_broadcast(Tensor& x, int root) {
 
 void MpiCommunicator::do_send_recv(const Tensor& send, int to, Tensor& recv, int from) {
   HostView in(send, true), out(recv, false);
-  mpi::check(MPI_Sendrecv(in.ptr(), count_of(send), MPI_FLOAT, to, 0, out.ptr(), count_of(recv), MPI_FLOAT,
-                         from, 0, comm_, MPI_STATUS_IGNORE),
-            "MPI_Sendrecv");
+  mpi::check(MPI_Sendrecv(in.ptr(), count_of(send), MPI_FLOAT, to, 0, out.ptr(), count_of(recv),
+                          MPI_FLOAT, from, 0, comm_, MPI_STATUS_IGNORE),
+             "MPI_Sendrecv");
   out.write_back();
 }
 
@@ -157,24 +161,25 @@ void MpiCommunicator::do_barrier() { mpi::check(MPI_Barrier(comm_), "MPI_Barrier
 
 std::unique_ptr<Work> MpiCommunicator::do_all_reduce_async(Tensor& x) {
   auto work = std::make_unique<MpiWork>(nullptr, x);
-  mpi::check(MPI_Iallreduce(MPI_IN_PLACE, work->out(), count_of(x), MPI_FLOAT, MPI_SUM, comm_, &work->request),
-            "MPI_Iallreduce");
+  mpi::check(MPI_Iallreduce(MPI_IN_PLACE, work->out(), count_of(x), MPI_FLOAT, MPI_SUM, comm_,
+                            &work->request),
+             "MPI_Iallreduce");
   return work;
 }
 
 std::unique_ptr<Work> MpiCommunicator::do_all_gather_async(const Tensor& shard, Tensor& full) {
   auto work = std::make_unique<MpiWork>(&shard, full);
-  mpi::check(MPI_Iallgather(work->in(), count_of(shard), MPI_FLOAT, work->out(), count_of(shard), MPI_FLOAT,
-                           comm_, &work->request),
-            "MPI_Iallgather");
+  mpi::check(MPI_Iallgather(work->in(), count_of(shard), MPI_FLOAT, work->out(), count_of(shard),
+                            MPI_FLOAT, comm_, &work->request),
+             "MPI_Iallgather");
   return work;
 }
 
 std::unique_ptr<Work> MpiCommunicator::do_reduce_scatter_async(const Tensor& full, Tensor& shard) {
   auto work = std::make_unique<MpiWork>(&full, shard);
-  mpi::check(MPI_Ireduce_scatter_block(work->in(), work->out(), count_of(shard), MPI_FLOAT, MPI_SUM, comm_,
-                                      &work->request),
-            "MPI_Ireduce_scatter_block");
+  mpi::check(MPI_Ireduce_scatter_block(work->in(), work->out(), count_of(shard), MPI_FLOAT, MPI_SUM,
+                                       comm_, &work->request),
+             "MPI_Ireduce_scatter_block");
   return work;
 }
 

@@ -37,7 +37,8 @@ constexpr double kLossTol = 1e-6;  // the mean loss of one step
 constexpr uint64_t kSeed = 77;
 
 inline bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // The bias of the attention keys has zero gradient in exact arithmetic: it adds q·b_k to every
@@ -63,18 +64,21 @@ inline void expect_same_init(const ParamList& got, const ParamList& want) {
   ASSERT_EQ(got.size(), want.size());  // before any collective of the caller
   for (size_t i = 0; i < got.size(); ++i) {
     ASSERT_EQ(got[i].name, want[i].name);
-    EXPECT_EQ(got[i].value.to_host(), shard_of(got[i], with_padding_rows(got[i], want[i].value.to_host()), world().size()))
+    EXPECT_EQ(got[i].value.to_host(),
+              shard_of(got[i], with_padding_rows(got[i], want[i].value.to_host()), world().size()))
         << got[i].name;
   }
 }
 
 // Every gathered global gradient (real rows) of the t = np module against the t = 1 gradient of
 // the same name. Collective: one all-gather per split parameter, in the same order on every rank.
-inline void expect_grads_match(const ParamList& got, const ParamList& want, double tol, bool some_split = true) {
+inline void expect_grads_match(const ParamList& got, const ParamList& want, double tol,
+                               bool some_split = true) {
   EXPECT_EQ(got.size(), want.size());
   std::map<std::string, const Param*> ref;
   for (const Param& p : want) ref[p.name] = &p;
-  double bias_scale = 0;  // ‖grad‖ of the largest q / v bias: the scale the key-bias noise is measured by
+  double bias_scale =
+      0;  // ‖grad‖ of the largest q / v bias: the scale the key-bias noise is measured by
   for (const Param& p : want)
     if (ends_with(p.name, ".q.bias") || ends_with(p.name, ".v.bias"))
       bias_scale = std::max(bias_scale, norm2(p.grad.to_host()));
@@ -115,7 +119,8 @@ struct Trainer {
   AdamW opt;
   Communicator& comm;
   float clip;
-  Trainer(Communicator& c, const GptConfig& cfg, const AdamWParams& hp, float clip_norm, uint64_t seed)
+  Trainer(Communicator& c, const GptConfig& cfg, const AdamWParams& hp, float clip_norm,
+          uint64_t seed)
       : model(device(), c, cfg), opt(device(), model.params(), hp), comm(c), clip(clip_norm) {
     model.init(seed);
   }
@@ -143,7 +148,8 @@ inline double expected_wire_bytes(const std::string& op, int t, int64_t elements
 
 // rec (this rank's ledger records of one step) against want, record by record. Local: call it
 // after the last collective of the step.
-inline void expect_collectives(const std::vector<CommRecord>& rec, const std::vector<ExpectedCollective>& want, int t) {
+inline void expect_collectives(const std::vector<CommRecord>& rec,
+                               const std::vector<ExpectedCollective>& want, int t) {
   ASSERT_EQ(rec.size(), want.size());
   for (size_t i = 0; i < rec.size(); ++i) {
     const CommRecord& r = rec[i];

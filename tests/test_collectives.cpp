@@ -16,7 +16,9 @@ using tp::testing::world;
 
 // x[i] = (rank + 1) · (i + 1): the sum over ranks is (i + 1) · t(t + 1)/2.
 Tensor rank_valued(const Communicator& c, int64_t n) {
-  return Tensor::from_host(device(), Shape{n}, tp::testing::iota_vector(n, 1.0f * (c.rank() + 1), 1.0f * (c.rank() + 1)));
+  return Tensor::from_host(
+      device(), Shape{n},
+      tp::testing::iota_vector(n, 1.0f * (c.rank() + 1), 1.0f * (c.rank() + 1)));
 }
 
 std::vector<float> triangle_times(int64_t n, int t, int64_t first = 0) {
@@ -41,8 +43,10 @@ void check_all_gather(Communicator& c, bool async) {
   const int t = c.size(), r = c.rank();
   Tensor shard = Tensor::from_host(device(), Shape{2, 3}, tp::testing::iota_vector(6, 100.0f * r));
   Tensor full(device(), Shape{2 * t, 3});
-  if (async) c.all_gather_async(shard, full)->wait();
-  else c.all_gather(shard, full);
+  if (async)
+    c.all_gather_async(shard, full)->wait();
+  else
+    c.all_gather(shard, full);
   std::vector<float> want;
   for (int q = 0; q < t; ++q)
     for (int i = 0; i < 6; ++i) want.push_back(100.0f * q + i);
@@ -54,8 +58,10 @@ void check_reduce_scatter(Communicator& c, bool async) {
   const int64_t n = 3;
   Tensor full = rank_valued(c, n * t);
   Tensor shard(device(), Shape{n});
-  if (async) c.reduce_scatter_async(full, shard)->wait();
-  else c.reduce_scatter(full, shard);
+  if (async)
+    c.reduce_scatter_async(full, shard)->wait();
+  else
+    c.reduce_scatter(full, shard);
   EXPECT_EQ(shard.to_host(), triangle_times(n, t, r * n));
 }
 
@@ -93,7 +99,8 @@ TEST(Collectives, AllReduceMaxOfRankValuesIsTheLastRank) { check_all_reduce_max(
 TEST(Collectives, AllReduceMaxOnSplitGroups) {
   Communicator& w = world();
   auto sub = w.split(w.rank() % 2, w.rank());
-  ASSERT_EQ(sub->size(), (w.size() + (w.rank() % 2 == 0 ? 1 : 0)) / 2);  // same outcome on every rank of a group
+  ASSERT_EQ(sub->size(),
+            (w.size() + (w.rank() % 2 == 0 ? 1 : 0)) / 2);  // same outcome on every rank of a group
   check_all_reduce_max(*sub);
   // In world ranks: the largest of the group is the last even (or odd) world rank.
   Tensor x = Tensor::from_host(device(), Shape{1}, {1.0f * w.rank()});
@@ -105,7 +112,9 @@ TEST(Collectives, AllReduceMaxOnSplitGroups) {
 TEST(Collectives, AllReduceAsync) { check_all_reduce(world(), true); }
 TEST(Collectives, AllGatherConcatenatesAlongDim0) { check_all_gather(world(), false); }
 TEST(Collectives, AllGatherAsync) { check_all_gather(world(), true); }
-TEST(Collectives, ReduceScatterGivesEachRankItsBlockOfTheSum) { check_reduce_scatter(world(), false); }
+TEST(Collectives, ReduceScatterGivesEachRankItsBlockOfTheSum) {
+  check_reduce_scatter(world(), false);
+}
 TEST(Collectives, ReduceScatterAsync) { check_reduce_scatter(world(), true); }
 
 void check_broadcast(Communicator& c) {
@@ -157,7 +166,8 @@ TEST(Collectives, SplitGroupsRunEveryCollective) {
   float want = 0;
   for (int q = w.rank() % 2; q < w.size(); q += 2) want += q;
   EXPECT_EQ(x.to_host()[0], want);
-  EXPECT_EQ(sub->ledger().size(), 9u);  // its own ledger: 2 × 3 + broadcast + send-recv + all-reduce
+  EXPECT_EQ(sub->ledger().size(),
+            9u);  // its own ledger: 2 × 3 + broadcast + send-recv + all-reduce
 }
 
 TEST(Collectives, SplitKeyOrdersRanks) {

@@ -28,7 +28,8 @@ struct Case {
 
 // C = alpha op(A) op(B) + beta C through CpuDevice::gemm and through the reference.
 void compare(const Case& c, bool ta, bool tb, float alpha, float beta) {
-  const std::string tag = std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k);
+  const std::string tag =
+      std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k);
   const auto a = random_vector("A" + tag, c.m * c.k), b = random_vector("B" + tag, c.k * c.n);
   const auto c0 = random_vector("C" + tag, c.m * c.n);
   Tensor A = Tensor::from_host(device(), ta ? Shape{c.k, c.m} : Shape{c.m, c.k}, a);
@@ -37,7 +38,7 @@ void compare(const Case& c, bool ta, bool tb, float alpha, float beta) {
   device().gemm(ta, tb, alpha, A, B, beta, C);
   std::vector<float> want = c0;
   tp::host_gemm(ta, tb, c.m, c.n, c.k, alpha, a.data(), A.cols(), b.data(), B.cols(), beta,
-                          want.data(), c.n);
+                want.data(), c.n);
   EXPECT_LE(rel_error(C.to_host(), want), 1e-5)
       << tag << " trans_a=" << ta << " trans_b=" << tb << " alpha=" << alpha << " beta=" << beta;
 }
@@ -53,12 +54,13 @@ TEST_P(GemmShapes, MatchesReferenceForAllTransposesAndScalings) {
 
 // Odd shapes, and shapes that cross the kernel's block edges (64 rows, 256 deep, 512 columns).
 INSTANTIATE_TEST_SUITE_P(Cpu, GemmShapes,
-                         ::testing::Values(Case{1, 1, 1}, Case{3, 5, 7}, Case{1, 13, 2}, Case{17, 33, 65},
-                                           Case{64, 64, 64}, Case{65, 513, 257}, Case{130, 7, 600}),
+                         ::testing::Values(Case{1, 1, 1}, Case{3, 5, 7}, Case{1, 13, 2},
+                                           Case{17, 33, 65}, Case{64, 64, 64}, Case{65, 513, 257},
+                                           Case{130, 7, 600}),
                          [](const auto& info) {
-                           return std::to_string(info.param.m) + "x" + std::to_string(info.param.n) +
-                                  "x" + std::to_string(info.param.k);
-                         });
+  return std::to_string(info.param.m) + "x" + std::to_string(info.param.n) + "x" +
+         std::to_string(info.param.k);
+});
 
 TEST(Gemm, BetaZeroIgnoresNaNInC) {
   Tensor A = Tensor::from_host(device(), Shape{2, 3}, random_vector("a", 6));

@@ -120,9 +120,12 @@ class GpuEnvironment : public ::testing::Environment {
       (worst == 1 ? g.skip : g.broken) = "another rank has no CUDA device";
     }
     if (world().rank() == 0) {
-      if (g.fp32) std::printf("tp-gpu: device %s\n", g.fp32->name().c_str());
-      else if (worst == 1) std::printf("tp-gpu: skipped: %s\n", g.skip.c_str());
-      else std::printf("tp-gpu: broken: %s\n", g.broken.c_str());
+      if (g.fp32)
+        std::printf("tp-gpu: device %s\n", g.fp32->name().c_str());
+      else if (worst == 1)
+        std::printf("tp-gpu: skipped: %s\n", g.skip.c_str());
+      else
+        std::printf("tp-gpu: broken: %s\n", g.broken.c_str());
       std::fflush(stdout);
     }
   }
@@ -136,10 +139,10 @@ class GpuEnvironment : public ::testing::Environment {
 [[maybe_unused]] const auto* const g_env = ::testing::AddGlobalTestEnvironment(new GpuEnvironment);
 
 // Skips (no GPU) or fails (the device could not be created) the current test.
-#define REQUIRE_GPU()                                                      \
-  do {                                                                     \
+#define REQUIRE_GPU()                                                                 \
+  do {                                                                                \
     if (!g.broken.empty()) FAIL() << "creating the CUDA device failed: " << g.broken; \
-    if (!g.fp32) GTEST_SKIP() << g.skip;                                   \
+    if (!g.fp32) GTEST_SKIP() << g.skip;                                              \
   } while (0)
 
 Device& gpu() { return *g.fp32; }
@@ -232,7 +235,9 @@ TEST(GpuElementwise, FillScaleAxpyMul) {
 // gemm in all four transpose cases, with beta = 0 over NaN and with alpha, beta ≠ 0 and 1, at an
 // odd small shape and at one large enough for the tensor-core paths.
 void check_gemm(Device& dev, double tol) {
-  struct Case { int64_t m, n, k; };
+  struct Case {
+    int64_t m, n, k;
+  };
   for (const Case c : {Case{37, 53, 71}, Case{256, 384, 512}}) {
     for (int ta = 0; ta < 2; ++ta) {
       for (int tb = 0; tb < 2; ++tb) {
@@ -290,7 +295,8 @@ TEST(GpuRandom, FillRandomAndDropoutMaskBitForBit) {
   const RngKey key = RngKey::from(kSeed, "transformer.h.0.mlp.c_fc.weight");
   // A column shard (cols 40..72 of a 96-column matrix) and a row shard: global indices differ
   // from local ones.
-  for (const GlobalIndex idx : {GlobalIndex::whole(33), GlobalIndex::columns(96, 40), GlobalIndex::rows(33, 17)}) {
+  for (const GlobalIndex idx :
+       {GlobalIndex::whole(33), GlobalIndex::columns(96, 40), GlobalIndex::rows(33, 17)}) {
     Pair u = out(Shape{19, 33});
     cpu().fill_random(u.cpu, key, idx, Distribution::uniform(-0.5f, 2.0f));
     gpu().fill_random(u.gpu, key, idx, Distribution::uniform(-0.5f, 2.0f));
@@ -333,14 +339,16 @@ TEST(GpuNorms, LayerNormAndRmsNormForwardBackward) {
   for (const int64_t h : {48, 257, 4096}) {
     const int64_t rows = h == 4096 ? 8 : 37;
     const Shape s{rows, h};
-    Pair x = rnd("ln.x" + std::to_string(h), s, 3.0f), w = rnd("ln.w", Shape{h}), b = rnd("ln.b", Shape{h});
+    Pair x = rnd("ln.x" + std::to_string(h), s, 3.0f), w = rnd("ln.w", Shape{h}),
+         b = rnd("ln.b", Shape{h});
     Pair y = out(s), mean = out(Shape{rows}), rstd = out(Shape{rows});
     cpu().layernorm_forward(y.cpu, mean.cpu, rstd.cpu, x.cpu, w.cpu, b.cpu, 1e-5f);
     gpu().layernorm_forward(y.gpu, mean.gpu, rstd.gpu, x.gpu, w.gpu, b.gpu, 1e-5f);
     EXPECT_CLOSE(y, kFp32) << " h=" << h;
     EXPECT_CLOSE(mean, kFp32) << " h=" << h;
     EXPECT_CLOSE(rstd, kFp32) << " h=" << h;
-    Pair dy = rnd("ln.dy", s), dx = out(s), dw = rnd("ln.dw", Shape{h}), db = rnd("ln.db", Shape{h});
+    Pair dy = rnd("ln.dy", s), dx = out(s), dw = rnd("ln.dw", Shape{h}),
+         db = rnd("ln.db", Shape{h});
     cpu().layernorm_backward(dx.cpu, dw.cpu, db.cpu, dy.cpu, x.cpu, w.cpu, mean.cpu, rstd.cpu);
     gpu().layernorm_backward(dx.gpu, dw.gpu, db.gpu, dy.gpu, x.gpu, w.gpu, mean.gpu, rstd.gpu);
     EXPECT_CLOSE(dx, kFp32) << " h=" << h;
@@ -362,8 +370,11 @@ TEST(GpuNorms, LayerNormAndRmsNormForwardBackward) {
 
 TEST(GpuAttention, CausalForwardBackwardMhaAndGqa) {
   REQUIRE_GPU();
-  struct Case { int64_t seq, batch, heads, kv, hd; };
-  for (const Case c : {Case{13, 2, 4, 4, 8}, Case{13, 2, 4, 2, 8}, Case{9, 3, 6, 2, 16}, Case{70, 1, 6, 2, 64}}) {
+  struct Case {
+    int64_t seq, batch, heads, kv, hd;
+  };
+  for (const Case c :
+       {Case{13, 2, 4, 4, 8}, Case{13, 2, 4, 2, 8}, Case{9, 3, 6, 2, 16}, Case{70, 1, 6, 2, 64}}) {
     AttentionShape sh;
     sh.seq = c.seq;
     sh.batch = c.batch;
@@ -373,7 +384,8 @@ TEST(GpuAttention, CausalForwardBackwardMhaAndGqa) {
     sh.scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
     const int64_t n = c.seq * c.batch;
     const std::string tag = "attn" + std::to_string(c.seq) + "." + std::to_string(c.kv);
-    Pair q = rnd(tag + ".q", Shape{n, c.heads * c.hd}, 2.0f), k = rnd(tag + ".k", Shape{n, c.kv * c.hd}, 2.0f),
+    Pair q = rnd(tag + ".q", Shape{n, c.heads * c.hd}, 2.0f),
+         k = rnd(tag + ".k", Shape{n, c.kv * c.hd}, 2.0f),
          v = rnd(tag + ".v", Shape{n, c.kv * c.hd});
     Pair o = out(Shape{n, c.heads * c.hd}), probs = out(Shape{c.batch, c.heads, c.seq, c.seq});
     cpu().attention_forward(o.cpu, probs.cpu, q.cpu, k.cpu, v.cpu, sh);
@@ -395,7 +407,8 @@ std::vector<float> ids(int64_t n, int64_t vocab, const std::string& name) {
   std::vector<float> v(static_cast<size_t>(n));
   const auto r = random_vector(name, n);
   for (int64_t i = 0; i < n; ++i)
-    v[i] = static_cast<float>(std::min<int64_t>(vocab - 1, static_cast<int64_t>((r[i] + 1.0f) * 0.5f * vocab)));
+    v[i] = static_cast<float>(
+        std::min<int64_t>(vocab - 1, static_cast<int64_t>((r[i] + 1.0f) * 0.5f * vocab)));
   return v;
 }
 
@@ -447,8 +460,10 @@ TEST(GpuVocabLoss, MaxSumExpLossAndSoftmaxBackwardWithPadding) {
   cpu().vocab_softmax_backward(dl.cpu, logits.cpu, mx.cpu, se.cpu, targets.cpu, shard, 1.0f / n);
   gpu().vocab_softmax_backward(dl.gpu, logits.gpu, mx.gpu, se.gpu, targets.gpu, shard, 1.0f / n);
   EXPECT_CLOSE(dl, kFp32);
-  cpu().vocab_softmax_backward(logits.cpu, logits.cpu, mx.cpu, se.cpu, targets.cpu, shard, 1.0f / n);  // aliased
-  gpu().vocab_softmax_backward(logits.gpu, logits.gpu, mx.gpu, se.gpu, targets.gpu, shard, 1.0f / n);
+  cpu().vocab_softmax_backward(logits.cpu, logits.cpu, mx.cpu, se.cpu, targets.cpu, shard,
+                               1.0f / n);  // aliased
+  gpu().vocab_softmax_backward(logits.gpu, logits.gpu, mx.gpu, se.gpu, targets.gpu, shard,
+                               1.0f / n);
   EXPECT_CLOSE(logits, kFp32);
 }
 
@@ -499,7 +514,8 @@ double norm2(const std::vector<float>& v) {
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // The GPU model uses the world communicator too: MpiCommunicator stages its tensors through the
@@ -524,7 +540,8 @@ void check_model(const GptConfig& cfg) {
   std::vector<std::vector<float>> gc(pc.size());
   for (size_t i = 0; i < pc.size(); ++i) {
     gc[i] = gather_real(world(), pc[i], pc[i].grad);
-    if (ends_with(pc[i].name, ".q.bias") || ends_with(pc[i].name, ".v.bias")) bias_scale = std::max(bias_scale, norm2(gc[i]));
+    if (ends_with(pc[i].name, ".q.bias") || ends_with(pc[i].name, ".v.bias"))
+      bias_scale = std::max(bias_scale, norm2(gc[i]));
   }
   for (size_t i = 0; i < std::min(pg.size(), pc.size()); ++i) {
     const auto gg = gather_real(world(), pg[i], pg[i].grad);
@@ -567,13 +584,16 @@ TEST(GpuModel, TwentyStepLossCurveMatchesCpu) {
     lc.push_back(train_step(world(), cpu(), mc, oc, b, kSeed, s, hp.lr, 1.0f).loss);
   }
   for (size_t s = 0; s < lc.size(); ++s)
-    EXPECT_LE(std::abs(lg[s] - lc[s]), kModel * lc[s]) << "step " << s << ": " << lg[s] << " vs " << lc[s];
+    EXPECT_LE(std::abs(lg[s] - lc[s]), kModel * lc[s])
+        << "step " << s << ": " << lg[s] << " vs " << lc[s];
   EXPECT_LT(lc.back(), lc.front()) << "the model did not learn";
 }
 
 // ---- 4. Collectives on GPU tensors --------------------------------------------------------------
 
-std::vector<float> iota(int64_t n, float start, float step) { return tp::testing::iota_vector(n, start, step); }
+std::vector<float> iota(int64_t n, float start, float step) {
+  return tp::testing::iota_vector(n, start, step);
+}
 
 // Every collective of `c`, on tensors of `dev`, with small integers (exact). Collective: every
 // rank makes the same calls; only EXPECT_* after the first.
@@ -582,7 +602,8 @@ void check_collectives(Communicator& c, Device& dev) {
   const int64_t n = 12;
   auto tri = [&](int64_t count, int64_t first) {
     std::vector<float> v(static_cast<size_t>(count));
-    for (int64_t i = 0; i < count; ++i) v[i] = static_cast<float>((first + i + 1) * t * (t + 1) / 2);
+    for (int64_t i = 0; i < count; ++i)
+      v[i] = static_cast<float>((first + i + 1) * t * (t + 1) / 2);
     return v;
   };
   const size_t ledger0 = c.ledger().records().size();
@@ -625,8 +646,10 @@ void check_collectives(Communicator& c, Device& dev) {
     EXPECT_EQ(whole.to_host(), want) << c.name() << " all_gather async=" << async;
     Tensor fullv = Tensor::from_host(dev, Shape{3 * t}, iota(3 * t, r + 1.0f, r + 1.0f));
     Tensor part(dev, Shape{3});
-    if (async) c.reduce_scatter_async(fullv, part)->wait();
-    else c.reduce_scatter(fullv, part);
+    if (async)
+      c.reduce_scatter_async(fullv, part)->wait();
+    else
+      c.reduce_scatter(fullv, part);
     EXPECT_EQ(part.to_host(), tri(3, 3 * r)) << c.name() << " reduce_scatter async=" << async;
   }
   // broadcast from every root.

@@ -116,7 +116,8 @@ struct NormRef {
   Vec y, mean, rstd;
 };
 
-NormRef layernorm_ref(const Vec& x, const Vec& w, const Vec& b, int64_t rows, int64_t h, double eps) {
+NormRef layernorm_ref(const Vec& x, const Vec& w, const Vec& b, int64_t rows, int64_t h,
+                      double eps) {
   NormRef r{Vec(x.size()), Vec(rows), Vec(rows)};
   for (int64_t i = 0; i < rows; ++i) {
     double mu = 0, var = 0;
@@ -297,7 +298,8 @@ TEST(KernelSwiGLU, ForwardMatchesReferenceAndBackwardMatchesFiniteDifferences) {
   const int64_t n = 5 * 9;
   const auto g = random_scaled("sw_g", n, 4.0f), u = random_vector("sw_u", n);
   const Vec R = to_d(random_vector("sw_R", n));
-  Tensor G = on_device(Shape{5, 9}, g), U = on_device(Shape{5, 9}, u), Y = filled(Shape{5, 9}, kNaN);
+  Tensor G = on_device(Shape{5, 9}, g), U = on_device(Shape{5, 9}, u),
+         Y = filled(Shape{5, 9}, kNaN);
   device().swiglu_forward(Y, G, U);
   EXPECT_LE(rel_error(Y.to_host(), to_f(swiglu_ref(to_d(g), to_d(u)))), kForwardTol);
 
@@ -319,7 +321,8 @@ struct LayerNormCase {
   Tensor X, W, B, dY, Y, mean, rstd;
   LayerNormCase(int64_t rows_, int64_t h_) : rows(rows_), h(h_) {
     x = random_scaled("ln_x", rows * h, 2.0f);
-    for (int64_t i = 0; i < rows * h; ++i) x[i] += 0.5f * static_cast<float>(i % 3);  // nonzero means
+    for (int64_t i = 0; i < rows * h; ++i)
+      x[i] += 0.5f * static_cast<float>(i % 3);  // nonzero means
     w = random_vector("ln_w", h);
     b = random_vector("ln_b", h);
     dy = random_vector("ln_R", rows * h);
@@ -394,7 +397,8 @@ TEST(KernelLayerNorm, BackwardIsThreadIndependent) {
 }
 
 TEST(KernelLayerNorm, ShapeMismatchIsAnError) {
-  Tensor x(device(), Shape{4, 6}), y(device(), Shape{4, 6}), w(device(), Shape{5}), b(device(), Shape{6});
+  Tensor x(device(), Shape{4, 6}), y(device(), Shape{4, 6}), w(device(), Shape{5}),
+      b(device(), Shape{6});
   Tensor mean(device(), Shape{4}), rstd(device(), Shape{4});
   EXPECT_THROW(device().layernorm_forward(y, mean, rstd, x, w, b, 1e-5f), tp::Error);
 }
@@ -414,8 +418,10 @@ TEST(KernelRMSNorm, ForwardAndBackwardMatchReference) {
   Tensor dX = filled(Shape{rows, h}, kNaN), dW = filled(Shape{h}, 0.0f);
   device().rmsnorm_backward(dX, dW, dY, X, W, rstd);
   const Vec xd = to_d(x), wd = to_d(w);
-  const Vec want_dx = fd_grad([&](const Vec& xx) { return rmsnorm_ref(xx, wd, rows, h, 1e-6).y; }, xd, R);
-  const Vec want_dw = fd_grad([&](const Vec& ww) { return rmsnorm_ref(xd, ww, rows, h, 1e-6).y; }, wd, R);
+  const Vec want_dx =
+      fd_grad([&](const Vec& xx) { return rmsnorm_ref(xx, wd, rows, h, 1e-6).y; }, xd, R);
+  const Vec want_dw =
+      fd_grad([&](const Vec& ww) { return rmsnorm_ref(xd, ww, rows, h, 1e-6).y; }, wd, R);
   EXPECT_LE(rel_error(dX.to_host(), to_f(want_dx)), kGradTol);
   const auto dw1 = dW.to_host();
   EXPECT_LE(rel_error(dw1, to_f(want_dw)), kGradTol);
@@ -451,8 +457,9 @@ AttentionShape attn_shape(int64_t S, int64_t B, int64_t nh, int64_t nkv, int64_t
 }
 
 std::string attn_tag(const AttentionShape& s) {
-  return "S=" + std::to_string(s.seq) + " B=" + std::to_string(s.batch) + " nh=" +
-         std::to_string(s.heads) + " nkv=" + std::to_string(s.kv_heads) + " hd=" + std::to_string(s.head_dim);
+  return "S=" + std::to_string(s.seq) + " B=" + std::to_string(s.batch) +
+         " nh=" + std::to_string(s.heads) + " nkv=" + std::to_string(s.kv_heads) +
+         " hd=" + std::to_string(s.head_dim);
 }
 
 struct AttnCase {
@@ -507,7 +514,8 @@ TEST(KernelAttention, BackwardMatchesFiniteDifferences) {
     AttnCase c(sh);
     const Vec R = to_d(random_vector("R" + attn_tag(sh), c.Q.numel()));
     Tensor dOut = on_device(c.Q.shape(), to_f(R));
-    Tensor dQ = filled(c.Q.shape(), kNaN), dK = filled(c.K.shape(), kNaN), dV = filled(c.V.shape(), kNaN);
+    Tensor dQ = filled(c.Q.shape(), kNaN), dK = filled(c.K.shape(), kNaN),
+           dV = filled(c.V.shape(), kNaN);
     device().attention_backward(dQ, dK, dV, dOut, c.Q, c.K, c.V, c.probs, sh);
     const Vec q = to_d(c.q), k = to_d(c.k), v = to_d(c.v);
     const Vec want_dq = fd_grad([&](const Vec& x) { return attention_ref(x, k, v, sh).out; }, q, R);
@@ -573,7 +581,8 @@ std::vector<float> row_slice(const std::vector<float>& m, int64_t r0, int64_t n,
 const std::vector<float> kVocabIds = {3, 0, 9, 3, 3, 1, 5, 0, 2, 9, 6, 4, 7, 8, 8, 4};
 
 TEST(KernelEmbeddingShard, ForwardLooksUpOwnedIdsAndZerosTheRest) {
-  const int64_t h = 5, first = 4, rows = 4;  // shard 1 of t = 3 over V = 10 padded to 12: ids [4, 8)
+  const int64_t h = 5, first = 4,
+                rows = 4;  // shard 1 of t = 3 over V = 10 padded to 12: ids [4, 8)
   const int64_t n = static_cast<int64_t>(kVocabIds.size());
   const auto wte = random_vector("es_wte", rows * h);
   Tensor Ids = on_device(Shape{n}, kVocabIds), Wte = on_device(Shape{rows, h}, wte);
@@ -615,7 +624,8 @@ TEST(KernelEmbeddingShard, ShardsSumToTheFullLookup) {
     }
     std::vector<float> want(n * h);
     for (int64_t i = 0; i < n; ++i)
-      for (int64_t c = 0; c < h; ++c) want[i * h + c] = wte[static_cast<int64_t>(kVocabIds[i]) * h + c];
+      for (int64_t c = 0; c < h; ++c)
+        want[i * h + c] = wte[static_cast<int64_t>(kVocabIds[i]) * h + c];
     EXPECT_EQ(sum, want) << "t=" << t;  // x + 0 + … + 0 is exact: one shard owns each id
   }
 }
@@ -637,7 +647,8 @@ TEST(KernelEmbeddingShard, BackwardMatchesReferenceAndFiniteDifferencesAndAccumu
       for (int64_t c = 0; c < h; ++c) want[row * h + c] += R[i * h + c];
   }
   EXPECT_LE(rel_error(g, to_f(want)), kForwardTol);
-  const Vec fd = fd_grad([&](const Vec& x) { return embedding_shard_ref(kVocabIds, x, first, h); }, wte, R);
+  const Vec fd =
+      fd_grad([&](const Vec& x) { return embedding_shard_ref(kVocabIds, x, first, h); }, wte, R);
   EXPECT_LE(rel_error(g, to_f(fd)), kGradTol);
 
   // A second call accumulates (not bit-exactly 2x: rows are added one by one into dW).
@@ -653,7 +664,8 @@ TEST(KernelEmbeddingShard, BackwardMatchesReferenceAndFiniteDifferencesAndAccumu
 }
 
 TEST(KernelEmbeddingShard, BackwardIsThreadIndependent) {
-  const int64_t n = 512, V = 10, h = 96, first = 3, rows = 5;  // 49152 elements, 512 ids into 5 rows
+  const int64_t n = 512, V = 10, h = 96, first = 3,
+                rows = 5;  // 49152 elements, 512 ids into 5 rows
   std::vector<float> ids(n);
   for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<float>((i * 7 + i / 5) % V);
   Tensor Ids = on_device(Shape{n}, ids);
@@ -687,7 +699,8 @@ TEST(KernelPosition, ForwardAndBackwardOnASequenceShardMatchReference) {
     device().position_forward(X, Wpe, B, row0);
     std::vector<float> want(rows * h);
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < h; ++c) want[r * h + c] = x[r * h + c] + wpe[((row0 + r) / B) * h + c];
+      for (int64_t c = 0; c < h; ++c)
+        want[r * h + c] = x[r * h + c] + wpe[((row0 + r) / B) * h + c];
     EXPECT_EQ(X.to_host(), want) << tag;  // one float add per element, the same one
 
     const Vec R = to_d(random_vector("pos_R" + tag, rows * h));
@@ -695,7 +708,8 @@ TEST(KernelPosition, ForwardAndBackwardOnASequenceShardMatchReference) {
     device().position_backward(dWpe, dX, B, row0);
     const auto g = dWpe.to_host();
     const Vec xd = to_d(x);
-    const Vec fd = fd_grad([&](const Vec& w) { return position_ref(xd, w, B, row0, h); }, to_d(wpe), R);
+    const Vec fd =
+        fd_grad([&](const Vec& w) { return position_ref(xd, w, B, row0, h); }, to_d(wpe), R);
     EXPECT_LE(rel_error(g, to_f(fd)), kGradTol) << tag;
     const int64_t s0 = row0 / B, s1 = (row0 + rows - 1) / B;  // positions held
     for (int64_t s = 0; s < P; ++s) {
@@ -784,7 +798,8 @@ VocabForward vocab_forward(const VocabSplit& sp, const Tensor& targets) {
 }
 
 // scale · (softmax(logits[r]) − onehot(target)), in double.
-Vec softmax_grad_ref(const Vec& logits, const std::vector<float>& targets, int64_t V, double scale) {
+Vec softmax_grad_ref(const Vec& logits, const std::vector<float>& targets, int64_t V,
+                     double scale) {
   Vec d(logits.size());
   for (size_t r = 0; r < targets.size(); ++r) {
     double mx = -1e300, sum = 0;
@@ -885,8 +900,8 @@ TEST(KernelVocabLoss, AShardOfOnlyPaddingContributesNothing) {
 
 TEST(KernelVocabLoss, LargeLogitsStayFinite) {
   const int64_t n = 2, V = 5, t = 2;  // Vp = 6: shard 1 holds ids 3, 4 and one padded column
-  const std::vector<float> logits = {1e4f, 1e4f - 1, 1e4f - 3, -1e4f, 1e4f - 0.5f,
-                                     -1e4f, 2e4f,     0,         1e4f,  2e4f - 2};
+  const std::vector<float> logits = {1e4f,  1e4f - 1, 1e4f - 3, -1e4f, 1e4f - 0.5f,
+                                     -1e4f, 2e4f,     0,        1e4f,  2e4f - 2};
   const std::vector<float> targets = {1, 4};
   Tensor T = on_device(Shape{n}, targets);
   VocabSplit sp(logits, n, V, t, 3e4f);
@@ -1125,20 +1140,21 @@ TEST(DeviceChecks, EveryKernelRejectsATensorOfAnotherDeviceBeforeTheBackendRuns)
   const AttentionShape sh{2, 1, 1, 1, 4, 0.5f};
   const VocabShard shard{0, 4};
   const std::vector<std::function<void()>> kernels = {
-      [&] { dev.fill(other, 1.0f); },
-      [&] { dev.scale(other, 2.0f); },
-      [&] { dev.axpy(1.0f, other, x); },
-      [&] { dev.gemm(false, true, 1.0f, other, x, 0.0f, x); },
-      [&] { dev.add_bias(x, other); },
-      [&] { dev.add_bias_backward(other, x); },
-      [&] { dev.copy_columns(other, 0, x, 0, 4); },
+      [&] {
+    dev.fill(other, 1.0f);
+      },
+      [&] {
+    dev.scale(other, 2.0f);
+  },
+                                           [&] {
+    dev.axpy(1.0f, other, x);
+  },
+      [&] { dev.gemm(false, true, 1.0f, other, x, 0.0f, x); }, [&] { dev.add_bias(x, other); },
+      [&] { dev.add_bias_backward(other, x); }, [&] { dev.copy_columns(other, 0, x, 0, 4); },
       [&] { dev.fill_random(other, key, index, Distribution::uniform(0.0f, 1.0f)); },
-      [&] { dev.mul(x, other, x); },
-      [&] { dev.sum_squares(other); },
-      [&] { dev.dropout_mask(other, key, index, 0.1f); },
-      [&] { dev.gelu_forward(x, other); },
-      [&] { dev.gelu_backward(x, x, other); },
-      [&] { dev.swiglu_forward(x, x, other); },
+      [&] { dev.mul(x, other, x); }, [&] { dev.sum_squares(other); },
+      [&] { dev.dropout_mask(other, key, index, 0.1f); }, [&] { dev.gelu_forward(x, other); },
+      [&] { dev.gelu_backward(x, x, other); }, [&] { dev.swiglu_forward(x, x, other); },
       [&] { dev.swiglu_backward(x, x, x, x, other); },
       [&] { dev.layernorm_forward(x, x, x, x, x, other, 1e-5f); },
       [&] { dev.layernorm_backward(x, x, x, x, x, x, x, other); },
@@ -1148,14 +1164,13 @@ TEST(DeviceChecks, EveryKernelRejectsATensorOfAnotherDeviceBeforeTheBackendRuns)
       [&] { dev.attention_backward(x, x, x, x, x, x, x, other, sh); },
       [&] { dev.embedding_shard_forward(x, other, x, 0); },
       [&] { dev.embedding_shard_backward(x, x, other, 0); },
-      [&] { dev.position_forward(x, other, 1, 0); },
-      [&] { dev.position_backward(other, x, 1, 0); },
+      [&] { dev.position_forward(x, other, 1, 0); }, [&] { dev.position_backward(other, x, 1, 0); },
       [&] { dev.vocab_max(x, other, shard); },
       [&] { dev.vocab_sum_exp_target(x, x, x, x, other, shard); },
       [&] { dev.vocab_loss(x, x, x, other); },
       [&] { dev.vocab_softmax_backward(x, x, x, x, other, shard, 1.0f); },
       [&] { dev.adamw_step(x, x, x, other, AdamWParams{}, 1); },
-  };
+      };
   dev.fill(x, 0.0f);  // a good call reaches the backend
   ASSERT_EQ(dev.calls, 1);
   for (size_t i = 0; i < kernels.size(); ++i) {

@@ -70,7 +70,8 @@ TEST_P(ColumnParallel, MatchesSingleDevice) {
 
   Tensor y = layer.forward(Tensor::from_host(device(), Shape{n, in}, x));
   const auto dy_in = gather ? dy : host_block(dy, out, 0, n, r * c, c);
-  Tensor dx = layer.backward(Tensor::from_host(device(), gather ? Shape{n, out} : Shape{n, c}, dy_in));
+  Tensor dx =
+      layer.backward(Tensor::from_host(device(), gather ? Shape{n, out} : Shape{n, c}, dy_in));
 
   EXPECT_EQ(layer.weight.to_host(), host_block(w, out, 0, in, r * c, c));  // bit-identical init
   EXPECT_LE(rel_error(y.to_host(), gather ? ref.y : host_block(ref.y, out, 0, n, r * c, c)), kTol);
@@ -81,7 +82,8 @@ TEST_P(ColumnParallel, MatchesSingleDevice) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(BiasAndGather, ColumnParallel, ::testing::Combine(::testing::Bool(), ::testing::Bool()));
+INSTANTIATE_TEST_SUITE_P(BiasAndGather, ColumnParallel,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool()));
 
 class RowParallel : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
 
@@ -102,14 +104,17 @@ TEST_P(RowParallel, MatchesSingleDevice) {
 
   EXPECT_EQ(layer.weight.to_host(), host_block(w, out, r * k, k, 0, out));  // bit-identical init
   EXPECT_LE(rel_error(y.to_host(), ref.y), kTol);
-  EXPECT_LE(rel_error(dx.to_host(), input_is_parallel ? host_block(ref.dx, in, 0, n, r * k, k) : ref.dx), kTol);
+  EXPECT_LE(
+      rel_error(dx.to_host(), input_is_parallel ? host_block(ref.dx, in, 0, n, r * k, k) : ref.dx),
+      kTol);
   EXPECT_LE(rel_error(layer.dweight.to_host(), host_block(ref.dw, out, r * k, k, 0, out)), kTol);
   if (bias) {
     EXPECT_LE(rel_error(layer.dbias.to_host(), ref.db), kTol);  // replicated: whole db everywhere
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(BiasAndInputSplit, RowParallel, ::testing::Combine(::testing::Bool(), ::testing::Bool()));
+INSTANTIATE_TEST_SUITE_P(BiasAndInputSplit, RowParallel,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool()));
 
 // Column (h → ffn) then Row (ffn → h): Z = (X A + a) B + b, with one all-reduce forward (g) and one
 // backward (f), each of N·h elements.
@@ -124,9 +129,9 @@ TEST(ColumnThenRow, EqualsTheUnshardedTwoLayerProduct) {
   const auto B = global_param("fc2.weight", ffn * h), b = global_param("fc2.bias", h);
   const auto x = random_vector("x", n * h), dz = random_vector("dz", n * h);
   const std::vector<float> no_grad(static_cast<size_t>(n * ffn), 0.0f);
-  const auto u = Reference(x, A, a, no_grad, n, h, ffn).y;                           // U = XA + a
-  const Reference second(u, B, b, dz, n, ffn, h);                                    // Z, dU, dB, db
-  const Reference first(x, A, a, second.dx, n, h, ffn);                              // dX, dA, da
+  const auto u = Reference(x, A, a, no_grad, n, h, ffn).y;  // U = XA + a
+  const Reference second(u, B, b, dz, n, ffn, h);           // Z, dU, dB, db
+  const Reference first(x, A, a, second.dx, n, h, ffn);     // dX, dA, da
 
   CommLedger& ledger = world().ledger();
   size_t mark = ledger.size();
@@ -184,7 +189,8 @@ TEST(ParallelLinear, NonDivisibleSizesAreBadInput) {
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.exit_code(), 2);
-    const std::string want = "fc1.out=" + std::to_string(bad) + " is not divisible by t=" + std::to_string(t);
+    const std::string want =
+        "fc1.out=" + std::to_string(bad) + " is not divisible by t=" + std::to_string(t);
     EXPECT_EQ(std::string(e.what()).rfind(want, 0), 0u) << e.what();
   }
   EXPECT_THROW(RowParallelLinear(device(), world(), "fc2", bad, 4, true, true), Error);

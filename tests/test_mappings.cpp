@@ -49,7 +49,8 @@ void expect_comm(const std::function<void()>& op, const std::vector<std::string>
   const size_t before = world().ledger().size();
   op();
   std::vector<std::string> got;
-  for (size_t i = before; i < world().ledger().size(); ++i) got.push_back(world().ledger().records()[i].op);
+  for (size_t i = before; i < world().ledger().size(); ++i)
+    got.push_back(world().ledger().records()[i].op);
   EXPECT_EQ(got, world().size() == 1 ? std::vector<std::string>{} : ops);
 }
 
@@ -57,35 +58,48 @@ TEST(Mappings, CopyToTpRegion_f) {
   Global S;
   expect_comm([&] { EXPECT_EQ(copy_to_tp_region_forward(world(), S.full()).to_host(), S.g); }, {});
   // Backward sums every rank's partial gradient: Σ_r (r + 1) G.
-  expect_comm([&] {
-    EXPECT_EQ(copy_to_tp_region_backward(world(), S.full(S.r + 1.0f)).to_host(), S.full(S.triangle()).to_host());
-  }, {"all_reduce"});
+  expect_comm(
+      [&] {
+    EXPECT_EQ(copy_to_tp_region_backward(world(), S.full(S.r + 1.0f)).to_host(),
+              S.full(S.triangle()).to_host());
+      },
+      {"all_reduce"});
 }
 
 TEST(Mappings, ReduceFromTpRegion_g) {
   Global S;
-  expect_comm([&] {
-    EXPECT_EQ(reduce_from_tp_region_forward(world(), S.full(S.r + 1.0f)).to_host(), S.full(S.triangle()).to_host());
-  }, {"all_reduce"});
-  expect_comm([&] { EXPECT_EQ(reduce_from_tp_region_backward(world(), S.full()).to_host(), S.g); }, {});
+  expect_comm(
+      [&] {
+    EXPECT_EQ(reduce_from_tp_region_forward(world(), S.full(S.r + 1.0f)).to_host(),
+              S.full(S.triangle()).to_host());
+      },
+      {"all_reduce"});
+  expect_comm([&] { EXPECT_EQ(reduce_from_tp_region_backward(world(), S.full()).to_host(), S.g); },
+              {});
 }
 
 TEST(Mappings, ScatterToTpRegion) {
   Global S;
-  expect_comm([&] {
+  expect_comm(
+      [&] {
     Tensor y = scatter_to_tp_region_forward(world(), S.full());
     EXPECT_EQ(y.shape(), (Shape{S.s, S.h / S.t}));
     EXPECT_EQ(y.to_host(), S.cols(S.r));
-  }, {});
-  expect_comm([&] { EXPECT_EQ(scatter_to_tp_region_backward(world(), S.local_cols()).to_host(), S.g); },
-              {"all_gather"});
+      },
+      {});
+  expect_comm(
+      [&] { EXPECT_EQ(scatter_to_tp_region_backward(world(), S.local_cols()).to_host(), S.g); },
+      {"all_gather"});
 }
 
 TEST(Mappings, GatherFromTpRegion) {
   Global S;
-  expect_comm([&] { EXPECT_EQ(gather_from_tp_region_forward(world(), S.local_cols()).to_host(), S.g); },
-              {"all_gather"});
-  expect_comm([&] { EXPECT_EQ(gather_from_tp_region_backward(world(), S.full()).to_host(), S.cols(S.r)); }, {});
+  expect_comm(
+      [&] { EXPECT_EQ(gather_from_tp_region_forward(world(), S.local_cols()).to_host(), S.g); },
+      {"all_gather"});
+  expect_comm(
+      [&] { EXPECT_EQ(gather_from_tp_region_backward(world(), S.full()).to_host(), S.cols(S.r)); },
+      {});
 }
 
 TEST(Mappings, LastDimOpsSeeLeadingDimsAsRows) {
@@ -100,35 +114,48 @@ TEST(Mappings, LastDimOpsSeeLeadingDimsAsRows) {
 
 TEST(Mappings, ScatterToSpRegion) {
   Global S;
-  expect_comm([&] { EXPECT_EQ(scatter_to_sp_region_forward(world(), S.full()).to_host(), S.rows(S.r)); }, {});
-  expect_comm([&] { EXPECT_EQ(scatter_to_sp_region_backward(world(), S.local_rows()).to_host(), S.g); },
-              {"all_gather"});
+  expect_comm(
+      [&] { EXPECT_EQ(scatter_to_sp_region_forward(world(), S.full()).to_host(), S.rows(S.r)); },
+      {});
+  expect_comm(
+      [&] { EXPECT_EQ(scatter_to_sp_region_backward(world(), S.local_rows()).to_host(), S.g); },
+      {"all_gather"});
 }
 
 TEST(Mappings, GatherFromSpRegion) {
   Global S;
-  expect_comm([&] { EXPECT_EQ(gather_from_sp_region_forward(world(), S.local_rows()).to_host(), S.g); },
-              {"all_gather"});
+  expect_comm(
+      [&] { EXPECT_EQ(gather_from_sp_region_forward(world(), S.local_rows()).to_host(), S.g); },
+      {"all_gather"});
   // Backward: every rank used the whole sequence; its block's gradient is the sum over ranks.
-  expect_comm([&] {
-    EXPECT_EQ(gather_from_sp_region_backward(world(), S.full(S.r + 1.0f)).to_host(), S.rows(S.r, S.triangle()));
-  }, {"reduce_scatter"});
+  expect_comm(
+      [&] {
+    EXPECT_EQ(gather_from_sp_region_backward(world(), S.full(S.r + 1.0f)).to_host(),
+              S.rows(S.r, S.triangle()));
+      },
+      {"reduce_scatter"});
 }
 
 TEST(Mappings, ReduceScatterToSpRegion) {
   Global S;
-  expect_comm([&] {
-    EXPECT_EQ(reduce_scatter_to_sp_region_forward(world(), S.full(S.r + 1.0f)).to_host(), S.rows(S.r, S.triangle()));
-  }, {"reduce_scatter"});
-  expect_comm([&] { EXPECT_EQ(reduce_scatter_to_sp_region_backward(world(), S.local_rows()).to_host(), S.g); },
-              {"all_gather"});
+  expect_comm(
+      [&] {
+    EXPECT_EQ(reduce_scatter_to_sp_region_forward(world(), S.full(S.r + 1.0f)).to_host(),
+              S.rows(S.r, S.triangle()));
+      },
+      {"reduce_scatter"});
+  expect_comm(
+      [&] {
+    EXPECT_EQ(reduce_scatter_to_sp_region_backward(world(), S.local_rows()).to_host(), S.g);
+      },
+      {"all_gather"});
 }
 
 TEST(Mappings, AllReduceEqualsReduceScatterThenAllGather) {
   Global S;
   Tensor a = reduce_from_tp_region_forward(world(), S.full(S.r + 1.0f));
-  Tensor b = reduce_scatter_to_sp_region_backward(world(),
-                                                  reduce_scatter_to_sp_region_forward(world(), S.full(S.r + 1.0f)));
+  Tensor b = reduce_scatter_to_sp_region_backward(
+      world(), reduce_scatter_to_sp_region_forward(world(), S.full(S.r + 1.0f)));
   EXPECT_EQ(a.to_host(), b.to_host());
 }
 

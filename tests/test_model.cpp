@@ -44,8 +44,8 @@
 #include "model/data.h"
 #include "model/gpt.h"
 #include "model/layers.h"
-#include "parallel/param.h"
 #include "model_test_helpers.h"
+#include "parallel/param.h"
 #include "test_util.h"
 
 namespace {
@@ -57,9 +57,9 @@ using tp::testing::rel_error;
 using tp::testing::world;
 
 using tp::testing::expect_collectives;
-using tp::testing::ExpectedCollective;
 using tp::testing::expect_grads_match;
 using tp::testing::expect_same_init;
+using tp::testing::ExpectedCollective;
 using tp::testing::is_key_bias;
 using tp::testing::kLossTol;
 using tp::testing::kSeed;
@@ -96,10 +96,11 @@ Tensor input(const std::string& name, int64_t rows, int64_t cols) {
 
 // A file name under TempDir() unique to this job (rank 0's pid, broadcast) and this np.
 std::string temp_path(const std::string& tag) {
-  Tensor pid = Tensor::from_host(device(), Shape{1}, {static_cast<float>(getpid())});  // exact below 2^24
+  Tensor pid =
+      Tensor::from_host(device(), Shape{1}, {static_cast<float>(getpid())});  // exact below 2^24
   world().broadcast(pid, 0);
-  return ::testing::TempDir() + "tp_test_model_" + tag + "_np" + std::to_string(world().size()) + "_" +
-         std::to_string(static_cast<long>(pid.to_host()[0])) + ".safetensors";
+  return ::testing::TempDir() + "tp_test_model_" + tag + "_np" + std::to_string(world().size()) +
+         "_" + std::to_string(static_cast<long>(pid.to_host()[0])) + ".safetensors";
 }
 
 // Rank 0 removes `path` once every rank is done with it.
@@ -121,7 +122,8 @@ TEST_P(ModelMlp, MatchesSingleDevice) {
   ParamList ps, rs;
   mlp.collect_params(ps, 0.3f, 0.3f);
   ref.collect_params(rs, 0.3f, 0.3f);
-  EXPECT_EQ(ps.size(), cfg.act == "swiglu" ? 6u : 4u);  // up (+ gate) weight and bias, down weight and bias
+  EXPECT_EQ(ps.size(),
+            cfg.act == "swiglu" ? 6u : 4u);  // up (+ gate) weight and bias, down weight and bias
   randomize(ps);
   randomize(rs);
   init_params(device(), ps, kSeed);
@@ -182,18 +184,22 @@ INSTANTIATE_TEST_SUITE_P(Model, ModelAttention,
                          ::testing::Values(AttentionCase{48, 12, 12}, AttentionCase{48, 24, 12},
                                            AttentionCase{72, 36, 12}),
                          [](const ::testing::TestParamInfo<AttentionCase>& i) {
-                           return "h" + std::to_string(i.param.hidden) + "_nh" + std::to_string(i.param.heads) +
-                                  "_nkv" + std::to_string(i.param.kv_heads);
-                         });
+  return "h" + std::to_string(i.param.hidden) + "_nh" + std::to_string(i.param.heads) + "_nkv" +
+         std::to_string(i.param.kv_heads);
+});
 
 // ---- 3. Norm ------------------------------------------------------------------------------------
 
 // Single-device LayerNorm / RMSNorm and their gradients on the host, in double.
 struct NormReference {
   std::vector<float> y, dx, dw, db;
-  NormReference(const std::vector<float>& x, const std::vector<float>& w, const std::vector<float>& b,
-                const std::vector<float>& dy, int64_t n, int64_t h, bool rms, double eps)
-      : y(x.size()), dx(x.size()), dw(static_cast<size_t>(h), 0.0f), db(static_cast<size_t>(h), 0.0f) {
+  NormReference(const std::vector<float>& x, const std::vector<float>& w,
+                const std::vector<float>& b, const std::vector<float>& dy, int64_t n, int64_t h,
+                bool rms, double eps)
+      : y(x.size()),
+        dx(x.size()),
+        dw(static_cast<size_t>(h), 0.0f),
+        db(static_cast<size_t>(h), 0.0f) {
     std::vector<double> dwd(static_cast<size_t>(h), 0.0), dbd(static_cast<size_t>(h), 0.0);
     for (int64_t r = 0; r < n; ++r) {
       const float* xr = &x[r * h];
@@ -249,11 +255,12 @@ TEST_P(ModelNorm, MatchesSingleDeviceAndIsReplicated) {
   expect_same_init(ps, rs);
 
   const auto xv = random_vector("x", n * h), dyv = random_vector("dy", n * h);
-  const Tensor x = Tensor::from_host(device(), Shape{n, h}, xv), dy = Tensor::from_host(device(), Shape{n, h}, dyv);
+  const Tensor x = Tensor::from_host(device(), Shape{n, h}, xv),
+               dy = Tensor::from_host(device(), Shape{n, h}, dyv);
   const Tensor y = norm.forward(x), y_ref = ref.forward(x);
   const Tensor dx = norm.backward(dy), dx_ref = ref.backward(dy);
-  const NormReference host(xv, norm.weight.to_host(), rms ? std::vector<float>{} : norm.bias.to_host(), dyv, n, h,
-                           rms, eps);
+  const NormReference host(xv, norm.weight.to_host(),
+                           rms ? std::vector<float>{} : norm.bias.to_host(), dyv, n, h, rms, eps);
   // Same code, same input, no communication: t = np and t = 1 agree bit for bit.
   EXPECT_EQ(y.to_host(), y_ref.to_host());
   EXPECT_EQ(dx.to_host(), dx_ref.to_host());
@@ -275,7 +282,8 @@ TEST_P(ModelNorm, MatchesSingleDeviceAndIsReplicated) {
   const auto every = all.to_host();
   const auto mine = norm.dweight.to_host();
   for (int q = 0; q < t; ++q)
-    EXPECT_EQ(std::vector<float>(every.begin() + q * h, every.begin() + (q + 1) * h), mine) << "rank " << q;
+    EXPECT_EQ(std::vector<float>(every.begin() + q * h, every.begin() + (q + 1) * h), mine)
+        << "rank " << q;
   expect_grads_match(ps, rs, 0.0, false);  // replicated parameters: no communication, exact
 }
 
@@ -399,7 +407,8 @@ TEST(ModelTraining, FiftyStepLossCurveMatchesSingleDevice) {
   // 1e-4 per step: the fp32 rounding of the split sums (≈1e-7 relative in one step) feeds back
   // through 50 AdamW updates and grows.
   for (int s = 0; s < steps; ++s)
-    EXPECT_LE(std::abs(got[s] - want[s]), 1e-4 * want[s]) << "step " << s << ": " << got[s] << " vs " << want[s];
+    EXPECT_LE(std::abs(got[s] - want[s]), 1e-4 * want[s])
+        << "step " << s << ": " << got[s] << " vs " << want[s];
   // The curve is a real training curve: the mean of the last 10 losses is well below the first.
   double first = want[0], last = 0;
   for (int s = steps - 10; s < steps; ++s) last += want[s] / 10.0;
@@ -422,7 +431,8 @@ TEST(ModelClipping, GlobalNormCountsReplicatedOnceAndClippedStepMatches) {
   model.init(kSeed);
   ref.init(kSeed);
   unclipped.init(kSeed);
-  AdamW opt(device(), model.params(), hp), opt_ref(device(), ref.params(), hp), opt_unclipped(device(), unclipped.params(), hp);
+  AdamW opt(device(), model.params(), hp), opt_ref(device(), ref.params(), hp),
+      opt_unclipped(device(), unclipped.params(), hp);
   const Batch b = markov_batch(cfg.vocab, 0, 3, cfg.seq);
   model.forward(b, kSeed, 0);
   ref.forward(b, kSeed, 0);
@@ -451,7 +461,8 @@ TEST(ModelClipping, GlobalNormCountsReplicatedOnceAndClippedStepMatches) {
   const int t = world().size();
   if (t > 1) {
     const double wrong = std::sqrt(sq + (t - 1) * replicated_sq);
-    EXPECT_GT(std::abs(wrong - host), 100 * kTol * host) << "the test cannot tell once from t times";
+    EXPECT_GT(std::abs(wrong - host), 100 * kTol * host)
+        << "the test cannot tell once from t times";
   }
 
   // Clip to half the norm, so the factor is about 0.5 and the clipping really acts.
@@ -460,7 +471,7 @@ TEST(ModelClipping, GlobalNormCountsReplicatedOnceAndClippedStepMatches) {
   EXPECT_LT(factor, 0.51f);
   EXPECT_GT(factor, 0.49f);
   EXPECT_LE(std::abs(factor - factor_ref), kTol * factor_ref);
-  EXPECT_EQ(clip_factor(norm, 0.0f), 1.0f);               // clipping off
+  EXPECT_EQ(clip_factor(norm, 0.0f), 1.0f);                          // clipping off
   EXPECT_EQ(clip_factor(norm, static_cast<float>(2 * norm)), 1.0f);  // shorter than max: unchanged
   // The same factor on every rank, bit for bit (one all-gather).
   Tensor all(device(), Shape{t});
@@ -518,8 +529,10 @@ TEST_P(ModelLedger, OneStepIsFourAllReducesPerLayerPlusEmbeddingHeadLossAndNorm)
     EXPECT_TRUE(rec.empty()) << rec.size() << " records";
     return;
   }
-  EXPECT_EQ(after_forward - mark, static_cast<size_t>(1 + 2 * L + 3));      // embedding, 2 per layer, loss
-  EXPECT_EQ(after_backward - after_forward, static_cast<size_t>(1 + 2 * L));  // head dX, 2 per layer
+  EXPECT_EQ(after_forward - mark,
+            static_cast<size_t>(1 + 2 * L + 3));  // embedding, 2 per layer, loss
+  EXPECT_EQ(after_backward - after_forward,
+            static_cast<size_t>(1 + 2 * L));  // head dX, 2 per layer
   const std::string g = "reduce_from_tp_region.forward", f = "copy_to_tp_region.backward";
   std::vector<ExpectedCollective> want = {{"all_reduce", N * h, g}};  // the embedding
   for (int64_t l = 0; l < 2 * L; ++l) want.push_back({"all_reduce", N * h, g});
@@ -574,7 +587,8 @@ TEST(ModelCheckpoint, SavedAtNpLoadsAtOneAndAtNpBitForBit) {
     EXPECT_EQ(gather_real(world(), p, p.value), one.params()[i].value.to_host()) << p.name;
     const auto m = gather_real(world(), p, run.opt.exp_avg()[i]);
     EXPECT_EQ(m, one_opt.exp_avg()[i].to_host()) << p.name;
-    EXPECT_EQ(gather_real(world(), p, run.opt.exp_avg_sq()[i]), one_opt.exp_avg_sq()[i].to_host()) << p.name;
+    EXPECT_EQ(gather_real(world(), p, run.opt.exp_avg_sq()[i]), one_opt.exp_avg_sq()[i].to_host())
+        << p.name;
     if (!is_key_bias(p.name)) {
       EXPECT_GT(norm2(m), 0.0) << p.name << ": zero moments test nothing";
     }
@@ -640,7 +654,8 @@ TEST(ModelCheckpoint, TiedFileHasNoHeadAndMismatchesAreBadInput) {
   std::set<std::string> want;
   for (const Param& p : model.params()) {
     const std::string name = p.ckpt_name.empty() ? p.name : p.ckpt_name;
-    for (const char* prefix : {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq."}) want.insert(prefix + name);
+    for (const char* prefix : {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq."})
+      want.insert(prefix + name);
   }
   const auto names = f.names();
   EXPECT_EQ(std::set<std::string>(names.begin(), names.end()), want);
@@ -664,7 +679,8 @@ TEST(ModelCheckpoint, TiedFileHasNoHeadAndMismatchesAreBadInput) {
   AdamW other_opt(device(), other.params(), hp);
   // Every rank reads the same file, so every rank throws the same bad-input error (no collective
   // is pending). The message names the file, the first tensor of the wrong shape and both shapes.
-  const std::string wte = "tensor transformer.wte.weight has shape [64, 48] but this model needs [64, 24]";
+  const std::string wte =
+      "tensor transformer.wte.weight has shape [64, 48] but this model needs [64, 24]";
   for (const std::string& file : {path, bare}) {  // with and without the configuration metadata
     try {
       load_checkpoint(file, world(), other, other_opt);
@@ -704,8 +720,12 @@ TEST(ModelConfig, ValidateListsEveryProblem) {
     } catch (const Error& e) {
       const std::string msg = e.what();
       EXPECT_EQ(e.exit_code(), 2);
-      EXPECT_EQ(msg.rfind(std::to_string(want.size()) + " problems with the model configuration: ", 0), 0u) << msg;
-      for (const auto& w : want) EXPECT_NE(msg.find(w), std::string::npos) << "missing '" << w << "' in: " << msg;
+      EXPECT_EQ(
+          msg.rfind(std::to_string(want.size()) + " problems with the model configuration: ", 0),
+          0u)
+          << msg;
+      for (const auto& w : want)
+        EXPECT_NE(msg.find(w), std::string::npos) << "missing '" << w << "' in: " << msg;
     }
   }
 

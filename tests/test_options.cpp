@@ -61,7 +61,8 @@ TEST(Options, HelpListsEveryOptionWithItsDefault) {
   parse(o, {"--help"});
   EXPECT_TRUE(o.help_requested());
   const std::string h = o.help();
-  for (const char* s : {"usage: prog", "A test program.", "--steps=N", "(default: 10)", "--act=gelu|swiglu", "--step", "--help"})
+  for (const char* s : {"usage: prog", "A test program.", "--steps=N", "(default: 10)",
+                        "--act=gelu|swiglu", "--step", "--help"})
     EXPECT_NE(h.find(s), std::string::npos) << s << " missing from:\n" << h;
 }
 

@@ -17,10 +17,13 @@ using tp::testing::device;
 // Known-answer vectors published with Random123 (kat_vectors, philox4x32_10).
 TEST(Philox, KnownAnswers) {
   using A = std::array<uint32_t, 4>;
-  EXPECT_EQ(philox4x32_10(A{0, 0, 0, 0}, RngKey{0, 0}), (A{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}));
-  EXPECT_EQ(philox4x32_10(A{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}, RngKey{0xffffffff, 0xffffffff}),
+  EXPECT_EQ(philox4x32_10(A{0, 0, 0, 0}, RngKey{0, 0}),
+            (A{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}));
+  EXPECT_EQ(philox4x32_10(A{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff},
+                          RngKey{0xffffffff, 0xffffffff}),
             (A{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}));
-  EXPECT_EQ(philox4x32_10(A{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, RngKey{0xa4093822, 0x299f31d0}),
+  EXPECT_EQ(philox4x32_10(A{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344},
+                          RngKey{0xa4093822, 0x299f31d0}),
             (A{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}));
 }
 

@@ -22,8 +22,9 @@ namespace st = tp::safetensors;
 // A fresh, empty folder for the current test under ::testing::TempDir().
 std::string fresh_dir() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  const fs::path dir = fs::path(::testing::TempDir()) /
-                       (std::string("tp_safetensors_") + info->test_suite_name() + "_" + info->name());
+  const fs::path dir =
+      fs::path(::testing::TempDir()) /
+      (std::string("tp_safetensors_") + info->test_suite_name() + "_" + info->name());
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir.string();
@@ -57,8 +58,10 @@ void expect_bad_input(const std::string& path, const std::string& needle) {
   try {
     st::File f = st::File::open(path);
     for (const auto& name : f.names()) {
-      if (f.info(name).dtype == st::DType::F32) f.read_f32(name);
-      else f.read_i32(name);
+      if (f.info(name).dtype == st::DType::F32)
+        f.read_f32(name);
+      else
+        f.read_i32(name);
     }
     ADD_FAILURE() << "no error for " << path << " (wanted '" << needle << "')";
   } catch (const tp::Error& e) {
@@ -79,7 +82,8 @@ void expect_bad_file(const std::string& dir, const std::string& bytes, const std
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 // A small valid file with two tensors of each dtype and metadata.
@@ -97,8 +101,8 @@ TEST(SafetensorsRoundTrip, SeveralTensorsScalarEmptyAndMetadata) {
   const std::string dir = fresh_dir(), path = dir + "/ckpt.safetensors";
   const float inf = std::numeric_limits<float>::infinity();
   const std::vector<float> w1 = {1.0f, -2.5f, 3.0e38f, -inf, inf, 1.0e-45f, -0.0f, 0.1f};
-  const std::vector<int32_t> ids = {0, 1, -1, std::numeric_limits<int32_t>::max(),
-                                    std::numeric_limits<int32_t>::min(), 12345};
+  const std::vector<int32_t> ids = {
+      0, 1, -1, std::numeric_limits<int32_t>::max(), std::numeric_limits<int32_t>::min(), 12345};
   st::Writer w;
   w.add_f32("h.0.attn.c_attn.weight", {2, 4}, w1);
   w.add_i32("ids", {2, 3}, ids);
@@ -112,8 +116,8 @@ TEST(SafetensorsRoundTrip, SeveralTensorsScalarEmptyAndMetadata) {
 
   const st::File f = st::File::open(path);
   EXPECT_EQ(f.path(), path);
-  EXPECT_EQ(f.names(), (std::vector<std::string>{"empty", "empty_i32", "h.0.attn.c_attn.weight", "ids", "nan",
-                                                 "scale"}));
+  EXPECT_EQ(f.names(), (std::vector<std::string>{"empty", "empty_i32", "h.0.attn.c_attn.weight",
+                                                 "ids", "nan", "scale"}));
   EXPECT_TRUE(f.has("ids"));
   EXPECT_FALSE(f.has("missing"));
   EXPECT_FALSE(f.has("__metadata__"));
@@ -184,10 +188,10 @@ TEST(SafetensorsLayout, ReadsAHandWrittenPythonStyleFile) {
       R"({"__metadata__":{"format":"pt"},"b":{"dtype":"I32","shape":[3],"data_offsets":[0,12]},)"
       R"("a":{"dtype":"F32","shape":[2,2],"data_offsets":[12,28]}})";
   header.append((8 - header.size() % 8) % 8, ' ');
-  const unsigned char data[] = {
-      0x01, 0x00, 0x00, 0x00, 0xfe, 0xff, 0xff, 0xff, 0x07, 0x00, 0x00, 0x00,  // b = 1, -2, 7
-      0x00, 0x00, 0x80, 0x3f, 0x00, 0x00, 0x00, 0xc0,                          // a = 1.0, -2.0,
-      0x00, 0x00, 0x00, 0x3f, 0x00, 0x00, 0x40, 0x40};                         //     0.5, 3.0
+  const unsigned char data[] = {0x01, 0x00, 0x00, 0x00, 0xfe, 0xff, 0xff, 0xff,
+                                0x07, 0x00, 0x00, 0x00,                           // b = 1, -2, 7
+                                0x00, 0x00, 0x80, 0x3f, 0x00, 0x00, 0x00, 0xc0,   // a = 1.0, -2.0,
+                                0x00, 0x00, 0x00, 0x3f, 0x00, 0x00, 0x40, 0x40};  //     0.5, 3.0
   const std::string path = fresh_dir() + "/python.safetensors";
   write_bytes(path, craft(header, std::string(reinterpret_cast<const char*>(data), sizeof data)));
 
@@ -235,7 +239,8 @@ TEST(SafetensorsWrite, FailureRemovesTempFileAndNamesThePath) {
   } catch (const tp::Error& e) {
     EXPECT_EQ(e.exit_code(), 1) << e.what();
     EXPECT_NE(std::string(e.what()).find(missing), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("No such file or directory"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("No such file or directory"), std::string::npos)
+        << e.what();
   }
   std::vector<std::string> files;
   for (const auto& e : fs::directory_iterator(dir)) files.push_back(e.path().filename().string());
@@ -252,12 +257,18 @@ TEST(SafetensorsWrite, ProgrammingErrorsAreNotBadInput) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   };
-  expect_failure([] {
+  expect_failure(
+      [] {
     st::Writer w;
     w.add_f32("x", {1}, {1.0f});
     w.add_i32("x", {1}, {1});
-  }, "'x' was added twice");
-  expect_failure([] { st::Writer().add_f32("x", {2, 3}, {1.0f}); }, "has 1 values but its shape holds 6");
+      },
+      "'x' was added twice");
+  expect_failure(
+      [] {
+    st::Writer().add_f32("x", {2, 3}, {1.0f});
+      },
+      "has 1 values but its shape holds 6");
   expect_failure([] { st::Writer().add_i32("x", {-1}, {}); }, "negative dim -1");
   expect_failure([] { st::Writer().add_f32("__metadata__", {}, {1.0f}); }, "is reserved");
   expect_failure([] { st::Writer().add_f32("bad\xff", {}, {1.0f}); }, "not valid UTF-8");
@@ -265,7 +276,8 @@ TEST(SafetensorsWrite, ProgrammingErrorsAreNotBadInput) {
 
 TEST(SafetensorsErrors, MissingShortOrAbsurdFiles) {
   const std::string dir = fresh_dir();
-  expect_bad_input(dir + "/nope.safetensors", "cannot open checkpoint " + dir + "/nope.safetensors: No such file or directory");
+  expect_bad_input(dir + "/nope.safetensors", "cannot open checkpoint " + dir +
+                                                  "/nope.safetensors: No such file or directory");
   expect_bad_input(dir, "not a regular file");
   expect_bad_file(dir, "", "is 0 bytes, shorter than the 8-byte header length");
   expect_bad_file(dir, "abc", "is 3 bytes, shorter than the 8-byte header length");
@@ -289,58 +301,85 @@ TEST(SafetensorsErrors, EntriesWithMissingOrWrongFields) {
   const std::string dir = fresh_dir();
   const std::string d12(12, '\0');
   expect_bad_file(dir, craft(R"({"w": 5})"), "tensor 'w': entry is a JSON number, not an object");
-  expect_bad_file(dir, craft(R"({"w": {"shape": [3], "data_offsets": [0, 12]}})", d12), "tensor 'w': entry lacks \"dtype\"");
-  expect_bad_file(dir, craft(R"({"w": {"dtype": "F32", "data_offsets": [0, 12]}})", d12), "entry lacks \"shape\"");
-  expect_bad_file(dir, craft(R"({"w": {"dtype": "F32", "shape": [3]}})", d12), "entry lacks \"data_offsets\"");
+  expect_bad_file(dir, craft(R"({"w": {"shape": [3], "data_offsets": [0, 12]}})", d12),
+                  "tensor 'w': entry lacks \"dtype\"");
+  expect_bad_file(dir, craft(R"({"w": {"dtype": "F32", "data_offsets": [0, 12]}})", d12),
+                  "entry lacks \"shape\"");
+  expect_bad_file(dir, craft(R"({"w": {"dtype": "F32", "shape": [3]}})", d12),
+                  "entry lacks \"data_offsets\"");
   expect_bad_file(dir, craft(R"({"w": {"dtype": 32, "shape": [3], "data_offsets": [0, 12]}})", d12),
                   "dtype is a JSON number, not a string");
-  expect_bad_file(dir, craft(R"({"w": {"dtype": "F32", "shape": "3", "data_offsets": [0, 12]}})", d12),
+  expect_bad_file(dir,
+                  craft(R"({"w": {"dtype": "F32", "shape": "3", "data_offsets": [0, 12]}})", d12),
                   "shape is a JSON string, not an array");
-  expect_bad_file(dir, craft(R"({"w": {"dtype": "F32", "shape": [3.0], "data_offsets": [0, 12]}})", d12),
+  expect_bad_file(dir,
+                  craft(R"({"w": {"dtype": "F32", "shape": [3.0], "data_offsets": [0, 12]}})", d12),
                   "holds a JSON number, not an integer");
-  expect_bad_file(dir, craft(R"({"w": {"dtype": "F32", "shape": [null], "data_offsets": [0, 12]}})", d12),
-                  "holds a JSON null, not an integer");
+  expect_bad_file(
+      dir, craft(R"({"w": {"dtype": "F32", "shape": [null], "data_offsets": [0, 12]}})", d12),
+      "holds a JSON null, not an integer");
   expect_bad_file(dir, craft(R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [12]}})", d12),
                   "data_offsets [12] is not an array [begin, end]");
-  expect_bad_file(dir, craft(R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": {"a": 1}}})", d12),
+  expect_bad_file(dir,
+                  craft(R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": {"a": 1}}})", d12),
                   "is not an array [begin, end]");
-  expect_bad_file(dir, craft(R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": ["0", "12"]}})", d12),
-                  "must be two non-negative integers");
-  expect_bad_file(dir, craft(R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [-4, 8]}})", d12),
+  expect_bad_file(
+      dir, craft(R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": ["0", "12"]}})", d12),
+      "must be two non-negative integers");
+  expect_bad_file(dir,
+                  craft(R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [-4, 8]}})", d12),
                   "must be two non-negative integers");
 }
 
 TEST(SafetensorsErrors, DtypeShapeAndOffsets) {
   const std::string dir = fresh_dir();
   const std::string d12(12, '\0');
-  expect_bad_file(dir, craft(R"({"w": {"dtype": "F16", "shape": [3], "data_offsets": [0, 6]}})", d12),
+  expect_bad_file(dir,
+                  craft(R"({"w": {"dtype": "F16", "shape": [3], "data_offsets": [0, 6]}})", d12),
                   "tensor 'w': dtype 'F16' is not supported (supported: F32, I32)");
-  expect_bad_file(dir, craft(R"({"w": {"dtype": "F32", "shape": [2, -3], "data_offsets": [0, 12]}})", d12),
-                  "shape [2,-3] has a negative dim");
-  expect_bad_file(dir, craft(R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 12]}})", d12),
-                  "overflows the element count");
-  expect_bad_file(dir, craft(R"({"w": {"dtype": "F32", "shape": [18446744073709551615], "data_offsets": [0, 12]}})", d12),
-                  "overflows the element count");
-  expect_bad_file(dir, craft(R"({"w": {"dtype": "I32", "shape": [4611686018427387904], "data_offsets": [0, 12]}})", d12),
-                  "overflows the byte count");
-  expect_bad_file(dir, craft(R"({"w": {"dtype": "F32", "shape": [0], "data_offsets": [8, 4]}})", d12),
+  expect_bad_file(
+      dir, craft(R"({"w": {"dtype": "F32", "shape": [2, -3], "data_offsets": [0, 12]}})", d12),
+      "shape [2,-3] has a negative dim");
+  expect_bad_file(
+      dir,
+      craft(
+          R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 12]}})",
+          d12),
+      "overflows the element count");
+  expect_bad_file(
+      dir,
+      craft(R"({"w": {"dtype": "F32", "shape": [18446744073709551615], "data_offsets": [0, 12]}})",
+            d12),
+      "overflows the element count");
+  expect_bad_file(
+      dir,
+      craft(R"({"w": {"dtype": "I32", "shape": [4611686018427387904], "data_offsets": [0, 12]}})",
+            d12),
+      "overflows the byte count");
+  expect_bad_file(dir,
+                  craft(R"({"w": {"dtype": "F32", "shape": [0], "data_offsets": [8, 4]}})", d12),
                   "data_offsets [8, 4] have begin > end");
-  expect_bad_file(dir, craft(R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})", d12),
+  expect_bad_file(dir,
+                  craft(R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})", d12),
                   "data_offsets [0, 8] span 8 bytes, but F32 shape [3] needs 12");
-  expect_bad_file(dir, craft(R"({"w": {"dtype": "I32", "shape": [], "data_offsets": [0, 0]}})", d12),
+  expect_bad_file(dir,
+                  craft(R"({"w": {"dtype": "I32", "shape": [], "data_offsets": [0, 0]}})", d12),
                   "needs 4");
   // The exact wording for a truncated data section.
   const std::string path = dir + "/truncated.safetensors";
-  write_bytes(path, craft(R"({"w": {"dtype": "F32", "shape": [30], "data_offsets": [0, 120]}})", std::string(100, '\0')));
-  expect_bad_input(path, "tensor 'w': data_offsets [0, 120] lie outside the 100-byte data section of file " + path +
-                             " (truncated?)");
+  write_bytes(path, craft(R"({"w": {"dtype": "F32", "shape": [30], "data_offsets": [0, 120]}})",
+                          std::string(100, '\0')));
+  expect_bad_input(
+      path, "tensor 'w': data_offsets [0, 120] lie outside the 100-byte data section of file " +
+                path + " (truncated?)");
 }
 
 TEST(SafetensorsErrors, MetadataMustBeStrings) {
   const std::string dir = fresh_dir();
   expect_bad_file(dir, craft(R"({"__metadata__": {"step": 1000}})"),
                   "__metadata__ value 'step' is a JSON number, not a string");
-  expect_bad_file(dir, craft(R"({"__metadata__": ["a"]})"), "__metadata__ is a JSON array, not an object of strings");
+  expect_bad_file(dir, craft(R"({"__metadata__": ["a"]})"),
+                  "__metadata__ is a JSON array, not an object of strings");
 }
 
 TEST(SafetensorsErrors, MissingTensorAndWrongDtype) {
@@ -357,7 +396,8 @@ TEST(SafetensorsErrors, MissingTensorAndWrongDtype) {
       EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
     }
   };
-  expect([&] { f.info("wpe"); }, "has no tensor 'wpe' (it has 4 tensors: ln.bias, step, tokens, wte)");
+  expect([&] { f.info("wpe"); },
+         "has no tensor 'wpe' (it has 4 tensors: ln.bias, step, tokens, wte)");
   expect([&] { f.read_f32("wpe"); }, "has no tensor 'wpe'");
   expect([&] { f.read_f32("tokens"); }, "tensor 'tokens' is I32, not F32");
   expect([&] { f.read_i32("wte"); }, "tensor 'wte' is F32, not I32");
@@ -374,7 +414,8 @@ TEST(SafetensorsErrors, FileShrunkAfterOpen) {
     ADD_FAILURE() << "no error reading past the end";
   } catch (const tp::Error& e) {
     EXPECT_EQ(e.exit_code(), 2) << e.what();
-    EXPECT_NE(std::string(e.what()).find("the file ended before its data"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("the file ended before its data"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -385,8 +426,10 @@ bool try_open_and_read(const std::string& path) {
     const st::File f = st::File::open(path);
     for (const auto& name : f.names()) {
       const auto& info = f.info(name);
-      if (info.dtype == st::DType::F32) EXPECT_EQ(static_cast<int64_t>(f.read_f32(name).size()), info.numel());
-      else EXPECT_EQ(static_cast<int64_t>(f.read_i32(name).size()), info.numel());
+      if (info.dtype == st::DType::F32)
+        EXPECT_EQ(static_cast<int64_t>(f.read_f32(name).size()), info.numel());
+      else
+        EXPECT_EQ(static_cast<int64_t>(f.read_i32(name).size()), info.numel());
     }
     return true;
   } catch (const tp::Error& e) {
@@ -397,18 +440,21 @@ bool try_open_and_read(const std::string& path) {
 }
 
 TEST(SafetensorsFuzz, EveryTruncationOfAValidFileIsRejected) {
-  const std::string dir = fresh_dir(), good = dir + "/good.safetensors", cut = dir + "/cut.safetensors";
+  const std::string dir = fresh_dir(), good = dir + "/good.safetensors",
+                    cut = dir + "/cut.safetensors";
   sample_writer().write(good);
   const std::string bytes = read_bytes(good);
   ASSERT_TRUE(try_open_and_read(good));
   for (size_t len = 0; len < bytes.size(); ++len) {
     write_bytes(cut, bytes.substr(0, len));
-    EXPECT_FALSE(try_open_and_read(cut)) << "a " << len << "-byte prefix of " << bytes.size() << " parsed";
+    EXPECT_FALSE(try_open_and_read(cut))
+        << "a " << len << "-byte prefix of " << bytes.size() << " parsed";
   }
 }
 
 TEST(SafetensorsFuzz, RandomGarbageNeverCrashes) {
-  const std::string dir = fresh_dir(), good = dir + "/good.safetensors", path = dir + "/garbage.safetensors";
+  const std::string dir = fresh_dir(), good = dir + "/good.safetensors",
+                    path = dir + "/garbage.safetensors";
   sample_writer().write(good);
   const std::string valid = read_bytes(good);
   const std::string json_chars = "{}[]\":,0123456789-.eE FI32dtypeshapedata_offsets__metadata__\\u";
@@ -431,7 +477,8 @@ TEST(SafetensorsFuzz, RandomGarbageNeverCrashes) {
       }
       case 2: {  // a valid file with a few random bytes changed
         bytes = valid;
-        for (size_t k = 0, n = 1 + pick(4); k < n; ++k) bytes[pick(bytes.size())] = static_cast<char>(pick(256));
+        for (size_t k = 0, n = 1 + pick(4); k < n; ++k)
+          bytes[pick(bytes.size())] = static_cast<char>(pick(256));
         break;
       }
       default: {  // a valid file with a random JSON-ish character changed inside the header

@@ -107,11 +107,12 @@ TEST_P(SpVocabEquivalence, LossAndEveryGradientMatchSingleDevice) {
 
 INSTANTIATE_TEST_SUITE_P(SpVocab, SpVocabEquivalence,
                          ::testing::Combine(::testing::Bool(), ::testing::Values("gelu", "swiglu"),
-                                            ::testing::Values("layernorm", "rmsnorm"), ::testing::Values(0.0f, 0.1f)),
+                                            ::testing::Values("layernorm", "rmsnorm"),
+                                            ::testing::Values(0.0f, 0.1f)),
                          [](const ::testing::TestParamInfo<SpCase>& i) {
-                           return std::string(std::get<0>(i.param) ? "sp" : "nosp") + "_" + std::get<1>(i.param) +
-                                  "_" + std::get<2>(i.param) + (std::get<3>(i.param) > 0 ? "_dropout" : "_nodropout");
-                         });
+  return std::string(std::get<0>(i.param) ? "sp" : "nosp") + "_" + std::get<1>(i.param) + "_" +
+         std::get<2>(i.param) + (std::get<3>(i.param) > 0 ? "_dropout" : "_nodropout");
+});
 
 // ---- b. 50-step loss curve with SP and dropout --------------------------------------------------
 
@@ -124,7 +125,8 @@ TEST(SpVocabTraining, FiftyStepLossCurveWithSpAndDropoutMatchesSingleDevice) {
   hp.lr = 1e-2f;
   SerialCommunicator serial;
   // Both through tp::train_step (which calls finish_gradients before the norm).
-  Trainer tp_run(world(), cfg, hp, 1.0f, kSeed), ref_run(serial, reference_of(cfg), hp, 1.0f, kSeed);
+  Trainer tp_run(world(), cfg, hp, 1.0f, kSeed),
+      ref_run(serial, reference_of(cfg), hp, 1.0f, kSeed);
   const int steps = 50;
   std::vector<float> got, want;
   for (int s = 0; s < steps; ++s) {
@@ -133,7 +135,8 @@ TEST(SpVocabTraining, FiftyStepLossCurveWithSpAndDropoutMatchesSingleDevice) {
   }
   // 1e-4 per step: the fp32 rounding of the split sums feeds back through 50 AdamW updates.
   for (int s = 0; s < steps; ++s)
-    EXPECT_LE(std::abs(got[s] - want[s]), 1e-4 * want[s]) << "step " << s << ": " << got[s] << " vs " << want[s];
+    EXPECT_LE(std::abs(got[s] - want[s]), 1e-4 * want[s])
+        << "step " << s << ": " << got[s] << " vs " << want[s];
   double last = 0;  // a real training curve: the last 10 losses well below the first
   for (int s = steps - 10; s < steps; ++s) last += want[s] / 10.0;
   EXPECT_LT(last, want[0] - 0.3) << "the model did not learn: " << want[0] << " -> " << last;
@@ -194,7 +197,8 @@ TEST_P(SpVocabPadding, PaddedModelMatchesUnpaddedSingleDevice) {
   for (const Param& p : model.params()) {
     if (p.real_rows() == p.rows()) continue;
     const int64_t real = p.real_rows() * p.cols();
-    const std::vector<float> value = gather_global(world(), p, p.value), grad = gather_global(world(), p, p.grad);
+    const std::vector<float> value = gather_global(world(), p, p.value),
+                             grad = gather_global(world(), p, p.grad);
     const std::vector<float> grad_real = gather_real(world(), p, p.grad);
     EXPECT_EQ(static_cast<int64_t>(value.size()), vpad * p.cols()) << p.name;
     EXPECT_EQ(grad_real, std::vector<float>(grad.begin(), grad.begin() + real)) << p.name;
@@ -209,12 +213,14 @@ TEST_P(SpVocabPadding, PaddedModelMatchesUnpaddedSingleDevice) {
 }
 
 INSTANTIATE_TEST_SUITE_P(SpVocab, SpVocabPadding,
-                         ::testing::Values(VocabCase{50257, 1, true, false}, VocabCase{256, 1, false, true},
-                                           VocabCase{256, 1, true, false}, VocabCase{50257, 128, false, true}),
+                         ::testing::Values(VocabCase{50257, 1, true, false},
+                                           VocabCase{256, 1, false, true},
+                                           VocabCase{256, 1, true, false},
+                                           VocabCase{50257, 128, false, true}),
                          [](const ::testing::TestParamInfo<VocabCase>& i) {
-                           return "V" + std::to_string(i.param.vocab) + "_pad" + std::to_string(i.param.pad_multiple) +
-                                  (i.param.tied ? "_tied" : "_untied") + (i.param.sp ? "_sp" : "_nosp");
-                         });
+  return "V" + std::to_string(i.param.vocab) + "_pad" + std::to_string(i.param.pad_multiple) +
+         (i.param.tied ? "_tied" : "_untied") + (i.param.sp ? "_sp" : "_nosp");
+});
 
 // ---- d. No (tokens, V) tensor -------------------------------------------------------------------
 
@@ -244,7 +250,8 @@ TEST_P(SpVocabMemory, NoRankAllocatesATokensByVocabTensor) {
   const int64_t logits_shard = N * model.padded_vocab() / t * 4;
   EXPECT_GE(mem.largest, logits_shard) << "the window saw the logits shard being allocated";
   if (t > 1) {
-    EXPECT_LT(mem.largest, full_logits) << "some rank allocated " << mem.largest << " bytes at once";
+    EXPECT_LT(mem.largest, full_logits)
+        << "some rank allocated " << mem.largest << " bytes at once";
   } else {
     // t = 1: the one rank owns the whole vocabulary, so its logits are (N, V) by definition; the
     // measurement sees them (this is what the t > 1 assertion would catch).
@@ -253,7 +260,9 @@ TEST_P(SpVocabMemory, NoRankAllocatesATokensByVocabTensor) {
 }
 
 INSTANTIATE_TEST_SUITE_P(SpVocab, SpVocabMemory, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "sp" : "nosp"; });
+                         [](const ::testing::TestParamInfo<bool>& i) {
+  return i.param ? "sp" : "nosp";
+});
 
 // ---- e. The collectives of one SP step ----------------------------------------------------------
 
@@ -325,8 +334,10 @@ TEST_P(SpVocabLedger, OneSpStepIsTheDocumentedCollectives) {
   EXPECT_EQ(partial, S * h + L * (2 * norm_vectors + 2) * h + norm_vectors * h);
 
   const std::string ag = "all_gather", rs = "reduce_scatter", ce = "cross_entropy";
-  const std::string gather_fwd = "gather_from_sp_region.forward", gather_bwd = "gather_from_sp_region.backward";
-  const std::string rs_fwd = "reduce_scatter_to_sp_region.forward", rs_bwd = "reduce_scatter_to_sp_region.backward";
+  const std::string gather_fwd = "gather_from_sp_region.forward",
+                    gather_bwd = "gather_from_sp_region.backward";
+  const std::string rs_fwd = "reduce_scatter_to_sp_region.forward",
+                    rs_bwd = "reduce_scatter_to_sp_region.backward";
   const int64_t Nh = N * h;
   std::vector<ExpectedCollective> want = {{rs, Nh, rs_fwd}};  // the embedding
   for (int64_t l = 0; l < L; ++l)
@@ -342,9 +353,9 @@ TEST_P(SpVocabLedger, OneSpStepIsTheDocumentedCollectives) {
   want.push_back({rs, Nh, gather_bwd});  // the head's dX
   for (int64_t l = 0; l < L; ++l)
     for (int region = 0; region < 2; ++region) {  // MLP, attention
-      want.push_back({ag, Nh, rs_bwd});      // dY of the row-parallel output
-      want.push_back({ag, Nh, gather_fwd});  // the kept input shard, gathered again
-      want.push_back({rs, Nh, gather_bwd});  // dX
+      want.push_back({ag, Nh, rs_bwd});           // dY of the row-parallel output
+      want.push_back({ag, Nh, gather_fwd});       // the kept input shard, gathered again
+      want.push_back({rs, Nh, gather_bwd});       // dX
     }
   want.push_back({ag, Nh, rs_bwd});  // the embedding's backward
   EXPECT_EQ(bwd, want.size());
@@ -357,7 +368,8 @@ TEST_P(SpVocabLedger, OneSpStepIsTheDocumentedCollectives) {
   // above). The region collectives (all but the loss, finish_gradients and the norm) of SP move
   // exactly what plain TP's move plus the 2L re-gathers.
   const double unit = static_cast<double>(t - 1) / t * 4.0 * static_cast<double>(Nh);
-  auto region_bytes = [&](const std::vector<CommRecord>& records, size_t backward_from, double* regather) {
+  auto region_bytes =
+      [&](const std::vector<CommRecord>& records, size_t backward_from, double* regather) {
     double sum = 0;
     for (size_t i = 0; i < records.size(); ++i) {
       const std::string& l = records[i].label;
@@ -368,7 +380,8 @@ TEST_P(SpVocabLedger, OneSpStepIsTheDocumentedCollectives) {
     return sum;
   };
   double regather = 0;
-  const double sp_bytes = region_bytes(rec, fwd, &regather), plain_bytes = region_bytes(plain_rec, plain_fwd, nullptr);
+  const double sp_bytes = region_bytes(rec, fwd, &regather),
+               plain_bytes = region_bytes(plain_rec, plain_fwd, nullptr);
   EXPECT_DOUBLE_EQ(regather, 2.0 * L * unit);
   EXPECT_DOUBLE_EQ(sp_bytes - regather, plain_bytes);
   // Plain TP: per layer 4 all-reduces (2 units each), the embedding's and the head's all-reduce.
@@ -380,7 +393,8 @@ INSTANTIATE_TEST_SUITE_P(SpVocab, SpVocabLedger, ::testing::Values("gelu", "swig
 
 // ---- f. The activation-memory ledger against the formula ----------------------------------------
 
-using MemoryCase = std::tuple<bool, std::string, std::string, float, bool>;  // sp, act, norm, dropout, gqa
+using MemoryCase =
+    std::tuple<bool, std::string, std::string, float, bool>;  // sp, act, norm, dropout, gqa
 
 class SpVocabMemoryLedger : public ::testing::TestWithParam<MemoryCase> {};
 
@@ -401,31 +415,35 @@ TEST_P(SpVocabMemoryLedger, EveryLayerEqualsTheFormula) {
   model.forward(markov_batch(cfg.vocab, 0, B, S), kSeed, 0);  // the last collective of the test
 
   const int64_t formula = block_activation_bytes(cfg, S, B, t);
-  for (int64_t l = 0; l < cfg.layers; ++l) EXPECT_EQ(model.memory().layer_bytes(l), formula) << "layer " << l;
+  for (int64_t l = 0; l < cfg.layers; ++l)
+    EXPECT_EQ(model.memory().layer_bytes(l), formula) << "layer " << l;
   // The activations TP alone leaves replicated (norm inputs and statistics, attention and MLP
   // inputs, dropout masks) hold N/t tokens under SP, N without.
   int64_t replicated_kind = 0;
   for (const MemoryRecord& r : model.memory().records()) {
     if (r.layer < 0) continue;  // outside the blocks: below
     bool n_rows = false;
-    for (const char* suffix : {"ln_1.input", "ln_2.input", ".mean", ".rstd", "attn.q.input", "mlp.c_fc.input",
-                               ".input_shard", ".dropout_mask"})
+    for (const char* suffix : {"ln_1.input", "ln_2.input", ".mean", ".rstd", "attn.q.input",
+                               "mlp.c_fc.input", ".input_shard", ".dropout_mask"})
       n_rows |= tp::testing::ends_with(r.name, suffix);
     if (!n_rows) continue;
     ++replicated_kind;
     EXPECT_EQ(r.shape[0], cfg.sp ? N / t : N) << r.name << " " << r.shape.str();
   }
   const int64_t stats = cfg.norm == "layernorm" ? 2 : 1, masks = cfg.dropout > 0 ? 2 : 0;
-  EXPECT_EQ(replicated_kind, cfg.layers * (2 + 2 * stats + 2 + masks));  // norm inputs, stats, inputs, masks
+  EXPECT_EQ(replicated_kind,
+            cfg.layers * (2 + 2 * stats + 2 + masks));  // norm inputs, stats, inputs, masks
 
   // Outside the blocks (layer −1): the embedding's ids, its dropout mask, ln_f's input and
   // statistics (N/t tokens under SP), the head's input (all tokens) and the loss gradient on this
   // rank's logits. Nothing else, and each once.
   const int64_t n = cfg.sp ? N / t : N;
-  std::map<std::string, std::string> outside, want = {
-      {"transformer.wte.ids", Shape{N}.str()},          {"transformer.ln_f.input", Shape{n, h}.str()},
-      {"transformer.ln_f.rstd", Shape{n}.str()},        {"lm_head.input", Shape{N, h}.str()},
-      {"lm_head.dlogits", Shape{N, model.padded_vocab() / t}.str()}};
+  std::map<std::string, std::string> outside,
+      want = {{"transformer.wte.ids", Shape{N}.str()},
+              {"transformer.ln_f.input", Shape{n, h}.str()},
+              {"transformer.ln_f.rstd", Shape{n}.str()},
+              {"lm_head.input", Shape{N, h}.str()},
+              {"lm_head.dlogits", Shape{N, model.padded_vocab() / t}.str()}};
   if (cfg.norm == "layernorm") want["transformer.ln_f.mean"] = Shape{n}.str();
   if (cfg.dropout > 0) want["embd.dropout_mask"] = Shape{n, h}.str();
   int64_t outside_bytes = 0, outside_records = 0;
@@ -445,7 +463,8 @@ TEST_P(SpVocabMemoryLedger, EveryLayerEqualsTheFormula) {
   on.sp = true;
   off.sp = false;
   const int64_t per_token = 4 * (4 * h + 2 * stats + masks * h);
-  EXPECT_EQ(block_activation_bytes(off, S, B, t) - block_activation_bytes(on, S, B, t), per_token * (N - N / t));
+  EXPECT_EQ(block_activation_bytes(off, S, B, t) - block_activation_bytes(on, S, B, t),
+            per_token * (N - N / t));
   if (t > 1) {
     EXPECT_LT(block_activation_bytes(on, S, B, t), block_activation_bytes(off, S, B, t));
   }
@@ -453,13 +472,13 @@ TEST_P(SpVocabMemoryLedger, EveryLayerEqualsTheFormula) {
 
 INSTANTIATE_TEST_SUITE_P(SpVocab, SpVocabMemoryLedger,
                          ::testing::Combine(::testing::Bool(), ::testing::Values("gelu", "swiglu"),
-                                            ::testing::Values("layernorm", "rmsnorm"), ::testing::Values(0.0f, 0.1f),
-                                            ::testing::Bool()),
+                                            ::testing::Values("layernorm", "rmsnorm"),
+                                            ::testing::Values(0.0f, 0.1f), ::testing::Bool()),
                          [](const ::testing::TestParamInfo<MemoryCase>& i) {
-                           return std::string(std::get<0>(i.param) ? "sp" : "nosp") + "_" + std::get<1>(i.param) +
-                                  "_" + std::get<2>(i.param) + (std::get<3>(i.param) > 0 ? "_dropout" : "_nodropout") +
-                                  (std::get<4>(i.param) ? "_gqa" : "_mha");
-                         });
+  return std::string(std::get<0>(i.param) ? "sp" : "nosp") + "_" + std::get<1>(i.param) + "_" +
+         std::get<2>(i.param) + (std::get<3>(i.param) > 0 ? "_dropout" : "_nodropout") +
+         (std::get<4>(i.param) ? "_gqa" : "_mha");
+});
 
 // memory.h's closed forms for GPT-2's shape (nkv = nh, ffn = 4h, GeLU, LayerNorm, dropout on):
 //   TP only: sbh(24 + 48/t) + 16sb + 4·nh·s²b/t;   TP + SP: sbh·72/t + 16sb/t + 4·nh·s²b/t.
@@ -470,10 +489,12 @@ TEST(SpVocabMemoryFormula, Gpt2ShapeMatchesTheClosedForms) {
   const int64_t s = 24, b = 4, h = cfg.hidden, nh = cfg.heads;  // every divisor of 12 divides s·b
   for (int t : {1, 2, 3, 4}) {
     cfg.sp = false;
-    EXPECT_EQ(block_activation_bytes(cfg, s, b, t), s * b * h * 24 + s * b * h * 48 / t + 16 * s * b + 4 * nh * s * s * b / t)
+    EXPECT_EQ(block_activation_bytes(cfg, s, b, t),
+              s * b * h * 24 + s * b * h * 48 / t + 16 * s * b + 4 * nh * s * s * b / t)
         << "t = " << t;
     cfg.sp = true;
-    EXPECT_EQ(block_activation_bytes(cfg, s, b, t), s * b * h * 72 / t + 16 * s * b / t + 4 * nh * s * s * b / t)
+    EXPECT_EQ(block_activation_bytes(cfg, s, b, t),
+              s * b * h * 72 / t + 16 * s * b / t + 4 * nh * s * s * b / t)
         << "t = " << t;
   }
 }
@@ -496,9 +517,10 @@ TEST(SpVocabAudit, NamesMissingAndAveragedSequenceParallelReductions) {
   std::set<std::string> partial;  // the parameters finish_gradients sums
   for (const Param& p : model.params())
     if (p.sequence_parallel_grad) partial.insert(p.name);
-  for (const char* name : {"transformer.h.0.ln_1.weight", "transformer.h.0.ln_2.weight", "transformer.ln_f.weight",
-                           "transformer.h.0.ln_1.bias", "transformer.h.0.attn.c_proj.bias",
-                           "transformer.h.0.mlp.c_proj.bias", "transformer.wpe.weight"})
+  for (const char* name :
+       {"transformer.h.0.ln_1.weight", "transformer.h.0.ln_2.weight", "transformer.ln_f.weight",
+        "transformer.h.0.ln_1.bias", "transformer.h.0.attn.c_proj.bias",
+        "transformer.h.0.mlp.c_proj.bias", "transformer.wpe.weight"})
     EXPECT_EQ(partial.count(name), 1u) << name;
 
   // Every problem line names one of `partial` and contains `verdict`; every one of `partial` has one.
@@ -524,7 +546,8 @@ TEST(SpVocabAudit, NamesMissingAndAveragedSequenceParallelReductions) {
   // 2. The real step: no problems at any t.
   model.finish_gradients();
   const std::vector<std::string> none = audit_replicated_gradients(world(), model, ref);
-  EXPECT_TRUE(none.empty()) << none.size() << " problems, the first: " << (none.empty() ? "" : none.front());
+  EXPECT_TRUE(none.empty()) << none.size()
+                            << " problems, the first: " << (none.empty() ? "" : none.front());
   // 3. Averaged instead of summed: the complete gradient divided by t.
   if (t > 1) {
     for (Param& p : model.params())

@@ -64,8 +64,9 @@ TEST(CheckDivisible, MessageNamesValueTAndChoices) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.exit_code(), 2);
-    EXPECT_EQ(std::string(e.what()),
-              "out=7 is not divisible by t=3 (the number of ranks); run with t in {1, 7} or change out");
+    EXPECT_EQ(
+        std::string(e.what()),
+        "out=7 is not divisible by t=3 (the number of ranks); run with t in {1, 7} or change out");
   }
 }
 

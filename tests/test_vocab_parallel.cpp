@@ -41,7 +41,9 @@ constexpr int64_t kV = 11, kH = 5, kN = 12;
 const std::vector<int32_t> kIds = {10, 0, 3, 3, 7, 10, 1, 5, 9, 2, 6, 3};
 
 int64_t padded(int t) { return (kV + t - 1) / t * t; }
-std::vector<float> as_float(const std::vector<int32_t>& v) { return std::vector<float>(v.begin(), v.end()); }
+std::vector<float> as_float(const std::vector<int32_t>& v) {
+  return std::vector<float>(v.begin(), v.end());
+}
 
 std::vector<CommRecord> since(size_t mark) {
   const auto& r = world().ledger().records();
@@ -91,7 +93,7 @@ TEST_P(VocabEmbedding, LookupAndGradientMatchSingleDevice) {
   emb.collect_params(params, 0.02f);
   ASSERT_EQ(params.size(), 1u);
   const Param& p = params[0];
-  const std::vector<float> dw_real = gather_real(world(), p, p.grad);   // collectives: last ones
+  const std::vector<float> dw_real = gather_real(world(), p, p.grad);  // collectives: last ones
   const std::vector<float> dw_all = gather_global(world(), p, p.grad);
   const std::vector<float> w_all = gather_global(world(), p, p.value);
 
@@ -101,7 +103,8 @@ TEST_P(VocabEmbedding, LookupAndGradientMatchSingleDevice) {
   EXPECT_EQ(p.offset, emb.first_id());
   EXPECT_EQ(p.ckpt_rows, kV);
   EXPECT_EQ(e.shape(), (Shape{n, kH}));
-  EXPECT_EQ(e.to_host(), host_block(want_e, kH, row0, n, 0, kH)) << "a lookup is copies and zeros: exact";
+  EXPECT_EQ(e.to_host(), host_block(want_e, kH, row0, n, 0, kH))
+      << "a lookup is copies and zeros: exact";
   EXPECT_LE(rel_error(dw_real, std::vector<float>(want_dw.begin(), want_dw.end())), kTol);
   const std::vector<float> pad_grad(dw_all.begin() + kV * kH, dw_all.end());
   const std::vector<float> pad_rows(w_all.begin() + kV * kH, w_all.end());
@@ -143,11 +146,15 @@ TEST_P(VocabEmbedding, BackwardCommunicatesOnlyUnderSequenceParallelism) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Vocab, VocabEmbedding, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "sp" : "nosp"; });
+                         [](const ::testing::TestParamInfo<bool>& i) {
+  return i.param ? "sp" : "nosp";
+});
 
 TEST(VocabEmbeddingInput, PaddedVocabularyMustBeAMultipleOfTAndCoverV) {
   const int t = world().size();
-  auto make = [&](int64_t padded_vocab) { VocabParallelEmbedding(device(), world(), "wte", kV, padded_vocab, kH); };
+  auto make = [&](int64_t padded_vocab) {
+    VocabParallelEmbedding(device(), world(), "wte", kV, padded_vocab, kH);
+  };
   try {
     make(kV - 1);
     ADD_FAILURE() << "a padded vocabulary smaller than V was accepted";
@@ -158,7 +165,8 @@ TEST(VocabEmbeddingInput, PaddedVocabularyMustBeAMultipleOfTAndCoverV) {
   if (t > 1) {
     EXPECT_THROW(make(padded(t) + 1), Error);  // not a multiple of t
   }
-  VocabParallelEmbedding ok(device(), world(), "wte", kV, padded(t) + 2 * t, kH);  // more padding is fine
+  VocabParallelEmbedding ok(device(), world(), "wte", kV, padded(t) + 2 * t,
+                            kH);  // more padding is fine
   EXPECT_EQ(ok.local_rows(), (padded(t) + 2 * t) / t);
 }
 
@@ -171,18 +179,20 @@ TEST(VocabEmbeddingInput, ZeroPaddingClearsOnlyThePaddingRows) {
   const std::vector<float> got = w.to_host();
   const int64_t real = emb.local_rows() - emb.padding_rows();
   for (int64_t i = 0; i < emb.local_rows(); ++i)
-    EXPECT_EQ(got[i * kH], i < real ? 1.0f : 0.0f) << "row " << i << " (id " << emb.first_id() + i << ")";
+    EXPECT_EQ(got[i * kH], i < real ? 1.0f : 0.0f)
+        << "row " << i << " (id " << emb.first_id() + i << ")";
 }
 
 // ---- vocab_parallel_cross_entropy ---------------------------------------------------------------
 
 struct LossReference {
-  std::vector<float> row_max, sum_exp, target_logit, loss, dlogits;  // dlogits: (N, V'), 0 on padding
+  std::vector<float> row_max, sum_exp, target_logit, loss,
+      dlogits;  // dlogits: (N, V'), 0 on padding
 };
 
 // log-softmax cross-entropy over the V real columns, in double; dlogits scaled by `scale`.
-LossReference loss_reference(const std::vector<float>& x, const std::vector<int32_t>& y, int64_t n, int64_t vp,
-                             float scale) {
+LossReference loss_reference(const std::vector<float>& x, const std::vector<int32_t>& y, int64_t n,
+                             int64_t vp, float scale) {
   LossReference ref;
   ref.dlogits.assign(static_cast<size_t>(n * vp), 0.0f);
   for (int64_t i = 0; i < n; ++i) {
@@ -194,7 +204,8 @@ LossReference loss_reference(const std::vector<float>& x, const std::vector<int3
     ref.target_logit.push_back(x[i * kV + y[i]]);
     ref.loss.push_back(static_cast<float>(std::log(se) + m - x[i * kV + y[i]]));
     for (int64_t j = 0; j < kV; ++j)
-      ref.dlogits[i * vp + j] = static_cast<float>(scale * (std::exp(x[i * kV + j] - m) / se - (j == y[i] ? 1 : 0)));
+      ref.dlogits[i * vp + j] =
+          static_cast<float>(scale * (std::exp(x[i * kV + j] - m) / se - (j == y[i] ? 1 : 0)));
   }
   return ref;
 }
@@ -212,7 +223,8 @@ TEST(VocabCrossEntropy, LossStagesAndGradientMatchSingleDevice) {
   std::vector<float> x_padded(n * vp, 1e4f);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < kV; ++j) x_padded[i * vp + j] = x[i * kV + j];
-  const Tensor logits = Tensor::from_host(device(), Shape{n, cols}, host_block(x_padded, vp, 0, n, first, cols));
+  const Tensor logits =
+      Tensor::from_host(device(), Shape{n, cols}, host_block(x_padded, vp, 0, n, first, cols));
   const Tensor targets = Tensor::from_host(device(), Shape{n}, as_float(y));
   const VocabShard shard{first, kV};
 
@@ -221,11 +233,12 @@ TEST(VocabCrossEntropy, LossStagesAndGradientMatchSingleDevice) {
   std::vector<size_t> collectives;
   std::vector<float> local_max;
   const size_t mark = world().ledger().size();
-  const CrossEntropyStats st = vocab_parallel_cross_entropy_forward(
-      device(), world(), logits, targets, shard, [&](CrossEntropyStage s, const CrossEntropyStats& now) {
-        stages.push_back(s);
-        collectives.push_back(world().ledger().size() - mark);
-        if (s == CrossEntropyStage::LocalMax) local_max = now.row_max.to_host();
+  const CrossEntropyStats st =
+      vocab_parallel_cross_entropy_forward(device(), world(), logits, targets, shard,
+                                           [&](CrossEntropyStage s, const CrossEntropyStats& now) {
+    stages.push_back(s);
+    collectives.push_back(world().ledger().size() - mark);
+    if (s == CrossEntropyStage::LocalMax) local_max = now.row_max.to_host();
       });
   const std::vector<CommRecord> fwd = since(mark);
 
@@ -237,7 +250,8 @@ TEST(VocabCrossEntropy, LossStagesAndGradientMatchSingleDevice) {
   EXPECT_EQ(world().ledger().size(), bwd_mark) << "the backward communicates nothing";
 
   using S = CrossEntropyStage;
-  EXPECT_EQ(stages, (std::vector<S>{S::LocalMax, S::Max, S::LocalSums, S::SumExp, S::TargetLogit, S::Loss}));
+  EXPECT_EQ(stages, (std::vector<S>{S::LocalMax, S::Max, S::LocalSums, S::SumExp, S::TargetLogit,
+                                    S::Loss}));
   const size_t k = t > 1 ? 1 : 0;
   EXPECT_EQ(collectives, (std::vector<size_t>{0, k, k, 2 * k, 3 * k, 3 * k}));
   ASSERT_EQ(fwd.size(), 3 * k);
@@ -250,7 +264,8 @@ TEST(VocabCrossEntropy, LossStagesAndGradientMatchSingleDevice) {
   // Before its all-reduce the max covers my real columns only (−inf if I hold none).
   std::vector<float> want_local(n, -std::numeric_limits<float>::infinity());
   for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = first; j < std::min(first + cols, kV); ++j) want_local[i] = std::max(want_local[i], x[i * kV + j]);
+    for (int64_t j = first; j < std::min(first + cols, kV); ++j)
+      want_local[i] = std::max(want_local[i], x[i * kV + j]);
   EXPECT_EQ(local_max, want_local);
   EXPECT_EQ(st.row_max.to_host(), ref.row_max);
   EXPECT_EQ(st.target_logit.to_host(), ref.target_logit) << "one rank's logit plus zeros: exact";

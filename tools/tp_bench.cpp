@@ -89,11 +89,11 @@ double device_time(Device& dev, int reps, const std::function<void()>& f) {
   return best;
 }
 
-void result(Context& ctx, const std::string& suite, const std::string& name, double value, const char* unit,
-            double ref, double ratio) {
+void result(Context& ctx, const std::string& suite, const std::string& name, double value,
+            const char* unit, double ref, double ratio) {
   char line[256];
-  std::snprintf(line, sizeof line, "RESULT %s %s %.6g %s %.6g %.4f", suite.c_str(), name.c_str(), value, unit,
-                ref, ratio);
+  std::snprintf(line, sizeof line, "RESULT %s %s %.6g %s %.6g %.4f", suite.c_str(), name.c_str(),
+                value, unit, ref, ratio);
   log0(ctx.world, line);
 }
 
@@ -107,17 +107,23 @@ void bench_gemm(Context& ctx) {
   log0(ctx.world, "# GEMM, blocked OpenMP kernel vs naive reference loop (", omp_get_max_threads(),
        " threads on rank 0)");
   log0(ctx.world, "#      m      n      k   blocked GFLOP/s   naive GFLOP/s   ratio   #wrong");
-  struct Shape3 { int64_t m, n, k; };
+  struct Shape3 {
+    int64_t m, n, k;
+  };
   for (const Shape3 s : {Shape3{256, 256, 256}, Shape3{512, 512, 512}, Shape3{128, 2048, 512},
                          Shape3{1024, 256, 1024}}) {
-    Tensor a(ctx.device, Shape{s.m, s.k}), b(ctx.device, Shape{s.k, s.n}), c(ctx.device, Shape{s.m, s.n});
-    ctx.device.fill_random(a, RngKey::from(1, "a"), GlobalIndex::whole(s.k), Distribution::uniform(-1, 1));
-    ctx.device.fill_random(b, RngKey::from(1, "b"), GlobalIndex::whole(s.n), Distribution::uniform(-1, 1));
+    Tensor a(ctx.device, Shape{s.m, s.k}), b(ctx.device, Shape{s.k, s.n}),
+        c(ctx.device, Shape{s.m, s.n});
+    ctx.device.fill_random(a, RngKey::from(1, "a"), GlobalIndex::whole(s.k),
+                           Distribution::uniform(-1, 1));
+    ctx.device.fill_random(b, RngKey::from(1, "b"), GlobalIndex::whole(s.n),
+                           Distribution::uniform(-1, 1));
     const double fast = best_time(3, [&] { ctx.device.gemm(false, false, 1.0f, a, b, 0.0f, c); });
     const auto ha = a.to_host(), hb = b.to_host();
     std::vector<float> ref(static_cast<size_t>(s.m * s.n));
     const double slow = best_time(1, [&] {
-      host_gemm(false, false, s.m, s.n, s.k, 1.0f, ha.data(), s.k, hb.data(), s.n, 0.0f, ref.data(), s.n);
+      host_gemm(false, false, s.m, s.n, s.k, 1.0f, ha.data(), s.k, hb.data(), s.n, 0.0f, ref.data(),
+                s.n);
     });
     const auto hc = c.to_host();
     int wrong = 0;
@@ -125,9 +131,10 @@ void bench_gemm(Context& ctx) {
       wrong += std::fabs(hc[i] - ref[i]) > 1e-4 * (1.0 + std::fabs(ref[i]));
     const double flop = 2.0 * s.m * s.n * s.k;
     char line[160];
-    std::snprintf(line, sizeof line, "%8lld %6lld %6lld %17.2f %15.2f %7.1f %8d", static_cast<long long>(s.m),
-                  static_cast<long long>(s.n), static_cast<long long>(s.k), flop / fast / 1e9,
-                  flop / slow / 1e9, slow / fast, wrong);
+    std::snprintf(line, sizeof line, "%8lld %6lld %6lld %17.2f %15.2f %7.1f %8d",
+                  static_cast<long long>(s.m), static_cast<long long>(s.n),
+                  static_cast<long long>(s.k), flop / fast / 1e9, flop / slow / 1e9, slow / fast,
+                  wrong);
     log0(ctx.world, line);
   }
 }
@@ -145,14 +152,23 @@ void bench_collectives(Context& ctx) {
       double secs = 0;
       int wrong = 0;
       if (op == "all_reduce") {
-        secs = best_time(5, [&] { ctx.device.fill(full, w.rank() + 1.0f); w.all_reduce(full); });
+        secs = best_time(5, [&] {
+          ctx.device.fill(full, w.rank() + 1.0f);
+          w.all_reduce(full);
+        });
         for (float v : full.to_host()) wrong += v != t * (t + 1) / 2.0f;
       } else if (op == "all_gather") {
-        secs = best_time(5, [&] { ctx.device.fill(shard, 1.0f * w.rank()); w.all_gather(shard, full); });
+        secs = best_time(5, [&] {
+          ctx.device.fill(shard, 1.0f * w.rank());
+          w.all_gather(shard, full);
+        });
         const auto h = full.to_host();
         for (int64_t i = 0; i < n; ++i) wrong += h[i] != static_cast<float>(i / (n / t));
       } else {
-        secs = best_time(5, [&] { ctx.device.fill(full, w.rank() + 1.0f); w.reduce_scatter(full, shard); });
+        secs = best_time(5, [&] {
+          ctx.device.fill(full, w.rank() + 1.0f);
+          w.reduce_scatter(full, shard);
+        });
         for (float v : shard.to_host()) wrong += v != t * (t + 1) / 2.0f;
       }
       const double factor = ring_wire_bytes(op, t, static_cast<int64_t>(bytes)) / bytes;
@@ -175,7 +191,8 @@ struct GemmCase {
 
 // #elements among `samples` sampled (i, j) whose value is off the double-precision dot product by
 // more than tol · Σ_k |a_ik b_kj| (the rounding bound of a k-term sum at the inputs' precision).
-int sampled_wrong(const GemmCase& g, const Tensor& a, const Tensor& b, const Tensor& c, double tol, int samples) {
+int sampled_wrong(const GemmCase& g, const Tensor& a, const Tensor& b, const Tensor& c, double tol,
+                  int samples) {
   const auto ha = a.to_host(), hb = b.to_host(), hc = c.to_host();
   int wrong = 0;
   uint64_t x = 0x9E3779B97F4A7C15ull;
@@ -203,15 +220,19 @@ void bench_gemm_gpu(Context& ctx) {
   const double tol = prec == "bf16" ? 1.6e-2 : prec == "tf32" ? 2e-3 : 1e-5;
   const int64_t h = ctx.options.get_int("hidden"), tokens = ctx.options.get_int("tokens");
   auto run = [&](const GemmCase& g, int* wrong) {
-    Tensor a(dev, g.ta ? Shape{g.k, g.m} : Shape{g.m, g.k}), b(dev, g.tb ? Shape{g.n, g.k} : Shape{g.k, g.n});
+    Tensor a(dev, g.ta ? Shape{g.k, g.m} : Shape{g.m, g.k}),
+        b(dev, g.tb ? Shape{g.n, g.k} : Shape{g.k, g.n});
     Tensor c(dev, Shape{g.m, g.n});
-    dev.fill_random(a, RngKey::from(1, "a"), GlobalIndex::whole(a.cols()), Distribution::uniform(-1, 1));
-    dev.fill_random(b, RngKey::from(1, "b"), GlobalIndex::whole(b.cols()), Distribution::uniform(-1, 1));
+    dev.fill_random(a, RngKey::from(1, "a"), GlobalIndex::whole(a.cols()),
+                    Distribution::uniform(-1, 1));
+    dev.fill_random(b, RngKey::from(1, "b"), GlobalIndex::whole(b.cols()),
+                    Distribution::uniform(-1, 1));
     const double secs = device_time(dev, 5, [&] { dev.gemm(g.ta, g.tb, 1.0f, a, b, 0.0f, c); });
     if (wrong != nullptr) *wrong = sampled_wrong(g, a, b, c, tol, 64);
     return 2.0 * g.m * g.n * g.k / secs / 1e12;
   };
-  log0(ctx.world, "# GEMM on ", dev.name(), ", ", prec, ": ceiling = best of Device::gemm at large square sizes");
+  log0(ctx.world, "# GEMM on ", dev.name(), ", ", prec,
+       ": ceiling = best of Device::gemm at large square sizes");
   double ceiling = 0;
   for (int64_t n : {h, 2 * h, 3 * h}) {  // 4096, 8192, 12288 at the default h
     const double tf = run(GemmCase{"square", false, false, n, n, n}, nullptr);
@@ -219,18 +240,20 @@ void bench_gemm_gpu(Context& ctx) {
     ceiling = std::max(ceiling, tf);
   }
   result(ctx, "gemm", prec + ".ceiling", ceiling, "TFLOP/s", ceiling, 1.0);
-  log0(ctx.world, "#         layer (h = ", h, ", ", tokens, " tokens)       m      n      k   TFLOP/s   of ceiling   #wrong/64");
+  log0(ctx.world, "#         layer (h = ", h, ", ", tokens,
+       " tokens)       m      n      k   TFLOP/s   of ceiling   #wrong/64");
   const GemmCase cases[] = {
-      {"qkv.fwd", false, false, tokens, 3 * h, h},      {"proj.fwd", false, false, tokens, h, h},
-      {"fc1.fwd", false, false, tokens, 4 * h, h},      {"fc2.fwd", false, false, tokens, h, 4 * h},
-      {"fc1.dgrad", false, true, tokens, h, 4 * h},     {"fc1.wgrad", true, false, h, 4 * h, tokens},
+      {"qkv.fwd", false, false, tokens, 3 * h, h},  {"proj.fwd", false, false, tokens, h, h},
+      {"fc1.fwd", false, false, tokens, 4 * h, h},  {"fc2.fwd", false, false, tokens, h, 4 * h},
+      {"fc1.dgrad", false, true, tokens, h, 4 * h}, {"fc1.wgrad", true, false, h, 4 * h, tokens},
   };
   for (const GemmCase& g : cases) {
     int wrong = 0;
     const double tf = run(g, &wrong);
     char line[200];
-    std::snprintf(line, sizeof line, "%30s %6lld %6lld %6lld %9.1f %11.0f%% %11d", g.name, static_cast<long long>(g.m),
-                  static_cast<long long>(g.n), static_cast<long long>(g.k), tf, 100.0 * tf / ceiling, wrong);
+    std::snprintf(line, sizeof line, "%30s %6lld %6lld %6lld %9.1f %11.0f%% %11d", g.name,
+                  static_cast<long long>(g.m), static_cast<long long>(g.n),
+                  static_cast<long long>(g.k), tf, 100.0 * tf / ceiling, wrong);
     log0(ctx.world, line);
     result(ctx, "gemm", prec + "." + g.name, tf, "TFLOP/s", ceiling, tf / ceiling);
     if (wrong != 0) result(ctx, "gemm", prec + "." + g.name + ".wrong", wrong, "of-64", 0, 0);
@@ -248,7 +271,8 @@ void bench_block(Context& ctx) {
   cfg.ffn = 4 * cfg.hidden;
   cfg.seq = ctx.options.get_int("seq");
   cfg.vocab = 256;
-  const int64_t seq = cfg.seq, batch = ctx.options.get_int("batch"), n = seq * batch, h = cfg.hidden;
+  const int64_t seq = cfg.seq, batch = ctx.options.get_int("batch"), n = seq * batch,
+                h = cfg.hidden;
   cfg.validate(ctx.world.size());
   TransformerBlock block(dev, ctx.world, cfg, 0);
   ParamList params;
@@ -266,10 +290,13 @@ void bench_block(Context& ctx) {
   // Model FLOPs of the block (t = 1): 24·n·h² for the four linears (qkv 3h², proj h², MLP 8h²)
   // forward, and 4·n·s·h for QKᵀ and PV over the full (causal but materialised) S × S; backward
   // is twice the forward.
-  const double flop_fwd = 24.0 * n * h * h / ctx.world.size() + 4.0 * batch * seq * seq * h / ctx.world.size();
-  log0(ctx.world, "# transformer block on ", dev.name(), " (", precision(ctx), "), h = ", h, ", s = ", seq, ", b = ",
-       batch, ", ", cfg.heads, " heads, t = ", ctx.world.size(), ": forward ", fwd * 1e3, " ms, forward + backward ",
-       both * 1e3, " ms (", 3.0 * flop_fwd / both / 1e12, " TFLOP/s), peak ", static_cast<double>(dev.memory().peak) / (1 << 20), " MiB");
+  const double flop_fwd =
+      24.0 * n * h * h / ctx.world.size() + 4.0 * batch * seq * seq * h / ctx.world.size();
+  log0(ctx.world, "# transformer block on ", dev.name(), " (", precision(ctx), "), h = ", h,
+       ", s = ", seq, ", b = ", batch, ", ", cfg.heads, " heads, t = ", ctx.world.size(),
+       ": forward ", fwd * 1e3, " ms, forward + backward ", both * 1e3, " ms (",
+       3.0 * flop_fwd / both / 1e12, " TFLOP/s), peak ",
+       static_cast<double>(dev.memory().peak) / (1 << 20), " MiB");
   result(ctx, "block", precision(ctx) + ".fwd_ms", fwd * 1e3, "ms", 0, 0);
   result(ctx, "block", precision(ctx) + ".fwd_bwd_ms", both * 1e3, "ms", 0, 0);
 }
@@ -278,16 +305,22 @@ void bench_block(Context& ctx) {
 
 void bench_memory(Context& ctx) {
   Device& dev = ctx.device;
-  const int64_t rows = ctx.options.get_int("tokens"), h = ctx.options.get_int("hidden"), n = rows * h;
+  const int64_t rows = ctx.options.get_int("tokens"), h = ctx.options.get_int("hidden"),
+                n = rows * h;
   const double bytes = 4.0 * static_cast<double>(n);  // one pass over one (rows, h) tensor
-  Tensor x(dev, Shape{rows, h}), y(dev, Shape{rows, h}), dy(dev, Shape{rows, h}), dx(dev, Shape{rows, h});
-  Tensor w(dev, Shape{h}), b(dev, Shape{h}), dw(dev, Shape{h}), db(dev, Shape{h}), mean(dev, Shape{rows}),
-      rstd(dev, Shape{rows});
-  for (Tensor* t : {&x, &dy, &w, &b}) dev.fill_random(*t, RngKey::from(3, "m"), GlobalIndex::whole(t->cols()), Distribution::uniform(-1, 1));
+  Tensor x(dev, Shape{rows, h}), y(dev, Shape{rows, h}), dy(dev, Shape{rows, h}),
+      dx(dev, Shape{rows, h});
+  Tensor w(dev, Shape{h}), b(dev, Shape{h}), dw(dev, Shape{h}), db(dev, Shape{h}),
+      mean(dev, Shape{rows}), rstd(dev, Shape{rows});
+  for (Tensor* t : {&x, &dy, &w, &b})
+    dev.fill_random(*t, RngKey::from(3, "m"), GlobalIndex::whole(t->cols()),
+                    Distribution::uniform(-1, 1));
   dev.fill(dw, 0.0f);
   dev.fill(db, 0.0f);
-  const double copy = bytes * 2 / device_time(dev, 10, [&] { dev.copy(y.data(), x.data(), x.bytes()); }) / 1e9;
-  log0(ctx.world, "# memory-bound kernels on ", dev.name(), ", (", rows, ", ", h, ") fp32 = ", bytes / (1 << 20),
+  const double copy =
+      bytes * 2 / device_time(dev, 10, [&] { dev.copy(y.data(), x.data(), x.bytes()); }) / 1e9;
+  log0(ctx.world, "# memory-bound kernels on ", dev.name(), ", (", rows, ", ", h,
+       ") fp32 = ", bytes / (1 << 20),
        " MiB per tensor; GB/s of compulsory traffic vs device-to-device copy (", copy, " GB/s)");
   result(ctx, "memory", "copy", copy, "GB/s", copy, 1.0);
   struct Kernel {
@@ -315,9 +348,10 @@ void bench_memory(Context& ctx) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Options opts("tp_bench",
-               "Measures a backend: GEMM (CPU: blocked vs naive; GPU: layer shapes vs a measured ceiling), "
-               "collectives, one transformer block, memory-bound kernels.");
+  Options opts(
+      "tp_bench",
+      "Measures a backend: GEMM (CPU: blocked vs naive; GPU: layer shapes vs a measured ceiling), "
+      "collectives, one transformer block, memory-bound kernels.");
   opts.text("suite", "auto", "what to measure: auto (cpu: gemm + collectives; gpu: all)",
             {"auto", "gemm", "collectives", "block", "memory", "all", "none"});
   opts.integer("hidden", 4096, "h for the GPU GEMM shapes, the block and the memory kernels");
@@ -326,14 +360,17 @@ int main(int argc, char** argv) {
   opts.integer("batch", 1, "block: batch");
   opts.integer("heads", 32, "block: attention heads");
   return run_program(argc, argv, opts, [](Context& ctx) {
-    log0(ctx.world, "tp_bench on ", ctx.world.size(), " ranks, ", ctx.device.name(), ", ", ctx.world.name());
+    log0(ctx.world, "tp_bench on ", ctx.world.size(), " ranks, ", ctx.device.name(), ", ",
+         ctx.world.name());
     const bool gpu = ctx.options.get_text("backend") == "gpu";
     std::string suite = ctx.options.get_text("suite");
     if (suite == "auto") suite = gpu ? "all" : "cpu";
     const bool all = suite == "all";
     if (suite == "cpu" || suite == "gemm" || all) {
-      if (gpu) bench_gemm_gpu(ctx);
-      else bench_gemm(ctx);
+      if (gpu)
+        bench_gemm_gpu(ctx);
+      else
+        bench_gemm(ctx);
     }
     if (all || suite == "memory") bench_memory(ctx);
     if (all || suite == "block") bench_block(ctx);

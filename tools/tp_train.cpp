@@ -38,7 +38,8 @@ float learning_rate(float lr, int64_t step, int64_t warmup, int64_t decay) {
   float f = 1.0f;
   if (warmup > 0 && step < warmup) f = static_cast<float>(step + 1) / static_cast<float>(warmup);
   if (decay > warmup && step >= warmup) {
-    const double x = std::min(1.0, static_cast<double>(step - warmup) / static_cast<double>(decay - warmup));
+    const double x =
+        std::min(1.0, static_cast<double>(step - warmup) / static_cast<double>(decay - warmup));
     f *= static_cast<float>(0.1 + 0.9 * 0.5 * (1.0 + std::cos(3.141592653589793 * x)));
   }
   return lr * f;
@@ -74,7 +75,8 @@ int train(Context& ctx) {
   if (steps < 0) problems.push_back("--steps=" + std::to_string(steps) + " must be 0 or more");
   if (batch < 1) problems.push_back("--batch=" + std::to_string(batch) + " must be at least 1");
   if (!data.empty() && cfg.vocab != 0 && cfg.vocab != 256)
-    problems.push_back("--data uses byte tokens (V = 256); drop --vocab=" + std::to_string(cfg.vocab));
+    problems.push_back("--data uses byte tokens (V = 256); drop --vocab=" +
+                       std::to_string(cfg.vocab));
   if (cfg.vocab == 0) cfg.vocab = 256;
   for (const auto& p : cfg.problems(world.size())) problems.push_back(p);
   if (!problems.empty()) {
@@ -84,8 +86,10 @@ int train(Context& ctx) {
   }
 
   std::unique_ptr<TokenSource> source;
-  if (data.empty()) source = std::make_unique<MarkovSource>(cfg.vocab, seed);
-  else source = std::make_unique<TextSource>(data, cfg.seq, seed);
+  if (data.empty())
+    source = std::make_unique<MarkovSource>(cfg.vocab, seed);
+  else
+    source = std::make_unique<TextSource>(data, cfg.seq, seed);
 
   Gpt model(ctx.device, world, cfg);
   model.init(seed);
@@ -98,18 +102,22 @@ int train(Context& ctx) {
     const LoadedCheckpoint loaded = load_checkpoint(o.get_text("load"), world, model, opt);
     step = loaded.step;
     log0(world, "loaded ", o.get_text("load"), " at step ", step,
-         loaded.optimizer_state ? " (with optimizer state)" : " (no optimizer state: AdamW starts fresh)");
+         loaded.optimizer_state ? " (with optimizer state)"
+                                : " (no optimizer state: AdamW starts fresh)");
   }
   int64_t n_params = 0;
-  for (const Param& p : model.params()) n_params += p.ckpt_rows > 0 ? p.ckpt_rows * p.cols() : p.shape.numel();
+  for (const Param& p : model.params())
+    n_params += p.ckpt_rows > 0 ? p.ckpt_rows * p.cols() : p.shape.numel();
   log0(world, "tp_train: t = ", world.size(), " (", world.name(), ", ", ctx.device.name(), ")");
   log0(world, "model: ", cfg.str(), ", ", n_params, " parameters");
   log0(world, "data: ", source->describe());
   if (model.padded_vocab() != cfg.vocab)
-    log0(world, "vocabulary ", cfg.vocab, " padded to ", model.padded_vocab(), " (", model.padded_vocab() / world.size(),
-         " rows per rank); the padding is never looked up, never wins the softmax, and is not saved");
-  log0(world, "batch ", batch, " x seq ", cfg.seq, " = ", batch * cfg.seq, " tokens/step, lr ", hp.lr,
-       ", steps ", step, " -> ", step + steps);
+    log0(world, "vocabulary ", cfg.vocab, " padded to ", model.padded_vocab(), " (",
+         model.padded_vocab() / world.size(),
+         " rows per rank); the padding is never looked up, never wins the softmax, and is not "
+         "saved");
+  log0(world, "batch ", batch, " x seq ", cfg.seq, " = ", batch * cfg.seq, " tokens/step, lr ",
+       hp.lr, ", steps ", step, " -> ", step + steps);
 
   std::ofstream json;
   if (!o.get_text("log-json").empty() && world.rank() == 0) {
@@ -137,7 +145,8 @@ int train(Context& ctx) {
     for (const Param& p : model.params()) replicated += p.split == Split::Replicated;
     for (const auto& p : problems) log0(world, "audit: ", p);
     log0(world, "audit: ", replicated - static_cast<int64_t>(problems.size()), " of ", replicated,
-         " replicated gradients identical on every rank and equal to t = 1", problems.empty() ? "" : " — FAILED");
+         " replicated gradients identical on every rank and equal to t = 1",
+         problems.empty() ? "" : " — FAILED");
     if (!problems.empty()) return 1;
     model.zero_grad();
   }
@@ -149,51 +158,59 @@ int train(Context& ctx) {
     const Batch b = source->batch(step, batch, cfg.seq);
     const float lr = learning_rate(hp.lr, step, o.get_int("warmup"), o.get_int("decay-steps"));
     const bool dump = i == 0 && !o.get_text("dump-grads").empty();
-    const StepResult r = train_step(world, ctx.device, model, opt, b, seed, step, lr, clip, [&](float loss) {
-      if (!dump) return;
-      dump_gradients(o.get_text("dump-grads"), world, model, b, loss);
-      log0(world, "wrote gradients of step ", step, " to ", o.get_text("dump-grads"));
-    });
+    const StepResult r =
+        train_step(world, ctx.device, model, opt, b, seed, step, lr, clip, [&](float loss) {
+          if (!dump) return;
+          dump_gradients(o.get_text("dump-grads"), world, model, b, loss);
+          log0(world, "wrote gradients of step ", step, " to ", o.get_text("dump-grads"));
+        });
     const float loss = r.loss;
     const double norm = r.grad_norm;
     ctx.device.synchronize();
     if (i == 0) {
       // What a block keeps for backward, measured by the memory ledger, against the formula.
-      const int64_t measured = model.memory().layer_bytes(0), formula = block_activation_bytes(cfg, cfg.seq, batch, world.size());
+      const int64_t measured = model.memory().layer_bytes(0),
+                    formula = block_activation_bytes(cfg, cfg.seq, batch, world.size());
       TP_CHECK(measured == formula, "activation memory of block 0: the ledger has ", measured,
                " bytes but the formula (lib/model/memory.h) gives ", formula);
-      log0(world, "activations kept per block on each rank: ", measured, " bytes (ledger) = ", formula,
-           " bytes (formula", cfg.sp ? ", with SP" : "", ")");
+      log0(world, "activations kept per block on each rank: ", measured,
+           " bytes (ledger) = ", formula, " bytes (formula", cfg.sp ? ", with SP" : "", ")");
     }
     const double secs = now() - t0, comm = world.ledger().seconds_since(mark);
     const double tok_s = static_cast<double>(batch * cfg.seq) / secs;
     if (i % every == 0 || i + 1 == steps) {
       char line[200];
-      std::snprintf(line, sizeof line, "step %5lld | loss %.6f | grad norm %.4f | lr %.3g | %.0f tok/s | comm %4.1f%%",
+      std::snprintf(line, sizeof line,
+                    "step %5lld | loss %.6f | grad norm %.4f | lr %.3g | %.0f tok/s | comm %4.1f%%",
                     static_cast<long long>(step + 1), loss, norm, lr, tok_s, 100.0 * comm / secs);
       log0(world, line);
     }
     if (json.is_open()) {
       char line[240];
       std::snprintf(line, sizeof line,
-                    "{\"step\": %lld, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, \"tokens_per_s\": %.6g, "
+                    "{\"step\": %lld, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, "
+                    "\"tokens_per_s\": %.6g, "
                     "\"comm_s\": %.6g, \"compute_s\": %.6g, \"t\": %d}",
-                    static_cast<long long>(step + 1), loss, norm, lr, tok_s, comm, secs - comm, world.size());
+                    static_cast<long long>(step + 1), loss, norm, lr, tok_s, comm, secs - comm,
+                    world.size());
       json << line << "\n" << std::flush;
     }
   }
-  if (std::isfinite(source->loss_floor())) log0(world, "loss floor of this data: ", source->loss_floor(), " nats");
+  if (std::isfinite(source->loss_floor()))
+    log0(world, "loss floor of this data: ", source->loss_floor(), " nats");
   {
     // Peak device memory of every rank, in MiB (gathered for the report, after training).
-    Tensor mine = Tensor::from_host(ctx.device, Shape{2}, {static_cast<float>(ctx.device.memory().peak / 1048576.0),
-                                                          static_cast<float>(ctx.device.memory().largest / 1048576.0)});
+    Tensor mine = Tensor::from_host(ctx.device, Shape{2},
+                                    {static_cast<float>(ctx.device.memory().peak / 1048576.0),
+                                     static_cast<float>(ctx.device.memory().largest / 1048576.0)});
     Tensor all(ctx.device, Shape{world.size(), 2});
     world.all_gather(mine, all);
     const std::vector<float> v = all.to_host();
     std::string line;
     char buf[96];
     for (int r = 0; r < world.size(); ++r) {
-      std::snprintf(buf, sizeof buf, "%srank %d %.2f MiB (largest tensor %.2f MiB)", r ? ", " : "", r, v[2 * r], v[2 * r + 1]);
+      std::snprintf(buf, sizeof buf, "%srank %d %.2f MiB (largest tensor %.2f MiB)", r ? ", " : "",
+                    r, v[2 * r], v[2 * r + 1]);
       line += buf;
     }
     log0(world, "peak device memory: ", line);
@@ -208,13 +225,15 @@ int train(Context& ctx) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Options o("tp_train", "Trains a small GPT with tensor parallelism over the ranks of mpirun (t = -np).");
+  Options o("tp_train",
+            "Trains a small GPT with tensor parallelism over the ranks of mpirun (t = -np).");
   o.integer("layers", 2, "transformer blocks L")
       .integer("hidden", 64, "hidden size h")
       .integer("heads", 4, "attention heads (divisible by t)")
       .integer("kv-heads", 0, "key/value heads for GQA; 0 = heads")
       .integer("ffn", 0, "MLP inner size; 0 = 4 h")
-      .integer("vocab", 0, "vocabulary V; 0 = 256 (the Markov data's default, and bytes for --data)")
+      .integer("vocab", 0,
+               "vocabulary V; 0 = 256 (the Markov data's default, and bytes for --data)")
       .integer("seq", 64, "sequence length = size of the position table")
       .integer("batch", 8, "sequences per step")
       .integer("steps", 50, "steps to run from where the run starts (fresh or --load)")
@@ -230,11 +249,13 @@ int main(int argc, char** argv) {
       .flag("untie", "give the LM head its own weight instead of tying it to wte")
       .flag("sp", "sequence parallelism: between the TP regions each rank keeps seq/t tokens")
       .integer("pad-vocab-multiple", 1, "pad the vocabulary to a multiple of this times t")
-      .flag("audit-grads", "before training, check every replicated gradient against t = 1 and across ranks")
+      .flag("audit-grads",
+            "before training, check every replicated gradient against t = 1 and across ranks")
       .text("data", "", "train on the bytes of this file (V = 256) instead of the Markov data")
       .text("save", "", "write a checkpoint (safetensors) here at the end")
       .text("load", "", "start from this checkpoint (weights, optimizer state, step)")
-      .text("dump-grads", "", "after the first backward, write every global gradient, the batch and the loss here")
+      .text("dump-grads", "",
+            "after the first backward, write every global gradient, the batch and the loss here")
       .text("log-json", "", "append one JSON object per step to this file")
       .integer("log-every", 10, "print a progress line every N steps");
   return run_program(argc, argv, o, train);

@@ -21,9 +21,9 @@
 using namespace tp;
 
 int main(int argc, char** argv) {
-  return lesson::run(argc, argv, "lesson_01_block_matmul",
-                     "Lesson 01: block matrix multiplication",
-                     {2}, [](lesson::Lesson& L) {
+  return lesson::run(argc, argv, "lesson_01_block_matmul", "Lesson 01: block matrix multiplication",
+                     {2},
+                     [](lesson::Lesson& L) {
     Device& dev = L.device();
     Communicator& world = L.world();
     const int r = L.rank();
@@ -36,7 +36,8 @@ int main(int argc, char** argv) {
     Tensor XA(dev, Shape{1, 2});
     dev.gemm(false, false, 1.0f, X, A, 0.0f, XA);
     const std::vector<float> reference = host_matmul(x_host, a_host, 1, 2, 2);
-    L.say("  X = ", lesson::fmt(x_host), ",  A = [[1, 2], [3, 4]],  XA = ", lesson::fmt(XA.to_host()));
+    L.say("  X = ", lesson::fmt(x_host),
+          ",  A = [[1, 2], [3, 4]],  XA = ", lesson::fmt(XA.to_host()));
     L.check("single-device XA", XA.to_host(), reference);
 
     lesson::Table table({"step", "rank 0", "rank 1", "communication"});
@@ -49,8 +50,9 @@ int main(int argc, char** argv) {
     dev.gemm(false, false, 1.0f, X, A_col, 0.0f, Y_r);
     auto cells = L.gather_fmt(Y_r);
     if (L.is_root()) table.add({"column: Y_r = X A_r", cells[0], cells[1], L.comm_since(m)});
-    L.say("  rank 0: 1·1 + 2·3 = ", cells.empty() ? "" : cells[0], "    rank 1: 1·2 + 2·4 = ",
-          cells.empty() ? "" : cells[1], "    communication: ", L.comm_since(m));
+    L.say("  rank 0: 1·1 + 2·3 = ", cells.empty() ? "" : cells[0],
+          "    rank 1: 1·2 + 2·4 = ", cells.empty() ? "" : cells[1],
+          "    communication: ", L.comm_since(m));
     L.check_ranks("Y_r", Y_r, {{reference[0]}, {reference[1]}});
 
     // 3. Concatenate the columns: all-gather along the last dim.
@@ -59,20 +61,23 @@ int main(int argc, char** argv) {
     Tensor Y = gather_from_tp_region_forward(world, Y_r);  // (1, 2)
     cells = L.gather_fmt(Y);
     if (L.is_root()) table.add({"all-gather columns", cells[0], cells[1], L.comm_since(m)});
-    L.say("  every rank now has ", cells.empty() ? "" : cells[0], "    communication: ", L.comm_since(m));
+    L.say("  every rank now has ", cells.empty() ? "" : cells[0],
+          "    communication: ", L.comm_since(m));
     L.check_ranks("concatenated Y", Y, {reference, reference});
 
     // 4. Row split: rank r keeps row r of A and element r of X; its product is a partial sum.
-    L.step("Row split: rank r holds row r of A and X_r = X[r]; it computes the partial sum X_r A_r.");
+    L.step(
+        "Row split: rank r holds row r of A and X_r = X[r]; it computes the partial sum X_r A_r.");
     m = L.mark();
     Tensor X_r = scatter_to_tp_region_forward(world, X);  // (1, 1): column r of X
-    Tensor A_row = A.view(r, r + 1);                       // (1, 2): row r of A
+    Tensor A_row = A.view(r, r + 1);                      // (1, 2): row r of A
     Tensor P_r(dev, Shape{1, 2});
     dev.gemm(false, false, 1.0f, X_r, A_row, 0.0f, P_r);
     cells = L.gather_fmt(P_r);
     if (L.is_root()) table.add({"row: P_r = X_r A_r", cells[0], cells[1], L.comm_since(m)});
-    L.say("  rank 0: 1·[1, 2] = ", cells.empty() ? "" : cells[0], "    rank 1: 2·[3, 4] = ",
-          cells.empty() ? "" : cells[1], "    (full shape, only part of the value)");
+    L.say("  rank 0: 1·[1, 2] = ", cells.empty() ? "" : cells[0],
+          "    rank 1: 2·[3, 4] = ", cells.empty() ? "" : cells[1],
+          "    (full shape, only part of the value)");
     std::vector<std::vector<float>> partial_ref;
     for (int i = 0; i < L.size(); ++i)
       partial_ref.push_back(host_matmul({x_host[i]}, host_block(a_host, 2, i, 1, 0, 2), 1, 1, 2));
@@ -84,13 +89,15 @@ int main(int argc, char** argv) {
     Tensor Z = reduce_from_tp_region_forward(world, P_r);  // in place: P_r now holds the sum
     cells = L.gather_fmt(Z);
     if (L.is_root()) table.add({"all-reduce partial sums", cells[0], cells[1], L.comm_since(m)});
-    L.say("  [1, 2] + [6, 8] = ", cells.empty() ? "" : cells[0], "    communication: ", L.comm_since(m));
+    L.say("  [1, 2] + [6, 8] = ", cells.empty() ? "" : cells[0],
+          "    communication: ", L.comm_since(m));
     L.check_ranks("summed Y", Z, {reference, reference});
 
     // 6. Summary.
     L.step("Summary: both splits give the single-device XA = " + lesson::fmt(reference) + ".");
     L.say(table.str());
-    L.say("Column split: no communication to compute, one all-gather to concatenate.\n"
-          "Row split: each rank needs only its slice of X, and one all-reduce to sum.");
+    L.say(
+        "Column split: no communication to compute, one all-gather to concatenate.\n"
+        "Row split: each rank needs only its slice of X, and one all-reduce to sum.");
   });
 }

@@ -28,8 +28,8 @@ using namespace tp;
 
 int main(int argc, char** argv) {
   return lesson::run(argc, argv, "lesson_02_column_parallel",
-                     "Lesson 02: column-parallel linear, forward and backward",
-                     {3}, [](lesson::Lesson& L) {
+                     "Lesson 02: column-parallel linear, forward and backward", {3},
+                     [](lesson::Lesson& L) {
     Device& dev = L.device();
     Communicator& world = L.world();
     const int t = L.size();
@@ -43,13 +43,15 @@ int main(int argc, char** argv) {
     ColumnParallelLinear single(dev, solo, "W", in, out, /*bias=*/false, /*gather_output=*/false);
     single.load_global(w_host);
     const std::vector<float> y_ref = single.forward(X).to_host();
-    const std::vector<float> dx_ref = single.backward(Tensor::from_host(dev, Shape{1, out}, dy_host)).to_host();
+    const std::vector<float> dx_ref =
+        single.backward(Tensor::from_host(dev, Shape{1, out}, dy_host)).to_host();
     const std::vector<float> dw_ref = single.dweight.to_host();  // (2, 3)
     L.say("  X = [1, 2],  W = [[1, 2, 3], [4, 5, 6]],  dY = [1, 2, 3]");
     L.say("  one device: Y = XW = ", lesson::fmt(y_ref), ",  dX = dY Wᵀ = ", lesson::fmt(dx_ref),
           ",  dW = Xᵀ dY = ", lesson::fmt(dw_ref, out));
     L.check("single-device Y", y_ref, host_matmul(x_host, w_host, 1, in, out));
-    L.check("single-device dX", dx_ref, host_matmul(dy_host, host_transpose(w_host, in, out), 1, out, in));
+    L.check("single-device dX", dx_ref,
+            host_matmul(dy_host, host_transpose(w_host, in, out), 1, out, in));
 
     lesson::Table table({"step", "rank 0", "rank 1", "rank 2", "communication"});
     auto column = [&](int i) { return host_block(w_host, out, 0, in, i, 1); };  // c_i, (2, 1)
@@ -69,7 +71,8 @@ int main(int argc, char** argv) {
     Tensor Y_r(dev, Shape{1, 1});
     dev.gemm(false, false, 1.0f, X_in, c_r, 0.0f, Y_r);
     L.report(table, "forward: Y_i = X c_i", Y_r, m);
-    L.check_ranks("Y_r", Y_r, lesson::per_rank(t, [&](int i) { return std::vector<float>{y_ref[i]}; }));
+    L.check_ranks("Y_r", Y_r,
+                  lesson::per_rank(t, [&](int i) { return std::vector<float>{y_ref[i]}; }));
 
     // 4. Backward receives dY_r: the gradient of rank r's output column, already local.
     L.step("Backward receives dY_r, the gradient of this rank's output column.");
@@ -77,7 +80,8 @@ int main(int argc, char** argv) {
     Tensor dY = Tensor::from_host(dev, Shape{1, out}, dy_host);
     Tensor dY_r = scatter_to_tp_region_forward(world, dY);  // (1, 1)
     L.report(table, "backward receives dY_i", dY_r, m);
-    L.check_ranks("dY_r", dY_r, lesson::per_rank(t, [&](int i) { return std::vector<float>{dy_host[i]}; }));
+    L.check_ranks("dY_r", dY_r,
+                  lesson::per_rank(t, [&](int i) { return std::vector<float>{dy_host[i]}; }));
 
     // 5. dW_r = Xᵀ dY_r: complete on this rank, because only this rank used c_r.
     L.step("dW_r = Xᵀ dY_r: complete here, because only this rank used column c_r.");
@@ -85,10 +89,12 @@ int main(int argc, char** argv) {
     Tensor dW_r = Tensor::zeros(dev, Shape{in, 1});
     dev.gemm(true, false, 1.0f, X_in, dY_r, 0.0f, dW_r);
     L.report(table, "dW_i = Xᵀ dY_i", dW_r, m);
-    L.check_ranks("dW_r", dW_r, lesson::per_rank(t, [&](int i) { return host_block(dw_ref, out, 0, in, i, 1); }));
+    L.check_ranks("dW_r", dW_r,
+                  lesson::per_rank(t, [&](int i) { return host_block(dw_ref, out, 0, in, i, 1); }));
 
     // 6. dY_r c_rᵀ: this rank's part of dX. Only a part: X fed all three columns.
-    L.step("dY_r c_rᵀ: this rank's part of dX. Only a part, because X fed all " + std::to_string(t) + " columns.");
+    L.step("dY_r c_rᵀ: this rank's part of dX. Only a part, because X fed all " +
+           std::to_string(t) + " columns.");
     m = L.mark();
     Tensor dX_part(dev, Shape{1, in});
     dev.gemm(false, true, 1.0f, dY_r, c_r, 0.0f, dX_part);
@@ -112,20 +118,26 @@ int main(int argc, char** argv) {
     Tensor y_layer = layer.forward(X);
     Tensor dx_layer = layer.backward(dY_r);
     L.say("  forward + backward: ", L.comm_since(m));
-    L.check_ranks("layer Y_r", y_layer, lesson::per_rank(t, [&](int i) { return std::vector<float>{y_ref[i]}; }));
-    L.check_ranks("layer dW_r", layer.dweight, lesson::per_rank(t, [&](int i) { return host_block(dw_ref, out, 0, in, i, 1); }));
+    L.check_ranks("layer Y_r", y_layer,
+                  lesson::per_rank(t, [&](int i) { return std::vector<float>{y_ref[i]}; }));
+    L.check_ranks("layer dW_r", layer.dweight,
+                  lesson::per_rank(t, [&](int i) { return host_block(dw_ref, out, 0, in, i, 1); }));
     L.check_ranks("layer dX", dx_layer, lesson::per_rank(t, [&](int) { return dx_ref; }));
     // With gather_output the layer hands back the whole Y (an all-gather forward, a split backward).
     ColumnParallelLinear gathered(dev, world, "W", in, out, false, /*gather_output=*/true);
     gathered.load_global(w_host);
-    L.check_ranks("gathered Y", gathered.forward(X), lesson::per_rank(t, [&](int) { return y_ref; }));
+    L.check_ranks("gathered Y", gathered.forward(X),
+                  lesson::per_rank(t, [&](int) { return y_ref; }));
 
     // 9. Summary.
     L.step("Summary.");
     L.say(table.str());
-    L.say("f and g, the two operators around a TP block:\n"
-          "  f (copy_to_tp_region):     forward identity,   backward all-reduce  (entry; X feeds every rank)\n"
-          "  g (reduce_from_tp_region): forward all-reduce, backward identity    (exit; sums partial outputs)\n"
-          "A column-parallel layer communicates only in backward, through f: one all-reduce of dX.");
+    L.say(
+        "f and g, the two operators around a TP block:\n"
+        "  f (copy_to_tp_region):     forward identity,   backward all-reduce  (entry; X feeds "
+        "every rank)\n"
+        "  g (reduce_from_tp_region): forward all-reduce, backward identity    (exit; sums partial "
+        "outputs)\n"
+        "A column-parallel layer communicates only in backward, through f: one all-reduce of dX.");
   });
 }

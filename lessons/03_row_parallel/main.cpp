@@ -27,7 +27,8 @@ using namespace tp;
 int main(int argc, char** argv) {
   return lesson::run(argc, argv, "lesson_03_row_parallel",
                      "Lesson 03: row-parallel linear, forward and backward, and the bias",
-                     {2, 1, 4}, [](lesson::Lesson& L) {
+                     {2, 1, 4},
+                     [](lesson::Lesson& L) {
     Device& dev = L.device();
     Communicator& world = L.world();
     const int r = L.rank(), t = L.size();
@@ -47,19 +48,23 @@ int main(int argc, char** argv) {
     const std::vector<float> dw_ref = single.dweight.to_host(), db_ref = single.dbias.to_host();
     const std::vector<float> xw = host_matmul(x_host, w_host, 1, in, out);
     L.say("  X = [1, 2, 3, 4],  W = [[1, 2], [3, 4], [5, 6], [7, 8]],  b = [10, 20],  dY = [2, 1]");
-    L.say("  one device: Y = XW + b = ", lesson::fmt(y_ref), ",  dX = dY Wᵀ = ", lesson::fmt(dx_ref),
-          ",  dW = Xᵀ dY = ", lesson::fmt(dw_ref, out), ",  db = ", lesson::fmt(db_ref));
+    L.say("  one device: Y = XW + b = ", lesson::fmt(y_ref),
+          ",  dX = dY Wᵀ = ", lesson::fmt(dx_ref), ",  dW = Xᵀ dY = ", lesson::fmt(dw_ref, out),
+          ",  db = ", lesson::fmt(db_ref));
     L.check("single-device Y", y_ref, {xw[0] + b_host[0], xw[1] + b_host[1]});
 
     lesson::Table table = L.rank_table();
 
     // 2. Split: rank r keeps rows [r·k, (r+1)·k) of W and the same slice of X.
-    L.step("Split W by rows and X by columns: rank r holds W_r (" + std::to_string(k) + "x2) and X_r.");
+    L.step("Split W by rows and X by columns: rank r holds W_r (" + std::to_string(k) +
+           "x2) and X_r.");
     size_t m = L.mark();
     Tensor X_r = scatter_to_tp_region_forward(world, X);  // (1, k)
     Tensor W_r = Tensor::from_host(dev, Shape{in, out}, w_host).view(r * k, (r + 1) * k);
     L.report(table, "holds X_r", X_r, m);
-    L.check_ranks("X_r", X_r, lesson::per_rank(t, [&](int i) { return host_block(x_host, in, 0, 1, i * k, k); }));
+    L.check_ranks("X_r", X_r, lesson::per_rank(t, [&](int i) {
+                    return host_block(x_host, in, 0, 1, i * k, k);
+                  }));
 
     // 3. Partial sums: full shape, part of the value.
     L.step("Forward: P_r = X_r W_r, a partial sum of the full shape (no communication).");
@@ -69,7 +74,8 @@ int main(int argc, char** argv) {
     const Tensor P_keep = P_r.clone();  // for step 5; the all-reduce below works in place
     L.report(table, "forward: P_i = X_i W_i", P_r, m);
     auto partial = [&](int i) {
-      return host_matmul(host_block(x_host, in, 0, 1, i * k, k), host_block(w_host, out, i * k, k, 0, out), 1, k, out);
+      return host_matmul(host_block(x_host, in, 0, 1, i * k, k),
+                         host_block(w_host, out, i * k, k, 0, out), 1, k, out);
     };
     L.check_ranks("P_r", P_r, lesson::per_rank(t, partial));
 
@@ -95,21 +101,28 @@ int main(int argc, char** argv) {
     const std::vector<float> xw_tb = {xw[0] + t * b_host[0], xw[1] + t * b_host[1]};
     L.say("  XW + t·b = ", lesson::fmt(xw_tb), (t > 1 ? ", not " : ", which at t = 1 equals "),
           lesson::fmt(y_ref));
-    L.check_ranks("all-reduce(P_r + b) = XW + t·b", wrong, lesson::per_rank(t, [&](int) { return xw_tb; }));
+    L.check_ranks("all-reduce(P_r + b) = XW + t·b", wrong,
+                  lesson::per_rank(t, [&](int) { return xw_tb; }));
 
     // 6. Backward: g's backward is the identity, so every rank has the whole dY and nothing moves.
-    L.step("Backward: g's backward is the identity; every rank has all of dY, so every gradient is local.");
+    L.step(
+        "Backward: g's backward is the identity; every rank has all of dY, so every gradient is "
+        "local.");
     m = L.mark();
     Tensor dY_in = reduce_from_tp_region_backward(world, dY);
     Tensor dX_r(dev, Shape{1, k});
     dev.gemm(false, true, 1.0f, dY_in, W_r, 0.0f, dX_r);
     L.report(table, "dX_i = dY W_iᵀ", dX_r, m);
-    L.check_ranks("dX_r", dX_r, lesson::per_rank(t, [&](int i) { return host_block(dx_ref, in, 0, 1, i * k, k); }));
+    L.check_ranks("dX_r", dX_r, lesson::per_rank(t, [&](int i) {
+                    return host_block(dx_ref, in, 0, 1, i * k, k);
+                  }));
     m = L.mark();
     Tensor dW_r(dev, Shape{k, out});
     dev.gemm(true, false, 1.0f, X_r, dY_in, 0.0f, dW_r);
     L.report(table, "dW_i = X_iᵀ dY", dW_r, m);
-    L.check_ranks("dW_r", dW_r, lesson::per_rank(t, [&](int i) { return host_block(dw_ref, out, i * k, k, 0, out); }));
+    L.check_ranks("dW_r", dW_r, lesson::per_rank(t, [&](int i) {
+                    return host_block(dw_ref, out, i * k, k, 0, out);
+                  }));
     m = L.mark();
     Tensor db = Tensor::zeros(dev, Shape{out});
     dev.add_bias_backward(db, dY_in);
@@ -125,23 +138,33 @@ int main(int argc, char** argv) {
     Tensor dx_layer = layer.backward(dY);
     L.say("  input already split:  forward + backward: ", L.comm_since(m));
     L.check_ranks("layer Y", y_layer, lesson::per_rank(t, [&](int) { return y_ref; }));
-    L.check_ranks("layer dX_r", dx_layer, lesson::per_rank(t, [&](int i) { return host_block(dx_ref, in, 0, 1, i * k, k); }));
-    L.check_ranks("layer dW_r", layer.dweight, lesson::per_rank(t, [&](int i) { return host_block(dw_ref, out, i * k, k, 0, out); }));
+    L.check_ranks("layer dX_r", dx_layer, lesson::per_rank(t, [&](int i) {
+                    return host_block(dx_ref, in, 0, 1, i * k, k);
+                  }));
+    L.check_ranks("layer dW_r", layer.dweight, lesson::per_rank(t, [&](int i) {
+                    return host_block(dw_ref, out, i * k, k, 0, out);
+                  }));
     L.check_ranks("layer db", layer.dbias, lesson::per_rank(t, [&](int) { return db_ref; }));
     m = L.mark();
     RowParallelLinear whole(dev, world, "W", in, out, true, /*input_is_parallel=*/false);
     whole.load_global(w_host, b_host);
     Tensor y_whole = whole.forward(X);
     Tensor dx_whole = whole.backward(dY);
-    L.say("  input whole (split on entry, dX all-gathered):  forward + backward: ", L.comm_since(m));
-    L.check_ranks("layer Y (whole input)", y_whole, lesson::per_rank(t, [&](int) { return y_ref; }));
-    L.check_ranks("layer dX (whole input)", dx_whole, lesson::per_rank(t, [&](int) { return dx_ref; }));
+    L.say("  input whole (split on entry, dX all-gathered):  forward + backward: ",
+          L.comm_since(m));
+    L.check_ranks("layer Y (whole input)", y_whole,
+                  lesson::per_rank(t, [&](int) { return y_ref; }));
+    L.check_ranks("layer dX (whole input)", dx_whole,
+                  lesson::per_rank(t, [&](int) { return dx_ref; }));
 
     // 8. Summary.
     L.step("Summary.");
     L.say(table.str());
-    L.say("A row-parallel layer communicates in forward (g: one all-reduce of the output) and not in\n"
-          "backward. The bias is not split: it is added once, after the all-reduce, and its gradient\n"
-          "db = Σ dY comes out the same on every rank.");
+    L.say(
+        "A row-parallel layer communicates in forward (g: one all-reduce of the output) and not "
+        "in\n"
+        "backward. The bias is not split: it is added once, after the all-reduce, and its "
+        "gradient\n"
+        "db = Σ dY comes out the same on every rank.");
   });
 }

@@ -32,8 +32,8 @@ using namespace tp;
 
 int main(int argc, char** argv) {
   return lesson::run(argc, argv, "lesson_04_parallel_mlp",
-                     "Lesson 04: the parallel MLP (column, activation, row)",
-                     {2, 1, 4}, [](lesson::Lesson& L) {
+                     "Lesson 04: the parallel MLP (column, activation, row)", {2, 1, 4},
+                     [](lesson::Lesson& L) {
     Device& dev = L.device();
     Communicator& world = L.world();
     const int t = L.size();
@@ -59,18 +59,22 @@ int main(int argc, char** argv) {
     fc2_one.load_global(b_host);
     Tensor H1 = fc1_one.forward(X), G1(dev, H1.shape()), dH1(dev, H1.shape());
     dev.gelu_forward(G1, H1);
-    const std::vector<float> h_ref = H1.to_host(), g_ref = G1.to_host(), z_ref = fc2_one.forward(G1).to_host();
+    const std::vector<float> h_ref = H1.to_host(), g_ref = G1.to_host(),
+                             z_ref = fc2_one.forward(G1).to_host();
     Tensor dG1 = fc2_one.backward(dZ);
     dev.gelu_backward(dH1, dG1, H1);
-    const std::vector<float> dg_ref = dG1.to_host(), dh_ref = dH1.to_host(), dx_ref = fc1_one.backward(dH1).to_host();
+    const std::vector<float> dg_ref = dG1.to_host(), dh_ref = dH1.to_host(),
+                             dx_ref = fc1_one.backward(dH1).to_host();
     const std::vector<float> da_ref = fc1_one.dweight.to_host(), db_ref = fc2_one.dweight.to_host();
-    auto gelu = [](float v) { return 0.5f * v * (1.0f + std::tanh(0.7978845608f * (v + 0.044715f * v * v * v))); };
+    auto gelu = [](float v) {
+      return 0.5f * v * (1.0f + std::tanh(0.7978845608f * (v + 0.044715f * v * v * v)));
+    };
     std::vector<float> g_host = host_matmul(x_host, a_host, 1, h, ffn);
     std::transform(g_host.begin(), g_host.end(), g_host.begin(), gelu);
-    L.say("  X = ", lesson::fmt(x_host), ",  A (fc1) = ", lesson::fmt(a_host, ffn), ",  B (fc2) = ", lesson::fmt(b_host, h),
-          ",  dZ = ", lesson::fmt(dz_host));
-    L.say("  one device: XA = ", lesson::fmt(h_ref), ",  GeLU(XA) = ", lesson::fmt(g_ref), ",  Z = GeLU(XA) B = ",
-          lesson::fmt(z_ref), ",  dX = ", lesson::fmt(dx_ref));
+    L.say("  X = ", lesson::fmt(x_host), ",  A (fc1) = ", lesson::fmt(a_host, ffn),
+          ",  B (fc2) = ", lesson::fmt(b_host, h), ",  dZ = ", lesson::fmt(dz_host));
+    L.say("  one device: XA = ", lesson::fmt(h_ref), ",  GeLU(XA) = ", lesson::fmt(g_ref),
+          ",  Z = GeLU(XA) B = ", lesson::fmt(z_ref), ",  dX = ", lesson::fmt(dx_ref));
     L.check("single-device GeLU(XA)", g_ref, g_host, 1e-6);
     L.check("single-device Z", z_ref, host_matmul(g_host, b_host, 1, ffn, h), 1e-6);
 
@@ -78,12 +82,17 @@ int main(int argc, char** argv) {
     for (int i = 0; i < t; ++i) header.push_back("rank " + std::to_string(i));
     header.push_back("communication");
     lesson::Table table(header);
-    auto my_cols = [&](const std::vector<float>& v, int64_t rows, int i) { return host_block(v, ffn, 0, rows, i * k, k); };
-    auto my_rows = [&](const std::vector<float>& v, int i) { return host_block(v, h, i * k, k, 0, h); };
+    auto my_cols = [&](const std::vector<float>& v, int64_t rows, int i) {
+      return host_block(v, ffn, 0, rows, i * k, k);
+    };
+    auto my_rows = [&](const std::vector<float>& v, int i) {
+      return host_block(v, h, i * k, k, 0, h);
+    };
 
     // 2. Split: fc1 by columns (rank r holds A_r, h × k), fc2 by rows (B_r, k × h).
-    L.step("Split: rank r holds A_r = columns of fc1 (" + std::to_string(h) + "x" + std::to_string(k) +
-           ") and B_r = the same rows of fc2 (" + std::to_string(k) + "x" + std::to_string(h) + ").");
+    L.step("Split: rank r holds A_r = columns of fc1 (" + std::to_string(h) + "x" +
+           std::to_string(k) + ") and B_r = the same rows of fc2 (" + std::to_string(k) + "x" +
+           std::to_string(h) + ").");
     size_t m = L.mark();
     ColumnParallelLinear fc1(dev, world, "fc1", h, ffn, false, false);
     RowParallelLinear fc2(dev, world, "fc2", ffn, h, false, /*input_is_parallel=*/true);
@@ -91,8 +100,10 @@ int main(int argc, char** argv) {
     fc2.load_global(b_host);
     L.report(table, "holds A_r (fc1 columns)", fc1.weight, m);
     L.report(table, "holds B_r (fc2 rows)", fc2.weight, m);
-    L.check_ranks("A_r", fc1.weight, lesson::per_rank(t, [&](int i) { return my_cols(a_host, h, i); }));
-    L.check_ranks("B_r", fc2.weight, lesson::per_rank(t, [&](int i) { return my_rows(b_host, i); }));
+    L.check_ranks("A_r", fc1.weight,
+                  lesson::per_rank(t, [&](int i) { return my_cols(a_host, h, i); }));
+    L.check_ranks("B_r", fc2.weight,
+                  lesson::per_rank(t, [&](int i) { return my_rows(b_host, i); }));
 
     // 3. Forward. fc1 needs no communication (X entered through f); GeLU is elementwise, so it
     //    works on this rank's columns alone; GeLU(X A_r) is exactly the input slice fc2 needs.
@@ -126,7 +137,9 @@ int main(int argc, char** argv) {
     L.check("collectives in forward", {count_since(m_fwd)}, {one_if_tp});
 
     // 5. Backward mirrors it: g's backward is the identity, GeLU' is local, f all-reduces dX.
-    L.step("Backward: fc2 (g backward: identity), GeLU' on own columns, fc1 (f backward: all-reduce).");
+    L.step(
+        "Backward: fc2 (g backward: identity), GeLU' on own columns, fc1 (f backward: "
+        "all-reduce).");
     const size_t m_bwd = L.mark();
     m = L.mark();
     Tensor dG = fc2.backward(dZ);
@@ -141,26 +154,34 @@ int main(int argc, char** argv) {
     Tensor dX = fc1.backward(dH);
     L.report(table, "fc1 + f: dX = Σ dH_r A_rᵀ", dX, m);
     L.check_ranks("dX", dX, lesson::per_rank(t, [&](int) { return dx_ref; }));
-    L.check_ranks("dA_r", fc1.dweight, lesson::per_rank(t, [&](int i) { return my_cols(da_ref, h, i); }));
-    L.check_ranks("dB_r", fc2.dweight, lesson::per_rank(t, [&](int i) { return my_rows(db_ref, i); }));
+    L.check_ranks("dA_r", fc1.dweight,
+                  lesson::per_rank(t, [&](int i) { return my_cols(da_ref, h, i); }));
+    L.check_ranks("dB_r", fc2.dweight,
+                  lesson::per_rank(t, [&](int i) { return my_rows(db_ref, i); }));
     L.say("  the whole backward: ", L.comm_since(m_bwd), "  (dA_r, dB_r: local, checked)");
     L.check("collectives in backward", {count_since(m_bwd)}, {one_if_tp});
 
     // 6. The wrong order: row-parallel first. Its outputs are partial sums, and ReLU of a sum is
     //    not the sum of ReLUs. ReLU runs on the host here: it is a two-number demonstration.
-    L.step("The wrong order: row-parallel first gives partial sums, and ReLU(Σ p_r) ≠ Σ ReLU(p_r).");
+    L.step(
+        "The wrong order: row-parallel first gives partial sums, and ReLU(Σ p_r) ≠ Σ ReLU(p_r).");
     const std::vector<float> u_host = {1, 1, -1, -1}, w_host = {1, 2, 1, 1};  // (1x4) · (4x1)
     const int64_t kr = 4 / t;
-    auto relu = [](std::vector<float> v) { for (float& e : v) e = std::max(e, 0.0f); return v; };
+    auto relu = [](std::vector<float> v) {
+      for (float& e : v) e = std::max(e, 0.0f);
+      return v;
+    };
     m = L.mark();
     Tensor U_r = scatter_to_tp_region_forward(world, Tensor::from_host(dev, Shape{1, 4}, u_host));
-    Tensor W_r = Tensor::from_host(dev, Shape{4, 1}, w_host).view(L.rank() * kr, (L.rank() + 1) * kr);
+    Tensor W_r =
+        Tensor::from_host(dev, Shape{4, 1}, w_host).view(L.rank() * kr, (L.rank() + 1) * kr);
     Tensor p(dev, Shape{1, 1});
     dev.gemm(false, false, 1.0f, U_r, W_r, 0.0f, p);
     L.report(table, "row first: p_r = U_r W_r", p, m);
     std::vector<float> partials(t, 0.0f);  // rank i: Σ u_j w_j over its rows j
     for (int j = 0; j < 4; ++j) partials[j / kr] += u_host[j] * w_host[j];
-    L.check_ranks("p_r", p, lesson::per_rank(t, [&](int i) { return std::vector<float>{partials[i]}; }));
+    L.check_ranks("p_r", p,
+                  lesson::per_rank(t, [&](int i) { return std::vector<float>{partials[i]}; }));
     m = L.mark();
     Tensor wrong = Tensor::from_host(dev, Shape{1, 1}, relu(p.to_host()));
     reduce_from_tp_region_forward(world, wrong);
@@ -172,10 +193,12 @@ int main(int argc, char** argv) {
     const float uw = host_matmul(u_host, w_host, 1, 4, 1)[0];
     float sum_relu = 0;
     for (float q : partials) sum_relu += std::max(q, 0.0f);
-    L.say("  U = [1, 1, -1, -1], W = [1, 2, 1, 1]ᵀ: UW = ", lesson::fmt(uw), ", partial sums ", lesson::fmt(partials),
-          ": ReLU of the sum = ", lesson::fmt(relu({uw})), ", sum of the ReLUs = ", lesson::fmt(sum_relu),
+    L.say("  U = [1, 1, -1, -1], W = [1, 2, 1, 1]ᵀ: UW = ", lesson::fmt(uw), ", partial sums ",
+          lesson::fmt(partials), ": ReLU of the sum = ", lesson::fmt(relu({uw})),
+          ", sum of the ReLUs = ", lesson::fmt(sum_relu),
           t > 1 ? "" : "  (one rank: one partial, so they agree)");
-    L.check_ranks("Σ ReLU(p_r)", wrong, lesson::per_rank(t, [&](int) { return std::vector<float>{sum_relu}; }));
+    L.check_ranks("Σ ReLU(p_r)", wrong,
+                  lesson::per_rank(t, [&](int) { return std::vector<float>{sum_relu}; }));
     L.check_ranks("ReLU(Σ p_r)", right, lesson::per_rank(t, [&](int) { return relu({uw}); }));
 
     // 7. The library's ParallelMLP (GeLU, then SwiGLU) at t ranks against the same module at t = 1:
@@ -185,14 +208,17 @@ int main(int argc, char** argv) {
     auto compare_mlp = [&](GptConfig cfg) {
       cfg.validate(t);
       Tensor x(dev, Shape{tokens, cfg.hidden}), dz(dev, Shape{tokens, cfg.hidden});
-      dev.fill_random(x, RngKey::from(7, "x"), GlobalIndex::whole(cfg.hidden), Distribution::normal(0, 1));
-      dev.fill_random(dz, RngKey::from(7, "dz"), GlobalIndex::whole(cfg.hidden), Distribution::normal(0, 1));
+      dev.fill_random(x, RngKey::from(7, "x"), GlobalIndex::whole(cfg.hidden),
+                      Distribution::normal(0, 1));
+      dev.fill_random(dz, RngKey::from(7, "dz"), GlobalIndex::whole(cfg.hidden),
+                      Distribution::normal(0, 1));
       ParallelMLP tp_mlp(dev, world, "mlp", cfg), one_mlp(dev, solo, "mlp", cfg);
       ParamList tp_params, one_params;
       tp_mlp.collect_params(tp_params, 0.5f, 0.5f);
       one_mlp.collect_params(one_params, 0.5f, 0.5f);
       for (ParamList* ps : {&tp_params, &one_params}) {
-        for (Param& q : *ps) q.init = Init::Normal;  // biases too, so a bias added t times would show
+        for (Param& q : *ps)
+          q.init = Init::Normal;  // biases too, so a bias added t times would show
         init_params(dev, *ps, 7);
       }
       size_t mk = L.mark();
@@ -203,30 +229,39 @@ int main(int argc, char** argv) {
       Tensor dx = tp_mlp.backward(dz);
       L.say("  backward: ", L.comm_since(mk));
       L.check("collectives in " + cfg.act + " backward", {count_since(mk)}, {one_if_tp});
-      const std::vector<float> z_one = one_mlp.forward(x).to_host(), dx_one = one_mlp.backward(dz).to_host();
+      const std::vector<float> z_one = one_mlp.forward(x).to_host(),
+                               dx_one = one_mlp.backward(dz).to_host();
       L.check_ranks(cfg.act + " Z", z, lesson::per_rank(t, [&](int) { return z_one; }), rtol);
       L.check_ranks(cfg.act + " dX", dx, lesson::per_rank(t, [&](int) { return dx_one; }), rtol);
       lesson::Table shapes({"parameter", "global", "split", "shard on each rank"});
       for (size_t i = 0; i < tp_params.size(); ++i) {
         const Param& q = tp_params[i];
-        const char* split = q.split == Split::Columns ? "columns" : q.split == Split::Rows ? "rows" : "replicated";
+        const char* split = q.split == Split::Columns ? "columns"
+                            : q.split == Split::Rows  ? "rows"
+                                                      : "replicated";
         shapes.add({q.name, q.shape.str(), split, q.value.shape().str()});
         const int split_dim = q.split == Split::Rows ? 0 : q.shape.ndim() - 1;
-        const Shape shard = q.split == Split::Replicated ? q.shape : q.shape.with(split_dim, q.shape[split_dim] / t);
+        const Shape shard = q.split == Split::Replicated
+                                ? q.shape
+                                : q.shape.with(split_dim, q.shape[split_dim] / t);
         L.check(q.name + " shard shape", dims(q.value.shape()), dims(shard));
-        L.check(q.name + " gradient", gather_global(world, q, q.grad), one_params[i].grad.to_host(), rtol);
+        L.check(q.name + " gradient", gather_global(world, q, q.grad), one_params[i].grad.to_host(),
+                rtol);
       }
-      L.say(shapes.str(), "  output, dX and the ", tp_params.size(), " parameter gradients agree with t = 1 (rtol ",
-            rtol, ")");
+      L.say(shapes.str(), "  output, dX and the ", tp_params.size(),
+            " parameter gradients agree with t = 1 (rtol ", rtol, ")");
     };
-    L.step("tp::ParallelMLP (lib/model/layers.h), GeLU, at t = " + std::to_string(t) + " against the same module at t = 1.");
+    L.step("tp::ParallelMLP (lib/model/layers.h), GeLU, at t = " + std::to_string(t) +
+           " against the same module at t = 1.");
     GptConfig cfg;
     cfg.hidden = 8;  // ffn = 4h = 32
     compare_mlp(cfg);
 
     // 8. SwiGLU: gate and up are both column-parallel; silu(X G_r) ⊙ (X U_r) is elementwise, so
     //    local. Backward adds the dX terms of gate and up before the one all-reduce.
-    L.step("SwiGLU: gate and up both split by columns, silu(X G_r) ⊙ (X U_r) local; still one all-reduce each way.");
+    L.step(
+        "SwiGLU: gate and up both split by columns, silu(X G_r) ⊙ (X U_r) local; still one "
+        "all-reduce each way.");
     cfg.act = "swiglu";
     cfg.ffn = 24;
     compare_mlp(cfg);
@@ -241,27 +276,38 @@ int main(int argc, char** argv) {
     big.act = "swiglu";
     const int tb = 8;
     const int64_t H_ = big.hidden, F = big.inner(), kb = F / tb;
-    L.check("Qwen3-8B-sized config valid at t = 8", {static_cast<float>(big.problems(tb).size())}, {0});
-    lesson::Table qt({"matrix", "full [in, out]", "split by", "shard on each rank", "rank r holds"});
+    L.check("Qwen3-8B-sized config valid at t = 8", {static_cast<float>(big.problems(tb).size())},
+            {0});
+    lesson::Table qt(
+        {"matrix", "full [in, out]", "split by", "shard on each rank", "rank r holds"});
     const std::string range = " [" + std::to_string(kb) + "·r, " + std::to_string(kb) + "·(r+1))";
-    qt.add({"gate W_G (column-parallel)", Shape{H_, F}.str(), "columns", Shape{H_, kb}.str(), "columns" + range});
-    qt.add({"up W_U (column-parallel)", Shape{H_, F}.str(), "columns", Shape{H_, kb}.str(), "columns" + range});
-    qt.add({"down W_D (row-parallel)", Shape{F, H_}.str(), "rows", Shape{kb, H_}.str(), "rows" + range});
-    L.say(qt.str(), "  ", F, " / ", tb, " = ", kb, " columns per rank; per rank ", 3 * H_ * kb, " of the ", 3 * H_ * F,
-          " MLP weights (1/", tb, ")");
+    qt.add({"gate W_G (column-parallel)", Shape{H_, F}.str(), "columns", Shape{H_, kb}.str(),
+            "columns" + range});
+    qt.add({"up W_U (column-parallel)", Shape{H_, F}.str(), "columns", Shape{H_, kb}.str(),
+            "columns" + range});
+    qt.add({"down W_D (row-parallel)", Shape{F, H_}.str(), "rows", Shape{kb, H_}.str(),
+            "rows" + range});
+    L.say(qt.str(), "  ", F, " / ", tb, " = ", kb, " columns per rank; per rank ", 3 * H_ * kb,
+          " of the ", 3 * H_ * F, " MLP weights (1/", tb, ")");
     int64_t next = 0;  // the shards, in rank order, must tile [0, ffn) with no gap and no overlap
     for (int i = 0; i < tb; ++i) next = (next == i * kb) ? (i + 1) * kb : -1;
     L.check("the shards tile the ffn columns", {static_cast<float>(next)}, {static_cast<float>(F)});
-    L.check("t shards of [h, ffn/t] hold all of [h, ffn]", {static_cast<float>(tb * H_ * kb)}, {static_cast<float>(H_ * F)});
+    L.check("t shards of [h, ffn/t] hold all of [h, ffn]", {static_cast<float>(tb * H_ * kb)},
+            {static_cast<float>(H_ * F)});
     L.say("  per token, g all-reduces h = ", H_, " floats; row-first would all-reduce the ", F,
-          "-wide intermediate before the activation: ", F / H_, "x as many, and every rank would hold all of it.");
+          "-wide intermediate before the activation: ", F / H_,
+          "x as many, and every rank would hold all of it.");
 
     // 10. Summary.
     L.step("Summary.");
     L.say(table.str());
-    L.say("Column first, row second: the activation (GeLU, SwiGLU) is elementwise, so each rank applies it to\n"
-          "its own columns, and nothing moves between fc1 and fc2. The block costs one all-reduce forward (g,\n"
-          "after fc2) and one backward (f, before fc1). Row first would leave partial sums in front of the\n"
-          "nonlinearity, and those must be summed before it.");
+    L.say(
+        "Column first, row second: the activation (GeLU, SwiGLU) is elementwise, so each rank "
+        "applies it to\n"
+        "its own columns, and nothing moves between fc1 and fc2. The block costs one all-reduce "
+        "forward (g,\n"
+        "after fc2) and one backward (f, before fc1). Row first would leave partial sums in front "
+        "of the\n"
+        "nonlinearity, and those must be summed before it.");
   });
 }

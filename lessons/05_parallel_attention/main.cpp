@@ -29,14 +29,15 @@ using namespace tp;
 
 int main(int argc, char** argv) {
   return lesson::run(argc, argv, "lesson_05_parallel_attention",
-                     "Lesson 05: parallel attention, split by heads",
-                     {2, 1, 4}, [](lesson::Lesson& L) {
+                     "Lesson 05: parallel attention, split by heads", {2, 1, 4},
+                     [](lesson::Lesson& L) {
     Device& dev = L.device();
     Communicator& world = L.world();
     const int t = L.size();
     auto f = [](int64_t v) { return static_cast<float>(v); };
     auto range = [](int64_t first, int64_t n) {  // "[4, 8)" or "3" for one
-      return n == 1 ? std::to_string(first) : "[" + std::to_string(first) + ", " + std::to_string(first + n) + ")";
+      return n == 1 ? std::to_string(first)
+                    : "[" + std::to_string(first) + ", " + std::to_string(first + n) + ")";
     };
 
     // 1. Shapes at t = 8, from the numbers of a Qwen3-8B-like configuration.
@@ -51,21 +52,26 @@ int main(int argc, char** argv) {
     const int64_t H = big.hidden, hd = big.head_dim(), nq = big.heads / tb, nkv = big.kv() / tb;
     const int64_t group = big.heads / big.kv();  // query heads that share one KV head
     L.check("config valid at t = 8", {f(big.problems(tb).size())}, {0});
-    L.say("  h = ", H, ", head_dim = h / heads = ", hd, ";  per rank: ", big.heads, " / ", tb, " = ", nq,
-          " query heads and ", big.kv(), " / ", tb, " = ", nkv, " KV head", nkv == 1 ? "" : "s");
-    lesson::Table shapes({"matrix", "full [in, out]", "split by", "shard on each rank", "rank r holds"});
-    shapes.add({"W_Q (column-parallel)", Shape{H, big.heads * hd}.str(), "columns", Shape{H, nq * hd}.str(),
+    L.say("  h = ", H, ", head_dim = h / heads = ", hd, ";  per rank: ", big.heads, " / ", tb,
+          " = ", nq, " query heads and ", big.kv(), " / ", tb, " = ", nkv, " KV head",
+          nkv == 1 ? "" : "s");
+    lesson::Table shapes(
+        {"matrix", "full [in, out]", "split by", "shard on each rank", "rank r holds"});
+    shapes.add({"W_Q (column-parallel)", Shape{H, big.heads * hd}.str(), "columns",
+                Shape{H, nq * hd}.str(),
                 "query heads [" + std::to_string(nq) + "r, " + std::to_string(nq) + "(r+1))"});
     for (const char* name : {"W_K (column-parallel)", "W_V (column-parallel)"})
-      shapes.add({name, Shape{H, big.kv() * hd}.str(), "columns", Shape{H, nkv * hd}.str(), "KV head r"});
-    shapes.add({"W_O (row-parallel)", Shape{big.heads * hd, H}.str(), "rows", Shape{nq * hd, H}.str(),
-                "the rows of its query heads"});
-    L.say(shapes.str(), "  ", tb, " shards of ", Shape{H, nq * hd}.str(), " tile W_Q; a W_O shard has one row per",
-          " column of the W_Q shard");
+      shapes.add(
+          {name, Shape{H, big.kv() * hd}.str(), "columns", Shape{H, nkv * hd}.str(), "KV head r"});
+    shapes.add({"W_O (row-parallel)", Shape{big.heads * hd, H}.str(), "rows",
+                Shape{nq * hd, H}.str(), "the rows of its query heads"});
+    L.say(shapes.str(), "  ", tb, " shards of ", Shape{H, nq * hd}.str(),
+          " tile W_Q; a W_O shard has one row per", " column of the W_Q shard");
     // Query head j reads KV head j / group. Count the heads whose KV head sits on another rank.
     int64_t remote = 0, next = 0;
     for (int64_t j = 0; j < big.heads; ++j) remote += (j / nq) != (j / group) / nkv;
-    for (int r = 0; r < tb; ++r) next = (next == r * nq * hd) ? (r + 1) * nq * hd : -1;  // shards in rank order
+    for (int r = 0; r < tb; ++r)
+      next = (next == r * nq * hd) ? (r + 1) * nq * hd : -1;  // shards in rank order
     L.say("  query head j reads KV head j / ", group, ": rank r's query heads [", nq, "r, ", nq,
           "(r+1)) all read KV head r, so attention needs nothing from another rank (", remote,
           " of ", big.heads, " heads read a remote KV head)");
@@ -82,9 +88,10 @@ int main(int argc, char** argv) {
     cfg.validate(t);
     const int64_t S = 4, B = 1, h = cfg.hidden, d = cfg.head_dim();
     const int64_t q_r = cfg.heads / t, kv_r = cfg.kv() / t;
-    L.step("tp::ParallelAttention at t = " + std::to_string(t) + ": h = " + std::to_string(h) + ", " +
-           std::to_string(cfg.heads) + " query heads, " + std::to_string(cfg.kv()) + " KV heads of dim " +
-           std::to_string(d) + ", S = " + std::to_string(S) + ", B = " + std::to_string(B) + "; against t = 1.");
+    L.step("tp::ParallelAttention at t = " + std::to_string(t) + ": h = " + std::to_string(h) +
+           ", " + std::to_string(cfg.heads) + " query heads, " + std::to_string(cfg.kv()) +
+           " KV heads of dim " + std::to_string(d) + ", S = " + std::to_string(S) +
+           ", B = " + std::to_string(B) + "; against t = 1.");
     SerialCommunicator solo;
     ParallelAttention attn(dev, world, "attn", cfg), single(dev, solo, "attn", cfg);
     ParamList tp_params, one_params;
@@ -106,17 +113,21 @@ int main(int argc, char** argv) {
     };
     const Param& wq = param(tp_params, "attn.q.weight");
     const Param& wk = param(tp_params, "attn.k.weight");
-    Tensor owned = Tensor::from_host(dev, Shape{4}, {f(wq.offset / d), f(wq.value.cols() / d),
-                                                     f(wk.offset / d), f(wk.value.cols() / d)});
+    Tensor owned = Tensor::from_host(
+        dev, Shape{4},
+        {f(wq.offset / d), f(wq.value.cols() / d), f(wk.offset / d), f(wk.value.cols() / d)});
     const auto held = L.gather(owned);
-    lesson::Table heads({"rank", "query heads", "KV heads", "W_Q shard", "W_K, W_V shard", "W_O shard"});
+    lesson::Table heads(
+        {"rank", "query heads", "KV heads", "W_Q shard", "W_K, W_V shard", "W_O shard"});
     for (size_t r = 0; r < held.size(); ++r)
       heads.add({std::to_string(r), range(held[r][0], held[r][1]), range(held[r][2], held[r][3]),
-                 wq.value.shape().str(), wk.value.shape().str(), param(tp_params, "attn.c_proj.weight").value.shape().str()});
+                 wq.value.shape().str(), wk.value.shape().str(),
+                 param(tp_params, "attn.c_proj.weight").value.shape().str()});
     int64_t remote_small = 0;
-    for (int64_t j = 0; j < cfg.heads; ++j) remote_small += (j / q_r) != (j / (cfg.heads / cfg.kv())) / kv_r;
-    L.say(heads.str(), "  query head j reads KV head j / ", cfg.heads / cfg.kv(), ", always on its own rank (",
-          remote_small, " remote)");
+    for (int64_t j = 0; j < cfg.heads; ++j)
+      remote_small += (j / q_r) != (j / (cfg.heads / cfg.kv())) / kv_r;
+    L.say(heads.str(), "  query head j reads KV head j / ", cfg.heads / cfg.kv(),
+          ", always on its own rank (", remote_small, " remote)");
     L.check("query heads whose KV head is on another rank (small config)", {f(remote_small)}, {0});
     L.check_ranks("heads held", owned, lesson::per_rank(t, [&](int r) {
                     return std::vector<float>{f(r * q_r), f(q_r), f(r * kv_r), f(kv_r)};
@@ -132,7 +143,9 @@ int main(int argc, char** argv) {
       dev.copy_columns(v.view(S * B - 1, S * B), 0, out, 0, 4);
       return out;
     };
-    L.say("  y and dx are (S·B, h) and whole on every rank; shown: the last token's first 4 features.");
+    L.say(
+        "  y and dx are (S·B, h) and whole on every rank; shown: the last token's first 4 "
+        "features.");
     size_t m = L.mark();
     Tensor y = attn.forward(x, S, B);
     L.report(table, "forward: y[last token, :4]", last_row(y), m);
@@ -141,20 +154,26 @@ int main(int argc, char** argv) {
     Tensor dx = attn.backward(dy);
     L.report(table, "backward: dx[last token, :4]", last_row(dx), m);
     const size_t bwd = L.mark() - m;
-    const std::vector<float> y_one = single.forward(x, S, B).to_host(), dx_one = single.backward(dy).to_host();
+    const std::vector<float> y_one = single.forward(x, S, B).to_host(),
+                             dx_one = single.backward(dy).to_host();
     L.check("collectives in forward", {f(fwd)}, {t > 1 ? 1.0f : 0.0f});
     L.check("collectives in backward", {f(bwd)}, {t > 1 ? 1.0f : 0.0f});
     L.check_ranks("y", y, lesson::per_rank(t, [&](int) { return y_one; }), rtol);
     L.check_ranks("dx", dx, lesson::per_rank(t, [&](int) { return dx_one; }), rtol);
     for (size_t i = 0; i < tp_params.size(); ++i)
-      L.check(tp_params[i].name + " gradient", gather_global(world, tp_params[i], tp_params[i].grad),
-              one_params[i].grad.to_host(), rtol);
-    L.say("  t = 1 gives y[last token, :4] = ", lesson::fmt(std::vector<float>(y_one.end() - h, y_one.end() - h + 4)),
-          ";  y, dx and the ", tp_params.size(), " parameter gradients (q, k, v, c_proj: weight and bias) agree with",
-          " t = 1 (rtol ", rtol, ")");
+      L.check(tp_params[i].name + " gradient",
+              gather_global(world, tp_params[i], tp_params[i].grad), one_params[i].grad.to_host(),
+              rtol);
+    L.say("  t = 1 gives y[last token, :4] = ",
+          lesson::fmt(std::vector<float>(y_one.end() - h, y_one.end() - h + 4)),
+          ";  y, dx and the ", tp_params.size(),
+          " parameter gradients (q, k, v, c_proj: weight and bias) agree with", " t = 1 (rtol ",
+          rtol, ")");
 
     // 3. The rule: every rank must own whole heads, query and KV alike.
-    L.step("The divisibility rule: heads and KV heads must both divide by t (GptConfig::problems / validate).");
+    L.step(
+        "The divisibility rule: heads and KV heads must both divide by t (GptConfig::problems / "
+        "validate).");
     const int tbad = 4;
     GptConfig six;  // 6 heads of dim 4
     six.hidden = 24;
@@ -164,12 +183,14 @@ int main(int argc, char** argv) {
     gqa.heads = 8;
     gqa.kv_heads = 2;
     const float cols_per_rank = f(six.hidden) / tbad;  // the W_Q split alone would be legal...
-    L.say("  heads = 6 at t = 4: W_Q's ", six.hidden, " columns split as ", cols_per_rank, " per rank, which is ",
-          cols_per_rank / six.head_dim(), " heads of dim ", six.head_dim(), ": a head would straddle two ranks");
+    L.say("  heads = 6 at t = 4: W_Q's ", six.hidden, " columns split as ", cols_per_rank,
+          " per rank, which is ", cols_per_rank / six.head_dim(), " heads of dim ", six.head_dim(),
+          ": a head would straddle two ranks");
     L.check("heads per rank for heads = 6, t = 4", {cols_per_rank / six.head_dim()}, {1.5f});
     for (const GptConfig* c : {&six, &gqa}) {
       const std::vector<std::string> problems = c->problems(tbad);
-      L.say("  ", c->str(), ", t = ", tbad, ": ", problems.size(), " problem", problems.size() == 1 ? "" : "s");
+      L.say("  ", c->str(), ", t = ", tbad, ": ", problems.size(), " problem",
+            problems.size() == 1 ? "" : "s");
       std::string message;
       int exit_code = 0;
       try {
@@ -180,7 +201,8 @@ int main(int argc, char** argv) {
       }
       L.say("    tp::Error (exit code ", exit_code, "): ", message);
       const std::string bad = c == &six ? "heads=6" : "kv_heads=2";
-      const bool names_values = message.find(bad) != std::string::npos && message.find("t=4") != std::string::npos;
+      const bool names_values =
+          message.find(bad) != std::string::npos && message.find("t=4") != std::string::npos;
       L.check("validate refuses " + bad + " at t = 4 as bad input", {f(exit_code)}, {2});
       L.check("the message names " + bad + " and t=4", {names_values ? 1.0f : 0.0f}, {1});
       L.check("problems for " + bad, {f(problems.size())}, {c == &six ? 2.0f : 1.0f});
@@ -189,9 +211,13 @@ int main(int argc, char** argv) {
     // 4. Summary.
     L.step("Summary.");
     L.say(table.str());
-    L.say("Attention splits by heads: q, k and v are column-parallel with whole heads on each rank (with GQA,\n"
-          "a rank's query heads are the ones that read its KV heads), softmax attention is local, and the\n"
-          "output projection is row-parallel. One all-reduce forward (g, after W_O) and one backward (f, after\n"
-          "adding the dX terms of q, k and v). Both heads and KV heads must be divisible by t.");
+    L.say(
+        "Attention splits by heads: q, k and v are column-parallel with whole heads on each rank "
+        "(with GQA,\n"
+        "a rank's query heads are the ones that read its KV heads), softmax attention is local, "
+        "and the\n"
+        "output projection is row-parallel. One all-reduce forward (g, after W_O) and one backward "
+        "(f, after\n"
+        "adding the dX terms of q, k and v). Both heads and KV heads must be divisible by t.");
   });
 }

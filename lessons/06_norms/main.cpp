@@ -35,25 +35,29 @@ namespace {
 // Each row of x (rows × cols) normalised with the statistics of that row, in the order the CPU
 // kernels use (statistics in double, then float): LayerNorm (x − μ)·rstd, or RMSNorm x·rstd.
 // Weight 1 and bias 0, as a freshly initialised tp::Norm.
-std::vector<float> host_norm(const std::vector<float>& x, int64_t rows, int64_t cols, bool rms, float eps) {
+std::vector<float> host_norm(const std::vector<float>& x, int64_t rows, int64_t cols, bool rms,
+                             float eps) {
   std::vector<float> y(x.size());
   for (int64_t r = 0; r < rows; ++r) {
     double s = 0, ss = 0;
     for (int64_t c = 0; c < cols; ++c) s += x[r * cols + c];
     const double mu = rms ? 0.0 : s / cols;
     for (int64_t c = 0; c < cols; ++c) ss += (x[r * cols + c] - mu) * (x[r * cols + c] - mu);
-    const float m = static_cast<float>(mu), rs = static_cast<float>(1.0 / std::sqrt(ss / cols + eps));
+    const float m = static_cast<float>(mu),
+                rs = static_cast<float>(1.0 / std::sqrt(ss / cols + eps));
     for (int64_t c = 0; c < cols; ++c) y[r * cols + c] = (x[r * cols + c] - m) * rs;
   }
   return y;
 }
 
 // Per row: {mean, variance (biased), mean square} of x (rows × cols).
-std::vector<std::vector<float>> host_stats(const std::vector<float>& x, int64_t rows, int64_t cols) {
+std::vector<std::vector<float>> host_stats(const std::vector<float>& x, int64_t rows,
+                                           int64_t cols) {
   std::vector<std::vector<float>> out(3);
   for (int64_t r = 0; r < rows; ++r) {
     double s = 0, sq = 0;
-    for (int64_t c = 0; c < cols; ++c) s += x[r * cols + c], sq += double(x[r * cols + c]) * x[r * cols + c];
+    for (int64_t c = 0; c < cols; ++c)
+      s += x[r * cols + c], sq += double(x[r * cols + c]) * x[r * cols + c];
     const double mu = s / cols;
     double var = 0;
     for (int64_t c = 0; c < cols; ++c) var += (x[r * cols + c] - mu) * (x[r * cols + c] - mu);
@@ -74,8 +78,8 @@ std::string fmt_rel(double d) {
 
 int main(int argc, char** argv) {
   return lesson::run(argc, argv, "lesson_06_norms",
-                     "Lesson 06: LayerNorm and RMSNorm under tensor parallelism",
-                     {2, 1, 4}, [](lesson::Lesson& L) {
+                     "Lesson 06: LayerNorm and RMSNorm under tensor parallelism", {2, 1, 4},
+                     [](lesson::Lesson& L) {
     Device& dev = L.device();
     Communicator& world = L.world();
     const int t = L.size();
@@ -84,8 +88,7 @@ int main(int argc, char** argv) {
     L.step("The numbers: two tokens with h = 8, and their LayerNorm and RMSNorm on one device.");
     const int64_t n = 2, h = 8, k = h / t;  // n tokens; k: hidden columns per rank
     const float eps = 1e-5f;
-    const std::vector<float> x_host = {1, 2, 3, 4, 5, 6, 7, 8,
-                                       0, 0, 0, 0, 4, 4, 4, 4};
+    const std::vector<float> x_host = {1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0, 4, 4, 4, 4};
     Tensor X = Tensor::from_host(dev, Shape{n, h}, x_host);
     Tensor w = Tensor::from_host(dev, Shape{h}, std::vector<float>(h, 1.0f));  // weight 1, bias 0
     Tensor b = Tensor::zeros(dev, Shape{h});
@@ -99,14 +102,18 @@ int main(int argc, char** argv) {
       L.say("  token ", i, ": x = ", lesson::fmt(host_block(x_host, h, i, 1, 0, h)), ",  mean ",
             lesson::fmt(st[0][i]), ",  variance ", lesson::fmt(st[1][i]), ",  mean square ",
             lesson::fmt(st[2][i]));
-    L.say("  eps = 1e-5, weight 1, bias 0.  One device, on the whole vectors (layernorm_forward, rmsnorm_forward):");
+    L.say(
+        "  eps = 1e-5, weight 1, bias 0.  One device, on the whole vectors (layernorm_forward, "
+        "rmsnorm_forward):");
     L.say("    LayerNorm(X) = (x − mean) / √(variance + eps) = ", lesson::fmt(ln_y, h));
     L.say("    RMSNorm(X)   = x / √(mean square + eps)       = ", lesson::fmt(rms_y, h));
     L.check("single-device mean", mean_ref.to_host(), st[0]);
     L.check("single-device LayerNorm rstd", rstd_ref.to_host(),
-            {float(1 / std::sqrt(double(st[1][0]) + eps)), float(1 / std::sqrt(double(st[1][1]) + eps))});
+            {float(1 / std::sqrt(double(st[1][0]) + eps)),
+             float(1 / std::sqrt(double(st[1][1]) + eps))});
     L.check("single-device RMSNorm rstd", rms_rstd_ref.to_host(),
-            {float(1 / std::sqrt(double(st[2][0]) + eps)), float(1 / std::sqrt(double(st[2][1]) + eps))});
+            {float(1 / std::sqrt(double(st[2][0]) + eps)),
+             float(1 / std::sqrt(double(st[2][1]) + eps))});
     L.check("single-device LayerNorm", ln_y, host_norm(x_host, n, h, false, eps));
     L.check("single-device RMSNorm", rms_y, host_norm(x_host, n, h, true, eps));
 
@@ -134,22 +141,26 @@ int main(int argc, char** argv) {
       const std::vector<std::string> cells = L.gather_fmt(value);
       std::string line = stacked ? "" : " ";
       for (size_t i = 0; i < cells.size(); ++i)
-        line += stacked ? (i ? "\n" : "") + std::string("  rank ") + std::to_string(i) + ": " + cells[i]
-                        : " rank " + std::to_string(i) + ": " + cells[i] + "  ";
+        line += stacked
+                    ? (i ? "\n" : "") + std::string("  rank ") + std::to_string(i) + ": " + cells[i]
+                    : " rank " + std::to_string(i) + ": " + cells[i] + "  ";
       L.say(line, stacked ? "\n  communication: " : " communication: ", L.comm_since(mark));
     };
 
     // 2. Split X by columns (the hidden dim): rank r keeps columns [r·k, (r+1)·k).
-    L.step("Split X by columns (scatter_to_tp_region): rank r holds X_r, " + std::to_string(n) + " tokens x " +
-           std::to_string(k) + " hidden values.");
+    L.step("Split X by columns (scatter_to_tp_region): rank r holds X_r, " + std::to_string(n) +
+           " tokens x " + std::to_string(k) + " hidden values.");
     size_t m = L.mark();
     Tensor X_r = scatter_to_tp_region_forward(world, X);  // (n, k)
-    Tensor w_r = scatter_to_tp_region_forward(world, w), b_r = scatter_to_tp_region_forward(world, b);
+    Tensor w_r = scatter_to_tp_region_forward(world, w),
+           b_r = scatter_to_tp_region_forward(world, b);
     L.report(table, "holds X_r", X_r, m);
     L.check_ranks("X_r", X_r, lesson::per_rank(t, x_slice));
 
     // 3. (a) The mistake: LayerNorm of the slice alone, with the slice's own mean and variance.
-    L.step("The mistake: each rank runs LayerNorm on its slice, with the slice's own mean and variance.");
+    L.step(
+        "The mistake: each rank runs LayerNorm on its slice, with the slice's own mean and "
+        "variance.");
     m = L.mark();
     Tensor ya_r(dev, Shape{n, k}), mean_r(dev, Shape{n}), rstd_r(dev, Shape{n});
     dev.layernorm_forward(ya_r, mean_r, rstd_r, X_r, w_r, b_r, eps);
@@ -159,19 +170,23 @@ int main(int argc, char** argv) {
     L.report(table, "(a) slice mean (per token)", mean_r, m);
     L.report(table, "(a) slice variance (per token)", var_r, m);
     show(ya_r, m, false);
-    L.check_ranks("slice mean", mean_r, lesson::per_rank(t, [&](int i) { return host_stats(x_slice(i), n, k)[0]; }));
-    L.check_ranks("slice variance", var_r, lesson::per_rank(t, [&](int i) { return host_stats(x_slice(i), n, k)[1]; }));
+    L.check_ranks("slice mean", mean_r,
+                  lesson::per_rank(t, [&](int i) { return host_stats(x_slice(i), n, k)[0]; }));
+    L.check_ranks("slice variance", var_r,
+                  lesson::per_rank(t, [&](int i) { return host_stats(x_slice(i), n, k)[1]; }));
     L.check_ranks("slice rstd = 1/√(slice variance + eps)", rstd_r, lesson::per_rank(t, [&](int i) {
-      const auto s = host_stats(x_slice(i), n, k)[1];
-      return std::vector<float>{float(1 / std::sqrt(double(s[0]) + eps)), float(1 / std::sqrt(double(s[1]) + eps))};
-    }));
+                    const auto s = host_stats(x_slice(i), n, k)[1];
+                    return std::vector<float>{float(1 / std::sqrt(double(s[0]) + eps)),
+                                              float(1 / std::sqrt(double(s[1]) + eps))};
+                  }));
     auto ln_slice = [&](int i) { return host_norm(x_slice(i), n, k, false, eps); };
     L.check_ranks("LayerNorm of the slice", ya_r, lesson::per_rank(t, ln_slice));
 
     // Concatenates a slice-wise result (all-gather), compares it with one device and checks both
     // the result and the size of the difference; `want_equal` at t = 1 (the slice is the whole).
     // Returns the relative difference (on rank 0).
-    auto gather_and_compare = [&](const std::string& what, const Tensor& y_r, const std::vector<float>& expected,
+    auto gather_and_compare = [&](const std::string& what, const Tensor& y_r,
+                                  const std::vector<float>& expected,
                                   const std::vector<float>& one_device, bool want_equal) {
       const size_t mg = L.mark();
       Tensor y = gather_from_tp_region_forward(world, y_r);  // (n, h) on every rank
@@ -180,18 +195,22 @@ int main(int argc, char** argv) {
       const std::vector<std::vector<float>> got = L.gather(y);
       if (!L.is_root()) return 0.0;
       const double d = rel_error(got[0], one_device);
-      L.say("  gathered (all-gather, the same on every rank): ", lesson::fmt(got[0], h), "   communication: ", comm);
+      L.say("  gathered (all-gather, the same on every rank): ", lesson::fmt(got[0], h),
+            "   communication: ", comm);
       L.say("  one device:                                    ", lesson::fmt(one_device, h));
       L.say("  ‖gathered − one device‖ / ‖one device‖ = ", fmt_rel(d),
             want_equal ? (t == 1 ? "  (t = 1: the slice is the whole vector)" : "") : "");
-      L.check(what + ": relative difference", {float(d)}, {float(rel_error(expected, one_device))}, 1e-5);
+      L.check(what + ": relative difference", {float(d)}, {float(rel_error(expected, one_device))},
+              1e-5);
       if (want_equal)
         L.check(what + " equals one device", got[0], one_device, 1e-6);
       else
-        L.check(what + " differs from one device by more than 10%", {d > 0.1 ? 1.0f : 0.0f}, {1.0f});
+        L.check(what + " differs from one device by more than 10%", {d > 0.1 ? 1.0f : 0.0f},
+                {1.0f});
       return d;
     };
-    const double d_ln_slice = gather_and_compare("LayerNorm with slice statistics", ya_r, concat(ln_slice), ln_y, t == 1);
+    const double d_ln_slice =
+        gather_and_compare("LayerNorm with slice statistics", ya_r, concat(ln_slice), ln_y, t == 1);
 
     // 4. (a) The same mistake with RMSNorm: the mean square of the slice is not that of the vector.
     L.step("The same with RMSNorm: each rank divides by the root mean square of its slice only.");
@@ -202,31 +221,40 @@ int main(int argc, char** argv) {
     L.say("  Per token: the slice mean square, and RMSNorm of the slice with it:");
     L.report(table, "(a) slice mean square", ms_r, m);
     show(yr_r, m, false);
-    L.check_ranks("slice mean square", ms_r, lesson::per_rank(t, [&](int i) { return host_stats(x_slice(i), n, k)[2]; }));
+    L.check_ranks("slice mean square", ms_r,
+                  lesson::per_rank(t, [&](int i) { return host_stats(x_slice(i), n, k)[2]; }));
     auto rms_slice = [&](int i) { return host_norm(x_slice(i), n, k, true, eps); };
     L.check_ranks("RMSNorm of the slice", yr_r, lesson::per_rank(t, rms_slice));
-    const double d_rms_slice = gather_and_compare("RMSNorm with slice statistics", yr_r, concat(rms_slice), rms_y, t == 1);
+    const double d_rms_slice =
+        gather_and_compare("RMSNorm with slice statistics", yr_r, concat(rms_slice), rms_y, t == 1);
     ways.add({"(a) LayerNorm of each slice alone", "none", fmt_rel(d_ln_slice)});
     ways.add({"(a) RMSNorm of each slice alone", "none", fmt_rel(d_rms_slice)});
 
     // 5. (b) Plain TP: the norm sits after g, where every rank has the whole vector; it is replicated.
-    L.step("Plain TP: the norm sits after g (every rank has the whole X) and before f; every rank runs it.");
+    L.step(
+        "Plain TP: the norm sits after g (every rank has the whole X) and before f; every rank "
+        "runs it.");
     // The row-parallel layer that ends the previous sublayer, with weight I so that its output is X:
     // rank r's partial sum X_r I_r, all-reduced by g.
     std::vector<float> eye(h * h, 0.0f);
     for (int64_t i = 0; i < h; ++i) eye[i * h + i] = 1.0f;
-    RowParallelLinear proj(dev, world, "proj", h, h, /*with_bias=*/false, /*input_is_parallel=*/true);
+    RowParallelLinear proj(dev, world, "proj", h, h, /*with_bias=*/false,
+                           /*input_is_parallel=*/true);
     proj.load_global(eye);
     m = L.mark();
     Tensor X_whole = proj.forward(X_r);  // (n, h): g has all-reduced the partial sums
-    L.say("  The previous sublayer ends in a row-parallel layer (here W = I): g all-reduces its partial sums.");
+    L.say(
+        "  The previous sublayer ends in a row-parallel layer (here W = I): g all-reduces its "
+        "partial sums.");
     show(X_whole, m, true);
     L.check_ranks("X after g", X_whole, lesson::per_rank(t, [&](int) { return x_host; }));
     Norm ln(dev, "ln", h, "layernorm", eps), rms(dev, "rms", h, "rmsnorm", eps);
     m = L.mark();
     Tensor y_ln = ln.forward(X_whole);
     const std::string comm_ln = L.comm_since(m);
-    L.say("  Every rank runs tp::Norm (LayerNorm) on the whole X, and gets the one-device result bit for bit:");
+    L.say(
+        "  Every rank runs tp::Norm (LayerNorm) on the whole X, and gets the one-device result bit "
+        "for bit:");
     show(y_ln, m, true);
     m = L.mark();
     Tensor y_rms = rms.forward(X_whole);
@@ -234,13 +262,18 @@ int main(int argc, char** argv) {
     L.say("  Every rank runs tp::Norm (RMSNorm) on the whole X, the same way:");
     show(y_rms, m, true);
     // The same kernel on the same input: bit for bit the single-device result (tolerance 0).
-    L.check_ranks("replicated LayerNorm", y_ln, lesson::per_rank(t, [&](int) { return ln_y; }), 0.0);
-    L.check_ranks("replicated RMSNorm", y_rms, lesson::per_rank(t, [&](int) { return rms_y; }), 0.0);
+    L.check_ranks("replicated LayerNorm", y_ln, lesson::per_rank(t, [&](int) { return ln_y; }),
+                  0.0);
+    L.check_ranks("replicated RMSNorm", y_rms, lesson::per_rank(t, [&](int) { return rms_y; }),
+                  0.0);
     m = L.mark();
     Tensor next_in = copy_to_tp_region_forward(world, y_ln);  // f: the next column-parallel input
-    L.say("  f (copy_to_tp_region) passes the whole normalised X to the next column-parallel layer:  "
-          "communication: ", L.comm_since(m));
-    L.check_ranks("input of the next column-parallel layer", next_in, lesson::per_rank(t, [&](int) { return ln_y; }));
+    L.say(
+        "  f (copy_to_tp_region) passes the whole normalised X to the next column-parallel layer:  "
+        "communication: ",
+        L.comm_since(m));
+    L.check_ranks("input of the next column-parallel layer", next_in,
+                  lesson::per_rank(t, [&](int) { return ln_y; }));
     double d_ln_rep = 0, d_rms_rep = 0;  // the largest over the ranks
     const auto all_ln = L.gather(y_ln), all_rms = L.gather(y_rms);
     for (size_t i = 0; i < all_ln.size(); ++i) {
@@ -251,14 +284,17 @@ int main(int argc, char** argv) {
     ways.add({"(b) RMSNorm replicated after g (tp::Norm)", comm_rms, fmt_rel(d_rms_rep)});
 
     // 6. (c) Distributed statistics: all-reduce [Σx, Σx²] per token, normalise the own slice.
-    L.step("When X is split by columns: gather it whole (N·h floats), or all-reduce [Σx, Σx²] (2 floats a token).");
+    L.step(
+        "When X is split by columns: gather it whole (N·h floats), or all-reduce [Σx, Σx²] (2 "
+        "floats a token).");
     // The direct fix: all-gather the slices, then the replicated norm of step 5.
     m = L.mark();
     Tensor X_gathered = gather_from_tp_region_forward(world, X_r);
     Tensor y_gathered = ln.forward(X_gathered);
     const std::string comm_gather = L.comm_since(m);
     L.say("  all-gather X, then tp::Norm (LayerNorm) on every rank:  communication: ", comm_gather);
-    L.check_ranks("LayerNorm of the all-gathered X", y_gathered, lesson::per_rank(t, [&](int) { return ln_y; }));
+    L.check_ranks("LayerNorm of the all-gathered X", y_gathered,
+                  lesson::per_rank(t, [&](int) { return ln_y; }));
     const auto all_gathered = L.gather(y_gathered);
     double d_gathered = 0;
     for (const auto& v : all_gathered) d_gathered = std::max(d_gathered, rel_error(v, ln_y));
@@ -269,7 +305,8 @@ int main(int argc, char** argv) {
       std::vector<float> v;
       for (int64_t i = 0; i < n; ++i) {
         double s = 0, sq = 0;
-        for (int64_t c = 0; c < cols; ++c) s += x[i * cols + c], sq += double(x[i * cols + c]) * x[i * cols + c];
+        for (int64_t c = 0; c < cols; ++c)
+          s += x[i * cols + c], sq += double(x[i * cols + c]) * x[i * cols + c];
         v.push_back(float(s));
         v.push_back(float(sq));
       }
@@ -278,15 +315,19 @@ int main(int argc, char** argv) {
     const std::vector<float> xs = X_r.to_host(), sums_host = sums_of(xs, k);
     m = L.mark();
     Tensor sums = Tensor::from_host(dev, Shape{n, 2}, sums_host);
-    L.say("  Each rank: [Σx, Σx²] per token over its slice; the all-reduce; [mean, variance] from the sums;\n"
-          "  its own slice normalised with them:");
+    L.say(
+        "  Each rank: [Σx, Σx²] per token over its slice; the all-reduce; [mean, variance] from "
+        "the sums;\n"
+        "  its own slice normalised with them:");
     L.report(table, "(c) partial [Σx, Σx²] per token", sums, m);
-    L.check_ranks("partial [Σx, Σx²]", sums, lesson::per_rank(t, [&](int i) { return sums_of(x_slice(i), k); }));
+    L.check_ranks("partial [Σx, Σx²]", sums,
+                  lesson::per_rank(t, [&](int i) { return sums_of(x_slice(i), k); }));
     m = L.mark();
     world.all_reduce(sums);  // in place: every rank now has Σx and Σx² over all h columns
     const std::string comm_stats = L.comm_since(m);
     L.report(table, "(c) all-reduce: whole [Σx, Σx²]", sums, m);
-    L.check_ranks("all-reduced [Σx, Σx²]", sums, lesson::per_rank(t, [&](int) { return sums_of(x_host, h); }));
+    L.check_ranks("all-reduced [Σx, Σx²]", sums,
+                  lesson::per_rank(t, [&](int) { return sums_of(x_host, h); }));
 
     // Every rank derives the true statistics from the sums and normalises its own columns.
     m = L.mark();
@@ -297,35 +338,44 @@ int main(int argc, char** argv) {
       stats_host.push_back(float(mu));
       stats_host.push_back(float(var));
       const float mf = float(mu), rs = float(1.0 / std::sqrt(var + eps));
-      for (int64_t c = 0; c < k; ++c) yc_host[i * k + c] = (xs[i * k + c] - mf) * rs;  // · w_r + b_r (1, 0)
+      for (int64_t c = 0; c < k; ++c)
+        yc_host[i * k + c] = (xs[i * k + c] - mf) * rs;  // · w_r + b_r (1, 0)
     }
     Tensor stats = Tensor::from_host(dev, Shape{n, 2}, stats_host);
     L.report(table, "(c) [mean, variance] = [Σx/h, Σx²/h − mean²]", stats, m);
     std::vector<float> stats_want;
     for (int64_t i = 0; i < n; ++i) stats_want.push_back(st[0][i]), stats_want.push_back(st[1][i]);
-    L.check_ranks("mean and variance from the sums", stats, lesson::per_rank(t, [&](int) { return stats_want; }));
+    L.check_ranks("mean and variance from the sums", stats,
+                  lesson::per_rank(t, [&](int) { return stats_want; }));
     Tensor yc_r = Tensor::from_host(dev, Shape{n, k}, yc_host);
     show(yc_r, m, false);
     L.check_ranks("LayerNorm slice, distributed statistics", yc_r,
                   lesson::per_rank(t, [&](int i) { return host_block(ln_y, h, 0, n, i * k, k); }));
-    L.say("  Side by side (all-gathered here only to compare), the slices are LayerNorm(X) (relative tolerance 1e-6):");
-    const double d_ln_dist = gather_and_compare("LayerNorm with distributed statistics", yc_r, ln_y, ln_y, true);
+    L.say(
+        "  Side by side (all-gathered here only to compare), the slices are LayerNorm(X) (relative "
+        "tolerance 1e-6):");
+    const double d_ln_dist =
+        gather_and_compare("LayerNorm with distributed statistics", yc_r, ln_y, ln_y, true);
 
     // 7. (c) RMSNorm needs only Σx²: one all-reduce of 1 float per token.
-    L.step("Distributed statistics for RMSNorm: only Σx² is needed, one all-reduce of 1 float per token.");
+    L.step(
+        "Distributed statistics for RMSNorm: only Σx² is needed, one all-reduce of 1 float per "
+        "token.");
     std::vector<float> sq_host;
     for (int64_t i = 0; i < n; ++i) sq_host.push_back(sums_host[2 * i + 1]);
     m = L.mark();
     Tensor sq = Tensor::from_host(dev, Shape{n}, sq_host);
-    L.say("  Each rank: Σx² per token over its slice; the all-reduce; its slice times 1/√(Σx²/h + eps):");
+    L.say(
+        "  Each rank: Σx² per token over its slice; the all-reduce; its slice times 1/√(Σx²/h + "
+        "eps):");
     L.report(table, "(c) partial Σx² per token", sq, m);
     m = L.mark();
     world.all_reduce(sq);
     const std::string comm_sq = L.comm_since(m);
     L.report(table, "(c) all-reduce: whole Σx²", sq, m);
     L.check_ranks("all-reduced Σx²", sq, lesson::per_rank(t, [&](int) {
-      return std::vector<float>{float(st[2][0] * h), float(st[2][1] * h)};
-    }));
+                    return std::vector<float>{float(st[2][0] * h), float(st[2][1] * h)};
+                  }));
     m = L.mark();
     const std::vector<float> sq_tot = sq.to_host();
     std::vector<float> yr_host(n * k);
@@ -337,8 +387,11 @@ int main(int argc, char** argv) {
     show(yrc_r, m, false);
     L.check_ranks("RMSNorm slice, distributed statistics", yrc_r,
                   lesson::per_rank(t, [&](int i) { return host_block(rms_y, h, 0, n, i * k, k); }));
-    L.say("  Side by side (all-gathered here only to compare), the slices are RMSNorm(X) (relative tolerance 1e-6):");
-    const double d_rms_dist = gather_and_compare("RMSNorm with distributed statistics", yrc_r, rms_y, rms_y, true);
+    L.say(
+        "  Side by side (all-gathered here only to compare), the slices are RMSNorm(X) (relative "
+        "tolerance 1e-6):");
+    const double d_rms_dist =
+        gather_and_compare("RMSNorm with distributed statistics", yrc_r, rms_y, rms_y, true);
     ways.add({"(c) LayerNorm, distributed statistics", comm_stats, fmt_rel(d_ln_dist)});
     ways.add({"(c) RMSNorm, distributed statistics", comm_sq, fmt_rel(d_rms_dist)});
 
@@ -346,10 +399,12 @@ int main(int argc, char** argv) {
     L.step("Summary.");
     L.say(table.str());
     L.say(ways.str());
-    L.say("A norm divides by statistics of the whole hidden vector, so a rank that sees only its\n"
-          "slice computes the wrong thing. Plain TP never asks it to: the norm comes after g, where\n"
-          "every rank has the whole vector, and every rank runs the same norm with no communication.\n"
-          "Where the hidden dim is split, all-reducing 2 floats per token (Σx, Σx²; RMSNorm: Σx²)\n"
-          "gives every rank the true statistics for its own slice.");
+    L.say(
+        "A norm divides by statistics of the whole hidden vector, so a rank that sees only its\n"
+        "slice computes the wrong thing. Plain TP never asks it to: the norm comes after g, where\n"
+        "every rank has the whole vector, and every rank runs the same norm with no "
+        "communication.\n"
+        "Where the hidden dim is split, all-reducing 2 floats per token (Σx, Σx²; RMSNorm: Σx²)\n"
+        "gives every rank the true statistics for its own slice.");
   });
 }

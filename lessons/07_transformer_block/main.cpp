@@ -37,23 +37,26 @@ std::string mib(double bytes) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return lesson::run(argc, argv, "lesson_07_transformer_block",
-                     "Lesson 07: a transformer block under TP, its communication, and a GPT that trains the same",
-                     {2, 1, 4}, [](lesson::Lesson& L) {
+  return lesson::run(
+      argc, argv, "lesson_07_transformer_block",
+      "Lesson 07: a transformer block under TP, its communication, and a GPT that trains the same",
+      {2, 1, 4},
+      [](lesson::Lesson& L) {
     Device& dev = L.device();
     Communicator& world = L.world();
     const int t = L.size();
 
     // 1. One block at t = np against the same block at t = 1.
-    L.step("One transformer block: x + attn(ln_1(x)), then + mlp(ln_2(x)), at t = " + std::to_string(t) + ".");
+    L.step("One transformer block: x + attn(ln_1(x)), then + mlp(ln_2(x)), at t = " +
+           std::to_string(t) + ".");
     GptConfig cfg;
     cfg.hidden = 16;
     cfg.heads = 4;
     cfg.ffn = 64;
     cfg.seq = 4;
     const int64_t S = 4, B = 2, h = cfg.hidden, N = S * B;
-    L.say("  h = ", h, ", heads = ", cfg.heads, " (", cfg.heads / t, " per rank), ffn = ", cfg.ffn, " (",
-          cfg.ffn / t, " columns per rank), s = ", S, ", b = ", B);
+    L.say("  h = ", h, ", heads = ", cfg.heads, " (", cfg.heads / t, " per rank), ffn = ", cfg.ffn,
+          " (", cfg.ffn / t, " columns per rank), s = ", S, ", b = ", B);
     SerialCommunicator solo;
     TransformerBlock block(dev, world, cfg, 0), single(dev, solo, cfg, 0);
     ParamList bp, sp;
@@ -67,33 +70,48 @@ int main(int argc, char** argv) {
 
     size_t m = L.mark();
     Tensor y = block.forward(x, S, B, 7, 0);
-    const auto fwd = std::vector<CommRecord>(world.ledger().records().begin() + m, world.ledger().records().end());
+    const auto fwd = std::vector<CommRecord>(world.ledger().records().begin() + m,
+                                             world.ledger().records().end());
     m = L.mark();
     Tensor dx = block.backward(dy);
-    const auto bwd = std::vector<CommRecord>(world.ledger().records().begin() + m, world.ledger().records().end());
+    const auto bwd = std::vector<CommRecord>(world.ledger().records().begin() + m,
+                                             world.ledger().records().end());
     Tensor y1 = single.forward(x, S, B, 7, 0), dx1 = single.backward(dy);
     L.check("block output vs t = 1", y.to_host(), y1.to_host(), 1e-5);
     L.check("block dX vs t = 1", dx.to_host(), dx1.to_host(), 1e-5);
-    L.check("every parameter gradient vs t = 1", gathered(world, bp, true), gathered(solo, sp, true), 1e-5);
+    L.check("every parameter gradient vs t = 1", gathered(world, bp, true),
+            gathered(solo, sp, true), 1e-5);
 
     // 2. What the ledger saw, against the formula.
     L.step("The ledger: 2 all-reduces forward (g), 2 backward (f), each of b·s·h elements.");
     const double elems = static_cast<double>(N * h), bytes = 4 * elems;
-    lesson::Table ledger({"pass", "collective", "elements", "bytes", "sent per rank", "formula 2(t-1)/t · bytes", "where"});
+    lesson::Table ledger({"pass", "collective", "elements", "bytes", "sent per rank",
+                          "formula 2(t-1)/t · bytes", "where"});
     auto show = [&](const char* pass, const std::vector<CommRecord>& recs) {
       for (const auto& r : recs)
-        ledger.add({pass, r.op, std::to_string(r.elements), std::to_string(r.bytes), lesson::fmt(static_cast<float>(r.wire_bytes)),
-                    lesson::fmt(static_cast<float>(ring_wire_bytes("all_reduce", t, static_cast<int64_t>(bytes)))), r.label});
+        ledger.add({pass, r.op, std::to_string(r.elements), std::to_string(r.bytes),
+                    lesson::fmt(static_cast<float>(r.wire_bytes)),
+                    lesson::fmt(static_cast<float>(
+                        ring_wire_bytes("all_reduce", t, static_cast<int64_t>(bytes)))),
+                    r.label});
     };
     show("forward", fwd);
     show("backward", bwd);
-    if (t == 1) L.say("  t = 1: the region ops bypass communication, so the ledger is empty.");
-    else L.say(ledger.str());
+    if (t == 1)
+      L.say("  t = 1: the region ops bypass communication, so the ledger is empty.");
+    else
+      L.say(ledger.str());
     const size_t expected = t == 1 ? 0 : 2;
-    L.check("forward all-reduce count", {static_cast<float>(fwd.size())}, {static_cast<float>(expected)});
-    L.check("backward all-reduce count", {static_cast<float>(bwd.size())}, {static_cast<float>(expected)});
-    for (const auto& r : fwd) L.check("forward elements = b·s·h", {static_cast<float>(r.elements)}, {static_cast<float>(elems)});
-    for (const auto& r : bwd) L.check("backward elements = b·s·h", {static_cast<float>(r.elements)}, {static_cast<float>(elems)});
+    L.check("forward all-reduce count", {static_cast<float>(fwd.size())},
+            {static_cast<float>(expected)});
+    L.check("backward all-reduce count", {static_cast<float>(bwd.size())},
+            {static_cast<float>(expected)});
+    for (const auto& r : fwd)
+      L.check("forward elements = b·s·h", {static_cast<float>(r.elements)},
+              {static_cast<float>(elems)});
+    for (const auto& r : bwd)
+      L.check("backward elements = b·s·h", {static_cast<float>(r.elements)},
+              {static_cast<float>(elems)});
     for (const auto& r : bwd)
       L.check("bytes sent = 2(t-1)/t · 4·b·s·h", {static_cast<float>(r.wire_bytes)},
               {static_cast<float>(2.0 * (t - 1) / t * bytes)});
@@ -102,7 +120,8 @@ int main(int argc, char** argv) {
     L.step("At a real size: b·s·h = 8192 · 4096 in bf16 (2 bytes), per all-reduce and rank.");
     const double big = 8192.0 * 4096.0 * 2.0;
     L.say("  one all-reduce buffer: 8192 · 4096 · 2 B = ", mib(big));
-    lesson::Table seed({"t", "compute per rank", "sent per rank per all-reduce", "comm ÷ compute (t = 2 is 1×)"});
+    lesson::Table seed(
+        {"t", "compute per rank", "sent per rank per all-reduce", "comm ÷ compute (t = 2 is 1×)"});
     const double base = ring_wire_bytes("all_reduce", 2, static_cast<int64_t>(big)) / (1.0 / 2);
     std::vector<float> sent, ratio;
     for (int tt : {2, 4, 8}) {
@@ -110,11 +129,13 @@ int main(int argc, char** argv) {
       const double r = (w / (1.0 / tt)) / base;  // communication over compute, relative to t = 2
       sent.push_back(static_cast<float>(w / (1024.0 * 1024.0)));
       ratio.push_back(static_cast<float>(r));
-      seed.add({std::to_string(tt), "1/" + std::to_string(tt), mib(w), lesson::fmt(static_cast<float>(r)) + "×"});
+      seed.add({std::to_string(tt), "1/" + std::to_string(tt), mib(w),
+                lesson::fmt(static_cast<float>(r)) + "×"});
     }
     L.say(seed.str());
-    L.say("  Doubling t halves each rank's compute but hardly changes what it sends (2(t-1)/t → 2):\n"
-          "  keep t small, and inside one machine's NVLink.");
+    L.say(
+        "  Doubling t halves each rank's compute but hardly changes what it sends (2(t-1)/t → 2):\n"
+        "  keep t small, and inside one machine's NVLink.");
     L.check("MiB sent per rank at t = 2, 4, 8", sent, {64, 96, 112});
     L.check("comm ÷ compute at t = 2, 4, 8", ratio, {1, 3, 7});
 
@@ -137,7 +158,8 @@ int main(int argc, char** argv) {
     hp.lr = 3e-3f;
     AdamW tp_opt(dev, tp_model.params(), hp), one_opt(dev, one.params(), hp);
     std::vector<double> xs, loss_tp, loss_one;
-    lesson::Table curve({"step", "loss at t = " + std::to_string(t), "loss at t = 1", "relative difference"});
+    lesson::Table curve(
+        {"step", "loss at t = " + std::to_string(t), "loss at t = 1", "relative difference"});
     double worst = 0;
     for (int64_t s = 0; s < steps; ++s) {
       const Batch b = data.batch(s, 4, g.seq);
@@ -161,17 +183,22 @@ int main(int argc, char** argv) {
           " (fp32 rounding: a row-parallel sum is added in a different order at t > 1)");
     L.check("loss curve at t = np vs t = 1", std::vector<float>(loss_tp.begin(), loss_tp.end()),
             std::vector<float>(loss_one.begin(), loss_one.end()), 1e-4);
-    L.check("the loss went down", {static_cast<float>(loss_tp.back() < loss_tp.front() - 0.1 ? 1 : 0)}, {1});
+    L.check("the loss went down",
+            {static_cast<float>(loss_tp.back() < loss_tp.front() - 0.1 ? 1 : 0)}, {1});
 
     // 5. The plot.
     L.step("Both curves in one picture.");
     const std::string plot = L.options().get_text("plot");
     if (L.is_root()) {
-      write_text_file(plot, svg_line_plot("Training loss: t = " + std::to_string(t) + " vs t = 1", "step",
-                                          "loss (nats)",
-                                          {{"t = " + std::to_string(t), xs, loss_tp, "#1f77b4", false},
-                                           {"t = 1", xs, loss_one, "#d62728", true}}));
+      write_text_file(plot,
+                      svg_line_plot("Training loss: t = " + std::to_string(t) + " vs t = 1", "step",
+                                    "loss (nats)",
+                                    {{"t = " + std::to_string(t), xs, loss_tp, "#1f77b4", false},
+                                     {"t = 1", xs, loss_one, "#d62728", true}}));
     }
     L.say("  wrote ", plot, " (the dashed t = 1 curve lies on the solid one)");
-  }, [](Options& o) { o.text("plot", "build/lesson_07_loss.svg", "where to write the SVG plot of both loss curves"); });
+      },
+      [](Options& o) {
+    o.text("plot", "build/lesson_07_loss.svg", "where to write the SVG plot of both loss curves");
+  });
 }

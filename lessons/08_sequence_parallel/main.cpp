@@ -108,9 +108,10 @@ double closed_coef(int mode, double t, double attention_term) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return lesson::run(argc, argv, "lesson_08_sequence_parallel",
-                     "Lesson 08: sequence parallelism, the activations TP leaves whole split by tokens",
-                     {2, 1, 4}, [](lesson::Lesson& L) {
+  return lesson::run(
+      argc, argv, "lesson_08_sequence_parallel",
+      "Lesson 08: sequence parallelism, the activations TP leaves whole split by tokens", {2, 1, 4},
+      [](lesson::Lesson& L) {
     Device& dev = L.device();
     Communicator& world = L.world();
     const int r = L.rank(), t = L.size();
@@ -120,9 +121,10 @@ int main(int argc, char** argv) {
     lesson::Table norms = L.rank_table();
 
     // 1. all-reduce = reduce-scatter + all-gather.
-    L.step("all-reduce = reduce-scatter + all-gather, on an [s, h] = [4, 3] tensor of partial sums.");
+    L.step(
+        "all-reduce = reduce-scatter + all-gather, on an [s, h] = [4, 3] tensor of partial sums.");
     const int64_t s = 4, h = 3, mine = s / t;  // mine: the rows (tokens) each rank keeps
-    auto partial = [&](int i) {  // rank i's partial sum: (i + 1) · [1, 2, …, 12]
+    auto partial = [&](int i) {                // rank i's partial sum: (i + 1) · [1, 2, …, 12]
       std::vector<float> v(s * h);
       for (int64_t k = 0; k < s * h; ++k) v[k] = static_cast<float>((i + 1) * (k + 1));
       return v;
@@ -130,9 +132,11 @@ int main(int argc, char** argv) {
     std::vector<float> total(s * h, 0.0f);  // Σ_i partial(i), on the host
     for (int i = 0; i < t; ++i)
       for (int64_t k = 0; k < s * h; ++k) total[k] += partial(i)[k];
-    L.say("  rank r holds P_r = (r + 1) · [[1, 2, 3], [4, 5, 6], [7, 8, 9], [10, 11, 12]] (a row-parallel\n"
-          "  layer's partial sums: rows are tokens, columns hidden features); the sum is ",
-          t * (t + 1) / 2, " · [[1, 2, 3], …]");
+    L.say(
+        "  rank r holds P_r = (r + 1) · [[1, 2, 3], [4, 5, 6], [7, 8, 9], [10, 11, 12]] (a "
+        "row-parallel\n"
+        "  layer's partial sums: rows are tokens, columns hidden features); the sum is ",
+        t * (t + 1) / 2, " · [[1, 2, 3], …]");
     Tensor P = Tensor::from_host(dev, Shape{s, h}, partial(r));
     size_t m = L.mark();
     L.report(table, "holds P_r", P, m);
@@ -148,38 +152,42 @@ int main(int argc, char** argv) {
     Tensor scattered = reduce_scatter_to_sp_region_forward(world, P);
     const double rs_bytes = world.ledger().wire_bytes_since(m);
     L.report(table, "reduce-scatter: my rows of Σ", scattered, m);
-    L.check_ranks("reduce-scatter", scattered,
-                  lesson::per_rank(t, [&](int i) { return host_block(total, h, i * mine, mine, 0, h); }));
+    L.check_ranks("reduce-scatter", scattered, lesson::per_rank(t, [&](int i) {
+                    return host_block(total, h, i * mine, mine, 0, h);
+                  }));
 
     m = L.mark();
     Tensor regathered = gather_from_sp_region_forward(world, scattered);
     const double ag_bytes = world.ledger().wire_bytes_since(m);
     L.report(table, "all-gather of those rows", regathered, m);
-    L.check_ranks("reduce-scatter then all-gather", regathered, lesson::per_rank(t, [&](int) { return total; }));
+    L.check_ranks("reduce-scatter then all-gather", regathered,
+                  lesson::per_rank(t, [&](int) { return total; }));
 
     const double buffer = 4.0 * s * h;
-    L.say("  bytes each rank sends (ring model, from the ledger): all-reduce ", ar_bytes, " B = reduce-scatter ",
-          rs_bytes, " B + all-gather ", ag_bytes, " B;  2(t − 1)/t · ", buffer, " B = ",
-          2.0 * (t - 1) / t * buffer, " B");
+    L.say("  bytes each rank sends (ring model, from the ledger): all-reduce ", ar_bytes,
+          " B = reduce-scatter ", rs_bytes, " B + all-gather ", ag_bytes, " B;  2(t − 1)/t · ",
+          buffer, " B = ", 2.0 * (t - 1) / t * buffer, " B");
     if (t == 1) L.say("  (t = 1: the region ops return their argument and nothing moves.)");
-    L.check("reduce-scatter + all-gather bytes = all-reduce bytes", {static_cast<float>(rs_bytes + ag_bytes)},
-            {static_cast<float>(ar_bytes)});
+    L.check("reduce-scatter + all-gather bytes = all-reduce bytes",
+            {static_cast<float>(rs_bytes + ag_bytes)}, {static_cast<float>(ar_bytes)});
     L.check("all-reduce bytes = 2(t − 1)/t · 4sh", {static_cast<float>(ar_bytes)},
             {static_cast<float>(2.0 * (t - 1) / t * buffer)});
-    L.say("  So SP replaces g's all-reduce by a reduce-scatter and f's identity by an all-gather: same\n"
-          "  bytes, and in between every rank holds only s/t tokens.");
+    L.say(
+        "  So SP replaces g's all-reduce by a reduce-scatter and f's identity by an all-gather: "
+        "same\n"
+        "  bytes, and in between every rank holds only s/t tokens.");
 
     // 2. LayerNorm on my tokens only.
-    L.step("LayerNorm on s/t tokens: each rank normalises its own rows; the weight gradient is a partial sum.");
+    L.step(
+        "LayerNorm on s/t tokens: each rank normalises its own rows; the weight gradient is a "
+        "partial sum.");
     const int64_t n_tok = 4, hid = 4, rows = n_tok / t;
     const float eps = 1e-5f;
-    const std::vector<float> x_host = {1, 2, 3, 4,
-                                       2, 4, 6, 8,
-                                       0, 0, 4, 4,
-                                       3, 1, 4, 1};
+    const std::vector<float> x_host = {1, 2, 3, 4, 2, 4, 6, 8, 0, 0, 4, 4, 3, 1, 4, 1};
     std::vector<float> dy_host(n_tok * hid);  // dY[i, j] = (i + 1)(j + 1)
     for (int64_t i = 0; i < n_tok; ++i)
-      for (int64_t j = 0; j < hid; ++j) dy_host[i * hid + j] = static_cast<float>((i + 1) * (j + 1));
+      for (int64_t j = 0; j < hid; ++j)
+        dy_host[i * hid + j] = static_cast<float>((i + 1) * (j + 1));
     L.say("  X = ", lesson::fmt(x_host, hid), " (4 tokens, h = 4),  dY[i, j] = (i + 1)(j + 1)");
     // One device: the whole X through a Norm (the device's layernorm kernels), weight 1, bias 0.
     Norm whole(dev, "ln", hid, "layernorm", eps);
@@ -189,13 +197,15 @@ int main(int argc, char** argv) {
     const std::vector<float> dx_ref = whole.backward(dY).to_host();
     const std::vector<float> dw_ref = whole.dweight.to_host(), db_ref = whole.dbias.to_host();
     L.say("  one device: LayerNorm(X) = ", lesson::fmt(y_ref, hid));
-    L.say("              dweight = Σ_tokens dY ⊙ x̂ = ", lesson::fmt(dw_ref), ",  dbias = Σ_tokens dY = ",
-          lesson::fmt(db_ref));
-    std::vector<float> y_host(n_tok * hid), dw_host(hid, 0.0f), db_host(hid, 0.0f);  // in double, on the host
+    L.say("              dweight = Σ_tokens dY ⊙ x̂ = ", lesson::fmt(dw_ref),
+          ",  dbias = Σ_tokens dY = ", lesson::fmt(db_ref));
+    std::vector<float> y_host(n_tok * hid), dw_host(hid, 0.0f),
+        db_host(hid, 0.0f);  // in double, on the host
     for (int64_t i = 0; i < n_tok; ++i) {
       double mu = 0, var = 0;
       for (int64_t j = 0; j < hid; ++j) mu += x_host[i * hid + j] / double(hid);
-      for (int64_t j = 0; j < hid; ++j) var += (x_host[i * hid + j] - mu) * (x_host[i * hid + j] - mu) / double(hid);
+      for (int64_t j = 0; j < hid; ++j)
+        var += (x_host[i * hid + j] - mu) * (x_host[i * hid + j] - mu) / double(hid);
       for (int64_t j = 0; j < hid; ++j) {
         const double xhat = (x_host[i * hid + j] - mu) / std::sqrt(var + eps);
         y_host[i * hid + j] = static_cast<float>(xhat);
@@ -212,51 +222,66 @@ int main(int argc, char** argv) {
     Tensor X_r = scatter_to_sp_region_forward(world, X);  // my rows: a view, nothing moves
     Tensor count = Tensor::from_host(dev, Shape{1}, {static_cast<float>(X_r.rows())});
     L.report(norms, "tokens held (of 4)", count, m);
-    L.check_ranks("tokens per rank = s/t", count, lesson::per_rank(t, [&](int) { return std::vector<float>{float(rows)}; }));
+    L.check_ranks("tokens per rank = s/t", count,
+                  lesson::per_rank(t, [&](int) { return std::vector<float>{float(rows)}; }));
 
     Norm local(dev, "ln", hid, "layernorm", eps, /*sequence_parallel=*/true);
     L.say("  LayerNorm of my tokens only (each token's statistics are its own):");
     m = L.mark();
     Tensor Y_r = local.forward(X_r);
     L.report(norms, "LayerNorm of my tokens", Y_r, m);
-    L.check_ranks("LayerNorm of my tokens", Y_r,
-                  lesson::per_rank(t, [&](int i) { return host_block(y_ref, hid, i * rows, rows, 0, hid); }));
+    L.check_ranks("LayerNorm of my tokens", Y_r, lesson::per_rank(t, [&](int i) {
+                    return host_block(y_ref, hid, i * rows, rows, 0, hid);
+                  }));
     m = L.mark();
     Tensor Y = gather_from_sp_region_forward(world, Y_r);
-    L.say("  gathered (the all-gather that enters the next column-parallel layer): ", L.comm_since(m));
-    L.check_ranks("gathered LayerNorm = LayerNorm(X)", Y, lesson::per_rank(t, [&](int) { return y_ref; }));
+    L.say("  gathered (the all-gather that enters the next column-parallel layer): ",
+          L.comm_since(m));
+    L.check_ranks("gathered LayerNorm = LayerNorm(X)", Y,
+                  lesson::per_rank(t, [&](int) { return y_ref; }));
 
     L.say("  backward on my tokens: dX of my rows, and dbias = Σ dY over my rows only:");
     m = L.mark();
     Tensor dY_r = scatter_to_sp_region_forward(world, dY);
     Tensor dX_r = local.backward(dY_r);
-    L.check_ranks("dX of my tokens", dX_r,
-                  lesson::per_rank(t, [&](int i) { return host_block(dx_ref, hid, i * rows, rows, 0, hid); }));
+    L.check_ranks("dX of my tokens", dX_r, lesson::per_rank(t, [&](int i) {
+                    return host_block(dx_ref, hid, i * rows, rows, 0, hid);
+                  }));
     L.report(norms, "dbias: Σ dY over my tokens", local.dbias, m);
-    auto partial_sums = [&](int i, bool weight) {  // Σ over rank i's rows of dY (⊙ x̂ for the weight)
+    auto partial_sums =
+        [&](int i, bool weight) {  // Σ over rank i's rows of dY (⊙ x̂ for the weight)
       std::vector<float> v(hid, 0.0f);
       for (int64_t row = i * rows; row < (i + 1) * rows; ++row)
         for (int64_t j = 0; j < hid; ++j)
           v[j] += dy_host[row * hid + j] * (weight ? y_ref[row * hid + j] : 1.0f);
       return v;
     };
-    L.check_ranks("partial dbias", local.dbias, lesson::per_rank(t, [&](int i) { return partial_sums(i, false); }));
-    L.check_ranks("partial dweight", local.dweight, lesson::per_rank(t, [&](int i) { return partial_sums(i, true); }),
-                  1e-5);
+    L.check_ranks("partial dbias", local.dbias,
+                  lesson::per_rank(t, [&](int i) { return partial_sums(i, false); }));
+    L.check_ranks("partial dweight", local.dweight,
+                  lesson::per_rank(t, [&](int i) { return partial_sums(i, true); }), 1e-5);
     if (t > 1)
-      L.say("  Each rank's dbias covers only its own tokens: a partial sum, not the gradient of the layer.");
+      L.say(
+          "  Each rank's dbias covers only its own tokens: a partial sum, not the gradient of the "
+          "layer.");
     else
-      L.say("  At t = 1 the one rank's tokens are all the tokens: its sum is already the whole gradient.");
+      L.say(
+          "  At t = 1 the one rank's tokens are all the tokens: its sum is already the whole "
+          "gradient.");
     L.say("  summed over the ranks (Gpt::finish_gradients() does this for every such parameter):");
     m = L.mark();
     reduce_from_tp_region_forward(world, local.dweight);  // in place
     reduce_from_tp_region_forward(world, local.dbias);
     L.report(norms, "dweight, dbias: all-reduce", local.dbias, m);
-    L.check_ranks("dweight summed over ranks", local.dweight, lesson::per_rank(t, [&](int) { return dw_ref; }), 1e-5);
-    L.check_ranks("dbias summed over ranks", local.dbias, lesson::per_rank(t, [&](int) { return db_ref; }));
+    L.check_ranks("dweight summed over ranks", local.dweight,
+                  lesson::per_rank(t, [&](int) { return dw_ref; }), 1e-5);
+    L.check_ranks("dbias summed over ranks", local.dbias,
+                  lesson::per_rank(t, [&](int) { return db_ref; }));
 
     // 3. Activation memory of one block, measured and by formula.
-    L.step("What one block keeps for backward, per rank: the MemoryLedger of a real Gpt, and the formula.");
+    L.step(
+        "What one block keeps for backward, per rank: the MemoryLedger of a real Gpt, and the "
+        "formula.");
     GptConfig cfg;
     cfg.layers = 1;
     cfg.hidden = 32;
@@ -267,7 +292,8 @@ int main(int argc, char** argv) {
     const int64_t S = cfg.seq, B = 2, N = S * B;
     GptConfig cfg_sp = cfg;
     cfg_sp.sp = true;
-    L.say("  model: ", cfg.str(), ";  s = ", S, ", b = ", B, " (", N, " tokens), fp32, GeLU, dropout masks stored as fp32");
+    L.say("  model: ", cfg.str(), ";  s = ", S, ", b = ", B, " (", N,
+          " tokens), fp32, GeLU, dropout masks stored as fp32");
     MarkovSource data(cfg.vocab, 3);
     const Batch batch = data.batch(0, B, S);
     auto measure = [&](Communicator& comm, const GptConfig& c, std::vector<MemoryRecord>* records) {
@@ -280,30 +306,40 @@ int main(int argc, char** argv) {
       return model.memory().layer_bytes(0);
     };
     std::vector<MemoryRecord> recs_tp, recs_sp;
-    const int64_t tp_here = measure(world, cfg, &recs_tp), sp_here = measure(world, cfg_sp, &recs_sp);
+    const int64_t tp_here = measure(world, cfg, &recs_tp),
+                  sp_here = measure(world, cfg_sp, &recs_sp);
     const int64_t tp_one = measure(solo, cfg, nullptr), sp_one = measure(solo, cfg_sp, nullptr);
 
-    lesson::Table kept({"kept for backward (layer 0)", "TP: shape", "TP + SP: shape", "TP + SP: bytes"});
+    lesson::Table kept(
+        {"kept for backward (layer 0)", "TP: shape", "TP + SP: shape", "TP + SP: bytes"});
     for (size_t i = 0; i < recs_tp.size() && i < recs_sp.size(); ++i) {
       const bool same_name = recs_tp[i].name == recs_sp[i].name;
-      kept.add({layer0_name(recs_tp[i].name) + (same_name ? "" : " / " + layer0_name(recs_sp[i].name)),
-                recs_tp[i].shape.str(), recs_sp[i].shape.str(), std::to_string(recs_sp[i].bytes)});
+      kept.add(
+          {layer0_name(recs_tp[i].name) + (same_name ? "" : " / " + layer0_name(recs_sp[i].name)),
+           recs_tp[i].shape.str(), recs_sp[i].shape.str(), std::to_string(recs_sp[i].bytes)});
     }
-    L.say("  at t = ", t, " (rows: tokens; under SP the attention and MLP keep their input shard and re-gather it in backward):");
+    L.say("  at t = ", t,
+          " (rows: tokens; under SP the attention and MLP keep their input shard and re-gather it "
+          "in backward):");
     L.say(kept.str());
-    L.check("records kept, TP vs TP + SP", {static_cast<float>(recs_sp.size())}, {static_cast<float>(recs_tp.size())});
+    L.check("records kept, TP vs TP + SP", {static_cast<float>(recs_sp.size())},
+            {static_cast<float>(recs_tp.size())});
 
-    lesson::Table mem({"t", "TP: formula", "TP: measured", "TP + SP: formula", "TP + SP: measured", "TP − (TP + SP)"});
+    lesson::Table mem({"t", "TP: formula", "TP: measured", "TP + SP: formula", "TP + SP: measured",
+                       "TP − (TP + SP)"});
     for (int tt : {1, 2, 4}) {
-      const int64_t f_tp = block_activation_bytes(cfg, S, B, tt), f_sp = block_activation_bytes(cfg_sp, S, B, tt);
+      const int64_t f_tp = block_activation_bytes(cfg, S, B, tt),
+                    f_sp = block_activation_bytes(cfg_sp, S, B, tt);
       const bool here = tt == t, one = tt == 1;
       const int64_t m_tp = one ? tp_one : tp_here, m_sp = one ? sp_one : sp_here;
-      mem.add({std::to_string(tt), std::to_string(f_tp), here || one ? std::to_string(m_tp) : "—", std::to_string(f_sp),
-               here || one ? std::to_string(m_sp) : "—", std::to_string(f_tp - f_sp)});
+      mem.add({std::to_string(tt), std::to_string(f_tp), here || one ? std::to_string(m_tp) : "—",
+               std::to_string(f_sp), here || one ? std::to_string(m_sp) : "—",
+               std::to_string(f_tp - f_sp)});
       if (here || one) {
-        L.check("measured = formula, TP, t = " + std::to_string(tt), {static_cast<float>(m_tp)}, {static_cast<float>(f_tp)}, 0);
-        L.check("measured = formula, TP + SP, t = " + std::to_string(tt), {static_cast<float>(m_sp)},
-                {static_cast<float>(f_sp)}, 0);
+        L.check("measured = formula, TP, t = " + std::to_string(tt), {static_cast<float>(m_tp)},
+                {static_cast<float>(f_tp)}, 0);
+        L.check("measured = formula, TP + SP, t = " + std::to_string(tt),
+                {static_cast<float>(m_sp)}, {static_cast<float>(f_sp)}, 0);
       }
       // The difference is exactly the per-token tensors that SP divides by t: ln_1 / ln_2 inputs
       // (h + 2 statistics each), attention and MLP inputs (h each), two dropout masks (h each).
@@ -313,33 +349,48 @@ int main(int argc, char** argv) {
       // lib/model/memory.h's closed form for GPT-2's shape (ffn = 4h, GeLU, LayerNorm, dropout).
       const double sbh = static_cast<double>(S) * B * cfg.hidden, sb = static_cast<double>(S) * B;
       const double probs = 4.0 * cfg.heads * S * S * B / tt;
-      L.check("TP = sbh(24 + 48/t) + 16sb + 4·nh·s²b/t at t = " + std::to_string(tt), {static_cast<float>(f_tp)},
+      L.check("TP = sbh(24 + 48/t) + 16sb + 4·nh·s²b/t at t = " + std::to_string(tt),
+              {static_cast<float>(f_tp)},
               {static_cast<float>(sbh * (24 + 48.0 / tt) + 16 * sb + probs)}, 0);
-      L.check("TP + SP = sbh·72/t + 16sb/t + 4·nh·s²b/t at t = " + std::to_string(tt), {static_cast<float>(f_sp)},
+      L.check("TP + SP = sbh·72/t + 16sb/t + 4·nh·s²b/t at t = " + std::to_string(tt),
+              {static_cast<float>(f_sp)},
               {static_cast<float>(sbh * 72.0 / tt + 16 * sb / tt + probs)}, 0);
     }
-    L.say("  bytes per rank for layer 0 (measured: this run's t, and t = 1 on a one-rank communicator):");
+    L.say(
+        "  bytes per rank for layer 0 (measured: this run's t, and t = 1 on a one-rank "
+        "communicator):");
     L.say(mem.str());
-    L.say("  The last column is 4·(N − N/t)·(6h + 4) bytes: the six per-token tensors that SP divides by t\n"
-          "  (ln_1 and ln_2 inputs with their mean and rstd, attention and MLP inputs, two dropout masks).");
-    L.say("  In fp32 with fp32 masks the closed forms are TP: sbh(24 + 48/t) + 16sb + 4·nh·s²b/t and\n"
-          "  TP + SP: sbh·72/t + 16sb/t + 4·nh·s²b/t (the 16sb: two LayerNorms' mean and rstd). The 24 is\n"
-          "  four fp32 per-token tensors and two fp32 masks that plain TP keeps whole on every rank.");
+    L.say(
+        "  The last column is 4·(N − N/t)·(6h + 4) bytes: the six per-token tensors that SP "
+        "divides by t\n"
+        "  (ln_1 and ln_2 inputs with their mean and rstd, attention and MLP inputs, two dropout "
+        "masks).");
+    L.say(
+        "  In fp32 with fp32 masks the closed forms are TP: sbh(24 + 48/t) + 16sb + 4·nh·s²b/t "
+        "and\n"
+        "  TP + SP: sbh·72/t + 16sb/t + 4·nh·s²b/t (the 16sb: two LayerNorms' mean and rstd). The "
+        "24 is\n"
+        "  four fp32 per-token tensors and two fp32 masks that plain TP keeps whole on every "
+        "rank.");
 
     // 4. Korthikanti et al.'s coefficients, summed item by item.
-    L.step("Korthikanti et al. (16-bit activations, 1-byte masks): the coefficient c in c · s·b·h bytes per layer.");
+    L.step(
+        "Korthikanti et al. (16-bit activations, 1-byte masks): the coefficient c in c · s·b·h "
+        "bytes per layer.");
     lesson::Table items({"stored for backward", "bytes", "TP", "TP + SP"});
     for (const Item& it : kItems) {
       std::string b;
       if (it.sbh_coef > 0) b = lesson::fmt(static_cast<float>(it.sbh_coef)) + "sbh";
-      if (it.as2b_coef > 0) b += (b.empty() ? "" : " + ") + lesson::fmt(static_cast<float>(it.as2b_coef)) + "as²b";
+      if (it.as2b_coef > 0)
+        b += (b.empty() ? "" : " + ") + lesson::fmt(static_cast<float>(it.as2b_coef)) + "as²b";
       items.add({it.what, b, it.tp_split ? "/ t" : "whole", "/ t"});
     }
     L.say(items.str());
-    const double a8 = 32, s8 = 8192, h8 = 4096, b8 = 1;  // an 8B model: 32 heads, h = 4096, s = 8192
-    const double attn8 = a8 * s8 / h8;                    // a·s/h = 64: the attention scores' weight
-    lesson::Table coef({"t", "no TP", "TP", "TP + SP", "no TP (scores stored)", "TP (scores stored)",
-                        "TP + SP (scores stored)"});
+    const double a8 = 32, s8 = 8192, h8 = 4096,
+                 b8 = 1;                // an 8B model: 32 heads, h = 4096, s = 8192
+    const double attn8 = a8 * s8 / h8;  // a·s/h = 64: the attention scores' weight
+    lesson::Table coef({"t", "no TP", "TP", "TP + SP", "no TP (scores stored)",
+                        "TP (scores stored)", "TP + SP (scores stored)"});
     std::vector<float> got, want;
     for (int tt : {1, 2, 4, 8}) {
       std::vector<std::string> row = {std::to_string(tt)};
@@ -355,28 +406,38 @@ int main(int argc, char** argv) {
     L.say("  summed from the items above; \"scores stored\": a = 32 heads, a·s/h = ", attn8,
           " (s = 8192, h = 4096), so 5as/h = ", 5 * attn8, ":");
     L.say(coef.str());
-    L.check("item sums = sbh(34 + 5as/h), sbh(10 + 24/t + 5as/(ht)), sbh(34/t + 5as/(ht))", got, want);
+    L.check("item sums = sbh(34 + 5as/h), sbh(10 + 24/t + 5as/(ht)), sbh(34/t + 5as/(ht))", got,
+            want);
     const double c0 = summed_coef(0, 8, 0), c1 = summed_coef(1, 8, 0), c2 = summed_coef(2, 8, 0);
-    L.check("coefficients at t = 8 with recomputation: 34, 13, 4.25", {float(c0), float(c1), float(c2)}, {34, 13, 4.25f});
+    L.check("coefficients at t = 8 with recomputation: 34, 13, 4.25",
+            {float(c0), float(c1), float(c2)}, {34, 13, 4.25f});
     const double sbh8 = s8 * b8 * h8, GB = 1e9;
-    lesson::Table big({"8B model, s = 8192, b = 1, h = 4096", "c", "GB per layer", "GB for 36 layers"});
+    lesson::Table big(
+        {"8B model, s = 8192, b = 1, h = 4096", "c", "GB per layer", "GB for 36 layers"});
     const char* names[] = {"no TP", "TP, t = 8", "TP + SP, t = 8"};
     std::vector<float> per_layer, all_layers;
     int i = 0;
     for (double c : {c0, c1, c2}) {
       per_layer.push_back(round_to(c * sbh8 / GB, 2));
       all_layers.push_back(round_to(36 * c * sbh8 / GB, 1));
-      big.add({names[i++], lesson::fmt(static_cast<float>(c)), num(c * sbh8 / GB, "%.2f"), num(36 * c * sbh8 / GB, "%.1f")});
+      big.add({names[i++], lesson::fmt(static_cast<float>(c)), num(c * sbh8 / GB, "%.2f"),
+               num(36 * c * sbh8 / GB, "%.1f")});
     }
-    L.say("  With FlashAttention the a·s²·b terms are recomputed, not stored. c · s·b·h bytes (GB = 1e9 B):");
+    L.say(
+        "  With FlashAttention the a·s²·b terms are recomputed, not stored. c · s·b·h bytes (GB = "
+        "1e9 B):");
     L.say(big.str());
     L.check("GB per layer: 1.14, 0.44, 0.14", per_layer, {1.14f, 0.44f, 0.14f});
     L.check("GB for 36 layers: 41.1, 15.7, 5.1", all_layers, {41.1f, 15.7f, 5.1f});
-    L.say("  TP alone stops at the 10 that does not shrink (norm inputs, attention and MLP inputs, dropout\n"
-          "  masks); SP divides those by t too, so the whole layer scales as 1/t.");
+    L.say(
+        "  TP alone stops at the 10 that does not shrink (norm inputs, attention and MLP inputs, "
+        "dropout\n"
+        "  masks); SP divides those by t too, so the whole layer scales as 1/t.");
 
     // 5. The bug SP invites, and the audit that catches it.
-    L.step("Forget finish_gradients(): partial gradients of the replicated parameters, caught by the audit.");
+    L.step(
+        "Forget finish_gradients(): partial gradients of the replicated parameters, caught by the "
+        "audit.");
     GptConfig small;
     small.layers = 1;
     small.hidden = 16;
@@ -386,8 +447,8 @@ int main(int argc, char** argv) {
     GptConfig small_sp = small;
     small_sp.sp = true;
     const Batch b5 = MarkovSource(small.vocab, 5).batch(0, 2, small.seq);
-    L.say("  model: ", small_sp.str(), ";  s = ", small.seq, ", b = 2: each rank holds ", small.seq / t,
-          " positions of each sequence between the TP regions");
+    L.say("  model: ", small_sp.str(), ";  s = ", small.seq, ", b = 2: each rank holds ",
+          small.seq / t, " positions of each sequence between the TP regions");
     Gpt sp_model(dev, world, small_sp), tp_model(dev, world, small), reference(dev, solo, small);
     for (Gpt* g : {&sp_model, &tp_model, &reference}) {
       g->init(5);
@@ -400,8 +461,8 @@ int main(int argc, char** argv) {
     reference.backward();
     tp_model.finish_gradients();  // nothing to do without SP
     reference.finish_gradients();
-    L.say("  loss: TP + SP at t = ", t, ": ", lesson::fmt(loss_sp), ",  TP at t = ", t, ": ", lesson::fmt(loss_tp),
-          ",  t = 1: ", lesson::fmt(loss_one));
+    L.say("  loss: TP + SP at t = ", t, ": ", lesson::fmt(loss_sp), ",  TP at t = ", t, ": ",
+          lesson::fmt(loss_tp), ",  t = 1: ", lesson::fmt(loss_one));
     L.check("loss TP + SP vs t = 1", {loss_sp}, {loss_one}, 1e-5);
     L.check("loss TP vs t = 1", {loss_tp}, {loss_one}, 1e-5);
 
@@ -416,15 +477,20 @@ int main(int argc, char** argv) {
     int missing = 0;
     for (const auto& line : broken) missing += line.find("missing all-reduce") != std::string::npos;
     const int expect_broken = t > 1 ? partial_params : 0;
-    L.check("findings without finish_gradients", {static_cast<float>(broken.size())}, {static_cast<float>(expect_broken)});
-    L.check("findings that say missing all-reduce", {static_cast<float>(missing)}, {static_cast<float>(expect_broken)});
+    L.check("findings without finish_gradients", {static_cast<float>(broken.size())},
+            {static_cast<float>(expect_broken)});
+    L.check("findings that say missing all-reduce", {static_cast<float>(missing)},
+            {static_cast<float>(expect_broken)});
     if (t == 1)
-      L.say("  At t = 1 the one rank sees every token, so its gradients are already whole: the variant\n"
-            "  without finish_gradients() is not broken, and the audit finds nothing.");
+      L.say(
+          "  At t = 1 the one rank sees every token, so its gradients are already whole: the "
+          "variant\n"
+          "  without finish_gradients() is not broken, and the audit finds nothing.");
 
     m = L.mark();
     sp_model.finish_gradients();
-    L.say("  finish_gradients(): ", L.comm_since(m), " (", partial_params, " parameters packed together)");
+    L.say("  finish_gradients(): ", L.comm_since(m), " (", partial_params,
+          " parameters packed together)");
     const std::vector<std::string> fixed = audit_replicated_gradients(world, sp_model, reference);
     L.say("  audited again: ", fixed.size(), " finding", fixed.size() == 1 ? "" : "s");
     for (const auto& line : fixed) L.say("    ", line);
@@ -432,16 +498,20 @@ int main(int argc, char** argv) {
     L.check("elements all-reduced by finish_gradients",
             {static_cast<float>(t > 1 ? world.ledger().records()[m].elements : partial_elems)},
             {static_cast<float>(partial_elems)});
-    L.check("every gradient, TP + SP vs t = 1", gathered(world, sp_model.params(), true), gathered(solo, reference.params(), true), 1e-5);
-    L.check("every gradient, TP vs t = 1", gathered(world, tp_model.params(), true), gathered(solo, reference.params(), true), 1e-5);
+    L.check("every gradient, TP + SP vs t = 1", gathered(world, sp_model.params(), true),
+            gathered(solo, reference.params(), true), 1e-5);
+    L.check("every gradient, TP vs t = 1", gathered(world, tp_model.params(), true),
+            gathered(solo, reference.params(), true), 1e-5);
 
     // 6. Summary.
     L.step("Summary.");
     L.say(table.str());
     L.say(norms.str());
-    L.say("Sequence parallelism splits the token-wise work between the TP regions (norms, dropout,\n"
-          "residual adds) along the sequence. The communication is the same all-reduce cut in two\n"
-          "halves; activation memory per layer falls from sbh(10 + 24/t) to sbh·34/t; the price is one\n"
-          "more all-reduce per step, of the replicated parameters' partial gradients.");
-  });
+    L.say(
+        "Sequence parallelism splits the token-wise work between the TP regions (norms, dropout,\n"
+        "residual adds) along the sequence. The communication is the same all-reduce cut in two\n"
+        "halves; activation memory per layer falls from sbh(10 + 24/t) to sbh·34/t; the price is "
+        "one\n"
+        "more all-reduce per step, of the replicated parameters' partial gradients.");
+      });
 }

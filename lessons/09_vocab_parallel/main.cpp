@@ -62,9 +62,11 @@ const Param& param(const Gpt& model, const std::string& name) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return lesson::run(argc, argv, "lesson_09_vocab_parallel",
-                     "Lesson 09: the vocabulary split over the ranks: embedding, LM head, cross-entropy",
-                     {3, 1, 2, 4}, [](lesson::Lesson& L) {
+  return lesson::run(
+      argc, argv, "lesson_09_vocab_parallel",
+      "Lesson 09: the vocabulary split over the ranks: embedding, LM head, cross-entropy",
+      {3, 1, 2, 4},
+      [](lesson::Lesson& L) {
     Device& dev = L.device();
     Communicator& world = L.world();
     const int t = L.size();
@@ -73,30 +75,37 @@ int main(int argc, char** argv) {
     lesson::Table table = L.rank_table();
 
     // 1. The embedding lookup, split by vocabulary rows.
-    L.step("Embedding split by vocabulary rows: look up the ids I own, zeros for the rest, then all-reduce.");
+    L.step(
+        "Embedding split by vocabulary rows: look up the ids I own, zeros for the rest, then "
+        "all-reduce.");
     GptConfig tiny;
     tiny.vocab = 7;
     const int64_t V = tiny.vocab, h = 3;
     VocabParallelEmbedding embedding(dev, world, "wte", V, tiny.padded_vocab(t), h);
-    const int64_t Vp = embedding.padded_vocab(), rows = embedding.local_rows(), first = embedding.first_id();
+    const int64_t Vp = embedding.padded_vocab(), rows = embedding.local_rows(),
+                  first = embedding.first_id();
     std::vector<float> wte(Vp * h, 0.0f);  // row v = [10v + 1, 10v + 2, 10v + 3]; padding rows 0
     for (int64_t v = 0; v < V; ++v)
       for (int64_t j = 0; j < h; ++j) wte[v * h + j] = static_cast<float>(10 * v + j + 1);
     embedding.load_global(std::vector<float>(wte.begin(), wte.begin() + V * h));  // takes my rows
     const std::vector<int32_t> ids = {5, 1, 6, 2};
     const int64_t n = static_cast<int64_t>(ids.size());
-    L.say("  V = ", V, ", h = ", h, ": wte row v = [10v + 1, 10v + 2, 10v + 3];  ids = [5, 1, 6, 2]");
-    L.say("  padded to V' = ", Vp, " (a multiple of t = ", t, "): rank r owns ids [", rows, "r, ", rows,
-          "(r + 1))", Vp > V ? ", and the padding rows are zero and never looked up" : "");
+    L.say("  V = ", V, ", h = ", h,
+          ": wte row v = [10v + 1, 10v + 2, 10v + 3];  ids = [5, 1, 6, 2]");
+    L.say("  padded to V' = ", Vp, " (a multiple of t = ", t, "): rank r owns ids [", rows, "r, ",
+          rows, "(r + 1))", Vp > V ? ", and the padding rows are zero and never looked up" : "");
     L.check("V' is a multiple of t, at most t − 1 rows of padding",
             {static_cast<float>(Vp % t), static_cast<float>(Vp - V < t && Vp >= V)}, {0, 1});
     size_t m = L.mark();
     L.report(table, "holds wte rows", embedding.weight, m);
-    L.check_ranks("wte shard", embedding.weight,
-                  lesson::per_rank(t, [&](int i) { return host_block(wte, h, i * rows, rows, 0, h); }));
+    L.check_ranks("wte shard", embedding.weight, lesson::per_rank(t, [&](int i) {
+                    return host_block(wte, h, i * rows, rows, 0, h);
+                  }));
 
-    std::vector<float> ids_f(ids.begin(), ids.end()), lookup;  // lookup: the plain single-device wte[ids]
-    for (int32_t id : ids) lookup.insert(lookup.end(), wte.begin() + id * h, wte.begin() + (id + 1) * h);
+    std::vector<float> ids_f(ids.begin(), ids.end()),
+        lookup;  // lookup: the plain single-device wte[ids]
+    for (int32_t id : ids)
+      lookup.insert(lookup.end(), wte.begin() + id * h, wte.begin() + (id + 1) * h);
     auto masked = [&](int i) {  // rank i's output: its own rows, zeros for ids it does not own
       std::vector<float> out(n * h, 0.0f);
       for (int64_t k = 0; k < n; ++k)
@@ -112,14 +121,19 @@ int main(int argc, char** argv) {
     m = L.mark();
     Tensor full = embedding.forward(id_t);  // the masked lookup again, then g: the all-reduce
     L.report(table, "all-reduce (g)", full, m);
-    L.check_ranks("all-reduced lookup = wte[ids]", full, lesson::per_rank(t, [&](int) { return lookup; }));
-    L.say("  Each id is owned by exactly one rank, so the sum over ranks is that rank's row: wte[ids] = ",
-          lesson::fmt(lookup, h));
+    L.check_ranks("all-reduced lookup = wte[ids]", full,
+                  lesson::per_rank(t, [&](int) { return lookup; }));
+    L.say(
+        "  Each id is owned by exactly one rank, so the sum over ranks is that rank's row: "
+        "wte[ids] = ",
+        lesson::fmt(lookup, h));
 
     // 2. The cross-entropy from three all-reduced numbers per token.
-    L.step("Cross-entropy over logits split by vocabulary columns: three all-reduces of one number per token.");
-    const std::vector<float> logits = {2, 1, 0, -1, 3, 0.5f, 1,   // token 0, target 4
-                                       0, 2, 1, 1, -2, 1, 4};     // token 1, target 1
+    L.step(
+        "Cross-entropy over logits split by vocabulary columns: three all-reduces of one number "
+        "per token.");
+    const std::vector<float> logits = {2, 1, 0, -1, 3,  0.5f, 1,   // token 0, target 4
+                                       0, 2, 1, 1,  -2, 1,    4};  // token 1, target 1
     const std::vector<int32_t> target = {4, 1};
     const int64_t nt = 2;
     L.say("  logits (2 tokens × V = ", V, ") = ", lesson::fmt(logits, V), ",  targets = [4, 1]");
@@ -127,7 +141,8 @@ int main(int argc, char** argv) {
     std::vector<float> loss_ref, grad_ref(nt * Vp, 0.0f), max_ref, sum_ref, tgt_ref;
     for (int64_t i = 0; i < nt; ++i) {
       double lse = 0, mx = -1e30;
-      for (int64_t j = 0; j < V; ++j) lse += std::exp(double(logits[i * V + j])), mx = std::max(mx, double(logits[i * V + j]));
+      for (int64_t j = 0; j < V; ++j)
+        lse += std::exp(double(logits[i * V + j])), mx = std::max(mx, double(logits[i * V + j]));
       lse = std::log(lse);
       double se = 0;
       for (int64_t j = 0; j < V; ++j) se += std::exp(double(logits[i * V + j]) - mx);
@@ -136,20 +151,28 @@ int main(int argc, char** argv) {
       sum_ref.push_back(static_cast<float>(se));
       tgt_ref.push_back(logits[i * V + target[i]]);
       for (int64_t j = 0; j < V; ++j)
-        grad_ref[i * Vp + j] = static_cast<float>(std::exp(double(logits[i * V + j]) - lse) - (j == target[i] ? 1 : 0));
+        grad_ref[i * Vp + j] = static_cast<float>(std::exp(double(logits[i * V + j]) - lse) -
+                                                  (j == target[i] ? 1 : 0));
     }
     L.say("  one device: loss = log Σ_j exp(x_j) − x_target = ", lesson::fmt(loss_ref), ",  mean ",
           lesson::fmt((loss_ref[0] + loss_ref[1]) / 2));
-    std::vector<float> padded(nt * Vp, 0.0f);  // the padding columns hold 0 (zero wte rows) and are skipped
+    std::vector<float> padded(nt * Vp,
+                              0.0f);  // the padding columns hold 0 (zero wte rows) and are skipped
     for (int64_t i = 0; i < nt; ++i)
       for (int64_t j = 0; j < V; ++j) padded[i * Vp + j] = logits[i * V + j];
-    Tensor x_r = Tensor::from_host(dev, Shape{nt, rows}, host_block(padded, Vp, 0, nt, first, rows));
-    Tensor tgt_t = Tensor::from_host(dev, Shape{nt}, std::vector<float>(target.begin(), target.end()));
+    Tensor x_r =
+        Tensor::from_host(dev, Shape{nt, rows}, host_block(padded, Vp, 0, nt, first, rows));
+    Tensor tgt_t =
+        Tensor::from_host(dev, Shape{nt}, std::vector<float>(target.begin(), target.end()));
     const VocabShard vs = embedding.shard();  // the head's columns are the embedding's rows
-    L.say("  my columns of the logits (the head's output, column-parallel; padding columns are skipped):");
+    L.say(
+        "  my columns of the logits (the head's output, column-parallel; padding columns are "
+        "skipped):");
     m = L.mark();
     L.report(table, "logits: my columns", x_r, m);
-    L.check_ranks("logits shard", x_r, lesson::per_rank(t, [&](int i) { return host_block(padded, Vp, 0, nt, i * rows, rows); }));
+    L.check_ranks("logits shard", x_r, lesson::per_rank(t, [&](int i) {
+                    return host_block(padded, Vp, 0, nt, i * rows, rows);
+                  }));
 
     auto over_cols = [&](int i, auto f) {  // f(token, global column) summed/maxed by the caller
       std::vector<float> out;
@@ -163,43 +186,57 @@ int main(int argc, char** argv) {
         case CrossEntropyStage::LocalMax:
           L.report(table, "local max", st.row_max, m);
           L.check_ranks("local max", st.row_max, lesson::per_rank(t, [&](int i) {
-            return over_cols(i, [&](int64_t k, int64_t a, int64_t b) {
-              float mx = -std::numeric_limits<float>::infinity();
-              for (int64_t j = a; j < b; ++j) mx = std::max(mx, logits[k * V + j]);
-              return mx;
-            });
-          }));
+                          return over_cols(i, [&](int64_t k, int64_t a, int64_t b) {
+                            float mx = -std::numeric_limits<float>::infinity();
+                            for (int64_t j = a; j < b; ++j) mx = std::max(mx, logits[k * V + j]);
+                            return mx;
+                          });
+                        }));
           break;
         case CrossEntropyStage::Max:
           L.report(table, "① all-reduce MAX: max", st.row_max, m);
-          L.check_ranks("global max", st.row_max, lesson::per_rank(t, [&](int) { return max_ref; }));
-          L.say("  ② Σ exp(x − max) over my columns, and ③ the target's logit if I own the target (else 0);\n"
-                "  then two all-reduces SUM:");
+          L.check_ranks("global max", st.row_max,
+                        lesson::per_rank(t, [&](int) { return max_ref; }));
+          L.say(
+              "  ② Σ exp(x − max) over my columns, and ③ the target's logit if I own the target "
+              "(else 0);\n"
+              "  then two all-reduces SUM:");
           break;
         case CrossEntropyStage::LocalSums:
           L.report(table, "local Σ exp(x − max)", st.sum_exp, m);
-          L.check_ranks("local Σ exp(x − max)", st.sum_exp, lesson::per_rank(t, [&](int i) {
+          L.check_ranks("local Σ exp(x − max)", st.sum_exp,
+                        lesson::per_rank(
+                            t,
+                            [&](int i) {
             return over_cols(i, [&](int64_t k, int64_t a, int64_t b) {
               double se = 0;
-              for (int64_t j = a; j < b; ++j) se += std::exp(double(logits[k * V + j]) - max_ref[k]);
+              for (int64_t j = a; j < b; ++j)
+                se += std::exp(double(logits[k * V + j]) - max_ref[k]);
               return static_cast<float>(se);
             });
-          }), 1e-6);
+                            }),
+                        1e-6);
           L.report(table, "local target logit", st.target_logit, m);
-          L.check_ranks("local target logit (0 unless I own the target)", st.target_logit, lesson::per_rank(t, [&](int i) {
-            return over_cols(i, [&](int64_t k, int64_t a, int64_t b) {
-              return target[k] >= a && target[k] < b ? logits[k * V + target[k]] : 0.0f;
-            });
-          }));
+          L.check_ranks("local target logit (0 unless I own the target)", st.target_logit,
+                        lesson::per_rank(t, [&](int i) {
+                          return over_cols(i, [&](int64_t k, int64_t a, int64_t b) {
+                            return target[k] >= a && target[k] < b ? logits[k * V + target[k]]
+                                                                   : 0.0f;
+                          });
+                        }));
           break;
         case CrossEntropyStage::SumExp:
           L.report(table, "② all-reduce SUM: Σ exp", st.sum_exp, m);
-          L.check_ranks("Σ exp(x − max) over V", st.sum_exp, lesson::per_rank(t, [&](int) { return sum_ref; }), 1e-6);
+          L.check_ranks("Σ exp(x − max) over V", st.sum_exp,
+                        lesson::per_rank(t, [&](int) { return sum_ref; }), 1e-6);
           break;
         case CrossEntropyStage::TargetLogit:
           L.report(table, "③ all-reduce SUM: target", st.target_logit, m);
-          L.check_ranks("target logit", st.target_logit, lesson::per_rank(t, [&](int) { return tgt_ref; }));
-          L.say("  loss = log Σ + max − target on every rank; then the backward, softmax − one-hot on my columns:");
+          L.check_ranks("target logit", st.target_logit,
+                        lesson::per_rank(t, [&](int) { return tgt_ref; }));
+          L.say(
+              "  loss = log Σ + max − target on every rank; then the backward, softmax − one-hot "
+              "on my columns:");
           break;
         case CrossEntropyStage::Loss:
           L.report(table, "loss = log Σ + max − target", st.loss, m);
@@ -209,17 +246,23 @@ int main(int argc, char** argv) {
       }
       m = L.mark();  // the next stage's communication starts here
     };
-    L.say("  ① the max over my real columns, then all-reduce MAX (subtracted before exp, for stability):");
+    L.say(
+        "  ① the max over my real columns, then all-reduce MAX (subtracted before exp, for "
+        "stability):");
     m = L.mark();
-    const CrossEntropyStats stats = vocab_parallel_cross_entropy_forward(dev, world, x_r, tgt_t, vs, watch);
+    const CrossEntropyStats stats =
+        vocab_parallel_cross_entropy_forward(dev, world, x_r, tgt_t, vs, watch);
 
     Tensor dlogits(dev, Shape{nt, rows});
     m = L.mark();
     vocab_parallel_cross_entropy_backward(dev, dlogits, x_r, tgt_t, stats, vs, 1.0f);
     L.report(table, "backward: softmax − one-hot", dlogits, m);
-    L.check_ranks("dlogits on my columns", dlogits,
-                  lesson::per_rank(t, [&](int i) { return host_block(grad_ref, Vp, 0, nt, i * rows, rows); }), 1e-6);
-    L.check("backward communication (collectives)", {static_cast<float>(world.ledger().size() - m)}, {0});
+    L.check_ranks(
+        "dlogits on my columns", dlogits,
+        lesson::per_rank(t, [&](int i) { return host_block(grad_ref, Vp, 0, nt, i * rows, rows); }),
+        1e-6);
+    L.check("backward communication (collectives)", {static_cast<float>(world.ledger().size() - m)},
+            {0});
     const auto parts = L.gather(dlogits);
     if (L.is_root()) {
       std::vector<float> concat(nt * Vp);  // side by side: (nt × V')
@@ -227,15 +270,18 @@ int main(int argc, char** argv) {
         for (int64_t k = 0; k < nt; ++k)
           for (int64_t c = 0; c < rows; ++c) concat[k * Vp + i * rows + c] = parts[i][k * rows + c];
       std::vector<float> real;
-      for (int64_t k = 0; k < nt; ++k) real.insert(real.end(), concat.begin() + k * Vp, concat.begin() + k * Vp + V);
+      for (int64_t k = 0; k < nt; ++k)
+        real.insert(real.end(), concat.begin() + k * Vp, concat.begin() + k * Vp + V);
       L.say("  the ranks' gradients side by side (first V columns) = ", lesson::fmt(real, V));
       L.check("concatenated dlogits = single-device softmax − one-hot", concat, grad_ref, 1e-6);
     }
-    L.say("  Each rank needs only max and Σ exp, already all-reduced in forward, to turn its own\n"
-          "  logits into softmax − one-hot: the backward moves nothing.");
+    L.say(
+        "  Each rank needs only max and Σ exp, already all-reduced in forward, to turn its own\n"
+        "  logits into softmax − one-hot: the backward moves nothing.");
 
     // 3. GPT-2's vocabulary in a real model, padded to a multiple of t.
-    L.step("V = 50257 (GPT-2) at t = " + std::to_string(t) + ": padded, and the padding invisible.");
+    L.step("V = 50257 (GPT-2) at t = " + std::to_string(t) +
+           ": padded, and the padding invisible.");
     GptConfig cfg;
     cfg.layers = 1;
     cfg.hidden = 24;
@@ -248,25 +294,31 @@ int main(int argc, char** argv) {
     const Batch batch = data.batch(0, B, S);
     L.say("  model: ", cfg.str(), ";  ", N, " tokens (s = ", S, ", b = ", B, ")");
     if (vp > cfg.vocab)
-      L.say("  padded_vocab(", t, ") = ", vp, ": ", vrows, " ids per rank, ", vp - cfg.vocab, " padding row",
-            vp - cfg.vocab == 1 ? "" : "s", " on the last rank (zero, never looked up, never in the softmax)");
+      L.say("  padded_vocab(", t, ") = ", vp, ": ", vrows, " ids per rank, ", vp - cfg.vocab,
+            " padding row", vp - cfg.vocab == 1 ? "" : "s",
+            " on the last rank (zero, never looked up, never in the softmax)");
     else
       L.say("  padded_vocab(", t, ") = ", vp, ": no padding at t = 1 (run with -np 3 to see it)");
     L.check("padded vocabulary: a multiple of t, fewer than t padding rows",
-            {static_cast<float>(vp % t), static_cast<float>(vp - cfg.vocab < t && vp >= cfg.vocab)}, {0, 1});
+            {static_cast<float>(vp % t), static_cast<float>(vp - cfg.vocab < t && vp >= cfg.vocab)},
+            {0, 1});
     Gpt model(dev, world, cfg), one(dev, solo, cfg);
     model.init(9);
     one.init(9);
-    const int64_t my_first = model.first_vocab_id(), my_pad = std::max<int64_t>(0, my_first + vrows - cfg.vocab);
-    Tensor owns = Tensor::from_host(dev, Shape{3}, {static_cast<float>(my_first), static_cast<float>(my_first + vrows - 1),
-                                                    static_cast<float>(my_pad)});
+    const int64_t my_first = model.first_vocab_id(),
+                  my_pad = std::max<int64_t>(0, my_first + vrows - cfg.vocab);
+    Tensor owns =
+        Tensor::from_host(dev, Shape{3},
+                          {static_cast<float>(my_first), static_cast<float>(my_first + vrows - 1),
+                           static_cast<float>(my_pad)});
     lesson::Table own_table = L.rank_table();
     m = L.mark();
     L.report(own_table, "[first id, last id, padding rows]", owns, m);
     L.check_ranks("ids owned", owns, lesson::per_rank(t, [&](int i) {
-      const int64_t f = i * vrows;
-      return std::vector<float>{float(f), float(f + vrows - 1), float(std::max<int64_t>(0, f + vrows - cfg.vocab))};
-    }));
+                    const int64_t f = i * vrows;
+                    return std::vector<float>{float(f), float(f + vrows - 1),
+                                              float(std::max<int64_t>(0, f + vrows - cfg.vocab))};
+                  }));
 
     model.zero_grad();
     one.zero_grad();
@@ -277,10 +329,12 @@ int main(int argc, char** argv) {
     const int64_t largest = dev.memory().largest;
     std::vector<CommRecord> ce;
     for (size_t i = m; i < world.ledger().size(); ++i)
-      if (world.ledger().records()[i].label == "cross_entropy") ce.push_back(world.ledger().records()[i]);
+      if (world.ledger().records()[i].label == "cross_entropy")
+        ce.push_back(world.ledger().records()[i]);
     const float loss_1 = one.forward(batch, 9, 0);
     one.backward();
-    L.say("  loss at t = ", t, ": ", lesson::fmt(loss_t), ",  at t = 1 (V = 50257, no padding): ", lesson::fmt(loss_1));
+    L.say("  loss at t = ", t, ": ", lesson::fmt(loss_t),
+          ",  at t = 1 (V = 50257, no padding): ", lesson::fmt(loss_1));
     L.check("loss, padded at t vs unpadded at t = 1", {loss_t}, {loss_1}, 1e-5);
     std::string ce_ops;
     for (const auto& rec : ce) {
@@ -288,30 +342,41 @@ int main(int argc, char** argv) {
       std::replace(op.begin(), op.end(), '_', '-');
       ce_ops += (ce_ops.empty() ? "" : ", ") + op + " of " + std::to_string(rec.elements);
     }
-    L.say("  the cross-entropy's collectives in this step: ", ce.empty() ? "none (t = 1)" : ce_ops + " floats (one per token)");
-    L.check("cross-entropy collectives", {static_cast<float>(ce.size())}, {static_cast<float>(t > 1 ? 3 : 0)});
-    for (const auto& rec : ce) L.check("floats per cross-entropy all-reduce = tokens", {float(rec.elements)}, {float(N)});
+    L.say("  the cross-entropy's collectives in this step: ",
+          ce.empty() ? "none (t = 1)" : ce_ops + " floats (one per token)");
+    L.check("cross-entropy collectives", {static_cast<float>(ce.size())},
+            {static_cast<float>(t > 1 ? 3 : 0)});
+    for (const auto& rec : ce)
+      L.check("floats per cross-entropy all-reduce = tokens", {float(rec.elements)}, {float(N)});
 
     const Param& w = param(model, "transformer.wte.weight");
     const Param& w1 = param(one, "transformer.wte.weight");
-    const std::vector<float> g_real = gather_real(world, w, w.grad), g_one = gather_global(solo, w1, w1.grad);
-    const std::vector<float> g_all = gather_global(world, w, w.grad), v_all = gather_global(world, w, w.value);
+    const std::vector<float> g_real = gather_real(world, w, w.grad),
+                             g_one = gather_global(solo, w1, w1.grad);
+    const std::vector<float> g_all = gather_global(world, w, w.grad),
+                             v_all = gather_global(world, w, w.value);
     const std::vector<float> g_pad(g_all.begin() + cfg.vocab * cfg.hidden, g_all.end());
     const std::vector<float> v_pad(v_all.begin() + cfg.vocab * cfg.hidden, v_all.end());
     double gnorm = 0;
     for (float x : g_one) gnorm += double(x) * x;
-    L.say("  wte gradient: ", cfg.vocab, " real rows (‖·‖ = ", lesson::fmt(static_cast<float>(std::sqrt(gnorm))),
-          ") equal to t = 1's", g_pad.empty() ? "" : ";  " + std::to_string(g_pad.size() / cfg.hidden) +
-          " padding rows: gradient exactly 0");
+    L.say("  wte gradient: ", cfg.vocab,
+          " real rows (‖·‖ = ", lesson::fmt(static_cast<float>(std::sqrt(gnorm))),
+          ") equal to t = 1's",
+          g_pad.empty() ? ""
+                        : ";  " + std::to_string(g_pad.size() / cfg.hidden) +
+                              " padding rows: gradient exactly 0");
     L.check("wte gradient, real rows, vs t = 1", g_real, g_one, 1e-5);
-    L.check("wte gradient, padding rows, exactly 0", g_pad, std::vector<float>(g_pad.size(), 0.0f), 0);
-    L.check("wte values, padding rows, exactly 0", v_pad, std::vector<float>(v_pad.size(), 0.0f), 0);
+    L.check("wte gradient, padding rows, exactly 0", g_pad, std::vector<float>(g_pad.size(), 0.0f),
+            0);
+    L.check("wte values, padding rows, exactly 0", v_pad, std::vector<float>(v_pad.size(), 0.0f),
+            0);
 
     const int64_t full_logits = N * cfg.vocab * 4, shard_logits = N * vrows * 4;
-    L.say("  largest allocation in the step (memory().largest): ", largest, " B = ", N, " × ", vrows,
-          " × 4, my logits shard;  the full [", N, ", ", cfg.vocab, "] logits ", t > 1 ? "would be " : "are ",
-          full_logits, " B");
-    L.check("largest allocation = tokens × V'/t × 4", {static_cast<float>(largest)}, {static_cast<float>(shard_logits)}, 0);
+    L.say("  largest allocation in the step (memory().largest): ", largest, " B = ", N, " × ",
+          vrows, " × 4, my logits shard;  the full [", N, ", ", cfg.vocab, "] logits ",
+          t > 1 ? "would be " : "are ", full_logits, " B");
+    L.check("largest allocation = tokens × V'/t × 4", {static_cast<float>(largest)},
+            {static_cast<float>(shard_logits)}, 0);
     L.check("largest allocation ≤ full logits (< at t > 1)",
             {static_cast<float>(t > 1 ? largest < full_logits : largest <= full_logits)}, {1});
 
@@ -324,15 +389,19 @@ int main(int argc, char** argv) {
     std::vector<float> per_rank_gb;
     for (int tt : {1, 2, 4, 8}) {
       const int64_t p = qwen.padded_vocab(tt);
-      L.check("151936 needs no padding at t = " + std::to_string(tt), {static_cast<float>(p)}, {151936});
+      L.check("151936 needs no padding at t = " + std::to_string(tt), {static_cast<float>(p)},
+              {151936});
       per_rank_gb.push_back(round2(tokens * (p / tt) * 4 / 1e9));
-      big.add({std::to_string(tt), std::to_string(p), std::to_string(p / tt), gb(tokens * (p / tt) * 4)});
+      big.add({std::to_string(tt), std::to_string(p), std::to_string(p / tt),
+               gb(tokens * (p / tt) * 4)});
     }
     L.say(big.str());
     L.check("ids per rank at t = 8", {static_cast<float>(qwen.padded_vocab(8) / 8)}, {18992});
-    L.check("logits per rank at t = 1 and 8: 4.98, 0.62 GB", {per_rank_gb.front(), per_rank_gb.back()}, {4.98f, 0.62f});
+    L.check("logits per rank at t = 1 and 8: 4.98, 0.62 GB",
+            {per_rank_gb.front(), per_rank_gb.back()}, {4.98f, 0.62f});
     L.say("  One 8K-token sequence's fp32 logits: ", gb(tokens * 151936 * 4), " on one device, ",
-          gb(tokens * 151936 / 8 * 4), " per rank at t = 8;\n"
+          gb(tokens * 151936 / 8 * 4),
+          " per rank at t = 8;\n"
           "  the loss all-reduces only three floats per token. The embedding, 151936 × 4096 = ",
           lesson::fmt(round2(151936.0 * 4096 / 1e9)), " B parameters,\n  splits the same way.");
     L.check("embedding parameters, billions", {round2(151936.0 * 4096 / 1e9)}, {0.62f});
@@ -340,8 +409,11 @@ int main(int argc, char** argv) {
     // 5. Summary.
     L.step("Summary.");
     L.say(table.str());
-    L.say("The embedding and the LM head are split by vocabulary rows, like any other weight. The lookup\n"
-          "costs one all-reduce of the activations; the loss three all-reduces of one float per token;\n"
-          "the backward of the loss nothing. Padding V to a multiple of t changes no number.");
-  });
+    L.say(
+        "The embedding and the LM head are split by vocabulary rows, like any other weight. The "
+        "lookup\n"
+        "costs one all-reduce of the activations; the loss three all-reduces of one float per "
+        "token;\n"
+        "the backward of the loss nothing. Padding V to a multiple of t changes no number.");
+      });
 }

@@ -13,7 +13,8 @@ class CallTimer {
   CallTimer(CommLedger& ledger, size_t index)
       : ledger_(ledger), index_(index), start_(std::chrono::steady_clock::now()) {}
   ~CallTimer() {
-    ledger_.set_seconds(index_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+    ledger_.set_seconds(
+        index_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
   }
 
  private:
@@ -23,7 +24,8 @@ class CallTimer {
 };
 }  // namespace
 
-void Communicator::check_gather_shapes(const char* op, const Tensor& shard, const Tensor& full) const {
+void Communicator::check_gather_shapes(const char* op, const Tensor& shard,
+                                       const Tensor& full) const {
   TP_CHECK(shard.defined() && full.defined(), op, ": undefined tensor");
   TP_CHECK(full.numel() == shard.numel() * size_, op, ": the full buffer ", full.shape().str(),
            " must hold t=", size_, " shards of ", shard.shape().str());
@@ -35,7 +37,8 @@ void Communicator::check_peer(const char* op, int peer) const {
 
 void Communicator::all_reduce(Tensor& x, ReduceOp op) {
   TP_CHECK(x.defined(), "all_reduce: undefined tensor");
-  CallTimer timer(ledger_, ledger_.record(op == ReduceOp::Max ? "all_reduce_max" : "all_reduce", size_, x.numel()));
+  CallTimer timer(ledger_, ledger_.record(op == ReduceOp::Max ? "all_reduce_max" : "all_reduce",
+                                          size_, x.numel()));
   do_all_reduce(x, op);
 }
 
@@ -102,7 +105,9 @@ std::unique_ptr<Work> Communicator::do_reduce_scatter_async(const Tensor& full, 
 
 void SerialCommunicator::do_all_gather(const Tensor& shard, Tensor& full) { full.copy_from(shard); }
 
-void SerialCommunicator::do_reduce_scatter(const Tensor& full, Tensor& shard) { shard.copy_from(full); }
+void SerialCommunicator::do_reduce_scatter(const Tensor& full, Tensor& shard) {
+  shard.copy_from(full);
+}
 
 void SerialCommunicator::do_send_recv(const Tensor& send, int, Tensor& recv, int) {
   recv.copy_from(send);

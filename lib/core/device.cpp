@@ -166,9 +166,8 @@ void Device::embedding_shard_forward(Tensor& out, const Tensor& ids, const Tenso
 
 void Device::embedding_shard_backward(Tensor& dwte_shard, const Tensor& dout, const Tensor& ids,
                                       int64_t first_id) {
-  const HostValues host_ids =
-      checks::check_embedding_shard(*this, "embedding_shard_backward", dout, ids, dwte_shard,
-                                    first_id, host_values(*this, ids));
+  const HostValues host_ids = checks::check_embedding_shard(
+      *this, "embedding_shard_backward", dout, ids, dwte_shard, first_id, host_values(*this, ids));
   do_embedding_shard_backward(dwte_shard, dout, ids, first_id, host_ids.data());
 }
 
@@ -190,9 +189,8 @@ void Device::vocab_max(Tensor& row_max, const Tensor& logits, const VocabShard& 
 void Device::vocab_sum_exp_target(Tensor& sum_exp, Tensor& target_logit, const Tensor& logits,
                                   const Tensor& row_max, const Tensor& targets,
                                   const VocabShard& shard) {
-  const int64_t real_cols =
-      checks::check_vocab_sum_exp_target(*this, sum_exp, target_logit, logits, row_max, targets,
-                                         shard, host_values(*this, targets));
+  const int64_t real_cols = checks::check_vocab_sum_exp_target(
+      *this, sum_exp, target_logit, logits, row_max, targets, shard, host_values(*this, targets));
   do_vocab_sum_exp_target(sum_exp, target_logit, logits, row_max, targets, shard, real_cols);
 }
 
@@ -205,9 +203,8 @@ void Device::vocab_loss(Tensor& loss, const Tensor& row_max, const Tensor& sum_e
 void Device::vocab_softmax_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
                                     const Tensor& sum_exp, const Tensor& targets,
                                     const VocabShard& shard, float scale) {
-  const int64_t real_cols =
-      checks::check_vocab_softmax_backward(*this, dlogits, logits, row_max, sum_exp, targets, shard,
-                                           host_values(*this, targets));
+  const int64_t real_cols = checks::check_vocab_softmax_backward(
+      *this, dlogits, logits, row_max, sum_exp, targets, shard, host_values(*this, targets));
   do_vocab_softmax_backward(dlogits, logits, row_max, sum_exp, targets, shard, scale, real_cols);
 }
 

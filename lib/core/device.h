@@ -165,22 +165,20 @@ class Device {
   /// y = silu(g) ⊙ u, silu(g) = g · σ(g). y, g, u: same numel
   void swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u);
   /// dg = dy ⊙ u ⊙ silu'(g), du = dy ⊙ silu(g)
-  void swiglu_backward(Tensor& dg, Tensor& du, const Tensor& dy, const Tensor& g,
-                       const Tensor& u);
+  void swiglu_backward(Tensor& dg, Tensor& du, const Tensor& dy, const Tensor& g, const Tensor& u);
 
   // ---- norms (over the last dim of x: (rows, h)) ----------------------------------------------
   /// y = (x − μ) · rstd ⊙ w + b, rstd = 1/√(σ² + eps) (biased variance). Saves μ, rstd: (rows).
-  void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
-                         const Tensor& w, const Tensor& b, float eps);
+  void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& w,
+                         const Tensor& b, float eps);
   /// dx = ..., dw += Σ_r dy ⊙ x̂, db += Σ_r dy
-  void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy,
-                          const Tensor& x, const Tensor& w, const Tensor& mean,
-                          const Tensor& rstd);
+  void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x,
+                          const Tensor& w, const Tensor& mean, const Tensor& rstd);
   /// y = x · rstd ⊙ w, rstd = 1/√(mean(x²) + eps). Saves rstd: (rows).
   void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps);
   /// dx = ..., dw += Σ_r dy ⊙ x · rstd
-  void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
-                        const Tensor& w, const Tensor& rstd);
+  void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
+                        const Tensor& rstd);
 
   // ---- attention -----------------------------------------------------------------------------
   /// Causal softmax attention for every (batch b, query head j): query head j reads key/value
@@ -189,9 +187,9 @@ class Device {
   void attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
                          const Tensor& v, const AttentionShape& shape);
   /// dq, dk, dv written (=); dk, dv sum over the query heads that share a key/value head.
-  void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
-                          const Tensor& q, const Tensor& k, const Tensor& v,
-                          const Tensor& probs, const AttentionShape& shape);
+  void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q,
+                          const Tensor& k, const Tensor& v, const Tensor& probs,
+                          const AttentionShape& shape);
 
   // ---- vocabulary-parallel embedding and loss ----------------------------------------------
   /// out[i] = wte_shard[ids[i] − first_id] when this shard owns ids[i] (first_id ≤ ids[i] <
@@ -282,18 +280,17 @@ class Device {
                                     int64_t row0) = 0;
   virtual void do_vocab_max(Tensor& row_max, const Tensor& logits, const VocabShard& shard,
                             int64_t real_cols) = 0;
-  virtual void do_vocab_sum_exp_target(Tensor& sum_exp, Tensor& target_logit,
-                                       const Tensor& logits, const Tensor& row_max,
-                                       const Tensor& targets, const VocabShard& shard,
-                                       int64_t real_cols) = 0;
+  virtual void do_vocab_sum_exp_target(Tensor& sum_exp, Tensor& target_logit, const Tensor& logits,
+                                       const Tensor& row_max, const Tensor& targets,
+                                       const VocabShard& shard, int64_t real_cols) = 0;
   virtual void do_vocab_loss(Tensor& loss, const Tensor& row_max, const Tensor& sum_exp,
                              const Tensor& target_logit) = 0;
   virtual void do_vocab_softmax_backward(Tensor& dlogits, const Tensor& logits,
                                          const Tensor& row_max, const Tensor& sum_exp,
                                          const Tensor& targets, const VocabShard& shard,
                                          float scale, int64_t real_cols) = 0;
-  virtual void do_adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v,
-                             const AdamWParams& h, int64_t step) = 0;
+  virtual void do_adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWParams& h,
+                             int64_t step) = 0;
 
  private:
   MemoryStats memory_;

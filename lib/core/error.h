@@ -43,16 +43,16 @@ std::string str_cat(Args&&... args) {
 }  // namespace tp
 
 /// Throws tp::Error (exit code 1) with the concatenated message when `cond` is false.
-#define TP_CHECK(cond, ...)                                                         \
-  do {                                                                              \
-    if (!(cond)) throw ::tp::Error(::tp::detail::str_cat(__VA_ARGS__), 1);          \
+#define TP_CHECK(cond, ...)                                                \
+  do {                                                                     \
+    if (!(cond)) throw ::tp::Error(::tp::detail::str_cat(__VA_ARGS__), 1); \
   } while (0)
 
 /// Throws tp::Error (exit code 2, bad input) when `cond` is false. The message names the value and
 /// the fix, e.g. "out=7 is not divisible by t=3; choose t in {1, 7}".
-#define TP_CHECK_INPUT(cond, ...)                                                   \
-  do {                                                                              \
-    if (!(cond)) throw ::tp::Error(::tp::detail::str_cat(__VA_ARGS__), 2);          \
+#define TP_CHECK_INPUT(cond, ...)                                          \
+  do {                                                                     \
+    if (!(cond)) throw ::tp::Error(::tp::detail::str_cat(__VA_ARGS__), 2); \
   } while (0)
 
 namespace tp {

@@ -51,8 +51,9 @@ double rel_error(const std::vector<float>& got, const std::vector<float>& want) 
 
 std::vector<float> host_block(const std::vector<float>& a, int64_t ld, int64_t r0, int64_t rows,
                               int64_t c0, int64_t cols) {
-  TP_CHECK(r0 >= 0 && c0 >= 0 && c0 + cols <= ld && (r0 + rows) * ld <= static_cast<int64_t>(a.size()),
-           "host_block: block out of range");
+  TP_CHECK(
+      r0 >= 0 && c0 >= 0 && c0 + cols <= ld && (r0 + rows) * ld <= static_cast<int64_t>(a.size()),
+      "host_block: block out of range");
   std::vector<float> out(static_cast<size_t>(rows * cols));
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = a[(r0 + r) * ld + c0 + c];

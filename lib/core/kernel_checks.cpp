@@ -31,8 +31,8 @@ void check_rows(const char* what, const char* name, const Tensor& t, const Tenso
 }
 
 int64_t real_columns(const char* what, const VocabShard& shard, int64_t cols) {
-  TP_CHECK(shard.first >= 0 && shard.vocab > 0, what, ": shard first=", shard.first, " vocab=",
-           shard.vocab, " (need first ≥ 0, vocab > 0)");
+  TP_CHECK(shard.first >= 0 && shard.vocab > 0, what, ": shard first=", shard.first,
+           " vocab=", shard.vocab, " (need first ≥ 0, vocab > 0)");
   return std::clamp<int64_t>(shard.vocab - shard.first, 0, cols);
 }
 
@@ -40,10 +40,10 @@ void check_attention(const Device& dev, const char* what, const AttentionShape& 
                      const Tensor& k, const Tensor& v, const Tensor& probs) {
   check_all_on(dev, what, q, k, v, probs);
   TP_CHECK(sh.seq > 0 && sh.batch > 0 && sh.heads > 0 && sh.kv_heads > 0 && sh.head_dim > 0, what,
-           ": sizes must be positive (S=", sh.seq, " B=", sh.batch, " nh=", sh.heads, " nkv=",
-           sh.kv_heads, " hd=", sh.head_dim, ")");
-  TP_CHECK(sh.heads % sh.kv_heads == 0, what, ": nh=", sh.heads, " is not a multiple of nkv=",
-           sh.kv_heads);
+           ": sizes must be positive (S=", sh.seq, " B=", sh.batch, " nh=", sh.heads,
+           " nkv=", sh.kv_heads, " hd=", sh.head_dim, ")");
+  TP_CHECK(sh.heads % sh.kv_heads == 0, what, ": nh=", sh.heads,
+           " is not a multiple of nkv=", sh.kv_heads);
   const int64_t rows = sh.seq * sh.batch;
   TP_CHECK(q.rows() == rows && q.cols() == sh.heads * sh.head_dim, what, ": q ", q.shape().str(),
            " should be ", rows, "x", sh.heads * sh.head_dim);
@@ -62,9 +62,9 @@ void check_position(const Device& dev, const char* what, const Tensor& x, const 
   TP_CHECK(row0 >= 0, what, ": row0=", row0, " must be ≥ 0");
   const int64_t rows = x.rows(), h = x.cols();
   const int64_t need = rows > 0 ? (row0 + rows - 1) / batch + 1 : 0;  // positions read or written
-  TP_CHECK(wpe.cols() == h && wpe.rows() >= need, what, ": wpe ", wpe.shape().str(), " should have ",
-           h, " columns and at least ", need, " rows for rows [", row0, ", ", row0 + rows,
-           ") of x ", x.shape().str(), " at batch=", batch);
+  TP_CHECK(wpe.cols() == h && wpe.rows() >= need, what, ": wpe ", wpe.shape().str(),
+           " should have ", h, " columns and at least ", need, " rows for rows [", row0, ", ",
+           row0 + rows, ") of x ", x.shape().str(), " at batch=", batch);
 }
 
 // ---- memory, GEMM, bias, layout, elementwise -----------------------------------------------------
@@ -85,8 +85,9 @@ GemmDims check_gemm(const Device& dev, bool trans_a, bool trans_b, const Tensor&
   const int64_t k = trans_a ? a.rows() : a.cols();
   const int64_t kb = trans_b ? b.cols() : b.rows();
   const int64_t n = trans_b ? b.rows() : b.cols();
-  TP_CHECK(k == kb, "gemm: inner dimensions differ: op(A) is ", m, "x", k, ", op(B) is ", kb, "x", n,
-           " (A ", a.shape().str(), trans_a ? "ᵀ" : "", ", B ", b.shape().str(), trans_b ? "ᵀ" : "", ")");
+  TP_CHECK(k == kb, "gemm: inner dimensions differ: op(A) is ", m, "x", k, ", op(B) is ", kb, "x",
+           n, " (A ", a.shape().str(), trans_a ? "ᵀ" : "", ", B ", b.shape().str(),
+           trans_b ? "ᵀ" : "", ")");
   TP_CHECK(c.rows() == m && c.cols() == n, "gemm: C ", c.shape().str(), " should be ", m, "x", n);
   return GemmDims{m, n, k};
 }
@@ -100,8 +101,8 @@ void check_add_bias(const Device& dev, const Tensor& y, const Tensor& bias) {
 void check_add_bias_backward(const Device& dev, const Tensor& dbias, const Tensor& dy) {
   check_on(dev, dbias, "add_bias_backward");
   check_on(dev, dy, "add_bias_backward");
-  TP_CHECK(dbias.numel() == dy.cols(), "add_bias_backward: dbias of ", dbias.numel(), " for rows of ",
-           dy.cols());
+  TP_CHECK(dbias.numel() == dy.cols(), "add_bias_backward: dbias of ", dbias.numel(),
+           " for rows of ", dy.cols());
 }
 
 void check_copy_columns(const Device& dev, const Tensor& src, int64_t src_col, const Tensor& dst,
@@ -117,16 +118,20 @@ void check_copy_columns(const Device& dev, const Tensor& src, int64_t src_col, c
   // copied elements must not overlap. Pointer arithmetic only: device memory is never read here.
   const int64_t rows = src.rows();
   if (rows == 0 || ncols == 0) return;
-  const auto first = [](const Tensor& t, int64_t col) { return reinterpret_cast<uintptr_t>(t.data() + col); };
+  const auto first = [](const Tensor& t, int64_t col) {
+    return reinterpret_cast<uintptr_t>(t.data() + col);
+  };
   const auto last = [rows, ncols](const Tensor& t, int64_t col) {
     return reinterpret_cast<uintptr_t>(t.data() + (rows - 1) * t.cols() + col + ncols);
   };
-  if (first(src, src_col) >= last(dst, dst_col) || first(dst, dst_col) >= last(src, src_col)) return;
+  if (first(src, src_col) >= last(dst, dst_col) || first(dst, dst_col) >= last(src, src_col))
+    return;
   // The spans meet: fine only for different columns of the same rows of one tensor.
   TP_CHECK(src.data() == dst.data() && src.cols() == dst.cols() &&
                (src_col + ncols <= dst_col || dst_col + ncols <= src_col),
            "copy_columns: the source columns [", src_col, ", ", src_col + ncols,
-           ") and the destination columns [", dst_col, ", ", dst_col + ncols, ") overlap in memory");
+           ") and the destination columns [", dst_col, ", ", dst_col + ncols,
+           ") overlap in memory");
 }
 
 void check_mul(const Device& dev, const Tensor& x, const Tensor& m, const Tensor& y) {
@@ -171,15 +176,16 @@ void check_swiglu_backward(const Device& dev, const Tensor& dg, const Tensor& du
 // ---- norms ---------------------------------------------------------------------------------------
 
 void check_layernorm_forward(const Device& dev, const Tensor& y, const Tensor& mean,
-                             const Tensor& rstd, const Tensor& x, const Tensor& w, const Tensor& b) {
+                             const Tensor& rstd, const Tensor& x, const Tensor& w,
+                             const Tensor& b) {
   check_all_on(dev, "layernorm_forward", y, mean, rstd, x, w, b);
   const int64_t rows = x.rows(), h = x.cols();
   TP_CHECK(y.rows() == rows && y.cols() == h, "layernorm_forward: y ", y.shape().str(), " for x ",
            x.shape().str());
   TP_CHECK(w.numel() == h && b.numel() == h, "layernorm_forward: w ", w.shape().str(), " and b ",
            b.shape().str(), " for rows of ", h);
-  TP_CHECK(mean.numel() == rows && rstd.numel() == rows, "layernorm_forward: mean ", mean.shape().str(),
-           " and rstd ", rstd.shape().str(), " for ", rows, " rows");
+  TP_CHECK(mean.numel() == rows && rstd.numel() == rows, "layernorm_forward: mean ",
+           mean.shape().str(), " and rstd ", rstd.shape().str(), " for ", rows, " rows");
 }
 
 void check_layernorm_backward(const Device& dev, const Tensor& dx, const Tensor& dw,
@@ -191,7 +197,8 @@ void check_layernorm_backward(const Device& dev, const Tensor& dx, const Tensor&
            "layernorm_backward: dx ", dx.shape().str(), " and dy ", dy.shape().str(), " for x ",
            x.shape().str());
   TP_CHECK(w.numel() == h && dw.numel() == h && db.numel() == h, "layernorm_backward: w ",
-           w.shape().str(), ", dw ", dw.shape().str(), ", db ", db.shape().str(), " for rows of ", h);
+           w.shape().str(), ", dw ", dw.shape().str(), ", db ", db.shape().str(), " for rows of ",
+           h);
   TP_CHECK(mean.numel() == rows && rstd.numel() == rows, "layernorm_backward: mean ",
            mean.shape().str(), " and rstd ", rstd.shape().str(), " for ", rows, " rows");
 }
@@ -203,7 +210,8 @@ void check_rmsnorm_forward(const Device& dev, const Tensor& y, const Tensor& rst
   TP_CHECK(y.rows() == rows && y.cols() == h, "rmsnorm_forward: y ", y.shape().str(), " for x ",
            x.shape().str());
   TP_CHECK(w.numel() == h, "rmsnorm_forward: w ", w.shape().str(), " for rows of ", h);
-  TP_CHECK(rstd.numel() == rows, "rmsnorm_forward: rstd ", rstd.shape().str(), " for ", rows, " rows");
+  TP_CHECK(rstd.numel() == rows, "rmsnorm_forward: rstd ", rstd.shape().str(), " for ", rows,
+           " rows");
 }
 
 void check_rmsnorm_backward(const Device& dev, const Tensor& dx, const Tensor& dw, const Tensor& dy,
@@ -215,7 +223,8 @@ void check_rmsnorm_backward(const Device& dev, const Tensor& dx, const Tensor& d
            x.shape().str());
   TP_CHECK(w.numel() == h && dw.numel() == h, "rmsnorm_backward: w ", w.shape().str(), " and dw ",
            dw.shape().str(), " for rows of ", h);
-  TP_CHECK(rstd.numel() == rows, "rmsnorm_backward: rstd ", rstd.shape().str(), " for ", rows, " rows");
+  TP_CHECK(rstd.numel() == rows, "rmsnorm_backward: rstd ", rstd.shape().str(), " for ", rows,
+           " rows");
 }
 
 // ---- attention -----------------------------------------------------------------------------------

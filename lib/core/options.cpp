@@ -68,8 +68,8 @@ Options& Options::real(const std::string& name, double fallback, const std::stri
   return declare(name, Type::Real, os.str(), help);
 }
 
-Options& Options::text(const std::string& name, const std::string& fallback, const std::string& help,
-                       const std::vector<std::string>& choices) {
+Options& Options::text(const std::string& name, const std::string& fallback,
+                       const std::string& help, const std::vector<std::string>& choices) {
   return declare(name, Type::Text, fallback, help, choices);
 }
 
@@ -117,8 +117,8 @@ void Options::parse(int argc, const char* const* argv) {
       continue;
     }
     auto it = options_.find(name);
-    TP_CHECK_INPUT(it != options_.end(), "unknown option --", name, " (", program_,
-                   " accepts: --", join(order_, ", --"), "; see --help)");
+    TP_CHECK_INPUT(it != options_.end(), "unknown option --", name, " (", program_, " accepts: --",
+                   join(order_, ", --"), "; see --help)");
     Option& opt = it->second;
     if (!has_value) {
       if (opt.type == Type::Flag) {
@@ -157,7 +157,9 @@ const Options::Option& Options::find(const std::string& name, Type type) const {
   return it->second;
 }
 
-bool Options::get_flag(const std::string& name) const { return find(name, Type::Flag).value == "true"; }
+bool Options::get_flag(const std::string& name) const {
+  return find(name, Type::Flag).value == "true";
+}
 
 int64_t Options::get_int(const std::string& name) const {
   int64_t v = 0;

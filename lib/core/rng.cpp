@@ -32,7 +32,8 @@ RngKey RngKey::from(uint64_t seed, const std::string& name) {
 
 float random_value(const RngKey& key, int64_t global_index, const Distribution& dist) {
   const uint64_t i = static_cast<uint64_t>(global_index);
-  const auto r = philox4x32_10({static_cast<uint32_t>(i), static_cast<uint32_t>(i >> 32), 0u, 0u}, key);
+  const auto r =
+      philox4x32_10({static_cast<uint32_t>(i), static_cast<uint32_t>(i >> 32), 0u, 0u}, key);
   if (dist.kind == Distribution::Kind::Uniform) {
     return static_cast<float>(dist.a + (static_cast<double>(dist.b) - dist.a) * unit(r[0]));
   }

@@ -77,7 +77,8 @@ struct Tensor::Storage {
 
 Tensor::Tensor(Device& device, const Shape& shape)
     : device_(&device),
-      storage_(std::make_shared<Storage>(&device, static_cast<size_t>(shape.numel()) * sizeof(float))),
+      storage_(
+          std::make_shared<Storage>(&device, static_cast<size_t>(shape.numel()) * sizeof(float))),
       shape_(shape) {}
 
 Tensor Tensor::zeros(Device& device, const Shape& shape) {
@@ -139,7 +140,8 @@ void Tensor::copy_from_host(const std::vector<float>& values) {
 }
 
 void Tensor::copy_from(const Tensor& other) {
-  TP_CHECK(other.numel() == numel(), "copy_from: shape ", other.shape().str(), " into ", shape_.str());
+  TP_CHECK(other.numel() == numel(), "copy_from: shape ", other.shape().str(), " into ",
+           shape_.str());
   TP_CHECK(&other.device() == &device(), "copy_from: tensors on different devices");
   if (numel() > 0) device().copy(data(), other.data(), bytes());
 }

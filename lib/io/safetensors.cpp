@@ -16,9 +16,11 @@
 // the file format is little-endian and so is every host we build for (x86-64, AArch64). A
 // big-endian port would byte-swap in read_bytes and Writer::add.
 #if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__)
-static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes a little-endian host");
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "safetensors I/O assumes a little-endian host");
 #endif
-static_assert(sizeof(float) == 4 && std::numeric_limits<float>::is_iec559, "F32 must be IEEE-754 binary32");
+static_assert(sizeof(float) == 4 && std::numeric_limits<float>::is_iec559,
+              "F32 must be IEEE-754 binary32");
 
 namespace tp::safetensors {
 
@@ -81,8 +83,14 @@ bool as_nonneg_int(const json& j, int64_t& out) {
 }
 
 bool parse_dtype(const std::string& s, DType& out) {
-  if (s == "F32") { out = DType::F32; return true; }
-  if (s == "I32") { out = DType::I32; return true; }
+  if (s == "F32") {
+    out = DType::F32;
+    return true;
+  }
+  if (s == "I32") {
+    out = DType::I32;
+    return true;
+  }
   return false;
 }
 
@@ -113,7 +121,8 @@ void Writer::add(const std::string& name, DType dtype, const std::vector<int64_t
   int64_t numel = 1;
   for (int64_t d : shape) {
     TP_CHECK(d >= 0, "safetensors: tensor ", quote(name), " has a negative dim ", d);
-    TP_CHECK(d == 0 || numel <= kMaxInt64 / d, "safetensors: tensor ", quote(name), " is too large");
+    TP_CHECK(d == 0 || numel <= kMaxInt64 / d, "safetensors: tensor ", quote(name),
+             " is too large");
     numel *= d;
   }
   TP_CHECK(static_cast<size_t>(numel) == count, "safetensors: tensor ", quote(name), " has ", count,
@@ -126,11 +135,13 @@ void Writer::add(const std::string& name, DType dtype, const std::vector<int64_t
   tensors_.emplace(name, std::move(e));
 }
 
-void Writer::add_f32(const std::string& name, const std::vector<int64_t>& shape, std::vector<float> values) {
+void Writer::add_f32(const std::string& name, const std::vector<int64_t>& shape,
+                     std::vector<float> values) {
   add(name, DType::F32, shape, values.data(), values.size());
 }
 
-void Writer::add_i32(const std::string& name, const std::vector<int64_t>& shape, std::vector<int32_t> values) {
+void Writer::add_i32(const std::string& name, const std::vector<int64_t>& shape,
+                     std::vector<int32_t> values) {
   add(name, DType::I32, shape, values.data(), values.size());
 }
 
@@ -170,7 +181,8 @@ void Writer::write(const std::string& path) const {
   auto fail = [&](const char* what) {
     const int err = errno;
     std::remove(tmp.c_str());
-    TP_CHECK(false, "cannot write checkpoint ", path, " (", what, " ", tmp, "): ", std::strerror(err));
+    TP_CHECK(false, "cannot write checkpoint ", path, " (", what, " ", tmp,
+             "): ", std::strerror(err));
   };
   {
     errno = 0;
@@ -199,20 +211,24 @@ File File::open(const std::string& path) {
   TP_CHECK_INPUT(S_ISREG(st.st_mode), "cannot open checkpoint ", path, ": not a regular file");
   errno = 0;
   std::ifstream in(path, std::ios::binary);
-  if (!in) TP_CHECK_INPUT(false, "cannot open checkpoint ", path, ": ", std::strerror(errno ? errno : EIO));
+  if (!in)
+    TP_CHECK_INPUT(false, "cannot open checkpoint ", path, ": ",
+                   std::strerror(errno ? errno : EIO));
   const auto file_size = static_cast<int64_t>(st.st_size);
 
-  TP_CHECK_INPUT(file_size >= 8, "checkpoint ", path, " is ", file_size,
-                 " bytes, shorter than the 8-byte header length: not a safetensors file (truncated?)");
+  TP_CHECK_INPUT(
+      file_size >= 8, "checkpoint ", path, " is ", file_size,
+      " bytes, shorter than the 8-byte header length: not a safetensors file (truncated?)");
   unsigned char len[8];
   in.read(reinterpret_cast<char*>(len), 8);
   TP_CHECK_INPUT(in.gcount() == 8, "cannot read checkpoint ", path, ": the file ended early");
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | len[i];
-  TP_CHECK_INPUT(n <= static_cast<uint64_t>(kMaxHeaderBytes), "checkpoint ", path, ": header length ", n,
-                 " is absurd (more than ", kMaxHeaderBytes, " bytes): not a safetensors file");
-  TP_CHECK_INPUT(static_cast<int64_t>(n) <= file_size - 8, "checkpoint ", path, ": header length ", n,
-                 " is larger than the ", file_size - 8, " bytes after it (truncated?)");
+  TP_CHECK_INPUT(n <= static_cast<uint64_t>(kMaxHeaderBytes), "checkpoint ", path,
+                 ": header length ", n, " is absurd (more than ", kMaxHeaderBytes,
+                 " bytes): not a safetensors file");
+  TP_CHECK_INPUT(static_cast<int64_t>(n) <= file_size - 8, "checkpoint ", path, ": header length ",
+                 n, " is larger than the ", file_size - 8, " bytes after it (truncated?)");
 
   std::string text(n, '\0');
   in.read(text.data(), static_cast<std::streamsize>(n));
@@ -223,10 +239,11 @@ File File::open(const std::string& path) {
   try {
     header = json::parse(text);
   } catch (const json::exception& e) {
-    TP_CHECK_INPUT(false, "checkpoint ", path, ": the header is not valid JSON: ", short_json_message(e.what()));
+    TP_CHECK_INPUT(false, "checkpoint ", path,
+                   ": the header is not valid JSON: ", short_json_message(e.what()));
   }
-  TP_CHECK_INPUT(header.is_object(), "checkpoint ", path, ": the header is a JSON ", json_type(header),
-                 ", not an object");
+  TP_CHECK_INPUT(header.is_object(), "checkpoint ", path, ": the header is a JSON ",
+                 json_type(header), ", not an object");
 
   File f;
   f.path_ = path;
@@ -236,35 +253,39 @@ File File::open(const std::string& path) {
   for (const auto& [name, value] : header.items()) {
     const std::string where = "checkpoint " + path + ": tensor " + quote(name);
     if (name == kMetadataKey) {
-      TP_CHECK_INPUT(value.is_object(), "checkpoint ", path, ": __metadata__ is a JSON ", json_type(value),
-                     ", not an object of strings");
+      TP_CHECK_INPUT(value.is_object(), "checkpoint ", path, ": __metadata__ is a JSON ",
+                     json_type(value), ", not an object of strings");
       for (const auto& [k, v] : value.items()) {
-        TP_CHECK_INPUT(v.is_string(), "checkpoint ", path, ": __metadata__ value ", quote(k), " is a JSON ",
-                       json_type(v), ", not a string");
+        TP_CHECK_INPUT(v.is_string(), "checkpoint ", path, ": __metadata__ value ", quote(k),
+                       " is a JSON ", json_type(v), ", not a string");
         f.metadata_[k] = v.get<std::string>();
       }
       continue;
     }
-    TP_CHECK_INPUT(value.is_object(), where, ": entry is a JSON ", json_type(value), ", not an object");
+    TP_CHECK_INPUT(value.is_object(), where, ": entry is a JSON ", json_type(value),
+                   ", not an object");
     for (const char* key : {"dtype", "shape", "data_offsets"})
       TP_CHECK_INPUT(value.contains(key), where, ": entry lacks \"", key, "\"");
 
     Entry e;
     const json& dtype = value.at("dtype");
-    TP_CHECK_INPUT(dtype.is_string(), where, ": dtype is a JSON ", json_type(dtype), ", not a string");
+    TP_CHECK_INPUT(dtype.is_string(), where, ": dtype is a JSON ", json_type(dtype),
+                   ", not a string");
     TP_CHECK_INPUT(parse_dtype(dtype.get<std::string>(), e.info.dtype), where, ": dtype ",
                    quote(dtype.get<std::string>()), " is not supported (supported: F32, I32)");
 
     const json& shape = value.at("shape");
-    TP_CHECK_INPUT(shape.is_array(), where, ": shape is a JSON ", json_type(shape), ", not an array");
+    TP_CHECK_INPUT(shape.is_array(), where, ": shape is a JSON ", json_type(shape),
+                   ", not an array");
     int64_t numel = 1;
     for (const json& d : shape) {
-      TP_CHECK_INPUT(d.is_number_integer(), where, ": shape ", shape.dump(), " holds a JSON ", json_type(d),
-                     ", not an integer");
-      TP_CHECK_INPUT(d.is_number_unsigned() || d.get<int64_t>() >= 0, where, ": shape ", shape.dump(),
-                     " has a negative dim");
+      TP_CHECK_INPUT(d.is_number_integer(), where, ": shape ", shape.dump(), " holds a JSON ",
+                     json_type(d), ", not an integer");
+      TP_CHECK_INPUT(d.is_number_unsigned() || d.get<int64_t>() >= 0, where, ": shape ",
+                     shape.dump(), " has a negative dim");
       int64_t dim = 0;
-      TP_CHECK_INPUT(as_nonneg_int(d, dim), where, ": shape ", shape.dump(), " overflows the element count");
+      TP_CHECK_INPUT(as_nonneg_int(d, dim), where, ": shape ", shape.dump(),
+                     " overflows the element count");
       TP_CHECK_INPUT(dim == 0 || numel <= kMaxInt64 / dim, where, ": shape ", shape.dump(),
                      " overflows the element count");
       numel *= dim;
@@ -276,15 +297,17 @@ File File::open(const std::string& path) {
     const json& off = value.at("data_offsets");
     TP_CHECK_INPUT(off.is_array() && off.size() == 2, where, ": data_offsets ", off.dump(),
                    " is not an array [begin, end]");
-    TP_CHECK_INPUT(as_nonneg_int(off[0], e.begin) && as_nonneg_int(off[1], e.end), where, ": data_offsets ",
-                   off.dump(), " must be two non-negative integers");
-    TP_CHECK_INPUT(e.begin <= e.end, where, ": data_offsets [", e.begin, ", ", e.end, "] have begin > end");
-    TP_CHECK_INPUT(e.end <= data_size, where, ": data_offsets [", e.begin, ", ", e.end, "] lie outside the ",
-                   data_size, "-byte data section of file ", path, " (truncated?)");
+    TP_CHECK_INPUT(as_nonneg_int(off[0], e.begin) && as_nonneg_int(off[1], e.end), where,
+                   ": data_offsets ", off.dump(), " must be two non-negative integers");
+    TP_CHECK_INPUT(e.begin <= e.end, where, ": data_offsets [", e.begin, ", ", e.end,
+                   "] have begin > end");
+    TP_CHECK_INPUT(e.end <= data_size, where, ": data_offsets [", e.begin, ", ", e.end,
+                   "] lie outside the ", data_size, "-byte data section of file ", path,
+                   " (truncated?)");
     const int64_t want = numel * dtype_size(e.info.dtype);
-    TP_CHECK_INPUT(e.end - e.begin == want, where, ": data_offsets [", e.begin, ", ", e.end, "] span ",
-                   e.end - e.begin, " bytes, but ", dtype_name(e.info.dtype), " shape ", shape.dump(),
-                   " needs ", want);
+    TP_CHECK_INPUT(e.end - e.begin == want, where, ": data_offsets [", e.begin, ", ", e.end,
+                   "] span ", e.end - e.begin, " bytes, but ", dtype_name(e.info.dtype), " shape ",
+                   shape.dump(), " needs ", want);
     f.tensors_.emplace(name, std::move(e));
   }
   return f;
@@ -305,11 +328,15 @@ const File::Entry& File::entry(const std::string& name) const {
     std::string some;
     int shown = 0;
     for (const auto& kv : tensors_) {
-      if (shown == 5) { some += ", ..."; break; }
+      if (shown == 5) {
+        some += ", ...";
+        break;
+      }
       some += (shown++ ? ", " : "") + kv.first;
     }
-    TP_CHECK_INPUT(false, "checkpoint ", path_, " has no tensor ", quote(name), " (it has ", tensors_.size(),
-                   tensors_.size() == 1 ? " tensor" : " tensors", some.empty() ? "" : ": ", some, ")");
+    TP_CHECK_INPUT(false, "checkpoint ", path_, " has no tensor ", quote(name), " (it has ",
+                   tensors_.size(), tensors_.size() == 1 ? " tensor" : " tensors",
+                   some.empty() ? "" : ": ", some, ")");
   }
   return it->second;
 }
@@ -328,7 +355,9 @@ void File::read_bytes(const std::string& name, const Entry& e, void* out) const 
   if (bytes == 0) return;
   errno = 0;
   std::ifstream in(path_, std::ios::binary);
-  if (!in) TP_CHECK_INPUT(false, "cannot open checkpoint ", path_, ": ", std::strerror(errno ? errno : EIO));
+  if (!in)
+    TP_CHECK_INPUT(false, "cannot open checkpoint ", path_, ": ",
+                   std::strerror(errno ? errno : EIO));
   in.seekg(data_start_ + e.begin);
   in.read(static_cast<char*>(out), bytes);  // little-endian file, little-endian host
   TP_CHECK_INPUT(in && in.gcount() == bytes, "checkpoint ", path_, ": tensor ", quote(name),

@@ -49,9 +49,11 @@ class Writer {
  public:
   /// Adds an F32 tensor. `values.size()` must equal the product of `shape`; the name must be new
   /// (a duplicate is a TP_CHECK error) and must not be "__metadata__".
-  void add_f32(const std::string& name, const std::vector<int64_t>& shape, std::vector<float> values);
+  void add_f32(const std::string& name, const std::vector<int64_t>& shape,
+               std::vector<float> values);
   /// Adds an I32 tensor; the same rules as add_f32.
-  void add_i32(const std::string& name, const std::vector<int64_t>& shape, std::vector<int32_t> values);
+  void add_i32(const std::string& name, const std::vector<int64_t>& shape,
+               std::vector<int32_t> values);
   /// Sets (or replaces) one "__metadata__" string.
   void set_metadata(const std::string& key, const std::string& value);
 

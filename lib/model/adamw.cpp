@@ -9,7 +9,8 @@ namespace tp {
 
 double global_grad_norm(Communicator& comm, Device& device, const ParamList& params) {
   double split = 0, replicated = 0;
-  for (const Param& p : params) (p.split == Split::Replicated ? replicated : split) += device.sum_squares(p.grad);
+  for (const Param& p : params)
+    (p.split == Split::Replicated ? replicated : split) += device.sum_squares(p.grad);
   if (comm.size() > 1) {
     Tensor s = Tensor::from_host(device, Shape{1}, {static_cast<float>(split)});
     CommLedger::Scope scope(comm.ledger(), "grad_norm");
@@ -24,7 +25,8 @@ float clip_factor(double grad_norm, float max_norm) {
   return static_cast<float>(max_norm / grad_norm);
 }
 
-AdamW::AdamW(Device& device, const ParamList& params, const AdamWParams& hp) : device_(device), hp_(hp) {
+AdamW::AdamW(Device& device, const ParamList& params, const AdamWParams& hp)
+    : device_(device), hp_(hp) {
   for (const Param& p : params) {
     m_.push_back(Tensor::zeros(device, p.value.shape()));
     v_.push_back(Tensor::zeros(device, p.value.shape()));
@@ -32,7 +34,8 @@ AdamW::AdamW(Device& device, const ParamList& params, const AdamWParams& hp) : d
 }
 
 void AdamW::step(const ParamList& params, float lr, float grad_scale) {
-  TP_CHECK(params.size() == m_.size(), "AdamW::step: ", params.size(), " parameters, state for ", m_.size());
+  TP_CHECK(params.size() == m_.size(), "AdamW::step: ", params.size(), " parameters, state for ",
+           m_.size());
   ++steps_;
   for (size_t i = 0; i < params.size(); ++i) {
     AdamWParams h = hp_;

@@ -51,15 +51,20 @@ std::vector<std::string> audit_replicated_gradients(Communicator& comm, const Gp
     // Partial gradients differ between ranks; an averaged one is the same on every rank (and its
     // sum over ranks is the reference too, so `same` tells the two apart).
     if (t > 1 && !same && rel_error(sum, want) <= rtol)
-      verdict = "the sum over ranks equals the reference: a missing all-reduce (each rank kept its partial gradient)";
+      verdict =
+          "the sum over ranks equals the reference: a missing all-reduce (each rank kept its "
+          "partial gradient)";
     else if (t > 1 && same && rel_error(mine.front(), scaled(want, 1.0 / t)) <= rtol)
       verdict = "equals reference / t: averaged instead of summed";
     else if (t > 1 && same && rel_error(mine.front(), scaled(want, t)) <= rtol)
       verdict = "equals t × reference: summed once too often";
     else if (!same)
-      verdict = std::string("differs between ranks, and from the reference (relative error ") + err + ")";
+      verdict =
+          std::string("differs between ranks, and from the reference (relative error ") + err + ")";
     else
-      verdict = std::string("identical on every rank but differs from the reference (relative error ") + err + ")";
+      verdict =
+          std::string("identical on every rank but differs from the reference (relative error ") +
+          err + ")";
     problems.push_back(p.name + ": " + verdict);
   }
   return problems;

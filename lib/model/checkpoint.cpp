@@ -32,7 +32,8 @@ std::string shape_str(const std::vector<int64_t>& s) {
 
 // Global tensors assembled from params; `which(i)` picks the tensor of param i (value, m, v, grad).
 template <typename Which>
-std::map<std::string, std::vector<float>> assemble(Communicator& comm, const ParamList& params, Which which) {
+std::map<std::string, std::vector<float>> assemble(Communicator& comm, const ParamList& params,
+                                                   Which which) {
   std::map<std::string, std::vector<float>> out;
   for (size_t i = 0; i < params.size(); ++i) {
     const Param& p = params[i];
@@ -42,7 +43,8 @@ std::map<std::string, std::vector<float>> assemble(Communicator& comm, const Par
     const int64_t cols = shape.back(), rows = stored_rows(p);  // padding rows are not stored
     dst.resize(static_cast<size_t>(rows * cols));
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < p.cols(); ++c) dst[r * cols + p.ckpt_col0 + c] = global[r * p.cols() + c];
+      for (int64_t c = 0; c < p.cols(); ++c)
+        dst[r * cols + p.ckpt_col0 + c] = global[r * p.cols() + c];
   }
   return out;
 }
@@ -69,7 +71,8 @@ void add_config(safetensors::Writer& w, const GptConfig& c) {
 
 // Everything about the file that does not fit the model, each as one phrase: missing tensors,
 // tensors of the wrong shape (naming both shapes), and recorded configuration values that differ.
-std::vector<std::string> mismatches(const safetensors::File& f, const GptConfig& c, const ParamList& params) {
+std::vector<std::string> mismatches(const safetensors::File& f, const GptConfig& c,
+                                    const ParamList& params) {
   std::vector<std::string> out;
   std::map<std::string, bool> seen;
   for (const Param& p : params) {
@@ -83,41 +86,51 @@ std::vector<std::string> mismatches(const safetensors::File& f, const GptConfig&
     const auto& have = f.info(name).shape;
     const auto want = stored_shape(p);
     if (have == want) continue;
-    std::string msg = "tensor " + name + " has shape " + shape_str(have) + " but this model needs " + shape_str(want);
+    std::string msg = "tensor " + name + " has shape " + shape_str(have) +
+                      " but this model needs " + shape_str(want);
     if (name == "transformer.wpe.weight" && have.size() == 2 && have[0] < want[0])
-      msg += " (--seq=" + std::to_string(want[0]) + " is larger than the position table of " + std::to_string(have[0]) + ")";
+      msg += " (--seq=" + std::to_string(want[0]) + " is larger than the position table of " +
+             std::to_string(have[0]) + ")";
     out.push_back(msg);
   }
-  const std::pair<const char*, std::string> config[] = {
-      {"layers", std::to_string(c.layers)}, {"hidden", std::to_string(c.hidden)},
-      {"heads", std::to_string(c.heads)},   {"kv_heads", std::to_string(c.kv())},
-      {"ffn", std::to_string(c.inner())},   {"vocab", std::to_string(c.vocab)},
-      {"seq", std::to_string(c.seq)},       {"act", c.act},
-      {"norm", c.norm},                     {"tied", c.tied ? "true" : "false"}};
+  const std::pair<const char*, std::string> config[] = {{"layers", std::to_string(c.layers)},
+                                                        {"hidden", std::to_string(c.hidden)},
+                                                        {"heads", std::to_string(c.heads)},
+                                                        {"kv_heads", std::to_string(c.kv())},
+                                                        {"ffn", std::to_string(c.inner())},
+                                                        {"vocab", std::to_string(c.vocab)},
+                                                        {"seq", std::to_string(c.seq)},
+                                                        {"act", c.act},
+                                                        {"norm", c.norm},
+                                                        {"tied", c.tied ? "true" : "false"}};
   for (const auto& [key, value] : config)
     if (f.has_metadata(key) && f.metadata(key) != value)
-      out.push_back(std::string("it was saved with ") + key + "=" + f.metadata(key) + ", this run has " + value);
+      out.push_back(std::string("it was saved with ") + key + "=" + f.metadata(key) +
+                    ", this run has " + value);
   return out;
 }
 
 // Reads stored tensor `name` for `p`, checks its shape and returns this rank's shard.
-std::vector<float> read_shard(const safetensors::File& f, const std::string& name, const Param& p, int t) {
+std::vector<float> read_shard(const safetensors::File& f, const std::string& name, const Param& p,
+                              int t) {
   TP_CHECK_INPUT(f.has(name), "checkpoint ", f.path(), " has no tensor ", name);
   const auto want = stored_shape(p);
-  TP_CHECK_INPUT(f.info(name).shape == want, "checkpoint ", f.path(), ": tensor ", name, " has shape ",
-                 shape_str(f.info(name).shape), " but this model needs ", shape_str(want));
+  TP_CHECK_INPUT(f.info(name).shape == want, "checkpoint ", f.path(), ": tensor ", name,
+                 " has shape ", shape_str(f.info(name).shape), " but this model needs ",
+                 shape_str(want));
   const std::vector<float> stored = f.read_f32(name);
   std::vector<float> global(static_cast<size_t>(p.rows() * p.cols()), 0.0f);  // padding rows: 0
   const int64_t cols = want.back();
   for (int64_t r = 0; r < stored_rows(p); ++r)
-    for (int64_t c = 0; c < p.cols(); ++c) global[r * p.cols() + c] = stored[r * cols + p.ckpt_col0 + c];
+    for (int64_t c = 0; c < p.cols(); ++c)
+      global[r * p.cols() + c] = stored[r * cols + p.ckpt_col0 + c];
   return shard_of(p, global, t);
 }
 
 }  // namespace
 
-void save_checkpoint(const std::string& path, Communicator& comm, const Gpt& model, const AdamW& opt,
-                     int64_t step) {
+void save_checkpoint(const std::string& path, Communicator& comm, const Gpt& model,
+                     const AdamW& opt, int64_t step) {
   const ParamList& params = model.params();
   CommLedger::Scope scope(comm.ledger(), "checkpoint");
   const auto values = assemble(comm, params, [&](size_t i) { return params[i].value; });
@@ -137,7 +150,8 @@ void save_checkpoint(const std::string& path, Communicator& comm, const Gpt& mod
   comm.barrier();  // nobody reads the file before it is complete
 }
 
-LoadedCheckpoint load_checkpoint(const std::string& path, Communicator& comm, Gpt& model, AdamW& opt) {
+LoadedCheckpoint load_checkpoint(const std::string& path, Communicator& comm, Gpt& model,
+                                 AdamW& opt) {
   const safetensors::File f = safetensors::File::open(path);
   const GptConfig& cfg = model.config();
   ParamList& params = model.params();
@@ -156,8 +170,9 @@ LoadedCheckpoint load_checkpoint(const std::string& path, Communicator& comm, Gp
   }
   if (cfg.tied && f.has("lm_head.weight")) {
     // A tied model has no head of its own; a file that stores one must store wte again.
-    TP_CHECK_INPUT(f.read_f32("lm_head.weight") == f.read_f32("transformer.wte.weight"), "checkpoint ",
-                   path, " has an lm_head.weight that differs from transformer.wte.weight, but this "
+    TP_CHECK_INPUT(f.read_f32("lm_head.weight") == f.read_f32("transformer.wte.weight"),
+                   "checkpoint ", path,
+                   " has an lm_head.weight that differs from transformer.wte.weight, but this "
                    "model ties them; load it untied or drop lm_head.weight");
   }
   LoadedCheckpoint out;
@@ -166,7 +181,8 @@ LoadedCheckpoint load_checkpoint(const std::string& path, Communicator& comm, Gp
     for (size_t i = 0; i < params.size(); ++i) {
       Tensor m = opt.exp_avg()[i], v = opt.exp_avg_sq()[i];
       m.copy_from_host(read_shard(f, "optimizer.exp_avg." + stored_name(params[i]), params[i], t));
-      v.copy_from_host(read_shard(f, "optimizer.exp_avg_sq." + stored_name(params[i]), params[i], t));
+      v.copy_from_host(
+          read_shard(f, "optimizer.exp_avg_sq." + stored_name(params[i]), params[i], t));
     }
   }
   auto number = [&](const char* key) {
@@ -182,8 +198,8 @@ LoadedCheckpoint load_checkpoint(const std::string& path, Communicator& comm, Gp
   return out;
 }
 
-void dump_gradients(const std::string& path, Communicator& comm, const Gpt& model, const Batch& batch,
-                    float loss) {
+void dump_gradients(const std::string& path, Communicator& comm, const Gpt& model,
+                    const Batch& batch, float loss) {
   const ParamList& params = model.params();
   CommLedger::Scope scope(comm.ledger(), "dump_gradients");
   const auto grads = assemble(comm, params, [&](size_t i) { return params[i].grad; });

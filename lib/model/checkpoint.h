@@ -32,8 +32,8 @@
 namespace tp {
 
 /// Writes `path` (collective: every rank must call it). `step` = training steps done.
-void save_checkpoint(const std::string& path, Communicator& comm, const Gpt& model, const AdamW& opt,
-                     int64_t step);
+void save_checkpoint(const std::string& path, Communicator& comm, const Gpt& model,
+                     const AdamW& opt, int64_t step);
 
 /// What load_checkpoint found.
 struct LoadedCheckpoint {
@@ -42,11 +42,12 @@ struct LoadedCheckpoint {
 };
 
 /// Loads `path` into `model` (and `opt`, when the file holds optimizer state).
-LoadedCheckpoint load_checkpoint(const std::string& path, Communicator& comm, Gpt& model, AdamW& opt);
+LoadedCheckpoint load_checkpoint(const std::string& path, Communicator& comm, Gpt& model,
+                                 AdamW& opt);
 
 /// Writes every global gradient (names prefixed "grad."), the batch ("batch.input_ids",
 /// "batch.labels": int32 (B, S)) and the loss ("loss": f32 (1)) to `path` (collective).
-void dump_gradients(const std::string& path, Communicator& comm, const Gpt& model, const Batch& batch,
-                    float loss);
+void dump_gradients(const std::string& path, Communicator& comm, const Gpt& model,
+                    const Batch& batch, float loss);
 
 }  // namespace tp

@@ -25,43 +25,49 @@ std::vector<std::string> GptConfig::problems(int t) const {
   need(heads >= 1, "--heads=" + std::to_string(heads) + " must be at least 1");
   need(vocab >= 4, "--vocab=" + std::to_string(vocab) + " must be at least 4");
   need(seq >= 1, "--seq=" + std::to_string(seq) + " must be at least 1");
-  need(kv_heads >= 0, "--kv-heads=" + std::to_string(kv_heads) + " must be 0 (= heads) or positive");
+  need(kv_heads >= 0,
+       "--kv-heads=" + std::to_string(kv_heads) + " must be 0 (= heads) or positive");
   need(ffn >= 0, "--ffn=" + std::to_string(ffn) + " must be 0 (= 4·hidden) or positive");
   need(act == "gelu" || act == "swiglu", "--act=" + act + ": expected gelu or swiglu");
-  need(norm == "layernorm" || norm == "rmsnorm", "--norm=" + norm + ": expected layernorm or rmsnorm");
+  need(norm == "layernorm" || norm == "rmsnorm",
+       "--norm=" + norm + ": expected layernorm or rmsnorm");
   need(dropout >= 0.0f && dropout < 1.0f, "--dropout must be in [0, 1)");
-  need(pad_vocab_multiple >= 1, "--pad-vocab-multiple=" + std::to_string(pad_vocab_multiple) + " must be at least 1");
+  need(pad_vocab_multiple >= 1,
+       "--pad-vocab-multiple=" + std::to_string(pad_vocab_multiple) + " must be at least 1");
   if (!p.empty() || t < 1) return p;
   const std::string ts = std::to_string(t);
   need(hidden % heads == 0, "hidden=" + std::to_string(hidden) + " is not divisible by heads=" +
                                 std::to_string(heads) + "; choose heads in " + divisors(hidden));
   need(heads % t == 0, "heads=" + std::to_string(heads) + " is not divisible by t=" + ts +
-                           " (the number of ranks): each rank owns whole heads; run with t in " + divisors(heads));
+                           " (the number of ranks): each rank owns whole heads; run with t in " +
+                           divisors(heads));
   need(heads % kv() == 0, "heads=" + std::to_string(heads) + " is not divisible by kv_heads=" +
                               std::to_string(kv()) + "; choose kv_heads in " + divisors(heads));
   need(kv() % t == 0, "kv_heads=" + std::to_string(kv()) + " is not divisible by t=" + ts +
                           "; run with t in " + divisors(kv()) + " or raise --kv-heads");
   need(inner() % t == 0, "ffn=" + std::to_string(inner()) + " is not divisible by t=" + ts +
                              "; run with t in " + divisors(inner()) + " or change --ffn");
-  need(!sp || seq % t == 0, "seq=" + std::to_string(seq) + " is not divisible by t=" + ts +
-                                ": sequence parallelism gives each rank seq/t tokens; run with t in " +
-                                divisors(seq) + " or change --seq");
+  need(!sp || seq % t == 0,
+       "seq=" + std::to_string(seq) + " is not divisible by t=" + ts +
+           ": sequence parallelism gives each rank seq/t tokens; run with t in " + divisors(seq) +
+           " or change --seq");
   return p;
 }
 
 void GptConfig::validate(int t) const {
   const auto p = problems(t);
   if (p.empty()) return;
-  std::string all = p.size() == 1 ? "" : std::to_string(p.size()) + " problems with the model configuration: ";
+  std::string all =
+      p.size() == 1 ? "" : std::to_string(p.size()) + " problems with the model configuration: ";
   for (size_t i = 0; i < p.size(); ++i) all += (i ? "; " : "") + p[i];
   TP_CHECK_INPUT(false, all);
 }
 
 std::string GptConfig::str() const {
   std::ostringstream os;
-  os << "L=" << layers << " h=" << hidden << " nh=" << heads << " nkv=" << kv() << " ffn=" << inner()
-     << " V=" << vocab << " S=" << seq << " " << act << " " << norm << " dropout=" << dropout
-     << (tied ? " tied" : " untied") << (sp ? " sp" : "");
+  os << "L=" << layers << " h=" << hidden << " nh=" << heads << " nkv=" << kv()
+     << " ffn=" << inner() << " V=" << vocab << " S=" << seq << " " << act << " " << norm
+     << " dropout=" << dropout << (tied ? " tied" : " untied") << (sp ? " sp" : "");
   return os.str();
 }
 

@@ -22,11 +22,11 @@ struct GptConfig {
   int64_t seq = 64;          ///< S, the length of the position table (and the longest sequence)
   std::string act = "gelu";  ///< "gelu" (tanh approximation) or "swiglu"
   std::string norm = "layernorm";  ///< "layernorm" or "rmsnorm"
-  float dropout = 0.0f;      ///< p for the embedding and both residual branches
-  bool tied = true;          ///< LM head tied to wte
-  float init_std = 0.02f;    ///< N(0, init_std) for weights; output projections use init_std/√(2L)
-  float eps = 1e-5f;         ///< norm epsilon
-  bool sp = false;           ///< sequence parallelism between the TP regions (--sp)
+  float dropout = 0.0f;            ///< p for the embedding and both residual branches
+  bool tied = true;                ///< LM head tied to wte
+  float init_std = 0.02f;  ///< N(0, init_std) for weights; output projections use init_std/√(2L)
+  float eps = 1e-5f;       ///< norm epsilon
+  bool sp = false;         ///< sequence parallelism between the TP regions (--sp)
   int64_t pad_vocab_multiple = 1;  ///< V is padded up to a multiple of pad_vocab_multiple · t
 
   int64_t kv() const { return kv_heads > 0 ? kv_heads : heads; }

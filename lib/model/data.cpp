@@ -36,7 +36,8 @@ MarkovSource::MarkovSource(int64_t vocab, uint64_t seed) : vocab_(vocab), seed_(
   for (int64_t i = 0; i < vocab; ++i) {
     auto& succ = next_[static_cast<size_t>(i)];
     for (int64_t draw = 0; succ.size() < 4; ++draw) {
-      const auto cand = static_cast<int32_t>(std::min<double>(vocab - 1, std::floor(uniform(key, i * 1024 + draw) * vocab)));
+      const auto cand = static_cast<int32_t>(
+          std::min<double>(vocab - 1, std::floor(uniform(key, i * 1024 + draw) * vocab)));
       bool fresh = true;
       for (int32_t s : succ) fresh = fresh && s != cand;
       if (fresh) succ.push_back(cand);
@@ -49,7 +50,8 @@ Batch MarkovSource::batch(int64_t step, int64_t batch, int64_t seq) const {
   const RngKey key = RngKey::from(seed_, "markov.sample");
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t base = (step * batch + b) * (seq + 1);
-    auto token = static_cast<int32_t>(std::min<double>(vocab_ - 1, std::floor(uniform(key, base) * vocab_)));
+    auto token =
+        static_cast<int32_t>(std::min<double>(vocab_ - 1, std::floor(uniform(key, base) * vocab_)));
     for (int64_t s = 0; s < seq; ++s) {
       const double u = uniform(key, base + s + 1);
       int j = 0;  // the successor whose cumulative probability first exceeds u
@@ -72,18 +74,21 @@ double MarkovSource::loss_floor() const {
 
 std::string MarkovSource::describe() const {
   std::ostringstream os;
-  os << "synthetic Markov chain over " << vocab_ << " tokens, 4 successors each (p = 1/2, 1/4, 1/8, 1/8); "
+  os << "synthetic Markov chain over " << vocab_
+     << " tokens, 4 successors each (p = 1/2, 1/4, 1/8, 1/8); "
      << "loss floor " << loss_floor() << " nats";
   return os.str();
 }
 
-TextSource::TextSource(const std::string& path, int64_t seq, uint64_t seed) : path_(path), seed_(seed) {
+TextSource::TextSource(const std::string& path, int64_t seq, uint64_t seed)
+    : path_(path), seed_(seed) {
   std::ifstream in(path, std::ios::binary);
   TP_CHECK_INPUT(in.good(), "cannot open data file ", path, "; give --data an existing text file");
   bytes_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   TP_CHECK_INPUT(!bytes_.empty(), "data file ", path, " is empty");
-  TP_CHECK_INPUT(static_cast<int64_t>(bytes_.size()) >= seq + 1, "data file ", path, " has ", bytes_.size(),
-                 " bytes; one training sequence needs seq + 1 = ", seq + 1, " (use a longer file or a smaller --seq)");
+  TP_CHECK_INPUT(static_cast<int64_t>(bytes_.size()) >= seq + 1, "data file ", path, " has ",
+                 bytes_.size(), " bytes; one training sequence needs seq + 1 = ", seq + 1,
+                 " (use a longer file or a smaller --seq)");
 }
 
 Batch TextSource::batch(int64_t step, int64_t batch, int64_t seq) const {
@@ -91,7 +96,8 @@ Batch TextSource::batch(int64_t step, int64_t batch, int64_t seq) const {
   const RngKey key = RngKey::from(seed_, "text.offset");
   const int64_t starts = static_cast<int64_t>(bytes_.size()) - seq;  // valid start offsets
   for (int64_t b = 0; b < batch; ++b) {
-    const auto off = std::min<int64_t>(starts - 1, static_cast<int64_t>(uniform(key, step * batch + b) * starts));
+    const auto off = std::min<int64_t>(
+        starts - 1, static_cast<int64_t>(uniform(key, step * batch + b) * starts));
     for (int64_t s = 0; s < seq; ++s) {
       out.ids[static_cast<size_t>(s * batch + b)] = bytes_[static_cast<size_t>(off + s)];
       out.targets[static_cast<size_t>(s * batch + b)] = bytes_[static_cast<size_t>(off + s + 1)];

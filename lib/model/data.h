@@ -36,7 +36,9 @@ class MarkovSource : public TokenSource {
   std::string describe() const override;
   double loss_floor() const override;
   /// The successors of token `token`, in decreasing probability.
-  const std::vector<int32_t>& successors(int32_t token) const { return next_[static_cast<size_t>(token)]; }
+  const std::vector<int32_t>& successors(int32_t token) const {
+    return next_[static_cast<size_t>(token)];
+  }
 
  private:
   int64_t vocab_;

@@ -14,24 +14,30 @@ Tensor add(Device& device, const Tensor& a, const Tensor& b) {
   return y;
 }
 
-std::vector<float> as_float(const std::vector<int32_t>& v) { return std::vector<float>(v.begin(), v.end()); }
+std::vector<float> as_float(const std::vector<int32_t>& v) {
+  return std::vector<float>(v.begin(), v.end());
+}
 }  // namespace
 
 // ---- TransformerBlock ---------------------------------------------------------------------------
 
-TransformerBlock::TransformerBlock(Device& device, Communicator& comm, const GptConfig& cfg, int64_t layer)
+TransformerBlock::TransformerBlock(Device& device, Communicator& comm, const GptConfig& cfg,
+                                   int64_t layer)
     : device_(device),
       comm_(comm),
       sp_(cfg.sp),
       layer_(layer),
-      ln_1_(device, "transformer.h." + std::to_string(layer) + ".ln_1", cfg.hidden, cfg.norm, cfg.eps, cfg.sp),
-      ln_2_(device, "transformer.h." + std::to_string(layer) + ".ln_2", cfg.hidden, cfg.norm, cfg.eps, cfg.sp),
+      ln_1_(device, "transformer.h." + std::to_string(layer) + ".ln_1", cfg.hidden, cfg.norm,
+            cfg.eps, cfg.sp),
+      ln_2_(device, "transformer.h." + std::to_string(layer) + ".ln_2", cfg.hidden, cfg.norm,
+            cfg.eps, cfg.sp),
       attn_(device, comm, "transformer.h." + std::to_string(layer) + ".attn", cfg),
       mlp_(device, comm, "transformer.h." + std::to_string(layer) + ".mlp", cfg),
       drop_attn_(device, "h." + std::to_string(layer) + ".attn", cfg.dropout),
       drop_mlp_(device, "h." + std::to_string(layer) + ".mlp", cfg.dropout) {}
 
-Tensor TransformerBlock::forward(const Tensor& x, int64_t seq, int64_t batch, uint64_t seed, int64_t step) {
+Tensor TransformerBlock::forward(const Tensor& x, int64_t seq, int64_t batch, uint64_t seed,
+                                 int64_t step) {
   const int64_t row0 = sp_ ? comm_.rank() * x.rows() : 0;  // my first token row, for the masks
   Tensor a = drop_attn_.forward(attn_.forward(ln_1_.forward(x), seq, batch), seed, step, row0);
   Tensor x1 = add(device_, x, a);
@@ -67,8 +73,8 @@ Gpt::Gpt(Device& device, Communicator& comm, const GptConfig& cfg)
   cfg.validate(comm.size());
   const int t = comm.size();
   const int64_t h = cfg.hidden;
-  wte_ = std::make_unique<VocabParallelEmbedding>(device, comm, "transformer.wte", cfg.vocab, cfg.padded_vocab(t),
-                                                  h, cfg.sp);
+  wte_ = std::make_unique<VocabParallelEmbedding>(device, comm, "transformer.wte", cfg.vocab,
+                                                  cfg.padded_vocab(t), h, cfg.sp);
   wpe_ = Tensor::zeros(device, Shape{cfg.seq, h});
   dwpe_ = Tensor::zeros(device, Shape{cfg.seq, h});
   for (int64_t l = 0; l < cfg.layers; ++l) {
@@ -117,13 +123,17 @@ float Gpt::forward(const Batch& b, uint64_t seed, int64_t step) {
   const int t = comm_.size();
   TP_CHECK_INPUT(b.seq >= 1 && b.seq <= cfg_.seq, "a batch of sequence length ", b.seq,
                  " does not fit the position table of ", cfg_.seq, " (--seq)");
-  TP_CHECK_INPUT(!cfg_.sp || b.seq % t == 0, "sequence parallelism needs the sequence length ", b.seq,
-                 " to be divisible by t=", t);
+  TP_CHECK_INPUT(!cfg_.sp || b.seq % t == 0, "sequence parallelism needs the sequence length ",
+                 b.seq, " to be divisible by t=", t);
   const int64_t n = b.seq * b.batch;
   TP_CHECK(static_cast<int64_t>(b.ids.size()) == n && static_cast<int64_t>(b.targets.size()) == n,
            "batch holds ", b.ids.size(), " ids for ", b.seq, "x", b.batch);
-  for (int32_t id : b.ids) TP_CHECK_INPUT(id >= 0 && id < cfg_.vocab, "token id ", id, " outside the vocabulary of ", cfg_.vocab);
-  for (int32_t id : b.targets) TP_CHECK_INPUT(id >= 0 && id < cfg_.vocab, "target id ", id, " outside the vocabulary of ", cfg_.vocab);
+  for (int32_t id : b.ids)
+    TP_CHECK_INPUT(id >= 0 && id < cfg_.vocab, "token id ", id, " outside the vocabulary of ",
+                   cfg_.vocab);
+  for (int32_t id : b.targets)
+    TP_CHECK_INPUT(id >= 0 && id < cfg_.vocab, "target id ", id, " outside the vocabulary of ",
+                   cfg_.vocab);
   memory_.clear();
   batch_ = b.batch;
 
@@ -142,12 +152,14 @@ float Gpt::forward(const Batch& b, uint64_t seed, int64_t step) {
   const Tensor& xf = saved_.keep(xf_, cfg_.sp ? gather_from_sp_region_forward(comm_, xf_local)
                                               : copy_to_tp_region_forward(comm_, xf_local));
   const Tensor& head = cfg_.tied ? wte_->weight : lm_head_;
-  Tensor logits = saved_.keep(dlogits_, Tensor(device_, Shape{n, wte_->local_rows()}));  // (N, V'/t)
+  Tensor logits =
+      saved_.keep(dlogits_, Tensor(device_, Shape{n, wte_->local_rows()}));  // (N, V'/t)
   device_.gemm(false, true, 1.0f, xf, head, 0.0f, logits);
 
   // 4. Cross-entropy over the vocabulary split: three all-reduces of one number per token.
   const Tensor targets = Tensor::from_host(device_, Shape{n}, as_float(b.targets));
-  const CrossEntropyStats ce = vocab_parallel_cross_entropy_forward(device_, comm_, logits, targets, wte_->shard());
+  const CrossEntropyStats ce =
+      vocab_parallel_cross_entropy_forward(device_, comm_, logits, targets, wte_->shard());
   // In place: my logits become dloss/dlogits = (softmax − onehot) / N on my columns.
   vocab_parallel_cross_entropy_backward(device_, logits, logits, targets, ce, wte_->shard(),
                                         1.0f / static_cast<float>(n));
@@ -162,10 +174,10 @@ void Gpt::backward() {
   const Tensor& head = cfg_.tied ? wte_->weight : lm_head_;
   Tensor& dhead = cfg_.tied ? wte_->dweight : dlm_head_;
   Tensor dxf(device_, xf.shape());
-  device_.gemm(false, false, 1.0f, dlogits, head, 0.0f, dxf);    // my vocabulary's part of dxf
-  device_.gemm(true, false, 1.0f, dlogits, xf, 1.0f, dhead);     // dhead += dlogitsᵀ xf: (V'/t, h)
-  Tensor dx = cfg_.sp ? gather_from_sp_region_backward(comm_, dxf)   // Σ over ranks, my tokens
-                      : copy_to_tp_region_backward(comm_, dxf);      // Σ over ranks
+  device_.gemm(false, false, 1.0f, dlogits, head, 0.0f, dxf);  // my vocabulary's part of dxf
+  device_.gemm(true, false, 1.0f, dlogits, xf, 1.0f, dhead);   // dhead += dlogitsᵀ xf: (V'/t, h)
+  Tensor dx = cfg_.sp ? gather_from_sp_region_backward(comm_, dxf)  // Σ over ranks, my tokens
+                      : copy_to_tp_region_backward(comm_, dxf);     // Σ over ranks
   dx = ln_f_->backward(dx);
   for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) dx = (*it)->backward(dx);
   dx = drop_embd_.backward(dx);

@@ -91,7 +91,7 @@ class Gpt {
   Communicator& comm_;
   GptConfig cfg_;
   std::unique_ptr<VocabParallelEmbedding> wte_;  // (V'/t, h) vocabulary shard
-  Tensor wpe_, dwpe_, lm_head_, dlm_head_;        // lm_head_: (V'/t, h), untied head only
+  Tensor wpe_, dwpe_, lm_head_, dlm_head_;       // lm_head_: (V'/t, h), untied head only
   std::vector<std::unique_ptr<TransformerBlock>> blocks_;
   std::unique_ptr<Norm> ln_f_;
   Dropout drop_embd_;
@@ -99,7 +99,7 @@ class Gpt {
   MemoryLedger memory_;
   // saved for backward (the ids are kept by wte_)
   ActivationStash saved_;
-  SavedTensor xf_{"lm_head.input"};        // ln_f's output, all tokens: (N, h)
+  SavedTensor xf_{"lm_head.input"};         // ln_f's output, all tokens: (N, h)
   SavedTensor dlogits_{"lm_head.dlogits"};  // the loss gradient on my logits: (N, V'/t)
   int64_t batch_ = 0, row0_ = 0;
 };

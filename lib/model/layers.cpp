@@ -46,8 +46,10 @@ Tensor Norm::forward(const Tensor& x) {
 
 Tensor Norm::backward(const Tensor& dy) {
   Tensor dx(device_, dy.shape());
-  if (rms_) device_.rmsnorm_backward(dx, dweight, dy, x_.get(), weight, rstd_.get());
-  else device_.layernorm_backward(dx, dweight, dbias, dy, x_.get(), weight, mean_.get(), rstd_.get());
+  if (rms_)
+    device_.rmsnorm_backward(dx, dweight, dy, x_.get(), weight, rstd_.get());
+  else
+    device_.layernorm_backward(dx, dweight, dbias, dy, x_.get(), weight, mean_.get(), rstd_.get());
   return dx;
 }
 
@@ -94,13 +96,15 @@ Tensor Dropout::backward(const Tensor& dy) {
 
 // ---- ParallelMLP --------------------------------------------------------------------------------
 
-ParallelMLP::ParallelMLP(Device& device, Communicator& comm, const std::string& prefix, const GptConfig& cfg)
+ParallelMLP::ParallelMLP(Device& device, Communicator& comm, const std::string& prefix,
+                         const GptConfig& cfg)
     : device_(device),
       comm_(comm),
       swiglu_(cfg.act == "swiglu"),
       sp_(cfg.sp),
       fc1_(device, comm, prefix + ".c_fc", cfg.hidden, cfg.inner(), true, false),
-      gate_(device, comm, prefix + ".c_gate", cfg.hidden, swiglu_ ? cfg.inner() : comm.size(), swiglu_, false),
+      gate_(device, comm, prefix + ".c_gate", cfg.hidden, swiglu_ ? cfg.inner() : comm.size(),
+            swiglu_, false),
       fc2_(device, comm, prefix + ".c_proj", cfg.inner(), cfg.hidden, true, true, cfg.sp),
       x_local_(fc1_.name() + ".input_shard"),
       up_(fc1_.name() + ".output"),
@@ -117,19 +121,20 @@ Tensor ParallelMLP::forward(const Tensor& x_in) {
   // SP: all-gather my s/t tokens into the whole sequence; keep only the shard.
   const Tensor x = sp_ ? gather_from_sp_region_forward(comm_, x_in) : x_in;
   if (sp_) saved_.keep(x_local_, x_in);
-  const Tensor& up = saved_.keep(up_, fc1_.forward(x, !sp_));  // X U_r: (N, ffn/t), no communication
+  const Tensor& up =
+      saved_.keep(up_, fc1_.forward(x, !sp_));  // X U_r: (N, ffn/t), no communication
   Tensor act(device_, up.shape());
   if (swiglu_) {
     const Tensor& gate = saved_.keep(gate_out_, gate_.forward(x, !sp_));  // X G_r
-    device_.swiglu_forward(act, gate, up);         // silu(X G_r) ⊙ X U_r, local
+    device_.swiglu_forward(act, gate, up);  // silu(X G_r) ⊙ X U_r, local
   } else {
-    device_.gelu_forward(act, up);                 // GeLU(X U_r), local: elementwise
+    device_.gelu_forward(act, up);  // GeLU(X U_r), local: elementwise
   }
-  return fc2_.forward(act);                        // Σ_r act_r B_r: g's all-reduce (SP: reduce-scatter)
+  return fc2_.forward(act);  // Σ_r act_r B_r: g's all-reduce (SP: reduce-scatter)
 }
 
 Tensor ParallelMLP::backward(const Tensor& dy) {
-  Tensor dact = fc2_.backward(dy);                 // local (g backward is the identity; SP: all-gather dY)
+  Tensor dact = fc2_.backward(dy);  // local (g backward is the identity; SP: all-gather dY)
   const Tensor& up = up_.get();
   Tensor dup(device_, up.shape());
   Tensor dgate;
@@ -142,9 +147,10 @@ Tensor ParallelMLP::backward(const Tensor& dy) {
   // SP: the whole-sequence input again, for the weight gradients (recomputed, not kept).
   const Tensor x = sp_ ? gather_from_sp_region_forward(comm_, x_local_.get()) : Tensor();
   Tensor dx = sp_ ? fc1_.backward_partial(dup, x) : fc1_.backward_partial(dup);
-  if (swiglu_) device_.axpy(1.0f, sp_ ? gate_.backward_partial(dgate, x) : gate_.backward_partial(dgate), dx);
-  return sp_ ? gather_from_sp_region_backward(comm_, dx)   // reduce-scatter to my tokens
-             : copy_to_tp_region_backward(comm_, dx);      // f backward: one all-reduce
+  if (swiglu_)
+    device_.axpy(1.0f, sp_ ? gate_.backward_partial(dgate, x) : gate_.backward_partial(dgate), dx);
+  return sp_ ? gather_from_sp_region_backward(comm_, dx)  // reduce-scatter to my tokens
+             : copy_to_tp_region_backward(comm_, dx);     // f backward: one all-reduce
 }
 
 void ParallelMLP::collect_params(ParamList& out, float std, float proj_std) const {
@@ -168,7 +174,8 @@ ParallelAttention::ParallelAttention(Device& device, Communicator& comm, const s
       q_(device, comm, prefix + ".q", cfg.hidden, cfg.heads * cfg.head_dim(), true, false),
       k_(device, comm, prefix + ".k", cfg.hidden, cfg.kv() * cfg.head_dim(), true, false),
       v_(device, comm, prefix + ".v", cfg.hidden, cfg.kv() * cfg.head_dim(), true, false),
-      proj_(device, comm, prefix + ".c_proj", cfg.heads * cfg.head_dim(), cfg.hidden, true, true, cfg.sp),
+      proj_(device, comm, prefix + ".c_proj", cfg.heads * cfg.head_dim(), cfg.hidden, true, true,
+            cfg.sp),
       x_local_(prefix + ".input_shard"),
       q_out_(prefix + ".q"),
       k_out_(prefix + ".k"),
@@ -177,8 +184,9 @@ ParallelAttention::ParallelAttention(Device& device, Communicator& comm, const s
 
 void ParallelAttention::observe(MemoryLedger* ledger, int64_t layer) {
   saved_.attach(ledger, layer);
-  for (ParallelLinearBase* l : {static_cast<ParallelLinearBase*>(&q_), static_cast<ParallelLinearBase*>(&k_),
-                                static_cast<ParallelLinearBase*>(&v_), static_cast<ParallelLinearBase*>(&proj_)})
+  for (ParallelLinearBase* l :
+       {static_cast<ParallelLinearBase*>(&q_), static_cast<ParallelLinearBase*>(&k_),
+        static_cast<ParallelLinearBase*>(&v_), static_cast<ParallelLinearBase*>(&proj_)})
     l->observe(ledger, layer);
 }
 
@@ -187,10 +195,13 @@ Tensor ParallelAttention::forward(const Tensor& x_in, int64_t seq, int64_t batch
   const Tensor x = sp_ ? gather_from_sp_region_forward(comm_, x_in) : x_in;
   if (sp_) saved_.keep(x_local_, x_in);
   const int t = comm_.size();
-  shape_ = AttentionShape{seq, batch, heads_ / t, kv_heads_ / t, head_dim_,
-                          1.0f / std::sqrt(static_cast<float>(head_dim_))};
-  const Tensor& q = saved_.keep(q_out_, q_.forward(x, !sp_));  // this rank's query heads: (N, nh/t · hd)
-  const Tensor& k = saved_.keep(k_out_, k_.forward(x, !sp_));  // its key/value heads: (N, nkv/t · hd)
+  shape_ =
+      AttentionShape{seq,           batch,     heads_ / t,
+                     kv_heads_ / t, head_dim_, 1.0f / std::sqrt(static_cast<float>(head_dim_))};
+  const Tensor& q =
+      saved_.keep(q_out_, q_.forward(x, !sp_));  // this rank's query heads: (N, nh/t · hd)
+  const Tensor& k =
+      saved_.keep(k_out_, k_.forward(x, !sp_));  // its key/value heads: (N, nkv/t · hd)
   const Tensor& v = saved_.keep(v_out_, v_.forward(x, !sp_));
   Tensor ctx(device_, q.shape());
   Tensor probs(device_, Shape{batch, heads_ / t, seq, seq});

@@ -119,7 +119,8 @@ class ParallelMLP {
 class ParallelAttention {
  public:
   /// prefix: e.g. "transformer.h.0.attn".
-  ParallelAttention(Device& device, Communicator& comm, const std::string& prefix, const GptConfig& cfg);
+  ParallelAttention(Device& device, Communicator& comm, const std::string& prefix,
+                    const GptConfig& cfg);
   /// x: (S·B, h) → y: (S·B, h), both whole on every rank. Under SP: (S·B/t, h) → (S·B/t, h).
   Tensor forward(const Tensor& x, int64_t seq, int64_t batch);
   Tensor backward(const Tensor& dy);
@@ -136,9 +137,9 @@ class ParallelAttention {
   RowParallelLinear proj_;
   AttentionShape shape_;
   ActivationStash saved_;
-  SavedTensor x_local_;                    // SP only: the sequence shard of the input, (N/t, h)
-  SavedTensor q_out_, k_out_, v_out_;      // (N, nh/t · hd), (N, nkv/t · hd) twice
-  SavedTensor probs_;                      // (B, nh/t, S, S)
+  SavedTensor x_local_;                // SP only: the sequence shard of the input, (N/t, h)
+  SavedTensor q_out_, k_out_, v_out_;  // (N, nh/t · hd), (N, nkv/t · hd) twice
+  SavedTensor probs_;                  // (B, nh/t, S, S)
 };
 
 }  // namespace tp

@@ -7,16 +7,16 @@ int64_t block_activation_bytes(const GptConfig& c, int64_t seq, int64_t batch, i
   const int64_t stats = c.norm == "layernorm" ? 2 * n : n;
   const int64_t mask = c.dropout > 0.0f ? n * h : 0;
   const int64_t mlp_saved = (c.act == "swiglu" ? 3 : 2) * N * c.inner() / t;
-  const int64_t floats = (n * h + stats)                            // ln_1 input and statistics
-                         + n * h                                    // attention input
-                         + N * (c.heads + 2 * c.kv()) * hd / t      // q, k, v
-                         + batch * (c.heads / t) * seq * seq        // probabilities
-                         + N * c.heads * hd / t                     // attention output
-                         + mask                                     // dropout after attention
-                         + (n * h + stats)                          // ln_2 input and statistics
-                         + n * h                                    // MLP input
-                         + mlp_saved                                // up (+ gate), activation
-                         + mask;                                    // dropout after the MLP
+  const int64_t floats = (n * h + stats)                        // ln_1 input and statistics
+                         + n * h                                // attention input
+                         + N * (c.heads + 2 * c.kv()) * hd / t  // q, k, v
+                         + batch * (c.heads / t) * seq * seq    // probabilities
+                         + N * c.heads * hd / t                 // attention output
+                         + mask                                 // dropout after attention
+                         + (n * h + stats)                      // ln_2 input and statistics
+                         + n * h                                // MLP input
+                         + mlp_saved                            // up (+ gate), activation
+                         + mask;                                // dropout after the MLP
   return 4 * floats;
 }
 

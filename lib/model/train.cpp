@@ -2,9 +2,9 @@
 
 namespace tp {
 
-StepResult train_step(Communicator& comm, Device& device, Gpt& model, AdamW& opt, const Batch& batch,
-                      uint64_t seed, int64_t step, float lr, float max_grad_norm,
-                      const std::function<void(float loss)>& after_backward) {
+StepResult train_step(Communicator& comm, Device& device, Gpt& model, AdamW& opt,
+                      const Batch& batch, uint64_t seed, int64_t step, float lr,
+                      float max_grad_norm, const std::function<void(float loss)>& after_backward) {
   StepResult r;
   model.zero_grad();
   r.loss = model.forward(batch, seed, step);

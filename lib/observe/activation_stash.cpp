@@ -5,7 +5,8 @@
 namespace tp {
 
 const Tensor& SavedTensor::get() const {
-  TP_CHECK(value_.has_value(), name_, " was not kept by forward (backward before forward, or a variant",
+  TP_CHECK(value_.has_value(), name_,
+           " was not kept by forward (backward before forward, or a variant",
            " that does not keep it)");
   return *value_;
 }

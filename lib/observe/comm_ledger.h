@@ -22,14 +22,15 @@ namespace tp {
 
 /// One collective call as seen by this rank.
 struct CommRecord {
-  std::string op;        ///< "all_reduce", "all_reduce_max", "all_gather", "reduce_scatter", "broadcast", "send_recv"
-  int group_size = 1;    ///< t, the ranks in the communicator
-  int64_t elements = 0;  ///< N: elements of the logical buffer (see the table above)
-  int64_t bytes = 0;     ///< 4 N
-  double wire_bytes = 0; ///< bytes this rank sends under the ring model
-  bool async = false;    ///< issued through an *_async call
-  double seconds = 0;    ///< wall time of the call (for an async call: of issuing it, not of waiting)
-  std::string label;     ///< the scope(s) active when it was issued, joined by '/'
+  std::string
+      op;  ///< "all_reduce", "all_reduce_max", "all_gather", "reduce_scatter", "broadcast", "send_recv"
+  int group_size = 1;     ///< t, the ranks in the communicator
+  int64_t elements = 0;   ///< N: elements of the logical buffer (see the table above)
+  int64_t bytes = 0;      ///< 4 N
+  double wire_bytes = 0;  ///< bytes this rank sends under the ring model
+  bool async = false;     ///< issued through an *_async call
+  double seconds = 0;  ///< wall time of the call (for an async call: of issuing it, not of waiting)
+  std::string label;   ///< the scope(s) active when it was issued, joined by '/'
 };
 
 /// The ring-model bytes one rank sends for `op` on a buffer of `bytes` in a group of `t`.

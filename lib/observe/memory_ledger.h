@@ -14,8 +14,8 @@
 namespace tp {
 
 struct MemoryRecord {
-  std::string name;   ///< "h.0.attn.probs"
-  Shape shape;        ///< this rank's shape
+  std::string name;  ///< "h.0.attn.probs"
+  Shape shape;       ///< this rank's shape
   int64_t bytes = 0;
   int64_t layer = -1;  ///< block index; -1 outside the blocks (embedding, final norm, head)
 };
@@ -37,7 +37,8 @@ class MemoryLedger {
 
  private:
   std::vector<MemoryRecord> records_;
-  std::vector<Tensor> kept_;  // the saved tensors themselves, so no address is reused while recorded
+  std::vector<Tensor>
+      kept_;  // the saved tensors themselves, so no address is reused while recorded
 };
 
 }  // namespace tp

@@ -19,17 +19,21 @@ std::string num(double v) {
 std::string escape(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else out += c;
+    if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else if (c == '&')
+      out += "&amp;";
+    else
+      out += c;
   }
   return out;
 }
 }  // namespace
 
-std::string svg_line_plot(const std::string& title, const std::string& x_label, const std::string& y_label,
-                          const std::vector<PlotSeries>& series) {
+std::string svg_line_plot(const std::string& title, const std::string& x_label,
+                          const std::string& y_label, const std::vector<PlotSeries>& series) {
   const double W = 640, H = 400, left = 70, right = 20, top = 40, bottom = 50;
   double x0 = std::numeric_limits<double>::max(), x1 = -x0, y0 = x0, y1 = -x0;
   for (const auto& s : series)
@@ -48,32 +52,39 @@ std::string svg_line_plot(const std::string& title, const std::string& x_label, 
   auto px = [&](double x) { return left + (x - x0) / (x1 - x0) * (W - left - right); };
   auto py = [&](double y) { return H - bottom - (y - y0) / (y1 - y0) * (H - top - bottom); };
 
-  std::string s = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(W) + "\" height=\"" + num(H) +
-                  "\" font-family=\"sans-serif\" font-size=\"12\">\n";
+  std::string s = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(W) + "\" height=\"" +
+                  num(H) + "\" font-family=\"sans-serif\" font-size=\"12\">\n";
   s += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  s += "<text x=\"" + num(W / 2) + "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">" + escape(title) + "</text>\n";
-  s += "<rect x=\"" + num(left) + "\" y=\"" + num(top) + "\" width=\"" + num(W - left - right) + "\" height=\"" +
-       num(H - top - bottom) + "\" fill=\"none\" stroke=\"#444\"/>\n";
+  s += "<text x=\"" + num(W / 2) + "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">" +
+       escape(title) + "</text>\n";
+  s += "<rect x=\"" + num(left) + "\" y=\"" + num(top) + "\" width=\"" + num(W - left - right) +
+       "\" height=\"" + num(H - top - bottom) + "\" fill=\"none\" stroke=\"#444\"/>\n";
   for (int i = 0; i <= 4; ++i) {
     const double xv = x0 + (x1 - x0) * i / 4, yv = y0 + (y1 - y0) * i / 4;
-    s += "<text x=\"" + num(px(xv)) + "\" y=\"" + num(H - bottom + 18) + "\" text-anchor=\"middle\">" + num(xv) + "</text>\n";
-    s += "<text x=\"" + num(left - 6) + "\" y=\"" + num(py(yv) + 4) + "\" text-anchor=\"end\">" + num(yv) + "</text>\n";
-    s += "<line x1=\"" + num(left) + "\" x2=\"" + num(W - right) + "\" y1=\"" + num(py(yv)) + "\" y2=\"" + num(py(yv)) +
-         "\" stroke=\"#ddd\"/>\n";
+    s += "<text x=\"" + num(px(xv)) + "\" y=\"" + num(H - bottom + 18) +
+         "\" text-anchor=\"middle\">" + num(xv) + "</text>\n";
+    s += "<text x=\"" + num(left - 6) + "\" y=\"" + num(py(yv) + 4) + "\" text-anchor=\"end\">" +
+         num(yv) + "</text>\n";
+    s += "<line x1=\"" + num(left) + "\" x2=\"" + num(W - right) + "\" y1=\"" + num(py(yv)) +
+         "\" y2=\"" + num(py(yv)) + "\" stroke=\"#ddd\"/>\n";
   }
-  s += "<text x=\"" + num(W / 2) + "\" y=\"" + num(H - 10) + "\" text-anchor=\"middle\">" + escape(x_label) + "</text>\n";
-  s += "<text x=\"16\" y=\"" + num(H / 2) + "\" text-anchor=\"middle\" transform=\"rotate(-90 16 " + num(H / 2) + ")\">" +
-       escape(y_label) + "</text>\n";
+  s += "<text x=\"" + num(W / 2) + "\" y=\"" + num(H - 10) + "\" text-anchor=\"middle\">" +
+       escape(x_label) + "</text>\n";
+  s += "<text x=\"16\" y=\"" + num(H / 2) + "\" text-anchor=\"middle\" transform=\"rotate(-90 16 " +
+       num(H / 2) + ")\">" + escape(y_label) + "</text>\n";
   for (size_t k = 0; k < series.size(); ++k) {
     const auto& ser = series[k];
     std::string pts;
-    for (size_t i = 0; i < ser.x.size() && i < ser.y.size(); ++i) pts += num(px(ser.x[i])) + "," + num(py(ser.y[i])) + " ";
+    for (size_t i = 0; i < ser.x.size() && i < ser.y.size(); ++i)
+      pts += num(px(ser.x[i])) + "," + num(py(ser.y[i])) + " ";
     s += "<polyline fill=\"none\" stroke=\"" + ser.color + "\" stroke-width=\"2\"" +
          (ser.dashed ? " stroke-dasharray=\"6,4\"" : "") + " points=\"" + pts + "\"/>\n";
     const double ly = top + 16 + 18 * static_cast<double>(k);
-    s += "<line x1=\"" + num(W - right - 170) + "\" x2=\"" + num(W - right - 140) + "\" y1=\"" + num(ly) + "\" y2=\"" +
-         num(ly) + "\" stroke=\"" + ser.color + "\" stroke-width=\"2\"" + (ser.dashed ? " stroke-dasharray=\"6,4\"" : "") + "/>\n";
-    s += "<text x=\"" + num(W - right - 134) + "\" y=\"" + num(ly + 4) + "\">" + escape(ser.name) + "</text>\n";
+    s += "<line x1=\"" + num(W - right - 170) + "\" x2=\"" + num(W - right - 140) + "\" y1=\"" +
+         num(ly) + "\" y2=\"" + num(ly) + "\" stroke=\"" + ser.color + "\" stroke-width=\"2\"" +
+         (ser.dashed ? " stroke-dasharray=\"6,4\"" : "") + "/>\n";
+    s += "<text x=\"" + num(W - right - 134) + "\" y=\"" + num(ly + 4) + "\">" + escape(ser.name) +
+         "</text>\n";
   }
   return s + "</svg>\n";
 }

@@ -16,9 +16,14 @@ int64_t local_size(const std::string& layer, const char* dim, int64_t global, in
 // ---- ParallelLinearBase -------------------------------------------------------------------------
 
 ParallelLinearBase::ParallelLinearBase(Device& device, Communicator& comm, std::string name,
-                                       int64_t in, int64_t out, Shape weight_shard, Shape bias_shard,
-                                       bool with_bias)
-    : device_(device), comm_(comm), name_(std::move(name)), in_(in), out_(out), input_(name_ + ".input") {
+                                       int64_t in, int64_t out, Shape weight_shard,
+                                       Shape bias_shard, bool with_bias)
+    : device_(device),
+      comm_(comm),
+      name_(std::move(name)),
+      in_(in),
+      out_(out),
+      input_(name_ + ".input") {
   TP_CHECK_INPUT(in > 0 && out > 0, name_, ": in=", in, " and out=", out, " must be positive");
   weight = Tensor::zeros(device, weight_shard);
   dweight = Tensor::zeros(device, weight_shard);
@@ -33,8 +38,8 @@ void ParallelLinearBase::zero_grad() {
   if (has_bias()) device_.fill(dbias, 0.0f);
 }
 
-void ParallelLinearBase::collect(ParamList& out, Split weight_split, int64_t weight_offset, Split bias_split,
-                                 int64_t bias_offset, float weight_std) const {
+void ParallelLinearBase::collect(ParamList& out, Split weight_split, int64_t weight_offset,
+                                 Split bias_split, int64_t bias_offset, float weight_std) const {
   Param w;
   w.name = name_ + ".weight";
   w.shape = Shape{in_, out_};
@@ -58,7 +63,8 @@ void ParallelLinearBase::collect(ParamList& out, Split weight_split, int64_t wei
 }
 
 void ParallelLinearBase::init_shards(uint64_t seed, const Distribution& dist,
-                                     const GlobalIndex& weight_index, const GlobalIndex& bias_index) {
+                                     const GlobalIndex& weight_index,
+                                     const GlobalIndex& bias_index) {
   device_.fill_random(weight, RngKey::from(seed, name_ + ".weight"), weight_index, dist);
   if (has_bias()) device_.fill_random(bias, RngKey::from(seed, name_ + ".bias"), bias_index, dist);
 }
@@ -66,7 +72,8 @@ void ParallelLinearBase::init_shards(uint64_t seed, const Distribution& dist,
 // ---- ColumnParallelLinear -----------------------------------------------------------------------
 
 ColumnParallelLinear::ColumnParallelLinear(Device& device, Communicator& comm, std::string name,
-                                           int64_t in, int64_t out, bool with_bias, bool gather_output)
+                                           int64_t in, int64_t out, bool with_bias,
+                                           bool gather_output)
     : ParallelLinearBase(device, comm, name, in, out,
                          Shape{in, local_size(name, "out", out, comm.size())},
                          Shape{out / comm.size()}, with_bias),
@@ -79,8 +86,8 @@ void ColumnParallelLinear::init(uint64_t seed, const Distribution& dist) {
 }
 
 void ColumnParallelLinear::load_global(const std::vector<float>& w, const std::vector<float>& b) {
-  TP_CHECK(static_cast<int64_t>(w.size()) == in_ * out_, name_, ".load_global: weight has ", w.size(),
-           " values, expected ", in_, "x", out_);
+  TP_CHECK(static_cast<int64_t>(w.size()) == in_ * out_, name_, ".load_global: weight has ",
+           w.size(), " values, expected ", in_, "x", out_);
   weight.copy_from_host(host_block(w, out_, 0, in_, col0_, out_local_));
   if (has_bias()) {
     TP_CHECK(static_cast<int64_t>(b.size()) == out_, name_, ".load_global: bias has ", b.size(),
@@ -90,22 +97,26 @@ void ColumnParallelLinear::load_global(const std::vector<float>& w, const std::v
 }
 
 Tensor ColumnParallelLinear::forward(const Tensor& x_in, bool keep) {
-  TP_CHECK(x_in.cols() == in_, name_, ".forward: input ", x_in.shape().str(), " should end in in=", in_);
-  const Tensor x = copy_to_tp_region_forward(comm_, x_in);            // f: identity
-  if (keep) saved_.keep(input_, x);
-  else input_.reset();
+  TP_CHECK(x_in.cols() == in_, name_, ".forward: input ", x_in.shape().str(),
+           " should end in in=", in_);
+  const Tensor x = copy_to_tp_region_forward(comm_, x_in);  // f: identity
+  if (keep)
+    saved_.keep(input_, x);
+  else
+    input_.reset();
   Tensor y(device_, x.shape().with(x.ndim() - 1, out_local_));
-  device_.gemm(false, false, 1.0f, x, weight, 0.0f, y);               // Y_r = X A_r
-  if (has_bias()) device_.add_bias(y, bias);                          //     + b_r
+  device_.gemm(false, false, 1.0f, x, weight, 0.0f, y);  // Y_r = X A_r
+  if (has_bias()) device_.add_bias(y, bias);             //     + b_r
   return gather_output_ ? gather_from_tp_region_forward(comm_, y) : y;
 }
 
 Tensor ColumnParallelLinear::backward(const Tensor& dy) {
-  return copy_to_tp_region_backward(comm_, backward_partial(dy));   // f backward: Σ over ranks
+  return copy_to_tp_region_backward(comm_, backward_partial(dy));  // f backward: Σ over ranks
 }
 
 Tensor ColumnParallelLinear::backward_partial(const Tensor& dy) {
-  TP_CHECK(input_.has_value(), name_, ".backward called before forward (or after forward(x, false))");
+  TP_CHECK(input_.has_value(), name_,
+           ".backward called before forward (or after forward(x, false))");
   return backward_partial(dy, input_.get());
 }
 
@@ -113,10 +124,10 @@ Tensor ColumnParallelLinear::backward_partial(const Tensor& dy_in, const Tensor&
   const Tensor dy = gather_output_ ? gather_from_tp_region_backward(comm_, dy_in) : dy_in;
   TP_CHECK(dy.cols() == out_local_ && dy.rows() == input.rows() && input.cols() == in_, name_,
            ".backward: dy ", dy.shape().str(), " does not match the forward output");
-  device_.gemm(true, false, 1.0f, input, dy, 1.0f, dweight);         // dA_r += Xᵀ dY_r
-  if (has_bias()) device_.add_bias_backward(dbias, dy);              // db_r += Σ dY_r
+  device_.gemm(true, false, 1.0f, input, dy, 1.0f, dweight);  // dA_r += Xᵀ dY_r
+  if (has_bias()) device_.add_bias_backward(dbias, dy);       // db_r += Σ dY_r
   Tensor dx(device_, input.shape());
-  device_.gemm(false, true, 1.0f, dy, weight, 0.0f, dx);             // dY_r A_rᵀ: one term of dX
+  device_.gemm(false, true, 1.0f, dy, weight, 0.0f, dx);  // dY_r A_rᵀ: one term of dX
   return dx;
 }
 
@@ -126,10 +137,12 @@ void ColumnParallelLinear::collect_params(ParamList& out, float weight_std) cons
 
 // ---- RowParallelLinear --------------------------------------------------------------------------
 
-RowParallelLinear::RowParallelLinear(Device& device, Communicator& comm, std::string name, int64_t in,
-                                     int64_t out, bool with_bias, bool input_is_parallel, bool sequence_parallel)
+RowParallelLinear::RowParallelLinear(Device& device, Communicator& comm, std::string name,
+                                     int64_t in, int64_t out, bool with_bias,
+                                     bool input_is_parallel, bool sequence_parallel)
     : ParallelLinearBase(device, comm, name, in, out,
-                         Shape{local_size(name, "in", in, comm.size()), out}, Shape{out}, with_bias),
+                         Shape{local_size(name, "in", in, comm.size()), out}, Shape{out},
+                         with_bias),
       input_is_parallel_(input_is_parallel),
       sequence_parallel_(sequence_parallel),
       in_local_(in / comm.size()),
@@ -140,8 +153,8 @@ void RowParallelLinear::init(uint64_t seed, const Distribution& dist) {
 }
 
 void RowParallelLinear::load_global(const std::vector<float>& w, const std::vector<float>& b) {
-  TP_CHECK(static_cast<int64_t>(w.size()) == in_ * out_, name_, ".load_global: weight has ", w.size(),
-           " values, expected ", in_, "x", out_);
+  TP_CHECK(static_cast<int64_t>(w.size()) == in_ * out_, name_, ".load_global: weight has ",
+           w.size(), " values, expected ", in_, "x", out_);
   weight.copy_from_host(host_block(w, out_, row0_, in_local_, 0, out_));
   if (has_bias()) {
     TP_CHECK(static_cast<int64_t>(b.size()) == out_, name_, ".load_global: bias has ", b.size(),
@@ -151,34 +164,38 @@ void RowParallelLinear::load_global(const std::vector<float>& w, const std::vect
 }
 
 Tensor RowParallelLinear::forward(const Tensor& x) {
-  const Tensor& x_r = saved_.keep(input_, input_is_parallel_ ? x : scatter_to_tp_region_forward(comm_, x));
-  TP_CHECK(x_r.cols() == in_local_, name_, ".forward: input ", x.shape().str(),
-           " should end in ", input_is_parallel_ ? in_local_ : in_, input_is_parallel_ ? " (in/t)" : " (in)");
+  const Tensor& x_r =
+      saved_.keep(input_, input_is_parallel_ ? x : scatter_to_tp_region_forward(comm_, x));
+  TP_CHECK(x_r.cols() == in_local_, name_, ".forward: input ", x.shape().str(), " should end in ",
+           input_is_parallel_ ? in_local_ : in_, input_is_parallel_ ? " (in/t)" : " (in)");
   Tensor partial(device_, x_r.shape().with(x_r.ndim() - 1, out_));
-  device_.gemm(false, false, 1.0f, x_r, weight, 0.0f, partial);           // X_r A_r
-  Tensor y = sequence_parallel_ ? reduce_scatter_to_sp_region_forward(comm_, partial)  // Σ_r, my tokens
-                                : reduce_from_tp_region_forward(comm_, partial);      // g: Σ_r X_r A_r
-  if (has_bias()) device_.add_bias(y, bias);                              // + b, once
+  device_.gemm(false, false, 1.0f, x_r, weight, 0.0f, partial);  // X_r A_r
+  Tensor y = sequence_parallel_
+                 ? reduce_scatter_to_sp_region_forward(comm_, partial)  // Σ_r, my tokens
+                 : reduce_from_tp_region_forward(comm_, partial);       // g: Σ_r X_r A_r
+  if (has_bias()) device_.add_bias(y, bias);                            // + b, once
   return y;
 }
 
 Tensor RowParallelLinear::backward(const Tensor& dy_in) {
   TP_CHECK(input_.has_value(), name_, ".backward called before forward");
   const Tensor& x_r = input_.get();
-  const Tensor dy = sequence_parallel_ ? reduce_scatter_to_sp_region_backward(comm_, dy_in)  // all-gather
-                                       : reduce_from_tp_region_backward(comm_, dy_in);  // g: identity
-  TP_CHECK(dy.cols() == out_ && dy.rows() == x_r.rows(), name_, ".backward: dy ",
-           dy.shape().str(), " does not match the forward output");
-  device_.gemm(true, false, 1.0f, x_r, dy, 1.0f, dweight);               // dA_r += X_rᵀ dY
+  const Tensor dy = sequence_parallel_
+                        ? reduce_scatter_to_sp_region_backward(comm_, dy_in)  // all-gather
+                        : reduce_from_tp_region_backward(comm_, dy_in);       // g: identity
+  TP_CHECK(dy.cols() == out_ && dy.rows() == x_r.rows(), name_, ".backward: dy ", dy.shape().str(),
+           " does not match the forward output");
+  device_.gemm(true, false, 1.0f, x_r, dy, 1.0f, dweight);  // dA_r += X_rᵀ dY
   if (has_bias()) device_.add_bias_backward(dbias, sequence_parallel_ ? dy_in : dy);  // db += Σ dY
   Tensor dx(device_, x_r.shape());
-  device_.gemm(false, true, 1.0f, dy, weight, 0.0f, dx);                 // dX_r = dY A_rᵀ
+  device_.gemm(false, true, 1.0f, dy, weight, 0.0f, dx);  // dX_r = dY A_rᵀ
   return input_is_parallel_ ? dx : scatter_to_tp_region_backward(comm_, dx);
 }
 
 void RowParallelLinear::collect_params(ParamList& out, float weight_std) const {
   collect(out, Split::Rows, row0_, Split::Replicated, 0, weight_std);
-  if (has_bias() && sequence_parallel_) out.back().sequence_parallel_grad = true;  // sums my tokens only
+  if (has_bias() && sequence_parallel_)
+    out.back().sequence_parallel_grad = true;  // sums my tokens only
 }
 
 }  // namespace tp

@@ -70,8 +70,8 @@ class ParallelLinearBase {
 class ColumnParallelLinear : public ParallelLinearBase {
  public:
   /// Bad input (out not divisible by t) is a tp::Error naming the size and the valid t.
-  ColumnParallelLinear(Device& device, Communicator& comm, std::string name, int64_t in, int64_t out,
-                       bool with_bias, bool gather_output);
+  ColumnParallelLinear(Device& device, Communicator& comm, std::string name, int64_t in,
+                       int64_t out, bool with_bias, bool gather_output);
 
   /// Random init from (seed, parameter name, global index): identical numbers for every t.
   void init(uint64_t seed, const Distribution& dist);

@@ -87,7 +87,9 @@ Tensor reduce_from_tp_region_forward(Communicator& comm, const Tensor& x) {
 }
 Tensor reduce_from_tp_region_backward(Communicator&, const Tensor& dy) { return dy; }
 
-Tensor scatter_to_tp_region_forward(Communicator& comm, const Tensor& x) { return split_last_dim(comm, x); }
+Tensor scatter_to_tp_region_forward(Communicator& comm, const Tensor& x) {
+  return split_last_dim(comm, x);
+}
 Tensor scatter_to_tp_region_backward(Communicator& comm, const Tensor& dy) {
   TP_REGION("scatter_to_tp_region.backward");
   return gather_last_dim(comm, dy);
@@ -97,9 +99,13 @@ Tensor gather_from_tp_region_forward(Communicator& comm, const Tensor& x) {
   TP_REGION("gather_from_tp_region.forward");
   return gather_last_dim(comm, x);
 }
-Tensor gather_from_tp_region_backward(Communicator& comm, const Tensor& dy) { return split_last_dim(comm, dy); }
+Tensor gather_from_tp_region_backward(Communicator& comm, const Tensor& dy) {
+  return split_last_dim(comm, dy);
+}
 
-Tensor scatter_to_sp_region_forward(Communicator& comm, const Tensor& x) { return split_first_dim(comm, x); }
+Tensor scatter_to_sp_region_forward(Communicator& comm, const Tensor& x) {
+  return split_first_dim(comm, x);
+}
 Tensor scatter_to_sp_region_backward(Communicator& comm, const Tensor& dy) {
   TP_REGION("scatter_to_sp_region.backward");
   return gather_first_dim(comm, dy);

@@ -7,9 +7,12 @@ namespace tp {
 
 GlobalIndex Param::shard_index() const {
   switch (split) {
-    case Split::Columns: return GlobalIndex::columns(cols(), offset);
-    case Split::Rows: return GlobalIndex::rows(cols(), offset);
-    case Split::Replicated: break;
+    case Split::Columns:
+      return GlobalIndex::columns(cols(), offset);
+    case Split::Rows:
+      return GlobalIndex::rows(cols(), offset);
+    case Split::Replicated:
+      break;
   }
   return GlobalIndex::whole(cols());
 }
@@ -17,8 +20,12 @@ GlobalIndex Param::shard_index() const {
 void init_params(Device& device, ParamList& params, uint64_t seed) {
   for (Param& p : params) {
     switch (p.init) {
-      case Init::Zeros: device.fill(p.value, 0.0f); break;
-      case Init::Ones: device.fill(p.value, 1.0f); break;
+      case Init::Zeros:
+        device.fill(p.value, 0.0f);
+        break;
+      case Init::Ones:
+        device.fill(p.value, 1.0f);
+        break;
       case Init::Normal:
         device.fill_random(p.value, RngKey::from(seed, p.name), p.shard_index(),
                            Distribution::normal(0.0f, p.init_std));
@@ -57,9 +64,12 @@ std::vector<float> shard_of(const Param& p, const std::vector<float>& global, in
   TP_CHECK(static_cast<int64_t>(global.size()) == p.rows() * p.cols(), p.name, ": ", global.size(),
            " values for shape ", p.shape.str());
   switch (p.split) {
-    case Split::Columns: return host_block(global, p.cols(), 0, p.rows(), p.offset, p.cols() / t);
-    case Split::Rows: return host_block(global, p.cols(), p.offset, p.rows() / t, 0, p.cols());
-    case Split::Replicated: break;
+    case Split::Columns:
+      return host_block(global, p.cols(), 0, p.rows(), p.offset, p.cols() / t);
+    case Split::Rows:
+      return host_block(global, p.cols(), p.offset, p.rows() / t, 0, p.cols());
+    case Split::Replicated:
+      break;
   }
   return global;
 }

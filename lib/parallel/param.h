@@ -30,15 +30,15 @@ enum class Init { Normal, Zeros, Ones };
 /// One parameter: global description + this rank's shard. `value` and `grad` share memory with
 /// the layer that owns them (Tensor is a handle).
 struct Param {
-  std::string name;         ///< unique global name, e.g. "h.0.mlp.fc1.weight"
-  Shape shape;              ///< global shape: (cols) for a vector, (rows, cols) for a matrix
+  std::string name;  ///< unique global name, e.g. "h.0.mlp.fc1.weight"
+  Shape shape;       ///< global shape: (cols) for a vector, (rows, cols) for a matrix
   Split split = Split::Replicated;
-  int64_t offset = 0;       ///< first global column (Columns) or row (Rows) held here
-  Tensor value;             ///< this rank's shard
-  Tensor grad;              ///< its gradient (same shape), accumulated by backward
+  int64_t offset = 0;  ///< first global column (Columns) or row (Rows) held here
+  Tensor value;        ///< this rank's shard
+  Tensor grad;         ///< its gradient (same shape), accumulated by backward
   Init init = Init::Normal;
-  float init_std = 0.02f;   ///< for Init::Normal
-  bool decay = false;       ///< AdamW weight decay applies (matrices, not biases or norms)
+  float init_std = 0.02f;  ///< for Init::Normal
+  bool decay = false;      ///< AdamW weight decay applies (matrices, not biases or norms)
   /// Replicated, but under sequence parallelism each rank's gradient covers only its own tokens:
   /// the gradients must be summed over the group (Gpt::finish_gradients) before they are complete.
   bool sequence_parallel_grad = false;
@@ -52,8 +52,10 @@ struct Param {
   int64_t ckpt_col0 = 0;
   int64_t ckpt_cols = 0;
 
-  int64_t rows() const { return shape.ndim() == 2 ? shape[0] : 1; }  ///< global rows (1 for a vector)
-  int64_t cols() const { return shape.cols(); }                       ///< global columns
+  int64_t rows() const {
+    return shape.ndim() == 2 ? shape[0] : 1;
+  }                                              ///< global rows (1 for a vector)
+  int64_t cols() const { return shape.cols(); }  ///< global columns
   /// Rows that hold real values: rows() minus vocabulary padding (see ckpt_rows).
   int64_t real_rows() const { return ckpt_rows > 0 ? ckpt_rows : rows(); }
   /// Maps the shard's local (r, c) to the global flat index, for counter-based initialisation.

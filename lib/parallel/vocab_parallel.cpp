@@ -24,9 +24,10 @@ VocabParallelEmbedding::VocabParallelEmbedding(Device& device, Communicator& com
       sp_(sequence_parallel),
       ids_(name_ + ".ids") {
   const int t = comm.size();
-  TP_CHECK_INPUT(vocab > 0 && hidden > 0, name_, ": vocab=", vocab, " and hidden=", hidden, " must be positive");
-  TP_CHECK_INPUT(padded_vocab >= vocab && padded_vocab % t == 0, name_, ": padded vocabulary ", padded_vocab,
-                 " must be at least vocab=", vocab, " and a multiple of t=", t,
+  TP_CHECK_INPUT(vocab > 0 && hidden > 0, name_, ": vocab=", vocab, " and hidden=", hidden,
+                 " must be positive");
+  TP_CHECK_INPUT(padded_vocab >= vocab && padded_vocab % t == 0, name_, ": padded vocabulary ",
+                 padded_vocab, " must be at least vocab=", vocab, " and a multiple of t=", t,
                  "; use GptConfig::padded_vocab(t) = ", (vocab + t - 1) / t * t);
   weight = Tensor::zeros(device, Shape{rows_, hidden});
   dweight = Tensor::zeros(device, Shape{rows_, hidden});
@@ -37,15 +38,16 @@ int64_t VocabParallelEmbedding::padding_rows() const {
 }
 
 void VocabParallelEmbedding::load_global(const std::vector<float>& table) {
-  TP_CHECK(static_cast<int64_t>(table.size()) == vocab_ * hidden_, name_, ".load_global: table has ", table.size(),
-           " values, expected ", vocab_, "x", hidden_);
+  TP_CHECK(static_cast<int64_t>(table.size()) == vocab_ * hidden_, name_,
+           ".load_global: table has ", table.size(), " values, expected ", vocab_, "x", hidden_);
   std::vector<float> padded = table;
   padded.resize(static_cast<size_t>(padded_ * hidden_), 0.0f);  // the padding rows: zero
   weight.copy_from_host(host_block(padded, hidden_, first_, rows_, 0, hidden_));
 }
 
 void VocabParallelEmbedding::zero_padding(Tensor& w) const {
-  TP_CHECK(w.rows() == rows_, name_, ".zero_padding: ", w.shape().str(), " is not split like (", rows_, ", h)");
+  TP_CHECK(w.rows() == rows_, name_, ".zero_padding: ", w.shape().str(), " is not split like (",
+           rows_, ", h)");
   const int64_t pad = padding_rows();
   if (pad == 0) return;
   Tensor rows = w.view(rows_ - pad, rows_);
@@ -55,7 +57,8 @@ void VocabParallelEmbedding::zero_padding(Tensor& w) const {
 Tensor VocabParallelEmbedding::forward_partial(const Tensor& ids) const {
   TP_CHECK(ids.ndim() == 1, name_, ".forward: ids ", ids.shape().str(), " should be (N)");
   Tensor e(device_, Shape{ids.numel(), hidden_});
-  device_.embedding_shard_forward(e, ids, weight, first_);  // my rows, zeros for the other ranks' ids
+  device_.embedding_shard_forward(e, ids, weight,
+                                  first_);  // my rows, zeros for the other ranks' ids
   return e;
 }
 
@@ -69,7 +72,7 @@ Tensor VocabParallelEmbedding::forward(const Tensor& ids) {
 void VocabParallelEmbedding::backward(const Tensor& dy) {
   const Tensor de = sp_ ? reduce_scatter_to_sp_region_backward(comm_, dy)  // all-gather: all tokens
                         : reduce_from_tp_region_backward(comm_, dy);       // g backward: identity
-  device_.embedding_shard_backward(dweight, de, ids_.get(), first_);     // dW_r[id − first] += dE
+  device_.embedding_shard_backward(dweight, de, ids_.get(), first_);  // dW_r[id − first] += dE
 }
 
 Param VocabParallelEmbedding::vocab_param(std::string name, const Tensor& value, const Tensor& grad,
@@ -93,12 +96,14 @@ void VocabParallelEmbedding::collect_params(ParamList& out, float std) const {
 
 // ---- vocabulary-parallel cross-entropy ----------------------------------------------------------
 
-CrossEntropyStats vocab_parallel_cross_entropy_forward(Device& device, Communicator& comm, const Tensor& logits,
-                                                       const Tensor& targets, const VocabShard& shard,
+CrossEntropyStats vocab_parallel_cross_entropy_forward(Device& device, Communicator& comm,
+                                                       const Tensor& logits, const Tensor& targets,
+                                                       const VocabShard& shard,
                                                        const CrossEntropyWatch& watch) {
   const int64_t n = logits.rows();
-  TP_CHECK(logits.ndim() == 2 && targets.numel() == n, "vocab_parallel_cross_entropy_forward: logits ",
-           logits.shape().str(), " and targets ", targets.shape().str(), " should be (N, V'/t) and (N)");
+  TP_CHECK(logits.ndim() == 2 && targets.numel() == n,
+           "vocab_parallel_cross_entropy_forward: logits ", logits.shape().str(), " and targets ",
+           targets.shape().str(), " should be (N, V'/t) and (N)");
   const bool split = comm.size() > 1;
   auto stage = [&](CrossEntropyStage s, const CrossEntropyStats& st) {
     if (watch) watch(s, st);
@@ -113,9 +118,9 @@ CrossEntropyStats vocab_parallel_cross_entropy_forward(Device& device, Communica
     stage(CrossEntropyStage::Max, st);
     device.vocab_sum_exp_target(st.sum_exp, st.target_logit, logits, st.row_max, targets, shard);
     stage(CrossEntropyStage::LocalSums, st);
-    if (split) comm.all_reduce(st.sum_exp);                 // ② Σ exp over all V logits
+    if (split) comm.all_reduce(st.sum_exp);  // ② Σ exp over all V logits
     stage(CrossEntropyStage::SumExp, st);
-    if (split) comm.all_reduce(st.target_logit);            // ③ from the rank that owns the target
+    if (split) comm.all_reduce(st.target_logit);  // ③ from the rank that owns the target
     stage(CrossEntropyStage::TargetLogit, st);
   }
   device.vocab_loss(st.loss, st.row_max, st.sum_exp, st.target_logit);  // log Σ + m − x_target
@@ -127,9 +132,11 @@ void vocab_parallel_cross_entropy_backward(Device& device, Tensor& dlogits, cons
                                            const Tensor& targets, const CrossEntropyStats& stats,
                                            const VocabShard& shard, float scale) {
   TP_CHECK(dlogits.shape() == logits.shape() && stats.row_max.defined() && stats.sum_exp.defined(),
-           "vocab_parallel_cross_entropy_backward: dlogits ", dlogits.shape().str(), " should be like logits ",
-           logits.shape().str(), ", with the forward's row_max and sum_exp");
-  device.vocab_softmax_backward(dlogits, logits, stats.row_max, stats.sum_exp, targets, shard, scale);
+           "vocab_parallel_cross_entropy_backward: dlogits ", dlogits.shape().str(),
+           " should be like logits ", logits.shape().str(),
+           ", with the forward's row_max and sum_exp");
+  device.vocab_softmax_backward(dlogits, logits, stats.row_max, stats.sum_exp, targets, shard,
+                                scale);
 }
 
 }  // namespace tp

@@ -40,11 +40,11 @@ class VocabParallelEmbedding {
   VocabParallelEmbedding(Device& device, Communicator& comm, std::string name, int64_t vocab,
                          int64_t padded_vocab, int64_t hidden, bool sequence_parallel = false);
 
-  int64_t vocab() const { return vocab_; }                ///< V, the real ids
-  int64_t padded_vocab() const { return padded_; }        ///< V'
-  int64_t local_rows() const { return rows_; }            ///< V'/t: rows of this rank's shard
-  int64_t first_id() const { return first_; }             ///< r·V'/t: this rank's first id
-  int64_t padding_rows() const;                           ///< rows of this shard at ids ≥ V
+  int64_t vocab() const { return vocab_; }          ///< V, the real ids
+  int64_t padded_vocab() const { return padded_; }  ///< V'
+  int64_t local_rows() const { return rows_; }      ///< V'/t: rows of this rank's shard
+  int64_t first_id() const { return first_; }       ///< r·V'/t: this rank's first id
+  int64_t padding_rows() const;                     ///< rows of this shard at ids ≥ V
   /// This rank's columns of the logits, for the cross-entropy: ids [first_id, first_id + V'/t), real below V.
   VocabShard shard() const { return {first_, vocab_}; }
 
@@ -119,8 +119,9 @@ using CrossEntropyWatch = std::function<void(CrossEntropyStage, const CrossEntro
 ///            CommLedger; none at t = 1); backward: none (see vocab_parallel_cross_entropy_backward).
 /// logits: (N, V'/t), targets: (N) global ids as f32 → the per-token loss (N), with m and Σ,
 /// which the backward needs. `watch`, if given, sees every stage.
-CrossEntropyStats vocab_parallel_cross_entropy_forward(Device& device, Communicator& comm, const Tensor& logits,
-                                                       const Tensor& targets, const VocabShard& shard,
+CrossEntropyStats vocab_parallel_cross_entropy_forward(Device& device, Communicator& comm,
+                                                       const Tensor& logits, const Tensor& targets,
+                                                       const VocabShard& shard,
                                                        const CrossEntropyWatch& watch = {});
 
 /// dlogits = scale · (softmax(x) − onehot(y)) on this rank's columns, 0 on padding columns, where

@@ -125,10 +125,12 @@ void yield(FiberState s) {
   switch_to(g_running->ctx, g_sched);
 }
 
-void run_block(const char* name, dim3 grid, dim3 block, uint3 bidx, const std::function<void()>& body) {
+void run_block(const char* name, dim3 grid, dim3 block, uint3 bidx,
+               const std::function<void()>& body) {
   const int n = static_cast<int>(block.x * block.y * block.z);
   while (static_cast<int>(g_stacks.size()) < n) {
-    void* s = mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void* s = mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (s == MAP_FAILED) fatal("cannot allocate a fiber stack");
     g_stacks.push_back(static_cast<char*>(s));
   }
@@ -170,14 +172,17 @@ void run_block(const char* name, dim3 grid, dim3 block, uint3 bidx, const std::f
     for (int w = 0; w < nwarps; ++w) {
       const int first = w * 32, last = std::min(n, first + 32);
       int waiting = 0;
-      for (int t = first; t < last; ++t) waiting += g_fibers[static_cast<size_t>(t)].state == kWarpBarrier;
+      for (int t = first; t < last; ++t)
+        waiting += g_fibers[static_cast<size_t>(t)].state == kWarpBarrier;
       if (waiting == 0) continue;
       if (waiting != last - first)
-        fatal("kernel %s, block (%u,%u,%u): a warp shuffle in warp %d was reached by %d of its %d "
-              "threads (divergence, or threads that exited)", name, bidx.x, bidx.y, bidx.z, w,
-              waiting, last - first);
+        fatal(
+            "kernel %s, block (%u,%u,%u): a warp shuffle in warp %d was reached by %d of its %d "
+            "threads (divergence, or threads that exited)",
+            name, bidx.x, bidx.y, bidx.z, w, waiting, last - first);
       if (last - first != 32)
-        fatal("kernel %s: warp shuffle with full mask in a partial warp (%d threads)", name, last - first);
+        fatal("kernel %s: warp shuffle with full mask in a partial warp (%d threads)", name,
+              last - first);
       for (int t = first; t < last; ++t) g_fibers[static_cast<size_t>(t)].state = kReady;
       released = true;
     }
@@ -186,8 +191,8 @@ void run_block(const char* name, dim3 grid, dim3 block, uint3 bidx, const std::f
       for (Fiber& f : g_fibers) f.state = kReady;
       continue;
     }
-    fatal("kernel %s, block (%u,%u,%u): __syncthreads reached by %d of %d threads (%d exited)", name,
-          bidx.x, bidx.y, bidx.z, at_block, n, done);
+    fatal("kernel %s, block (%u,%u,%u): __syncthreads reached by %d of %d threads (%d exited)",
+          name, bidx.x, bidx.y, bidx.z, at_block, n, done);
   }
 }
 
@@ -213,7 +218,8 @@ int lane_id() {
 }
 
 void warp_exchange(const void* mine, void* out, size_t bytes, int src, unsigned int mask) {
-  if (mask != 0xffffffffu) fatal("warp shuffle with mask %#x: only full-warp masks are emulated", mask);
+  if (mask != 0xffffffffu)
+    fatal("warp shuffle with mask %#x: only full-warp masks are emulated", mask);
   const int tid = g_running->tid;
   const int warp = tid / 32;
   std::memcpy(&g_slots[tid], mine, bytes);
@@ -228,8 +234,10 @@ void enqueue_kernel(const char* name, dim3 grid, dim3 block, size_t smem, cudaSt
                     std::function<void()> body) {
   const cudaError_t e = check_config(grid, block, smem);
   if (e != cudaSuccess) {
-    std::fprintf(stderr, "cuda-emu: kernel %s: invalid configuration grid (%u,%u,%u) block (%u,%u,%u) smem %zu\n",
-                 name, grid.x, grid.y, grid.z, block.x, block.y, block.z, smem);
+    std::fprintf(
+        stderr,
+        "cuda-emu: kernel %s: invalid configuration grid (%u,%u,%u) block (%u,%u,%u) smem %zu\n",
+        name, grid.x, grid.y, grid.z, block.x, block.y, block.z, smem);
     fail(e);
     return;
   }

@@ -70,11 +70,14 @@ void segv_handler(int sig, siginfo_t* info, void* ctx) {
   const Allocation* live = find_region(g_live, p);
   if (g_device_depth == 0) {
     if (live != nullptr)
-      fatal("host code dereferenced device memory at %p (allocation %p of %zu bytes, offset %td); "
-            "device memory must go through cudaMemcpy",
-            static_cast<void*>(p), static_cast<void*>(live->ptr), live->bytes, p - live->ptr);
-    fatal("host code dereferenced %p, an address in the device arena outside every live "
-          "allocation", static_cast<void*>(p));
+      fatal(
+          "host code dereferenced device memory at %p (allocation %p of %zu bytes, offset %td); "
+          "device memory must go through cudaMemcpy",
+          static_cast<void*>(p), static_cast<void*>(live->ptr), live->bytes, p - live->ptr);
+    fatal(
+        "host code dereferenced %p, an address in the device arena outside every live "
+        "allocation",
+        static_cast<void*>(p));
   }
   if (live != nullptr && p >= live->ptr && p < live->region + live->region_bytes) {
     if (p >= live->ptr + round_up(live->bytes, 256))
@@ -120,7 +123,8 @@ bool in_arena(const void* p) {
 
 void init_memory() {
   if (g_arena != nullptr) return;
-  void* a = mmap(nullptr, kArenaBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* a =
+      mmap(nullptr, kArenaBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (a == MAP_FAILED) fatal("cannot reserve the device arena");
   g_arena = g_cursor = static_cast<char*>(a);
   static std::vector<char> alt(1 << 16);
@@ -157,8 +161,10 @@ bool is_device_pointer(const void* p) { return p == nullptr || find_live(p, true
 
 void bad_kernel_pointer(const char* kernel, int index, const void* p) {
   if (const Allocation* f = find_region(g_freed, static_cast<const char*>(p)))
-    fatal("kernel %s: argument %d (%p) points into allocation %p (%zu bytes), which was already freed",
-          kernel, index, p, static_cast<void*>(f->ptr), f->bytes);
+    fatal(
+        "kernel %s: argument %d (%p) points into allocation %p (%zu bytes), which was already "
+        "freed",
+        kernel, index, p, static_cast<void*>(f->ptr), f->bytes);
   fatal("kernel %s: argument %d (%p) is %s, not device memory", kernel, index, p,
         in_arena(p) ? "outside every allocation" : "a host pointer");
 }
@@ -239,8 +245,8 @@ bool side_ok(const void* p, size_t span, bool device, const char* call, const ch
       return false;
     }
   } else if (in_arena(p)) {
-    std::fprintf(stderr, "cuda-emu: %s: %s %p is device memory, but the copy kind says host\n", call,
-                 which, p);
+    std::fprintf(stderr, "cuda-emu: %s: %s %p is device memory, but the copy kind says host\n",
+                 call, which, p);
     return false;
   }
   return true;
@@ -252,7 +258,8 @@ cudaError_t copy_check(void* dst, const void* src, size_t dspan, size_t sspan, c
     kind = static_cast<cudaMemcpyKind>((in_arena(src) ? 2 : 0) + (in_arena(dst) ? 1 : 0));
   const bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
   const bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
-  if (!side_ok(src, sspan, src_dev, call, "source") || !side_ok(dst, dspan, dst_dev, call, "destination"))
+  if (!side_ok(src, sspan, src_dev, call, "source") ||
+      !side_ok(dst, dspan, dst_dev, call, "destination"))
     return fail(cudaErrorInvalidValue);
   return cudaSuccess;
 }
@@ -266,7 +273,8 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   if (e != cudaSuccess) return e;
   const char* d = static_cast<const char*>(dst);
   const char* s = static_cast<const char*>(src);
-  if (d < s + bytes && s < d + bytes) fatal("cudaMemcpyAsync: overlapping ranges %p, %p (%zu bytes)", dst, src, bytes);
+  if (d < s + bytes && s < d + bytes)
+    fatal("cudaMemcpyAsync: overlapping ranges %p, %p (%zu bytes)", dst, src, bytes);
   enqueue_work(stream, "cudaMemcpyAsync", [dst, src, bytes] { std::memcpy(dst, src, bytes); });
   return cudaSuccess;
 }
@@ -278,8 +286,9 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
   return cudaSuccess;
 }
 
-cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
-                              size_t height, cudaMemcpyKind kind, cudaStream_t stream) {
+cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch,
+                              size_t width, size_t height, cudaMemcpyKind kind,
+                              cudaStream_t stream) {
   if (width == 0 || height == 0) return cudaSuccess;
   if (width > dpitch || width > spitch) return fail(cudaErrorInvalidValue);
   const size_t dspan = dpitch * (height - 1) + width, sspan = spitch * (height - 1) + width;
@@ -297,7 +306,8 @@ cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t 
     }
   enqueue_work(stream, "cudaMemcpy2DAsync", [=] {
     for (size_t r = 0; r < height; ++r)
-      std::memcpy(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
+      std::memcpy(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch,
+                  width);
   });
   return cudaSuccess;
 }

@@ -69,10 +69,14 @@ std::vector<float> take(const void* p, size_t n) {
 
 const char* ncclGetErrorString(ncclResult_t r) {
   switch (r) {
-    case ncclSuccess: return "no error";
-    case ncclInvalidArgument: return "invalid argument (emulator)";
-    case ncclInvalidUsage: return "invalid usage (emulator)";
-    default: return "NCCL emulator error";
+    case ncclSuccess:
+      return "no error";
+    case ncclInvalidArgument:
+      return "invalid argument (emulator)";
+    case ncclInvalidUsage:
+      return "invalid usage (emulator)";
+    default:
+      return "NCCL emulator error";
   }
 }
 ncclResult_t ncclGetVersion(int* version) {
@@ -107,7 +111,8 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
     }
     for (int r = 0; r < nranks; ++r)
       if (members[static_cast<size_t>(r)] != world)
-        MPI_Send(members.data(), nranks, MPI_INT, members[static_cast<size_t>(r)], tag, MPI_COMM_WORLD);
+        MPI_Send(members.data(), nranks, MPI_INT, members[static_cast<size_t>(r)], tag,
+                 MPI_COMM_WORLD);
   } else {
     const int msg[2] = {rank, world};
     MPI_Send(msg, 2, MPI_INT, creator, tag, MPI_COMM_WORLD);
@@ -125,7 +130,8 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
   *comm = c;
   return ncclSuccess;
 }
-ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t*) {
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                           ncclConfig_t*) {
   if (check_comm(comm) != ncclSuccess) return ncclInvalidArgument;
   MPI_Comm sub = MPI_COMM_NULL;
   MPI_Comm_split(comm->mpi, color < 0 ? MPI_UNDEFINED : color, key, &sub);
@@ -163,23 +169,24 @@ ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
   return ncclSuccess;
 }
 
-ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
-                           ncclComm_t comm, cudaStream_t stream) {
+ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type,
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   if (check_comm(comm) != ncclSuccess || !supported(type) || (op != ncclSum && op != ncclMax))
     return ncclInvalidArgument;
   if (count == 0) return ncclSuccess;
-  if (!is_device_range(send, count * 4) || !is_device_range(recv, count * 4)) return ncclInvalidArgument;
+  if (!is_device_range(send, count * 4) || !is_device_range(recv, count * 4))
+    return ncclInvalidArgument;
   if (g_group_depth > 0) return ncclInvalidUsage;  // collectives in a group: not emulated
   collective(stream, "ncclAllReduce", recv, [=] {
     std::vector<float> in = take(send, count), out(count);
-    MPI_Allreduce(in.data(), out.data(), static_cast<int>(count), MPI_FLOAT, op == ncclMax ? MPI_MAX : MPI_SUM,
-                  comm->mpi);
+    MPI_Allreduce(in.data(), out.data(), static_cast<int>(count), MPI_FLOAT,
+                  op == ncclMax ? MPI_MAX : MPI_SUM, comm->mpi);
     return out;
   });
   return ncclSuccess;
 }
-ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataType_t type, ncclComm_t comm,
-                           cudaStream_t stream) {
+ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataType_t type,
+                           ncclComm_t comm, cudaStream_t stream) {
   if (check_comm(comm) != ncclSuccess || !supported(type)) return ncclInvalidArgument;
   if (count == 0) return ncclSuccess;
   if (!is_device_range(send, count * 4) || !is_device_range(recv, count * 4 * comm->size))
@@ -187,14 +194,14 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataT
   if (g_group_depth > 0) return ncclInvalidUsage;
   collective(stream, "ncclAllGather", recv, [=] {
     std::vector<float> in = take(send, count), out(count * comm->size);
-    MPI_Allgather(in.data(), static_cast<int>(count), MPI_FLOAT, out.data(), static_cast<int>(count), MPI_FLOAT,
-                  comm->mpi);
+    MPI_Allgather(in.data(), static_cast<int>(count), MPI_FLOAT, out.data(),
+                  static_cast<int>(count), MPI_FLOAT, comm->mpi);
     return out;
   });
   return ncclSuccess;
 }
-ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
-                               ncclComm_t comm, cudaStream_t stream) {
+ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclDataType_t type,
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   if (check_comm(comm) != ncclSuccess || !supported(type) || (op != ncclSum && op != ncclMax))
     return ncclInvalidArgument;
   if (count == 0) return ncclSuccess;
@@ -209,12 +216,13 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclD
   });
   return ncclSuccess;
 }
-ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t type, int root,
-                           ncclComm_t comm, cudaStream_t stream) {
+ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t type,
+                           int root, ncclComm_t comm, cudaStream_t stream) {
   if (check_comm(comm) != ncclSuccess || !supported(type) || root < 0 || root >= comm->size)
     return ncclInvalidArgument;
   if (count == 0) return ncclSuccess;
-  if ((comm->rank == root && !is_device_range(send, count * 4)) || !is_device_range(recv, count * 4))
+  if ((comm->rank == root && !is_device_range(send, count * 4)) ||
+      !is_device_range(recv, count * 4))
     return ncclInvalidArgument;
   if (g_group_depth > 0) return ncclInvalidUsage;
   collective(stream, "ncclBroadcast", recv, [=] {
@@ -235,11 +243,14 @@ void run_p2p(const std::vector<P2p>& ops) {
     DeviceMode mode("ncclSend/ncclRecv");
     for (size_t i = 0; i < ops.size(); ++i) {
       const P2p& p = ops[i];
-      bufs[i] = std::make_shared<std::vector<float>>(p.send ? take(p.sbuf, p.count) : std::vector<float>(p.count));
+      bufs[i] = std::make_shared<std::vector<float>>(p.send ? take(p.sbuf, p.count)
+                                                            : std::vector<float>(p.count));
       if (p.send)
-        MPI_Isend(bufs[i]->data(), static_cast<int>(p.count), MPI_FLOAT, p.peer, 7, p.comm->mpi, &reqs[i]);
+        MPI_Isend(bufs[i]->data(), static_cast<int>(p.count), MPI_FLOAT, p.peer, 7, p.comm->mpi,
+                  &reqs[i]);
       else
-        MPI_Irecv(bufs[i]->data(), static_cast<int>(p.count), MPI_FLOAT, p.peer, 7, p.comm->mpi, &reqs[i]);
+        MPI_Irecv(bufs[i]->data(), static_cast<int>(p.count), MPI_FLOAT, p.peer, 7, p.comm->mpi,
+                  &reqs[i]);
     }
     MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
   }
@@ -247,12 +258,15 @@ void run_p2p(const std::vector<P2p>& ops) {
     if (ops[i].send || ops[i].count == 0) continue;
     void* dst = ops[i].rbuf;
     auto buf = bufs[i];
-    enqueue_work(ops[i].stream, "ncclRecv", [dst, buf] { std::memcpy(dst, buf->data(), buf->size() * sizeof(float)); });
+    enqueue_work(ops[i].stream, "ncclRecv",
+                 [dst, buf] { std::memcpy(dst, buf->data(), buf->size() * sizeof(float)); });
   }
 }
 ncclResult_t p2p(const P2p& op) {
-  if (check_comm(op.comm) != ncclSuccess || op.peer < 0 || op.peer >= op.comm->size) return ncclInvalidArgument;
-  if (op.count != 0 && !is_device_range(op.send ? op.sbuf : op.rbuf, op.count * 4)) return ncclInvalidArgument;
+  if (check_comm(op.comm) != ncclSuccess || op.peer < 0 || op.peer >= op.comm->size)
+    return ncclInvalidArgument;
+  if (op.count != 0 && !is_device_range(op.send ? op.sbuf : op.rbuf, op.count * 4))
+    return ncclInvalidArgument;
   if (g_group_depth > 0) {
     g_pending.push_back(op);
   } else {
@@ -262,8 +276,8 @@ ncclResult_t p2p(const P2p& op) {
 }
 }  // namespace
 
-ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
-                      cudaStream_t stream) {
+ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t type, int peer,
+                      ncclComm_t comm, cudaStream_t stream) {
   if (!supported(type)) return ncclInvalidArgument;
   return p2p({true, send, nullptr, count, peer, comm, stream});
 }

@@ -55,7 +55,8 @@ float* device_floats(int n) {
 
 std::vector<float> to_host(const float* d, int n, cudaStream_t s = nullptr) {
   std::vector<float> h(n);
-  EXPECT_EQ(cudaMemcpyAsync(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost, s), cudaSuccess);
+  EXPECT_EQ(cudaMemcpyAsync(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost, s),
+            cudaSuccess);
   EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
   return h;
 }
@@ -121,8 +122,10 @@ TEST(CudaEmu, AMissingBarrierGivesWrongResultsInOneOfTwoBlocks) {
   EXPECT_EQ(to_host(out, 128), want(0.0f));
   neighbour_kernel<<<2, 64>>>(out, false, 1000.0f);
   const auto got = to_host(out, 128), w = want(1000.0f);
-  EXPECT_NE(std::vector<float>(got.begin(), got.begin() + 64), std::vector<float>(w.begin(), w.begin() + 64));
-  EXPECT_NE(std::vector<float>(got.begin() + 64, got.end()), std::vector<float>(w.begin() + 64, w.end()));
+  EXPECT_NE(std::vector<float>(got.begin(), got.begin() + 64),
+            std::vector<float>(w.begin(), w.begin() + 64));
+  EXPECT_NE(std::vector<float>(got.begin() + 64, got.end()),
+            std::vector<float>(w.begin() + 64, w.end()));
   cudaFree(out);
 }
 

@@ -31,7 +31,8 @@ std::set<CUevent_st*> g_events;
 
 CUstream_st* resolve(cudaStream_t s, const char* call) {
   if (s == nullptr) return &g_legacy;
-  if (g_streams.count(s) == 0) fatal("%s: stream %p was never created or is destroyed", call, static_cast<void*>(s));
+  if (g_streams.count(s) == 0)
+    fatal("%s: stream %p was never created or is destroyed", call, static_cast<void*>(s));
   return s;
 }
 
@@ -56,9 +57,12 @@ void push(CUstream_st* s, const char* what, std::function<void()> fn) {
     for (CUstream_st* b : g_streams)
       if (b->blocking) marks.emplace_back(b, b->enqueued);
     if (!marks.empty())
-      s->queue.emplace_back("legacy-stream sync", [marks] {
+      s->queue.emplace_back(
+          "legacy-stream sync",
+          [marks] {
         for (auto [b, n] : marks) run_until(b, n);
-      }), ++s->enqueued;
+          }),
+          ++s->enqueued;
   } else if (s->blocking && g_legacy.enqueued > g_legacy.done) {
     const uint64_t n = g_legacy.enqueued;
     s->queue.emplace_back("legacy-stream sync", [n] { run_until(&g_legacy, n); });
@@ -120,7 +124,8 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
 
 namespace {
 CUevent_st* event(cudaEvent_t e, const char* call) {
-  if (g_events.count(e) == 0) fatal("%s: event %p was never created or is destroyed", call, static_cast<void*>(e));
+  if (g_events.count(e) == 0)
+    fatal("%s: event %p was never created or is destroyed", call, static_cast<void*>(e));
   return e;
 }
 }  // namespace

@@ -39,23 +39,27 @@ cublasStatus_t cublasCreate(cublasHandle_t* handle);
 cublasStatus_t cublasDestroy(cublasHandle_t handle);
 cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream);
 cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode);
-cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
-                           int m, int n, int k, const float* alpha, const float* A, int lda,
-                           const float* B, int ldb, const float* beta, float* C, int ldc);
+cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa,
+                           cublasOperation_t transb, int m, int n, int k, const float* alpha,
+                           const float* A, int lda, const float* B, int ldb, const float* beta,
+                           float* C, int ldc);
 cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa,
                                          cublasOperation_t transb, int m, int n, int k,
                                          const float* alpha, const float* A, int lda,
                                          long long int strideA, const float* B, int ldb,
                                          long long int strideB, const float* beta, float* C,
                                          int ldc, long long int strideC, int batchCount);
-cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
-                            int m, int n, int k, const void* alpha, const void* A, cudaDataType_t Atype,
-                            int lda, const void* B, cudaDataType_t Btype, int ldb, const void* beta,
-                            void* C, cudaDataType_t Ctype, int ldc, cublasComputeType_t computeType,
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
+                            cublasOperation_t transb, int m, int n, int k, const void* alpha,
+                            const void* A, cudaDataType_t Atype, int lda, const void* B,
+                            cudaDataType_t Btype, int ldb, const void* beta, void* C,
+                            cudaDataType_t Ctype, int ldc, cublasComputeType_t computeType,
                             cublasGemmAlgo_t algo);
-cublasStatus_t cublasGemmStridedBatchedEx(
-    cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
-    const void* alpha, const void* A, cudaDataType_t Atype, int lda, long long int strideA,
-    const void* B, cudaDataType_t Btype, int ldb, long long int strideB, const void* beta, void* C,
-    cudaDataType_t Ctype, int ldc, long long int strideC, int batchCount,
-    cublasComputeType_t computeType, cublasGemmAlgo_t algo);
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa,
+                                          cublasOperation_t transb, int m, int n, int k,
+                                          const void* alpha, const void* A, cudaDataType_t Atype,
+                                          int lda, long long int strideA, const void* B,
+                                          cudaDataType_t Btype, int ldb, long long int strideB,
+                                          const void* beta, void* C, cudaDataType_t Ctype, int ldc,
+                                          long long int strideC, int batchCount,
+                                          cublasComputeType_t computeType, cublasGemmAlgo_t algo);

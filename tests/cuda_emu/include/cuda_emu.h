@@ -49,7 +49,8 @@ struct uint3 {
 };
 struct dim3 {
   unsigned int x, y, z;
-  constexpr dim3(unsigned int x_ = 1, unsigned int y_ = 1, unsigned int z_ = 1) : x(x_), y(y_), z(z_) {}
+  constexpr dim3(unsigned int x_ = 1, unsigned int y_ = 1, unsigned int z_ = 1)
+      : x(x_), y(y_), z(z_) {}
 };
 
 typedef struct CUstream_st* cudaStream_t;
@@ -169,6 +170,8 @@ inline float __logf(float a) { return std::log(a); }
 inline float rsqrtf(float a) { return 1.0f / std::sqrt(a); }
 inline double rsqrt(double a) { return 1.0 / std::sqrt(a); }
 template <typename T>
-T __ldg(const T* p) { return *p; }
+T __ldg(const T* p) {
+  return *p;
+}
 using std::max;
 using std::min;

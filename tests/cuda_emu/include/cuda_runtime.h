@@ -76,7 +76,9 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
 
 cudaError_t cudaMalloc(void** ptr, size_t size);
 template <typename T>
-cudaError_t cudaMalloc(T** ptr, size_t size) { return cudaMalloc(reinterpret_cast<void**>(ptr), size); }
+cudaError_t cudaMalloc(T** ptr, size_t size) {
+  return cudaMalloc(reinterpret_cast<void**>(ptr), size);
+}
 cudaError_t cudaFree(void* ptr);
 cudaError_t cudaMallocHost(void** ptr, size_t size);
 cudaError_t cudaFreeHost(void* ptr);
