@@ -22,8 +22,8 @@ namespace tp {
 
 /// One collective call as seen by this rank.
 struct CommRecord {
-  std::string
-      op;  ///< "all_reduce", "all_reduce_max", "all_gather", "reduce_scatter", "broadcast", "send_recv"
+  /// "all_reduce", "all_reduce_max", "all_gather", "reduce_scatter", "broadcast", "send_recv"
+  std::string op;
   int group_size = 1;     ///< t, the ranks in the communicator
   int64_t elements = 0;   ///< N: elements of the logical buffer (see the table above)
   int64_t bytes = 0;      ///< 4 N

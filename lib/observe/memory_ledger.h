@@ -37,8 +37,8 @@ class MemoryLedger {
 
  private:
   std::vector<MemoryRecord> records_;
-  std::vector<Tensor>
-      kept_;  // the saved tensors themselves, so no address is reused while recorded
+  // The saved tensors themselves, so no address is reused while recorded.
+  std::vector<Tensor> kept_;
 };
 
 }  // namespace tp
