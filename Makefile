@@ -15,7 +15,9 @@
 #   make clean    remove build/ and docs/html
 #
 # Overridable: MPICXX (the MPI C++ compiler wrapper), MPIEXEC (the launcher), NP (the rank counts
-# the MPI tests run under), BUILD (the output folder), CXXFLAGS_EXTRA / LDFLAGS_EXTRA.
+# the MPI tests run under), BUILD (the output folder), CXXFLAGS_EXTRA / LDFLAGS_EXTRA, BLAS_LIBS
+# (default -lopenblas; e.g. "-L$(brew --prefix openblas)/lib -lopenblas" with CXXFLAGS_EXTRA
+# "-I$(brew --prefix openblas)/include" on macOS).
 #   make test MPICXX=mpicxx.openmpi MPIEXEC=mpirun.openmpi BUILD=build-openmpi NP="1 2"
 #
 # GPU backend (gpu_backend/): built whenever nvcc is found, with cuBLAS and NCCL; nothing needs a
@@ -35,6 +37,8 @@ BUILD   ?= build
 CXXFLAGS := -std=c++17 -O2 -Wall -Wextra -fopenmp -MMD -MP \
             -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX $(CXXFLAGS_EXTRA)
 LDFLAGS  := -fopenmp $(LDFLAGS_EXTRA)
+# The CPU backend's GEMM: CBLAS from OpenBLAS (scripts/install-deps.sh installs and reports it).
+BLAS_LIBS ?= -lopenblas
 
 # ---- The layers, and what each may see ------------------------------------------------------------
 # Each folder is compiled with the include paths of the layers below it and nothing else, so an
@@ -42,7 +46,7 @@ LDFLAGS  := -fopenmp $(LDFLAGS_EXTRA)
 # same rule on the sources, and that docs/architecture.md's picture matches it):
 #
 #   lib/          the math, the layers, the model        $(CXX)     -Ilib
-#   cpu_backend/  CpuDevice                              $(CXX)     -Ilib
+#   cpu_backend/  CpuDevice (OpenMP, OpenBLAS)           $(CXX)     -Ilib
 #   mpi/          MpiCommunicator, MPI helpers           $(MPICXX)  -Ilib
 #   gpu_backend/  CudaDevice, NcclCommunicator           nvcc/$(MPICXX) -Ilib -Impi (NCCL bootstraps over MPI)
 #   launcher/     run_program, --backend/--comm          $(MPICXX)  -Ilib -Icpu_backend -Igpu_backend -Impi
@@ -82,7 +86,7 @@ else
   GPU_BACKEND := yes
 endif
 
-export MPICXX MPIEXEC NP BUILD NO_CUDA NVCC
+export MPICXX MPIEXEC NP BUILD NO_CUDA NVCC BLAS_LIBS
 
 LIB_SRC     := $(wildcard lib/*/*.cpp)
 LESSON_SRC  := $(wildcard lessons/*.cpp)
@@ -126,7 +130,7 @@ else
   GPU_LDLIBS :=
 endif
 # The link line: objects and archives of the rule ($^ without the stamp), then the GPU libraries.
-LINK = $(MPICXX) $(LDFLAGS) $(filter-out $(GPU_STAMP),$^) -o $@
+LINK = $(MPICXX) $(LDFLAGS) $(filter-out $(GPU_STAMP),$^) $(BLAS_LIBS) -o $@
 # What every program links below its own objects, top layer first: the launcher, the CPU backend,
 # the GPU backend (or its stub), MPI, lib.
 BACKENDS = $(LIBTP_LAUNCHER) $(LIBTP_CPU) $(GPU_LINK) $(LIBTP_MPI) $(LIBTP) $(GPU_STAMP)

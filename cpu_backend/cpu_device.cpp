@@ -6,13 +6,15 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "gemm.h"
+#include "blas.h"
 
 namespace tp {
 
 namespace {
 constexpr int64_t kParallelMin = 1 << 14;  // below this many elements, one thread is faster
 }  // namespace
+
+CpuDevice::CpuDevice() { cpu::set_blas_threads(omp_get_max_threads()); }
 
 std::string CpuDevice::name() const {
   return "cpu (openmp x" + std::to_string(omp_get_max_threads()) + ")";
@@ -59,8 +61,8 @@ void CpuDevice::do_axpy(float alpha, const Tensor& x, Tensor& y) {
 
 void CpuDevice::do_gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
                         float beta, Tensor& c, const GemmDims& dims) {
-  cpu::gemm_blocked(trans_a, trans_b, dims.m, dims.n, dims.k, alpha, a.data(), a.cols(), b.data(),
-                    b.cols(), beta, c.data(), c.cols());
+  cpu::sgemm(trans_a, trans_b, dims.m, dims.n, dims.k, alpha, a.data(), a.cols(), b.data(),
+             b.cols(), beta, c.data(), c.cols());
 }
 
 void CpuDevice::do_add_bias(Tensor& y, const Tensor& bias) {

@@ -1,20 +1,21 @@
-// cpu_device.h — the CPU Device: host memory and OpenMP kernels.
+// cpu_device.h — the CPU Device: host memory, OpenMP kernels, GEMM through CBLAS (OpenBLAS).
 //
 // It implements the memory calls and the do_* half of every kernel (core/device.h): the public
 // kernel has checked the arguments before a do_* runs, so the kernels here only compute.
 // Files: cpu_device.cpp (memory, copies, GEMM, elementwise, bias, layout, RNG fill),
-// cpu_kernels.cpp (the model kernels).
+// cpu_kernels.cpp (the model kernels), blas.cpp (cblas_sgemm and OpenBLAS's threads).
 #pragma once
 
 #include "core/device.h"
 
 namespace tp {
 
-/// Device on the host: memory from aligned_alloc, kernels parallelised with OpenMP. Kernels run
-/// synchronously, so synchronize() has nothing to wait for.
+/// Device on the host: memory from aligned_alloc, kernels parallelised with OpenMP, GEMMs by
+/// OpenBLAS on as many threads as OpenMP has (set when the device is made, after the launcher's
+/// thread rule). Kernels run synchronously, so synchronize() has nothing to wait for.
 class CpuDevice : public Device {
  public:
-  CpuDevice() = default;
+  CpuDevice();
   std::string name() const override;
   bool host_accessible() const override { return true; }
 

@@ -41,7 +41,7 @@ gpu_line() {
 }
 
 cache=${DEPS_CACHE:-}
-if [ -n "$cache" ] && [ -f "$cache" ] && [ "$(head -1 "$cache")" = "$MPICXX $MPIEXEC $docs gpu-line-apart" ] &&
+if [ -n "$cache" ] && [ -f "$cache" ] && [ "$(head -1 "$cache")" = "$MPICXX $MPIEXEC $docs gpu-line-apart blas" ] &&
    command -v "$MPICXX" >/dev/null 2>&1 && command -v "$MPIEXEC" >/dev/null 2>&1; then
   tail -n +2 "$cache"
   gpu_line
@@ -66,6 +66,13 @@ have_json() {
   local cxx=$MPICXX; command -v "$cxx" >/dev/null 2>&1 || cxx=c++
   "$cxx" -std=c++17 -fsyntax-only "$tmp/js.cpp" >/dev/null 2>&1
 }
+# OpenBLAS: cblas_sgemm and its thread control link (BLAS_LIBS, as the Makefile links them).
+have_openblas() {
+  printf '#include <cblas.h>\nextern "C" char* openblas_get_config(void);\nint main(){float a=1,b=2,c=0;cblas_sgemm(CblasRowMajor,CblasNoTrans,CblasNoTrans,1,1,1,1.f,&a,1,&b,1,0.f,&c,1);return c==2&&openblas_get_config()?0:1;}\n' > "$tmp/blas.cpp"
+  local cxx=$MPICXX; command -v "$cxx" >/dev/null 2>&1 || cxx=c++
+  # shellcheck disable=SC2086
+  "$cxx" ${CXXFLAGS_EXTRA:-} "$tmp/blas.cpp" -o "$tmp/blas" ${BLAS_LIBS:--lopenblas} >/dev/null 2>&1 && "$tmp/blas"
+}
 have_doxygen() { command -v doxygen >/dev/null 2>&1; }
 have_dot()     { command -v dot >/dev/null 2>&1; }
 
@@ -74,6 +81,7 @@ missing() {  # prints the Debian packages still needed
   have_mpi || pkgs+=(mpich libmpich-dev)
   have_gtest || pkgs+=(libgtest-dev)
   have_json || pkgs+=(nlohmann-json3-dev)
+  have_openblas || pkgs+=(libopenblas-openmp-dev)  # the OpenMP build: its threads follow OpenMP's
   [ $docs = 1 ] && ! have_doxygen && pkgs+=(doxygen)
   [ $docs = 1 ] && ! have_dot && pkgs+=(graphviz)
   # make test: scripts/check-layers.py, check-lessons.py and check-format.sh
@@ -103,19 +111,19 @@ if [ -n "$need" ]; then
         { tail -20 "$tmp/apt.log"; echo "✗ apt-get install $need failed (log above)"; exit 1; }
     fi
   else
-    echo "✗ missing: MPI, GoogleTest, nlohmann-json or Doxygen, and this is not a Debian/Ubuntu system. Install them with:"
+    echo "✗ missing: MPI, GoogleTest, nlohmann-json, OpenBLAS or Doxygen, and this is not a Debian/Ubuntu system. Install them with:"
     case "$(uname -s)" in
-      Darwin) echo "    brew install mpich libomp googletest nlohmann-json doxygen graphviz"
-              echo "  and build with: make MPICXX=mpicxx CXXFLAGS_EXTRA=\"-Xpreprocessor -I\$(brew --prefix libomp)/include\" LDFLAGS_EXTRA=\"-L\$(brew --prefix libomp)/lib -lomp\"" ;;
+      Darwin) echo "    brew install mpich libomp googletest nlohmann-json openblas doxygen graphviz"
+              echo "  and build with: make MPICXX=mpicxx CXXFLAGS_EXTRA=\"-Xpreprocessor -I\$(brew --prefix libomp)/include\" LDFLAGS_EXTRA=\"-L\$(brew --prefix libomp)/lib -lomp\" BLAS_LIBS=\"-L\$(brew --prefix openblas)/lib -lopenblas\" (and -I\$(brew --prefix openblas)/include in CXXFLAGS_EXTRA)" ;;
       *)
         if command -v dnf >/dev/null 2>&1; then
-          echo "    sudo dnf install -y mpich-devel gtest-devel json-devel doxygen graphviz gcc-c++ make && module load mpi/mpich-x86_64"
+          echo "    sudo dnf install -y mpich-devel gtest-devel json-devel openblas-devel doxygen graphviz gcc-c++ make && module load mpi/mpich-x86_64"
         elif command -v pacman >/dev/null 2>&1; then
-          echo "    sudo pacman -S --needed mpich gtest nlohmann-json doxygen graphviz base-devel"
+          echo "    sudo pacman -S --needed mpich gtest nlohmann-json openblas doxygen graphviz base-devel"
         elif command -v zypper >/dev/null 2>&1; then
-          echo "    sudo zypper install mpich-devel gtest nlohmann_json-devel doxygen graphviz gcc-c++ make"
+          echo "    sudo zypper install mpich-devel gtest nlohmann_json-devel openblas-devel doxygen graphviz gcc-c++ make"
         else
-          echo "    an MPI implementation with mpicxx (MPICH or Open MPI), GoogleTest, nlohmann-json, Doxygen, a C++17 compiler with OpenMP"
+          echo "    an MPI implementation with mpicxx (MPICH or Open MPI), GoogleTest, nlohmann-json, OpenBLAS (CBLAS), Doxygen, a C++17 compiler with OpenMP"
         fi ;;
     esac
     exit 1
@@ -140,6 +148,16 @@ fi
 if have_mpi && have_openmp; then echo "✓ OpenMP"; else echo "✗ OpenMP: $MPICXX -fopenmp does not compile a test program"; status=1; fi
 if have_gtest; then echo "✓ GoogleTest"; else echo "✗ GoogleTest not found (libgtest-dev)"; status=1; fi
 if have_json; then echo "✓ nlohmann-json"; else echo "✗ nlohmann-json not found (nlohmann-json3-dev)"; status=1; fi
+if have_openblas; then
+  printf '#include <cstdio>\nextern "C" char* openblas_get_config(void);\nextern "C" int openblas_get_parallel(void);\nint main(){std::printf("%%s|%%d",openblas_get_config(),openblas_get_parallel());}\n' > "$tmp/bv.cpp"
+  # shellcheck disable=SC2086
+  "${MPICXX}" ${CXXFLAGS_EXTRA:-} "$tmp/bv.cpp" -o "$tmp/bv" ${BLAS_LIBS:--lopenblas} >/dev/null 2>&1
+  info=$("$tmp/bv" 2>/dev/null); par=${info##*|}; ver=$(echo "${info%|*}" | awk '{print $1, $2}')
+  threading=sequential; [ "$par" = 1 ] && threading=pthreads; [ "$par" = 2 ] && threading=OpenMP
+  echo "✓ $ver ($threading) for the CPU GEMM"
+else
+  echo "✗ OpenBLAS not found: the CPU GEMM needs cblas_sgemm (Debian: libopenblas-openmp-dev; Homebrew: openblas)"; status=1
+fi
 if [ $docs = 1 ]; then
   if have_doxygen; then echo "✓ Doxygen $(doxygen --version)"; else echo "✗ Doxygen not found"; status=1; fi
   if have_dot; then echo "✓ Graphviz dot"; else echo "✗ Graphviz dot not found (graphviz)"; status=1; fi
@@ -152,6 +170,6 @@ cat "$tmp/report"
 gpu_line
 if [ $status = 0 ] && [ -n "$cache" ]; then
   mkdir -p "$(dirname "$cache")"
-  { echo "$MPICXX $MPIEXEC $docs gpu-line-apart"; cat "$tmp/report"; } >"$cache"
+  { echo "$MPICXX $MPIEXEC $docs gpu-line-apart blas"; cat "$tmp/report"; } >"$cache"
 fi
 exit $status

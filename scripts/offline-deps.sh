@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# offline-deps.sh — the build dependencies (MPICH, GoogleTest, nlohmann-json, make) for a machine
+# offline-deps.sh — the build dependencies (MPICH, GoogleTest, nlohmann-json, OpenBLAS, make) for a machine
 # that cannot install packages: the lent GPU machine reaches no package registry, and its image
 # has CUDA but not necessarily MPI. Debian packages are fetched on a machine with apt, carried
 # along (the device tool's `carry`), and unpacked under a prefix there — never into /.
@@ -22,10 +22,10 @@
 OFFLINE_DIR=${OFFLINE_DIR:-.offline-deps}
 OFFLINE_PREFIX=${OFFLINE_PREFIX:-/tmp/tp-offline}
 # MPICH and the shared libraries it loads (beyond libc and libstdc++), GoogleTest (static), the
-# JSON header, make.
+# JSON header, OpenBLAS (the OpenMP build: the CPU GEMM), make.
 OFFLINE_PACKAGES="mpich libmpich-dev libmpich12 libhwloc15 libucx0 libibverbs1 librdmacm1 libnl-3-200
   libnl-route-3-200 libnuma1 libslurm38 libgfortran5 libquadmath0 libudev1 libgtest-dev
-  nlohmann-json3-dev make"
+  nlohmann-json3-dev libopenblas0-openmp libopenblas-openmp-dev make"
 
 offline_download() {
   command -v apt-get >/dev/null 2>&1 || { echo "offline-deps: download needs apt-get (Debian/Ubuntu)"; return 1; }
@@ -62,7 +62,7 @@ offline_nccl() {  # NCCL_HOME from Python's nvidia-nccl package, when nccl.h is 
 offline_use() {
   offline_nccl
   if [ "${OFFLINE_FORCE:-0}" != 1 ] && offline_have_all; then return 0; fi
-  ls "$OFFLINE_DIR"/*.deb >/dev/null 2>&1 || { echo "offline-deps: MPI, GoogleTest or nlohmann-json is missing and $OFFLINE_DIR/ has no packages"; return 1; }
+  ls "$OFFLINE_DIR"/*.deb >/dev/null 2>&1 || { echo "offline-deps: MPI, GoogleTest, nlohmann-json or OpenBLAS is missing and $OFFLINE_DIR/ has no packages"; return 1; }
   local p=$OFFLINE_PREFIX usr lib w
   usr=$p/usr
   lib=$usr/lib/x86_64-linux-gnu
@@ -81,12 +81,13 @@ offline_use() {
     ln -sf mpiexec.hydra "$usr/bin/mpirun"
     ln -sf mpiexec.hydra "$usr/bin/mpiexec"
   fi
+  # OpenBLAS lives in its variant's folders; unpacked, no alternatives point at them.
   export PATH=$usr/bin:$PATH
-  export CPATH=$usr/include${CPATH:+:$CPATH}
-  export LIBRARY_PATH=$lib${LIBRARY_PATH:+:$LIBRARY_PATH}
-  export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export CPATH=$usr/include:$usr/include/x86_64-linux-gnu/openblas-openmp${CPATH:+:$CPATH}
+  export LIBRARY_PATH=$lib:$lib/openblas-openmp${LIBRARY_PATH:+:$LIBRARY_PATH}
+  export LD_LIBRARY_PATH=$lib:$lib/openblas-openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   if offline_have_all; then
-    echo "offline-deps: using MPICH, GoogleTest and nlohmann-json from $OFFLINE_DIR (unpacked in $p)"
+    echo "offline-deps: using MPICH, GoogleTest, nlohmann-json and OpenBLAS from $OFFLINE_DIR (unpacked in $p)"
   else
     echo "offline-deps: unpacked $OFFLINE_DIR into $p, but mpicxx still cannot build a GoogleTest program"
     return 1

@@ -1,7 +1,9 @@
-// test_gemm.cpp — the blocked OpenMP GEMM against the naive reference (serial).
+// test_gemm.cpp — the CPU device's GEMM (cblas_sgemm, OpenBLAS) against the naive reference
+// tp::host_gemm (serial).
 //
 // Tolerance: relative Frobenius error ≤ 1e-5. Both accumulate the same products; the reference in
-// double, the blocked kernel in float, so the gap is float rounding of k-term sums (k ≤ 600 here).
+// double, OpenBLAS in float (in its own order), so the gap is float rounding of k-term sums
+// (k ≤ 600 here).
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -52,7 +54,7 @@ TEST_P(GemmShapes, MatchesReferenceForAllTransposesAndScalings) {
         compare(GetParam(), ta, tb, alpha, beta);
 }
 
-// Odd shapes, and shapes that cross the kernel's block edges (64 rows, 256 deep, 512 columns).
+// Odd shapes, edge tiles, and shapes past OpenBLAS's blocking along each dimension.
 INSTANTIATE_TEST_SUITE_P(Cpu, GemmShapes,
                          ::testing::Values(Case{1, 1, 1}, Case{3, 5, 7}, Case{1, 13, 2},
                                            Case{17, 33, 65}, Case{64, 64, 64}, Case{65, 513, 257},
@@ -88,7 +90,9 @@ TEST(Gemm, ResultDoesNotDependOnThreadCount) {
   omp_set_num_threads(3);
   device().gemm(false, false, 1.0f, A, B, 0.0f, C2);
   omp_set_num_threads(saved);
-  EXPECT_EQ(C1.to_host(), C2.to_host());  // bitwise: each C row tile is summed in one fixed order
+  // OpenBLAS picks its blocking (and so the order of each k-sum) by thread count: not bitwise, but
+  // within float rounding of the 300-term sums. Measured here: 2.3e-7 relative (1 vs 3 threads).
+  EXPECT_LE(rel_error(C1.to_host(), C2.to_host()), 1e-6);
 }
 
 TEST(Gemm, ShapeMismatchIsAnError) {

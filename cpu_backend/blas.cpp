@@ -1,0 +1,59 @@
+// blas.cpp — cblas_sgemm behind tp::cpu::sgemm, and OpenBLAS's thread control (blas.h).
+#include "blas.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "core/error.h"
+
+// OpenBLAS's own extensions, declared here so that this file does not depend on which cblas.h
+// the system's alternatives point at (OpenBLAS's declares them, netlib's does not).
+extern "C" {
+void openblas_set_num_threads(int num_threads);
+int openblas_get_num_threads(void);
+int openblas_get_parallel(void);  // 0 sequential, 1 pthreads, 2 OpenMP
+char* openblas_get_config(void);
+char* openblas_get_corename(void);
+}
+
+namespace tp::cpu {
+
+namespace {
+int as_int(int64_t v, const char* what) {
+  TP_CHECK(v <= INT_MAX, "sgemm: ", what, "=", v, " exceeds what CBLAS takes (", INT_MAX, ")");
+  return static_cast<int>(v);
+}
+}  // namespace
+
+void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0 || alpha == 0.0f) {  // op(A) op(B) contributes nothing: C = beta C
+    for (int64_t i = 0; i < m; ++i) {
+      float* row = c + i * ldc;
+      if (beta == 0.0f) std::fill(row, row + n, 0.0f);
+      else if (beta != 1.0f) std::transform(row, row + n, row, [beta](float v) { return beta * v; });
+    }
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+              as_int(m, "m"), as_int(n, "n"), as_int(k, "k"), alpha, a, as_int(lda, "lda"), b,
+              as_int(ldb, "ldb"), beta, c, as_int(ldc, "ldc"));
+}
+
+int blas_threads() { return openblas_get_num_threads(); }
+
+void set_blas_threads(int threads) { openblas_set_num_threads(std::max(1, threads)); }
+
+std::string blas_name() {
+  const int parallel = openblas_get_parallel();
+  std::string config = openblas_get_config();  // "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64"
+  const size_t cut = config.find(' ', config.find(' ') + 1);
+  return config.substr(0, cut) + ", " +
+         (parallel == 2 ? "OpenMP" : parallel == 1 ? "pthreads" : "sequential") + ", " +
+         openblas_get_corename();
+}
+
+}  // namespace tp::cpu
