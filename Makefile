@@ -5,7 +5,7 @@
 #                 the last line is "N passed, M failed"
 #   make          build everything into build/ (build/bin, build/lib)
 #   make lessons  build the lessons only
-#   make bench    measure the GEMM and the collectives (ratios, with correctness columns)
+#   make bench    GEMM, threads, collectives, training vs PyTorch: ratios and goals (build/bench/)
 #   make docs     Doxygen over lib/ and the lesson pages into docs/html
 #   make gpu-check  on a machine with a GPU: build, GPU tests, every lesson on the GPU, timings
 #   make gpu-emu  the correctness half of gpu-check on the CUDA emulator (any machine)
@@ -50,7 +50,8 @@ BLAS_LIBS ?= -lopenblas
 #   mpi/          MpiCommunicator, MPI helpers           $(MPICXX)  -Ilib
 #   gpu_backend/  CudaDevice, NcclCommunicator           nvcc/$(MPICXX) -Ilib -Impi (NCCL bootstraps over MPI)
 #   launcher/     run_program, --backend/--comm          $(MPICXX)  -Ilib -Icpu_backend -Igpu_backend -Impi
-#   lessons/      lesson.h + the lessons, tools/         $(CXX)     -Ilib -Ilauncher (-Ilessons)
+#   lessons/      lesson.h + the lessons                 $(CXX)     -Ilib -Ilauncher -Ilessons
+#   tools/        tp_train, tp_bench (bare MPI calls)    $(MPICXX)  -Ilib -Ilauncher -Impi
 #   tests/        everything (they test the backends)    $(MPICXX)
 #
 # lib/ gets the plain C++ compiler and no MPI include path: <mpi.h> there does not compile.
@@ -60,7 +61,7 @@ INC_MPI      := -Ilib
 INC_GPU      := -Ilib -Impi
 INC_LAUNCHER := -Ilib -Icpu_backend -Igpu_backend -Impi
 INC_LESSON   := -Ilib -Ilauncher -Ilessons
-INC_TOOL     := -Ilib -Ilauncher
+INC_TOOL     := -Ilib -Ilauncher -Impi
 INC_TEST     := -Ilib -Ilauncher -Impi -Icpu_backend -Igpu_backend -Itests
 
 # ---- GPU backend: found or not -------------------------------------------------------------------
@@ -175,7 +176,7 @@ $(BUILD)/obj/lessons/%.o: lessons/%.cpp | deps
 
 $(BUILD)/obj/tools/%.o: tools/%.cpp | deps
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) $(INC_TOOL) -c $< -o $@
+	$(MPICXX) $(CXXFLAGS) $(INC_TOOL) -c $< -o $@
 
 $(BUILD)/obj/tests/%.o: tests/%.cpp | deps
 	@mkdir -p $(dir $@)
@@ -325,9 +326,10 @@ test: all
 gpu-check:
 	@scripts/gpu-check.sh
 
-# GEMM (blocked vs naive) and collectives (algbw/busbw), each with a correctness column.
-bench: $(BUILD)/bin/tp_bench
-	$(MPIEXEC) -np 2 $(BUILD)/bin/tp_bench
+# scripts/bench.py: GEMM vs cblas_sgemm, threads, collectives vs bare MPI, training tokens/s vs
+# PyTorch eager, strong scaling; every row a ratio with its goal, in $(BUILD)/bench/bench.md.
+bench: $(BUILD)/bin/tp_bench $(BUILD)/bin/tp_train
+	@. scripts/common.sh && MPI_FLAGS="$$MPI_FLAGS" python3 scripts/bench.py --build $(BUILD)
 
 docs:
 	@scripts/install-deps.sh --docs

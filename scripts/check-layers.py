@@ -35,7 +35,7 @@ LAYERS = [
     ("gpu_backend", ["gpu_backend"], ["core", "mpi"], "gpu_backend/\\nCudaDevice, NcclCommunicator"),
     ("launcher", ["launcher"], ["core", "cpu_backend", "gpu_backend", "mpi"], "launcher/\\nrun_program, --backend, --comm"),
     ("lessons", ["lessons"], ["core", "io", "parallel", "model", "launcher"], "lessons/\\nlesson.h, NN_name/main.cpp"),
-    ("tools", ["tools"], ["core", "io", "parallel", "model", "launcher"], "tools/\\ntp_train, tp_bench"),
+    ("tools", ["tools"], ["core", "io", "parallel", "model", "launcher", "mpi"], "tools/\\ntp_train, tp_bench"),
     ("cuda_emu", ["tests/cuda_emu"], [], "tests/cuda_emu/\\nCUDA, cuBLAS, NCCL on the CPU"),
     ("tests", ["tests"], ["core", "io", "parallel", "model", "cpu_backend", "mpi", "gpu_backend", "launcher"],
      "tests/"),
@@ -55,7 +55,7 @@ FORBIDDEN = {
     "core": MPI_HEADERS | CUDA_HEADERS, "io": MPI_HEADERS | CUDA_HEADERS,
     "parallel": MPI_HEADERS | CUDA_HEADERS, "model": MPI_HEADERS | CUDA_HEADERS,
     "cpu_backend": MPI_HEADERS | CUDA_HEADERS, "mpi": CUDA_HEADERS, "launcher": CUDA_HEADERS,
-    "lessons": MPI_HEADERS | CUDA_HEADERS, "tools": MPI_HEADERS | CUDA_HEADERS,
+    "lessons": MPI_HEADERS | CUDA_HEADERS, "tools": CUDA_HEADERS,  # tp_bench times bare MPI calls
 }
 # Where a quoted include that is not beside its file is looked for (the -I roots of the build).
 ROOTS = ["lib", "cpu_backend", "mpi", "gpu_backend", "launcher", "lessons", "tests", "tests/cuda_emu/include"]

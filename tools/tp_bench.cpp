@@ -11,11 +11,17 @@
 //   RESULT <suite> <name> <value> <unit> <reference value> <ratio>
 // which scripts/gpu-check.sh collects into its table.
 //
-// 1. GEMM on the CPU: the cache-blocked OpenMP kernel against the naive reference loop on the same machine in
-//    the same run, at linear-layer shapes. Reported as GFLOP/s of each and their ratio (single
-//    absolute times mean little on a shared machine; the ratio is the result). The #wrong column
-//    counts elements whose relative error against the reference exceeds 1e-4.
-// 2. Collectives, nccl-tests style: time per call, algbw = bytes / time, and
+// 1. GEMM on the CPU (--suite gemm): Device::gemm (the project: the argument checks, then
+//    cblas_sgemm) against cblas_sgemm called directly on the same buffers, at every GEMM of the
+//    linear layers and the head of tp_train's default model and of make bench's model (forward,
+//    input gradient, weight gradient); samples of the two alternate, and the ratio of their medians
+//    is the result (absolute times mean little on a shared machine). The naive loop (host_gemm)
+//    gives #wrong: elements whose relative error against it exceeds 1e-4.
+//    Threads (--suite threads): each rank in turn runs GEMMs while the others sleep, and reports
+//    its CPU time over wall time — the cores its OpenMP + BLAS threads really use, which the thread
+//    rule keeps at cores ÷ ranks on the node.
+// 2. Collectives, nccl-tests style, 4 KiB … 64 MiB: the library call against the bare MPI call on
+//    the same buffers (alternating samples, medians), time per call, algbw = bytes / time, and
 //    busbw = algbw · 2(t − 1)/t for all-reduce, · (t − 1)/t for all-gather and reduce-scatter: the
 //    ring-model bytes each rank moves per second, comparable across t. #wrong counts elements that
 //    differ from the closed-form answer.
@@ -30,7 +36,10 @@
 // 5. Memory-bound kernels (--suite memory): LayerNorm, GeLU and add (axpy) forward, and their
 //    backward, in GB/s of compulsory traffic, against Device::copy (device-to-device) bandwidth
 //    measured on the same buffers.
+#include <cblas.h>
+#include <mpi.h>
 #include <omp.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -38,6 +47,8 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/host.h"
@@ -45,6 +56,7 @@
 #include "launcher.h"
 #include "model/config.h"
 #include "model/gpt.h"
+#include "mpi_communicator.h"
 #include "parallel/param.h"
 
 using namespace tp;
@@ -103,80 +115,252 @@ std::string precision(const Context& ctx) {
   return ctx.options.get_flag("tf32") ? "tf32" : "fp32";
 }
 
+// ---- CPU GEMM: Device::gemm against cblas_sgemm called directly, and the naive loop ------------
+
+// Median seconds per call of `f` and of `g` over `samples` samples of `inner` calls each, after a
+// warm-up; their samples alternate, so a slower stretch of a shared machine hits both alike and
+// the ratio of the medians stays fair. inner = 0: chosen so that one sample lasts ≥ 10 ms — only
+// for local work: collectives must pass the same `inner` on every rank.
+std::pair<double, double> paired_median(const std::function<void()>& f,
+                                        const std::function<void()>& g, int samples = 15,
+                                        int inner = 0) {
+  f();
+  g();
+  double t0 = now();
+  f();
+  if (inner <= 0)
+    inner = static_cast<int>(std::min(1000.0, std::max(1.0, 0.01 / std::max(now() - t0, 1e-9))));
+  std::vector<double> tf, tg;
+  for (int s = 0; s < samples; ++s) {
+    t0 = now();
+    for (int i = 0; i < inner; ++i) f();
+    tf.push_back((now() - t0) / inner);
+    t0 = now();
+    for (int i = 0; i < inner; ++i) g();
+    tg.push_back((now() - t0) / inner);
+  }
+  std::sort(tf.begin(), tf.end());
+  std::sort(tg.begin(), tg.end());
+  return {tf[tf.size() / 2], tg[tg.size() / 2]};
+}
+
+struct CpuGemm {
+  std::string name;  // "<model>.<layer>.<fwd|dgrad|wgrad>"
+  bool ta, tb;
+  int64_t m, n, k;
+};
+
+// The GEMMs of one transformer layer stack at t = 1: for each linear (N tokens, in → out) the
+// forward Y = X W (N × out × in), the input gradient dX = dY Wᵀ (N × in × out) and the weight
+// gradient dW = Xᵀ dY (in × out × N); and the tied head, logits = X wteᵀ (N × V × h).
+std::vector<CpuGemm> model_gemms(const std::string& model, int64_t n, int64_t h, int64_t ffn,
+                                 int64_t vocab) {
+  std::vector<CpuGemm> out;
+  const struct {
+    const char* layer;
+    int64_t in, out;
+  } linears[] = {{"qkv", h, 3 * h}, {"proj", h, h}, {"fc1", h, ffn}, {"fc2", ffn, h}};
+  for (const auto& l : linears) {
+    out.push_back({model + "." + l.layer + ".fwd", false, false, n, l.out, l.in});
+    out.push_back({model + "." + l.layer + ".dgrad", false, true, n, l.in, l.out});
+    out.push_back({model + "." + l.layer + ".wgrad", true, false, l.in, l.out, n});
+  }
+  out.push_back({model + ".head.fwd", false, true, n, vocab, h});
+  return out;
+}
+
 void bench_gemm(Context& ctx) {
-  log0(ctx.world, "# GEMM, blocked OpenMP kernel vs naive reference loop (", omp_get_max_threads(),
-       " threads on rank 0)");
-  log0(ctx.world, "#      m      n      k   blocked GFLOP/s   naive GFLOP/s   ratio   #wrong");
-  struct Shape3 {
-    int64_t m, n, k;
-  };
-  for (const Shape3 s : {Shape3{256, 256, 256}, Shape3{512, 512, 512}, Shape3{128, 2048, 512},
-                         Shape3{1024, 256, 1024}}) {
-    Tensor a(ctx.device, Shape{s.m, s.k}), b(ctx.device, Shape{s.k, s.n}),
-        c(ctx.device, Shape{s.m, s.n});
-    ctx.device.fill_random(a, RngKey::from(1, "a"), GlobalIndex::whole(s.k),
-                           Distribution::uniform(-1, 1));
-    ctx.device.fill_random(b, RngKey::from(1, "b"), GlobalIndex::whole(s.n),
-                           Distribution::uniform(-1, 1));
-    const double fast = best_time(3, [&] { ctx.device.gemm(false, false, 1.0f, a, b, 0.0f, c); });
+  Device& dev = ctx.device;
+  // The models: tp_train's defaults (h 64, s 64, b 8, V 256) and the benchmark model of
+  // `make bench` (h 256, s 128, b 8, V 256).
+  std::vector<CpuGemm> cases = model_gemms("default", 64 * 8, 64, 256, 256);
+  for (const CpuGemm& g : model_gemms("bench", 128 * 8, 256, 1024, 256)) cases.push_back(g);
+  log0(ctx.world, "# GEMM: Device::gemm vs cblas_sgemm called directly vs the naive loop, ",
+       omp_get_max_threads(), " thread(s); median of interleaved samples");
+  log0(ctx.world,
+       "#                 layer      m      n      k   project GFLOP/s   cblas GFLOP/s   ratio   "
+       "naive GFLOP/s   #wrong");
+  for (const CpuGemm& g : cases) {
+    Tensor a(dev, g.ta ? Shape{g.k, g.m} : Shape{g.m, g.k}),
+        b(dev, g.tb ? Shape{g.n, g.k} : Shape{g.k, g.n}), c(dev, Shape{g.m, g.n}),
+        c2(dev, Shape{g.m, g.n});
+    dev.fill_random(a, RngKey::from(1, "a"), GlobalIndex::whole(a.cols()),
+                    Distribution::uniform(-1, 1));
+    dev.fill_random(b, RngKey::from(1, "b"), GlobalIndex::whole(b.cols()),
+                    Distribution::uniform(-1, 1));
+    // The same product, once through the project and once straight into OpenBLAS.
+    const auto [project, direct] = paired_median(
+        [&] { dev.gemm(g.ta, g.tb, 1.0f, a, b, 0.0f, c); },
+        [&] {
+          cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans,
+                      g.tb ? CblasTrans : CblasNoTrans, static_cast<int>(g.m),
+                      static_cast<int>(g.n), static_cast<int>(g.k), 1.0f, a.data(),
+                      static_cast<int>(a.cols()), b.data(), static_cast<int>(b.cols()), 0.0f,
+                      c2.data(), static_cast<int>(c2.cols()));
+        });
     const auto ha = a.to_host(), hb = b.to_host();
-    std::vector<float> ref(static_cast<size_t>(s.m * s.n));
-    const double slow = best_time(1, [&] {
-      host_gemm(false, false, s.m, s.n, s.k, 1.0f, ha.data(), s.k, hb.data(), s.n, 0.0f, ref.data(),
-                s.n);
-    });
+    std::vector<float> ref(static_cast<size_t>(g.m * g.n));
+    const double t0 = now();
+    host_gemm(g.ta, g.tb, g.m, g.n, g.k, 1.0f, ha.data(), a.cols(), hb.data(), b.cols(), 0.0f,
+              ref.data(), g.n);
+    const double naive = now() - t0;
     const auto hc = c.to_host();
     int wrong = 0;
     for (size_t i = 0; i < hc.size(); ++i)
       wrong += std::fabs(hc[i] - ref[i]) > 1e-4 * (1.0 + std::fabs(ref[i]));
-    const double flop = 2.0 * s.m * s.n * s.k;
-    char line[160];
-    std::snprintf(line, sizeof line, "%8lld %6lld %6lld %17.2f %15.2f %7.1f %8d",
-                  static_cast<long long>(s.m), static_cast<long long>(s.n),
-                  static_cast<long long>(s.k), flop / fast / 1e9, flop / slow / 1e9, slow / fast,
-                  wrong);
+    const double flop = 2.0 * g.m * g.n * g.k;
+    char line[200];
+    std::snprintf(line, sizeof line, "%23s %6lld %6lld %6lld %17.2f %15.2f %7.3f %15.2f %8d",
+                  g.name.c_str(), static_cast<long long>(g.m), static_cast<long long>(g.n),
+                  static_cast<long long>(g.k), flop / project / 1e9, flop / direct / 1e9,
+                  direct / project, flop / naive / 1e9, wrong);
     log0(ctx.world, line);
+    result(ctx, "gemm", g.name, flop / project / 1e9, "GFLOP/s", flop / direct / 1e9,
+           direct / project);
+    result(ctx, "gemm", g.name + ".naive", flop / naive / 1e9, "GFLOP/s", 0, 0);
+    result(ctx, "gemm", g.name + ".wrong", wrong, "count", 0, 0);
   }
 }
 
+// ---- threads: ranks × BLAS threads within the cores ----------------------------------------------
+
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+// Each rank in turn runs GEMMs for ~0.3 s while the others sleep (a nonblocking barrier polled
+// with sleeps, so they take no core), and measures its process's CPU time over wall time: the
+// number of cores its GEMMs really kept busy. With the thread rule, that is at most the rank's
+// thread budget (cores ÷ ranks on the node), however many cores are idle.
+void bench_threads(Context& ctx) {
+  Device& dev = ctx.device;
+  auto* mpi = dynamic_cast<MpiCommunicator*>(&ctx.world);
+  if (mpi == nullptr) return;  // the turn-taking needs MPI's nonblocking barrier
+  const int cores = omp_get_num_procs(), threads = omp_get_max_threads();
+  Tensor a(dev, Shape{512, 512}), b(dev, Shape{512, 512}), c(dev, Shape{512, 512});
+  dev.fill(a, 0.5f);
+  dev.fill(b, 0.25f);
+  auto wait_sleeping = [&] {
+    MPI_Request req = MPI_REQUEST_NULL;
+    MPI_Ibarrier(mpi->handle(), &req);
+    for (int done = 0; !done; std::this_thread::sleep_for(std::chrono::milliseconds(1)))
+      MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+  };
+  double busy = 0;
+  for (int turn = 0; turn < ctx.world.size(); ++turn) {
+    if (turn == ctx.world.rank()) {
+      const double w0 = now(), c0 = cpu_seconds();
+      while (now() - w0 < 0.3) dev.gemm(false, false, 1.0f, a, b, 0.0f, c);
+      busy = (cpu_seconds() - c0) / (now() - w0);
+    }
+    wait_sleeping();
+  }
+  Tensor all(dev, Shape{ctx.world.size() * 4}), mine = Tensor::from_host(
+      dev, Shape{4}, {static_cast<float>(ctx.local_size), static_cast<float>(threads),
+                      static_cast<float>(busy), static_cast<float>(cores)});
+  ctx.world.all_gather(mine, all);
+  const auto h = all.to_host();
+  log0(ctx.world, "# threads: ", ctx.local_size, " rank(s) on this node of ", cores,
+       " cores; each rank's GEMMs alone (the others asleep): CPU time / wall time");
+  for (int r = 0; r < ctx.world.size(); ++r) {
+    log0(ctx.world, "#   rank ", r, ": ", h[r * 4 + 1], " OpenMP/BLAS thread(s), busy cores ",
+         h[r * 4 + 2]);
+    result(ctx, "threads", "rank" + std::to_string(r) + ".busy_cores", h[r * 4 + 2], "cores",
+           h[r * 4 + 1], h[r * 4 + 2] / h[r * 4 + 1]);
+  }
+  result(ctx, "threads", "node", ctx.local_size * threads, "threads", cores,
+         static_cast<double>(ctx.local_size * threads) / cores);
+}
+
+// ---- collectives: the library against the same MPI call on the same buffer ----------------------
+
 void bench_collectives(Context& ctx) {
   Communicator& w = ctx.world;
+  Device& dev = ctx.device;
+  // The bare MPI call needs host memory: on a GPU device (--comm mpi stages) only the library runs.
+  auto* mpi = dev.host_accessible() ? dynamic_cast<MpiCommunicator*>(&w) : nullptr;
   const int t = w.size();
-  log0(ctx.world, "\n# collectives on ", t, " ranks (", w.name(), "), best of 5");
-  log0(ctx.world, "#        op     bytes    time_us   algbw_GB/s   busbw_GB/s   #wrong");
-  for (int64_t n : {int64_t{1} << 10, int64_t{1} << 16, int64_t{1} << 20}) {
-    n = n / t * t;
-    const double bytes = 4.0 * n;
+  log0(ctx.world, "\n# collectives on ", t, " ranks (", w.name(),
+       "): the library call vs the bare MPI call on the same buffers, median of interleaved "
+       "samples");
+  // What the library adds to every call, apart from moving data: the front end (checks, the
+  // ledger record, the timer) of a one-rank communicator, whose collectives move nothing.
+  {
+    SerialCommunicator solo;
+    Tensor one(dev, Shape{1});
+    dev.fill(one, 1.0f);
+    const int calls = 100000;
+    const double t0 = now();
+    for (int i = 0; i < calls; ++i) solo.all_reduce(one);
+    const double front = (now() - t0) / calls;
+    log0(ctx.world, "# the library's own cost per call (checks, CommLedger record, timer; measured on a "
+         "one-rank communicator, which moves nothing): ", front * 1e9, " ns");
+    result(ctx, "coll", "front_end", front * 1e9, "ns", 0, 0);
+  }
+  log0(ctx.world,
+       "#             op      bytes    lib_us    mpi_us   algbw_GB/s   busbw_GB/s   lib/mpi   "
+       "#wrong");
+  for (int64_t bytes = 4 << 10; bytes <= (int64_t{64} << 20); bytes *= 4) {
+    const int64_t n = bytes / 4 / t * t;
     for (const std::string op : {"all_reduce", "all_gather", "reduce_scatter"}) {
-      Tensor full(ctx.device, Shape{n}), shard(ctx.device, Shape{n / t});
-      double secs = 0;
+      Tensor full(dev, Shape{n}), shard(dev, Shape{n / t});
+      const int count = static_cast<int>(op == "all_reduce" ? n : n / t);
+      std::function<void()> lib, raw;
+      if (op == "all_reduce") {
+        lib = [&] { w.all_reduce(full); };
+        raw = [&] {
+          MPI_Allreduce(MPI_IN_PLACE, full.data(), count, MPI_FLOAT, MPI_SUM, mpi->handle());
+        };
+      } else if (op == "all_gather") {
+        lib = [&] { w.all_gather(shard, full); };
+        raw = [&] {
+          MPI_Allgather(shard.data(), count, MPI_FLOAT, full.data(), count, MPI_FLOAT,
+                        mpi->handle());
+        };
+      } else {
+        lib = [&] { w.reduce_scatter(full, shard); };
+        raw = [&] {
+          MPI_Reduce_scatter_block(full.data(), shard.data(), count, MPI_FLOAT, MPI_SUM,
+                                   mpi->handle());
+        };
+      }
+      // Timed on whatever the buffers hold (sums of sums may overflow to inf: no matter for
+      // speed); correctness below, once, on closed-form inputs.
+      dev.fill(full, 1.0f);
+      dev.fill(shard, 1.0f);
+      // The same number of calls on every rank: ~8 MiB moved per sample, 1 to 200 calls.
+      const int inner = static_cast<int>(std::clamp<int64_t>((int64_t{8} << 20) / bytes, 1, 200));
+      const auto [lib_s, raw_s] = mpi != nullptr ? paired_median(lib, raw, 15, inner)
+                                                 : std::make_pair(best_time(5, lib), 0.0);
       int wrong = 0;
       if (op == "all_reduce") {
-        secs = best_time(5, [&] {
-          ctx.device.fill(full, w.rank() + 1.0f);
-          w.all_reduce(full);
-        });
+        dev.fill(full, w.rank() + 1.0f);
+        lib();
         for (float v : full.to_host()) wrong += v != t * (t + 1) / 2.0f;
       } else if (op == "all_gather") {
-        secs = best_time(5, [&] {
-          ctx.device.fill(shard, 1.0f * w.rank());
-          w.all_gather(shard, full);
-        });
+        dev.fill(shard, 1.0f * w.rank());
+        lib();
         const auto h = full.to_host();
         for (int64_t i = 0; i < n; ++i) wrong += h[i] != static_cast<float>(i / (n / t));
       } else {
-        secs = best_time(5, [&] {
-          ctx.device.fill(full, w.rank() + 1.0f);
-          w.reduce_scatter(full, shard);
-        });
+        dev.fill(full, w.rank() + 1.0f);
+        lib();
         for (float v : shard.to_host()) wrong += v != t * (t + 1) / 2.0f;
       }
-      const double factor = ring_wire_bytes(op, t, static_cast<int64_t>(bytes)) / bytes;
-      const double algbw = bytes / secs / 1e9;
-      char line[160];
-      std::snprintf(line, sizeof line, "%15s %9.0f %10.1f %12.3f %12.3f %8d", op.c_str(), bytes,
-                    secs * 1e6, algbw, algbw * factor, wrong);
+      const double buf = 4.0 * n;
+      const double factor = ring_wire_bytes(op, t, static_cast<int64_t>(buf)) / buf;
+      const double algbw = buf / lib_s / 1e9;
+      char line[200];
+      std::snprintf(line, sizeof line, "%16s %10.0f %9.1f %9.1f %12.3f %12.3f %9.3f %8d",
+                    op.c_str(), buf, lib_s * 1e6, raw_s * 1e6, algbw, algbw * factor,
+                    raw_s > 0 ? lib_s / raw_s : 0.0, wrong);
       log0(ctx.world, line);
+      const std::string name = op + "." + std::to_string(static_cast<int64_t>(buf));
+      result(ctx, "coll", name, lib_s * 1e6, "us", raw_s * 1e6, raw_s > 0 ? lib_s / raw_s : 0.0);
+      result(ctx, "coll", name + ".wrong", wrong, "count", 0, 0);
     }
   }
 }
@@ -353,7 +537,7 @@ int main(int argc, char** argv) {
       "Measures a backend: GEMM (CPU: blocked vs naive; GPU: layer shapes vs a measured ceiling), "
       "collectives, one transformer block, memory-bound kernels.");
   opts.text("suite", "auto", "what to measure: auto (cpu: gemm + collectives; gpu: all)",
-            {"auto", "gemm", "collectives", "block", "memory", "all", "none"});
+            {"auto", "gemm", "threads", "collectives", "block", "memory", "all", "none"});
   opts.integer("hidden", 4096, "h for the GPU GEMM shapes, the block and the memory kernels");
   opts.integer("tokens", 8192, "rows of the GPU GEMM shapes and the memory kernels (s·b = 2048·4)");
   opts.integer("seq", 2048, "block: sequence length");
@@ -372,6 +556,7 @@ int main(int argc, char** argv) {
       else
         bench_gemm(ctx);
     }
+    if (!gpu && (suite == "cpu" || suite == "threads")) bench_threads(ctx);
     if (all || suite == "memory") bench_memory(ctx);
     if (all || suite == "block") bench_block(ctx);
     if (suite == "cpu" || suite == "collectives" || all) bench_collectives(ctx);
