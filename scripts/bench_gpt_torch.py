@@ -79,7 +79,7 @@ def read_safetensors(path, torch):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--layers", type=int, default=2, help="transformer blocks L")
     ap.add_argument("--hidden", type=int, default=64, help="hidden size h")
     ap.add_argument("--heads", type=int, default=4, help="attention heads nh")
@@ -87,7 +87,7 @@ def main():
     ap.add_argument("--vocab", type=int, default=0, help="vocabulary V; 0 = 256")
     ap.add_argument("--seq", type=int, default=64, help="sequence length S")
     ap.add_argument("--batch", type=int, default=8, help="sequences per step B")
-    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (constant)")
     ap.add_argument("--weight-decay", type=float, default=0.0, help="on matrices and embeddings")
     ap.add_argument("--clip", type=float, default=1.0, help="global gradient norm; 0 = none")
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
