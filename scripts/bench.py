@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench.py — `make bench`: every figure a ratio beside its reference, measured in one run.
 
-  python3 scripts/bench.py [--build build] [--steps 20]
+  python3 scripts/bench.py [--build build] [--steps 20]      (PYTHON: an interpreter with torch)
 
 Runs, on this machine, each side by side with what it is compared to:
 
@@ -150,7 +150,7 @@ def train_tokens(build, np, threads, steps, tmp, tag):
 
 def torch_python():
     """An interpreter that imports torch (Debian's python3-torch is in /usr/bin/python3), or None."""
-    for py in ("python3", "/usr/bin/python3"):
+    for py in [p for p in (os.environ.get("PYTHON"), "python3", "/usr/bin/python3") if p]:
         try:
             if subprocess.run([py, "-c", "import torch"], capture_output=True, timeout=120).returncode == 0:
                 return py
@@ -196,7 +196,8 @@ def main():
     args = ap.parse_args()
     out_dir = os.path.join(ROOT, args.build, "bench")
     os.makedirs(out_dir, exist_ok=True)
-    table, logs, failed = Table(), [], []
+    table, failed = Table(), []
+    load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
         for name, step in (("GEMM", lambda: gemm_rows(table, args.build)),
                            ("threads", lambda: thread_rows(table, args.build)),
@@ -211,7 +212,10 @@ def main():
                 failed.append(f"{name}: {e}")
     md = table.markdown()
     met = [r for r in table.rows if r["ok"] is not None]
-    summary = f"{sum(r['ok'] for r in met)} of {len(met)} goals met"
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    summary = (f"{sum(r['ok'] for r in met)} of {len(met)} goals met; {os.cpu_count()} cores, load average "
+               f"{load_before:.2f} before and {load:.2f} after the run (other work on the machine skews "
+               f"the ratios)")
     with open(os.path.join(out_dir, "bench.md"), "w", encoding="utf-8") as fh:
         fh.write("# make bench\n\n" + md + "\n\n" + summary + "\n")
     with open(os.path.join(out_dir, "bench.json"), "w", encoding="utf-8") as fh:
