@@ -8,15 +8,9 @@
 
 #include "core/error.h"
 
-// OpenBLAS's own extensions, declared here so that this file does not depend on which cblas.h
-// the system's alternatives point at (OpenBLAS's declares them, netlib's does not).
-extern "C" {
-void openblas_set_num_threads(int num_threads);
-int openblas_get_num_threads(void);
-int openblas_get_parallel(void);  // 0 sequential, 1 pthreads, 2 OpenMP
-char* openblas_get_config(void);
-char* openblas_get_corename(void);
-}
+// OpenBLAS's own extension, declared here so that this file does not depend on which cblas.h the
+// system's alternatives point at (OpenBLAS's declares it, netlib's does not).
+extern "C" void openblas_set_num_threads(int num_threads);
 
 namespace tp::cpu {
 
@@ -33,27 +27,18 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
   if (k <= 0 || alpha == 0.0f) {  // op(A) op(B) contributes nothing: C = beta C
     for (int64_t i = 0; i < m; ++i) {
       float* row = c + i * ldc;
-      if (beta == 0.0f) std::fill(row, row + n, 0.0f);
-      else if (beta != 1.0f) std::transform(row, row + n, row, [beta](float v) { return beta * v; });
+      if (beta == 0.0f)
+        std::fill(row, row + n, 0.0f);
+      else if (beta != 1.0f)
+        std::transform(row, row + n, row, [beta](float v) { return beta * v; });
     }
     return;
   }
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-              as_int(m, "m"), as_int(n, "n"), as_int(k, "k"), alpha, a, as_int(lda, "lda"), b,
-              as_int(ldb, "ldb"), beta, c, as_int(ldc, "ldc"));
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, as_int(m, "m"), as_int(n, "n"), as_int(k, "k"),
+              alpha, a, as_int(lda, "lda"), b, as_int(ldb, "ldb"), beta, c, as_int(ldc, "ldc"));
 }
-
-int blas_threads() { return openblas_get_num_threads(); }
 
 void set_blas_threads(int threads) { openblas_set_num_threads(std::max(1, threads)); }
-
-std::string blas_name() {
-  const int parallel = openblas_get_parallel();
-  std::string config = openblas_get_config();  // "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64"
-  const size_t cut = config.find(' ', config.find(' ') + 1);
-  return config.substr(0, cut) + ", " +
-         (parallel == 2 ? "OpenMP" : parallel == 1 ? "pthreads" : "sequential") + ", " +
-         openblas_get_corename();
-}
 
 }  // namespace tp::cpu

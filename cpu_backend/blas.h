@@ -6,14 +6,13 @@
 // block of a larger matrix (one attention head's columns of q) is passed without a copy. The
 // naive reference the tests compare it with is tp::host_gemm (lib/core/host.h).
 //
-// Threads: OpenBLAS runs a GEMM on blas_threads() threads, which the CPU device sets to its
+// Threads: OpenBLAS runs a GEMM on set_blas_threads() threads, which the CPU device sets to its
 // OpenMP thread count (cores of the node ÷ ranks on it, launcher/node.h), so ranks × BLAS threads
 // never exceed the cores. Called inside an OpenMP parallel region (the attention loops over
 // heads), the OpenMP build of OpenBLAS runs each call on the calling thread alone.
 #pragma once
 
 #include <cstdint>
-#include <string>
 
 namespace tp::cpu {
 
@@ -23,11 +22,7 @@ namespace tp::cpu {
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
-/// Threads OpenBLAS uses for one call from outside a parallel region.
-int blas_threads();
-/// Sets them (at least 1).
+/// The threads OpenBLAS uses for one call from outside a parallel region (at least 1).
 void set_blas_threads(int threads);
-/// "OpenBLAS 0.3.21, OpenMP, Haswell": the library, its threading, the kernel it chose.
-std::string blas_name();
 
 }  // namespace tp::cpu

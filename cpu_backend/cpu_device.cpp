@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/error.h"
 #include "blas.h"
+#include "core/error.h"
 
 namespace tp {
 

@@ -221,7 +221,7 @@ if timing "$log" 60 --suite memory; then
   done
 fi
 have_torch=0
-if [ "$emu" != 1 ] && python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then have_torch=1; fi
+if [ "$emu" != 1 ] && "${PYTHON:-python3}" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then have_torch=1; fi
 for prec in fp32 tf32; do
   flags=(); [ $prec = tf32 ] && flags=(--tf32)
   log=$logs/bench_block_$prec.log
@@ -229,7 +229,7 @@ for prec in fp32 tf32; do
   ours=$(num "$prec.fwd_bwd_ms" "$log")
   if [ $have_torch = 1 ] && [ "$(left)" -gt 60 ]; then
     tlog=$logs/bench_block_torch_$prec.log
-    timeout 120 python3 scripts/bench_block_torch.py "${sizes[@]}" "${flags[@]}" >"$tlog" 2>&1
+    timeout 120 "${PYTHON:-python3}" scripts/bench_block_torch.py "${sizes[@]}" "${flags[@]}" >"$tlog" 2>&1
     grep -v '^RESULT' "$tlog"
     theirs=$(num "$prec.fwd_bwd_ms" "$tlog")
     if [ -n "$theirs" ] && [ -n "$ours" ]; then

@@ -77,8 +77,8 @@ inline void expect_grads_match(const ParamList& got, const ParamList& want, doub
   EXPECT_EQ(got.size(), want.size());
   std::map<std::string, const Param*> ref;
   for (const Param& p : want) ref[p.name] = &p;
-  double bias_scale =
-      0;  // ‖grad‖ of the largest q / v bias: the scale the key-bias noise is measured by
+  // ‖grad‖ of the largest q / v bias: the scale the key-bias noise is measured by.
+  double bias_scale = 0;
   for (const Param& p : want)
     if (ends_with(p.name, ".q.bias") || ends_with(p.name, ".v.bias"))
       bias_scale = std::max(bias_scale, norm2(p.grad.to_host()));

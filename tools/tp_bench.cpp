@@ -189,15 +189,13 @@ void bench_gemm(Context& ctx) {
     dev.fill_random(b, RngKey::from(1, "b"), GlobalIndex::whole(b.cols()),
                     Distribution::uniform(-1, 1));
     // The same product, once through the project and once straight into OpenBLAS.
-    const auto [project, direct] = paired_median(
-        [&] { dev.gemm(g.ta, g.tb, 1.0f, a, b, 0.0f, c); },
-        [&] {
-          cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans,
-                      g.tb ? CblasTrans : CblasNoTrans, static_cast<int>(g.m),
-                      static_cast<int>(g.n), static_cast<int>(g.k), 1.0f, a.data(),
-                      static_cast<int>(a.cols()), b.data(), static_cast<int>(b.cols()), 0.0f,
-                      c2.data(), static_cast<int>(c2.cols()));
-        });
+    const auto [project, direct] = paired_median([&] { dev.gemm(g.ta, g.tb, 1.0f, a, b, 0.0f, c); },
+                                                 [&] {
+      cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans, g.tb ? CblasTrans : CblasNoTrans,
+                  static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k), 1.0f,
+                  a.data(), static_cast<int>(a.cols()), b.data(), static_cast<int>(b.cols()), 0.0f,
+                  c2.data(), static_cast<int>(c2.cols()));
+    });
     const auto ha = a.to_host(), hb = b.to_host();
     std::vector<float> ref(static_cast<size_t>(g.m * g.n));
     const double t0 = now();
@@ -258,9 +256,10 @@ void bench_threads(Context& ctx) {
     }
     wait_sleeping();
   }
-  Tensor all(dev, Shape{ctx.world.size() * 4}), mine = Tensor::from_host(
-      dev, Shape{4}, {static_cast<float>(ctx.local_size), static_cast<float>(threads),
-                      static_cast<float>(busy), static_cast<float>(cores)});
+  Tensor all(dev, Shape{ctx.world.size() * 4}),
+      mine = Tensor::from_host(dev, Shape{4},
+                               {static_cast<float>(ctx.local_size), static_cast<float>(threads),
+                                static_cast<float>(busy), static_cast<float>(cores)});
   ctx.world.all_gather(mine, all);
   const auto h = all.to_host();
   log0(ctx.world, "# threads: ", ctx.local_size, " rank(s) on this node of ", cores,
@@ -296,8 +295,10 @@ void bench_collectives(Context& ctx) {
     const double t0 = now();
     for (int i = 0; i < calls; ++i) solo.all_reduce(one);
     const double front = (now() - t0) / calls;
-    log0(ctx.world, "# the library's own cost per call (checks, CommLedger record, timer; measured on a "
-         "one-rank communicator, which moves nothing): ", front * 1e9, " ns");
+    log0(ctx.world,
+         "# the library's own cost per call (checks, CommLedger record, timer; measured on a "
+         "one-rank communicator, which moves nothing): ",
+         front * 1e9, " ns");
     result(ctx, "coll", "front_end", front * 1e9, "ns", 0, 0);
   }
   log0(ctx.world,
