@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -55,7 +56,7 @@ void CpuDevice::do_axpy(float alpha, const Tensor& x, Tensor& y) {
   const float* px = x.data();
   float* py = y.data();
   const int64_t n = x.numel();
-#pragma omp parallel for if (n > kParallelMin)
+#pragma omp parallel for simd if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) py[i] += alpha * px[i];
 }
 
@@ -70,20 +71,32 @@ void CpuDevice::do_add_bias(Tensor& y, const Tensor& bias) {
   const float* pb = bias.data();
   const int64_t rows = y.rows(), cols = y.cols();
 #pragma omp parallel for if (rows * cols > kParallelMin)
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) py[r * cols + c] += pb[c];
+  for (int64_t r = 0; r < rows; ++r) {
+    float* yr = py + r * cols;
+#pragma omp simd
+    for (int64_t c = 0; c < cols; ++c) yr[c] += pb[c];
+  }
 }
 
 void CpuDevice::do_add_bias_backward(Tensor& dbias, const Tensor& dy) {
   float* pdb = dbias.data();
   const float* pdy = dy.data();
   const int64_t rows = dy.rows(), cols = dy.cols();
-  // Each column is summed by one thread, rows in order: the result does not depend on threads.
+  // dbias[c] += Σ_r dy[r, c]. Each block of columns is summed by one thread, rows in order (the
+  // result does not depend on threads), reading dy row by row: the loop over a block's columns
+  // vectorises, where one column at a time strode through memory.
+  constexpr int64_t kBlock = 64;
+  const int64_t nblocks = (cols + kBlock - 1) / kBlock;
 #pragma omp parallel for if (rows * cols > kParallelMin)
-  for (int64_t c = 0; c < cols; ++c) {
-    float sum = 0.0f;
-    for (int64_t r = 0; r < rows; ++r) sum += pdy[r * cols + c];
-    pdb[c] += sum;
+  for (int64_t blk = 0; blk < nblocks; ++blk) {
+    const int64_t c0 = blk * kBlock, width = std::min(kBlock, cols - c0);
+    float sum[kBlock] = {};
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = pdy + r * cols + c0;
+#pragma omp simd
+      for (int64_t c = 0; c < width; ++c) sum[c] += row[c];
+    }
+    for (int64_t c = 0; c < width; ++c) pdb[c0 + c] += sum[c];
   }
 }
 

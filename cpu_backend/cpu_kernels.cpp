@@ -2,13 +2,24 @@
 // loss, optimizer, dropout). The math of each kernel sits in a comment above it, the forward next to
 // its backward (llm.c style); the contract is in core/device.h.
 //
-// Determinism: every output element is computed by one thread in a fixed order, so results are
-// bit-identical for any OpenMP thread count. Sums over rows (dw, db, dk, dv, dwte) are parallelised
-// over the output (columns, key positions), never split across threads.
+// Determinism: results are bit-identical for any OpenMP thread count. Every output element is
+// computed by one thread in a fixed order: sums over rows (dw, db, dwte) are parallelised over the
+// output (columns, positions), never split across threads, and the `omp simd` reductions (norm
+// statistics, Σ x², the softmax sums) add in vector lanes, an order the compiled code fixes.
+// The attention's products go through BLAS (blas.h: tp::cpu::sgemm): the GEMMs of one (batch,
+// head) pair (backward: one (batch, kv head) pair, dk and dv included) run whole on one thread, and
+// inside a parallel region OpenBLAS runs each call on the calling thread alone, so attention is
+// bit-identical across thread counts too, for a given OpenBLAS kernel: another kernel
+// (OPENBLAS_CORETYPE, another CPU or library) rounds differently, within fp32 tolerance. Not
+// thread-independent: the plain GEMMs (CpuDevice::gemm), where OpenBLAS splits one call across
+// its threads.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
+#include "blas.h"
 #include "core/error.h"
 #include "cpu_device.h"
 
@@ -24,7 +35,51 @@ template <typename F>
 void sum_rows_block(int64_t rows, int64_t c0, int64_t c1, double* acc, F f) {
   for (int64_t c = c0; c < c1; ++c) acc[c - c0] = 0.0;
   for (int64_t r = 0; r < rows; ++r)
+#pragma omp simd
     for (int64_t c = c0; c < c1; ++c) acc[c - c0] += f(r, c);
+}
+
+// The bits of a float and back (std::bit_cast in C++20).
+inline uint32_t float_bits(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, sizeof b);
+  return b;
+}
+inline float bits_float(uint32_t b) {
+  float x;
+  std::memcpy(&x, &b, sizeof x);
+  return x;
+}
+
+// x limited to [−lim, lim] (lim ≥ 0), NaN kept. On the bits: |x| orders like its bit pattern read
+// as an integer, NaN above +inf, and an integer min is one instruction where a float min is a
+// branch (its NaN rules) that stops the loop around it from vectorising.
+inline float clamp_abs(float x, float lim) {
+  constexpr uint32_t kInf = 0x7f800000u, kSign = 0x80000000u;
+  const uint32_t b = float_bits(x), a = b & ~kSign;
+  const uint32_t m = a > kInf ? a : std::min(a, float_bits(lim));
+  return bits_float(m | (b & kSign));
+}
+
+// e^x for |x| ≤ 88, within 1 ulp (0 where e^x is below the smallest normal float, e^−87.3; NaN
+// gives NaN), in arithmetic the compiler vectorises, where std::exp is a library call per element:
+// x = n ln2 + r with |r| ≤ ln2/2 (ln2 in two parts, so r is exact), e^r by the Cephes expf
+// polynomial, 2^n built as exponent bits. Adding 1.5 · 2^23 rounds x / ln2 to the integer n and
+// leaves n in the low bits of the sum.
+inline float exp_small(float x) {
+  constexpr float kShift = 12582912.0f;  // 1.5 · 2^23
+  const float shifted = x * 1.44269504088896341f + kShift;
+  const float n = shifted - kShift;
+  const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const uint32_t biased = float_bits(shifted) - float_bits(kShift) + 127;  // n + 127, in [0, 254]
+  return p * bits_float(biased << 23);
 }
 }  // namespace
 
@@ -40,7 +95,8 @@ void CpuDevice::do_mul(const Tensor& x, const Tensor& m, Tensor& y) {
   for (int64_t i = 0; i < n; ++i) py[i] = px[i] * pm[i];
 }
 
-// Σ x², in double. Fixed blocks, each summed by one thread, then the block sums in order.
+// Σ x², in double. Fixed blocks, each summed by one thread (in simd lanes), then the block sums in
+// order.
 double CpuDevice::do_sum_squares(const Tensor& x) {
   const float* px = x.data();
   const int64_t n = x.numel();
@@ -51,6 +107,7 @@ double CpuDevice::do_sum_squares(const Tensor& x) {
   for (int64_t blk = 0; blk < nblocks; ++blk) {
     const int64_t end = std::min(n, (blk + 1) * kBlock);
     double s = 0.0;
+#pragma omp simd reduction(+ : s)
     for (int64_t i = blk * kBlock; i < end; ++i) s += static_cast<double>(px[i]) * px[i];
     partial[blk] = s;
   }
@@ -76,22 +133,33 @@ void CpuDevice::do_dropout_mask(Tensor& mask, const RngKey& key, const GlobalInd
 
 // ---- activations ---------------------------------------------------------------------------------
 
-// GeLU, tanh approximation, with a = √(2/π), z = a (x + 0.044715 x³):
-//   y  = 0.5 x (1 + tanh z)
+// GeLU, tanh approximation, with a = √(2/π), z = a (x + 0.044715 x³), and σ(u) = 1 / (1 + e^−u),
+// since 0.5 (1 + tanh z) = σ(2z) and 1 − tanh² z = 4 σ(2z) σ(−2z):
+//   y  = 0.5 x (1 + tanh z)                                          = x σ(2z)
 //   y' = 0.5 (1 + tanh z) + 0.5 x (1 − tanh² z) · a (1 + 3 · 0.044715 x²)
+//      = σ + 2x σ(1 − σ) · a (1 + 3 · 0.044715 x²),   σ = σ(2z),  σ(1 − σ) = e^−2z σ²
+// In the σ form no term cancels (1 − tanh² z does for large z), and with exp_small the loops
+// vectorise: std::tanh is a library call per element, and was most of a training step's time
+// outside the GEMMs. 2z is limited to ±88 first, where σ is already 1 or below 1e−38.
 namespace {
 constexpr float kGeluA = 0.7978845608028654f;  // √(2/π)
 constexpr float kGeluC = 0.044715f;
+
+// e^−2z of GeLU at x
+inline float gelu_exp(float x) {
+  const float two_z = 2.0f * kGeluA * (x + kGeluC * x * x * x);
+  return exp_small(-clamp_abs(two_z, 88.0f));
+}
 }  // namespace
 
 void CpuDevice::do_gelu_forward(Tensor& y, const Tensor& x) {
   const float* px = x.data();
   float* py = y.data();
   const int64_t n = x.numel();
-#pragma omp parallel for if (n > kParallelMin)
+#pragma omp parallel for simd if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float xi = px[i];
-    py[i] = 0.5f * xi * (1.0f + std::tanh(kGeluA * (xi + kGeluC * xi * xi * xi)));
+    py[i] = xi / (1.0f + gelu_exp(xi));
   }
 }
 
@@ -100,12 +168,13 @@ void CpuDevice::do_gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) 
   const float* pdy = dy.data();
   float* pdx = dx.data();
   const int64_t n = x.numel();
-#pragma omp parallel for if (n > kParallelMin)
+#pragma omp parallel for simd if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float xi = px[i];
-    const float t = std::tanh(kGeluA * (xi + kGeluC * xi * xi * xi));
+    const float e = gelu_exp(xi);
+    const float sig = 1.0f / (1.0f + e);
     const float grad =
-        0.5f * (1.0f + t) + 0.5f * xi * (1.0f - t * t) * kGeluA * (1.0f + 3.0f * kGeluC * xi * xi);
+        sig + 2.0f * xi * (e * sig * sig) * kGeluA * (1.0f + 3.0f * kGeluC * xi * xi);
     pdx[i] = pdy[i] * grad;
   }
 }
@@ -163,13 +232,16 @@ void CpuDevice::do_layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, cons
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = px + r * h;
     double s = 0.0;
+#pragma omp simd reduction(+ : s)
     for (int64_t c = 0; c < h; ++c) s += xr[c];
     const double mu = s / static_cast<double>(h);
     double ss = 0.0;
+#pragma omp simd reduction(+ : ss)
     for (int64_t c = 0; c < h; ++c) ss += (xr[c] - mu) * (xr[c] - mu);
     const float m = static_cast<float>(mu);
     const float rs = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(h) + eps));
     float* yr = py + r * h;
+#pragma omp simd
     for (int64_t c = 0; c < h; ++c) yr[c] = (xr[c] - m) * rs * pw[c] + pb[c];
     pmean[r] = m;
     prstd[r] = rs;
@@ -211,6 +283,7 @@ void CpuDevice::do_layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const 
     const float* dyr = pdy + r * h;
     const float m = pmean[r], rs = prstd[r];
     double sum_g = 0.0, sum_gx = 0.0;
+#pragma omp simd reduction(+ : sum_g, sum_gx)
     for (int64_t c = 0; c < h; ++c) {
       const float g = dyr[c] * pw[c];
       sum_g += g;
@@ -219,6 +292,7 @@ void CpuDevice::do_layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const 
     const float mean_g = static_cast<float>(sum_g / static_cast<double>(h));
     const float mean_gx = static_cast<float>(sum_gx / static_cast<double>(h));
     float* dxr = pdx + r * h;
+#pragma omp simd
     for (int64_t c = 0; c < h; ++c) {
       const float xhat = (xr[c] - m) * rs;
       dxr[c] = rs * (dyr[c] * pw[c] - mean_g - xhat * mean_gx);
@@ -242,9 +316,11 @@ void CpuDevice::do_rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, con
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = px + r * h;
     double ss = 0.0;
+#pragma omp simd reduction(+ : ss)
     for (int64_t c = 0; c < h; ++c) ss += static_cast<double>(xr[c]) * xr[c];
     const float rs = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(h) + eps));
     float* yr = py + r * h;
+#pragma omp simd
     for (int64_t c = 0; c < h; ++c) yr[c] = xr[c] * rs * pw[c];
     prstd[r] = rs;
   }
@@ -278,60 +354,89 @@ void CpuDevice::do_rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, co
     const float* dyr = pdy + r * h;
     const float rs = prstd[r];
     double sum_gx = 0.0;
+#pragma omp simd reduction(+ : sum_gx)
     for (int64_t c = 0; c < h; ++c) sum_gx += static_cast<double>(dyr[c] * pw[c]) * (xr[c] * rs);
     const float mean_gx = static_cast<float>(sum_gx / static_cast<double>(h));
     float* dxr = pdx + r * h;
+#pragma omp simd
     for (int64_t c = 0; c < h; ++c) dxr[c] = rs * (dyr[c] * pw[c] - xr[c] * rs * mean_gx);
   }
 }
 
 // ---- attention -----------------------------------------------------------------------------------
 
-// Causal attention, per batch b and query head j (kv head g = j / (nh / nkv)), query position s:
-//   P_t = softmax_{t ≤ s}(scale · q_s · k_t),  out_s = Σ_{t≤s} P_t v_t
-// Backward, with dP_t = dout_s · v_t and dS_t = P_t (dP_t − Σ_u P_u dP_u):
-//   dq_s = scale Σ_t dS_t k_t,  dk_t = scale Σ_{j∈g} Σ_{s≥t} dS_t q_s,  dv_t = Σ_{j∈g} Σ_{s≥t} P_t dout_s
+// Causal attention as GEMMs, per batch b and query head j (kv head g = j / (nh / nkv)). Q_bj: (S, hd)
+// is head j's columns of q at the rows s·B + b, K_bg, V_bg: (S, hd) likewise, all read in place
+// (row stride B·nh·hd or B·nkv·hd); P_bj: (S, S) is probs[b, j]:
+//   P_bj   = softmax_causal(scale · Q_bj K_bgᵀ)       row s: softmax over t ≤ s, 0 for t > s
+//   out_bj = P_bj V_bg
+// Backward, ⊙ elementwise and rowsum(X)_s = Σ_t X_st:
+//   dP     = dout_bj V_bgᵀ
+//   dS     = P ⊙ (dP − rowsum(dP ⊙ P))               (the softmax backward, row by row)
+//   dq_bj  = scale · dS K_bg
+//   dk_bg  = scale · Σ_{j∈g} dSᵀ Q_bj,   dv_bg = Σ_{j∈g} P_bjᵀ dout_bj
+// The causal mask makes P, dS lower triangular, so the GEMMs go by blocks of kAttnBlock positions
+// and skip the blocks above the diagonal: query rows [s0, s1) need keys [0, s1) only (scores, dP,
+// out, dq), and keys [t0, t1) are reached from queries [t0, S) only (dk, dv). Inside a diagonal
+// block the entries t > s are computed and then overwritten by zeros (P by the softmax, dS by
+// its loop), which the next GEMM multiplies through.
+// Each (b, j) pair (backward: each (b, g) pair, its query heads in order) runs on one thread, and
+// inside the parallel region every sgemm runs on its calling thread.
+namespace {
+constexpr int64_t kAttnBlock = 64;  // positions per block of the causal GEMMs
+
+// One row of causal softmax in place: row[t] = e^(row[t] − m) / Σ_{u≤s} e^(row[u] − m) for
+// t ≤ s, m = max_{t≤s} row[t]; row[t] = 0 for t > s. row: (S). The sum is in double; the simd
+// reductions add it (and take the max) in lanes, a fixed order for a given build.
+void causal_softmax_row(float* row, int64_t s, int64_t S) {
+  float maxv = -INFINITY;
+#pragma omp simd reduction(max : maxv)
+  for (int64_t t = 0; t <= s; ++t) maxv = std::max(maxv, row[t]);
+  double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t t = 0; t <= s; ++t) {
+    row[t] = exp_small(clamp_abs(row[t] - maxv, 88.0f));
+    sum += row[t];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+#pragma omp simd
+  for (int64_t t = 0; t <= s; ++t) row[t] *= inv;
+  for (int64_t t = s + 1; t < S; ++t) row[t] = 0.0f;
+}
+}  // namespace
+
 void CpuDevice::do_attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
                                      const Tensor& v, const AttentionShape& sh) {
   const int64_t S = sh.seq, B = sh.batch, nh = sh.heads, hd = sh.head_dim;
   const int64_t group = nh / sh.kv_heads;
   const int64_t qc = nh * hd, kc = sh.kv_heads * hd;  // row lengths of q/out and k/v
+  const int64_t ldq = B * qc, ldk = B * kc;           // row strides of a head's (S, hd) block
   const float* pq = q.data();
   const float* pk = k.data();
   const float* pv = v.data();
   float* pout = out.data();
   float* pp = probs.data();
-  // One (b, j, s) per iteration: it writes probs row (b, j, s) and out row s·B + b, head j.
-#pragma omp parallel for collapse(3) if (B * nh * S * S * hd > kParallelMin)
+  // No `if` clause: with more than one thread the region is active, so every sgemm in it runs on
+  // one thread and the result is the same for any thread count.
+#pragma omp parallel for collapse(2)
   for (int64_t b = 0; b < B; ++b)
-    for (int64_t j = 0; j < nh; ++j)
-      for (int64_t s = 0; s < S; ++s) {
-        const int64_t g = j / group;
-        const float* qs = pq + (s * B + b) * qc + j * hd;
-        float* prow = pp + ((b * nh + j) * S + s) * S;
-        float maxv = -INFINITY;
-        for (int64_t t = 0; t <= s; ++t) {
-          const float* kt = pk + (t * B + b) * kc + g * hd;
-          float dot = 0.0f;
-          for (int64_t d = 0; d < hd; ++d) dot += qs[d] * kt[d];
-          prow[t] = sh.scale * dot;
-          maxv = std::max(maxv, prow[t]);
-        }
-        double sum = 0.0;
-        for (int64_t t = 0; t <= s; ++t) {
-          prow[t] = std::exp(prow[t] - maxv);
-          sum += prow[t];
-        }
-        const float inv = static_cast<float>(1.0 / sum);
-        for (int64_t t = 0; t <= s; ++t) prow[t] *= inv;
-        for (int64_t t = s + 1; t < S; ++t) prow[t] = 0.0f;
-        float* os = pout + (s * B + b) * qc + j * hd;
-        for (int64_t d = 0; d < hd; ++d) os[d] = 0.0f;
-        for (int64_t t = 0; t <= s; ++t) {
-          const float* vt = pv + (t * B + b) * kc + g * hd;
-          for (int64_t d = 0; d < hd; ++d) os[d] += prow[t] * vt[d];
-        }
+    for (int64_t j = 0; j < nh; ++j) {
+      const int64_t g = j / group;
+      const float* qbj = pq + b * qc + j * hd;  // (S, hd), row stride ldq
+      const float* kbg = pk + b * kc + g * hd;  // (S, hd), row stride ldk
+      const float* vbg = pv + b * kc + g * hd;  // (S, hd), row stride ldk
+      float* pbj = pp + (b * nh + j) * S * S;   // (S, S)
+      float* obj = pout + b * qc + j * hd;      // (S, hd), row stride ldq
+      for (int64_t s0 = 0; s0 < S; s0 += kAttnBlock) {
+        const int64_t s1 = std::min(S, s0 + kAttnBlock), rows = s1 - s0;
+        // scores[s0:s1, :s1] = scale · Q[s0:s1] K[:s1]ᵀ, softmax, out[s0:s1] = P[s0:s1, :s1] V[:s1]
+        cpu::sgemm(false, true, rows, s1, hd, sh.scale, qbj + s0 * ldq, ldq, kbg, ldk, 0.0f,
+                   pbj + s0 * S, S);
+        for (int64_t s = s0; s < s1; ++s) causal_softmax_row(pbj + s * S, s, S);
+        cpu::sgemm(false, false, rows, hd, s1, 1.0f, pbj + s0 * S, S, vbg, ldk, 0.0f,
+                   obj + s0 * ldq, ldq);
       }
+    }
 }
 
 void CpuDevice::do_attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
@@ -340,6 +445,7 @@ void CpuDevice::do_attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const 
   const int64_t S = sh.seq, B = sh.batch, nh = sh.heads, nkv = sh.kv_heads, hd = sh.head_dim;
   const int64_t group = nh / nkv;
   const int64_t qc = nh * hd, kc = nkv * hd;
+  const int64_t ldq = B * qc, ldk = B * kc;
   const float* pq = q.data();
   const float* pk = k.data();
   const float* pv = v.data();
@@ -348,60 +454,56 @@ void CpuDevice::do_attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const 
   float* pdq = dq.data();
   float* pdk = dk.data();
   float* pdv = dv.data();
-  const bool parallel = B * nh * S * S * hd > kParallelMin;
-
-  // Pass 1, one (b, j, s) per iteration: dS row (b, j, s) into scratch, and dq_s.
-  std::vector<float> dscore(static_cast<size_t>(B * nh * S * S));
-#pragma omp parallel for collapse(3) if (parallel)
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t j = 0; j < nh; ++j)
-      for (int64_t s = 0; s < S; ++s) {
-        const int64_t g = j / group;
-        const int64_t row = (b * nh + j) * S + s;
-        const float* prow = pp + row * S;
-        float* dsrow = dscore.data() + row * S;
-        const float* dos = pdo + (s * B + b) * qc + j * hd;
-        double pdp = 0.0;  // Σ_u P_u dP_u
-        for (int64_t t = 0; t <= s; ++t) {
-          const float* vt = pv + (t * B + b) * kc + g * hd;
-          float dp = 0.0f;
-          for (int64_t d = 0; d < hd; ++d) dp += dos[d] * vt[d];
-          dsrow[t] = dp;
-          pdp += static_cast<double>(prow[t]) * dp;
-        }
-        const float pdpf = static_cast<float>(pdp);
-        for (int64_t t = 0; t <= s; ++t) dsrow[t] = prow[t] * (dsrow[t] - pdpf);
-        float* dqs = pdq + (s * B + b) * qc + j * hd;
-        for (int64_t d = 0; d < hd; ++d) dqs[d] = 0.0f;
-        for (int64_t t = 0; t <= s; ++t) {
-          const float* kt = pk + (t * B + b) * kc + g * hd;
-          for (int64_t d = 0; d < hd; ++d) dqs[d] += dsrow[t] * kt[d];
-        }
-        for (int64_t d = 0; d < hd; ++d) dqs[d] *= sh.scale;
-      }
-
-      // Pass 2, one (b, kv head g, t) per iteration: dk_t and dv_t summed over the group's query heads
-      // and the positions s ≥ t, in a fixed order.
-#pragma omp parallel for collapse(3) if (parallel)
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t g = 0; g < nkv; ++g)
-      for (int64_t t = 0; t < S; ++t) {
-        float* dkt = pdk + (t * B + b) * kc + g * hd;
-        float* dvt = pdv + (t * B + b) * kc + g * hd;
-        for (int64_t d = 0; d < hd; ++d) dkt[d] = dvt[d] = 0.0f;
-        for (int64_t j = g * group; j < (g + 1) * group; ++j)
-          for (int64_t s = t; s < S; ++s) {
-            const int64_t row = (b * nh + j) * S + s;
-            const float ds = dscore[row * S + t], p = pp[row * S + t];
-            const float* qs = pq + (s * B + b) * qc + j * hd;
-            const float* dos = pdo + (s * B + b) * qc + j * hd;
-            for (int64_t d = 0; d < hd; ++d) {
-              dkt[d] += ds * qs[d];
-              dvt[d] += p * dos[d];
+  // One (b, g) pair per iteration, so the group's query heads add into dk_bg, dv_bg on one thread,
+  // in order (beta = 0 for the first head writes them). As in the forward, no `if` clause.
+#pragma omp parallel
+  {
+    std::vector<float> dsv(static_cast<size_t>(S * S));  // dP, then dS in place: one per thread
+    float* ds = dsv.data();
+#pragma omp for collapse(2)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t g = 0; g < nkv; ++g) {
+        const float* kbg = pk + b * kc + g * hd;  // (S, hd), row stride ldk
+        const float* vbg = pv + b * kc + g * hd;
+        float* dkbg = pdk + b * kc + g * hd;
+        float* dvbg = pdv + b * kc + g * hd;
+        for (int64_t j = g * group; j < (g + 1) * group; ++j) {
+          const float* qbj = pq + b * qc + j * hd;  // (S, hd), row stride ldq
+          const float* dobj = pdo + b * qc + j * hd;
+          float* dqbj = pdq + b * qc + j * hd;
+          const float* pbj = pp + (b * nh + j) * S * S;  // (S, S)
+          const float beta = j == g * group ? 0.0f : 1.0f;
+          for (int64_t s0 = 0; s0 < S; s0 += kAttnBlock) {
+            const int64_t s1 = std::min(S, s0 + kAttnBlock), rows = s1 - s0;
+            // dP[s0:s1, :s1] = dout[s0:s1] V[:s1]ᵀ, then row s: dS_st = P_st (dP_st − Σ_u P_su
+            // dP_su) for t ≤ s, 0 for s < t < s1; dq[s0:s1] = scale · dS[s0:s1, :s1] K[:s1]
+            cpu::sgemm(false, true, rows, s1, hd, 1.0f, dobj + s0 * ldq, ldq, vbg, ldk, 0.0f,
+                       ds + s0 * S, S);
+            for (int64_t s = s0; s < s1; ++s) {
+              const float* prow = pbj + s * S;
+              float* dsrow = ds + s * S;
+              double pdp = 0.0;
+#pragma omp simd reduction(+ : pdp)
+              for (int64_t t = 0; t <= s; ++t) pdp += static_cast<double>(prow[t]) * dsrow[t];
+              const float pdpf = static_cast<float>(pdp);
+#pragma omp simd
+              for (int64_t t = 0; t <= s; ++t) dsrow[t] = prow[t] * (dsrow[t] - pdpf);
+              for (int64_t t = s + 1; t < s1; ++t) dsrow[t] = 0.0f;
             }
+            cpu::sgemm(false, false, rows, hd, s1, sh.scale, ds + s0 * S, S, kbg, ldk, 0.0f,
+                       dqbj + s0 * ldq, ldq);
           }
-        for (int64_t d = 0; d < hd; ++d) dkt[d] *= sh.scale;
+          for (int64_t t0 = 0; t0 < S; t0 += kAttnBlock) {
+            const int64_t t1 = std::min(S, t0 + kAttnBlock), cols = t1 - t0;
+            // dk[t0:t1] (+)= scale · dS[t0:, t0:t1]ᵀ Q[t0:],  dv[t0:t1] (+)= P[t0:, t0:t1]ᵀ dout[t0:]
+            cpu::sgemm(true, false, cols, hd, S - t0, sh.scale, ds + t0 * S + t0, S, qbj + t0 * ldq,
+                       ldq, beta, dkbg + t0 * ldk, ldk);
+            cpu::sgemm(true, false, cols, hd, S - t0, 1.0f, pbj + t0 * S + t0, S, dobj + t0 * ldq,
+                       ldq, beta, dvbg + t0 * ldk, ldk);
+          }
+        }
       }
+  }
 }
 
 // ---- vocabulary-parallel embedding ---------------------------------------------------------------
@@ -581,6 +683,10 @@ void CpuDevice::do_vocab_softmax_backward(Tensor& dlogits, const Tensor& logits,
 // AdamW, g' = grad_scale · g:
 //   m = β1 m + (1 − β1) g',  v = β2 v + (1 − β2) g'²
 //   p −= lr · (m / (1 − β1^step)) / (√(v / (1 − β2^step)) + eps) + lr · wd · p
+// In blocks of kBlock elements, three loops over each: m, v; the square roots; p. std::sqrt may
+// set errno (on a negative argument), so the compiler keeps it out of vector code: on its own it
+// runs one element at a time, while the loops around it vectorise. Each element's arithmetic is
+// the same as in one loop.
 void CpuDevice::do_adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v,
                               const AdamWParams& hp, int64_t step) {
   const float bc1 =
@@ -592,15 +698,29 @@ void CpuDevice::do_adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v,
   float* pm = m.data();
   float* pv = v.data();
   const int64_t n = p.numel();
+  constexpr int64_t kBlock = 256;
+  const int64_t nblocks = (n + kBlock - 1) / kBlock;
 #pragma omp parallel for if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    const float gi = hp.grad_scale * pg[i];
-    const float mi = hp.beta1 * pm[i] + (1.0f - hp.beta1) * gi;
-    const float vi = hp.beta2 * pv[i] + (1.0f - hp.beta2) * gi * gi;
-    pm[i] = mi;
-    pv[i] = vi;
-    const float update = (mi / bc1) / (std::sqrt(vi / bc2) + hp.eps);
-    pp[i] -= hp.lr * update + hp.lr * hp.weight_decay * pp[i];
+  for (int64_t blk = 0; blk < nblocks; ++blk) {
+    const int64_t i0 = blk * kBlock, len = std::min(kBlock, n - i0);
+    float denom[kBlock];  // √(v / (1 − β2^step)) + eps
+#pragma omp simd
+    for (int64_t j = 0; j < len; ++j) {
+      const int64_t i = i0 + j;
+      const float gi = hp.grad_scale * pg[i];
+      const float mi = hp.beta1 * pm[i] + (1.0f - hp.beta1) * gi;
+      const float vi = hp.beta2 * pv[i] + (1.0f - hp.beta2) * gi * gi;
+      pm[i] = mi;
+      pv[i] = vi;
+      denom[j] = vi / bc2;
+    }
+    for (int64_t j = 0; j < len; ++j) denom[j] = std::sqrt(denom[j]) + hp.eps;
+#pragma omp simd
+    for (int64_t j = 0; j < len; ++j) {
+      const int64_t i = i0 + j;
+      const float update = (pm[i] / bc1) / denom[j];
+      pp[i] -= hp.lr * update + hp.lr * hp.weight_decay * pp[i];
+    }
   }
 }
 
