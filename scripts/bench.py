@@ -16,8 +16,8 @@ Runs, on this machine, each side by side with what it is compared to:
   4. Training tokens/s of the benchmark model (tp_train) against its PyTorch eager twin
      (scripts/bench_gpt_torch.py, after checking that the twin computes the same loss and
      gradients from the same weights and batch) at 1 and 2 threads. Goal ≥ 1.0× (stretch 1.2×).
-  5. Strong scaling: tp_train at t = 2 (one thread per rank) against t = 1 (one thread).
-     Goal ≥ 1.8×.
+  5. Strong scaling: tp_train at t = 2 (one thread per rank), without and with --sp, against
+     t = 1 (one thread). Goal ≥ 1.8×.
 
 Each row: what, value, reference, ratio, goal, ✓/✗. Printed as a table and written to
 $BUILD/bench/bench.md and bench.json. Absolute numbers depend on the machine and its load; the
@@ -73,6 +73,25 @@ class Table:
     def add(self, section, what, value, reference, ratio, goal, ok, note=""):
         self.rows.append({"section": section, "what": what, "value": value, "reference": reference,
                           "ratio": ratio, "goal": goal, "ok": ok, "note": note})
+
+    def summary(self):
+        """One row per group of rows: the worst ratio against its goal (README's Performance)."""
+        groups = [("GEMM (1 thread)", "Device::gemm / direct cblas_sgemm, {n} layer GEMMs", min, "≥ 0.95"),
+                  ("threads (np 2)", "ranks × threads / cores; busy cores / thread budget", max, "≤ 1 (≤ 1.1)"),
+                  ("collectives (np 2)", "library / bare MPI, {n} calls: 3 ops × 256 KiB … 64 MiB", max, "≤ 1.05")]
+        lines = ["| what | worst ratio (best) | goal | |", "|---|---|---|---|"]
+        for section, what, pick, goal in groups:
+            rows = [r for r in self.rows if r["section"] == section and r["ok"] is not None]
+            if not rows:
+                continue
+            worst, best = pick(r["ratio"] for r in rows), (max if pick is min else min)(r["ratio"] for r in rows)
+            ok = all(r["ok"] for r in rows)
+            lines.append(f"| {what.format(n=len(rows))} | {worst:.2f}× ({best:.2f}×) | {goal} | {'✓' if ok else '✗'} |")
+        for r in self.rows:
+            if r["section"] in ("training (t = 1)", "strong scaling") and r["ratio"] is not None:
+                what = r["what"] + (" vs PyTorch eager" if r["section"].startswith("training") else "")
+                lines.append(f"| {what} | {r['ratio']:.2f}× | {r['goal']} | {'✓' if r['ok'] else '✗'} |")
+        return "\n".join(lines)
 
     def markdown(self):
         head = ["section", "what", "value", "reference", "ratio", "goal", "", "note"]
@@ -139,10 +158,10 @@ def collective_rows(table, build):
     return wrong, text
 
 
-def train_tokens(build, np, threads, steps, tmp, tag):
+def train_tokens(build, np, threads, steps, tmp, tag, extra=()):
     """Median tokens/s of tp_train over its steps after the third."""
     log = os.path.join(tmp, f"train_{tag}.json")
-    cmd = mpi_cmd(np, f"{build}/bin/tp_train", *MODEL, "--steps", str(steps), "--log-json", log)
+    cmd = mpi_cmd(np, f"{build}/bin/tp_train", *MODEL, *extra, "--steps", str(steps), "--log-json", log)
     run(cmd, threads=threads)
     per_step = [json.loads(line)["tokens_per_s"] for line in open(log)]
     return statistics.median(per_step[3:] if len(per_step) > 4 else per_step)
@@ -184,9 +203,12 @@ def training_rows(table, build, steps, tmp):
         table.add("training (t = 1)", f"tp_train tokens/s, {th} thread{'s' if th > 1 else ''}",
                   f"{ours[th]:.0f} tok/s", f"PyTorch eager {ref:.0f} tok/s" if ref else "PyTorch: missing", ratio,
                   "≥ 1.0× (stretch 1.2×)", None if ratio is None else ratio >= 1.0, note)
-    t2 = train_tokens(build, 2, 1, steps, tmp, "t2_1")
-    table.add("strong scaling", "t = 2 (1 thread/rank) vs t = 1 (1 thread)", f"{t2:.0f} tok/s",
-              f"t = 1: {ours[1]:.0f} tok/s", t2 / ours[1], "≥ 1.8×", t2 / ours[1] >= 1.8)
+    for extra, what in (((), "t = 2 (1 thread/rank) vs t = 1 (1 thread)"),
+                        (("--sp",), "t = 2 with --sp (1 thread/rank) vs t = 1 (1 thread)")):
+        t2 = train_tokens(build, 2, 1, steps, tmp, "t2_1" + "".join(extra), extra)
+        table.add("strong scaling", what, f"{t2:.0f} tok/s", f"t = 1: {ours[1]:.0f} tok/s", t2 / ours[1],
+                  "≥ 1.8×", t2 / ours[1] >= 1.8,
+                  "norms, residual adds, biases replicated" if not extra else "SP splits them too")
 
 
 def main():
@@ -217,10 +239,12 @@ def main():
                f"{load_before:.2f} before and {load:.2f} after the run (other work on the machine skews "
                f"the ratios)")
     with open(os.path.join(out_dir, "bench.md"), "w", encoding="utf-8") as fh:
-        fh.write("# make bench\n\n" + md + "\n\n" + summary + "\n")
+        fh.write("# make bench\n\n## Summary\n\n" + table.summary() + "\n\n## Every row\n\n" + md + "\n\n" +
+                 summary + "\n")
     with open(os.path.join(out_dir, "bench.json"), "w", encoding="utf-8") as fh:
         json.dump({"rows": table.rows, "summary": summary, "failed": failed}, fh, indent=1, ensure_ascii=False)
     print(md)
+    print("\n" + table.summary())
     print(f"\n{summary}; written to {args.build}/bench/bench.md and bench.json")
     for f in failed:
         print(f"✗ {f}")
