@@ -239,7 +239,8 @@ void bench_threads(Context& ctx) {
   auto* mpi = dynamic_cast<MpiCommunicator*>(&ctx.world);
   if (mpi == nullptr) return;  // the turn-taking needs MPI's nonblocking barrier
   // The node's cores (not this rank's affinity mask, which a binding launcher may have narrowed).
-  const int cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)), threads = omp_get_max_threads();
+  const int cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)),
+            threads = omp_get_max_threads();
   Tensor a(dev, Shape{512, 512}), b(dev, Shape{512, 512}), c(dev, Shape{512, 512});
   dev.fill(a, 0.5f);
   dev.fill(b, 0.25f);
