@@ -86,6 +86,15 @@ std::unique_ptr<Work> Communicator::reduce_scatter_async(const Tensor& full, Ten
   return do_reduce_scatter_async(full, shard);
 }
 
+std::unique_ptr<Work> Communicator::send_recv_async(const Tensor& send, int to, Tensor& recv,
+                                                    int from) {
+  check_peer("send_recv_async", to);
+  check_peer("send_recv_async", from);
+  TP_CHECK(send.defined() && recv.defined(), "send_recv_async: undefined tensor");
+  CallTimer timer(ledger_, ledger_.record("send_recv", size_, send.numel(), true));
+  return do_send_recv_async(send, to, recv, from);
+}
+
 std::unique_ptr<Work> Communicator::do_all_reduce_async(Tensor& x) {
   do_all_reduce(x, ReduceOp::Sum);
   return std::make_unique<CompletedWork>();
@@ -98,6 +107,12 @@ std::unique_ptr<Work> Communicator::do_all_gather_async(const Tensor& shard, Ten
 
 std::unique_ptr<Work> Communicator::do_reduce_scatter_async(const Tensor& full, Tensor& shard) {
   do_reduce_scatter(full, shard);
+  return std::make_unique<CompletedWork>();
+}
+
+std::unique_ptr<Work> Communicator::do_send_recv_async(const Tensor& send, int to, Tensor& recv,
+                                                       int from) {
+  do_send_recv(send, to, recv, from);
   return std::make_unique<CompletedWork>();
 }
 

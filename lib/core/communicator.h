@@ -11,6 +11,9 @@
 //   broadcast(x, root)            every rank gets root's x
 //   send_recv(send, to, recv, from)  one ring step: send to `to` while receiving from `from`
 //
+// all_reduce / all_gather / reduce_scatter / send_recv also come as *_async: they return a Work
+// at once, and the output may be read only after Work::wait() (compute may run in between).
+//
 // Layout transforms (gathering along the last dim, splitting heads) are not here: they live in
 // parallel/mappings and use Device::copy_columns around these contiguous moves.
 #pragma once
@@ -68,6 +71,8 @@ class Communicator {
   std::unique_ptr<Work> all_reduce_async(Tensor& x);
   std::unique_ptr<Work> all_gather_async(const Tensor& shard, Tensor& full);
   std::unique_ptr<Work> reduce_scatter_async(const Tensor& full, Tensor& shard);
+  /// One ring step in flight: `send` must not be written and `recv` not read before wait().
+  std::unique_ptr<Work> send_recv_async(const Tensor& send, int to, Tensor& recv, int from);
 
   /// Sub-groups: ranks with the same `color` form one group, ordered by `key` (then by rank).
   /// The new communicator has its own ledger.
@@ -88,6 +93,8 @@ class Communicator {
   virtual std::unique_ptr<Work> do_all_reduce_async(Tensor& x);
   virtual std::unique_ptr<Work> do_all_gather_async(const Tensor& shard, Tensor& full);
   virtual std::unique_ptr<Work> do_reduce_scatter_async(const Tensor& full, Tensor& shard);
+  virtual std::unique_ptr<Work> do_send_recv_async(const Tensor& send, int to, Tensor& recv,
+                                                   int from);
   virtual std::unique_ptr<Communicator> do_split(int color, int key) = 0;
 
  private:
