@@ -59,6 +59,7 @@ GptConfig config_from(const Options& o) {
   c.dropout = static_cast<float>(o.get_real("dropout"));
   c.tied = !o.get_flag("untie");
   c.sp = o.get_flag("sp");
+  c.overlap = o.get_text("overlap");
   c.pad_vocab_multiple = o.get_int("pad-vocab-multiple");
   return c;
 }
@@ -129,6 +130,7 @@ int train(Context& ctx) {
     SerialCommunicator solo;
     GptConfig one = cfg;
     one.sp = false;
+    one.overlap = "none";
     Gpt reference(ctx.device, solo, one);
     reference.init(seed);
     AdamW ref_opt(ctx.device, reference.params(), hp);
@@ -248,6 +250,10 @@ int main(int argc, char** argv) {
       .text("norm", "layernorm", "normalisation", {"layernorm", "rmsnorm"})
       .flag("untie", "give the LM head its own weight instead of tying it to wte")
       .flag("sp", "sequence parallelism: between the TP regions each rank keeps seq/t tokens")
+      .text("overlap", "async",
+            "overlap communication with compute: none, async (backward's all-reduce under the "
+            "weight-gradient GEMMs), ring (collective matmul; needs --sp)",
+            {"none", "async", "ring"})
       .integer("pad-vocab-multiple", 1, "pad the vocabulary to a multiple of this times t")
       .flag("audit-grads",
             "before training, check every replicated gradient against t = 1 and across ranks")

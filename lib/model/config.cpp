@@ -47,6 +47,11 @@ std::vector<std::string> GptConfig::problems(int t) const {
                           "; run with t in " + divisors(kv()) + " or raise --kv-heads");
   need(inner() % t == 0, "ffn=" + std::to_string(inner()) + " is not divisible by t=" + ts +
                              "; run with t in " + divisors(inner()) + " or change --ffn");
+  need(overlap == "none" || overlap == "async" || overlap == "ring",
+       "overlap=" + overlap + " is not one of none, async, ring");
+  need(overlap != "ring" || sp,
+       "overlap=ring needs sequence parallelism (--sp): the ring passes blocks of the sequence; "
+       "add --sp or use --overlap async");
   need(!sp || seq % t == 0,
        "seq=" + std::to_string(seq) + " is not divisible by t=" + ts +
            ": sequence parallelism gives each rank seq/t tokens; run with t in " + divisors(seq) +
@@ -67,7 +72,8 @@ std::string GptConfig::str() const {
   std::ostringstream os;
   os << "L=" << layers << " h=" << hidden << " nh=" << heads << " nkv=" << kv()
      << " ffn=" << inner() << " V=" << vocab << " S=" << seq << " " << act << " " << norm
-     << " dropout=" << dropout << (tied ? " tied" : " untied") << (sp ? " sp" : "");
+     << " dropout=" << dropout << (tied ? " tied" : " untied") << (sp ? " sp" : "")
+     << (overlap != "none" ? " overlap=" + overlap : "");
   return os.str();
 }
 

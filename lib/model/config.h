@@ -27,6 +27,9 @@ struct GptConfig {
   float init_std = 0.02f;  ///< N(0, init_std) for weights; output projections use init_std/√(2L)
   float eps = 1e-5f;       ///< norm epsilon
   bool sp = false;         ///< sequence parallelism between the TP regions (--sp)
+  /// How the TP layers overlap communication with compute: "none", "async" or "ring" (needs sp);
+  /// parallel/collective_matmul.h. The numbers do not depend on it (to float rounding for ring).
+  std::string overlap = "none";
   int64_t pad_vocab_multiple = 1;  ///< V is padded up to a multiple of pad_vocab_multiple · t
 
   int64_t kv() const { return kv_heads > 0 ? kv_heads : heads; }
@@ -44,7 +47,8 @@ struct GptConfig {
   std::vector<std::string> problems(int t) const;
   /// Throws one bad-input tp::Error listing all problems ("; "-separated) when there are any.
   void validate(int t) const;
-  /// "L=2 h=64 nh=4 nkv=4 ffn=256 V=256 S=64 gelu layernorm dropout=0 tied" (+ " sp")
+  /// "L=2 h=64 nh=4 nkv=4 ffn=256 V=256 S=64 gelu layernorm dropout=0 tied" (+ " sp", and
+  /// " overlap=async" unless none)
   std::string str() const;
 };
 

@@ -14,6 +14,7 @@
 #include "core/device.h"
 #include "model/config.h"
 #include "observe/activation_stash.h"
+#include "parallel/collective_matmul.h"
 #include "parallel/linear.h"
 #include "parallel/param.h"
 
@@ -83,6 +84,10 @@ class Dropout {
 /// all-gathered on entry (gather_from_sp_region; backward: reduce-scatter) and fc2's partial sums
 /// are reduce-scattered back to s/t tokens. Only the local shard of the input is kept; backward
 /// all-gathers it again to form fc1's weight gradient.
+///
+/// cfg.overlap (parallel/collective_matmul.h): async all-reduces (SP: reduce-scatters) dX while
+/// fc1's weight gradient is computed, and under SP starts the input's re-gather when backward
+/// begins; ring (SP) replaces each all-gather + GEMM and GEMM + reduce-scatter by a ring of blocks.
 class ParallelMLP {
  public:
   /// prefix: e.g. "transformer.h.0.mlp".
@@ -99,6 +104,7 @@ class ParallelMLP {
   Communicator& comm_;
   bool swiglu_;
   bool sp_;
+  Overlap overlap_;
   ColumnParallelLinear fc1_;   // up: (h, ffn) split by columns
   ColumnParallelLinear gate_;  // SwiGLU gate (unused for GeLU)
   RowParallelLinear fc2_;      // down: (ffn, h) split by rows
@@ -115,7 +121,8 @@ class ParallelMLP {
 /// attn.c_attn, (h, (nh + 2 nkv)·hd); attn.c_proj.
 ///
 /// With sequence parallelism (cfg.sp), as for the MLP: all-gather the s/t local tokens on entry,
-/// reduce-scatter the output projection's partial sums, keep only the local input shard.
+/// reduce-scatter the output projection's partial sums, keep only the local input shard. The
+/// overlap modes (cfg.overlap) work as for the MLP, with q, k and v in place of fc1.
 class ParallelAttention {
  public:
   /// prefix: e.g. "transformer.h.0.attn".
@@ -132,6 +139,7 @@ class ParallelAttention {
   Communicator& comm_;
   std::string prefix_;
   bool sp_;
+  Overlap overlap_;
   int64_t hidden_, heads_, kv_heads_, head_dim_;
   ColumnParallelLinear q_, k_, v_;
   RowParallelLinear proj_;

@@ -111,24 +111,46 @@ Tensor ColumnParallelLinear::forward(const Tensor& x_in, bool keep) {
 }
 
 Tensor ColumnParallelLinear::backward(const Tensor& dy) {
-  return copy_to_tp_region_backward(comm_, backward_partial(dy));  // f backward: Σ over ranks
+  Tensor dx = input_grad(dy);  // dY_r A_rᵀ: this rank's term
+  if (overlap_ == Overlap::None) {
+    weight_grad(dy);
+    return copy_to_tp_region_backward(comm_, dx);  // f backward: Σ over ranks
+  }
+  Pending sum = copy_to_tp_region_backward_async(comm_, dx);  // Σ over ranks, in flight…
+  weight_grad(dy);                                            // …while dA_r, db_r are computed
+  return sum.wait();
 }
 
-Tensor ColumnParallelLinear::backward_partial(const Tensor& dy) {
-  TP_CHECK(input_.has_value(), name_,
-           ".backward called before forward (or after forward(x, false))");
-  return backward_partial(dy, input_.get());
+Tensor ColumnParallelLinear::local_dy(const Tensor& dy) {
+  const Tensor local = gather_output_ ? gather_from_tp_region_backward(comm_, dy) : dy;
+  TP_CHECK(local.cols() == out_local_, name_, ".backward: dy ", dy.shape().str(),
+           " does not match the forward output");
+  return local;
 }
 
-Tensor ColumnParallelLinear::backward_partial(const Tensor& dy_in, const Tensor& input) {
-  const Tensor dy = gather_output_ ? gather_from_tp_region_backward(comm_, dy_in) : dy_in;
-  TP_CHECK(dy.cols() == out_local_ && dy.rows() == input.rows() && input.cols() == in_, name_,
-           ".backward: dy ", dy.shape().str(), " does not match the forward output");
-  device_.gemm(true, false, 1.0f, input, dy, 1.0f, dweight);  // dA_r += Xᵀ dY_r
-  if (has_bias()) device_.add_bias_backward(dbias, dy);       // db_r += Σ dY_r
-  Tensor dx(device_, input.shape());
+Tensor ColumnParallelLinear::input_grad(const Tensor& dy_in) {
+  const Tensor dy = local_dy(dy_in);
+  Tensor dx(device_, dy.shape().with(dy.ndim() - 1, in_));
   device_.gemm(false, true, 1.0f, dy, weight, 0.0f, dx);  // dY_r A_rᵀ: one term of dX
   return dx;
+}
+
+void ColumnParallelLinear::weight_grad(const Tensor& dy) {
+  TP_CHECK(input_.has_value(), name_,
+           ".backward called before forward (or after forward(x, false))");
+  weight_grad(dy, input_.get());
+}
+
+void ColumnParallelLinear::weight_grad(const Tensor& dy_in, const Tensor& input, bool with_bias) {
+  const Tensor dy = local_dy(dy_in);
+  TP_CHECK(dy.rows() == input.rows() && input.cols() == in_, name_, ".backward: dy ",
+           dy.shape().str(), " does not match the input ", input.shape().str());
+  device_.gemm(true, false, 1.0f, input, dy, 1.0f, dweight);          // dA_r += Xᵀ dY_r
+  if (has_bias() && with_bias) device_.add_bias_backward(dbias, dy);  // db_r += Σ dY_r
+}
+
+void ColumnParallelLinear::matmul(const Tensor& x, Tensor& y) {
+  device_.gemm(false, false, 1.0f, x, weight, 0.0f, y);  // Y = X A_r
 }
 
 void ColumnParallelLinear::collect_params(ParamList& out, float weight_std) const {
@@ -168,18 +190,43 @@ Tensor RowParallelLinear::forward(const Tensor& x) {
       saved_.keep(input_, input_is_parallel_ ? x : scatter_to_tp_region_forward(comm_, x));
   TP_CHECK(x_r.cols() == in_local_, name_, ".forward: input ", x.shape().str(), " should end in ",
            input_is_parallel_ ? in_local_ : in_, input_is_parallel_ ? " (in/t)" : " (in)");
-  Tensor partial(device_, x_r.shape().with(x_r.ndim() - 1, out_));
-  device_.gemm(false, false, 1.0f, x_r, weight, 0.0f, partial);  // X_r A_r
-  Tensor y = sequence_parallel_
-                 ? reduce_scatter_to_sp_region_forward(comm_, partial)  // Σ_r, my tokens
-                 : reduce_from_tp_region_forward(comm_, partial);       // g: Σ_r X_r A_r
-  if (has_bias()) device_.add_bias(y, bias);                            // + b, once
+  Tensor y;
+  if (sequence_parallel_ && overlap_ == Overlap::Ring) {
+    // Σ_r X_r A_r, block d of rows for rank d: each block's GEMM while the running sums travel.
+    check_divisible(name_ + ": the sequence dimension", x_r.rows(), comm_.size());
+    const int64_t n = x_r.rows() / comm_.size();
+    y = ring_reduce_scatter(comm_, [&](int d) {
+      Tensor block(device_, Shape{n, out_});
+      device_.gemm(false, false, 1.0f, x_r.view(d * n, (d + 1) * n), weight, 0.0f, block);
+      return block;
+    });
+  } else {
+    Tensor partial(device_, x_r.shape().with(x_r.ndim() - 1, out_));
+    device_.gemm(false, false, 1.0f, x_r, weight, 0.0f, partial);                 // X_r A_r
+    y = sequence_parallel_ ? reduce_scatter_to_sp_region_forward(comm_, partial)  // Σ_r, my tokens
+                           : reduce_from_tp_region_forward(comm_, partial);       // g: Σ_r X_r A_r
+  }
+  if (has_bias()) device_.add_bias(y, bias);  // + b, once
   return y;
 }
 
 Tensor RowParallelLinear::backward(const Tensor& dy_in) {
   TP_CHECK(input_.has_value(), name_, ".backward called before forward");
   const Tensor& x_r = input_.get();
+  if (sequence_parallel_ && overlap_ == Overlap::Ring) {
+    // dY's blocks come around the ring; each block's dX rows and dA term while the next travels.
+    TP_CHECK(dy_in.cols() == out_ && dy_in.rows() * comm_.size() == x_r.rows(), name_,
+             ".backward: dy ", dy_in.shape().str(), " does not match the forward output");
+    const int64_t n = dy_in.rows();
+    Tensor dx(device_, x_r.shape());
+    ring_all_gather_each(comm_, dy_in, [&](int c, const Tensor& dy_c) {
+      Tensor dx_c = dx.view(c * n, (c + 1) * n);
+      device_.gemm(false, true, 1.0f, dy_c, weight, 0.0f, dx_c);                           // dX_r
+      device_.gemm(true, false, 1.0f, x_r.view(c * n, (c + 1) * n), dy_c, 1.0f, dweight);  // dA_r
+    });
+    if (has_bias()) device_.add_bias_backward(dbias, dy_in);  // my tokens (summed over the group)
+    return input_is_parallel_ ? dx : scatter_to_tp_region_backward(comm_, dx);
+  }
   const Tensor dy = sequence_parallel_
                         ? reduce_scatter_to_sp_region_backward(comm_, dy_in)  // all-gather
                         : reduce_from_tp_region_backward(comm_, dy_in);       // g: identity

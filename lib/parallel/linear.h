@@ -19,6 +19,7 @@
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "observe/activation_stash.h"
+#include "parallel/collective_matmul.h"
 #include "parallel/param.h"
 
 namespace tp {
@@ -34,6 +35,8 @@ class ParallelLinearBase {
   void zero_grad();
   /// From now on, record the input kept for backward in `ledger` under block `layer`.
   void observe(MemoryLedger* ledger, int64_t layer) { saved_.attach(ledger, layer); }
+  /// How backward overlaps its collective with compute (collective_matmul.h); default None.
+  void set_overlap(Overlap overlap) { overlap_ = overlap; }
 
   Tensor weight;   ///< this rank's shard of the [in, out] weight
   Tensor bias;     ///< this rank's bias (see each layer for its shape); undefined without bias
@@ -57,6 +60,7 @@ class ParallelLinearBase {
   int64_t in_, out_;
   ActivationStash saved_;
   SavedTensor input_;  ///< what forward keeps for backward: name() + ".input"
+  Overlap overlap_ = Overlap::None;
 };
 
 /// Column-parallel linear: the weight is split by output columns, A = [A_1, …, A_t]:
@@ -79,18 +83,26 @@ class ColumnParallelLinear : public ParallelLinearBase {
   void load_global(const std::vector<float>& weight, const std::vector<float>& bias = {});
 
   /// x: (N, in) → y: (N, out/t), or (N, out) with gather_output. Saves x, unless keep_input is
-  /// false: then backward needs the input passed again (backward_partial(dy, x)); sequence
+  /// false: then backward needs the input passed again (weight_grad(dy, x)); sequence
   /// parallelism uses this to keep only the sequence shard and re-gather it in backward.
   Tensor forward(const Tensor& x, bool keep_input = true);
   /// dy: like forward's y → dx: (N, in), complete on every rank (all-reduced).
-  /// Accumulates dweight += Xᵀ dY_r, dbias += Σ_rows dY_r.
+  /// Accumulates dweight += Xᵀ dY_r, dbias += Σ_rows dY_r. With Overlap::Async the all-reduce of
+  /// dX runs while dW is computed.
   Tensor backward(const Tensor& dy);
-  /// Backward without f's all-reduce: returns this rank's term dY_r A_rᵀ of dX. For several
-  /// column-parallel layers reading the same X (q, k, v; SwiGLU's gate and up), add their terms
-  /// and all-reduce once (copy_to_tp_region_backward) instead of once per layer.
-  Tensor backward_partial(const Tensor& dy);
-  /// The same, with the forward input given explicitly (for forward(x, false)).
-  Tensor backward_partial(const Tensor& dy, const Tensor& input);
+
+  // Backward in its two halves, for several column-parallel layers reading the same X (q, k, v;
+  // SwiGLU's gate and up): add their dX terms and reduce once instead of once per layer.
+  /// This rank's term of dX, dY_r A_rᵀ: (N, in), no communication. dy: like forward's output.
+  Tensor input_grad(const Tensor& dy);
+  /// dweight += Xᵀ dY_r and dbias += Σ_rows dY_r, X the input forward kept.
+  void weight_grad(const Tensor& dy);
+  /// The same with X given (forward(x, false)); with_bias = false leaves dbias alone (for the
+  /// blocks of rows of a ring, whose bias gradient is taken once over all rows).
+  void weight_grad(const Tensor& dy, const Tensor& input, bool with_bias = true);
+  /// y = X A_r for a block of rows, no bias, no communication (the collective matmul's step).
+  /// x: (n, in) → y: (n, out/t), written.
+  void matmul(const Tensor& x, Tensor& y);
 
   int64_t out_local() const { return out_local_; }
   int64_t first_column() const { return col0_; }  ///< global index of this rank's first column
@@ -99,6 +111,9 @@ class ColumnParallelLinear : public ParallelLinearBase {
   void collect_params(ParamList& out, float weight_std) const;
 
  private:
+  /// dY with gather_output undone (this rank's columns), checked against out/t.
+  Tensor local_dy(const Tensor& dy);
+
   bool gather_output_;
   int64_t out_local_, col0_;
 };
@@ -130,9 +145,11 @@ class RowParallelLinear : public ParallelLinearBase {
   void load_global(const std::vector<float>& weight, const std::vector<float>& bias = {});
 
   /// x: (N, in/t) when input_is_parallel, else (N, in) → y: (N, out), complete on every rank
-  /// (sequence_parallel: (N/t, out), this rank's tokens).
+  /// (sequence_parallel: (N/t, out), this rank's tokens). With sequence_parallel and
+  /// Overlap::Ring, the reduce-scatter is a ring whose steps overlap the block GEMMs.
   Tensor forward(const Tensor& x);
-  /// dy: like y → dx: (N, in/t) when input_is_parallel, else (N, in).
+  /// dy: like y → dx: (N, in/t) when input_is_parallel, else (N, in). With sequence_parallel and
+  /// Overlap::Ring, dY's all-gather is a ring whose steps overlap the block GEMMs.
   Tensor backward(const Tensor& dy);
 
   int64_t in_local() const { return in_local_; }

@@ -70,6 +70,33 @@ Tensor reduce_scatter_first_dim(Communicator& comm, const Tensor& x) {
   return out;
 }
 
+// The same moves, started: the result is valid after the Pending's wait().
+Pending all_reduce_in_place_async(Communicator& comm, const Tensor& x) {
+  if (comm.size() == 1) return Pending(x, nullptr);
+  Tensor y = x;
+  std::unique_ptr<Work> work = comm.all_reduce_async(y);
+  return Pending(y, std::move(work));
+}
+
+Pending gather_first_dim_async(Communicator& comm, const Tensor& x) {
+  const int t = comm.size();
+  if (t == 1) return Pending(x, nullptr);
+  TP_CHECK(x.ndim() >= 1, "the sequence dimension is dim 0; got a scalar");
+  Tensor out(x.device(), x.shape().with(0, x.dim(0) * t));
+  std::unique_ptr<Work> work = comm.all_gather_async(x, out);
+  return Pending(out, std::move(work));
+}
+
+Pending reduce_scatter_first_dim_async(Communicator& comm, const Tensor& x) {
+  const int t = comm.size();
+  if (t == 1) return Pending(x, nullptr);
+  TP_CHECK(x.ndim() >= 1, "the sequence dimension is dim 0; got a scalar");
+  check_divisible("the sequence dimension", x.dim(0), t);
+  Tensor out(x.device(), x.shape().with(0, x.dim(0) / t));
+  std::unique_ptr<Work> work = comm.reduce_scatter_async(x, out);
+  return Pending(out, std::move(work));
+}
+
 // Labels every collective issued inside an op with the op's name and pass.
 #define TP_REGION(name) CommLedger::Scope region_scope_(comm.ledger(), name)
 
@@ -79,6 +106,11 @@ Tensor copy_to_tp_region_forward(Communicator&, const Tensor& x) { return x; }
 Tensor copy_to_tp_region_backward(Communicator& comm, const Tensor& dy) {
   TP_REGION("copy_to_tp_region.backward");
   return all_reduce_in_place(comm, dy);
+}
+
+Pending copy_to_tp_region_backward_async(Communicator& comm, const Tensor& dy) {
+  TP_REGION("copy_to_tp_region.backward");
+  return all_reduce_in_place_async(comm, dy);
 }
 
 Tensor reduce_from_tp_region_forward(Communicator& comm, const Tensor& x) {
@@ -118,6 +150,15 @@ Tensor gather_from_sp_region_forward(Communicator& comm, const Tensor& x) {
 Tensor gather_from_sp_region_backward(Communicator& comm, const Tensor& dy) {
   TP_REGION("gather_from_sp_region.backward");
   return reduce_scatter_first_dim(comm, dy);
+}
+
+Pending gather_from_sp_region_forward_async(Communicator& comm, const Tensor& x) {
+  TP_REGION("gather_from_sp_region.forward");
+  return gather_first_dim_async(comm, x);
+}
+Pending gather_from_sp_region_backward_async(Communicator& comm, const Tensor& dy) {
+  TP_REGION("gather_from_sp_region.backward");
+  return reduce_scatter_first_dim_async(comm, dy);
 }
 
 Tensor reduce_scatter_to_sp_region_forward(Communicator& comm, const Tensor& x) {

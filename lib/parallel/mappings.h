@@ -25,16 +25,40 @@
 // Shape legend: t = comm.size(), r = comm.rank(), h = last dim, s = dim 0.
 #pragma once
 
+#include <memory>
+
 #include "core/communicator.h"
 #include "core/tensor.h"
 
 namespace tp {
+
+/// A region op whose collective is in flight (the *_async ops below): compute that does not need
+/// the result may run until wait(), which returns it. At t = 1 it is ready at once.
+class Pending {
+ public:
+  Pending() = default;
+  Pending(Tensor result, std::unique_ptr<Work> work)
+      : result_(std::move(result)), work_(std::move(work)) {}
+  /// Waits for the collective (once) and returns its result.
+  Tensor wait() {
+    if (work_) work_->wait();
+    work_.reset();
+    return result_;
+  }
+
+ private:
+  Tensor result_;
+  std::unique_ptr<Work> work_;
+};
 
 /// f: enters a tensor-parallel region. Forward: identity. Backward: all-reduce (sum of the
 /// partial input gradients from every rank). x: (..., h) → (..., h)
 Tensor copy_to_tp_region_forward(Communicator& comm, const Tensor& x);
 /// f backward: all-reduce, in place. dy: (..., h) → (..., h)
 Tensor copy_to_tp_region_backward(Communicator& comm, const Tensor& dy);
+
+/// f backward, asynchronous: the all-reduce starts, dy is summed in place by wait().
+Pending copy_to_tp_region_backward_async(Communicator& comm, const Tensor& dy);
 
 /// g: leaves a tensor-parallel region. Forward: all-reduce (in place) of partial sums.
 /// Backward: identity. x: (..., h) → (..., h)
@@ -66,6 +90,9 @@ Tensor scatter_to_sp_region_backward(Communicator& comm, const Tensor& dy);
 Tensor gather_from_sp_region_forward(Communicator& comm, const Tensor& x);
 /// dy: (s, ...) → (s/t, ...)
 Tensor gather_from_sp_region_backward(Communicator& comm, const Tensor& dy);
+/// The same two, asynchronous: the all-gather / reduce-scatter starts; wait() gives the result.
+Pending gather_from_sp_region_forward_async(Communicator& comm, const Tensor& x);
+Pending gather_from_sp_region_backward_async(Communicator& comm, const Tensor& dy);
 
 /// Forward: reduce-scatter the sequence (sum the partial sums, keep this rank's block).
 /// Backward: all-gather the sequence.  x: (s, ...) → (s/t, ...)

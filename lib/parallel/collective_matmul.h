@@ -1,0 +1,64 @@
+// collective_matmul.h — hiding tensor-parallel communication behind the GEMMs that need it.
+//
+// A TP layer's collectives sit between GEMMs: f's all-reduce of dX after the input-gradient GEMM,
+// the sequence-parallel all-gather in front of a column-parallel GEMM and the reduce-scatter behind
+// a row-parallel one. Two ways to let the wire work while the cores compute (Overlap):
+//
+//   async   Start the collective, compute what does not need its result, then wait. In backward,
+//           dX = Σ_r dY_r A_rᵀ is all-reduced (SP: reduce-scatter) while dA_r = Xᵀ dY_r is computed
+//           (Megatron-LM's asynchronous gradient all-reduce), and under SP the re-gather of the
+//           saved input shard starts when backward enters the region, ahead of the dY GEMMs.
+//   ring    Collective matmul (SP only): the all-gather + GEMM and the GEMM + reduce-scatter are
+//           decomposed into t blocks of rows passed around the ring with send/recv, each block's
+//           GEMM running while the next block travels:
+//
+//             all-gather + GEMM    Y = [X_0; …; X_{t−1}] A  =  [X_0 A; …; X_{t−1} A]: at step s rank
+//                                  r multiplies the block it holds, X_{(r−s) mod t}, and passes it
+//                                  on to r + 1 meanwhile;
+//             GEMM + reduce-scatter  Y_r = Σ_q (X_q A_q)[block r]: the running sum for block d starts
+//                                  at rank d + 1 and travels the ring, each rank adding its own
+//                                  block-d product, which it computes while the previous sum
+//                                  travels; it ends at rank d after t − 1 hops.
+//
+//           This is the decomposition of Wang et al., "Overlap Communication with Dependent
+//           Computation via Decomposition in Large Deep Learning Models" (ASPLOS 2023), which
+//           Megatron-LM / Transformer Engine implement with userbuffers ("tp_comm_overlap") and
+//           PyTorch as async TP (torch.distributed._symmetric_memory, "micro-pipeline TP").
+//
+// Either way the numbers are those of `none` (the same products): bitwise for async, which only
+// reorders independent GEMMs; for ring, the weight gradient's k-sum is split into t blocks and the
+// reduce-scatter adds in ring order, so results agree to float rounding (tests state the bound).
+//
+// Shape legend: N = tokens (rows, sequence-major), t = comm.size(), r = comm.rank(); a block is
+// N/t consecutive rows, block r = this rank's sequence shard.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "core/communicator.h"
+#include "core/tensor.h"
+
+namespace tp {
+
+/// How the TP layers overlap their collectives with compute (see above).
+enum class Overlap { None, Async, Ring };
+
+/// "none", "async" or "ring" → Overlap; anything else is a bad-input error naming the choices.
+Overlap parse_overlap(const std::string& name);
+/// The name parse_overlap takes.
+const char* overlap_name(Overlap overlap);
+
+/// Ring all-gather with work on each block as it arrives: calls f(c, X_c) once for every block c
+/// of X = [X_0; …; X_{t−1}] (dim 0), starting with X_r = local; while f works on one block the next
+/// one travels (send_recv_async to r + 1, from r − 1). t − 1 send-recv steps of one block each.
+/// local: (N/t, …); f must not keep the block tensor past its call.
+void ring_all_gather_each(Communicator& comm, const Tensor& local,
+                          const std::function<void(int block, const Tensor& x_block)>& f);
+
+/// Ring reduce-scatter of blocks computed on demand: returns Σ_q P_q(r), the sum over the ranks of
+/// each rank's block r, where partial(d) returns this rank's block d (a new tensor, same shape for
+/// every d). Each partial is computed while the previous running sum travels. t − 1 send-recv steps.
+Tensor ring_reduce_scatter(Communicator& comm, const std::function<Tensor(int block)>& partial);
+
+}  // namespace tp

@@ -1,0 +1,179 @@
+// test_overlap.cpp — overlapping communication with compute changes no number (MPI, t = np).
+//
+//   1. The ring primitives (parallel/collective_matmul.h): ring_all_gather_each hands every block
+//      to f exactly once, with its contents; ring_reduce_scatter equals Σ over ranks of each
+//      rank's block, and the library's reduce_scatter.
+//   2. The whole model at t = np, SP on and off, GeLU and SwiGLU: --overlap async gives the loss and
+//      every gradient of --overlap none bit for bit (it only reorders independent GEMMs around the
+//      same collectives); --overlap ring (SP) to 1e-6 relative (the weight gradient's k-sum is split
+//      into t blocks and the reduce-scatter adds in ring order).
+//      Both also against t = 1 at the model tests' tolerances.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/communicator.h"
+#include "core/error.h"
+#include "core/host.h"
+#include "model/gpt.h"
+#include "model_test_helpers.h"
+#include "parallel/collective_matmul.h"
+#include "parallel/param.h"
+#include "test_util.h"
+
+namespace {
+
+using namespace tp;
+using tp::testing::device;
+using tp::testing::expect_grads_match;
+using tp::testing::is_key_bias;
+using tp::testing::kLossTol;
+using tp::testing::kSeed;
+using tp::testing::kTol;
+using tp::testing::markov_batch;
+using tp::testing::world;
+
+// ---- 1. the ring primitives -----------------------------------------------------------------------
+
+TEST(Ring, AllGatherEachVisitsEveryBlockOnce) {
+  Communicator& c = world();
+  const int t = c.size(), r = c.rank();
+  const int64_t n = 3, h = 2;  // block: (3, 2) holding 100·rank + index
+  std::vector<float> mine(n * h);
+  for (int64_t i = 0; i < n * h; ++i) mine[i] = static_cast<float>(100 * r + i);
+  Tensor local = Tensor::from_host(device(), Shape{n, h}, mine);
+  std::vector<int> seen(t, 0);
+  const size_t mark = c.ledger().size();
+  ring_all_gather_each(c, local, [&](int block, const Tensor& x) {
+    ASSERT_GE(block, 0);
+    ASSERT_LT(block, t);
+    ++seen[block];
+    std::vector<float> want(n * h);
+    for (int64_t i = 0; i < n * h; ++i) want[i] = static_cast<float>(100 * block + i);
+    EXPECT_EQ(x.to_host(), want) << "block " << block;
+  });
+  EXPECT_EQ(seen, std::vector<int>(t, 1));
+  EXPECT_EQ(local.to_host(), mine) << "the local block is only read";
+  EXPECT_EQ(c.ledger().size() - mark, static_cast<size_t>(t - 1)) << "t − 1 ring steps";
+}
+
+TEST(Ring, ReduceScatterEqualsTheLibrarys) {
+  Communicator& c = world();
+  const int t = c.size(), r = c.rank();
+  const int64_t n = 4, h = 3;
+  // Rank q's block d: random values keyed by (q, d), so every sum is a real sum.
+  auto block_of = [&](int q, int d) {
+    return tp::testing::random_vector("rs" + std::to_string(q) + "." + std::to_string(d), n * h);
+  };
+  const Tensor got = ring_reduce_scatter(c, [&](int d) {
+    return Tensor::from_host(device(), Shape{n, h}, block_of(r, d));
+  });
+  std::vector<float> full;  // this rank's blocks 0..t−1, stacked, for the library's reduce_scatter
+  for (int d = 0; d < t; ++d) {
+    const auto b = block_of(r, d);
+    full.insert(full.end(), b.begin(), b.end());
+  }
+  Tensor lib(device(), Shape{n, h});
+  c.reduce_scatter(Tensor::from_host(device(), Shape{t * n, h}, full), lib);
+  std::vector<double> want(n * h, 0.0);
+  for (int q = 0; q < t; ++q) {
+    const auto b = block_of(q, r);
+    for (int64_t i = 0; i < n * h; ++i) want[i] += b[i];
+  }
+  EXPECT_LE(rel_error(got.to_host(), std::vector<float>(want.begin(), want.end())), 1e-6);
+  EXPECT_LE(rel_error(got.to_host(), lib.to_host()), 1e-6);  // ring order vs MPI's order
+  if (t <= 2) {
+    EXPECT_EQ(got.to_host(), lib.to_host()) << "two terms: the same sum either way";
+  }
+}
+
+// ---- 2. the model ---------------------------------------------------------------------------------
+
+// L = 2 (the backward of one block overlaps the next block's), h = 24, 12 heads, ffn 48, V = 32,
+// S = 12: every split size and the sequence divide by t = 1, 2, 3, 4.
+GptConfig small_config() {
+  GptConfig c;
+  c.layers = 2;
+  c.hidden = 24;
+  c.heads = 12;
+  c.ffn = 48;
+  c.vocab = 32;
+  c.seq = 12;
+  c.init_std = 0.1f;
+  return c;
+}
+
+using OverlapCase = std::tuple<bool, std::string, std::string>;  // sp, act, overlap
+
+class OverlapEquivalence : public ::testing::TestWithParam<OverlapCase> {};
+
+TEST_P(OverlapEquivalence, SameLossAndGradientsAsNoOverlap) {
+  GptConfig cfg = small_config();
+  std::tie(cfg.sp, cfg.act, cfg.overlap) = GetParam();
+  GptConfig plain = cfg;
+  plain.overlap = "none";
+  GptConfig one = plain;
+  one.sp = false;
+  ASSERT_TRUE(cfg.problems(world().size()).empty());
+  SerialCommunicator solo;
+  Gpt model(device(), world(), cfg), base(device(), world(), plain), ref(device(), solo, one);
+  const Batch b = markov_batch(cfg.vocab, 1, 2, cfg.seq);
+  float loss[3];
+  Gpt* models[] = {&model, &base, &ref};
+  for (int i = 0; i < 3; ++i) {
+    models[i]->init(kSeed);
+    models[i]->zero_grad();
+    loss[i] = models[i]->forward(b, kSeed, 1);
+    models[i]->backward();
+    models[i]->finish_gradients();
+  }
+  const bool exact = cfg.overlap == "async" || world().size() == 1;
+  // Against --overlap none at the same t: bitwise for async (and ring at t = 1: one block), else
+  // 1e-6 (the ring splits the weight gradient's k-sum into t blocks).
+  double bias_scale = 0;  // the key bias's gradient is float noise: measured against q/v biases
+  for (const Param& p : base.params())
+    if (p.name.find(".q.bias") != std::string::npos || p.name.find(".v.bias") != std::string::npos)
+      bias_scale = std::max(bias_scale, tp::testing::norm2(p.grad.to_host()));
+  if (exact)
+    EXPECT_EQ(loss[0], loss[1]);
+  else
+    EXPECT_LE(std::abs(loss[0] - loss[1]), 1e-6 * std::abs(loss[1]));
+  for (size_t i = 0; i < model.params().size(); ++i) {
+    const Param &p = model.params()[i], &q = base.params()[i];
+    const std::vector<float> g = gather_global(world(), p, p.grad),
+                             w = gather_global(world(), q, q.grad);  // collectives: all ranks
+    if (is_key_bias(p.name))
+      EXPECT_LE(tp::testing::norm2(g), 1e-5 * bias_scale) << p.name;
+    else if (exact)
+      EXPECT_EQ(g, w) << p.name;
+    else
+      EXPECT_LE(rel_error(g, w), 1e-6) << p.name;
+  }
+  // And both against t = 1 at the model tests' tolerances.
+  EXPECT_LE(std::abs(loss[0] - loss[2]), kLossTol * std::abs(loss[2]));
+  expect_grads_match(model.params(), ref.params(), kTol);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Overlap, OverlapEquivalence,
+    ::testing::Values(OverlapCase{false, "gelu", "async"}, OverlapCase{false, "swiglu", "async"},
+                      OverlapCase{true, "gelu", "async"}, OverlapCase{true, "swiglu", "async"},
+                      OverlapCase{true, "gelu", "ring"}, OverlapCase{true, "swiglu", "ring"}),
+    [](const ::testing::TestParamInfo<OverlapCase>& i) {
+  return std::string(std::get<0>(i.param) ? "sp_" : "nosp_") + std::get<1>(i.param) + "_" +
+         std::get<2>(i.param);
+    });
+
+TEST(OverlapConfig, RingWithoutSequenceParallelismIsRefused) {
+  GptConfig cfg = small_config();
+  cfg.overlap = "ring";
+  EXPECT_THROW(cfg.validate(world().size()), Error);
+  cfg.overlap = "sideways";
+  cfg.sp = true;
+  EXPECT_THROW(cfg.validate(world().size()), Error);
+}
+
+}  // namespace
