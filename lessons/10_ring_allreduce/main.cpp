@@ -1,0 +1,447 @@
+// Lesson 10 — the ring all-reduce, by hand: what every all-reduce of lessons 01–09 costs.
+//
+// What it shows:
+//   1. The ring all-reduce built from send_recv alone. Each rank's buffer is cut into t chunks.
+//      Reduce-scatter, t − 1 steps: in step s rank r sends chunk (r − s) mod t to rank r + 1,
+//      receives chunk (r − s − 1) mod t from rank r − 1 and adds it to its own copy; afterwards
+//      rank r holds the finished sum of chunk (r + 1) mod t. All-gather, t − 1 steps: in step s
+//      rank r sends the finished chunk (r + 1 − s) mod t on and overwrites chunk (r − s) mod t with
+//      the finished one it receives. At t = 3 with 2 floats per chunk and inputs 10·r + i, every
+//      step is printed and checked against its closed form, and the result against all_reduce.
+//   2. The cost. Each of the 2(t − 1) steps sends one chunk of N/t bytes, so every rank sends
+//      2(t − 1)/t · N bytes, the CommLedger's ring model for all_reduce: its records of the hand
+//      ring (2(t − 1) send_recv of N/t) add up to its record of one all_reduce of N. In the α–β
+//      model the time is 2(t − 1)α + 2(t − 1)/t · N/β. The bytes are the least any all-reduce can
+//      send (bandwidth-optimal); the 2(t − 1) latencies grow with t and dominate small messages,
+//      which is what the tuning advice of seed 004 is about (TP ≤ 8, merge all-reduces, FP16).
+//   3. An nccl-tests table, 4 KiB … 16 MiB: time, algbw, busbw = algbw · 2(t − 1)/t and #wrong
+//      of the hand ring against the library's all_reduce (MPI_Allreduce underneath on the CPU).
+//      Timings vary from run to run; only the values, #wrong and the bytes are checked.
+//
+// What is new since lesson 09: Communicator::send_recv (one ring step: send to one neighbour while
+// receiving from the other), the CommLedger's records read one by one with labels of our own
+// (CommLedger::Scope; ring_wire_bytes in lib/observe/comm_ledger.h), and the α–β model of a
+// collective's time.
+//
+// Run:  make lessons && mpirun -np 3 build/bin/lesson_10_ring_allreduce [--step]   (also -np 2, 4)
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/host.h"
+#include "lesson.h"
+#include "observe/comm_ledger.h"
+
+using namespace tp;
+
+namespace {
+
+int mod(int a, int t) { return ((a % t) + t) % t; }
+
+// The ring all-reduce of buf: (t, c), t chunks of c floats, summed in place over the group, in
+// two halves. Rank r sends to r + 1 and receives from r − 1. scratch: (1, c), where a
+// reduce-scatter step receives before adding. after_step(s), when given, runs on every rank after
+// each step.
+using Observer = std::function<void(int s)>;
+
+Tensor chunk(const Tensor& buf, int c) {  // chunk c mod t: a view, (1, c)
+  const int t = static_cast<int>(buf.dim(0));
+  return buf.view(mod(c, t), mod(c, t) + 1);
+}
+
+// Reduce-scatter, t − 1 steps: in step s, send chunk r − s; add the chunk r − s − 1 that arrives.
+// Afterwards rank r holds the finished sum of chunk r + 1.
+void ring_reduce_scatter(Communicator& comm, Device& dev, Tensor& buf, Tensor& scratch,
+                         const Observer& after_step = {}) {
+  const int t = comm.size(), r = comm.rank();
+  CommLedger::Scope scope(comm.ledger(), "ring reduce-scatter");  // the label of its records
+  for (int s = 0; s < t - 1; ++s) {
+    comm.send_recv(chunk(buf, r - s), mod(r + 1, t), scratch, mod(r - 1, t));
+    Tensor mine = chunk(buf, r - s - 1);
+    dev.axpy(1.0f, scratch, mine);
+    if (after_step) after_step(s);
+  }
+}
+
+// All-gather, t − 1 steps: in step s, send the finished chunk r + 1 − s on; the finished chunk
+// r − s arrives in its place.
+void ring_all_gather(Communicator& comm, Tensor& buf, const Observer& after_step = {}) {
+  const int t = comm.size(), r = comm.rank();
+  CommLedger::Scope scope(comm.ledger(), "ring all-gather");
+  for (int s = 0; s < t - 1; ++s) {
+    Tensor arriving = chunk(buf, r - s);
+    comm.send_recv(chunk(buf, r + 1 - s), mod(r + 1, t), arriving, mod(r - 1, t));
+    if (after_step) after_step(s);
+  }
+}
+
+void ring_all_reduce(Communicator& comm, Device& dev, Tensor& buf, Tensor& scratch) {
+  ring_reduce_scatter(comm, dev, buf, scratch);
+  ring_all_gather(comm, buf);
+}
+
+// The closed forms. x_k, rank k's input, holds 10k + i at element i; chunk c is elements
+// [cw, (c + 1)w). sum_of(r, d, c): chunk c summed over the d + 1 ranks r, r − 1, …, r − d.
+std::vector<float> sum_of(int r, int d, int c, int t, int w) {
+  std::vector<float> v(w, 0.0f);
+  for (int j = 0; j <= d; ++j)
+    for (int i = 0; i < w; ++i) v[i] += static_cast<float>(10 * mod(r - j, t) + c * w + i);
+  return v;
+}
+
+// Rank r's chunk c after reduce-scatter step s: chunk r − d arrived in step d − 1 and then held
+// the sum of d + 1 ranks (r back to r − d); chunks that have not arrived yet, and chunk r itself,
+// still hold x_r.
+std::vector<float> after_reduce_step(int r, int c, int s, int t, int w) {
+  const int d = mod(r - c, t);
+  return sum_of(r, d >= 1 && d <= s + 1 ? d : 0, c, t, w);
+}
+
+// Rank r's chunk c after all-gather step s: chunk r + 1 − e is finished once e ≤ s + 1 (e = 0:
+// it was finished by the reduce-scatter); the others hold what the reduce-scatter left.
+std::vector<float> after_gather_step(int r, int c, int s, int t, int w) {
+  if (mod(r + 1 - c, t) <= s + 1) return sum_of(r, t - 1, c, t, w);
+  return after_reduce_step(r, c, t - 2, t, w);
+}
+
+// "[0, 1] [2, 3] [4, 5]*": one rank's buffer by chunks of w, chunk `mark` starred (none if < 0).
+std::string chunks(const std::vector<float>& v, int w, int mark) {
+  std::string s;
+  for (size_t c = 0; c * w < v.size(); ++c)
+    s += (c ? " " : "") +
+         lesson::fmt(std::vector<float>(v.begin() + c * w, v.begin() + (c + 1) * w)) +
+         (static_cast<int>(c) == mark ? "*" : "");
+  return s;
+}
+
+std::string num(const char* format, double v) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// The α–β model of the ring: 2(t − 1) steps of latency α, and 2(t − 1)/t · N bytes at β per rank.
+// Illustrative round numbers (a few µs per message, a 200 Gb/s link), not a measurement.
+constexpr double kAlpha = 5e-6;  // s per step
+constexpr double kBeta = 25e9;   // B/s
+double alpha_term(int t) { return 2.0 * (t - 1) * kAlpha; }
+double beta_term(int t, double bytes) { return 2.0 * (t - 1) / t * bytes / kBeta; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return lesson::run(argc, argv, "lesson_10_ring_allreduce",
+                     "Lesson 10: the ring all-reduce, by hand", {3, 2, 4},
+                     [](lesson::Lesson& L) {
+    Device& dev = L.device();
+    Communicator& world = L.world();
+    const int r = L.rank(), t = L.size();
+    const int w = 2;  // floats per chunk
+    const int n = t * w;
+
+    // 1. The numbers, and the single-device sum.
+    L.step("The numbers: every rank's buffer is t = " + std::to_string(t) + " chunks of " +
+           std::to_string(w) + " floats; rank r holds x_r[i] = 10·r + i.");
+    auto input = [&](int k) {
+      std::vector<float> v(n);
+      for (int i = 0; i < n; ++i) v[i] = static_cast<float>(10 * k + i);
+      return v;
+    };
+    std::vector<float> total(n, 0.0f);  // the single-device sum Σ_k x_k, on the host
+    for (int k = 0; k < t; ++k)
+      for (int i = 0; i < n; ++i) total[i] += input(k)[i];
+    L.say("  the sum, on one device: Σ_r x_r[i] = ", 10 * t * (t - 1) / 2, " + ", t,
+          "·i = ", chunks(total, w, -1));
+    L.say("  the ring: rank r sends to rank (r + 1) mod ", t,
+          " and receives from rank (r − 1) mod ", t, "; chunk c of a buffer is elements [", w,
+          "c, ", w, "c + ", w, ")");
+    Tensor buf = Tensor::from_host(dev, Shape{t, w}, input(r));
+    Tensor scratch(dev, Shape{1, w});
+    L.check_ranks("x_r", buf, lesson::per_rank(t, input));
+
+    // The tables of steps 2 and 3: after each ring step every rank gathers its buffer to rank 0,
+    // which checks it against the closed form and adds a row.
+    std::vector<std::string> header = {"step", "sends"};
+    for (int k = 0; k < t; ++k) header.push_back("rank " + std::to_string(k));
+    header.push_back("communication");
+    lesson::Table reduce_table(header), gather_table(header);
+    size_t m = L.mark();
+    const size_t ring_start = m;
+    auto observe = [&](bool reduce, int s) {
+      auto sent = [&](int k) { return mod(reduce ? k - s : k + 1 - s, t); };
+      auto arrived = [&](int k) { return mod(reduce ? k - s - 1 : k - s, t); };
+      auto expected = [&](int k) {
+        std::vector<float> v;
+        for (int c = 0; c < t; ++c) {
+          const auto part =
+              reduce ? after_reduce_step(k, c, s, t, w) : after_gather_step(k, c, s, t, w);
+          v.insert(v.end(), part.begin(), part.end());
+        }
+        return v;
+      };
+      const std::string name = (reduce ? "reduce-scatter " : "all-gather ") + std::to_string(s);
+      const auto got = L.gather(buf);
+      L.check_ranks("after " + name, buf, lesson::per_rank(t, expected));
+      if (L.is_root()) {
+        std::vector<std::string> row = {name, ""};
+        for (int k = 0; k < t; ++k) {
+          row[1] += (k ? ", " : "") + std::to_string(sent(k));
+          row.push_back(chunks(got[k], w, arrived(k)));
+        }
+        row.push_back(L.comm_since(m));
+        (reduce ? reduce_table : gather_table).add(row);
+      }
+      m = L.mark();
+    };
+
+    // 2. Reduce-scatter by hand.
+    const std::string steps = std::to_string(t - 1) + (t == 2 ? " step" : " steps");
+    L.step("Reduce-scatter, t − 1 = " + steps +
+           ": in step s rank r sends chunk (r − s) mod t to r + 1 and adds the one from "
+           "r − 1.");
+    {
+      const auto start = L.gather(buf);
+      std::vector<std::string> row = {"start", ""};
+      for (const auto& v : start) row.push_back(chunks(v, w, -1));
+      row.push_back("none");
+      if (L.is_root()) reduce_table.add(row);
+    }
+    ring_reduce_scatter(world, dev, buf, scratch, [&](int s) { observe(true, s); });
+    L.say("  sends: the chunk each rank sends, rank 0 first.");
+    L.say("  *: the chunk that arrived, added to the rank's own copy of it.");
+    L.say(reduce_table.str());
+    L.say(
+        "  After step s, chunk (r − d) mod t on rank r holds the sum over ranks r, r − 1, …, r − d "
+        "for d ≤ s + 1.\n"
+        "  At the end rank r holds the finished sum of chunk (r + 1) mod t: 1/t of the result "
+        "each.");
+
+    // 3. All-gather by hand.
+    L.step("All-gather, t − 1 = " + steps +
+           ": in step s rank r sends the finished chunk (r + 1 − s) mod t on to r + 1.");
+    ring_all_gather(world, buf, [&](int s) { observe(false, s); });
+    L.say("  sends: the chunk each rank sends, rank 0 first.");
+    L.say("  *: the chunk that arrived, finished, copied over the rank's partial sum.");
+    L.say(gather_table.str());
+    L.check_ranks("hand ring = single-device sum", buf,
+                  lesson::per_rank(t, [&](int) { return total; }));
+
+    // 4. The same numbers from the library, and what the ledger recorded for each.
+    L.step("The library's all_reduce on the same inputs, and the ledger's records of both.");
+    const auto ring_result = L.gather(buf);  // on rank 0
+    Tensor lib = Tensor::from_host(dev, Shape{t, w}, input(r));
+    m = L.mark();
+    world.all_reduce(lib);
+    const size_t lib_record = m;
+    L.say("  all_reduce: ", chunks(lib.to_host(), w, -1), "    communication: ", L.comm_since(m));
+    L.check_ranks("all_reduce = single-device sum", lib,
+                  lesson::per_rank(t, [&](int) { return total; }));
+    L.check_ranks("all_reduce = hand ring", lib, ring_result);
+
+    const auto& recs = world.ledger().records();
+    lesson::Table ledger(
+        {"record", "op", "label", "floats", "bytes", "ring model: bytes this rank sends"});
+    double ring_bytes = 0;
+    int ring_calls = 0;
+    for (size_t i = ring_start; i < lib_record; ++i) {
+      ledger.add({std::to_string(i - ring_start), recs[i].op, recs[i].label,
+                  std::to_string(recs[i].elements), std::to_string(recs[i].bytes),
+                  num("%g", recs[i].wire_bytes)});
+      ring_bytes += recs[i].wire_bytes;
+      ring_calls += recs[i].op == "send_recv";
+    }
+    ledger.add({"hand ring", "", "", "", "", num("%g", ring_bytes)});
+    ledger.add({"library", recs[lib_record].op, recs[lib_record].label,
+                std::to_string(recs[lib_record].elements), std::to_string(recs[lib_record].bytes),
+                num("%g", recs[lib_record].wire_bytes)});
+    const double N = 4.0 * n;
+    L.say("  The ledger of rank 0: the hand ring is ", ring_calls, " send_recv of N/t = ", w,
+          " floats; the library, one all_reduce of N = ", n, " floats (", N, " B):");
+    L.say(ledger.str());
+    L.say("  2(t − 1) · N/t = 2(t − 1)/t · N = ", 2 * (t - 1), " · ", N / t,
+          " B = ", 2.0 * (t - 1) / t * N, " B: the same bytes, sent in ", 2 * (t - 1),
+          " messages by hand, in one call by the library.");
+    L.check("send_recv calls of the hand ring = 2(t − 1)", {static_cast<float>(ring_calls)},
+            {static_cast<float>(2 * (t - 1))}, 0);
+    L.check("hand ring bytes = all_reduce bytes = 2(t − 1)/t · N",
+            {static_cast<float>(ring_bytes), static_cast<float>(recs[lib_record].wire_bytes)},
+            {static_cast<float>(2.0 * (t - 1) / t * N), static_cast<float>(2.0 * (t - 1) / t * N)},
+            0);
+
+    // 5. The α–β model: what the bytes and the steps cost.
+    L.step(
+        "The cost: 2(t − 1) steps of latency α and 2(t − 1)/t · N bytes at bandwidth β per "
+        "rank.");
+    L.say("  T(N) = 2(t − 1)·α + 2(t − 1)/t · N/β. With round illustrative numbers α = ",
+          kAlpha * 1e6, " µs per step and\n  β = ", kBeta / 1e9,
+          " GB/s (a 200 Gb/s link; not measured here):");
+    const double small = 4096, large = 16 << 20;
+    lesson::Table cost({"t", "steps 2(t − 1)", "bytes sent / N", "α term (µs)",
+                        "4 KiB: β term (µs)", "4 KiB: α share", "16 MiB: β term (µs)",
+                        "16 MiB: α share", "α = β term at N"});
+    std::vector<float> factors, ledger_factors;
+    for (int tt : {2, 3, 4, 8, 16}) {
+      const double a = alpha_term(tt), bs = beta_term(tt, small), bl = beta_term(tt, large);
+      cost.add({std::to_string(tt), std::to_string(2 * (tt - 1)), num("%.4g", 2.0 * (tt - 1) / tt),
+                num("%.0f", a * 1e6), num("%.3g", bs * 1e6), num("%.1f%%", 100 * a / (a + bs)),
+                num("%.0f", bl * 1e6), num("%.1f%%", 100 * a / (a + bl)),
+                num("%.3g MB", tt * kAlpha * kBeta / 1e6)});
+      factors.push_back(static_cast<float>(2.0 * (tt - 1) / tt));
+      ledger_factors.push_back(static_cast<float>(
+          ring_wire_bytes("all_reduce", tt, static_cast<int64_t>(large)) / large));
+    }
+    L.say(cost.str());
+    L.check("bytes sent / N = the ledger's ring model at t = 2, 3, 4, 8, 16", factors,
+            ledger_factors);
+    L.check("t = 8: 14 steps, 1.75 N sent per rank", {static_cast<float>(2 * (8 - 1)), factors[3]},
+            {14, 1.75f}, 0);
+    L.say(
+        "  Bandwidth-optimal: no all-reduce can have each rank send less than 2(t − 1)/t · N "
+        "(Patarasuk and\n"
+        "  Yuan, 2009). A rank that finishes 1/t of the sum must send out the other (t − 1)/t of "
+        "its input and\n"
+        "  receive the (t − 1)/t of the result it did not finish. The bytes stay below 2N however "
+        "large t gets.\n"
+        "  Latency-bound when small: the α term does not shrink with N. Below N = t·α·β (the last "
+        "column) the\n"
+        "  2(t − 1) latencies cost more than the bytes; at 4 KiB they are nearly all of the time.");
+
+    L.say("  Seed 004's numbers and tuning advice, in this model:");
+    const int t8 = 8;
+    const double ten_small = 10 * (alpha_term(t8) + beta_term(t8, small)),
+                 one_merged = alpha_term(t8) + beta_term(t8, 10 * small);
+    const double fp32 = alpha_term(t8) + beta_term(t8, large),
+                 fp16 = alpha_term(t8) + beta_term(t8, large / 2);
+    L.say(
+        "  - \"2(n − 1)/n × data, 2(n − 1) rounds\": at n = 8, 1.75 N and 14 steps. What grows "
+        "linearly with n is\n"
+        "    the step count (30 at n = 16), not the bytes (1.875 N at n = 16). Beyond 8 ranks TP "
+        "also leaves the\n"
+        "    node and its fast links; hence \"keep TP at 8 or below\".");
+    L.say("  - Merge adjacent all-reduces: at t = 8, ten all-reduces of 4 KiB take ",
+          num("%.1f", ten_small * 1e6), " µs, one of 40 KiB ", num("%.1f", one_merged * 1e6),
+          " µs\n    (one α term instead of ten).");
+    L.say("  - Communicate in FP16: half the bytes, the same steps: 16 MiB at t = 8 goes from ",
+          num("%.0f", fp32 * 1e6), " to ", num("%.0f", fp16 * 1e6), " µs.");
+    L.say(
+        "  - Overlap: an async all_reduce hides T(N) behind computation instead of shrinking it.");
+    L.say(
+        "  - NCCL_ALGO=Tree: a tree reaches all ranks in about log2 t hops instead of t − 1, a "
+        "smaller α term\n"
+        "    for small messages at large t. NCCL_BUFFSIZE=4194304 (4 MiB) is NCCL's default "
+        "buffer size.");
+    L.check("ten 4 KiB all-reduces vs one of 40 KiB at t = 8 (µs)",
+            {static_cast<float>(ten_small * 1e6), static_cast<float>(one_merged * 1e6)},
+            {static_cast<float>(10 * (70 + 1.75 * 4096 / 25e3)),
+             static_cast<float>(70 + 1.75 * 40960 / 25e3)},
+            1e-6);
+    const double seed_share = 0.40, before = 280, after = 320;
+    L.say(
+        "  - The seed's case: all-reduce was 40% of a step at 280 tokens/s. Removing it entirely "
+        "would give at\n    most 280 / 0.6 = ",
+        num("%.0f", before / (1 - seed_share)), " tokens/s; its fixes reached ", after, " (+",
+        num("%.1f", 100 * (after / before - 1)), "%).");
+    L.check("the seed's case: bound 467 tokens/s, +14.3%",
+            {static_cast<float>(std::round(before / (1 - seed_share))),
+             static_cast<float>(std::round(1000 * (after / before - 1)) / 10)},
+            {467, 14.3f}, 0);
+
+    // 6. nccl-tests style timings: the hand ring against the library call.
+    L.step(
+        "Timings, nccl-tests style: the hand ring (send_recv) against the library's all_reduce.");
+    const bool mpi = world.name().rfind("mpi", 0) == 0;
+    L.say(
+        "  library: world.all_reduce on ", world.name(),
+        mpi ? " (MpiCommunicator calls MPI_Allreduce; MPI picks its own algorithm)." : ".",
+        "\n"
+        "  time: median of 5 calls on rank 0, from a barrier; algbw = bytes / time; busbw = algbw "
+        "· 2(t − 1)/t.\n"
+        "  #wrong: elements, summed over the ranks, that differ from the closed-form sum. "
+        "Timings vary run to run.");
+    char line[200];
+    L.say("#                          hand ring (send_recv)               library all_reduce");
+    L.say(
+        "#      size     count      time   algbw   busbw  #wrong      time   algbw   busbw  "
+        "#wrong");
+    L.say("#       (B)  (floats)      (us)  (GB/s)  (GB/s)              (us)  (GB/s)  (GB/s)");
+    std::vector<float> wrong_ring, wrong_lib, bytes_ring, bytes_lib, bytes_model;
+    double small_ring_s = 0, best_busbw = 0;
+    const double bus = 2.0 * (t - 1) / t;
+    for (int64_t size = 4 << 10; size <= (int64_t{16} << 20); size *= 4) {
+      const int64_t count = size / 4 / t * t, c = count / t;  // t equal chunks
+      // x_r[i] = r + (i mod 97): the sum, t(t − 1)/2 + t·(i mod 97), is exact in fp32.
+      std::vector<float> host(count);
+      for (int64_t i = 0; i < count; ++i) host[i] = static_cast<float>(r + i % 97);
+      Tensor x0 = Tensor::from_host(dev, Shape{t, c}, host);
+      Tensor big(dev, Shape{t, c}), big_scratch(dev, Shape{1, c});
+      auto ring = [&] { ring_all_reduce(world, dev, big, big_scratch); };
+      auto library = [&] { world.all_reduce(big); };
+      auto timed = [&](const std::function<void()>& f) {
+        big.copy_from(x0);
+        world.barrier();
+        const double t0 = now();
+        f();
+        dev.synchronize();
+        return now() - t0;
+      };
+      auto wrong = [&] {  // elements differing from the closed form, summed over the ranks
+        const std::vector<float> got = big.to_host();
+        int bad = 0;
+        for (int64_t i = 0; i < count; ++i)
+          bad += got[i] != static_cast<float>(t * (t - 1) / 2 + t * (i % 97));
+        Tensor b = Tensor::from_host(dev, Shape{1}, {static_cast<float>(bad)});
+        float sum = 0;
+        for (const auto& v : L.gather(b)) sum += v[0];
+        return sum;
+      };
+      size_t mk = L.mark();
+      timed(ring);  // warm-up, and one call's bytes from the ledger
+      bytes_ring.push_back(static_cast<float>(world.ledger().wire_bytes_since(mk)));
+      mk = L.mark();
+      timed(library);
+      bytes_lib.push_back(static_cast<float>(world.ledger().wire_bytes_since(mk)));
+      bytes_model.push_back(static_cast<float>(bus * 4.0 * count));
+      std::vector<double> ring_s, lib_s;
+      for (int i = 0; i < 5; ++i) {  // interleaved, so that both see the same machine
+        ring_s.push_back(timed(ring));
+        lib_s.push_back(timed(library));
+      }
+      // Correctness of the last call of each (the buffer is reset before every call).
+      const float lib_wrong = wrong();
+      timed(ring);
+      const float ring_wrong = wrong();
+      wrong_ring.push_back(ring_wrong);
+      wrong_lib.push_back(lib_wrong);
+      std::sort(ring_s.begin(), ring_s.end());
+      std::sort(lib_s.begin(), lib_s.end());
+      const double tr = ring_s[2], tl = lib_s[2], bytes = 4.0 * count;
+      std::snprintf(
+          line, sizeof line, "%11.0f %9lld %9.1f %7.3f %7.3f %7.0f %9.1f %7.3f %7.3f %7.0f", bytes,
+          static_cast<long long>(count), tr * 1e6, bytes / tr / 1e9, bytes / tr / 1e9 * bus,
+          ring_wrong, tl * 1e6, bytes / tl / 1e9, bytes / tl / 1e9 * bus, lib_wrong);
+      L.say(line);
+      if (size == (4 << 10)) small_ring_s = tr;
+      best_busbw = std::max(best_busbw, bytes / tr / 1e9 * bus);
+    }
+    const std::vector<float> zeros(wrong_ring.size(), 0.0f);
+    L.check("#wrong of the hand ring, every size", wrong_ring, zeros, 0);
+    L.check("#wrong of the library all_reduce, every size", wrong_lib, zeros, 0);
+    L.check("ledger bytes of one hand ring = 2(t − 1)/t · N, every size", bytes_ring, bytes_model);
+    L.check("ledger bytes of one all_reduce = 2(t − 1)/t · N, every size", bytes_lib, bytes_model);
+    // α and β of this machine, read off the hand ring's rows (not checked). busbw =
+    // 2(t − 1)/t · N / T(N) = β · (1 − α share): it approaches β as N grows.
+    L.say("  From this run's hand ring: α ≈ 4 KiB time / 2(t − 1) = ",
+          num("%.1f", small_ring_s / (2 * (t - 1)) * 1e6),
+          " µs per step; β ≈ the largest busbw = ", num("%.2f", best_busbw),
+          " GB/s\n  (busbw = 2(t − 1)/t · N / T(N) = β · (1 − α share): it approaches β as N "
+          "grows).");
+  });
+}
