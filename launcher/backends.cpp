@@ -2,6 +2,7 @@
 #include "backends.h"
 
 #include "core/error.h"
+#include "core/simulated_link.h"
 #include "cpu_device.h"
 #include "gpu_entry.h"
 #include "mpi_communicator.h"
@@ -19,6 +20,9 @@ void add_backend_options(Options& options) {
   options.text("dtype", "fp32",
                "GEMM input precision (bf16: GPU only, fp32 accumulation and master weights)",
                {"fp32", "bf16"});
+  options.text("link", "none",
+               "simulate an interconnect (teaching): none, nvlink, ib, 10gbe or α_us,β_GBps "
+               "(e.g. 5,12.5); each collective then takes at least the α–β ring model's time");
 }
 
 DeviceOptions device_options(const Options& options, int local_rank) {
@@ -47,6 +51,13 @@ std::unique_ptr<Communicator> make_communicator(const std::string& which, const 
   TP_CHECK_INPUT(which != "nccl" || o.backend == "gpu", "--comm nccl needs --backend gpu");
   if (o.backend == "gpu" && which != "mpi") return make_nccl_communicator(comm, device);
   return std::make_unique<MpiCommunicator>(comm, false);
+}
+
+std::unique_ptr<Communicator> with_link(const std::string& link,
+                                        std::unique_ptr<Communicator> comm) {
+  const std::optional<Link> parsed = parse_link(link);
+  if (!parsed) return comm;
+  return std::make_unique<SimulatedLink>(std::move(comm), *parsed);
 }
 
 }  // namespace tp

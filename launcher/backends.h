@@ -5,6 +5,10 @@
 //   --comm auto|mpi|nccl auto = nccl with --backend gpu, else mpi; mpi = MpiCommunicator (mpi/),
 //                        host-staged for a GPU; nccl = NcclCommunicator (gpu_backend/)
 //   --tf32, --dtype      GPU GEMM precision (DeviceOptions)
+//   --link none|nvlink|ib|10gbe|α_us,β_GBps
+//                        none (the default) = the communicator itself; otherwise a SimulatedLink
+//                        over it (lib/core/simulated_link.h, a teaching tool): every collective
+//                        takes at least the α–β ring model's time on that interconnect
 #pragma once
 
 #include <mpi.h>
@@ -18,7 +22,7 @@
 
 namespace tp {
 
-/// Declares --backend, --comm, --tf32 and --dtype on `options`.
+/// Declares --backend, --comm, --tf32, --dtype and --link on `options`.
 void add_backend_options(Options& options);
 
 /// The device options from parsed `options` for the rank with node-local index `local_rank`.
@@ -32,5 +36,10 @@ std::unique_ptr<Device> make_device(const DeviceOptions& options);
 std::unique_ptr<Communicator> make_communicator(const std::string& which,
                                                 const DeviceOptions& options, MPI_Comm comm,
                                                 Device& device);
+
+/// `comm` as `--link` (`link`) says: itself for "none", else a SimulatedLink over it. A bad value
+/// is a bad-input tp::Error naming the accepted forms.
+std::unique_ptr<Communicator> with_link(const std::string& link,
+                                        std::unique_ptr<Communicator> comm);
 
 }  // namespace tp

@@ -67,7 +67,8 @@ int run_program(int argc, char** argv, Options& options, const Program& program)
       const DeviceOptions dev_opts = device_options(options, local_rank);
       std::unique_ptr<Device> device = make_device(dev_opts);
       std::unique_ptr<Communicator> world =
-          make_communicator(options.get_text("comm"), dev_opts, MPI_COMM_WORLD, *device);
+          with_link(options.get_text("link"),
+                    make_communicator(options.get_text("comm"), dev_opts, MPI_COMM_WORLD, *device));
       Context ctx{options, *device, *world, local_rank, local_size};
       rc = program(ctx);
       device->synchronize();

@@ -3,6 +3,7 @@
 //   mpirun -np 2 build/bin/tp_train --layers 2 --hidden 64 --heads 4 --steps 50
 //   mpirun -np 4 build/bin/tp_train --steps 20 --save run.safetensors
 //   mpirun -np 1 build/bin/tp_train --load run.safetensors --steps 20     (resume at another t)
+//   mpirun -np 2 build/bin/tp_train --link ib --predict --steps 3   (α–β model against the ledger)
 //
 // Every rank draws the same batch for a step and starts from the same weights (counter-based
 // initialisation), so the loss curve is the same for every t up to fp32 rounding.
@@ -14,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/simulated_link.h"
 #include "launcher.h"
 #include "model/adamw.h"
 #include "model/audit.h"
@@ -22,6 +24,7 @@
 #include "model/gpt.h"
 #include "model/memory.h"
 #include "model/train.h"
+#include "observe/alpha_beta.h"
 
 using namespace tp;
 
@@ -152,6 +155,18 @@ int train(Context& ctx) {
     if (!problems.empty()) return 1;
     model.zero_grad();
   }
+  // --predict: α and β of the live communicator now; the report after the first warm step (the
+  // second; the first when there is only one).
+  const bool predict = o.get_flag("predict") && world.size() > 1;
+  const std::string predict_prefix =
+      is_simulated(world) ? "predict (simulated link): " : "predict: ";
+  AlphaBeta link;
+  if (predict) {
+    link = measure_alpha_beta(world, ctx.device);
+    log0(world, predict_prefix, "measured ", link.str(), " on ", world.name());
+  } else if (o.get_flag("predict")) {
+    log0(world, "predict: t = 1 moves no data; nothing to predict");
+  }
   const int64_t every = std::max<int64_t>(1, o.get_int("log-every"));
   const float clip = static_cast<float>(o.get_real("clip"));
   for (int64_t i = 0; i < steps; ++i, ++step) {
@@ -197,6 +212,9 @@ int train(Context& ctx) {
                     world.size());
       json << line << "\n" << std::flush;
     }
+    if (predict && i == std::min<int64_t>(1, steps - 1))
+      log0(world, predict_prefix, "step ", step + 1, ":\n",
+           prediction_report(world.ledger(), mark, world.ledger().size(), link, predict_prefix));
   }
   if (std::isfinite(source->loss_floor()))
     log0(world, "loss floor of this data: ", source->loss_floor(), " nats");
@@ -263,6 +281,9 @@ int main(int argc, char** argv) {
       .text("dump-grads", "",
             "after the first backward, write every global gradient, the batch and the loss here")
       .text("log-json", "", "append one JSON object per step to this file")
+      .flag("predict",
+            "measure the link's α and β at the start, and after the first warm step print each "
+            "collective's α–β prediction against its measured time, per op and per label")
       .integer("log-every", 10, "print a progress line every N steps");
   return run_program(argc, argv, o, train);
 }

@@ -1,0 +1,183 @@
+#include "core/simulated_link.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+
+namespace tp {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Sleeps until `deadline`, waking `lateness` early (the OS wakes a sleeper that late) and yielding
+// the processor for the rest.
+void sleep_then_yield(Clock::time_point deadline, Clock::duration lateness) {
+  if (Clock::now() + lateness < deadline) std::this_thread::sleep_until(deadline - lateness);
+  while (Clock::now() < deadline) std::this_thread::yield();
+}
+
+// How late std::this_thread::sleep_until wakes this thread: the median of a few short sleeps.
+Clock::duration measure_lateness() {
+  std::vector<Clock::duration> late;
+  for (int i = 0; i < 9; ++i) {
+    const Clock::time_point target = Clock::now() + std::chrono::microseconds(200);
+    std::this_thread::sleep_until(target);
+    late.push_back(Clock::now() - target);
+  }
+  std::sort(late.begin(), late.end());
+  return late[late.size() / 2];
+}
+
+// The Work of an async call over the link: complete when the inner Work is and the deadline passed.
+class DelayedWork : public Work {
+ public:
+  DelayedWork(std::unique_ptr<Work> inner, Clock::time_point deadline, Clock::duration lateness)
+      : inner_(std::move(inner)), deadline_(deadline), lateness_(lateness) {}
+  void wait() override {
+    inner_->wait();
+    inner_done_ = true;
+    sleep_then_yield(deadline_, lateness_);
+  }
+  bool test() override {
+    inner_done_ = inner_done_ || inner_->test();
+    return inner_done_ && Clock::now() >= deadline_;
+  }
+
+ private:
+  std::unique_ptr<Work> inner_;
+  Clock::time_point deadline_;
+  Clock::duration lateness_;
+  bool inner_done_ = false;
+};
+
+int64_t bytes_of(const Tensor& x) { return x.numel() * static_cast<int64_t>(sizeof(float)); }
+
+// The presets: see the table in simulated_link.h for the sources.
+const Link kPresets[] = {
+    {"nvlink", {3e-6, 450e9}},
+    {"ib", {5e-6, 50e9}},
+    {"10gbe", {30e-6, 1.25e9}},
+};
+
+// A finite number filling all of `text`, or NAN.
+double parse_number(const std::string& text) {
+  if (text.empty()) return NAN;
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  return end == text.c_str() + text.size() && std::isfinite(v) ? v : NAN;
+}
+
+}  // namespace
+
+std::string Link::str() const { return name + " (" + model.str() + ")"; }
+
+std::optional<Link> parse_link(const std::string& text) {
+  if (text == "none") return std::nullopt;
+  for (const Link& preset : kPresets)
+    if (text == preset.name) return preset;
+  const size_t comma = text.find(',');
+  if (comma != std::string::npos) {
+    const double alpha_us = parse_number(text.substr(0, comma));
+    const double beta_gbps = parse_number(text.substr(comma + 1));
+    if (alpha_us >= 0.0 && beta_gbps > 0.0) return Link{"link", {alpha_us * 1e-6, beta_gbps * 1e9}};
+  }
+  TP_CHECK_INPUT(false, "--link=", text,
+                 ": use none, nvlink, ib, 10gbe or α_us,β_GBps with α ≥ 0 and β > 0 "
+                 "(e.g. --link 5,12.5)");
+  return std::nullopt;
+}
+
+SimulatedLink::SimulatedLink(std::unique_ptr<Communicator> inner, Link link)
+    : SimulatedLink(std::move(inner), std::move(link), measure_lateness()) {}
+
+SimulatedLink::SimulatedLink(std::unique_ptr<Communicator> inner, Link link,
+                             Clock::duration lateness)
+    : Communicator(inner->rank(), inner->size()),
+      inner_(std::move(inner)),
+      link_(std::move(link)),
+      lateness_(lateness) {}
+
+std::string SimulatedLink::name() const {
+  return "simulated " + link_.str() + " over " + inner_->name();
+}
+
+Clock::time_point SimulatedLink::deadline(const char* op, int64_t bytes) const {
+  const double s = predict_seconds(op, size(), bytes, link_.model);
+  return Clock::now() +
+         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+void SimulatedLink::sleep_until(Clock::time_point deadline) const {
+  sleep_then_yield(deadline, lateness_);
+}
+
+// Each call: the deadline from now, the real call, then the wait (blocking) or a Work that waits.
+
+void SimulatedLink::do_all_reduce(Tensor& x, ReduceOp op) {
+  const auto due = deadline(op == ReduceOp::Max ? "all_reduce_max" : "all_reduce", bytes_of(x));
+  inner_->all_reduce(x, op);
+  sleep_until(due);
+}
+
+void SimulatedLink::do_all_gather(const Tensor& shard, Tensor& full) {
+  const auto due = deadline("all_gather", bytes_of(full));
+  inner_->all_gather(shard, full);
+  sleep_until(due);
+}
+
+void SimulatedLink::do_reduce_scatter(const Tensor& full, Tensor& shard) {
+  const auto due = deadline("reduce_scatter", bytes_of(full));
+  inner_->reduce_scatter(full, shard);
+  sleep_until(due);
+}
+
+void SimulatedLink::do_broadcast(Tensor& x, int root) {
+  const auto due = deadline("broadcast", bytes_of(x));
+  inner_->broadcast(x, root);
+  sleep_until(due);
+}
+
+void SimulatedLink::do_send_recv(const Tensor& send, int to, Tensor& recv, int from) {
+  const auto due = deadline("send_recv", bytes_of(send));
+  inner_->send_recv(send, to, recv, from);
+  sleep_until(due);
+}
+
+std::unique_ptr<Work> SimulatedLink::do_all_reduce_async(Tensor& x) {
+  const auto due = deadline("all_reduce", bytes_of(x));
+  return std::make_unique<DelayedWork>(inner_->all_reduce_async(x), due, lateness_);
+}
+
+std::unique_ptr<Work> SimulatedLink::do_all_gather_async(const Tensor& shard, Tensor& full) {
+  const auto due = deadline("all_gather", bytes_of(full));
+  return std::make_unique<DelayedWork>(inner_->all_gather_async(shard, full), due, lateness_);
+}
+
+std::unique_ptr<Work> SimulatedLink::do_reduce_scatter_async(const Tensor& full, Tensor& shard) {
+  const auto due = deadline("reduce_scatter", bytes_of(full));
+  return std::make_unique<DelayedWork>(inner_->reduce_scatter_async(full, shard), due, lateness_);
+}
+
+std::unique_ptr<Work> SimulatedLink::do_send_recv_async(const Tensor& send, int to, Tensor& recv,
+                                                        int from) {
+  const auto due = deadline("send_recv", bytes_of(send));
+  return std::make_unique<DelayedWork>(inner_->send_recv_async(send, to, recv, from), due,
+                                       lateness_);
+}
+
+std::unique_ptr<Communicator> SimulatedLink::do_split(int color, int key) {
+  // The private constructor: the sub-communicator reuses the measured lateness.
+  return std::unique_ptr<Communicator>(
+      new SimulatedLink(inner_->split(color, key), link_, lateness_));
+}
+
+bool is_simulated(const Communicator& comm) {
+  return dynamic_cast<const SimulatedLink*>(&comm) != nullptr;
+}
+
+}  // namespace tp
