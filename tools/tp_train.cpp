@@ -4,9 +4,15 @@
 //   mpirun -np 4 build/bin/tp_train --steps 20 --save run.safetensors
 //   mpirun -np 1 build/bin/tp_train --load run.safetensors --steps 20     (resume at another t)
 //   mpirun -np 2 build/bin/tp_train --link ib --predict --steps 3   (α–β model against the ledger)
+//   mpirun -np 2 build/bin/tp_train --steps 5 --trace run.json   (open run.json in ui.perfetto.dev;
+//                                                                 run.svg is the same as a chart)
 //
 // Every rank draws the same batch for a step and starts from the same weights (counter-based
 // initialisation), so the loss curve is the same for every t up to fp32 rounding.
+//
+// The progress line's "exposed comm" is the share of the step the computing thread stood still in
+// the communicator (blocking collectives, issuing and waiting for async ones; observe/timeline.h),
+// measured by a timeline on the world communicator that records every step.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -25,6 +31,7 @@
 #include "model/memory.h"
 #include "model/train.h"
 #include "observe/alpha_beta.h"
+#include "observe/timeline.h"
 
 using namespace tp;
 
@@ -32,6 +39,20 @@ namespace {
 
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// --trace records the last kTraceSteps steps, never the first (it pays for first-touch allocations
+// and page faults) unless it is the only one: every kernel and collective of a step is a span, a
+// few hundred per step of the default model, and a chart of more steps is no easier to read.
+constexpr int64_t kTraceSteps = 3;
+
+// run.json → run.svg (any other name gets ".svg" appended).
+std::string svg_path(const std::string& json_path) {
+  const std::string ext = ".json";
+  if (json_path.size() > ext.size() &&
+      json_path.compare(json_path.size() - ext.size(), ext.size(), ext) == 0)
+    return json_path.substr(0, json_path.size() - ext.size()) + ".svg";
+  return json_path + ".svg";
 }
 
 // Learning rate at absolute step `step` (0-based): linear warm-up over `warmup` steps, then cosine
@@ -128,6 +149,10 @@ int train(Context& ctx) {
     json.open(o.get_text("log-json"), std::ios::app);
     TP_CHECK_INPUT(json.good(), "cannot write --log-json file ", o.get_text("log-json"));
   }
+  const std::string trace = o.get_text("trace");
+  if (!trace.empty() && world.rank() == 0)
+    for (const std::string& path : {trace, svg_path(trace)})
+      TP_CHECK_INPUT(std::ofstream(path, std::ios::app).good(), "cannot write --trace file ", path);
   if (o.get_flag("audit-grads")) {
     // The same step at t = 1 on every rank, from the same weights, then compare.
     SerialCommunicator solo;
@@ -169,7 +194,16 @@ int train(Context& ctx) {
   }
   const int64_t every = std::max<int64_t>(1, o.get_int("log-every"));
   const float clip = static_cast<float>(o.get_real("clip"));
+  // The timeline: collectives of every step (for the exposed communication), kernels too in the
+  // traced steps; it keeps the spans of the traced steps only.
+  Timeline timeline(world.rank());
+  world.set_timeline(&timeline);
+  const int64_t traced_from = steps > 1 ? std::max<int64_t>(1, steps - kTraceSteps) : 0;
   for (int64_t i = 0; i < steps; ++i, ++step) {
+    const bool tracing = !trace.empty() && i >= traced_from;
+    if (!tracing || i == traced_from) timeline.clear();
+    ctx.device.set_timeline(tracing ? &timeline : nullptr);
+    const size_t span_mark = timeline.mark();
     const double t0 = now();
     const size_t mark = world.ledger().size();
     const Batch b = source->batch(step, batch, cfg.seq);
@@ -194,27 +228,43 @@ int train(Context& ctx) {
            " bytes (ledger) = ", formula, " bytes (formula", cfg.sp ? ", with SP" : "", ")");
     }
     const double secs = now() - t0, comm = world.ledger().seconds_since(mark);
+    const double exposed = timeline.totals_since(span_mark).exposed;
     const double tok_s = static_cast<double>(batch * cfg.seq) / secs;
     if (i % every == 0 || i + 1 == steps) {
       char line[200];
       std::snprintf(line, sizeof line,
-                    "step %5lld | loss %.6f | grad norm %.4f | lr %.3g | %.0f tok/s | comm %4.1f%%",
-                    static_cast<long long>(step + 1), loss, norm, lr, tok_s, 100.0 * comm / secs);
+                    "step %5lld | loss %.6f | grad norm %.4f | lr %.3g | %.0f tok/s | exposed comm "
+                    "%4.1f%%",
+                    static_cast<long long>(step + 1), loss, norm, lr, tok_s,
+                    100.0 * exposed / secs);
       log0(world, line);
     }
     if (json.is_open()) {
-      char line[240];
+      char line[280];
       std::snprintf(line, sizeof line,
                     "{\"step\": %lld, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, "
                     "\"tokens_per_s\": %.6g, "
-                    "\"comm_s\": %.6g, \"compute_s\": %.6g, \"t\": %d}",
-                    static_cast<long long>(step + 1), loss, norm, lr, tok_s, comm, secs - comm,
-                    world.size());
+                    "\"comm_s\": %.6g, \"exposed_s\": %.6g, \"compute_s\": %.6g, \"t\": %d}",
+                    static_cast<long long>(step + 1), loss, norm, lr, tok_s, comm, exposed,
+                    secs - comm, world.size());
       json << line << "\n" << std::flush;
     }
     if (predict && i == std::min<int64_t>(1, steps - 1))
       log0(world, predict_prefix, "step ", step + 1, ":\n",
            prediction_report(world.ledger(), mark, world.ledger().size(), link, predict_prefix));
+  }
+  world.set_timeline(nullptr);
+  ctx.device.set_timeline(nullptr);
+  if (!trace.empty() && steps > 0) {
+    // Every rank's spans to rank 0, one trace for Perfetto and one chart.
+    timeline.gather(world, ctx.device);
+    if (world.rank() == 0) {
+      timeline.write_trace_json(trace);
+      timeline.write_svg(svg_path(trace));
+    }
+    log0(world, "trace of steps ", step - (steps - traced_from) + 1, "..", step, " (",
+         timeline.spans().size(), " spans of ", world.size(), " ranks): ", trace,
+         " (open in https://ui.perfetto.dev) and ", svg_path(trace));
   }
   if (std::isfinite(source->loss_floor()))
     log0(world, "loss floor of this data: ", source->loss_floor(), " nats");
@@ -284,6 +334,9 @@ int main(int argc, char** argv) {
       .flag("predict",
             "measure the link's α and β at the start, and after the first warm step print each "
             "collective's α–β prediction against its measured time, per op and per label")
+      .text("trace", "",
+            "write a timeline of the last " + std::to_string(kTraceSteps) +
+                " steps here (Chrome/Perfetto JSON) and beside it as SVG")
       .integer("log-every", 10, "print a progress line every N steps");
   return run_program(argc, argv, o, train);
 }

@@ -3,24 +3,116 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "observe/timeline.h"
 
 namespace tp {
 
 namespace {
-// Times one call and stores the wall time in its ledger record.
-class CallTimer {
+// The Work an *_async call returns while a timeline is set: the backend's Work, and the spans of
+// what follows the issue. The collective's span runs from its issue to the moment its completion is
+// seen (wait() returns, or test() first says true); the thread's time inside wait() is a Wait span.
+class TimedWork : public Work {
  public:
-  CallTimer(CommLedger& ledger, size_t index)
-      : ledger_(ledger), index_(index), start_(std::chrono::steady_clock::now()) {}
-  ~CallTimer() {
-    ledger_.set_seconds(
-        index_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+  TimedWork(std::unique_ptr<Work> work, Timeline& timeline, Span collective)
+      : work_(std::move(work)), timeline_(timeline), collective_(std::move(collective)) {}
+  // Destroyed before its completion was seen: the backend's Work completes the collective as it
+  // goes (each backend's does), and the thread waits for that.
+  ~TimedWork() override {
+    if (seen_) return;
+    const double start = timeline_.now();
+    work_.reset();
+    try {
+      waited(start);
+    } catch (...) {  // never throw from a destructor; the span is lost, nothing else
+    }
+  }
+  void wait() override {
+    const double start = timeline_.now();
+    work_->wait();
+    waited(start);
+  }
+  bool test() override {
+    const bool done = work_->test();
+    if (done) completed(timeline_.now());
+    return done;
   }
 
  private:
+  void waited(double start) {
+    const double end = timeline_.now();
+    Span wait;
+    wait.kind = SpanKind::Wait;
+    wait.name = "wait " + collective_.name;
+    wait.start = start;
+    wait.end = end;
+    timeline_.record(std::move(wait));
+    completed(end);
+  }
+  void completed(double when) {
+    if (seen_) return;
+    seen_ = true;
+    collective_.end = when;
+    timeline_.record(collective_);
+  }
+
+  std::unique_ptr<Work> work_;
+  Timeline& timeline_;
+  Span collective_;
+  bool seen_ = false;
+};
+
+// Times one call: the wall time goes into its ledger record, and with a timeline a span: the call
+// itself for a blocking collective, the issue (a Wait span "issue <op>") for an *_async one, whose
+// Work track() then wraps.
+class CallTimer {
+ public:
+  CallTimer(CommLedger& ledger, size_t index, Timeline* timeline)
+      : ledger_(ledger),
+        index_(index),
+        timeline_(timeline),
+        start_(std::chrono::steady_clock::now()),
+        span_start_(timeline != nullptr ? timeline->now() : 0.0) {}
+  ~CallTimer() {
+    ledger_.set_seconds(
+        index_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+    if (timeline_ == nullptr) return;
+    const CommRecord& r = ledger_.records()[index_];
+    Span call;
+    if (r.async) {
+      call.kind = SpanKind::Wait;
+      call.name = "issue " + r.op;
+    } else {
+      call = collective();
+    }
+    call.start = span_start_;
+    call.end = timeline_->now();
+    timeline_->record(std::move(call));
+  }
+  /// The Work of an *_async call, wrapped so that its completion is recorded.
+  std::unique_ptr<Work> track(std::unique_ptr<Work> work) const {
+    if (timeline_ == nullptr) return work;
+    return std::make_unique<TimedWork>(std::move(work), *timeline_, collective());
+  }
+
+ private:
+  // The collective's span, from the start of the call (its end is set when it is known).
+  Span collective() const {
+    const CommRecord& r = ledger_.records()[index_];
+    Span s;
+    s.kind = SpanKind::Collective;
+    s.name = r.op;
+    s.start = span_start_;
+    s.bytes = r.bytes;
+    s.async = r.async;
+    s.label = r.label;
+    return s;
+  }
+
   CommLedger& ledger_;
   size_t index_;
+  Timeline* timeline_;
   std::chrono::steady_clock::time_point start_;
+  double span_start_;
 };
 }  // namespace
 
@@ -37,26 +129,28 @@ void Communicator::check_peer(const char* op, int peer) const {
 
 void Communicator::all_reduce(Tensor& x, ReduceOp op) {
   TP_CHECK(x.defined(), "all_reduce: undefined tensor");
-  CallTimer timer(ledger_, ledger_.record(op == ReduceOp::Max ? "all_reduce_max" : "all_reduce",
-                                          size_, x.numel()));
+  CallTimer timer(
+      ledger_,
+      ledger_.record(op == ReduceOp::Max ? "all_reduce_max" : "all_reduce", size_, x.numel()),
+      timeline_);
   do_all_reduce(x, op);
 }
 
 void Communicator::all_gather(const Tensor& shard, Tensor& full) {
   check_gather_shapes("all_gather", shard, full);
-  CallTimer timer(ledger_, ledger_.record("all_gather", size_, full.numel()));
+  CallTimer timer(ledger_, ledger_.record("all_gather", size_, full.numel()), timeline_);
   do_all_gather(shard, full);
 }
 
 void Communicator::reduce_scatter(const Tensor& full, Tensor& shard) {
   check_gather_shapes("reduce_scatter", shard, full);
-  CallTimer timer(ledger_, ledger_.record("reduce_scatter", size_, full.numel()));
+  CallTimer timer(ledger_, ledger_.record("reduce_scatter", size_, full.numel()), timeline_);
   do_reduce_scatter(full, shard);
 }
 
 void Communicator::broadcast(Tensor& x, int root) {
   check_peer("broadcast", root);
-  CallTimer timer(ledger_, ledger_.record("broadcast", size_, x.numel()));
+  CallTimer timer(ledger_, ledger_.record("broadcast", size_, x.numel()), timeline_);
   do_broadcast(x, root);
 }
 
@@ -64,26 +158,26 @@ void Communicator::send_recv(const Tensor& send, int to, Tensor& recv, int from)
   check_peer("send_recv", to);
   check_peer("send_recv", from);
   TP_CHECK(send.defined() && recv.defined(), "send_recv: undefined tensor");
-  CallTimer timer(ledger_, ledger_.record("send_recv", size_, send.numel()));
+  CallTimer timer(ledger_, ledger_.record("send_recv", size_, send.numel()), timeline_);
   do_send_recv(send, to, recv, from);
 }
 
 std::unique_ptr<Work> Communicator::all_reduce_async(Tensor& x) {
   TP_CHECK(x.defined(), "all_reduce_async: undefined tensor");
-  CallTimer timer(ledger_, ledger_.record("all_reduce", size_, x.numel(), true));
-  return do_all_reduce_async(x);
+  CallTimer timer(ledger_, ledger_.record("all_reduce", size_, x.numel(), true), timeline_);
+  return timer.track(do_all_reduce_async(x));
 }
 
 std::unique_ptr<Work> Communicator::all_gather_async(const Tensor& shard, Tensor& full) {
   check_gather_shapes("all_gather_async", shard, full);
-  CallTimer timer(ledger_, ledger_.record("all_gather", size_, full.numel(), true));
-  return do_all_gather_async(shard, full);
+  CallTimer timer(ledger_, ledger_.record("all_gather", size_, full.numel(), true), timeline_);
+  return timer.track(do_all_gather_async(shard, full));
 }
 
 std::unique_ptr<Work> Communicator::reduce_scatter_async(const Tensor& full, Tensor& shard) {
   check_gather_shapes("reduce_scatter_async", shard, full);
-  CallTimer timer(ledger_, ledger_.record("reduce_scatter", size_, full.numel(), true));
-  return do_reduce_scatter_async(full, shard);
+  CallTimer timer(ledger_, ledger_.record("reduce_scatter", size_, full.numel(), true), timeline_);
+  return timer.track(do_reduce_scatter_async(full, shard));
 }
 
 std::unique_ptr<Work> Communicator::send_recv_async(const Tensor& send, int to, Tensor& recv,
@@ -91,8 +185,8 @@ std::unique_ptr<Work> Communicator::send_recv_async(const Tensor& send, int to, 
   check_peer("send_recv_async", to);
   check_peer("send_recv_async", from);
   TP_CHECK(send.defined() && recv.defined(), "send_recv_async: undefined tensor");
-  CallTimer timer(ledger_, ledger_.record("send_recv", size_, send.numel(), true));
-  return do_send_recv_async(send, to, recv, from);
+  CallTimer timer(ledger_, ledger_.record("send_recv", size_, send.numel(), true), timeline_);
+  return timer.track(do_send_recv_async(send, to, recv, from));
 }
 
 std::unique_ptr<Work> Communicator::do_all_reduce_async(Tensor& x) {

@@ -14,6 +14,9 @@
 // all_reduce / all_gather / reduce_scatter / send_recv also come as *_async: they return a Work
 // at once, and the output may be read only after Work::wait() (compute may run in between).
 //
+// With a Timeline set (set_timeline), the front end also records every call as spans: see
+// observe/timeline.h for which, and for the exposed communication they add up to.
+//
 // Layout transforms (gathering along the last dim, splitting heads) are not here: they live in
 // parallel/mappings and use Device::copy_columns around these contiguous moves.
 #pragma once
@@ -25,6 +28,8 @@
 #include "observe/comm_ledger.h"
 
 namespace tp {
+
+class Timeline;
 
 /// The reduction of all_reduce: sum (the default everywhere) or max (the vocabulary-parallel
 /// cross-entropy's row maximum).
@@ -81,6 +86,14 @@ class Communicator {
   CommLedger& ledger() { return ledger_; }
   const CommLedger& ledger() const { return ledger_; }
 
+  /// Records every collective from now on as a span of `timeline` (observe/timeline.h): a blocking
+  /// call as itself; an *_async call as its issue (a Wait span), and through the Work it returns,
+  /// the wait (a Wait span) and the collective from issue to completion. nullptr (the default)
+  /// records nothing. A communicator from split() starts without one. The timeline must outlive
+  /// the Works issued while it was set.
+  void set_timeline(Timeline* timeline) { timeline_ = timeline; }
+  Timeline* timeline() const { return timeline_; }
+
  protected:
   virtual void do_all_reduce(Tensor& x, ReduceOp op) = 0;
   virtual void do_all_gather(const Tensor& shard, Tensor& full) = 0;
@@ -104,6 +117,7 @@ class Communicator {
   int rank_;
   int size_;
   CommLedger ledger_;
+  Timeline* timeline_ = nullptr;
 };
 
 /// The communicator of a single rank (t = 1): every collective is a copy or nothing.

@@ -20,6 +20,9 @@
 // the same arguments with the same message. Memory (allocate, the copies), synchronize(), name()
 // and host_accessible() have no arguments to check and stay plain virtuals.
 //
+// With a timeline set (set_timeline), each kernel is also recorded as a span (observe/timeline.h):
+// the kernel itself on the CPU, its launch on a GPU.
+//
 // Shape legend used in comments: m, n, k = GEMM sizes; rows, cols = the 2-D view of a tensor;
 // S = sequence, B = batch, h = hidden, nh / nkv = query / key-value heads, hd = head dim,
 // V = vocabulary. Activations are stored sequence-major: token (s, b) is row s·B + b.
@@ -34,6 +37,8 @@
 #include "core/tensor.h"
 
 namespace tp {
+
+class Timeline;
 
 /// Sizes of one causal attention call (see Device::attention_forward).
 struct AttentionShape {
@@ -96,6 +101,11 @@ class Device {
     }
     memory_.peak = memory_.in_use > memory_.peak ? memory_.in_use : memory_.peak;
   }
+
+  /// Records every kernel from now on as a span of `timeline` (observe/timeline.h); nullptr (the
+  /// default) records nothing. The timeline must outlive its use here.
+  void set_timeline(Timeline* timeline) { timeline_ = timeline; }
+  Timeline* timeline() const { return timeline_; }
 
   /// Human-readable name: "cpu (openmp x2)", "cuda:0 (H200)".
   virtual std::string name() const = 0;
@@ -294,6 +304,7 @@ class Device {
 
  private:
   MemoryStats memory_;
+  Timeline* timeline_ = nullptr;
 };
 
 /// How to create a device (from the command line: --backend, --tf32, --dtype). The launcher makes

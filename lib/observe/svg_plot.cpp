@@ -16,7 +16,9 @@ std::string num(double v) {
   return buf;
 }
 
-std::string escape(const std::string& s) {
+}  // namespace
+
+std::string xml_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     if (c == '<')
@@ -25,12 +27,13 @@ std::string escape(const std::string& s) {
       out += "&gt;";
     else if (c == '&')
       out += "&amp;";
+    else if (c == '"')
+      out += "&quot;";
     else
       out += c;
   }
   return out;
 }
-}  // namespace
 
 std::string svg_line_plot(const std::string& title, const std::string& x_label,
                           const std::string& y_label, const std::vector<PlotSeries>& series) {
@@ -56,7 +59,7 @@ std::string svg_line_plot(const std::string& title, const std::string& x_label,
                   num(H) + "\" font-family=\"sans-serif\" font-size=\"12\">\n";
   s += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   s += "<text x=\"" + num(W / 2) + "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">" +
-       escape(title) + "</text>\n";
+       xml_escape(title) + "</text>\n";
   s += "<rect x=\"" + num(left) + "\" y=\"" + num(top) + "\" width=\"" + num(W - left - right) +
        "\" height=\"" + num(H - top - bottom) + "\" fill=\"none\" stroke=\"#444\"/>\n";
   for (int i = 0; i <= 4; ++i) {
@@ -69,9 +72,9 @@ std::string svg_line_plot(const std::string& title, const std::string& x_label,
          "\" y2=\"" + num(py(yv)) + "\" stroke=\"#ddd\"/>\n";
   }
   s += "<text x=\"" + num(W / 2) + "\" y=\"" + num(H - 10) + "\" text-anchor=\"middle\">" +
-       escape(x_label) + "</text>\n";
+       xml_escape(x_label) + "</text>\n";
   s += "<text x=\"16\" y=\"" + num(H / 2) + "\" text-anchor=\"middle\" transform=\"rotate(-90 16 " +
-       num(H / 2) + ")\">" + escape(y_label) + "</text>\n";
+       num(H / 2) + ")\">" + xml_escape(y_label) + "</text>\n";
   for (size_t k = 0; k < series.size(); ++k) {
     const auto& ser = series[k];
     std::string pts;
@@ -83,8 +86,8 @@ std::string svg_line_plot(const std::string& title, const std::string& x_label,
     s += "<line x1=\"" + num(W - right - 170) + "\" x2=\"" + num(W - right - 140) + "\" y1=\"" +
          num(ly) + "\" y2=\"" + num(ly) + "\" stroke=\"" + ser.color + "\" stroke-width=\"2\"" +
          (ser.dashed ? " stroke-dasharray=\"6,4\"" : "") + "/>\n";
-    s += "<text x=\"" + num(W - right - 134) + "\" y=\"" + num(ly + 4) + "\">" + escape(ser.name) +
-         "</text>\n";
+    s += "<text x=\"" + num(W - right - 134) + "\" y=\"" + num(ly + 4) + "\">" +
+         xml_escape(ser.name) + "</text>\n";
   }
   return s + "</svg>\n";
 }

@@ -18,6 +18,9 @@ struct PlotSeries {
 std::string svg_line_plot(const std::string& title, const std::string& x_label,
                           const std::string& y_label, const std::vector<PlotSeries>& series);
 
+/// `s` as SVG / XML text or attribute value: < > & " as entities.
+std::string xml_escape(const std::string& s);
+
 /// Writes `svg` to `path` (creating the file; a failure is a tp::Error naming the path).
 void write_text_file(const std::string& path, const std::string& text);
 
