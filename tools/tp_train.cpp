@@ -234,9 +234,9 @@ int train(Context& ctx) {
       char line[200];
       std::snprintf(line, sizeof line,
                     "step %5lld | loss %.6f | grad norm %.4f | lr %.3g | %.0f tok/s | exposed comm "
-                    "%4.1f%%",
-                    static_cast<long long>(step + 1), loss, norm, lr, tok_s,
-                    100.0 * exposed / secs);
+                    "%4.1f%%%s",
+                    static_cast<long long>(step + 1), loss, norm, lr, tok_s, 100.0 * exposed / secs,
+                    is_simulated(world) ? " (simulated link)" : "");
       log0(world, line);
     }
     if (json.is_open()) {
@@ -260,6 +260,8 @@ int train(Context& ctx) {
     timeline.gather(world, ctx.device);
     if (world.rank() == 0) {
       timeline.write_trace_json(trace);
+      timeline.set_title(world.name() + ", t = " + std::to_string(world.size()) + ", --overlap " +
+                         cfg.overlap);
       timeline.write_svg(svg_path(trace));
     }
     log0(world, "trace of steps ", step - (steps - traced_from) + 1, "..", step, " (",

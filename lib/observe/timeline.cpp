@@ -387,7 +387,8 @@ std::string Timeline::svg() const {
                   "<text x=\"" +
                   fmt("%.0f", W / 2) +
                   "\" y=\"20\" text-anchor=\"middle\" font-size=\"14\">Timeline: compute and "
-                  "communication per rank</text>\n";
+                  "communication per rank" +
+                  (title_.empty() ? std::string() : " — " + xml_escape(title_)) + "</text>\n";
   // Legend.
   double lx = left;
   for (const Category& c : kCategories) {

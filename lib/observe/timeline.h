@@ -107,10 +107,14 @@ class Timeline {
   /// attention, norm / elementwise / other kernels, collective, wait), a time axis in ms, a legend.
   std::string svg() const;
   void write_svg(const std::string& path) const;
+  /// A caption after the chart's title (e.g. the communicator's name, which says "simulated"
+  /// when a --link shapes the timings).
+  void set_title(std::string title) { title_ = std::move(title); }
 
  private:
   std::chrono::steady_clock::time_point origin_;
   int rank_;
+  std::string title_;
   mutable std::mutex mutex_;
   std::vector<Span> spans_;
 };
