@@ -18,6 +18,10 @@ Runs, on this machine, each side by side with what it is compared to:
      gradients from the same weights and batch) at 1 and 2 threads. Goal ≥ 1.0× (stretch 1.2×).
   5. Strong scaling: tp_train at t = 2 (one thread per rank), without and with --sp, against
      t = 1 (one thread). Goal ≥ 1.8×.
+  6. Overlap: lesson 11's block over a simulated link sized to the ring's overlappable compute,
+     async and ring against none (goals for the ring: ≥ 70 % of the communication hidden, step
+     ≤ 0.75×); and tp_train's α–β predictions against the measured collectives under a simulated
+     10 GbE (goal 0.8 … 1.25 for every collective ≥ 64 KiB).
 
 Each row: what, value, reference, ratio, goal, ✓/✗. Printed as a table and written to
 $BUILD/bench/bench.md and bench.json. Absolute numbers depend on the machine and its load; the
@@ -88,7 +92,8 @@ class Table:
             ok = all(r["ok"] for r in rows)
             lines.append(f"| {what.format(n=len(rows))} | {worst:.2f}× ({best:.2f}×) | {goal} | {'✓' if ok else '✗'} |")
         for r in self.rows:
-            if r["section"] in ("training (t = 1)", "strong scaling") and r["ratio"] is not None:
+            if r["section"] in ("training (t = 1)", "strong scaling", "overlap (t = 2, SP)",
+                                "α–β predictor (np 2)") and r["ok"] is not None:
                 what = r["what"] + (" vs PyTorch eager" if r["section"].startswith("training") else "")
                 lines.append(f"| {what} | {r['ratio']:.2f}× | {r['goal']} | {'✓' if r['ok'] else '✗'} |")
         return "\n".join(lines)
@@ -211,6 +216,38 @@ def training_rows(table, build, steps, tmp):
                   "norms, residual adds, biases replicated" if not extra else "SP splits them too")
 
 
+def overlap_rows(table, build):
+    """Lesson 11's table (one block at t = 2 over a link sized to the ring's overlappable compute)
+    and tp_train's α–β predictions under a simulated 10 GbE."""
+    text = run(mpi_cmd(2, f"{build}/bin/lesson_11_overlap", "--svg", ""), threads=1)
+    rows = {m.group(1): (float(m.group(2)), float(m.group(3)), float(m.group(4)))
+            for m in re.finditer(r"^\| (none|async|ring) +\| ([\d.]+) ms +\| [\d.]+ ms +\| [\d.]+ ms +\| "
+                                 r"(\d+) % +\| ([\d.]+)×", text, re.M)}
+    link = re.search(r"(simulated lesson \(α[^)]*\))", text)
+    note = (link.group(1) if link else "simulated link") + "; lesson_11_overlap, medians of 5 steps"
+    for mode in ("async", "ring"):
+        if mode not in rows:
+            raise RuntimeError(f"lesson_11_overlap printed no {mode} row:\n{text[-1500:]}")
+        step, hidden, ratio = rows[mode]
+        goal_hidden = "≥ 0.70" if mode == "ring" else ""
+        table.add("overlap (t = 2, SP)", f"{mode}: hidden share of the serial exposed communication",
+                  f"{hidden:.0f} %", "none: 0 %", hidden / 100, goal_hidden,
+                  hidden >= 70 if mode == "ring" else None, note)
+        table.add("overlap (t = 2, SP)", f"{mode}: step time vs none", f"{step:.2f} ms",
+                  f"none {rows['none'][0]:.2f} ms", ratio, "≤ 0.75×" if mode == "ring" else "",
+                  ratio <= 0.75 if mode == "ring" else None, note)
+    text = run(mpi_cmd(2, f"{build}/bin/tp_train", "--link", "10gbe", "--predict", "--overlap", "none",
+                       "--steps", "3"), threads=1)
+    for m in re.finditer(r"^predict \(simulated link\): +(\S+) +(\d+) +(\d+) +([\d.]+) +([\d.]+) +([\d.]+)$",
+                         text, re.M):
+        op, size, calls, pred, meas, ratio = m.groups()
+        if int(size) < 64 << 10:
+            continue
+        table.add("α–β predictor (np 2)", f"{op} {int(size) // 1024} KiB × {calls}", f"{float(meas):.1f} µs",
+                  f"predicted {float(pred):.1f} µs", float(ratio), "0.8 … 1.25",
+                  0.8 <= float(ratio) <= 1.25, "tp_train --link 10gbe --predict --overlap none (simulated)")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", default=os.environ.get("BUILD", "build"))
@@ -224,6 +261,7 @@ def main():
         for name, step in (("GEMM", lambda: gemm_rows(table, args.build)),
                            ("threads", lambda: thread_rows(table, args.build)),
                            ("collectives", lambda: collective_rows(table, args.build)),
+                           ("overlap", lambda: overlap_rows(table, args.build)),
                            ("training", lambda: training_rows(table, args.build, args.steps, tmp))):
             print(f"· {name} ...", flush=True)
             try:
