@@ -21,10 +21,11 @@
 //
 //   - The caller issues every MPI call itself, so collectives start in program order on every rank
 //     (MPI matches collectives by their order) and blocking calls run on the caller, with no
-//     hand-off. The progress thread only tests the outstanding requests (MPI_Testall per Work),
-//     sleeps kPollInterval = 50 µs and tests again; with nothing outstanding it sleeps on a
-//     condition variable. While the caller is blocked in wait() (its core idle) it polls back to
-//     back, so wait() returns as soon as the data is there.
+//     hand-off. The progress thread only tests the outstanding requests (MPI_Testall per Work) and
+//     sleeps kPollInterval = 50 µs between tests; with nothing outstanding it sleeps on a condition
+//     variable. It tests again at once, without sleeping, after a test that did work (took > 2 µs:
+//     MPI copied or summed a chunk, and the next one is likely ready; a test with nothing to do
+//     takes 0.05 µs) and while the caller is blocked in wait() (its core is idle then).
 //   - When every request of a Work has completed, it marks the Work done. test() reads that flag
 //     and wait() sleeps until it is set: neither calls MPI. A staged result is copied back to the
 //     device by the caller, in wait() or in the test() that first sees the flag (device calls stay
@@ -33,14 +34,17 @@
 //     never writes freed memory. The communicator's destructor lets the thread finish what is
 //     outstanding, then joins it.
 //
-// Measured at np 2 on 2 cores (MPICH 4.0.2), 64 MiB all-reduce, 31 ms blocking: all_reduce_async +
-// 100 ms of compute + wait() takes 100.3 ms (131 ms without the thread: 100 + 31). The thread's
-// CPU share (/proc/self/task/<tid>/schedstat) while the all-reduce is in flight: ~30%, i.e. ~30 ms,
-// which is MPI copying and summing, the work the blocking call does too; with nothing to move (a
-// peer late) ~15% of a core, the cost of waking every ~120 µs (50 µs asked, plus the timer's slack)
-// — a sleep and wake-up costs ~15 µs of CPU on this virtual machine, an MPI_Test 0.05 µs; idle, 0.
-// A 1 KiB all_reduce_async + wait() takes ~14 µs against ~3 µs blocking (two thread wake-ups): the
-// asynchronous calls are for transfers long enough to overlap.
+// Measured at np 2 on 2 cores, 64 MiB all-reduce (29 ms blocking), MPICH 4.0.2: all_reduce_async +
+// 100 ms of compute + wait() takes 100.3 ms (131 ms without the thread: compute, then transfer);
+// with the caller idle, the thread alone finishes it in 30-33 ms. Its CPU share (read from
+// /proc/self/task/<tid>/schedstat) while the all-reduce is in flight is ~27 ms of the 100, MPI
+// copying and summing, the work the blocking call does too; while it only waits for a late peer,
+// ~15% of a core, the cost of waking every ~120 µs (50 µs asked, plus the timer's slack; a sleep
+// and wake-up costs ~15 µs of CPU on this virtual machine); with nothing outstanding, nothing. A
+// 1 KiB all_reduce_async + wait() takes ~17 µs against 2 µs blocking (two thread wake-ups): the
+// asynchronous calls are for transfers long enough to hide. Open MPI 4.1 does ~30 ms of the 64 MiB
+// all-reduce inside MPI_Iallreduce itself (libnbc, on the caller); the rest overlaps: 127 ms in
+// all, 153 ms without the thread.
 //
 // This needs MPI_THREAD_MULTIPLE (two threads inside MPI at once); tp::run_program and the test
 // main ask for it with MPI_Init_thread, and MPICH and Open MPI provide it. When MPI was started
