@@ -225,13 +225,17 @@ void NcclCommunicator::do_broadcast(Tensor& x, int root) {
 
 void NcclCommunicator::do_send_recv(const Tensor& send, int to, Tensor& recv, int from) {
   begin();
+  enqueue_send_recv(send, to, recv, from);
+  finish();
+}
+
+void NcclCommunicator::enqueue_send_recv(const Tensor& send, int to, Tensor& recv, int from) {
   // One group: NCCL posts both sides together, so a ring step (everyone sends right, receives
   // from the left) cannot deadlock.
   NCCL_CHECK(ncclGroupStart());
   NCCL_CHECK(ncclSend(send.data(), count(send), ncclFloat, to, nccl_, comm_stream_));
   NCCL_CHECK(ncclRecv(recv.data(), count(recv), ncclFloat, from, nccl_, comm_stream_));
   NCCL_CHECK(ncclGroupEnd());
-  finish();
 }
 
 void NcclCommunicator::do_barrier() {
@@ -259,6 +263,13 @@ std::unique_ptr<Work> NcclCommunicator::do_reduce_scatter_async(const Tensor& fu
   NCCL_CHECK(ncclReduceScatter(full.data(), shard.data(), count(shard), ncclFloat, ncclSum, nccl_,
                                comm_stream_));
   return finish_async({full, shard});
+}
+
+std::unique_ptr<Work> NcclCommunicator::do_send_recv_async(const Tensor& send, int to, Tensor& recv,
+                                                           int from) {
+  begin();
+  enqueue_send_recv(send, to, recv, from);
+  return finish_async({send, recv});
 }
 
 std::unique_ptr<Communicator> NcclCommunicator::do_split(int color, int key) {

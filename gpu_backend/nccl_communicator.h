@@ -4,7 +4,7 @@
 //   all_gather      → ncclAllGather                         all_gather_async     → the same, Work
 //   reduce_scatter  → ncclReduceScatter (ncclSum)           reduce_scatter_async → the same, Work
 //   broadcast       → ncclBroadcast (in place)
-//   send_recv       → ncclGroupStart; ncclSend; ncclRecv; ncclGroupEnd
+//   send_recv       → ncclSend + ncclRecv in one group      send_recv_async      → the same, Work
 //   barrier         → both streams synchronised, then MPI_Barrier
 //   split           → MPI_Comm_split, then ncclCommSplit (NCCL ≥ 2.18) or a new unique id per group
 //
@@ -85,6 +85,8 @@ class NcclCommunicator : public Communicator {
   std::unique_ptr<Work> do_all_reduce_async(Tensor& x) override;
   std::unique_ptr<Work> do_all_gather_async(const Tensor& shard, Tensor& full) override;
   std::unique_ptr<Work> do_reduce_scatter_async(const Tensor& full, Tensor& shard) override;
+  std::unique_ptr<Work> do_send_recv_async(const Tensor& send, int to, Tensor& recv,
+                                           int from) override;
   std::unique_ptr<Communicator> do_split(int color, int key) override;
 
  private:
@@ -95,6 +97,8 @@ class NcclCommunicator : public Communicator {
   /// Frees what exists (the destructor, or a constructor that throws midway); `failing` aborts
   /// the NCCL communicator instead of waiting for its queued work.
   void release(bool failing) noexcept;
+  /// The send and the receive of one ring step, in one NCCL group on the communication stream.
+  void enqueue_send_recv(const Tensor& send, int to, Tensor& recv, int from);
   /// Makes the communication stream wait for everything enqueued so far on the compute stream.
   void begin();
   /// Blocking call, after the collective is enqueued: records done_ on the communication stream

@@ -49,7 +49,10 @@ bool all_ranks_agree(double timeout_s) {
 int run_program(int argc, char** argv, Options& options, const Program& program) {
   int initialized = 0;
   MPI_Initialized(&initialized);
-  if (!initialized) MPI_Init(&argc, &argv);
+  // MPI_THREAD_MULTIPLE: an MpiCommunicator's progress thread tests requests while this thread
+  // calls MPI (mpi_communicator.h). With less, the asynchronous calls complete in wait().
+  int provided = MPI_THREAD_SINGLE;
+  if (!initialized) MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);  // MPI errors become tp::Error
 
   int rank = 0, local_rank = 0, local_size = 1;

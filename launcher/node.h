@@ -10,7 +10,10 @@ void node_local_rank(MPI_Comm comm, int* local_rank, int* local_size);
 
 /// OpenMP threads per rank: the cores of this node shared among its `local_size` ranks, at least
 /// one, so `mpirun -np 4` on a 2-core laptop runs 4 threads in all, not 8. OMP_NUM_THREADS, when
-/// set, wins.
+/// set, wins. An MpiCommunicator's progress thread (mpi_communicator.h) is counted as no core: it
+/// runs only while a transfer is in flight, and then sleeps between polls: ~15% of a core while it
+/// waits for a peer (the wake-ups), otherwise MPI moving the data the caller's wait() would move;
+/// with nothing in flight it sleeps.
 void choose_omp_threads(int local_size);
 
 }  // namespace tp

@@ -1,6 +1,15 @@
 #include "mpi_communicator.h"
 
+#include <pthread.h>
+
+#include <atomic>
+#include <chrono>
 #include <climits>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "core/device.h"
@@ -45,47 +54,189 @@ class HostView {
   float* ptr_ = nullptr;
 };
 
-// An MPI request and the host views it reads and writes. `in` may be null for an in-place
-// operation, whose output view then starts with the tensor's contents.
+// An operation in flight: its MPI requests and the host views it reads and writes. `in` is null for
+// an in-place operation, whose output view then starts with the tensor's contents. Its Work owns
+// it; the progress thread holds a pointer to it until it sets `done`, and the Work is not
+// destroyed before that (its destructor waits), so the pointer never dangles and the tensors are
+// released on the caller's thread.
+struct Transfer {
+  Transfer(const Tensor* in_tensor, const Tensor& out_tensor)
+      : in(in_tensor ? std::make_unique<HostView>(*in_tensor, true) : nullptr),
+        out(out_tensor, in_tensor == nullptr) {}
+  std::unique_ptr<HostView> in;
+  HostView out;
+  MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  int count = 1;  // requests in use: 1 for a collective, 2 for a send-recv
+  // Completion, as the progress thread reports it; `waiting`: a caller is blocked in wait().
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::string error;  // MPI's message, when testing the requests failed
+  std::atomic<bool> waiting{false};
+};
+
+}  // namespace
+
+// The progress thread of one communicator (see the header): tests what is outstanding, sleeps
+// kPollInterval unless there is a reason to test again at once, and marks each Transfer done when
+// all its requests have completed.
+class ProgressThread {
+ public:
+  ProgressThread() : thread_([this] { run(); }) {}
+  /// Finishes what is outstanding, then joins.
+  ~ProgressThread() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    wake_.notify_one();
+    thread_.join();
+  }
+  ProgressThread(const ProgressThread&) = delete;
+  ProgressThread& operator=(const ProgressThread&) = delete;
+
+  /// Takes over a Transfer whose requests the caller has started.
+  void drive(Transfer* t) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      incoming_.push_back(t);
+    }
+    wake_.notify_one();
+  }
+  /// Ends the current sleep: a caller has just started waiting.
+  void kick() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      kicked_ = true;
+    }
+    wake_.notify_one();
+  }
+
+ private:
+  static constexpr std::chrono::microseconds kPollInterval{50};
+  // A test that found nothing to do returns in ~0.05 µs; one that took longer copied or summed a
+  // chunk of data, and the next chunk is likely ready: test again at once.
+  static constexpr std::chrono::microseconds kWorked{2};
+
+  void run() {
+#if defined(__linux__)
+    pthread_setname_np(pthread_self(), "tp-progress");  // shows in top -H, /proc/self/task/*/comm
+#endif
+    std::vector<Transfer*> active;
+    bool hurry = false;  // test again without sleeping: MPI just had work, or a caller waits
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        if (active.empty())
+          wake_.wait(lock, [&] { return stop_ || !incoming_.empty(); });
+        else if (!hurry)
+          wake_.wait_for(lock, kPollInterval, [&] { return kicked_ || !incoming_.empty(); });
+        kicked_ = false;
+        active.insert(active.end(), incoming_.begin(), incoming_.end());
+        incoming_.clear();
+        if (active.empty() && stop_) return;
+      }
+      hurry = false;
+      for (size_t i = 0; i < active.size();) {
+        Transfer* t = active[i];
+        int flag = 0;
+        const auto start = std::chrono::steady_clock::now();
+        const int rc = MPI_Testall(t->count, t->requests, &flag, MPI_STATUSES_IGNORE);
+        hurry = hurry || std::chrono::steady_clock::now() - start > kWorked;
+        if (rc == MPI_SUCCESS && !flag) {
+          hurry = hurry || t->waiting.load();
+          ++i;
+          continue;
+        }
+        active.erase(active.begin() + static_cast<std::ptrdiff_t>(i));
+        // Notify under the lock: once it is released, the Work may be gone.
+        std::lock_guard<std::mutex> lock(t->mu);
+        if (rc != MPI_SUCCESS) t->error = mpi::error_string(rc);
+        t->done = true;
+        t->cv.notify_all();
+      }
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable wake_;  // work arrived, a caller waits, or stop
+  std::vector<Transfer*> incoming_;
+  bool kicked_ = false;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts after the members above exist
+};
+
+namespace {
+
+// The Work of an asynchronous call. Driven by a progress thread: wait() and test() read the
+// Transfer's flag. Otherwise (no MPI_THREAD_MULTIPLE) they call MPI_Waitall / MPI_Testall
+// themselves, and the transfer progresses only then. Either way the staged result is copied back
+// here, on the caller's thread.
 class MpiWork : public Work {
  public:
-  MpiWork(const Tensor* in, const Tensor& out)
-      : in_(in ? std::make_unique<HostView>(*in, true) : nullptr), out_(out, in == nullptr) {}
+  /// `progress`: the thread that will drive it, or null (MPI without MPI_THREAD_MULTIPLE).
+  MpiWork(const Tensor* in, const Tensor& out, ProgressThread* progress)
+      : t_(in, out), progress_(progress) {}
   // Destroyed without wait(): the work still completes, as on the other communicators (the
   // tensor holds the result; a staged one is copied back). Never leaves MPI writing into freed
   // memory; never throws.
   ~MpiWork() override {
-    if (done_) return;
-    MPI_Wait(&request, MPI_STATUS_IGNORE);
+    if (!started_) return;  // the call that made it failed
     try {
-      out_.write_back();
+      wait();
     } catch (...) {
     }
   }
-  float* in() const { return in_->ptr(); }
-  float* out() const { return out_.ptr(); }
+  MpiWork(const MpiWork&) = delete;
+  MpiWork& operator=(const MpiWork&) = delete;
+
+  /// Where the caller starts the MPI call: the buffers and the requests.
+  Transfer& transfer() { return t_; }
+  /// After the MPI call has started: from now on the progress thread drives it.
+  void start() {
+    started_ = true;
+    if (progress_) progress_->drive(&t_);
+  }
+
   void wait() override {
-    if (done_) return;
-    mpi::check(MPI_Wait(&request, MPI_STATUS_IGNORE), "MPI_Wait");
+    if (finished_) return;
+    if (progress_) {
+      std::unique_lock<std::mutex> lock(t_.mu);
+      if (!t_.done) {
+        // While t_ is not done the thread is running (it finishes its work before it stops).
+        t_.waiting = true;
+        progress_->kick();
+        t_.cv.wait(lock, [&] { return t_.done; });
+      }
+    } else {
+      mpi::check(MPI_Waitall(t_.count, t_.requests, MPI_STATUSES_IGNORE), "MPI_Waitall");
+    }
     finish();
   }
   bool test() override {
-    if (done_) return true;
-    int flag = 0;
-    mpi::check(MPI_Test(&request, &flag, MPI_STATUS_IGNORE), "MPI_Test");
-    if (flag) finish();
-    return done_;
+    if (finished_) return true;
+    if (progress_) {
+      std::lock_guard<std::mutex> lock(t_.mu);
+      if (!t_.done) return false;
+    } else {
+      int flag = 0;
+      mpi::check(MPI_Testall(t_.count, t_.requests, &flag, MPI_STATUSES_IGNORE), "MPI_Testall");
+      if (!flag) return false;
+    }
+    finish();
+    return true;
   }
-  MPI_Request request = MPI_REQUEST_NULL;
 
  private:
   void finish() {
-    done_ = true;
-    out_.write_back();
+    finished_ = true;
+    TP_CHECK(t_.error.empty(), "an asynchronous MPI call failed: ", t_.error);
+    t_.out.write_back();
   }
-  std::unique_ptr<HostView> in_;
-  HostView out_;
-  bool done_ = false;
+  Transfer t_;
+  ProgressThread* progress_;
+  bool started_ = false;
+  bool finished_ = false;
 };
 
 }  // namespace
@@ -109,12 +260,32 @@ std::string mpi_library_version() {
 }
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool owned)
-    : Communicator(rank_of(comm), size_of(comm)), comm_(comm), owned_(owned) {}
+    : Communicator(rank_of(comm), size_of(comm)), comm_(comm), owned_(owned) {
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&provided);
+  thread_multiple_ = provided == MPI_THREAD_MULTIPLE;
+}
 
 MpiCommunicator::~MpiCommunicator() {
+  progress_.reset();  // finishes what is outstanding on comm_ before it is freed
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (owned_ && !finalized) MPI_Comm_free(&comm_);
+}
+
+ProgressThread* MpiCommunicator::progress() {
+  if (!thread_multiple_) {
+    static std::once_flag said;
+    std::call_once(said, [] {
+      if (rank_of(MPI_COMM_WORLD) != 0) return;
+      std::fprintf(stderr,
+                   "note: MPI was started without MPI_THREAD_MULTIPLE: asynchronous collectives "
+                   "complete in wait() (no overlap with compute)\n");
+    });
+    return nullptr;
+  }
+  if (!progress_) progress_ = std::make_unique<ProgressThread>();
+  return progress_.get();
 }
 
 std::string MpiCommunicator::name() const { return "mpi (" + mpi_library_version() + ")"; }
@@ -160,26 +331,50 @@ void MpiCommunicator::do_send_recv(const Tensor& send, int to, Tensor& recv, int
 void MpiCommunicator::do_barrier() { mpi::check(MPI_Barrier(comm_), "MPI_Barrier"); }
 
 std::unique_ptr<Work> MpiCommunicator::do_all_reduce_async(Tensor& x) {
-  auto work = std::make_unique<MpiWork>(nullptr, x);
-  mpi::check(MPI_Iallreduce(MPI_IN_PLACE, work->out(), count_of(x), MPI_FLOAT, MPI_SUM, comm_,
-                            &work->request),
+  auto work = std::make_unique<MpiWork>(nullptr, x, progress());
+  Transfer& t = work->transfer();
+  mpi::check(MPI_Iallreduce(MPI_IN_PLACE, t.out.ptr(), count_of(x), MPI_FLOAT, MPI_SUM, comm_,
+                            &t.requests[0]),
              "MPI_Iallreduce");
+  work->start();
   return work;
 }
 
 std::unique_ptr<Work> MpiCommunicator::do_all_gather_async(const Tensor& shard, Tensor& full) {
-  auto work = std::make_unique<MpiWork>(&shard, full);
-  mpi::check(MPI_Iallgather(work->in(), count_of(shard), MPI_FLOAT, work->out(), count_of(shard),
-                            MPI_FLOAT, comm_, &work->request),
+  auto work = std::make_unique<MpiWork>(&shard, full, progress());
+  Transfer& t = work->transfer();
+  mpi::check(MPI_Iallgather(t.in->ptr(), count_of(shard), MPI_FLOAT, t.out.ptr(), count_of(shard),
+                            MPI_FLOAT, comm_, &t.requests[0]),
              "MPI_Iallgather");
+  work->start();
   return work;
 }
 
 std::unique_ptr<Work> MpiCommunicator::do_reduce_scatter_async(const Tensor& full, Tensor& shard) {
-  auto work = std::make_unique<MpiWork>(&full, shard);
-  mpi::check(MPI_Ireduce_scatter_block(work->in(), work->out(), count_of(shard), MPI_FLOAT, MPI_SUM,
-                                       comm_, &work->request),
+  auto work = std::make_unique<MpiWork>(&full, shard, progress());
+  Transfer& t = work->transfer();
+  mpi::check(MPI_Ireduce_scatter_block(t.in->ptr(), t.out.ptr(), count_of(shard), MPI_FLOAT,
+                                       MPI_SUM, comm_, &t.requests[0]),
              "MPI_Ireduce_scatter_block");
+  work->start();
+  return work;
+}
+
+std::unique_ptr<Work> MpiCommunicator::do_send_recv_async(const Tensor& send, int to, Tensor& recv,
+                                                          int from) {
+  auto work = std::make_unique<MpiWork>(&send, recv, progress());
+  Transfer& t = work->transfer();
+  t.count = 2;
+  // The receive first, so the message from the left finds its buffer posted.
+  mpi::check(MPI_Irecv(t.out.ptr(), count_of(recv), MPI_FLOAT, from, 0, comm_, &t.requests[0]),
+             "MPI_Irecv");
+  const int rc = MPI_Isend(t.in->ptr(), count_of(send), MPI_FLOAT, to, 0, comm_, &t.requests[1]);
+  if (rc != MPI_SUCCESS) {
+    MPI_Cancel(&t.requests[0]);  // no receive may stay posted into memory about to be freed
+    MPI_Wait(&t.requests[0], MPI_STATUS_IGNORE);
+    mpi::check(rc, "MPI_Isend");
+  }
+  work->start();
   return work;
 }
 

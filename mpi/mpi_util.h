@@ -22,13 +22,18 @@ inline int size_of(MPI_Comm c) {
   return s;
 }
 
-/// Throws tp::Error naming `call` and MPI's own message when rc is not MPI_SUCCESS.
-inline void check(int rc, const char* call) {
-  if (rc == MPI_SUCCESS) return;
+/// MPI's own message for the error code `rc`.
+inline std::string error_string(int rc) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, text, &len);
-  TP_CHECK(false, call, " failed: ", std::string(text, static_cast<size_t>(len)));
+  return std::string(text, static_cast<size_t>(len));
+}
+
+/// Throws tp::Error naming `call` and MPI's own message when rc is not MPI_SUCCESS.
+inline void check(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return;
+  TP_CHECK(false, call, " failed: ", error_string(rc));
 }
 
 }  // namespace tp::mpi

@@ -40,7 +40,8 @@ Communicator& world() { return *g_world; }
 }  // namespace tp::testing
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  int provided = MPI_THREAD_SINGLE;  // MULTIPLE, as tp::run_program asks: the progress threads
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   int rank = 0, size = 1, local_rank = 0, local_size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -1,11 +1,17 @@
 // test_collectives.cpp — every collective of MpiCommunicator, sync and async, on the world and on
 // split groups, with rank-valued inputs and closed-form answers (the all-reduce with sum and with
-// max); and the CommLedger records.
+// max); the CommLedger records; and asynchronous calls that progress while the caller computes.
 // Runs under mpirun -np 1, 2, 3, 4. Values are small integers, so equality is exact.
 #include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
 
 #include "core/communicator.h"
 #include "core/error.h"
+#include "node.h"
 #include "test_util.h"
 
 namespace {
@@ -123,16 +129,116 @@ void check_broadcast(Communicator& c) {
   EXPECT_EQ(x.to_host(), std::vector<float>(4, 1.0f * (c.size() - 1)));
 }
 
-void check_send_recv(Communicator& c) {
+// One ring step: send to rank + 1, receive from rank − 1.
+void check_send_recv(Communicator& c, bool async) {
   const int t = c.size(), r = c.rank();
   Tensor send = Tensor::from_host(device(), Shape{3}, std::vector<float>(3, 1.0f * r));
   Tensor recv = Tensor::zeros(device(), Shape{3});
-  c.send_recv(send, (r + 1) % t, recv, (r - 1 + t) % t);
+  if (async)
+    c.send_recv_async(send, (r + 1) % t, recv, (r - 1 + t) % t)->wait();
+  else
+    c.send_recv(send, (r + 1) % t, recv, (r - 1 + t) % t);
   EXPECT_EQ(recv.to_host(), std::vector<float>(3, 1.0f * ((r - 1 + t) % t)));
 }
 
 TEST(Collectives, BroadcastFromTheLastRank) { check_broadcast(world()); }
-TEST(Collectives, SendRecvAroundTheRing) { check_send_recv(world()); }
+TEST(Collectives, SendRecvAroundTheRing) { check_send_recv(world(), false); }
+TEST(Collectives, SendRecvAsyncAroundTheRing) { check_send_recv(world(), true); }
+
+TEST(Collectives, SendRecvAsyncTwoStepsInFlight) {
+  // Two ring steps at once (right and left), waited for in reverse order: the next step of a ring
+  // attention or a pipelined all-gather overlaps the current one.
+  Communicator& c = world();
+  const int t = c.size(), r = c.rank();
+  Tensor send = Tensor::from_host(device(), Shape{4}, tp::testing::iota_vector(4, 10.0f * r));
+  Tensor from_left(device(), Shape{4}), from_right(device(), Shape{4});
+  auto right = c.send_recv_async(send, (r + 1) % t, from_left, (r + t - 1) % t);
+  auto left = c.send_recv_async(send, (r + t - 1) % t, from_right, (r + 1) % t);
+  left->wait();
+  right->wait();
+  EXPECT_EQ(from_left.to_host(), tp::testing::iota_vector(4, 10.0f * ((r + t - 1) % t)));
+  EXPECT_EQ(from_right.to_host(), tp::testing::iota_vector(4, 10.0f * ((r + 1) % t)));
+}
+
+TEST(Collectives, AsyncWorkDroppedWithoutWaitStillCompletes) {
+  // Destroying the Work waits for the transfer: the result lands, and MPI never writes into memory
+  // that is gone (the tensors here are freed right after).
+  Communicator& c = world();
+  const int t = c.size(), r = c.rank();
+  Tensor x = rank_valued(c, 6);
+  c.all_reduce_async(x);
+  EXPECT_EQ(x.to_host(), triangle_times(6, t));
+  Tensor send = Tensor::from_host(device(), Shape{2}, {1.0f * r, 2.0f * r});
+  Tensor recv(device(), Shape{2});
+  c.send_recv_async(send, (r + 1) % t, recv, (r + t - 1) % t);
+  const float left = static_cast<float>((r + t - 1) % t);
+  EXPECT_EQ(recv.to_host(), std::vector<float>({left, 2.0f * left}));
+}
+
+// Spins on arithmetic for `seconds`, calling nothing (no MPI, no system call but the clock).
+void compute_for(double seconds) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  volatile double sink = 1.0;
+  while (std::chrono::steady_clock::now() < end)
+    for (int i = 0; i < 1000; ++i) sink = sink * 1.0000001 + 1e-9;
+}
+
+// The point of the progress thread (mpi_communicator.h): a large all-reduce started before some
+// compute has finished when the compute ends, although this thread made no MPI call in between —
+// test() is true before wait(). Without a progress thread the transfer would wait for wait().
+TEST(Collectives, AsyncAllReduceProgressesWhileTheCallerComputes) {
+  Communicator& c = world();
+  int provided = MPI_THREAD_SINGLE, local_rank = 0, local_size = 1;
+  MPI_Query_thread(&provided);
+  if (provided != MPI_THREAD_MULTIPLE)
+    GTEST_SKIP() << "MPI without MPI_THREAD_MULTIPLE: no progress thread";
+  // With more ranks than cores each rank's compute loop takes a core another rank's progress
+  // thread needs; the test would measure the scheduler (and cost seconds), not the progress thread.
+  tp::node_local_rank(MPI_COMM_WORLD, &local_rank, &local_size);
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  Tensor crowded = Tensor::from_host(device(), Shape{1}, {local_size > cores ? 1.0f : 0.0f});
+  c.all_reduce(crowded, ReduceOp::Max);  // every rank skips alike
+  if (crowded.to_host()[0] > 0)
+    GTEST_SKIP() << local_size << " ranks on " << cores
+                 << " cores: oversubscribed, so whether a transfer finishes during another rank's "
+                    "compute depends on the scheduler";
+
+  // x[i] = (rank + 1)(i mod 8 + 1), 64 MiB: the sum is (i mod 8 + 1) t(t + 1)/2, exact.
+  const int64_t n = int64_t{16} << 20;
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>((c.rank() + 1) * (i % 8 + 1));
+  Tensor x = Tensor::from_host(device(), Shape{n}, v);
+  // 1. How long the transfer takes: the blocking all-reduce of the same size (slowest rank).
+  Tensor probe = x.clone();
+  c.barrier();
+  const auto start = std::chrono::steady_clock::now();
+  c.all_reduce(probe);
+  Tensor took = Tensor::from_host(
+      device(), Shape{1},
+      {static_cast<float>(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count())});
+  c.all_reduce(took, ReduceOp::Max);
+  const double transfer_s = took.to_host()[0];
+  // 2. Start the all-reduce, then compute 10× as long (at least 0.2 s) without calling MPI.
+  auto work = c.all_reduce_async(x);
+  compute_for(std::max(0.2, 10 * transfer_s));
+  // 3. test() reads the flag the progress thread sets. On a loaded machine, compute on (still no
+  //    MPI) for up to 5 s more.
+  bool done = work->test();
+  for (int step = 0; !done && step < 500; ++step) {
+    compute_for(0.01);
+    done = work->test();
+  }
+  EXPECT_TRUE(done) << "the all-reduce (" << transfer_s * 1e3
+                    << " ms blocking) did not finish during 5 s of compute";
+  work->wait();
+  const std::vector<float> got = x.to_host();
+  const int t = c.size();
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < n; ++i)
+    wrong += got[i] != static_cast<float>((i % 8 + 1) * t * (t + 1) / 2);
+  EXPECT_EQ(wrong, 0) << "of " << n << " elements";
+}
 
 TEST(Collectives, AsyncWorkCompletesAfterOtherWork) {
   // Two collectives in flight at once, waited for in reverse order.
@@ -159,7 +265,8 @@ TEST(Collectives, SplitGroupsRunEveryCollective) {
     check_reduce_scatter(*sub, async);
   }
   check_broadcast(*sub);
-  check_send_recv(*sub);
+  check_send_recv(*sub, false);
+  check_send_recv(*sub, true);
   // The group's sum of world ranks: even group 0 + 2 + ..., odd group 1 + 3 + ...
   Tensor x = Tensor::from_host(device(), Shape{1}, {1.0f * w.rank()});
   sub->all_reduce(x);
@@ -167,7 +274,7 @@ TEST(Collectives, SplitGroupsRunEveryCollective) {
   for (int q = w.rank() % 2; q < w.size(); q += 2) want += q;
   EXPECT_EQ(x.to_host()[0], want);
   EXPECT_EQ(sub->ledger().size(),
-            9u);  // its own ledger: 2 × 3 + broadcast + send-recv + all-reduce
+            10u);  // its own ledger: 2 × 3 + broadcast + 2 send-recv + all-reduce
 }
 
 TEST(Collectives, SplitKeyOrdersRanks) {

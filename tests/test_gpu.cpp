@@ -662,6 +662,17 @@ void check_collectives(Communicator& c, Device& dev) {
   Tensor s = Tensor::from_host(dev, Shape{4}, iota(4, 10.0f * r, 1.0f)), rv(dev, Shape{4});
   c.send_recv(s, (r + 1) % t, rv, (r + t - 1) % t);
   EXPECT_EQ(rv.to_host(), iota(4, 10.0f * ((r + t - 1) % t), 1.0f)) << c.name() << " send_recv";
+  // send_recv_async: the step to the left in flight while a kernel runs; then one dropped.
+  Tensor ra(dev, Shape{4}), rd(dev, Shape{4});
+  auto ws = c.send_recv_async(s, (r + t - 1) % t, ra, (r + 1) % t);
+  dev.scale(other, 0.5f);
+  ws->wait();
+  EXPECT_TRUE(ws->test());
+  EXPECT_EQ(ra.to_host(), iota(4, 10.0f * ((r + 1) % t), 1.0f)) << c.name() << " send_recv_async";
+  EXPECT_EQ(other.to_host(), iota(n, 0.0f, 1.0f));
+  c.send_recv_async(s, (r + 1) % t, rd, (r + t - 1) % t);
+  EXPECT_EQ(rd.to_host(), iota(4, 10.0f * ((r + t - 1) % t), 1.0f))
+      << c.name() << " send_recv_async, Work dropped";
   c.barrier();
   // split: even and odd ranks, reversed order; an all-reduce of the rank in each group.
   auto sub = c.split(r % 2, -r);
@@ -676,7 +687,7 @@ void check_collectives(Communicator& c, Device& dev) {
   sub->barrier();
   // The ledger recorded every call (barrier excluded), with its op.
   const auto& rec = c.ledger().records();
-  EXPECT_EQ(rec.size() - ledger0, 4u + 4u + static_cast<size_t>(t) + 1u);
+  EXPECT_EQ(rec.size() - ledger0, 4u + 4u + static_cast<size_t>(t) + 3u);
   if (rec.size() > ledger0 + 1) {
     EXPECT_EQ(rec[ledger0].op, "all_reduce");
     EXPECT_EQ(rec[ledger0 + 1].op, "all_reduce_max");
