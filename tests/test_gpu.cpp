@@ -8,7 +8,7 @@
 //      RMSNorm, attention (MHA and GQA), embedding and positions, the vocabulary-parallel loss
 //      pieces and AdamW.
 //   2. A small Gpt forward / backward on the CUDA device against the CPU device at t = np, same
-//      seed: the loss and every gathered gradient.
+//      seed: the loss and every gathered gradient; also with --overlap async, and --sp with ring.
 //   3. A 20-step training run (AdamW, dropout) on both: the loss curves.
 //   4. Every collective on GPU tensors: over NCCL (when each rank of the node has its own GPU: np =
 //      1 on a one-GPU machine) and over MpiCommunicator, which stages GPU tensors through host
@@ -563,6 +563,19 @@ TEST(GpuModel, GptGradientsMatchCpuTiedGeluLayerNorm) {
 TEST(GpuModel, GptGradientsMatchCpuUntiedSwigluRmsNormGqaDropout) {
   REQUIRE_GPU();
   check_model(small_gpt(true));
+}
+
+// The overlap modes on the GPU device: async collectives and the collective matmul's ring steps
+// (send_recv_async) ordered against its kernels (both sides run the same mode).
+TEST(GpuModel, GptGradientsMatchCpuWithOverlapAsyncAndSpRing) {
+  REQUIRE_GPU();
+  GptConfig cfg = small_gpt(false);
+  cfg.seq = 12;  // divisible by t = 1 … 4 for SP
+  cfg.overlap = "async";
+  check_model(cfg);
+  cfg.sp = true;
+  cfg.overlap = "ring";
+  check_model(cfg);
 }
 
 TEST(GpuModel, TwentyStepLossCurveMatchesCpu) {
