@@ -130,16 +130,16 @@ int main(int argc, char** argv) {
     Communicator& world = L.world();
     const int t = L.size();
     GptConfig cfg;
-    cfg.hidden = 256;
+    cfg.hidden = 512;
     cfg.heads = 8;
-    cfg.seq = 128;
-    cfg.ffn = 1024;
+    cfg.seq = 64;
+    cfg.ffn = 2048;
     cfg.sp = true;
     const int64_t tokens = cfg.seq * 4, h = cfg.hidden;
     const int steps = 5;
 
     // 1. The block on the real transport: what it communicates, and what that costs here.
-    L.step("One block (h = 256, 8 heads, S·B = 128·4 tokens, SP) at t = " + std::to_string(t) +
+    L.step("One block (h = 512, 8 heads, S·B = 64·4 tokens, SP) at t = " + std::to_string(t) +
            ", on this machine's own transport.");
     Run real;
     run_block(dev, world, cfg, "none", steps, real);
