@@ -1,5 +1,6 @@
 #include "lesson.h"
 
+#include <sys/stat.h>
 #include <algorithm>
 #include <cmath>
 #include <iostream>
@@ -7,6 +8,11 @@
 #include "core/error.h"
 
 namespace tp::lesson {
+
+std::string default_output(const std::string& file) {
+  struct stat st {};
+  return stat("build", &st) == 0 && S_ISDIR(st.st_mode) ? "build/" + file : file;
+}
 
 std::string fmt(float value) {
   char buf[32];

@@ -102,6 +102,10 @@ class Lesson {
 /// the rank counts `ranks` (the first is the one to suggest).
 std::string how_to_run(const std::string& binary, const std::vector<int>& ranks);
 
+/// Where a lesson writes a picture by default: `build/<file>` when the folder it is run from has a
+/// `build/` folder (the repository root), else `<file>` in that folder (e.g. run from build/bin).
+std::string default_output(const std::string& file);
+
 /// The whole of a lesson's main(): declares --step, starts the ranks (tp::run_program), checks the
 /// rank count against `ranks`, prints the title and "t = N ranks: communicator, device", runs `body`
 /// and ends with Lesson::finish(). `binary` names the program in messages ("lesson_02_...").

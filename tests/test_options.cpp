@@ -90,3 +90,42 @@ TEST(Options, ProgrammingErrorsAreNotBadInput) {
 }
 
 }  // namespace
+
+TEST(Options, RangesAreCheckedAndShown) {
+  auto ranged = [] {
+    Options o("prog", "Ranges.");
+    o.real("lr", 1e-3, "learning rate").positive();
+    o.real("dropout", 0.0, "dropout").min(0).max(1, true);
+    o.integer("batch", 8, "batch").min(1);
+    o.integer("warmup", 0, "warm-up").non_negative();
+    return o;
+  };
+  Options ok = ranged();
+  parse(ok, {"--lr=3e-4", "--dropout=0", "--batch=1", "--warmup=0"});
+  EXPECT_DOUBLE_EQ(ok.get_real("lr"), 3e-4);
+  const std::string h = ranged().help();
+  for (const char* s : {"(default: 0.001; > 0)", "(default: 0; in [0, 1))", "(default: 8; >= 1)"})
+    EXPECT_NE(h.find(s), std::string::npos) << s << " missing from:\n" << h;
+  const std::vector<std::pair<const char*, const char*>> bad = {
+      {"--lr=-1", "--lr=-1: must be > 0"},      {"--lr=0", "must be > 0"},
+      {"--lr=nan", "expected a finite number"}, {"--lr=inf", "expected a finite number"},
+      {"--dropout=1", "must be in [0, 1)"},     {"--dropout=-0.1", "must be in [0, 1)"},
+      {"--batch=0", "--batch=0: must be >= 1"}, {"--warmup=-5", "must be >= 0"}};
+  for (const auto& [arg, needle] : bad) {
+    Options o = ranged();
+    try {
+      parse(o, {arg});
+      ADD_FAILURE() << "no error for " << arg;
+    } catch (const tp::Error& e) {
+      EXPECT_EQ(e.exit_code(), 2) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Options, DashHIsHelp) {
+  Options o = make();
+  parse(o, {"-h"});
+  EXPECT_TRUE(o.help_requested());
+  expect_bad_input({"-x"}, "unexpected argument '-x'");
+}

@@ -234,7 +234,8 @@ int main(int argc, char** argv) {
         "  against strong GPUs, the more there is to hide; over NVLink little was exposed anyway.");
       },
       [](Options& o) {
-    o.text("svg", "build/lesson_11_",
-           "prefix of the three timeline charts (<prefix>none.svg, …); empty: none written");
+    o.text("svg", lesson::default_output("lesson_11_"),
+           "prefix of the three timeline charts (<prefix>none.svg, …; default: in build/ when run "
+           "from the repository, else in the folder it is run from); empty: none written");
   });
 }

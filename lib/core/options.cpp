@@ -1,6 +1,7 @@
 #include "core/options.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <sstream>
 
@@ -73,6 +74,45 @@ Options& Options::text(const std::string& name, const std::string& fallback,
   return declare(name, Type::Text, fallback, help, choices);
 }
 
+Options::Option& Options::last(const char* what) {
+  TP_CHECK(!order_.empty(), "Options::", what, " before any option was declared");
+  Option& o = options_.at(order_.back());
+  TP_CHECK(o.type == Type::Int || o.type == Type::Real, "Options::", what, " on --", order_.back(),
+           ", which is not a number");
+  return o;
+}
+
+Options& Options::min(double lo, bool open) {
+  Option& o = last("min");
+  o.has_lo = true;
+  o.lo = lo;
+  o.lo_open = open;
+  return *this;
+}
+
+Options& Options::max(double hi, bool open) {
+  Option& o = last("max");
+  o.has_hi = true;
+  o.hi = hi;
+  o.hi_open = open;
+  return *this;
+}
+
+// "> 0", ">= 1", "in [0, 1)", or "" when unbounded.
+std::string Options::range_text(const Option& o) {
+  auto num = [](double v) {
+    std::ostringstream os;
+    os << v;
+    return os.str();
+  };
+  if (o.has_lo && o.has_hi)
+    return "in " + std::string(o.lo_open ? "(" : "[") + num(o.lo) + ", " + num(o.hi) +
+           (o.hi_open ? ")" : "]");
+  if (o.has_lo) return (o.lo_open ? "> " : ">= ") + num(o.lo);
+  if (o.has_hi) return (o.hi_open ? "< " : "<= ") + num(o.hi);
+  return "";
+}
+
 void Options::assign(const std::string& name, Option& opt, const std::string& value) {
   int64_t i = 0;
   double d = 0;
@@ -88,6 +128,7 @@ void Options::assign(const std::string& name, Option& opt, const std::string& va
       break;
     case Type::Real:
       TP_CHECK_INPUT(parse_real(value, d), "--", name, "=", value, ": expected a number");
+      TP_CHECK_INPUT(std::isfinite(d), "--", name, "=", value, ": expected a finite number");
       break;
     case Type::Text:
       if (!opt.choices.empty()) {
@@ -97,12 +138,22 @@ void Options::assign(const std::string& name, Option& opt, const std::string& va
       }
       break;
   }
+  if (opt.type == Type::Int || opt.type == Type::Real) {
+    const double v = opt.type == Type::Int ? static_cast<double>(i) : d;
+    const bool low_ok = !opt.has_lo || (opt.lo_open ? v > opt.lo : v >= opt.lo);
+    const bool high_ok = !opt.has_hi || (opt.hi_open ? v < opt.hi : v <= opt.hi);
+    TP_CHECK_INPUT(low_ok && high_ok, "--", name, "=", value, ": must be ", range_text(opt));
+  }
   opt.value = value;
 }
 
 void Options::parse(int argc, const char* const* argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
+    if (arg == "-h") {
+      help_ = true;
+      continue;
+    }
     TP_CHECK_INPUT(arg.size() > 2 && arg.compare(0, 2, "--") == 0, "unexpected argument '", arg,
                    "'; options look like --name=value (see --help)");
     std::string name = arg.substr(2), value;
@@ -143,10 +194,15 @@ std::string Options::help() const {
     if (o.type == Type::Text) left += o.choices.empty() ? "=S" : "=" + join(o.choices, "|");
     if (left.size() < 26) left.resize(26, ' ');
     os << left << " " << o.help;
-    if (o.type != Type::Flag) os << " (default: " << (o.value.empty() ? "none" : o.value) << ")";
+    if (o.type != Type::Flag) {
+      os << " (default: " << (o.value.empty() ? "none" : o.value);
+      const std::string range = range_text(o);
+      if (!range.empty()) os << "; " << range;
+      os << ")";
+    }
     os << "\n";
   }
-  os << "  --help                   print this text and exit\n";
+  os << "  -h, --help               print this text and exit\n";
   return os.str();
 }
 

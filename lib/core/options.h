@@ -1,8 +1,10 @@
-// options.h — a small command-line parser: `--name=value`, `--name value`, boolean `--flag`, `--help`.
+// options.h — a small command-line parser: `--name=value`, `--name value`, boolean `--flag`,
+// `--help` (or `-h`).
 //
 // Every option is declared with a type and a default before parsing, and parse() checks each value
-// against its type, so a bad number or an unknown flag is reported once, up front, as a bad-input
-// tp::Error naming the flag ("unknown option --stpes; see --help").
+// against its type and its range, so a bad number, an out-of-range value or an unknown flag is
+// reported once, up front, as a bad-input tp::Error naming the flag ("unknown option --stpes; see
+// --help", "--lr=-1: must be > 0"). Real values must be finite (nan and inf are refused).
 #pragma once
 
 #include <cstdint>
@@ -27,6 +29,15 @@ class Options {
   Options& text(const std::string& name, const std::string& fallback, const std::string& help,
                 const std::vector<std::string>& choices = {});
 
+  /// Range of the option declared last (integer or real): the value must be >= `lo` (or > `lo`
+  /// when `open` is true). The range is shown by --help and checked by parse().
+  Options& min(double lo, bool open = false);
+  /// The value must be <= `hi` (or < `hi` when `open` is true).
+  Options& max(double hi, bool open = false);
+  /// Shorthands: > 0, and >= 0.
+  Options& positive() { return min(0, true); }
+  Options& non_negative() { return min(0); }
+
   /// Parses argv[1..argc). Throws a bad-input tp::Error on an unknown option, a missing or
   /// malformed value, or a positional argument.
   void parse(int argc, const char* const* argv);
@@ -47,7 +58,11 @@ class Options {
     std::string value;  // current value, as text (validated on assignment)
     std::string help;
     std::vector<std::string> choices;
+    bool has_lo = false, lo_open = false, has_hi = false, hi_open = false;
+    double lo = 0, hi = 0;
   };
+  Option& last(const char* what);
+  static std::string range_text(const Option& o);
   Options& declare(const std::string& name, Type type, std::string value, const std::string& help,
                    const std::vector<std::string>& choices = {});
   void assign(const std::string& name, Option& opt, const std::string& value);

@@ -1,6 +1,7 @@
 #include "observe/svg_plot.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <limits>
@@ -35,6 +36,27 @@ std::string xml_escape(const std::string& s) {
   return out;
 }
 
+double nice_step(double span, int intervals) {
+  TP_CHECK(span > 0 && std::isfinite(span) && intervals > 0, "nice_step(", span, ", ", intervals,
+           ")");
+  const double raw = span / intervals, mag = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 2.5, 5.0})
+    if (m * mag >= raw * (1 - 1e-12)) return m * mag;
+  return 10 * mag;
+}
+
+std::vector<double> nice_ticks(double lo, double hi, int intervals) {
+  if (!(hi > lo)) hi = lo + 1;
+  const double step = nice_step(hi - lo, intervals);
+  const double first = std::floor(lo / step + 1e-9), last = std::ceil(hi / step - 1e-9);
+  std::vector<double> ticks;
+  for (double k = first; k <= last; ++k) {
+    const double v = k * step;
+    ticks.push_back(std::fabs(v) < step * 1e-9 ? 0.0 : v);
+  }
+  return ticks;
+}
+
 std::string svg_line_plot(const std::string& title, const std::string& x_label,
                           const std::string& y_label, const std::vector<PlotSeries>& series) {
   const double W = 640, H = 400, left = 70, right = 20, top = 40, bottom = 50;
@@ -47,11 +69,8 @@ std::string svg_line_plot(const std::string& title, const std::string& x_label,
       y1 = std::max(y1, s.y[i]);
     }
   if (x0 > x1) x0 = 0, x1 = 1, y0 = 0, y1 = 1;  // no data
-  if (x1 == x0) x1 = x0 + 1;
-  if (y1 == y0) y1 = y0 + 1;
-  const double pad = 0.05 * (y1 - y0);
-  y0 -= pad;
-  y1 += pad;
+  const std::vector<double> xt = nice_ticks(x0, x1), yt = nice_ticks(y0, y1);
+  x0 = xt.front(), x1 = xt.back(), y0 = yt.front(), y1 = yt.back();
   auto px = [&](double x) { return left + (x - x0) / (x1 - x0) * (W - left - right); };
   auto py = [&](double y) { return H - bottom - (y - y0) / (y1 - y0) * (H - top - bottom); };
 
@@ -62,10 +81,10 @@ std::string svg_line_plot(const std::string& title, const std::string& x_label,
        xml_escape(title) + "</text>\n";
   s += "<rect x=\"" + num(left) + "\" y=\"" + num(top) + "\" width=\"" + num(W - left - right) +
        "\" height=\"" + num(H - top - bottom) + "\" fill=\"none\" stroke=\"#444\"/>\n";
-  for (int i = 0; i <= 4; ++i) {
-    const double xv = x0 + (x1 - x0) * i / 4, yv = y0 + (y1 - y0) * i / 4;
+  for (double xv : xt)
     s += "<text x=\"" + num(px(xv)) + "\" y=\"" + num(H - bottom + 18) +
          "\" text-anchor=\"middle\">" + num(xv) + "</text>\n";
+  for (double yv : yt) {
     s += "<text x=\"" + num(left - 6) + "\" y=\"" + num(py(yv) + 4) + "\" text-anchor=\"end\">" +
          num(yv) + "</text>\n";
     s += "<line x1=\"" + num(left) + "\" x2=\"" + num(W - right) + "\" y1=\"" + num(py(yv)) +

@@ -14,7 +14,16 @@ struct PlotSeries {
   bool dashed = false;
 };
 
-/// The SVG text of a line plot of `series` (axes from the data's range, 5 ticks each, a legend).
+/// A round tick step for a span: 1, 2, 2.5 or 5 × 10ⁿ, the smallest such step that covers `span`
+/// in at most `intervals` intervals (span > 0).
+double nice_step(double span, int intervals);
+
+/// Round tick values covering [lo, hi]: multiples of nice_step(hi − lo, intervals), from the
+/// largest one ≤ lo to the smallest one ≥ hi (so the axis starts and ends on a tick).
+std::vector<double> nice_ticks(double lo, double hi, int intervals = 5);
+
+/// The SVG text of a line plot of `series` (axes on round ticks from nice_ticks() covering the
+/// data, a legend).
 std::string svg_line_plot(const std::string& title, const std::string& x_label,
                           const std::string& y_label, const std::vector<PlotSeries>& series);
 

@@ -406,13 +406,8 @@ std::string Timeline::svg() const {
     s += "<text x=\"" + fmt("%.1f", left - 6) + "\" y=\"" + fmt("%.1f", row_y[i] + row_h - 5) +
          "\" text-anchor=\"end\">rank " + std::to_string(row.rank) + " " + row.name() + "</text>\n";
   }
-  // Time axis in ms: ticks at 1, 2 or 5 × 10^k, at most about 10 of them.
-  const double span_ms = (t1 - t0) * 1e3, raw = span_ms / 10,
-               mag = std::pow(10, std::floor(std::log10(raw)));
-  const double step = raw / mag <= 1   ? mag
-                      : raw / mag <= 2 ? 2 * mag
-                      : raw / mag <= 5 ? 5 * mag
-                                       : 10 * mag;
+  // Time axis in ms: round ticks (1, 2, 2.5 or 5 × 10^k), at most 10 intervals.
+  const double span_ms = (t1 - t0) * 1e3, step = nice_step(span_ms > 0 ? span_ms : 1, 10);
   for (double ms = 0; ms <= span_ms * (1 + 1e-9); ms += step) {
     const double x = px(t0 + ms / 1e3);
     s += "<line x1=\"" + fmt("%.1f", x) + "\" x2=\"" + fmt("%.1f", x) + "\" y1=\"" +
