@@ -58,7 +58,7 @@ int run_program(int argc, char** argv, Options& options, const Program& program)
   int rank = 0, local_rank = 0, local_size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   node_local_rank(MPI_COMM_WORLD, &local_rank, &local_size);
-  choose_omp_threads(local_size);
+  choose_omp_threads(MPI_COMM_WORLD);
 
   add_backend_options(options);
   int rc = 0;

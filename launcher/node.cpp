@@ -2,9 +2,12 @@
 #include "node.h"
 
 #include <omp.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
+#include <vector>
 
 namespace tp {
 
@@ -18,10 +21,41 @@ void node_local_rank(MPI_Comm comm, int* local_rank, int* local_size) {
   MPI_Comm_free(&node);
 }
 
-void choose_omp_threads(int local_size) {
-  const char* env = std::getenv("OMP_NUM_THREADS");
-  if (env != nullptr && *env != '\0') return;
-  omp_set_num_threads(std::max(1, omp_get_num_procs() / std::max(1, local_size)));
+int threads_per_rank(const CpuShare& s) {
+  if (s.omp_num_threads != nullptr && *s.omp_num_threads != '\0') return 0;
+  int n = std::max(1, s.mask_cpus / std::max(1, s.sharing_ranks));
+  if (s.slurm_cpus_per_task != nullptr) {
+    const int c = std::atoi(s.slurm_cpus_per_task);
+    if (c > 0) n = std::min(n, c);
+  }
+  return n;
+}
+
+void choose_omp_threads(MPI_Comm comm) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  int local_size = 1;
+  MPI_Comm_size(node, &local_size);
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  CpuShare share;
+  if (sched_getaffinity(0, sizeof mine, &mine) == 0) {
+    share.mask_cpus = CPU_COUNT(&mine);
+  } else {  // no affinity call: treat every rank as sharing all the node's processors
+    share.mask_cpus = omp_get_num_procs();
+    CPU_ZERO(&mine);
+  }
+  std::vector<cpu_set_t> all(static_cast<size_t>(local_size));
+  MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, node);
+  MPI_Comm_free(&node);
+  share.sharing_ranks = 0;
+  for (const cpu_set_t& other : all) share.sharing_ranks += CPU_EQUAL(&other, &mine) ? 1 : 0;
+  share.omp_num_threads = std::getenv("OMP_NUM_THREADS");
+  share.slurm_cpus_per_task = std::getenv("SLURM_CPUS_PER_TASK");
+  const int n = threads_per_rank(share);
+  if (n > 0) omp_set_num_threads(n);
 }
 
 }  // namespace tp

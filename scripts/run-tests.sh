@@ -218,6 +218,19 @@ TP_EMU_SHARED_GPU=1 expect "emulator: --comm mpi, 2 ranks on one GPU" 0 "PASSED"
 expect "--comm nccl with --backend cpu" 2 "--comm nccl needs --backend gpu" 2 "$BUILD/bin/lesson_01_block_matmul" --comm nccl
 expect "non-divisible size" 2 "error: fc1.out=7 is not divisible by t=3 (the number of ranks); run with t in {1, 7} or change fc1.out" 3 "$BUILD/bin/fail_one_rank" --mode=bad-input
 expect "one rank fails" nonzero "rank 1: error: rank 1 fails on purpose" 3 "$BUILD/bin/fail_one_rank" --mode=one-rank
+expect "-h is --help" 0 "usage: lesson_01_block_matmul" 1 "$BUILD/bin/lesson_01_block_matmul" -h
+expect "a range-checked flag" 2 "--batch=0: must be >= 1" 1 "$BUILD/bin/tp_train" --batch 0
+expect "a non-finite flag" 2 "--lr=nan: expected a finite number" 1 "$BUILD/bin/tp_train" --lr nan
+# The thread rule under srun, simulated: srun -c 1 sets SLURM_CPUS_PER_TASK=1, which caps each
+# rank's threads (the test compares OpenMP's thread count with the rule on this run's real masks).
+SLURM_CPUS_PER_TASK=1 expect "srun -c 1 (simulated): one thread per rank" 0 "failed=0" 2 \
+  "$BUILD/bin/test_mpi" --gtest_filter='ThreadRule.ThisRunFollowsTheRule'
+# The README's lines as typed: a plain mpirun, no flags, np 4 on this machine's cores (with Open MPI
+# that needs scripts/mpi-env.sh, which common.sh sourced above; with MPICH nothing).
+log=$logs/check_as_typed.log
+if timeout 120 "$MPIEXEC" -np 4 "$BUILD/bin/tp_train" --steps 2 --hidden 32 --seq 16 --batch 2 </dev/null >"$log" 2>&1; then
+  pass 1; echo "✓ as typed: $MPIEXEC -np 4 $BUILD/bin/tp_train … (no mpirun flags) ran"
+else fail "as typed: $MPIEXEC -np 4 $BUILD/bin/tp_train failed without mpirun flags (see $log)"; fi
 
 # 5. Training: the same loss curve at every t, a resume across t, and bad input to tp_train.
 tmp=$BUILD/test-tmp

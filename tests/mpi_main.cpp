@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   tp::node_local_rank(MPI_COMM_WORLD, &local_rank, &local_size);
-  tp::choose_omp_threads(local_size);
+  tp::choose_omp_threads(MPI_COMM_WORLD);
   ::testing::InitGoogleTest(&argc, argv);
   auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
   if (rank != 0) {

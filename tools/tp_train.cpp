@@ -300,22 +300,40 @@ int main(int argc, char** argv) {
   Options o("tp_train",
             "Trains a small GPT with tensor parallelism over the ranks of mpirun (t = -np).");
   o.integer("layers", 2, "transformer blocks L")
+      .min(1)
       .integer("hidden", 64, "hidden size h")
+      .min(1)
       .integer("heads", 4, "attention heads (divisible by t)")
+      .min(1)
       .integer("kv-heads", 0, "key/value heads for GQA; 0 = heads")
+      .non_negative()
       .integer("ffn", 0, "MLP inner size; 0 = 4 h")
+      .non_negative()
       .integer("vocab", 0,
                "vocabulary V; 0 = 256 (the Markov data's default, and bytes for --data)")
+      .non_negative()
       .integer("seq", 64, "sequence length = size of the position table")
+      .min(1)
       .integer("batch", 8, "sequences per step")
-      .integer("steps", 50, "steps to run from where the run starts (fresh or --load)")
+      .min(1)
+      .integer("steps", 50,
+               "steps to run from where the run starts (fresh or --load; 0: just --save the "
+               "initial weights)")
+      .non_negative()
       .real("lr", 1e-3, "peak learning rate (constant unless --warmup / --decay-steps)")
+      .positive()
       .integer("warmup", 0, "linear warm-up over the first N steps (absolute step numbers)")
+      .non_negative()
       .integer("decay-steps", 0, "cosine decay to 10% of lr, ending at absolute step N (0 = none)")
+      .non_negative()
       .real("weight-decay", 0.0, "AdamW decoupled weight decay on matrices")
+      .non_negative()
       .real("clip", 1.0, "clip the global gradient norm to this (0 = no clipping)")
+      .non_negative()
       .integer("seed", 1234, "seed of the initial weights, the data and dropout")
       .real("dropout", 0.0, "dropout probability (embedding and both residual branches)")
+      .min(0)
+      .max(1, true)
       .text("act", "gelu", "MLP activation", {"gelu", "swiglu"})
       .text("norm", "layernorm", "normalisation", {"layernorm", "rmsnorm"})
       .flag("untie", "give the LM head its own weight instead of tying it to wte")
@@ -325,6 +343,7 @@ int main(int argc, char** argv) {
             "weight-gradient GEMMs), ring (collective matmul; needs --sp)",
             {"none", "async", "ring"})
       .integer("pad-vocab-multiple", 1, "pad the vocabulary to a multiple of this times t")
+      .min(1)
       .flag("audit-grads",
             "before training, check every replicated gradient against t = 1 and across ranks")
       .text("data", "", "train on the bytes of this file (V = 256) instead of the Markov data")
@@ -339,6 +358,7 @@ int main(int argc, char** argv) {
       .text("trace", "",
             "write a timeline of the last " + std::to_string(kTraceSteps) +
                 " steps here (Chrome/Perfetto JSON) and beside it as SVG")
-      .integer("log-every", 10, "print a progress line every N steps");
+      .integer("log-every", 10, "print a progress line every N steps")
+      .min(1);
   return run_program(argc, argv, o, train);
 }
