@@ -247,9 +247,12 @@ same_curve() {  # same_curve NAME A.json B.json [FIRST_STEP_OF_B]: relative diff
   else fail "$name: loss curves differ by $worst (> 1e-4)"; fi
 }
 for np in 1 2 3 4; do
-  run_mpi "$np" "${train[@]}" --steps 20 --log-json "$tmp/t$np.json" >"$logs/train_t$np.log" 2>&1 ||
+  run_mpi "$np" "${train[@]}" --steps 20 --log-json "$tmp/t$np.json" --plot "$tmp/t$np.svg" >"$logs/train_t$np.log" 2>&1 ||
     fail "tp_train -np $np exited non-zero (see $logs/train_t$np.log)"
 done
+if grep -q '<polyline' "$tmp/t2.svg" 2>/dev/null && grep -q '>20</text>' "$tmp/t2.svg"; then
+  pass 1; echo "✓ tp_train --plot: $tmp/t2.svg has the curve and a round tick at step 20"
+else fail "tp_train --plot: $tmp/t2.svg missing or without the curve"; fi
 for np in 2 3 4; do same_curve "20-step loss curve, t = $np vs t = 1" "$tmp/t1.json" "$tmp/t$np.json"; done
 run_mpi 2 "${train[@]}" --steps 10 --save "$tmp/ck.safetensors" >"$logs/train_save.log" 2>&1 ||
   fail "tp_train --save at -np 2 failed (see $logs/train_save.log)"

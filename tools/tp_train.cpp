@@ -31,6 +31,7 @@
 #include "model/memory.h"
 #include "model/train.h"
 #include "observe/alpha_beta.h"
+#include "observe/svg_plot.h"
 #include "observe/timeline.h"
 
 using namespace tp;
@@ -149,6 +150,10 @@ int train(Context& ctx) {
     json.open(o.get_text("log-json"), std::ios::app);
     TP_CHECK_INPUT(json.good(), "cannot write --log-json file ", o.get_text("log-json"));
   }
+  const std::string plot = o.get_text("plot");
+  if (!plot.empty() && world.rank() == 0)
+    TP_CHECK_INPUT(std::ofstream(plot, std::ios::app).good(), "cannot write --plot file ", plot);
+  std::vector<double> plot_steps, plot_losses;
   const std::string trace = o.get_text("trace");
   if (!trace.empty() && world.rank() == 0)
     for (const std::string& path : {trace, svg_path(trace)})
@@ -217,6 +222,8 @@ int train(Context& ctx) {
         });
     const float loss = r.loss;
     const double norm = r.grad_norm;
+    plot_steps.push_back(static_cast<double>(step + 1));
+    plot_losses.push_back(loss);
     ctx.device.synchronize();
     if (i == 0) {
       // What a block keeps for backward, measured by the memory ledger, against the formula.
@@ -270,6 +277,22 @@ int train(Context& ctx) {
   }
   if (std::isfinite(source->loss_floor()))
     log0(world, "loss floor of this data: ", source->loss_floor(), " nats");
+  if (!plot.empty() && steps > 0) {
+    if (world.rank() == 0) {
+      std::vector<PlotSeries> series = {
+          {"t = " + std::to_string(world.size()), plot_steps, plot_losses, "#1f77b4", false}};
+      if (std::isfinite(source->loss_floor()))
+        series.push_back({"loss floor",
+                          {plot_steps.front(), plot_steps.back()},
+                          {source->loss_floor(), source->loss_floor()},
+                          "#888888",
+                          true});
+      write_text_file(plot,
+                      svg_line_plot("tp_train: training loss, t = " + std::to_string(world.size()),
+                                    "step", "loss (nats)", series));
+    }
+    log0(world, "loss curve of steps ", plot_steps.front(), "..", plot_steps.back(), ": ", plot);
+  }
   {
     // Peak device memory of every rank, in MiB (gathered for the report, after training).
     Tensor mine = Tensor::from_host(ctx.device, Shape{2},
@@ -358,6 +381,7 @@ int main(int argc, char** argv) {
       .text("trace", "",
             "write a timeline of the last " + std::to_string(kTraceSteps) +
                 " steps here (Chrome/Perfetto JSON) and beside it as SVG")
+      .text("plot", "", "write the loss curve of this run here (SVG)")
       .integer("log-every", 10, "print a progress line every N steps")
       .min(1);
   return run_program(argc, argv, o, train);
