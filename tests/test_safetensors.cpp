@@ -2,7 +2,11 @@
 // atomic write, every validation error of the untrusted header, and garbage that must not crash.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <cmath>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -220,14 +224,14 @@ TEST(SafetensorsWrite, AtomicReplaceLeavesNoTempFile) {
 
 TEST(SafetensorsWrite, FailureRemovesTempFileAndNamesThePath) {
   const std::string dir = fresh_dir();
-  // The target is a directory: the temp file is written, the rename fails.
+  // The target is a directory: refused before anything is written (bad input: the user's path).
   const std::string target = dir + "/is_a_dir";
   fs::create_directories(target + "/inside");
   try {
     sample_writer().write(target);
     ADD_FAILURE() << "no error writing onto a directory";
   } catch (const tp::Error& e) {
-    EXPECT_EQ(e.exit_code(), 1) << e.what();
+    EXPECT_EQ(e.exit_code(), 2) << e.what();
     EXPECT_NE(std::string(e.what()).find(target), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("directory"), std::string::npos) << e.what();
   }
@@ -237,7 +241,7 @@ TEST(SafetensorsWrite, FailureRemovesTempFileAndNamesThePath) {
     sample_writer().write(missing);
     ADD_FAILURE() << "no error writing into a missing folder";
   } catch (const tp::Error& e) {
-    EXPECT_EQ(e.exit_code(), 1) << e.what();
+    EXPECT_EQ(e.exit_code(), 2) << e.what();
     EXPECT_NE(std::string(e.what()).find(missing), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("No such file or directory"), std::string::npos)
         << e.what();
@@ -372,6 +376,127 @@ TEST(SafetensorsErrors, DtypeShapeAndOffsets) {
   expect_bad_input(
       path, "tensor 'w': data_offsets [0, 120] lie outside the 100-byte data section of file " +
                 path + " (truncated?)");
+}
+
+// The strict rules: one name once, and tensors that tile the data section exactly.
+TEST(SafetensorsErrors, DuplicatesGapsOverlapsAndShiftedHeaders) {
+  const std::string dir = fresh_dir();
+  const std::string d8(8, '\0');
+  expect_bad_file(dir,
+                  craft(R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},)"
+                        R"( "w": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",
+                        d8),
+                  "the header names 'w' twice");
+  expect_bad_file(dir,
+                  craft(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},)"
+                        R"( "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",
+                        d8),
+                  "tensor 'b' (data_offsets [4, 8]) overlaps tensor 'a', which ends at 8");
+  expect_bad_file(dir,
+                  craft(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", d8),
+                  "4 bytes of the data section between its start and tensor 'a' belong to no "
+                  "tensor");
+  expect_bad_file(dir,
+                  craft(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", d8),
+                  "the data section has 4 bytes after the last tensor 'a'");
+  // A valid file whose length prefix is one byte short: the header still parses (its last byte
+  // is padding), but every tensor would be read one byte early. Refused.
+  const std::string good = dir + "/good.safetensors";
+  sample_writer().write(good);
+  std::string bytes = read_bytes(good);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[i]);
+  ASSERT_EQ(bytes[8 + n - 1], ' ') << "the sample's header should end in padding";
+  expect_bad_file(
+      dir, u64le(n - 1) + bytes.substr(8),
+      "the header length (" + std::to_string(n - 1) + ") is wrong or the file was appended to");
+  expect_bad_file(dir, bytes + "x", "1 bytes after the last tensor");
+}
+
+// Where a save may go: a FIFO or a directory is refused, a symbolic link is followed (the link
+// stays and names the new file), and leftovers of a killed save are removed and named.
+TEST(SafetensorsWrite, NotARegularFileSymlinksAndLeftovers) {
+  const std::string dir = fresh_dir();
+  const std::string fifo = dir + "/pipe";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  try {
+    sample_writer().write(fifo);
+    ADD_FAILURE() << "no error writing onto a FIFO";
+  } catch (const tp::Error& e) {
+    EXPECT_EQ(e.exit_code(), 2);
+    EXPECT_NE(std::string(e.what()).find("is a FIFO (named pipe); give --save the path of a file"),
+              std::string::npos)
+        << e.what();
+  }
+  const std::string real = dir + "/real.safetensors", link = dir + "/link.safetensors";
+  fs::create_symlink("real.safetensors", link);  // dangling until the first save
+  sample_writer().write(link);
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(real)));
+  EXPECT_EQ(st::File::open(link).read_f32("ln.bias"), (std::vector<float>{0.125f, 7.0f}));
+  st::Writer w2;
+  w2.add_f32("only", {1}, {9.0f});
+  w2.write(link);  // replaces the target, keeps the link
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_EQ(st::File::open(real).read_f32("only"), std::vector<float>{9.0f});
+
+  // A leftover of a process that no longer exists (a child that has exited and been reaped).
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ::waitpid(child, nullptr, 0);
+  const std::string dead = real + ".tmp." + std::to_string(child);
+  const std::string alive = real + ".tmp." + std::to_string(::getppid());  // a live process
+  write_bytes(dead, "half a checkpoint");
+  write_bytes(alive, "a save in progress elsewhere");
+  ::testing::internal::CaptureStderr();
+  w2.write(real);
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_TRUE(fs::exists(alive)) << "a live process's temporary file must be left alone";
+  EXPECT_NE(said.find("removed " + dead + ", left behind by a save that was killed"),
+            std::string::npos)
+      << said;
+  fs::remove(alive);
+}
+
+// Two processes saving to one path: the second is told, not silently overwritten.
+TEST(SafetensorsWrite, ASecondSaverIsRefused) {
+  const std::string dir = fresh_dir();
+  const std::string path = dir + "/ckpt.safetensors";
+  int ready[2], done[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  ASSERT_EQ(::pipe(done), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {  // holds the lock until the parent says so
+    const st::SaveLock lock(path);
+    char c = 'x';
+    if (::write(ready[1], &c, 1) != 1) ::_exit(1);
+    if (::read(done[0], &c, 1) != 1) ::_exit(1);
+    ::_exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  try {
+    sample_writer().write(path);
+    ADD_FAILURE() << "no error while another process holds the save path";
+  } catch (const tp::Error& e) {
+    EXPECT_EQ(e.exit_code(), 2);
+    EXPECT_NE(std::string(e.what()).find("another process (pid " + std::to_string(child) +
+                                         ") is saving to " + path),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(path));
+  ASSERT_EQ(::write(done[1], &c, 1), 1);
+  ::waitpid(child, nullptr, 0);
+  sample_writer().write(path);  // free again: the lock file went with its holder
+  EXPECT_TRUE(fs::exists(path));
+  EXPECT_FALSE(fs::exists(path + ".lock"));
+  {
+    const st::SaveLock mine(path);
+    sample_writer().write(path);  // the same process may save under its own lock
+  }
 }
 
 TEST(SafetensorsErrors, MetadataMustBeStrings) {

@@ -1,9 +1,15 @@
 #include "io/safetensors.h"
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -155,7 +161,129 @@ void Writer::set_metadata(const std::string& key, const std::string& value) {
   metadata_[key] = value;
 }
 
+namespace {
+
+// The file a save to `path` really replaces: `path` itself, or, when it is a symbolic link (a
+// chain of them), the file the last link names, so the link survives and points at the new data.
+std::string save_target(const std::string& path) {
+  std::string p = path;
+  for (int hops = 0; hops < 40; ++hops) {
+    struct stat st {};
+    if (::lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return p;
+    std::vector<char> buf(PATH_MAX + 1);
+    const ssize_t n = ::readlink(p.c_str(), buf.data(), buf.size() - 1);
+    TP_CHECK_INPUT(n > 0, "cannot write checkpoint ", path, ": cannot read the symbolic link ", p,
+                   ": ", std::strerror(errno));
+    const std::string link(buf.data(), static_cast<size_t>(n));
+    const size_t slash = p.rfind('/');
+    p = link[0] == '/' || slash == std::string::npos ? link : p.substr(0, slash + 1) + link;
+  }
+  TP_CHECK_INPUT(false, "cannot write checkpoint ", path, ": too many levels of symbolic links");
+  return p;
+}
+
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// Removes "<target>.tmp.<pid>" files that a killed save left behind (their process is gone), and
+// says so on stderr, naming each.
+void remove_leftovers(const std::string& target) {
+  const size_t slash = target.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : target.substr(0, slash + 1);
+  const std::string stem =
+      (slash == std::string::npos ? target : target.substr(slash + 1)) + ".tmp.";
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.compare(0, stem.size(), stem) != 0) continue;
+    const std::string digits = name.substr(stem.size());
+    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const long pid = std::strtol(digits.c_str(), nullptr, 10);
+    const bool gone = pid == static_cast<long>(::getpid()) ||
+                      (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH);
+    if (!gone) continue;  // a save in progress in another process (SaveLock tells it apart)
+    const std::string full = (slash == std::string::npos ? "" : dir) + name;
+    if (std::remove(full.c_str()) == 0)
+      std::fprintf(stderr, "note: removed %s, left behind by a save that was killed (pid %ld)\n",
+                   full.c_str(), pid);
+  }
+  ::closedir(d);
+}
+
+// Paths this process holds a SaveLock on (flock locks belong to an open file, so a second lock
+// from the same process on a new descriptor would refuse itself).
+std::vector<std::string>& held_locks() {
+  static std::vector<std::string> held;
+  return held;
+}
+
+}  // namespace
+
+SaveLock::SaveLock(const std::string& path) : target_(save_target(path)) {
+  auto& held = held_locks();
+  if (std::find(held.begin(), held.end(), target_) != held.end()) return;  // already ours
+  lock_path_ = target_ + ".lock";
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    const int fd = ::open(lock_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    TP_CHECK_INPUT(fd >= 0, "cannot write checkpoint ", path, ": cannot create its lock file ",
+                   lock_path_, ": ", std::strerror(errno));
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      char owner[32] = {0};
+      const ssize_t n = ::pread(fd, owner, sizeof owner - 1, 0);
+      ::close(fd);
+      TP_CHECK_INPUT(false, "another process (pid ", n > 0 ? owner : "?", ") is saving to ",
+                     target_, " right now; give this run another --save path");
+    }
+    // The lock file may have been unlinked by its previous holder between our open and flock:
+    // then we hold a lock nobody else sees. Retry until the locked file is the one at the path.
+    struct stat mine {
+    }, named{};
+    if (::fstat(fd, &mine) == 0 && ::stat(lock_path_.c_str(), &named) == 0 &&
+        mine.st_ino == named.st_ino && mine.st_dev == named.st_dev) {
+      const std::string pid = std::to_string(static_cast<long>(::getpid()));
+      if (::ftruncate(fd, 0) == 0 && ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+        // the pid is only for the message of a refused process; nothing depends on it
+      }
+      fd_ = fd;
+      held.push_back(target_);
+      return;
+    }
+    ::close(fd);
+  }
+  TP_CHECK_INPUT(false, "cannot lock ", lock_path_, " (it keeps being replaced)");
+}
+
+SaveLock::~SaveLock() {
+  if (fd_ < 0) return;
+  ::unlink(lock_path_.c_str());  // while still locked: a waiting process then retries
+  ::close(fd_);
+  auto& held = held_locks();
+  held.erase(std::remove(held.begin(), held.end(), target_), held.end());
+}
+
 void Writer::write(const std::string& path) const {
+  const std::string target = save_target(path);
+  struct stat st {};
+  if (::stat(target.c_str(), &st) == 0)
+    TP_CHECK_INPUT(S_ISREG(st.st_mode), "cannot write checkpoint ", path, ": ",
+                   target == path ? "it" : target, " is ", file_kind(st.st_mode),
+                   "; give --save the path of a file");
+  {
+    const size_t slash = target.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : target.substr(0, slash + 1);
+    errno = 0;
+    TP_CHECK_INPUT(::access(dir.c_str(), W_OK | X_OK) == 0, "cannot write checkpoint ", path,
+                   ": its folder ", dir, ": ", std::strerror(errno ? errno : EACCES));
+  }
+  const SaveLock lock(target);
+  remove_leftovers(target);
+
   json header = json::object();
   if (!metadata_.empty()) {
     json meta = json::object();
@@ -177,7 +305,7 @@ void Writer::write(const std::string& path) const {
   uint64_t n = text.size();
   for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((n >> (8 * i)) & 0xff);
 
-  const std::string tmp = path + ".tmp." + std::to_string(static_cast<long>(::getpid()));
+  const std::string tmp = target + ".tmp." + std::to_string(static_cast<long>(::getpid()));
   auto fail = [&](const char* what) {
     const int err = errno;
     std::remove(tmp.c_str());
@@ -198,7 +326,7 @@ void Writer::write(const std::string& path) const {
     if (!out) fail("closing");
   }
   errno = 0;
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("renaming");
+  if (std::rename(tmp.c_str(), target.c_str()) != 0) fail("renaming");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -235,15 +363,32 @@ File File::open(const std::string& path) {
   TP_CHECK_INPUT(static_cast<uint64_t>(in.gcount()) == n, "cannot read checkpoint ", path,
                  ": the file ended inside the header");
 
+  // nlohmann keeps the last of two equal keys; a header with a duplicated key is refused instead
+  // (two tensors of one name: which is meant?). One set of seen keys per open object.
   json header;
+  std::vector<std::vector<std::string>> open_objects;
+  std::string duplicate;
+  const json::parser_callback_t no_duplicates = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) open_objects.emplace_back();
+    if (event == json::parse_event_t::object_end && !open_objects.empty()) open_objects.pop_back();
+    if (event == json::parse_event_t::key && !open_objects.empty() && duplicate.empty()) {
+      auto& seen = open_objects.back();
+      const std::string key = parsed.get<std::string>();
+      if (std::find(seen.begin(), seen.end(), key) != seen.end()) duplicate = key;
+      seen.push_back(key);
+    }
+    return true;
+  };
   try {
-    header = json::parse(text);
+    header = json::parse(text, no_duplicates);
   } catch (const json::exception& e) {
     TP_CHECK_INPUT(false, "checkpoint ", path,
                    ": the header is not valid JSON: ", short_json_message(e.what()));
   }
   TP_CHECK_INPUT(header.is_object(), "checkpoint ", path, ": the header is a JSON ",
                  json_type(header), ", not an object");
+  TP_CHECK_INPUT(duplicate.empty(), "checkpoint ", path, ": the header names ", quote(duplicate),
+                 " twice (a corrupt or hand-edited file)");
 
   File f;
   f.path_ = path;
@@ -310,6 +455,33 @@ File File::open(const std::string& path) {
                    shape.dump(), " needs ", want);
     f.tensors_.emplace(name, std::move(e));
   }
+  // The tensors must tile the data section exactly: sorted by offset, each starts where the one
+  // before ended, the first at 0 and the last at the end of the file. This catches overlapping
+  // tensors, gaps, and a header length that is off (every tensor would be shifted).
+  std::vector<std::pair<const std::string*, const Entry*>> order;
+  for (const auto& kv : f.tensors_) order.emplace_back(&kv.first, &kv.second);
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    return a.second->begin != b.second->begin ? a.second->begin < b.second->begin
+                                              : a.second->end < b.second->end;
+  });
+  int64_t covered = 0;
+  const std::string* previous = nullptr;
+  for (const auto& [name, e] : order) {
+    TP_CHECK_INPUT(e->begin >= covered, "checkpoint ", path, ": tensor ", quote(*name),
+                   " (data_offsets [", e->begin, ", ", e->end, "]) overlaps tensor ",
+                   quote(previous ? *previous : ""), ", which ends at ", covered);
+    TP_CHECK_INPUT(e->begin == covered, "checkpoint ", path, ": ", e->begin - covered,
+                   " bytes of the data section between ",
+                   previous ? "tensor " + quote(*previous) : std::string("its start"),
+                   " and tensor ", quote(*name), " belong to no tensor (a corrupt file)");
+    covered = e->end;
+    previous = name;
+  }
+  TP_CHECK_INPUT(covered == data_size, "checkpoint ", path, ": the data section has ",
+                 data_size - covered, " bytes after the last tensor",
+                 previous ? " " + quote(*previous) : std::string(),
+                 " that belong to no tensor: the header length (", n,
+                 ") is wrong or the file was appended to");
   return f;
 }
 

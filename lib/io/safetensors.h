@@ -60,6 +60,13 @@ class Writer {
   /// Writes the file: first to `path` + ".tmp.<pid>", then std::rename onto `path`, so a reader
   /// never sees a half-written checkpoint. Tensors are laid out in name order. On failure the
   /// temporary file is removed and a tp::Error (exit code 1) names the path and the system error.
+  ///
+  /// What `path` may be: a regular file (replaced) or nothing yet (created); a symbolic link is
+  /// followed and the file it names is replaced the same way, so the link keeps pointing at the
+  /// new data; a directory, FIFO, device or socket is refused (bad input). While it writes it
+  /// holds a SaveLock on the path (another process saving there is refused, not silently
+  /// overwritten), and first removes "<path>.tmp.<pid>" files of saves that were killed (their
+  /// process is gone), naming each on stderr.
   void write(const std::string& path) const;
 
  private:
@@ -71,6 +78,24 @@ class Writer {
            const void* data, size_t count);
   std::map<std::string, Entry> tensors_;
   std::map<std::string, std::string> metadata_;
+};
+
+/// An exclusive claim on a save path, for as long as the object lives: a second process that
+/// tries to save to the same file (say, a second run started with the same --save) gets a
+/// bad-input error naming the holder's pid instead of silently overwriting the first run's
+/// result. Implemented with flock(2) on "<path>.lock" (removed again by the destructor), on the
+/// file a symbolic link names. A process may take it more than once (Writer::write inside a run
+/// that already holds it).
+class SaveLock {
+ public:
+  explicit SaveLock(const std::string& path);
+  ~SaveLock();
+  SaveLock(const SaveLock&) = delete;
+  SaveLock& operator=(const SaveLock&) = delete;
+
+ private:
+  std::string target_, lock_path_;
+  int fd_ = -1;
 };
 
 /// A safetensors file opened for reading. open() reads and validates the whole header; tensor data
