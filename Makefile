@@ -136,7 +136,7 @@ LINK = $(MPICXX) $(LDFLAGS) $(filter-out $(GPU_STAMP),$^) $(BLAS_LIBS) -o $@
 # the GPU backend (or its stub), MPI, lib.
 BACKENDS = $(LIBTP_LAUNCHER) $(LIBTP_CPU) $(GPU_LINK) $(LIBTP_MPI) $(LIBTP) $(GPU_STAMP)
 
-.PHONY: all lessons tests tools run test docs bench clean deps gpu-check gpu-emu help format \
+.PHONY: all lessons tests tools run test docs bench clean deps gpu-check gpu-emu help format fuzz \
         compile_commands FORCE
 # Keep the objects that only pattern rules mention (make would delete them as intermediates).
 # Only these: a bare .SECONDARY would also stop a missing archive from being rebuilt.
@@ -330,6 +330,22 @@ gpu-check:
 # PyTorch eager, strong scaling; every row a ratio with its goal, in $(BUILD)/bench/bench.md.
 bench: $(BUILD)/bin/tp_bench $(BUILD)/bin/tp_train
 	@. scripts/common.sh && MPI_FLAGS="$$MPI_FLAGS" python3 scripts/bench.py --build $(BUILD)
+
+# ---- Fuzzing: make fuzz [FUZZ_SECONDS=600] -------------------------------------------------------
+# libFuzzer targets (tests/fuzz/) for the two parsers of untrusted input, the safetensors reader and
+# the option parser, built with clang++ and AddressSanitizer + UBSan; scripts/fuzz.sh seeds them with
+# real files and runs each for FUZZ_SECONDS.
+FUZZ_CXX   ?= clang++
+FUZZ_FLAGS := -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+              -Ilib
+$(BUILD)/fuzz/fuzz_safetensors: tests/fuzz/fuzz_safetensors.cpp lib/io/safetensors.cpp lib/core/error.cpp
+	@mkdir -p $(dir $@)
+	$(FUZZ_CXX) $(FUZZ_FLAGS) $^ -o $@
+$(BUILD)/fuzz/fuzz_options: tests/fuzz/fuzz_options.cpp lib/core/options.cpp lib/core/error.cpp
+	@mkdir -p $(dir $@)
+	$(FUZZ_CXX) $(FUZZ_FLAGS) $^ -o $@
+fuzz: $(BUILD)/fuzz/fuzz_safetensors $(BUILD)/fuzz/fuzz_options $(BUILD)/bin/tp_train
+	@BUILD=$(BUILD) scripts/fuzz.sh
 
 docs:
 	@scripts/install-deps.sh --docs
