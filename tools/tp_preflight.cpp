@@ -45,16 +45,17 @@ PreflightInput input_from(const Options& o) {
   take("vocab", c.vocab);
   take("seq", c.seq);
   take("pad-vocab-multiple", c.pad_vocab_multiple);
-  if (!o.get_text("act").empty()) c.act = o.get_text("act");
-  if (!o.get_text("norm").empty()) c.norm = o.get_text("norm");
+  if (o.get_text("act") != "preset") c.act = o.get_text("act");
+  if (o.get_text("norm") != "preset") c.norm = o.get_text("norm");
   if (o.get_flag("untie")) c.tied = false;
   c.dropout = static_cast<float>(o.get_real("dropout"));
   c.sp = o.get_flag("sp");
   in.model = c;
   in.batch = o.get_int("batch") != 0 ? o.get_int("batch") : (preset.empty() ? 8 : 1);
   in.t = static_cast<int>(o.get_int("tp"));
-  const std::string dtype =
-      o.get_text("dtype").empty() ? (preset.empty() ? "fp32" : "bf16") : o.get_text("dtype");
+  const std::string dtype = o.get_text("dtype") != "auto" ? o.get_text("dtype")
+                            : preset.empty()              ? "fp32"
+                                                          : "bf16";
   in.dtype_bytes = dtype == "fp32" ? 4 : 2;
   in.kv_replication = o.get_flag("kv-replication");
   in.nodes = static_cast<int>(o.get_int("nodes"));
@@ -82,16 +83,18 @@ int main(int argc, char** argv) {
       .integer("vocab", 0, "vocabulary V")
       .integer("seq", 0, "sequence length S")
       .integer("batch", 0, "sequences per step B (default 8, 1 with --model)")
-      .text("act", "", "MLP activation (default gelu)", {"", "gelu", "swiglu"})
-      .text("norm", "", "normalisation (default layernorm)", {"", "layernorm", "rmsnorm"})
+      .text("act", "preset", "MLP activation; preset: the --model's, else gelu",
+            {"preset", "gelu", "swiglu"})
+      .text("norm", "preset", "normalisation; preset: the --model's, else layernorm",
+            {"preset", "layernorm", "rmsnorm"})
       .flag("untie", "an LM head of its own instead of wte")
       .real("dropout", 0.0, "dropout probability (this implementation stores its masks)")
       .flag("sp", "sequence parallelism (seq must be divisible by t)")
       .integer("pad-vocab-multiple", 0, "pad the vocabulary to a multiple of this times t")
-      .text("dtype", "",
+      .text("dtype", "auto",
             "bytes of weights, gradients, activations and messages: fp32 (4) or bf16/fp16 (2); "
-            "default fp32, bf16 with --model",
-            {"", "fp32", "bf16", "fp16"})
+            "auto: fp32 (as tp_train), bf16 with --model",
+            {"auto", "fp32", "bf16", "fp16"})
       .flag("kv-replication",
             "when kv-heads < t, plan KV-head replication (t / kv-heads copies of each) instead "
             "of reporting a problem; tp_train's model cannot")
