@@ -263,8 +263,8 @@ Preflight preflight(const PreflightInput& in) {
   if (t > 1 && fast > 0.3 * p.layer_compute)
     p.warnings.push_back(format(
         "communication is %.0f%% of compute per layer even on NVLink (%s vs %s at %.0f "
-        "TFLOPS): above seed 001's 30%% mark; a smaller t, a larger batch or a longer sequence "
-        "raises the share of compute",
+        "TFLOPS): above seed 001's 30%% mark. Both grow with the tokens, so a larger batch does "
+        "not help; the share grows with t and falls with h: use the smallest t that fits",
         100.0 * fast / p.layer_compute, time_str(fast).c_str(), time_str(p.layer_compute).c_str(),
         in.flops / 1e12));
   return p;
@@ -400,17 +400,29 @@ std::string preflight_report(const Preflight& p) {
         mib_str(static_cast<double>(ar_bytes)).c_str(),
         mib_str(ring_wire_bytes("all_reduce", t, ar_bytes)).c_str());
     os << "  " << pad("link", 30)
-       << format("%24s %12s %12s %14s\n", "one all-reduce", "layer, TP", "layer, SP",
-                 "comm/compute");
+       << format("%24s %12s %12s %18s\n", "one all-reduce", "layer, TP", "layer, SP",
+                 c.sp ? "comm/compute, SP" : "comm/compute, TP");
     for (const LinkEstimate& e : p.links) {
       const double mine = c.sp ? e.layer_comm_sp : e.layer_comm;
       os << "  " << pad(e.link.str(), 30) << rpad(time_str(e.all_reduce_beta), 10) << " (+α "
          << rpad(time_str(e.all_reduce), 9) << ") " << rpad(time_str(e.layer_comm), 12) << " "
-         << rpad(time_str(e.layer_comm_sp), 12) << format(" %13.2fx\n", mine / p.layer_compute);
+         << rpad(time_str(e.layer_comm_sp), 12) << format(" %17.2fx\n", mine / p.layer_compute);
     }
+    int per_layer = 0;  // plain TP: every per-layer collective is an all-reduce of N·h
+    for (const PlannedCollective& k : p.collectives) per_layer += k.per_layer ? k.count : 0;
+    const int64_t n = per_layer * c.layers;
+    os << format(
+        "  all %lld layers, plain TP: %lld all-reduces, %s on %s and %s on %s (β terms; "
+        "%s and %s with α); compute %s\n",
+        static_cast<long long>(c.layers), static_cast<long long>(n),
+        time_str(n * p.links[0].all_reduce_beta).c_str(), p.links[0].link.name.c_str(),
+        time_str(n * p.links[1].all_reduce_beta).c_str(), p.links[1].link.name.c_str(),
+        time_str(n * p.links[0].all_reduce).c_str(), time_str(n * p.links[1].all_reduce).c_str(),
+        time_str(c.layers * p.layer_compute).c_str());
     os << "  (the first time is the β term alone, seed 002's way of counting; +α adds the "
-       << 2 * (t - 1) << " ring steps' latency. The all-reduces sit on the critical path: the "
-       << "next operation needs their result, so they cannot hide under compute)\n";
+       << 2 * (t - 1) << " ring steps' latency. A forward all-reduce sits on the critical "
+       << "path: the next operation needs its result. Only a split of the GEMMs around it hides "
+       << "part of it: tp_train --overlap async|ring, lesson 11)\n";
   } else {
     os << "  t = 1: nothing to communicate\n";
   }
