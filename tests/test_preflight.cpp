@@ -198,6 +198,17 @@ TEST(PreflightSeed002, Qwen3At8) {
   // fp32 logits of one 8K sample: ≈ 5 GB whole, 0.62 GB per rank (18992 vocabulary rows each).
   EXPECT_EQ(p.tensors[0].local, Shape({18992, 4096}));
   EXPECT_NEAR(p.logits_bytes / 1e9, 0.62, 0.005);
+  // 36 layers · 4 = 144 all-reduces per step: ≈ 38 ms on NVLink, ≈ 338 ms on IB (β terms).
+  EXPECT_NEAR(144 * p.links[0].all_reduce_beta * 1e3, 38, 0.5);
+  EXPECT_NEAR(144 * p.links[1].all_reduce_beta * 1e3, 338, 1);
+  // "t 开多大": each rank sends 64, 96, 112 MiB per all-reduce at t = 2, 4, 8 (2(t − 1)/t · 64).
+  for (int t : {2, 4, 8}) {
+    PreflightInput at = in;
+    at.t = t;
+    const Preflight q = preflight(at);
+    ASSERT_TRUE(q.problems.empty()) << t;
+    EXPECT_NEAR(q.links[0].all_reduce_beta * 450e9 / mib, 2.0 * (t - 1) / t * 64, 1e-9) << t;
+  }
   const std::string report = preflight_report(p);
   EXPECT_TRUE(contains(report, "0.26 ms")) << report;
   EXPECT_TRUE(contains(report, "2.35 ms")) << report;
