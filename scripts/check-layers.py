@@ -35,7 +35,7 @@ LAYERS = [
     ("gpu_backend", ["gpu_backend"], ["core", "mpi"], "gpu_backend/\\nCudaDevice, NcclCommunicator"),
     ("launcher", ["launcher"], ["core", "cpu_backend", "gpu_backend", "mpi"], "launcher/\\nrun_program, --backend, --comm"),
     ("lessons", ["lessons"], ["core", "io", "parallel", "model", "launcher"], "lessons/\\nlesson.h, NN_name/main.cpp"),
-    ("tools", ["tools"], ["core", "io", "parallel", "model", "launcher", "mpi"], "tools/\\ntp_train, tp_bench"),
+    ("tools", ["tools"], ["core", "io", "parallel", "model", "launcher", "mpi"], "tools/\\ntp_train, tp_preflight, tp_bench"),
     ("cuda_emu", ["tests/cuda_emu"], [], "tests/cuda_emu/\\nCUDA, cuBLAS, NCCL on the CPU"),
     ("tests", ["tests"], ["core", "io", "parallel", "model", "cpu_backend", "mpi", "gpu_backend", "launcher"],
      "tests/"),

@@ -287,6 +287,13 @@ expect "heads not divisible by t" 2 "heads=6 is not divisible by t=4" 4 "${tt[@]
 expect "several config problems at once" 2 "4 problems: hidden=50 is not divisible by heads=4" 2 "${tt[@]}" --hidden 50 --heads 4 --ffn 7 --kv-heads 3
 expect "--sp with seq not divisible by t" 2 "seq=10 is not divisible by t=4: sequence parallelism gives each rank seq/t tokens" 4 "${tt[@]}" --sp --seq 10
 expect "kv_heads not divisible by t" 2 "kv_heads=2 is not divisible by t=4" 4 "${tt[@]}" --heads 4 --kv-heads 2
+# The preflight (tools/tp_preflight, the same checks tp_train runs): every problem at once and exit
+# 2; a valid config exits 0 and predicts seed 002's all-reduce (64 MiB at t = 8: 0.26 ms on NVLink,
+# 2.35 ms on InfiniBand, β terms).
+expect "tp_preflight: every problem at once" 2 "# problems: 4" 1 \
+  "$BUILD/bin/tp_preflight" --hidden 50 --heads 4 --ffn 7 --kv-heads 3 -t 2
+expect "tp_preflight: seed 002's all-reduce on NVLink" 0 "0.26 ms (+α" 1 "$BUILD/bin/tp_preflight" --model qwen3-8b -t 8
+expect "tp_preflight: seed 002's all-reduce on InfiniBand" 0 "2.35 ms (+α" 1 "$BUILD/bin/tp_preflight" --model qwen3-8b -t 8
 expect "missing data file" 2 "cannot open data file $tmp/none.txt" 2 "${tt[@]}" --data "$tmp/none.txt"
 expect "data file too short" 2 "has 1 bytes; one training sequence needs seq + 1 = 65" 2 "${tt[@]}" --data "$tmp/tiny.txt"
 expect "missing checkpoint" 2 "cannot open checkpoint $tmp/none.safetensors" 2 "${tt[@]}" --load "$tmp/none.safetensors"

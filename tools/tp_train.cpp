@@ -29,6 +29,7 @@
 #include "model/data.h"
 #include "model/gpt.h"
 #include "model/memory.h"
+#include "model/preflight.h"
 #include "model/train.h"
 #include "observe/alpha_beta.h"
 #include "observe/svg_plot.h"
@@ -99,17 +100,17 @@ int train(Context& ctx) {
   // Check every flag before anything allocates or communicates; report all problems at once.
   std::vector<std::string> problems;
   if (steps < 0) problems.push_back("--steps=" + std::to_string(steps) + " must be 0 or more");
-  if (batch < 1) problems.push_back("--batch=" + std::to_string(batch) + " must be at least 1");
   if (!data.empty() && cfg.vocab != 0 && cfg.vocab != 256)
     problems.push_back("--data uses byte tokens (V = 256); drop --vocab=" +
                        std::to_string(cfg.vocab));
   if (cfg.vocab == 0) cfg.vocab = 256;
-  for (const auto& p : cfg.problems(world.size())) problems.push_back(p);
-  if (!problems.empty()) {
-    std::string all = problems.size() == 1 ? "" : std::to_string(problems.size()) + " problems: ";
-    for (size_t i = 0; i < problems.size(); ++i) all += (i ? "; " : "") + problems[i];
-    TP_CHECK_INPUT(false, all);
-  }
+  // The preflight's checks (lib/model/preflight.h; tp_preflight prints the same), one line each.
+  PreflightInput pre;
+  pre.model = cfg;
+  pre.batch = batch;
+  pre.t = world.size();
+  for (const auto& p : preflight(pre).problems) problems.push_back(p);
+  TP_CHECK_INPUT(problems.empty(), problems_message(problems));
 
   std::unique_ptr<TokenSource> source;
   if (data.empty())

@@ -43,8 +43,16 @@ std::vector<std::string> GptConfig::problems(int t) const {
                            divisors(heads));
   need(heads % kv() == 0, "heads=" + std::to_string(heads) + " is not divisible by kv_heads=" +
                               std::to_string(kv()) + "; choose kv_heads in " + divisors(heads));
-  need(kv() % t == 0, "kv_heads=" + std::to_string(kv()) + " is not divisible by t=" + ts +
-                          "; run with t in " + divisors(kv()) + " or raise --kv-heads");
+  // kv_heads < t with t % kv_heads = 0 could be served by storing every KV head on t/kv_heads
+  // ranks (KV-head replication); this model does not, but the message names it as the other fix.
+  const bool replicable = kv() > 0 && kv() < t && t % kv() == 0;
+  need(kv() % t == 0,
+       "kv_heads=" + std::to_string(kv()) + " is not divisible by t=" + ts + "; run with t in " +
+           divisors(kv()) + " or raise --kv-heads" +
+           (replicable ? " to " + ts + " (or keep " + std::to_string(t / kv()) +
+                             " copies of each KV head, one per rank: KV-head replication, which "
+                             "this model does not do; tp_preflight --kv-replication plans it)"
+                       : ""));
   need(inner() % t == 0, "ffn=" + std::to_string(inner()) + " is not divisible by t=" + ts +
                              "; run with t in " + divisors(inner()) + " or change --ffn");
   need(overlap == "none" || overlap == "async" || overlap == "ring",

@@ -1,0 +1,469 @@
+#include "model/preflight.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "core/error.h"
+#include "model/memory.h"
+#include "observe/alpha_beta.h"
+#include "observe/comm_ledger.h"
+
+namespace tp {
+
+namespace {
+
+template <typename... Args>
+std::string format(const char* fmt, Args... args) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf, fmt, args...);
+  return buf;
+}
+
+// Memory in decimal units (GB = 10⁹ bytes, as seed 002's tables count).
+std::string bytes_str(double b) {
+  if (b >= 1e9) return format("%.2f GB", b / 1e9);
+  if (b >= 1e6) return format("%.2f MB", b / 1e6);
+  if (b >= 1e3) return format("%.2f kB", b / 1e3);
+  return format("%.0f B", b);
+}
+
+// Message sizes in binary units (seed 002's "64 MiB").
+std::string mib_str(double b) {
+  if (b >= 1073741824.0) return format("%.2f GiB", b / 1073741824.0);
+  if (b >= 1048576.0) return format("%.1f MiB", b / 1048576.0);
+  if (b >= 1024.0) return format("%.1f KiB", b / 1024.0);
+  return format("%.0f B", b);
+}
+
+std::string time_str(double s) {
+  if (s >= 1.0) return format("%.2f s", s);
+  if (s >= 1e-4) return format("%.2f ms", s * 1e3);
+  return format("%.1f µs", s * 1e6);
+}
+
+std::string count_str(int64_t n) {
+  if (n >= 1000000000) return format("%.2fB", n / 1e9);
+  if (n >= 1000000) return format("%.2fM", n / 1e6);
+  if (n >= 1000) return format("%.1fk", n / 1e3);
+  return std::to_string(n);
+}
+
+// `s` padded with spaces to `width` characters (UTF-8 aware: "α" and "µ" count once).
+std::string pad(const std::string& s, size_t width) {
+  size_t chars = 0;
+  for (unsigned char ch : s) chars += (ch & 0xC0) != 0x80;
+  return chars >= width ? s : s + std::string(width - chars, ' ');
+}
+
+// `s` right-aligned in `width` characters (UTF-8 aware).
+std::string rpad(const std::string& s, size_t width) {
+  size_t chars = 0;
+  for (unsigned char ch : s) chars += (ch & 0xC0) != 0x80;
+  return chars >= width ? s : std::string(width - chars, ' ') + s;
+}
+
+const char* split_name(Split s) {
+  return s == Split::Columns ? "columns" : s == Split::Rows ? "rows" : "replicated";
+}
+
+// The parameters of tp::Gpt for `cfg` at t with a padded vocabulary of `vocab_rows`, in its
+// ParamList order (Gpt's constructor, TransformerBlock, ParallelAttention, ParallelMLP, Norm).
+std::vector<PreflightTensor> model_tensors(const GptConfig& c, int t, int64_t vocab_rows) {
+  std::vector<PreflightTensor> out;
+  auto add = [&](const std::string& name, Shape global, Split split, bool per_layer) {
+    PreflightTensor x;
+    x.name = name;
+    x.global = global;
+    x.split = split;
+    x.per_layer = per_layer;
+    const int last = global.ndim() - 1;
+    x.local = split == Split::Columns ? global.with(last, global[last] / t)
+              : split == Split::Rows  ? global.with(0, global[0] / t)
+                                      : global;
+    out.push_back(x);
+  };
+  auto norm = [&](const std::string& name, bool per_layer) {
+    add(name + ".weight", Shape{c.hidden}, Split::Replicated, per_layer);
+    if (c.norm == "layernorm") add(name + ".bias", Shape{c.hidden}, Split::Replicated, per_layer);
+  };
+  auto column = [&](const std::string& name, int64_t in, int64_t o) {
+    add(name + ".weight", Shape{in, o}, Split::Columns, true);
+    add(name + ".bias", Shape{o}, Split::Columns, true);
+  };
+  auto row = [&](const std::string& name, int64_t in, int64_t o) {
+    add(name + ".weight", Shape{in, o}, Split::Rows, true);
+    add(name + ".bias", Shape{o}, Split::Replicated, true);
+  };
+  const int64_t h = c.hidden, hd = c.head_dim(), f = c.inner();
+  add("transformer.wte.weight", Shape{vocab_rows, h}, Split::Rows, false);
+  add("transformer.wpe.weight", Shape{c.seq, h}, Split::Replicated, false);
+  const std::string b = "transformer.h.0.";
+  norm(b + "ln_1", true);
+  column(b + "attn.q", h, c.heads * hd);
+  column(b + "attn.k", h, c.kv() * hd);
+  column(b + "attn.v", h, c.kv() * hd);
+  row(b + "attn.c_proj", c.heads * hd, h);
+  norm(b + "ln_2", true);
+  column(b + "mlp.c_fc", h, f);
+  if (c.act == "swiglu") column(b + "mlp.c_gate", h, f);
+  row(b + "mlp.c_proj", f, h);
+  norm("transformer.ln_f", false);
+  if (!c.tied) add("lm_head.weight", Shape{vocab_rows, h}, Split::Rows, false);
+  return out;
+}
+
+}  // namespace
+
+std::vector<PlannedCollective> step_collectives(const GptConfig& c, int64_t batch, int t,
+                                                int64_t d) {
+  std::vector<PlannedCollective> out;
+  if (t <= 1) return out;
+  const int64_t N = c.seq * batch, Nh = N * c.hidden, L = c.layers;
+  auto add = [&](const char* op, int64_t elements, int64_t bytes_each, int count, bool per_layer,
+                 const char* pass, const char* why) {
+    out.push_back({op, elements, elements * bytes_each, count, per_layer, pass, why});
+  };
+  const char *fwd = "forward", *bwd = "backward", *after = "after backward";
+  if (!c.sp) {
+    add("all_reduce", Nh, d, 1, false, fwd, "embedding: each rank looked up its own ids");
+    add("all_reduce", Nh, d, 2, true, fwd,
+        "g: after attention's and the MLP's row-parallel c_proj");
+  } else {
+    add("reduce_scatter", Nh, d, 1, false, fwd, "embedding: summed, each rank keeps S/t tokens");
+    add("all_gather", Nh, d, 2, true, fwd, "the S/t-token input of attention and of the MLP");
+    add("reduce_scatter", Nh, d, 2, true, fwd, "after attention's and the MLP's c_proj");
+    add("all_gather", Nh, d, 1, false, fwd, "ln_f's output, for the head");
+  }
+  add("all_reduce_max", N, 4, 1, false, fwd, "loss: the row max of the logits");
+  add("all_reduce", N, 4, 2, false, fwd, "loss: Σ exp and the target logit");
+  if (!c.sp) {
+    add("all_reduce", Nh, d, 1, false, bwd, "the head's dX");
+    add("all_reduce", Nh, d, 2, true, bwd, "f: dX of attention's q, k, v and of the MLP's c_fc");
+  } else {
+    add("reduce_scatter", Nh, d, 1, false, bwd, "the head's dX");
+    add("all_gather", Nh, d, 2, true, bwd, "dY of each row-parallel c_proj");
+    add("all_gather", Nh, d, 2, true, bwd, "the kept S/t-token input, gathered again");
+    add("reduce_scatter", Nh, d, 2, true, bwd, "dX of attention and of the MLP");
+    add("all_gather", Nh, d, 1, false, bwd, "the embedding's dY");
+    const int64_t nv = c.norm == "layernorm" ? 2 : 1;
+    add("all_reduce", c.seq * c.hidden + L * (2 * nv + 2) * c.hidden + nv * c.hidden, d, 1, false,
+        after, "partial gradients of wpe, the norms and the c_proj biases");
+  }
+  add("all_reduce", 1, 4, 1, false, after, "the gradient norm");
+  return out;
+}
+
+Preflight preflight(const PreflightInput& in) {
+  Preflight p;
+  p.in = in;
+  p.cfg = in.model;
+  const int t = in.t;
+  auto problem = [&](bool ok, const std::string& msg) {
+    if (!ok) p.problems.push_back(msg);
+  };
+  problem(in.batch >= 1, "--batch=" + std::to_string(in.batch) + " must be at least 1");
+  problem(in.dtype_bytes >= 1, "the bytes per value must be at least 1");
+  problem(in.flops > 0, "the FLOP rate must be positive");
+  problem(in.nodes >= 0 && in.gpus_per_node >= 0,
+          "--nodes and --gpus-per-node must be positive (or 0: not given)");
+  problem(t >= 1, "t=" + std::to_string(t) + " must be at least 1");
+  if (t < 1) return p;  // every further check divides by t
+
+  // KV-head replication: with nkv | t and nh | t each rank can hold one KV head, stored on t/nkv
+  // ranks; per rank that is the model with nkv = t.
+  const int64_t kv = in.model.kv();
+  if (in.kv_replication && kv >= 1 && kv < t && t % kv == 0 && in.model.heads % t == 0) {
+    p.kv_copies = t / kv;
+    p.cfg.kv_heads = t;
+    p.notes.push_back("kv_heads=" + std::to_string(kv) + " < t=" + std::to_string(t) +
+                      ": KV-head replication, " + std::to_string(p.kv_copies) +
+                      " copies of each KV head (one per rank, shared by its " +
+                      std::to_string(in.model.heads / t) +
+                      " query heads); the shards and memory below count the copies");
+  }
+  for (const std::string& m : p.cfg.problems(t)) p.problems.push_back(m);
+
+  const int64_t gpus = static_cast<int64_t>(in.nodes) * in.gpus_per_node;
+  problem(gpus == 0 || t <= gpus,
+          format("t=%d needs %d GPUs but the job has %d nodes x %d GPUs = %lld; lower t or add "
+                 "nodes",
+                 t, t, in.nodes, in.gpus_per_node, static_cast<long long>(gpus)));
+  if (gpus > 0 && t <= gpus && gpus % t != 0)
+    p.warnings.push_back(format("%lld GPUs do not split into TP groups of %d: %lld stay idle",
+                                static_cast<long long>(gpus), t, static_cast<long long>(gpus % t)));
+  if (in.gpus_per_node > 0 && t > in.gpus_per_node)
+    p.warnings.push_back(format(
+        "t=%d > %d GPUs per node: each TP group spans %d nodes, so every all-reduce of every "
+        "layer crosses the inter-node link (InfiniBand below); keep t <= %d and put data or "
+        "pipeline parallelism across nodes",
+        t, in.gpus_per_node, (t + in.gpus_per_node - 1) / in.gpus_per_node, in.gpus_per_node));
+  if (!p.problems.empty()) return p;
+
+  const GptConfig& c = p.cfg;
+  p.padded_vocab = c.padded_vocab(t);
+  if (p.padded_vocab != c.vocab)
+    p.notes.push_back(format(
+        "vocab=%lld is padded to %lld (+%lld rows, a multiple of %lld) so that each rank owns "
+        "%lld rows of wte%s; the padding is never looked up and never wins the softmax",
+        static_cast<long long>(c.vocab), static_cast<long long>(p.padded_vocab),
+        static_cast<long long>(p.padded_vocab - c.vocab),
+        static_cast<long long>(c.pad_vocab_multiple * t),
+        static_cast<long long>(p.padded_vocab / t), c.tied ? "" : " and lm_head"));
+
+  // Shards and parameters.
+  p.tensors = model_tensors(c, t, p.padded_vocab);
+  for (const PreflightTensor& x : p.tensors)
+    p.params_per_rank += x.local.numel() * (x.per_layer ? c.layers : 1);
+  for (const PreflightTensor& x : model_tensors(in.model, 1, in.model.vocab)) {
+    p.params_total += x.global.numel() * (x.per_layer ? c.layers : 1);
+    if (x.per_layer) p.params_per_layer += x.global.numel();
+  }
+  const int64_t P = p.params_per_rank, d = in.dtype_bytes;
+  p.weight_bytes = P * d;
+  p.grad_bytes = P * d;
+  p.adamw_bytes = P * 8 + (d < 4 ? P * 4 : 0);
+
+  // Activations per layer.
+  const int64_t S = c.seq, B = in.batch, N = S * B;
+  GptConfig plain = c, with_sp = c;
+  plain.sp = false;
+  with_sp.sp = true;
+  p.act_impl_tp = block_activation_bytes(plain, S, B, t);
+  p.act_impl_sp = block_activation_bytes(with_sp, S, B, t);
+  const double sbh = static_cast<double>(N) * static_cast<double>(c.hidden);
+  const double scores = 5.0 * static_cast<double>(c.heads) * S * S * B;  // 5 a s² b
+  p.act_k_none_flash = 34.0 * sbh;
+  p.act_k_tp_flash = (10.0 + 24.0 / t) * sbh;
+  p.act_k_sp_flash = 34.0 / t * sbh;
+  p.act_k_none = p.act_k_none_flash + scores;
+  p.act_k_tp = p.act_k_tp_flash + scores / t;
+  p.act_k_sp = p.act_k_sp_flash + scores / t;
+  p.logits_bytes = N * (p.padded_vocab / t) * 4;
+
+  // Collectives, compute and the links.
+  p.collectives = step_collectives(plain, B, t, d);
+  p.collectives_sp = step_collectives(with_sp, B, t, d);
+  p.layer_compute =
+      6.0 * static_cast<double>(p.params_per_layer) * static_cast<double>(N) / t / in.flops;
+  for (const char* name : {"nvlink", "ib"}) {
+    LinkEstimate e;
+    e.link = *parse_link(name);
+    const int64_t ar = N * c.hidden * d;
+    e.all_reduce_beta = ring_wire_bytes("all_reduce", t, ar) / e.link.model.beta;
+    e.all_reduce = predict_seconds("all_reduce", t, ar, e.link.model);
+    for (const auto* list : {&p.collectives, &p.collectives_sp})
+      for (const PlannedCollective& k : *list)
+        if (k.per_layer)
+          (list == &p.collectives ? e.layer_comm : e.layer_comm_sp) +=
+              k.count * predict_seconds(k.op, t, k.bytes, e.link.model);
+    p.links.push_back(e);
+  }
+  const double fast = c.sp ? p.links[0].layer_comm_sp : p.links[0].layer_comm;
+  if (t > 1 && fast > 0.3 * p.layer_compute)
+    p.warnings.push_back(format(
+        "communication is %.0f%% of compute per layer even on NVLink (%s vs %s at %.0f "
+        "TFLOPS): above seed 001's 30%% mark. Both grow with the tokens, so a larger batch does "
+        "not help; the share grows with t and falls with h: use the smallest t that fits",
+        100.0 * fast / p.layer_compute, time_str(fast).c_str(), time_str(p.layer_compute).c_str(),
+        in.flops / 1e12));
+  return p;
+}
+
+std::string problems_message(const std::vector<std::string>& problems) {
+  if (problems.size() == 1) return problems[0];
+  std::string head = std::to_string(problems.size()) + " problems: ";
+  // "error: " (the launcher's prefix) + head: the width the further lines are indented by.
+  const std::string indent(7 + head.size(), ' ');
+  std::string all = head;
+  for (size_t i = 0; i < problems.size(); ++i) all += (i ? "\n" + indent : "") + problems[i];
+  return all;
+}
+
+std::string preflight_report(const Preflight& p) {
+  std::ostringstream os;
+  const PreflightInput& in = p.in;
+  const GptConfig& c = p.cfg;
+  const int t = in.t;
+  os << "model: " << in.model.str() << "\n";
+  os << "step: batch " << in.batch << " x seq " << in.model.seq << " = " << in.batch * in.model.seq
+     << " tokens, t = " << t << ", " << in.dtype_bytes << " bytes per value";
+  if (in.nodes > 0 || in.gpus_per_node > 0)
+    os << ", " << in.nodes << " nodes x " << in.gpus_per_node << " GPUs";
+  os << "\n";
+  os << "\n# problems: " << p.problems.size() << "\n";
+  for (const auto& m : p.problems) os << "  ✗ " << m << "\n";
+  if (!p.warnings.empty()) os << "# warnings\n";
+  for (const auto& m : p.warnings) os << "  ! " << m << "\n";
+  if (!p.notes.empty()) os << "# notes\n";
+  for (const auto& m : p.notes) os << "  · " << m << "\n";
+  if (!p.problems.empty()) {
+    os << "\nshards, memory and time are left out until the problems are fixed\n";
+    return os.str();
+  }
+
+  os << "\n# shards: every rank holds the same shapes (this project's GPT: weights stored [in, "
+        "out], biases, learned positions)\n";
+  std::vector<std::string> names;
+  size_t w = 6;
+  for (const PreflightTensor& x : p.tensors) {
+    std::string name = x.name;
+    if (x.per_layer)
+      name.replace(name.find(".h.0.") + 3, 1,
+                   c.layers > 1 ? "{0.." + std::to_string(c.layers - 1) + "}" : "0");
+    names.push_back(name);
+    w = std::max(w, name.size());
+  }
+  os << "  " << pad("tensor", w) << "  " << pad("global", 16) << pad("split", 12) << "per rank\n";
+  for (size_t i = 0; i < p.tensors.size(); ++i) {
+    const PreflightTensor& x = p.tensors[i];
+    os << "  " << pad(names[i], w) << "  " << pad(x.global.str(), 16)
+       << pad(split_name(x.split), 12) << x.local.str() << "\n";
+  }
+  os << "  parameters: " << count_str(p.params_total) << " in the model, "
+     << count_str(p.params_per_rank) << " held by each rank (replicated ones and padding rows "
+     << "included)\n";
+
+  const int64_t L = c.layers;
+  const bool fp32 = in.dtype_bytes >= 4;
+  const double act_total = fp32 ? static_cast<double>(c.sp ? p.act_impl_sp : p.act_impl_tp) * L
+                                : (c.sp ? p.act_k_sp_flash : p.act_k_tp_flash) * L;
+  os << "\n# memory per rank (GB = 10^9 bytes)\n";
+  os << format("  %-52s %12s\n", "weights (P x d)", bytes_str(p.weight_bytes).c_str());
+  os << format("  %-52s %12s\n", "gradients (P x d)", bytes_str(p.grad_bytes).c_str());
+  os << format("  %-52s %12s\n",
+               fp32 ? "AdamW exp_avg + exp_avg_sq (P x 8)"
+                    : "AdamW exp_avg + exp_avg_sq + fp32 master (P x 12)",
+               bytes_str(p.adamw_bytes).c_str());
+  os << format("  activations, per layer and for all %lld layers:\n", static_cast<long long>(L));
+  auto act = [&](const char* what, double per_layer) {
+    os << format("    %-50s %12s %12s\n", what, bytes_str(per_layer).c_str(),
+                 bytes_str(per_layer * L).c_str());
+  };
+  act("this implementation (fp32), TP", p.act_impl_tp);
+  act("this implementation (fp32), TP + SP", p.act_impl_sp);
+  act("Korthikanti, no TP: sbh*34 + 5as^2b", p.act_k_none);
+  act(format("Korthikanti, TP: sbh*(10 + 24/%d) + 5as^2b/%d", t, t).c_str(), p.act_k_tp);
+  act(format("Korthikanti, TP + SP: sbh*34/%d + 5as^2b/%d", t, t).c_str(), p.act_k_sp);
+  act("  with FlashAttention (no s x s scores), no TP", p.act_k_none_flash);
+  act("  with FlashAttention, TP", p.act_k_tp_flash);
+  act("  with FlashAttention, TP + SP", p.act_k_sp_flash);
+  os << "    (Korthikanti et al. 2022: 16-bit values, 1-byte masks, f = 4h, nkv = nh)\n";
+  os << format(
+      "  %-52s %12s\n",
+      format("logits, fp32 (N x V'/t = %lld x %lld)", static_cast<long long>(in.batch * c.seq),
+             static_cast<long long>(p.padded_vocab / t))
+          .c_str(),
+      bytes_str(p.logits_bytes).c_str());
+  os << format("  %-52s %12s\n",
+               format("total, %s activations%s", fp32 ? "this implementation's" : "FlashAttention",
+                      c.sp ? " with SP" : "")
+                   .c_str(),
+               bytes_str(p.weight_bytes + p.grad_bytes + p.adamw_bytes + act_total +
+                         static_cast<double>(p.logits_bytes))
+                   .c_str());
+
+  auto collectives = [&](const std::vector<PlannedCollective>& list, const char* title) {
+    os << "\n# collectives of one step, " << title << " (N = " << in.batch * c.seq
+       << " tokens; per rank under the ring model)\n";
+    if (list.empty()) {
+      os << "  none at t = 1\n";
+      return;
+    }
+    double per_layer = 0, once = 0;
+    for (const PlannedCollective& k : list) {
+      const double wire = k.count * ring_wire_bytes(k.op, t, k.bytes);
+      (k.per_layer ? per_layer : once) += wire;
+      os << format("  %-14s %-15s %d x %-10s sends %10s  %s%s\n", k.pass.c_str(), k.op.c_str(),
+                   k.count, mib_str(static_cast<double>(k.bytes)).c_str(), mib_str(wire).c_str(),
+                   k.per_layer ? "per layer: " : "", k.why.c_str());
+    }
+    os << "  per rank: " << mib_str(per_layer) << " per layer, " << mib_str(per_layer * L)
+       << " for " << L << " layers, + " << mib_str(once) << " once per step\n";
+  };
+  collectives(p.collectives, "plain TP");
+  collectives(p.collectives_sp, "TP + SP");
+
+  const int64_t ar_bytes = in.batch * c.seq * c.hidden * in.dtype_bytes;
+  os << "\n# time per layer, forward + backward, one rank\n";
+  os << format("  compute: 6 x %s parameters x %lld tokens / t = %.3g FLOP at %.0f TFLOPS: %s\n",
+               count_str(p.params_per_layer).c_str(), static_cast<long long>(in.batch * c.seq),
+               6.0 * p.params_per_layer * in.batch * c.seq / t, in.flops / 1e12,
+               time_str(p.layer_compute).c_str());
+  if (t > 1) {
+    os << format(
+        "  one all-reduce of [%lld, %lld, %lld] x %lld bytes = %s sends 2(t-1)/t x %s "
+        "= %s per rank\n",
+        static_cast<long long>(in.batch), static_cast<long long>(c.seq),
+        static_cast<long long>(c.hidden), static_cast<long long>(in.dtype_bytes),
+        mib_str(static_cast<double>(ar_bytes)).c_str(),
+        mib_str(static_cast<double>(ar_bytes)).c_str(),
+        mib_str(ring_wire_bytes("all_reduce", t, ar_bytes)).c_str());
+    os << "  " << pad("link", 30)
+       << format("%24s %12s %12s %18s\n", "one all-reduce", "layer, TP", "layer, SP",
+                 c.sp ? "comm/compute, SP" : "comm/compute, TP");
+    for (const LinkEstimate& e : p.links) {
+      const double mine = c.sp ? e.layer_comm_sp : e.layer_comm;
+      os << "  " << pad(e.link.str(), 30) << rpad(time_str(e.all_reduce_beta), 10) << " (+α "
+         << rpad(time_str(e.all_reduce), 9) << ") " << rpad(time_str(e.layer_comm), 12) << " "
+         << rpad(time_str(e.layer_comm_sp), 12) << format(" %17.2fx\n", mine / p.layer_compute);
+    }
+    int per_layer = 0;  // plain TP: every per-layer collective is an all-reduce of N·h
+    for (const PlannedCollective& k : p.collectives) per_layer += k.per_layer ? k.count : 0;
+    const int64_t n = per_layer * c.layers;
+    os << format(
+        "  all %lld layers, plain TP: %lld all-reduces, %s on %s and %s on %s (β terms; "
+        "%s and %s with α); compute %s\n",
+        static_cast<long long>(c.layers), static_cast<long long>(n),
+        time_str(n * p.links[0].all_reduce_beta).c_str(), p.links[0].link.name.c_str(),
+        time_str(n * p.links[1].all_reduce_beta).c_str(), p.links[1].link.name.c_str(),
+        time_str(n * p.links[0].all_reduce).c_str(), time_str(n * p.links[1].all_reduce).c_str(),
+        time_str(c.layers * p.layer_compute).c_str());
+    os << "  (the first time is the β term alone, seed 002's way of counting; +α adds the "
+       << 2 * (t - 1) << " ring steps' latency. A forward all-reduce sits on the critical "
+       << "path: the next operation needs its result. Only a split of the GEMMs around it hides "
+       << "part of it: tp_train --overlap async|ring, lesson 11)\n";
+  } else {
+    os << "  t = 1: nothing to communicate\n";
+  }
+  return os.str();
+}
+
+GptConfig model_preset(const std::string& name) {
+  GptConfig c;
+  auto set = [&](int64_t L, int64_t h, int64_t nh, int64_t nkv, int64_t f, int64_t V, int64_t S,
+                 const char* act, const char* norm, bool tied) {
+    c.layers = L;
+    c.hidden = h;
+    c.heads = nh;
+    c.kv_heads = nkv;
+    c.ffn = f;
+    c.vocab = V;
+    c.seq = S;
+    c.act = act;
+    c.norm = norm;
+    c.tied = tied;
+  };
+  if (name == "gpt2-small")
+    set(12, 768, 12, 12, 3072, 50257, 1024, "gelu", "layernorm", true);
+  else if (name == "gpt2-medium")
+    set(24, 1024, 16, 16, 4096, 50257, 1024, "gelu", "layernorm", true);
+  else if (name == "qwen3-8b")  // seed 002's model, at its 8K-token sample
+    set(36, 4096, 32, 8, 12288, 151936, 8192, "swiglu", "rmsnorm", false);
+  else if (name == "llama2-7b")
+    set(32, 4096, 32, 32, 11008, 32000, 4096, "swiglu", "rmsnorm", false);
+  else if (name == "llama2-70b")
+    set(80, 8192, 64, 8, 28672, 32000, 4096, "swiglu", "rmsnorm", false);
+  else {
+    std::string names;
+    for (const auto& n : model_preset_names()) names += (names.empty() ? "" : ", ") + n;
+    TP_CHECK_INPUT(false, "--model=", name, ": expected one of ", names);
+  }
+  return c;
+}
+
+std::vector<std::string> model_preset_names() {
+  return {"gpt2-small", "gpt2-medium", "qwen3-8b", "llama2-7b", "llama2-70b"};
+}
+
+}  // namespace tp

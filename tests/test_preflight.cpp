@@ -1,0 +1,374 @@
+// test_preflight.cpp — the preflight (lib/model/preflight.h) against the real model.
+//
+//   - every kind of problem is found, all at once, each with its fix; notes and warnings do not
+//     count as problems;
+//   - seed 002's worked numbers (Qwen3-8B at t = 8): 64 MiB per all-reduce, 0.26 ms on NVLink and
+//     2.3 ms on InfiniBand (β terms), ≈ 3 ms of compute per layer, the activation table
+//     (1.14 / 0.44 / 0.14 GB per layer) and 0.62 GB of fp32 logits per rank;
+//   - the shards: for t = 1..4 and every rank r < t, a real tp::Gpt is built on a communicator that
+//     says it is rank r of t (it never communicates: construction allocates shards only), and every
+//     parameter's name, global shape, split and shard shape, the weight, gradient and AdamW bytes
+//     must equal the preflight's (GeLU + LayerNorm tied, SwiGLU + RMSNorm untied with GQA, KV-head
+//     replication planned as the model with nkv = t);
+//   - the collectives: one training step of a real tp::Gpt on the world (t = np), plain TP and SP,
+//     must record exactly the preflight's collectives (op and elements, forward and backward), and
+//     block 0's activations in the memory ledger must equal the preflight's.
+// Runs under mpirun -np 1, 2, 3, 4 (the first three parts are the same at every np).
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/communicator.h"
+#include "core/error.h"
+#include "model/adamw.h"
+#include "model/gpt.h"
+#include "model/preflight.h"
+#include "model_test_helpers.h"
+#include "test_util.h"
+
+namespace {
+
+using namespace tp;
+using tp::testing::device;
+using tp::testing::markov_batch;
+using tp::testing::world;
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+// The one problem that contains `part` (and that there is exactly one).
+bool has_one(const std::vector<std::string>& list, const std::string& part) {
+  int n = 0;
+  for (const auto& s : list) n += contains(s, part);
+  return n == 1;
+}
+
+PreflightInput small(int t) {
+  PreflightInput in;
+  in.model.layers = 2;
+  in.model.hidden = 48;
+  in.model.heads = 12;
+  in.model.ffn = 96;
+  in.model.vocab = 64;
+  in.model.seq = 12;
+  in.batch = 2;
+  in.t = t;
+  return in;
+}
+
+// ---- 1. Problems, notes, warnings --------------------------------------------------------------
+
+TEST(PreflightProblems, AValidConfigHasNone) {
+  for (int t : {1, 2, 3, 4}) {
+    const Preflight p = preflight(small(t));
+    EXPECT_TRUE(p.problems.empty()) << t << ": " << p.problems.size();
+    EXPECT_FALSE(p.tensors.empty()) << t;
+  }
+}
+
+TEST(PreflightProblems, EveryKindAtOnce) {
+  // tp_train's "several problems" case: hidden % heads, heads % kv, kv % t, ffn % t.
+  PreflightInput in = small(2);
+  in.model.hidden = 50;
+  in.model.heads = 4;
+  in.model.ffn = 7;
+  in.model.kv_heads = 3;
+  Preflight p = preflight(in);
+  ASSERT_EQ(p.problems.size(), 4u);
+  EXPECT_TRUE(has_one(p.problems, "hidden=50 is not divisible by heads=4"));
+  EXPECT_TRUE(has_one(p.problems, "heads=4 is not divisible by kv_heads=3"));
+  EXPECT_TRUE(has_one(p.problems, "kv_heads=3 is not divisible by t=2; run with t in {1, 3}"));
+  EXPECT_TRUE(has_one(p.problems, "ffn=7 is not divisible by t=2; run with t in {1, 7}"));
+  EXPECT_TRUE(p.tensors.empty());  // nothing is computed for a config that cannot run
+
+  in = small(5);  // heads 12, ffn 96, hidden 48: none divides by 5
+  p = preflight(in);
+  EXPECT_TRUE(has_one(p.problems, "heads=12 is not divisible by t=5 (the number of ranks)"));
+  EXPECT_TRUE(has_one(p.problems, "kv_heads=12 is not divisible by t=5"));
+  EXPECT_TRUE(has_one(p.problems, "ffn=96 is not divisible by t=5"));
+  EXPECT_EQ(p.problems.size(), 3u);
+
+  in = small(0);
+  EXPECT_TRUE(has_one(preflight(in).problems, "t=0 must be at least 1"));
+  in = small(2);
+  in.batch = 0;
+  EXPECT_TRUE(has_one(preflight(in).problems, "--batch=0 must be at least 1"));
+}
+
+TEST(PreflightProblems, SequenceOnlyUnderSequenceParallelism) {
+  PreflightInput in = small(4);
+  in.model.seq = 10;
+  EXPECT_TRUE(preflight(in).problems.empty());  // plain TP keeps whole sequences
+  in.model.sp = true;
+  const Preflight p = preflight(in);
+  ASSERT_EQ(p.problems.size(), 1u);
+  EXPECT_TRUE(contains(p.problems[0], "seq=10 is not divisible by t=4"));
+  EXPECT_TRUE(contains(p.problems[0], "run with t in {1, 2, 5, 10}"));
+}
+
+TEST(PreflightProblems, KvHeadsBelowTAreReplicatedOnlyWhenAsked) {
+  PreflightInput in = small(4);
+  in.model.kv_heads = 2;  // 12 query heads, 2 KV heads, t = 4: each KV head on 2 ranks
+  Preflight p = preflight(in);
+  ASSERT_EQ(p.problems.size(), 1u);
+  EXPECT_TRUE(contains(p.problems[0], "kv_heads=2 is not divisible by t=4"));
+  EXPECT_TRUE(contains(p.problems[0], "2 copies of each KV head"));
+  in.kv_replication = true;
+  p = preflight(in);
+  EXPECT_TRUE(p.problems.empty()) << p.problems.size();
+  EXPECT_EQ(p.kv_copies, 2);
+  EXPECT_TRUE(has_one(p.notes, "KV-head replication, 2 copies of each KV head"));
+  for (const PreflightTensor& x : p.tensors)
+    if (contains(x.name, "attn.k.weight")) {
+      EXPECT_EQ(x.local, Shape({48, 4})) << x.name;  // one KV head of 4 = 48/12
+    }
+  // Not replicable: 3 KV heads over t = 2 (t % 3 ≠ 0), asked or not.
+  in = small(2);
+  in.model.kv_heads = 3;
+  in.kv_replication = true;
+  p = preflight(in);
+  EXPECT_TRUE(has_one(p.problems, "kv_heads=3 is not divisible by t=2"));
+  EXPECT_FALSE(contains(p.problems[0] + p.problems.back(), "copies"));
+}
+
+TEST(PreflightProblems, VocabularyIsPaddedNotRefused) {
+  PreflightInput in = small(3);
+  in.model.vocab = 50257;
+  const Preflight p = preflight(in);
+  EXPECT_TRUE(p.problems.empty());
+  EXPECT_EQ(p.padded_vocab, 50259);  // GptConfig::padded_vocab, tp_train's "padded to 50259"
+  EXPECT_TRUE(has_one(p.notes, "vocab=50257 is padded to 50259 (+2 rows"));
+  EXPECT_EQ(p.tensors[0].local, Shape({50259 / 3, 48}));
+}
+
+TEST(PreflightProblems, JobSizeAndNodes) {
+  PreflightInput in = small(4);
+  in.nodes = 1;
+  in.gpus_per_node = 2;
+  Preflight p = preflight(in);
+  EXPECT_TRUE(has_one(p.problems, "t=4 needs 4 GPUs but the job has 1 nodes x 2 GPUs = 2"));
+  in.nodes = 2;
+  p = preflight(in);
+  EXPECT_TRUE(p.problems.empty());
+  EXPECT_TRUE(has_one(p.warnings, "t=4 > 2 GPUs per node: each TP group spans 2 nodes"));
+  in.gpus_per_node = 8;
+  EXPECT_TRUE(preflight(in).warnings.empty() ||
+              !has_one(preflight(in).warnings, "spans"));  // 4 ≤ 8: one node
+}
+
+TEST(PreflightProblems, MessageIsOneLinePerProblem) {
+  EXPECT_EQ(problems_message({"a"}), "a");
+  EXPECT_EQ(problems_message({"a", "b", "c"}),
+            "3 problems: a\n                   b\n"
+            "                   c");
+}
+
+// ---- 2. Seed 002's numbers ---------------------------------------------------------------------
+
+TEST(PreflightSeed002, Qwen3At8) {
+  PreflightInput in;
+  in.model = model_preset("qwen3-8b");
+  in.batch = 1;
+  in.t = 8;
+  in.dtype_bytes = 2;  // bf16
+  const Preflight p = preflight(in);
+  ASSERT_TRUE(p.problems.empty());
+  // One all-reduce of [1, 8192, 4096] bf16 = 64 MiB; each rank sends 2 · 7/8 · 64 = 112 MiB.
+  const double mib = 1048576.0;
+  ASSERT_EQ(p.links.size(), 2u);
+  EXPECT_EQ(p.links[0].link.name, "nvlink");
+  EXPECT_NEAR(p.links[0].all_reduce_beta, 112 * mib / 450e9, 1e-12);
+  EXPECT_NEAR(p.links[0].all_reduce_beta * 1e3, 0.26, 0.005);  // seed 002: "约 0.26 ms"
+  EXPECT_NEAR(p.links[1].all_reduce_beta * 1e3, 2.3, 0.06);    // "约 2.3 ms" (2.35)
+  EXPECT_NEAR(p.links[0].all_reduce - p.links[0].all_reduce_beta, 14 * 3e-6, 1e-12);  // 2(t−1) α
+  // Four all-reduces per layer: ≈ 1.0 ms on NVLink, ≈ 9.4 ms on IB; compute ≈ 3 ms.
+  EXPECT_NEAR(p.links[0].layer_comm, 4 * p.links[0].all_reduce, 1e-12);
+  EXPECT_NEAR(p.links[1].layer_comm * 1e3, 9.4, 0.3);
+  EXPECT_NEAR(p.params_per_layer / 1e9, 0.19, 0.005);
+  EXPECT_NEAR(p.layer_compute * 1e3, 3.0, 0.05);
+  // The activation table, per layer: 34, 10 + 24/8 = 13 and 34/8 = 4.25 · sbh (FlashAttention).
+  EXPECT_NEAR(p.act_k_none_flash / 1e9, 1.14, 0.005);
+  EXPECT_NEAR(p.act_k_tp_flash / 1e9, 0.44, 0.005);
+  EXPECT_NEAR(p.act_k_sp_flash / 1e9, 0.14, 0.005);
+  EXPECT_NEAR(36 * p.act_k_tp_flash / 1e9, 15.7, 0.05);
+  // fp32 logits of one 8K sample: ≈ 5 GB whole, 0.62 GB per rank (18992 vocabulary rows each).
+  EXPECT_EQ(p.tensors[0].local, Shape({18992, 4096}));
+  EXPECT_NEAR(p.logits_bytes / 1e9, 0.62, 0.005);
+  // 36 layers · 4 = 144 all-reduces per step: ≈ 38 ms on NVLink, ≈ 338 ms on IB (β terms).
+  EXPECT_NEAR(144 * p.links[0].all_reduce_beta * 1e3, 38, 0.5);
+  EXPECT_NEAR(144 * p.links[1].all_reduce_beta * 1e3, 338, 1);
+  // "t 开多大": each rank sends 64, 96, 112 MiB per all-reduce at t = 2, 4, 8 (2(t − 1)/t · 64).
+  for (int t : {2, 4, 8}) {
+    PreflightInput at = in;
+    at.t = t;
+    const Preflight q = preflight(at);
+    ASSERT_TRUE(q.problems.empty()) << t;
+    EXPECT_NEAR(q.links[0].all_reduce_beta * 450e9 / mib, 2.0 * (t - 1) / t * 64, 1e-9) << t;
+  }
+  const std::string report = preflight_report(p);
+  EXPECT_TRUE(contains(report, "0.26 ms")) << report;
+  EXPECT_TRUE(contains(report, "2.35 ms")) << report;
+}
+
+// ---- 3. Shards against a real tp::Gpt ----------------------------------------------------------
+
+// Says it is rank `rank` of `size`; any collective is a test failure (building a model moves no
+// data). Lets one process build every rank's shards of every t.
+class PretendCommunicator : public Communicator {
+ public:
+  PretendCommunicator(int rank, int size) : Communicator(rank, size) {}
+  std::string name() const override { return "pretend"; }
+
+ protected:
+  void do_all_reduce(Tensor&, ReduceOp) override { fail(); }
+  void do_all_gather(const Tensor&, Tensor&) override { fail(); }
+  void do_reduce_scatter(const Tensor&, Tensor&) override { fail(); }
+  void do_broadcast(Tensor&, int) override { fail(); }
+  void do_send_recv(const Tensor&, int, Tensor&, int) override { fail(); }
+  void do_barrier() override { fail(); }
+  std::unique_ptr<Communicator> do_split(int, int) override {
+    fail();
+    return nullptr;
+  }
+
+ private:
+  static void fail() {
+    throw Error("PretendCommunicator: a model under construction communicated");
+  }
+};
+
+// The preflight's tensors with every per-layer one repeated for each block, as Gpt lists them.
+std::vector<PreflightTensor> expanded(const Preflight& p) {
+  std::vector<PreflightTensor> out;
+  std::vector<PreflightTensor> block;
+  for (const PreflightTensor& x : p.tensors) {
+    if (!x.per_layer) {
+      if (!block.empty()) {
+        for (int64_t l = 0; l < p.cfg.layers; ++l)
+          for (PreflightTensor y : block) {
+            y.name.replace(y.name.find(".h.0.") + 3, 1, std::to_string(l));
+            out.push_back(y);
+          }
+        block.clear();
+      }
+      out.push_back(x);
+    } else {
+      block.push_back(x);
+    }
+  }
+  return out;
+}
+
+void expect_shards_match(const PreflightInput& in) {
+  const Preflight p = preflight(in);
+  ASSERT_TRUE(p.problems.empty()) << "t=" << in.t << ": " << p.problems[0];
+  const std::vector<PreflightTensor> want = expanded(p);
+  for (int r = 0; r < in.t; ++r) {
+    PretendCommunicator comm(r, in.t);
+    Gpt model(device(), comm, p.cfg);  // p.cfg: nkv = t under KV-head replication
+    AdamW opt(device(), model.params(), AdamWParams{});
+    const ParamList& params = model.params();
+    ASSERT_EQ(params.size(), want.size()) << "t=" << in.t;
+    int64_t values = 0, grads = 0, adam = 0;
+    for (size_t i = 0; i < params.size(); ++i) {
+      const Param& got = params[i];
+      const std::string where =
+          "t=" + std::to_string(in.t) + " rank " + std::to_string(r) + " " + got.name;
+      EXPECT_EQ(got.name, want[i].name) << where;
+      EXPECT_EQ(got.shape, want[i].global) << where;
+      EXPECT_EQ(got.split, want[i].split) << where;
+      EXPECT_EQ(got.value.shape(), want[i].local) << where;
+      EXPECT_EQ(got.grad.shape(), want[i].local) << where;
+      values += got.value.numel() * 4;
+      grads += got.grad.numel() * 4;
+      adam += (opt.exp_avg()[i].numel() + opt.exp_avg_sq()[i].numel()) * 4;
+    }
+    EXPECT_EQ(values, p.weight_bytes) << "t=" << in.t << " rank " << r;
+    EXPECT_EQ(grads, p.grad_bytes) << "t=" << in.t << " rank " << r;
+    EXPECT_EQ(adam, p.adamw_bytes) << "t=" << in.t << " rank " << r;
+  }
+}
+
+TEST(PreflightShards, EqualTheModelsAtEveryTAndRank) {
+  for (int t : {1, 2, 3, 4}) {
+    PreflightInput in = small(t);  // GeLU, LayerNorm, tied, V = 64 (padded to 66 at t = 3)
+    expect_shards_match(in);
+    in.model.act = "swiglu";
+    in.model.norm = "rmsnorm";
+    in.model.tied = false;
+    in.model.heads = 24;  // head_dim 2, GQA: 2 query heads per KV head
+    in.model.kv_heads = 12;
+    in.model.vocab = 50;
+    expect_shards_match(in);
+    if (t > 1) {
+      in.model.kv_heads = 1;  // KV-head replication: t copies of the one KV head
+      in.kv_replication = true;
+      expect_shards_match(in);
+    }
+  }
+}
+
+// ---- 4. Collectives and activations against one real step on the world --------------------------
+
+// (op, elements) → how many, of the preflight's list with per-layer kinds repeated L times.
+std::map<std::pair<std::string, int64_t>, int> planned(const std::vector<PlannedCollective>& list,
+                                                       int64_t L, const std::string& pass) {
+  std::map<std::pair<std::string, int64_t>, int> m;
+  for (const PlannedCollective& k : list)
+    if (pass.empty() || k.pass == pass)
+      m[{k.op, k.elements}] += k.count * static_cast<int>(k.per_layer ? L : 1);
+  return m;
+}
+
+std::map<std::pair<std::string, int64_t>, int> recorded(const std::vector<CommRecord>& rec,
+                                                        size_t from, size_t to) {
+  std::map<std::pair<std::string, int64_t>, int> m;
+  for (size_t i = from; i < to; ++i) m[{rec[i].op, rec[i].elements}] += 1;
+  return m;
+}
+
+class PreflightStep : public ::testing::TestWithParam<bool> {};
+
+TEST_P(PreflightStep, CollectivesAndActivationsEqualTheLedgers) {
+  PreflightInput in = small(world().size());
+  in.model.sp = GetParam();
+  const Preflight p = preflight(in);
+  ASSERT_TRUE(p.problems.empty());
+  Gpt model(device(), world(), p.cfg);
+  model.init(tp::testing::kSeed);
+  const Batch b = markov_batch(in.model.vocab, 0, in.batch, in.model.seq);
+  CommLedger& ledger = world().ledger();
+  const size_t mark = ledger.size();
+  model.forward(b, tp::testing::kSeed, 0);
+  const size_t after_forward = ledger.size();
+  model.backward();
+  const size_t after_backward = ledger.size();
+  model.finish_gradients();
+  global_grad_norm(world(), device(), model.params());
+  // Every collective is done: ASSERT_* is safe from here on.
+  const auto& rec = ledger.records();
+  const auto& list = in.model.sp ? p.collectives_sp : p.collectives;
+  const int64_t L = in.model.layers;
+  EXPECT_EQ(recorded(rec, mark, after_forward), planned(list, L, "forward"));
+  EXPECT_EQ(recorded(rec, after_forward, after_backward), planned(list, L, "backward"));
+  EXPECT_EQ(recorded(rec, mark, ledger.size()), planned(list, L, ""));
+  for (size_t i = mark; i < ledger.size(); ++i)
+    EXPECT_EQ(rec[i].bytes, 4 * rec[i].elements) << i;  // fp32: the preflight's d = 4
+  // Activations: block 0 as the preflight says for this mode; the head's saved dlogits (N, V'/t).
+  EXPECT_EQ(model.memory().layer_bytes(0), in.model.sp ? p.act_impl_sp : p.act_impl_tp);
+  int64_t dlogits = -1;
+  for (const MemoryRecord& r : model.memory().records())
+    if (r.name == "lm_head.dlogits") dlogits = r.bytes;
+  EXPECT_EQ(dlogits, p.logits_bytes);
+}
+
+INSTANTIATE_TEST_SUITE_P(Preflight, PreflightStep, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+  return i.param ? std::string("sp") : std::string("plain");
+});
+
+}  // namespace
