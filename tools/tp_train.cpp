@@ -121,7 +121,13 @@ int train(Context& ctx) {
     problems.push_back(
         "--dropout with --dp > 1: the masks are keyed by the row of each DP "
         "rank's own slice, so the run would not match --dp 1; use --dropout 0");
-  for (const auto& p : cfg.problems(t)) problems.push_back(p);
+  for (std::string p : cfg.problems(t)) {
+    // With --dp, t is the TP group, not all the ranks: say so where the message names t.
+    const std::string all_ranks = "(the number of ranks)";
+    if (dp > 1 && p.find(all_ranks) != std::string::npos)
+      p.replace(p.find(all_ranks), all_ranks.size(), "(the TP group: ranks / --dp)");
+    problems.push_back(p);
+  }
   if (!problems.empty()) {
     std::string all = problems.size() == 1 ? "" : std::to_string(problems.size()) + " problems: ";
     for (size_t i = 0; i < problems.size(); ++i) all += (i ? "; " : "") + problems[i];
