@@ -59,6 +59,7 @@ int run_program(int argc, char** argv, Options& options, const Program& program)
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   node_local_rank(MPI_COMM_WORLD, &local_rank, &local_size);
   choose_omp_threads(MPI_COMM_WORLD);
+  const std::vector<int> node_of_rank = node_of_each_rank(MPI_COMM_WORLD);
 
   add_backend_options(options);
   int rc = 0;
@@ -72,7 +73,7 @@ int run_program(int argc, char** argv, Options& options, const Program& program)
       std::unique_ptr<Communicator> world =
           with_link(options.get_text("link"),
                     make_communicator(options.get_text("comm"), dev_opts, MPI_COMM_WORLD, *device));
-      Context ctx{options, *device, *world, local_rank, local_size};
+      Context ctx{options, *device, *world, local_rank, local_size, node_of_rank};
       rc = program(ctx);
       device->synchronize();
     }

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <functional>
+#include <vector>
 
 #include "core/communicator.h"
 #include "core/device.h"
@@ -36,6 +37,9 @@ struct Context {
   Communicator& world;  ///< all ranks of the job
   int local_rank;       ///< rank among the ranks on this node
   int local_size;       ///< ranks on this node
+  /// The node of every world rank (launcher/node.h: node_of_each_rank), for ProcessGrid's check
+  /// that a tensor-parallel group stays on one node.
+  std::vector<int> node_of_rank;
 };
 
 using Program = std::function<int(Context&)>;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <vector>
 
 namespace tp {
@@ -19,6 +20,27 @@ void node_local_rank(MPI_Comm comm, int* local_rank, int* local_size) {
   MPI_Comm_rank(node, local_rank);
   MPI_Comm_size(node, local_size);
   MPI_Comm_free(&node);
+}
+
+std::vector<int> node_of_each_rank(MPI_Comm comm) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  // The node's name: the lowest rank on it (rank 0 of `node`, whose key is the rank in comm).
+  int leader = rank;
+  MPI_Bcast(&leader, 1, MPI_INT, 0, node);
+  MPI_Comm_free(&node);
+  std::vector<int> leaders(static_cast<size_t>(size), 0);
+  MPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, comm);
+  std::map<int, int> index;  // leader → node number, in the order of the leaders' ranks
+  for (int l : leaders) index.emplace(l, 0);
+  int n = 0;
+  for (auto& [l, i] : index) i = n++;
+  std::vector<int> out;
+  for (int l : leaders) out.push_back(index[l]);
+  return out;
 }
 
 int threads_per_rank(const CpuShare& s) {

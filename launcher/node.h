@@ -3,10 +3,17 @@
 
 #include <mpi.h>
 
+#include <vector>
+
 namespace tp {
 
 /// Rank and size of this process among the ranks on the same node (MPI_COMM_TYPE_SHARED).
 void node_local_rank(MPI_Comm comm, int* local_rank, int* local_size);
+
+/// The node of every rank of `comm`, in rank order: nodes are numbered 0, 1, … in the order of
+/// their lowest rank (ranks that share memory, MPI_COMM_TYPE_SHARED, are one node). Collective.
+/// ProcessGrid (lib/parallel/process_grid.h) reads it to tell whether a TP group spans nodes.
+std::vector<int> node_of_each_rank(MPI_Comm comm);
 
 /// What decides one rank's OpenMP thread count (threads_per_rank), read from the system.
 struct CpuShare {

@@ -45,6 +45,8 @@ class Lesson {
   Communicator& world() { return ctx_.world; }
   const Options& options() const { return ctx_.options; }
   Device& device() { return ctx_.device; }
+  /// The node of every world rank (Context::node_of_rank), for ProcessGrid.
+  const std::vector<int>& node_of_rank() const { return ctx_.node_of_rank; }
   int rank() const { return ctx_.world.rank(); }
   int size() const { return ctx_.world.size(); }
   bool is_root() const { return rank() == 0; }

@@ -254,6 +254,22 @@ if grep -q '<polyline' "$tmp/t2.svg" 2>/dev/null && grep -q '>20</text>' "$tmp/t
   pass 1; echo "✓ tp_train --plot: $tmp/t2.svg has the curve and a round tick at step 20"
 else fail "tp_train --plot: $tmp/t2.svg missing or without the curve"; fi
 for np in 2 3 4; do same_curve "20-step loss curve, t = $np vs t = 1" "$tmp/t1.json" "$tmp/t$np.json"; done
+# Data parallelism (--dp, lib/parallel/process_grid.h): each DP rank takes batch/dp sequences and the
+# gradients are averaged, so tp 1 × dp 2 and tp 2 × dp 2 give t = 1's curve on the same global batch
+# (within 1e-4, like every curve here: the sums are added in another order). Then a checkpoint saved
+# by the grid resumes at t = 1.
+run_mpi 2 "${train[@]}" --steps 20 --dp 2 --log-json "$tmp/dp2_np2.json" >"$logs/train_dp2_np2.log" 2>&1 ||
+  fail "tp_train --dp 2 at -np 2 exited non-zero (see $logs/train_dp2_np2.log)"
+same_curve "20-step loss curve, tp 1 × dp 2 vs t = 1" "$tmp/t1.json" "$tmp/dp2_np2.json"
+run_mpi 4 "${train[@]}" --steps 10 --dp 2 --log-json "$tmp/dp2_np4.json" --save "$tmp/ck_grid.safetensors" \
+  >"$logs/train_dp2_np4.log" 2>&1 || fail "tp_train --dp 2 --save at -np 4 exited non-zero (see $logs/train_dp2_np4.log)"
+same_curve "10-step loss curve, tp 2 × dp 2 vs t = 1" "$tmp/t1.json" "$tmp/dp2_np4.json"
+if grep -qF "grid: tp 2 × dp 2 (TP groups {0, 1} {2, 3}; DP groups {0, 2} {1, 3})" "$logs/train_dp2_np4.log"; then
+  pass 1; echo "✓ tp_train --dp 2 at -np 4 logs the grid: $(grep -F 'grid: ' "$logs/train_dp2_np4.log")"
+else fail "tp_train --dp 2 at -np 4: no 'grid: tp 2 × dp 2 ...' line in $logs/train_dp2_np4.log"; fi
+run_mpi 1 "${train[@]}" --steps 10 --load "$tmp/ck_grid.safetensors" --log-json "$tmp/dp_resumed.json" >"$logs/train_dp_resume.log" 2>&1 ||
+  fail "tp_train --load of the tp 2 × dp 2 checkpoint at -np 1 failed (see $logs/train_dp_resume.log)"
+same_curve "saved at tp 2 × dp 2 after 10 steps, resumed at t = 1 = uninterrupted t = 1" "$tmp/t1.json" "$tmp/dp_resumed.json" 10
 run_mpi 2 "${train[@]}" --steps 10 --save "$tmp/ck.safetensors" >"$logs/train_save.log" 2>&1 ||
   fail "tp_train --save at -np 2 failed (see $logs/train_save.log)"
 run_mpi 4 "${train[@]}" --steps 10 --load "$tmp/ck.safetensors" --log-json "$tmp/resumed.json" >"$logs/train_resume.log" 2>&1 ||
@@ -286,6 +302,11 @@ tt=("$BUILD/bin/tp_train" --steps 1)
 expect "heads not divisible by t" 2 "heads=6 is not divisible by t=4" 4 "${tt[@]}" --hidden 48 --heads 6
 expect "several config problems at once" 2 "4 problems: hidden=50 is not divisible by heads=4" 2 "${tt[@]}" --hidden 50 --heads 4 --ffn 7 --kv-heads 3
 expect "--sp with seq not divisible by t" 2 "seq=10 is not divisible by t=4: sequence parallelism gives each rank seq/t tokens" 4 "${tt[@]}" --sp --seq 10
+expect "--dp not dividing np" 2 "--dp=3 does not divide the 4 ranks: np must equal tp × dp (tp = np / dp); choose --dp in {1, 2, 4}" 4 "${tt[@]}" --dp 3
+expect "--dp 0" 2 "--dp=0 must be at least 1" 2 "${tt[@]}" --dp 0
+expect "--batch not divisible by --dp" 2 "--batch=3 is not divisible by --dp=2" 2 "${tt[@]}" --dp 2 --batch 3
+expect "--dropout with --dp > 1" 2 "--dropout with --dp > 1" 2 "${tt[@]}" --dp 2 --dropout 0.1
+expect "heads not divisible by tp with --dp" 2 "heads=3 is not divisible by t=2" 4 "${tt[@]}" --dp 2 --hidden 48 --heads 3
 expect "kv_heads not divisible by t" 2 "kv_heads=2 is not divisible by t=4" 4 "${tt[@]}" --heads 4 --kv-heads 2
 # The preflight (tools/tp_preflight, the same checks tp_train runs): every problem at once and exit
 # 2; a valid config exits 0 and predicts seed 002's all-reduce (64 MiB at t = 8: 0.26 ms on NVLink,

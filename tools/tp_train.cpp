@@ -1,14 +1,20 @@
-// tp_train — trains a small GPT with tensor parallelism; t = the number of ranks.
+// tp_train — trains a small GPT with tensor parallelism; t = the number of ranks (÷ --dp).
 //
 //   mpirun -np 2 build/bin/tp_train --layers 2 --hidden 64 --heads 4 --steps 50
 //   mpirun -np 4 build/bin/tp_train --steps 20 --save run.safetensors
 //   mpirun -np 1 build/bin/tp_train --load run.safetensors --steps 20     (resume at another t)
 //   mpirun -np 2 build/bin/tp_train --link ib --predict --steps 3   (α–β model against the ledger)
+//   mpirun -np 4 build/bin/tp_train --dp 2 --steps 20     (tp 2 × dp 2: the same loss as -np 1)
 //   mpirun -np 2 build/bin/tp_train --steps 5 --trace run.json   (open run.json in ui.perfetto.dev;
 //                                                                 run.svg is the same as a chart)
 //
 // Every rank draws the same batch for a step and starts from the same weights (counter-based
-// initialisation), so the loss curve is the same for every t up to fp32 rounding.
+// initialisation), so the loss curve is the same for every t up to fp32 rounding. With --dp N the
+// ranks form a tp × dp grid (lib/parallel/process_grid.h): each TP group of np/N adjacent ranks is
+// one model replica, DP rank d trains on sequences [d·B/N, (d+1)·B/N) of the step's batch, and the
+// gradients (and the printed loss) are averaged over the DP group before clipping and AdamW, so the
+// loss curve is that of dp = 1 on the same global batch. Only DP rank 0's TP group writes --save
+// and --dump-grads (every replica holds the same weights and averaged gradients).
 //
 // The progress line's "exposed comm" is the share of the step the computing thread stood still in
 // the communicator (blocking collectives, issuing and waiting for async ones; observe/timeline.h),
@@ -34,6 +40,7 @@
 #include "observe/alpha_beta.h"
 #include "observe/svg_plot.h"
 #include "observe/timeline.h"
+#include "parallel/process_grid.h"
 
 using namespace tp;
 
@@ -97,6 +104,7 @@ int train(Context& ctx) {
   const int64_t steps = o.get_int("steps"), batch = o.get_int("batch");
   const uint64_t seed = static_cast<uint64_t>(o.get_int("seed"));
   const std::string data = o.get_text("data");
+  const int dp = static_cast<int>(o.get_int("dp"));
   // Check every flag before anything allocates or communicates; report all problems at once.
   std::vector<std::string> problems;
   if (steps < 0) problems.push_back("--steps=" + std::to_string(steps) + " must be 0 or more");
@@ -104,12 +112,28 @@ int train(Context& ctx) {
     problems.push_back("--data uses byte tokens (V = 256); drop --vocab=" +
                        std::to_string(cfg.vocab));
   if (cfg.vocab == 0) cfg.vocab = 256;
-  // The preflight's checks (lib/model/preflight.h; tp_preflight prints the same), one line each.
+  const auto grid_problems = ProcessGrid::problems(world.size(), dp);
+  for (const auto& p : grid_problems) problems.push_back(p);
+  const int t = grid_problems.empty() ? world.size() / dp : world.size();  // TP group size
+  if (grid_problems.empty() && batch >= 1 && batch % dp != 0)
+    problems.push_back("--batch=" + std::to_string(batch) + " is not divisible by --dp=" +
+                       std::to_string(dp) + ": every DP rank takes batch/dp sequences");
+  if (dp > 1 && cfg.dropout != 0.0f)
+    problems.push_back(
+        "--dropout with --dp > 1: the masks are keyed by the row of each DP "
+        "rank's own slice, so the run would not match --dp 1; use --dropout 0");
+  // The preflight's checks (lib/model/preflight.h; tp_preflight prints the same), one line each,
+  // for the TP group: with --dp, t is ranks / dp, and the messages say so where they name t.
   PreflightInput pre;
   pre.model = cfg;
   pre.batch = batch;
-  pre.t = world.size();
-  for (const auto& p : preflight(pre).problems) problems.push_back(p);
+  pre.t = t;
+  for (std::string p : preflight(pre).problems) {
+    const std::string all_ranks = "(the number of ranks)";
+    if (dp > 1 && p.find(all_ranks) != std::string::npos)
+      p.replace(p.find(all_ranks), all_ranks.size(), "(the TP group: ranks / --dp)");
+    problems.push_back(p);
+  }
   TP_CHECK_INPUT(problems.empty(), problems_message(problems));
 
   std::unique_ptr<TokenSource> source;
@@ -118,7 +142,11 @@ int train(Context& ctx) {
   else
     source = std::make_unique<TextSource>(data, cfg.seq, seed);
 
-  Gpt model(ctx.device, world, cfg);
+  // The tp × dp grid: `tp` is this rank's TP group (the whole world when --dp 1).
+  ProcessGrid grid(world, dp, ctx.node_of_rank);
+  Communicator& tp = grid.tp();
+  if (!grid.placement_warning().empty()) log0(world, "warning: ", grid.placement_warning());
+  Gpt model(ctx.device, tp, cfg);
   model.init(seed);
   AdamWParams hp;
   hp.lr = static_cast<float>(o.get_real("lr"));
@@ -126,7 +154,7 @@ int train(Context& ctx) {
   AdamW opt(ctx.device, model.params(), hp);
   int64_t step = 0;
   if (!o.get_text("load").empty()) {
-    const LoadedCheckpoint loaded = load_checkpoint(o.get_text("load"), world, model, opt);
+    const LoadedCheckpoint loaded = load_checkpoint(o.get_text("load"), tp, model, opt);
     step = loaded.step;
     log0(world, "loaded ", o.get_text("load"), " at step ", step,
          loaded.optimizer_state ? " (with optimizer state)"
@@ -135,16 +163,20 @@ int train(Context& ctx) {
   int64_t n_params = 0;
   for (const Param& p : model.params())
     n_params += p.ckpt_rows > 0 ? p.ckpt_rows * p.cols() : p.shape.numel();
-  log0(world, "tp_train: t = ", world.size(), " (", world.name(), ", ", ctx.device.name(), ")");
+  log0(world, "tp_train: t = ", tp.size(), " (", world.name(), ", ", ctx.device.name(), ")");
+  if (dp > 1) log0(world, "grid: ", grid.describe());
   log0(world, "model: ", cfg.str(), ", ", n_params, " parameters");
   log0(world, "data: ", source->describe());
   if (model.padded_vocab() != cfg.vocab)
     log0(world, "vocabulary ", cfg.vocab, " padded to ", model.padded_vocab(), " (",
-         model.padded_vocab() / world.size(),
+         model.padded_vocab() / tp.size(),
          " rows per rank); the padding is never looked up, never wins the softmax, and is not "
          "saved");
-  log0(world, "batch ", batch, " x seq ", cfg.seq, " = ", batch * cfg.seq, " tokens/step, lr ",
-       hp.lr, ", steps ", step, " -> ", step + steps);
+  log0(world, "batch ", batch, " x seq ", cfg.seq, " = ", batch * cfg.seq, " tokens/step",
+       dp > 1 ? " (" + std::to_string(batch / dp) +
+                    " sequences on each of dp = " + std::to_string(dp) + " replicas)"
+              : std::string(),
+       ", lr ", hp.lr, ", steps ", step, " -> ", step + steps);
 
   std::ofstream json;
   if (!o.get_text("log-json").empty() && world.rank() == 0) {
@@ -169,14 +201,16 @@ int train(Context& ctx) {
     reference.init(seed);
     AdamW ref_opt(ctx.device, reference.params(), hp);
     if (!o.get_text("load").empty()) load_checkpoint(o.get_text("load"), solo, reference, ref_opt);
-    const Batch b = source->batch(step, batch, cfg.seq);
+    // Each TP group audits its own DP slice.
+    const Batch whole = source->batch(step, batch, cfg.seq);
+    const Batch b = dp == 1 ? whole : batch_slice(whole, grid.dp_rank() * (batch / dp), batch / dp);
     for (Gpt* m : {&model, &reference}) {
       m->zero_grad();
       m->forward(b, seed, step);
       m->backward();
       m->finish_gradients();
     }
-    const auto problems = audit_replicated_gradients(world, model, reference);
+    const auto problems = audit_replicated_gradients(tp, model, reference);
     int64_t replicated = 0;
     for (const Param& p : model.params()) replicated += p.split == Split::Replicated;
     for (const auto& p : problems) log0(world, "audit: ", p);
@@ -188,13 +222,12 @@ int train(Context& ctx) {
   }
   // --predict: α and β of the live communicator now; the report after the first warm step (the
   // second; the first when there is only one).
-  const bool predict = o.get_flag("predict") && world.size() > 1;
-  const std::string predict_prefix =
-      is_simulated(world) ? "predict (simulated link): " : "predict: ";
+  const bool predict = o.get_flag("predict") && tp.size() > 1;
+  const std::string predict_prefix = is_simulated(tp) ? "predict (simulated link): " : "predict: ";
   AlphaBeta link;
   if (predict) {
-    link = measure_alpha_beta(world, ctx.device);
-    log0(world, predict_prefix, "measured ", link.str(), " on ", world.name());
+    link = measure_alpha_beta(tp, ctx.device);
+    log0(world, predict_prefix, "measured ", link.str(), " on ", tp.name());
   } else if (o.get_flag("predict")) {
     log0(world, "predict: t = 1 moves no data; nothing to predict");
   }
@@ -203,7 +236,8 @@ int train(Context& ctx) {
   // The timeline: collectives of every step (for the exposed communication), kernels too in the
   // traced steps; it keeps the spans of the traced steps only.
   Timeline timeline(world.rank());
-  world.set_timeline(&timeline);
+  tp.set_timeline(&timeline);
+  grid.dp().set_timeline(&timeline);
   const int64_t traced_from = steps > 1 ? std::max<int64_t>(1, steps - kTraceSteps) : 0;
   for (int64_t i = 0; i < steps; ++i, ++step) {
     const bool tracing = !trace.empty() && i >= traced_from;
@@ -211,14 +245,17 @@ int train(Context& ctx) {
     ctx.device.set_timeline(tracing ? &timeline : nullptr);
     const size_t span_mark = timeline.mark();
     const double t0 = now();
-    const size_t mark = world.ledger().size();
+    const size_t mark = tp.ledger().size(), dp_mark = grid.dp().ledger().size();
     const Batch b = source->batch(step, batch, cfg.seq);
     const float lr = learning_rate(hp.lr, step, o.get_int("warmup"), o.get_int("decay-steps"));
     const bool dump = i == 0 && !o.get_text("dump-grads").empty();
     const StepResult r =
-        train_step(world, ctx.device, model, opt, b, seed, step, lr, clip, [&](float loss) {
+        train_step(grid, ctx.device, model, opt, b, seed, step, lr, clip, [&](float loss) {
           if (!dump) return;
-          dump_gradients(o.get_text("dump-grads"), world, model, b, loss);
+          // The gradients and loss are the whole batch's here (averaged over dp): one TP group
+          // writes them with the whole batch.
+          if (grid.dp_rank() == 0) dump_gradients(o.get_text("dump-grads"), tp, model, b, loss);
+          world.barrier();
           log0(world, "wrote gradients of step ", step, " to ", o.get_text("dump-grads"));
         });
     const float loss = r.loss;
@@ -229,13 +266,14 @@ int train(Context& ctx) {
     if (i == 0) {
       // What a block keeps for backward, measured by the memory ledger, against the formula.
       const int64_t measured = model.memory().layer_bytes(0),
-                    formula = block_activation_bytes(cfg, cfg.seq, batch, world.size());
+                    formula = block_activation_bytes(cfg, cfg.seq, batch / dp, tp.size());
       TP_CHECK(measured == formula, "activation memory of block 0: the ledger has ", measured,
                " bytes but the formula (lib/model/memory.h) gives ", formula);
       log0(world, "activations kept per block on each rank: ", measured,
            " bytes (ledger) = ", formula, " bytes (formula", cfg.sp ? ", with SP" : "", ")");
     }
-    const double secs = now() - t0, comm = world.ledger().seconds_since(mark);
+    const double secs = now() - t0,
+                 comm = tp.ledger().seconds_since(mark) + grid.dp().ledger().seconds_since(dp_mark);
     const double exposed = timeline.totals_since(span_mark).exposed;
     const double tok_s = static_cast<double>(batch * cfg.seq) / secs;
     if (i % every == 0 || i + 1 == steps) {
@@ -244,7 +282,7 @@ int train(Context& ctx) {
                     "step %5lld | loss %.6f | grad norm %.4f | lr %.3g | %.0f tok/s | exposed comm "
                     "%4.1f%%%s",
                     static_cast<long long>(step + 1), loss, norm, lr, tok_s, 100.0 * exposed / secs,
-                    is_simulated(world) ? " (simulated link)" : "");
+                    is_simulated(tp) ? " (simulated link)" : "");
       log0(world, line);
     }
     if (json.is_open()) {
@@ -252,24 +290,27 @@ int train(Context& ctx) {
       std::snprintf(line, sizeof line,
                     "{\"step\": %lld, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, "
                     "\"tokens_per_s\": %.6g, "
-                    "\"comm_s\": %.6g, \"exposed_s\": %.6g, \"compute_s\": %.6g, \"t\": %d}",
+                    "\"comm_s\": %.6g, \"exposed_s\": %.6g, \"compute_s\": %.6g, \"t\": %d, "
+                    "\"dp\": %d}",
                     static_cast<long long>(step + 1), loss, norm, lr, tok_s, comm, exposed,
-                    secs - comm, world.size());
+                    secs - comm, tp.size(), dp);
       json << line << "\n" << std::flush;
     }
     if (predict && i == std::min<int64_t>(1, steps - 1))
       log0(world, predict_prefix, "step ", step + 1, ":\n",
-           prediction_report(world.ledger(), mark, world.ledger().size(), link, predict_prefix));
+           prediction_report(tp.ledger(), mark, tp.ledger().size(), link, predict_prefix));
   }
-  world.set_timeline(nullptr);
+  tp.set_timeline(nullptr);
+  grid.dp().set_timeline(nullptr);
   ctx.device.set_timeline(nullptr);
   if (!trace.empty() && steps > 0) {
     // Every rank's spans to rank 0, one trace for Perfetto and one chart.
     timeline.gather(world, ctx.device);
     if (world.rank() == 0) {
       timeline.write_trace_json(trace);
-      timeline.set_title(world.name() + ", t = " + std::to_string(world.size()) + ", --overlap " +
-                         cfg.overlap);
+      timeline.set_title(world.name() + ", t = " + std::to_string(tp.size()) +
+                         (dp > 1 ? " × dp = " + std::to_string(dp) : std::string()) +
+                         ", --overlap " + cfg.overlap);
       timeline.write_svg(svg_path(trace));
     }
     log0(world, "trace of steps ", step - (steps - traced_from) + 1, "..", step, " (",
@@ -312,7 +353,9 @@ int train(Context& ctx) {
     log0(world, "peak device memory: ", line);
   }
   if (!o.get_text("save").empty()) {
-    save_checkpoint(o.get_text("save"), world, model, opt, step);
+    // Every DP replica holds the same weights and moments: DP rank 0's TP group writes the file.
+    if (grid.dp_rank() == 0) save_checkpoint(o.get_text("save"), tp, model, opt, step);
+    world.barrier();
     log0(world, "saved ", o.get_text("save"), " at step ", step);
   }
   return 0;
@@ -321,8 +364,10 @@ int train(Context& ctx) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Options o("tp_train",
-            "Trains a small GPT with tensor parallelism over the ranks of mpirun (t = -np).");
+  Options o(
+      "tp_train",
+      "Trains a small GPT with tensor parallelism over the ranks of mpirun (t = -np), or on a "
+      "tp × dp grid with --dp (t = -np / dp).");
   o.integer("layers", 2, "transformer blocks L")
       .min(1)
       .integer("hidden", 64, "hidden size h")
@@ -339,6 +384,10 @@ int main(int argc, char** argv) {
       .integer("seq", 64, "sequence length = size of the position table")
       .min(1)
       .integer("batch", 8, "sequences per step")
+      .min(1)
+      .integer("dp", 1,
+               "data-parallel replicas: np = tp × dp; each TP group of np/dp adjacent ranks takes "
+               "batch/dp sequences and the gradients are averaged over the replicas")
       .min(1)
       .integer("steps", 50,
                "steps to run from where the run starts (fresh or --load; 0: just --save the "

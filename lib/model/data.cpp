@@ -10,6 +10,20 @@
 
 namespace tp {
 
+Batch batch_slice(const Batch& batch, int64_t first, int64_t count) {
+  TP_CHECK(first >= 0 && count >= 1 && first + count <= batch.batch, "batch_slice: sequences [",
+           first, ", ", first + count, ") of a batch of ", batch.batch);
+  Batch out;
+  out.seq = batch.seq;
+  out.batch = count;
+  for (int64_t s = 0; s < batch.seq; ++s)
+    for (int64_t b = first; b < first + count; ++b) {
+      out.ids.push_back(batch.ids[s * batch.batch + b]);
+      out.targets.push_back(batch.targets[s * batch.batch + b]);
+    }
+  return out;
+}
+
 namespace {
 constexpr double kProb[4] = {0.5, 0.25, 0.125, 0.125};
 

@@ -11,6 +11,10 @@
 
 namespace tp {
 
+/// Sequences [first, first + count) of `batch` (still sequence-major: position (s, b) of the slice
+/// at s·count + b): data parallelism's share of the global batch for one DP rank.
+Batch batch_slice(const Batch& batch, int64_t first, int64_t count);
+
 class TokenSource {
  public:
   virtual ~TokenSource() = default;

@@ -5,6 +5,7 @@
 
 #include "model/adamw.h"
 #include "model/gpt.h"
+#include "parallel/process_grid.h"
 
 namespace tp {
 
@@ -19,6 +20,18 @@ struct StepResult {
 /// Collective: every rank calls it with the same batch.
 StepResult train_step(Communicator& comm, Device& device, Gpt& model, AdamW& opt,
                       const Batch& batch, uint64_t seed, int64_t step, float lr,
+                      float max_grad_norm,
+                      const std::function<void(float loss)>& after_backward = {});
+
+/// The same step on a tp × dp grid (parallel/process_grid.h). `model` and `opt` are built on
+/// grid.tp(); `global_batch` is the whole batch (the same on every rank), and DP rank d runs
+/// sequences [d·B/dp, (d+1)·B/dp) of it. After backward and finish_gradients, average_gradients
+/// averages every gradient and the loss over grid.dp(), so clipping, AdamW, the returned loss and
+/// `after_backward` see what dp = 1 would on the whole batch (up to fp32 rounding: the sum order
+/// changes). Dropout is keyed by the row of the local batch, so with dropout > 0 a dp > 1 run draws
+/// different masks than dp = 1: the step refuses that (bad input). B must be divisible by dp.
+StepResult train_step(ProcessGrid& grid, Device& device, Gpt& model, AdamW& opt,
+                      const Batch& global_batch, uint64_t seed, int64_t step, float lr,
                       float max_grad_norm,
                       const std::function<void(float loss)>& after_backward = {});
 
