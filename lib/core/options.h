@@ -39,6 +39,8 @@ class Options {
   int64_t get_int(const std::string& name) const;
   double get_real(const std::string& name) const;
   const std::string& get_text(const std::string& name) const;
+  /// True when the command line set `name` (even to its default value).
+  bool given(const std::string& name) const;
 
  private:
   enum class Type { Flag, Int, Real, Text };
@@ -47,6 +49,7 @@ class Options {
     std::string value;  // current value, as text (validated on assignment)
     std::string help;
     std::vector<std::string> choices;
+    bool given = false;  // set on the command line
   };
   Options& declare(const std::string& name, Type type, std::string value, const std::string& help,
                    const std::vector<std::string>& choices = {});
