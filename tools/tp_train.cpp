@@ -113,7 +113,11 @@ void shape_from_file(const ModelFile& f, const Options& o, bool strict, GptConfi
   take("layers", cfg.layers, fc.layers, cfg.layers);
   take("hidden", cfg.hidden, fc.hidden, cfg.hidden);
   take("heads", cfg.heads, fc.heads, cfg.heads);
-  take("kv-heads", cfg.kv_heads, fc.kv(), cfg.kv_heads > 0 ? cfg.kv_heads : fc.kv());
+  if (o.given("kv-heads") && strict && cfg.kv() != fc.kv())
+    problems.push_back("--kv-heads=" + std::to_string(cfg.kv_heads) + " disagrees with " + f.path +
+                       " (" + std::to_string(fc.kv()) + "); drop --kv-heads");
+  if (!o.given("kv-heads") || strict)
+    cfg.kv_heads = fc.kv() == fc.heads ? 0 : fc.kv();  // 0: = heads
   take("ffn", cfg.ffn, fc.inner(), cfg.ffn > 0 ? cfg.ffn : fc.inner());
   take("vocab", cfg.vocab, fc.vocab, cfg.vocab);
   for (const auto& [flag, mine, theirs] :
@@ -169,7 +173,7 @@ int train(Context& ctx) {
       problems.push_back("--data uses byte tokens (ids 0..255), but " + file.path +
                          " has a vocabulary of " + std::to_string(cfg.vocab));
   }
-  if (cfg.sp && seq % world.size() != 0)
+  if (cfg.sp && seq != cfg.seq && seq % world.size() != 0)
     problems.push_back("--seq=" + std::to_string(seq) + " is not divisible by t=" +
                        std::to_string(world.size()) + ", which sequence parallelism needs");
   const std::string export_dir = o.get_text("export-hf");
