@@ -32,7 +32,7 @@ int run(Context& ctx) {
   Gpt model(ctx.device, ctx.world, cfg);
   load_model_file(file, ctx.world, model);
   export_hf(dir, ctx.world, model);
-  log0(ctx.world, "read ", load, " (", file.describe(), "): ", cfg.str());
+  log0(ctx.world, "read ", load, ", ", file.describe(), ": ", cfg.str());
   log0(ctx.world, "wrote ", dir, "/model.safetensors and ", dir,
        "/config.json (GPT2LMHeadModel, F32, weights only)");
   return 0;

@@ -303,7 +303,7 @@ std::string write_text_file(const std::string& path, const std::string& text) {
 
 std::string ModelFile::describe() const {
   if (!hub) return "a checkpoint of this project";
-  std::string s = "Hugging Face GPT-2 (hub layout, " + dtype + ", heads from " + heads_from;
+  std::string s = "a Hugging Face GPT-2 file (hub layout, " + dtype + ", heads from " + heads_from;
   if (ignored > 0) s += ", " + std::to_string(ignored) + " attention-mask buffers ignored";
   return s + ")";
 }
