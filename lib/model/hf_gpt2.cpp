@@ -164,12 +164,14 @@ void apply_config_json(const std::string& cfg_path, const std::string& path, Gpt
                    ", not a positive number");
     c.eps = j["layer_norm_epsilon"].get<float>();
   }
-  if (j.contains("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean())
-    c.tied = j["tie_word_embeddings"].get<bool>();
-  TP_CHECK_INPUT(!j.value("scale_attn_by_inverse_layer_idx", false), cfg_path,
+  auto flag = [&](const char* key, bool fallback) {
+    return j.contains(key) && j[key].is_boolean() ? j[key].get<bool>() : fallback;
+  };
+  c.tied = flag("tie_word_embeddings", true);
+  TP_CHECK_INPUT(!flag("scale_attn_by_inverse_layer_idx", false), cfg_path,
                  ": scale_attn_by_inverse_layer_idx is true; this model scales attention by "
                  "1/sqrt(head_dim) only");
-  TP_CHECK_INPUT(j.value("scale_attn_weights", true), cfg_path,
+  TP_CHECK_INPUT(flag("scale_attn_weights", true), cfg_path,
                  ": scale_attn_weights is false; this model scales attention by 1/sqrt(head_dim)");
 }
 
