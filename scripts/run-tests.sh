@@ -324,6 +324,22 @@ expect "checkpoint shape mismatch" 2 "tensor transformer.wte.weight has shape [2
   "${train[@]}" --hidden 64 --heads 4 --steps 1 --load "$tmp/ck.safetensors"
 expect "seq larger than the position table" 2 "is larger than the position table of 16" 2 "${train[@]}" --seq 32 --steps 1 --load "$tmp/ck.safetensors"
 
+# 6. Hugging Face GPT-2 files: tp_train --init-from a hub-layout file (F32 with config.json, F16
+# with --heads) at t = 1 and 2 against an independent GPT-2 in torch (loss and every gradient), and
+# --export-hf (and transformers' GPT2LMHeadModel on the export, when installed).
+hf_log=$logs/hf_gpt2_check.log
+if ! /usr/bin/python3 -c 'import numpy, torch' >/dev/null 2>&1; then
+  echo "Hugging Face GPT-2 check skipped: /usr/bin/python3 has no numpy or torch"; skipped=$((skipped + 1))
+elif MPIEXEC=$MPIEXEC MPI_FLAGS=$MPI_FLAGS /usr/bin/python3 scripts/hf_gpt2_check.py "$BUILD" >"$hf_log" 2>&1; then
+  pass "$(grep -c '^✓' "$hf_log")"; skipped=$((skipped + $(grep -c '^skipped' "$hf_log")))
+  grep -E '^(✓|skipped)' "$hf_log"
+else
+  fail "Hugging Face GPT-2 check: $(grep -c '^✗' "$hf_log") failed (see $hf_log)"; grep '^✗' "$hf_log"
+fi
+python3 -c 'import json, sys; h = json.dumps({"foo": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+sys.stdout.buffer.write(len(h).to_bytes(8, "little") + h + bytes(4))' >"$tmp/garbage_tensors.safetensors"
+expect "not a model file" 2 "is neither a checkpoint of this project (no \"format\"" 2 "${tt[@]}" --init-from "$tmp/garbage_tensors.safetensors"
+
 echo
 for f in "${failures[@]:+${failures[@]}}"; do echo "failed: $f"; done
 echo "$passed passed, $failed failed$([ "$skipped" != 0 ] && echo ", $skipped skipped")"

@@ -56,6 +56,22 @@ TEST(Options, BothValueFormsAndFlags) {
   EXPECT_EQ(p.get_int("steps"), -3);
 }
 
+// given(): set on the command line, even to the default value; a typo in the name is a bug.
+TEST(Options, GivenTellsSetFromDefault) {
+  Options o = make();
+  parse(o, {"--steps=10", "--step=false"});
+  EXPECT_TRUE(o.given("steps"));  // the default value, but given
+  EXPECT_TRUE(o.given("step"));
+  EXPECT_FALSE(o.given("lr"));
+  EXPECT_FALSE(o.given("act"));
+  try {
+    (void)o.given("stpes");
+    ADD_FAILURE() << "no error for an undeclared option";
+  } catch (const tp::Error& e) {
+    EXPECT_NE(e.exit_code(), 2) << e.what();
+  }
+}
+
 TEST(Options, HelpListsEveryOptionWithItsDefault) {
   Options o = make();
   parse(o, {"--help"});

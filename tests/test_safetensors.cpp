@@ -339,8 +339,8 @@ TEST(SafetensorsErrors, DtypeShapeAndOffsets) {
   const std::string dir = fresh_dir();
   const std::string d12(12, '\0');
   expect_bad_file(dir,
-                  craft(R"({"w": {"dtype": "F16", "shape": [3], "data_offsets": [0, 6]}})", d12),
-                  "tensor 'w': dtype 'F16' is not supported (supported: F32, I32)");
+                  craft(R"({"w": {"dtype": "F64", "shape": [3], "data_offsets": [0, 24]}})", d12),
+                  "tensor 'w': dtype 'F64' is not supported (supported: F32, F16, BF16, I32)");
   expect_bad_file(
       dir, craft(R"({"w": {"dtype": "F32", "shape": [2, -3], "data_offsets": [0, 12]}})", d12),
       "shape [2,-3] has a negative dim");
@@ -496,6 +496,55 @@ TEST(SafetensorsWrite, ASecondSaverIsRefused) {
   {
     const st::SaveLock mine(path);
     sample_writer().write(path);  // the same process may save under its own lock
+  }
+}
+
+// F16 and BF16: the conversions against values worked out by hand, and a file of each read as F32.
+TEST(SafetensorsHalf, ConversionsRoundToNearestEvenAndReadAsF32) {
+  // binary16: 1 = 0x3c00, -2 = 0xc000, 65504 (the largest) = 0x7bff, 2^-14 (smallest normal) =
+  // 0x0400, 2^-24 (smallest subnormal) = 0x0001, inf = 0x7c00.
+  const std::pair<float, uint16_t> f16[] = {{1.0f, 0x3c00},
+                                            {-2.0f, 0xc000},
+                                            {65504.0f, 0x7bff},
+                                            {0.00006103515625f, 0x0400},
+                                            {5.960464477539063e-8f, 0x0001},
+                                            {0.0f, 0x0000}};
+  for (const auto& [f, bits] : f16) {
+    EXPECT_EQ(st::f32_to_f16(f), bits) << f;
+    EXPECT_EQ(st::f16_to_f32(bits), f) << bits;
+  }
+  EXPECT_EQ(st::f32_to_f16(1.0f + 1.0f / 2048), 0x3c00);  // halfway: to even (down)
+  EXPECT_EQ(st::f32_to_f16(1.0f + 3.0f / 2048), 0x3c02);  // halfway: to even (up)
+  EXPECT_EQ(st::f32_to_f16(1.0f + 1.5f / 2048), 0x3c01);  // above halfway: up
+  EXPECT_EQ(st::f32_to_f16(65520.0f), 0x7c00);            // halfway past the largest: inf
+  EXPECT_EQ(st::f32_to_f16(65519.0f), 0x7bff);
+  EXPECT_EQ(st::f32_to_f16(3.0f * 5.960464477539063e-8f / 2), 0x0002);  // subnormal 1.5: even 2
+  EXPECT_TRUE(std::isnan(st::f16_to_f32(st::f32_to_f16(std::nanf("")))));
+  // bfloat16: the top half of the F32 bits.
+  EXPECT_EQ(st::f32_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(st::bf16_to_f32(0xc040), -3.0f);
+  EXPECT_EQ(st::f32_to_bf16(1.0f + 1.0f / 256), 0x3f80);  // halfway: to even (down)
+  EXPECT_EQ(st::f32_to_bf16(1.0f + 3.0f / 256), 0x3f82);  // halfway: to even (up)
+
+  const std::string path = fresh_dir() + "/half.safetensors";
+  const std::vector<float> v = {0.5f, -1.25f, 3.0f, 1.0f + 1.0f / 1024};
+  st::Writer w;
+  w.add_float("a", st::DType::F16, {2, 2}, v);
+  w.add_float("b", st::DType::BF16, {4}, v);
+  w.add_float("c", st::DType::F32, {4}, v);
+  w.write(path);
+  const st::File f = st::File::open(path);
+  EXPECT_EQ(f.info("a").dtype, st::DType::F16);
+  EXPECT_EQ(f.info("b").dtype, st::DType::BF16);
+  EXPECT_EQ(f.read_as_f32("a"), v);  // every value is exact in F16
+  EXPECT_EQ(f.read_as_f32("b"), (std::vector<float>{0.5f, -1.25f, 3.0f, 1.0f}));  // 8 bits
+  EXPECT_EQ(f.read_as_f32("c"), v);
+  try {
+    f.read_f32("a");
+    ADD_FAILURE() << "read_f32 of an F16 tensor";
+  } catch (const tp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor 'a' is F16, not F32"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -3,6 +3,8 @@
 //   mpirun -np 2 build/bin/tp_train --layers 2 --hidden 64 --heads 4 --steps 50
 //   mpirun -np 4 build/bin/tp_train --steps 20 --save run.safetensors
 //   mpirun -np 1 build/bin/tp_train --load run.safetensors --steps 20     (resume at another t)
+//   mpirun -np 2 build/bin/tp_train --init-from gpt2/model.safetensors --seq 128 --export-hf out
+//                                  (a Hugging Face GPT-2 in, trained, and out again; hf_gpt2.h)
 //   mpirun -np 2 build/bin/tp_train --link ib --predict --steps 3   (α–β model against the ledger)
 //   mpirun -np 4 build/bin/tp_train --dp 2 --steps 20     (tp 2 × dp 2: the same loss as -np 1)
 //   mpirun -np 2 build/bin/tp_train --steps 5 --trace run.json   (open run.json in ui.perfetto.dev;
@@ -19,11 +21,15 @@
 // The progress line's "exposed comm" is the share of the step the computing thread stood still in
 // the communicator (blocking collectives, issuing and waiting for async ones; observe/timeline.h),
 // measured by a timeline on the world communicator that records every step.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -34,6 +40,7 @@
 #include "model/checkpoint.h"
 #include "model/data.h"
 #include "model/gpt.h"
+#include "model/hf_gpt2.h"
 #include "model/memory.h"
 #include "model/preflight.h"
 #include "model/train.h"
@@ -97,10 +104,58 @@ GptConfig config_from(const Options& o) {
   return c;
 }
 
+// --init-from F, or --load F: the model's shape comes from the file. With --init-from (or a
+// Hugging Face file given to --load) each shape flag the command line gives must agree with it;
+// with --load of a checkpoint a flag given overrides, and load_checkpoint names what differs.
+// The model keeps the file's whole position table (cfg.seq); `seq`, the length of a training
+// sequence, may be shorter: --seq, or for a checkpoint the length it was saved with.
+void shape_from_file(const ModelFile& f, const Options& o, bool strict, GptConfig& cfg,
+                     int64_t& seq, std::vector<std::string>& problems) {
+  const GptConfig& fc = f.config;
+  auto take = [&](const char* flag, int64_t& mine, int64_t from_file, int64_t given_value) {
+    if (o.given(flag) && strict && given_value != from_file)
+      problems.push_back(std::string("--") + flag + "=" + std::to_string(given_value) +
+                         " disagrees with " + f.path + " (" + std::to_string(from_file) +
+                         "); drop --" + flag);
+    if (!o.given(flag) || strict) mine = from_file;
+  };
+  take("layers", cfg.layers, fc.layers, cfg.layers);
+  take("hidden", cfg.hidden, fc.hidden, cfg.hidden);
+  take("heads", cfg.heads, fc.heads, cfg.heads);
+  if (o.given("kv-heads") && strict && cfg.kv() != fc.kv())
+    problems.push_back("--kv-heads=" + std::to_string(cfg.kv_heads) + " disagrees with " + f.path +
+                       " (" + std::to_string(fc.kv()) + "); drop --kv-heads");
+  if (!o.given("kv-heads") || strict)
+    cfg.kv_heads = fc.kv() == fc.heads ? 0 : fc.kv();  // 0: = heads
+  take("ffn", cfg.ffn, fc.inner(), cfg.ffn > 0 ? cfg.ffn : fc.inner());
+  take("vocab", cfg.vocab, fc.vocab, cfg.vocab);
+  for (const auto& [flag, mine, theirs] :
+       {std::tuple<const char*, std::string*, std::string>{"act", &cfg.act, fc.act},
+        {"norm", &cfg.norm, fc.norm}}) {
+    if (o.given(flag) && strict && *mine != theirs)
+      problems.push_back(std::string("--") + flag + "=" + *mine + " disagrees with " + f.path +
+                         " (" + theirs + "); drop --" + flag);
+    if (!o.given(flag) || strict) *mine = theirs;
+  }
+  if (o.given("untie") && strict && cfg.tied != fc.tied)
+    problems.push_back(std::string("--untie") + " disagrees with " + f.path +
+                       (fc.tied ? " (its head is tied to wte)" : " (its head is untied)"));
+  if (!o.given("untie") || strict) cfg.tied = fc.tied;
+  cfg.eps = fc.eps;
+  if (o.given("seq") && seq > fc.seq) {
+    problems.push_back("--seq=" + std::to_string(seq) + " is larger than the position table of " +
+                       std::to_string(fc.seq) + " in " + f.path);
+  } else if (!o.given("seq")) {
+    seq = f.hub ? std::min(seq, fc.seq) : fc.seq;
+  }
+  cfg.seq = fc.seq;
+}
+
 int train(Context& ctx) {
   const Options& o = ctx.options;
   Communicator& world = ctx.world;
   GptConfig cfg = config_from(o);
+  int64_t seq = cfg.seq;  // the length of a training sequence (cfg.seq: the position table)
   const int64_t steps = o.get_int("steps"), batch = o.get_int("batch");
   const uint64_t seed = static_cast<uint64_t>(o.get_int("seed"));
   const std::string data = o.get_text("data");
@@ -112,6 +167,21 @@ int train(Context& ctx) {
     problems.push_back("--data uses byte tokens (V = 256); drop --vocab=" +
                        std::to_string(cfg.vocab));
   if (cfg.vocab == 0) cfg.vocab = 256;
+  // --init-from F (weights only), or --load F: the shape from the file. A Hugging Face file given
+  // to --load is taken as --init-from (it holds no optimizer state and no step).
+  std::string init_from = o.get_text("init-from"), load = o.get_text("load");
+  ModelFile file;
+  if (!init_from.empty() && !load.empty())
+    problems.push_back("give --init-from (weights only) or --load (resume), not both");
+  else if (!init_from.empty() || !load.empty()) {
+    file = inspect_model_file(init_from.empty() ? load : init_from,
+                              o.given("heads") ? o.get_int("heads") : 0);
+    if (file.hub && !load.empty()) std::swap(init_from, load);
+    shape_from_file(file, o, !init_from.empty(), cfg, seq, problems);
+    if (!data.empty() && cfg.vocab < 256)
+      problems.push_back("--data uses byte tokens (ids 0..255), but " + file.path +
+                         " has a vocabulary of " + std::to_string(cfg.vocab));
+  }
   const auto grid_problems = ProcessGrid::problems(world.size(), dp);
   for (const auto& p : grid_problems) problems.push_back(p);
   const int t = grid_problems.empty() ? world.size() / dp : world.size();  // TP group size
@@ -122,6 +192,12 @@ int train(Context& ctx) {
     problems.push_back(
         "--dropout with --dp > 1: the masks are keyed by the row of each DP "
         "rank's own slice, so the run would not match --dp 1; use --dropout 0");
+  if (cfg.sp && seq != cfg.seq && seq % t != 0)
+    problems.push_back("--seq=" + std::to_string(seq) + " is not divisible by t=" +
+                       std::to_string(t) + ", which sequence parallelism needs");
+  const std::string export_dir = o.get_text("export-hf");
+  if (!export_dir.empty() && !hf_export_problem(cfg).empty())
+    problems.push_back("--export-hf: GPT-2 cannot hold this model: " + hf_export_problem(cfg));
   // The preflight's checks (lib/model/preflight.h; tp_preflight prints the same), one line each,
   // for the TP group: with --dp, t is ranks / dp, and the messages say so where they name t.
   PreflightInput pre;
@@ -140,7 +216,7 @@ int train(Context& ctx) {
   if (data.empty())
     source = std::make_unique<MarkovSource>(cfg.vocab, seed);
   else
-    source = std::make_unique<TextSource>(data, cfg.seq, seed);
+    source = std::make_unique<TextSource>(data, seq, seed);
 
   // The tp × dp grid: `tp` is this rank's TP group (the whole world when --dp 1).
   ProcessGrid grid(world, dp, ctx.node_of_rank);
@@ -153,10 +229,14 @@ int train(Context& ctx) {
   hp.weight_decay = static_cast<float>(o.get_real("weight-decay"));
   AdamW opt(ctx.device, model.params(), hp);
   int64_t step = 0;
-  if (!o.get_text("load").empty()) {
-    const LoadedCheckpoint loaded = load_checkpoint(o.get_text("load"), tp, model, opt);
+  if (!init_from.empty()) {
+    load_model_file(file, tp, model);
+    log0(world, "initialised from ", init_from, ": ", file.describe(),
+         "; AdamW starts fresh at step 0");
+  } else if (!load.empty()) {
+    const LoadedCheckpoint loaded = load_checkpoint(load, tp, model, opt);
     step = loaded.step;
-    log0(world, "loaded ", o.get_text("load"), " at step ", step,
+    log0(world, "loaded ", load, " at step ", step,
          loaded.optimizer_state ? " (with optimizer state)"
                                 : " (no optimizer state: AdamW starts fresh)");
   }
@@ -172,7 +252,9 @@ int train(Context& ctx) {
          model.padded_vocab() / tp.size(),
          " rows per rank); the padding is never looked up, never wins the softmax, and is not "
          "saved");
-  log0(world, "batch ", batch, " x seq ", cfg.seq, " = ", batch * cfg.seq, " tokens/step",
+  if (seq < cfg.seq)
+    log0(world, "sequences of ", seq, " tokens; the position table holds ", cfg.seq);
+  log0(world, "batch ", batch, " x seq ", seq, " = ", batch * seq, " tokens/step",
        dp > 1 ? " (" + std::to_string(batch / dp) +
                     " sequences on each of dp = " + std::to_string(dp) + " replicas)"
               : std::string(),
@@ -200,9 +282,10 @@ int train(Context& ctx) {
     Gpt reference(ctx.device, solo, one);
     reference.init(seed);
     AdamW ref_opt(ctx.device, reference.params(), hp);
-    if (!o.get_text("load").empty()) load_checkpoint(o.get_text("load"), solo, reference, ref_opt);
+    if (!init_from.empty()) load_model_file(file, solo, reference);
+    if (!load.empty()) load_checkpoint(load, solo, reference, ref_opt);
     // Each TP group audits its own DP slice.
-    const Batch whole = source->batch(step, batch, cfg.seq);
+    const Batch whole = source->batch(step, batch, seq);
     const Batch b = dp == 1 ? whole : batch_slice(whole, grid.dp_rank() * (batch / dp), batch / dp);
     for (Gpt* m : {&model, &reference}) {
       m->zero_grad();
@@ -246,7 +329,7 @@ int train(Context& ctx) {
     const size_t span_mark = timeline.mark();
     const double t0 = now();
     const size_t mark = tp.ledger().size(), dp_mark = grid.dp().ledger().size();
-    const Batch b = source->batch(step, batch, cfg.seq);
+    const Batch b = source->batch(step, batch, seq);
     const float lr = learning_rate(hp.lr, step, o.get_int("warmup"), o.get_int("decay-steps"));
     const bool dump = i == 0 && !o.get_text("dump-grads").empty();
     const StepResult r =
@@ -266,7 +349,7 @@ int train(Context& ctx) {
     if (i == 0) {
       // What a block keeps for backward, measured by the memory ledger, against the formula.
       const int64_t measured = model.memory().layer_bytes(0),
-                    formula = block_activation_bytes(cfg, cfg.seq, batch / dp, tp.size());
+                    formula = block_activation_bytes(cfg, seq, batch / dp, tp.size());
       TP_CHECK(measured == formula, "activation memory of block 0: the ledger has ", measured,
                " bytes but the formula (lib/model/memory.h) gives ", formula);
       log0(world, "activations kept per block on each rank: ", measured,
@@ -275,7 +358,7 @@ int train(Context& ctx) {
     const double secs = now() - t0,
                  comm = tp.ledger().seconds_since(mark) + grid.dp().ledger().seconds_since(dp_mark);
     const double exposed = timeline.totals_since(span_mark).exposed;
-    const double tok_s = static_cast<double>(batch * cfg.seq) / secs;
+    const double tok_s = static_cast<double>(batch * seq) / secs;
     if (i % every == 0 || i + 1 == steps) {
       char line[200];
       std::snprintf(line, sizeof line,
@@ -358,6 +441,12 @@ int train(Context& ctx) {
     world.barrier();
     log0(world, "saved ", o.get_text("save"), " at step ", step);
   }
+  if (!export_dir.empty()) {
+    if (grid.dp_rank() == 0) export_hf(export_dir, tp, model);  // DP replicas hold the same model
+    world.barrier();
+    log0(world, "exported a Hugging Face GPT-2 to ", export_dir,
+         "/model.safetensors and config.json (weights only)");
+  }
   return 0;
 }
 
@@ -421,7 +510,16 @@ int main(int argc, char** argv) {
             "before training, check every replicated gradient against t = 1 and across ranks")
       .text("data", "", "train on the bytes of this file (V = 256) instead of the Markov data")
       .text("save", "", "write a checkpoint (safetensors) here at the end")
-      .text("load", "", "start from this checkpoint (weights, optimizer state, step)")
+      .text("load", "",
+            "resume from this checkpoint (weights, optimizer state, step; the shape from the "
+            "file unless given)")
+      .text("init-from", "",
+            "start from the weights of this file, AdamW fresh at step 0: a GPT-2 in the Hugging "
+            "Face layout (F32/F16/BF16; the shape from the file, heads from config.json beside "
+            "it or --heads) or a checkpoint; --seq may be shorter than its position table")
+      .text("export-hf", "",
+            "at the end, write DIR/model.safetensors and DIR/config.json that transformers loads "
+            "as GPT2LMHeadModel")
       .text("dump-grads", "",
             "after the first backward, write every global gradient, the batch and the loss here")
       .text("log-json", "", "append one JSON object per step to this file")

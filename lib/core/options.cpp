@@ -180,7 +180,14 @@ void Options::parse(int argc, const char* const* argv) {
       }
     }
     assign(name, opt, value);
+    opt.given = true;
   }
+}
+
+bool Options::given(const std::string& name) const {
+  const auto it = options_.find(name);
+  TP_CHECK(it != options_.end(), program_, ": option --", name, " was never declared");
+  return it->second.given;
 }
 
 std::string Options::help() const {

@@ -50,6 +50,8 @@ class Options {
   int64_t get_int(const std::string& name) const;
   double get_real(const std::string& name) const;
   const std::string& get_text(const std::string& name) const;
+  /// True when the command line set `name` (even to its default value).
+  bool given(const std::string& name) const;
 
  private:
   enum class Type { Flag, Int, Real, Text };
@@ -60,6 +62,7 @@ class Options {
     std::vector<std::string> choices;
     bool has_lo = false, lo_open = false, has_hi = false, hi_open = false;
     double lo = 0, hi = 0;
+    bool given = false;  // set on the command line
   };
   Option& last(const char* what);
   static std::string range_text(const Option& o);

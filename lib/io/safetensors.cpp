@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -97,14 +98,83 @@ bool parse_dtype(const std::string& s, DType& out) {
     out = DType::I32;
     return true;
   }
+  if (s == "F16") {
+    out = DType::F16;
+    return true;
+  }
+  if (s == "BF16") {
+    out = DType::BF16;
+    return true;
+  }
   return false;
+}
+
+uint32_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+float bits_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
 }
 
 }  // namespace
 
-const char* dtype_name(DType dtype) { return dtype == DType::F32 ? "F32" : "I32"; }
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::F32:
+      return "F32";
+    case DType::I32:
+      return "I32";
+    case DType::F16:
+      return "F16";
+    case DType::BF16:
+      return "BF16";
+  }
+  return "?";
+}
 
-int64_t dtype_size(DType) { return 4; }
+int64_t dtype_size(DType dtype) { return dtype == DType::F16 || dtype == DType::BF16 ? 2 : 4; }
+
+// binary16: 1 sign bit, 5 exponent bits (bias 15), 10 mantissa bits.
+float f16_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  if (exp == 0x1f) return bits_float(sign | 0x7f800000u | (mant << 13));       // inf, NaN
+  if (exp != 0) return bits_float(sign | ((exp + 112) << 23) | (mant << 13));  // 127 - 15 = 112
+  // Zero or subnormal: mant · 2^-24, exact in F32.
+  const float v = static_cast<float>(mant) * 5.9604644775390625e-8f;
+  return sign ? -v : v;
+}
+
+uint16_t f32_to_f16(float f) {
+  const uint32_t u = float_bits(f);
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t abs = u & 0x7fffffffu;
+  if (abs >= 0x7f800000u)  // inf, NaN (keep a quiet NaN)
+    return static_cast<uint16_t>(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0u));
+  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds past 65504
+  if (abs < 0x38800000u) {
+    // Below the smallest normal 2^-14: a subnormal mant · 2^-24, rounded to nearest even.
+    const float a = bits_float(abs) * 16777216.0f;  // exact: a power-of-two scale
+    const float r = std::nearbyint(a);              // the default mode rounds half to even
+    return static_cast<uint16_t>(sign | static_cast<uint16_t>(r));
+  }
+  // Normal: drop 13 mantissa bits with round to nearest even (a carry may bump the exponent).
+  const uint32_t rounded = abs + 0xfffu + ((abs >> 13) & 1u);
+  return static_cast<uint16_t>(sign | ((rounded - (112u << 23)) >> 13));
+}
+
+float bf16_to_f32(uint16_t b) { return bits_float(static_cast<uint32_t>(b) << 16); }
+
+uint16_t f32_to_bf16(float f) {
+  const uint32_t u = float_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // NaN
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
 
 int64_t TensorInfo::numel() const {
   int64_t n = 1;
@@ -149,6 +219,17 @@ void Writer::add_f32(const std::string& name, const std::vector<int64_t>& shape,
 void Writer::add_i32(const std::string& name, const std::vector<int64_t>& shape,
                      std::vector<int32_t> values) {
   add(name, DType::I32, shape, values.data(), values.size());
+}
+
+void Writer::add_float(const std::string& name, DType dtype, const std::vector<int64_t>& shape,
+                       const std::vector<float>& values) {
+  if (dtype == DType::F32) return add(name, dtype, shape, values.data(), values.size());
+  TP_CHECK(dtype == DType::F16 || dtype == DType::BF16, "safetensors: add_float of tensor ",
+           quote(name), " as ", dtype_name(dtype), ": expected F32, F16 or BF16");
+  std::vector<uint16_t> half(values.size());
+  for (size_t i = 0; i < values.size(); ++i)
+    half[i] = dtype == DType::F16 ? f32_to_f16(values[i]) : f32_to_bf16(values[i]);
+  add(name, dtype, shape, half.data(), half.size());
 }
 
 void Writer::set_metadata(const std::string& key, const std::string& value) {
@@ -417,7 +498,8 @@ File File::open(const std::string& path) {
     TP_CHECK_INPUT(dtype.is_string(), where, ": dtype is a JSON ", json_type(dtype),
                    ", not a string");
     TP_CHECK_INPUT(parse_dtype(dtype.get<std::string>(), e.info.dtype), where, ": dtype ",
-                   quote(dtype.get<std::string>()), " is not supported (supported: F32, I32)");
+                   quote(dtype.get<std::string>()),
+                   " is not supported (supported: F32, F16, BF16, I32)");
 
     const json& shape = value.at("shape");
     TP_CHECK_INPUT(shape.is_array(), where, ": shape is a JSON ", json_type(shape),
@@ -540,6 +622,20 @@ std::vector<float> File::read_f32(const std::string& name) const {
   const Entry& e = typed_entry(name, DType::F32);
   std::vector<float> out(static_cast<size_t>(e.info.numel()));
   read_bytes(name, e, out.data());
+  return out;
+}
+
+std::vector<float> File::read_as_f32(const std::string& name) const {
+  const Entry& e = entry(name);
+  if (e.info.dtype == DType::F32) return read_f32(name);
+  TP_CHECK_INPUT(e.info.dtype == DType::F16 || e.info.dtype == DType::BF16, "checkpoint ", path_,
+                 ": tensor ", quote(name), " is ", dtype_name(e.info.dtype),
+                 ", not a floating-point tensor (F32, F16 or BF16)");
+  std::vector<uint16_t> half(static_cast<size_t>(e.info.numel()));
+  read_bytes(name, e, half.data());
+  std::vector<float> out(half.size());
+  for (size_t i = 0; i < half.size(); ++i)
+    out[i] = e.info.dtype == DType::F16 ? f16_to_f32(half[i]) : bf16_to_f32(half[i]);
   return out;
 }
 

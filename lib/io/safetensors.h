@@ -23,13 +23,24 @@
 
 namespace tp::safetensors {
 
-/// The element types this project reads and writes ("F32" and "I32" in the header).
-enum class DType { F32, I32 };
+/// The element types this project reads and writes ("F32", "I32", "F16" and "BF16" in the
+/// header). F16 (IEEE-754 binary16) and BF16 (the top 16 bits of an F32) are how released weights
+/// often come; they are read as F32 (read_as_f32) and written from F32 (add_float).
+enum class DType { F32, I32, F16, BF16 };
 
-/// The header's name of a dtype: "F32" or "I32".
+/// The header's name of a dtype: "F32", "I32", "F16" or "BF16".
 const char* dtype_name(DType dtype);
-/// Bytes per element: 4 for both F32 and I32.
+/// Bytes per element: 4 for F32 and I32, 2 for F16 and BF16.
 int64_t dtype_size(DType dtype);
+
+/// binary16 bits → float (exact: every F16 value is an F32 value, subnormals included).
+float f16_to_f32(uint16_t bits);
+/// float → binary16 bits, rounded to nearest even; overflow gives ±inf, NaN stays NaN.
+uint16_t f32_to_f16(float value);
+/// bfloat16 bits → float (exact: the bits are the top half of the F32).
+float bf16_to_f32(uint16_t bits);
+/// float → bfloat16 bits, rounded to nearest even; NaN stays NaN.
+uint16_t f32_to_bf16(float value);
 
 /// What the header says about one tensor.
 struct TensorInfo {
@@ -54,6 +65,9 @@ class Writer {
   /// Adds an I32 tensor; the same rules as add_f32.
   void add_i32(const std::string& name, const std::vector<int64_t>& shape,
                std::vector<int32_t> values);
+  /// Adds float values stored as `dtype` (F32, F16 or BF16; F16 and BF16 round to nearest even).
+  void add_float(const std::string& name, DType dtype, const std::vector<int64_t>& shape,
+                 const std::vector<float>& values);
   /// Sets (or replaces) one "__metadata__" string.
   void set_metadata(const std::string& key, const std::string& value);
 
@@ -118,6 +132,8 @@ class File {
 
   /// Reads tensor `name` (which must be F32) from disk, row-major.
   std::vector<float> read_f32(const std::string& name) const;
+  /// Reads tensor `name` (F32, F16 or BF16) from disk as F32, row-major; the conversion is exact.
+  std::vector<float> read_as_f32(const std::string& name) const;
   /// Reads tensor `name` (which must be I32) from disk, row-major.
   std::vector<int32_t> read_i32(const std::string& name) const;
 

@@ -10,7 +10,7 @@ namespace tp {
 
 namespace {
 
-constexpr const char* kFormat = "tp-from-scratch-gpt/1";
+constexpr const char* kFormat = kCheckpointFormat;
 
 std::string stored_name(const Param& p) { return p.ckpt_name.empty() ? p.name : p.ckpt_name; }
 
@@ -196,6 +196,44 @@ LoadedCheckpoint load_checkpoint(const std::string& path, Communicator& comm, Gp
   out.step = number("step");
   opt.set_steps(out.optimizer_state ? number("adam_steps") : 0);
   return out;
+}
+
+std::map<std::string, StoredTensor> gather_stored_weights(Communicator& comm, const Gpt& model) {
+  const ParamList& params = model.params();
+  auto values = assemble(comm, params, [&](size_t i) { return params[i].value; });
+  std::map<std::string, StoredTensor> out;
+  for (const Param& p : params) {
+    auto it = values.find(stored_name(p));
+    if (it == values.end()) continue;  // several params share it: moved already
+    out[it->first] = StoredTensor{stored_shape(p), std::move(it->second)};
+    values.erase(it);
+  }
+  return out;
+}
+
+void load_stored_weights(const safetensors::File& f,
+                         const std::function<std::string(const std::string&)>& file_name,
+                         Communicator& comm, Gpt& model) {
+  const int t = comm.size();
+  std::map<std::string, std::vector<float>> cache;  // c_attn is read once for q, k and v
+  for (const Param& p : model.params()) {
+    const std::string name = file_name(stored_name(p));
+    const auto want = stored_shape(p);
+    TP_CHECK_INPUT(f.has(name), "model file ", f.path(), " has no tensor ", name);
+    TP_CHECK_INPUT(f.info(name).shape == want, "model file ", f.path(), ": tensor ", name,
+                   " has shape ", shape_str(f.info(name).shape), " but this model needs ",
+                   shape_str(want));
+    auto it = cache.find(name);
+    if (it == cache.end()) it = cache.emplace(name, f.read_as_f32(name)).first;
+    const std::vector<float>& stored = it->second;
+    std::vector<float> global(static_cast<size_t>(p.rows() * p.cols()), 0.0f);  // padding: 0
+    const int64_t cols = want.back();
+    for (int64_t r = 0; r < stored_rows(p); ++r)
+      for (int64_t c = 0; c < p.cols(); ++c)
+        global[r * p.cols() + c] = stored[r * cols + p.ckpt_col0 + c];
+    Tensor value = p.value;
+    value.copy_from_host(shard_of(p, global, t));
+  }
 }
 
 void dump_gradients(const std::string& path, Communicator& comm, const Gpt& model,

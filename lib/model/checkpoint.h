@@ -23,13 +23,20 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "core/communicator.h"
+#include "io/safetensors.h"
 #include "model/adamw.h"
 #include "model/gpt.h"
 
 namespace tp {
+
+/// The "format" metadata of this project's checkpoints.
+inline constexpr const char* kCheckpointFormat = "tp-from-scratch-gpt/1";
 
 /// Writes `path` (collective: every rank must call it). `step` = training steps done.
 void save_checkpoint(const std::string& path, Communicator& comm, const Gpt& model,
@@ -44,6 +51,24 @@ struct LoadedCheckpoint {
 /// Loads `path` into `model` (and `opt`, when the file holds optimizer state).
 LoadedCheckpoint load_checkpoint(const std::string& path, Communicator& comm, Gpt& model,
                                  AdamW& opt);
+
+/// One tensor as a file stores it: global, row-major, without vocabulary padding rows.
+struct StoredTensor {
+  std::vector<int64_t> shape;
+  std::vector<float> values;
+};
+
+/// Every weight of `model` under its stored name (the names above, q | k | v packed into c_attn),
+/// gathered from the shards (collective: an all-gather per split parameter; every rank gets all).
+std::map<std::string, StoredTensor> gather_stored_weights(Communicator& comm, const Gpt& model);
+
+/// Loads only the weights of `file` into `model`: stored tensor `n` is read from the file's tensor
+/// `file_name(n)`, as F32, F16 or BF16 (converted to F32), and must have the stored shape; each
+/// rank keeps its shard. Optimizer state and metadata are not looked at. A missing tensor or a
+/// wrong shape is a bad-input error naming the file's tensor (and both shapes).
+void load_stored_weights(const safetensors::File& file,
+                         const std::function<std::string(const std::string&)>& file_name,
+                         Communicator& comm, Gpt& model);
 
 /// Writes every global gradient (names prefixed "grad."), the batch ("batch.input_ids",
 /// "batch.labels": int32 (B, S)) and the loss ("loss": f32 (1)) to `path` (collective).
