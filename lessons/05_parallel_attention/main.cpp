@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
     const int tb = 8;
     const int64_t H = big.hidden, hd = big.head_dim(), nq = big.heads / tb, nkv = big.kv() / tb;
     const int64_t group = big.heads / big.kv();  // query heads that share one KV head
-    L.check("config valid at t = 8", {f(big.problems(tb).size())}, {0});
+    L.check_fact("config valid at t = 8", {f(big.problems(tb).size())}, {0});
     L.say("  h = ", H, ", head_dim = h / heads = ", hd, ";  per rank: ", big.heads, " / ", tb,
           " = ", nq, " query heads and ", big.kv(), " / ", tb, " = ", nkv, " KV head",
           nkv == 1 ? "" : "s");
@@ -82,9 +82,9 @@ int main(int argc, char** argv) {
     L.say("  query head j reads KV head j / ", group, ": rank r's query heads [", nq, "r, ", nq,
           "(r+1)) all read KV head r, so attention needs nothing from another rank (", remote,
           " of ", big.heads, " heads read a remote KV head)");
-    L.check("query heads whose KV head is on another rank", {f(remote)}, {0});
-    L.check("the W_Q shards tile the query columns", {f(next)}, {f(big.heads * hd)});
-    L.check("W_O shard rows = W_Q shard columns", {f(nq * hd)}, {f(big.heads * hd / tb)});
+    L.check_fact("query heads whose KV head is on another rank", {f(remote)}, {0});
+    L.check_fact("the W_Q shards tile the query columns", {f(next)}, {f(big.heads * hd)});
+    L.check_fact("W_O shard rows = W_Q shard columns", {f(nq * hd)}, {f(big.heads * hd / tb)});
 
     // 2. A small computed example at t = np against t = 1.
     GptConfig cfg;
@@ -135,10 +135,11 @@ int main(int argc, char** argv) {
       remote_small += (j / q_r) != (j / (cfg.heads / cfg.kv())) / kv_r;
     L.say(heads.str(), "  query head j reads KV head j / ", cfg.heads / cfg.kv(),
           ", always on its own rank (", remote_small, " remote)");
-    L.check("query heads whose KV head is on another rank (small config)", {f(remote_small)}, {0});
-    L.check_ranks("heads held", owned, lesson::per_rank(t, [&](int r) {
-                    return std::vector<float>{f(r * q_r), f(q_r), f(r * kv_r), f(kv_r)};
-                  }));
+    L.check_fact("query heads whose KV head is on another rank (small config)", {f(remote_small)},
+                 {0});
+    L.check_fact_ranks("heads held", owned, lesson::per_rank(t, [&](int r) {
+                         return std::vector<float>{f(r * q_r), f(q_r), f(r * kv_r), f(kv_r)};
+                       }));
 
     const double rtol = 1e-5;  // float sums in another order at t > 1
     std::vector<std::string> header = {"step"};
@@ -163,8 +164,8 @@ int main(int argc, char** argv) {
     const size_t bwd = L.mark() - m;
     const std::vector<float> y_one = single.forward(x, S, B).to_host(),
                              dx_one = single.backward(dy).to_host();
-    L.check("collectives in forward", {f(fwd)}, {t > 1 ? 1.0f : 0.0f});
-    L.check("collectives in backward", {f(bwd)}, {t > 1 ? 1.0f : 0.0f});
+    L.check_fact("collectives in forward", {f(fwd)}, {t > 1 ? 1.0f : 0.0f});
+    L.check_fact("collectives in backward", {f(bwd)}, {t > 1 ? 1.0f : 0.0f});
     L.check_ranks("y", y, lesson::per_rank(t, [&](int) { return y_one; }), rtol);
     L.check_ranks("dx", dx, lesson::per_rank(t, [&](int) { return dx_one; }), rtol);
     // The key bias moves every score of a query row by the same q·b_k, which softmax ignores: its
@@ -205,7 +206,7 @@ int main(int argc, char** argv) {
     L.say("  heads = 6 at t = 4: W_Q's ", six.hidden, " columns split as ", cols_per_rank,
           " per rank, which is ", cols_per_rank / six.head_dim(), " heads of dim ", six.head_dim(),
           ": a head would straddle two ranks");
-    L.check("heads per rank for heads = 6, t = 4", {cols_per_rank / six.head_dim()}, {1.5f});
+    L.check_fact("heads per rank for heads = 6, t = 4", {cols_per_rank / six.head_dim()}, {1.5f});
     for (const GptConfig* c : {&six, &gqa}) {
       const std::vector<std::string> problems = c->problems(tbad);
       L.say("  ", c->str(), ", t = ", tbad, ": ", problems.size(), " problem",
@@ -222,9 +223,9 @@ int main(int argc, char** argv) {
       const std::string bad = c == &six ? "heads=6" : "kv_heads=2";
       const bool names_values =
           message.find(bad) != std::string::npos && message.find("t=4") != std::string::npos;
-      L.check("validate refuses " + bad + " at t = 4 as bad input", {f(exit_code)}, {2});
-      L.check("the message names " + bad + " and t=4", {names_values ? 1.0f : 0.0f}, {1});
-      L.check("problems for " + bad, {f(problems.size())}, {c == &six ? 2.0f : 1.0f});
+      L.check_fact("validate refuses " + bad + " at t = 4 as bad input", {f(exit_code)}, {2});
+      L.check_fact("the message names " + bad + " and t=4", {names_values ? 1.0f : 0.0f}, {1});
+      L.check_fact("problems for " + bad, {f(problems.size())}, {c == &six ? 2.0f : 1.0f});
     }
 
     // 4. Summary.
