@@ -3,7 +3,7 @@
 // What it shows: fc1 (h → ffn) split by columns, fc2 (ffn → h) split by rows, and the activation in
 // between applied to each rank's own columns:
 //
-//     Z = GeLU(X [A_1, …, A_t]) [B_1; …; B_t] = Σ_r GeLU(X A_r) B_r
+//     Z = GeLU(X [A_0, …, A_{t−1}]) [B_0; …; B_{t−1}] = Σ_r GeLU(X A_r) B_r
 //
 // With X = [1, 2], A = [[1, 0, -2, 1], [0, 1, 1, -1]], B = [[1, 0], [0, 1], [1, 1], [2, -1]]:
 // XA = [1, 2, 0, -1]; at t = 2 rank 0 holds the columns [1, 2] and rank 1 holds [0, -1]; each
@@ -98,6 +98,10 @@ int main(int argc, char** argv) {
     RowParallelLinear fc2(dev, world, "fc2", ffn, h, false, /*input_is_parallel=*/true);
     fc1.load_global(a_host);
     fc2.load_global(b_host);
+    L.say(
+        "  (row by row: A_r's rows are the h inputs and its columns this rank's fc1 columns; "
+        "B_r's");
+    L.say("  rows are the same columns of the intermediate and its columns the h outputs)");
     L.report(table, "holds A_r (fc1 columns)", fc1.weight, m);
     L.report(table, "holds B_r (fc2 rows)", fc2.weight, m);
     L.check_ranks("A_r", fc1.weight,

@@ -158,6 +158,9 @@ int main(int argc, char** argv) {
     Tensor y = attn.forward(x, S, B);
     L.report(table, "forward: y[last token, :4]", last_row(y), m);
     const size_t fwd = L.mark() - m;
+    int all_gathers = 0;  // seed 004 says attention needs one; count them
+    for (size_t i = m; i < m + fwd; ++i)
+      all_gathers += world.ledger().records()[i].op == "all_gather";
     m = L.mark();
     Tensor dx = attn.backward(dy);
     L.report(table, "backward: dx[last token, :4]", last_row(dx), m);
@@ -166,6 +169,7 @@ int main(int argc, char** argv) {
                              dx_one = single.backward(dy).to_host();
     L.check_fact("collectives in forward", {f(fwd)}, {t > 1 ? 1.0f : 0.0f});
     L.check_fact("collectives in backward", {f(bwd)}, {t > 1 ? 1.0f : 0.0f});
+    L.check_fact("all-gathers in forward", {f(all_gathers)}, {0});
     L.check_ranks("y", y, lesson::per_rank(t, [&](int) { return y_one; }), rtol);
     L.check_ranks("dx", dx, lesson::per_rank(t, [&](int) { return dx_one; }), rtol);
     // The key bias moves every score of a query row by the same q·b_k, which softmax ignores: its
@@ -238,6 +242,16 @@ int main(int argc, char** argv) {
         "and the\n"
         "output projection is row-parallel. One all-reduce forward (g, after W_O) and one backward "
         "(f, after\n"
-        "adding the dX terms of q, k and v). Both heads and KV heads must be divisible by t.");
+        "adding the dX terms of q, k and v). Both heads and KV heads must be divisible by t.\n"
+        "\n"
+        "Seed 004 §4.2 says the attention scores need an all-gather. Under TP they need none: each "
+        "rank\n"
+        "holds q, k and v of its own whole heads, and the forward's only collective is g's "
+        "all-reduce\n"
+        "after W_O (checked: " +
+        std::to_string(all_gathers) +
+        " all-gathers). An all-gather appears only with sequence parallelism (lesson 08),\n"
+        "in front of the q, k, v projection, where it gathers the sequence-split input, not the "
+        "scores.");
   });
 }

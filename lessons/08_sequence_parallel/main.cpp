@@ -175,7 +175,14 @@ int main(int argc, char** argv) {
     L.say(
         "  So SP replaces g's all-reduce by a reduce-scatter and f's identity by an all-gather: "
         "same\n"
-        "  bytes, and in between every rank holds only s/t tokens.");
+        "  bytes, and in between every rank holds only s/t tokens.\n"
+        "  Seed 001 §4.3 says SP makes the communication smaller (each rank reduces only its own\n"
+        "  segment): the bytes are the same, as above; what SP saves is activation memory. This\n"
+        "  all-gather, in front of the q, k, v projection (and of fc1), is where attention meets "
+        "an\n"
+        "  all-gather (seed 004 §4.2), and only under SP. Seed 000 §2 calls it an all-gather of K\n"
+        "  and V: what is gathered is the layer's input, from which each rank then computes q, k\n"
+        "  and v of the whole sequence for its own heads.");
 
     // 2. LayerNorm on my tokens only.
     L.step(
@@ -226,7 +233,9 @@ int main(int argc, char** argv) {
                        lesson::per_rank(t, [&](int) { return std::vector<float>{float(rows)}; }));
 
     Norm local(dev, "ln", hid, "layernorm", eps, /*sequence_parallel=*/true);
-    L.say("  LayerNorm of my tokens only (each token's statistics are its own):");
+    L.say(
+        "  LayerNorm of my tokens only (each token's statistics are its own; one row per token,\n"
+        "  rank r's rows are tokens [r·s/t, (r+1)·s/t)):");
     m = L.mark();
     Tensor Y_r = local.forward(X_r);
     L.report(norms, "LayerNorm of my tokens", Y_r, m);

@@ -97,6 +97,10 @@ int main(int argc, char** argv) {
     L.check_fact("V' is a multiple of t, at most t − 1 rows of padding",
                  {static_cast<float>(Vp % t), static_cast<float>(Vp - V < t && Vp >= V)}, {0, 1});
     size_t m = L.mark();
+    L.say(
+        "  Below, a rank's wte shard has one row per id it owns (lowest first), and a lookup one "
+        "row");
+    L.say("  per entry of ids, in order.");
     L.report(table, "holds wte rows", embedding.weight, m);
     L.check_ranks("wte shard", embedding.weight, lesson::per_rank(t, [&](int i) {
                     return host_block(wte, h, i * rows, rows, 0, h);
@@ -167,7 +171,8 @@ int main(int argc, char** argv) {
     const VocabShard vs = embedding.shard();  // the head's columns are the embedding's rows
     L.say(
         "  my columns of the logits (the head's output, column-parallel; padding columns are "
-        "skipped):");
+        "skipped),\n"
+        "  one row per token; below, one number per token is [token 0, token 1]:");
     m = L.mark();
     L.report(table, "logits: my columns", x_r, m);
     L.check_ranks("logits shard", x_r, lesson::per_rank(t, [&](int i) {
@@ -278,6 +283,31 @@ int main(int argc, char** argv) {
     L.say(
         "  Each rank needs only max and Σ exp, already all-reduced in forward, to turn its own\n"
         "  logits into softmax − one-hot: the backward moves nothing.");
+
+    // Seed 001 §6.2: each rank computes "the loss of its vocabulary shard", then all-reduce.
+    std::vector<float> shard_losses(nt, 0.0f);
+    for (int i = 0; i < t; ++i) {
+      const std::vector<float> part = over_cols(i, [&](int64_t k, int64_t a, int64_t b) {
+        double se = 0;
+        for (int64_t j = a; j < b; ++j) se += std::exp(double(logits[k * V + j]));
+        const double tgt = target[k] >= a && target[k] < b ? logits[k * V + target[k]] : 0.0;
+        return a < b ? static_cast<float>(std::log(se) - tgt) : 0.0f;
+      });
+      for (int64_t k = 0; k < nt; ++k) shard_losses[k] += part[k];
+    }
+    const bool differs = rel_error(shard_losses, loss_ref) > 1e-3;
+    L.check_fact("per-shard losses, summed, differ from the loss (t > 1)", {differs ? 1.0f : 0.0f},
+                 {t > 1 ? 1.0f : 0.0f});
+    L.say(
+        "  Seed 001 §6.2 has each rank compute the loss over its own vocabulary columns and then\n"
+        "  all-reduce those losses. Summed over the ranks, log Σ_(my columns) exp(x) − (my target\n"
+        "  logit or 0) gives ",
+        lesson::fmt(shard_losses),
+        t > 1 ? ", not the loss " + lesson::fmt(loss_ref) +
+                    ": a log of a sum is not a\n"
+                    "  sum of logs. What adds up over the ranks is Σ exp(x − max) and the target "
+                    "logit, as above."
+              : ", the loss itself only because at t = 1\n  one rank has every column.");
 
     // 3. GPT-2's vocabulary in a real model, padded to a multiple of t.
     L.step("V = 50257 (GPT-2) at t = " + std::to_string(t) +

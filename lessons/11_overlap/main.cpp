@@ -259,7 +259,17 @@ int main(int argc, char** argv) {
         "  each ring (nothing to compute yet) and the last wait. How much of it a real run hides\n"
         "  depends on the link against the compute, as the seed says: the slower the link (10 "
         "GbE)\n"
-        "  against strong GPUs, the more there is to hide; over NVLink little was exposed anyway.");
+        "  against strong GPUs, the more there is to hide; over NVLink little was exposed anyway.\n"
+        "  Where seed 000 goes wrong: it starts a column-parallel layer's all-gather and runs\n"
+        "  \"LayerNorm or other work that does not need the whole Y\" meanwhile. In Megatron TP "
+        "the\n"
+        "  column outputs are not gathered at all; the collectives that block are g's all-reduce\n"
+        "  (here its reduce-scatter) and, under SP, the all-gather before q, k, v and fc1, and "
+        "the\n"
+        "  LayerNorm after g needs g's result. What can run beside them is backward's\n"
+        "  weight-gradient GEMMs (async) or the other blocks of the same GEMM (ring). Seed 002's\n"
+        "  \"TP communication cannot be hidden\" holds for a blocking all-reduce whose result the\n"
+        "  next operator needs; splitting the GEMM around it, as the ring does, hides most of it.");
       },
       [](Options& o) {
     o.text("svg", "build/lesson_11_",
