@@ -14,10 +14,11 @@
 //               weight gradients while they fly;
 //        ring   collective matmul: each all-gather + GEMM and GEMM + reduce-scatter is a ring of
 //               row blocks, each block's GEMM running while the next block travels.
-//      The same numbers (checked: async bit for bit, ring to float rounding), and for each the step
-//      time, the communication, the part of it the computing thread waited for (exposed) and the
-//      part hidden under compute, from the timeline (lib/observe/timeline.h), whose charts of the
-//      last step are written as SVG (build/lesson_11_<mode>.svg by default).
+//      The same numbers (checked against one device, and against each other: async bit for bit
+//      at t = 2, ring to float rounding), and for each the step time, the communication, the part
+//      of it the computing thread waited for (exposed) and the part hidden under compute, from
+//      the timeline (lib/observe/timeline.h), whose charts of the last step are written as SVG
+//      (build/lesson_11_<mode>.svg by default).
 //   3. Against seed 000's "overlap cut the TP communication overhead by about 40 %".
 //
 // What is new since lesson 10: asynchronous collectives (Work), the overlap modes, the simulated
@@ -208,10 +209,19 @@ int main(int argc, char** argv) {
                     my_rows(one.dx), 1e-5);
       L.check(mode + ": every parameter gradient", r.grads, one.grads, 1e-5);
     }
-    L.check_fact("async: y, dx and every gradient = none, bit for bit",
-                 {static_cast<float>(runs[1].y == serial.y && runs[1].dx == serial.dx &&
-                                     runs[1].grads == serial.grads)},
-                 {1}, 0);
+    // async only starts the backward reductions earlier. At t = 2 each reduction adds two numbers,
+    // the same in either order, so async equals none bit for bit; at t > 2 a nonblocking
+    // reduce-scatter may add in another order than the blocking one: equal to float rounding.
+    if (t == 2) {
+      L.check_fact("async: y, dx and every gradient = none, bit for bit",
+                   {static_cast<float>(runs[1].y == serial.y && runs[1].dx == serial.dx &&
+                                       runs[1].grads == serial.grads)},
+                   {1}, 0);
+    } else {
+      L.check_fact("async: y = none", runs[1].y, serial.y, 1e-6);
+      L.check_fact("async: dx = none", runs[1].dx, serial.dx, 1e-6);
+      L.check_fact("async: every gradient = none", runs[1].grads, serial.grads, 1e-6);
+    }
     L.check_fact("ring: y = none", runs[2].y, serial.y, 1e-6);
     L.check_fact("ring: dx = none", runs[2].dx, serial.dx, 1e-6);
     L.check_fact("ring: every gradient = none", runs[2].grads, serial.grads, 1e-6);
@@ -219,7 +229,10 @@ int main(int argc, char** argv) {
                  {static_cast<float>(serial.y == real.y && serial.grads == real.grads)}, {1}, 0);
     L.say(
         "  every mode's y, dx and gradients equal one device's (t = 1, rtol 1e-5), and each other\n"
-        "  (async bit for bit, ring to 1e-6), so what differs is only when the ranks wait.");
+        "  (",
+        t == 2 ? "async bit for bit, ring to 1e-6"
+               : "async and ring to 1e-6: at t > 2 the reductions may add in another order",
+        "), so what differs is only when the ranks wait.");
 
     const std::string prefix = L.options().get_text("svg");
     lesson::Table table(
