@@ -125,7 +125,7 @@ Table Lesson::rank_table() const {
 void Lesson::report(Table& table, const std::string& step, const Tensor& value, size_t mark) {
   std::vector<std::string> cells = gather_fmt(value);
   if (!is_root()) return;
-  std::string line = " ";
+  std::string line = "  " + step + ": ";
   for (size_t i = 0; i < cells.size(); ++i)
     line += " rank " + std::to_string(i) + ": " + cells[i] + "  ";
   const std::string comm = comm_since(mark);
@@ -151,10 +151,8 @@ std::string Lesson::comm_since(size_t mark) const {
   return s;
 }
 
-void Lesson::check(const std::string& what, const std::vector<float>& got,
-                   const std::vector<float>& want, double rtol) {
-  if (!is_root()) return;
-  ++checks_;
+void Lesson::compare(const std::string& what, const std::vector<float>& got,
+                     const std::vector<float>& want, double rtol) {
   if (got.size() != want.size()) {
     failures_.push_back(what + ": got " + std::to_string(got.size()) + " values, expected " +
                         std::to_string(want.size()));
@@ -164,8 +162,16 @@ void Lesson::check(const std::string& what, const std::vector<float>& got,
   if (!(err <= rtol)) {
     char buf[64];
     std::snprintf(buf, sizeof buf, " (relative error %.3g > %.3g)", err, rtol);
-    failures_.push_back(what + ": got " + fmt(got) + ", single device gives " + fmt(want) + buf);
+    failures_.push_back(what + ": got " + fmt(got) + ", expected " + fmt(want) + buf);
   }
+}
+
+void Lesson::check(const std::string& what, const std::vector<float>& got,
+                   const std::vector<float>& want, double rtol) {
+  if (!is_root()) return;
+  quantities_.insert(what);
+  ++comparisons_;
+  compare(what, got, want, rtol);
 }
 
 void Lesson::check_ranks(const std::string& what, const Tensor& t,
@@ -173,20 +179,57 @@ void Lesson::check_ranks(const std::string& what, const Tensor& t,
   const auto got = gather(t);
   if (!is_root()) return;
   TP_CHECK(want.size() == got.size(), "check_ranks: expected values for ", got.size(), " ranks");
-  for (size_t r = 0; r < got.size(); ++r)
-    check(what + " on rank " + std::to_string(r), got[r], want[r], rtol);
+  quantities_.insert(what);
+  for (size_t r = 0; r < got.size(); ++r) {
+    ++comparisons_;
+    compare(what + " on rank " + std::to_string(r), got[r], want[r], rtol);
+  }
 }
+
+void Lesson::check_fact(const std::string& what, const std::vector<float>& got,
+                        const std::vector<float>& want, double rtol) {
+  if (!is_root()) return;
+  facts_.insert(what);
+  ++fact_checks_;
+  compare(what, got, want, rtol);
+}
+
+void Lesson::check_fact_ranks(const std::string& what, const Tensor& t,
+                              const std::vector<std::vector<float>>& want, double rtol) {
+  const auto got = gather(t);
+  if (!is_root()) return;
+  TP_CHECK(want.size() == got.size(), "check_fact_ranks: expected values for ", got.size(),
+           " ranks");
+  facts_.insert(what);
+  for (size_t r = 0; r < got.size(); ++r) {
+    ++fact_checks_;
+    compare(what + " on rank " + std::to_string(r), got[r], want[r], rtol);
+  }
+}
+
+namespace {
+std::string count(int n, const std::string& one, const std::string& many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+}  // namespace
 
 int Lesson::finish() {
   Tensor failed = Tensor::from_host(device(), Shape{1}, {static_cast<float>(failures_.size())});
   display_->broadcast(failed, 0);
   const bool ok = failed.to_host()[0] == 0.0f;
   if (is_root()) {
+    // "14 quantities checked against one device (38 per-rank comparisons); 9 other facts checked"
+    std::string what =
+        count(quantities(), "quantity", "quantities") + " checked against one device";
+    if (comparisons_ > quantities())
+      what += " (" + std::to_string(comparisons_) + " per-rank comparisons)";
+    if (facts() > 0) what += "; " + count(facts(), "other fact", "other facts") + " checked";
     if (ok) {
-      say("\nPASSED (", checks_, " checks against a single-device computation)");
+      say("\nPASSED: ", what);
     } else {
       for (const auto& f : failures_) say("  differs: ", f);
-      say("\nFAILED (", failures_.size(), " of ", checks_, " checks)");
+      say("\nFAILED: ", failures_.size(), " of ", comparisons_ + fact_checks_,
+          " comparisons differ (", what, ")");
     }
   }
   return ok ? 0 : 1;

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -68,8 +69,9 @@ class Lesson {
   /// A table with the columns step | rank 0 | … | rank t−1 | communication, for report().
   Table rank_table() const;
 
-  /// Gathers `value` from every rank, prints "rank 0: …   rank 1: …   communication: …" and adds
-  /// the row [step, value on each rank, communication since `mark`] to `table` (rank 0).
+  /// Gathers `value` from every rank, prints "  <step>:  rank 0: …   rank 1: …   communication: …"
+  /// and adds the row [step, value on each rank, communication since `mark`] to `table` (rank 0).
+  /// `step` names the row, so that every printed row says what it is.
   void report(Table& table, const std::string& step, const Tensor& value, size_t mark);
 
   /// Marks the world ledger: comm_since(mark) describes the collectives issued after it.
@@ -78,17 +80,39 @@ class Lesson {
   /// collectives recorded since `mark`.
   std::string comm_since(size_t mark) const;
 
-  /// On rank 0: compares `got` with `want` (relative tolerance ‖got − want‖ / ‖want‖ ≤ rtol, or
-  /// absolute ≤ rtol when want is all zeros) and records a failure naming `what` if they differ.
+  // The checks come in two kinds, counted apart in the PASSED line:
+  //  - a *quantity* is a number the lesson computes in parallel and compares with what one device
+  //    computes (an output, a gradient, a loss, a partial sum against its host reference). `what`
+  //    names it; checking the same name again (another rank's copy, or a second time) adds a
+  //    comparison, not a quantity. check_ranks() checks one quantity once per rank.
+  //  - a *fact* is anything else a lesson asserts: how many collectives ran, bytes against a
+  //    formula, shard shapes, a seed's worked number, that bad input is refused.
+  // finish() then prints e.g. "PASSED: 14 quantities checked against one device (38 per-rank
+  // comparisons); 9 other facts checked".
+
+  /// On rank 0: compares `got` with `want`, the single-device value of the quantity `what`
+  /// (relative tolerance ‖got − want‖ / ‖want‖ ≤ rtol, or absolute ≤ rtol when want is all
+  /// zeros), and records a failure naming `what` if they differ.
   void check(const std::string& what, const std::vector<float>& got, const std::vector<float>& want,
              double rtol = 1e-6);
-  /// Gathers `t` from every rank and checks rank r's copy against want[r].
+  /// Gathers `t` from every rank and checks rank r's copy against want[r]: one quantity, one
+  /// comparison per rank.
   void check_ranks(const std::string& what, const Tensor& t,
                    const std::vector<std::vector<float>>& want, double rtol = 1e-6);
-  int checks() const { return checks_; }
+  /// Like check(), for a fact that is not a comparison with one device (see above).
+  void check_fact(const std::string& what, const std::vector<float>& got,
+                  const std::vector<float>& want, double rtol = 1e-6);
+  /// Like check_ranks(), for a fact: rank r's copy of `t` against want[r].
+  void check_fact_ranks(const std::string& what, const Tensor& t,
+                        const std::vector<std::vector<float>>& want, double rtol = 1e-6);
+  /// On rank 0: distinct quantities checked, the comparisons made of them, distinct facts checked.
+  int quantities() const { return static_cast<int>(quantities_.size()); }
+  int comparisons() const { return comparisons_; }
+  int facts() const { return static_cast<int>(facts_.size()); }
 
-  /// Prints "PASSED (n checks against a single-device computation)" and returns 0, or lists what
-  /// differed, prints "FAILED" and returns 1. The same value on every rank.
+  /// Prints "PASSED: n quantities checked against one device (m per-rank comparisons); k other
+  /// facts checked" and returns 0, or lists what differed, prints "FAILED: …" and returns 1. The
+  /// same value on every rank.
   int finish();
 
  private:
@@ -96,8 +120,13 @@ class Lesson {
   std::unique_ptr<Communicator> display_;
   bool pause_;
   int step_ = 0;
-  int checks_ = 0;
+  std::set<std::string> quantities_, facts_;
+  int comparisons_ = 0, fact_checks_ = 0;
   std::vector<std::string> failures_;
+
+  // One comparison of `got` with `want`; records a failure naming `what` if they differ.
+  void compare(const std::string& what, const std::vector<float>& got,
+               const std::vector<float>& want, double rtol);
 };
 
 /// "mpirun -np 3 build/bin/<binary> (also works with -np 1, 2, 4)": how to run a lesson that accepts

@@ -6,7 +6,7 @@
 #   2. the GPU tests (build/bin/test_gpu) at np 1 (NCCL), 2 and 3 (--comm mpi: ranks share the GPU)
 #   3. every lesson with --backend gpu: at np 1 over NCCL (when the lesson runs at t = 1) and at its
 #      lessons/lessons.txt rank count over --comm mpi, each against the CPU run at the same rank
-#      count: both must print PASSED with the same number of checks
+#      count: both must print PASSED with the same counts (quantities, comparisons, facts)
 #   4. tp_train 20-step loss curves: GPU at np 1 (NCCL) and np 2 (--comm mpi, with --sp and
 #      dropout) against the CPU, relative difference ≤ 1e-4 at every step
 #   5. timings (tools/tp_bench --backend gpu), reported as ratios:
@@ -142,7 +142,12 @@ done
 row "GPU tests (passed/total)" "$tests_result" "all pass" "$tests_ok"
 
 # ---- 3. Lessons on the GPU against the CPU -------------------------------------------------------
-checks() { grep '^PASSED' "$1" | head -1 | sed 's/^PASSED (\([0-9]*\) checks.*/\1/'; }
+# "PASSED: 14 quantities checked against one device (38 per-rank comparisons); 9 other facts
+# checked" -> "14 quantities (38 per-rank comparisons), 9 other facts": the counts to compare.
+checks() {
+  grep '^PASSED: ' "$1" | head -1 |
+    sed -e 's/^PASSED: //' -e 's/ checked against one device//' -e 's/; / + /' -e 's/ checked$//'
+}
 lessons_ok=0 lessons_total=0
 while read -r name np; do
   [ "$(left)" -gt 120 ] || { echo "· lessons: out of time, $name and later not run"; lessons_total=$((lessons_total + 1)); break; }
@@ -160,14 +165,14 @@ while read -r name np; do
   fi
   np1="n/a (needs -np $np)"
   if [ -n "$g" ]; then
-    np1="$g checks PASSED"
+    np1="PASSED, $g"
     run_mpi 1 120 "$bin" >"$logs/lesson_$name.cpu.np1.log" 2>&1
     c1=$(checks "$logs/lesson_$name.cpu.np1.log")
     [ "$g" = "$c1" ] || { ok=0; bad "lesson $name -np 1: CPU ${c1:-no PASSED}, GPU over NCCL $g (see $g1)"; }
   elif ! { [ "$rc1" = 2 ] && grep -q "runs on" "$g1"; }; then
     ok=0; bad "lesson $name -np 1 --backend gpu (NCCL) exited $rc1 without PASSED (see $g1)"
   fi
-  [ $ok = 1 ] && { lessons_ok=$((lessons_ok + 1)); echo "✓ lesson $name: -np $np --comm mpi $gm checks PASSED as on the CPU; -np 1 NCCL: $np1"; }
+  [ $ok = 1 ] && { lessons_ok=$((lessons_ok + 1)); echo "✓ lesson $name: -np $np --comm mpi PASSED, $gm, as on the CPU; -np 1 NCCL: $np1"; }
 done < <(lesson_list)
 row "lessons, GPU = CPU (PASSED)" "$lessons_ok/$lessons_total" "all" "$([ "$lessons_ok" = "$lessons_total" ] && echo ok || echo FAILED)"
 

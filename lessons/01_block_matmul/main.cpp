@@ -1,9 +1,9 @@
 // Lesson 01 — block matrix multiplication: the whole math of tensor parallelism.
 //
 // What it shows: a matrix product XA can be cut two ways across t = 2 ranks.
-//   - By columns of A:  X [A_1, A_2] = [X A_1, X A_2]       each rank computes some output columns;
+//   - By columns of A:  X [A_0, A_1] = [X A_0, X A_1]       each rank computes some output columns;
 //                                                            concatenating them (all-gather) is XA.
-//   - By rows of A:     [X_1, X_2] [A_1; A_2] = X_1 A_1 + X_2 A_2
+//   - By rows of A:     [X_0, X_1] [A_0; A_1] = X_0 A_0 + X_1 A_1
 //                                                            each rank computes a full-shape partial
 //                                                            sum; adding them (all-reduce) is XA.
 // With X = [1, 2] and A = [[1, 2], [3, 4]], XA = [7, 10]:

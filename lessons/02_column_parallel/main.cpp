@@ -1,7 +1,7 @@
 // Lesson 02 — column-parallel linear, forward and backward, at t = 3.
 //
-// What it shows: the worked example with X = [1, 2] and W = [c_1 | c_2 | c_3] = [[1, 2, 3], [4, 5, 6]].
-// Rank i holds column c_i.
+// What it shows: the worked example with X = [1, 2] and W = [c_0 | c_1 | c_2] = [[1, 2, 3], [4, 5, 6]].
+// Rank i holds column c_i (ranks and columns both numbered from 0).
 //   forward   Y_i = X c_i                   9, 12, 15         no communication
 //   backward  dY_i (from dY = [1, 2, 3])    1, 2, 3           no communication
 //             dW_i = Xᵀ dY_i                [1, 2], [2, 4], [3, 6]   local: only rank i used c_i
@@ -129,7 +129,32 @@ int main(int argc, char** argv) {
     L.check_ranks("gathered Y", gathered.forward(X),
                   lesson::per_rank(t, [&](int) { return y_ref; }));
 
-    // 9. Summary.
+    // 9. Seed 004 §2.1's recipe, tried: column split, then an all-reduce (sum) of the outputs.
+    L.step(
+        "Seed 004 §2.1 says: split W by columns, then add the outputs with an all-reduce. Tried:");
+    m = L.mark();
+    Tensor summed(dev, Shape{1, 1});
+    summed.copy_from(Y_r);
+    world.all_reduce(summed);
+    lesson::Table tried = L.rank_table();
+    L.report(tried, "all-reduce of Y_r", summed, m);
+    float y_sum = 0;
+    for (float v : y_ref) y_sum += v;
+    L.check_fact("the seed's all-reduce of the column outputs = Y_0 + … + Y_{t−1}",
+                 summed.to_host(), {y_sum});
+    L.say("  ", lesson::fmt(y_sum), " = ", lesson::fmt(y_ref[0]), " + ", lesson::fmt(y_ref[1]),
+          " + ", lesson::fmt(y_ref[2]), ": one number, where XW = ", lesson::fmt(y_ref), " has ",
+          out, ".");
+    L.say(
+        "  The Y_i are different columns of Y: they are put side by side (an all-gather, when the\n"
+        "  whole Y is needed), never added. Adding is the row-parallel pattern (lesson 03), where "
+        "X\n"
+        "  is split too and every rank's product is a full-shape partial sum. The seed's\n"
+        "  XW = X(W_1 + … + W_n) treats W as the sum of its column blocks; it is their\n"
+        "  concatenation. The correct statement: a column-parallel layer needs no collective in\n"
+        "  forward; its one all-reduce is of dX, in backward (step 7).");
+
+    // 10. Summary.
     L.step("Summary.");
     L.say(table.str());
     L.say(

@@ -4,7 +4,7 @@
 // b = [10, 20], split over t ranks by the input dimension: rank r holds rows W_r (4/t × 2) and the
 // matching slice X_r of the input.
 //
-//     [X_1, …, X_t] [W_1; …; W_t] = Σ_r X_r W_r
+//     [X_0, …, X_{t−1}] [W_0; …; W_{t−1}] = Σ_r X_r W_r
 //
 //   forward   P_r = X_r W_r: a full-shape partial sum         no communication
 //             g (reduce_from_tp_region): all-reduce Σ_r P_r   one all-reduce
@@ -109,6 +109,7 @@ int main(int argc, char** argv) {
         "Backward: g's backward is the identity; every rank has all of dY, so every gradient is "
         "local.");
     m = L.mark();
+    const size_t m_backward = m;
     Tensor dY_in = reduce_from_tp_region_backward(world, dY);
     Tensor dX_r(dev, Shape{1, k});
     dev.gemm(false, true, 1.0f, dY_in, W_r, 0.0f, dX_r);
@@ -128,6 +129,7 @@ int main(int argc, char** argv) {
     dev.add_bias_backward(db, dY_in);
     L.report(table, "db = Σ dY (same everywhere)", db, m);
     L.check_ranks("db", db, lesson::per_rank(t, [&](int) { return db_ref; }));
+    L.check_fact("collectives in backward", {static_cast<float>(L.mark() - m_backward)}, {0});
 
     // 7. The library layer, both ways of receiving the input.
     L.step("The same with RowParallelLinear (lib/parallel/linear.h), compared with one device.");
@@ -165,6 +167,13 @@ int main(int argc, char** argv) {
         "in\n"
         "backward. The bias is not split: it is added once, after the all-reduce, and its "
         "gradient\n"
-        "db = Σ dY comes out the same on every rank.");
+        "db = Σ dY comes out the same on every rank.\n"
+        "\n"
+        "Where the seeds go wrong: seed 004 §2.1 puts this all-reduce after a *column* split of W\n"
+        "with X whole; the sum of partial products belongs to the row split shown here, with X\n"
+        "split along the same inner dimension (the column split concatenates, lesson 02). Its\n"
+        "§3.1 writes this layer's input gradient as dY Wᵀ: rank r computes only its slice\n"
+        "dX_r = dY W_rᵀ. Seed 001 §4.1 says the backward all-reduces dX as well: it issues no\n"
+        "collective at all (step 6, checked).");
   });
 }

@@ -3,7 +3,7 @@
 // What it shows: fc1 (h → ffn) split by columns, fc2 (ffn → h) split by rows, and the activation in
 // between applied to each rank's own columns:
 //
-//     Z = GeLU(X [A_1, …, A_t]) [B_1; …; B_t] = Σ_r GeLU(X A_r) B_r
+//     Z = GeLU(X [A_0, …, A_{t−1}]) [B_0; …; B_{t−1}] = Σ_r GeLU(X A_r) B_r
 //
 // With X = [1, 2], A = [[1, 0, -2, 1], [0, 1, 1, -1]], B = [[1, 0], [0, 1], [1, 1], [2, -1]]:
 // XA = [1, 2, 0, -1]; at t = 2 rank 0 holds the columns [1, 2] and rank 1 holds [0, -1]; each
@@ -98,6 +98,10 @@ int main(int argc, char** argv) {
     RowParallelLinear fc2(dev, world, "fc2", ffn, h, false, /*input_is_parallel=*/true);
     fc1.load_global(a_host);
     fc2.load_global(b_host);
+    L.say(
+        "  (row by row: A_r's rows are the h inputs and its columns this rank's fc1 columns; "
+        "B_r's");
+    L.say("  rows are the same columns of the intermediate and its columns the h outputs)");
     L.report(table, "holds A_r (fc1 columns)", fc1.weight, m);
     L.report(table, "holds B_r (fc2 rows)", fc2.weight, m);
     L.check_ranks("A_r", fc1.weight,
@@ -125,7 +129,7 @@ int main(int argc, char** argv) {
     L.check_ranks("GeLU(X A_r) B_r", term, lesson::per_rank(t, [&](int i) {
                     return host_matmul(my_cols(g_ref, 1, i), my_rows(b_host, i), 1, k, h);
                   }));
-    L.check("collectives between fc1 and fc2", {count_since(m_between)}, {0});
+    L.check_fact("collectives between fc1 and fc2", {count_since(m_between)}, {0});
 
     // 4. fc2 and g: the all-reduce sums the terms. The only collective of the forward pass.
     L.step("fc2 + g: all-reduce the terms; Z = Σ_r GeLU(X A_r) B_r on every rank.");
@@ -134,7 +138,7 @@ int main(int argc, char** argv) {
     L.report(table, "fc2 + g: Z = Σ terms", Z, m);
     L.check_ranks("Z", Z, lesson::per_rank(t, [&](int) { return z_ref; }));
     L.say("  the whole forward: ", L.comm_since(m_fwd));
-    L.check("collectives in forward", {count_since(m_fwd)}, {one_if_tp});
+    L.check_fact("collectives in forward", {count_since(m_fwd)}, {one_if_tp});
 
     // 5. Backward mirrors it: g's backward is the identity, GeLU' is local, f all-reduces dX.
     L.step(
@@ -159,7 +163,7 @@ int main(int argc, char** argv) {
     L.check_ranks("dB_r", fc2.dweight,
                   lesson::per_rank(t, [&](int i) { return my_rows(db_ref, i); }));
     L.say("  the whole backward: ", L.comm_since(m_bwd), "  (dA_r, dB_r: local, checked)");
-    L.check("collectives in backward", {count_since(m_bwd)}, {one_if_tp});
+    L.check_fact("collectives in backward", {count_since(m_bwd)}, {one_if_tp});
 
     // 6. The wrong order: row-parallel first. Its outputs are partial sums, and ReLU of a sum is
     //    not the sum of ReLUs. ReLU runs on the host here: it is a two-number demonstration.
@@ -224,11 +228,11 @@ int main(int argc, char** argv) {
       size_t mk = L.mark();
       Tensor z = tp_mlp.forward(x);
       L.say("  forward:  ", L.comm_since(mk));
-      L.check("collectives in " + cfg.act + " forward", {count_since(mk)}, {one_if_tp});
+      L.check_fact("collectives in " + cfg.act + " forward", {count_since(mk)}, {one_if_tp});
       mk = L.mark();
       Tensor dx = tp_mlp.backward(dz);
       L.say("  backward: ", L.comm_since(mk));
-      L.check("collectives in " + cfg.act + " backward", {count_since(mk)}, {one_if_tp});
+      L.check_fact("collectives in " + cfg.act + " backward", {count_since(mk)}, {one_if_tp});
       const std::vector<float> z_one = one_mlp.forward(x).to_host(),
                                dx_one = one_mlp.backward(dz).to_host();
       L.check_ranks(cfg.act + " Z", z, lesson::per_rank(t, [&](int) { return z_one; }), rtol);
@@ -244,9 +248,9 @@ int main(int argc, char** argv) {
         const Shape shard = q.split == Split::Replicated
                                 ? q.shape
                                 : q.shape.with(split_dim, q.shape[split_dim] / t);
-        L.check(q.name + " shard shape", dims(q.value.shape()), dims(shard));
-        L.check(q.name + " gradient", gather_global(world, q, q.grad), one_params[i].grad.to_host(),
-                rtol);
+        L.check_fact(cfg.act + " " + q.name + " shard shape", dims(q.value.shape()), dims(shard));
+        L.check(cfg.act + " " + q.name + " gradient", gather_global(world, q, q.grad),
+                one_params[i].grad.to_host(), rtol);
       }
       L.say(shapes.str(), "  output, dX and the ", tp_params.size(),
             " parameter gradients agree with t = 1 (rtol ", rtol, ")");
@@ -276,8 +280,8 @@ int main(int argc, char** argv) {
     big.act = "swiglu";
     const int tb = 8;
     const int64_t H_ = big.hidden, F = big.inner(), kb = F / tb;
-    L.check("Qwen3-8B-sized config valid at t = 8", {static_cast<float>(big.problems(tb).size())},
-            {0});
+    L.check_fact("Qwen3-8B-sized config valid at t = 8",
+                 {static_cast<float>(big.problems(tb).size())}, {0});
     lesson::Table qt(
         {"matrix", "full [in, out]", "split by", "shard on each rank", "rank r holds"});
     const std::string range = " [" + std::to_string(kb) + "·r, " + std::to_string(kb) + "·(r+1))";
@@ -291,9 +295,10 @@ int main(int argc, char** argv) {
           " of the ", 3 * H_ * F, " MLP weights (1/", tb, ")");
     int64_t next = 0;  // the shards, in rank order, must tile [0, ffn) with no gap and no overlap
     for (int i = 0; i < tb; ++i) next = (next == i * kb) ? (i + 1) * kb : -1;
-    L.check("the shards tile the ffn columns", {static_cast<float>(next)}, {static_cast<float>(F)});
-    L.check("t shards of [h, ffn/t] hold all of [h, ffn]", {static_cast<float>(tb * H_ * kb)},
-            {static_cast<float>(H_ * F)});
+    L.check_fact("the shards tile the ffn columns", {static_cast<float>(next)},
+                 {static_cast<float>(F)});
+    L.check_fact("t shards of [h, ffn/t] hold all of [h, ffn]", {static_cast<float>(tb * H_ * kb)},
+                 {static_cast<float>(H_ * F)});
     L.say("  per token, g all-reduces h = ", H_, " floats; row-first would all-reduce the ", F,
           "-wide intermediate before the activation: ", F / H_,
           "x as many, and every rank would hold all of it.");

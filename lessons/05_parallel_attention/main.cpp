@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
     const int tb = 8;
     const int64_t H = big.hidden, hd = big.head_dim(), nq = big.heads / tb, nkv = big.kv() / tb;
     const int64_t group = big.heads / big.kv();  // query heads that share one KV head
-    L.check("config valid at t = 8", {f(big.problems(tb).size())}, {0});
+    L.check_fact("config valid at t = 8", {f(big.problems(tb).size())}, {0});
     L.say("  h = ", H, ", head_dim = h / heads = ", hd, ";  per rank: ", big.heads, " / ", tb,
           " = ", nq, " query heads and ", big.kv(), " / ", tb, " = ", nkv, " KV head",
           nkv == 1 ? "" : "s");
@@ -82,9 +82,9 @@ int main(int argc, char** argv) {
     L.say("  query head j reads KV head j / ", group, ": rank r's query heads [", nq, "r, ", nq,
           "(r+1)) all read KV head r, so attention needs nothing from another rank (", remote,
           " of ", big.heads, " heads read a remote KV head)");
-    L.check("query heads whose KV head is on another rank", {f(remote)}, {0});
-    L.check("the W_Q shards tile the query columns", {f(next)}, {f(big.heads * hd)});
-    L.check("W_O shard rows = W_Q shard columns", {f(nq * hd)}, {f(big.heads * hd / tb)});
+    L.check_fact("query heads whose KV head is on another rank", {f(remote)}, {0});
+    L.check_fact("the W_Q shards tile the query columns", {f(next)}, {f(big.heads * hd)});
+    L.check_fact("W_O shard rows = W_Q shard columns", {f(nq * hd)}, {f(big.heads * hd / tb)});
 
     // 2. A small computed example at t = np against t = 1.
     GptConfig cfg;
@@ -135,10 +135,11 @@ int main(int argc, char** argv) {
       remote_small += (j / q_r) != (j / (cfg.heads / cfg.kv())) / kv_r;
     L.say(heads.str(), "  query head j reads KV head j / ", cfg.heads / cfg.kv(),
           ", always on its own rank (", remote_small, " remote)");
-    L.check("query heads whose KV head is on another rank (small config)", {f(remote_small)}, {0});
-    L.check_ranks("heads held", owned, lesson::per_rank(t, [&](int r) {
-                    return std::vector<float>{f(r * q_r), f(q_r), f(r * kv_r), f(kv_r)};
-                  }));
+    L.check_fact("query heads whose KV head is on another rank (small config)", {f(remote_small)},
+                 {0});
+    L.check_fact_ranks("heads held", owned, lesson::per_rank(t, [&](int r) {
+                         return std::vector<float>{f(r * q_r), f(q_r), f(r * kv_r), f(kv_r)};
+                       }));
 
     const double rtol = 1e-5;  // float sums in another order at t > 1
     std::vector<std::string> header = {"step"};
@@ -157,14 +158,18 @@ int main(int argc, char** argv) {
     Tensor y = attn.forward(x, S, B);
     L.report(table, "forward: y[last token, :4]", last_row(y), m);
     const size_t fwd = L.mark() - m;
+    int all_gathers = 0;  // seed 004 says attention needs one; count them
+    for (size_t i = m; i < m + fwd; ++i)
+      all_gathers += world.ledger().records()[i].op == "all_gather";
     m = L.mark();
     Tensor dx = attn.backward(dy);
     L.report(table, "backward: dx[last token, :4]", last_row(dx), m);
     const size_t bwd = L.mark() - m;
     const std::vector<float> y_one = single.forward(x, S, B).to_host(),
                              dx_one = single.backward(dy).to_host();
-    L.check("collectives in forward", {f(fwd)}, {t > 1 ? 1.0f : 0.0f});
-    L.check("collectives in backward", {f(bwd)}, {t > 1 ? 1.0f : 0.0f});
+    L.check_fact("collectives in forward", {f(fwd)}, {t > 1 ? 1.0f : 0.0f});
+    L.check_fact("collectives in backward", {f(bwd)}, {t > 1 ? 1.0f : 0.0f});
+    L.check_fact("all-gathers in forward", {f(all_gathers)}, {0});
     L.check_ranks("y", y, lesson::per_rank(t, [&](int) { return y_one; }), rtol);
     L.check_ranks("dx", dx, lesson::per_rank(t, [&](int) { return dx_one; }), rtol);
     // The key bias moves every score of a query row by the same q·b_k, which softmax ignores: its
@@ -205,7 +210,7 @@ int main(int argc, char** argv) {
     L.say("  heads = 6 at t = 4: W_Q's ", six.hidden, " columns split as ", cols_per_rank,
           " per rank, which is ", cols_per_rank / six.head_dim(), " heads of dim ", six.head_dim(),
           ": a head would straddle two ranks");
-    L.check("heads per rank for heads = 6, t = 4", {cols_per_rank / six.head_dim()}, {1.5f});
+    L.check_fact("heads per rank for heads = 6, t = 4", {cols_per_rank / six.head_dim()}, {1.5f});
     for (const GptConfig* c : {&six, &gqa}) {
       const std::vector<std::string> problems = c->problems(tbad);
       L.say("  ", c->str(), ", t = ", tbad, ": ", problems.size(), " problem",
@@ -222,9 +227,9 @@ int main(int argc, char** argv) {
       const std::string bad = c == &six ? "heads=6" : "kv_heads=2";
       const bool names_values =
           message.find(bad) != std::string::npos && message.find("t=4") != std::string::npos;
-      L.check("validate refuses " + bad + " at t = 4 as bad input", {f(exit_code)}, {2});
-      L.check("the message names " + bad + " and t=4", {names_values ? 1.0f : 0.0f}, {1});
-      L.check("problems for " + bad, {f(problems.size())}, {c == &six ? 2.0f : 1.0f});
+      L.check_fact("validate refuses " + bad + " at t = 4 as bad input", {f(exit_code)}, {2});
+      L.check_fact("the message names " + bad + " and t=4", {names_values ? 1.0f : 0.0f}, {1});
+      L.check_fact("problems for " + bad, {f(problems.size())}, {c == &six ? 2.0f : 1.0f});
     }
 
     // 4. Summary.
@@ -237,6 +242,16 @@ int main(int argc, char** argv) {
         "and the\n"
         "output projection is row-parallel. One all-reduce forward (g, after W_O) and one backward "
         "(f, after\n"
-        "adding the dX terms of q, k and v). Both heads and KV heads must be divisible by t.");
+        "adding the dX terms of q, k and v). Both heads and KV heads must be divisible by t.\n"
+        "\n"
+        "Seed 004 §4.2 says the attention scores need an all-gather. Under TP they need none: each "
+        "rank\n"
+        "holds q, k and v of its own whole heads, and the forward's only collective is g's "
+        "all-reduce\n"
+        "after W_O (checked: " +
+        std::to_string(all_gathers) +
+        " all-gathers). An all-gather appears only with sequence parallelism (lesson 08),\n"
+        "in front of the q, k, v projection, where it gathers the sequence-split input, not the "
+        "scores.");
   });
 }

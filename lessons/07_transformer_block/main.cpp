@@ -102,19 +102,26 @@ int main(int argc, char** argv) {
     else
       L.say(ledger.str());
     const size_t expected = t == 1 ? 0 : 2;
-    L.check("forward all-reduce count", {static_cast<float>(fwd.size())},
-            {static_cast<float>(expected)});
-    L.check("backward all-reduce count", {static_cast<float>(bwd.size())},
-            {static_cast<float>(expected)});
+    L.check_fact("forward all-reduce count", {static_cast<float>(fwd.size())},
+                 {static_cast<float>(expected)});
+    L.check_fact("backward all-reduce count", {static_cast<float>(bwd.size())},
+                 {static_cast<float>(expected)});
     for (const auto& r : fwd)
-      L.check("forward elements = b·s·h", {static_cast<float>(r.elements)},
-              {static_cast<float>(elems)});
+      L.check_fact("forward elements = b·s·h", {static_cast<float>(r.elements)},
+                   {static_cast<float>(elems)});
     for (const auto& r : bwd)
-      L.check("backward elements = b·s·h", {static_cast<float>(r.elements)},
-              {static_cast<float>(elems)});
+      L.check_fact("backward elements = b·s·h", {static_cast<float>(r.elements)},
+                   {static_cast<float>(elems)});
     for (const auto& r : bwd)
-      L.check("bytes sent = 2(t-1)/t · 4·b·s·h", {static_cast<float>(r.wire_bytes)},
-              {static_cast<float>(2.0 * (t - 1) / t * bytes)});
+      L.check_fact("bytes sent = 2(t-1)/t · 4·b·s·h", {static_cast<float>(r.wire_bytes)},
+                   {static_cast<float>(2.0 * (t - 1) / t * bytes)});
+    int others = 0;  // collectives that are not all-reduces
+    for (const auto* recs : {&fwd, &bwd})
+      for (const auto& r : *recs) others += r.op != "all_reduce";
+    L.check_fact("collectives other than all-reduce", {static_cast<float>(others)}, {0});
+    L.say("  ", others,
+          " collectives besides these all-reduces: none of the \"several all-gathers\" per layer",
+          " that seed 001 §4.2\n  adds to them, and no all-to-all (seed 000 §6).");
 
     // 3. The same formulas at a real size.
     L.step("At a real size: b·s·h = 8192 · 4096 in bf16 (2 bytes), per all-reduce and rank.");
@@ -136,8 +143,8 @@ int main(int argc, char** argv) {
     L.say(
         "  Doubling t halves each rank's compute but hardly changes what it sends (2(t-1)/t → 2):\n"
         "  keep t small, and inside one machine's NVLink.");
-    L.check("MiB sent per rank at t = 2, 4, 8", sent, {64, 96, 112});
-    L.check("comm ÷ compute at t = 2, 4, 8", ratio, {1, 3, 7});
+    L.check_fact("MiB sent per rank at t = 2, 4, 8", sent, {64, 96, 112});
+    L.check_fact("comm ÷ compute at t = 2, 4, 8", ratio, {1, 3, 7});
 
     // 4. A tiny GPT at t = np and at t = 1, trained side by side.
     const int64_t steps = 40;
@@ -181,10 +188,15 @@ int main(int argc, char** argv) {
     std::snprintf(worst_s, sizeof worst_s, "%.2e", worst);
     L.say("  largest relative difference over ", steps, " steps: ", worst_s,
           " (fp32 rounding: a row-parallel sum is added in a different order at t > 1)");
+    L.say("  Both runs use the same learning rate, ", lesson::fmt(hp.lr),
+          ": TP computes the same function as one device, so it needs\n"
+          "  none of the 2-4× learning-rate increase seed 004 §4.1 recommends, and no rank needs "
+          "\"the full\n"
+          "  gradient\": each rank's gradient of its own shard is complete (lesson 02).");
     L.check("loss curve at t = np vs t = 1", std::vector<float>(loss_tp.begin(), loss_tp.end()),
             std::vector<float>(loss_one.begin(), loss_one.end()), 1e-4);
-    L.check("the loss went down",
-            {static_cast<float>(loss_tp.back() < loss_tp.front() - 0.1 ? 1 : 0)}, {1});
+    L.check_fact("the loss went down",
+                 {static_cast<float>(loss_tp.back() < loss_tp.front() - 0.1 ? 1 : 0)}, {1});
 
     // 5. The plot.
     L.step("Both curves in one picture.");

@@ -168,14 +168,21 @@ int main(int argc, char** argv) {
           " B = reduce-scatter ", rs_bytes, " B + all-gather ", ag_bytes, " B;  2(t − 1)/t · ",
           buffer, " B = ", 2.0 * (t - 1) / t * buffer, " B");
     if (t == 1) L.say("  (t = 1: the region ops return their argument and nothing moves.)");
-    L.check("reduce-scatter + all-gather bytes = all-reduce bytes",
-            {static_cast<float>(rs_bytes + ag_bytes)}, {static_cast<float>(ar_bytes)});
-    L.check("all-reduce bytes = 2(t − 1)/t · 4sh", {static_cast<float>(ar_bytes)},
-            {static_cast<float>(2.0 * (t - 1) / t * buffer)});
+    L.check_fact("reduce-scatter + all-gather bytes = all-reduce bytes",
+                 {static_cast<float>(rs_bytes + ag_bytes)}, {static_cast<float>(ar_bytes)});
+    L.check_fact("all-reduce bytes = 2(t − 1)/t · 4sh", {static_cast<float>(ar_bytes)},
+                 {static_cast<float>(2.0 * (t - 1) / t * buffer)});
     L.say(
         "  So SP replaces g's all-reduce by a reduce-scatter and f's identity by an all-gather: "
         "same\n"
-        "  bytes, and in between every rank holds only s/t tokens.");
+        "  bytes, and in between every rank holds only s/t tokens.\n"
+        "  Seed 001 §4.3 says SP makes the communication smaller (each rank reduces only its own\n"
+        "  segment): the bytes are the same, as above; what SP saves is activation memory. This\n"
+        "  all-gather, in front of the q, k, v projection (and of fc1), is where attention meets "
+        "an\n"
+        "  all-gather (seed 004 §4.2), and only under SP. Seed 000 §2 calls it an all-gather of K\n"
+        "  and V: what is gathered is the layer's input, from which each rank then computes q, k\n"
+        "  and v of the whole sequence for its own heads.");
 
     // 2. LayerNorm on my tokens only.
     L.step(
@@ -222,11 +229,13 @@ int main(int argc, char** argv) {
     Tensor X_r = scatter_to_sp_region_forward(world, X);  // my rows: a view, nothing moves
     Tensor count = Tensor::from_host(dev, Shape{1}, {static_cast<float>(X_r.rows())});
     L.report(norms, "tokens held (of 4)", count, m);
-    L.check_ranks("tokens per rank = s/t", count,
-                  lesson::per_rank(t, [&](int) { return std::vector<float>{float(rows)}; }));
+    L.check_fact_ranks("tokens per rank = s/t", count,
+                       lesson::per_rank(t, [&](int) { return std::vector<float>{float(rows)}; }));
 
     Norm local(dev, "ln", hid, "layernorm", eps, /*sequence_parallel=*/true);
-    L.say("  LayerNorm of my tokens only (each token's statistics are its own):");
+    L.say(
+        "  LayerNorm of my tokens only (each token's statistics are its own; one row per token,\n"
+        "  rank r's rows are tokens [r·s/t, (r+1)·s/t)):");
     m = L.mark();
     Tensor Y_r = local.forward(X_r);
     L.report(norms, "LayerNorm of my tokens", Y_r, m);
@@ -322,8 +331,8 @@ int main(int argc, char** argv) {
           " (rows: tokens; under SP the attention and MLP keep their input shard and re-gather it "
           "in backward):");
     L.say(kept.str());
-    L.check("records kept, TP vs TP + SP", {static_cast<float>(recs_sp.size())},
-            {static_cast<float>(recs_tp.size())});
+    L.check_fact("records kept, TP vs TP + SP", {static_cast<float>(recs_sp.size())},
+                 {static_cast<float>(recs_tp.size())});
 
     lesson::Table mem({"t", "TP: formula", "TP: measured", "TP + SP: formula", "TP + SP: measured",
                        "TP − (TP + SP)"});
@@ -336,25 +345,25 @@ int main(int argc, char** argv) {
                std::to_string(f_sp), here || one ? std::to_string(m_sp) : "—",
                std::to_string(f_tp - f_sp)});
       if (here || one) {
-        L.check("measured = formula, TP, t = " + std::to_string(tt), {static_cast<float>(m_tp)},
-                {static_cast<float>(f_tp)}, 0);
-        L.check("measured = formula, TP + SP, t = " + std::to_string(tt),
-                {static_cast<float>(m_sp)}, {static_cast<float>(f_sp)}, 0);
+        L.check_fact("measured = formula, TP, t = " + std::to_string(tt),
+                     {static_cast<float>(m_tp)}, {static_cast<float>(f_tp)}, 0);
+        L.check_fact("measured = formula, TP + SP, t = " + std::to_string(tt),
+                     {static_cast<float>(m_sp)}, {static_cast<float>(f_sp)}, 0);
       }
       // The difference is exactly the per-token tensors that SP divides by t: ln_1 / ln_2 inputs
       // (h + 2 statistics each), attention and MLP inputs (h each), two dropout masks (h each).
       const double shrunk = 4.0 * (N - N / tt) * (6 * cfg.hidden + 4);
-      L.check("TP − (TP + SP) = 4·(N − N/t)·(6h + 4) at t = " + std::to_string(tt),
-              {static_cast<float>(f_tp - f_sp)}, {static_cast<float>(shrunk)}, 0);
+      L.check_fact("TP − (TP + SP) = 4·(N − N/t)·(6h + 4) at t = " + std::to_string(tt),
+                   {static_cast<float>(f_tp - f_sp)}, {static_cast<float>(shrunk)}, 0);
       // lib/model/memory.h's closed form for GPT-2's shape (ffn = 4h, GeLU, LayerNorm, dropout).
       const double sbh = static_cast<double>(S) * B * cfg.hidden, sb = static_cast<double>(S) * B;
       const double probs = 4.0 * cfg.heads * S * S * B / tt;
-      L.check("TP = sbh(24 + 48/t) + 16sb + 4·nh·s²b/t at t = " + std::to_string(tt),
-              {static_cast<float>(f_tp)},
-              {static_cast<float>(sbh * (24 + 48.0 / tt) + 16 * sb + probs)}, 0);
-      L.check("TP + SP = sbh·72/t + 16sb/t + 4·nh·s²b/t at t = " + std::to_string(tt),
-              {static_cast<float>(f_sp)},
-              {static_cast<float>(sbh * 72.0 / tt + 16 * sb / tt + probs)}, 0);
+      L.check_fact("TP = sbh(24 + 48/t) + 16sb + 4·nh·s²b/t at t = " + std::to_string(tt),
+                   {static_cast<float>(f_tp)},
+                   {static_cast<float>(sbh * (24 + 48.0 / tt) + 16 * sb + probs)}, 0);
+      L.check_fact("TP + SP = sbh·72/t + 16sb/t + 4·nh·s²b/t at t = " + std::to_string(tt),
+                   {static_cast<float>(f_sp)},
+                   {static_cast<float>(sbh * 72.0 / tt + 16 * sb / tt + probs)}, 0);
     }
     L.say(
         "  bytes per rank for layer 0 (measured: this run's t, and t = 1 on a one-rank "
@@ -406,11 +415,11 @@ int main(int argc, char** argv) {
     L.say("  summed from the items above; \"scores stored\": a = 32 heads, a·s/h = ", attn8,
           " (s = 8192, h = 4096), so 5as/h = ", 5 * attn8, ":");
     L.say(coef.str());
-    L.check("item sums = sbh(34 + 5as/h), sbh(10 + 24/t + 5as/(ht)), sbh(34/t + 5as/(ht))", got,
-            want);
+    L.check_fact("item sums = sbh(34 + 5as/h), sbh(10 + 24/t + 5as/(ht)), sbh(34/t + 5as/(ht))",
+                 got, want);
     const double c0 = summed_coef(0, 8, 0), c1 = summed_coef(1, 8, 0), c2 = summed_coef(2, 8, 0);
-    L.check("coefficients at t = 8 with recomputation: 34, 13, 4.25",
-            {float(c0), float(c1), float(c2)}, {34, 13, 4.25f});
+    L.check_fact("coefficients at t = 8 with recomputation: 34, 13, 4.25",
+                 {float(c0), float(c1), float(c2)}, {34, 13, 4.25f});
     const double sbh8 = s8 * b8 * h8, GB = 1e9;
     lesson::Table big(
         {"8B model, s = 8192, b = 1, h = 4096", "c", "GB per layer", "GB for 36 layers"});
@@ -427,8 +436,8 @@ int main(int argc, char** argv) {
         "  With FlashAttention the a·s²·b terms are recomputed, not stored. c · s·b·h bytes (GB = "
         "1e9 B):");
     L.say(big.str());
-    L.check("GB per layer: 1.14, 0.44, 0.14", per_layer, {1.14f, 0.44f, 0.14f});
-    L.check("GB for 36 layers: 41.1, 15.7, 5.1", all_layers, {41.1f, 15.7f, 5.1f});
+    L.check_fact("GB per layer: 1.14, 0.44, 0.14", per_layer, {1.14f, 0.44f, 0.14f});
+    L.check_fact("GB for 36 layers: 41.1, 15.7, 5.1", all_layers, {41.1f, 15.7f, 5.1f});
     L.say(
         "  TP alone stops at the 10 that does not shrink (norm inputs, attention and MLP inputs, "
         "dropout\n"
@@ -477,10 +486,10 @@ int main(int argc, char** argv) {
     int missing = 0;
     for (const auto& line : broken) missing += line.find("missing all-reduce") != std::string::npos;
     const int expect_broken = t > 1 ? partial_params : 0;
-    L.check("findings without finish_gradients", {static_cast<float>(broken.size())},
-            {static_cast<float>(expect_broken)});
-    L.check("findings that say missing all-reduce", {static_cast<float>(missing)},
-            {static_cast<float>(expect_broken)});
+    L.check_fact("findings without finish_gradients", {static_cast<float>(broken.size())},
+                 {static_cast<float>(expect_broken)});
+    L.check_fact("findings that say missing all-reduce", {static_cast<float>(missing)},
+                 {static_cast<float>(expect_broken)});
     if (t == 1)
       L.say(
           "  At t = 1 the one rank sees every token, so its gradients are already whole: the "
@@ -494,10 +503,10 @@ int main(int argc, char** argv) {
     const std::vector<std::string> fixed = audit_replicated_gradients(world, sp_model, reference);
     L.say("  audited again: ", fixed.size(), " finding", fixed.size() == 1 ? "" : "s");
     for (const auto& line : fixed) L.say("    ", line);
-    L.check("findings after finish_gradients", {static_cast<float>(fixed.size())}, {0});
-    L.check("elements all-reduced by finish_gradients",
-            {static_cast<float>(t > 1 ? world.ledger().records()[m].elements : partial_elems)},
-            {static_cast<float>(partial_elems)});
+    L.check_fact("findings after finish_gradients", {static_cast<float>(fixed.size())}, {0});
+    L.check_fact("elements all-reduced by finish_gradients",
+                 {static_cast<float>(t > 1 ? world.ledger().records()[m].elements : partial_elems)},
+                 {static_cast<float>(partial_elems)});
     L.check("every gradient, TP + SP vs t = 1", gathered(world, sp_model.params(), true),
             gathered(solo, reference.params(), true), 1e-5);
     L.check("every gradient, TP vs t = 1", gathered(world, tp_model.params(), true),

@@ -94,9 +94,13 @@ int main(int argc, char** argv) {
           ": wte row v = [10v + 1, 10v + 2, 10v + 3];  ids = [5, 1, 6, 2]");
     L.say("  padded to V' = ", Vp, " (a multiple of t = ", t, "): rank r owns ids [", rows, "r, ",
           rows, "(r + 1))", Vp > V ? ", and the padding rows are zero and never looked up" : "");
-    L.check("V' is a multiple of t, at most t − 1 rows of padding",
-            {static_cast<float>(Vp % t), static_cast<float>(Vp - V < t && Vp >= V)}, {0, 1});
+    L.check_fact("V' is a multiple of t, at most t − 1 rows of padding",
+                 {static_cast<float>(Vp % t), static_cast<float>(Vp - V < t && Vp >= V)}, {0, 1});
     size_t m = L.mark();
+    L.say(
+        "  Below, a rank's wte shard has one row per id it owns (lowest first), and a lookup one "
+        "row");
+    L.say("  per entry of ids, in order.");
     L.report(table, "holds wte rows", embedding.weight, m);
     L.check_ranks("wte shard", embedding.weight, lesson::per_rank(t, [&](int i) {
                     return host_block(wte, h, i * rows, rows, 0, h);
@@ -167,7 +171,8 @@ int main(int argc, char** argv) {
     const VocabShard vs = embedding.shard();  // the head's columns are the embedding's rows
     L.say(
         "  my columns of the logits (the head's output, column-parallel; padding columns are "
-        "skipped):");
+        "skipped),\n"
+        "  one row per token; below, one number per token is [token 0, token 1]:");
     m = L.mark();
     L.report(table, "logits: my columns", x_r, m);
     L.check_ranks("logits shard", x_r, lesson::per_rank(t, [&](int i) {
@@ -261,8 +266,8 @@ int main(int argc, char** argv) {
         "dlogits on my columns", dlogits,
         lesson::per_rank(t, [&](int i) { return host_block(grad_ref, Vp, 0, nt, i * rows, rows); }),
         1e-6);
-    L.check("backward communication (collectives)", {static_cast<float>(world.ledger().size() - m)},
-            {0});
+    L.check_fact("backward communication (collectives)",
+                 {static_cast<float>(world.ledger().size() - m)}, {0});
     const auto parts = L.gather(dlogits);
     if (L.is_root()) {
       std::vector<float> concat(nt * Vp);  // side by side: (nt × V')
@@ -278,6 +283,31 @@ int main(int argc, char** argv) {
     L.say(
         "  Each rank needs only max and Σ exp, already all-reduced in forward, to turn its own\n"
         "  logits into softmax − one-hot: the backward moves nothing.");
+
+    // Seed 001 §6.2: each rank computes "the loss of its vocabulary shard", then all-reduce.
+    std::vector<float> shard_losses(nt, 0.0f);
+    for (int i = 0; i < t; ++i) {
+      const std::vector<float> part = over_cols(i, [&](int64_t k, int64_t a, int64_t b) {
+        double se = 0;
+        for (int64_t j = a; j < b; ++j) se += std::exp(double(logits[k * V + j]));
+        const double tgt = target[k] >= a && target[k] < b ? logits[k * V + target[k]] : 0.0;
+        return a < b ? static_cast<float>(std::log(se) - tgt) : 0.0f;
+      });
+      for (int64_t k = 0; k < nt; ++k) shard_losses[k] += part[k];
+    }
+    const bool differs = rel_error(shard_losses, loss_ref) > 1e-3;
+    L.check_fact("per-shard losses, summed, differ from the loss (t > 1)", {differs ? 1.0f : 0.0f},
+                 {t > 1 ? 1.0f : 0.0f});
+    L.say(
+        "  Seed 001 §6.2 has each rank compute the loss over its own vocabulary columns and then\n"
+        "  all-reduce those losses. Summed over the ranks, log Σ_(my columns) exp(x) − (my target\n"
+        "  logit or 0) gives ",
+        lesson::fmt(shard_losses),
+        t > 1 ? ", not the loss " + lesson::fmt(loss_ref) +
+                    ": a log of a sum is not a\n"
+                    "  sum of logs. What adds up over the ranks is Σ exp(x − max) and the target "
+                    "logit, as above."
+              : ", the loss itself only because at t = 1\n  one rank has every column.");
 
     // 3. GPT-2's vocabulary in a real model, padded to a multiple of t.
     L.step("V = 50257 (GPT-2) at t = " + std::to_string(t) +
@@ -299,9 +329,10 @@ int main(int argc, char** argv) {
             " on the last rank (zero, never looked up, never in the softmax)");
     else
       L.say("  padded_vocab(", t, ") = ", vp, ": no padding at t = 1 (run with -np 3 to see it)");
-    L.check("padded vocabulary: a multiple of t, fewer than t padding rows",
-            {static_cast<float>(vp % t), static_cast<float>(vp - cfg.vocab < t && vp >= cfg.vocab)},
-            {0, 1});
+    L.check_fact(
+        "padded vocabulary: a multiple of t, fewer than t padding rows",
+        {static_cast<float>(vp % t), static_cast<float>(vp - cfg.vocab < t && vp >= cfg.vocab)},
+        {0, 1});
     Gpt model(dev, world, cfg), one(dev, solo, cfg);
     model.init(9);
     one.init(9);
@@ -314,11 +345,12 @@ int main(int argc, char** argv) {
     lesson::Table own_table = L.rank_table();
     m = L.mark();
     L.report(own_table, "[first id, last id, padding rows]", owns, m);
-    L.check_ranks("ids owned", owns, lesson::per_rank(t, [&](int i) {
-                    const int64_t f = i * vrows;
-                    return std::vector<float>{float(f), float(f + vrows - 1),
-                                              float(std::max<int64_t>(0, f + vrows - cfg.vocab))};
-                  }));
+    L.check_fact_ranks("ids owned", owns, lesson::per_rank(t, [&](int i) {
+                         const int64_t f = i * vrows;
+                         return std::vector<float>{
+                             float(f), float(f + vrows - 1),
+                             float(std::max<int64_t>(0, f + vrows - cfg.vocab))};
+                       }));
 
     model.zero_grad();
     one.zero_grad();
@@ -344,10 +376,11 @@ int main(int argc, char** argv) {
     }
     L.say("  the cross-entropy's collectives in this step: ",
           ce.empty() ? "none (t = 1)" : ce_ops + " floats (one per token)");
-    L.check("cross-entropy collectives", {static_cast<float>(ce.size())},
-            {static_cast<float>(t > 1 ? 3 : 0)});
+    L.check_fact("cross-entropy collectives", {static_cast<float>(ce.size())},
+                 {static_cast<float>(t > 1 ? 3 : 0)});
     for (const auto& rec : ce)
-      L.check("floats per cross-entropy all-reduce = tokens", {float(rec.elements)}, {float(N)});
+      L.check_fact("floats per cross-entropy all-reduce = tokens", {float(rec.elements)},
+                   {float(N)});
 
     const Param& w = param(model, "transformer.wte.weight");
     const Param& w1 = param(one, "transformer.wte.weight");
@@ -366,19 +399,19 @@ int main(int argc, char** argv) {
                         : ";  " + std::to_string(g_pad.size() / cfg.hidden) +
                               " padding rows: gradient exactly 0");
     L.check("wte gradient, real rows, vs t = 1", g_real, g_one, 1e-5);
-    L.check("wte gradient, padding rows, exactly 0", g_pad, std::vector<float>(g_pad.size(), 0.0f),
-            0);
-    L.check("wte values, padding rows, exactly 0", v_pad, std::vector<float>(v_pad.size(), 0.0f),
-            0);
+    L.check_fact("wte gradient, padding rows, exactly 0", g_pad,
+                 std::vector<float>(g_pad.size(), 0.0f), 0);
+    L.check_fact("wte values, padding rows, exactly 0", v_pad,
+                 std::vector<float>(v_pad.size(), 0.0f), 0);
 
     const int64_t full_logits = N * cfg.vocab * 4, shard_logits = N * vrows * 4;
     L.say("  largest allocation in the step (memory().largest): ", largest, " B = ", N, " × ",
           vrows, " × 4, my logits shard;  the full [", N, ", ", cfg.vocab, "] logits ",
           t > 1 ? "would be " : "are ", full_logits, " B");
-    L.check("largest allocation = tokens × V'/t × 4", {static_cast<float>(largest)},
-            {static_cast<float>(shard_logits)}, 0);
-    L.check("largest allocation ≤ full logits (< at t > 1)",
-            {static_cast<float>(t > 1 ? largest < full_logits : largest <= full_logits)}, {1});
+    L.check_fact("largest allocation = tokens × V'/t × 4", {static_cast<float>(largest)},
+                 {static_cast<float>(shard_logits)}, 0);
+    L.check_fact("largest allocation ≤ full logits (< at t > 1)",
+                 {static_cast<float>(t > 1 ? largest < full_logits : largest <= full_logits)}, {1});
 
     // 4. At a real size.
     L.step("Logits at a real size: 8192 tokens × 151936 ids (Qwen3), fp32 (GB = 1e9 B).");
@@ -389,22 +422,22 @@ int main(int argc, char** argv) {
     std::vector<float> per_rank_gb;
     for (int tt : {1, 2, 4, 8}) {
       const int64_t p = qwen.padded_vocab(tt);
-      L.check("151936 needs no padding at t = " + std::to_string(tt), {static_cast<float>(p)},
-              {151936});
+      L.check_fact("151936 needs no padding at t = " + std::to_string(tt), {static_cast<float>(p)},
+                   {151936});
       per_rank_gb.push_back(round2(tokens * (p / tt) * 4 / 1e9));
       big.add({std::to_string(tt), std::to_string(p), std::to_string(p / tt),
                gb(tokens * (p / tt) * 4)});
     }
     L.say(big.str());
-    L.check("ids per rank at t = 8", {static_cast<float>(qwen.padded_vocab(8) / 8)}, {18992});
-    L.check("logits per rank at t = 1 and 8: 4.98, 0.62 GB",
-            {per_rank_gb.front(), per_rank_gb.back()}, {4.98f, 0.62f});
+    L.check_fact("ids per rank at t = 8", {static_cast<float>(qwen.padded_vocab(8) / 8)}, {18992});
+    L.check_fact("logits per rank at t = 1 and 8: 4.98, 0.62 GB",
+                 {per_rank_gb.front(), per_rank_gb.back()}, {4.98f, 0.62f});
     L.say("  One 8K-token sequence's fp32 logits: ", gb(tokens * 151936 * 4), " on one device, ",
           gb(tokens * 151936 / 8 * 4),
           " per rank at t = 8;\n"
           "  the loss all-reduces only three floats per token. The embedding, 151936 × 4096 = ",
           lesson::fmt(round2(151936.0 * 4096 / 1e9)), " B parameters,\n  splits the same way.");
-    L.check("embedding parameters, billions", {round2(151936.0 * 4096 / 1e9)}, {0.62f});
+    L.check_fact("embedding parameters, billions", {round2(151936.0 * 4096 / 1e9)}, {0.62f});
 
     // 5. Summary.
     L.step("Summary.");

@@ -269,12 +269,12 @@ int main(int argc, char** argv) {
     L.say("  2(t − 1) · N/t = 2(t − 1)/t · N = ", 2 * (t - 1), " · ", N / t,
           " B = ", 2.0 * (t - 1) / t * N, " B: the same bytes, sent in ", 2 * (t - 1),
           " messages by hand, in one call by the library.");
-    L.check("send_recv calls of the hand ring = 2(t − 1)", {static_cast<float>(ring_calls)},
-            {static_cast<float>(2 * (t - 1))}, 0);
-    L.check("hand ring bytes = all_reduce bytes = 2(t − 1)/t · N",
-            {static_cast<float>(ring_bytes), static_cast<float>(recs[lib_record].wire_bytes)},
-            {static_cast<float>(2.0 * (t - 1) / t * N), static_cast<float>(2.0 * (t - 1) / t * N)},
-            0);
+    L.check_fact("send_recv calls of the hand ring = 2(t − 1)", {static_cast<float>(ring_calls)},
+                 {static_cast<float>(2 * (t - 1))}, 0);
+    L.check_fact(
+        "hand ring bytes = all_reduce bytes = 2(t − 1)/t · N",
+        {static_cast<float>(ring_bytes), static_cast<float>(recs[lib_record].wire_bytes)},
+        {static_cast<float>(2.0 * (t - 1) / t * N), static_cast<float>(2.0 * (t - 1) / t * N)}, 0);
 
     // 5. The α–β model: what the bytes and the steps cost.
     L.step(
@@ -299,10 +299,10 @@ int main(int argc, char** argv) {
           ring_wire_bytes("all_reduce", tt, static_cast<int64_t>(large)) / large));
     }
     L.say(cost.str());
-    L.check("bytes sent / N = the ledger's ring model at t = 2, 3, 4, 8, 16", factors,
-            ledger_factors);
-    L.check("t = 8: 14 steps, 1.75 N sent per rank", {static_cast<float>(2 * (8 - 1)), factors[3]},
-            {14, 1.75f}, 0);
+    L.check_fact("bytes sent / N = the ledger's ring model at t = 2, 3, 4, 8, 16", factors,
+                 ledger_factors);
+    L.check_fact("t = 8: 14 steps, 1.75 N sent per rank",
+                 {static_cast<float>(2 * (8 - 1)), factors[3]}, {14, 1.75f}, 0);
     L.say(
         "  Bandwidth-optimal: no all-reduce can have each rank send less than 2(t − 1)/t · N "
         "(Patarasuk and\n"
@@ -338,21 +338,21 @@ int main(int argc, char** argv) {
         "smaller α term\n"
         "    for small messages at large t. NCCL_BUFFSIZE=4194304 (4 MiB) is NCCL's default "
         "buffer size.");
-    L.check("ten 4 KiB all-reduces vs one of 40 KiB at t = 8 (µs)",
-            {static_cast<float>(ten_small * 1e6), static_cast<float>(one_merged * 1e6)},
-            {static_cast<float>(10 * (70 + 1.75 * 4096 / 25e3)),
-             static_cast<float>(70 + 1.75 * 40960 / 25e3)},
-            1e-6);
+    L.check_fact("ten 4 KiB all-reduces vs one of 40 KiB at t = 8 (µs)",
+                 {static_cast<float>(ten_small * 1e6), static_cast<float>(one_merged * 1e6)},
+                 {static_cast<float>(10 * (70 + 1.75 * 4096 / 25e3)),
+                  static_cast<float>(70 + 1.75 * 40960 / 25e3)},
+                 1e-6);
     const double seed_share = 0.40, before = 280, after = 320;
     L.say(
         "  - The seed's case: all-reduce was 40% of a step at 280 tokens/s. Removing it entirely "
         "would give at\n    most 280 / 0.6 = ",
         num("%.0f", before / (1 - seed_share)), " tokens/s; its fixes reached ", after, " (+",
         num("%.1f", 100 * (after / before - 1)), "%).");
-    L.check("the seed's case: bound 467 tokens/s, +14.3%",
-            {static_cast<float>(std::round(before / (1 - seed_share))),
-             static_cast<float>(std::round(1000 * (after / before - 1)) / 10)},
-            {467, 14.3f}, 0);
+    L.check_fact("the seed's case: bound 467 tokens/s, +14.3%",
+                 {static_cast<float>(std::round(before / (1 - seed_share))),
+                  static_cast<float>(std::round(1000 * (after / before - 1)) / 10)},
+                 {467, 14.3f}, 0);
 
     // 6. nccl-tests style timings: the hand ring against the library call.
     L.step(
@@ -434,8 +434,10 @@ int main(int argc, char** argv) {
     const std::vector<float> zeros(wrong_ring.size(), 0.0f);
     L.check("#wrong of the hand ring, every size", wrong_ring, zeros, 0);
     L.check("#wrong of the library all_reduce, every size", wrong_lib, zeros, 0);
-    L.check("ledger bytes of one hand ring = 2(t − 1)/t · N, every size", bytes_ring, bytes_model);
-    L.check("ledger bytes of one all_reduce = 2(t − 1)/t · N, every size", bytes_lib, bytes_model);
+    L.check_fact("ledger bytes of one hand ring = 2(t − 1)/t · N, every size", bytes_ring,
+                 bytes_model);
+    L.check_fact("ledger bytes of one all_reduce = 2(t − 1)/t · N, every size", bytes_lib,
+                 bytes_model);
     // α and β of this machine, read off the hand ring's rows (not checked). busbw =
     // 2(t − 1)/t · N / T(N) = β · (1 − α share): it approaches β as N grows.
     L.say("  From this run's hand ring: α ≈ 4 KiB time / 2(t − 1) = ",
