@@ -7,7 +7,7 @@ textbook's pages:
                   inside code (fenced blocks and `spans`), so one source renders on both sites;
   docs/mainpage.md  the line "<!-- the course -->" becomes the course: every lesson of
                   lessons/lessons.txt in order, its title (the page's first line), its one-line idea
-                  (the "idea" column of lessons/README.md) and its command;
+                  (the "idea" column of lessons/README.md);
   a lesson page   (lessons/NN_name/README.md, beside a main.cpp): previous / contents / next links
                   at the top and the bottom, a "Classes used" line (every class of lib/ that
                   main.cpp names, linked) before "## Results", and the commented program
@@ -119,7 +119,6 @@ def course():
         line = f'{i}. @ref {page_id(name)} "{quote(t)}"'
         if name in idea:
             line += " — " + idea[name]
-        line += f" (`mpirun -np {np} build/bin/lesson_{name}`)"
         out.append(line + "\n")
     return out
 
