@@ -158,7 +158,7 @@ def lesson_page(lines, path):
         nav.append('@ref index "Contents"')
         if i + 1 < len(order):
             nav.append(f'@ref {page_id(order[i + 1])} "{quote(title(order[i + 1]))}" →')
-    navline = " | ".join(nav) + "\n"
+    navline = '<div class="lessonnav">' + " &nbsp;|&nbsp; ".join(nav) + "</div>\n"
     used = classes_used(os.path.join(d, "main.cpp"))
     out, in_code, done_top, done_used = [], False, False, False
     for line in lines:
