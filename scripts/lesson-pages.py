@@ -12,6 +12,9 @@
   scripts/lesson-pages.py check NAME LOG    (make test) compares LOG, the output of one run of
       lesson NAME, with its page: exit 0 when they agree, else a diff and exit 1.
   scripts/lesson-pages.py normalize FILE     prints FILE as the comparison sees it.
+  scripts/lesson-pages.py selftest LOGDIR    (make test) that the comparison can fail: for every
+      lesson with a LOGDIR/lesson_NAME.log that matches its page, a copy of the block with one
+      digit changed on a compared line must differ, and one with a timing number changed must not.
 
 The comparison is exact except for what changes from run to run or machine to machine:
 
@@ -142,9 +145,9 @@ def page_output(name):
     return lines[where[0]:where[1]]
 
 
-def check(name, log):
+def check(name, log, page=None):
     rel = os.path.relpath(page_path(name), ROOT)
-    page = page_output(name)
+    page = page_output(name) if page is None else page
     if isinstance(page, str):
         print(f"lesson {name}: {rel}: {page}")
         return 1
@@ -162,6 +165,58 @@ def check(name, log):
     if len(diff) > 60:
         print(f"    … {len(diff) - 60} more diff lines")
     return 1
+
+
+def selftest(logdir):
+    """For each lesson whose log matches its page: one changed digit on a compared line must be
+    caught, one changed timing number must not. Prints one line per lesson; exit 1 on a miss."""
+    bad, tried = 0, 0
+    for name, _ in lessons():
+        log = os.path.join(logdir, f"lesson_{name}.log")
+        page = page_output(name)
+        if not os.path.isfile(log) or isinstance(page, str):
+            continue
+        with open(log, encoding="utf-8", errors="replace") as fh:
+            got = fh.read().split("\n")
+        if normalize(page) != normalize(got):
+            continue
+        tried += 1
+        norm = normalize(page)
+        strict = timed = None
+        half = len(page) // 2  # prefer a line from the middle of the output to its title
+        for i in list(range(half, len(page))) + list(range(half)):
+            line = page[i]
+            digits = [m.start() for m in re.finditer(r"\d", line)]
+            for d in digits:
+                mutated = line[:d] + str((int(line[d]) + 1) % 10) + line[d + 1:]
+                changed = normalize(page[:i] + [mutated] + page[i + 1:]) != norm
+                if changed and strict is None:
+                    strict = (i, mutated)
+                if not changed and timed is None and TIMED.search(line):
+                    timed = (i, mutated)
+            if strict and timed:
+                break
+        if strict is None:
+            bad += 1
+            print(f"✗ lesson {name}: no digit of its page is compared (changing any is not caught)")
+        for what, case, must_differ in (("a compared digit", strict, True), ("a timing number", timed, False)):
+            if case is None:
+                continue
+            i, mutated = case
+            copy = page[:i] + [mutated] + page[i + 1:]
+            with open(os.devnull, "w") as null:
+                old, sys.stdout = sys.stdout, null
+                try:
+                    rc = check(name, log, copy)
+                finally:
+                    sys.stdout = old
+            if (rc != 0) != must_differ:
+                bad += 1
+                print(f"✗ lesson {name}: changing {what} in its page ({mutated.strip()[:60]!r}) was "
+                      f"{'not caught' if must_differ else 'reported as a difference'}")
+    print(f"{'✗' if bad or not tried else '✓'} page check: on {tried} lessons' pages a changed digit is "
+          f"caught and a changed timing number is not" + (f" ({bad} misses)" if bad else ""))
+    return 1 if bad or not tried else 0
 
 
 def run(name, np):
@@ -239,11 +294,14 @@ def main():
         return update(args[1:])
     if args[0] == "check" and len(args) == 3:
         return check(args[1], args[2])
+    if args[0] == "selftest" and len(args) == 2:
+        return selftest(args[1])
     if args[0] == "normalize" and len(args) == 2:
         with open(args[1], encoding="utf-8", errors="replace") as fh:
             print("\n".join(normalize(fh.read().split("\n"))))
         return 0
-    print("usage: scripts/lesson-pages.py update [--timings] [NAME...] | check NAME LOG | normalize FILE")
+    print("usage: scripts/lesson-pages.py update [--timings] [NAME...] | check NAME LOG | normalize FILE"
+          " | selftest LOGDIR")
     return 2
 
 
