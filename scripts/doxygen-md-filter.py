@@ -8,10 +8,12 @@ textbook's pages:
   docs/mainpage.md  the line "<!-- the course -->" becomes the course: every lesson of
                   lessons/lessons.txt in order, its title (the page's first line), its one-line idea
                   (the "idea" column of lessons/README.md);
-  a lesson page   (lessons/NN_name/README.md, beside a main.cpp): previous / contents / next links
-                  at the top and the bottom, a "Classes used" line (every class of lib/ that
-                  main.cpp names, linked) before "## Results", and the commented program
-                  itself, with line numbers, after the results (on GitHub the page links main.cpp).
+  a lesson page   (lessons/NN_name/README.md, beside a main.cpp): introduction → results → the
+                  program: the "## The program" section (what main.cpp does) moves after the
+                  results, followed by a "Classes used" line (every class of lib/ that main.cpp
+                  names, linked) and the commented program itself, with line numbers (on GitHub
+                  the page links main.cpp instead); previous / contents / next links at the top
+                  and the bottom.
 
 Other files pass through unchanged (apart from the formulas). Prints the filtered text on stdout.
 """
@@ -160,23 +162,36 @@ def lesson_page(lines, path):
             nav.append(f'@ref {page_id(order[i + 1])} "{quote(title(order[i + 1]))}" →')
     navline = '<div class="lessonnav">' + " &nbsp;|&nbsp; ".join(nav) + "</div>\n"
     used = classes_used(os.path.join(d, "main.cpp"))
-    out, in_code, done_top, done_used = [], False, False, False
+    # Sections: the text before the first "## " heading (title), then one list per "## " heading.
+    sections, in_code = [[]], False
     for line in lines:
         if FENCE.match(line):
             in_code = not in_code
         if not in_code:
-            line = line.replace("[main.cpp](main.cpp)", "main.cpp (in full at the end of this page)")
-            if line.startswith("## Results") and not done_used:
-                if used:
-                    out += ["Classes used: " + ", ".join(used) + ".\n", "\n"]
-                done_used = True
+            line = line.replace("[main.cpp](main.cpp)", "main.cpp (below)")
+            if line.startswith("## "):
+                sections.append([])
+        sections[-1].append(line)
+    for sec in sections:
+        if sec and not sec[-1].endswith("\n"):
+            sec[-1] += "\n"
+    # "## The program" (what main.cpp does, step by step) moves after the results, to the program.
+    program = [sec for sec in sections[1:] if sec[0].startswith("## The program")]
+    rest = [sec for sec in sections if not (sec and sec[0].startswith("## The program"))]
+    out = []
+    for line in rest[0]:
         out.append(line)
-        if not done_top and line.startswith("# "):
+        if line.startswith("# "):
             out += ["\n", navline]
-            done_top = True
-    if out and not out[-1].endswith("\n"):
-        out[-1] += "\n"
-    out += ["\n", "## The program, in full\n", "\n", f"\\include{{lineno}} {rel}\n", "\n", navline]
+    for sec in rest[1:]:
+        out += sec
+    if program:
+        out += ["\n"] + [x for sec in program for x in sec]
+    else:
+        out += ["\n", "## The program\n", "\n"]
+    if used:
+        out += ["\n", "Classes used: " + ", ".join(used) + ".\n"]
+    out += ["\n", f"\\include{{lineno}} {rel}\n", "\n", navline]
     return out
 
 
