@@ -1,12 +1,16 @@
 # Tensor Parallelism from Scratch — build, run, test.
 #
-#   make run      install what is missing, build, run every lesson (each under mpirun)
-#   make test     install what is missing, build, run every test and every lesson;
-#                 the last line is "N passed, M failed"
+#   make run      install what is missing, build, run every lesson (each under mpirun), the whole
+#                 tour in lessons/lessons.txt's order; ends with one summary line per lesson
+#   make test     install what is missing, build, run every test and every lesson (and compare each
+#                 lesson's output with its page); the last line is "N passed, M failed"
 #   make          build everything into build/ (build/bin, build/lib)
 #   make lessons  build the lessons only
 #   make bench    GEMM, threads, collectives, training vs PyTorch: ratios and goals (build/bench/)
-#   make docs     Doxygen over lib/ and the lesson pages into docs/html
+#   make docs     the textbook: Doxygen over the lesson pages and lib/ into docs/html (offline:
+#                 MathJax formulas, each lesson = introduction, results, program; warnings fail)
+#   make lesson-pages  run every lesson and write its output (and pictures) into its page's Results
+#                 (a block whose timings alone differ is kept; TIMINGS=1 rewrites those too)
 #   make gpu-check  on a machine with a GPU: build, GPU tests, every lesson on the GPU, timings
 #   make gpu-emu  the correctness half of gpu-check on the CUDA emulator (any machine)
 #   make format   clang-format every source file in place (.clang-format; make test checks it)
@@ -137,6 +141,7 @@ LINK = $(MPICXX) $(LDFLAGS) $(filter-out $(GPU_STAMP),$^) $(BLAS_LIBS) -o $@
 BACKENDS = $(LIBTP_LAUNCHER) $(LIBTP_CPU) $(GPU_LINK) $(LIBTP_MPI) $(LIBTP) $(GPU_STAMP)
 
 .PHONY: all lessons tests tools run test docs bench clean deps gpu-check gpu-emu help format fuzz \
+        lesson-pages \
         compile_commands FORCE
 # Keep the objects that only pattern rules mention (make would delete them as intermediates).
 # Only these: a bare .SECONDARY would also stop a missing archive from being rebuilt.
@@ -317,6 +322,12 @@ gpu-emu: all $(EMU_BINS)
 run: lessons
 	@scripts/run-lessons.sh
 
+# Each lesson page's "## Results" block, rewritten from a run of the lesson at its rank count, and
+# the pictures it writes copied beside the page (scripts/lesson-pages.py; make test compares). A
+# block that differs only in its timings is kept (its text quotes them) unless TIMINGS=1.
+lesson-pages: lessons
+	@. scripts/common.sh && MPI_FLAGS="$$MPI_FLAGS" python3 scripts/lesson-pages.py update $(if $(TIMINGS),--timings)
+
 test: all
 	@scripts/run-tests.sh
 
@@ -347,12 +358,26 @@ $(BUILD)/fuzz/fuzz_options: tests/fuzz/fuzz_options.cpp lib/core/options.cpp lib
 fuzz: $(BUILD)/fuzz/fuzz_safetensors $(BUILD)/fuzz/fuzz_options $(BUILD)/bin/tp_train
 	@BUILD=$(BUILD) scripts/fuzz.sh
 
+# The pages are the textbook: scripts/doxygen-md-filter.py turns each lesson's README into
+# introduction → results (with its pictures) → the commented program, with previous/next links.
+# MathJax 2 (MATHJAX_DIR, Debian's libjs-mathjax) is copied beside the HTML: no network needed.
+# Its SVG output needs only the TeX input, the SVG output and the extensions.
+MATHJAX_DIR ?= /usr/share/javascript/mathjax
+export MATHJAX_DIR
 docs:
 	@scripts/install-deps.sh --docs
 	@mkdir -p $(BUILD)
 	doxygen docs/Doxyfile 2> $(BUILD)/doxygen-warnings.txt
 	@if [ -s $(BUILD)/doxygen-warnings.txt ]; then cat $(BUILD)/doxygen-warnings.txt; \
-	  echo "✗ doxygen warnings (above)"; exit 1; else echo "✓ docs/html/index.html (no warnings)"; fi
+	  echo "✗ doxygen warnings (above)"; exit 1; fi
+	@rm -rf docs/html/mathjax && mkdir -p docs/html/mathjax/jax/input docs/html/mathjax/jax/output \
+	  docs/html/mathjax/localization && cd $(MATHJAX_DIR) && \
+	  cp -RL MathJax.js config extensions $(CURDIR)/docs/html/mathjax/ && \
+	  cp -RL jax/element $(CURDIR)/docs/html/mathjax/jax/ && \
+	  cp -RL jax/input/TeX $(CURDIR)/docs/html/mathjax/jax/input/ && \
+	  cp -RL jax/output/SVG $(CURDIR)/docs/html/mathjax/jax/output/ && \
+	  cp -RL localization/en $(CURDIR)/docs/html/mathjax/localization/
+	@echo "✓ docs/html/index.html (no warnings; MathJax from $(MATHJAX_DIR))"
 
 # The targets and settings: the comment at the top of this file.
 help:

@@ -2,7 +2,9 @@
 # install-deps.sh — checks what the build needs and installs what is missing.
 #
 #   scripts/install-deps.sh          MPI (mpicxx + mpirun), OpenMP, GoogleTest, nlohmann-json
-#   scripts/install-deps.sh --docs   the same, plus Doxygen and Graphviz (the pictures)
+#   scripts/install-deps.sh --docs   the same, plus Doxygen, Graphviz (the pictures) and MathJax 2
+#                                    (the formulas; Debian's libjs-mathjax, copied into docs/html
+#                                    so the pages need no network; MATHJAX_DIR says where it is)
 #   scripts/install-deps.sh --check  installs nothing, prints nothing: exit 0 when nothing is
 #                                    missing (scripts/offline-deps.sh asks this)
 #   NO_CUDA=1 scripts/install-deps.sh   the GPU line says the GPU backend is skipped
@@ -75,6 +77,7 @@ have_openblas() {
 }
 have_doxygen() { command -v doxygen >/dev/null 2>&1; }
 have_dot()     { command -v dot >/dev/null 2>&1; }
+have_mathjax() { [ -f "${MATHJAX_DIR:-/usr/share/javascript/mathjax}/MathJax.js" ]; }
 
 missing() {  # prints the Debian packages still needed
   local pkgs=()
@@ -84,6 +87,7 @@ missing() {  # prints the Debian packages still needed
   have_openblas || pkgs+=(libopenblas-openmp-dev)  # the OpenMP build: its threads follow OpenMP's
   [ $docs = 1 ] && ! have_doxygen && pkgs+=(doxygen)
   [ $docs = 1 ] && ! have_dot && pkgs+=(graphviz)
+  [ $docs = 1 ] && ! have_mathjax && pkgs+=(libjs-mathjax)
   # make test: scripts/check-layers.py, check-lessons.py and check-format.sh
   command -v python3 >/dev/null 2>&1 || pkgs+=(python3)
   command -v clang-format >/dev/null 2>&1 || pkgs+=(clang-format)
@@ -114,6 +118,7 @@ if [ -n "$need" ]; then
     echo "✗ missing: MPI, GoogleTest, nlohmann-json, OpenBLAS or Doxygen, and this is not a Debian/Ubuntu system. Install them with:"
     case "$(uname -s)" in
       Darwin) echo "    brew install mpich libomp googletest nlohmann-json openblas doxygen graphviz"
+              echo "  (make docs: MathJax 2.7 unpacked somewhere, passed as MATHJAX_DIR)"
               echo "  and build with: make MPICXX=mpicxx CXXFLAGS_EXTRA=\"-Xpreprocessor -I\$(brew --prefix libomp)/include\" LDFLAGS_EXTRA=\"-L\$(brew --prefix libomp)/lib -lomp\" BLAS_LIBS=\"-L\$(brew --prefix openblas)/lib -lopenblas\" (and -I\$(brew --prefix openblas)/include in CXXFLAGS_EXTRA)" ;;
       *)
         if command -v dnf >/dev/null 2>&1; then
@@ -161,6 +166,9 @@ fi
 if [ $docs = 1 ]; then
   if have_doxygen; then echo "✓ Doxygen $(doxygen --version)"; else echo "✗ Doxygen not found"; status=1; fi
   if have_dot; then echo "✓ Graphviz dot"; else echo "✗ Graphviz dot not found (graphviz)"; status=1; fi
+  mj=${MATHJAX_DIR:-/usr/share/javascript/mathjax}
+  if have_mathjax; then echo "✓ MathJax $(sed -n 's/.*MathJax.version *= *\"\([0-9.]*\)\".*/\1/p' "$mj/MathJax.js" | head -1) ($mj)"
+  else echo "✗ MathJax 2 not found in $mj (Debian: libjs-mathjax; elsewhere: set MATHJAX_DIR to an unpacked MathJax 2.7)"; status=1; fi
 fi
 return $status
 }

@@ -14,6 +14,9 @@
 #                                   include, which must fail), and the build refusing such includes
 #   every lesson at its rank count  counts once (exit 0 and PASSED); scripts/check-lessons.py: the
 #                                   rank counts of lessons/lessons.txt are what --help and the docs say
+#   every lesson's page             counts once: its "## Results" block is that run's output, but for
+#                                   timings (scripts/lesson-pages.py check; make lesson-pages fixes it);
+#                                   and once that this check catches a changed digit (selftest)
 #   bad-input and failure checks    wrong rank count, unknown flag, --backend gpu without a GPU (or
 #                                   without the GPU backend), one rank failing: each must exit
 #                                   non-zero, quickly, with a clear line
@@ -167,7 +170,21 @@ while read -r name np; do
   else
     fail "lesson $name (-np $np): $(grep -E '^(FAILED|error|rank)' "$log" | head -1) (see $log)"
   fi
+  # Its page shows this output (timing numbers aside: scripts/lesson-pages.py says which).
+  if python3 scripts/lesson-pages.py check "$name" "$log" >"$logs/page_$name.diff" 2>&1; then
+    pass 1; echo "✓ lessons/$name/README.md: its Results are this run's output (timings aside)"
+  else
+    fail "lessons/$name/README.md differs from the output of lesson $name; run make lesson-pages (diff: $logs/page_$name.diff)"
+    cat "$logs/page_$name.diff"
+  fi
 done < <(lesson_list)
+# And that page check can fail: a page with one compared digit changed is caught, one with a timing
+# number changed is not (on every lesson whose page matched above).
+if python3 scripts/lesson-pages.py selftest "$logs" >"$logs/page_selftest.log" 2>&1; then
+  pass 1; tail -1 "$logs/page_selftest.log"
+else
+  fail "the page check: $(grep -c '^✗' "$logs/page_selftest.log") problems (see $logs/page_selftest.log)"; cat "$logs/page_selftest.log"
+fi
 # The rank counts: lessons/lessons.txt against each lesson's --help, the index and the docs.
 if MPI_FLAGS=$MPI_FLAGS python3 scripts/check-lessons.py "$BUILD" >"$logs/check_lessons.log" 2>&1; then
   pass 1; cat "$logs/check_lessons.log"

@@ -32,7 +32,10 @@
 
 namespace tp {
 
-/// Bytes one block keeps for backward on one rank (see above); cfg.sp selects n = N/t.
+/// Bytes one block keeps for backward on one rank (see above); cfg.sp selects n = N/t. For GPT-2's
+/// shape in fp32 that is \f$sbh\,(24 + 48/t) + 16sb + 4\,n_h s^2 b/t\f$ with TP alone and
+/// \f$72\,sbh/t + 16sb/t + 4\,n_h s^2 b/t\f$ with TP + SP: the fp32 counterparts of Korthikanti et
+/// al.'s \f$sbh\,(10 + 24/t + 5as/(ht))\f$ and \f$sbh\,(34/t + 5as/(ht))\f$ (16-bit activations).
 int64_t block_activation_bytes(const GptConfig& cfg, int64_t seq, int64_t batch, int t);
 
 }  // namespace tp

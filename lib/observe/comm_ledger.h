@@ -33,7 +33,10 @@ struct CommRecord {
   std::string label;   ///< the scope(s) active when it was issued, joined by '/'
 };
 
-/// The ring-model bytes one rank sends for `op` on a buffer of `bytes` in a group of `t`.
+/// The ring-model bytes one rank sends for `op` on a buffer of `bytes` (N) in a group of `t`:
+/// \f$2\frac{t-1}{t}N\f$ for an all-reduce (a reduce-scatter, then an all-gather),
+/// \f$\frac{t-1}{t}N\f$ for an all-gather (N: the gathered buffer) or a reduce-scatter (N: the
+/// buffer before scattering).
 double ring_wire_bytes(const std::string& op, int t, int64_t bytes);
 
 /// Append-only list of CommRecords, with labels pushed by scopes.

@@ -53,6 +53,8 @@ class Pending {
 
 /// f: enters a tensor-parallel region. Forward: identity. Backward: all-reduce (sum of the
 /// partial input gradients from every rank). x: (..., h) → (..., h)
+/// \f[ f:\quad y = x, \qquad dx = \sum_{r=0}^{t-1} dy_r
+///     \quad (dy_r:\ \text{rank } r\text{'s partial gradient}) \f]
 Tensor copy_to_tp_region_forward(Communicator& comm, const Tensor& x);
 /// f backward: all-reduce, in place. dy: (..., h) → (..., h)
 Tensor copy_to_tp_region_backward(Communicator& comm, const Tensor& dy);
@@ -62,6 +64,8 @@ Pending copy_to_tp_region_backward_async(Communicator& comm, const Tensor& dy);
 
 /// g: leaves a tensor-parallel region. Forward: all-reduce (in place) of partial sums.
 /// Backward: identity. x: (..., h) → (..., h)
+/// \f[ g:\quad y = \sum_{r=0}^{t-1} x_r \quad (x_r:\ \text{rank } r\text{'s partial sum}),
+///     \qquad dx_r = dy \f]
 Tensor reduce_from_tp_region_forward(Communicator& comm, const Tensor& x);
 /// g backward: identity. dy: (..., h) → (..., h)
 Tensor reduce_from_tp_region_backward(Communicator& comm, const Tensor& dy);

@@ -109,11 +109,15 @@ using CrossEntropyWatch = std::function<void(CrossEntropyStage, const CrossEntro
 
 /// Cross-entropy over logits split by vocabulary columns, loss_i = log Σ_j exp(x_ij) − x_i,y_i
 /// with j over all V ids, of which this rank holds the columns of `shard` (x_r = [x_1 | … | x_t]):
-///
-///     m_i = max_r max_j x_r,ij          (① all-reduce MAX; subtracted so that exp cannot overflow)
-///     Σ_i = Σ_r Σ_j exp(x_r,ij − m_i)   (② all-reduce SUM)
-///     x_i,y_i = Σ_r [r owns y_i] x_r,iy_i (③ all-reduce SUM; one rank contributes)
-///     loss_i = log Σ_i + m_i − x_i,y_i
+/// three numbers per token i, each finished by one all-reduce over the ranks r,
+/// \f{align*}{
+///   m_i &= \max_r \max_j x_{r,ij}
+///       && \text{① all-reduce MAX (so that exp cannot overflow)}
+///   \\ S_i &= \sum_r \sum_j e^{x_{r,ij} - m_i} && \text{② all-reduce SUM}
+///   \\ x_{i,y_i} &= \sum_r [r \text{ owns } y_i]\, x_{r,iy_i}
+///       && \text{③ all-reduce SUM (one rank contributes)}
+///   \\ \mathrm{loss}_i &= \log S_i + m_i - x_{i,y_i}
+/// \f}
 ///
 ///   forward: three all-reduces of one float per token (labelled "cross_entropy" in the
 ///            CommLedger; none at t = 1); backward: none (see vocab_parallel_cross_entropy_backward).

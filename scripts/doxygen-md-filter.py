@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""doxygen-md-filter.py FILE — Doxygen's input filter for the markdown pages (docs/Doxyfile,
+FILTER_PATTERNS). The pages are written for GitHub and read there too; this turns them into the
+textbook's pages:
+
+  every page      formulas: $...$ becomes \\f$...\\f$ and $$...$$ becomes \\f[...\\f] (MathJax), except
+                  inside code (fenced blocks and `spans`), so one source renders on both sites;
+  docs/mainpage.md  the line "<!-- the course -->" becomes the course: every lesson of
+                  lessons/lessons.txt in order, its title (the page's first line), its one-line idea
+                  (the "idea" column of lessons/README.md);
+  a lesson page   (lessons/NN_name/README.md, beside a main.cpp): introduction → results → the
+                  program: the "## The program" section (what main.cpp does) moves after the
+                  results, followed by a "Classes used" line (every class of lib/ that main.cpp
+                  names, linked) and the commented program itself, with line numbers (on GitHub
+                  the page links main.cpp instead); previous / contents / next links at the top
+                  and the bottom.
+
+Other files pass through unchanged (apart from the formulas). Prints the filtered text on stdout.
+"""
+import os
+import re
+import sys
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+FENCE = re.compile(r"^\s*(```|~~~)")
+
+
+def lessons():
+    """[(name, ranks)] from lessons/lessons.txt, in order."""
+    rows = []
+    with open(os.path.join(ROOT, "lessons", "lessons.txt"), encoding="utf-8") as fh:
+        for line in fh:
+            f = line.split()
+            if len(f) == 2 and not line.startswith("#"):
+                rows.append((f[0], f[1]))
+    return rows
+
+
+def page_id(name):
+    return "md_lessons_" + name + "_README"
+
+
+def title(name):
+    """The first heading of a lesson's page, without the '#'."""
+    path = os.path.join(ROOT, "lessons", name, "README.md")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("# "):
+                    return line[2:].strip()
+    except OSError:
+        pass
+    return "Lesson " + name
+
+
+def ideas():
+    """{name: the 'idea' cell of its row in lessons/README.md's table}."""
+    out = {}
+    try:
+        with open(os.path.join(ROOT, "lessons", "README.md"), encoding="utf-8") as fh:
+            for line in fh:
+                m = re.match(r"\|\s*\[[^\]]*\]\((\w+)/README\.md\)\s*\|[^|]*\|(.*)\|\s*$", line)
+                if m:
+                    out[m.group(1)] = m.group(2).strip()
+    except OSError:
+        pass
+    return out
+
+
+def quote(s):
+    return s.replace('"', "'")
+
+
+# ---- formulas -------------------------------------------------------------------------------------
+INLINE_CODE = re.compile(r"(`+)(.+?)\1")
+DISPLAY = re.compile(r"\$\$(.+?)\$\$")
+# GitHub's rule: $ then a non-space, …, a non-space then $ not followed by a digit.
+INLINE = re.compile(r"(?<![\\$\w])\$(?!\s)([^$\n]*?[^\s\\$])\$(?![\d$])")
+
+
+def math_in_text(text):
+    out, pos = [], 0
+    for m in INLINE_CODE.finditer(text):
+        out.append(convert(text[pos:m.start()]))
+        out.append(m.group(0))
+        pos = m.end()
+    out.append(convert(text[pos:]))
+    return "".join(out)
+
+
+def convert(s):
+    s = DISPLAY.sub(lambda m: "\\f[" + m.group(1).strip() + "\\f]", s)
+    return INLINE.sub(lambda m: "\\f$" + m.group(1) + "\\f$", s)
+
+
+def formulas(lines):
+    """$…$ and $$…$$ outside code; a $$ alone on a line opens or closes a display block."""
+    out, in_code, in_display = [], False, False
+    for line in lines:
+        if FENCE.match(line):
+            in_code = not in_code
+            out.append(line)
+        elif in_code:
+            out.append(line)
+        elif line.strip() == "$$":
+            out.append(("\\f]" if in_display else "\\f[") + "\n")
+            in_display = not in_display
+        elif in_display:
+            out.append(line)
+        else:
+            out.append(math_in_text(line))
+    return out
+
+
+# ---- the pages ------------------------------------------------------------------------------------
+def course():
+    idea = ideas()
+    out = []
+    for i, (name, np) in enumerate(lessons(), 1):
+        t = title(name)
+        line = f'{i}. @ref {page_id(name)} "{quote(t)}"'
+        if name in idea:
+            line += " — " + idea[name]
+        out.append(line + "\n")
+    return out
+
+
+def classes_used(main_cpp):
+    """tp::Name for every class of lib/ that main.cpp names, in order of first use (plain structs,
+    such as configurations and records, are left out)."""
+    with open(main_cpp, encoding="utf-8") as fh:
+        src = fh.read()
+    declared = set()
+    for d in ("lib",):
+        for dirpath, _, files in os.walk(os.path.join(ROOT, d)):
+            for fn in files:
+                if fn.endswith(".h"):
+                    with open(os.path.join(dirpath, fn), encoding="utf-8") as fh:
+                        for m in re.finditer(r"^\s*class\s+(\w+)\s*(?:final\s*)?[:{]", fh.read(), re.M):
+                            declared.add(m.group(1))
+    seen = []
+    # A lesson says "using namespace tp;" or tp::Name; either way the names are the library's.
+    for m in re.finditer(r"\b(?:tp::)?([A-Z]\w+)\b", src):
+        n = m.group(1)
+        if n in declared and n not in seen:
+            seen.append(n)
+    return ["tp::" + n for n in seen]
+
+
+def lesson_page(lines, path):
+    d = os.path.dirname(path)
+    name = os.path.basename(d)
+    order = [n for n, _ in lessons()]
+    rel = os.path.relpath(os.path.join(d, "main.cpp"), ROOT)
+    nav = []
+    if name in order:
+        i = order.index(name)
+        if i > 0:
+            nav.append(f'← @ref {page_id(order[i - 1])} "{quote(title(order[i - 1]))}"')
+        nav.append('@ref index "Contents"')
+        if i + 1 < len(order):
+            nav.append(f'@ref {page_id(order[i + 1])} "{quote(title(order[i + 1]))}" →')
+    navline = '<div class="lessonnav">' + " &nbsp;|&nbsp; ".join(nav) + "</div>\n"
+    used = classes_used(os.path.join(d, "main.cpp"))
+    # Sections: the text before the first "## " heading (title), then one list per "## " heading.
+    sections, in_code = [[]], False
+    for line in lines:
+        if FENCE.match(line):
+            in_code = not in_code
+        if not in_code:
+            line = line.replace("[main.cpp](main.cpp)", "main.cpp (below)")
+            if line.startswith("## "):
+                sections.append([])
+        sections[-1].append(line)
+    for sec in sections:
+        if sec and not sec[-1].endswith("\n"):
+            sec[-1] += "\n"
+    # "## The program" (what main.cpp does, step by step) moves after the results, to the program.
+    program = [sec for sec in sections[1:] if sec[0].startswith("## The program")]
+    rest = [sec for sec in sections if not (sec and sec[0].startswith("## The program"))]
+    out = []
+    for line in rest[0]:
+        out.append(line)
+        if line.startswith("# "):
+            out += ["\n", navline]
+    for sec in rest[1:]:
+        out += sec
+    if program:
+        out += ["\n"] + [x for sec in program for x in sec]
+    else:
+        out += ["\n", "## The program\n", "\n"]
+    if used:
+        out += ["\n", "Classes used: " + ", ".join(used) + ".\n"]
+    out += ["\n", f"\\include{{lineno}} {rel}\n", "\n", navline]
+    return out
+
+
+def main():
+    path = sys.argv[1]
+    with open(path, encoding="utf-8") as fh:
+        lines = fh.readlines()
+    real = os.path.realpath(path)
+    if os.path.basename(real) == "README.md" and os.path.isfile(os.path.join(os.path.dirname(real), "main.cpp")):
+        lines = lesson_page(lines, real)
+    elif real == os.path.realpath(os.path.join(ROOT, "docs", "mainpage.md")):
+        lines = [x for line in lines for x in (course() if line.strip() == "<!-- the course -->" else [line])]
+    sys.stdout.write("".join(formulas(lines)))
+
+
+if __name__ == "__main__":
+    main()
