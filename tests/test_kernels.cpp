@@ -1099,6 +1099,10 @@ class RecordingDevice final : public tp::Device {
                              const Tensor&, const Tensor&, const AttentionShape&) override {
     ++calls;
   }
+  void do_attention_cached_forward(Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t,
+                                   const AttentionShape&) override {
+    ++calls;
+  }
   void do_embedding_shard_forward(Tensor&, const Tensor&, const Tensor&, int64_t) override {
     ++calls;
   }
