@@ -471,7 +471,8 @@ void CpuDevice::do_attention_cached_forward(Tensor& out, const Tensor& q, const 
           float* ps = scores.data();  // (rows, keys), row stride keys
           cpu::sgemm(false, true, rows, keys, hd, sh.scale, qbj + i0 * ldq, ldq, kbg, ldk, 0.0f, ps,
                      keys);
-          for (int64_t i = i0; i < i1; ++i) causal_softmax_row(ps + (i - i0) * keys, past + i, keys);
+          for (int64_t i = i0; i < i1; ++i)
+            causal_softmax_row(ps + (i - i0) * keys, past + i, keys);
           cpu::sgemm(false, false, rows, hd, keys, 1.0f, ps, keys, vbg, ldk, 0.0f, obj + i0 * ldq,
                      ldq);
         }

@@ -22,7 +22,6 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "io/safetensors.h"
 #include "launcher.h"
 #include "model/adamw.h"
 #include "model/checkpoint.h"
@@ -32,38 +31,6 @@
 using namespace tp;
 
 namespace {
-
-// The model configuration tp_train recorded in the checkpoint's metadata (checkpoint.cpp:
-// add_config). Training-only settings (dropout, SP, overlap) stay at their inference defaults.
-GptConfig config_from_checkpoint(const std::string& path) {
-  const safetensors::File f = safetensors::File::open(path);
-  auto need = [&](const char* key) {
-    TP_CHECK_INPUT(f.has_metadata(key), "checkpoint ", path, " has no '", key,
-                   "' in its metadata; tp_generate reads the model from checkpoints written by "
-                   "tp_train --save");
-    return f.metadata(key);
-  };
-  auto number = [&](const char* key) {
-    const std::string s = need(key);
-    int64_t v = 0;
-    std::istringstream is(s);
-    TP_CHECK_INPUT((is >> v) && is.eof() && v > 0, "checkpoint ", path, ": metadata ", key, "=",
-                   s, " is not a positive integer");
-    return v;
-  };
-  GptConfig c;
-  c.layers = number("layers");
-  c.hidden = number("hidden");
-  c.heads = number("heads");
-  c.kv_heads = number("kv_heads");
-  c.ffn = number("ffn");
-  c.vocab = number("vocab");
-  c.seq = number("seq");
-  c.act = need("act");
-  c.norm = need("norm");
-  c.tied = need("tied") == "true";
-  return c;
-}
 
 std::vector<int32_t> parse_ids(const std::string& text, int64_t vocab) {
   std::vector<int32_t> ids;
@@ -90,10 +57,13 @@ int generate_main(Context& ctx) {
   std::vector<std::string> problems;
   if (path.empty()) problems.push_back("--load is required: a checkpoint from tp_train --save");
   if (tokens < 1) problems.push_back("--tokens=" + std::to_string(tokens) + " must be at least 1");
-  if (!(temperature >= 0.0 && std::isfinite(temperature)))
-    problems.push_back("--temperature=" + std::to_string(temperature) +
-                       " must be 0 (greedy) or positive");
-  if (top_k < 0) problems.push_back("--top-k=" + std::to_string(top_k) + " must be 0 (off) or more");
+  if (!(temperature >= 0.0 && std::isfinite(temperature))) {
+    char t[32];
+    std::snprintf(t, sizeof t, "%g", temperature);
+    problems.push_back(std::string("--temperature=") + t + " must be 0 (greedy) or positive");
+  }
+  if (top_k < 0)
+    problems.push_back("--top-k=" + std::to_string(top_k) + " must be 0 (off) or more");
   if (prompt.empty() == prompt_ids.empty())
     problems.push_back("give the prompt as --prompt \"text\" or as --prompt-ids \"1 2 3\" (one)");
   if (!problems.empty()) {
@@ -104,8 +74,9 @@ int generate_main(Context& ctx) {
 
   GptConfig cfg = config_from_checkpoint(path);
   const bool bytes = cfg.vocab == 256;
-  TP_CHECK_INPUT(bytes || prompt.empty(), "--prompt is text, read as bytes, but this model has V=",
-                 cfg.vocab, " (not 256); give token ids with --prompt-ids \"1 2 3\"");
+  TP_CHECK_INPUT(bytes || prompt.empty(),
+                 "--prompt is text, read as bytes, but this model has V=", cfg.vocab,
+                 " (not 256); give token ids with --prompt-ids \"1 2 3\"");
   std::vector<int32_t> ids;
   if (!prompt.empty())
     for (unsigned char c : prompt) ids.push_back(static_cast<int32_t>(c));
@@ -126,9 +97,9 @@ int generate_main(Context& ctx) {
   const int64_t kv_cols = cfg.kv() / t * cfg.head_dim();
   log0(world, "tp_generate: t = ", t, " (", world.name(), ", ", ctx.device.name(), ")");
   log0(world, "model: ", cfg.str(), " from ", path, " (step ", loaded.step, ")");
-  log0(world, "key/value cache per rank: 2 x ", cfg.layers, " layers x ", cfg.seq,
-       " positions x ", kv_cols, " (nkv/t · hd) floats = ",
-       2 * cfg.layers * cfg.seq * kv_cols * 4 / 1024.0, " KiB, 1/", t, " of the whole");
+  log0(world, "key/value cache per rank: 2 x ", cfg.layers, " layers x ", cfg.seq, " positions x ",
+       kv_cols, " (nkv/t · hd) floats = ", 2 * cfg.layers * cfg.seq * kv_cols * 4 / 1024.0,
+       " KiB, 1/", t, " of the whole");
   std::string rule = "greedy (argmax; the lowest id wins a tie)";
   if (temperature > 0) {
     std::ostringstream os;
@@ -156,15 +127,18 @@ int generate_main(Context& ctx) {
   if (world.rank() == 0) std::printf("\n");
   log0(world, "----");
   if (st.prompt_dropped > 0)
-    log0(world, "the prompt's first ", st.prompt_dropped, " tokens were dropped: the position "
-                "table holds ", cfg.seq);
+    log0(world, "the prompt's first ", st.prompt_dropped,
+         " tokens were dropped: the position "
+         "table holds ",
+         cfg.seq);
   char line[256];
   std::snprintf(line, sizeof line, "prefill: %lld tokens in %.2f ms = %.0f tokens/s%s",
                 static_cast<long long>(st.prefill_tokens), 1e3 * st.prefill_seconds,
                 st.prefill_tokens / std::max(st.prefill_seconds, 1e-9),
                 st.refills ? " (the prompt and the window refills)" : "");
   log0(world, line);
-  std::snprintf(line, sizeof line, "decode:  %lld tokens in %.2f ms = %.0f tokens/s (%.3f ms/token)",
+  std::snprintf(line, sizeof line,
+                "decode:  %lld tokens in %.2f ms = %.0f tokens/s (%.3f ms/token)",
                 static_cast<long long>(st.decode_tokens), 1e3 * st.decode_seconds,
                 st.decode_tokens / std::max(st.decode_seconds, 1e-9),
                 1e3 * st.decode_seconds / std::max<int64_t>(st.decode_tokens, 1));
@@ -184,8 +158,9 @@ int generate_main(Context& ctx) {
     // one all-gather of 2k floats); log p's three one-float all-reduces.
     const bool topk_path = temperature > 0 && top_k > 0 && top_k < cfg.vocab;
     const int64_t per_token = 1 + 2 * cfg.layers + (topk_path ? 1 : 2) + 3;
-    log0(world, "collectives: ", calls, " on each rank", calls == static_cast<size_t>(per_token * tokens) ? " = " : " (expected ",
-         tokens, " tokens x (1 + 2 x ", cfg.layers, " for the forward + ", topk_path ? 1 : 2,
+    log0(world, "collectives: ", calls, " on each rank",
+         calls == static_cast<size_t>(per_token * tokens) ? " = " : " (expected ", tokens,
+         " tokens x (1 + 2 x ", cfg.layers, " for the forward + ", topk_path ? 1 : 2,
          " sampling + 3 log p)", calls == static_cast<size_t>(per_token * tokens) ? "" : ")");
   }
   return 0;

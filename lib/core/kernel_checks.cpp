@@ -270,12 +270,10 @@ void check_attention_cached_forward(const Device& dev, const Tensor& out, const 
            " should be ", rows, "x", sh.heads * sh.head_dim);
   TP_CHECK(out.rows() == q.rows() && out.cols() == q.cols(), what, ": out ", out.shape().str(),
            " should match q ", q.shape().str());
-  TP_CHECK(k.rows() == keys && k.cols() == sh.kv_heads * sh.head_dim, what, ": k ",
-           k.shape().str(), " should be ", keys, "x", sh.kv_heads * sh.head_dim,
-           " (past + n positions)");
-  TP_CHECK(v.rows() == keys && v.cols() == sh.kv_heads * sh.head_dim, what, ": v ",
-           v.shape().str(), " should be ", keys, "x", sh.kv_heads * sh.head_dim,
-           " (past + n positions)");
+  TP_CHECK(k.rows() == keys && k.cols() == sh.kv_heads * sh.head_dim, what, ": k ", k.shape().str(),
+           " should be ", keys, "x", sh.kv_heads * sh.head_dim, " (past + n positions)");
+  TP_CHECK(v.rows() == keys && v.cols() == sh.kv_heads * sh.head_dim, what, ": v ", v.shape().str(),
+           " should be ", keys, "x", sh.kv_heads * sh.head_dim, " (past + n positions)");
 }
 
 // ---- vocabulary-parallel loss --------------------------------------------------------------------

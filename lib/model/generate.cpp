@@ -19,7 +19,8 @@ double now() {
 double negative_log_prob(Device& device, Communicator& comm, const Tensor& logits,
                          const VocabShard& shard, int32_t id) {
   const Tensor target = Tensor::from_host(device, Shape{1}, {static_cast<float>(id)});
-  return vocab_parallel_cross_entropy_forward(device, comm, logits, target, shard).loss.to_host()[0];
+  return vocab_parallel_cross_entropy_forward(device, comm, logits, target, shard)
+      .loss.to_host()[0];
 }
 
 }  // namespace

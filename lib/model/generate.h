@@ -38,15 +38,15 @@ struct GenerateOptions {
 
 /// What a generation did and how long it took (seconds of wall time, the device synchronised).
 struct GenerateStats {
-  int64_t prompt_tokens = 0;    ///< prompt positions prefilled (after truncation to S)
-  int64_t prompt_dropped = 0;   ///< prompt tokens dropped from the front: it was longer than S
-  int64_t prefill_tokens = 0;   ///< positions prefilled, the prompt and every window refill
-  double prefill_seconds = 0;   ///< time in those prefills
-  int64_t decode_tokens = 0;    ///< tokens generated
-  double decode_seconds = 0;    ///< time choosing them and running each through the blocks
-  int64_t refills = 0;          ///< times the full cache was refilled with the last S/2 tokens
-  double nll = 0;               ///< Σ −log p(token) of the generated tokens under the model (T = 1)
-  int64_t cache_bytes = 0;      ///< this rank's key/value cache
+  int64_t prompt_tokens = 0;   ///< prompt positions prefilled (after truncation to S)
+  int64_t prompt_dropped = 0;  ///< prompt tokens dropped from the front: it was longer than S
+  int64_t prefill_tokens = 0;  ///< positions prefilled, the prompt and every window refill
+  double prefill_seconds = 0;  ///< time in those prefills
+  int64_t decode_tokens = 0;   ///< tokens generated
+  double decode_seconds = 0;   ///< time choosing them and running each through the blocks
+  int64_t refills = 0;         ///< times the full cache was refilled with the last S/2 tokens
+  double nll = 0;           ///< Σ −log p(token) of the generated tokens under the model (T = 1)
+  int64_t cache_bytes = 0;  ///< this rank's key/value cache
 };
 
 /// Generates options.tokens tokens after `prompt` (at least one id). Calls on_token(id) on every

@@ -204,12 +204,13 @@ KvCache Gpt::make_kv_cache(int64_t batch, int64_t capacity) const {
 }
 
 Tensor Gpt::forward_cached(const std::vector<int32_t>& ids, KvCache& cache, bool all_positions) {
-  TP_CHECK_INPUT(!cfg_.sp, "generation runs without sequence parallelism; build the model "
-                           "without --sp (it changes no weight)");
+  TP_CHECK_INPUT(!cfg_.sp,
+                 "generation runs without sequence parallelism; build the model "
+                 "without --sp (it changes no weight)");
   const int64_t batch = cache.batch, past = cache.length;
   const int64_t n = static_cast<int64_t>(ids.size()) / batch;
-  TP_CHECK(n >= 1 && n * batch == static_cast<int64_t>(ids.size()), "forward_cached: ",
-           ids.size(), " ids for batch ", batch);
+  TP_CHECK(n >= 1 && n * batch == static_cast<int64_t>(ids.size()), "forward_cached: ", ids.size(),
+           " ids for batch ", batch);
   TP_CHECK(static_cast<int64_t>(cache.layers.size()) == cfg_.layers,
            "forward_cached: the cache has ", cache.layers.size(), " layers, the model ",
            cfg_.layers);

@@ -347,9 +347,10 @@ Tensor ParallelAttention::backward(const Tensor& dy) {
 }
 
 Tensor ParallelAttention::forward_cached(const Tensor& x, LayerKvCache& cache, int64_t past,
-                                        int64_t batch) {
+                                         int64_t batch) {
   TP_CHECK(!sp_, prefix_, ".forward_cached: no sequence parallelism in inference");
-  TP_CHECK(x.rows() % batch == 0, prefix_, ".forward_cached: ", x.rows(), " rows for batch ", batch);
+  TP_CHECK(x.rows() % batch == 0, prefix_, ".forward_cached: ", x.rows(), " rows for batch ",
+           batch);
   const int t = comm_.size();
   const int64_t n = x.rows() / batch, rows = (past + n) * batch;
   TP_CHECK(past >= 0 && cache.k.defined() && cache.k.rows() >= rows, prefix_,
@@ -362,8 +363,9 @@ Tensor ParallelAttention::forward_cached(const Tensor& x, LayerKvCache& cache, i
   k_new.copy_from(k_.forward(x, false));
   v_new.copy_from(v_.forward(x, false));
   // 3. The new queries over every cached position, local: whole heads.
-  const AttentionShape shape{n,         batch,     heads_ / t,
-                             kv_heads_ / t, head_dim_, 1.0f / std::sqrt(static_cast<float>(head_dim_))};
+  const AttentionShape shape{n,          batch,
+                             heads_ / t, kv_heads_ / t,
+                             head_dim_,  1.0f / std::sqrt(static_cast<float>(head_dim_))};
   Tensor ctx(device_, q.shape());
   device_.attention_cached_forward(ctx, q, cache.k.view(0, rows), cache.v.view(0, rows), past,
                                    shape);

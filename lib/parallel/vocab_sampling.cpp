@@ -29,8 +29,8 @@ bool by_logit(const Candidate& a, const Candidate& b) {
 Candidate best_score(const std::vector<Candidate>& cands) {
   Candidate best;
   for (const Candidate& c : cands)
-    if (c.id >= 0 && (best.id < 0 || c.score > best.score ||
-                      (c.score == best.score && c.id < best.id)))
+    if (c.id >= 0 &&
+        (best.id < 0 || c.score > best.score || (c.score == best.score && c.id < best.id)))
       best = c;
   return best;
 }
@@ -53,8 +53,7 @@ int64_t all_reduce_argmax(Communicator& comm, Device& dev, const Candidate& mine
 
 double gumbel_noise(const RngKey& key, int64_t id) {
   // random_value's uniform is a multiple of 2^-24 in [0, 1); the half step keeps u inside (0, 1).
-  const double u =
-      random_value(key, id, Distribution::uniform(0.0f, 1.0f)) + 0.5 / 16777216.0;
+  const double u = random_value(key, id, Distribution::uniform(0.0f, 1.0f)) + 0.5 / 16777216.0;
   return -std::log(-std::log(u));
 }
 
@@ -76,8 +75,7 @@ int32_t vocab_parallel_sample(Communicator& comm, const Tensor& logits, const Vo
   const int64_t real = std::clamp<int64_t>(shard.vocab - shard.first, 0, logits.cols());
   std::vector<Candidate> mine(static_cast<size_t>(real));
   for (int64_t j = 0; j < real; ++j)
-    mine[j] = {row[j], sampling_score(row[j], shard.first + j, params, key),
-               shard.first + j};
+    mine[j] = {row[j], sampling_score(row[j], shard.first + j, params, key), shard.first + j};
 
   const bool greedy = params.temperature <= 0.0f;
   if (greedy || params.top_k == 0 || params.top_k >= shard.vocab) {
@@ -110,8 +108,7 @@ int32_t vocab_parallel_sample(Communicator& comm, const Tensor& logits, const Vo
   }
   std::sort(cands.begin(), cands.end(), by_logit);  // the same order on every rank
   if (static_cast<int64_t>(cands.size()) > k) cands.resize(static_cast<size_t>(k));
-  for (Candidate& c : cands)
-    c.score = sampling_score(c.logit, c.id, params, key);
+  for (Candidate& c : cands) c.score = sampling_score(c.logit, c.id, params, key);
   return static_cast<int32_t>(best_score(cands).id);
 }
 
