@@ -144,9 +144,9 @@ int generate_main(Context& ctx) {
                 1e3 * st.decode_seconds / std::max<int64_t>(st.decode_tokens, 1));
   log0(world, line);
   if (st.refills > 0)
-    log0(world, "the cache filled the position table (", cfg.seq, ") ", st.refills,
-         " times; each time the last ", std::max<int64_t>(1, cfg.seq / 2),
-         " tokens were prefilled again (a sliding window)");
+    log0(world, "window refills: ", st.refills,
+         " (each time the cache filled the position table of ", cfg.seq, ", its last ",
+         std::max<int64_t>(1, cfg.seq / 2), " tokens were prefilled again)");
   const double mean_nll = st.nll / std::max<int64_t>(st.decode_tokens, 1);
   std::snprintf(line, sizeof line,
                 "generated tokens under the model: mean -log p = %.4f nats (perplexity %.3f)",
