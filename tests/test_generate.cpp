@@ -47,8 +47,8 @@ using tp::testing::world;
 constexpr uint64_t kSeed = 99;
 constexpr double kLogitTol = 1e-5;
 
-// L = 2, h = 48, nh = 12 (head_dim 4), ffn = 96, V = 64 (padded to 66 at t = 4... and 3): every
-// size divides by 1, 2, 3, 4. init_std 0.1 so that attention and the logits are far from uniform.
+// L = 2, h = 48, nh = 12 (head_dim 4), ffn = 96, V = 64 (padded to 66 at t = 3): every size
+// divides by 1, 2, 3, 4. init_std 0.1 so that attention and the logits are far from uniform.
 GptConfig gen_config() {
   GptConfig c;
   c.layers = 2;
