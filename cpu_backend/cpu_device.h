@@ -61,6 +61,8 @@ class CpuDevice : public Device {
   void do_attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
                              const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
                              const AttentionShape& shape) override;
+  void do_attention_cached_forward(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
+                                   int64_t past, const AttentionShape& shape) override;
   void do_embedding_shard_forward(Tensor& out, const Tensor& ids, const Tensor& wte_shard,
                                   int64_t first_id) override;
   void do_embedding_shard_backward(Tensor& dwte_shard, const Tensor& dout, const Tensor& ids,

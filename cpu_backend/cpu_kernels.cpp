@@ -439,6 +439,47 @@ void CpuDevice::do_attention_forward(Tensor& out, Tensor& probs, const Tensor& q
     }
 }
 
+// Attention over a key/value cache: the n new query positions [past, past + n) of every (b, j)
+// read keys [0, past + n); query i attends to t ≤ past + i. The same GEMM · causal softmax · GEMM
+// as the forward, by blocks of kAttnBlock queries (queries [i0, i1) need keys [0, past + i1)),
+// with the scores in a per-thread buffer instead of probs (nothing is kept for a backward).
+void CpuDevice::do_attention_cached_forward(Tensor& out, const Tensor& q, const Tensor& k,
+                                            const Tensor& v, int64_t past,
+                                            const AttentionShape& sh) {
+  const int64_t n = sh.seq, B = sh.batch, nh = sh.heads, hd = sh.head_dim;
+  const int64_t P = past + n;  // keys
+  const int64_t group = nh / sh.kv_heads;
+  const int64_t qc = nh * hd, kc = sh.kv_heads * hd;
+  const int64_t ldq = B * qc, ldk = B * kc;
+  const float* pq = q.data();
+  const float* pk = k.data();
+  const float* pv = v.data();
+  float* pout = out.data();
+#pragma omp parallel
+  {
+    std::vector<float> scores(static_cast<size_t>(std::min(n, kAttnBlock) * P));
+#pragma omp for collapse(2)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t j = 0; j < nh; ++j) {
+        const int64_t g = j / group;
+        const float* qbj = pq + b * qc + j * hd;  // (n, hd), row stride ldq
+        const float* kbg = pk + b * kc + g * hd;  // (P, hd), row stride ldk
+        const float* vbg = pv + b * kc + g * hd;
+        float* obj = pout + b * qc + j * hd;  // (n, hd), row stride ldq
+        for (int64_t i0 = 0; i0 < n; i0 += kAttnBlock) {
+          const int64_t i1 = std::min(n, i0 + kAttnBlock), rows = i1 - i0, keys = past + i1;
+          float* ps = scores.data();  // (rows, keys), row stride keys
+          cpu::sgemm(false, true, rows, keys, hd, sh.scale, qbj + i0 * ldq, ldq, kbg, ldk, 0.0f, ps,
+                     keys);
+          for (int64_t i = i0; i < i1; ++i)
+            causal_softmax_row(ps + (i - i0) * keys, past + i, keys);
+          cpu::sgemm(false, false, rows, hd, keys, 1.0f, ps, keys, vbg, ldk, 0.0f, obj + i0 * ldq,
+                     ldq);
+        }
+      }
+  }
+}
+
 void CpuDevice::do_attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
                                       const Tensor& q, const Tensor& k, const Tensor& v,
                                       const Tensor& probs, const AttentionShape& sh) {

@@ -88,6 +88,8 @@ class CudaDevice : public Device {
   void do_attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
                              const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
                              const AttentionShape& shape) override;
+  void do_attention_cached_forward(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
+                                   int64_t past, const AttentionShape& shape) override;
   void do_embedding_shard_forward(Tensor& out, const Tensor& ids, const Tensor& wte_shard,
                                   int64_t first_id) override;
   /// Groups the positions by owned row on the host, from host_ids (the copy the check read).

@@ -52,10 +52,15 @@ namespace {
 // One block per probs row (b, j, s), grid stride over the B·nh·S rows: the max over t ≤ s (block
 // max), e_t = exp(x_t − max) written back and Σ e_t in f64 (block sum), P_t = e_t · f32(1/Σ),
 // zeros for t > s — the CPU's arithmetic.
-__global__ void causal_softmax_kernel(float* probs, int64_t S, int64_t rows) {
+//
+// The same kernel serves attention over a key/value cache (attention_cached_forward): rows of P
+// keys for the n query positions [past, past + n), so row (b, j, i) reads keys t ≤ past + i. The
+// plain forward is n = P = S, past = 0.
+__global__ void causal_softmax_kernel(float* probs, int64_t n, int64_t P, int64_t past,
+                                      int64_t rows) {
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const int64_t s = row % S;
-    float* p = probs + row * S;
+    const int64_t s = past + row % n;
+    float* p = probs + row * P;
     float m = -INFINITY;
     for (int64_t t = threadIdx.x; t <= s; t += blockDim.x) m = fmaxf(m, p[t]);
     m = gpu::block_max(m);
@@ -68,7 +73,7 @@ __global__ void causal_softmax_kernel(float* probs, int64_t S, int64_t rows) {
     sum = gpu::block_sum(sum);
     const float inv = static_cast<float>(1.0 / sum);
     for (int64_t t = threadIdx.x; t <= s; t += blockDim.x) p[t] *= inv;  // this thread's e_t
-    for (int64_t t = s + 1 + threadIdx.x; t < S; t += blockDim.x) p[t] = 0.0f;
+    for (int64_t t = s + 1 + threadIdx.x; t < P; t += blockDim.x) p[t] = 0.0f;
   }
 }
 
@@ -273,10 +278,30 @@ void CudaDevice::do_attention_forward(Tensor& out, Tensor& probs, const Tensor& 
                  B * kc, hd, 0.0f, probs.data() + r * S * S, S, group * S * S,
                  pairs);  // scale·Q Kᵀ
   causal_softmax_kernel<<<row_blocks(rows), gpu::threads_for(S, kRowThreads), 0, stream()>>>(
-      probs.data(), S, rows);
+      probs.data(), S, S, 0, rows);
   CUDA_CHECK_LAUNCH();
   for (int64_t r = 0; r < group; ++r)
     batched_gemm(false, false, S, hd, S, 1.0f, probs.data() + r * S * S, S, group * S * S, v.data(),
+                 B * kc, hd, 0.0f, out.data() + r * hd, B * qc, group * hd, pairs);  // out = P V
+}
+
+// As the forward with n query rows over P = past + n keys: the scores (B, nh, n, P) in scratch.
+void CudaDevice::do_attention_cached_forward(Tensor& out, const Tensor& q, const Tensor& k,
+                                             const Tensor& v, int64_t past,
+                                             const AttentionShape& sh) {
+  const int64_t n = sh.seq, B = sh.batch, nh = sh.heads, nkv = sh.kv_heads, hd = sh.head_dim;
+  const int64_t P = past + n, group = nh / nkv, qc = nh * hd, kc = nkv * hd, pairs = B * nkv;
+  const int64_t rows = B * nh * n;
+  if (rows == 0 || hd == 0) return;
+  float* scores = static_cast<float*>(scratch(static_cast<size_t>(rows * P) * sizeof(float)));
+  for (int64_t r = 0; r < group; ++r)
+    batched_gemm(false, true, n, P, hd, sh.scale, q.data() + r * hd, B * qc, group * hd, k.data(),
+                 B * kc, hd, 0.0f, scores + r * n * P, P, group * n * P, pairs);  // scale·Q Kᵀ
+  causal_softmax_kernel<<<row_blocks(rows), gpu::threads_for(P, kRowThreads), 0, stream()>>>(
+      scores, n, P, past, rows);
+  CUDA_CHECK_LAUNCH();
+  for (int64_t r = 0; r < group; ++r)
+    batched_gemm(false, false, n, hd, P, 1.0f, scores + r * n * P, P, group * n * P, v.data(),
                  B * kc, hd, 0.0f, out.data() + r * hd, B * qc, group * hd, pairs);  // out = P V
 }
 

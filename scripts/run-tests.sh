@@ -357,6 +357,29 @@ python3 -c 'import json, sys; h = json.dumps({"foo": {"dtype": "F32", "shape": [
 sys.stdout.buffer.write(len(h).to_bytes(8, "little") + h + bytes(4))' >"$tmp/garbage_tensors.safetensors"
 expect "not a model file" 2 "is neither a checkpoint of this project (no \"format\"" 2 "${tt[@]}" --init-from "$tmp/garbage_tensors.safetensors"
 
+# 7. Generation: from the checkpoint saved at t = 2, the same tokens at t = 1, 2, 3 (greedy and
+#    top-k sampling), and bad input to tp_generate.
+gen=("$BUILD/bin/tp_generate" --load "$tmp/ck.safetensors" --prompt "TP" --tokens 24)
+text() { awk '/^----$/ { n++; next } n == 1' "$1"; }  # what was printed between the two ---- lines
+for mode in greedy topk; do
+  extra=(); [ "$mode" = topk ] && extra=(--temperature 0.9 --top-k 8 --seed 5)
+  for np in 1 2 3; do
+    run_mpi "$np" "${gen[@]}" "${extra[@]}" >"$logs/generate_${mode}_t$np.log" 2>&1 ||
+      fail "tp_generate ($mode) -np $np exited non-zero (see $logs/generate_${mode}_t$np.log)"
+  done
+  if [ -n "$(text "$logs/generate_${mode}_t1.log")" ] &&
+     cmp -s <(text "$logs/generate_${mode}_t1.log") <(text "$logs/generate_${mode}_t2.log") &&
+     cmp -s <(text "$logs/generate_${mode}_t1.log") <(text "$logs/generate_${mode}_t3.log"); then
+    pass 1; echo "✓ tp_generate ($mode): the same tokens at t = 1, 2, 3; $(grep '^decode:' "$logs/generate_${mode}_t2.log")"
+  else
+    fail "tp_generate ($mode): the tokens differ between t = 1, 2, 3 (see $logs/generate_${mode}_t*.log)"
+  fi
+done
+expect "tp_generate bad flags" 2 "3 problems: --tokens=0 must be at least 1" 2 "${gen[@]}" --tokens 0 --temperature -1 --top-k -2
+expect "tp_generate without a checkpoint" 2 "--load is required" 2 "$BUILD/bin/tp_generate" --prompt "TP"
+expect "tp_generate, a prompt id outside the vocabulary" 2 "--prompt-ids: '300' is not a token id in [0, 256)" 2 \
+  "$BUILD/bin/tp_generate" --load "$tmp/ck.safetensors" --prompt-ids "7 300"
+
 echo
 for f in "${failures[@]:+${failures[@]}}"; do echo "failed: $f"; done
 echo "$passed passed, $failed failed$([ "$skipped" != 0 ] && echo ", $skipped skipped")"

@@ -5,8 +5,8 @@
 //   1. Every Device op on random inputs, the CUDA device against the CPU device (the reference):
 //      memory and copies, fill / scale / axpy, gemm in all four transpose cases with alpha and beta,
 //      bias, copy_columns, fill_random, mul, sum_squares, dropout_mask, GeLU, SwiGLU, LayerNorm,
-//      RMSNorm, attention (MHA and GQA), embedding and positions, the vocabulary-parallel loss
-//      pieces and AdamW.
+//      RMSNorm, attention (MHA and GQA; also over a key/value cache), embedding and positions, the
+//      vocabulary-parallel loss pieces and AdamW.
 //   2. A small Gpt forward / backward on the CUDA device against the CPU device at t = np, same
 //      seed: the loss and every gathered gradient; also with --overlap async, and --sp with ring.
 //   3. A 20-step training run (AdamW, dropout) on both: the loss curves.
@@ -399,6 +399,34 @@ TEST(GpuAttention, CausalForwardBackwardMhaAndGqa) {
     EXPECT_CLOSE(dq, kFp32) << tag;
     EXPECT_CLOSE(dk, kFp32) << tag;
     EXPECT_CLOSE(dv, kFp32) << tag;
+  }
+}
+
+// Attention over a key/value cache (decoding): n new query positions after `past` cached ones,
+// against the CPU; a prefill (past = 0), a block in the middle and one position at the end.
+TEST(GpuAttention, CachedForwardMhaAndGqa) {
+  REQUIRE_GPU();
+  struct Case {
+    int64_t past, n, batch, heads, kv, hd;
+  };
+  for (const Case c : {Case{0, 13, 2, 4, 4, 8}, Case{5, 4, 2, 4, 2, 8}, Case{69, 1, 1, 6, 2, 64},
+                       Case{30, 1, 3, 6, 3, 16}}) {
+    AttentionShape sh;
+    sh.seq = c.n;
+    sh.batch = c.batch;
+    sh.heads = c.heads;
+    sh.kv_heads = c.kv;
+    sh.head_dim = c.hd;
+    sh.scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+    const int64_t rows = c.n * c.batch, keys = (c.past + c.n) * c.batch;
+    const std::string tag = "cached" + std::to_string(c.past) + "." + std::to_string(c.n);
+    Pair q = rnd(tag + ".q", Shape{rows, c.heads * c.hd}, 2.0f),
+         k = rnd(tag + ".k", Shape{keys, c.kv * c.hd}, 2.0f),
+         v = rnd(tag + ".v", Shape{keys, c.kv * c.hd});
+    Pair o = out(Shape{rows, c.heads * c.hd});
+    cpu().attention_cached_forward(o.cpu, q.cpu, k.cpu, v.cpu, c.past, sh);
+    gpu().attention_cached_forward(o.gpu, q.gpu, k.gpu, v.gpu, c.past, sh);
+    EXPECT_CLOSE(o, kFp32) << tag;
   }
 }
 

@@ -544,6 +544,45 @@ TEST(KernelAttention, BackwardIsThreadIndependent) {
   EXPECT_EQ(got[0][2], got[1][2]);
 }
 
+// Attention over a key/value cache: the queries of positions [past, S) against keys [0, S) give
+// the full forward's rows of those positions, for a prefill (past = 0), a middle block and the
+// last position alone (decoding). The keys and values are views of the full ones' first rows.
+TEST(KernelAttention, CachedForwardMatchesForwardRows) {
+  for (const AttentionShape& sh : kAttnShapes) {
+    AttnCase c(sh);
+    const int64_t S = sh.seq, B = sh.batch;
+    const auto full = c.out.to_host();
+    for (int64_t past : {int64_t{0}, int64_t{2}, S - 1}) {
+      const int64_t n = S - past, qc = sh.heads * sh.head_dim;
+      AttentionShape part = sh;
+      part.seq = n;
+      Tensor out = filled(Shape{n * B, qc}, kNaN);
+      device().attention_cached_forward(out, c.Q.view(past * B, S * B), c.K, c.V, past, part);
+      const std::vector<float> want(full.begin() + past * B * qc, full.end());
+      EXPECT_LE(rel_error(out.to_host(), want), kForwardTol) << attn_tag(sh) << " past " << past;
+      // Keys past the last query's position are never read: a shorter cache gives the same rows.
+      if (past > 0) {
+        AttentionShape one = sh;
+        one.seq = 1;
+        Tensor out1 = filled(Shape{B, qc}, kNaN);
+        device().attention_cached_forward(out1, c.Q.view(past * B, (past + 1) * B),
+                                          c.K.view(0, (past + 1) * B), c.V.view(0, (past + 1) * B),
+                                          past, one);
+        const std::vector<float> want1(full.begin() + past * B * qc,
+                                       full.begin() + (past + 1) * B * qc);
+        EXPECT_LE(rel_error(out1.to_host(), want1), kForwardTol)
+            << attn_tag(sh) << " one at " << past;
+      }
+    }
+  }
+  // Bad sizes: k must hold past + n positions.
+  const AttentionShape sh = attn_shape(2, 1, 2, 2, 2);
+  Tensor q(device(), Shape{2, 4}), k(device(), Shape{3, 4}), v(device(), Shape{3, 4});
+  Tensor out(device(), Shape{2, 4});
+  EXPECT_THROW(device().attention_cached_forward(out, q, k, v, 2, sh), tp::Error);
+  EXPECT_THROW(device().attention_cached_forward(out, q, k, v, -1, sh), tp::Error);
+}
+
 TEST(KernelAttention, BadShapesAreErrors) {
   AttentionShape sh = attn_shape(3, 2, 3, 2, 4);  // nh % nkv != 0
   Tensor q(device(), Shape{6, 12}), k(device(), Shape{6, 8}), v(device(), Shape{6, 8});
@@ -1099,6 +1138,10 @@ class RecordingDevice final : public tp::Device {
                              const Tensor&, const Tensor&, const AttentionShape&) override {
     ++calls;
   }
+  void do_attention_cached_forward(Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t,
+                                   const AttentionShape&) override {
+    ++calls;
+  }
   void do_embedding_shard_forward(Tensor&, const Tensor&, const Tensor&, int64_t) override {
     ++calls;
   }
@@ -1162,6 +1205,7 @@ TEST(DeviceChecks, EveryKernelRejectsATensorOfAnotherDeviceBeforeTheBackendRuns)
       [&] { dev.rmsnorm_backward(x, x, x, x, x, other); },
       [&] { dev.attention_forward(x, x, other, x, x, sh); },
       [&] { dev.attention_backward(x, x, x, x, x, x, x, other, sh); },
+      [&] { dev.attention_cached_forward(x, x, x, other, 0, sh); },
       [&] { dev.embedding_shard_forward(x, other, x, 0); },
       [&] { dev.embedding_shard_backward(x, x, other, 0); },
       [&] { dev.position_forward(x, other, 1, 0); }, [&] { dev.position_backward(other, x, 1, 0); },

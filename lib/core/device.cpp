@@ -178,6 +178,13 @@ void Device::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor
   do_attention_backward(dq, dk, dv, dout, q, k, v, probs, shape);
 }
 
+void Device::attention_cached_forward(Tensor& out, const Tensor& q, const Tensor& k,
+                                      const Tensor& v, int64_t past, const AttentionShape& shape) {
+  checks::check_attention_cached_forward(*this, out, q, k, v, past, shape);
+  const ScopedSpan span(timeline_, SpanKind::Kernel, "attention_cached_forward");
+  do_attention_cached_forward(out, q, k, v, past, shape);
+}
+
 // ---- vocabulary-parallel embedding and loss -----------------------------------------------------
 
 void Device::embedding_shard_forward(Tensor& out, const Tensor& ids, const Tensor& wte_shard,

@@ -200,6 +200,14 @@ class Device {
   void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q,
                           const Tensor& k, const Tensor& v, const Tensor& probs,
                           const AttentionShape& shape);
+  /// Causal attention of new positions over a key/value cache (incremental decoding; inference
+  /// only, so no probs are kept). q, out: (n·B, nh·hd), the queries of positions [past, past + n)
+  /// with n = shape.seq; k, v: ((past + n)·B, nkv·hd), the keys and values of positions
+  /// [0, past + n), sequence-major (row s·B + b). Query (i, b) attends to keys t ≤ past + i:
+  ///   out = softmax_{t ≤ past+i}(scale · q_i · k_t) v_t
+  /// With past = 0 this is attention_forward's out.
+  void attention_cached_forward(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
+                                int64_t past, const AttentionShape& shape);
 
   // ---- vocabulary-parallel embedding and loss ----------------------------------------------
   /// out[i] = wte_shard[ids[i] − first_id] when this shard owns ids[i] (first_id ≤ ids[i] <
@@ -280,6 +288,9 @@ class Device {
   virtual void do_attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
                                      const Tensor& q, const Tensor& k, const Tensor& v,
                                      const Tensor& probs, const AttentionShape& shape) = 0;
+  virtual void do_attention_cached_forward(Tensor& out, const Tensor& q, const Tensor& k,
+                                           const Tensor& v, int64_t past,
+                                           const AttentionShape& shape) = 0;
   virtual void do_embedding_shard_forward(Tensor& out, const Tensor& ids, const Tensor& wte_shard,
                                           int64_t first_id) = 0;
   virtual void do_embedding_shard_backward(Tensor& dwte_shard, const Tensor& dout,

@@ -254,6 +254,28 @@ void check_attention_backward(const Device& dev, const Tensor& dq, const Tensor&
            " should match k ", k.shape().str());
 }
 
+void check_attention_cached_forward(const Device& dev, const Tensor& out, const Tensor& q,
+                                    const Tensor& k, const Tensor& v, int64_t past,
+                                    const AttentionShape& sh) {
+  const char* what = "attention_cached_forward";
+  check_all_on(dev, what, out, q, k, v);
+  TP_CHECK(sh.seq > 0 && sh.batch > 0 && sh.heads > 0 && sh.kv_heads > 0 && sh.head_dim > 0, what,
+           ": sizes must be positive (n=", sh.seq, " B=", sh.batch, " nh=", sh.heads,
+           " nkv=", sh.kv_heads, " hd=", sh.head_dim, ")");
+  TP_CHECK(past >= 0, what, ": past=", past, " must be ≥ 0");
+  TP_CHECK(sh.heads % sh.kv_heads == 0, what, ": nh=", sh.heads,
+           " is not a multiple of nkv=", sh.kv_heads);
+  const int64_t rows = sh.seq * sh.batch, keys = (past + sh.seq) * sh.batch;
+  TP_CHECK(q.rows() == rows && q.cols() == sh.heads * sh.head_dim, what, ": q ", q.shape().str(),
+           " should be ", rows, "x", sh.heads * sh.head_dim);
+  TP_CHECK(out.rows() == q.rows() && out.cols() == q.cols(), what, ": out ", out.shape().str(),
+           " should match q ", q.shape().str());
+  TP_CHECK(k.rows() == keys && k.cols() == sh.kv_heads * sh.head_dim, what, ": k ", k.shape().str(),
+           " should be ", keys, "x", sh.kv_heads * sh.head_dim, " (past + n positions)");
+  TP_CHECK(v.rows() == keys && v.cols() == sh.kv_heads * sh.head_dim, what, ": v ", v.shape().str(),
+           " should be ", keys, "x", sh.kv_heads * sh.head_dim, " (past + n positions)");
+}
+
 // ---- vocabulary-parallel loss --------------------------------------------------------------------
 
 int64_t check_vocab_max(const Device& dev, const Tensor& row_max, const Tensor& logits,

@@ -123,6 +123,10 @@ void check_attention_backward(const Device& dev, const Tensor& dq, const Tensor&
                               const Tensor& dv, const Tensor& dout, const Tensor& q,
                               const Tensor& k, const Tensor& v, const Tensor& probs,
                               const AttentionShape& sh);
+/// q, out: (n·B, nh·hd) with n = sh.seq; k, v: ((past + n)·B, nkv·hd); past ≥ 0.
+void check_attention_cached_forward(const Device& dev, const Tensor& out, const Tensor& q,
+                                    const Tensor& k, const Tensor& v, int64_t past,
+                                    const AttentionShape& sh);
 
 /// Returns the real columns of the shard (see real_columns).
 int64_t check_vocab_max(const Device& dev, const Tensor& row_max, const Tensor& logits,

@@ -236,6 +236,36 @@ void load_stored_weights(const safetensors::File& f,
   }
 }
 
+GptConfig config_from_checkpoint(const std::string& path) {
+  const safetensors::File f = safetensors::File::open(path);
+  auto need = [&](const char* key) {
+    TP_CHECK_INPUT(f.has_metadata(key), "checkpoint ", path, " has no '", key,
+                   "' in its metadata; the model's sizes are read from files written by "
+                   "tp_train --save");
+    return f.metadata(key);
+  };
+  auto number = [&](const char* key) {
+    const std::string s = need(key);
+    int64_t v = 0;
+    std::istringstream is(s);
+    TP_CHECK_INPUT((is >> v) && is.eof() && v > 0, "checkpoint ", path, ": metadata ", key, "=", s,
+                   " is not a positive integer");
+    return v;
+  };
+  GptConfig c;
+  c.layers = number("layers");
+  c.hidden = number("hidden");
+  c.heads = number("heads");
+  c.kv_heads = number("kv_heads");
+  c.ffn = number("ffn");
+  c.vocab = number("vocab");
+  c.seq = number("seq");
+  c.act = need("act");
+  c.norm = need("norm");
+  c.tied = need("tied") == "true";
+  return c;
+}
+
 void dump_gradients(const std::string& path, Communicator& comm, const Gpt& model,
                     const Batch& batch, float loss) {
   const ParamList& params = model.params();

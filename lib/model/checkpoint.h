@@ -70,6 +70,11 @@ void load_stored_weights(const safetensors::File& file,
                          const std::function<std::string(const std::string&)>& file_name,
                          Communicator& comm, Gpt& model);
 
+/// The model configuration recorded in the metadata of a checkpoint written by save_checkpoint
+/// (layers, hidden, heads, kv_heads, ffn, vocab, seq, act, norm, tied); training-only settings
+/// (dropout, sp, overlap) keep their defaults. A bad-input error names a missing or bad entry.
+GptConfig config_from_checkpoint(const std::string& path);
+
 /// Writes every global gradient (names prefixed "grad."), the batch ("batch.input_ids",
 /// "batch.labels": int32 (B, S)) and the loss ("loss": f32 (1)) to `path` (collective).
 void dump_gradients(const std::string& path, Communicator& comm, const Gpt& model,

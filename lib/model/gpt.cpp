@@ -45,6 +45,12 @@ Tensor TransformerBlock::forward(const Tensor& x, int64_t seq, int64_t batch, ui
   return add(device_, x1, m);
 }
 
+Tensor TransformerBlock::forward_cached(const Tensor& x, LayerKvCache& cache, int64_t past,
+                                        int64_t batch) {
+  Tensor x1 = add(device_, x, attn_.forward_cached(ln_1_.forward(x, false), cache, past, batch));
+  return add(device_, x1, mlp_.forward_inference(ln_2_.forward(x1, false)));
+}
+
 void TransformerBlock::observe(MemoryLedger* ledger) {
   ln_1_.observe(ledger, layer_);
   ln_2_.observe(ledger, layer_);
@@ -119,20 +125,17 @@ void Gpt::init(uint64_t seed) {
 
 void Gpt::zero_grad() { zero_grads(device_, params_); }
 
-float Gpt::forward(const Batch& b, uint64_t seed, int64_t step) {
+Tensor Gpt::forward_logits(const Batch& b, uint64_t seed, int64_t step) {
   const int t = comm_.size();
   TP_CHECK_INPUT(b.seq >= 1 && b.seq <= cfg_.seq, "a batch of sequence length ", b.seq,
                  " does not fit the position table of ", cfg_.seq, " (--seq)");
   TP_CHECK_INPUT(!cfg_.sp || b.seq % t == 0, "sequence parallelism needs the sequence length ",
                  b.seq, " to be divisible by t=", t);
   const int64_t n = b.seq * b.batch;
-  TP_CHECK(static_cast<int64_t>(b.ids.size()) == n && static_cast<int64_t>(b.targets.size()) == n,
-           "batch holds ", b.ids.size(), " ids for ", b.seq, "x", b.batch);
+  TP_CHECK(static_cast<int64_t>(b.ids.size()) == n, "batch holds ", b.ids.size(), " ids for ",
+           b.seq, "x", b.batch);
   for (int32_t id : b.ids)
     TP_CHECK_INPUT(id >= 0 && id < cfg_.vocab, "token id ", id, " outside the vocabulary of ",
-                   cfg_.vocab);
-  for (int32_t id : b.targets)
-    TP_CHECK_INPUT(id >= 0 && id < cfg_.vocab, "target id ", id, " outside the vocabulary of ",
                    cfg_.vocab);
   memory_.clear();
   batch_ = b.batch;
@@ -155,6 +158,17 @@ float Gpt::forward(const Batch& b, uint64_t seed, int64_t step) {
   Tensor logits =
       saved_.keep(dlogits_, Tensor(device_, Shape{n, wte_->local_rows()}));  // (N, V'/t)
   device_.gemm(false, true, 1.0f, xf, head, 0.0f, logits);
+  return logits;
+}
+
+float Gpt::forward(const Batch& b, uint64_t seed, int64_t step) {
+  const int64_t n = b.seq * b.batch;
+  TP_CHECK(static_cast<int64_t>(b.targets.size()) == n, "batch holds ", b.targets.size(),
+           " targets for ", b.seq, "x", b.batch);
+  for (int32_t id : b.targets)
+    TP_CHECK_INPUT(id >= 0 && id < cfg_.vocab, "target id ", id, " outside the vocabulary of ",
+                   cfg_.vocab);
+  Tensor logits = forward_logits(b, seed, step);  // (N, V'/t), kept as the dlogits slot
 
   // 4. Cross-entropy over the vocabulary split: three all-reduces of one number per token.
   const Tensor targets = Tensor::from_host(device_, Shape{n}, as_float(b.targets));
@@ -166,6 +180,64 @@ float Gpt::forward(const Batch& b, uint64_t seed, int64_t step) {
   double sum = 0;
   for (float l : ce.loss.to_host()) sum += l;
   return static_cast<float>(sum / static_cast<double>(n));
+}
+
+int64_t KvCache::bytes() const {
+  int64_t total = 0;
+  for (const LayerKvCache& l : layers) total += static_cast<int64_t>(l.k.bytes() + l.v.bytes());
+  return total;
+}
+
+KvCache Gpt::make_kv_cache(int64_t batch, int64_t capacity) const {
+  if (capacity == 0) capacity = cfg_.seq;
+  TP_CHECK_INPUT(batch >= 1 && capacity >= 1 && capacity <= cfg_.seq, "a key/value cache of ",
+                 capacity, " positions x batch ", batch, " does not fit the position table of ",
+                 cfg_.seq);
+  KvCache cache;
+  cache.batch = batch;
+  cache.capacity = capacity;
+  const int64_t cols = cfg_.kv() / comm_.size() * cfg_.head_dim();  // my kv heads
+  for (int64_t l = 0; l < cfg_.layers; ++l)
+    cache.layers.push_back({Tensor::zeros(device_, Shape{capacity * batch, cols}),
+                            Tensor::zeros(device_, Shape{capacity * batch, cols})});
+  return cache;
+}
+
+Tensor Gpt::forward_cached(const std::vector<int32_t>& ids, KvCache& cache, bool all_positions) {
+  TP_CHECK_INPUT(!cfg_.sp,
+                 "generation runs without sequence parallelism; build the model "
+                 "without --sp (it changes no weight)");
+  const int64_t batch = cache.batch, past = cache.length;
+  const int64_t n = static_cast<int64_t>(ids.size()) / batch;
+  TP_CHECK(n >= 1 && n * batch == static_cast<int64_t>(ids.size()), "forward_cached: ", ids.size(),
+           " ids for batch ", batch);
+  TP_CHECK(static_cast<int64_t>(cache.layers.size()) == cfg_.layers,
+           "forward_cached: the cache has ", cache.layers.size(), " layers, the model ",
+           cfg_.layers);
+  TP_CHECK_INPUT(past + n <= cache.capacity, "positions ", past, "..", past + n - 1,
+                 " do not fit the key/value cache of ", cache.capacity,
+                 " positions (the position table holds ", cfg_.seq, ")");
+  for (int32_t id : ids)
+    TP_CHECK_INPUT(id >= 0 && id < cfg_.vocab, "token id ", id, " outside the vocabulary of ",
+                   cfg_.vocab);
+
+  // 1. Embedding of the new positions (one all-reduce), plus their position rows past, past + 1…
+  Tensor x = wte_->forward_partial(Tensor::from_host(device_, Shape{n * batch}, as_float(ids)));
+  x = reduce_from_tp_region_forward(comm_, x);
+  device_.position_forward(x, wpe_, batch, past * batch);
+
+  // 2. The blocks, each attending over its cache (two all-reduces per block).
+  for (size_t l = 0; l < blocks_.size(); ++l)
+    x = blocks_[l]->forward_cached(x, cache.layers[l], past, batch);
+  cache.length = past + n;
+
+  // 3. Final norm and the head over my vocabulary rows, for the rows asked for: (rows, V'/t).
+  const Tensor rows = all_positions ? x : x.view((n - 1) * batch, n * batch);
+  const Tensor xf = ln_f_->forward(rows, false);
+  const Tensor& head = cfg_.tied ? wte_->weight : lm_head_;
+  Tensor logits(device_, Shape{rows.rows(), wte_->local_rows()});
+  device_.gemm(false, true, 1.0f, xf, head, 0.0f, logits);
+  return logits;
 }
 
 void Gpt::backward() {

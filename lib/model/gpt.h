@@ -18,6 +18,12 @@
 // reduce-scatters on exit, and the head all-gathers ln_f's output. Replicated parameters that see
 // only local tokens (norms, row-parallel biases, wpe) get partial gradients, summed by
 // finish_gradients(). Activations are sequence-major (S·B, h): token (s, b) is row s·B + b.
+//
+// Inference (forward_cached, for text generation): each rank keeps a key/value cache of its own
+// heads (KvCache), so a new token runs one position through the blocks — the same collectives as
+// training's forward, each on one row per sequence — and attends over the cached positions. No
+// position is computed twice. The head gives this rank's V'/t logits of the last position; the
+// sampler (parallel/vocab_sampling.h) picks the token from the shards without gathering them.
 #pragma once
 
 #include <memory>
@@ -38,6 +44,9 @@ class TransformerBlock {
   /// masks.
   Tensor forward(const Tensor& x, int64_t seq, int64_t batch, uint64_t seed, int64_t step);
   Tensor backward(const Tensor& dy);
+  /// Inference: x: the n new positions of B sequences (n·B, h) → (n·B, h), attending over the
+  /// cache (ParallelAttention::forward_cached); no dropout, nothing kept for backward.
+  Tensor forward_cached(const Tensor& x, LayerKvCache& cache, int64_t past, int64_t batch);
   void collect_params(ParamList& out, float std, float proj_std) const;
   /// Record every tensor the block keeps for backward in `ledger` (under this block's index).
   void observe(MemoryLedger* ledger);
@@ -59,6 +68,17 @@ struct Batch {
   std::vector<int32_t> ids, targets;  ///< (S·B) each; targets[i] is the token after ids[i]
 };
 
+/// The key/value caches of every block on this rank (Gpt::make_kv_cache): for B sequences, up to
+/// `capacity` positions each (at most the position table, GptConfig::seq).
+struct KvCache {
+  int64_t batch = 1;     ///< B
+  int64_t capacity = 0;  ///< positions the cache can hold
+  int64_t length = 0;    ///< positions decoded so far (the next position's index)
+  std::vector<LayerKvCache> layers;
+  /// Bytes this rank holds: 2 · L · capacity · B · (nkv/t) · hd · 4 — a 1/t share of the whole.
+  int64_t bytes() const;
+};
+
 class Gpt {
  public:
   /// Validates cfg for t = comm.size() first (a bad-input error listing every problem).
@@ -67,8 +87,22 @@ class Gpt {
   void init(uint64_t seed);
   /// Forward and the loss gradient; returns the mean loss (the same on every rank).
   float forward(const Batch& batch, uint64_t seed, int64_t step);
+  /// The forward up to the head: this rank's logits (S·B, V'/t), columns [first_vocab_id(),
+  /// + V'/t) of the logits (padding columns, ids ≥ V, are zero). batch.targets may be empty.
+  /// Dropout as in training (none when cfg.dropout = 0). forward() is this plus the loss.
+  Tensor forward_logits(const Batch& batch, uint64_t seed, int64_t step);
   /// Backward from the loss; parameter gradients accumulate into Param::grad.
   void backward();
+
+  /// An empty cache for `batch` sequences of up to `capacity` positions (0: the position table).
+  KvCache make_kv_cache(int64_t batch = 1, int64_t capacity = 0) const;
+  /// Inference over a key/value cache: ids are the next n positions of the cache's B sequences,
+  /// sequence-major (n·B ids, position cache.length + s of sequence b at s·B + b). Runs them
+  /// through the blocks, appends their keys and values to the cache (cache.length grows by n) and
+  /// returns this rank's logits (B, V'/t) of the last new position, or (n·B, V'/t) of every new
+  /// position with all_positions. Needs cfg.sp off; nothing is kept for backward.
+  Tensor forward_cached(const std::vector<int32_t>& ids, KvCache& cache,
+                        bool all_positions = false);
   /// Completes the gradients after backward(): under sequence parallelism, sums the partial
   /// gradients of the replicated parameters over the group (one all-reduce of all of them
   /// packed together). Without SP there is nothing to do. Forgetting this step leaves every

@@ -29,18 +29,21 @@ Norm::Norm(Device& device, std::string name, int64_t hidden, const std::string& 
   }
 }
 
-Tensor Norm::forward(const Tensor& x) {
+Tensor Norm::forward(const Tensor& x, bool keep) {
   Tensor y(device_, x.shape());
   Tensor rstd(device_, Shape{x.rows()});
-  saved_.keep(x_, x);
+  if (keep)
+    saved_.keep(x_, x);
+  else
+    for (SavedTensor* slot : {&x_, &mean_, &rstd_}) slot->reset();
   if (rms_) {
     device_.rmsnorm_forward(y, rstd, x, weight, eps_);
   } else {
     Tensor mean(device_, Shape{x.rows()});
     device_.layernorm_forward(y, mean, rstd, x, weight, bias, eps_);
-    saved_.keep(mean_, mean);
+    if (keep) saved_.keep(mean_, mean);
   }
-  saved_.keep(rstd_, rstd);
+  if (keep) saved_.keep(rstd_, rstd);
   return y;
 }
 
@@ -254,6 +257,16 @@ Tensor ParallelMLP::backward(const Tensor& dy) {
                                {{&fc1_, nullptr, &dup}});
 }
 
+Tensor ParallelMLP::forward_inference(const Tensor& x) {
+  const Tensor up = fc1_.forward(x, false);  // X U_r: (N, ffn/t), no communication
+  Tensor act(device_, up.shape());
+  if (swiglu_)
+    device_.swiglu_forward(act, gate_.forward(x, false), up);  // silu(X G_r) ⊙ X U_r
+  else
+    device_.gelu_forward(act, up);  // GeLU(X U_r)
+  return fc2_.forward(act, false);  // Σ_r act_r B_r: g's all-reduce
+}
+
 void ParallelMLP::collect_params(ParamList& out, float std, float proj_std) const {
   fc1_.collect_params(out, std);
   if (swiglu_) gate_.collect_params(out, std);
@@ -331,6 +344,32 @@ Tensor ParallelAttention::backward(const Tensor& dy) {
   return shared_input_backward(device_, comm_, overlap_, sp_, sp_ ? x_local_.get() : Tensor(),
                                std::move(x_full),
                                {{&q_, nullptr, &dq}, {&k_, nullptr, &dk}, {&v_, nullptr, &dv}});
+}
+
+Tensor ParallelAttention::forward_cached(const Tensor& x, LayerKvCache& cache, int64_t past,
+                                         int64_t batch) {
+  TP_CHECK(!sp_, prefix_, ".forward_cached: no sequence parallelism in inference");
+  TP_CHECK(x.rows() % batch == 0, prefix_, ".forward_cached: ", x.rows(), " rows for batch ",
+           batch);
+  const int t = comm_.size();
+  const int64_t n = x.rows() / batch, rows = (past + n) * batch;
+  TP_CHECK(past >= 0 && cache.k.defined() && cache.k.rows() >= rows, prefix_,
+           ".forward_cached: the cache holds ", cache.k.defined() ? cache.k.rows() / batch : 0,
+           " positions, need ", past + n);
+  // 1. This rank's heads for the new positions only: q (n·B, nh/t · hd), k, v (n·B, nkv/t · hd).
+  const Tensor q = q_.forward(x, false);
+  // 2. Append k and v to the cache: rows [past·B, (past + n)·B).
+  Tensor k_new = cache.k.view(past * batch, rows), v_new = cache.v.view(past * batch, rows);
+  k_new.copy_from(k_.forward(x, false));
+  v_new.copy_from(v_.forward(x, false));
+  // 3. The new queries over every cached position, local: whole heads.
+  const AttentionShape shape{n,          batch,
+                             heads_ / t, kv_heads_ / t,
+                             head_dim_,  1.0f / std::sqrt(static_cast<float>(head_dim_))};
+  Tensor ctx(device_, q.shape());
+  device_.attention_cached_forward(ctx, q, cache.k.view(0, rows), cache.v.view(0, rows), past,
+                                   shape);
+  return proj_.forward(ctx, false);  // Σ_r ctx_r P_r: g's all-reduce
 }
 
 void ParallelAttention::collect_params(ParamList& out, float std, float proj_std) const {

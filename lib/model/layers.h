@@ -30,8 +30,8 @@ class Norm {
   /// partial sums (Param::sequence_parallel_grad).
   Norm(Device& device, std::string name, int64_t hidden, const std::string& kind, float eps,
        bool sequence_parallel = false);
-  /// x: (N, h) → y: (N, h). Saves x and the row statistics.
-  Tensor forward(const Tensor& x);
+  /// x: (N, h) → y: (N, h). Saves x and the row statistics, unless keep is false (inference).
+  Tensor forward(const Tensor& x, bool keep = true);
   /// dy: (N, h) → dx: (N, h); dweight (and dbias) accumulate.
   Tensor backward(const Tensor& dy);
   void collect_params(ParamList& out) const;
@@ -49,6 +49,13 @@ class Norm {
   bool sp_;
   ActivationStash saved_;
   SavedTensor x_, mean_, rstd_;  // input (N, h); statistics (N), the mean for LayerNorm only
+};
+
+/// One block's key/value cache on this rank, for incremental decoding: the keys and values of
+/// this rank's nkv/t heads at every position decoded so far, sequence-major like the activations
+/// (position s of sequence b at row s·B + b). Rows past the decoded length are not read.
+struct LayerKvCache {
+  Tensor k, v;  ///< (capacity·B, nkv/t · hd) each
 };
 
 /// Inverted dropout with a counter-based mask: element (token row r, feature c) of site `site` at
@@ -96,6 +103,9 @@ class ParallelMLP {
   Tensor forward(const Tensor& x);
   /// dy: like y → dx: like x.
   Tensor backward(const Tensor& dy);
+  /// Inference: x: (N, h), whole on every rank → y: (N, h). The same numbers as forward without
+  /// sequence parallelism (one all-reduce), keeping nothing for backward.
+  Tensor forward_inference(const Tensor& x);
   void collect_params(ParamList& out, float std, float proj_std) const;
   void observe(MemoryLedger* ledger, int64_t layer);
 
@@ -131,6 +141,15 @@ class ParallelAttention {
   /// x: (S·B, h) → y: (S·B, h), both whole on every rank. Under SP: (S·B/t, h) → (S·B/t, h).
   Tensor forward(const Tensor& x, int64_t seq, int64_t batch);
   Tensor backward(const Tensor& dy);
+  /// Inference with a key/value cache: x holds the n new positions [past, past + n) of B
+  /// sequences, (n·B, h), whole on every rank → y: (n·B, h). This rank computes q, k, v of its own
+  /// heads for the new positions only, appends k and v to `cache` (rows [past·B, (past + n)·B)),
+  /// and its queries attend over the cached positions [0, past + n): no position before `past` is
+  /// computed again. One all-reduce (the output projection's g), as in forward; nothing is kept
+  /// for backward. Without SP; the cache must hold past + n positions.
+  Tensor forward_cached(const Tensor& x, LayerKvCache& cache, int64_t past, int64_t batch);
+  /// Columns of this rank's k (and v): nkv/t · hd.
+  int64_t kv_local_cols() const { return k_.out_local(); }
   void collect_params(ParamList& out, float std, float proj_std) const;
   void observe(MemoryLedger* ledger, int64_t layer);
 

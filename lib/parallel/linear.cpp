@@ -185,9 +185,12 @@ void RowParallelLinear::load_global(const std::vector<float>& w, const std::vect
   }
 }
 
-Tensor RowParallelLinear::forward(const Tensor& x) {
-  const Tensor& x_r =
-      saved_.keep(input_, input_is_parallel_ ? x : scatter_to_tp_region_forward(comm_, x));
+Tensor RowParallelLinear::forward(const Tensor& x, bool keep) {
+  const Tensor x_r = input_is_parallel_ ? x : scatter_to_tp_region_forward(comm_, x);
+  if (keep)
+    saved_.keep(input_, x_r);
+  else
+    input_.reset();
   TP_CHECK(x_r.cols() == in_local_, name_, ".forward: input ", x.shape().str(), " should end in ",
            input_is_parallel_ ? in_local_ : in_, input_is_parallel_ ? " (in/t)" : " (in)");
   Tensor y;

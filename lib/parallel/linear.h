@@ -146,8 +146,9 @@ class RowParallelLinear : public ParallelLinearBase {
 
   /// x: (N, in/t) when input_is_parallel, else (N, in) → y: (N, out), complete on every rank
   /// (sequence_parallel: (N/t, out), this rank's tokens). With sequence_parallel and
-  /// Overlap::Ring, the reduce-scatter is a ring whose steps overlap the block GEMMs.
-  Tensor forward(const Tensor& x);
+  /// Overlap::Ring, the reduce-scatter is a ring whose steps overlap the block GEMMs. Saves X_r
+  /// for backward unless keep_input is false (inference).
+  Tensor forward(const Tensor& x, bool keep_input = true);
   /// dy: like y → dx: (N, in/t) when input_is_parallel, else (N, in). With sequence_parallel and
   /// Overlap::Ring, dY's all-gather is a ring whose steps overlap the block GEMMs.
   Tensor backward(const Tensor& dy);
