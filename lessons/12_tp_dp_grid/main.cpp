@@ -99,31 +99,31 @@ int main(int argc, char** argv) {
     L.say(table.str());
     // Against the formula: tp_rank = r mod tp, dp_rank = r div tp; TP group = {d·tp + i : i},
     // DP group = {i + d·tp : d}.
-    L.check_ranks("(tp_rank, dp_rank) = (r mod tp, r div tp)", coord,
-                  lesson::per_rank(
-                      np,
-                      [&](int r) {
+    L.check_fact_ranks("(tp_rank, dp_rank) = (r mod tp, r div tp)", coord,
+                       lesson::per_rank(
+                           np,
+                           [&](int r) {
       return std::vector<float>{static_cast<float>(r % tp), static_cast<float>(r / tp)};
-                      }),
-                  0);
-    L.check_ranks("TP group = adjacent ranks", in_tp,
-                  lesson::per_rank(
-                      np,
-                      [&](int r) {
+                           }),
+                       0);
+    L.check_fact_ranks("TP group = adjacent ranks", in_tp,
+                       lesson::per_rank(
+                           np,
+                           [&](int r) {
       std::vector<float> v(static_cast<size_t>(np), 0.0f);
       for (int m : grid.tp_group(r / tp)) v[static_cast<size_t>(m)] = 1.0f;
       return v;
-                      }),
-                  0);
-    L.check_ranks("DP group = ranks tp apart", in_dp,
-                  lesson::per_rank(
-                      np,
-                      [&](int r) {
+                           }),
+                       0);
+    L.check_fact_ranks("DP group = ranks tp apart", in_dp,
+                       lesson::per_rank(
+                           np,
+                           [&](int r) {
       std::vector<float> v(static_cast<size_t>(np), 0.0f);
       for (int m : grid.dp_group(r % tp)) v[static_cast<size_t>(m)] = 1.0f;
       return v;
-                      }),
-                  0);
+                           }),
+                       0);
 
     // 2. Placement.
     L.step("Placement: a TP group must not span nodes (checked with the node-local split).");
@@ -158,8 +158,8 @@ int main(int argc, char** argv) {
     L.say(
         "  A TP group across nodes still computes the right numbers (TP equals single device\n"
         "  wherever the ranks are), only slowly (step 7), so the grid warns instead of refusing.");
-    L.check("placement check: which placements warn", warned, expected, 0);
-    L.check("this run (one node) does not warn", {here.empty() ? 0.0f : 1.0f}, {0.0f}, 0);
+    L.check_fact("placement check: which placements warn", warned, expected, 0);
+    L.check_fact("this run (one node) does not warn", {here.empty() ? 0.0f : 1.0f}, {0.0f}, 0);
 
     // 3. Training: tp × dp against one device on the same global batch.
     const int64_t steps = 3, B = 4;
@@ -219,9 +219,9 @@ int main(int argc, char** argv) {
     const auto shards = L.gather(mine);
     if (L.is_root())
       for (int r = tp; r < np; ++r)
-        L.check("rank " + std::to_string(r) + "'s weights = its DP peer rank " +
-                    std::to_string(r % tp) + "'s, bit for bit",
-                shards[r], shards[r % tp], 0);
+        L.check_fact("rank " + std::to_string(r) + "'s weights = its DP peer rank " +
+                         std::to_string(r % tp) + "'s, bit for bit",
+                     shards[r], shards[r % tp], 0);
     L.say(
         "  the weights and gradients of every parameter match one device, and the two DP\n"
         "  replicas hold the same shards bit for bit (they took the same averaged step)");
@@ -256,14 +256,14 @@ int main(int argc, char** argv) {
         "  TP's are small (b·s·h activations) and many, each on the critical path; DP's is one\n"
         "  big buffer per step (all gradients of a TP shard), which real frameworks cut into\n"
         "  buckets and send while backward is still running.");
-    L.check("DP all-reduces: one per step", {static_cast<float>(recs.size() - dp_mark)},
-            {static_cast<float>(steps)}, 0);
-    L.check("DP all-reduce elements = Σ shard sizes + 1", got_elements,
-            std::vector<float>(static_cast<size_t>(steps), static_cast<float>(elements)), 0);
-    L.check("DP bytes sent per rank = 2(dp-1)/dp · 4 · elements", got_wire,
-            std::vector<float>(static_cast<size_t>(steps),
-                               static_cast<float>(2.0 * (dp - 1) / dp * 4.0 * elements)),
-            1e-6);
+    L.check_fact("DP all-reduces: one per step", {static_cast<float>(recs.size() - dp_mark)},
+                 {static_cast<float>(steps)}, 0);
+    L.check_fact("DP all-reduce elements = Σ shard sizes + 1", got_elements,
+                 std::vector<float>(static_cast<size_t>(steps), static_cast<float>(elements)), 0);
+    L.check_fact("DP bytes sent per rank = 2(dp-1)/dp · 4 · elements", got_wire,
+                 std::vector<float>(static_cast<size_t>(steps),
+                                    static_cast<float>(2.0 * (dp - 1) / dp * 4.0 * elements)),
+                 1e-6);
 
     // 5. 70B: what each scheme shards.
     L.step(
@@ -279,8 +279,9 @@ int main(int argc, char** argv) {
                "TP; ZeRO-1, -2 and -3 also by dp"});
     bytes.add({"total", lesson::fmt(per_param), gb(per_param * P), ""});
     L.say(bytes.str());
-    L.check("16 bytes per parameter (2 + 2 + 4 + 4 + 4)", {static_cast<float>(per_param)}, {16}, 0);
-    L.check("70B × 16 B = 1120 GB", {static_cast<float>(per_param * P / 1e9)}, {1120}, 1e-6);
+    L.check_fact("16 bytes per parameter (2 + 2 + 4 + 4 + 4)", {static_cast<float>(per_param)},
+                 {16}, 0);
+    L.check_fact("70B × 16 B = 1120 GB", {static_cast<float>(per_param * P / 1e9)}, {1120}, 1e-6);
     // Per GPU (weights, gradients and optimizer state only; activations come on top):
     //   DP (replicate)  16 Ψ / tp
     //   ZeRO-1          (2 + 2) Ψ / tp + 12 Ψ / (tp · dp)
@@ -307,9 +308,10 @@ int main(int argc, char** argv) {
         "  TP divides everything by tp (and the activations inside each layer too); ZeRO divides\n"
         "  the states by dp at the cost of communication: ZeRO-1/2 about what DP already sends,\n"
         "  ZeRO-3 half as much again (the weights are all-gathered in forward and in backward).");
-    L.check("ZeRO-3: 64 GPUs × per-GPU share = the whole 1120 GB", z3_total,
-            std::vector<float>(4, 1120.0f), 1e-6);
-    L.check("ZeRO-1 at tp 8 × dp 8: 4 Ψ/8 + 12 Ψ/64 = 35 + 13.125 GB", z1_at8, {48.125f}, 1e-6);
+    L.check_fact("ZeRO-3: 64 GPUs × per-GPU share = the whole 1120 GB", z3_total,
+                 std::vector<float>(4, 1120.0f), 1e-6);
+    L.check_fact("ZeRO-1 at tp 8 × dp 8: 4 Ψ/8 + 12 Ψ/64 = 35 + 13.125 GB", z1_at8, {48.125f},
+                 1e-6);
 
     // 6. The three walls.
     L.step("Seed 002's three walls that ZeRO alone hits above 70B.");
@@ -323,18 +325,18 @@ int main(int argc, char** argv) {
         num(act_layer / 1e9, "%.2f GB"), " per layer (16-bit, FlashAttention),\n     ",
         gb(act_model), " in all, at any dp; TP + SP at t = 8 divides it by 8: ", gb(act_model / 8),
         ".");
-    L.check("8B, 8K tokens: 1.14 GB per layer, 41 GB per model",
-            {static_cast<float>(act_layer / 1e9), static_cast<float>(act_model / 1e9)},
-            {1.1408f, 41.07f}, 1e-3);
+    L.check_fact("8B, 8K tokens: 1.14 GB per layer, 41 GB per model",
+                 {static_cast<float>(act_layer / 1e9), static_cast<float>(act_model / 1e9)},
+                 {1.1408f, 41.07f}, 1e-3);
     // (b) DP is capped by the batch: Llama 3 405B, ~16M tokens per batch, 8K tokens per sequence.
     const double batch_tokens = 16e6, seqs = batch_tokens / s, gpus405 = 16384;
     L.say("  2. DP is capped by the batch. Llama 3 405B's batch of ~16M tokens is ",
           num(seqs, "%.0f"), " sequences of 8K,\n     but it ran on ", num(gpus405, "%.0f"),
           " GPUs: each replica must span ≥ ", num(gpus405 / seqs, "%.1f"),
           " GPUs, so the model\n     itself has to be split (TP, PP).");
-    L.check("≈ 2000 sequences per batch; ≥ 8 GPUs per replica",
-            {static_cast<float>(seqs), static_cast<float>(gpus405 / seqs)}, {1953.125f, 8.388608f},
-            1e-6);
+    L.check_fact("≈ 2000 sequences per batch; ≥ 8 GPUs per replica",
+                 {static_cast<float>(seqs), static_cast<float>(gpus405 / seqs)},
+                 {1953.125f, 8.388608f}, 1e-6);
     // (c) ZeRO-3 traffic vs compute: per step each GPU sends ~6Ψ bytes (bf16 all-gather of the
     // weights in forward and again in backward, reduce-scatter of the gradients: 3 × 2Ψ).
     const double ib = 50e9, flops = 400e12;
@@ -346,10 +348,10 @@ int main(int argc, char** argv) {
           " s on InfiniBand (50 GB/s), while one 8K sequence takes\n"
           "     6 · 70B · 8192 / 400 TFLOPS = ",
           num(compute, "%.1f"), " s to compute: as long as the communication, hard to hide.");
-    L.check("ZeRO-3: 420 GB, 8.4 s on IB vs 8.6 s of compute",
-            {static_cast<float>(z3_bytes / 1e9), static_cast<float>(z3_time),
-             static_cast<float>(compute)},
-            {420.0f, 8.4f, 8.6016f}, 1e-4);
+    L.check_fact("ZeRO-3: 420 GB, 8.4 s on IB vs 8.6 s of compute",
+                 {static_cast<float>(z3_bytes / 1e9), static_cast<float>(z3_time),
+                  static_cast<float>(compute)},
+                 {420.0f, 8.4f, 8.6016f}, 1e-4);
 
     // 7. Why TP stays in the node.
     L.step("Why TP stays inside a node, and DP and PP go across.");
@@ -389,9 +391,9 @@ int main(int argc, char** argv) {
         "  are sent while layer L−1 computes); PP sends one activation between stages per\n"
         "  micro-batch, point to point. Both tolerate the slower link: TP inside the node\n"
         "  (t ≤ 8), PP and DP across nodes.");
-    L.check("one all-reduce: 0.26 ms on NVLink, 2.3 ms on IB", per_ar, {0.261f, 2.349f}, 2e-3);
-    L.check("8B layer: 0.19B parameters, ~3 ms of compute at t = 8",
-            {static_cast<float>(layer_params / 1e9), static_cast<float>(compute_layer * 1e3)},
-            {0.1929f, 2.963f}, 1e-3);
+    L.check_fact("one all-reduce: 0.26 ms on NVLink, 2.3 ms on IB", per_ar, {0.261f, 2.349f}, 2e-3);
+    L.check_fact("8B layer: 0.19B parameters, ~3 ms of compute at t = 8",
+                 {static_cast<float>(layer_params / 1e9), static_cast<float>(compute_layer * 1e3)},
+                 {0.1929f, 2.963f}, 1e-3);
       });
 }
