@@ -381,12 +381,14 @@ int main(int argc, char** argv) {
     L.say("  one step ≈ 6 · parameters · tokens = ", fixed(gflop, 0),
           " GFLOP (forward 2, backward 4 per parameter and token).");
     L.say(
-        "  Seed 000's runs took 39–68 minutes on GPUs. One CPU core does a few tens of GFLOP/s,\n"
-        "  so a step takes seconds here: the lesson trains ",
-        s.steps,
-        " steps at each t (--steps for more),\n"
-        "  enough for the loss to fall by more than a nat and for every step to be compared\n"
-        "  across t.");
+        "  Seed 000's runs took 39–68 minutes on GPUs. One CPU core does at most about a hundred\n"
+        "  GFLOP/s, so a step takes most of a second here: the lesson trains ",
+        s.steps, " steps at each t\n",
+        s.steps >= 20 ? "  (--steps for more), enough for the loss to fall by more than a nat and "
+                        "for every step\n"
+                        "  to be compared across t."
+                      : "  (--steps; the loss takes about 20 to fall by a nat), and compares every "
+                        "step across t.");
     L.say("  Each t runs on ranks 0 … t − 1 (world.split); the other ranks wait without spinning.");
 
     // 2. Train at each t: plain TP (identity + all-reduce at each region's entry).
