@@ -660,10 +660,16 @@ int main(int argc, char** argv) {
       },
       [](Options& o) {
     o.integer("steps", 20, "training steps at each t")
+        .min(1)
         .integer("sp-steps", 5, "training steps of the sequence-parallel run (step 5)")
+        .min(1)
         .flag("spin", "wait in MPI's blocking calls (they poll the core) instead of sleeping")
         .integer("seq", 64, "sequence length S (divisible by the largest t, for SP)")
+        .min(1)
         .integer("batch", 4, "sequences per step")
-        .text("plot", "build/lesson_13_loss.svg", "where to write the SVG of the loss curves");
+        .min(1)
+        .text("plot", lesson::default_output("lesson_13_loss.svg"),
+              "where to write the SVG of the loss curves (default: build/ when run from the "
+              "repository, else the folder it is run from)");
   });
 }
