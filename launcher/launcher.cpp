@@ -8,7 +8,6 @@
 
 #include <cerrno>
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -145,12 +144,6 @@ int run_program(int argc, char** argv, Options& options, const Program& program)
   }
   std::fflush(stdout);
   MPI_Finalize();
-  if (rc > 128 && rc < 128 + 32) {
-    // A stop agreed after SIGINT/SIGTERM: die of that signal, as a shell expects, so mpirun
-    // reports it (MPICH's mpirun, itself signalled, returned 0 for some plain exits with 143).
-    std::signal(rc - 128, SIG_DFL);
-    std::raise(rc - 128);
-  }
   return rc;
 }
 
