@@ -11,10 +11,12 @@
 // creates the device and the world communicator, runs the program and turns errors into exits:
 //   - --help: rank 0 prints the help, every rank exits 0.
 //   - a bad-input tp::Error (TP_CHECK_INPUT) raised on every rank: rank 0 prints one line
-//     "error: ...", every rank exits 2 (likewise exit 3 for a non-finite value in training).
+//     "error: ...", every rank exits 2 (likewise exit 3 for a non-finite value in training, and
+//     128 + the signal for a stop agreed after SIGINT/SIGTERM: enable_graceful_stop below).
 //   - any other error, or bad input seen by only some ranks: the rank prints "rank r: error: ..."
 //     and aborts the whole job (no rank is left blocked in a collective).
 //   - otherwise every rank exits with the program's return value (which must agree across ranks).
+//   - a rank that crashes or is killed is named, by itself or by its node's watchdog (watchdog.h).
 //
 // The launcher (this folder) is the one place that knows about MPI start-up and about which
 // backends this build contains; tools/, lessons/ and tests/ include this header and nothing else of
