@@ -357,6 +357,7 @@ int train(Context& ctx) {
   }
   world.set_timeline(nullptr);
   ctx.device.set_timeline(nullptr);
+  if (const int sig = agreed_stop_signal()) stop_after_signal(world, o, model, opt, step, sig);
   if (!trace.empty() && steps > 0) {
     // Every rank's spans to rank 0, one trace for Perfetto and one chart.
     timeline.gather(world, ctx.device);
