@@ -14,8 +14,8 @@
 // the communicator (blocking collectives, issuing and waiting for async ones; observe/timeline.h),
 // measured by a timeline on the world communicator that records every step.
 #include <sys/stat.h>
-#include <chrono>
 
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
