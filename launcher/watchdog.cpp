@@ -138,9 +138,10 @@ void on_stop_signal(int sig) {
     if (::read(pipe_fd, &c, 1) == 1) ::_exit(0);  // told: a normal end or an abort
     if (!any_gone) fds[1].revents = POLLIN;       // end of file alone: local rank 0 is gone
   } else {
-    // A rank ended; at a normal end local rank 0 says so within moments (after its barrier).
+    // A rank ended; at a normal end local rank 0 says so within moments (after its barrier; 5 s
+    // leaves room for a loaded machine). If local rank 0 is killed too, end of file comes first.
     pollfd p{pipe_fd, POLLIN, 0};
-    if (::poll(&p, 1, 2000) > 0 && ::read(pipe_fd, &c, 1) == 1) ::_exit(0);
+    if (::poll(&p, 1, 5000) > 0 && ::read(pipe_fd, &c, 1) == 1) ::_exit(0);
   }
   for (size_t i = 1; i < fds.size(); ++i) {
     if (fds[i].revents == 0) continue;
