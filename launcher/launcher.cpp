@@ -3,14 +3,20 @@
 
 #include <mpi.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
 #include "backends.h"
 #include "core/error.h"
 #include "node.h"
+#include "watchdog.h"
 
 namespace tp {
 
@@ -35,6 +41,7 @@ bool all_ranks_agree(double timeout_s) {
 }
 
 [[noreturn]] void abort_job(int rank, const char* what, int code) {
+  silence_watchdog();  // this line says why the job ends
   std::fprintf(stderr, "rank %d: error: %s (aborting all ranks)\n", rank, what);
   std::fflush(stderr);
   // The launcher forwards each rank's stderr asynchronously, and MPI_Abort kills every process at
@@ -44,7 +51,53 @@ bool all_ranks_agree(double timeout_s) {
   std::exit(code);
 }
 
+// Why `path` (given to `flag`) cannot be written on this rank, or "" when it can.
+std::string output_path_problem(const std::string& flag, const std::string& path) {
+  const std::string what = flag + " " + path;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return what + " is a folder; give a file name";
+    if (S_ISFIFO(st.st_mode)) return what + " is a FIFO, not a file; give a file name";
+    if (::access(path.c_str(), W_OK) != 0)
+      return what + " cannot be written (" + std::strerror(errno) + ")";
+    return "";
+  }
+  if (errno != ENOENT) return what + ": " + std::strerror(errno);
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : path.substr(0, slash);
+  if (::stat(dir.c_str(), &st) != 0)
+    return what + ": the folder " + dir + " does not exist (" + std::strerror(errno) +
+           "); create it first";
+  if (!S_ISDIR(st.st_mode)) return what + ": " + dir + " is not a folder";
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    return what + ": cannot create files in " + dir + " (" + std::strerror(errno) + ")";
+  return "";
+}
+
 }  // namespace
+
+void check_output_paths(const std::vector<std::pair<std::string, std::string>>& flag_paths) {
+  std::string mine;
+  for (const auto& [flag, path] : flag_paths)
+    if (mine.empty() && !path.empty()) mine = output_path_problem(flag, path);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  // The lowest rank that found a problem tells every rank what it was: all ranks throw together.
+  int first_bad = mine.empty() ? size : rank;
+  TP_CHECK(
+      MPI_Allreduce(MPI_IN_PLACE, &first_bad, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) == MPI_SUCCESS,
+      "check_output_paths: MPI_Allreduce failed");
+  if (first_bad == size) return;
+  char text[1024] = {};
+  if (rank == first_bad) std::strncpy(text, mine.c_str(), sizeof text - 1);
+  TP_CHECK(MPI_Bcast(text, sizeof text, MPI_CHAR, first_bad, MPI_COMM_WORLD) == MPI_SUCCESS,
+           "check_output_paths: MPI_Bcast failed");
+  TP_CHECK_INPUT(false, text,
+                 first_bad == 0 ? "" : " (seen on rank " + std::to_string(first_bad) + ")");
+}
 
 int run_program(int argc, char** argv, Options& options, const Program& program) {
   int initialized = 0;
@@ -58,6 +111,7 @@ int run_program(int argc, char** argv, Options& options, const Program& program)
   int rank = 0, local_rank = 0, local_size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   node_local_rank(MPI_COMM_WORLD, &local_rank, &local_size);
+  start_watchdog(MPI_COMM_WORLD);
   choose_omp_threads(MPI_COMM_WORLD);
   const std::vector<int> node_of_rank = node_of_each_rank(MPI_COMM_WORLD);
 
@@ -77,8 +131,10 @@ int run_program(int argc, char** argv, Options& options, const Program& program)
       rc = program(ctx);
       device->synchronize();
     }
+    finish_watchdog(MPI_COMM_WORLD, true);
   } catch (const Error& e) {
-    if (!e.is_bad_input() || !all_ranks_agree(10.0)) abort_job(rank, e.what(), e.exit_code());
+    if (!e.on_every_rank() || !all_ranks_agree(10.0)) abort_job(rank, e.what(), e.exit_code());
+    finish_watchdog(MPI_COMM_WORLD, false);
     if (rank == 0) {
       std::fprintf(stderr, "error: %s\n", e.what());
       std::fflush(stderr);

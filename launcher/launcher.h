@@ -11,17 +11,22 @@
 // creates the device and the world communicator, runs the program and turns errors into exits:
 //   - --help: rank 0 prints the help, every rank exits 0.
 //   - a bad-input tp::Error (TP_CHECK_INPUT) raised on every rank: rank 0 prints one line
-//     "error: ...", every rank exits 2.
+//     "error: ...", every rank exits 2 (likewise exit 3 for a non-finite value in training, and
+//     128 + the signal for a stop agreed after SIGINT/SIGTERM: enable_graceful_stop below).
 //   - any other error, or bad input seen by only some ranks: the rank prints "rank r: error: ..."
 //     and aborts the whole job (no rank is left blocked in a collective).
 //   - otherwise every rank exits with the program's return value (which must agree across ranks).
+//   - a rank that crashes or is killed is named, by itself or by its node's watchdog (watchdog.h).
 //
 // The launcher (this folder) is the one place that knows about MPI start-up and about which
 // backends this build contains; tools/, lessons/ and tests/ include this header and nothing else of
 // it (the MPI test main also uses node.h).
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "core/communicator.h"
@@ -46,5 +51,26 @@ using Program = std::function<int(Context&)>;
 
 /// Runs `program` on every rank; returns the process exit code (see above).
 int run_program(int argc, char** argv, Options& options, const Program& program);
+
+/// Tells the launcher which step the program is at (any counter; -1: none), for the lines that
+/// name a dead rank: "rank 1 (pid P): fatal signal SIGSEGV at step 12; the job ends" from a rank
+/// that crashes, "rank 1 (pid P) ended before the job finished (killed or crashed); rank 0 was at
+/// step 12" from the node's watchdog when a rank is SIGKILLed (launcher/watchdog.h).
+void set_current_step(int64_t step);
+
+/// From now on SIGINT/SIGTERM (mpirun forwards both to every rank) do not kill this rank: they set
+/// a flag the program polls with agreed_stop_signal() at step boundaries. A second signal kills.
+void enable_graceful_stop();
+
+/// Collective over all ranks: the signal (SIGINT or SIGTERM) any rank has received since
+/// enable_graceful_stop(), or 0. Every rank gets the same answer, so all stop at the same step.
+int agreed_stop_signal();
+
+/// Checks, before any work, that a program can write each output path: {flag, path} pairs, empty
+/// paths skipped. A path can be written when its folder exists and is writable and the path is not
+/// a folder or a FIFO. Collective: every rank checks (ranks may see different file systems) and the
+/// ranks agree on the verdict, so a bad path on any rank makes every rank throw the same bad-input
+/// error (rank 0 prints it, naming the flag, the path, the problem and the rank that saw it).
+void check_output_paths(const std::vector<std::pair<std::string, std::string>>& flag_paths);
 
 }  // namespace tp

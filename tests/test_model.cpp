@@ -30,6 +30,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <set>
 #include <string>
@@ -694,6 +695,79 @@ TEST(ModelCheckpoint, TiedFileHasNoHeadAndMismatchesAreBadInput) {
   }
   remove_file(path);
   remove_file(bare);
+}
+
+TEST(ModelCheckpoint, NonFiniteValuesAreRefusedAtLoad) {
+  const GptConfig cfg = ckpt_config();
+  AdamWParams hp;
+  Gpt model(device(), world(), cfg);
+  model.init(kSeed);
+  AdamW opt(device(), model.params(), hp);
+  const std::string path = temp_path("nonfinite");
+  save_checkpoint(path, world(), model, opt, 0);
+  const std::string bad = "transformer.h.0.mlp.c_fc.weight";
+  for (const float value : {std::nanf(""), -INFINITY}) {
+    if (world().rank() == 0) {  // the same file with one element of `bad` replaced
+      const safetensors::File f = safetensors::File::open(path);
+      safetensors::Writer w;
+      for (const auto& name : f.names()) {
+        std::vector<float> v = f.read_f32(name);
+        if (name == bad) v[7] = value;
+        w.add_f32(name, f.info(name).shape, v);
+      }
+      for (const char* key : {"format", "step", "adam_steps"}) w.set_metadata(key, f.metadata(key));
+      w.write(path);
+    }
+    world().barrier();
+    try {
+      load_checkpoint(path, world(), model, opt);
+      ADD_FAILURE() << "no error loading a checkpoint with " << value;
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_EQ(e.exit_code(), 2) << msg;
+      EXPECT_NE(msg.find("tensor " + bad + " holds " + (std::isnan(value) ? "NaN" : "Inf") +
+                         " (element 7)"),
+                std::string::npos)
+          << msg;
+    }
+    world().barrier();
+  }
+  remove_file(path);
+}
+
+// A step whose loss or gradient norm is NaN/Inf changes nothing (no AdamW step, same weights) and
+// says so, the same on every rank. lr = 1e30 blows the weights up within a few steps.
+TEST(ModelTrain, NonFiniteStepMakesNoUpdate) {
+  GptConfig cfg = ckpt_config();
+  AdamWParams hp;
+  hp.lr = 1e30f;
+  const MarkovSource data(cfg.vocab, kSeed);
+  Trainer tr(world(), cfg, hp, 0.0f, kSeed);
+  int64_t s = 0;
+  for (; s < 20; ++s) {
+    std::vector<std::vector<float>> before;
+    for (const Param& p : tr.model.params()) before.push_back(p.value.to_host());
+    const int64_t adam_steps = tr.opt.steps();
+    const Batch b = data.batch(s, 2, cfg.seq);
+    const StepResult r = train_step(world(), device(), tr.model, tr.opt, b, kSeed, s, hp.lr, 0.0f);
+    EXPECT_EQ(r.nonfinite.empty(), std::isfinite(r.loss) && std::isfinite(r.grad_norm));
+    if (r.nonfinite.empty()) continue;
+    EXPECT_TRUE(r.nonfinite == "loss" || r.nonfinite == "gradient norm" ||
+                r.nonfinite.rfind("gradient of ", 0) == 0)
+        << r.nonfinite;
+    EXPECT_EQ(tr.opt.steps(), adam_steps);
+    for (size_t i = 0; i < before.size(); ++i) {
+      const std::vector<float> after = tr.model.params()[i].value.to_host();
+      EXPECT_EQ(std::memcmp(after.data(), before[i].data(), after.size() * sizeof(float)), 0)
+          << tr.model.params()[i].name;
+    }
+    // Every rank saw the same thing.
+    Tensor mine = Tensor::from_host(device(), Shape{1}, {static_cast<float>(r.nonfinite.size())});
+    world().all_reduce(mine, ReduceOp::Max);
+    EXPECT_EQ(mine.to_host()[0], static_cast<float>(r.nonfinite.size()));
+    break;
+  }
+  EXPECT_LT(s, 20) << "lr = 1e30 never produced a non-finite loss or norm";
 }
 
 // ---- 10. Bad configuration ----------------------------------------------------------------------

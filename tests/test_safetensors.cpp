@@ -1,6 +1,7 @@
 // test_safetensors.cpp — the safetensors reader/writer (serial): round trips, the byte layout, the
 // atomic write, every validation error of the untrusted header, and garbage that must not crash.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <string>
@@ -249,6 +251,26 @@ TEST(SafetensorsWrite, FailureRemovesTempFileAndNamesThePath) {
   std::vector<std::string> files;
   for (const auto& e : fs::directory_iterator(dir)) files.push_back(e.path().filename().string());
   EXPECT_EQ(files, std::vector<std::string>{"is_a_dir"});
+}
+
+// A save that fails midway never touches the previous checkpoint at the path (tp_train relies on
+// it to say "the previous checkpoint X is intact; rerun with --load X"): here the temporary file
+// cannot be created because a folder squats on its name.
+TEST(SafetensorsWrite, FailedSaveLeavesThePreviousFileIntact) {
+  const std::string dir = fresh_dir(), path = dir + "/ckpt.safetensors";
+  sample_writer().write(path);
+  std::ifstream before_in(path, std::ios::binary);
+  const std::string before((std::istreambuf_iterator<char>(before_in)),
+                           std::istreambuf_iterator<char>());
+  fs::create_directories(path + ".tmp." + std::to_string(static_cast<long>(::getpid())) + "/x");
+  st::Writer w2;
+  w2.add_f32("only", {1}, {9.0f});
+  EXPECT_THROW(w2.write(path), tp::Error);
+  std::ifstream after_in(path, std::ios::binary);
+  const std::string after((std::istreambuf_iterator<char>(after_in)),
+                          std::istreambuf_iterator<char>());
+  EXPECT_EQ(after, before);
+  EXPECT_TRUE(st::File::open(path).has("wte"));
 }
 
 TEST(SafetensorsWrite, ProgrammingErrorsAreNotBadInput) {

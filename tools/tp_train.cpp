@@ -21,12 +21,17 @@
 // The progress line's "exposed comm" is the share of the step the computing thread stood still in
 // the communicator (blocking collectives, issuing and waiting for async ones; observe/timeline.h),
 // measured by a timeline on the world communicator that records every step.
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <memory>
+#include <new>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -83,6 +88,29 @@ float learning_rate(float lr, int64_t step, int64_t warmup, int64_t decay) {
     f *= static_cast<float>(0.1 + 0.9 * 0.5 * (1.0 + std::cos(3.141592653589793 * x)));
   }
   return lr * f;
+}
+
+// Runs `make`, turning an allocation failure into one line that names what was being allocated,
+// about how big it is and the flags that size it.
+template <typename Make>
+auto allocating(const std::string& what, const std::string& flags, Make make) {
+  try {
+    return make();
+  } catch (const std::bad_alloc&) {
+    TP_CHECK_INPUT(false, "out of memory allocating ", what, ": reduce ", flags);
+  } catch (const Error& e) {
+    // The device's own "out of host/GPU memory allocating N bytes": the same sizes on every rank,
+    // so treated as bad input (one line from rank 0), with what was being allocated.
+    const std::string m = e.what();
+    if (e.on_every_rank() || m.rfind("out of ", 0) != 0) throw;
+    TP_CHECK_INPUT(false, m, " for ", what, ": reduce ", flags);
+  }
+}
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+  return buf;
 }
 
 GptConfig config_from(const Options& o) {
@@ -151,6 +179,24 @@ void shape_from_file(const ModelFile& f, const Options& o, bool strict, GptConfi
   cfg.seq = fc.seq;
 }
 
+// Every rank got (or was told of) SIGINT/SIGTERM and stands at the same step boundary: write an
+// emergency checkpoint when --save is given, then end with 128 + the signal on every rank.
+[[noreturn]] void stop_after_signal(Communicator& world, ProcessGrid& grid, const Options& o,
+                                    const Gpt& model, const AdamW& opt, int64_t step, int sig) {
+  const std::string name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal";
+  const std::string save = o.get_text("save");
+  std::string said = "no checkpoint written (no --save)";
+  if (!save.empty()) {
+    // DP replicas hold the same weights and moments: DP rank 0's TP group writes the file.
+    if (grid.dp_rank() == 0) save_checkpoint(save, grid.tp(), model, opt, step);
+    world.barrier();
+    said = "emergency checkpoint " + save + " saved at step " + std::to_string(step) +
+           " (resume with --load " + save + ")";
+  }
+  throw Error(detail::str_cat("stopped by ", name, " before step ", step + 1, ": ", said),
+              128 + sig);
+}
+
 int train(Context& ctx) {
   const Options& o = ctx.options;
   Communicator& world = ctx.world;
@@ -212,22 +258,46 @@ int train(Context& ctx) {
   }
   TP_CHECK_INPUT(problems.empty(), problems_message(problems));
 
-  std::unique_ptr<TokenSource> source;
-  if (data.empty())
-    source = std::make_unique<MarkovSource>(cfg.vocab, seed);
-  else
-    source = std::make_unique<TextSource>(data, seq, seed);
+  // Every output path on every rank, before anything is allocated or trained: a bad path costs
+  // seconds, not the run.
+  const std::string trace = o.get_text("trace");
+  check_output_paths({{"--save", o.get_text("save")},
+                      {"--dump-grads", o.get_text("dump-grads")},
+                      {"--log-json", o.get_text("log-json")},
+                      {"--trace", trace},
+                      {"--trace (its SVG)", trace.empty() ? "" : svg_path(trace)},
+                      {"--plot", o.get_text("plot")}});
+
+  const std::unique_ptr<TokenSource> source =
+      allocating("the data", "the --data file or --vocab", [&]() -> std::unique_ptr<TokenSource> {
+        if (data.empty()) return std::make_unique<MarkovSource>(cfg.vocab, seed);
+        return std::make_unique<TextSource>(data, seq, seed);
+      });
 
   // The tp × dp grid: `tp` is this rank's TP group (the whole world when --dp 1).
   ProcessGrid grid(world, dp, ctx.node_of_rank);
   Communicator& tp = grid.tp();
   if (!grid.placement_warning().empty()) log0(world, "warning: ", grid.placement_warning());
-  Gpt model(ctx.device, tp, cfg);
+  // The size of weights and gradients (fp32) per rank, roughly, for an out-of-memory message.
+  const double h = static_cast<double>(cfg.hidden), ffn = cfg.ffn ? cfg.ffn : 4.0 * h;
+  const double weights = 4.0 *
+                         (static_cast<double>(cfg.layers) * (4 * h * h + 3 * h * ffn) +
+                          static_cast<double>(cfg.vocab + cfg.seq) * h) /
+                         tp.size();
+  auto model_ptr =
+      allocating("the model (about " + gib(2 * weights) + " of weights and gradients per rank)",
+                 "--hidden/--layers/--ffn/--vocab/--seq or add ranks",
+                 [&] { return std::make_unique<Gpt>(ctx.device, tp, cfg); });
+  Gpt& model = *model_ptr;
   model.init(seed);
   AdamWParams hp;
   hp.lr = static_cast<float>(o.get_real("lr"));
   hp.weight_decay = static_cast<float>(o.get_real("weight-decay"));
-  AdamW opt(ctx.device, model.params(), hp);
+  auto opt_ptr = allocating("AdamW's moments (about " + gib(2 * weights) + " per rank)",
+                            "--hidden/--layers/--ffn/--vocab or add ranks", [&] {
+                              return std::make_unique<AdamW>(ctx.device, model.params(), hp);
+                            });
+  AdamW& opt = *opt_ptr;
   int64_t step = 0;
   if (!init_from.empty()) {
     load_model_file(file, tp, model);
@@ -240,6 +310,12 @@ int train(Context& ctx) {
          loaded.optimizer_state ? " (with optimizer state)"
                                 : " (no optimizer state: AdamW starts fresh)");
   }
+  // Step counters: the data's sample index (step · batch + b) · (seq + 1) must not overflow.
+  const int64_t last_step = std::numeric_limits<int64_t>::max() / batch / (cfg.seq + 1);
+  TP_CHECK_INPUT(step <= last_step && steps <= last_step - step, "step ", step,
+                 o.get_text("load").empty() ? "" : " (from --load " + o.get_text("load") + ")",
+                 " + --steps=", steps, " passes the last step this --batch/--seq can number, ",
+                 last_step, "; use fewer --steps or a checkpoint with a sane step count");
   int64_t n_params = 0;
   for (const Param& p : model.params())
     n_params += p.ckpt_rows > 0 ? p.ckpt_rows * p.cols() : p.shape.numel();
@@ -266,13 +342,7 @@ int train(Context& ctx) {
     TP_CHECK_INPUT(json.good(), "cannot write --log-json file ", o.get_text("log-json"));
   }
   const std::string plot = o.get_text("plot");
-  if (!plot.empty() && world.rank() == 0)
-    TP_CHECK_INPUT(std::ofstream(plot, std::ios::app).good(), "cannot write --plot file ", plot);
-  std::vector<double> plot_steps, plot_losses;
-  const std::string trace = o.get_text("trace");
-  if (!trace.empty() && world.rank() == 0)
-    for (const std::string& path : {trace, svg_path(trace)})
-      TP_CHECK_INPUT(std::ofstream(path, std::ios::app).good(), "cannot write --trace file ", path);
+  std::vector<double> plot_steps, plot_losses;  // --plot (checked with the other output paths)
   if (o.get_flag("audit-grads")) {
     // The same step at t = 1 on every rank, from the same weights, then compare.
     SerialCommunicator solo;
@@ -316,13 +386,19 @@ int train(Context& ctx) {
   }
   const int64_t every = std::max<int64_t>(1, o.get_int("log-every"));
   const float clip = static_cast<float>(o.get_real("clip"));
+  const bool skip_nonfinite = o.get_flag("skip-nonfinite");
+  int64_t skipped = 0, first_skipped = 0;
   // The timeline: collectives of every step (for the exposed communication), kernels too in the
   // traced steps; it keeps the spans of the traced steps only.
   Timeline timeline(world.rank());
   tp.set_timeline(&timeline);
   grid.dp().set_timeline(&timeline);
   const int64_t traced_from = steps > 1 ? std::max<int64_t>(1, steps - kTraceSteps) : 0;
+  enable_graceful_stop();  // SIGINT/SIGTERM: stop at a step boundary, agreed by every rank
   for (int64_t i = 0; i < steps; ++i, ++step) {
+    set_current_step(step + 1);
+    if (const int sig = agreed_stop_signal())
+      stop_after_signal(world, grid, o, model, opt, step, sig);
     const bool tracing = !trace.empty() && i >= traced_from;
     if (!tracing || i == traced_from) timeline.clear();
     ctx.device.set_timeline(tracing ? &timeline : nullptr);
@@ -343,6 +419,24 @@ int train(Context& ctx) {
         });
     const float loss = r.loss;
     const double norm = r.grad_norm;
+    if (!r.nonfinite.empty()) {
+      // The same on every rank (train_step): all stop here, or all skip the update.
+      const double bad = r.nonfinite == "loss" ? loss : norm;
+      const std::string what =
+          std::string(r.nonfinite == "loss" ? "the loss" : "the gradient norm") + " is " +
+          (std::isnan(bad) ? "NaN"
+           : bad > 0       ? "+Inf"
+                           : "-Inf");
+      if (!skip_nonfinite)
+        throw Error(detail::str_cat("step ", step + 1, ": ", what, ", first non-finite tensor: ",
+                                    r.nonfinite, "; no update made and nothing saved (lower --lr, ",
+                                    "set --clip, or pass --skip-nonfinite to skip such steps)"),
+                    Error::kNonFinite);
+      if (skipped++ == 0) first_skipped = step + 1;
+      log0(world, "step ", step + 1, ": skipped (", what,
+           ", first non-finite tensor: ", r.nonfinite, ")");
+      continue;
+    }
     plot_steps.push_back(static_cast<double>(step + 1));
     plot_losses.push_back(loss);
     ctx.device.synchronize();
@@ -386,6 +480,8 @@ int train(Context& ctx) {
   tp.set_timeline(nullptr);
   grid.dp().set_timeline(nullptr);
   ctx.device.set_timeline(nullptr);
+  if (const int sig = agreed_stop_signal())
+    stop_after_signal(world, grid, o, model, opt, step, sig);
   if (!trace.empty() && steps > 0) {
     // Every rank's spans to rank 0, one trace for Perfetto and one chart.
     timeline.gather(world, ctx.device);
@@ -435,11 +531,27 @@ int train(Context& ctx) {
     }
     log0(world, "peak device memory: ", line);
   }
+  if (skipped > 0)
+    log0(world, "--skip-nonfinite: skipped ", skipped, " of ", steps,
+         " steps with a non-finite loss or gradient norm (the first at step ", first_skipped, ")");
   if (!o.get_text("save").empty()) {
-    // Every DP replica holds the same weights and moments: DP rank 0's TP group writes the file.
-    if (grid.dp_rank() == 0) save_checkpoint(o.get_text("save"), tp, model, opt, step);
-    world.barrier();
-    log0(world, "saved ", o.get_text("save"), " at step ", step);
+    const std::string save = o.get_text("save");
+    try {
+      // Every DP replica holds the same weights and moments: DP rank 0's TP group writes the file.
+      if (grid.dp_rank() == 0) save_checkpoint(save, tp, model, opt, step);
+      world.barrier();
+    } catch (const Error& e) {
+      // The write is atomic (temporary file, then rename): whatever was at `save` is untouched.
+      struct stat st {};
+      const std::string where =
+          ::stat(save.c_str(), &st) == 0
+              ? "the previous checkpoint " + save + " is intact; rerun with --load " + save
+          : !load.empty() ? "the checkpoint this run started from, " + load +
+                                ", is intact; rerun with --load " + load
+                          : "no checkpoint of this run exists; its steps are lost";
+      throw Error(detail::str_cat(e.what(), "; ", where), e.exit_code());
+    }
+    log0(world, "saved ", save, " at step ", step);
   }
   if (!export_dir.empty()) {
     if (grid.dp_rank() == 0) export_hf(export_dir, tp, model);  // DP replicas hold the same model
@@ -520,6 +632,9 @@ int main(int argc, char** argv) {
       .text("export-hf", "",
             "at the end, write DIR/model.safetensors and DIR/config.json that transformers loads "
             "as GPT2LMHeadModel")
+      .flag("skip-nonfinite",
+            "skip (and count) a step whose loss or gradient norm is NaN/Inf instead of stopping "
+            "the run with exit 3")
       .text("dump-grads", "",
             "after the first backward, write every global gradient, the batch and the loss here")
       .text("log-json", "", "append one JSON object per step to this file")

@@ -4,6 +4,9 @@
 //   - TP_CHECK_INPUT: bad input that every rank sees the same way (a flag, a shape, the rank count).
 //     Exit code 2. The launcher (tp::run_program) lets rank 0 print the one-line message and every
 //     rank exit 2 without hanging.
+//   - kNonFinite (exit 3): training met a NaN/Inf that every rank sees the same way (the loss and the
+//     global gradient norm are the same on every rank); handled like bad input.
+//   - 128 + signal (130, 143): a stop after SIGINT/SIGTERM that every rank agreed on.
 //   - TP_CHECK: anything else (a broken invariant, a failed system call, a rank-local problem).
 //     Exit code 1. The launcher prints the message with the rank and aborts the whole job, so no
 //     rank is left blocked in a collective.
@@ -16,15 +19,24 @@
 
 namespace tp {
 
-/// The one exception type of the project. `exit_code()` is 2 for bad input, 1 otherwise.
+/// The one exception type of the project. `exit_code()` is 2 for bad input, 3 for a non-finite
+/// value met in training, 1 otherwise.
 class Error : public std::runtime_error {
  public:
+  /// The exit code of a NaN/Inf met in training (tools/tp_train.cpp's non-finite guard).
+  static constexpr int kNonFinite = 3;
   explicit Error(const std::string& message, int exit_code = 1)
       : std::runtime_error(message), exit_code_(exit_code) {}
   /// 2: bad input (the same on every rank); 1: a failure.
   int exit_code() const { return exit_code_; }
   /// True for errors raised by TP_CHECK_INPUT.
   bool is_bad_input() const { return exit_code_ == 2; }
+  /// True for errors every rank raises the same way (bad input, a non-finite loss or norm, a stop
+  /// agreed after SIGINT/SIGTERM, whose code is 128 + the signal as a shell's): the
+  /// launcher lets rank 0 print them and every rank exit with the code, instead of aborting.
+  bool on_every_rank() const {
+    return exit_code_ == 2 || exit_code_ == kNonFinite || exit_code_ > 128;
+  }
 
  private:
   int exit_code_;

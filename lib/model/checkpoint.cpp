@@ -1,5 +1,6 @@
 #include "model/checkpoint.h"
 
+#include <cmath>
 #include <map>
 #include <sstream>
 
@@ -119,6 +120,10 @@ std::vector<float> read_shard(const safetensors::File& f, const std::string& nam
                  " has shape ", shape_str(f.info(name).shape), " but this model needs ",
                  shape_str(want));
   const std::vector<float> stored = f.read_f32(name);
+  for (size_t i = 0; i < stored.size(); ++i)
+    TP_CHECK_INPUT(std::isfinite(stored[i]), "checkpoint ", f.path(), ": tensor ", name, " holds ",
+                   std::isnan(stored[i]) ? "NaN" : "Inf", " (element ", i,
+                   "); it cannot be trained from: load an earlier checkpoint");
   std::vector<float> global(static_cast<size_t>(p.rows() * p.cols()), 0.0f);  // padding rows: 0
   const int64_t cols = want.back();
   for (int64_t r = 0; r < stored_rows(p); ++r)

@@ -1,6 +1,10 @@
 #include "model/data.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -96,6 +100,16 @@ std::string MarkovSource::describe() const {
 
 TextSource::TextSource(const std::string& path, int64_t seq, uint64_t seed)
     : path_(path), seed_(seed) {
+  // Only a regular file: opening a FIFO with no writer would block forever.
+  struct stat st {};
+  TP_CHECK_INPUT(::stat(path.c_str(), &st) == 0, "cannot open data file ", path, " (",
+                 std::strerror(errno), "); give --data an existing text file");
+  TP_CHECK_INPUT(S_ISREG(st.st_mode), "data file ", path, " is ",
+                 S_ISDIR(st.st_mode)    ? "a folder"
+                 : S_ISFIFO(st.st_mode) ? "a FIFO"
+                 : S_ISSOCK(st.st_mode) ? "a socket"
+                                        : "a device",
+                 ", not a regular file; give --data a text file");
   std::ifstream in(path, std::ios::binary);
   TP_CHECK_INPUT(in.good(), "cannot open data file ", path, "; give --data an existing text file");
   bytes_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
