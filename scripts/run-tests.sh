@@ -334,7 +334,7 @@ expect "heads not divisible by t" 2 "heads=6 is not divisible by t=4" 4 "${tt[@]
 expect "several config problems at once" 2 "4 problems: hidden=50 is not divisible by heads=4" 2 "${tt[@]}" --hidden 50 --heads 4 --ffn 7 --kv-heads 3
 expect "--sp with seq not divisible by t" 2 "seq=10 is not divisible by t=4: sequence parallelism gives each rank seq/t tokens" 4 "${tt[@]}" --sp --seq 10
 expect "--dp not dividing np" 2 "--dp=3 does not divide the 4 ranks: np must equal tp × dp (tp = np / dp); choose --dp in {1, 2, 4}" 4 "${tt[@]}" --dp 3
-expect "--dp 0" 2 "--dp=0 must be at least 1" 2 "${tt[@]}" --dp 0
+expect "--dp 0" 2 "--dp=0: must be >= 1" 2 "${tt[@]}" --dp 0
 expect "--batch not divisible by --dp" 2 "--batch=3 is not divisible by --dp=2" 2 "${tt[@]}" --dp 2 --batch 3
 expect "--dropout with --dp > 1" 2 "--dropout with --dp > 1" 2 "${tt[@]}" --dp 2 --dropout 0.1
 expect "heads not divisible by tp with --dp" 2 "heads=3 is not divisible by t=2" 4 "${tt[@]}" --dp 2 --hidden 48 --heads 3
