@@ -193,19 +193,30 @@ else
 fi
 
 # 4. Bad input and failures: exit code, one clear line, no hang.
-expect() {  # [WITHIN=S] expect NAME EXPECTED_RC NEEDLE NP PROGRAM ARGS...: within S s (default 60)
+# The files a failing run must leave alone: name and checksum of every file under $BUILD/test-tmp.
+files_state() { [ -d "$BUILD/test-tmp" ] && find "$BUILD/test-tmp" -type f ! -name '*.log' -exec cksum {} + 2>/dev/null | sort -k3; }
+expect() {  # [WITHIN=S] expect NAME EXPECTED_RC NEEDLE NP PROGRAM ARGS...
+  # Passes when the program exits EXPECTED_RC (or any non-zero code for "nonzero") within S seconds
+  # (default 10), its output holds NEEDLE, at most one line says "error:" (bad input is one line
+  # from rank 0, not one per rank), and every file that was under $BUILD/test-tmp before is still
+  # there, unchanged.
   local name=$1 want=$2 needle=$3 np=$4; shift 4
-  local log=$logs/check_${name// /_}.log rc within=${WITHIN:-60}
+  local log=$logs/check_${name// /_}.log rc within=${WITHIN:-10} before lost errors
+  before=$(files_state)
   SECONDS=0
   TIMEOUT=60 run_mpi "$np" "$@" >"$log" 2>&1
   rc=$?
+  lost=$(comm -23 <(echo "$before") <(files_state) | awk '{print $3}' | head -3)
+  errors=$(grep -c 'error:' "$log")
   if [ "$rc" = 124 ]; then
     fail "$name: hung (killed after 60 s)"
   elif [ "$SECONDS" -gt "$within" ]; then
     fail "$name: took ${SECONDS}s (more than ${within}s; see $log)"
   elif { [ "$want" = nonzero ] && [ "$rc" != 0 ]; } || [ "$rc" = "$want" ]; then
-    if grep -qF -- "$needle" "$log"; then pass 1; echo "✓ $name: exit $rc after ${SECONDS}s, says: $(grep -F -- "$needle" "$log" | head -1)"
-    else fail "$name: exit $rc but the output lacks '$needle' (see $log)"; fi
+    if ! grep -qF -- "$needle" "$log"; then fail "$name: exit $rc but the output lacks '$needle' (see $log)"
+    elif [ "$errors" -gt 1 ]; then fail "$name: $errors lines say 'error:', not one (see $log)"
+    elif [ -n "$lost" ]; then fail "$name: changed or removed $(echo $lost) (see $log)"
+    else pass 1; echo "✓ $name: exit $rc after ${SECONDS}s, says: $(grep -F -- "$needle" "$log" | head -1)"; fi
   else
     fail "$name: exit $rc, expected $want (see $log)"
   fi
@@ -229,10 +240,10 @@ else
   fi
 fi
 # The same refusal and the host-staged alternative on the emulator (every machine): one shared GPU.
-TP_EMU_SHARED_GPU=1 expect "emulator: --comm nccl with 2 ranks on one GPU" 2 \
+TP_EMU_SHARED_GPU=1 WITHIN=30 expect "emulator: --comm nccl with 2 ranks on one GPU" 2 \
   "NCCL needs one GPU per rank: 2 ranks share 1 GPU on this node; run with --comm mpi" 2 \
   "$BUILD/emu/bin/lesson_01_block_matmul" --backend gpu --comm nccl
-TP_EMU_SHARED_GPU=1 expect "emulator: --comm mpi, 2 ranks on one GPU" 0 "PASSED" 2 \
+TP_EMU_SHARED_GPU=1 WITHIN=30 expect "emulator: --comm mpi, 2 ranks on one GPU" 0 "PASSED" 2 \
   "$BUILD/emu/bin/lesson_01_block_matmul" --backend gpu --comm mpi
 expect "--comm nccl with --backend cpu" 2 "--comm nccl needs --backend gpu" 2 "$BUILD/bin/lesson_01_block_matmul" --comm nccl
 expect "non-divisible size" 2 "error: fc1.out=7 is not divisible by t=3 (the number of ranks); run with t in {1, 7} or change fc1.out" 3 "$BUILD/bin/fail_one_rank" --mode=bad-input
@@ -447,6 +458,84 @@ expect "tp_generate bad flags" 2 "3 problems: --tokens=0 must be at least 1" 2 "
 expect "tp_generate without a checkpoint" 2 "--load is required" 2 "$BUILD/bin/tp_generate" --prompt "TP"
 expect "tp_generate, a prompt id outside the vocabulary" 2 "--prompt-ids: '300' is not a token id in [0, 256)" 2 \
   "$BUILD/bin/tp_generate" --load "$tmp/ck.safetensors" --prompt-ids "7 300"
+
+# 8. More bad input (issue 14): every tool, and checkpoint files corrupted the ways real files get
+#    corrupted. Each case: its exit code, one line naming the problem, within 10 s, no file changed.
+python3 - "$tmp/ck.safetensors" "$tmp" <<'PY'
+import json, struct, sys
+src, out = sys.argv[1], sys.argv[2]
+raw = open(src, "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+text, data = raw[8:8 + n], raw[8 + n:]
+head = json.loads(text)
+def write(name, header_bytes, body, length=None):
+    open(f"{out}/{name}.safetensors", "wb").write(
+        struct.pack("<Q", len(header_bytes) if length is None else length) + header_bytes + body)
+# The length prefix one byte short: the header still parses (it ends in padding), every tensor shifted.
+if text.endswith(b" "):
+    write("short_header", text, data, n - 1)
+else:
+    write("short_header", text + b" " * 8, data, n + 7)
+# Bytes appended after the last tensor.
+write("appended", text, data + b"\0" * 16)
+# A duplicated tensor name (the JSON text itself has the key twice).
+name, entry = next((k, v) for k, v in head.items() if k != "__metadata__")
+dup = text.rstrip(b" ")[:-1] + b', ' + json.dumps(name).encode() + b': ' + json.dumps(entry).encode() + b'}'
+write("duplicate", dup, data)
+# Two tensors whose data ranges overlap (the second starts 4 bytes early).
+names = sorted((k for k in head if k != "__metadata__"), key=lambda k: head[k]["data_offsets"][0])
+bad = dict(head); second = dict(head[names[1]]); b0, b1 = second["data_offsets"]
+second["data_offsets"] = [b0 - 4, b1 - 4]; bad[names[1]] = second
+t = json.dumps(bad).encode(); t += b" " * ((8 - len(t) % 8) % 8)
+write("overlap", t, data)
+# An unknown dtype.
+bad = dict(head); e = dict(head[names[0]]); e["dtype"] = "Q7"; bad[names[0]] = e
+t = json.dumps(bad).encode(); t += b" " * ((8 - len(t) % 8) % 8)
+write("dtype", t, data)
+# A NaN inside the first weight.
+b0 = head[names[0]]["data_offsets"][0]
+write("nan", text, data[:b0] + struct.pack("<f", float("nan")) + data[b0 + 4:])
+# Metadata that is not a string.
+bad = dict(head); meta = dict(head["__metadata__"]); meta["step"] = 3; bad["__metadata__"] = meta
+t = json.dumps(bad).encode(); t += b" " * ((8 - len(t) % 8) % 8)
+write("meta", t, data)
+PY
+ld=("${train[@]}" --steps 1 --load)
+expect "checkpoint: header length one byte off" 2 "is wrong or the file was appended to" 2 "${ld[@]}" "$tmp/short_header.safetensors"
+expect "checkpoint: bytes appended" 2 "bytes after the last tensor" 2 "${ld[@]}" "$tmp/appended.safetensors"
+expect "checkpoint: a tensor name twice" 2 "twice" 2 "${ld[@]}" "$tmp/duplicate.safetensors"
+expect "checkpoint: overlapping tensors" 2 "overlaps tensor" 2 "${ld[@]}" "$tmp/overlap.safetensors"
+expect "checkpoint: unknown dtype" 2 "dtype 'Q7' is not supported" 2 "${ld[@]}" "$tmp/dtype.safetensors"
+expect "checkpoint: a NaN inside" 2 "NaN" 2 "${ld[@]}" "$tmp/nan.safetensors"
+expect "checkpoint: metadata not a string" 2 "is a JSON number, not a string" 2 "${ld[@]}" "$tmp/meta.safetensors"
+expect "--init-from a corrupt file" 2 "overlaps tensor" 2 "${tt[@]}" --init-from "$tmp/overlap.safetensors"
+mkfifo "$tmp/save_fifo"
+expect "--save onto a FIFO" 2 "$tmp/save_fifo" 2 "${tt[@]}" --save "$tmp/save_fifo"
+# Two runs saving to one file: the second is told at once; the first finishes and saves.
+"$MPIEXEC" $MPI_FLAGS -np 1 "${train[@]}" --steps 400 --save "$tmp/shared.safetensors" </dev/null >"$logs/train_first_saver.log" 2>&1 &
+first=$!
+for _ in $(seq 100); do [ -e "$tmp/shared.safetensors.lock" ] && break; sleep 0.1; done
+expect "a second run saving to the same file" 2 "is saving to $tmp/shared.safetensors right now" 1 "${tt[@]}" --save "$tmp/shared.safetensors"
+if wait "$first" && [ -s "$tmp/shared.safetensors" ] && [ ! -e "$tmp/shared.safetensors.lock" ]; then
+  pass 1; echo "✓ the first run saved $tmp/shared.safetensors (and released its claim)"
+else fail "the first of two runs saving to one file did not save (see $logs/train_first_saver.log)"; fi
+# A killed save's temporary file is removed (and named) by the next save to that path.
+printf 'half a checkpoint' >"$tmp/shared.safetensors.tmp.999999"
+run_mpi 1 "${train[@]}" --steps 1 --save "$tmp/shared.safetensors" >"$logs/train_leftover.log" 2>&1
+if [ ! -e "$tmp/shared.safetensors.tmp.999999" ] && grep -q "removed $tmp/shared.safetensors.tmp.999999" "$logs/train_leftover.log"; then
+  pass 1; echo "✓ a leftover temporary file of a killed save: removed and named by the next save"
+else fail "a killed save's temporary file was not removed or not named (see $logs/train_leftover.log)"; fi
+# The other tools and the lessons.
+expect "tp_bench: unknown suite" 2 "--suite=bogus: expected one of" 1 "$BUILD/bin/tp_bench" --suite bogus
+expect "tp_bench: a size of 0" 2 "--hidden=0: must be >= 1" 1 "$BUILD/bin/tp_bench" --hidden 0
+expect "tp_export without --load" 2 "tp_export needs --load FILE and --hf DIR" 1 "$BUILD/bin/tp_export" --hf "$tmp/hf"
+expect "tp_export of a corrupt file" 2 "twice" 1 "$BUILD/bin/tp_export" --load "$tmp/duplicate.safetensors" --hf "$tmp/hf"
+expect "tp_preflight: t = 0" 2 "t=0 must be at least 1" 1 "$BUILD/bin/tp_preflight" -t 0
+expect "tp_generate: a corrupt checkpoint" 2 "overlaps tensor" 2 "$BUILD/bin/tp_generate" --load "$tmp/overlap.safetensors" --prompt "TP"
+expect "tp_generate: no prompt" 2 "give the prompt as --prompt" 1 "$BUILD/bin/tp_generate" --load "$tmp/ck.safetensors"
+expect "lesson: a flag value of the wrong kind" 2 "--step=maybe: expected true or false" 2 "$BUILD/bin/lesson_03_row_parallel" --step=maybe
+expect "lesson: an argument without --" 2 "unexpected argument 'fast'" 2 "$BUILD/bin/lesson_04_parallel_mlp" fast
+expect "lesson 13: a flag out of range" 2 "--steps=0: must be >= 1" 4 "$BUILD/bin/lesson_13_train_gpt" --steps 0
 
 echo
 for f in "${failures[@]:+${failures[@]}}"; do echo "failed: $f"; done

@@ -267,6 +267,9 @@ int train(Context& ctx) {
                       {"--trace", trace},
                       {"--trace (its SVG)", trace.empty() ? "" : svg_path(trace)},
                       {"--plot", o.get_text("plot")}});
+  // --save is this run's until it ends: a second run saving to the same file is refused now, not
+  // silently overwritten at the end (lib/model/checkpoint.h).
+  const CheckpointClaim claim(o.get_text("save"), world, ctx.device);
 
   const std::unique_ptr<TokenSource> source =
       allocating("the data", "the --data file or --vocab", [&]() -> std::unique_ptr<TokenSource> {

@@ -134,6 +134,21 @@ std::vector<float> read_shard(const safetensors::File& f, const std::string& nam
 
 }  // namespace
 
+CheckpointClaim::CheckpointClaim(const std::string& path, Communicator& comm, Device& device) {
+  std::string refused;
+  if (comm.rank() == 0 && !path.empty()) {
+    try {
+      lock_ = std::make_unique<safetensors::SaveLock>(path);
+    } catch (const Error& e) {
+      refused = e.what();
+    }
+  }
+  Tensor flag = Tensor::from_host(device, Shape{1}, {refused.empty() ? 0.0f : 1.0f});
+  comm.all_reduce(flag, ReduceOp::Max);
+  TP_CHECK_INPUT(flag.to_host()[0] == 0.0f,
+                 refused.empty() ? "--save " + path + ": another run is saving to it" : refused);
+}
+
 void save_checkpoint(const std::string& path, Communicator& comm, const Gpt& model,
                      const AdamW& opt, int64_t step) {
   const ParamList& params = model.params();

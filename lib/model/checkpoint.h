@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,18 @@ namespace tp {
 
 /// The "format" metadata of this project's checkpoints.
 inline constexpr const char* kCheckpointFormat = "tp-from-scratch-gpt/1";
+
+/// A run's claim on its --save path, held from the start of the run to its end (collective over
+/// `comm`): rank 0 takes a safetensors::SaveLock on it, and when another process holds it (a second
+/// run saving to the same file) every rank throws the same bad-input error at once; rank 0's names
+/// the other process. The claim also covers the saves the run makes itself.
+class CheckpointClaim {
+ public:
+  CheckpointClaim(const std::string& path, Communicator& comm, Device& device);
+
+ private:
+  std::unique_ptr<safetensors::SaveLock> lock_;
+};
 
 /// Writes `path` (collective: every rank must call it). `step` = training steps done.
 void save_checkpoint(const std::string& path, Communicator& comm, const Gpt& model,
