@@ -38,7 +38,7 @@ MPICXX  ?= mpicxx
 MPIEXEC ?= mpirun
 NP      ?= 1 2 3 4
 
-# ---- Sanitizers: make test SANITIZE=address,undefined ---------------------------------------------
+# ---- Sanitizers: make test SANITIZE=address,undefined --------------------------------------------
 # SANITIZE is the list given to -fsanitize= (any that gcc takes: address, undefined, leak, ...).
 # Everything that runs on the CPU is compiled with it, with frame pointers and -g for the reports,
 # and UBSan findings abort instead of printing and going on. It builds into build-san/ (unless BUILD
