@@ -12,8 +12,8 @@
 #   make test SANITIZE=address,undefined
 #                 the same tests built with those sanitizers (any -fsanitize= list) into build-san/,
 #                 without the GPU backend and the CUDA emulator; a sanitizer report anywhere fails
-#   make sanitize-quick  CI's short sanitizer run (ASan + UBSan): serial tests, MPI tests at np 2,
-#                 tp_train --save/--load at np 2; a few minutes on 2 cores
+#   make sanitize-quick  CI's short sanitizer run (ASan + UBSan) in build-san/: serial tests, MPI
+#                 tests at np 2, three short tp_train runs (--sp, --save/--load, --dp); ~4 min on 2 cores
 #   make fuzz     libFuzzer on the safetensors reader and the option parser [FUZZ_SECONDS=60]
 #   make format   clang-format every source file in place (.clang-format; make test checks it)
 #   make compile_commands  build/compile_commands.json for editors (clangd finds it in build/)
