@@ -13,10 +13,16 @@
 #                 (a block whose timings alone differ is kept; TIMINGS=1 rewrites those too)
 #   make gpu-check  on a machine with a GPU: build, GPU tests, every lesson on the GPU, timings
 #   make gpu-emu  the correctness half of gpu-check on the CUDA emulator (any machine)
+#   make test SANITIZE=address,undefined
+#                 the same tests built with those sanitizers (any -fsanitize= list) into build-san/,
+#                 without the GPU backend and the CUDA emulator; a sanitizer report anywhere fails
+#   make sanitize-quick  CI's short sanitizer run (ASan + UBSan) in build-san/: serial tests, MPI
+#                 tests at np 2, three short tp_train runs (--sp, --save/--load, --dp); ~4 min on 2 cores
+#   make fuzz     libFuzzer on the safetensors reader and the option parser [FUZZ_SECONDS=60]
 #   make format   clang-format every source file in place (.clang-format; make test checks it)
 #   make compile_commands  build/compile_commands.json for editors (clangd finds it in build/)
 #   make help     this list
-#   make clean    remove build/ and docs/html
+#   make clean    remove build/ and docs/html (make clean SANITIZE=address: build-san/)
 #
 # Overridable: MPICXX (the MPI C++ compiler wrapper), MPIEXEC (the launcher), NP (the rank counts
 # the MPI tests run under), BUILD (the output folder), CXXFLAGS_EXTRA / LDFLAGS_EXTRA, BLAS_LIBS
@@ -35,12 +41,27 @@
 MPICXX  ?= mpicxx
 MPIEXEC ?= mpirun
 NP      ?= 1 2 3 4
+
+# ---- Sanitizers: make test SANITIZE=address,undefined --------------------------------------------
+# SANITIZE is the list given to -fsanitize= (any that gcc takes: address, undefined, leak, ...).
+# Everything that runs on the CPU is compiled with it, with frame pointers and -g for the reports,
+# and UBSan findings abort instead of printing and going on. It builds into build-san/ (unless BUILD
+# is given), so sanitized objects never mix with build/'s. The GPU backend is left out (NO_CUDA=1:
+# device code is not sanitized, and the CUDA runtime does not run under ASan), and so is the CUDA
+# emulator (its fibers switch stacks behind ASan's back); scripts/run-tests.sh skips both and
+# counts any sanitizer report in a log as a failure. scripts/common.sh sets the runtime options;
+# tests/sanitizers/lsan.supp lists the only leaks suppressed (the MPI library's own, nothing of ours).
+ifneq ($(strip $(SANITIZE)),)
+  BUILD ?= build-san
+  override NO_CUDA := 1
+  SAN_FLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -g -fno-sanitize-recover=undefined
+endif
 BUILD   ?= build
 
 # OMPI/MPICH_SKIP_MPICXX: we use the C API; Open MPI's deprecated C++ bindings header warns.
 CXXFLAGS := -std=c++17 -O2 -Wall -Wextra -fopenmp -MMD -MP \
-            -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX $(CXXFLAGS_EXTRA)
-LDFLAGS  := -fopenmp $(LDFLAGS_EXTRA)
+            -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX $(SAN_FLAGS) $(CXXFLAGS_EXTRA)
+LDFLAGS  := -fopenmp $(SAN_FLAGS) $(LDFLAGS_EXTRA)
 # The CPU backend's GEMM: CBLAS from OpenBLAS (scripts/install-deps.sh installs and reports it).
 BLAS_LIBS ?= -lopenblas
 
@@ -91,7 +112,7 @@ else
   GPU_BACKEND := yes
 endif
 
-export MPICXX MPIEXEC NP BUILD NO_CUDA NVCC BLAS_LIBS
+export MPICXX MPIEXEC NP BUILD NO_CUDA NVCC BLAS_LIBS SANITIZE
 
 LIB_SRC     := $(wildcard lib/*/*.cpp)
 LESSON_SRC  := $(wildcard lessons/*.cpp)
@@ -118,7 +139,7 @@ LIBTP_LESSON := $(BUILD)/lib/libtp_lesson.a
 LESSON_BINS := $(patsubst %,$(BUILD)/bin/lesson_%,$(LESSONS))
 TOOL_BINS   := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(wildcard tools/tp_*.cpp))
 TEST_BINS   := $(BUILD)/bin/test_serial $(BUILD)/bin/test_mpi $(BUILD)/bin/fail_one_rank $(BUILD)/bin/test_gpu \
-               $(BUILD)/emu/bin/test_gpu $(BUILD)/emu/bin/lesson_01_block_matmul $(BUILD)/emu/bin/emu_selftest
+               $(if $(SAN_FLAGS),,$(BUILD)/emu/bin/test_gpu $(BUILD)/emu/bin/lesson_01_block_matmul $(BUILD)/emu/bin/emu_selftest)
 
 # What every program links for `--backend gpu`: the GPU backend and the CUDA libraries, or the
 # stub that says there is none. $(GPU_STAMP) changes (only) when that choice does, so switching
@@ -141,8 +162,7 @@ LINK = $(MPICXX) $(LDFLAGS) $(filter-out $(GPU_STAMP),$^) $(BLAS_LIBS) -o $@
 BACKENDS = $(LIBTP_LAUNCHER) $(LIBTP_CPU) $(GPU_LINK) $(LIBTP_MPI) $(LIBTP) $(GPU_STAMP)
 
 .PHONY: all lessons tests tools run test docs bench clean deps gpu-check gpu-emu help format fuzz \
-        lesson-pages \
-        compile_commands FORCE
+        lesson-pages sanitize-quick compile_commands FORCE
 # Keep the objects that only pattern rules mention (make would delete them as intermediates).
 # Only these: a bare .SECONDARY would also stop a missing archive from being rebuilt.
 .SECONDARY: $(patsubst %,$(BUILD)/obj/lessons/%/main.o,$(LESSONS)) \
@@ -364,6 +384,19 @@ fuzz: $(BUILD)/fuzz/fuzz_safetensors $(BUILD)/fuzz/fuzz_options $(BUILD)/bin/tp_
 # Its SVG output needs only the TeX input, the SVG output and the extensions.
 MATHJAX_DIR ?= /usr/share/javascript/mathjax
 export MATHJAX_DIR
+
+# ---- Sanitizers: CI's short run, make sanitize-quick ----------------------------------------------
+# The serial tests, the MPI tests at np 2 and a 3-step tp_train that saves and resumes, built with
+# SANITIZE (default address,undefined; see "Sanitizers" at the top) into build-san/, in a few
+# minutes on 2 cores (scripts/sanitize-quick.sh). `make test SANITIZE=address,undefined` is the
+# full run.
+SAN_QUICK       := $(if $(SAN_FLAGS),$(SANITIZE),address$(comma)undefined)
+SAN_QUICK_BUILD := $(if $(SAN_FLAGS),$(BUILD),build-san)
+sanitize-quick:
+	@$(MAKE) --no-print-directory SANITIZE=$(SAN_QUICK) BUILD=$(SAN_QUICK_BUILD) \
+	  $(addprefix $(SAN_QUICK_BUILD)/bin/,test_serial test_mpi tp_train)
+	@SANITIZE=$(SAN_QUICK) BUILD=$(SAN_QUICK_BUILD) scripts/sanitize-quick.sh
+
 docs:
 	@scripts/install-deps.sh --docs
 	@mkdir -p $(BUILD)
