@@ -557,10 +557,15 @@ expect "lesson 13: a flag out of range" 2 "--steps=0: must be >= 1" 4 "$BUILD/bi
 # finding in a run that was meant to fail). One failure per log, with the report's first line.
 if [ -n "$SANITIZE" ]; then
   report='ERROR: (Address|Leak)Sanitizer|runtime error:|WARNING: .*Sanitizer'
+  # Not a finding: ASan saying an impossible allocation returned null (allocator_may_return_null,
+  # scripts/common.sh), which the out-of-memory check provokes on purpose.
+  expected='AddressSanitizer failed to allocate'
   reports=0
   while read -r log; do
+    found=$(grep -E "$report" "$log" | grep -v "$expected" | head -1)
+    [ -z "$found" ] && continue
     reports=$((reports + 1))
-    fail "sanitizer: $(grep -m1 -E "$report" "$log" | cut -c1-160) (see $log)"
+    fail "sanitizer: $(echo "$found" | cut -c1-160) (see $log)"
   done < <(find "$logs" -name '*.log' -newer "$logs/.started" -exec grep -lE "$report" {} + | sort)
   [ "$reports" = 0 ] && { pass 1; echo "✓ sanitizers ($SANITIZE): no report in this run's logs ($logs/)"; }
 fi
