@@ -36,6 +36,20 @@ constexpr double kTol = 1e-5;      // one forward/backward in fp32, split sums r
 constexpr double kLossTol = 1e-6;  // the mean loss of one step
 constexpr uint64_t kSeed = 77;
 
+// The small model most model tests use: L = 2, h = 48, nh = 12 (head_dim 4, MHA), ffn = 96,
+// V = 64, position table `seq`: every size divides by t = 1, 2, 3, 4.
+inline GptConfig small_gpt_config(int64_t seq) {
+  GptConfig c;
+  c.layers = 2;
+  c.hidden = 48;
+  c.heads = 12;
+  c.kv_heads = 12;
+  c.ffn = 96;
+  c.vocab = 64;
+  c.seq = seq;
+  return c;
+}
+
 inline bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;

@@ -33,6 +33,7 @@
 #include "model/config.h"
 #include "model/generate.h"
 #include "model/gpt.h"
+#include "model_test_helpers.h"
 #include "parallel/vocab_sampling.h"
 #include "test_util.h"
 
@@ -50,14 +51,7 @@ constexpr double kLogitTol = 1e-5;
 // L = 2, h = 48, nh = 12 (head_dim 4), ffn = 96, V = 64 (padded to 66 at t = 3): every size
 // divides by 1, 2, 3, 4. init_std 0.1 so that attention and the logits are far from uniform.
 GptConfig gen_config() {
-  GptConfig c;
-  c.layers = 2;
-  c.hidden = 48;
-  c.heads = 12;
-  c.kv_heads = 12;
-  c.ffn = 96;
-  c.vocab = 64;
-  c.seq = 12;
+  GptConfig c = tp::testing::small_gpt_config(12);
   c.init_std = 0.1f;
   return c;
 }

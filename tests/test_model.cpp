@@ -70,17 +70,7 @@ using tp::testing::norm2;
 using tp::testing::Trainer;
 
 // hidden 48, heads 12 (head_dim 4), kv_heads 12 (MHA), ffn 96: every size divides by 1, 2, 3, 4.
-GptConfig base_config() {
-  GptConfig c;
-  c.layers = 2;
-  c.hidden = 48;
-  c.heads = 12;
-  c.kv_heads = 12;
-  c.ffn = 96;
-  c.vocab = 64;
-  c.seq = 8;
-  return c;
-}
+GptConfig base_config() { return tp::testing::small_gpt_config(8); }
 
 // Layer tests: every weight and bias (biases start at zero in a model) drawn from N(0, 0.3), so
 // every term of the forward and backward is exercised with O(1) activations.
