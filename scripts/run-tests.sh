@@ -552,6 +552,14 @@ expect "lesson: a flag value of the wrong kind" 2 "--step=maybe: expected true o
 expect "lesson: an argument without --" 2 "unexpected argument 'fast'" 2 "$BUILD/bin/lesson_04_parallel_mlp" fast
 expect "lesson 13: a flag out of range" 2 "--steps=0: must be >= 1" 4 "$BUILD/bin/lesson_13_train_gpt" --steps 0
 
+# 8b. Checks kept one file per topic (scripts/tests/*.sh), sourced here in name order: each uses
+# expect, pass, fail, run_mpi, $tmp, $logs and the train/tt/ld command arrays defined above.
+for part in scripts/tests/*.sh; do
+  [ -e "$part" ] || continue
+  echo "-- $part"
+  . "$part"
+done
+
 # 9. A sanitized build (SANITIZE=...): a report in any log of this run is a failure, also where the
 # exit code was not what a check looked at (a leak found at exit after the last test passed, a
 # finding in a run that was meant to fail). One failure per log, with the report's first line.
