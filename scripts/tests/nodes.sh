@@ -13,9 +13,10 @@
 #   - tp 2 × dp 2 across the two hosts (TP inside each, DP between) trains the one-node curve;
 #   - a rank SIGKILLed on the second node is named by that node's watchdog (launcher/watchdog.h)
 #     and the job is gone within 10 s.
-# Open MPI has no launcher option that splits one machine into nodes (MPI_COMM_TYPE_SHARED always
-# returns every rank here); only the transport can be changed (`--mca btl self,tcp`), so with Open
-# MPI these checks are skipped with one line.
+# Open MPI has no launcher option that splits one machine into nodes (4.1.4 tried: `--host
+# localhost:2,127.0.0.1:2` is one node, MPI_COMM_TYPE_SHARED returns all four ranks); only the
+# transport can be changed (`--mca pml ob1 --mca btl self,tcp`), so with Open MPI these checks are
+# skipped with one line.
 if ! "$MPIEXEC" --version 2>&1 | grep -q HYDRA; then
   echo "two-node rehearsal skipped: $MPIEXEC is not MPICH's hydra (Open MPI cannot make one machine two nodes; see README.md)"
   skipped=$((skipped + 1))
