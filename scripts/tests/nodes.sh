@@ -39,7 +39,7 @@ else
 
   # The placement warning (lib/parallel/process_grid.h): a TP group across the two nodes is named;
   # TP groups {0, 1} {2, 3} inside the two hosts are not.
-  spans="spans nodes {0, 1}: its all-reduces (4 per layer, on the critical path) would cross"
+  spans="spans nodes {0, 1}:"
   MPIR_CVAR_ODD_EVEN_CLIQUES=1 WITHIN=60 expect "odd-even, tp 4 warns" 0 "warning: TP group {0, 1, 2, 3} $spans" 4 \
     "${train[@]}" --steps 1
   MPIR_CVAR_ODD_EVEN_CLIQUES=1 WITHIN=60 expect "odd-even, tp 2 x dp 2 warns" 0 "warning: TP group {0, 1} $spans" 4 \
