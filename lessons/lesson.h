@@ -86,7 +86,7 @@ class Lesson {
   //    names it; checking the same name again (another rank's copy, or a second time) adds a
   //    comparison, not a quantity. check_ranks() checks one quantity once per rank.
   //  - a *fact* is anything else a lesson asserts: how many collectives ran, bytes against a
-  //    formula, shard shapes, a seed's worked number, that bad input is refused.
+  //    formula, shard shapes, a source article's worked number, that bad input is refused.
   // finish() then prints e.g. "PASSED: 14 quantities checked against one device (38 per-rank
   // comparisons); 9 other facts checked".
 

@@ -5,6 +5,8 @@ textbook's pages:
 
   every page      formulas: $...$ becomes \\f$...\\f$ and $$...$$ becomes \\f[...\\f] (MathJax), except
                   inside code (fenced blocks and `spans`), so one source renders on both sites;
+                  a citation of a source article, [[A1]](…/docs/sources.md#a1), becomes a link to
+                  its section of the sources page (@ref a1);
   docs/mainpage.md  the line "<!-- the course -->" becomes the course: every lesson of
                   lessons/lessons.txt in order, its title (the page's first line), its one-line idea
                   (the "idea" column of lessons/README.md);
@@ -112,6 +114,22 @@ def formulas(lines):
     return out
 
 
+# ---- citations ------------------------------------------------------------------------------------
+# A source article cited as [A1]..[A4] links to its section of docs/sources.md, written for GitHub
+# as [[A1]](../../docs/sources.md#a1); Doxygen leaves a link to a markdown file with a fragment as it
+# is, so it becomes @ref a1 "[A1]" (the section's label).
+CITATION = re.compile(r"\[\[(A([1-4]))\]\]\((?:[./]*docs/)?sources\.md(?:#a[1-4])?\)")
+
+
+def citations(lines):
+    out, in_code = [], False
+    for line in lines:
+        if FENCE.match(line):
+            in_code = not in_code
+        out.append(line if in_code else CITATION.sub(lambda m: '@ref a%s "[%s]"' % (m.group(2), m.group(1)), line))
+    return out
+
+
 # ---- the pages ------------------------------------------------------------------------------------
 def course():
     idea = ideas()
@@ -204,7 +222,7 @@ def main():
         lines = lesson_page(lines, real)
     elif real == os.path.realpath(os.path.join(ROOT, "docs", "mainpage.md")):
         lines = [x for line in lines for x in (course() if line.strip() == "<!-- the course -->" else [line])]
-    sys.stdout.write("".join(formulas(lines)))
+    sys.stdout.write("".join(formulas(citations(lines))))
 
 
 if __name__ == "__main__":

@@ -364,12 +364,12 @@ expect "--dropout with --dp > 1" 2 "--dropout with --dp > 1" 2 "${tt[@]}" --dp 2
 expect "heads not divisible by tp with --dp" 2 "heads=3 is not divisible by t=2" 4 "${tt[@]}" --dp 2 --hidden 48 --heads 3
 expect "kv_heads not divisible by t" 2 "kv_heads=2 is not divisible by t=4" 4 "${tt[@]}" --heads 4 --kv-heads 2
 # The preflight (tools/tp_preflight, the same checks tp_train runs): every problem at once and exit
-# 2; a valid config exits 0 and predicts seed 002's all-reduce (64 MiB at t = 8: 0.26 ms on NVLink,
+# 2; a valid config exits 0 and predicts [A3]'s all-reduce (64 MiB at t = 8: 0.26 ms on NVLink,
 # 2.35 ms on InfiniBand, β terms).
 expect "tp_preflight: every problem at once" 2 "# problems: 4" 1 \
   "$BUILD/bin/tp_preflight" --hidden 50 --heads 4 --ffn 7 --kv-heads 3 -t 2
-expect "tp_preflight: seed 002's all-reduce on NVLink" 0 "0.26 ms (+α" 1 "$BUILD/bin/tp_preflight" --model qwen3-8b -t 8
-expect "tp_preflight: seed 002's all-reduce on InfiniBand" 0 "2.35 ms (+α" 1 "$BUILD/bin/tp_preflight" --model qwen3-8b -t 8
+expect "tp_preflight: Qwen3-8B all-reduce on NVLink (A3)" 0 "0.26 ms (+α" 1 "$BUILD/bin/tp_preflight" --model qwen3-8b -t 8
+expect "tp_preflight: Qwen3-8B all-reduce on InfiniBand (A3)" 0 "2.35 ms (+α" 1 "$BUILD/bin/tp_preflight" --model qwen3-8b -t 8
 expect "missing data file" 2 "cannot open data file $tmp/none.txt" 2 "${tt[@]}" --data "$tmp/none.txt"
 expect "data file too short" 2 "has 1 bytes; one training sequence needs seq + 1 = 65" 2 "${tt[@]}" --data "$tmp/tiny.txt"
 expect "missing checkpoint" 2 "cannot open checkpoint $tmp/none.safetensors" 2 "${tt[@]}" --load "$tmp/none.safetensors"

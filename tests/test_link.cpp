@@ -97,7 +97,7 @@ TEST(AlphaBeta, RingFormulasAgainstHandValues) {
 }
 
 TEST(AlphaBeta, SeedNumbersFromThePresets) {
-  // Seed 002: a 64 MiB all-reduce at t = 8 sends 112 MiB per rank; 0.26 ms on NVLink, 2.3 ms on
+  // [A3]: a 64 MiB all-reduce at t = 8 sends 112 MiB per rank; 0.26 ms on NVLink, 2.3 ms on
   // IB (the β term), plus 14 α.
   const int64_t n = int64_t{64} << 20;
   AlphaBeta nvlink = parse_link("nvlink")->model, ib = parse_link("ib")->model;

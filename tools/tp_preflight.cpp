@@ -1,10 +1,10 @@
-// tp_preflight — seed 001's pre-launch checklist as a program: a model and a tensor-parallel size t
+// tp_preflight — [A2]'s pre-launch checklist as a program: a model and a tensor-parallel size t
 // in; every problem (each with its fix), the shard of every tensor, the memory of each rank, the
 // collectives of a step and their time on NVLink and InfiniBand out (lib/model/preflight.h has the
 // formulas). One process, no MPI, no device: it only does arithmetic.
 //
 //   build/bin/tp_preflight -t 3                                  (tp_train's default model at t = 3)
-//   build/bin/tp_preflight --model qwen3-8b -t 8 --batch 1       (seed 002: 0.26 ms vs 2.3 ms)
+//   build/bin/tp_preflight --model qwen3-8b -t 8 --batch 1       ([A3]: 0.26 ms vs 2.3 ms)
 //   build/bin/tp_preflight --model llama2-70b -t 16 --gpus-per-node 8 --nodes 2 --kv-replication
 //   build/bin/tp_preflight --hidden 50 --heads 4 --ffn 7 -t 2    (exit 2: every problem at once)
 //

@@ -129,9 +129,8 @@ int main(int argc, char** argv) {
     L.check_ranks("gathered Y", gathered.forward(X),
                   lesson::per_rank(t, [&](int) { return y_ref; }));
 
-    // 9. Seed 004 §2.1's recipe, tried: column split, then an all-reduce (sum) of the outputs.
-    L.step(
-        "Seed 004 §2.1 says: split W by columns, then add the outputs with an all-reduce. Tried:");
+    // 9. [A4] §2.1's recipe, tried: column split, then an all-reduce (sum) of the outputs.
+    L.step("[A4] §2.1 says: split W by columns, then add the outputs with an all-reduce. Tried:");
     m = L.mark();
     Tensor summed(dev, Shape{1, 1});
     summed.copy_from(Y_r);
@@ -140,8 +139,8 @@ int main(int argc, char** argv) {
     L.report(tried, "all-reduce of Y_r", summed, m);
     float y_sum = 0;
     for (float v : y_ref) y_sum += v;
-    L.check_fact("the seed's all-reduce of the column outputs = Y_0 + … + Y_{t−1}",
-                 summed.to_host(), {y_sum});
+    L.check_fact("[A4]'s all-reduce of the column outputs = Y_0 + … + Y_{t−1}", summed.to_host(),
+                 {y_sum});
     L.say("  ", lesson::fmt(y_sum), " = ", lesson::fmt(y_ref[0]), " + ", lesson::fmt(y_ref[1]),
           " + ", lesson::fmt(y_ref[2]), ": one number, where XW = ", lesson::fmt(y_ref), " has ",
           out, ".");
@@ -149,7 +148,7 @@ int main(int argc, char** argv) {
         "  The Y_i are different columns of Y: they are put side by side (an all-gather, when the\n"
         "  whole Y is needed), never added. Adding is the row-parallel pattern (lesson 03), where "
         "X\n"
-        "  is split too and every rank's product is a full-shape partial sum. The seed's\n"
+        "  is split too and every rank's product is a full-shape partial sum. [A4]'s\n"
         "  XW = X(W_1 + … + W_n) treats W as the sum of its column blocks; it is their\n"
         "  concatenation. The correct statement: a column-parallel layer needs no collective in\n"
         "  forward; its one all-reduce is of dX, in backward (step 7).");

@@ -169,11 +169,11 @@ int main(int argc, char** argv) {
         "gradient\n"
         "db = Σ dY comes out the same on every rank.\n"
         "\n"
-        "Where the seeds go wrong: seed 004 §2.1 puts this all-reduce after a *column* split of W\n"
+        "Where the sources go wrong: [A4] §2.1 puts this all-reduce after a *column* split of W\n"
         "with X whole; the sum of partial products belongs to the row split shown here, with X\n"
         "split along the same inner dimension (the column split concatenates, lesson 02). Its\n"
         "§3.1 writes this layer's input gradient as dY Wᵀ: rank r computes only its slice\n"
-        "dX_r = dY W_rᵀ. Seed 001 §4.1 says the backward all-reduces dX as well: it issues no\n"
+        "dX_r = dY W_rᵀ. [A2] §4.1 says the backward all-reduces dX as well: it issues no\n"
         "collective at all (step 6, checked).");
   });
 }

@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
     Tensor y = attn.forward(x, S, B);
     L.report(table, "forward: y[last token, :4]", last_row(y), m);
     const size_t fwd = L.mark() - m;
-    int all_gathers = 0;  // seed 004 says attention needs one; count them
+    int all_gathers = 0;  // [A4] says attention needs one; count them
     for (size_t i = m; i < m + fwd; ++i)
       all_gathers += world.ledger().records()[i].op == "all_gather";
     m = L.mark();
@@ -244,7 +244,7 @@ int main(int argc, char** argv) {
         "(f, after\n"
         "adding the dX terms of q, k and v). Both heads and KV heads must be divisible by t.\n"
         "\n"
-        "Seed 004 §4.2 says the attention scores need an all-gather. Under TP they need none: each "
+        "[A4] §4.2 says the attention scores need an all-gather. Under TP they need none: each "
         "rank\n"
         "holds q, k and v of its own whole heads, and the forward's only collective is g's "
         "all-reduce\n"

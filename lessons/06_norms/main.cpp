@@ -409,7 +409,7 @@ int main(int argc, char** argv) {
         "Where the hidden dim is split, all-reducing 2 floats per token (Σx, Σx²; RMSNorm: Σx²)\n"
         "gives every rank the true statistics for its own slice.\n"
         "\n"
-        "Seed 004 §4.2 says LayerNorm computes its statistics on each rank and all-reduces them\n"
+        "[A4] §4.2 says LayerNorm computes its statistics on each rank and all-reduces them\n"
         "to keep them in sync. Under plain TP it needs neither: its input is whole on every rank\n"
         "(step 5, no communication), and a statistics all-reduce (steps 6-7) is only for a norm\n"
         "over a dimension that really is split. Its §6.3 broadcast before LayerNorm is not\n"

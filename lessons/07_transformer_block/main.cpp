@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
     L.check_fact("collectives other than all-reduce", {static_cast<float>(others)}, {0});
     L.say("  ", others,
           " collectives besides these all-reduces: none of the \"several all-gathers\" per layer",
-          " that seed 001 §4.2\n  adds to them, and no all-to-all (seed 000 §6).");
+          " that [A2] §4.2\n  adds to them, and no all-to-all ([A1] §6).");
 
     // 3. The same formulas at a real size.
     L.step("At a real size: b·s·h = 8192 · 4096 in bf16 (2 bytes), per all-reduce and rank.");
@@ -190,7 +190,7 @@ int main(int argc, char** argv) {
           " (fp32 rounding: a row-parallel sum is added in a different order at t > 1)");
     L.say("  Both runs use the same learning rate, ", lesson::fmt(hp.lr),
           ": TP computes the same function as one device, so it needs\n"
-          "  none of the 2-4× learning-rate increase seed 004 §4.1 recommends, and no rank needs "
+          "  none of the 2-4× learning-rate increase [A4] §4.1 recommends, and no rank needs "
           "\"the full\n"
           "  gradient\": each rank's gradient of its own shard is complete (lesson 02).");
     L.check("loss curve at t = np vs t = 1", std::vector<float>(loss_tp.begin(), loss_tp.end()),

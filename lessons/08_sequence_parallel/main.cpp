@@ -5,7 +5,8 @@
 //      two halves give the same numbers as one all-reduce and send the same bytes (under the ring
 //      model, (t − 1)/t of the buffer each, 2(t − 1)/t together). So SP can replace g's all-reduce
 //      by a reduce-scatter (each rank keeps s/t tokens of the sum) and f's identity by an
-//      all-gather (the next column-parallel layer gets the whole sequence back) at no extra cost.
+//      all-gather (the next column-parallel layer gets the whole sequence back): the same bytes at
+//      each region boundary (backward adds more: step 6).
 //   2. Between those two, LayerNorm, dropout and the residual add work token by token, so each
 //      rank runs them on its own s/t tokens. Gathered, the result is the LayerNorm of all tokens;
 //      but the norm's weight gradient is now a partial sum over this rank's tokens and must be
@@ -19,6 +20,11 @@
 //   5. The bug SP invites: backward() without finish_gradients() leaves every replicated
 //      parameter (norms, row-parallel biases, wpe) with a partial gradient; the audit against
 //      t = 1 names each one as a missing all-reduce, and passes once the gradients are finished.
+//   6. What SP costs in communication, from the CommLedger of one training step: forward the same
+//      bytes as plain TP, backward more — attention and the MLP keep only their input's shard and
+//      gather it again for the weight gradients, so a layer sends 10 half-collectives (reduce-
+//      scatters or all-gathers of N·h) instead of plain TP's 8 (two all-reduces each way); for
+//      Qwen3-8B at t = 8 ([A3]'s model) that is 560 instead of 448 MiB per layer and rank.
 //
 // What is new since lesson 07: the sequence-dimension region ops (scatter / gather /
 // reduce_scatter_to_sp_region in lib/parallel/mappings.h), GptConfig::sp, Gpt::memory() and
@@ -28,6 +34,7 @@
 // Run:  make lessons && mpirun -np 2 build/bin/lesson_08_sequence_parallel [--step]   (also -np 1, 4)
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <string>
 
 #include "core/host.h"
@@ -37,6 +44,8 @@
 #include "model/gpt.h"
 #include "model/layers.h"
 #include "model/memory.h"
+#include "model/preflight.h"
+#include "observe/comm_ledger.h"
 #include "parallel/mappings.h"
 
 using namespace tp;
@@ -175,12 +184,13 @@ int main(int argc, char** argv) {
     L.say(
         "  So SP replaces g's all-reduce by a reduce-scatter and f's identity by an all-gather: "
         "same\n"
-        "  bytes, and in between every rank holds only s/t tokens.\n"
-        "  Seed 001 §4.3 says SP makes the communication smaller (each rank reduces only its own\n"
+        "  bytes at the region's boundary, and in between every rank holds only s/t tokens (in\n"
+        "  backward SP adds a re-gather of each region's input: step 6).\n"
+        "  [A2] §4.3 says SP makes the communication smaller (each rank reduces only its own\n"
         "  segment): the bytes are the same, as above; what SP saves is activation memory. This\n"
         "  all-gather, in front of the q, k, v projection (and of fc1), is where attention meets "
         "an\n"
-        "  all-gather (seed 004 §4.2), and only under SP. Seed 000 §2 calls it an all-gather of K\n"
+        "  all-gather ([A4] §4.2), and only under SP. [A1] §2 calls it an all-gather of K\n"
         "  and V: what is gathered is the layer's input, from which each rank then computes q, k\n"
         "  and v of the whole sequence for its own heads.");
 
@@ -512,15 +522,137 @@ int main(int argc, char** argv) {
     L.check("every gradient, TP vs t = 1", gathered(world, tp_model.params(), true),
             gathered(solo, reference.params(), true), 1e-5);
 
-    // 6. Summary.
+    // 6. What SP sends: one training step of a 2-layer model, plain TP and TP + SP, from the
+    // ledger. Forward, the two designs move the same bytes; backward, SP gathers each region's
+    // kept input shard again (attention and the MLP need the whole sequence for dW = Xᵀ dY).
+    L.step("What SP sends: one training step's collectives from the ledger, plain TP vs TP + SP.");
+    GptConfig two = small;
+    two.layers = 2;
+    GptConfig two_sp = two;
+    two_sp.sp = true;
+    const int64_t Lyr = two.layers, Nh = two.seq * 2 * two.hidden;
+    L.say("  model: ", two_sp.str(), ";  s = ", two.seq, ", b = 2 (N = ", two.seq * 2,
+          " tokens)\n  counted: the collectives of N·h = ", Nh,
+          " floats, the activations (not the loss's and the gradient norm's few numbers)");
+    // Halves: an all-reduce is a reduce-scatter plus an all-gather, so it counts two.
+    struct Pass {
+      int halves = 0;
+      double bytes = 0;
+    };
+    auto count_since = [&](size_t from, size_t to) {
+      Pass p;
+      const auto& recs = world.ledger().records();
+      for (size_t k = from; k < to; ++k) {
+        if (recs[k].elements != Nh) continue;
+        p.halves += recs[k].op == "all_reduce" ? 2 : 1;
+        p.bytes += recs[k].wire_bytes;
+      }
+      return p;
+    };
+    // One step of `c`: forward, backward and finish_gradients(), each pass's collectives; the
+    // backward's by op and label (a label names the region op that issued it).
+    std::map<std::string, int> sp_backward_ops;
+    auto one_step = [&](const GptConfig& c, Pass& fwd, Pass& bwd, double& after) {
+      Gpt g(dev, world, c);
+      g.init(5);
+      g.zero_grad();
+      const size_t m0 = L.mark();
+      g.forward(b5, 5, 0);
+      const size_t m1 = L.mark();
+      g.backward();
+      const size_t m2 = L.mark();
+      g.finish_gradients();
+      fwd = count_since(m0, m1);
+      bwd = count_since(m1, m2);
+      after = world.ledger().wire_bytes_since(m2);
+      if (c.sp)
+        for (size_t k = m1; k < m2; ++k) {
+          const CommRecord& rec = world.ledger().records()[k];
+          if (rec.elements == Nh) ++sp_backward_ops[rec.op + " (" + rec.label + ")"];
+        }
+    };
+    Pass tp_fwd, tp_bwd, sp_fwd, sp_bwd;
+    double tp_after = 0, sp_after = 0;
+    one_step(two, tp_fwd, tp_bwd, tp_after);
+    one_step(two_sp, sp_fwd, sp_bwd, sp_after);
+    auto bytes_str = [](double b) { return num(b, "%.0f") + " B"; };
+    lesson::Table passes({"pass", "plain TP: halves", "plain TP: sent per rank", "TP + SP: halves",
+                          "TP + SP: sent per rank"});
+    passes.add({"forward", std::to_string(tp_fwd.halves), bytes_str(tp_fwd.bytes),
+                std::to_string(sp_fwd.halves), bytes_str(sp_fwd.bytes)});
+    passes.add({"backward", std::to_string(tp_bwd.halves), bytes_str(tp_bwd.bytes),
+                std::to_string(sp_bwd.halves), bytes_str(sp_bwd.bytes)});
+    passes.add({"whole step", std::to_string(tp_fwd.halves + tp_bwd.halves),
+                bytes_str(tp_fwd.bytes + tp_bwd.bytes),
+                std::to_string(sp_fwd.halves + sp_bwd.halves),
+                bytes_str(sp_fwd.bytes + sp_bwd.bytes)});
+    L.say("  half-collectives of N·h (an all-reduce counts 2: a reduce-scatter + an all-gather):");
+    L.say(passes.str());
+    lesson::Table ops({"TP + SP backward: collective (CommLedger label)", "calls"});
+    for (const auto& kv : sp_backward_ops) ops.add({kv.first, std::to_string(kv.second)});
+    if (t > 1) L.say(ops.str());
+    // Per layer: plain TP 2 all-reduces each way (8 halves); SP 2 all-gathers + 2 reduce-scatters
+    // forward, and backward 2 all-gathers of dY, 2 reduce-scatters of dX and 2 re-gathers of the
+    // kept input (10 halves). Once per step: the embedding and the head, 2 halves each way.
+    const float on = t > 1 ? 1.0f : 0.0f;  // at t = 1 the region ops move nothing
+    const double half_bytes = (t - 1.0) / t * 4.0 * Nh;
+    L.check_fact("forward halves, plain TP and TP + SP = 4L + 2",
+                 {float(tp_fwd.halves), float(sp_fwd.halves)},
+                 {on * (4 * Lyr + 2), on * (4 * Lyr + 2)}, 0);
+    L.check_fact("backward halves: plain TP = 4L + 2, TP + SP = 6L + 2",
+                 {float(tp_bwd.halves), float(sp_bwd.halves)},
+                 {on * (4 * Lyr + 2), on * (6 * Lyr + 2)}, 0);
+    L.check_fact("bytes per rank = halves · (t − 1)/t · 4·N·h",
+                 {float(tp_fwd.bytes + tp_bwd.bytes), float(sp_fwd.bytes + sp_bwd.bytes)},
+                 {float((tp_fwd.halves + tp_bwd.halves) * half_bytes),
+                  float((sp_fwd.halves + sp_bwd.halves) * half_bytes)});
+    L.check_fact("SP sends more than plain TP in backward, the same in forward",
+                 {float(sp_bwd.bytes > tp_bwd.bytes), float(sp_fwd.bytes == tp_fwd.bytes)}, {on, 1},
+                 0);
+    L.say(
+        "  per layer: plain TP 4 halves forward + 4 backward = 8; TP + SP 4 + 6 = 10 (the 2\n"
+        "  re-gathers of the kept input shard, labelled gather_from_sp_region.forward above, run\n"
+        "  in backward): 1.25× the bytes of plain TP per layer, (10L + 4)/(8L + 4) for the step.");
+    if (t == 1) L.say("  (t = 1: nothing moves; run with -np 2 or 4 to see the counts.)");
+    L.say("  after backward, SP also all-reduces the partial gradients (finish_gradients): ",
+          bytes_str(sp_after), " per rank here (plain TP: ", bytes_str(tp_after), ").");
+    // The same count for [A3]'s model: Qwen3-8B, one 8K sequence, bf16, t = 8: 56 MiB per half.
+    {
+      const GptConfig qwen = model_preset("qwen3-8b");
+      auto per_layer = [&](bool sp) {
+        GptConfig c = qwen;
+        c.sp = sp;
+        double w = 0;
+        for (const PlannedCollective& k : step_collectives(c, 1, 8, 2))
+          if (k.per_layer) w += k.count * ring_wire_bytes(k.op, 8, k.bytes);
+        return w / 1048576.0;
+      };
+      const double plain_mib = per_layer(false), sp_mib = per_layer(true);
+      L.say(
+          "  [A3]'s model (Qwen3-8B, s = 8192, b = 1, bf16, t = 8; lib/model/preflight.h): one "
+          "half is\n  7/8 · 64 MiB = 56 MiB, so a layer sends ",
+          num(plain_mib, "%.0f"), " MiB per rank under plain TP and ", num(sp_mib, "%.0f"),
+          " MiB under TP + SP.");
+      L.check_fact("Qwen3-8B at t = 8, MiB per layer: plain TP 8 · 56, TP + SP 10 · 56",
+                   {float(plain_mib), float(sp_mib)}, {8 * 56, 10 * 56});
+    }
+    L.say(
+        "  So SP does not leave the communication unchanged: forward it moves the same bytes,\n"
+        "  backward half as much again (6 halves per layer instead of 4), a quarter more for the\n"
+        "  layer as a whole. [A1] (§2, §6) is right that SP adds communication; what SP buys with\n"
+        "  it is activation memory (steps 3 and 4).");
+
+    // 7. Summary.
     L.step("Summary.");
     L.say(table.str());
     L.say(norms.str());
     L.say(
         "Sequence parallelism splits the token-wise work between the TP regions (norms, dropout,\n"
-        "residual adds) along the sequence. The communication is the same all-reduce cut in two\n"
-        "halves; activation memory per layer falls from sbh(10 + 24/t) to sbh·34/t; the price is "
-        "one\n"
-        "more all-reduce per step, of the replicated parameters' partial gradients.");
+        "residual adds) along the sequence. At each region boundary the communication is the same\n"
+        "all-reduce cut in two halves; backward adds the re-gather of each region's input, so a\n"
+        "layer sends 10 half-collectives instead of 8, and once per step an all-reduce of the\n"
+        "replicated parameters' partial gradients. What it buys: activation memory per layer "
+        "falls\n"
+        "from sbh(10 + 24/t) to sbh·34/t.");
       });
 }

@@ -284,7 +284,7 @@ int main(int argc, char** argv) {
         "  Each rank needs only max and Σ exp, already all-reduced in forward, to turn its own\n"
         "  logits into softmax − one-hot: the backward moves nothing.");
 
-    // Seed 001 §6.2: each rank computes "the loss of its vocabulary shard", then all-reduce.
+    // [A2] §6.2: each rank computes "the loss of its vocabulary shard", then all-reduce.
     std::vector<float> shard_losses(nt, 0.0f);
     for (int i = 0; i < t; ++i) {
       const std::vector<float> part = over_cols(i, [&](int64_t k, int64_t a, int64_t b) {
@@ -299,7 +299,7 @@ int main(int argc, char** argv) {
     L.check_fact("per-shard losses, summed, differ from the loss (t > 1)", {differs ? 1.0f : 0.0f},
                  {t > 1 ? 1.0f : 0.0f});
     L.say(
-        "  Seed 001 §6.2 has each rank compute the loss over its own vocabulary columns and then\n"
+        "  [A2] §6.2 has each rank compute the loss over its own vocabulary columns and then\n"
         "  all-reduce those losses. Summed over the ranks, log Σ_(my columns) exp(x) − (my target\n"
         "  logit or 0) gives ",
         lesson::fmt(shard_losses),

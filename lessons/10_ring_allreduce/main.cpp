@@ -13,7 +13,7 @@
 //      ring (2(t − 1) send_recv of N/t) add up to its record of one all_reduce of N. In the α–β
 //      model the time is 2(t − 1)α + 2(t − 1)/t · N/β. The bytes are the least any all-reduce can
 //      send (bandwidth-optimal); the 2(t − 1) latencies grow with t and dominate small messages,
-//      which is what the tuning advice of seed 004 is about (TP ≤ 8, merge all-reduces, FP16).
+//      which is what the tuning advice of [A4] is about (TP ≤ 8, merge all-reduces, FP16).
 //   3. An nccl-tests table, 4 KiB … 16 MiB: time, algbw, busbw = algbw · 2(t − 1)/t and #wrong
 //      of the hand ring against the library's all_reduce (MPI_Allreduce underneath on the CPU).
 //      Timings vary from run to run; only the values, #wrong and the bytes are checked.
@@ -314,7 +314,7 @@ int main(int argc, char** argv) {
         "column) the\n"
         "  2(t − 1) latencies cost more than the bytes; at 4 KiB they are nearly all of the time.");
 
-    L.say("  Seed 004's numbers and tuning advice, in this model:");
+    L.say("  [A4]'s numbers and tuning advice, in this model:");
     const int t8 = 8;
     const double ten_small = 10 * (alpha_term(t8) + beta_term(t8, small)),
                  one_merged = alpha_term(t8) + beta_term(t8, 10 * small);
@@ -345,11 +345,11 @@ int main(int argc, char** argv) {
                  1e-6);
     const double seed_share = 0.40, before = 280, after = 320;
     L.say(
-        "  - The seed's case: all-reduce was 40% of a step at 280 tokens/s. Removing it entirely "
+        "  - [A4]'s case: all-reduce was 40% of a step at 280 tokens/s. Removing it entirely "
         "would give at\n    most 280 / 0.6 = ",
         num("%.0f", before / (1 - seed_share)), " tokens/s; its fixes reached ", after, " (+",
         num("%.1f", 100 * (after / before - 1)), "%).");
-    L.check_fact("the seed's case: bound 467 tokens/s, +14.3%",
+    L.check_fact("[A4]'s case: bound 467 tokens/s, +14.3%",
                  {static_cast<float>(std::round(before / (1 - seed_share))),
                   static_cast<float>(std::round(1000 * (after / before - 1)) / 10)},
                  {467, 14.3f}, 0);

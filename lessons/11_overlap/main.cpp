@@ -7,7 +7,7 @@
 //      costs almost nothing, so nothing would be left to hide. A simulated link (lib/core/
 //      simulated_link.h) makes each collective last steps·α + wire bytes/β, sleeping, not spinning;
 //      the lesson picks β from the α–β model so that the block's communication takes as long as its
-//      GEMMs, the regime where overlap matters (10 GbE between strong GPUs, says seed 000).
+//      GEMMs, the regime where overlap matters (10 GbE between strong GPUs, says [A1]).
 //   2. Three ways to run the same block (--overlap, lib/parallel/collective_matmul.h):
 //        none   every collective blocks;
 //        async  backward starts dX's reduction and the input's re-gather early and computes the
@@ -19,7 +19,7 @@
 //      of it the computing thread waited for (exposed) and the part hidden under compute, from
 //      the timeline (lib/observe/timeline.h), whose charts of the last step are written as SVG
 //      (build/lesson_11_<mode>.svg by default).
-//   3. Against seed 000's "overlap cut the TP communication overhead by about 40 %".
+//   3. Against [A1]'s "overlap cut the TP communication overhead by about 40 %".
 //
 // What is new since lesson 10: asynchronous collectives (Work), the overlap modes, the simulated
 // link, the α–β model used to size it, and the timeline.
@@ -263,24 +263,24 @@ int main(int argc, char** argv) {
         "  issue to the wait that sees it done, so its 'communication' includes the compute it\n"
         "  flew under.)");
 
-    // 4. The seed's claim.
-    L.step("Against seed 000: \"overlap cut the TP communication overhead by about 40 %\".");
+    // 4. [A1]'s claim.
+    L.step("Against [A1]: \"overlap cut the TP communication overhead by about 40 %\".");
     L.say(
         "  async can hide only backward's reductions and re-gathers, behind the weight-gradient\n"
         "  GEMMs: the forward's four collectives stay in the way, so it hides well under half.\n"
         "  The ring hides forward and backward alike; what stays exposed is the first block of\n"
         "  each ring (nothing to compute yet) and the last wait. How much of it a real run hides\n"
-        "  depends on the link against the compute, as the seed says: the slower the link (10 "
+        "  depends on the link against the compute, as [A1] says: the slower the link (10 "
         "GbE)\n"
         "  against strong GPUs, the more there is to hide; over NVLink little was exposed anyway.\n"
-        "  Where seed 000 goes wrong: it starts a column-parallel layer's all-gather and runs\n"
+        "  Where [A1] goes wrong: it starts a column-parallel layer's all-gather and runs\n"
         "  \"LayerNorm or other work that does not need the whole Y\" meanwhile. In Megatron TP "
         "the\n"
         "  column outputs are not gathered at all; the collectives that block are g's all-reduce\n"
         "  (here its reduce-scatter) and, under SP, the all-gather before q, k, v and fc1, and "
         "the\n"
         "  LayerNorm after g needs g's result. What can run beside them is backward's\n"
-        "  weight-gradient GEMMs (async) or the other blocks of the same GEMM (ring). Seed 002's\n"
+        "  weight-gradient GEMMs (async) or the other blocks of the same GEMM (ring). [A3]'s\n"
         "  \"TP communication cannot be hidden\" holds for a blocking all-reduce whose result the\n"
         "  next operator needs; splitting the GEMM around it, as the ring does, hides most of it.");
       },

@@ -15,7 +15,7 @@
 //      the rank's TP shard (+ the loss), 2(dp − 1)/dp of its bytes sent per rank.
 //   5. The memory arithmetic of a 70B model with mixed-precision AdamW (16 bytes per parameter):
 //      what TP, DP and ZeRO-1/2/3 shard, and the per-GPU totals for (tp, dp) on 8 nodes of 8 GPUs.
-//   6. Seed 002's three walls that ZeRO hits above 70B, computed.
+//   6. [A3]'s three walls that ZeRO hits above 70B, computed.
 //   7. Why TP stays inside a node and DP (and PP) go across: the per-layer all-reduce on NVLink vs
 //      InfiniBand, against the compute it would have to hide behind.
 //
@@ -314,7 +314,7 @@ int main(int argc, char** argv) {
                  1e-6);
 
     // 6. The three walls.
-    L.step("Seed 002's three walls that ZeRO alone hits above 70B.");
+    L.step("[A3]'s three walls that ZeRO alone hits above 70B.");
     // (a) Activations: ZeRO and DP do not split them. Korthikanti et al., 16-bit, FlashAttention
     // (no s² term): 34·s·b·h bytes per layer on one device; TP + SP divides it by t.
     const double s = 8192, h8 = 4096, layers8 = 36;
@@ -355,7 +355,7 @@ int main(int argc, char** argv) {
 
     // 7. Why TP stays in the node.
     L.step("Why TP stays inside a node, and DP and PP go across.");
-    // Seed 002: 8B model at t = 8; each of the 4 all-reduces per layer is b·s·h = 8192 · 4096 in
+    // [A3]: 8B model at t = 8; each of the 4 all-reduces per layer is b·s·h = 8192 · 4096 in
     // bf16 = 64 MiB, and a rank sends 2(t − 1)/t of it.
     const int t8 = 8;
     const double buf = s * h8 * 2,

@@ -1,16 +1,16 @@
-// Lesson 13 — seed 000's experiment: a 12-layer GPT (h = 512, MLP 2048) trained at t = 1, 2 and 4,
+// Lesson 13 — [A1]'s experiment: a 12-layer GPT (h = 512, MLP 2048) trained at t = 1, 2 and 4,
 // and its two designs for the TP regions (plain TP against sequence parallelism) side by side.
 //
 // What it shows:
-//   1. The model of seed 000's table, trained from the same initial weights on the same batches at
+//   1. The model of [A1]'s table, trained from the same initial weights on the same batches at
 //      t = 1, 2, 4 (1, 2, …, np), each on a sub-communicator of the world (world.split) while the
 //      ranks not in it wait without spinning. Per t: wall time and tokens/s, the peak device memory
 //      of each rank (and as % of t = 1), split into weights + gradients + AdamW state, the
 //      activations kept for backward and the rest, the final loss, and the three loss curves in one
 //      SVG.
 //   2. TP does not change the loss: the t = 2 and t = 4 curves equal t = 1 to fp32 rounding. The
-//      seed's table reports 2.625 at t = 1 and 2.324 at t = 4; that difference cannot come from TP.
-//   3. Seed 000 §4's two designs at the same t: identity forward + all-reduce backward at a region's
+//      table of [A1] reports 2.625 at t = 1 and 2.324 at t = 4; that difference cannot come from TP.
+//   3. [A1] §4's two designs at the same t: identity forward + all-reduce backward at a region's
 //      entry (plain TP: f and g) against all-gather forward + reduce-scatter backward (sequence
 //      parallelism, --sp): time per step, bytes sent per step (CommLedger), activations kept per
 //      rank, peak memory, and the same loss.
@@ -319,8 +319,7 @@ std::string ranks_from(int first, int last) {
 int main(int argc, char** argv) {
   return lesson::run(
       argc, argv, "lesson_13_train_gpt",
-      "Lesson 13: seed 000's 12-layer GPT trained at t = 1, 2, 4, and its two TP designs",
-      {4, 1, 2, 8},
+      "Lesson 13: [A1]'s 12-layer GPT trained at t = 1, 2, 4, and its two TP designs", {4, 1, 2, 8},
       [](lesson::Lesson& L) {
     Device& dev = L.device();
     Communicator& world = L.world();
@@ -359,7 +358,7 @@ int main(int argc, char** argv) {
     }
 
     // 1. The model and the plan.
-    L.step("Seed 000's model: 12 layers, h = 512, MLP 2048, 8 heads; trained at t = 1 … " +
+    L.step("[A1]'s model: 12 layers, h = 512, MLP 2048, 8 heads; trained at t = 1 … " +
            std::to_string(T) + " on the same batches.");
     MarkovSource data(s.cfg.vocab, s.seed);
     int64_t n_params = 0, replicated = 0;
@@ -381,7 +380,7 @@ int main(int argc, char** argv) {
     L.say("  one step ≈ 6 · parameters · tokens = ", fixed(gflop, 0),
           " GFLOP (forward 2, backward 4 per parameter and token).");
     L.say(
-        "  Seed 000's runs took 39–68 minutes on GPUs. One CPU core does at most about a hundred\n"
+        "  [A1]'s runs took 39–68 minutes on GPUs. One CPU core does at most about a hundred\n"
         "  GFLOP/s, so a step takes most of a second here: the lesson trains ",
         s.steps, " steps at each t\n",
         s.steps >= 20 ? "  (--steps for more), enough for the loss to fall by more than a nat and "
@@ -398,7 +397,7 @@ int main(int argc, char** argv) {
     for (int t : ts) {
       runs.push_back(train_at(dev, world, *world.split(0, world.rank()), s, t, false, s.steps));
     }
-    // 3. Sequence parallelism at the largest t (seed 000 §4's second design).
+    // 3. Sequence parallelism at the largest t ([A1] §4's second design).
     Run sp_run;
     if (T > 1) sp_run = train_at(dev, world, *world.split(0, world.rank()), s, T, true, s.sp_steps);
 
@@ -457,7 +456,7 @@ int main(int argc, char** argv) {
     // Memory per rank.
     L.step("Peak device memory per rank, and what it holds.");
     lesson::Table mem({"t", "parameters per rank", "weights + grads + AdamW", "activations kept",
-                       "other (transient)", "peak per rank", "% of t = 1", "seed 000"});
+                       "other (transient)", "peak per rank", "% of t = 1", "[A1]"});
     const char* seed_pct[] = {"100 %", "55 %", "—", "32 %"};
     const int64_t peak1 = per_t[0].peak[0];
     std::vector<int64_t> peaks;
@@ -526,7 +525,7 @@ int main(int argc, char** argv) {
         "where\n"
         "  one device adds one, so the last bits differ, and training amplifies them a little.");
     L.say(
-        "  Seed 000's table gives a final loss of 2.625 at t = 1 and t = 2 but 2.324 at t = 4. TP\n"
+        "  [A1]'s table gives a final loss of 2.625 at t = 1 and t = 2 but 2.324 at t = 4. TP\n"
         "  cannot do that: it computes the same function with the same gradients, as the curves\n"
         "  above show to ",
         sci(rtol),
@@ -550,7 +549,7 @@ int main(int argc, char** argv) {
         series.push_back(p);
       }
       if (!plot.empty())
-        write_text_file(plot, svg_line_plot("Seed 000's 12-layer GPT: training loss at t = 1 … " +
+        write_text_file(plot, svg_line_plot("[A1]'s 12-layer GPT: training loss at t = 1 … " +
                                                 std::to_string(T),
                                             "step", "loss (nats)", series));
     }
@@ -558,7 +557,7 @@ int main(int argc, char** argv) {
       L.say("  wrote ", plot, " (the curves of every t in one picture; they lie on each other)");
 
     // The two designs.
-    L.step("Seed 000 §4's two designs at t = " + std::to_string(T) +
+    L.step("[A1] §4's two designs at t = " + std::to_string(T) +
            ": identity + all-reduce (plain TP) vs all-gather + reduce-scatter (SP).");
     if (T == 1) {
       L.say("  t = 1 moves nothing; run with -np 2 or more to compare them.");
@@ -650,7 +649,7 @@ int main(int argc, char** argv) {
                   sp_step, tokens / sp_step, sp_run.cpu / static_cast<double>(sp_run.loss.size()));
     L.say(line);
     L.say(
-        "  Seed 000 found identity + all-reduce better at small t and all-gather + reduce-scatter\n"
+        "  [A1] found identity + all-reduce better at small t and all-gather + reduce-scatter\n"
         "  faster at t ≥ 4. Fewer bytes cannot be the reason: an all-reduce is a reduce-scatter\n"
         "  plus an all-gather, so SP moves the same bytes at every region boundary, and here the\n"
         "  re-gathers in backward on top. What SP buys is memory (the activations above, and so\n"

@@ -44,7 +44,7 @@
 //                                                                                through the kernel,
 //                                                                                20–50 µs
 //
-// and the custom form `α_us,β_GBps`: `--link 5,12.5` is α = 5 µs, β = 12.5 GB/s. Seed 002's numbers
+// and the custom form `α_us,β_GBps`: `--link 5,12.5` is α = 5 µs, β = 12.5 GB/s. [A3]'s numbers
 // come out of the nvlink and ib presets: its 64 MiB all-reduce at t = 8 takes 0.26 ms of β alone on
 // NVLink and 2.3 ms on IB (plus 14 α).
 //

@@ -20,7 +20,7 @@ std::string format(const char* fmt, Args... args) {
   return buf;
 }
 
-// Memory in decimal units (GB = 10⁹ bytes, as seed 002's tables count).
+// Memory in decimal units (GB = 10⁹ bytes, as [A3]'s tables count).
 std::string bytes_str(double b) {
   if (b >= 1e9) return format("%.2f GB", b / 1e9);
   if (b >= 1e6) return format("%.2f MB", b / 1e6);
@@ -28,7 +28,7 @@ std::string bytes_str(double b) {
   return format("%.0f B", b);
 }
 
-// Message sizes in binary units (seed 002's "64 MiB").
+// Message sizes in binary units ([A3]'s "64 MiB").
 std::string mib_str(double b) {
   if (b >= 1073741824.0) return format("%.2f GiB", b / 1073741824.0);
   if (b >= 1048576.0) return format("%.1f MiB", b / 1048576.0);
@@ -114,6 +114,10 @@ std::vector<PreflightTensor> model_tensors(const GptConfig& c, int t, int64_t vo
 }
 
 }  // namespace
+
+double comm_share(double comm, double compute) {
+  return comm + compute > 0 ? comm / (comm + compute) : 0.0;
+}
 
 std::vector<PlannedCollective> step_collectives(const GptConfig& c, int64_t batch, int t,
                                                 int64_t d) {
@@ -259,14 +263,18 @@ Preflight preflight(const PreflightInput& in) {
               k.count * predict_seconds(k.op, t, k.bytes, e.link.model);
     p.links.push_back(e);
   }
+  // [A1] §6 and [A2] §6.4: look at overlap (or at the group's link) when communication is more
+  // than 30 % of the step. Their share is of the whole step, communication and compute run one
+  // after the other: comm / (comm + compute), not comm / compute.
   const double fast = c.sp ? p.links[0].layer_comm_sp : p.links[0].layer_comm;
-  if (t > 1 && fast > 0.3 * p.layer_compute)
+  const double share = comm_share(fast, p.layer_compute);
+  if (t > 1 && share > 0.3)
     p.warnings.push_back(format(
-        "communication is %.0f%% of compute per layer even on NVLink (%s vs %s at %.0f "
-        "TFLOPS): above seed 001's 30%% mark. Both grow with the tokens, so a larger batch does "
-        "not help; the share grows with t and falls with h: use the smallest t that fits",
-        100.0 * fast / p.layer_compute, time_str(fast).c_str(), time_str(p.layer_compute).c_str(),
-        in.flops / 1e12));
+        "communication is %.0f%% of each layer's step even on NVLink (%s of it, %s of compute at "
+        "%.0f TFLOPS, one after the other): above the 30%% share of [A1] and [A2]. Both grow "
+        "with the tokens, so a larger batch does not help; the share grows with t and falls with "
+        "h: use the smallest t that fits, or overlap (tp_train --overlap)",
+        100.0 * share, time_str(fast).c_str(), time_str(p.layer_compute).c_str(), in.flops / 1e12));
   return p;
 }
 
@@ -401,12 +409,13 @@ std::string preflight_report(const Preflight& p) {
         mib_str(ring_wire_bytes("all_reduce", t, ar_bytes)).c_str());
     os << "  " << pad("link", 30)
        << format("%24s %12s %12s %18s\n", "one all-reduce", "layer, TP", "layer, SP",
-                 c.sp ? "comm/compute, SP" : "comm/compute, TP");
+                 c.sp ? "comm share, SP" : "comm share, TP");
     for (const LinkEstimate& e : p.links) {
       const double mine = c.sp ? e.layer_comm_sp : e.layer_comm;
       os << "  " << pad(e.link.str(), 30) << rpad(time_str(e.all_reduce_beta), 10) << " (+α "
          << rpad(time_str(e.all_reduce), 9) << ") " << rpad(time_str(e.layer_comm), 12) << " "
-         << rpad(time_str(e.layer_comm_sp), 12) << format(" %17.2fx\n", mine / p.layer_compute);
+         << rpad(time_str(e.layer_comm_sp), 12)
+         << format(" %17.0f%%\n", 100.0 * comm_share(mine, p.layer_compute));
     }
     int per_layer = 0;  // plain TP: every per-layer collective is an all-reduce of N·h
     for (const PlannedCollective& k : p.collectives) per_layer += k.per_layer ? k.count : 0;
@@ -419,7 +428,7 @@ std::string preflight_report(const Preflight& p) {
         time_str(n * p.links[1].all_reduce_beta).c_str(), p.links[1].link.name.c_str(),
         time_str(n * p.links[0].all_reduce).c_str(), time_str(n * p.links[1].all_reduce).c_str(),
         time_str(c.layers * p.layer_compute).c_str());
-    os << "  (the first time is the β term alone, seed 002's way of counting; +α adds the "
+    os << "  (the first time is the β term alone, [A3]'s way of counting; +α adds the "
        << 2 * (t - 1) << " ring steps' latency. A forward all-reduce sits on the critical "
        << "path: the next operation needs its result. Only a split of the GEMMs around it hides "
        << "part of it: tp_train --overlap async|ring, lesson 11)\n";
@@ -448,7 +457,7 @@ GptConfig model_preset(const std::string& name) {
     set(12, 768, 12, 12, 3072, 50257, 1024, "gelu", "layernorm", true);
   else if (name == "gpt2-medium")
     set(24, 1024, 16, 16, 4096, 50257, 1024, "gelu", "layernorm", true);
-  else if (name == "qwen3-8b")  // seed 002's model, at its 8K-token sample
+  else if (name == "qwen3-8b")  // [A3]'s model, at its 8K-token sample
     set(36, 4096, 32, 8, 12288, 151936, 8192, "swiglu", "rmsnorm", false);
   else if (name == "llama2-7b")
     set(32, 4096, 32, 32, 11008, 32000, 4096, "swiglu", "rmsnorm", false);

@@ -1,4 +1,4 @@
-// preflight.h — seed 001's pre-launch checklist as arithmetic: a model configuration and a
+// preflight.h — [A2]'s pre-launch checklist as arithmetic: a model configuration and a
 // tensor-parallel size t in, every problem, the shard of every tensor, the memory of each rank,
 // the collectives of a step and their predicted time out. No communicator, no device, no MPI:
 // everything here is computed from the numbers (tools/tp_preflight prints it; tp_train runs the
@@ -17,7 +17,10 @@
 // Notes (applied fixes, no error): the vocabulary padded to V' = a multiple of t
 // (GptConfig::padded_vocab, the rule VocabParallelEmbedding uses); KV-head copies.
 // Warnings: a TP group that spans nodes (t > GPUs per node: every all-reduce crosses the slow
-// link), and communication above 30 % of compute on the fast link (seed 001's checklist).
+// link), and communication above 30 % of the step on the fast link: the rule of [A1] §6 and of
+// [A2]'s checklist (§6.4), whose share is of the whole step, comm / (comm + compute) with the two
+// run one after the other (comm_share), not comm / compute. Qwen3-8B at t = 8 on NVLink: 1.21 ms
+// of communication per layer against 2.96 ms of compute is 29 %: no warning (with SP, 34 %).
 //
 // Shards (the layout of tp::Gpt, parallel/param.h): weights are stored [in, out].
 //   column-parallel (q, k, v, c_fc, c_gate)   W [in, out] → [in, out/t], bias [out] → [out/t]
@@ -37,7 +40,7 @@
 //       no TP     sbh · 34           + 5 a s² b
 //       TP        sbh · (10 + 24/t)  + 5 a s² b / t
 //       TP + SP   sbh · 34/t         + 5 a s² b / t
-//     (a = nh); FlashAttention keeps no s × s scores, which drops the 5 a s² b terms (seed 002's
+//     (a = nh); FlashAttention keeps no s × s scores, which drops the 5 a s² b terms ([A3]'s
 //     table: 34, 13 and 4.25 · sbh at t = 8).
 //   logits       N · V'/t · 4 (fp32; the vocabulary-parallel head never holds all V' columns)
 //
@@ -57,7 +60,7 @@
 // Time per layer: each collective by the α–β ring model (predict_seconds, observe/alpha_beta.h)
 // on the NVLink and InfiniBand presets (core/simulated_link.h); compute by 6·P_layer·N/t FLOPs
 // (forward 2, backward 4 per parameter and token; attention's s² term not counted) at a stated
-// FLOP rate. Seed 002's example (Qwen3-8B, h = 4096, S = 8192, B = 1, bf16, t = 8): one
+// FLOP rate. [A3]'s example (Qwen3-8B, h = 4096, S = 8192, B = 1, bf16, t = 8): one
 // all-reduce of [1, 8192, 4096] · 2 bytes = 64 MiB sends 2 · 7/8 · 64 = 112 MiB per rank:
 // 0.26 ms on NVLink (450 GB/s), 2.3 ms on IB (50 GB/s), β terms alone; compute ≈ 3 ms at
 // 400 TFLOPS.
@@ -110,7 +113,7 @@ struct PlannedCollective {
 /// The time of the collectives of one layer on one link, against compute.
 struct LinkEstimate {
   Link link;
-  double all_reduce_beta = 0;  ///< one all-reduce of N·h: the β term alone (seed 002's number)
+  double all_reduce_beta = 0;  ///< one all-reduce of N·h: the β term alone ([A3]'s number)
   double all_reduce = 0;       ///< the same with its 2 (t − 1) α
   double layer_comm = 0;       ///< one layer's collectives, forward + backward, plain TP
   double layer_comm_sp = 0;    ///< the same with sequence parallelism
@@ -143,6 +146,10 @@ struct Preflight {
   double layer_compute = 0;         ///< seconds of one layer's forward + backward on one rank
   std::vector<LinkEstimate> links;  ///< NVLink, InfiniBand
 };
+
+/// Communication's share of a step in which it runs after the compute, not under it:
+/// comm / (comm + compute), the share the 30 % rule of [A1] and [A2] is about (0 when both are 0).
+double comm_share(double comm, double compute);
 
 /// Runs every check and, when none fails, works out shards, memory, collectives and times.
 Preflight preflight(const PreflightInput& in);

@@ -14,7 +14,7 @@
 //
 //   seconds = steps · α + wire_bytes / β
 //
-// e.g. all-reduce: 2 (t − 1) α + 2 (t − 1) / t · N / β. Seed 002's 64 MiB all-reduce at t = 8 sends
+// e.g. all-reduce: 2 (t − 1) α + 2 (t − 1) / t · N / β. [A3]'s 64 MiB all-reduce at t = 8 sends
 // 2 · 7/8 · 64 MiB = 112 MiB per rank: 0.26 ms at β = 450 GB/s (NVLink), 2.3 ms at 50 GB/s (IB);
 // its 14 steps add 14 α on top.
 //
