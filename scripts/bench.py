@@ -186,11 +186,13 @@ class Table:
             best = (max if pick is min else min)(spread(r.values)[0] for r in rows)
             out.append([f"{what.format(n=len(rows))}: worst median (best {best:.2f}×)", *worst.cells(), goal,
                         combine(r.mark() for r in rows)])
+        # The other sections' rows one by one, each named so that it reads without its section.
+        named = {"overlap (t = 2, SP)": "lesson 11 (t = 2, SP, simulated link), {}",
+                 "α–β predictor (np 2)": "α–β prediction / measured, {} (`tp_train --link 10gbe --predict`)",
+                 "training (t = 1)": "{} vs PyTorch eager", "strong scaling": "strong scaling: {}"}
         for r in self.rows:
-            if r.section in ("overlap (t = 2, SP)", "α–β predictor (np 2)", "training (t = 1)",
-                             "strong scaling") and r.goal and r.values:
-                what = r.what + (" vs PyTorch eager" if r.section.startswith("training") else "")
-                out.append([what, *r.cells(), r.goal.text(), r.mark()])
+            if r.section in named and r.goal and r.values:
+                out.append([named[r.section].format(r.what), *r.cells(), r.goal.text(), r.mark()])
         return markdown(["what", "median", "spread (min–max)", "runs", "goal", ""], out)
 
 
@@ -507,7 +509,7 @@ def selftest():
     check("summary: the GEMM group shows its worst row and is ~", s[2],
           "| Device::gemm / direct cblas_sgemm, 2 layer GEMMs: worst median (best 1.00×) | 0.96× | 0.94–0.97 | 3 "
           "| ≥ 0.95× | ~ |")
-    check("summary: strong scaling straddles 1.8 → ~", s[3], "| t = 2 | 1.80× | 1.75–1.82 | 5 | ≥ 1.80× | ~ |")
+    check("summary: strong scaling straddles 1.8 → ~", s[3], "| strong scaling: t = 2 | 1.80× | 1.75–1.82 | 5 | ≥ 1.80× | ~ |")
     check("full table: every line has the header's columns", {line.count("|") for line in t.full().splitlines()},
           {11})
     check("tp_bench's RESULT lines", results("RESULT gemm bench.fc1.fwd 45.3 GFLOP/s 46.2 0.9805\nRESULT x\n"),
