@@ -8,7 +8,7 @@
 #   make lessons  build the lessons only
 #   make bench    GEMM, threads, collectives, overlap, training vs PyTorch: each ratio interleaved and
 #                 repeated (3 runs, 5 for overlap and scaling), median, spread, ✓ ✗ ~ (build/bench/);
-#                 ~5 min on 2 cores; BENCH_QUICK=1: 3 runs everywhere
+#                 ~4 min on a quiet 2-core machine; BENCH_QUICK=1: 3 runs everywhere
 #   make docs     the textbook: Doxygen over the lesson pages and lib/ into docs/html (offline:
 #                 MathJax formulas, each lesson = introduction, results, program; warnings fail)
 #   make lesson-pages  run every lesson and write its output (and pictures) into its page's Results
