@@ -557,13 +557,16 @@ def main():
                            ("overlap", lambda: overlap_rows(table, args.build, reps_long, reps)),
                            ("training", lambda: training_rows(table, args.build, args.steps, tmp, reps_long, reps,
                                                               info))):
-            print(f"· {name} ...", flush=True)
+            print(f"· {name} ...", end=" ", flush=True)
+            t0 = time.time()
             try:
                 wrong = step()
                 if wrong:
                     failed.append(f"{name}: {wrong} wrong values")
-            except (RuntimeError, KeyError, IndexError, OSError, subprocess.TimeoutExpired) as e:
+            except (RuntimeError, KeyError, IndexError, ValueError, ZeroDivisionError, OSError,
+                    subprocess.TimeoutExpired) as e:
                 failed.append(f"{name}: {e}")
+            print(f"{time.time() - t0:.0f} s", flush=True)
     head = header(info, load_before, load_1min(), time.time() - start, reps, reps_long, args.steps)
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     judged = [r.mark() for r in table.rows if r.mark()]
