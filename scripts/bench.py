@@ -452,6 +452,9 @@ def header(info, load_before, load_after, seconds, reps, reps_long, steps):
              f"- OpenBLAS kernels: {core}; build: {info.get('blas_config', '?')}",
              f"- one-thread sgemm ceiling: {ceil}",
              f"- MPI: {info.get('mpi', '?')}; PyTorch: {info.get('torch', 'not run')}",
+             "- checks, by stated tolerances (not digits): GEMM #wrong = sampled elements off a double-precision "
+             "dot product by > 1e-5 · Σ|a·b|; collectives exact on small integers; the PyTorch twin's loss "
+             "within 1e-6 and gradients within 1e-5 (relative)",
              f"- load average (1 min): {load_before:.2f} before, {load_after:.2f} after",
              f"- runs per row: {reps} ({reps_long} for the overlap and strong-scaling rows), interleaved; "
              f"tp_train {steps} steps per run; the whole bench took {seconds // 60:.0f} min {seconds % 60:.0f} s"]
@@ -499,6 +502,10 @@ def selftest():
     check("load 0.50 is quiet", quiet_warning(0.5), None)
     check("load 0.51 is not quiet", (quiet_warning(0.51) or "").startswith("WARNING: the machine was not quiet"),
           True)
+    check("the header of a busy run starts with the WARNING",
+          header({}, 0.9, 0.9, 60, 3, 5, 12)[0].startswith("WARNING: the machine was not quiet"), True)
+    check("the header of a quiet run has no WARNING", any("WARNING" in h for h in header({}, 0.1, 0.1, 60, 3, 5, 12)),
+          False)
     t = Table()
     t.add("GEMM (1 thread)", "a", "1 GFLOP/s", "1 GFLOP/s", [0.99, 1.01, 1.0], at_least(0.95))
     t.add("GEMM (1 thread)", "b", "1 GFLOP/s", "1 GFLOP/s", [0.94, 0.97, 0.96], at_least(0.95))
