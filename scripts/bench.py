@@ -516,7 +516,8 @@ def selftest():
     check("summary: the GEMM group shows its worst row and is ~", s[2],
           "| Device::gemm / direct cblas_sgemm, 2 layer GEMMs: worst median (best 1.00×) | 0.96× | 0.94–0.97 | 3 "
           "| ≥ 0.95× | ~ |")
-    check("summary: strong scaling straddles 1.8 → ~", s[3], "| strong scaling: t = 2 | 1.80× | 1.75–1.82 | 5 | ≥ 1.80× | ~ |")
+    check("summary: strong scaling straddles 1.8 → ~", s[3],
+          "| strong scaling: t = 2 | 1.80× | 1.75–1.82 | 5 | ≥ 1.80× | ~ |")
     check("full table: every line has the header's columns", {line.count("|") for line in t.full().splitlines()},
           {11})
     check("tp_bench's RESULT lines", results("RESULT gemm bench.fc1.fwd 45.3 GFLOP/s 46.2 0.9805\nRESULT x\n"),
@@ -540,7 +541,9 @@ def selftest():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", default=os.environ.get("BUILD", "build"))
-    ap.add_argument("--steps", type=int, default=12, help="training steps per tokens/s run (the first 3 untimed)")
+    ap.add_argument("--steps", type=int, default=12,
+                    help="training steps per tokens/s run (tp_train: median of those after the 3rd; PyTorch: "
+                         "after 3 warm-up steps)")
     ap.add_argument("--quick", action="store_true", default=os.environ.get("BENCH_QUICK", "") not in ("", "0"),
                     help="3 runs for every row (also BENCH_QUICK=1)")
     ap.add_argument("--selftest", action="store_true", help="check the judging logic and the parsers, then exit")
