@@ -6,7 +6,9 @@
 #                 lesson's output with its page); the last line is "N passed, M failed"
 #   make          build everything into build/ (build/bin, build/lib)
 #   make lessons  build the lessons only
-#   make bench    GEMM, threads, collectives, training vs PyTorch: ratios and goals (build/bench/)
+#   make bench    GEMM, threads, collectives, overlap, training vs PyTorch: each ratio interleaved and
+#                 repeated (3 runs, 5 for overlap and scaling), median, spread, ✓ ✗ ~ (build/bench/);
+#                 ~4 min on a quiet 2-core machine; BENCH_QUICK=1: 3 runs everywhere
 #   make docs     the textbook: Doxygen over the lesson pages and lib/ into docs/html (offline:
 #                 MathJax formulas, each lesson = introduction, results, program; warnings fail)
 #   make lesson-pages  run every lesson and write its output (and pictures) into its page's Results
@@ -357,9 +359,10 @@ test: all
 gpu-check:
 	@scripts/gpu-check.sh
 
-# scripts/bench.py: GEMM vs cblas_sgemm, threads, collectives vs bare MPI, training tokens/s vs
-# PyTorch eager, strong scaling; every row a ratio with its goal, in $(BUILD)/bench/bench.md.
-bench: $(BUILD)/bin/tp_bench $(BUILD)/bin/tp_train
+# scripts/bench.py: GEMM vs cblas_sgemm, threads, collectives vs bare MPI, overlap, training
+# tokens/s vs PyTorch eager, strong scaling; every row a ratio over repeated, interleaved runs with
+# its median, spread and goal, in $(BUILD)/bench/bench.md (BENCH_QUICK=1: 3 runs per row).
+bench: $(BUILD)/bin/tp_bench $(BUILD)/bin/tp_train $(BUILD)/bin/lesson_11_overlap
 	@. scripts/common.sh && MPI_FLAGS="$$MPI_FLAGS" python3 scripts/bench.py --build $(BUILD)
 
 # ---- Fuzzing: make fuzz [FUZZ_SECONDS=600] -------------------------------------------------------

@@ -9,14 +9,20 @@
 // Device::synchronize(), so GPU kernels are timed to completion, not to their launch. Each
 // measurement is also printed as one machine-readable line
 //   RESULT <suite> <name> <value> <unit> <reference value> <ratio>
-// which scripts/gpu-check.sh collects into its table.
+// which scripts/gpu-check.sh and scripts/bench.py collect into their tables. On the CPU two lines
+// first name the OpenBLAS kernels in use and its build (scripts/bench.py's header):
+//   INFO blas_core <openblas_get_corename()>        e.g. Haswell, SkylakeX (OPENBLAS_CORETYPE)
+//   INFO blas_config <openblas_get_config()>
 //
 // 1. GEMM on the CPU (--suite gemm): Device::gemm (the project: the argument checks, then
 //    cblas_sgemm) against cblas_sgemm called directly on the same buffers, at every GEMM of the
 //    linear layers and the head of tp_train's default model and of make bench's model (forward,
 //    input gradient, weight gradient); samples of the two alternate, and the ratio of their medians
-//    is the result (absolute times mean little on a shared machine). The naive loop (host_gemm)
-//    gives #wrong: elements whose relative error against it exceeds 1e-4.
+//    is the result (absolute times mean little on a shared machine). #wrong: among 1024 sampled
+//    elements, those off a double-precision dot product by more than 1e-5 · Σ_p |a_ip b_pj| (the
+//    fp32 rounding scale of the sum, which no choice of OpenBLAS kernels comes near, and which a
+//    missing or misplaced term exceeds). Before the layers, the ceiling: the best GFLOP/s of
+//    cblas_sgemm at the square sizes 512, 1024 and 1536, at the same thread count.
 //    Threads (--suite threads): each rank in turn runs GEMMs while the others sleep, and reports
 //    its CPU time over wall time — the cores its OpenMP + BLAS threads really use, which the thread
 //    rule keeps at cores ÷ ranks on the node.
@@ -24,7 +30,8 @@
 //    the same buffers (alternating samples, medians), time per call, algbw = bytes / time, and
 //    busbw = algbw · 2(t − 1)/t for all-reduce, · (t − 1)/t for all-gather and reduce-scatter: the
 //    ring-model bytes each rank moves per second, comparable across t. #wrong counts elements that
-//    differ from the closed-form answer.
+//    differ from the closed-form answer (small integers, exact in fp32 whatever the order of the
+//    sum).
 // 3. GEMM on the GPU (--suite gemm with --backend gpu): TFLOP/s at the linear-layer shapes of a
 //    transformer with h = --hidden (4096) and --tokens (8192 = s 2048 · b 4) rows, forward and the
 //    two backward products, against a ceiling measured in the same run at the same precision: the
@@ -52,7 +59,6 @@
 #include <utility>
 #include <vector>
 
-#include "core/host.h"
 #include "core/log.h"
 #include "launcher.h"
 #include "model/config.h"
@@ -145,18 +151,45 @@ std::pair<double, double> paired_median(const std::function<void()>& f,
   return {tf[tf.size() / 2], tg[tg.size() / 2]};
 }
 
-struct CpuGemm {
-  std::string name;  // "<model>.<layer>.<fwd|dgrad|wgrad>"
+// One GEMM: C (m × n) = op(A) op(B), op(A) m × k, op(B) k × n; ta / tb: A or B stored transposed.
+struct GemmCase {
+  std::string name;  // CPU: "<model>.<layer>.<fwd|dgrad|wgrad>"; GPU: "<layer>.<fwd|dgrad|wgrad>"
   bool ta, tb;
   int64_t m, n, k;
 };
 
+// #elements among `samples` sampled (i, j) whose value is off the double-precision dot product by
+// more than tol · Σ_p |a_ip b_pj| (the rounding scale of a k-term sum at the inputs' precision:
+// it does not depend on the order the kernels sum in, so any OpenBLAS or cuBLAS kernel passes).
+int sampled_wrong(const GemmCase& g, const Tensor& a, const Tensor& b, const Tensor& c, double tol,
+                  int samples) {
+  const auto ha = a.to_host(), hb = b.to_host(), hc = c.to_host();
+  int wrong = 0;
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (int s = 0; s < samples; ++s) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    const int64_t i = static_cast<int64_t>(x % static_cast<uint64_t>(g.m));
+    const int64_t j = static_cast<int64_t>((x >> 32) % static_cast<uint64_t>(g.n));
+    double dot = 0, mag = 0;
+    for (int64_t p = 0; p < g.k; ++p) {
+      const double av = g.ta ? ha[p * g.m + i] : ha[i * g.k + p];
+      const double bv = g.tb ? hb[j * g.k + p] : hb[p * g.n + j];
+      dot += av * bv;
+      mag += std::fabs(av * bv);
+    }
+    wrong += std::fabs(hc[i * g.n + j] - dot) > tol * mag + 1e-30;
+  }
+  return wrong;
+}
+
 // The GEMMs of one transformer layer stack at t = 1: for each linear (N tokens, in → out) the
 // forward Y = X W (N × out × in), the input gradient dX = dY Wᵀ (N × in × out) and the weight
 // gradient dW = Xᵀ dY (in × out × N); and the tied head, logits = X wteᵀ (N × V × h).
-std::vector<CpuGemm> model_gemms(const std::string& model, int64_t n, int64_t h, int64_t ffn,
-                                 int64_t vocab) {
-  std::vector<CpuGemm> out;
+std::vector<GemmCase> model_gemms(const std::string& model, int64_t n, int64_t h, int64_t ffn,
+                                  int64_t vocab) {
+  std::vector<GemmCase> out;
   const struct {
     const char* layer;
     int64_t in, out;
@@ -170,54 +203,78 @@ std::vector<CpuGemm> model_gemms(const std::string& model, int64_t n, int64_t h,
   return out;
 }
 
-void bench_gemm(Context& ctx) {
-  Device& dev = ctx.device;
-  // The models: tp_train's defaults (h 64, s 64, b 8, V 256) and the benchmark model of
-  // `make bench` (h 256, s 128, b 8, V 256).
-  std::vector<CpuGemm> cases = model_gemms("default", 64 * 8, 64, 256, 256);
-  for (const CpuGemm& g : model_gemms("bench", 128 * 8, 256, 1024, 256)) cases.push_back(g);
-  log0(ctx.world, "# GEMM: Device::gemm vs cblas_sgemm called directly vs the naive loop, ",
-       omp_get_max_threads(), " thread(s); median of interleaved samples");
-  log0(ctx.world,
-       "#                 layer      m      n      k   project GFLOP/s   cblas GFLOP/s   ratio   "
-       "naive GFLOP/s   #wrong");
-  for (const CpuGemm& g : cases) {
-    Tensor a(dev, g.ta ? Shape{g.k, g.m} : Shape{g.m, g.k}),
-        b(dev, g.tb ? Shape{g.n, g.k} : Shape{g.k, g.n}), c(dev, Shape{g.m, g.n}),
-        c2(dev, Shape{g.m, g.n});
+// op(A) op(B) straight into OpenBLAS, on the project's buffers (row-major, as Device::gemm).
+void direct_sgemm(const GemmCase& g, const Tensor& a, const Tensor& b, Tensor& c) {
+  cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans, g.tb ? CblasTrans : CblasNoTrans,
+              static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k), 1.0f, a.data(),
+              static_cast<int>(a.cols()), b.data(), static_cast<int>(b.cols()), 0.0f, c.data(),
+              static_cast<int>(c.cols()));
+}
+
+// A and B of a GEMM case, uniform in [-1, 1), and room for C.
+struct GemmOperands {
+  Tensor a, b, c;
+  GemmOperands(Device& dev, const GemmCase& g)
+      : a(dev, g.ta ? Shape{g.k, g.m} : Shape{g.m, g.k}),
+        b(dev, g.tb ? Shape{g.n, g.k} : Shape{g.k, g.n}),
+        c(dev, Shape{g.m, g.n}) {
     dev.fill_random(a, RngKey::from(1, "a"), GlobalIndex::whole(a.cols()),
                     Distribution::uniform(-1, 1));
     dev.fill_random(b, RngKey::from(1, "b"), GlobalIndex::whole(b.cols()),
                     Distribution::uniform(-1, 1));
+  }
+};
+
+// What this machine's sgemm can do at this thread count: the best GFLOP/s of cblas_sgemm at three
+// large square sizes (each the best of 5 calls after a warm-up).
+double sgemm_ceiling(Context& ctx) {
+  double best = 0;
+  for (int64_t n : {512, 1024, 1536}) {
+    const GemmCase g{"square", false, false, n, n, n};
+    GemmOperands op(ctx.device, g);
+    const double secs = best_time(5, [&] { direct_sgemm(g, op.a, op.b, op.c); });
+    best = std::max(best, 2.0 * n * n * n / secs / 1e9);
+  }
+  return best;
+}
+
+void bench_gemm(Context& ctx) {
+  Device& dev = ctx.device;
+  constexpr double kTol = 1e-5;  // #wrong: |c - dot| > kTol · Σ_p |a_ip b_pj| (fp32 rounding scale)
+  constexpr int kSamples = 1024;
+  const int threads = omp_get_max_threads();
+  const double ceiling = sgemm_ceiling(ctx);
+  log0(ctx.world, "# sgemm ceiling, ", threads,
+       " thread(s): best cblas_sgemm at 512^3, 1024^3, 1536^3: ", ceiling, " GFLOP/s");
+  result(ctx, "gemm", "ceiling", ceiling, "GFLOP/s", threads, 0);
+  // The models: tp_train's defaults (h 64, s 64, b 8, V 256) and the benchmark model of
+  // `make bench` (h 256, s 128, b 8, V 256).
+  std::vector<GemmCase> cases = model_gemms("default", 64 * 8, 64, 256, 256);
+  for (const GemmCase& g : model_gemms("bench", 128 * 8, 256, 1024, 256)) cases.push_back(g);
+  log0(ctx.world, "# GEMM: Device::gemm vs cblas_sgemm called directly, ", threads,
+       " thread(s); median of interleaved samples; #wrong of ", kSamples,
+       " sampled elements off a double-precision dot product by > ", kTol, " sum |a b|");
+  log0(ctx.world,
+       "#                 layer      m      n      k   project GFLOP/s   cblas GFLOP/s   ratio   "
+       "of ceiling   #wrong");
+  for (const GemmCase& g : cases) {
+    GemmOperands op(dev, g);
+    Tensor c2(dev, Shape{g.m, g.n});
     // The same product, once through the project and once straight into OpenBLAS.
-    const auto [project, direct] = paired_median([&] { dev.gemm(g.ta, g.tb, 1.0f, a, b, 0.0f, c); },
-                                                 [&] {
-      cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans, g.tb ? CblasTrans : CblasNoTrans,
-                  static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k), 1.0f,
-                  a.data(), static_cast<int>(a.cols()), b.data(), static_cast<int>(b.cols()), 0.0f,
-                  c2.data(), static_cast<int>(c2.cols()));
-    });
-    const auto ha = a.to_host(), hb = b.to_host();
-    std::vector<float> ref(static_cast<size_t>(g.m * g.n));
-    const double t0 = now();
-    host_gemm(g.ta, g.tb, g.m, g.n, g.k, 1.0f, ha.data(), a.cols(), hb.data(), b.cols(), 0.0f,
-              ref.data(), g.n);
-    const double naive = now() - t0;
-    const auto hc = c.to_host();
-    int wrong = 0;
-    for (size_t i = 0; i < hc.size(); ++i)
-      wrong += std::fabs(hc[i] - ref[i]) > 1e-4 * (1.0 + std::fabs(ref[i]));
+    const auto [project, direct] =
+        paired_median([&] { dev.gemm(g.ta, g.tb, 1.0f, op.a, op.b, 0.0f, op.c); },
+                      [&] { direct_sgemm(g, op.a, op.b, c2); });
+    const int wrong = sampled_wrong(g, op.a, op.b, op.c, kTol, kSamples);
     const double flop = 2.0 * g.m * g.n * g.k;
     char line[200];
-    std::snprintf(line, sizeof line, "%23s %6lld %6lld %6lld %17.2f %15.2f %7.3f %15.2f %8d",
+    std::snprintf(line, sizeof line, "%23s %6lld %6lld %6lld %17.2f %15.2f %7.3f %11.0f%% %8d",
                   g.name.c_str(), static_cast<long long>(g.m), static_cast<long long>(g.n),
                   static_cast<long long>(g.k), flop / project / 1e9, flop / direct / 1e9,
-                  direct / project, flop / naive / 1e9, wrong);
+                  direct / project, 100.0 * flop / project / 1e9 / ceiling, wrong);
     log0(ctx.world, line);
     result(ctx, "gemm", g.name, flop / project / 1e9, "GFLOP/s", flop / direct / 1e9,
            direct / project);
-    result(ctx, "gemm", g.name + ".naive", flop / naive / 1e9, "GFLOP/s", 0, 0);
-    result(ctx, "gemm", g.name + ".wrong", wrong, "count", 0, 0);
+    result(ctx, "gemm", g.name + ".wrong", wrong, "count", kSamples, 0);
   }
 }
 
@@ -371,52 +428,16 @@ void bench_collectives(Context& ctx) {
 
 // ---- GPU GEMM against a measured ceiling ----------------------------------------------------------
 
-struct GemmCase {
-  const char* name;
-  bool ta, tb;
-  int64_t m, n, k;
-};
-
-// #elements among `samples` sampled (i, j) whose value is off the double-precision dot product by
-// more than tol · Σ_k |a_ik b_kj| (the rounding bound of a k-term sum at the inputs' precision).
-int sampled_wrong(const GemmCase& g, const Tensor& a, const Tensor& b, const Tensor& c, double tol,
-                  int samples) {
-  const auto ha = a.to_host(), hb = b.to_host(), hc = c.to_host();
-  int wrong = 0;
-  uint64_t x = 0x9E3779B97F4A7C15ull;
-  for (int s = 0; s < samples; ++s) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    const int64_t i = static_cast<int64_t>(x % static_cast<uint64_t>(g.m));
-    const int64_t j = static_cast<int64_t>((x >> 32) % static_cast<uint64_t>(g.n));
-    double dot = 0, mag = 0;
-    for (int64_t p = 0; p < g.k; ++p) {
-      const double av = g.ta ? ha[p * g.m + i] : ha[i * g.k + p];
-      const double bv = g.tb ? hb[j * g.k + p] : hb[p * g.n + j];
-      dot += av * bv;
-      mag += std::fabs(av * bv);
-    }
-    wrong += std::fabs(hc[i * g.n + j] - dot) > tol * mag + 1e-30;
-  }
-  return wrong;
-}
-
 void bench_gemm_gpu(Context& ctx) {
   Device& dev = ctx.device;
   const std::string prec = precision(ctx);
   const double tol = prec == "bf16" ? 1.6e-2 : prec == "tf32" ? 2e-3 : 1e-5;
   const int64_t h = ctx.options.get_int("hidden"), tokens = ctx.options.get_int("tokens");
   auto run = [&](const GemmCase& g, int* wrong) {
-    Tensor a(dev, g.ta ? Shape{g.k, g.m} : Shape{g.m, g.k}),
-        b(dev, g.tb ? Shape{g.n, g.k} : Shape{g.k, g.n});
-    Tensor c(dev, Shape{g.m, g.n});
-    dev.fill_random(a, RngKey::from(1, "a"), GlobalIndex::whole(a.cols()),
-                    Distribution::uniform(-1, 1));
-    dev.fill_random(b, RngKey::from(1, "b"), GlobalIndex::whole(b.cols()),
-                    Distribution::uniform(-1, 1));
-    const double secs = device_time(dev, 5, [&] { dev.gemm(g.ta, g.tb, 1.0f, a, b, 0.0f, c); });
-    if (wrong != nullptr) *wrong = sampled_wrong(g, a, b, c, tol, 64);
+    GemmOperands op(dev, g);
+    const double secs =
+        device_time(dev, 5, [&] { dev.gemm(g.ta, g.tb, 1.0f, op.a, op.b, 0.0f, op.c); });
+    if (wrong != nullptr) *wrong = sampled_wrong(g, op.a, op.b, op.c, tol, 64);
     return 2.0 * g.m * g.n * g.k / secs / 1e12;
   };
   log0(ctx.world, "# GEMM on ", dev.name(), ", ", prec,
@@ -439,7 +460,7 @@ void bench_gemm_gpu(Context& ctx) {
     int wrong = 0;
     const double tf = run(g, &wrong);
     char line[200];
-    std::snprintf(line, sizeof line, "%30s %6lld %6lld %6lld %9.1f %11.0f%% %11d", g.name,
+    std::snprintf(line, sizeof line, "%30s %6lld %6lld %6lld %9.1f %11.0f%% %11d", g.name.c_str(),
                   static_cast<long long>(g.m), static_cast<long long>(g.n),
                   static_cast<long long>(g.k), tf, 100.0 * tf / ceiling, wrong);
     log0(ctx.world, line);
@@ -538,7 +559,8 @@ void bench_memory(Context& ctx) {
 int main(int argc, char** argv) {
   Options opts(
       "tp_bench",
-      "Measures a backend: GEMM (CPU: blocked vs naive; GPU: layer shapes vs a measured ceiling), "
+      "Measures a backend: GEMM (CPU: Device::gemm vs direct cblas_sgemm; GPU: layer shapes vs a "
+      "measured ceiling), "
       "collectives, one transformer block, memory-bound kernels.");
   opts.text("suite", "auto", "what to measure: auto (cpu: gemm + collectives; gpu: all)",
             {"auto", "gemm", "threads", "collectives", "block", "memory", "all", "none"});
@@ -553,6 +575,12 @@ int main(int argc, char** argv) {
     log0(ctx.world, "tp_bench on ", ctx.world.size(), " ranks, ", ctx.device.name(), ", ",
          ctx.world.name());
     const bool gpu = ctx.options.get_text("backend") == "gpu";
+    // The kernels OpenBLAS picked for this CPU (or OPENBLAS_CORETYPE forced): they decide the
+    // CPU GEMMs' speed and their last bits.
+    if (!gpu) {
+      log0(ctx.world, "INFO blas_core ", openblas_get_corename());
+      log0(ctx.world, "INFO blas_config ", openblas_get_config());
+    }
     std::string suite = ctx.options.get_text("suite");
     if (suite == "auto") suite = gpu ? "all" : "cpu";
     const bool all = suite == "all";
