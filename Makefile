@@ -73,17 +73,19 @@ BLAS_LIBS ?= -lopenblas
 # same rule on the sources, and that docs/architecture.md's picture matches it):
 #
 #   lib/          the math, the layers, the model        $(CXX)     -Ilib
-#   cpu_backend/  CpuDevice (OpenMP, OpenBLAS)           $(CXX)     -Ilib
+#   cpu_backend/  CpuDevice (OpenMP, OpenBLAS)           $(CXX)     -Ilib -Icpu_backend
 #   mpi/          MpiCommunicator, MPI helpers           $(MPICXX)  -Ilib
-#   gpu_backend/  CudaDevice, NcclCommunicator           nvcc/$(MPICXX) -Ilib -Impi (NCCL bootstraps over MPI)
+#   gpu_backend/  CudaDevice, NcclCommunicator           nvcc -Ilib -Igpu_backend (.cu), $(MPICXX) -Ilib -Impi
+#                                                        (.cpp: NCCL bootstraps over MPI)
 #   launcher/     run_program, --backend/--comm          $(MPICXX)  -Ilib -Icpu_backend -Igpu_backend -Impi
 #   lessons/      lesson.h + the lessons                 $(CXX)     -Ilib -Ilauncher -Ilessons
 #   tools/        tp_train, tp_bench (bare MPI calls)    $(MPICXX)  -Ilib -Ilauncher -Impi
 #   tests/        everything (they test the backends)    $(MPICXX)
 #
-# lib/ gets the plain C++ compiler and no MPI include path: <mpi.h> there does not compile.
+# lib/ gets the plain C++ compiler and no MPI include path: <mpi.h> there does not compile. A
+# backend also sees its own folder, so its kernels/ files include its headers by the same names.
 INC_LIB      := -Ilib
-INC_CPU      := -Ilib
+INC_CPU      := -Ilib -Icpu_backend
 INC_MPI      := -Ilib
 INC_GPU      := -Ilib -Impi
 INC_LAUNCHER := -Ilib -Icpu_backend -Igpu_backend -Impi
@@ -98,7 +100,7 @@ endif
 CUDA_HOME ?= $(patsubst %/bin/,%,$(dir $(realpath $(if $(NVCC),$(shell command -v $(NVCC) 2>/dev/null)))))
 CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
              -gencode arch=compute_90,code=compute_90
-GPU_CU_SRC  := $(wildcard gpu_backend/*.cu)
+GPU_CU_SRC  := $(wildcard gpu_backend/*.cu gpu_backend/kernels/*.cu)
 GPU_CPP_SRC := $(wildcard gpu_backend/*.cpp)
 NCCL_INC := $(firstword $(wildcard $(if $(NCCL_HOME),$(NCCL_HOME)/include/nccl.h) $(CUDA_HOME)/include/nccl.h \
                                     /usr/include/nccl.h /usr/local/include/nccl.h))
@@ -118,7 +120,7 @@ export MPICXX MPIEXEC NP BUILD NO_CUDA NVCC BLAS_LIBS SANITIZE
 
 LIB_SRC     := $(wildcard lib/*/*.cpp)
 LESSON_SRC  := $(wildcard lessons/*.cpp)
-CPU_SRC     := $(wildcard cpu_backend/*.cpp)
+CPU_SRC     := $(wildcard cpu_backend/*.cpp cpu_backend/kernels/*.cpp)
 MPI_SRC     := $(wildcard mpi/*.cpp)
 # no_gpu.cpp is not in libtp_launcher.a: each program links either it or libtp_gpu.a (GPU_LINK below).
 LAUNCHER_SRC := $(filter-out launcher/no_gpu.cpp,$(wildcard launcher/*.cpp))
@@ -214,10 +216,11 @@ $(GPU_STAMP): FORCE
 	@echo "$(GPU_BACKEND)" | cmp -s - $@ || echo "$(GPU_BACKEND)" > $@
 
 # ---- GPU backend objects: .cu through nvcc, .cpp (gpu_entry, the NCCL communicator) through mpicxx --
-# The .cu files see lib/ only (no MPI: nothing there talks to other ranks). libtp_gpu.a is linked
-# after libtp_launcher.a (which calls into it) and before libtp_mpi.a and libtp.a (which it calls).
+# The .cu files (gpu_backend/*.cu, gpu_backend/kernels/*.cu) see lib/ and their own folder only (no
+# MPI: nothing there talks to other ranks). libtp_gpu.a is linked after libtp_launcher.a (which
+# calls into it) and before libtp_mpi.a and libtp.a (which it calls).
 CUDA_INC  := -isystem $(CUDA_HOME)/include $(if $(NCCL_HOME),-isystem $(NCCL_HOME)/include)
-NVCCFLAGS  = -std=c++17 --expt-relaxed-constexpr -O2 $(CUDA_ARCH) $(INC_LIB) \
+NVCCFLAGS  = -std=c++17 --expt-relaxed-constexpr -O2 $(CUDA_ARCH) $(INC_LIB) -Igpu_backend \
              -Xcompiler -Wall,-Wextra -MMD -MP $(NVCCFLAGS_EXTRA)
 
 $(BUILD)/obj/gpu_backend/%.o: gpu_backend/%.cu | deps

@@ -2,8 +2,11 @@
 //
 // It implements the memory calls and the do_* half of every kernel (core/device.h): the public
 // kernel has checked the arguments before a do_* runs, so the kernels here only compute.
-// Files: cpu_device.cpp (memory, copies, GEMM, elementwise, bias, layout, RNG fill),
-// cpu_kernels.cpp (the model kernels), blas.cpp (cblas_sgemm and OpenBLAS's threads).
+// Files: cpu_device.cpp (memory, copies, GEMM, the column copy), blas.cpp (cblas_sgemm and
+// OpenBLAS's threads), and kernels/<stem>.cpp, one per concept with the GPU's stems
+// (gpu_backend/kernels/<stem>.cu): elementwise, rng, reduce, activation, norm, attention,
+// embedding, cross_entropy, adamw; kernels/kernel_util.h is what they share. The math of every
+// kernel is in core/device.h.
 #pragma once
 
 #include "core/device.h"
@@ -27,27 +30,36 @@ class CpuDevice : public Device {
   void synchronize() override {}
 
  protected:
+  // cpu_device.cpp: GEMM and the column copy.
+  void do_gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
+               float beta, Tensor& c, const GemmDims& dims) override;
+  void do_copy_columns(const Tensor& src, int64_t src_col, Tensor& dst, int64_t dst_col,
+                       int64_t ncols) override;
+
+  // kernels/elementwise.cpp
   void do_fill(Tensor& x, float value) override;
   void do_scale(Tensor& x, float alpha) override;
   void do_axpy(float alpha, const Tensor& x, Tensor& y) override;
-  void do_gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
-               float beta, Tensor& c, const GemmDims& dims) override;
+  void do_mul(const Tensor& x, const Tensor& m, Tensor& y) override;
   void do_add_bias(Tensor& y, const Tensor& bias) override;
   void do_add_bias_backward(Tensor& dbias, const Tensor& dy) override;
-  void do_copy_columns(const Tensor& src, int64_t src_col, Tensor& dst, int64_t dst_col,
-                       int64_t ncols) override;
+
+  // kernels/rng.cpp
   void do_fill_random(Tensor& x, const RngKey& key, const GlobalIndex& index,
                       const Distribution& dist) override;
-
-  // Model kernels: cpu_kernels.cpp.
-  void do_mul(const Tensor& x, const Tensor& m, Tensor& y) override;
-  double do_sum_squares(const Tensor& x) override;
   void do_dropout_mask(Tensor& mask, const RngKey& key, const GlobalIndex& index, float p) override;
+
+  // kernels/reduce.cpp
+  double do_sum_squares(const Tensor& x) override;
+
+  // kernels/activation.cpp
   void do_gelu_forward(Tensor& y, const Tensor& x) override;
   void do_gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) override;
   void do_swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u) override;
   void do_swiglu_backward(Tensor& dg, Tensor& du, const Tensor& dy, const Tensor& g,
                           const Tensor& u) override;
+
+  // kernels/norm.cpp
   void do_layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& w,
                             const Tensor& b, float eps) override;
   void do_layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x,
@@ -56,6 +68,8 @@ class CpuDevice : public Device {
                           float eps) override;
   void do_rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
                            const Tensor& w, const Tensor& rstd) override;
+
+  // kernels/attention.cpp
   void do_attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
                             const Tensor& v, const AttentionShape& shape) override;
   void do_attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
@@ -63,12 +77,16 @@ class CpuDevice : public Device {
                              const AttentionShape& shape) override;
   void do_attention_cached_forward(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
                                    int64_t past, const AttentionShape& shape) override;
+
+  // kernels/embedding.cpp
   void do_embedding_shard_forward(Tensor& out, const Tensor& ids, const Tensor& wte_shard,
                                   int64_t first_id) override;
   void do_embedding_shard_backward(Tensor& dwte_shard, const Tensor& dout, const Tensor& ids,
                                    int64_t first_id, const float* host_ids) override;
   void do_position_forward(Tensor& x, const Tensor& wpe, int64_t batch, int64_t row0) override;
   void do_position_backward(Tensor& dwpe, const Tensor& dx, int64_t batch, int64_t row0) override;
+
+  // kernels/cross_entropy.cpp
   void do_vocab_max(Tensor& row_max, const Tensor& logits, const VocabShard& shard,
                     int64_t real_cols) override;
   void do_vocab_sum_exp_target(Tensor& sum_exp, Tensor& target_logit, const Tensor& logits,
@@ -79,6 +97,8 @@ class CpuDevice : public Device {
   void do_vocab_softmax_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
                                  const Tensor& sum_exp, const Tensor& targets,
                                  const VocabShard& shard, float scale, int64_t real_cols) override;
+
+  // kernels/adamw.cpp
   void do_adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWParams& h,
                      int64_t step) override;
 };

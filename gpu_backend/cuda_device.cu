@@ -1,20 +1,8 @@
-// cuda_device.cu — the GPU Device's memory, copies, GEMM and generic kernels: construction,
-// host/device copies, GEMM through cuBLAS (fp32, TF32 or bf16 inputs), fill / scale / axpy / mul,
-// bias forward, column copies, the sum of squares, and the counter-based RNG (fill_random,
-// dropout_mask). The caching allocator lives in caching_allocator.cpp, the model kernels in
-// kernels_model.cu and kernels_attention.cu. Arguments were checked by the public Device call
-// (core/device.cpp) before any do_* here runs.
-//
-// Semantics are those of core/device.h and of the CPU backend (cpu_backend/cpu_device.cpp,
-// cpu_kernels.cpp), which this file mirrors:
-//   - elementwise ops round like the CPU: products and sums that the CPU does as two roundings are
-//     written with __fmul_rn / __fadd_rn (or __dmul_rn / __dadd_rn) so nvcc cannot contract them
-//     into one FMA (the CPU build has no -mfma, so g++ never does);
-//   - fill_random / dropout_mask give the numbers of tp::random_value (core/rng.cpp) bit for bit on
-//     the uniform path; the normal path may differ in the last ulp (see random_value_device);
-//   - reductions are deterministic: sum_squares sums fixed chunks then the chunk sums in a fixed
-//     tree order (identical run to run, not necessarily to the CPU's last bit); add_bias_backward
-//     is a column sum in kernels_model.cu, with the norms' parameter gradients.
+// cuda_device.cu — the GPU Device itself: construction, memory and copies (the caching allocator
+// is in caching_allocator.cpp), GEMM through cuBLAS (fp32, TF32 or bf16 inputs; the batched GEMM
+// of the attention) and the column copy. Every other kernel is in kernels/<stem>.cu, with the CPU
+// backend's stems (cuda_device.h lists them); their math is in core/device.h. Arguments were
+// checked by the public Device call (core/device.cpp) before any do_* here runs.
 //
 // Everything runs on the device's one compute stream, so memory returned to the caching allocator
 // may be handed out again at once: later work on the same stream runs after earlier work.
@@ -26,62 +14,15 @@
 #include <string>
 
 #include "core/error.h"
-#include "core/rng.h"
 #include "cuda_check.h"
 #include "cuda_device.h"
+#include "kernels/kernel_util.cuh"
 
 namespace tp {
 
 namespace {
 
-constexpr int kThreads = 256;          // threads per block of the elementwise kernels
-constexpr int64_t kMaxBlocks = 65535;  // grid cap; kernels use grid-stride loops
-constexpr int kReduceThreads = 256;    // threads per block of the reductions (a power of two)
-constexpr int64_t kSumChunk = 4096;    // elements per partial sum in sum_squares (as the CPU)
-
-// Blocks for n independent items (n > 0), at most kMaxBlocks.
-unsigned int blocks_for(int64_t n) {
-  return static_cast<unsigned int>(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
-}
-
 // ==== kernels =====================================================================================
-
-// x[i] = v
-__global__ void fill_kernel(float* __restrict__ x, int64_t n, float v) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    x[i] = v;
-}
-
-// x[i] = alpha · x[i]
-__global__ void scale_kernel(float* __restrict__ x, int64_t n, float alpha) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    x[i] = __fmul_rn(x[i], alpha);
-}
-
-// y[i] = y[i] + alpha · x[i]   (two roundings, as on the CPU: no FMA)
-__global__ void axpy_kernel(float alpha, const float* __restrict__ x, float* __restrict__ y,
-                            int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    y[i] = __fadd_rn(y[i], __fmul_rn(alpha, x[i]));
-}
-
-// y[i] = x[i] · m[i]   (y may alias x, so no __restrict__)
-__global__ void mul_kernel(const float* x, const float* m, float* y, int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    y[i] = __fmul_rn(x[i], m[i]);
-}
-
-// y[r, c] += bias[c]   over the flat index i = r · cols + c
-__global__ void add_bias_kernel(float* __restrict__ y, const float* __restrict__ bias, int64_t n,
-                                int64_t cols) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    y[i] += bias[i % cols];
-}
 
 // y[i] = bf16(x[i]), round to nearest even: the GEMM inputs under --dtype bf16.
 __global__ void to_bf16_kernel(const float* __restrict__ x, __nv_bfloat16* __restrict__ y,
@@ -89,99 +30,6 @@ __global__ void to_bf16_kernel(const float* __restrict__ x, __nv_bfloat16* __res
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     y[i] = __float2bfloat16_rn(x[i]);
-}
-
-// Block-wide sum of one double per thread (blockDim.x == kReduceThreads), in a fixed tree order;
-// the total is returned to thread 0. Ends with a barrier, so `s` may be reused at once.
-__device__ double block_sum(double v, double* s) {
-  const int t = threadIdx.x;
-  s[t] = v;
-  __syncthreads();
-  for (int stride = kReduceThreads / 2; stride > 0; stride /= 2) {
-    if (t < stride) s[t] += s[t + stride];
-    __syncthreads();
-  }
-  const double total = s[0];
-  __syncthreads();
-  return total;
-}
-
-// partial[b] = Σ x[i]² over chunk b = [b · kSumChunk, (b + 1) · kSumChunk), in double. Thread t
-// takes elements t, t + 256, … of the chunk in order, then the block adds the 256 sums in a fixed
-// tree: the result depends only on n, never on the grid or on timing.
-__global__ void sum_squares_partial_kernel(const float* __restrict__ x, int64_t n, int64_t chunks,
-                                           double* __restrict__ partial) {
-  __shared__ double s[kReduceThreads];
-  for (int64_t b = blockIdx.x; b < chunks; b += gridDim.x) {
-    const int64_t begin = b * kSumChunk;
-    const int64_t end = min(n, begin + kSumChunk);
-    double acc = 0.0;
-    for (int64_t i = begin + threadIdx.x; i < end; i += kReduceThreads) {
-      const double v = x[i];
-      acc = __dadd_rn(acc, __dmul_rn(v, v));  // v² is exact in double (24-bit mantissa)
-    }
-    const double total = block_sum(acc, s);
-    if (threadIdx.x == 0) partial[b] = total;
-  }
-}
-
-// *out = Σ partial[b], one block: thread t takes b = t, t + 256, … in order, then a fixed tree.
-__global__ void sum_doubles_kernel(const double* __restrict__ partial, int64_t count,
-                                   double* __restrict__ out) {
-  __shared__ double s[kReduceThreads];
-  double acc = 0.0;
-  for (int64_t i = threadIdx.x; i < count; i += kReduceThreads) acc += partial[i];
-  const double total = block_sum(acc, s);
-  if (threadIdx.x == 0) *out = total;
-}
-
-// tp::random_value on the device (core/rng.cpp), for one global index:
-//   bits = Philox4x32-10(counter = (i_lo, i_hi, 0, 0), key)      (core/rng.h, constexpr, shared)
-//   unit(w) = (w >> 8) · 2⁻²⁴ ∈ [0, 1)
-//   uniform: a + (b − a) · unit(bits[0]), in double, rounded once to f32
-//   normal:  a + b · √(−2 ln u1) · cos(2π u2), u1 = unit(bits[0]) + 2⁻²⁴ ∈ (0, 1], u2 = unit(bits[1])
-// Every multiply-add is written __dmul_rn / __dadd_rn, two roundings as on the CPU (no FMA), so the
-// uniform path is bit-identical to random_value. The normal path calls CUDA's double log / cos
-// (≤ 1 / 2 ulp) where the CPU calls glibc's (< 1 ulp): z may differ in the last bit of the double,
-// which almost never changes the f32 result — equal up to 1 f32 ulp, not guaranteed bit-identical.
-__device__ float random_value_device(RngKey key, int64_t global_index, bool normal, float a,
-                                     float b) {
-  const uint64_t i = static_cast<uint64_t>(global_index);
-  const auto r =
-      philox4x32_10({static_cast<uint32_t>(i), static_cast<uint32_t>(i >> 32), 0u, 0u}, key);
-  constexpr double kUnit = 1.0 / 16777216.0;  // 2⁻²⁴; scaling by it is exact
-  if (!normal) {
-    const double u = static_cast<double>(r[0] >> 8) * kUnit;
-    const double width = static_cast<double>(b) - static_cast<double>(a);
-    return __double2float_rn(__dadd_rn(static_cast<double>(a), __dmul_rn(width, u)));
-  }
-  const double u1 = __dadd_rn(static_cast<double>(r[0] >> 8) * kUnit, kUnit);
-  const double u2 = static_cast<double>(r[1] >> 8) * kUnit;
-  const double z = __dmul_rn(sqrt(-2.0 * log(u1)), cos(__dmul_rn(6.283185307179586, u2)));
-  return __double2float_rn(__dadd_rn(static_cast<double>(a), __dmul_rn(static_cast<double>(b), z)));
-}
-
-// x[r, c] = random_value(key, offset + r · row_stride + c, dist)   over i = r · cols + c
-__global__ void fill_random_kernel(float* __restrict__ x, int64_t n, int64_t cols, RngKey key,
-                                   int64_t offset, int64_t row_stride, bool normal, float a,
-                                   float b) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = i / cols, c = i % cols;
-    x[i] = random_value_device(key, offset + r * row_stride + c, normal, a, b);
-  }
-}
-
-// mask[r, c] = keep if u ≥ p else 0, u = random_value(key, offset + r · row_stride + c, U[0, 1));
-// keep = 1 / (1 − p) is computed on the host in f32, as the CPU does.
-__global__ void dropout_mask_kernel(float* __restrict__ mask, int64_t n, int64_t cols, RngKey key,
-                                    int64_t offset, int64_t row_stride, float p, float keep) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = i / cols, c = i % cols;
-    const float u = random_value_device(key, offset + r * row_stride + c, false, 0.0f, 1.0f);
-    mask[i] = u >= p ? keep : 0.0f;
-  }
 }
 
 }  // namespace
@@ -278,36 +126,6 @@ void CudaDevice::copy(void* dst, const void* src, size_t bytes) {
 
 void CudaDevice::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
-// ==== CudaDevice: elementwise ====================================================================
-
-void CudaDevice::do_fill(Tensor& x, float value) {
-  const int64_t n = x.numel();
-  if (n == 0) return;
-  fill_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(x.data(), n, value);
-  CUDA_CHECK_LAUNCH();
-}
-
-void CudaDevice::do_scale(Tensor& x, float alpha) {
-  const int64_t n = x.numel();
-  if (n == 0) return;
-  scale_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(x.data(), n, alpha);
-  CUDA_CHECK_LAUNCH();
-}
-
-void CudaDevice::do_axpy(float alpha, const Tensor& x, Tensor& y) {
-  const int64_t n = x.numel();
-  if (n == 0) return;
-  axpy_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(alpha, x.data(), y.data(), n);
-  CUDA_CHECK_LAUNCH();
-}
-
-void CudaDevice::do_mul(const Tensor& x, const Tensor& m, Tensor& y) {
-  const int64_t n = x.numel();
-  if (n == 0) return;
-  mul_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(x.data(), m.data(), y.data(), n);
-  CUDA_CHECK_LAUNCH();
-}
-
 // ==== CudaDevice: GEMM ===========================================================================
 
 // Row-major C (m×n) is column-major Cᵀ, so C = α op(A) op(B) + β C is computed as the
@@ -343,9 +161,9 @@ void CudaDevice::do_gemm(bool trans_a, bool trans_b, float alpha, const Tensor& 
         static_cast<char*>(scratch(a_bytes + static_cast<size_t>(nb) * sizeof(__nv_bfloat16)));
     auto* a16 = reinterpret_cast<__nv_bfloat16*>(base);
     auto* b16 = reinterpret_cast<__nv_bfloat16*>(base + a_bytes);
-    to_bf16_kernel<<<blocks_for(na), kThreads, 0, stream_>>>(a.data(), a16, na);
+    to_bf16_kernel<<<gpu::elementwise_blocks(na), gpu::kThreads, 0, stream_>>>(a.data(), a16, na);
     CUDA_CHECK_LAUNCH();
-    to_bf16_kernel<<<blocks_for(nb), kThreads, 0, stream_>>>(b.data(), b16, nb);
+    to_bf16_kernel<<<gpu::elementwise_blocks(nb), gpu::kThreads, 0, stream_>>>(b.data(), b16, nb);
     CUDA_CHECK_LAUNCH();
     CUBLAS_CHECK(cublasGemmEx(cublas_, op_b, op_a, in, im, ik, &alpha, b16, CUDA_R_16BF, ldb, a16,
                               CUDA_R_16BF, lda, &beta, c.data(), CUDA_R_32F, ldc,
@@ -357,14 +175,23 @@ void CudaDevice::do_gemm(bool trans_a, bool trans_b, float alpha, const Tensor& 
                            &beta, c.data(), ldc));
 }
 
-// ==== CudaDevice: bias, layout ===================================================================
-
-void CudaDevice::do_add_bias(Tensor& y, const Tensor& bias) {
-  const int64_t n = y.numel();
-  if (n == 0) return;
-  add_bias_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(y.data(), bias.data(), n, y.cols());
-  CUDA_CHECK_LAUNCH();
+// The attention's GEMMs over the (batch, head) pairs (kernels/attention.cu); see cuda_device.h.
+void CudaDevice::batched_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                              float alpha, const float* a, int64_t lda, int64_t stride_a,
+                              const float* b, int64_t ldb, int64_t stride_b, float beta, float* c,
+                              int64_t ldc, int64_t stride_c, int64_t batch) {
+  TP_CHECK(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX &&
+               ldc <= INT_MAX && batch <= INT_MAX,
+           "batched_gemm: sizes exceed cuBLAS's 32-bit arguments");
+  // Row-major C is column-major Cᵀ = op(B)ᵀ op(A)ᵀ: B first, as in gemm().
+  CUBLAS_CHECK(cublasSgemmStridedBatched(
+      cublas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+      static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b,
+      static_cast<int>(ldb), stride_b, a, static_cast<int>(lda), stride_a, &beta, c,
+      static_cast<int>(ldc), stride_c, static_cast<int>(batch)));
 }
+
+// ==== CudaDevice: layout =========================================================================
 
 void CudaDevice::do_copy_columns(const Tensor& src, int64_t src_col, Tensor& dst, int64_t dst_col,
                                  int64_t ncols) {
@@ -375,47 +202,6 @@ void CudaDevice::do_copy_columns(const Tensor& src, int64_t src_col, Tensor& dst
       dst.data() + dst_col, static_cast<size_t>(dst.cols()) * sizeof(float), src.data() + src_col,
       static_cast<size_t>(src.cols()) * sizeof(float), static_cast<size_t>(ncols) * sizeof(float),
       static_cast<size_t>(rows), cudaMemcpyDeviceToDevice, stream_));
-}
-
-// ==== CudaDevice: reductions =====================================================================
-
-double CudaDevice::do_sum_squares(const Tensor& x) {
-  const int64_t n = x.numel();
-  if (n == 0) return 0.0;
-  const int64_t chunks = (n + kSumChunk - 1) / kSumChunk;
-  // scratch: [chunks partial sums][the total]
-  auto* partial = static_cast<double*>(scratch(static_cast<size_t>(chunks + 1) * sizeof(double)));
-  double* total = partial + chunks;
-  const auto grid = static_cast<unsigned int>(std::min<int64_t>(chunks, kMaxBlocks));
-  sum_squares_partial_kernel<<<grid, kReduceThreads, 0, stream_>>>(x.data(), n, chunks, partial);
-  CUDA_CHECK_LAUNCH();
-  sum_doubles_kernel<<<1, kReduceThreads, 0, stream_>>>(partial, chunks, total);
-  CUDA_CHECK_LAUNCH();
-  double result = 0.0;
-  copy_to_host(&result, total, sizeof(double));
-  return result;
-}
-
-// ==== CudaDevice: random numbers =================================================================
-
-void CudaDevice::do_fill_random(Tensor& x, const RngKey& key, const GlobalIndex& index,
-                                const Distribution& dist) {
-  const int64_t n = x.numel();
-  if (n == 0) return;
-  const bool normal = dist.kind == Distribution::Kind::Normal;
-  fill_random_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(
-      x.data(), n, x.cols(), key, index.offset, index.row_stride, normal, dist.a, dist.b);
-  CUDA_CHECK_LAUNCH();
-}
-
-void CudaDevice::do_dropout_mask(Tensor& mask, const RngKey& key, const GlobalIndex& index,
-                                 float p) {
-  const int64_t n = mask.numel();
-  if (n == 0) return;
-  const float keep = 1.0f / (1.0f - p);
-  dropout_mask_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(
-      mask.data(), n, mask.cols(), key, index.offset, index.row_stride, p, keep);
-  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace tp

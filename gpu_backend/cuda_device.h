@@ -3,11 +3,11 @@
 //
 // It implements the memory calls and the do_* half of every kernel (core/device.h): the public
 // kernel has checked the arguments on the host before a do_* queues any work. Files:
-// caching_allocator.{h,cpp} (the allocator), cuda_device.cu (memory, copies, GEMM, elementwise,
-// RNG fill, dropout mask), kernels_model.cu (GeLU, SwiGLU, LayerNorm, RMSNorm, AdamW),
-// kernels_attention.cu (attention, embedding, positions, the vocabulary-parallel cross-entropy
-// pieces). The semantics of every op are those documented in lib/core/device.h, the same as the
-// CPU backend's.
+// caching_allocator.{h,cpp} (the allocator), cuda_device.cu (memory, copies, GEMM, the column
+// copy), and kernels/<stem>.cu, one per concept with the CPU backend's stems
+// (cpu_backend/kernels/<stem>.cpp): elementwise, rng, reduce, activation, norm, attention,
+// embedding, cross_entropy, adamw; kernels/kernel_util.cuh is what they share. The math of every
+// kernel is in core/device.h, the same for both backends.
 #pragma once
 
 #include <cublas_v2.h>
@@ -49,28 +49,36 @@ class CudaDevice : public Device {
                     int64_t batch);
 
  protected:
-  // cuda_device.cu
+  // cuda_device.cu: GEMM and the column copy.
+  void do_gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
+               float beta, Tensor& c, const GemmDims& dims) override;
+  void do_copy_columns(const Tensor& src, int64_t src_col, Tensor& dst, int64_t dst_col,
+                       int64_t ncols) override;
+
+  // kernels/elementwise.cu
   void do_fill(Tensor& x, float value) override;
   void do_scale(Tensor& x, float alpha) override;
   void do_axpy(float alpha, const Tensor& x, Tensor& y) override;
-  void do_gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
-               float beta, Tensor& c, const GemmDims& dims) override;
+  void do_mul(const Tensor& x, const Tensor& m, Tensor& y) override;
   void do_add_bias(Tensor& y, const Tensor& bias) override;
-  void do_copy_columns(const Tensor& src, int64_t src_col, Tensor& dst, int64_t dst_col,
-                       int64_t ncols) override;
+  void do_add_bias_backward(Tensor& dbias, const Tensor& dy) override;
+
+  // kernels/rng.cu
   void do_fill_random(Tensor& x, const RngKey& key, const GlobalIndex& index,
                       const Distribution& dist) override;
-  void do_mul(const Tensor& x, const Tensor& m, Tensor& y) override;
-  double do_sum_squares(const Tensor& x) override;
   void do_dropout_mask(Tensor& mask, const RngKey& key, const GlobalIndex& index, float p) override;
 
-  // kernels_model.cu (bias gradient, activations, norms, AdamW)
-  void do_add_bias_backward(Tensor& dbias, const Tensor& dy) override;
+  // kernels/reduce.cu
+  double do_sum_squares(const Tensor& x) override;
+
+  // kernels/activation.cu
   void do_gelu_forward(Tensor& y, const Tensor& x) override;
   void do_gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) override;
   void do_swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u) override;
   void do_swiglu_backward(Tensor& dg, Tensor& du, const Tensor& dy, const Tensor& g,
                           const Tensor& u) override;
+
+  // kernels/norm.cu
   void do_layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& w,
                             const Tensor& b, float eps) override;
   void do_layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x,
@@ -79,10 +87,8 @@ class CudaDevice : public Device {
                           float eps) override;
   void do_rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
                            const Tensor& w, const Tensor& rstd) override;
-  void do_adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWParams& h,
-                     int64_t step) override;
 
-  // kernels_attention.cu (attention, embedding, positions, vocabulary-parallel loss)
+  // kernels/attention.cu
   void do_attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
                             const Tensor& v, const AttentionShape& shape) override;
   void do_attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
@@ -90,6 +96,8 @@ class CudaDevice : public Device {
                              const AttentionShape& shape) override;
   void do_attention_cached_forward(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
                                    int64_t past, const AttentionShape& shape) override;
+
+  // kernels/embedding.cu
   void do_embedding_shard_forward(Tensor& out, const Tensor& ids, const Tensor& wte_shard,
                                   int64_t first_id) override;
   /// Groups the positions by owned row on the host, from host_ids (the copy the check read).
@@ -97,6 +105,8 @@ class CudaDevice : public Device {
                                    int64_t first_id, const float* host_ids) override;
   void do_position_forward(Tensor& x, const Tensor& wpe, int64_t batch, int64_t row0) override;
   void do_position_backward(Tensor& dwpe, const Tensor& dx, int64_t batch, int64_t row0) override;
+
+  // kernels/cross_entropy.cu
   void do_vocab_max(Tensor& row_max, const Tensor& logits, const VocabShard& shard,
                     int64_t real_cols) override;
   void do_vocab_sum_exp_target(Tensor& sum_exp, Tensor& target_logit, const Tensor& logits,
@@ -107,6 +117,10 @@ class CudaDevice : public Device {
   void do_vocab_softmax_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
                                  const Tensor& sum_exp, const Tensor& targets,
                                  const VocabShard& shard, float scale, int64_t real_cols) override;
+
+  // kernels/adamw.cu
+  void do_adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWParams& h,
+                     int64_t step) override;
 
  private:
   int ordinal_;

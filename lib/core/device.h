@@ -23,9 +23,17 @@
 // With a timeline set (set_timeline), each kernel is also recorded as a span (observe/timeline.h):
 // the kernel itself on the CPU, its launch on a GPU.
 //
-// Shape legend used in comments: m, n, k = GEMM sizes; rows, cols = the 2-D view of a tensor;
-// S = sequence, B = batch, h = hidden, nh / nkv = query / key-value heads, hd = head dim,
-// V = vocabulary. Activations are stored sequence-major: token (s, b) is row s·B + b.
+// Shape legend (one for the project: every shape comment here and in the backends' kernels/):
+//   S = sequence, B = batch, h = hidden, nh = query heads, nkv = key/value heads, hd = head dim,
+//   ffn = MLP width, V = vocabulary, t = tp size; and for the kernels' 2-D view, rows, cols
+//   (rows = the tokens a call holds, S·B, or S·B/t under sequence parallelism) and the GEMM sizes
+//   m, n, k. Activations are stored sequence-major: token (s, b) is row s·B + b.
+//
+// The math of every kernel is written here once, forward and backward (⊙ = elementwise product,
+// Σ_r = sum over the rows): a backend's kernels/<stem> file says how it computes the formula
+// (order of sums, f32 / f64 steps, threads), not the formula again. The stem of each group below is
+// the file that holds it in both backends: cpu_backend/kernels/<stem>.cpp and
+// gpu_backend/kernels/<stem>.cu (GEMM and the column copy are the backends' device files).
 #pragma once
 
 #include <cstddef>
@@ -124,122 +132,160 @@ class Device {
   // The kernels. Each checks its arguments, then calls the do_* of the same name (below); a bad
   // argument throws tp::Error before any work is queued.
 
-  // ---- elementwise ---------------------------------------------------------------------------
+  // ---- elementwise (stem: elementwise) -------------------------------------------------------
   /// x[:] = value
   void fill(Tensor& x, float value);
-  /// x[:] *= alpha
+  /// x[:] *= alpha. Backward: dx = alpha · dy (this kernel again).
   void scale(Tensor& x, float alpha);
-  /// y[:] += alpha * x[:]   (same numel)
+  /// y[:] += alpha * x[:]   (same numel). Backward: dx += alpha · dy (axpy again), dy passes.
   void axpy(float alpha, const Tensor& x, Tensor& y);
 
-  // ---- matrix multiply -----------------------------------------------------------------------
+  // ---- matrix multiply (the device files: cpu_backend/blas, gpu_backend/cuda_device.cu) -------
   /// C = alpha * op(A) op(B) + beta * C, row-major; op(X) = X or Xᵀ.
   /// A: (m, k), or (k, m) when trans_a; B: (k, n), or (n, k) when trans_b; C: (m, n).
   /// With beta = 0, C is overwritten (its old contents, even NaN, are ignored).
+  /// Backward of Y = X W (X: (rows, k), W: (k, n)): dX = dY Wᵀ, dW += Xᵀ dY, both this kernel
+  /// with a transpose flag (beta = 1 to accumulate).
   void gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b, float beta,
             Tensor& c);
 
-  // ---- bias ----------------------------------------------------------------------------------
+  // ---- bias (stem: elementwise) --------------------------------------------------------------
   /// y[r, :] += bias[:] for every row r.   y: (rows, n), bias: (n)
   void add_bias(Tensor& y, const Tensor& bias);
-  /// dbias[:] += Σ_r dy[r, :].   dbias: (n), dy: (rows, n)
+  /// add_bias's backward: dbias[:] += Σ_r dy[r, :] (dy itself passes unchanged to the input).
+  /// dbias: (n), dy: (rows, n)
   void add_bias_backward(Tensor& dbias, const Tensor& dy);
 
-  // ---- layout --------------------------------------------------------------------------------
+  // ---- layout (the device files) -------------------------------------------------------------
   /// dst[r, dst_col + j] = src[r, src_col + j] for j < ncols and every row r (same row count).
-  /// Splitting and concatenating along the last dimension are both this copy.
+  /// Splitting and concatenating along the last dimension are both this copy, and each is the
+  /// other's backward (the same copy with src and dst exchanged).
   void copy_columns(const Tensor& src, int64_t src_col, Tensor& dst, int64_t dst_col,
                     int64_t ncols);
 
-  // ---- initialisation ------------------------------------------------------------------------
+  // ---- random numbers (stem: rng) ------------------------------------------------------------
   /// Fills a shard from the counter-based RNG: element (r, c) of `x` (2-D view) is the element
   /// with global index `index.offset + r * index.row_stride + c` of the parameter keyed by `key`.
   /// See core/rng.h; the value depends only on (key, global index), never on the shard.
   void fill_random(Tensor& x, const RngKey& key, const GlobalIndex& index,
                    const Distribution& dist);
 
-  // ---- elementwise, more ---------------------------------------------------------------------
-  /// y = x ⊙ m (same numel; y may alias x). Dropout forward and backward are both this.
+  // ---- elementwise, more (stems: elementwise, reduce, rng) -----------------------------------
+  /// y = x ⊙ m (same numel; y may alias x). Backward: dx = dy ⊙ m, this kernel again. Dropout is
+  /// this with m = dropout_mask: y = x ⊙ mask forward, dx = dy ⊙ mask backward.   (elementwise)
   void mul(const Tensor& x, const Tensor& m, Tensor& y);
-  /// Σ x², accumulated in double (synchronises: the result is on the host).
+  /// Σ x², accumulated in double (synchronises: the result is on the host). No backward: the
+  /// global gradient norm (model/adamw) is the square root of these sums over the parameters.
+  /// (reduce)
   double sum_squares(const Tensor& x);
   /// mask[r, c] = (u ≥ p) / (1 − p) with u uniform in [0, 1) from (key, global index of (r, c)),
-  /// as in fill_random. p = 0 gives all ones. mask: (rows, cols)
+  /// as in fill_random. p = 0 gives all ones. mask: (rows, cols)   (rng)
   void dropout_mask(Tensor& mask, const RngKey& key, const GlobalIndex& index, float p);
 
-  // ---- activations ---------------------------------------------------------------------------
-  /// y = GeLU(x), tanh approximation: 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³))). y, x: same numel
+  // ---- activations (stem: activation; y, x, g, u, their gradients: (rows, ffn/t)) ------------
+  /// GeLU, tanh approximation, with z = √(2/π) (x + 0.044715 x³):
+  ///   y = 0.5 x (1 + tanh z)
   void gelu_forward(Tensor& y, const Tensor& x);
-  /// dx = dy · GeLU'(x)
+  /// dx = dy ⊙ GeLU'(x),
+  ///   GeLU'(x) = 0.5 (1 + tanh z) + 0.5 x (1 − tanh² z) · √(2/π) (1 + 3 · 0.044715 x²)
   void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x);
-  /// y = silu(g) ⊙ u, silu(g) = g · σ(g). y, g, u: same numel
+  /// SwiGLU, σ(g) = 1 / (1 + e^−g), silu(g) = g σ(g):
+  ///   y = silu(g) ⊙ u
   void swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u);
-  /// dg = dy ⊙ u ⊙ silu'(g), du = dy ⊙ silu(g)
+  /// dg = dy ⊙ u ⊙ silu'(g),  du = dy ⊙ silu(g),  silu'(g) = σ(g) (1 + g (1 − σ(g)))
   void swiglu_backward(Tensor& dg, Tensor& du, const Tensor& dy, const Tensor& g, const Tensor& u);
 
-  // ---- norms (over the last dim of x: (rows, h)) ----------------------------------------------
-  /// y = (x − μ) · rstd ⊙ w + b, rstd = 1/√(σ² + eps) (biased variance). Saves μ, rstd: (rows).
+  // ---- norms (stem: norm; over the last dim of x: (rows, h); w, b: (h); saved: (rows)) -------
+  /// LayerNorm of each row: μ = mean(x), σ² = mean((x − μ)²) (biased), rstd = 1/√(σ² + eps),
+  ///   x̂ = (x − μ) rstd,  y = x̂ ⊙ w + b.   Saves μ (mean) and rstd for the backward.
   void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& w,
                          const Tensor& b, float eps);
-  /// dx = ..., dw += Σ_r dy ⊙ x̂, db += Σ_r dy
+  /// With g = dy ⊙ w and means over the row:
+  ///   dx = rstd (g − mean(g) − x̂ mean(g ⊙ x̂))      (written)
+  ///   dw += Σ_r dy ⊙ x̂,  db += Σ_r dy              (accumulated)
   void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x,
                           const Tensor& w, const Tensor& mean, const Tensor& rstd);
-  /// y = x · rstd ⊙ w, rstd = 1/√(mean(x²) + eps). Saves rstd: (rows).
+  /// RMSNorm of each row: rstd = 1/√(mean(x²) + eps), x̂ = x rstd, y = x̂ ⊙ w. Saves rstd.
   void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps);
-  /// dx = ..., dw += Σ_r dy ⊙ x · rstd
+  /// With g = dy ⊙ w:
+  ///   dx = rstd (g − x̂ mean(g ⊙ x̂))   (written)
+  ///   dw += Σ_r dy ⊙ x̂                (accumulated)
   void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
                         const Tensor& rstd);
 
-  // ---- attention -----------------------------------------------------------------------------
+  // ---- attention (stem: attention) -----------------------------------------------------------
   /// Causal softmax attention for every (batch b, query head j): query head j reads key/value
-  /// head j / (nh / nkv). q: (S·B, nh·hd), k, v: (S·B, nkv·hd), out: (S·B, nh·hd), row s·B + b.
-  /// probs: (B, nh, S, S), saved for backward: softmax_t≤s(scale · q_s · k_t), zero for t > s.
+  /// head g = j / (nh / nkv). q: (S·B, nh·hd), k, v: (S·B, nkv·hd), out: (S·B, nh·hd), row s·B + b;
+  /// Q_bj, K_bg, V_bg: (S, hd) are head j's (g's) columns at the rows of batch b. Per (b, j):
+  ///   P_bj   = softmax_causal(scale · Q_bj K_bgᵀ)   row s: softmax over t ≤ s, 0 for t > s
+  ///   out_bj = P_bj V_bg
+  /// probs: (B, nh, S, S), P saved for backward.
   void attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
                          const Tensor& v, const AttentionShape& shape);
+  /// Per (b, j), with rowsum(X)_s = Σ_t X_st:
+  ///   dP    = dout_bj V_bgᵀ
+  ///   dS    = P ⊙ (dP − rowsum(dP ⊙ P))                 (the softmax backward)
+  ///   dq_bj = scale · dS K_bg
+  ///   dk_bg = scale · Σ_{j of g} dSᵀ Q_bj,   dv_bg = Σ_{j of g} P_bjᵀ dout_bj
   /// dq, dk, dv written (=); dk, dv sum over the query heads that share a key/value head.
   void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q,
                           const Tensor& k, const Tensor& v, const Tensor& probs,
                           const AttentionShape& shape);
   /// Causal attention of new positions over a key/value cache (incremental decoding; inference
-  /// only, so no probs are kept). q, out: (n·B, nh·hd), the queries of positions [past, past + n)
-  /// with n = shape.seq; k, v: ((past + n)·B, nkv·hd), the keys and values of positions
-  /// [0, past + n), sequence-major (row s·B + b). Query (i, b) attends to keys t ≤ past + i:
+  /// only, so no probs are kept and no backward). q, out: (n·B, nh·hd), the queries of positions
+  /// [past, past + n) with n = shape.seq; k, v: ((past + n)·B, nkv·hd), the keys and values of
+  /// positions [0, past + n), sequence-major (row s·B + b). Query (i, b) attends to keys
+  /// t ≤ past + i:
   ///   out = softmax_{t ≤ past+i}(scale · q_i · k_t) v_t
   /// With past = 0 this is attention_forward's out.
   void attention_cached_forward(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
                                 int64_t past, const AttentionShape& shape);
 
-  // ---- vocabulary-parallel embedding and loss ----------------------------------------------
-  /// out[i] = wte_shard[ids[i] − first_id] when this shard owns ids[i] (first_id ≤ ids[i] <
-  /// first_id + rows of wte_shard), else zeros. ids: (N) as f32, wte_shard: (V/t, h), out: (N, h)
+  // ---- vocabulary-parallel embedding (stem: embedding) ---------------------------------------
+  /// wte is split by rows (tokens); this shard holds ids [first_id, first_id + V/t):
+  ///   out[i] = wte_shard[ids[i] − first_id] when this shard owns ids[i], else 0,
+  /// so the sum over the shards (one all-reduce) is the full lookup.
+  /// ids: (rows) as f32, wte_shard: (V/t, h), out: (rows, h)
   void embedding_shard_forward(Tensor& out, const Tensor& ids, const Tensor& wte_shard,
                                int64_t first_id);
-  /// dwte_shard[ids[i] − first_id] += dout[i] for the ids this shard owns.
+  /// dwte_shard[ids[i] − first_id] += dout[i] for the ids this shard owns (repeated ids add up).
   void embedding_shard_backward(Tensor& dwte_shard, const Tensor& dout, const Tensor& ids,
                                 int64_t first_id);
-  /// x[r] += wpe[(row0 + r) / B]: x holds the sequence-major rows [row0, row0 + rows) of the batch.
+  /// Positions: global row g = s·B + b is position s = g / B; x holds the sequence-major rows
+  /// [row0, row0 + rows) of the batch (row0 > 0 for a sequence-parallel shard):
+  ///   x[r] += wpe[(row0 + r) / B]          x: (rows, h), wpe: (S, h)
   void position_forward(Tensor& x, const Tensor& wpe, int64_t batch, int64_t row0);
-  /// dwpe[(row0 + r) / B] += dx[r]
+  /// dwpe[s] += Σ over the held rows r of position s of dx[r]
   void position_backward(Tensor& dwpe, const Tensor& dx, int64_t batch, int64_t row0);
+
+  // ---- vocabulary-parallel cross-entropy (stem: cross_entropy) -------------------------------
+  // logits are split by columns: a shard holds global ids [first, first + cols), cols = V/t
+  // padded, of which only ids < V are real. For row i with target y, the three numbers m, Σ, x_y
+  // are all-reduced between the calls (max, sum, sum; lib/parallel/vocab_parallel):
+  //   m_i = max_j x_ij,  Σ_i = Σ_j e^(x_ij − m_i),  x_y = x_iy,  loss_i = log Σ_i + m_i − x_y
+  //   dlogits_ij = scale (e^(x_ij − m_i) / Σ_i − [first + j = y])   (softmax − one-hot)
+  // logits, dlogits: (rows, cols); row_max, sum_exp, target_logit, targets, loss: (rows).
   /// row_max[i] = max of logits[i, j] over the real columns (first + j < vocab); −inf if none.
-  /// logits: (N, cols), row_max: (N)
   void vocab_max(Tensor& row_max, const Tensor& logits, const VocabShard& shard);
   /// sum_exp[i] = Σ over real columns of exp(logits[i, j] − row_max[i]);
   /// target_logit[i] = logits[i, targets[i] − first] when this shard owns targets[i], else 0.
   void vocab_sum_exp_target(Tensor& sum_exp, Tensor& target_logit, const Tensor& logits,
                             const Tensor& row_max, const Tensor& targets, const VocabShard& shard);
-  /// loss[i] = log(sum_exp[i]) + row_max[i] − target_logit[i]   (all (N), after the all-reduces)
+  /// loss[i] = log(sum_exp[i]) + row_max[i] − target_logit[i]   (after the all-reduces)
   void vocab_loss(Tensor& loss, const Tensor& row_max, const Tensor& sum_exp,
                   const Tensor& target_logit);
+  /// The loss's backward, times scale (e.g. 1 / tokens for the mean loss):
   /// dlogits[i, j] = scale · (exp(logits[i, j] − row_max[i]) / sum_exp[i] − [first + j == targets[i]])
   /// for real columns, 0 for padding. dlogits may alias logits.
   void vocab_softmax_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
                               const Tensor& sum_exp, const Tensor& targets, const VocabShard& shard,
                               float scale);
 
-  // ---- optimizer -----------------------------------------------------------------------------
-  /// One AdamW step (step ≥ 1) with g' = grad_scale · g: m = β1 m + (1 − β1) g'; v = β2 v +
-  /// (1 − β2) g'²; p −= lr · (m / (1 − β1^step)) / (√(v / (1 − β2^step)) + eps) + lr · wd · p.
+  // ---- optimizer (stem: adamw) ---------------------------------------------------------------
+  /// One AdamW step (step ≥ 1) with g' = grad_scale · g:
+  ///   m = β1 m + (1 − β1) g',  v = β2 v + (1 − β2) g'²
+  ///   p −= lr · (m / (1 − β1^step)) / (√(v / (1 − β2^step)) + eps) + lr · wd · p
+  /// p, g, m, v: the same numel (one parameter shard and its state).
   void adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWParams& h,
                   int64_t step);
 

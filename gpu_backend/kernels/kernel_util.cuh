@@ -1,9 +1,15 @@
-// reduce.cuh — warp and block reductions and launch-size helpers shared by the GPU model kernels
-// (kernels_model.cu, kernels_attention.cu).
+// kernel_util.cuh — what the GPU backend's kernels/ files share: warp and block reductions,
+// launch sizes, grid-stride indices, and the column sums of parameter gradients (kernels/reduce.cu).
 //
-// Determinism: a reduction combines the values in a fixed tree (xor-shuffles within a warp, then
-// the warp partials in warp order), so for a given block size the result never depends on timing.
-// Every thread of the block gets the result. No atomics anywhere.
+// Determinism: no float atomics anywhere. Every output element is written by one thread; sums over
+// rows or positions are loops in a fixed order inside that thread or fixed chunks added in order,
+// and a block reduction combines its values in a fixed tree (xor-shuffles within a warp, then the
+// warp partials in warp order), so for a given block size the result never depends on timing.
+// Every thread of the block gets the result.
+//
+// Launch configurations: elementwise kernels kThreads threads with a grid stride; row kernels one
+// block per row (the fused norm backward: per chunk of rows), grid stride, threads = the row
+// length rounded up to a warp, at most kRowThreads.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,9 +18,14 @@
 #include <cstdint>
 
 namespace tp {
+
+class CudaDevice;
+
 namespace gpu {
 
 constexpr int kWarp = 32;
+constexpr int kThreads = 256;     // threads per block of the elementwise and column-sum kernels
+constexpr int kRowThreads = 256;  // most threads for a one-block-per-row kernel
 
 struct SumOp {
   template <typename T>
@@ -80,6 +91,20 @@ __device__ __forceinline__ int64_t global_thread() {
 __device__ __forceinline__ int64_t grid_threads() {
   return static_cast<int64_t>(gridDim.x) * blockDim.x;
 }
+
+/// Blocks of kThreads for n independent elements.
+inline unsigned int elementwise_blocks(int64_t n) { return grid_blocks(n, kThreads); }
+/// One block per row.
+inline unsigned int row_blocks(int64_t rows) { return grid_blocks(rows, 1); }
+
+// ---- column sums of parameter gradients (kernels/reduce.cu) ----------------------------------------
+// Deterministic in two steps: f64 partial sums over fixed chunks of rows, rows in order, then one
+// thread per column adds the chunks in chunk order, so the result depends only on the shape.
+
+/// out[c] += Σ_r dy[r, c] for dy: (rows, h), through dev's scratch memory (the bias gradient).
+void column_sums(CudaDevice& dev, float* out, const float* dy, int64_t rows, int64_t h);
+/// out[c] += f32(Σ_k partial[k, c]), k in [0, nchunks) in order; partial: (nchunks, h), f64.
+void column_finish(CudaDevice& dev, float* out, const double* partial, int64_t h, int64_t nchunks);
 
 }  // namespace gpu
 }  // namespace tp

@@ -1,0 +1,77 @@
+// kernel_util.h — what the CPU backend's kernels/ files share: the size below which a loop runs on
+// one thread, the column-block row sum of the parameter gradients, and a vectorisable e^x.
+//
+// Determinism: results are bit-identical for any OpenMP thread count. Every output element is
+// computed by one thread in a fixed order: sums over rows (dw, db, dwte, dwpe) are parallelised over
+// the output (columns, positions), never split across threads, and the `omp simd` reductions (norm
+// statistics, Σ x², the softmax sums) add in vector lanes, an order the compiled code fixes. The
+// attention's GEMMs are thread-independent too (kernels/attention.cpp says how). Not
+// thread-independent: the plain GEMMs (CpuDevice::gemm), where OpenBLAS splits one call across its
+// threads.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+namespace tp {
+namespace cpu {
+
+constexpr int64_t kParallelMin = 1 << 14;  // below this much work, one thread is faster
+constexpr int64_t kColBlock = 64;          // columns per thread in the column-parallel row sums
+
+// acc[c] (c in [c0, c1)) = Σ_r f(r, c), rows in order; one call per column block, so the result
+// does not depend on the thread that runs it.
+template <typename F>
+void sum_rows_block(int64_t rows, int64_t c0, int64_t c1, double* acc, F f) {
+  for (int64_t c = c0; c < c1; ++c) acc[c - c0] = 0.0;
+  for (int64_t r = 0; r < rows; ++r)
+#pragma omp simd
+    for (int64_t c = c0; c < c1; ++c) acc[c - c0] += f(r, c);
+}
+
+// The bits of a float and back (std::bit_cast in C++20).
+inline uint32_t float_bits(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, sizeof b);
+  return b;
+}
+inline float bits_float(uint32_t b) {
+  float x;
+  std::memcpy(&x, &b, sizeof x);
+  return x;
+}
+
+// x limited to [−lim, lim] (lim ≥ 0), NaN kept. On the bits: |x| orders like its bit pattern read
+// as an integer, NaN above +inf, and an integer min is one instruction where a float min is a
+// branch (its NaN rules) that stops the loop around it from vectorising.
+inline float clamp_abs(float x, float lim) {
+  constexpr uint32_t kInf = 0x7f800000u, kSign = 0x80000000u;
+  const uint32_t b = float_bits(x), a = b & ~kSign;
+  const uint32_t m = a > kInf ? a : std::min(a, float_bits(lim));
+  return bits_float(m | (b & kSign));
+}
+
+// e^x for |x| ≤ 88, within 1 ulp (0 where e^x is below the smallest normal float, e^−87.3; NaN
+// gives NaN), in arithmetic the compiler vectorises, where std::exp is a library call per element:
+// x = n ln2 + r with |r| ≤ ln2/2 (ln2 in two parts, so r is exact), e^r by the Cephes expf
+// polynomial, 2^n built as exponent bits. Adding 1.5 · 2^23 rounds x / ln2 to the integer n and
+// leaves n in the low bits of the sum.
+inline float exp_small(float x) {
+  constexpr float kShift = 12582912.0f;  // 1.5 · 2^23
+  const float shifted = x * 1.44269504088896341f + kShift;
+  const float n = shifted - kShift;
+  const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const uint32_t biased = float_bits(shifted) - float_bits(kShift) + 127;  // n + 127, in [0, 254]
+  return p * bits_float(biased << 23);
+}
+
+}  // namespace cpu
+}  // namespace tp
