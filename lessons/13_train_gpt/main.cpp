@@ -343,10 +343,9 @@ int main(int argc, char** argv) {
 
     // Every flag and every t checked before anything communicates; all problems at once.
     std::vector<std::string> problems;
-    if (s.steps < 2)
-      problems.push_back("--steps=" + std::to_string(s.steps) + " must be 2 or more");
-    if (s.sp_steps < 2 || s.sp_steps > s.steps)
-      problems.push_back("--sp-steps=" + std::to_string(s.sp_steps) + " must be 2 … --steps");
+    if (s.sp_steps > s.steps)
+      problems.push_back("--sp-steps=" + std::to_string(s.sp_steps) +
+                         " must be at most --steps=" + std::to_string(s.steps));
     if (s.batch < 1)
       problems.push_back("--batch=" + std::to_string(s.batch) + " must be 1 or more");
     GptConfig with_sp = s.cfg;
@@ -659,16 +658,17 @@ int main(int argc, char** argv) {
         "  and the link; the times above, of ranks sharing two laptop cores, cannot tell.");
       },
       [](Options& o) {
-    o.integer("steps", 20, "training steps at each t")
-        .min(1)
-        .integer("sp-steps", 5, "training steps of the sequence-parallel run (step 5)")
-        .min(1)
+    o.integer("steps", 20,
+              "training steps at each t (the step times are the median of all but the first)")
+        .min(2)
+        .integer("sp-steps", 5, "training steps of the sequence-parallel run (step 5; <= --steps)")
+        .min(2)
         .flag("spin", "wait in MPI's blocking calls (they poll the core) instead of sleeping")
         .integer("seq", 64, "sequence length S (divisible by the largest t, for SP)")
         .min(1)
         .integer("batch", 4, "sequences per step")
         .min(1)
-        .text("plot", lesson::default_output("lesson_13_loss.svg"),
+        .path("plot", lesson::default_output("lesson_13_loss.svg"),
               "where to write the SVG of the loss curves (default: build/ when run from the "
               "repository, else the folder it is run from)");
   });
