@@ -76,6 +76,23 @@ std::string svg_path(const std::string& json_path) {
   return json_path + ".svg";
 }
 
+// What to check up front for --export-hf DIR (launcher.h's check_output_paths checks files): its
+// config.json when DIR exists, else the first missing folder on the way to DIR, which export_hf
+// creates; a read-only or missing parent is found before training, not after.
+std::string export_probe(std::string dir) {
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) == 0) return dir + "/config.json";
+  for (;;) {
+    const size_t slash = dir.find_last_of('/');
+    const std::string parent = slash == std::string::npos ? "."
+                               : slash == 0               ? "/"
+                                                          : dir.substr(0, slash);
+    if (parent == dir || ::stat(parent.c_str(), &st) == 0) return dir;
+    dir = parent;
+  }
+}
+
 // Learning rate at absolute step `step` (0-based): linear warm-up over `warmup` steps, then cosine
 // decay to 10 % of lr at step `decay`. Defined by step numbers, never by the length of this run,
 // so a resumed run continues the same schedule.
@@ -272,7 +289,8 @@ int train(Context& ctx) {
                       {"--log-json", o.get_text("log-json")},
                       {"--trace", trace},
                       {"--trace (its SVG)", trace.empty() ? "" : svg_path(trace)},
-                      {"--plot", o.get_text("plot")}});
+                      {"--plot", o.get_text("plot")},
+                      {"--export-hf", export_dir.empty() ? "" : export_probe(export_dir)}});
   // --save is this run's until it ends: a second run saving to the same file is refused now, not
   // silently overwritten at the end (lib/model/checkpoint.h).
   const CheckpointClaim claim(o.get_text("save"), world, ctx.device);
