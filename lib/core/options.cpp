@@ -204,8 +204,12 @@ void Options::assign(const std::string& name, Option& opt, const std::string& va
       return low_ok && high_ok;
     };
     const double v = opt.type == Type::Int ? static_cast<double>(i) : d;
-    // Stored as a float: the value the program will see is (float) d.
-    const double stored = opt.is_float ? static_cast<double>(static_cast<float>(d)) : v;
+    // Stored as a float: the value the program will see is (float) d (Inf beyond float's range,
+    // where the conversion itself would be undefined).
+    const double stored = !opt.is_float ? v
+                          : std::fabs(d) > std::numeric_limits<float>::max()
+                              ? std::copysign(HUGE_VAL, d)
+                              : static_cast<double>(static_cast<float>(d));
     if (opt.is_float) {
       TP_CHECK_INPUT(d == 0.0 || stored != 0.0, typed,
                      ": is 0 as a 32-bit float, which this value is stored in (the smallest "
