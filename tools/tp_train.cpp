@@ -373,9 +373,7 @@ int train(Context& ctx) {
     if (!log_json.empty())
       json = OutputFile(log_json, "--log-json " + log_json, OutputFile::Mode::Append);
     const std::string note =
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"480\" height=\"40\">"
-        "<text x=\"8\" y=\"24\">tp_train is running; this file is written "
-        "when it ends</text></svg>\n";
+        svg_placeholder("tp_train is running; this file is written when it ends");
     if (!plot.empty()) write_text_file(plot, note, "--plot " + plot);
     if (!trace.empty()) {
       write_text_file(trace, "{\"traceEvents\": []}\n", "--trace " + trace);

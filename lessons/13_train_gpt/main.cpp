@@ -357,6 +357,14 @@ int main(int argc, char** argv) {
       TP_CHECK_INPUT(false, all);
     }
 
+    // --plot is written at the end; a placeholder now finds a file that cannot be written (a full
+    // disk, a read-only folder) before the training, not after it.
+    const std::string plot = o.get_text("plot");
+    if (L.is_root())
+      write_text_file(plot,
+                      svg_placeholder("lesson 13 is running; the loss curves come at its end"),
+                      "--plot " + plot);
+
     // 1. The model and the plan.
     L.step("Seed 000's model: 12 layers, h = 512, MLP 2048, 8 heads; trained at t = 1 … " +
            std::to_string(T) + " on the same batches.");
@@ -535,7 +543,6 @@ int main(int argc, char** argv) {
         "  data, or a bug (a missing all-reduce of the replicated gradients, ranks drawing\n"
         "  different batches). Compare loss curves step by step, as here, to find which.");
 
-    const std::string plot = o.get_text("plot");
     {
       const char* colors[] = {"#d62728", "#1f77b4", "#2ca02c", "#9467bd"};
       std::vector<PlotSeries> series;
@@ -548,13 +555,14 @@ int main(int argc, char** argv) {
         p.dashed = i == 0;
         series.push_back(p);
       }
-      if (!plot.empty())
-        write_text_file(plot, svg_line_plot("Seed 000's 12-layer GPT: training loss at t = 1 … " +
-                                                std::to_string(T),
-                                            "step", "loss (nats)", series));
+      if (L.is_root())  // one writer (every rank has the same curves)
+        write_text_file(
+            plot,
+            svg_line_plot("Seed 000's 12-layer GPT: training loss at t = 1 … " + std::to_string(T),
+                          "step", "loss (nats)", series),
+            "--plot " + plot);
     }
-    if (!plot.empty())
-      L.say("  wrote ", plot, " (the curves of every t in one picture; they lie on each other)");
+    L.say("  wrote ", plot, " (the curves of every t in one picture; they lie on each other)");
 
     // The two designs.
     L.step("Seed 000 §4's two designs at t = " + std::to_string(T) +

@@ -111,6 +111,12 @@ std::string svg_line_plot(const std::string& title, const std::string& x_label,
   return s + "</svg>\n";
 }
 
+std::string svg_placeholder(const std::string& text) {
+  return "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"640\" height=\"40\"><text x=\"8\" "
+         "y=\"24\" font-family=\"sans-serif\" font-size=\"14\">" +
+         xml_escape(text) + "</text></svg>\n";
+}
+
 void write_text_file(const std::string& path, const std::string& text, const std::string& what) {
   write_file(path, text, what);
 }

@@ -92,6 +92,8 @@ for flag in log-json plot trace; do
   expect "--$flag onto dev-full" nonzero "error: --$flag /dev/full: write failed: No space left on device (ENOSPC)" 2 \
     "${train[@]}" --steps 3 "--$flag" /dev/full
 done
+WITHIN=15 expect "lesson 13 --plot onto dev-full" nonzero "error: --plot /dev/full: write failed: No space left on device (ENOSPC)" 4 \
+  "$BUILD/bin/lesson_13_train_gpt" --plot /dev/full
 for flag in plot trace; do
   if grep -q '^step ' "$logs/check_--${flag}_onto_dev-full.log"; then
     fail "--$flag /dev/full: the failure came after training had started"
