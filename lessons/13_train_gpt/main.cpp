@@ -674,8 +674,10 @@ int main(int argc, char** argv) {
         .flag("spin", "wait in MPI's blocking calls (they poll the core) instead of sleeping")
         .integer("seq", 64, "sequence length S (divisible by the largest t, for SP)")
         .min(1)
+        .max(1 << 16)
         .integer("batch", 4, "sequences per step")
         .min(1)
+        .max(1 << 16)
         .path("plot", lesson::default_output("lesson_13_loss.svg"),
               "where to write the SVG of the loss curves (default: build/ when run from the "
               "repository, else the folder it is run from)");
