@@ -189,7 +189,8 @@ Preflight preflight(const PreflightInput& in) {
     const GptConfig& c = p.cfg;
     const double n = static_cast<double>(in.batch) * static_cast<double>(c.seq);
     const double most =
-        std::max({n * static_cast<double>(c.inner()), n * static_cast<double>(c.padded_vocab(t)),
+        std::max({n * static_cast<double>(c.hidden), n * static_cast<double>(c.inner()),
+                  n * static_cast<double>(c.padded_vocab(t)),
                   n * static_cast<double>(c.seq) * static_cast<double>(c.heads)});
     problem(in.batch <= GptConfig::kMaxSize && most <= GptConfig::kMaxElements,
             format("--batch=%lld x seq=%lld: one step's activations would hold about %.3g values, "
