@@ -373,9 +373,9 @@ int train(Context& ctx) {
     if (!log_json.empty())
       json = OutputFile(log_json, "--log-json " + log_json, OutputFile::Mode::Append);
     const std::string note =
-        svg_placeholder("tp_train is running; this file is written when it ends");
-    if (!plot.empty()) write_text_file(plot, note, "--plot " + plot);
-    if (!trace.empty()) {
+        svg_placeholder("tp_train writes this file when it ends (it stays so if the run stopped)");
+    if (!plot.empty() && steps > 0) write_text_file(plot, note, "--plot " + plot);
+    if (!trace.empty() && steps > 0) {
       write_text_file(trace, "{\"traceEvents\": []}\n", "--trace " + trace);
       write_text_file(svg_path(trace), note, "--trace (its SVG) " + svg_path(trace));
     }
@@ -537,7 +537,7 @@ int train(Context& ctx) {
   }
   if (std::isfinite(source->loss_floor()))
     log0(world, "loss floor of this data: ", source->loss_floor(), " nats");
-  if (!plot.empty() && steps > 0) {
+  if (!plot.empty() && !plot_steps.empty()) {  // (every step skipped: no curve)
     if (world.rank() == 0) {
       std::vector<PlotSeries> series = {
           {"t = " + std::to_string(world.size()), plot_steps, plot_losses, "#1f77b4", false}};

@@ -361,8 +361,7 @@ int main(int argc, char** argv) {
     // disk, a read-only folder) before the training, not after it.
     const std::string plot = o.get_text("plot");
     if (L.is_root())
-      write_text_file(plot,
-                      svg_placeholder("lesson 13 is running; the loss curves come at its end"),
+      write_text_file(plot, svg_placeholder("lesson 13 writes its loss curves here when it ends"),
                       "--plot " + plot);
 
     // 1. The model and the plan.
