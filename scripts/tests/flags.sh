@@ -103,6 +103,7 @@ done
 # 10. --export-hf (and tp_export --hf) on a read-only file system says EROFS, before training. A
 # read-only bind mount needs root; elsewhere one line says the case is skipped.
 ro=$tmp/ro_mount
+mountpoint -q "$ro" 2>/dev/null && umount "$ro"  # left by an interrupted run
 mkdir -p "$ro.src" "$ro"
 if mount --bind -o ro "$ro.src" "$ro" 2>/dev/null && ! touch "$ro/probe" 2>/dev/null; then
   expect "--export-hf on a read-only mount" 2 "Read-only file system (EROFS)" 1 "${tt[@]}" --export-hf "$ro/out"
