@@ -15,6 +15,7 @@
 
 #include "backends.h"
 #include "core/error.h"
+#include "core/output_file.h"
 #include "node.h"
 #include "watchdog.h"
 
@@ -59,20 +60,20 @@ std::string output_path_problem(const std::string& flag, const std::string& path
     if (S_ISDIR(st.st_mode)) return what + " is a folder; give a file name";
     if (S_ISFIFO(st.st_mode)) return what + " is a FIFO, not a file; give a file name";
     if (::access(path.c_str(), W_OK) != 0)
-      return what + " cannot be written (" + std::strerror(errno) + ")";
+      return what + " cannot be written (" + errno_text(errno) + ")";
     return "";
   }
-  if (errno != ENOENT) return what + ": " + std::strerror(errno);
+  if (errno != ENOENT) return what + ": " + errno_text(errno);
   const size_t slash = path.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "."
                           : slash == 0               ? "/"
                                                      : path.substr(0, slash);
   if (::stat(dir.c_str(), &st) != 0)
-    return what + ": the folder " + dir + " does not exist (" + std::strerror(errno) +
+    return what + ": the folder " + dir + " does not exist (" + errno_text(errno) +
            "); create it first";
   if (!S_ISDIR(st.st_mode)) return what + ": " + dir + " is not a folder";
   if (::access(dir.c_str(), W_OK | X_OK) != 0)
-    return what + ": cannot create files in " + dir + " (" + std::strerror(errno) + ")";
+    return what + ": cannot create files in " + dir + " (" + errno_text(errno) + ")";
   return "";
 }
 

@@ -550,7 +550,7 @@ expect "tp_generate: a corrupt checkpoint" 2 "overlaps tensor" 2 "$BUILD/bin/tp_
 expect "tp_generate: no prompt" 2 "give the prompt as --prompt" 1 "$BUILD/bin/tp_generate" --load "$tmp/ck.safetensors"
 expect "lesson: a flag value of the wrong kind" 2 "--step=maybe: expected true or false" 2 "$BUILD/bin/lesson_03_row_parallel" --step=maybe
 expect "lesson: an argument without --" 2 "unexpected argument 'fast'" 2 "$BUILD/bin/lesson_04_parallel_mlp" fast
-expect "lesson 13: a flag out of range" 2 "--steps=0: must be >= 1" 4 "$BUILD/bin/lesson_13_train_gpt" --steps 0
+expect "lesson 13: a flag out of range" 2 "--steps=1: must be >= 2" 4 "$BUILD/bin/lesson_13_train_gpt" --steps 1
 
 # 8b. Checks kept one file per topic (scripts/tests/*.sh), sourced here in name order: each uses
 # expect, pass, fail, run_mpi, $tmp, $logs and the train/tt/ld command arrays defined above.

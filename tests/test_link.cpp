@@ -9,6 +9,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "core/simulated_link.h"
@@ -69,6 +71,27 @@ TEST(Link, BadValuesAreBadInputNamingTheForms) {
           << e.what();
     }
   }
+}
+
+// The custom form's bounds keep a run finite: α = 1000 s never ends, β = 1e-300 GB/s overflows the
+// deadline (the delay vanished); each refusal names the value as typed and the bound.
+TEST(Link, CustomValuesOutsideTheBoundsAreRefused) {
+  for (const auto& [bad, needle] :
+       std::vector<std::pair<const char*, const char*>>{{"1e9,1", "α = 1e9 µs is more than"},
+                                                        {"10001,1", "α = 10001 µs"},
+                                                        {"0,1e-300", "β = 1e-300 GB/s is outside"},
+                                                        {"5,0.09", "β = 0.09 GB/s"},
+                                                        {"5,2e6", "β = 2e6 GB/s"}}) {
+    try {
+      parse_link(bad);
+      ADD_FAILURE() << "--link=" << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_TRUE(e.is_bad_input()) << bad;
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_DOUBLE_EQ(parse_link("10000,0.1")->model.alpha, 10000e-6);  // both bounds included
+  EXPECT_DOUBLE_EQ(parse_link("0,1000000")->model.beta, 1e15);
 }
 
 // ---- the ring formulas -----------------------------------------------------------------------------

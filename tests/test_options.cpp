@@ -1,6 +1,10 @@
 // test_options.cpp — the command-line parser (serial).
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <string>
+#include <vector>
+
 #include "core/error.h"
 #include "core/options.h"
 
@@ -91,7 +95,12 @@ TEST(Options, ErrorsNameTheProblem) {
   expect_bad_input({"--act=relu"}, "expected one of gelu, swiglu");
   expect_bad_input({"--step=maybe"}, "expected true or false");
   expect_bad_input({"extra"}, "unexpected argument 'extra'");
-  expect_bad_input({"--steps=99999999999999999999"}, "expected an integer");
+  expect_bad_input({"--steps=99999999999999999999"},
+                   "--steps=99999999999999999999: out of range of a 64-bit integer (at most "
+                   "9223372036854775807)");
+  expect_bad_input({"--steps=-99999999999999999999"}, "(at least -9223372036854775808)");
+  expect_bad_input({"--lr=1e-400"}, "--lr=1e-400: underflows to 0 as a double");
+  expect_bad_input({"--lr=1e400"}, "--lr=1e400: overflows a double");
 }
 
 TEST(Options, ProgrammingErrorsAreNotBadInput) {
@@ -144,4 +153,95 @@ TEST(Options, DashHIsHelp) {
   parse(o, {"-h"});
   EXPECT_TRUE(o.help_requested());
   expect_bad_input({"-x"}, "unexpected argument '-x'");
+}
+
+// The types values are stored in (issue 19): an int, a float, a path. Each refusal shows the value
+// as typed; the accepted edges read back exactly.
+Options typed() {
+  Options o("prog", "Typed.");
+  o.integer("dp", 1, "replicas").min(1).fits_int();
+  o.integer("nodes", 0, "nodes").fits_int();
+  o.integer("steps", 5, "steps").non_negative();
+  o.real("lr", 1e-3, "learning rate").positive().as_float();
+  o.real("weight-decay", 0.0, "decay").non_negative().as_float();
+  o.real("dropout", 0.0, "dropout").min(0).max(1, true).as_float();
+  o.real("scale", 1.0, "a double");
+  o.path("save", "", "a file").path("plot", "build/loss.svg", "a file with a default");
+  o.text("note", "", "any text, empty allowed");
+  return o;
+}
+
+void expect_typed_bad(std::vector<const char*> args, const std::string& needle) {
+  Options o = typed();
+  try {
+    parse(o, args);
+    ADD_FAILURE() << "no error for " << args[0];
+  } catch (const tp::Error& e) {
+    EXPECT_EQ(e.exit_code(), 2) << e.what();
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+  }
+}
+
+TEST(Options, IntegersAreCheckedInTheTypeTheyAreStoredIn) {
+  expect_typed_bad({"--dp", "4294967298"},
+                   "--dp=4294967298: out of range of the 32-bit int this value is stored in");
+  expect_typed_bad({"--dp=2147483648"}, "(-2147483648 to 2147483647)");
+  expect_typed_bad({"--nodes=-2147483649"}, "--nodes=-2147483649: out of range of the 32-bit int");
+  expect_typed_bad({"--dp=0"}, "--dp=0: must be >= 1");  // the declared range first
+  Options o = typed();
+  parse(o, {"--dp=2147483647", "--nodes=-2147483648", "--steps=4294967298"});
+  EXPECT_EQ(o.get_int32("dp"), 2147483647);
+  EXPECT_EQ(o.get_int32("nodes"), -2147483648LL);
+  EXPECT_EQ(o.get_int("steps"), 4294967298LL);  // 64-bit: no limit but its own
+  try {
+    (void)o.get_int32("steps");  // not declared fits_int: a programming error
+    ADD_FAILURE();
+  } catch (const tp::Error& e) {
+    EXPECT_EQ(e.exit_code(), 1);
+  }
+  // Ranges of integers are shown as integers, not as 2.14748e+09.
+  Options r("prog", "r");
+  r.integer("seq", 64, "S").min(1).max(1 << 20);
+  EXPECT_NE(r.help().find("in [1, 1048576]"), std::string::npos) << r.help();
+}
+
+TEST(Options, RealsStoredAsFloatMustNotBecome0OrInf) {
+  expect_typed_bad({"--lr", "1e-50"}, "--lr=1e-50: is 0 as a 32-bit float");
+  expect_typed_bad({"--weight-decay=1e39"}, "--weight-decay=1e39: is Inf as a 32-bit float");
+  expect_typed_bad({"--dropout=0.99999999999"},
+                   "--dropout=0.99999999999: must be in [0, 1), and it is 1 as the 32-bit float");
+  expect_typed_bad({"--lr=1e-400"}, "--lr=1e-400: underflows to 0 as a double");
+  Options o = typed();
+  // A double keeps what a float cannot; a float's edges pass; 0 stays 0.
+  parse(o, {"--scale=1e-50", "--lr=1e-40", "--weight-decay=3e38", "--dropout=0.9999999"});
+  EXPECT_DOUBLE_EQ(o.get_real("scale"), 1e-50);
+  EXPECT_GT(static_cast<float>(o.get_real("lr")), 0.0f);  // subnormal, not 0
+  EXPECT_TRUE(std::isfinite(static_cast<float>(o.get_real("weight-decay"))));
+  EXPECT_LT(static_cast<float>(o.get_real("dropout")), 1.0f);
+  Options z = typed();
+  parse(z, {"--weight-decay=0", "--dropout=0"});
+  EXPECT_EQ(z.get_real("weight-decay"), 0.0);
+}
+
+TEST(Options, AnEmptyPathIsRefusedNotTakenAsNoFile) {
+  for (const std::vector<const char*>& args :
+       {std::vector<const char*>{"--save="}, {"--save", ""}, {"--plot="}}) {
+    Options o = typed();
+    try {
+      parse(o, args);
+      ADD_FAILURE() << "no error for " << args[0];
+    } catch (const tp::Error& e) {
+      const std::string flag = std::string(args[0]).substr(0, std::string(args[0]).find('='));
+      EXPECT_EQ(e.exit_code(), 2);
+      EXPECT_NE(std::string(e.what()).find(flag + "= is empty"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("leave " + flag + " out"), std::string::npos)
+          << e.what();
+    }
+  }
+  Options o = typed();
+  parse(o, {"--note=", "--save=run.safetensors"});  // text may be empty; a path given is kept
+  EXPECT_EQ(o.get_text("note"), "");
+  EXPECT_EQ(o.get_text("save"), "run.safetensors");
+  EXPECT_EQ(o.get_text("plot"), "build/loss.svg");  // a path's default is used when not given
 }

@@ -1,8 +1,17 @@
-// test_plot.cpp — the SVG plots' round tick values (serial).
+// test_plot.cpp — the SVG plots' round tick values, and the checked writes of output files
+// (serial).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <string>
 
+#include "core/error.h"
+#include "core/output_file.h"
 #include "observe/svg_plot.h"
 
 namespace {
@@ -53,3 +62,51 @@ TEST(Plot, TheSvgLabelsAreTheTicks) {
 }
 
 }  // namespace
+
+// Every write of an output file is checked (core/output_file.h): /dev/full fails at the write with
+// ENOSPC named, a missing folder at the open; the message is headed by what the caller names.
+TEST(OutputFile, AFailedWriteIsOneLineWithErrno) {
+  try {
+    tp::write_text_file("/dev/full", "<svg/>\n", "--plot /dev/full");
+    ADD_FAILURE() << "writing /dev/full succeeded";
+  } catch (const tp::Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--plot /dev/full: write failed: No space left on device (ENOSPC)");
+    EXPECT_EQ(e.exit_code(), 1);
+  }
+  try {
+    tp::OutputFile log("/dev/full", "--log-json /dev/full", tp::OutputFile::Mode::Append);
+    log.write("{\"step\": 1}\n");
+    ADD_FAILURE() << "appending to /dev/full succeeded";
+  } catch (const tp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--log-json /dev/full: write failed"), std::string::npos)
+        << e.what();
+  }
+  try {
+    tp::write_file_atomic("/nonexistent-folder/config.json", "{}\n", "the export's config.json");
+    ADD_FAILURE();
+  } catch (const tp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("(ENOENT)"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(tp::errno_text(EROFS), "Read-only file system (EROFS)");
+  EXPECT_EQ(tp::errno_text(EIO), "Input/output error (EIO)");
+}
+
+TEST(OutputFile, WritesAppendsAndReplacesAtomically) {
+  const std::string dir = ::testing::TempDir(), path = dir + "/tp_output_file_test.txt";
+  tp::write_text_file(path, "one\n");
+  {
+    tp::OutputFile f(path, "test", tp::OutputFile::Mode::Append);
+    f.write("two\n");
+    f.close();
+  }
+  tp::write_file_atomic(path + ".json", "{}\n");
+  std::ifstream in(path), js(path + ".json");
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string json((std::istreambuf_iterator<char>(js)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(all, "one\ntwo\n");
+  EXPECT_EQ(json, "{}\n");
+  EXPECT_NE(::access((path + ".json.tmp").c_str(), F_OK), 0);  // no temporary file left
+  std::remove(path.c_str());
+  std::remove((path + ".json").c_str());
+}

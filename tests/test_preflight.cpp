@@ -17,6 +17,7 @@
 // Runs under mpirun -np 1, 2, 3, 4 (the first three parts are the same at every np).
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <utility>
@@ -98,6 +99,64 @@ TEST(PreflightProblems, EveryKindAtOnce) {
   in = small(2);
   in.batch = 0;
   EXPECT_TRUE(has_one(preflight(in).problems, "--batch=0 must be at least 1"));
+}
+
+// Sizes no machine holds are refused before any size is computed from them (issue 19): nothing
+// wraps (no negative or garbage byte counts), and the messages name flags, not code.
+TEST(PreflightProblems, HugeSizesAreRefusedBeforeAnythingOverflows) {
+  struct Case {
+    const char* what;
+    void (*set)(PreflightInput&);
+    const char* needle;
+  };
+  const Case cases[] =
+      {
+          {"hidden 2^63-1", [](PreflightInput& in) { in.model.hidden = INT64_MAX; },
+           "--hidden=9223372036854775807 is too large: at most 2147483647"},
+          {"pad-vocab-multiple 2^62",
+           [](PreflightInput& in) { in.model.pad_vocab_multiple = int64_t{1} << 62; },
+           "--pad-vocab-multiple=4611686018427387904 is too large"},
+          {"hidden 2^31-1, heads 1",
+           [](PreflightInput& in) {
+    in.model.hidden = GptConfig::kMaxSize;
+    in.model.heads = 1;
+    in.model.ffn = 0;
+           },
+           "parameters ("},
+          {"pad-vocab-multiple 2^31-1 at t = 4, hidden 2^20",
+           [](PreflightInput& in) {
+    in.model.pad_vocab_multiple = GptConfig::kMaxSize;
+    in.model.hidden = 1 << 20;
+    in.model.heads = 16;
+    in.model.ffn = 0;
+           },
+           "more than any machine holds; reduce --hidden"},
+             {"batch 2^40", [](PreflightInput& in) { in.batch = int64_t{1} << 40; },
+              "one step's activations would hold about"},
+             {"seq 2^31-1", [](PreflightInput& in) { in.model.seq = GptConfig::kMaxSize; },
+              "one step's activations would hold about"},
+             };
+  for (const Case& c : cases) {
+    PreflightInput in = small(4);
+    c.set(in);
+    const Preflight p = preflight(in);
+    ASSERT_EQ(p.problems.size(), 1u) << c.what;
+    EXPECT_TRUE(contains(p.problems[0], c.needle)) << c.what << ": " << p.problems[0];
+    for (const char* internal : {"GptConfig", "negative", "::"})
+      EXPECT_FALSE(contains(p.problems[0], internal)) << c.what << ": " << p.problems[0];
+    EXPECT_TRUE(p.tensors.empty()) << c.what;
+  }
+  // Just under the caps the preflight computes, and its byte counts are positive.
+  PreflightInput big = small(4);
+  big.model.hidden = 65536;
+  big.model.heads = 64;
+  big.model.layers = 64;
+  big.model.ffn = 0;
+  big.model.seq = 2048;
+  const Preflight p = preflight(big);
+  EXPECT_TRUE(p.problems.empty()) << (p.problems.empty() ? "" : p.problems[0]);
+  EXPECT_GT(p.weight_bytes, 0);
+  EXPECT_GT(p.logits_bytes, 0);
 }
 
 TEST(PreflightProblems, SequenceOnlyUnderSequenceParallelism) {

@@ -44,8 +44,8 @@ int main(int argc, char** argv) {
   Options o("tp_export",
             "Writes a checkpoint (or any file --init-from accepts) as a Hugging Face GPT-2: "
             "DIR/model.safetensors and DIR/config.json.");
-  o.text("load", "", "the checkpoint to read (tp_train --save)")
-      .text("hf", "", "the folder to write model.safetensors and config.json to")
+  o.path("load", "", "the checkpoint to read (tp_train --save)")
+      .path("hf", "", "the folder to write model.safetensors and config.json to")
       .integer("heads", 0, "attention heads, for a hub file without config.json beside it");
   return run_program(argc, argv, o, run);
 }

@@ -172,11 +172,12 @@ int main(int argc, char** argv) {
   Options o("tp_generate",
             "Generates text from a tp_train checkpoint with tensor parallelism over the ranks of "
             "mpirun (t = -np).");
-  o.text("load", "", "the checkpoint (tp_train --save); the model's sizes come from it")
+  o.path("load", "", "the checkpoint (tp_train --save); the model's sizes come from it")
       .text("prompt", "", "the prompt as text; its bytes are the token ids (V = 256 models)")
       .text("prompt-ids", "", "the prompt as token ids, e.g. \"3 1 4\" (models with V != 256)")
       .integer("tokens", 64, "how many tokens to generate")
       .real("temperature", 0.0, "0: greedy (argmax); > 0: sample from softmax(logits / T)")
+      .as_float()
       .integer("top-k", 0, "sample among the k most likely tokens only (0: all)")
       .integer("seed", 1234, "seed of the draws (the same tokens for every t)");
   return run_program(argc, argv, o, generate_main);

@@ -52,14 +52,14 @@ PreflightInput input_from(const Options& o) {
   c.sp = o.get_flag("sp");
   in.model = c;
   in.batch = o.get_int("batch") != 0 ? o.get_int("batch") : (preset.empty() ? 8 : 1);
-  in.t = static_cast<int>(o.get_int("tp"));
+  in.t = o.get_int32("tp");
   const std::string dtype = o.get_text("dtype") != "auto" ? o.get_text("dtype")
                             : preset.empty()              ? "fp32"
                                                           : "bf16";
   in.dtype_bytes = dtype == "fp32" ? 4 : 2;
   in.kv_replication = o.get_flag("kv-replication");
-  in.nodes = static_cast<int>(o.get_int("nodes"));
-  in.gpus_per_node = static_cast<int>(o.get_int("gpus-per-node"));
+  in.nodes = o.get_int32("nodes");
+  in.gpus_per_node = o.get_int32("gpus-per-node");
   in.flops = o.get_real("tflops") * 1e12;
   return in;
 }
@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
             "Exit 2 when there is any problem. Without --model the model is tp_train's default "
             "(the same flags); size flags left at 0 keep the preset's value.");
   o.integer("tp", 1, "tensor-parallel size t (also -t N)")
+      .fits_int()
       .text("model", "", "start from a named model: " + presets())
       .integer("layers", 0, "transformer blocks L")
       .integer("hidden", 0, "hidden size h")
@@ -89,6 +90,7 @@ int main(int argc, char** argv) {
             {"preset", "layernorm", "rmsnorm"})
       .flag("untie", "an LM head of its own instead of wte")
       .real("dropout", 0.0, "dropout probability (this implementation stores its masks)")
+      .as_float()
       .flag("sp", "sequence parallelism (seq must be divisible by t)")
       .integer("pad-vocab-multiple", 0, "pad the vocabulary to a multiple of this times t")
       .text("dtype", "auto",
@@ -99,7 +101,9 @@ int main(int argc, char** argv) {
             "when kv-heads < t, plan KV-head replication (t / kv-heads copies of each) instead "
             "of reporting a problem; tp_train's model cannot")
       .integer("nodes", 0, "nodes of the job (0 = not given)")
+      .fits_int()
       .integer("gpus-per-node", 0, "GPUs per node (0 = not given): warns when t spans nodes")
+      .fits_int()
       .real("tflops", 400.0, "dense FLOP rate of one GPU in TFLOPS, for the compute time");
   try {
     // -t N and -t=N are short for --tp.

@@ -28,7 +28,6 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
-#include <fstream>
 #include <limits>
 #include <memory>
 #include <new>
@@ -38,6 +37,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/output_file.h"
 #include "core/simulated_link.h"
 #include "launcher.h"
 #include "model/adamw.h"
@@ -74,6 +74,23 @@ std::string svg_path(const std::string& json_path) {
       json_path.compare(json_path.size() - ext.size(), ext.size(), ext) == 0)
     return json_path.substr(0, json_path.size() - ext.size()) + ".svg";
   return json_path + ".svg";
+}
+
+// What to check up front for --export-hf DIR (launcher.h's check_output_paths checks files): its
+// config.json when DIR exists, else the first missing folder on the way to DIR, which export_hf
+// creates; a read-only or missing parent is found before training, not after.
+std::string export_probe(std::string dir) {
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) == 0) return dir + "/config.json";
+  for (;;) {
+    const size_t slash = dir.find_last_of('/');
+    const std::string parent = slash == std::string::npos ? "."
+                               : slash == 0               ? "/"
+                                                          : dir.substr(0, slash);
+    if (parent == dir || ::stat(parent.c_str(), &st) == 0) return dir;
+    dir = parent;
+  }
 }
 
 // Learning rate at absolute step `step` (0-based): linear warm-up over `warmup` steps, then cosine
@@ -205,10 +222,16 @@ int train(Context& ctx) {
   const int64_t steps = o.get_int("steps"), batch = o.get_int("batch");
   const uint64_t seed = static_cast<uint64_t>(o.get_int("seed"));
   const std::string data = o.get_text("data");
-  const int dp = static_cast<int>(o.get_int("dp"));
+  const int dp = o.get_int32("dp");
   // Check every flag before anything allocates or communicates; report all problems at once.
   std::vector<std::string> problems;
   if (steps < 0) problems.push_back("--steps=" + std::to_string(steps) + " must be 0 or more");
+  const int64_t warmup = o.get_int("warmup"), decay_steps = o.get_int("decay-steps");
+  if (decay_steps != 0 && decay_steps <= warmup)
+    problems.push_back("--decay-steps=" + std::to_string(decay_steps) +
+                       " must be above --warmup=" + std::to_string(warmup) +
+                       " (the cosine decay runs from the end of warm-up to step N), or 0 for no "
+                       "decay");
   if (!data.empty() && cfg.vocab != 0 && cfg.vocab != 256)
     problems.push_back("--data uses byte tokens (V = 256); drop --vocab=" +
                        std::to_string(cfg.vocab));
@@ -266,7 +289,8 @@ int train(Context& ctx) {
                       {"--log-json", o.get_text("log-json")},
                       {"--trace", trace},
                       {"--trace (its SVG)", trace.empty() ? "" : svg_path(trace)},
-                      {"--plot", o.get_text("plot")}});
+                      {"--plot", o.get_text("plot")},
+                      {"--export-hf", export_dir.empty() ? "" : export_probe(export_dir)}});
   // --save is this run's until it ends: a second run saving to the same file is refused now, not
   // silently overwritten at the end (lib/model/checkpoint.h).
   const CheckpointClaim claim(o.get_text("save"), world, ctx.device);
@@ -339,12 +363,23 @@ int train(Context& ctx) {
               : std::string(),
        ", lr ", hp.lr, ", steps ", step, " -> ", step + steps);
 
-  std::ofstream json;
-  if (!o.get_text("log-json").empty() && world.rank() == 0) {
-    json.open(o.get_text("log-json"), std::ios::app);
-    TP_CHECK_INPUT(json.good(), "cannot write --log-json file ", o.get_text("log-json"));
+  // Rank 0 writes the outputs; every write is checked (core/output_file.h): a full disk or a
+  // read-only file system stops the run at once with errno, not silently, and not after training.
+  // --plot and --trace are written at the end, so their files get a placeholder now, which finds
+  // those faults before the first step.
+  const std::string plot = o.get_text("plot"), log_json = o.get_text("log-json");
+  OutputFile json;
+  if (world.rank() == 0) {
+    if (!log_json.empty())
+      json = OutputFile(log_json, "--log-json " + log_json, OutputFile::Mode::Append);
+    const std::string note =
+        svg_placeholder("tp_train writes this file when it ends (it stays so if the run stopped)");
+    if (!plot.empty() && steps > 0) write_text_file(plot, note, "--plot " + plot);
+    if (!trace.empty() && steps > 0) {
+      write_text_file(trace, "{\"traceEvents\": []}\n", "--trace " + trace);
+      write_text_file(svg_path(trace), note, "--trace (its SVG) " + svg_path(trace));
+    }
   }
-  const std::string plot = o.get_text("plot");
   std::vector<double> plot_steps, plot_losses;  // --plot (checked with the other output paths)
   if (o.get_flag("audit-grads")) {
     // The same step at t = 1 on every rank, from the same weights, then compare.
@@ -409,7 +444,7 @@ int train(Context& ctx) {
     const double t0 = now();
     const size_t mark = tp.ledger().size(), dp_mark = grid.dp().ledger().size();
     const Batch b = source->batch(step, batch, seq);
-    const float lr = learning_rate(hp.lr, step, o.get_int("warmup"), o.get_int("decay-steps"));
+    const float lr = learning_rate(hp.lr, step, warmup, decay_steps);
     const bool dump = i == 0 && !o.get_text("dump-grads").empty();
     const StepResult r =
         train_step(grid, ctx.device, model, opt, b, seed, step, lr, clip, [&](float loss) {
@@ -474,7 +509,7 @@ int train(Context& ctx) {
                     "\"dp\": %d}",
                     static_cast<long long>(step + 1), loss, norm, lr, tok_s, comm, exposed,
                     secs - comm, tp.size(), dp);
-      json << line << "\n" << std::flush;
+      json.write(std::string(line) + "\n");
     }
     if (predict && i == std::min<int64_t>(1, steps - 1))
       log0(world, predict_prefix, "step ", step + 1, ":\n",
@@ -483,17 +518,18 @@ int train(Context& ctx) {
   tp.set_timeline(nullptr);
   grid.dp().set_timeline(nullptr);
   ctx.device.set_timeline(nullptr);
+  json.close();  // checked: a deferred write error (NFS, a full disk) surfaces here
   if (const int sig = agreed_stop_signal())
     stop_after_signal(world, grid, o, model, opt, step, sig);
   if (!trace.empty() && steps > 0) {
     // Every rank's spans to rank 0, one trace for Perfetto and one chart.
     timeline.gather(world, ctx.device);
     if (world.rank() == 0) {
-      timeline.write_trace_json(trace);
+      timeline.write_trace_json(trace, "--trace " + trace);
       timeline.set_title(world.name() + ", t = " + std::to_string(tp.size()) +
                          (dp > 1 ? " × dp = " + std::to_string(dp) : std::string()) +
                          ", --overlap " + cfg.overlap);
-      timeline.write_svg(svg_path(trace));
+      timeline.write_svg(svg_path(trace), "--trace (its SVG) " + svg_path(trace));
     }
     log0(world, "trace of steps ", step - (steps - traced_from) + 1, "..", step, " (",
          timeline.spans().size(), " spans of ", world.size(), " ranks): ", trace,
@@ -501,7 +537,7 @@ int train(Context& ctx) {
   }
   if (std::isfinite(source->loss_floor()))
     log0(world, "loss floor of this data: ", source->loss_floor(), " nats");
-  if (!plot.empty() && steps > 0) {
+  if (!plot.empty() && !plot_steps.empty()) {  // (every step skipped: no curve)
     if (world.rank() == 0) {
       std::vector<PlotSeries> series = {
           {"t = " + std::to_string(world.size()), plot_steps, plot_losses, "#1f77b4", false}};
@@ -513,7 +549,8 @@ int train(Context& ctx) {
                           true});
       write_text_file(plot,
                       svg_line_plot("tp_train: training loss, t = " + std::to_string(world.size()),
-                                    "step", "loss (nats)", series));
+                                    "step", "loss (nats)", series),
+                      "--plot " + plot);
     }
     log0(world, "loss curve of steps ", plot_steps.front(), "..", plot_steps.back(), ": ", plot);
   }
@@ -593,24 +630,29 @@ int main(int argc, char** argv) {
                "data-parallel replicas: np = tp × dp; each TP group of np/dp adjacent ranks takes "
                "batch/dp sequences and the gradients are averaged over the replicas")
       .min(1)
+      .fits_int()
       .integer("steps", 50,
                "steps to run from where the run starts (fresh or --load; 0: just --save the "
                "initial weights)")
       .non_negative()
       .real("lr", 1e-3, "peak learning rate (constant unless --warmup / --decay-steps)")
       .positive()
+      .as_float()
       .integer("warmup", 0, "linear warm-up over the first N steps (absolute step numbers)")
       .non_negative()
       .integer("decay-steps", 0, "cosine decay to 10% of lr, ending at absolute step N (0 = none)")
       .non_negative()
       .real("weight-decay", 0.0, "AdamW decoupled weight decay on matrices")
       .non_negative()
+      .as_float()
       .real("clip", 1.0, "clip the global gradient norm to this (0 = no clipping)")
       .non_negative()
+      .as_float()
       .integer("seed", 1234, "seed of the initial weights, the data and dropout")
       .real("dropout", 0.0, "dropout probability (embedding and both residual branches)")
       .min(0)
       .max(1, true)
+      .as_float()
       .text("act", "gelu", "MLP activation", {"gelu", "swiglu"})
       .text("norm", "layernorm", "normalisation", {"layernorm", "rmsnorm"})
       .flag("untie", "give the LM head its own weight instead of tying it to wte")
@@ -623,31 +665,31 @@ int main(int argc, char** argv) {
       .min(1)
       .flag("audit-grads",
             "before training, check every replicated gradient against t = 1 and across ranks")
-      .text("data", "", "train on the bytes of this file (V = 256) instead of the Markov data")
-      .text("save", "", "write a checkpoint (safetensors) here at the end")
-      .text("load", "",
+      .path("data", "", "train on the bytes of this file (V = 256) instead of the Markov data")
+      .path("save", "", "write a checkpoint (safetensors) here at the end")
+      .path("load", "",
             "resume from this checkpoint (weights, optimizer state, step; the shape from the "
             "file unless given)")
-      .text("init-from", "",
+      .path("init-from", "",
             "start from the weights of this file, AdamW fresh at step 0: a GPT-2 in the Hugging "
             "Face layout (F32/F16/BF16; the shape from the file, heads from config.json beside "
             "it or --heads) or a checkpoint; --seq may be shorter than its position table")
-      .text("export-hf", "",
+      .path("export-hf", "",
             "at the end, write DIR/model.safetensors and DIR/config.json that transformers loads "
             "as GPT2LMHeadModel")
       .flag("skip-nonfinite",
             "skip (and count) a step whose loss or gradient norm is NaN/Inf instead of stopping "
             "the run with exit 3")
-      .text("dump-grads", "",
+      .path("dump-grads", "",
             "after the first backward, write every global gradient, the batch and the loss here")
-      .text("log-json", "", "append one JSON object per step to this file")
+      .path("log-json", "", "append one JSON object per step to this file")
       .flag("predict",
             "measure the link's α and β at the start, and after the first warm step print each "
             "collective's α–β prediction against its measured time, per op and per label")
-      .text("trace", "",
+      .path("trace", "",
             "write a timeline of the last " + std::to_string(kTraceSteps) +
                 " steps here (Chrome/Perfetto JSON) and beside it as SVG")
-      .text("plot", "", "write the loss curve of this run here (SVG)")
+      .path("plot", "", "write the loss curve of this run here (SVG)")
       .integer("log-every", 10, "print a progress line every N steps")
       .min(1);
   return run_program(argc, argv, o, train);

@@ -211,7 +211,7 @@ int main(int argc, char** argv) {
     L.say("  wrote ", plot, " (the dashed t = 1 curve lies on the solid one)");
       },
       [](Options& o) {
-    o.text("plot", lesson::default_output("lesson_07_loss.svg"),
+    o.path("plot", lesson::default_output("lesson_07_loss.svg"),
            "where to write the SVG plot of both loss curves (default: build/ when run from the "
            "repository, else the folder it is run from)");
   });

@@ -342,10 +342,9 @@ int main(int argc, char** argv) {
 
     // Every flag and every t checked before anything communicates; all problems at once.
     std::vector<std::string> problems;
-    if (s.steps < 2)
-      problems.push_back("--steps=" + std::to_string(s.steps) + " must be 2 or more");
-    if (s.sp_steps < 2 || s.sp_steps > s.steps)
-      problems.push_back("--sp-steps=" + std::to_string(s.sp_steps) + " must be 2 … --steps");
+    if (s.sp_steps > s.steps)
+      problems.push_back("--sp-steps=" + std::to_string(s.sp_steps) +
+                         " must be at most --steps=" + std::to_string(s.steps));
     if (s.batch < 1)
       problems.push_back("--batch=" + std::to_string(s.batch) + " must be 1 or more");
     GptConfig with_sp = s.cfg;
@@ -356,6 +355,13 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < problems.size(); ++i) all += (i ? "; " : "") + problems[i];
       TP_CHECK_INPUT(false, all);
     }
+
+    // --plot is written at the end; a placeholder now finds a file that cannot be written (a full
+    // disk, a read-only folder) before the training, not after it.
+    const std::string plot = o.get_text("plot");
+    if (L.is_root())
+      write_text_file(plot, svg_placeholder("lesson 13 writes its loss curves here when it ends"),
+                      "--plot " + plot);
 
     // 1. The model and the plan.
     L.step("[A1]'s model: 12 layers, h = 512, MLP 2048, 8 heads; trained at t = 1 … " +
@@ -535,7 +541,6 @@ int main(int argc, char** argv) {
         "  data, or a bug (a missing all-reduce of the replicated gradients, ranks drawing\n"
         "  different batches). Compare loss curves step by step, as here, to find which.");
 
-    const std::string plot = o.get_text("plot");
     {
       const char* colors[] = {"#d62728", "#1f77b4", "#2ca02c", "#9467bd"};
       std::vector<PlotSeries> series;
@@ -548,13 +553,14 @@ int main(int argc, char** argv) {
         p.dashed = i == 0;
         series.push_back(p);
       }
-      if (!plot.empty())
-        write_text_file(plot, svg_line_plot("[A1]'s 12-layer GPT: training loss at t = 1 … " +
-                                                std::to_string(T),
-                                            "step", "loss (nats)", series));
+      if (L.is_root())  // one writer (every rank has the same curves)
+        write_text_file(
+            plot,
+            svg_line_plot("[A1]'s 12-layer GPT: training loss at t = 1 … " + std::to_string(T),
+                          "step", "loss (nats)", series),
+            "--plot " + plot);
     }
-    if (!plot.empty())
-      L.say("  wrote ", plot, " (the curves of every t in one picture; they lie on each other)");
+    L.say("  wrote ", plot, " (the curves of every t in one picture; they lie on each other)");
 
     // The two designs.
     L.step("[A1] §4's two designs at t = " + std::to_string(T) +
@@ -658,16 +664,19 @@ int main(int argc, char** argv) {
         "  and the link; the times above, of ranks sharing two laptop cores, cannot tell.");
       },
       [](Options& o) {
-    o.integer("steps", 20, "training steps at each t")
-        .min(1)
-        .integer("sp-steps", 5, "training steps of the sequence-parallel run (step 5)")
-        .min(1)
+    o.integer("steps", 20,
+              "training steps at each t (the step times are the median of all but the first)")
+        .min(2)
+        .integer("sp-steps", 5, "training steps of the sequence-parallel run (step 5; <= --steps)")
+        .min(2)
         .flag("spin", "wait in MPI's blocking calls (they poll the core) instead of sleeping")
         .integer("seq", 64, "sequence length S (divisible by the largest t, for SP)")
         .min(1)
+        .max(1 << 16)
         .integer("batch", 4, "sequences per step")
         .min(1)
-        .text("plot", lesson::default_output("lesson_13_loss.svg"),
+        .max(1 << 16)
+        .path("plot", lesson::default_output("lesson_13_loss.svg"),
               "where to write the SVG of the loss curves (default: build/ when run from the "
               "repository, else the folder it is run from)");
   });

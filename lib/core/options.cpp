@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <sstream>
 
 #include "core/error.h"
@@ -10,24 +11,38 @@
 namespace tp {
 
 namespace {
-bool parse_int(const std::string& s, int64_t& out) {
-  if (s.empty()) return false;
+enum class Parsed { Ok, Malformed, TooLarge, TooSmall };
+
+// A whole decimal integer in int64's range.
+Parsed parse_int(const std::string& s, int64_t& out) {
+  if (s.empty()) return Parsed::Malformed;
   char* end = nullptr;
   errno = 0;
   const long long v = std::strtoll(s.c_str(), &end, 10);
-  if (errno != 0 || *end != '\0') return false;
+  if (end == s.c_str() || *end != '\0') return Parsed::Malformed;
+  if (errno == ERANGE) return v > 0 ? Parsed::TooLarge : Parsed::TooSmall;
   out = v;
-  return true;
+  return Parsed::Ok;
 }
 
-bool parse_real(const std::string& s, double& out) {
-  if (s.empty()) return false;
+// A whole number in double's range: TooLarge when it overflows to ±Inf, TooSmall when a non-zero
+// value underflows to 0 (a subnormal result is kept).
+Parsed parse_real(const std::string& s, double& out) {
+  if (s.empty()) return Parsed::Malformed;
   char* end = nullptr;
   errno = 0;
   const double v = std::strtod(s.c_str(), &end);
-  if (errno != 0 || *end != '\0') return false;
+  if (end == s.c_str() || *end != '\0') return Parsed::Malformed;
+  if (errno == ERANGE && std::isinf(v)) return Parsed::TooLarge;
+  if (errno == ERANGE && v == 0.0) return Parsed::TooSmall;
   out = v;
-  return true;
+  return Parsed::Ok;
+}
+
+std::string shortest(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
 }
 
 bool parse_bool(const std::string& s, bool& out) {
@@ -82,6 +97,36 @@ Options::Option& Options::last(const char* what) {
   return o;
 }
 
+Options::Option& Options::last_of(const char* what, Type type) {
+  TP_CHECK(!order_.empty(), "Options::", what, " before any option was declared");
+  Option& o = options_.at(order_.back());
+  TP_CHECK(o.type == type, "Options::", what, " on --", order_.back(),
+           ", which is of another type");
+  return o;
+}
+
+Options& Options::path(const std::string& name, const std::string& fallback,
+                       const std::string& help) {
+  declare(name, Type::Text, fallback, help);
+  options_.at(name).is_path = true;
+  return *this;
+}
+
+Options& Options::fits_int() {
+  Option& o = last_of("fits_int", Type::Int);
+  int64_t v = 0;
+  parse_int(o.value, v);
+  TP_CHECK(v >= std::numeric_limits<int>::min() && v <= std::numeric_limits<int>::max(),
+           "Options::fits_int: the default of --", order_.back(), " does not fit an int");
+  o.is_int32 = true;
+  return *this;
+}
+
+Options& Options::as_float() {
+  last_of("as_float", Type::Real).is_float = true;
+  return *this;
+}
+
 Options& Options::min(double lo, bool open) {
   Option& o = last("min");
   o.has_lo = true;
@@ -100,10 +145,8 @@ Options& Options::max(double hi, bool open) {
 
 // "> 0", ">= 1", "in [0, 1)", or "" when unbounded.
 std::string Options::range_text(const Option& o) {
-  auto num = [](double v) {
-    std::ostringstream os;
-    os << v;
-    return os.str();
+  auto num = [&o](double v) {
+    return o.type == Type::Int ? std::to_string(static_cast<long long>(v)) : shortest(v);
   };
   if (o.has_lo && o.has_hi)
     return "in " + std::string(o.lo_open ? "(" : "[") + num(o.lo) + ", " + num(o.hi) +
@@ -114,35 +157,74 @@ std::string Options::range_text(const Option& o) {
 }
 
 void Options::assign(const std::string& name, Option& opt, const std::string& value) {
+  const std::string typed = "--" + name + "=" + value;
   int64_t i = 0;
   double d = 0;
   bool b = false;
   switch (opt.type) {
     case Type::Flag:
-      TP_CHECK_INPUT(parse_bool(value, b), "--", name, "=", value,
-                     ": expected true or false (or give --", name, " alone)");
+      TP_CHECK_INPUT(parse_bool(value, b), typed, ": expected true or false (or give --", name,
+                     " alone)");
       opt.value = b ? "true" : "false";
       return;
-    case Type::Int:
-      TP_CHECK_INPUT(parse_int(value, i), "--", name, "=", value, ": expected an integer");
+    case Type::Int: {
+      const Parsed p = parse_int(value, i);
+      TP_CHECK_INPUT(p != Parsed::Malformed, typed, ": expected an integer");
+      TP_CHECK_INPUT(p == Parsed::Ok, typed, ": out of range of a 64-bit integer (",
+                     p == Parsed::TooLarge ? "at most " : "at least ",
+                     p == Parsed::TooLarge ? std::numeric_limits<int64_t>::max()
+                                           : std::numeric_limits<int64_t>::min(),
+                     ")");
       break;
-    case Type::Real:
-      TP_CHECK_INPUT(parse_real(value, d), "--", name, "=", value, ": expected a number");
-      TP_CHECK_INPUT(std::isfinite(d), "--", name, "=", value, ": expected a finite number");
+    }
+    case Type::Real: {
+      const Parsed p = parse_real(value, d);
+      TP_CHECK_INPUT(p != Parsed::Malformed, typed, ": expected a number");
+      TP_CHECK_INPUT(p != Parsed::TooLarge, typed,
+                     ": overflows a double (the largest is about 1.8e308)");
+      TP_CHECK_INPUT(p != Parsed::TooSmall, typed,
+                     ": underflows to 0 as a double (the smallest positive is about 4.9e-324)");
+      TP_CHECK_INPUT(std::isfinite(d), typed, ": expected a finite number");
       break;
+    }
     case Type::Text:
+      TP_CHECK_INPUT(!opt.is_path || !value.empty(), "--", name,
+                     "= is empty (an unset variable?); give a path, or leave --", name, " out");
       if (!opt.choices.empty()) {
         bool ok = false;
         for (const auto& c : opt.choices) ok = ok || c == value;
-        TP_CHECK_INPUT(ok, "--", name, "=", value, ": expected one of ", join(opt.choices, ", "));
+        TP_CHECK_INPUT(ok, typed, ": expected one of ", join(opt.choices, ", "));
       }
       break;
   }
   if (opt.type == Type::Int || opt.type == Type::Real) {
+    auto in_range = [&opt](double v) {
+      const bool low_ok = !opt.has_lo || (opt.lo_open ? v > opt.lo : v >= opt.lo);
+      const bool high_ok = !opt.has_hi || (opt.hi_open ? v < opt.hi : v <= opt.hi);
+      return low_ok && high_ok;
+    };
     const double v = opt.type == Type::Int ? static_cast<double>(i) : d;
-    const bool low_ok = !opt.has_lo || (opt.lo_open ? v > opt.lo : v >= opt.lo);
-    const bool high_ok = !opt.has_hi || (opt.hi_open ? v < opt.hi : v <= opt.hi);
-    TP_CHECK_INPUT(low_ok && high_ok, "--", name, "=", value, ": must be ", range_text(opt));
+    // Stored as a float: the value the program will see is (float) d (Inf beyond float's range,
+    // where the conversion itself would be undefined).
+    const double stored = !opt.is_float ? v
+                          : std::fabs(d) > std::numeric_limits<float>::max()
+                              ? std::copysign(HUGE_VAL, d)
+                              : static_cast<double>(static_cast<float>(d));
+    if (opt.is_float) {
+      TP_CHECK_INPUT(d == 0.0 || stored != 0.0, typed,
+                     ": is 0 as a 32-bit float, which this value is stored in (the smallest "
+                     "positive float is about 1.4e-45)");
+      TP_CHECK_INPUT(std::isfinite(stored), typed,
+                     ": is Inf as a 32-bit float, which this value is stored in (the largest "
+                     "float is about 3.4e38)");
+    }
+    TP_CHECK_INPUT(in_range(v), typed, ": must be ", range_text(opt));
+    TP_CHECK_INPUT(in_range(stored), typed, ": must be ", range_text(opt), ", and it is ",
+                   shortest(stored), " as the 32-bit float it is stored in");
+    if (opt.is_int32)
+      TP_CHECK_INPUT(i >= std::numeric_limits<int>::min() && i <= std::numeric_limits<int>::max(),
+                     typed, ": out of range of the 32-bit int this value is stored in (",
+                     std::numeric_limits<int>::min(), " to ", std::numeric_limits<int>::max(), ")");
   }
   opt.value = value;
 }
@@ -222,6 +304,12 @@ const Options::Option& Options::find(const std::string& name, Type type) const {
 
 bool Options::get_flag(const std::string& name) const {
   return find(name, Type::Flag).value == "true";
+}
+
+int Options::get_int32(const std::string& name) const {
+  const Option& o = find(name, Type::Int);
+  TP_CHECK(o.is_int32, "option --", name, " read with get_int32 but not declared with fits_int()");
+  return static_cast<int>(get_int(name));
 }
 
 int64_t Options::get_int(const std::string& name) const {

@@ -5,6 +5,13 @@
 // against its type and its range, so a bad number, an out-of-range value or an unknown flag is
 // reported once, up front, as a bad-input tp::Error naming the flag ("unknown option --stpes; see
 // --help", "--lr=-1: must be > 0"). Real values must be finite (nan and inf are refused).
+//
+// A value is checked in the type the program stores it in, so nothing is cut short after the check:
+// integers are 64-bit unless declared with fits_int() (then they must fit an int: `--dp 4294967298`
+// is refused, not run as dp 2), reals are doubles unless declared with as_float() (then a value
+// that is 0 or Inf as a float, `--lr 1e-50`, is refused, and the range is checked on the float).
+// A path option (path()) given with an empty value, `--save=` (often an unset shell variable), is
+// refused instead of silently meaning "no file". Every message shows the value as typed.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +36,18 @@ class Options {
   Options& text(const std::string& name, const std::string& fallback, const std::string& help,
                 const std::vector<std::string>& choices = {});
 
+  /// A file or folder name: like text(), but an empty value given on the command line is refused
+  /// ("--save= is empty; give a path, or omit --save to go without").
+  Options& path(const std::string& name, const std::string& fallback, const std::string& help);
+
+  /// The integer option declared last is stored in an int: values outside int's range are
+  /// refused (read it with get_int32).
+  Options& fits_int();
+  /// The real option declared last is stored in a float: a value that is 0 or ±Inf as a float
+  /// (while the typed value is not) is refused, and the range is checked on the float value too
+  /// (`--dropout 0.99999999999` is 1 as a float).
+  Options& as_float();
+
   /// Range of the option declared last (integer or real): the value must be >= `lo` (or > `lo`
   /// when `open` is true). The range is shown by --help and checked by parse().
   Options& min(double lo, bool open = false);
@@ -48,6 +67,8 @@ class Options {
 
   bool get_flag(const std::string& name) const;
   int64_t get_int(const std::string& name) const;
+  /// An option declared with fits_int().
+  int get_int32(const std::string& name) const;
   double get_real(const std::string& name) const;
   const std::string& get_text(const std::string& name) const;
   /// True when the command line set `name` (even to its default value).
@@ -62,9 +83,13 @@ class Options {
     std::vector<std::string> choices;
     bool has_lo = false, lo_open = false, has_hi = false, hi_open = false;
     double lo = 0, hi = 0;
-    bool given = false;  // set on the command line
+    bool given = false;     // set on the command line
+    bool is_path = false;   // path(): an empty given value is refused
+    bool is_int32 = false;  // fits_int()
+    bool is_float = false;  // as_float()
   };
   Option& last(const char* what);
+  Option& last_of(const char* what, Type type);
   static std::string range_text(const Option& o);
   Options& declare(const std::string& name, Type type, std::string value, const std::string& help,
                    const std::vector<std::string>& choices = {});

@@ -64,6 +64,9 @@ const Link kPresets[] = {
     {"10gbe", {30e-6, 1.25e9}},
 };
 
+// The custom form's bounds (simulated_link.h).
+constexpr double kMaxAlphaUs = 10000, kMinBetaGBps = 0.1, kMaxBetaGBps = 1e6;
+
 // A finite number filling all of `text`, or NAN.
 double parse_number(const std::string& text) {
   if (text.empty()) return NAN;
@@ -82,13 +85,27 @@ std::optional<Link> parse_link(const std::string& text) {
     if (text == preset.name) return preset;
   const size_t comma = text.find(',');
   if (comma != std::string::npos) {
-    const double alpha_us = parse_number(text.substr(0, comma));
-    const double beta_gbps = parse_number(text.substr(comma + 1));
-    if (alpha_us >= 0.0 && beta_gbps > 0.0) return Link{"link", {alpha_us * 1e-6, beta_gbps * 1e9}};
+    const std::string a = text.substr(0, comma), b = text.substr(comma + 1);
+    const double alpha_us = parse_number(a);
+    const double beta_gbps = parse_number(b);
+    if (alpha_us >= 0.0 && beta_gbps > 0.0) {
+      // Bounds that keep a simulated run finite and its delays real: a larger α, or a smaller β,
+      // makes every step of a small model take minutes, and a β near 0 overflows the deadline.
+      TP_CHECK_INPUT(alpha_us <= kMaxAlphaUs, "--link=", text, ": α = ", a, " µs is more than the ",
+                     kMaxAlphaUs,
+                     " µs (10 ms, hundreds of times a network's latency) this simulation accepts, "
+                     "which keeps a run finite; give α in [0, ",
+                     kMaxAlphaUs, "] µs");
+      TP_CHECK_INPUT(beta_gbps >= kMinBetaGBps && beta_gbps <= kMaxBetaGBps, "--link=", text,
+                     ": β = ", b, " GB/s is outside the [", kMinBetaGBps, ", ", kMaxBetaGBps,
+                     "] GB/s this simulation accepts (0.1 GB/s is slower than 1 Gb Ethernet; a "
+                     "slower link makes a run endless, one near 0 removes the delay)");
+      return Link{"link", {alpha_us * 1e-6, beta_gbps * 1e9}};
+    }
   }
   TP_CHECK_INPUT(false, "--link=", text,
-                 ": use none, nvlink, ib, 10gbe or α_us,β_GBps with α ≥ 0 and β > 0 "
-                 "(e.g. --link 5,12.5)");
+                 ": use none, nvlink, ib, 10gbe or α_us,β_GBps with 0 ≤ α ≤ ", kMaxAlphaUs, " and ",
+                 kMinBetaGBps, " ≤ β ≤ ", kMaxBetaGBps, " (e.g. --link 5,12.5)");
   return std::nullopt;
 }
 

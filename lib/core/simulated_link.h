@@ -44,7 +44,8 @@
 //                                                                                through the kernel,
 //                                                                                20–50 µs
 //
-// and the custom form `α_us,β_GBps`: `--link 5,12.5` is α = 5 µs, β = 12.5 GB/s. [A3]'s numbers
+// and the custom form `α_us,β_GBps`: `--link 5,12.5` is α = 5 µs, β = 12.5 GB/s, with α in
+// [0, 10000] µs and β in [0.1, 10⁶] GB/s (outside them a run never ends, or the delay vanishes). [A3]'s numbers
 // come out of the nvlink and ib presets: its 64 MiB all-reduce at t = 8 takes 0.26 ms of β alone on
 // NVLink and 2.3 ms on IB (plus 14 α).
 //
@@ -71,7 +72,8 @@ struct Link {
 };
 
 /// Parses a --link value: "none" → no link; "nvlink", "ib", "10gbe" → the preset; "α_us,β_GBps"
-/// (α ≥ 0, β > 0, e.g. "5,12.5") → a custom link. Anything else is a bad-input tp::Error naming
+/// (0 ≤ α ≤ 10000 µs, 0.1 ≤ β ≤ 10⁶ GB/s, e.g. "5,12.5") → a custom link; the bounds keep a run
+/// finite (α = 1000 s would never end) and the delay real (β = 1e-300 overflows to none). Anything else is a bad-input tp::Error naming
 /// the accepted forms.
 std::optional<Link> parse_link(const std::string& text);
 

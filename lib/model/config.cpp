@@ -1,6 +1,10 @@
 #include "model/config.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <sstream>
+#include <utility>
 
 #include "core/error.h"
 
@@ -13,7 +17,23 @@ std::string divisors(int64_t n) {
     if (n % d == 0) s += (s.empty() ? "" : ", ") + std::to_string(d);
   return "{" + s + "}";
 }
+// "1.2e+20"
+std::string sci(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", v);
+  return buf;
+}
 }  // namespace
+
+double GptConfig::approx_parameters(int t) const {
+  const double h = static_cast<double>(hidden), f = static_cast<double>(ffn > 0 ? ffn : 4 * h);
+  const double kv_dim =
+      heads > 0 ? static_cast<double>(kv()) * (h / static_cast<double>(heads)) : h;
+  const double m = static_cast<double>(pad_vocab_multiple) * std::max(t, 1);
+  const double v = std::ceil(static_cast<double>(vocab) / m) * m;  // the padded vocabulary
+  const double block = h * (h + 2 * kv_dim) + h * h + (act == "swiglu" ? 3 : 2) * h * f + 6 * h + f;
+  return static_cast<double>(layers) * block + (v * (tied ? 1 : 2) + static_cast<double>(seq)) * h;
+}
 
 std::vector<std::string> GptConfig::problems(int t) const {
   std::vector<std::string> p;
@@ -31,9 +51,28 @@ std::vector<std::string> GptConfig::problems(int t) const {
   need(act == "gelu" || act == "swiglu", "--act=" + act + ": expected gelu or swiglu");
   need(norm == "layernorm" || norm == "rmsnorm",
        "--norm=" + norm + ": expected layernorm or rmsnorm");
-  need(dropout >= 0.0f && dropout < 1.0f, "--dropout must be in [0, 1)");
+  need(dropout >= 0.0f && dropout < 1.0f, "--dropout=" + sci(dropout) + " must be in [0, 1)");
   need(pad_vocab_multiple >= 1,
        "--pad-vocab-multiple=" + std::to_string(pad_vocab_multiple) + " must be at least 1");
+  if (!p.empty()) return p;
+  // Sizes: each one, and the parameter count, small enough that no size computed from them (shapes,
+  // bytes, the preflight's sums) overflows a 64-bit integer.
+  for (const auto& [flag, value] : {std::pair<const char*, int64_t>{"layers", layers},
+                                    {"hidden", hidden},
+                                    {"heads", heads},
+                                    {"kv-heads", kv_heads},
+                                    {"ffn", ffn},
+                                    {"vocab", vocab},
+                                    {"seq", seq},
+                                    {"pad-vocab-multiple", pad_vocab_multiple}})
+    need(value <= kMaxSize, std::string("--") + flag + "=" + std::to_string(value) +
+                                " is too large: at most " + std::to_string(kMaxSize));
+  if (!p.empty()) return p;
+  const double params = approx_parameters(t);
+  need(params <= kMaxElements,
+       "this model has about " + sci(params) + " parameters (" + sci(params * 4 / 1099511627776.0) +
+           " TiB in fp32), more than any machine holds; reduce --hidden, --layers, --ffn, "
+           "--vocab or --pad-vocab-multiple");
   if (!p.empty() || t < 1) return p;
   const std::string ts = std::to_string(t);
   need(hidden % heads == 0, "hidden=" + std::to_string(hidden) + " is not divisible by heads=" +

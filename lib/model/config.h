@@ -42,6 +42,16 @@ struct GptConfig {
     return m > 0 ? (vocab + m - 1) / m * m : vocab;
   }
 
+  /// The largest size flag (layers, hidden, heads, ffn, vocab, seq, ...) problems() accepts.
+  static constexpr int64_t kMaxSize = (int64_t{1} << 31) - 1;
+  /// The most parameters (or elements of any tensor size computed from the config and the batch)
+  /// problems() and the preflight accept: 2^50, 4 PiB in fp32, beyond any machine, and far from
+  /// where 64-bit byte counts overflow.
+  static constexpr double kMaxElements = 1125899906842624.0;
+  /// The parameter count at tensor-parallel size t (the vocabulary padded), in floating point so
+  /// that it cannot overflow whatever the sizes.
+  double approx_parameters(int t) const;
+
   /// Every problem of this config for tensor-parallel size t, each one line naming the value and
   /// the fix. Empty when the config is valid.
   std::vector<std::string> problems(int t) const;

@@ -1,15 +1,17 @@
 #include "model/data.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/output_file.h"
 #include "core/rng.h"
 
 namespace tp {
@@ -103,39 +105,57 @@ TextSource::TextSource(const std::string& path, int64_t seq, uint64_t seed)
   // Only a regular file: opening a FIFO with no writer would block forever.
   struct stat st {};
   TP_CHECK_INPUT(::stat(path.c_str(), &st) == 0, "cannot open data file ", path, " (",
-                 std::strerror(errno), "); give --data an existing text file");
+                 errno_text(errno), "); give --data an existing text file");
   TP_CHECK_INPUT(S_ISREG(st.st_mode), "data file ", path, " is ",
                  S_ISDIR(st.st_mode)    ? "a folder"
                  : S_ISFIFO(st.st_mode) ? "a FIFO"
                  : S_ISSOCK(st.st_mode) ? "a socket"
                                         : "a device",
                  ", not a regular file; give --data a text file");
-  std::ifstream in(path, std::ios::binary);
-  TP_CHECK_INPUT(in.good(), "cannot open data file ", path, "; give --data an existing text file");
-  bytes_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  TP_CHECK_INPUT(!bytes_.empty(), "data file ", path, " is empty");
-  TP_CHECK_INPUT(static_cast<int64_t>(bytes_.size()) >= seq + 1, "data file ", path, " has ",
-                 bytes_.size(), " bytes; one training sequence needs seq + 1 = ", seq + 1,
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  TP_CHECK_INPUT(fd_ >= 0, "cannot open data file ", path, " (", errno_text(errno),
+                 "); give --data a readable text file");
+  size_ = static_cast<int64_t>(st.st_size);
+  TP_CHECK_INPUT(size_ > 0, "data file ", path, " is empty");
+  TP_CHECK_INPUT(size_ >= seq + 1, "data file ", path, " has ", size_,
+                 " bytes; one training sequence needs seq + 1 = ", seq + 1,
                  " (use a longer file or a smaller --seq)");
+}
+
+TextSource::~TextSource() {
+  if (fd_ >= 0) ::close(fd_);
 }
 
 Batch TextSource::batch(int64_t step, int64_t batch, int64_t seq) const {
   Batch out = empty_batch(seq, batch);
   const RngKey key = RngKey::from(seed_, "text.offset");
-  const int64_t starts = static_cast<int64_t>(bytes_.size()) - seq;  // valid start offsets
+  const int64_t starts = size_ - seq;  // valid start offsets
+  std::vector<unsigned char> row(static_cast<size_t>(seq + 1));
   for (int64_t b = 0; b < batch; ++b) {
     const auto off = std::min<int64_t>(
-        starts - 1, static_cast<int64_t>(uniform(key, step * batch + b) * starts));
+        starts - 1,
+        static_cast<int64_t>(uniform(key, step * batch + b) * static_cast<double>(starts)));
+    size_t got = 0;
+    while (got < row.size()) {
+      const ssize_t n = ::pread(fd_, row.data() + got, row.size() - got,
+                                static_cast<off_t>(off + static_cast<int64_t>(got)));
+      if (n < 0 && errno == EINTR) continue;
+      TP_CHECK(n >= 0, "reading data file ", path_, " at byte ", off + static_cast<int64_t>(got),
+               " failed: ", errno_text(errno));
+      TP_CHECK(n > 0, "data file ", path_, " ended at byte ", off + static_cast<int64_t>(got),
+               " but had ", size_, " bytes when training started (it shrank)");
+      got += static_cast<size_t>(n);
+    }
     for (int64_t s = 0; s < seq; ++s) {
-      out.ids[static_cast<size_t>(s * batch + b)] = bytes_[static_cast<size_t>(off + s)];
-      out.targets[static_cast<size_t>(s * batch + b)] = bytes_[static_cast<size_t>(off + s + 1)];
+      out.ids[static_cast<size_t>(s * batch + b)] = row[static_cast<size_t>(s)];
+      out.targets[static_cast<size_t>(s * batch + b)] = row[static_cast<size_t>(s + 1)];
     }
   }
   return out;
 }
 
 std::string TextSource::describe() const {
-  return "bytes of " + path_ + " (" + std::to_string(bytes_.size()) + " bytes, V = 256)";
+  return "bytes of " + path_ + " (" + std::to_string(size_) + " bytes, V = 256, read as needed)";
 }
 
 }  // namespace tp

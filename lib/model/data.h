@@ -51,17 +51,25 @@ class MarkovSource : public TokenSource {
 };
 
 /// Byte-level tokens (V = 256) of any file; batch rows start at offsets drawn from (seed, step).
+/// The file is not loaded: each batch reads its rows (seq + 1 bytes each) with pread, so a file of
+/// any size (a 100 GB corpus, or a sparse file) costs no memory beyond the batch.
 class TextSource : public TokenSource {
  public:
-  /// Bad input when the file is missing, empty, or shorter than seq + 1 bytes.
+  /// Bad input when the file is missing, not a regular file, unreadable, or shorter than seq + 1
+  /// bytes.
   TextSource(const std::string& path, int64_t seq, uint64_t seed);
+  ~TextSource() override;
+  TextSource(const TextSource&) = delete;
+  TextSource& operator=(const TextSource&) = delete;
   int64_t vocab() const override { return 256; }
+  /// A failed or short read (the file shrank or a disk error) is a tp::Error naming the file.
   Batch batch(int64_t step, int64_t batch, int64_t seq) const override;
   std::string describe() const override;
 
  private:
   std::string path_;
-  std::vector<unsigned char> bytes_;
+  int fd_ = -1;
+  int64_t size_ = 0;  ///< bytes in the file when it was opened
   uint64_t seed_;
 };
 

@@ -1,5 +1,7 @@
 #include "model/hf_gpt2.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +13,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/output_file.h"
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
 
@@ -289,18 +292,6 @@ double tidy(float f) {
   return f;
 }
 
-std::string write_text_file(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    out.close();
-    if (!out) return std::strerror(errno ? errno : EIO);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) return std::strerror(errno);
-  return "";
-}
-
 }  // namespace
 
 std::string ModelFile::describe() const {
@@ -380,10 +371,16 @@ void export_hf(const std::string& dir, Communicator& comm, const Gpt& model) {
   TP_CHECK_INPUT(cannot.empty(), "cannot export to ", dir,
                  " as a Hugging Face GPT-2: this model has ", cannot);
   // Every rank checks the folder before the collective, so a bad --hf fails everywhere at once.
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  TP_CHECK_INPUT(fs::is_directory(dir, ec), "cannot create the export folder ", dir, ": ",
-                 ec ? ec.message() : "not a directory");
+  // The error of creating the folder is kept apart from is_directory's own (which would turn a
+  // read-only file system's EROFS into "no such file").
+  std::error_code made, seen;
+  fs::create_directories(dir, made);
+  TP_CHECK_INPUT(fs::is_directory(dir, seen), "cannot create the export folder ", dir, ": ",
+                 made ? errno_text(made.value()) : "it is not a folder",
+                 "; give --export-hf (tp_export: --hf) a folder that can be written");
+  const int denied = ::access(dir.c_str(), W_OK | X_OK) == 0 ? 0 : errno;
+  TP_CHECK_INPUT(denied == 0, "cannot write into the export folder ", dir, ": ", errno_text(denied),
+                 "; give --export-hf (tp_export: --hf) a folder that can be written");
   const auto weights = gather_stored_weights(comm, model);
   if (comm.rank() == 0) {
     safetensors::Writer w;
@@ -391,8 +388,7 @@ void export_hf(const std::string& dir, Communicator& comm, const Gpt& model) {
     w.set_metadata("format", "pt");  // what transformers' loader looks for
     w.write((fs::path(dir) / "model.safetensors").string());
     const std::string cfg = (fs::path(dir) / "config.json").string();
-    const std::string err = write_text_file(cfg, hf_config_json(c));
-    TP_CHECK(err.empty(), "cannot write ", cfg, ": ", err);
+    write_file_atomic(cfg, hf_config_json(c), "the export's " + cfg);
   }
   comm.barrier();
 }

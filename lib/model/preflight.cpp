@@ -187,6 +187,20 @@ Preflight preflight(const PreflightInput& in) {
                       " query heads); the shards and memory below count the copies");
   }
   for (const std::string& m : p.cfg.problems(t)) p.problems.push_back(m);
+  if (p.problems.empty()) {
+    // The largest activations of a step, in floating point: they must stay countable (64-bit
+    // byte counts below, and the allocations themselves).
+    const GptConfig& c = p.cfg;
+    const double n = static_cast<double>(in.batch) * static_cast<double>(c.seq);
+    const double most =
+        std::max({n * static_cast<double>(c.hidden), n * static_cast<double>(c.inner()),
+                  n * static_cast<double>(c.padded_vocab(t)),
+                  n * static_cast<double>(c.seq) * static_cast<double>(c.heads)});
+    problem(in.batch <= GptConfig::kMaxSize && most <= GptConfig::kMaxElements,
+            format("--batch=%lld x seq=%lld: one step's activations would hold about %.3g values, "
+                   "more than any machine holds; reduce --batch or --seq",
+                   static_cast<long long>(in.batch), static_cast<long long>(c.seq), most));
+  }
 
   const int64_t gpus = static_cast<int64_t>(in.nodes) * in.gpus_per_node;
   problem(gpus == 0 || t <= gpus,

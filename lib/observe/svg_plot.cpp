@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <limits>
 
 #include "core/error.h"
+#include "core/output_file.h"
 
 namespace tp {
 
@@ -111,12 +111,14 @@ std::string svg_line_plot(const std::string& title, const std::string& x_label,
   return s + "</svg>\n";
 }
 
-void write_text_file(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  TP_CHECK(out.good(), "cannot write ", path);
-  out << text;
-  out.close();
-  TP_CHECK(out.good(), "writing ", path, " failed");
+std::string svg_placeholder(const std::string& text) {
+  return "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"640\" height=\"40\"><text x=\"8\" "
+         "y=\"24\" font-family=\"sans-serif\" font-size=\"14\">" +
+         xml_escape(text) + "</text></svg>\n";
+}
+
+void write_text_file(const std::string& path, const std::string& text, const std::string& what) {
+  write_file(path, text, what);
 }
 
 }  // namespace tp

@@ -30,7 +30,14 @@ std::string svg_line_plot(const std::string& title, const std::string& x_label,
 /// `s` as SVG / XML text or attribute value: < > & " as entities.
 std::string xml_escape(const std::string& s);
 
-/// Writes `svg` to `path` (creating the file; a failure is a tp::Error naming the path).
-void write_text_file(const std::string& path, const std::string& text);
+/// A small SVG that shows one line of text: what a program writes to its --plot file when it
+/// starts (so a file that cannot be written is found then, not after training), until the plot.
+std::string svg_placeholder(const std::string& text);
+
+/// Writes `text` to `path` (creating or replacing the file in place). Every step is checked: a
+/// failure is a tp::Error (exit 1) headed by `what` (e.g. "--plot loss.svg"; empty: the path) with
+/// errno's text and name (core/output_file.h).
+void write_text_file(const std::string& path, const std::string& text,
+                     const std::string& what = "");
 
 }  // namespace tp

@@ -355,8 +355,8 @@ std::string Timeline::trace_json() const {
   return out + "\n]}\n";
 }
 
-void Timeline::write_trace_json(const std::string& path) const {
-  write_text_file(path, trace_json());
+void Timeline::write_trace_json(const std::string& path, const std::string& what) const {
+  write_text_file(path, trace_json(), what);
 }
 
 // ---- SVG Gantt chart ----------------------------------------------------------------------------
@@ -432,6 +432,8 @@ std::string Timeline::svg() const {
   return s + "</svg>\n";
 }
 
-void Timeline::write_svg(const std::string& path) const { write_text_file(path, svg()); }
+void Timeline::write_svg(const std::string& path, const std::string& what) const {
+  write_text_file(path, svg(), what);
+}
 
 }  // namespace tp

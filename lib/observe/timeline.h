@@ -102,11 +102,12 @@ class Timeline {
   /// "communication 2", …), an "X" event per span with ts and dur in µs. Opens in
   /// https://ui.perfetto.dev and chrome://tracing.
   std::string trace_json() const;
-  void write_trace_json(const std::string& path) const;
+  /// Writes trace_json() to `path`; a failure names `what` (svg_plot.h's write_text_file).
+  void write_trace_json(const std::string& path, const std::string& what = "") const;
   /// A Gantt chart: one row per (rank, track), spans as rectangles coloured by category (GEMM,
   /// attention, norm / elementwise / other kernels, collective, wait), a time axis in ms, a legend.
   std::string svg() const;
-  void write_svg(const std::string& path) const;
+  void write_svg(const std::string& path, const std::string& what = "") const;
   /// A caption after the chart's title (e.g. the communicator's name, which says "simulated"
   /// when a --link shapes the timings).
   void set_title(std::string title) { title_ = std::move(title); }

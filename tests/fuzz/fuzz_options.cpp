@@ -33,11 +33,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   o.integer("layers", 2, "L").min(1);
   o.integer("seq", 64, "S").min(1).max(1 << 20);
   o.integer("kv-heads", 0, "GQA").non_negative();
-  o.real("lr", 1e-3, "lr").positive();
-  o.real("dropout", 0.0, "p").min(0).max(1, true);
+  o.integer("dp", 1, "an int").min(1).fits_int();
+  o.real("lr", 1e-3, "lr").positive().as_float();
+  o.real("dropout", 0.0, "p").min(0).max(1, true).as_float();
   o.real("scale", 1.0, "any finite number");
   o.text("act", "gelu", "activation", {"gelu", "swiglu"});
-  o.text("save", "", "a path");
+  o.path("save", "", "a path");
   o.flag("sp", "a flag");
   try {
     o.parse(static_cast<int>(argv.size()), argv.data());
@@ -45,6 +46,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         o.get_int("kv-heads") < 0 || !(o.get_real("lr") > 0) || o.get_real("dropout") < 0 ||
         o.get_real("dropout") >= 1 || !std::isfinite(o.get_real("scale")))
       __builtin_trap();  // a value outside its declared range got through
+    // Stored types: an int that fits, floats that are neither 0 nor Inf nor out of range, a path
+    // that is not empty when given.
+    const float lr = static_cast<float>(o.get_real("lr")),
+                p = static_cast<float>(o.get_real("dropout"));
+    if (o.get_int32("dp") < 1 || !(lr > 0.0f) || !std::isfinite(lr) || !(p >= 0.0f && p < 1.0f))
+      __builtin_trap();
+    if (o.given("save") && o.get_text("save").empty()) __builtin_trap();
     const std::string& act = o.get_text("act");
     if (act != "gelu" && act != "swiglu") __builtin_trap();
     (void)o.get_flag("sp");
