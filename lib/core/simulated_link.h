@@ -45,9 +45,9 @@
 //                                                                                20–50 µs
 //
 // and the custom form `α_us,β_GBps`: `--link 5,12.5` is α = 5 µs, β = 12.5 GB/s, with α in
-// [0, 10000] µs and β in [0.1, 10⁶] GB/s (outside them a run never ends, or the delay vanishes). [A3]'s numbers
-// come out of the nvlink and ib presets: its 64 MiB all-reduce at t = 8 takes 0.26 ms of β alone on
-// NVLink and 2.3 ms on IB (plus 14 α).
+// [0, 10000] µs and β in [0.1, 10⁶] GB/s (outside them a run never ends, or the delay vanishes).
+// [A3]'s numbers come out of the nvlink and ib presets: its 64 MiB all-reduce at t = 8 takes
+// 0.26 ms of β alone on NVLink and 2.3 ms on IB (plus 14 α).
 //
 // Everything that shows a simulated link says so: name() is
 // "simulated ib (α 5 µs, β 50 GB/s) over mpi (MPICH 4.0.2)".
