@@ -51,13 +51,57 @@ uint32_t update_portable(uint32_t c, const unsigned char* p, size_t size) {
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define TP_CRC32C_SSE42 1
-// The crc32 instruction (SSE4.2) computes exactly this CRC, 8 bytes per instruction. Compiled for
-// SSE4.2 here only; called only when the CPU says it has it.
+// The crc32 instruction (SSE4.2) computes exactly this CRC, 8 bytes per instruction, but each one
+// waits for the one before (a latency of 3 cycles, a throughput of 1 per cycle). So long buffers
+// run as three independent lanes over consecutive kLane-byte pieces A, B, C, joined by linearity:
+// crc(A B C) = shift(shift(crc(A)) ^ crc0(B)) ^ crc0(C), where crc0 starts from 0 and shift(x) is
+// the register after kLane zero bytes (a linear map of x, kept as the images of its 32 bits).
+// Compiled for SSE4.2 here only; called only when the CPU says it has it.
+constexpr size_t kLane = 4096;
+
+struct LaneShift {
+  uint32_t basis[32];
+  LaneShift() {
+    static const unsigned char zeros[kLane] = {};
+    for (int i = 0; i < 32; ++i) basis[i] = update_portable(1u << i, zeros, kLane);
+  }
+  uint32_t operator()(uint32_t x) const {
+    uint32_t out = 0;
+    for (int i = 0; x != 0; ++i, x >>= 1)
+      if (x & 1u) out ^= basis[i];
+    return out;
+  }
+};
+
+const LaneShift& lane_shift() {
+  static const LaneShift shift;
+  return shift;
+}
+
 __attribute__((target("sse4.2"))) uint32_t update_sse42(uint32_t c, const unsigned char* p,
                                                         size_t size) {
   while (size > 0 && (reinterpret_cast<uintptr_t>(p) & 7u) != 0) {
     c = __builtin_ia32_crc32qi(c, *p++);
     --size;
+  }
+  if (size >= 3 * kLane) {
+    const LaneShift& shift = lane_shift();
+    while (size >= 3 * kLane) {
+      uint64_t a = c, b = 0, d = 0;
+      for (size_t i = 0; i < kLane; i += 8) {
+        uint64_t wa, wb, wd;
+        std::memcpy(&wa, p + i, 8);
+        std::memcpy(&wb, p + kLane + i, 8);
+        std::memcpy(&wd, p + 2 * kLane + i, 8);
+        a = __builtin_ia32_crc32di(a, wa);
+        b = __builtin_ia32_crc32di(b, wb);
+        d = __builtin_ia32_crc32di(d, wd);
+      }
+      c = shift(shift(static_cast<uint32_t>(a)) ^ static_cast<uint32_t>(b)) ^
+          static_cast<uint32_t>(d);
+      p += 3 * kLane;
+      size -= 3 * kLane;
+    }
   }
   uint64_t c64 = c;
   while (size >= 8) {
