@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -842,6 +843,48 @@ TEST(SafetensorsWrite, SaveTargetsAreCheckedUpFront) {
   // Writer aimed at it through a symbolic link is refused before writing (it is a device).
   fs::create_symlink("/dev/full", dir + "/link.safetensors");
   refused(dir + "/link.safetensors", 0, "/dev/full is a device");
+}
+
+// A write that fails midway is one line naming the call, the bytes written and errno, at once; the
+// temporary file is removed and the previous file is untouched. Here a child process may write
+// files of at most 4096 bytes (RLIMIT_FSIZE, with SIGXFSZ ignored), so write(2) fails with EFBIG
+// as it would with ENOSPC on a full disk (scripts/tests/checkpoint.sh makes a real one).
+TEST(SafetensorsWrite, AFailedWriteIsOneLineWithErrno) {
+  const std::string dir = fresh_dir(), path = dir + "/ckpt.safetensors";
+  sample_writer().write(path);
+  const std::string before = read_bytes(path), said = dir + "/said.txt";
+  const pid_t child = ::fork();
+  if (child == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);
+    const struct rlimit limit = {4096, 4096};
+    if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) ::_exit(3);
+    st::Writer big;
+    big.add_f32("big", {4096}, std::vector<float>(4096, 1.0f));
+    try {
+      big.write(path);
+    } catch (const tp::Error& e) {
+      std::FILE* f = std::fopen(said.c_str(), "w");
+      if (f == nullptr) ::_exit(4);
+      std::fputs(e.what(), f);
+      std::fclose(f);
+      ::_exit(e.exit_code() == 1 ? 0 : 5);
+    }
+    ::_exit(6);
+  }
+  ASSERT_GT(child, 0);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  ASSERT_EQ(WEXITSTATUS(status), 0) << "the child's save did not fail as expected";
+  const std::string msg = read_bytes(said);
+  EXPECT_NE(msg.find("cannot write checkpoint " + path + ": write to " + path + ".tmp." +
+                     std::to_string(child) + " failed after "),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("File too large (EFBIG)"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  EXPECT_FALSE(fs::exists(path + ".tmp." + std::to_string(child)));
+  EXPECT_EQ(read_bytes(path), before);
 }
 
 // A checkpoint's configuration metadata against its tensors. The file here has the tensors the
