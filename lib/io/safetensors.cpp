@@ -444,9 +444,9 @@ std::string space_problem(const std::string& dir, int64_t bytes) {
          " has " + human_bytes(avail) + " free";
 }
 
-// Writes all `size` bytes to `fd` (write(2) may write fewer, or be interrupted); false with errno
-// set when it fails.
-bool write_all(int fd, const char* data, size_t size) {
+// Writes all `size` bytes to `fd` (write(2) may write fewer, or be interrupted), adding what it
+// wrote to `written`; false with errno set when it fails.
+bool write_all(int fd, const char* data, size_t size, int64_t& written) {
   while (size > 0) {
     const ssize_t n = ::write(fd, data, size);
     if (n < 0 && errno == EINTR) continue;
@@ -456,6 +456,7 @@ bool write_all(int fd, const char* data, size_t size) {
     }
     data += n;
     size -= static_cast<size_t>(n);
+    written += n;
   }
   return true;
 }
@@ -586,8 +587,7 @@ void Writer::write(const std::string& path) const {
   fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail("creating");
   auto put = [&](const char* data, size_t size) {
-    if (!write_all(fd, data, size)) fail("write to");
-    written += static_cast<int64_t>(size);
+    if (!write_all(fd, data, size, written)) fail("write to");
   };
   put(len, 8);
   put(text.data(), text.size());
