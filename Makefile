@@ -20,7 +20,7 @@
 #                 without the GPU backend and the CUDA emulator; a sanitizer report anywhere fails
 #   make sanitize-quick  CI's short sanitizer run (ASan + UBSan) in build-san/: serial tests, MPI
 #                 tests at np 2, three short tp_train runs (--sp, --save/--load, --dp); ~4 min on 2 cores
-#   make fuzz     libFuzzer on the safetensors reader and the option parser [FUZZ_SECONDS=60]
+#   make fuzz     libFuzzer on the safetensors reader, checkpoint metadata, option parser [FUZZ_SECONDS=60]
 #   make format   clang-format every source file in place (.clang-format; make test checks it)
 #   make compile_commands  build/compile_commands.json for editors (clangd finds it in build/)
 #   make help     this list
@@ -369,19 +369,25 @@ bench: $(BUILD)/bin/tp_bench $(BUILD)/bin/tp_train $(BUILD)/bin/lesson_11_overla
 	@. scripts/common.sh && MPI_FLAGS="$$MPI_FLAGS" python3 scripts/bench.py --build $(BUILD)
 
 # ---- Fuzzing: make fuzz [FUZZ_SECONDS=600] -------------------------------------------------------
-# libFuzzer targets (tests/fuzz/) for the two parsers of untrusted input, the safetensors reader and
-# the option parser, built with clang++ and AddressSanitizer + UBSan; scripts/fuzz.sh seeds them with
+# libFuzzer targets (tests/fuzz/) for the parsers of untrusted input, the safetensors reader, a
+# checkpoint's metadata against its tensors and the option parser, built with clang++ and
+# AddressSanitizer + UBSan; scripts/fuzz.sh seeds them with
 # real files and runs each for FUZZ_SECONDS.
 FUZZ_CXX   ?= clang++
 FUZZ_FLAGS := -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
               -Ilib
-$(BUILD)/fuzz/fuzz_safetensors: tests/fuzz/fuzz_safetensors.cpp lib/io/safetensors.cpp lib/core/error.cpp
+$(BUILD)/fuzz/fuzz_safetensors: tests/fuzz/fuzz_safetensors.cpp lib/io/safetensors.cpp lib/io/crc32c.cpp lib/core/error.cpp
 	@mkdir -p $(dir $@)
 	$(FUZZ_CXX) $(FUZZ_FLAGS) $^ -o $@
 $(BUILD)/fuzz/fuzz_options: tests/fuzz/fuzz_options.cpp lib/core/options.cpp lib/core/error.cpp
 	@mkdir -p $(dir $@)
 	$(FUZZ_CXX) $(FUZZ_FLAGS) $^ -o $@
-fuzz: $(BUILD)/fuzz/fuzz_safetensors $(BUILD)/fuzz/fuzz_options $(BUILD)/bin/tp_train
+$(BUILD)/fuzz/fuzz_checkpoint_meta: tests/fuzz/fuzz_checkpoint_meta.cpp lib/model/checkpoint_meta.cpp \
+                                     lib/io/safetensors.cpp lib/io/crc32c.cpp lib/core/error.cpp
+	@mkdir -p $(dir $@)
+	$(FUZZ_CXX) $(FUZZ_FLAGS) $^ -o $@
+fuzz: $(BUILD)/fuzz/fuzz_safetensors $(BUILD)/fuzz/fuzz_options $(BUILD)/fuzz/fuzz_checkpoint_meta \
+      $(BUILD)/bin/tp_train
 	@BUILD=$(BUILD) scripts/fuzz.sh
 
 # The pages are the textbook: scripts/doxygen-md-filter.py turns each lesson's README into

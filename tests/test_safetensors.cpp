@@ -1,24 +1,31 @@
 // test_safetensors.cpp — the safetensors reader/writer (serial): round trips, the byte layout, the
-// atomic write, every validation error of the untrusted header, and garbage that must not crash.
+// atomic write, every validation error of the untrusted header, and garbage that must not crash;
+// the CRC-32C checksums of the tensors, and a checkpoint's metadata checked against its tensors
+// (model/checkpoint_meta.h).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmath>
 #include <csignal>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "io/crc32c.h"
 #include "io/safetensors.h"
+#include "model/checkpoint_meta.h"
 
 namespace {
 
@@ -689,6 +696,366 @@ TEST(SafetensorsFuzz, RandomGarbageNeverCrashes) {
   // Some mutations only touch the data or the padding, so a few files still parse.
   EXPECT_GT(parsed, 0);
   EXPECT_LT(parsed, 400);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checksums (io/crc32c.h) and checkpoints that cannot lie (model/checkpoint_meta.h)
+
+TEST(Crc32c, KnownValuesAndBothImplementationsAgree) {
+  // The check value of CRC-32C, and RFC 3720's examples (32 bytes of 0x00, of 0xFF, 0..31).
+  EXPECT_EQ(tp::crc32c("123456789", 9), 0xE3069283u);
+  EXPECT_EQ(tp::crc32c_portable("123456789", 9), 0xE3069283u);
+  const std::string zeros(32, '\0'), ones(32, '\xff');
+  std::string up(32, '\0');
+  for (int i = 0; i < 32; ++i) up[i] = static_cast<char>(i);
+  EXPECT_EQ(tp::crc32c(zeros.data(), 32), 0x8A9136AAu);
+  EXPECT_EQ(tp::crc32c(ones.data(), 32), 0x62A8AB43u);
+  EXPECT_EQ(tp::crc32c(up.data(), 32), 0x46DD794Eu);
+  EXPECT_EQ(tp::crc32c(nullptr, 0), 0u);
+  // Every alignment and length near the 8-byte steps, and a large buffer: hardware = portable,
+  // and a CRC continued over two pieces = the CRC of the whole.
+  std::mt19937 rng(7);
+  std::vector<unsigned char> buf(1 << 20);
+  for (auto& b : buf) b = static_cast<unsigned char>(rng());
+  for (size_t off = 0; off < 9; ++off)
+    for (size_t n = 0; n < 70; ++n)
+      ASSERT_EQ(tp::crc32c(buf.data() + off, n), tp::crc32c_portable(buf.data() + off, n))
+          << "offset " << off << ", " << n << " bytes";
+  EXPECT_EQ(tp::crc32c(buf.data(), buf.size()), tp::crc32c_portable(buf.data(), buf.size()));
+  const uint32_t first = tp::crc32c(buf.data(), 12345);
+  EXPECT_EQ(tp::crc32c(buf.data() + 12345, buf.size() - 12345, first),
+            tp::crc32c(buf.data(), buf.size()));
+  uint32_t parsed = 0;
+  EXPECT_EQ(tp::crc32c_hex(0xE3069283u), "e3069283");
+  EXPECT_TRUE(tp::parse_crc32c_hex("E3069283", parsed));
+  EXPECT_EQ(parsed, 0xE3069283u);
+  EXPECT_FALSE(tp::parse_crc32c_hex("e306928", parsed));
+  EXPECT_FALSE(tp::parse_crc32c_hex("e306928g", parsed));
+}
+
+TEST(SafetensorsChecksums, WrittenForEveryTensorAndAFlippedBitIsNamed) {
+  const std::string dir = fresh_dir(), path = dir + "/ckpt.safetensors";
+  sample_writer().write(path);
+  {
+    const st::File f = st::File::open(path);
+    EXPECT_TRUE(f.checksums());
+    for (const auto& name : f.names()) EXPECT_TRUE(f.has_metadata("crc32c." + name)) << name;
+    EXPECT_EQ(f.metadata("crc32c.wte").size(), 8u);
+  }
+  // Every single bit of the data section, flipped, is caught by the read of its tensor.
+  const std::string bytes = read_bytes(path);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[i]);
+  const std::string flipped = dir + "/flipped.safetensors";
+  for (size_t at = 8 + n; at < bytes.size(); ++at)
+    for (int bit = 0; bit < 8; ++bit) {
+      std::string b = bytes;
+      b[at] = static_cast<char>(b[at] ^ (1 << bit));
+      write_bytes(flipped, b);
+      ASSERT_FALSE(try_open_and_read(flipped)) << "byte " << at << " bit " << bit;
+    }
+  // The message names the tensor, both checksums and the file.
+  std::string b = bytes;
+  b[8 + n] = static_cast<char>(b[8 + n] ^ 1);  // the first tensor in name order: "ln.bias"
+  write_bytes(flipped, b);
+  expect_bad_input(flipped, "tensor 'ln.bias' fails its checksum (crc32c ");
+  // The writer keeps the checksum keys to itself.
+  EXPECT_THROW(st::Writer().set_metadata("crc32c.wte", "00000000"), tp::Error);
+}
+
+TEST(SafetensorsChecksums, FilesWithoutThemLoadAndPartialOrBadOnesAreRefused) {
+  const std::string dir = fresh_dir();
+  const std::string t2 = R"("a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},)"
+                         R"( "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]})";
+  const std::string d8(8, '\0');
+  // None (a hub file, an older checkpoint): read, unverified.
+  const std::string none = dir + "/none.safetensors";
+  write_bytes(none, craft("{" + t2 + "}", d8));
+  EXPECT_FALSE(st::File::open(none).checksums());
+  EXPECT_EQ(st::File::open(none).read_f32("b"), std::vector<float>{0.0f});
+  const std::string crc0 = tp::crc32c_hex(tp::crc32c(d8.data(), 4));
+  expect_bad_file(dir,
+                  craft(R"({"__metadata__": {"crc32c.a": ")" + crc0 + R"("}, )" + t2 + "}", d8),
+                  "tensor 'b' has no checksum although 1 of its 2 tensors have one");
+  expect_bad_file(dir,
+                  craft(R"({"__metadata__": {"crc32c.a": ")" + crc0 + R"(", "crc32c.b": ")" + crc0 +
+                            R"(", "crc32c.c": ")" + crc0 + R"("}, )" + t2 + "}",
+                        d8),
+                  "metadata 'crc32c.c' is the checksum of a tensor the file does not have");
+  expect_bad_file(
+      dir, craft(R"({"__metadata__": {"crc32c.a": "xyz", "crc32c.b": "0"}, )" + t2 + "}", d8),
+      "metadata 'crc32c.a'='xyz' is not a checksum (8 hex digits)");
+}
+
+// 200 000 metadata keys (an 8 MB header): the duplicate check is one pass with a hash set, so the
+// header is read (or refused for a key given twice) in well under a second of CPU time; a list
+// searched per key took about a minute.
+TEST(SafetensorsErrors, TwoHundredThousandKeysAreReadInUnderASecond) {
+  const std::string dir = fresh_dir();
+  std::string meta;
+  for (int i = 0; i < 200000; ++i) {
+    char key[32];
+    std::snprintf(key, sizeof key, "%s\"k%06d\": \"", i ? ", " : "", i);
+    meta += key + std::string(30, 'v') + "\"";
+  }
+  const std::string tensor = R"("a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]})";
+  const std::string good = dir + "/many.safetensors", dup = dir + "/many_dup.safetensors";
+  write_bytes(good,
+              craft(R"({"__metadata__": {)" + meta + "}, " + tensor + "}", std::string(4, '\0')));
+  write_bytes(dup, craft(R"({"__metadata__": {)" + meta + R"(, "k000123": "x"}, )" + tensor + "}",
+                         std::string(4, '\0')));
+  ASSERT_GT(read_bytes(good).size(), 8u << 20);
+  const std::clock_t start = std::clock();
+  const st::File f = st::File::open(good);
+  const double read_s = static_cast<double>(std::clock() - start) / CLOCKS_PER_SEC;
+  EXPECT_EQ(f.metadata("k199999"), std::string(30, 'v'));
+  EXPECT_LT(read_s, 1.0) << "CPU seconds to open a header of 200k keys";
+  const std::clock_t again = std::clock();
+  expect_bad_input(dup, "the header names 'k000123' twice");
+  const double dup_s = static_cast<double>(std::clock() - again) / CLOCKS_PER_SEC;
+  EXPECT_LT(dup_s, 1.0) << "CPU seconds to refuse it with a duplicate";
+  // A duplicate written with other escapes is found too (the parsed header has fewer keys).
+  expect_bad_file(dir,
+                  craft(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},)"
+                        R"( "\u0061": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})",
+                        std::string(4, '\0')),
+                  "twice");
+}
+
+TEST(SafetensorsWrite, SaveTargetsAreCheckedUpFront) {
+  const std::string dir = fresh_dir();
+  auto refused = [](const std::string& path, int64_t bytes, const std::string& needle) {
+    try {
+      st::check_save_target(path, bytes);
+      ADD_FAILURE() << "no error for " << path;
+    } catch (const tp::Error& e) {
+      EXPECT_EQ(e.exit_code(), 2) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  refused("/dev/full", 0, "cannot write checkpoint /dev/full: it is a device");
+  refused(dir + "/ck.safetensors", int64_t{1} << 62,
+          "but its folder " + dir + "/ has ");  // 4 EiB: no disk has that much free
+  EXPECT_NO_THROW(st::check_save_target(dir + "/ck.safetensors", 1 << 20));
+  EXPECT_NE(st::errno_text(ENOSPC).find("(ENOSPC)"), std::string::npos);
+  EXPECT_NE(st::errno_text(EROFS).find("Read-only file system (EROFS)"), std::string::npos);
+  // A save that fails is one line with errno: /dev/full refuses every write with ENOSPC; a
+  // Writer aimed at it through a symbolic link is refused before writing (it is a device).
+  fs::create_symlink("/dev/full", dir + "/link.safetensors");
+  refused(dir + "/link.safetensors", 0, "/dev/full is a device");
+}
+
+// A write that fails midway is one line naming the call, the bytes written and errno, at once; the
+// temporary file is removed and the previous file is untouched. Here a child process may write
+// files of at most 4096 bytes (RLIMIT_FSIZE, with SIGXFSZ ignored), so write(2) fails with EFBIG
+// as it would with ENOSPC on a full disk (scripts/tests/checkpoint.sh makes a real one).
+TEST(SafetensorsWrite, AFailedWriteIsOneLineWithErrno) {
+  const std::string dir = fresh_dir(), path = dir + "/ckpt.safetensors";
+  sample_writer().write(path);
+  const std::string before = read_bytes(path), said = dir + "/said.txt";
+  const pid_t child = ::fork();
+  if (child == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);
+    const struct rlimit limit = {4096, 4096};
+    if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) ::_exit(3);
+    st::Writer big;
+    big.add_f32("big", {4096}, std::vector<float>(4096, 1.0f));
+    try {
+      big.write(path);
+    } catch (const tp::Error& e) {
+      std::FILE* f = std::fopen(said.c_str(), "w");
+      if (f == nullptr) ::_exit(4);
+      std::fputs(e.what(), f);
+      std::fclose(f);
+      ::_exit(e.exit_code() == 1 ? 0 : 5);
+    }
+    ::_exit(6);
+  }
+  ASSERT_GT(child, 0);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  ASSERT_EQ(WEXITSTATUS(status), 0) << "the child's save did not fail as expected";
+  const std::string msg = read_bytes(said);
+  EXPECT_NE(msg.find("cannot write checkpoint " + path + ": write to " + path + ".tmp." +
+                     std::to_string(child) + " failed after "),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("File too large (EFBIG)"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  EXPECT_FALSE(fs::exists(path + ".tmp." + std::to_string(child)));
+  EXPECT_EQ(read_bytes(path), before);
+}
+
+// A checkpoint's configuration metadata against its tensors. The file here has the tensors the
+// checks look at (zeros; the shapes are what matter) and the metadata save_checkpoint writes.
+struct FakeCheckpoint {
+  tp::GptConfig c;
+  std::map<std::string, std::string> meta;  // replaces or (with "") removes a key
+  bool moments = false;
+  std::string write(const std::string& path) const {
+    st::Writer w;
+    const int64_t h = c.hidden, hd = c.hidden / c.heads;
+    auto zeros = [&](const std::string& name, std::vector<int64_t> shape) {
+      int64_t n = 1;
+      for (int64_t d : shape) n *= d;
+      w.add_f32(name, shape, std::vector<float>(static_cast<size_t>(n), 0.0f));
+    };
+    zeros("transformer.wte.weight", {c.vocab, h});
+    zeros("transformer.wpe.weight", {c.seq, h});
+    for (int64_t l = 0; l < c.layers; ++l)
+      zeros("transformer.h." + std::to_string(l) + ".ln_1.weight", {h});
+    if (c.norm == "layernorm") zeros("transformer.h.0.ln_1.bias", {h});
+    zeros("transformer.h.0.attn.c_attn.weight", {h, h + 2 * c.kv() * hd});
+    zeros("transformer.h.0.mlp.c_fc.weight", {h, c.inner()});
+    if (c.act == "swiglu") zeros("transformer.h.0.mlp.c_gate.weight", {h, c.inner()});
+    if (!c.tied) zeros("lm_head.weight", {c.vocab, h});
+    if (moments) zeros("optimizer.exp_avg.transformer.wte.weight", {c.vocab, h});
+    std::map<std::string, std::string> m = {{"layers", std::to_string(c.layers)},
+                                            {"hidden", std::to_string(c.hidden)},
+                                            {"heads", std::to_string(c.heads)},
+                                            {"kv_heads", std::to_string(c.kv())},
+                                            {"ffn", std::to_string(c.inner())},
+                                            {"vocab", std::to_string(c.vocab)},
+                                            {"seq", std::to_string(c.seq)},
+                                            {"act", c.act},
+                                            {"norm", c.norm},
+                                            {"tied", c.tied ? "true" : "false"},
+                                            {"step", "5"},
+                                            {"adam_steps", "5"},
+                                            {"config_crc32c", tp::config_checksum(c)}};
+    for (const auto& [k, v] : meta) m[k] = v;
+    for (const auto& [k, v] : m)
+      if (!v.empty()) w.set_metadata(k, v);
+    w.write(path);
+    return path;
+  }
+};
+
+tp::GptConfig small_config() {
+  tp::GptConfig c;
+  c.layers = 2;
+  c.hidden = 24;
+  c.heads = 6;
+  c.vocab = 40;
+  c.seq = 8;
+  c.ffn = 32;
+  return c;
+}
+
+// Expects checked_checkpoint_config (and check_checkpoint_metadata) of the file to refuse it,
+// naming the file and `needle`, on one line.
+void expect_refused(const std::string& path, const std::string& needle) {
+  for (int all = 0; all < 2; ++all) {
+    try {
+      const st::File f = st::File::open(path);
+      if (all)
+        (void)tp::checked_checkpoint_config(f);
+      else
+        tp::check_checkpoint_metadata(f);
+      ADD_FAILURE() << "no error for " << path << " (wanted '" << needle << "')";
+    } catch (const tp::Error& e) {
+      const std::string msg = e.what();
+      EXPECT_EQ(e.exit_code(), 2) << msg;
+      EXPECT_NE(msg.find("checkpoint " + path), std::string::npos) << msg;
+      EXPECT_NE(msg.find(needle), std::string::npos) << "wanted '" << needle << "' in: " << msg;
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    }
+  }
+}
+
+TEST(CheckpointMetadata, AgreesWithTheTensorsOrIsRefusedByKeyAndValue) {
+  const std::string dir = fresh_dir();
+  int k = 0;
+  auto file = [&](FakeCheckpoint fake) {
+    return fake.write(dir + "/ck" + std::to_string(k++) + ".safetensors");
+  };
+  FakeCheckpoint good{small_config(), {}, true};
+  const tp::GptConfig read = tp::checked_checkpoint_config(st::File::open(file(good)));
+  EXPECT_EQ(read.layers, 2);
+  EXPECT_EQ(read.heads, 6);
+  EXPECT_EQ(read.kv(), 6);
+  EXPECT_EQ(read.inner(), 32);
+  // GQA, SwiGLU, RMSNorm, untied: the same checks pass.
+  FakeCheckpoint other{small_config(), {}, false};
+  other.c.kv_heads = 2;
+  other.c.act = "swiglu";
+  other.c.norm = "rmsnorm";
+  other.c.tied = false;
+  EXPECT_EQ(tp::checked_checkpoint_config(st::File::open(file(other))).kv(), 2);
+
+  // Sizes that would be allocated: refused before that, by key and value.
+  auto with = [&](std::map<std::string, std::string> meta) {
+    FakeCheckpoint f = good;
+    f.meta = std::move(meta);
+    return file(f);
+  };
+  expect_refused(with({{"layers", "1000000"}}),
+                 "metadata layers=1000000 contradicts its tensors: it has blocks "
+                 "transformer.h.0 .. transformer.h.1, so layers=2");
+  expect_refused(with({{"vocab", "2147483648"}}),
+                 "metadata vocab=2147483648 contradicts its tensors: tensor "
+                 "transformer.wte.weight has 40 rows, so vocab=40");
+  expect_refused(with({{"hidden", "48"}}), "metadata hidden=48 contradicts");
+  expect_refused(with({{"seq", "9"}}), "metadata seq=9 contradicts");
+  expect_refused(with({{"ffn", "64"}}), "metadata ffn=64 contradicts");
+  expect_refused(with({{"layers", "99999999999999999999"}}), "metadata layers=9999");
+  expect_refused(with({{"vocab", "-4"}}), "metadata vocab=-4 is not a count of at least 1");
+  // heads: c_attn's shape gives kv_heads/heads = 1; heads=3 with kv_heads=6 does not fit it.
+  expect_refused(with({{"heads", "3"}}),
+                 "metadata heads=3 (with kv_heads=6) contradicts its tensors: tensor "
+                 "transformer.h.0.attn.c_attn.weight has shape [24, 72], q | k | v for "
+                 "kv_heads/heads = 1/1");
+  expect_refused(with({{"heads", "5"}, {"kv_heads", "5"}}), "hidden 24");
+  // Both edited to another MHA layout the shapes allow: config_crc32c names the heads saved.
+  expect_refused(with({{"heads", "3"}, {"kv_heads", "3"}}),
+                 "metadata heads=3, kv_heads=3 were changed after the file was saved: its "
+                 "config_crc32c=" +
+                     tp::config_checksum(small_config()) + " fits heads=6, kv_heads=6");
+  // Words the tensors contradict, or that are not this project's.
+  expect_refused(with({{"act", "relu"}}), "metadata act=relu is not one this project writes");
+  expect_refused(with({{"act", "swiglu"}}),
+                 "metadata act=swiglu contradicts its tensors: it has no "
+                 "transformer.h.0.mlp.c_gate.weight, so act=gelu");
+  expect_refused(with({{"norm", "rmsnorm"}}),
+                 "it has transformer.h.0.ln_1.bias, so norm=layernorm");
+  expect_refused(with({{"tied", "false"}}), "it has no lm_head.weight, so tied=true");
+  // A required key missing.
+  try {
+    (void)tp::checked_checkpoint_config(st::File::open(with({{"heads", ""}})));
+    ADD_FAILURE() << "no error without heads";
+  } catch (const tp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("has no 'heads' in its metadata"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(CheckpointMetadata, AdamStepsMustComeWithTheMoments) {
+  const std::string dir = fresh_dir();
+  FakeCheckpoint fake{small_config(), {}, true};
+  auto adam = [&](std::map<std::string, std::string> meta, bool moments, int64_t step) {
+    fake.meta = std::move(meta);
+    fake.moments = moments;
+    return tp::checked_adam_steps(st::File::open(fake.write(dir + "/ck.safetensors")), step);
+  };
+  EXPECT_EQ(adam({}, true, 5), 5);
+  EXPECT_EQ(adam({{"adam_steps", ""}}, false, 5), 0);  // no moments: nothing to correct
+  EXPECT_EQ(adam({{"adam_steps", "0"}}, true, 5), 0);  // load_checkpoint then needs zero moments
+  for (const auto& [meta, needle] :
+       std::vector<std::pair<std::map<std::string, std::string>, std::string>>{
+           {{{"adam_steps", ""}},
+            "holds AdamW moments (optimizer.exp_avg.*) but no metadata "
+            "adam_steps"},
+           {{{"adam_steps", "x1"}}, "metadata adam_steps=x1 is not a count"},
+           {{{"adam_steps", "6"}}, "metadata adam_steps=6 is more than its step=5"}}) {
+    try {
+      (void)adam(meta, true, 5);
+      ADD_FAILURE() << "no error (wanted '" << needle << "')";
+    } catch (const tp::Error& e) {
+      EXPECT_EQ(e.exit_code(), 2) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

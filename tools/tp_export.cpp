@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "launcher.h"
+#include "model/checkpoint.h"
 #include "model/hf_gpt2.h"
 
 using namespace tp;
@@ -33,6 +34,7 @@ int run(Context& ctx) {
   load_model_file(file, ctx.world, model);
   export_hf(dir, ctx.world, model);
   log0(ctx.world, "read ", load, ", ", file.describe(), ": ", cfg.str());
+  if (!file.checksums) log0(ctx.world, unverified_note(load));
   log0(ctx.world, "wrote ", dir, "/model.safetensors and ", dir,
        "/config.json (GPT2LMHeadModel, F32, weights only)");
   return 0;

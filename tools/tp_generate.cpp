@@ -97,6 +97,7 @@ int generate_main(Context& ctx) {
   const int64_t kv_cols = cfg.kv() / t * cfg.head_dim();
   log0(world, "tp_generate: t = ", t, " (", world.name(), ", ", ctx.device.name(), ")");
   log0(world, "model: ", cfg.str(), " from ", path, " (step ", loaded.step, ")");
+  if (!loaded.checksums) log0(world, unverified_note(path));
   log0(world, "key/value cache per rank: 2 x ", cfg.layers, " layers x ", cfg.seq, " positions x ",
        kv_cols, " (nkv/t · hd) floats = ", 2 * cfg.layers * cfg.seq * kv_cols * 4 / 1024.0,
        " KiB, 1/", t, " of the whole");

@@ -325,17 +325,20 @@ int train(Context& ctx) {
                               return std::make_unique<AdamW>(ctx.device, model.params(), hp);
                             });
   AdamW& opt = *opt_ptr;
+  check_save_space(o.get_text("save"), world, ctx.device, model);  // before training, not after
   int64_t step = 0;
   if (!init_from.empty()) {
     load_model_file(file, tp, model);
     log0(world, "initialised from ", init_from, ": ", file.describe(),
          "; AdamW starts fresh at step 0");
+    if (!file.checksums) log0(world, unverified_note(init_from));
   } else if (!load.empty()) {
     const LoadedCheckpoint loaded = load_checkpoint(load, tp, model, opt);
     step = loaded.step;
     log0(world, "loaded ", load, " at step ", step,
          loaded.optimizer_state ? " (with optimizer state)"
                                 : " (no optimizer state: AdamW starts fresh)");
+    if (!loaded.checksums) log0(world, unverified_note(load));
   }
   // Step counters: the data's sample index (step · batch + b) · (seq + 1) must not overflow.
   const int64_t last_step = std::numeric_limits<int64_t>::max() / batch / (cfg.seq + 1);

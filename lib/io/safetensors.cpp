@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,8 +17,11 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <string_view>
+#include <unordered_set>
 
 #include "core/error.h"
+#include "io/crc32c.h"
 
 // Tensor bytes are copied with memcpy between the file and host arrays, which is correct because
 // the file format is little-endian and so is every host we build for (x86-64, AArch64). A
@@ -38,6 +42,7 @@ using nlohmann::json;
 constexpr int64_t kMaxHeaderBytes = 100 * 1000 * 1000;  // 100 MB: real headers are kilobytes
 constexpr int64_t kMaxInt64 = std::numeric_limits<int64_t>::max();
 const char* const kMetadataKey = "__metadata__";
+const std::string kChecksumPrefix = "crc32c.";  // metadata "crc32c.<tensor>": 8 hex digits
 
 // Quotes a name for a one-line message: 'name', with control characters escaped.
 std::string quote(const std::string& s) {
@@ -73,6 +78,63 @@ std::string short_json_message(const std::string& what) {
 }
 
 const char* json_type(const json& j) { return j.type_name(); }
+
+// The number of keys of every object in `j`, nested ones included.
+size_t count_members(const json& j) {
+  size_t n = 0;
+  if (j.is_object())
+    for (const auto& kv : j.items()) n += 1 + count_members(kv.value());
+  else if (j.is_array())
+    for (const auto& v : j) n += count_members(v);
+  return n;
+}
+
+// A key that `text` (valid JSON, parsed into `parsed`) gives twice in one object, quoted for a
+// message, or "". One linear scan of the text with a hash set of the raw keys per open object:
+// 200k metadata keys (an 8 MB header) take milliseconds, where a list searched per key took a
+// minute and nlohmann's callback parser a second. A key repeated with other escapes ("a" and
+// "\u0061") is found by counting: the parsed header then has fewer keys than the text.
+std::string duplicate_key(const std::string& text, const json& parsed) {
+  std::vector<std::unordered_set<std::string_view>> open;  // one per open object or array
+  std::vector<bool> is_object;
+  size_t keys = 0;
+  size_t start = 0;
+  bool in_string = false, after_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+        after_string = true;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+      start = i;
+      continue;
+    }
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') continue;
+    if (after_string && c == ':' && !open.empty() && is_object.back()) {
+      ++keys;
+      const std::string_view key(text.data() + start, i - start);  // with its quotes
+      const size_t end = key.find_last_of('"');
+      if (!open.back().insert(key.substr(0, end + 1)).second)
+        return std::string("'") + std::string(key.substr(1, end - 1)) + "'";
+    }
+    after_string = false;
+    if (c == '{' || c == '[') {
+      open.emplace_back();
+      is_object.push_back(c == '{');
+    } else if ((c == '}' || c == ']') && !open.empty()) {
+      open.pop_back();
+      is_object.pop_back();
+    }
+  }
+  return keys == count_members(parsed) ? "" : "a key (written with different escapes)";
+}
 
 // A JSON value as a non-negative int64, or false when it is not an integer in [0, 2^63).
 bool as_nonneg_int(const json& j, int64_t& out) {
@@ -233,6 +295,8 @@ void Writer::add_float(const std::string& name, DType dtype, const std::vector<i
 }
 
 void Writer::set_metadata(const std::string& key, const std::string& value) {
+  TP_CHECK(key.compare(0, kChecksumPrefix.size(), kChecksumPrefix) != 0, "safetensors: metadata ",
+           quote(key), " is reserved: write() adds the checksum of each tensor itself");
   try {
     (void)json(key).dump();
     (void)json(value).dump();
@@ -348,29 +412,146 @@ SaveLock::~SaveLock() {
   held.erase(std::remove(held.begin(), held.end(), target_), held.end());
 }
 
-void Writer::write(const std::string& path) const {
+namespace {
+
+// The folder of `target`, as a path that opendir/statvfs take ("." for a bare name).
+std::string folder_of(const std::string& target) {
+  const size_t slash = target.rfind('/');
+  return slash == std::string::npos ? "." : target.substr(0, slash + 1);
+}
+
+// "1.23 GiB", "456 KiB": a byte count for a message.
+std::string human_bytes(double bytes) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024.0 && u < 4) {
+    bytes /= 1024.0;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.3g %s", bytes, units[u]);
+  return buf;
+}
+
+// "" when the file system of `dir` has room for `bytes` more (statvfs: the blocks an unprivileged
+// process may use), else what is missing, for a message.
+std::string space_problem(const std::string& dir, int64_t bytes) {
+  struct statvfs vfs {};
+  if (bytes <= 0 || ::statvfs(dir.c_str(), &vfs) != 0) return "";  // unknown: the write will tell
+  const double avail = static_cast<double>(vfs.f_bavail) * static_cast<double>(vfs.f_frsize);
+  if (static_cast<double>(bytes) <= avail) return "";
+  return "it needs " + human_bytes(static_cast<double>(bytes)) + " but its folder " + dir +
+         " has " + human_bytes(avail) + " free";
+}
+
+// Writes all `size` bytes to `fd` (write(2) may write fewer, or be interrupted), adding what it
+// wrote to `written`; false with errno set when it fails.
+bool write_all(int fd, const char* data, size_t size, int64_t& written) {
+  while (size > 0) {
+    const ssize_t n = ::write(fd, data, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = EIO;
+      return false;
+    }
+    data += n;
+    size -= static_cast<size_t>(n);
+    written += n;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string errno_text(int err) {
+  const char* name = nullptr;
+  switch (err) {
+    case ENOSPC:
+      name = "ENOSPC";
+      break;
+    case EROFS:
+      name = "EROFS";
+      break;
+    case EIO:
+      name = "EIO";
+      break;
+    case EDQUOT:
+      name = "EDQUOT";
+      break;
+    case EFBIG:
+      name = "EFBIG";
+      break;
+    case EACCES:
+      name = "EACCES";
+      break;
+    case EPERM:
+      name = "EPERM";
+      break;
+    case ENOENT:
+      name = "ENOENT";
+      break;
+    case ENOTDIR:
+      name = "ENOTDIR";
+      break;
+    case EISDIR:
+      name = "EISDIR";
+      break;
+    case EEXIST:
+      name = "EEXIST";
+      break;
+    case EXDEV:
+      name = "EXDEV";
+      break;
+    case EINVAL:
+      name = "EINVAL";
+      break;
+    case EBADF:
+      name = "EBADF";
+      break;
+    case EMFILE:
+      name = "EMFILE";
+      break;
+    case ENFILE:
+      name = "ENFILE";
+      break;
+    case ENAMETOOLONG:
+      name = "ENAMETOOLONG";
+      break;
+    default:
+      break;
+  }
+  return std::string(std::strerror(err)) + " (" +
+         (name ? std::string(name) : "errno " + std::to_string(err)) + ")";
+}
+
+void check_save_target(const std::string& path, int64_t bytes) {
   const std::string target = save_target(path);
   struct stat st {};
   if (::stat(target.c_str(), &st) == 0)
     TP_CHECK_INPUT(S_ISREG(st.st_mode), "cannot write checkpoint ", path, ": ",
                    target == path ? "it" : target, " is ", file_kind(st.st_mode),
                    "; give --save the path of a file");
-  {
-    const size_t slash = target.rfind('/');
-    const std::string dir = slash == std::string::npos ? "." : target.substr(0, slash + 1);
-    errno = 0;
-    TP_CHECK_INPUT(::access(dir.c_str(), W_OK | X_OK) == 0, "cannot write checkpoint ", path,
-                   ": its folder ", dir, ": ", std::strerror(errno ? errno : EACCES));
-  }
+  const std::string dir = folder_of(target);
+  errno = 0;
+  TP_CHECK_INPUT(::access(dir.c_str(), W_OK | X_OK) == 0, "cannot write checkpoint ", path,
+                 ": its folder ", dir, ": ", errno_text(errno ? errno : EACCES));
+  const std::string full = space_problem(dir, bytes);
+  TP_CHECK_INPUT(full.empty(), "cannot write checkpoint ", path, ": ", full,
+                 "; free some space or give --save a path on another file system");
+}
+
+void Writer::write(const std::string& path) const {
+  check_save_target(path, 0);
+  const std::string target = save_target(path);
   const SaveLock lock(target);
   remove_leftovers(target);
 
   json header = json::object();
-  if (!metadata_.empty()) {
-    json meta = json::object();
-    for (const auto& [k, v] : metadata_) meta[k] = v;
-    header[kMetadataKey] = meta;
-  }
+  json meta = json::object();
+  for (const auto& [k, v] : metadata_) meta[k] = v;
+  for (const auto& [name, e] : tensors_)
+    meta[kChecksumPrefix + name] = crc32c_hex(crc32c(e.bytes.data(), e.bytes.size()));
+  if (!meta.empty()) header[kMetadataKey] = meta;
   int64_t offset = 0;
   for (const auto& [name, e] : tensors_) {
     const auto size = static_cast<int64_t>(e.bytes.size());
@@ -385,29 +566,47 @@ void Writer::write(const std::string& path) const {
   char len[8];
   uint64_t n = text.size();
   for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  const int64_t total = 8 + static_cast<int64_t>(text.size()) + offset;
 
+  // Every system call is checked where it happens, and its failure is one line naming the call,
+  // the file, how far the write got and errno; the temporary file is then removed and `path` is
+  // untouched. fsync before the rename, so a crash cannot leave a renamed file with missing data.
   const std::string tmp = target + ".tmp." + std::to_string(static_cast<long>(::getpid()));
-  auto fail = [&](const char* what) {
+  int fd = -1;
+  int64_t written = 0;
+  auto fail = [&](const std::string& what) {
     const int err = errno;
-    std::remove(tmp.c_str());
-    TP_CHECK(false, "cannot write checkpoint ", path, " (", what, " ", tmp,
-             "): ", std::strerror(err));
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    TP_CHECK(false, "cannot write checkpoint ", path, ": ", what, " ", tmp, " failed",
+             what == "write to"
+                 ? " after " + std::to_string(written) + " of " + std::to_string(total) + " bytes"
+                 : std::string(),
+             ": ", errno_text(err));
   };
-  {
-    errno = 0;
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) fail("creating");
-    out.write(len, 8);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    for (const auto& kv : tensors_)
-      out.write(kv.second.bytes.data(), static_cast<std::streamsize>(kv.second.bytes.size()));
-    out.flush();
-    if (!out) fail("writing");
-    out.close();
-    if (!out) fail("closing");
-  }
-  errno = 0;
+  fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("creating");
+  auto put = [&](const char* data, size_t size) {
+    if (!write_all(fd, data, size, written)) fail("write to");
+  };
+  put(len, 8);
+  put(text.data(), text.size());
+  for (const auto& kv : tensors_) put(kv.second.bytes.data(), kv.second.bytes.size());
+  if (::fsync(fd) != 0) fail("fsync of");
+  const int closing = fd;
+  fd = -1;
+  if (::close(closing) != 0) fail("close of");
   if (std::rename(tmp.c_str(), target.c_str()) != 0) fail("renaming");
+  // The rename is durable once the folder is synced; a file system that cannot sync a folder
+  // (EINVAL) has nothing to lose here.
+  const int dir_fd = ::open(folder_of(target).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd >= 0) {
+    const bool synced = ::fsync(dir_fd) == 0 || errno == EINVAL || errno == ENOTSUP;
+    const int err = errno;
+    ::close(dir_fd);
+    TP_CHECK(synced, "checkpoint ", path, " was written but fsync of its folder ",
+             folder_of(target), " failed: ", errno_text(err));
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -447,28 +646,18 @@ File File::open(const std::string& path) {
   // nlohmann keeps the last of two equal keys; a header with a duplicated key is refused instead
   // (two tensors of one name: which is meant?). One set of seen keys per open object.
   json header;
-  std::vector<std::vector<std::string>> open_objects;
-  std::string duplicate;
-  const json::parser_callback_t no_duplicates = [&](int, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::object_start) open_objects.emplace_back();
-    if (event == json::parse_event_t::object_end && !open_objects.empty()) open_objects.pop_back();
-    if (event == json::parse_event_t::key && !open_objects.empty() && duplicate.empty()) {
-      auto& seen = open_objects.back();
-      const std::string key = parsed.get<std::string>();
-      if (std::find(seen.begin(), seen.end(), key) != seen.end()) duplicate = key;
-      seen.push_back(key);
-    }
-    return true;
-  };
   try {
-    header = json::parse(text, no_duplicates);
+    header = json::parse(text);
   } catch (const json::exception& e) {
     TP_CHECK_INPUT(false, "checkpoint ", path,
                    ": the header is not valid JSON: ", short_json_message(e.what()));
   }
   TP_CHECK_INPUT(header.is_object(), "checkpoint ", path, ": the header is a JSON ",
                  json_type(header), ", not an object");
-  TP_CHECK_INPUT(duplicate.empty(), "checkpoint ", path, ": the header names ", quote(duplicate),
+  // nlohmann keeps the last of two equal keys; a header with a duplicated key is refused instead
+  // (two tensors of one name: which is meant?).
+  const std::string duplicate = duplicate_key(text, header);
+  TP_CHECK_INPUT(duplicate.empty(), "checkpoint ", path, ": the header names ", duplicate,
                  " twice (a corrupt or hand-edited file)");
 
   File f;
@@ -564,6 +753,29 @@ File File::open(const std::string& path) {
                  previous ? " " + quote(*previous) : std::string(),
                  " that belong to no tensor: the header length (", n,
                  ") is wrong or the file was appended to");
+
+  // The checksums (metadata "crc32c.<tensor>", written by Writer): each names a tensor of the file
+  // and is 8 hex digits; a file has one for every tensor or none (hub files, older checkpoints).
+  size_t checksums = 0;
+  for (const auto& [key, value] : f.metadata_) {
+    if (key.compare(0, kChecksumPrefix.size(), kChecksumPrefix) != 0) continue;
+    const std::string name = key.substr(kChecksumPrefix.size());
+    const auto it = f.tensors_.find(name);
+    TP_CHECK_INPUT(it != f.tensors_.end(), "checkpoint ", path, ": metadata ", quote(key),
+                   " is the checksum of a tensor the file does not have (a corrupt file)");
+    TP_CHECK_INPUT(parse_crc32c_hex(value, it->second.crc), "checkpoint ", path, ": metadata ",
+                   quote(key), "=", quote(value), " is not a checksum (8 hex digits)");
+    it->second.has_crc = true;
+    ++checksums;
+  }
+  if (checksums > 0 && checksums != f.tensors_.size()) {
+    for (const auto& [name, e] : f.tensors_)
+      TP_CHECK_INPUT(e.has_crc, "checkpoint ", path, ": tensor ", quote(name),
+                     " has no checksum although ", checksums, " of its ", f.tensors_.size(),
+                     " tensors have one (metadata ", quote(kChecksumPrefix + name),
+                     " was removed: a corrupt or hand-edited file)");
+  }
+  f.checksums_ = checksums > 0;
   return f;
 }
 
@@ -616,6 +828,12 @@ void File::read_bytes(const std::string& name, const Entry& e, void* out) const 
   in.read(static_cast<char*>(out), bytes);  // little-endian file, little-endian host
   TP_CHECK_INPUT(in && in.gcount() == bytes, "checkpoint ", path_, ": tensor ", quote(name),
                  ": the file ended before its data (changed since it was opened?)");
+  if (!e.has_crc) return;
+  const uint32_t got = crc32c(out, static_cast<size_t>(bytes));
+  TP_CHECK_INPUT(got == e.crc, "checkpoint ", path_, ": tensor ", quote(name),
+                 " fails its checksum (crc32c ", crc32c_hex(got), ", written ", crc32c_hex(e.crc),
+                 "): its data changed after it was saved (a flipped bit, a bad disk or copy); "
+                 "load an earlier checkpoint or copy the file again");
 }
 
 std::vector<float> File::read_f32(const std::string& name) const {

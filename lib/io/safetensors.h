@@ -13,7 +13,8 @@
 //
 // The header of a file being read is untrusted input: tp::safetensors::File::open validates all of
 // it and reports any problem as a one-line bad-input tp::Error (exit code 2) naming the file, the
-// tensor and the problem.
+// tensor and the problem. Every tensor a Writer writes carries a CRC-32C checksum in the metadata,
+// checked on every read.
 #pragma once
 
 #include <cstdint>
@@ -68,12 +69,16 @@ class Writer {
   /// Adds float values stored as `dtype` (F32, F16 or BF16; F16 and BF16 round to nearest even).
   void add_float(const std::string& name, DType dtype, const std::vector<int64_t>& shape,
                  const std::vector<float>& values);
-  /// Sets (or replaces) one "__metadata__" string.
+  /// Sets (or replaces) one "__metadata__" string. Keys "crc32c.*" are reserved (the checksums).
   void set_metadata(const std::string& key, const std::string& value);
 
-  /// Writes the file: first to `path` + ".tmp.<pid>", then std::rename onto `path`, so a reader
-  /// never sees a half-written checkpoint. Tensors are laid out in name order. On failure the
-  /// temporary file is removed and a tp::Error (exit code 1) names the path and the system error.
+  /// Writes the file: first to `path` + ".tmp.<pid>" (written, fsync'ed, closed), then
+  /// std::rename onto `path` (and the folder fsync'ed), so a reader never sees a half-written
+  /// checkpoint. Tensors are laid out in name order; the metadata gets "crc32c.<name>", the
+  /// CRC-32C of each tensor's bytes (io/crc32c.h), which File verifies on every read. Any failed
+  /// system call (open, write, fsync, close, rename) is a tp::Error (exit code 1) at once, naming
+  /// the call, the path, how many bytes were written and errno ("No space left on device
+  /// (ENOSPC)"); the temporary file is then removed and whatever was at `path` is untouched.
   ///
   /// What `path` may be: a regular file (replaced) or nothing yet (created); a symbolic link is
   /// followed and the file it names is replaced the same way, so the link keeps pointing at the
@@ -93,6 +98,17 @@ class Writer {
   std::map<std::string, Entry> tensors_;
   std::map<std::string, std::string> metadata_;
 };
+
+/// Checks, before anything is written, that a file of `bytes` bytes can be saved at `path` (0: do
+/// not look at the space): the path (or the file a symbolic link names) is a regular file or does
+/// not exist yet, its folder is writable, and the folder's file system has `bytes` free (statvfs;
+/// the old file stays until the new one is complete, so its space does not count). Each problem
+/// is a bad-input error naming the path, e.g. "cannot write checkpoint /dev/full: it is a device;
+/// give --save the path of a file".
+void check_save_target(const std::string& path, int64_t bytes);
+
+/// A system error as one phrase with its name: "No space left on device (ENOSPC)".
+std::string errno_text(int err);
 
 /// An exclusive claim on a save path, for as long as the object lives: a second process that
 /// tries to save to the same file (say, a second run started with the same --save) gets a
@@ -141,12 +157,19 @@ class File {
   std::string metadata(const std::string& key, const std::string& fallback = "") const;
   /// True when "__metadata__" has `key`.
   bool has_metadata(const std::string& key) const;
+  /// True when every tensor carries a checksum (metadata "crc32c.<name>", as Writer writes), which
+  /// every read verifies: a tensor whose bytes differ is a bad-input error naming it and the file.
+  /// False for files without checksums (hub files, checkpoints written before them): their reads
+  /// are not verified. open() refuses a file with checksums for only some tensors.
+  bool checksums() const { return checksums_; }
 
  private:
   struct Entry {
     TensorInfo info;
     int64_t begin = 0;  // byte offsets relative to the data section
     int64_t end = 0;
+    bool has_crc = false;
+    uint32_t crc = 0;  // CRC-32C of the bytes [begin, end), from "crc32c.<name>"
   };
   File() = default;
   const Entry& entry(const std::string& name) const;
@@ -157,6 +180,7 @@ class File {
   int64_t data_start_ = 0;  // 8 + header length
   std::map<std::string, Entry> tensors_;
   std::map<std::string, std::string> metadata_;
+  bool checksums_ = false;
 };
 
 }  // namespace tp::safetensors

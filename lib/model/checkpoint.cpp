@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "model/checkpoint_meta.h"
 
 namespace tp {
 
@@ -68,6 +69,7 @@ void add_config(safetensors::Writer& w, const GptConfig& c) {
   w.set_metadata("act", c.act);
   w.set_metadata("norm", c.norm);
   w.set_metadata("tied", c.tied ? "true" : "false");
+  w.set_metadata("config_crc32c", config_checksum(c));  // binds heads (model/checkpoint_meta.h)
 }
 
 // Everything about the file that does not fit the model, each as one phrase: missing tensors,
@@ -111,9 +113,14 @@ std::vector<std::string> mismatches(const safetensors::File& f, const GptConfig&
   return out;
 }
 
-// Reads stored tensor `name` for `p`, checks its shape and returns this rank's shard.
+// What a stored tensor is, for the checks of its values.
+enum class Stored { kWeight, kFirstMoment, kSecondMoment };
+
+// Reads stored tensor `name` for `p`, checks its shape and values and returns this rank's shard.
+// Every value must be finite; a second moment (a mean of squares) must not be negative; with
+// `adam_steps` 0 the moments must be zero (AdamW has not stepped).
 std::vector<float> read_shard(const safetensors::File& f, const std::string& name, const Param& p,
-                              int t) {
+                              int t, Stored kind = Stored::kWeight, int64_t adam_steps = 0) {
   TP_CHECK_INPUT(f.has(name), "checkpoint ", f.path(), " has no tensor ", name);
   const auto want = stored_shape(p);
   TP_CHECK_INPUT(f.info(name).shape == want, "checkpoint ", f.path(), ": tensor ", name,
@@ -124,6 +131,18 @@ std::vector<float> read_shard(const safetensors::File& f, const std::string& nam
     TP_CHECK_INPUT(std::isfinite(stored[i]), "checkpoint ", f.path(), ": tensor ", name, " holds ",
                    std::isnan(stored[i]) ? "NaN" : "Inf", " (element ", i,
                    "); it cannot be trained from: load an earlier checkpoint");
+  for (size_t i = 0; i < stored.size() && kind == Stored::kSecondMoment; ++i)
+    TP_CHECK_INPUT(stored[i] >= 0.0f, "checkpoint ", f.path(), ": tensor ", name, " holds ",
+                   stored[i], " (element ", i,
+                   "), but AdamW's second moment is a mean of squares, never negative: the file "
+                   "is damaged or was edited; load an earlier checkpoint");
+  for (size_t i = 0; i < stored.size() && kind != Stored::kWeight && adam_steps == 0; ++i)
+    TP_CHECK_INPUT(stored[i] == 0.0f, "checkpoint ", f.path(),
+                   ": metadata adam_steps=0, but tensor ", name, " holds ", stored[i], " (element ",
+                   i,
+                   "): moments are zero before AdamW's first step, so adam_steps was changed and "
+                   "its bias correction would restart at step 1; the file is damaged or was "
+                   "edited");
   std::vector<float> global(static_cast<size_t>(p.rows() * p.cols()), 0.0f);  // padding rows: 0
   const int64_t cols = want.back();
   for (int64_t r = 0; r < stored_rows(p); ++r)
@@ -132,21 +151,28 @@ std::vector<float> read_shard(const safetensors::File& f, const std::string& nam
   return shard_of(p, global, t);
 }
 
+// Collective: every rank throws the same bad-input error when rank 0 found `problem` (rank 0's
+// message is the one printed; the others carry `elsewhere`).
+void refuse_unless_empty(const std::string& problem, const std::string& elsewhere,
+                         Communicator& comm, Device& device) {
+  Tensor flag = Tensor::from_host(device, Shape{1}, {problem.empty() ? 0.0f : 1.0f});
+  comm.all_reduce(flag, ReduceOp::Max);
+  TP_CHECK_INPUT(flag.to_host()[0] == 0.0f, problem.empty() ? elsewhere : problem);
+}
+
 }  // namespace
 
 CheckpointClaim::CheckpointClaim(const std::string& path, Communicator& comm, Device& device) {
   std::string refused;
   if (comm.rank() == 0 && !path.empty()) {
     try {
+      safetensors::check_save_target(path, 0);  // a device (/dev/full), a FIFO, a folder: now
       lock_ = std::make_unique<safetensors::SaveLock>(path);
     } catch (const Error& e) {
       refused = e.what();
     }
   }
-  Tensor flag = Tensor::from_host(device, Shape{1}, {refused.empty() ? 0.0f : 1.0f});
-  comm.all_reduce(flag, ReduceOp::Max);
-  TP_CHECK_INPUT(flag.to_host()[0] == 0.0f,
-                 refused.empty() ? "--save " + path + ": another run is saving to it" : refused);
+  refuse_unless_empty(refused, "--save " + path + ": another run is saving to it", comm, device);
 }
 
 void save_checkpoint(const std::string& path, Communicator& comm, const Gpt& model,
@@ -173,6 +199,7 @@ void save_checkpoint(const std::string& path, Communicator& comm, const Gpt& mod
 LoadedCheckpoint load_checkpoint(const std::string& path, Communicator& comm, Gpt& model,
                                  AdamW& opt) {
   const safetensors::File f = safetensors::File::open(path);
+  check_checkpoint_metadata(f);  // the file against itself first, then against this model
   const GptConfig& cfg = model.config();
   ParamList& params = model.params();
   const auto problems = mismatches(f, cfg, params);
@@ -196,25 +223,20 @@ LoadedCheckpoint load_checkpoint(const std::string& path, Communicator& comm, Gp
                    "model ties them; load it untied or drop lm_head.weight");
   }
   LoadedCheckpoint out;
+  out.checksums = f.checksums();
+  out.step = f.has_metadata("step") ? metadata_count(f, "step", 0) : 0;
   out.optimizer_state = f.has("optimizer.exp_avg." + stored_name(params.front()));
+  const int64_t adam_steps = checked_adam_steps(f, out.step);
   if (out.optimizer_state) {
     for (size_t i = 0; i < params.size(); ++i) {
       Tensor m = opt.exp_avg()[i], v = opt.exp_avg_sq()[i];
-      m.copy_from_host(read_shard(f, "optimizer.exp_avg." + stored_name(params[i]), params[i], t));
-      v.copy_from_host(
-          read_shard(f, "optimizer.exp_avg_sq." + stored_name(params[i]), params[i], t));
+      m.copy_from_host(read_shard(f, "optimizer.exp_avg." + stored_name(params[i]), params[i], t,
+                                  Stored::kFirstMoment, adam_steps));
+      v.copy_from_host(read_shard(f, "optimizer.exp_avg_sq." + stored_name(params[i]), params[i], t,
+                                  Stored::kSecondMoment, adam_steps));
     }
   }
-  auto number = [&](const char* key) {
-    const std::string s = f.metadata(key, "0");
-    int64_t v = 0;
-    std::istringstream is(s);
-    TP_CHECK_INPUT((is >> v) && is.eof() && v >= 0, "checkpoint ", path, ": metadata ", key, "=", s,
-                   " is not a step count");
-    return v;
-  };
-  out.step = number("step");
-  opt.set_steps(out.optimizer_state ? number("adam_steps") : 0);
+  opt.set_steps(out.optimizer_state ? adam_steps : 0);
   return out;
 }
 
@@ -257,33 +279,43 @@ void load_stored_weights(const safetensors::File& f,
 }
 
 GptConfig config_from_checkpoint(const std::string& path) {
-  const safetensors::File f = safetensors::File::open(path);
-  auto need = [&](const char* key) {
-    TP_CHECK_INPUT(f.has_metadata(key), "checkpoint ", path, " has no '", key,
-                   "' in its metadata; the model's sizes are read from files written by "
-                   "tp_train --save");
-    return f.metadata(key);
-  };
-  auto number = [&](const char* key) {
-    const std::string s = need(key);
-    int64_t v = 0;
-    std::istringstream is(s);
-    TP_CHECK_INPUT((is >> v) && is.eof() && v > 0, "checkpoint ", path, ": metadata ", key, "=", s,
-                   " is not a positive integer");
-    return v;
-  };
-  GptConfig c;
-  c.layers = number("layers");
-  c.hidden = number("hidden");
-  c.heads = number("heads");
-  c.kv_heads = number("kv_heads");
-  c.ffn = number("ffn");
-  c.vocab = number("vocab");
-  c.seq = number("seq");
-  c.act = need("act");
-  c.norm = need("norm");
-  c.tied = need("tied") == "true";
-  return c;
+  return checked_checkpoint_config(safetensors::File::open(path));
+}
+
+std::string unverified_note(const std::string& path) {
+  return "note: " + path +
+         " carries no checksums (a Hugging Face file, or a checkpoint saved before they were "
+         "written): its tensors are read unverified";
+}
+
+int64_t checkpoint_bytes(const Gpt& model) {
+  std::map<std::string, int64_t> stored;  // name → elements (q, k and v share c_attn)
+  for (const Param& p : model.params()) {
+    int64_t n = 1;
+    for (int64_t d : stored_shape(p)) n *= d;
+    stored[stored_name(p)] = n;
+  }
+  int64_t bytes = 8;
+  for (const auto& [name, n] : stored) {
+    // Three tensors (the weight, exp_avg, exp_avg_sq) of 4-byte floats, and for each its header
+    // entry and checksum: the name twice and about 110 characters of JSON.
+    bytes += 3 * (4 * n + 2 * (static_cast<int64_t>(name.size()) + 20) + 110);
+  }
+  return bytes + 4096;  // the configuration metadata
+}
+
+void check_save_space(const std::string& path, Communicator& comm, Device& device,
+                      const Gpt& model) {
+  if (path.empty()) return;
+  std::string problem;
+  if (comm.rank() == 0) {
+    try {
+      safetensors::check_save_target(path, checkpoint_bytes(model));
+    } catch (const Error& e) {
+      problem = e.what();
+    }
+  }
+  refuse_unless_empty(problem, "--save " + path + ": no room for the checkpoint", comm, device);
 }
 
 void dump_gradients(const std::string& path, Communicator& comm, const Gpt& model,

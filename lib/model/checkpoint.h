@@ -14,7 +14,8 @@
 //   transformer.ln_f.weight / .bias (h)
 //   lm_head.weight (V, h)                                        (untied head only)
 //   optimizer.exp_avg.<name>, optimizer.exp_avg_sq.<name>        (AdamW moments, same shapes)
-// Metadata: format, step (training steps done), adam_steps, the model configuration.
+// Metadata: format, step (training steps done), adam_steps, the model configuration and
+// config_crc32c (its checksum; model/checkpoint_meta.h), crc32c.<tensor> (each tensor's checksum).
 //
 // Saving gathers every shard (an all-gather per split tensor) and rank 0 writes the file atomically
 // (temporary file, then rename). Loading: every rank reads the file, checks it against the
@@ -59,9 +60,30 @@ void save_checkpoint(const std::string& path, Communicator& comm, const Gpt& mod
 struct LoadedCheckpoint {
   int64_t step = 0;              ///< training steps done when it was saved (0 without metadata)
   bool optimizer_state = false;  ///< AdamW moments were present and loaded
+  bool checksums = false;        ///< every tensor was verified against its checksum
 };
 
-/// Loads `path` into `model` (and `opt`, when the file holds optimizer state).
+/// The one-line note a tool prints when a file has no checksums (LoadedCheckpoint::checksums,
+/// ModelFile::checksums false): "note: F carries no checksums (...): its tensors are read
+/// unverified".
+std::string unverified_note(const std::string& path);
+
+/// The size of the file save_checkpoint writes for `model`, in bytes (its tensors exactly, the
+/// header generously).
+int64_t checkpoint_bytes(const Gpt& model);
+
+/// Checks, before training, that `path` (--save; "" = nothing to check) can take the checkpoint of
+/// `model`: safetensors::check_save_target with checkpoint_bytes (statvfs of its folder). Collective
+/// over `comm`: rank 0 looks, and every rank throws the same bad-input error, rank 0's naming the
+/// path, the size and the free space.
+void check_save_space(const std::string& path, Communicator& comm, Device& device,
+                      const Gpt& model);
+
+/// Loads `path` into `model` (and `opt`, when the file holds optimizer state). The file is first
+/// checked against itself (model/checkpoint_meta.h: the metadata against the tensors, adam_steps
+/// against the moments), then against the model (shapes, recorded configuration); every value
+/// must be finite, exp_avg_sq non-negative, and every tensor must match its checksum (when the
+/// file has them). Each problem is a bad-input error naming the file and the tensor or key.
 LoadedCheckpoint load_checkpoint(const std::string& path, Communicator& comm, Gpt& model,
                                  AdamW& opt);
 
@@ -84,8 +106,9 @@ void load_stored_weights(const safetensors::File& file,
                          Communicator& comm, Gpt& model);
 
 /// The model configuration recorded in the metadata of a checkpoint written by save_checkpoint
-/// (layers, hidden, heads, kv_heads, ffn, vocab, seq, act, norm, tied); training-only settings
-/// (dropout, sp, overlap) keep their defaults. A bad-input error names a missing or bad entry.
+/// (layers, hidden, heads, kv_heads, ffn, vocab, seq, act, norm, tied), each value checked against
+/// the tensors before it is returned (checked_checkpoint_config); training-only settings
+/// (dropout, sp, overlap) keep their defaults. A bad-input error names the file and the entry.
 GptConfig config_from_checkpoint(const std::string& path);
 
 /// Writes every global gradient (names prefixed "grad."), the batch ("batch.input_ids",

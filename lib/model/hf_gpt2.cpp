@@ -16,6 +16,7 @@
 #include "core/output_file.h"
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
+#include "model/checkpoint_meta.h"
 
 namespace tp {
 
@@ -38,33 +39,6 @@ std::string some_names(const safetensors::File& f) {
   if (names.size() > 5) out += ", ...";
   return std::to_string(names.size()) + (names.size() == 1 ? " tensor" : " tensors") +
          (names.empty() ? "" : ": " + out);
-}
-
-// A metadata value of a checkpoint as a positive integer.
-int64_t metadata_int(const safetensors::File& f, const char* key) {
-  const std::string s = f.metadata(key);
-  int64_t v = 0;
-  std::istringstream is(s);
-  TP_CHECK_INPUT(!s.empty() && (is >> v) && is.eof() && v >= 0, "checkpoint ", f.path(),
-                 ": metadata ", key, "=", s.empty() ? "(missing)" : s,
-                 " is not a size; the file is damaged (this project writes every size)");
-  return v;
-}
-
-// The configuration a checkpoint of this project records in its metadata.
-GptConfig checkpoint_config(const safetensors::File& f) {
-  GptConfig c;
-  c.layers = metadata_int(f, "layers");
-  c.hidden = metadata_int(f, "hidden");
-  c.heads = metadata_int(f, "heads");
-  c.kv_heads = metadata_int(f, "kv_heads");
-  c.ffn = metadata_int(f, "ffn");
-  c.vocab = metadata_int(f, "vocab");
-  c.seq = metadata_int(f, "seq");
-  c.act = f.metadata("act", "gelu");
-  c.norm = f.metadata("norm", "layernorm");
-  c.tied = f.metadata("tied", "true") == "true";
-  return c;
 }
 
 // The GPT-2 tensors of a model with `c`'s shape, file names without the prefix, and their shapes.
@@ -304,11 +278,16 @@ std::string ModelFile::describe() const {
 ModelFile inspect_model_file(const std::string& path, int64_t heads) {
   // A checkpoint records its heads; `heads` is for hub files, which may not.
   const safetensors::File f = safetensors::File::open(path);
-  if (f.metadata("format") != kCheckpointFormat) return inspect_hub(f, heads);
+  if (f.metadata("format") != kCheckpointFormat) {
+    ModelFile m = inspect_hub(f, heads);
+    m.checksums = f.checksums();
+    return m;
+  }
   ModelFile m;
   m.path = path;
   m.prefix = "transformer.";
-  m.config = checkpoint_config(f);
+  m.checksums = f.checksums();
+  m.config = checked_checkpoint_config(f);  // every size checked against the tensors
   m.heads_from = "metadata";
   m.dtype = "F32";
   return m;

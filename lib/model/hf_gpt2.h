@@ -46,6 +46,7 @@ struct ModelFile {
   std::string heads_from;  ///< where heads came from: "config.json", "metadata" or "--heads"
   int64_t ignored = 0;     ///< tensors not loaded: the hub's attention-mask buffers
   std::string dtype;       ///< "F32", "F16", "BF16" or "mixed"
+  bool checksums = false;  ///< its tensors carry checksums (verified on load; unverified_note)
   /// One line: "Hugging Face GPT-2 (hub layout, F16, heads from config.json)" or "checkpoint".
   std::string describe() const;
 };
