@@ -1,5 +1,7 @@
 #include "io/safetensors.h"
 
+#include "core/output_file.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
@@ -462,67 +464,6 @@ bool write_all(int fd, const char* data, size_t size, int64_t& written) {
 }
 
 }  // namespace
-
-std::string errno_text(int err) {
-  const char* name = nullptr;
-  switch (err) {
-    case ENOSPC:
-      name = "ENOSPC";
-      break;
-    case EROFS:
-      name = "EROFS";
-      break;
-    case EIO:
-      name = "EIO";
-      break;
-    case EDQUOT:
-      name = "EDQUOT";
-      break;
-    case EFBIG:
-      name = "EFBIG";
-      break;
-    case EACCES:
-      name = "EACCES";
-      break;
-    case EPERM:
-      name = "EPERM";
-      break;
-    case ENOENT:
-      name = "ENOENT";
-      break;
-    case ENOTDIR:
-      name = "ENOTDIR";
-      break;
-    case EISDIR:
-      name = "EISDIR";
-      break;
-    case EEXIST:
-      name = "EEXIST";
-      break;
-    case EXDEV:
-      name = "EXDEV";
-      break;
-    case EINVAL:
-      name = "EINVAL";
-      break;
-    case EBADF:
-      name = "EBADF";
-      break;
-    case EMFILE:
-      name = "EMFILE";
-      break;
-    case ENFILE:
-      name = "ENFILE";
-      break;
-    case ENAMETOOLONG:
-      name = "ENAMETOOLONG";
-      break;
-    default:
-      break;
-  }
-  return std::string(std::strerror(err)) + " (" +
-         (name ? std::string(name) : "errno " + std::to_string(err)) + ")";
-}
 
 void check_save_target(const std::string& path, int64_t bytes) {
   const std::string target = save_target(path);

@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "core/output_file.h"
+
 namespace tp::safetensors {
 
 /// The element types this project reads and writes ("F32", "I32", "F16" and "BF16" in the
@@ -107,8 +109,8 @@ class Writer {
 /// give --save the path of a file".
 void check_save_target(const std::string& path, int64_t bytes);
 
-/// A system error as one phrase with its name: "No space left on device (ENOSPC)".
-std::string errno_text(int err);
+/// A system error as one phrase with its name (core/output_file.h's, for the callers here).
+using tp::errno_text;
 
 /// An exclusive claim on a save path, for as long as the object lives: a second process that
 /// tries to save to the same file (say, a second run started with the same --save) gets a
