@@ -219,7 +219,7 @@ def compare(page, out):
             if why is None:
                 seen[j] = a[i]
             else:
-                notes.append(f"line {j + 1}: {why}")
+                notes.append(f"output line {j + 1}: {why}")
     return a, seen, notes
 
 

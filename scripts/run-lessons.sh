@@ -55,7 +55,7 @@ for line in "${summary[@]}"; do echo "$line"; done
 passed=$(printf '%s\n' "${summary[@]}" | grep -c ' PASSED ')
 if [ $pages = 1 ]; then
   python3 scripts/lesson-pages.py selftest "$logs" >"$logs/page_selftest.log" 2>&1 || fail=1
-  grep '^✗' "$logs/page_selftest.log"; tail -1 "$logs/page_selftest.log"
+  head -n -1 "$logs/page_selftest.log" | grep '^✗'; tail -1 "$logs/page_selftest.log"
   differ=$(printf '%s\n' "${summary[@]}" | grep -c ' DIFFERS$')
   core=${OPENBLAS_CORETYPE:+, OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE}
   echo "${#summary[@]} lessons: $passed PASSED, $((${#summary[@]} - passed)) FAILED; pages: $((${#summary[@]} - differ)) agree, $differ differ$core; $total s"
