@@ -3,7 +3,6 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "parallel/mappings.h"
 
 namespace tp {
 
@@ -97,94 +96,6 @@ Tensor Dropout::backward(const Tensor& dy) {
   return dx;
 }
 
-// ---- column-parallel linears that read one input -------------------------------------------------
-
-namespace {
-
-// One column-parallel linear of a group reading the same X, with its output and output gradient.
-struct ColumnPart {
-  ColumnParallelLinear* layer;
-  Tensor* y;         // forward: written (N, out/t)
-  const Tensor* dy;  // backward: (N, out/t)
-};
-
-// Forward of the group: y_i = X A_i + b_i. X is the whole sequence x (N, in), or under SP this
-// rank's tokens x_in (N/t, in): gathered first (none, async), or block by block around the ring.
-void shared_input_forward(Device& dev, Communicator& comm, Overlap overlap, bool sp,
-                          const Tensor& x_in, std::initializer_list<ColumnPart> parts) {
-  if (sp && overlap == Overlap::Ring) {
-    const int64_t n = x_in.rows();
-    for (const ColumnPart& p : parts)
-      *p.y = Tensor(dev, Shape{n * comm.size(), p.layer->out_local()});
-    ring_all_gather_each(comm, x_in, [&](int c, const Tensor& x_c) {
-      for (const ColumnPart& p : parts) {
-        Tensor y_c = p.y->view(c * n, (c + 1) * n);
-        p.layer->matmul(x_c, y_c);  // rows of block c: X_c A_i
-      }
-    });
-    for (const ColumnPart& p : parts)
-      if (p.layer->has_bias()) dev.add_bias(*p.y, p.layer->bias);
-    return;
-  }
-  // SP: all-gather my s/t tokens into the whole sequence; keep only the shard (the caller does).
-  const Tensor x = sp ? gather_from_sp_region_forward(comm, x_in) : x_in;
-  for (const ColumnPart& p : parts) *p.y = p.layer->forward(x, !sp);
-}
-
-// Backward of the group: dA_i += Xᵀ dY_i, and dX = Σ_i dY_i A_iᵀ summed over the ranks — f's
-// all-reduce, or under SP a reduce-scatter to this rank's tokens — one collective for the group.
-// Under SP, X is the kept shard x_local re-gathered: started by the caller when async (x_full).
-Tensor shared_input_backward(Device& dev, Communicator& comm, Overlap overlap, bool sp,
-                             const Tensor& x_local, Pending x_full,
-                             std::initializer_list<ColumnPart> parts) {
-  auto input_grads = [&](int64_t r0, int64_t r1) {  // Σ_i dY_i A_iᵀ over rows [r0, r1)
-    Tensor dx;
-    for (const ColumnPart& p : parts) {
-      Tensor term = p.layer->input_grad(p.dy->view(r0, r1));
-      if (dx.defined())
-        dev.axpy(1.0f, term, dx);
-      else
-        dx = term;
-    }
-    return dx;
-  };
-  const int64_t rows = parts.begin()->dy->rows();
-  if (!sp) {
-    Tensor dx = input_grads(0, rows);
-    if (overlap == Overlap::None) {
-      for (const ColumnPart& p : parts) p.layer->weight_grad(*p.dy);
-      return copy_to_tp_region_backward(comm, dx);  // f backward: one all-reduce for the group
-    }
-    Pending sum = copy_to_tp_region_backward_async(comm, dx);       // the all-reduce flies…
-    for (const ColumnPart& p : parts) p.layer->weight_grad(*p.dy);  // …under the dA GEMMs
-    return sum.wait();
-  }
-  if (overlap == Overlap::Ring) {
-    // dA_i: X's blocks come around the ring, each block's Xᵀ dY term while the next travels; the
-    // bias gradients once, over all rows. dX: a ring reduce-scatter of each block's Σ_i dY_i A_iᵀ.
-    const int64_t n = x_local.rows();
-    ring_all_gather_each(comm, x_local, [&](int c, const Tensor& x_c) {
-      for (const ColumnPart& p : parts)
-        p.layer->weight_grad(p.dy->view(c * n, (c + 1) * n), x_c, /*with_bias=*/false);
-    });
-    for (const ColumnPart& p : parts)
-      if (p.layer->has_bias()) dev.add_bias_backward(p.layer->dbias, *p.dy);
-    return ring_reduce_scatter(comm, [&](int d) { return input_grads(d * n, (d + 1) * n); });
-  }
-  Tensor dx = input_grads(0, rows);
-  if (overlap == Overlap::None) {
-    const Tensor x = gather_from_sp_region_forward(comm, x_local);  // the whole input again
-    for (const ColumnPart& p : parts) p.layer->weight_grad(*p.dy, x);
-    return gather_from_sp_region_backward(comm, dx);  // reduce-scatter to my tokens
-  }
-  Pending mine = gather_from_sp_region_backward_async(comm, dx);  // reduce-scatter flies…
-  const Tensor x = x_full.wait();                                 // (the input, gathered meanwhile)
-  for (const ColumnPart& p : parts) p.layer->weight_grad(*p.dy, x);  // …under the dA GEMMs
-  return mine.wait();
-}
-
-}  // namespace
-
 // ---- ParallelMLP --------------------------------------------------------------------------------
 
 ParallelMLP::ParallelMLP(Device& device, Communicator& comm, const std::string& prefix,
@@ -192,13 +103,11 @@ ParallelMLP::ParallelMLP(Device& device, Communicator& comm, const std::string& 
     : device_(device),
       comm_(comm),
       swiglu_(cfg.act == "swiglu"),
-      sp_(cfg.sp),
       overlap_(parse_overlap(cfg.overlap)),
-      fc1_(device, comm, prefix + ".c_fc", cfg.hidden, cfg.inner(), true, false),
+      fc1_(device, comm, prefix + ".c_fc", cfg.hidden, cfg.inner(), true, false, cfg.sp),
       gate_(device, comm, prefix + ".c_gate", cfg.hidden, swiglu_ ? cfg.inner() : comm.size(),
-            swiglu_, false),
+            swiglu_, false, cfg.sp),
       fc2_(device, comm, prefix + ".c_proj", cfg.inner(), cfg.hidden, true, true, cfg.sp),
-      x_local_(fc1_.name() + ".input_shard"),
       up_(fc1_.name() + ".output"),
       gate_out_(gate_.name() + ".output") {
   for (ParallelLinearBase* l :
@@ -215,17 +124,15 @@ void ParallelMLP::observe(MemoryLedger* ledger, int64_t layer) {
 }
 
 Tensor ParallelMLP::forward(const Tensor& x_in) {
-  if (sp_) saved_.keep(x_local_, x_in);  // SP: only my s/t tokens are kept
-  Tensor up_out, gate_out;  // X U_r, X G_r: (N, ffn/t), no communication (SP: the gathered X)
-  if (swiglu_)
-    shared_input_forward(device_, comm_, overlap_, sp_, x_in,
-                         {{&fc1_, &up_out, nullptr}, {&gate_, &gate_out, nullptr}});
-  else
-    shared_input_forward(device_, comm_, overlap_, sp_, x_in, {{&fc1_, &up_out, nullptr}});
-  const Tensor& up = saved_.keep(up_, up_out);
+  // X U_r, X G_r: (N, ffn/t), no communication (SP: X all-gathered once for both; the layers keep
+  // my s/t tokens only).
+  const std::vector<Tensor> outs = swiglu_
+                                       ? ColumnParallelLinear::forward_shared({&fc1_, &gate_}, x_in)
+                                       : std::vector<Tensor>{fc1_.forward(x_in)};
+  const Tensor& up = saved_.keep(up_, outs[0]);
   Tensor act(device_, up.shape());
   if (swiglu_) {
-    const Tensor& gate = saved_.keep(gate_out_, gate_out);
+    const Tensor& gate = saved_.keep(gate_out_, outs[1]);
     device_.swiglu_forward(act, gate, up);  // silu(X G_r) ⊙ X U_r, local
   } else {
     device_.gelu_forward(act, up);  // GeLU(X U_r), local: elementwise
@@ -234,10 +141,7 @@ Tensor ParallelMLP::forward(const Tensor& x_in) {
 }
 
 Tensor ParallelMLP::backward(const Tensor& dy) {
-  // SP + async: the input's re-gather starts now, under fc2's and the activation's backward.
-  Pending x_full;
-  if (sp_ && overlap_ == Overlap::Async)
-    x_full = gather_from_sp_region_forward_async(comm_, x_local_.get());
+  fc1_.prefetch_input();  // SP + async: X's re-gather runs under fc2's and the activation's backward
   Tensor dact = fc2_.backward(dy);  // local (g backward is the identity; SP: all-gather dY)
   const Tensor& up = up_.get();
   Tensor dup(device_, up.shape());
@@ -248,13 +152,9 @@ Tensor ParallelMLP::backward(const Tensor& dy) {
   } else {
     device_.gelu_backward(dup, dact, up);
   }
-  // f backward (SP: reduce-scatter) for fc1 and the gate together; SP: X gathered again.
-  const Tensor x_local = sp_ ? x_local_.get() : Tensor();
-  if (swiglu_)
-    return shared_input_backward(device_, comm_, overlap_, sp_, x_local, std::move(x_full),
-                                 {{&fc1_, nullptr, &dup}, {&gate_, nullptr, &dgate}});
-  return shared_input_backward(device_, comm_, overlap_, sp_, x_local, std::move(x_full),
-                               {{&fc1_, nullptr, &dup}});
+  // f backward (SP: reduce-scatter) once for fc1 and the gate together.
+  if (swiglu_) return ColumnParallelLinear::backward_shared({&fc1_, &gate_}, {dup, dgate});
+  return fc1_.backward(dup);
 }
 
 Tensor ParallelMLP::forward_inference(const Tensor& x) {
@@ -286,12 +186,11 @@ ParallelAttention::ParallelAttention(Device& device, Communicator& comm, const s
       heads_(cfg.heads),
       kv_heads_(cfg.kv()),
       head_dim_(cfg.head_dim()),
-      q_(device, comm, prefix + ".q", cfg.hidden, cfg.heads * cfg.head_dim(), true, false),
-      k_(device, comm, prefix + ".k", cfg.hidden, cfg.kv() * cfg.head_dim(), true, false),
-      v_(device, comm, prefix + ".v", cfg.hidden, cfg.kv() * cfg.head_dim(), true, false),
+      q_(device, comm, prefix + ".q", cfg.hidden, cfg.heads * cfg.head_dim(), true, false, cfg.sp),
+      k_(device, comm, prefix + ".k", cfg.hidden, cfg.kv() * cfg.head_dim(), true, false, cfg.sp),
+      v_(device, comm, prefix + ".v", cfg.hidden, cfg.kv() * cfg.head_dim(), true, false, cfg.sp),
       proj_(device, comm, prefix + ".c_proj", cfg.heads * cfg.head_dim(), cfg.hidden, true, true,
             cfg.sp),
-      x_local_(prefix + ".input_shard"),
       q_out_(prefix + ".q"),
       k_out_(prefix + ".k"),
       v_out_(prefix + ".v"),
@@ -300,6 +199,7 @@ ParallelAttention::ParallelAttention(Device& device, Communicator& comm, const s
        {static_cast<ParallelLinearBase*>(&q_), static_cast<ParallelLinearBase*>(&k_),
         static_cast<ParallelLinearBase*>(&v_), static_cast<ParallelLinearBase*>(&proj_)})
     l->set_overlap(overlap_);
+  q_.set_input_shard_name(prefix + ".input_shard");  // the group's: q, k and v read one input
 }
 
 void ParallelAttention::observe(MemoryLedger* ledger, int64_t layer) {
@@ -311,19 +211,17 @@ void ParallelAttention::observe(MemoryLedger* ledger, int64_t layer) {
 }
 
 Tensor ParallelAttention::forward(const Tensor& x_in, int64_t seq, int64_t batch) {
-  if (sp_) saved_.keep(x_local_, x_in);  // SP: only my s/t tokens are kept
   const int t = comm_.size();
   shape_ =
       AttentionShape{seq,           batch,     heads_ / t,
                      kv_heads_ / t, head_dim_, 1.0f / std::sqrt(static_cast<float>(head_dim_))};
   // This rank's query heads (N, nh/t · hd) and key/value heads (N, nkv/t · hd), from the whole
-  // sequence (SP: gathered, or block by block around the ring).
-  Tensor q_o, k_o, v_o;
-  shared_input_forward(device_, comm_, overlap_, sp_, x_in,
-                       {{&q_, &q_o, nullptr}, {&k_, &k_o, nullptr}, {&v_, &v_o, nullptr}});
-  const Tensor& q = saved_.keep(q_out_, q_o);
-  const Tensor& k = saved_.keep(k_out_, k_o);
-  const Tensor& v = saved_.keep(v_out_, v_o);
+  // sequence (SP: gathered once for the three, or block by block around the ring; the layers keep
+  // my s/t tokens only).
+  const std::vector<Tensor> qkv = ColumnParallelLinear::forward_shared({&q_, &k_, &v_}, x_in);
+  const Tensor& q = saved_.keep(q_out_, qkv[0]);
+  const Tensor& k = saved_.keep(k_out_, qkv[1]);
+  const Tensor& v = saved_.keep(v_out_, qkv[2]);
   Tensor ctx(device_, q.shape());
   Tensor probs(device_, Shape{batch, heads_ / t, seq, seq});
   device_.attention_forward(ctx, probs, q, k, v, shape_);  // local: whole heads
@@ -332,18 +230,13 @@ Tensor ParallelAttention::forward(const Tensor& x_in, int64_t seq, int64_t batch
 }
 
 Tensor ParallelAttention::backward(const Tensor& dy) {
-  // SP + async: the input's re-gather starts now, under the projection's and attention's backward.
-  Pending x_full;
-  if (sp_ && overlap_ == Overlap::Async)
-    x_full = gather_from_sp_region_forward_async(comm_, x_local_.get());
+  q_.prefetch_input();  // SP + async: X's re-gather runs under the projection's and attention's
   Tensor dctx = proj_.backward(dy);
   const Tensor &q = q_out_.get(), &k = k_out_.get(), &v = v_out_.get();
   Tensor dq(device_, q.shape()), dk(device_, k.shape()), dv(device_, v.shape());
   device_.attention_backward(dq, dk, dv, dctx, q, k, v, probs_.get(), shape_);
-  // f backward (SP: reduce-scatter) once for q, k and v; SP: X gathered again.
-  return shared_input_backward(device_, comm_, overlap_, sp_, sp_ ? x_local_.get() : Tensor(),
-                               std::move(x_full),
-                               {{&q_, nullptr, &dq}, {&k_, nullptr, &dk}, {&v_, nullptr, &dv}});
+  // f backward (SP: reduce-scatter) once for q, k and v.
+  return ColumnParallelLinear::backward_shared({&q_, &k_, &v_}, {dq, dk, dv});
 }
 
 Tensor ParallelAttention::forward_cached(const Tensor& x, LayerKvCache& cache, int64_t past,

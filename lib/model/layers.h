@@ -113,13 +113,11 @@ class ParallelMLP {
   Device& device_;
   Communicator& comm_;
   bool swiglu_;
-  bool sp_;
   Overlap overlap_;
   ColumnParallelLinear fc1_;   // up: (h, ffn) split by columns
   ColumnParallelLinear gate_;  // SwiGLU gate (unused for GeLU)
   RowParallelLinear fc2_;      // down: (ffn, h) split by rows
   ActivationStash saved_;
-  SavedTensor x_local_;        // SP only: the sequence shard of the input, (N/t, h)
   SavedTensor up_, gate_out_;  // pre-activations (N, ffn/t); the gate's for SwiGLU only
 };
 
@@ -164,7 +162,6 @@ class ParallelAttention {
   RowParallelLinear proj_;
   AttentionShape shape_;
   ActivationStash saved_;
-  SavedTensor x_local_;                // SP only: the sequence shard of the input, (N/t, h)
   SavedTensor q_out_, k_out_, v_out_;  // (N, nh/t · hd), (N, nkv/t · hd) twice
   SavedTensor probs_;                  // (B, nh/t, S, S)
 };
