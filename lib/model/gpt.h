@@ -29,8 +29,11 @@
 #include <memory>
 #include <vector>
 
+#include "model/attention.h"
 #include "model/config.h"
-#include "model/layers.h"
+#include "model/dropout.h"
+#include "model/mlp.h"
+#include "model/norm.h"
 #include "observe/activation_stash.h"
 #include "observe/memory_ledger.h"
 #include "parallel/vocab_parallel.h"
