@@ -5,8 +5,8 @@
 //   model/mlp.h         ParallelMLP: column-parallel up (and gate) → activation → row-parallel down
 //   model/attention.h   ParallelAttention (split by heads) and LayerKvCache
 //
-// The block and the whole model are in model/gpt.h. Each part has forward (saving what backward
-// needs) beside backward (returning dX, accumulating parameter gradients with +=).
+// The block is model/block.h, the whole model model/gpt.h. Each part has forward (saving what
+// backward needs) beside backward (returning dX, accumulating parameter gradients with +=).
 #pragma once
 
 #include "model/attention.h"
