@@ -176,23 +176,26 @@ class Device {
   // ---- activations ---------------------------------------------------------------------------
   /// y = GeLU(x), tanh approximation: 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³))). y, x: same numel
   void gelu_forward(Tensor& y, const Tensor& x);
-  /// dx = dy · GeLU'(x)
+  /// dx = dy · GeLU'(x), with u = √(2/π) (x + 0.044715 x³):
+  ///   GeLU'(x) = 0.5 (1 + tanh u) + 0.5 x (1 − tanh² u) √(2/π) (1 + 3 · 0.044715 x²)
   void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x);
   /// y = silu(g) ⊙ u, silu(g) = g · σ(g). y, g, u: same numel
   void swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u);
-  /// dg = dy ⊙ u ⊙ silu'(g), du = dy ⊙ silu(g)
+  /// dg = dy ⊙ u ⊙ silu'(g), du = dy ⊙ silu(g); silu'(g) = σ(g) (1 + g (1 − σ(g)))
   void swiglu_backward(Tensor& dg, Tensor& du, const Tensor& dy, const Tensor& g, const Tensor& u);
 
   // ---- norms (over the last dim of x: (rows, h)) ----------------------------------------------
   /// y = (x − μ) · rstd ⊙ w + b, rstd = 1/√(σ² + eps) (biased variance). Saves μ, rstd: (rows).
   void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& w,
                          const Tensor& b, float eps);
-  /// dx = ..., dw += Σ_r dy ⊙ x̂, db += Σ_r dy
+  /// With x̂ = (x − μ) · rstd and ĝ = dy ⊙ w, per row (means over the h columns):
+  ///   dx = rstd · (ĝ − mean(ĝ) − x̂ · mean(ĝ ⊙ x̂)),  dw += Σ_r dy ⊙ x̂,  db += Σ_r dy
   void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x,
                           const Tensor& w, const Tensor& mean, const Tensor& rstd);
   /// y = x · rstd ⊙ w, rstd = 1/√(mean(x²) + eps). Saves rstd: (rows).
   void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps);
-  /// dx = ..., dw += Σ_r dy ⊙ x · rstd
+  /// With x̂ = x · rstd and ĝ = dy ⊙ w, per row: dx = rstd · (ĝ − x̂ · mean(ĝ ⊙ x̂)),
+  /// dw += Σ_r dy ⊙ x̂
   void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
                         const Tensor& rstd);
 
@@ -202,7 +205,10 @@ class Device {
   /// probs: (B, nh, S, S), saved for backward: softmax_t≤s(scale · q_s · k_t), zero for t > s.
   void attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
                          const Tensor& v, const AttentionShape& shape);
-  /// dq, dk, dv written (=); dk, dv sum over the query heads that share a key/value head.
+  /// dq, dk, dv written (=); dk, dv sum over the query heads that share a key/value head. Per
+  /// (b, query head j, its kv head g), P = probs[b, j], rowsum(X)_s = Σ_t X_st:
+  ///   dP = dout_j v_gᵀ,  dS = P ⊙ (dP − rowsum(dP ⊙ P)),  dq_j = scale · dS k_g,
+  ///   dk_g = scale · Σ_{j∈g} dSᵀ q_j,  dv_g = Σ_{j∈g} Pᵀ dout_j
   void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q,
                           const Tensor& k, const Tensor& v, const Tensor& probs,
                           const AttentionShape& shape);
