@@ -52,7 +52,8 @@ Whitespace:		two tabs	one tab  two spaces   three    four
 				
    indented, then CRLF
 SAMPLE
-  printf 'Spaces: NBSP x\xc2\xa0y, ideographic x\xe3\x80\x80y, LS x\xe2\x80\xa8y, PS x\xe2\x80\xa9y, BOM x\xef\xbb\xbfy, NEL x\xc2\x85y, FS x\x1cy, VT FF x\x0b\x0cy, CRLF a\r\nb\r\n\r\n, tab at the end\t\n' >>"$tok_sample"
+  # Each space-like character after a space: " X" is one piece when X is not \s, two when it is.
+  printf 'Spaces: NBSP x \xc2\xa0y, ideographic x \xe3\x80\x80y, LS x \xe2\x80\xa8y, PS x \xe2\x80\xa9y, BOM x \xef\xbb\xbfy, NEL x \xc2\x85y, FS x \x1cy, US x \x1fy, VT FF x \x0b\x0cy, ZWSP x \xe2\x80\x8by, CRLF a\r\nb\r\n\r\n, tab at the end\t\n' >>"$tok_sample"
   printf 'Decomposed: cafe\xcc\x81 n\xcc\x83o a\xcc\x8a\xcc\x81\n' >>"$tok_sample"
   printf 'Invalid UTF-8: [\xff] [\xc0\x80] [\xe2\x82] [\xed\xa0\x80] [\xf0\x9f\x98] [\xf4\x90\x80\x80] [\xf8\x88\x80\x80\x80] abc\x80def [\xe0\x80\xaf] [\xc3]\nthe end   ' >>"$tok_sample"
   # "<|endoftext|>" literally: at the start, inside a word, twice in a row, at the end.
@@ -112,7 +113,7 @@ SAMPLE
   # 7. Speed: encode at least 5 MB/s on one thread (the corpus, best of 5 cold passes).
   cat README.md lessons/*/README.md >"$tok_tmp/corpus.txt"
   tok_speed=$("$BUILD/bin/tp_tokenize" --tokenizer "$tok_dir" --bench <"$tok_tmp/corpus.txt" 2>&1)
-  tok_mbs=$(echo "$tok_speed" | sed -n 's/.* \([0-9.]*\) MB\/s.*/\1/p')
+  tok_mbs=$(echo "$tok_speed" | sed -n 's/.*: \([0-9.]*\) MB\/s on one thread.*/\1/p')
   if [ -n "$tok_mbs" ] && awk -v r="$tok_mbs" 'BEGIN { exit !(r >= 5) }'; then
     pass 1
     echo "✓ tokenizer: $tok_speed"
