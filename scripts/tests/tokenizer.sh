@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2154  # sourced by run-tests.sh, which sets $tmp, $logs, $BUILD
 # tokenizer.sh — tp_tokenize (lib/text/bpe.h, GPT-2's byte-level BPE) against two independent
 # JavaScript implementations, npm's gpt-3-encoder and gpt-tokenizer (r50k_base): identical ids on
 # the README, every lesson page and a Unicode sample (CJK, emoji, combining marks, Arabic,
@@ -52,10 +52,12 @@ Whitespace:		two tabs	one tab  two spaces   three    four
 				
    indented, then CRLF
 SAMPLE
-  # Each space-like character after a space: " X" is one piece when X is not \s, two when it is.
-  printf 'Spaces: NBSP x \xc2\xa0y, ideographic x \xe3\x80\x80y, LS x \xe2\x80\xa8y, PS x \xe2\x80\xa9y, BOM x \xef\xbb\xbfy, NEL x \xc2\x85y, FS x \x1cy, US x \x1fy, VT FF x \x0b\x0cy, ZWSP x \xe2\x80\x8by, CRLF a\r\nb\r\n\r\n, tab at the end\t\n' >>"$tok_sample"
-  printf 'Decomposed: cafe\xcc\x81 n\xcc\x83o a\xcc\x8a\xcc\x81\n' >>"$tok_sample"
-  printf 'Invalid UTF-8: [\xff] [\xc0\x80] [\xe2\x82] [\xed\xa0\x80] [\xf0\x9f\x98] [\xf4\x90\x80\x80] [\xf8\x88\x80\x80\x80] abc\x80def [\xe0\x80\xaf] [\xc3]\nthe end   ' >>"$tok_sample"
+  {
+    # Each space-like character after a space: " X" is one piece when X is not \s, two when it is.
+    printf 'Spaces: NBSP x \xc2\xa0y, ideographic x \xe3\x80\x80y, LS x \xe2\x80\xa8y, PS x \xe2\x80\xa9y, BOM x \xef\xbb\xbfy, NEL x \xc2\x85y, FS x \x1cy, US x \x1fy, VT FF x \x0b\x0cy, ZWSP x \xe2\x80\x8by, CRLF a\r\nb\r\n\r\n, tab at the end\t\n'
+    printf 'Decomposed: cafe\xcc\x81 n\xcc\x83o a\xcc\x8a\xcc\x81\n'
+    printf 'Invalid UTF-8: [\xff] [\xc0\x80] [\xe2\x82] [\xed\xa0\x80] [\xf0\x9f\x98] [\xf4\x90\x80\x80] [\xf8\x88\x80\x80\x80] abc\x80def [\xe0\x80\xaf] [\xc3]\nthe end   '
+  } >>"$tok_sample"
   # "<|endoftext|>" literally: at the start, inside a word, twice in a row, at the end.
   tok_eot=$tok_tmp/endoftext.txt
   printf '<|endoftext|>a<|endoftext|>b <|endoftext|><|endoftext|>\nc<|endoftext|>' >"$tok_eot"
@@ -66,13 +68,12 @@ SAMPLE
   tok_agree=0 tok_ids=0 tok_bytes=0 tok_bad=()
   for f in "${tok_files[@]}"; do
     name=$(echo "$f" | tr '/' '_')
-    "$BUILD/bin/tp_tokenize" --tokenizer "$tok_dir" --special text <"$f" >"$tok_log/$name.cpp" 2>&1 &&
+    if "$BUILD/bin/tp_tokenize" --tokenizer "$tok_dir" --special text <"$f" >"$tok_log/$name.cpp" 2>&1 &&
       tok_js gpt-3-encoder "$f" >"$tok_log/$name.g3" 2>&1 && tok_js gpt-tokenizer "$f" >"$tok_log/$name.gt" 2>&1 &&
       cmp -s "$tok_log/$name.cpp" "$tok_log/$name.g3" && cmp -s "$tok_log/$name.cpp" "$tok_log/$name.gt" &&
       "$BUILD/bin/tp_tokenize" --tokenizer "$tok_dir" --decode <"$tok_log/$name.cpp" >"$tok_log/$name.decoded" &&
       node -e 'process.stdout.write(require("fs").readFileSync(process.argv[1], "utf8"))' "$f" |
-      cmp -s - "$tok_log/$name.decoded"
-    if [ $? = 0 ]; then
+      cmp -s - "$tok_log/$name.decoded"; then
       tok_agree=$((tok_agree + 1)) tok_ids=$((tok_ids + $(wc -l <"$tok_log/$name.cpp"))) tok_bytes=$((tok_bytes + $(wc -c <"$f")))
     else
       tok_bad+=("$f")
