@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # install-deps.sh — checks what the build needs and installs what is missing.
 #
-#   scripts/install-deps.sh          MPI (mpicxx + mpirun), OpenMP, GoogleTest, nlohmann-json
+#   scripts/install-deps.sh          MPI (mpicxx + mpirun), OpenMP, GoogleTest, nlohmann-json, ICU
 #   scripts/install-deps.sh --docs   the same, plus Doxygen, Graphviz (the pictures) and MathJax 2
 #                                    (the formulas; Debian's libjs-mathjax, copied into docs/html
 #                                    so the pages need no network; MATHJAX_DIR says where it is)
