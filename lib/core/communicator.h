@@ -70,8 +70,9 @@ class Communicator {
   void reduce_scatter(const Tensor& full, Tensor& shard);
   void broadcast(Tensor& x, int root);
   void send_recv(const Tensor& send, int to, Tensor& recv, int from);
-  /// Waits until every rank of the group has called barrier(). Not recorded (moves no data).
-  void barrier() { do_barrier(); }
+  /// Waits until every rank of the group has called barrier(). Not in the ledger (moves no data);
+  /// the progress monitor (core/progress.h) sees it.
+  void barrier();
 
   std::unique_ptr<Work> all_reduce_async(Tensor& x);
   std::unique_ptr<Work> all_gather_async(const Tensor& shard, Tensor& full);
