@@ -4,7 +4,10 @@
 // formatting below, no allocation and no stdio.
 #include "watchdog.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -37,6 +40,7 @@ constexpr int64_t kSecond = 1000000000;
 // A stop signal while this rank waits for a peer that makes no progress: after this long, the wait
 // is given up (rank 0; the others a second later, in case rank 0 is the one that is stuck).
 constexpr int64_t kStopGrace = 2 * kSecond;
+constexpr int64_t kStopBackstop = 5 * kSecond;
 // The default --stall-timeout: the larger of kMinStall and kStallSteps × the slowest step so far.
 constexpr int64_t kMinStall = 60 * kSecond;
 constexpr int64_t kStallSteps = 10;
@@ -58,6 +62,7 @@ struct Slot {
   int64_t step = -1;
   int64_t step_start_ns = 0;
   int64_t slowest_step_ns = 0;
+  int32_t crashed = 0;  // set by the fatal-signal handler, which names the rank itself
   char op[32] = {};
   char label[64] = {};
 };
@@ -68,6 +73,10 @@ struct Header {
   int32_t quiet = 0;  // the job is ending with its own message: the watchdog says nothing
   int32_t local_size = 1;
   int32_t nodes = 1;  // nodes of the job
+  // SIGINT/SIGTERM (graceful stop enabled) seen by a rank of the node, and when; `stop_agreed`:
+  // the ranks have agreed on it at a step boundary (agreed_stop_signal), and stop by themselves.
+  int32_t stop_signal = 0, stop_agreed = 0;
+  int64_t stop_ns = 0;
   char host[64] = {};
 };
 
@@ -251,6 +260,7 @@ void describe_stall(Line& line, const Slot* slots, int count, const bool* stalle
 }
 
 void on_fatal_signal(int sig) {
+  g_slot->crashed = 1;
   Line line;
   line << "rank " << g_rank << " (pid " << static_cast<int64_t>(::getpid()) << "): fatal signal "
        << signal_name(sig);
@@ -269,6 +279,8 @@ void on_stop_signal(int sig) {
     return;
   }
   g_stop_signal = sig;
+  if (g_header->stop_ns == 0) g_header->stop_ns = now_ns();
+  g_header->stop_signal = sig;
   if (g_rank == 0) {
     Line line;
     line << "rank 0: " << signal_name(sig)
@@ -288,9 +300,14 @@ int64_t stall_limit(const Slot* slots, int count) {
   return std::max(kMinStall, kStallSteps * slowest);
 }
 
+struct Watch;
+[[noreturn]] void quiet_exit(Watch& w);
+extern Watch* g_watch;
+
 // One line naming what holds the job up, then the stalled ranks are killed (the launcher ends the
 // others). Returns without a word when nobody on this node waits in a collective.
-void report_stall(const Slot* slots, int count, int64_t stale, int64_t limit, bool* stalled) {
+void report_stall(const Slot* slots, int count, int64_t stale, int64_t limit, bool* stalled,
+                  int stop_signal) {
   int waiter = -1;
   if (find_stalled(slots, count, stalled, &waiter) == 0) return;
   // Every rank of this node waits in a collective and none is stopped: with other nodes, the
@@ -301,47 +318,163 @@ void report_stall(const Slot* slots, int count, int64_t stale, int64_t limit, bo
   for (int i = 0; i < count; ++i) all_wait = all_wait && slots[i].depth > 0;
   if (g_header->nodes > 1 && all_wait && !stopped && stale < 2 * limit) return;
   Line line;
-  line << "error: no progress for ";
+  if (stop_signal != 0)
+    line << "stopped by " << signal_name(stop_signal) << ", but no rank has moved for ";
+  else
+    line << "error: no progress for ";
   line.seconds(stale) << ": ";
   if (g_header->nodes > 1 && all_wait && !stopped) {
     line << "every rank of host ";
     line.field(g_header->host, sizeof g_header->host)
         << " waits (the stalled rank is elsewhere?): ";
   }
+  if (stop_signal != 0) line << "held up by ";
   describe_stall(line, slots, count, stalled, waiter);
-  line << "; the job ends (--stall-timeout ";
-  line.seconds(limit) << "; 0 turns the check off)";
+  if (stop_signal != 0) {
+    line << "; no checkpoint written (an emergency checkpoint needs every rank); the job ends";
+  } else {
+    line << "; the job ends (--stall-timeout ";
+    line.seconds(limit) << "; 0 turns the check off)";
+  }
   g_header->quiet = 1;
   line.write_to(2);
   sleep_ms(300);  // let the launcher forward the line before the ranks go
   for (int i = 0; i < count; ++i)
     if (stalled[i]) ::kill(slots[i].pid, SIGKILL);
+  quiet_exit(*g_watch);
+}
+
+// Whether rank slot `a` died before rank slot `b` by what the watchdog saw: the earlier poll
+// round; within one round (on a loaded machine the launcher's kills can land before the watchdog
+// runs), one outside any collective (the others wait in one for it when
+// the launcher kills them), then the one that moved last the longest ago.
+bool died_before(const Slot* slots, const int64_t* died_ns, int a, int b) {
+  if (died_ns[a] != died_ns[b]) return died_ns[a] < died_ns[b];
+  if ((slots[a].depth <= 0) != (slots[b].depth <= 0)) return slots[a].depth <= 0;
+  return slots[a].progress_ns < slots[b].progress_ns;
+}
+
+// The watchdogs of a job on several nodes share what they see over TCP: the hub (world rank 0's
+// node's watchdog) accepts one connection from every other node's watchdog and forwards what each
+// sends to the others. A death is reported at once, with the time it was seen; each watchdog
+// that saw a death waits kDecide for the others' reports, and only the one whose death came first
+// prints the line (the others' ranks were ended by the launcher). The line must be out quickly:
+// MPICH's proxies, which forward each node's output, are gone soon after the launcher's kills.
+constexpr int32_t kDeath = 1;  // a rank of the sender's node ended
+constexpr int32_t kQuiet = 2;  // the job ends normally or with its own message: say nothing
+constexpr int64_t kDecide = kSecond / 10;
+struct Report {
+  int32_t kind = 0;
+  int32_t rank = 0, pid = 0, crashed = 0;
+  int64_t died_ns = 0;  // CLOCK_REALTIME; ties within one node already broken (died_before)
+  int64_t step = -1;
+  char host[64] = {};
+};
+
+// The watchdog's state, allocated before the fork (the child of a threaded process must not
+// allocate). fds: [0] the socket from local rank 0, [1, count] a pidfd per rank of the node, then
+// on the hub its listening socket and one connection per other node, elsewhere the hub's.
+struct Watch {
+  std::vector<pollfd> fds;
+  std::vector<int64_t> died_ns;  // per rank of the node: CLOCK_REALTIME of its end, 0: alive
+  std::vector<char> reported;    // per rank of the node: in `deaths` already
+  std::vector<char> stalled;
+  std::vector<Report> deaths;  // every node's deaths heard of (world size)
+  size_t ndeaths = 0;
+  bool hub = false;         // this is world rank 0's node
+  int peer_begin = 0;       // first index of the peer sockets in fds
+  bool told_quiet = false;  // kQuiet sent
+  bool peer_quiet = false;  // kQuiet heard
+};
+Watch* g_watch = nullptr;
+
+int64_t realtime_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * kSecond + ts.tv_nsec;
+}
+
+// Sends `r` to every peer socket but `except` (the hub's listening socket is never written).
+void send_peers(Watch& w, const Report& r, size_t except) {
+  for (size_t i = static_cast<size_t>(w.peer_begin); i < w.fds.size(); ++i) {
+    if (i == except || (w.hub && i == static_cast<size_t>(w.peer_begin)) || w.fds[i].fd < 0)
+      continue;
+    // MSG_NOSIGNAL: a peer that is gone is no reason to die here.
+    if (::send(w.fds[i].fd, &r, sizeof r, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof r)) {
+    }
+  }
+}
+
+// Tells the other nodes' watchdogs to say nothing (once).
+void tell_quiet(Watch& w) {
+  if (w.told_quiet) return;
+  w.told_quiet = true;
+  Report r;
+  r.kind = kQuiet;
+  send_peers(w, r, w.fds.size());
+}
+
+[[noreturn]] void quiet_exit(Watch& w) {
+  tell_quiet(w);
   ::_exit(0);
 }
 
-// Names the ranks of the node that ended before the job finished, the first to end first; the
-// others the launcher ended afterwards (MPICH kills the survivors within ~0.1 s of a death).
-[[noreturn]] void report_deaths(const Slot* slots, int count, const int64_t* died_ns) {
-  if (g_header->quiet) ::_exit(0);
-  int first = -1;
-  for (int i = 0; i < count; ++i)
-    if (died_ns[i] != 0 && (first < 0 || died_ns[i] < died_ns[first])) first = i;
-  if (first < 0) ::_exit(0);
+// This node's new deaths into w.deaths and to the peers; a tie within one poll round is broken by
+// died_before (+1 ns each).
+void add_local_deaths(Watch& w) {
+  const int count = g_header->local_size;
+  const int64_t* died = w.died_ns.data();
+  for (int i = 0; i < count; ++i) {
+    if (died[i] == 0 || w.reported[static_cast<size_t>(i)] || w.ndeaths >= w.deaths.size())
+      continue;
+    int64_t ties = 0;
+    for (int j = 0; j < count; ++j)
+      ties += j != i && died[j] == died[i] && died_before(g_slots, died, j, i) ? 1 : 0;
+    w.reported[static_cast<size_t>(i)] = 1;
+    Report& r = w.deaths[w.ndeaths++];
+    r.kind = kDeath;
+    r.rank = g_slots[i].rank;
+    r.pid = g_slots[i].pid;
+    r.crashed = g_slots[i].crashed;
+    r.died_ns = died[i] + ties;
+    r.step = g_slots[i].step;
+    copy_field(r.host, sizeof r.host, g_header->host);
+    send_peers(w, r, w.fds.size());
+  }
+}
+
+// The one line, from the node whose death came first: that rank, and the ones the launcher ended
+// afterwards (MPICH kills the survivors within ~0.1 s of a death). A crash has been named by the
+// rank itself: then nothing more is said.
+[[noreturn]] void report_deaths(Watch& w) {
+  // A crashed rank has named itself (it dumps core before its end is visible, and the launcher
+  // may kill the others, who end sooner: it is the first whatever the times say).
+  const Report* first = nullptr;
+  for (size_t i = 0; i < w.ndeaths; ++i) {
+    if (w.deaths[i].crashed) ::_exit(0);
+    if (first == nullptr || w.deaths[i].died_ns < first->died_ns) first = &w.deaths[i];
+  }
+  if (first == nullptr) ::_exit(0);
+  bool mine = false;
+  for (int i = 0; i < g_header->local_size; ++i) mine = mine || g_slots[i].pid == first->pid;
+  if (!mine) ::_exit(0);  // another node's watchdog names it
   Line line;
-  const Slot& s = slots[first];
-  line << "rank " << s.rank << " (pid " << s.pid << ", host ";
-  line.field(g_header->host, sizeof g_header->host)
+  line << "rank " << first->rank << " (pid " << first->pid << ", host ";
+  line.field(first->host, sizeof first->host)
       << ") ended before the job finished (killed or crashed)";
-  if (s.step >= 0) line << " at step " << s.step;
-  int later = 0;
-  for (int i = 0; i < count; ++i) later += died_ns[i] != 0 && i != first ? 1 : 0;
-  if (later > 0) {
-    line << (later == 1 ? "; rank " : "; ranks ");
-    bool comma = false;
-    for (int i = 0; i < count; ++i) {
-      if (died_ns[i] == 0 || i == first) continue;
-      line << (comma ? ", " : "") << slots[i].rank;
-      comma = true;
+  if (first->step >= 0) line << " at step " << first->step;
+  if (w.ndeaths > 1) {
+    line << (w.ndeaths == 2 ? "; rank " : "; ranks ");
+    int last = -1;  // the others in rank order
+    for (size_t k = 1; k < w.ndeaths; ++k) {
+      int next = -1;
+      for (size_t i = 0; i < w.ndeaths; ++i) {
+        const int r = w.deaths[i].rank;
+        if (&w.deaths[i] != first && r > last && (next < 0 || r < next)) next = r;
+      }
+      if (next < 0) break;
+      line << (last >= 0 ? ", " : "") << next;
+      last = next;
     }
     line << " ended by the launcher afterwards";
   }
@@ -350,60 +483,103 @@ void report_stall(const Slot* slots, int count, int64_t stale, int64_t limit, bo
   ::_exit(0);
 }
 
-// The watchdog process: polls the socket from local rank 0 (fds[0]) and a pidfd per rank of the
-// node, every 250 ms looks for a stall. `fds`, `died_ns` and `stalled` are allocated before the
-// fork: the child of a threaded process must not allocate.
-[[noreturn]] void watchdog_main(int sock, std::vector<pollfd>& fds, std::vector<int64_t>& died_ns,
-                                std::vector<char>& stalled) {
-  ::setsid();  // out of the rank's process group: signals meant for the ranks miss it
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGQUIT}) std::signal(s, SIG_IGN);
-  for (int fd = 0; fd < 4096; ++fd)
-    if (fd != 2 && fd != sock) ::close(fd);
-  const int count = g_header->local_size;
-  fds[0] = {sock, POLLIN, 0};
-  for (int i = 0; i < count; ++i) {
-    const int fd = static_cast<int>(::syscall(SYS_pidfd_open, g_slots[i].pid, 0));
-    fds[static_cast<size_t>(i) + 1] = {fd, static_cast<short>(fd >= 0 ? POLLIN : 0), 0};
-  }
-  int64_t first_death = 0;
-  bool rank0_gone = false;
-  for (;;) {
-    const int ready = ::poll(fds.data(), fds.size(), 250);
-    if (ready < 0 && errno != EINTR) ::_exit(0);
-    const int64_t now = now_ns();
-    if (ready > 0 && fds[0].revents != 0) {
-      char c = 0;
-      if (::read(sock, &c, 1) == 1) ::_exit(0);  // told: a normal end or an abort
-      fds[0].fd = -1;                            // end of file: local rank 0 is gone
-      rank0_gone = true;
-    }
-    for (int i = 0; ready > 0 && i < count; ++i) {
-      pollfd& p = fds[static_cast<size_t>(i) + 1];
-      if (p.fd < 0 || p.revents == 0) continue;
-      died_ns[static_cast<size_t>(i)] = now;
-      p.fd = -1;  // poll ignores it from now on
-    }
-    for (int i = 0; i < count; ++i)
-      if (died_ns[static_cast<size_t>(i)] != 0 && first_death == 0) first_death = now;
-    if (first_death != 0) {
-      // At a normal end local rank 0 says so within moments of the others' exit (after its
-      // barrier; 5 s leaves room for a loaded machine); when it is gone too, the deaths are in.
-      // The launcher's kills follow a death within ~0.1 s: collect them for 0.3 s more.
-      if (g_header->quiet) ::_exit(0);
-      if ((rank0_gone && now - first_death > kSecond * 3 / 10) || now - first_death > 5 * kSecond)
-        report_deaths(g_slots, count, died_ns.data());
+// The other nodes' sockets: the hub accepts connections and forwards what it reads; every
+// watchdog keeps the deaths and notes "quiet".
+void serve_peers(Watch& w) {
+  const size_t begin = static_cast<size_t>(w.peer_begin);
+  for (size_t i = begin; i < w.fds.size(); ++i) {
+    if (w.fds[i].fd < 0 || w.fds[i].revents == 0) continue;
+    if (w.hub && i == begin) {  // the listening socket: the next node
+      const int c = ::accept(w.fds[i].fd, nullptr, nullptr);
+      for (size_t j = begin + 1; c >= 0 && j < w.fds.size(); ++j)
+        if (w.fds[j].fd < 0) {
+          w.fds[j] = {c, POLLIN, 0};
+          break;
+        }
       continue;
     }
-    const int64_t limit = stall_limit(g_slots, count);
-    if (limit <= 0 || g_header->quiet) continue;
+    Report r;
+    if (::recv(w.fds[i].fd, &r, sizeof r, MSG_WAITALL) != static_cast<ssize_t>(sizeof r)) {
+      ::close(w.fds[i].fd);  // end of file: that watchdog is gone
+      w.fds[i].fd = -1;
+      continue;
+    }
+    if (w.hub) send_peers(w, r, i);
+    if (r.kind == kQuiet) w.peer_quiet = true;
+    if (r.kind == kDeath && w.ndeaths < w.deaths.size()) w.deaths[w.ndeaths++] = r;
+  }
+}
+
+// The watchdog process: polls the socket from local rank 0, a pidfd per rank of the node and the
+// other nodes' sockets; every 100 ms looks for a stall.
+[[noreturn]] void watchdog_main(int sock, Watch& w) {
+  ::setsid();  // out of the rank's process group: signals meant for the ranks miss it
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGQUIT}) std::signal(s, SIG_IGN);
+  for (int fd = 0; fd < 4096; ++fd) {
+    bool keep = fd == 2 || fd == sock;
+    for (size_t i = static_cast<size_t>(w.peer_begin); i < w.fds.size(); ++i)
+      keep = keep || w.fds[i].fd == fd;
+    if (!keep) ::close(fd);
+  }
+  g_watch = &w;
+  const int count = g_header->local_size;
+  w.fds[0] = {sock, POLLIN, 0};
+  for (int i = 0; i < count; ++i) {
+    const int fd = static_cast<int>(::syscall(SYS_pidfd_open, g_slots[i].pid, 0));
+    w.fds[static_cast<size_t>(i) + 1] = {fd, static_cast<short>(fd >= 0 ? POLLIN : 0), 0};
+  }
+  int64_t first_death = 0;  // CLOCK_MONOTONIC: when a rank of this node was first seen ended
+  for (;;) {
+    for (pollfd& p : w.fds) p.revents = 0;
+    const int ready = ::poll(w.fds.data(), w.fds.size(), 100);
+    if (ready < 0 && errno != EINTR) ::_exit(0);
+    const int64_t now = now_ns(), real = realtime_ns();
+    if (ready > 0 && w.fds[0].revents != 0) {
+      char c = 0;
+      if (::read(sock, &c, 1) == 1) quiet_exit(w);  // told: a normal end or an abort
+      w.fds[0].fd = -1;                             // end of file: local rank 0 is gone
+    }
+    // Every rank sets `quiet` before a normal exit (after the final barrier) and before ending
+    // the job with its own message: a death after that is no news.
+    // A rank that crashed names itself (and sleeps 0.3 s before dying): nobody else speaks.
+    bool crashed = false;
+    for (int i = 0; i < count; ++i) crashed = crashed || g_slots[i].crashed != 0;
+    if (g_header->quiet || crashed) tell_quiet(w);
+    if (ready > 0) serve_peers(w);
+    for (int i = 0; ready > 0 && i < count; ++i) {
+      pollfd& p = w.fds[static_cast<size_t>(i) + 1];
+      if (p.fd < 0 || p.revents == 0) continue;
+      w.died_ns[static_cast<size_t>(i)] = real;
+      p.fd = -1;  // poll ignores it from now on
+      if (first_death == 0) first_death = now;
+    }
+    if (first_death != 0) {
+      if (g_header->quiet || w.peer_quiet || crashed) quiet_exit(w);
+      add_local_deaths(w);
+      if (now - first_death >= kDecide) report_deaths(w);
+      continue;
+    }
+    if (g_header->quiet || w.peer_quiet) continue;
     int64_t newest = 0;
     bool anyone_waits = false;
     for (int i = 0; i < count; ++i) {
       newest = std::max<int64_t>(newest, g_slots[i].progress_ns);
       anyone_waits = anyone_waits || g_slots[i].depth > 0;
     }
-    if (anyone_waits && now - newest > limit)
-      report_stall(g_slots, count, now - newest, limit, reinterpret_cast<bool*>(stalled.data()));
+    bool* stalled = reinterpret_cast<bool*>(w.stalled.data());
+    const int64_t limit = stall_limit(g_slots, count);
+    if (limit > 0 && anyone_waits && now - newest > limit)
+      report_stall(g_slots, count, now - newest, limit, stalled, 0);
+    // A stop signal that the ranks have not agreed on kStopBackstop later, with nobody moving:
+    // the ranks' own check (NodeMonitor::waiting) did not end the job (a rank blocked where it
+    // does not run): end it from here, whatever --stall-timeout says.
+    int64_t slowest = 0;  // a long step may legitimately keep everybody still for a while
+    for (int i = 0; i < count; ++i)
+      slowest = std::max<int64_t>(slowest, g_slots[i].slowest_step_ns);
+    const int64_t still = std::max(kStopGrace, 2 * slowest);
+    if (g_header->stop_ns != 0 && !g_header->stop_agreed && anyone_waits &&
+        now - g_header->stop_ns > kStopBackstop && now - newest > still)
+      report_stall(g_slots, count, now - newest, still, stalled, g_header->stop_signal);
   }
 }
 
@@ -492,6 +668,47 @@ class NodeMonitor : public ProgressMonitor {
 
 NodeMonitor g_monitor;
 
+// Collective over `comm`: world rank 0 opens a listening TCP socket for its watchdog (the hub) and
+// tells every rank where; local rank 0 of every other node connects to it. Best effort: a node
+// that cannot connect prints its own lines, as on one node.
+void connect_watchdogs(MPI_Comm comm, Watch& w) {
+  char where[96] = {};  // "host port"
+  if (g_rank == 0) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+    socklen_t len = sizeof addr;
+    if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+        ::listen(fd, 256) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+      std::snprintf(where, sizeof where, "%s %d", g_header->host, ntohs(addr.sin_port));
+      w.fds[static_cast<size_t>(w.peer_begin)] = {fd, POLLIN, 0};
+    } else if (fd >= 0) {
+      ::close(fd);
+    }
+  }
+  MPI_Bcast(where, sizeof where, MPI_CHAR, 0, comm);
+  if (g_local != 0 || g_rank == 0 || where[0] == '\0') return;
+  char host[80] = {}, port[16] = {};
+  if (std::sscanf(where, "%79s %15s", host, port) != 2) return;
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host, port, &hints, &found) != 0) return;
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+      w.fds[static_cast<size_t>(w.peer_begin)] = {fd, POLLIN, 0};
+      break;
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+}
+
 }  // namespace
 
 void set_current_step(int64_t step) {
@@ -520,6 +737,7 @@ int agreed_stop_signal() {
   mpi::check(MPI_Iallreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req),
              "MPI_Iallreduce");
   mpi::wait_all(1, &req, "MPI_Iallreduce");
+  if (sig != 0) g_header->stop_agreed = 1;
   return sig;
 }
 
@@ -562,7 +780,7 @@ void start_watchdog(MPI_Comm comm) {
   }
   if (fd >= 0) ::close(fd);
   int mapped = page != MAP_FAILED ? 1 : 0, all_mapped = 0;
-  MPI_Allreduce(&mapped, &all_mapped, 1, MPI_INT, MPI_MIN, node);
+  MPI_Allreduce(&mapped, &all_mapped, 1, MPI_INT, MPI_MIN, comm);  // every node, or none
   if (g_local == 0) ::shm_unlink(name);
   if (!all_mapped) {  // best effort: no page, no watchdog
     if (mapped) ::munmap(page, bytes);
@@ -587,19 +805,36 @@ void start_watchdog(MPI_Comm comm) {
   MPI_Barrier(node);  // every slot is written before the watchdog starts
   MPI_Comm_free(&node);
   set_progress_monitor(&g_monitor);
-  if (g_local != 0) return;
 
-  std::vector<pollfd> poll_fds(static_cast<size_t>(local_size) + 1);
-  std::vector<int64_t> died_ns(static_cast<size_t>(local_size), 0);
-  std::vector<char> stalled(static_cast<size_t>(local_size), 0);
+  // The watchdog's state, and with several nodes its sockets: the hub (world rank 0's watchdog)
+  // listens, the other nodes' watchdogs connect now (the kernel queues them until it accepts).
+  Watch* w = new Watch();
+  int world_size = 1;
+  MPI_Comm_size(comm, &world_size);
+  w->hub = g_rank == 0;
+  w->peer_begin = local_size + 1;
+  w->fds.assign(static_cast<size_t>(local_size) + 1 + (nodes > 1 ? (w->hub ? nodes : 1) : 0),
+                pollfd{-1, POLLIN, 0});
+  w->died_ns.assign(static_cast<size_t>(local_size), 0);
+  w->reported.assign(static_cast<size_t>(local_size), 0);
+  w->stalled.assign(static_cast<size_t>(local_size), 0);
+  w->deaths.resize(static_cast<size_t>(world_size));
+  if (nodes > 1) connect_watchdogs(comm, *w);
+  if (g_local != 0) {
+    delete w;
+    return;
+  }
   int socks[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM, 0, socks) != 0) return;
   const pid_t child = ::fork();
   if (child == 0) {
     ::close(socks[1]);
-    watchdog_main(socks[0], poll_fds, died_ns, stalled);
+    watchdog_main(socks[0], *w);
   }
   ::close(socks[0]);
+  for (size_t i = static_cast<size_t>(w->peer_begin); i < w->fds.size(); ++i)
+    if (w->fds[i].fd >= 0) ::close(w->fds[i].fd);  // the watchdog's now
+  delete w;
   if (child < 0) {
     ::close(socks[1]);
     return;
