@@ -608,9 +608,15 @@ void check_watchdog(int64_t now) {
 }
 
 // A stop signal arrived while this rank waits for a peer that does not come: the step boundary
-// where every rank would agree on it is never reached. One line (rank 0; another rank only when
-// rank 0 has not ended the job a second later), then the job ends with 128 + the signal.
+// where every rank would agree on it is never reached. One line (rank 0 after kStopGrace; rank r
+// r seconds later, in case rank 0 is the one that is stuck), then the job ends with 128 + the
+// signal.
 [[noreturn]] void stop_while_waiting(int sig, int64_t waited) {
+  if (g_header->quiet) {  // another rank of the node has said why, and is ending the job
+    sleep_ms(2000);
+    MPI_Abort(MPI_COMM_WORLD, 128 + sig);
+    ::_exit(128 + sig);
+  }
   Line line;
   line << "rank " << g_rank << ": stopped by " << signal_name(sig) << " while waiting in ";
   line.field(g_slot->op, sizeof g_slot->op) << " for ";
@@ -657,7 +663,8 @@ class NodeMonitor : public ProgressMonitor {
     if (sig == 0) return;
     const int64_t now = now_ns();
     if (g_stop_seen_ns == 0) g_stop_seen_ns = now;
-    const int64_t grace = g_rank == 0 ? kStopGrace : kStopGrace + kSecond;
+    // Rank 0 speaks first; the others later by rank (rank 0 may be the one that is stuck).
+    const int64_t grace = kStopGrace + std::min(g_rank, 4) * kSecond;
     if (now - g_stop_seen_ns > grace && now - waiting_since_ > grace)
       stop_while_waiting(sig, now - waiting_since_);
   }

@@ -2,15 +2,17 @@
 # rank, and the watchdog never turns a good run into a failure (launcher/watchdog.h). Sourced by
 # scripts/run-tests.sh (expect, pass, fail, run_mpi, $tmp, $logs, $BUILD, train in scope).
 
-# The ranks of a running mpirun (MPICH: mpiexec → hydra_pmi_proxy → ranks; Open MPI: mpirun →
-# ranks), lowest pid first, which is rank order as both launchers start them.
+# The ranks of a running mpirun in rank order (MPICH: mpiexec → hydra_pmi_proxy → ranks, with
+# PMI_RANK in their environment; Open MPI: mpirun → ranks, OMPI_COMM_WORLD_RANK).
 stall_ranks() {
-  local launcher=$1 kids
-  kids=$(pgrep -P "$launcher" | sort -n)
+  local launcher=$1 kids p
+  kids=$(pgrep -P "$launcher")
   case "$(ps -o comm= -p "$(echo "$kids" | head -1)" 2>/dev/null)" in
-    hydra_pmi_prox*) kids=$(for p in $kids; do pgrep -P "$p"; done | sort -n) ;;
+    hydra_pmi_prox*) kids=$(for p in $kids; do pgrep -P "$p"; done) ;;
   esac
-  echo "$kids"
+  for p in $kids; do
+    echo "$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | sed -n 's/^\(PMI_RANK\|OMPI_COMM_WORLD_RANK\)=//p' | head -1) $p"
+  done | awk 'NF == 2' | sort -n | awk '{print $2}'
 }
 # stall_wait_step LOG: until the run's first "step " line (at most 20 s).
 stall_wait_step() { for _ in $(seq 200); do grep -q "^step " "$1" && return 0; sleep 0.1; done; return 1; }
@@ -43,7 +45,7 @@ for np in 2 3; do
   if ! stall_wait_step "$log"; then
     fail "$name: tp_train did not start (see $log)"; kill -KILL "$launcher"; wait "$launcher"; continue
   fi
-  victim=$(stall_ranks "$launcher" | tail -1)
+  victim=$(stall_ranks "$launcher" | tail -1)  # rank np - 1
   kill -STOP "$victim"; sleep 1
   SECONDS=0
   kill -TERM "$launcher"
@@ -91,3 +93,22 @@ for sig in KILL STOP; do
   else pass 1; echo "✓ $name: exit 0 after ${SECONDS}s, saved, says: $(grep '^warning: the watchdog' "$log" | cut -c1-100)…"; fi
 done
 rm -f "$tmp/stall_save.safetensors"
+
+# 4. Two nodes, simulated (MPICH's hydra: two host names for this machine, fork as the launcher):
+# SIGKILL of rank 3 (node 1) at step 3. The node watchdogs share their deaths (launcher/watchdog.h)
+# and one line names rank 3 first, not a bystander the launcher killed afterwards; 5 times, as
+# the order of the two nodes' lines used to vary from run to run.
+if "$MPIEXEC" --version 2>/dev/null | grep -q HYDRA; then
+  two_nodes=(-launcher fork -hosts localhost:2,127.0.0.1:2)
+  for run in 1 2 3 4 5; do
+    WITHIN=10 MPI_FLAGS="$MPI_FLAGS ${two_nodes[*]}" expect "stall: two nodes, SIGKILL of rank 3, run $run" \
+      nonzero "rank 3 (pid" 4 "$BUILD/bin/fail_one_rank" --mode=sigkill
+    log="$logs/check_stall:_two_nodes,_SIGKILL_of_rank_3,_run_$run.log"
+    lines=$(grep -c "ended before the job finished" "$log")
+    first=$(grep -m1 "ended before the job finished" "$log")
+    case "$first" in
+      "rank 3 (pid "*) [ "$lines" = 1 ] || fail "stall: two nodes, run $run: $lines lines say 'ended before the job finished', not one (see $log)" ;;
+      *) fail "stall: two nodes, run $run: the first line blames another rank: ${first:-none} (see $log)" ;;
+    esac
+  done
+fi
