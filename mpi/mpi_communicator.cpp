@@ -120,6 +120,7 @@ class ProgressThread {
   // chunk of data, and the next chunk is likely ready: test again at once.
   static constexpr std::chrono::microseconds kWorked{2};
   static constexpr std::chrono::microseconds kIdle{2000};
+  static constexpr std::chrono::microseconds kWorkedAfterIdle{50};
   static constexpr std::chrono::microseconds kMaxPoll{2000};
 
   void run() {
@@ -160,7 +161,10 @@ class ProgressThread {
         const auto start = std::chrono::steady_clock::now();
         const int rc = MPI_Testall(t->count, t->requests, &flag, MPI_STATUSES_IGNORE);
         const auto end = std::chrono::steady_clock::now();
-        if (end - start > kWorked) {
+        // After a long idle, only a test that clearly moved data counts as work: on a loaded
+        // machine an empty test sometimes takes a few µs (preempted), and must not keep the thread
+        // spinning for a stopped peer.
+        if (end - start > (long_idle ? kWorkedAfterIdle : kWorked)) {
           hurry = true;
           idle_since = end;
         }
