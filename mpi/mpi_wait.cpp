@@ -13,7 +13,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr std::chrono::microseconds kSpin{2000};
 constexpr std::chrono::microseconds kMinSleep{50};
-constexpr std::chrono::microseconds kMaxSleep{2000};
+constexpr std::chrono::microseconds kMaxSleep{1000};
 }  // namespace
 
 void wait_all(int n, MPI_Request* requests, const char* call) {
@@ -27,7 +27,7 @@ void wait_all(int n, MPI_Request* requests, const char* call) {
     const auto waited = Clock::now() - start;
     if (waited < kSpin) continue;
     if (ProgressMonitor* monitor = progress_monitor()) monitor->waiting();
-    const auto nap = std::clamp<Clock::duration>(waited / 8, kMinSleep, kMaxSleep);
+    const auto nap = std::clamp<Clock::duration>(waited / 16, kMinSleep, kMaxSleep);
     std::this_thread::sleep_for(nap);
   }
 }

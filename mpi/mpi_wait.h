@@ -7,9 +7,9 @@
 //
 //   0 ... kSpin          MPI_Testall in a tight loop (what the blocking call does: a collective
 //                        that completes in this time pays nothing)
-//   kSpin ...            sleep between tests, 1/8 of the time waited so far (at least 50 µs, at
-//                        most 2 ms): a wait of T costs at most ~T/8 extra latency, and a core is
-//                        woken at most every 2 ms (about 1% of a core) while a peer is late
+//   kSpin ...            sleep between tests, 1/16 of the time waited so far (at least 50 µs, at
+//                        most 1 ms): a wait of T costs at most ~T/16 extra latency, and a core is
+//                        woken every 1 ms (about 1% of a core) while a peer is late
 //
 // Between sleeps it calls the progress monitor's waiting() (core/progress.h), which may end the job
 // (a SIGINT/SIGTERM while a peer makes no progress: launcher/watchdog.h).
