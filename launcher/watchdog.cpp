@@ -41,6 +41,8 @@ constexpr int64_t kSecond = 1000000000;
 // is given up (rank 0; the others a second later, in case rank 0 is the one that is stuck).
 constexpr int64_t kStopGrace = 2 * kSecond;
 constexpr int64_t kStopBackstop = 5 * kSecond;
+// Two ends of ranks of one node closer than this are ordered by what the ranks were doing.
+constexpr int64_t kTie = kSecond / 20;
 // The default --stall-timeout: the larger of kMinStall and kStallSteps × the slowest step so far.
 constexpr int64_t kMinStall = 60 * kSecond;
 constexpr int64_t kStallSteps = 10;
@@ -344,12 +346,13 @@ void report_stall(const Slot* slots, int count, int64_t stale, int64_t limit, bo
   quiet_exit(*g_watch);
 }
 
-// Whether rank slot `a` died before rank slot `b` by what the watchdog saw: the earlier poll
-// round; within one round (on a loaded machine the launcher's kills can land before the watchdog
-// runs), one outside any collective (the others wait in one for it when
+// Whether rank slot `a` died before rank slot `b` by what the watchdog saw: the earlier end, when
+// they are more than kTie apart; closer (a SIGKILLed rank with much memory takes longer to end
+// than the bystander the launcher kills as soon as its sockets close), one outside any collective (the others wait in one for it when
 // the launcher kills them), then the one that moved last the longest ago.
 bool died_before(const Slot* slots, const int64_t* died_ns, int a, int b) {
-  if (died_ns[a] != died_ns[b]) return died_ns[a] < died_ns[b];
+  const int64_t apart = died_ns[a] - died_ns[b];
+  if (apart > kTie || apart < -kTie) return apart < 0;
   if ((slots[a].depth <= 0) != (slots[b].depth <= 0)) return slots[a].depth <= 0;
   return slots[a].progress_ns < slots[b].progress_ns;
 }
@@ -362,7 +365,7 @@ bool died_before(const Slot* slots, const int64_t* died_ns, int a, int b) {
 // MPICH's proxies, which forward each node's output, are gone soon after the launcher's kills.
 constexpr int32_t kDeath = 1;  // a rank of the sender's node ended
 constexpr int32_t kQuiet = 2;  // the job ends normally or with its own message: say nothing
-constexpr int64_t kDecide = kSecond / 10;
+constexpr int64_t kDecide = kSecond / 20;
 struct Report {
   int32_t kind = 0;
   int32_t rank = 0, pid = 0, crashed = 0;
@@ -419,27 +422,45 @@ void tell_quiet(Watch& w) {
   ::_exit(0);
 }
 
-// This node's new deaths into w.deaths and to the peers; a tie within one poll round is broken by
-// died_before (+1 ns each).
-void add_local_deaths(Watch& w) {
+// Tells the peers of this node's new deaths at once, with the times they were seen (for their
+// decision; this node's own is made from its slots, collect_local_deaths).
+void announce_local_deaths(Watch& w) {
+  for (int i = 0; i < g_header->local_size; ++i) {
+    if (w.died_ns[static_cast<size_t>(i)] == 0 || w.reported[static_cast<size_t>(i)]) continue;
+    w.reported[static_cast<size_t>(i)] = 1;
+    Report r;
+    r.kind = kDeath;
+    r.rank = g_slots[i].rank;
+    r.pid = g_slots[i].pid;
+    r.crashed = g_slots[i].crashed;
+    r.died_ns = w.died_ns[static_cast<size_t>(i)];
+    r.step = g_slots[i].step;
+    copy_field(r.host, sizeof r.host, g_header->host);
+    send_peers(w, r, w.fds.size());
+  }
+}
+
+// This node's deaths into w.deaths, in died_before's order: the first keeps the time it was seen,
+// the others within kTie of it follow it by a nanosecond each.
+void collect_local_deaths(Watch& w) {
   const int count = g_header->local_size;
   const int64_t* died = w.died_ns.data();
+  int64_t earliest = 0;
+  for (int i = 0; i < count; ++i)
+    if (died[i] != 0 && (earliest == 0 || died[i] < earliest)) earliest = died[i];
   for (int i = 0; i < count; ++i) {
-    if (died[i] == 0 || w.reported[static_cast<size_t>(i)] || w.ndeaths >= w.deaths.size())
-      continue;
-    int64_t ties = 0;
+    if (died[i] == 0 || w.ndeaths >= w.deaths.size()) continue;
+    int64_t before = 0;
     for (int j = 0; j < count; ++j)
-      ties += j != i && died[j] == died[i] && died_before(g_slots, died, j, i) ? 1 : 0;
-    w.reported[static_cast<size_t>(i)] = 1;
+      before += j != i && died[j] != 0 && died_before(g_slots, died, j, i) ? 1 : 0;
     Report& r = w.deaths[w.ndeaths++];
     r.kind = kDeath;
     r.rank = g_slots[i].rank;
     r.pid = g_slots[i].pid;
     r.crashed = g_slots[i].crashed;
-    r.died_ns = died[i] + ties;
+    r.died_ns = died[i] - earliest <= kTie ? earliest + before : died[i];
     r.step = g_slots[i].step;
     copy_field(r.host, sizeof r.host, g_header->host);
-    send_peers(w, r, w.fds.size());
   }
 }
 
@@ -531,7 +552,7 @@ void serve_peers(Watch& w) {
   int64_t first_death = 0;  // CLOCK_MONOTONIC: when a rank of this node was first seen ended
   for (;;) {
     for (pollfd& p : w.fds) p.revents = 0;
-    const int ready = ::poll(w.fds.data(), w.fds.size(), 100);
+    const int ready = ::poll(w.fds.data(), w.fds.size(), first_death != 0 ? 5 : 100);
     if (ready < 0 && errno != EINTR) ::_exit(0);
     const int64_t now = now_ns(), real = realtime_ns();
     if (ready > 0 && w.fds[0].revents != 0) {
@@ -555,8 +576,11 @@ void serve_peers(Watch& w) {
     }
     if (first_death != 0) {
       if (g_header->quiet || w.peer_quiet || crashed) quiet_exit(w);
-      add_local_deaths(w);
-      if (now - first_death >= kDecide) report_deaths(w);
+      announce_local_deaths(w);
+      if (now - first_death >= kDecide) {
+        collect_local_deaths(w);
+        report_deaths(w);
+      }
       continue;
     }
     if (g_header->quiet || w.peer_quiet) continue;
