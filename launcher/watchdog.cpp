@@ -773,7 +773,9 @@ int agreed_stop_signal() {
 }
 
 void set_stall_timeout(double seconds, bool automatic) {
-  g_header->stall_timeout_ns = automatic ? -1 : static_cast<int64_t>(seconds * kSecond);
+  // Beyond ~292 years the nanoseconds do not fit an int64_t: that long is "never".
+  const double ns = std::min(seconds * static_cast<double>(kSecond), 9.0e18);
+  g_header->stall_timeout_ns = automatic ? -1 : static_cast<int64_t>(ns);
 }
 
 void start_watchdog(MPI_Comm comm) {
@@ -793,26 +795,33 @@ void start_watchdog(MPI_Comm comm) {
   MPI_Comm_size(node, &local_size);
   is_leader = g_local == 0 ? 1 : 0;
   MPI_Allreduce(&is_leader, &nodes, 1, MPI_INT, MPI_SUM, comm);
-  // The node's page: local rank 0 creates a shared memory object, the others map it by name;
-  // the name is removed once every rank has it mapped (nothing is left behind).
+  // The node's page: local rank 0 creates a shared memory object and gives it its size, then
+  // tells the others its name (empty: it failed) and they map it; the name is removed once every
+  // rank has it mapped (nothing is left behind).
   const size_t bytes = sizeof(Header) + sizeof(Slot) * static_cast<size_t>(local_size);
   char name[64] = {};
-  if (g_local == 0)
+  int fd = -1;
+  if (g_local == 0) {
     std::snprintf(name, sizeof name, "/tp-watchdog-%d-%ld", static_cast<int>(::getpid()),
                   static_cast<long>(now_ns() % 1000000007));
-  MPI_Bcast(name, sizeof name, MPI_CHAR, 0, node);
-  void* page = MAP_FAILED;
-  const int fd = ::shm_open(name, g_local == 0 ? O_RDWR | O_CREAT | O_EXCL : O_RDWR, 0600);
-  if (fd >= 0 && (g_local != 0 || ::ftruncate(fd, static_cast<off_t>(bytes)) == 0)) {
-    MPI_Barrier(node);  // the object has its size before anyone maps it
-    page = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  } else {
-    MPI_Barrier(node);
+    fd = ::shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd >= 0 && ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+      ::close(fd);
+      ::shm_unlink(name);
+      fd = -1;
+    }
+    if (fd < 0) name[0] = '\0';
   }
-  if (fd >= 0) ::close(fd);
+  MPI_Bcast(name, sizeof name, MPI_CHAR, 0, node);
+  if (g_local != 0 && name[0] != '\0') fd = ::shm_open(name, O_RDWR, 0600);
+  void* page = MAP_FAILED;
+  if (fd >= 0) {
+    page = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+  }
   int mapped = page != MAP_FAILED ? 1 : 0, all_mapped = 0;
   MPI_Allreduce(&mapped, &all_mapped, 1, MPI_INT, MPI_MIN, comm);  // every node, or none
-  if (g_local == 0) ::shm_unlink(name);
+  if (g_local == 0 && name[0] != '\0') ::shm_unlink(name);
   if (!all_mapped) {  // best effort: no page, no watchdog
     if (mapped) ::munmap(page, bytes);
     MPI_Comm_free(&node);
