@@ -45,7 +45,7 @@ LAYER_FOLDERS = {name: folders for name, folders, _, _ in LAYERS}
 # What a layer shows the layers above it (tests see everything: they test the internals).
 PUBLIC = {
     "cpu_backend": {"cpu_backend/cpu_device.h"},
-    "mpi": {"mpi/mpi_communicator.h", "mpi/mpi_util.h"},
+    "mpi": {"mpi/mpi_communicator.h", "mpi/mpi_util.h", "mpi/mpi_wait.h"},
     "gpu_backend": {"gpu_backend/gpu_entry.h"},
     "launcher": {"launcher/launcher.h"},
 }
