@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/format.h"
 #include "core/log.h"
 #include "core/output_file.h"
 #include "core/simulated_link.h"
@@ -48,19 +49,17 @@
 #include "model/hf_gpt2.h"
 #include "model/memory.h"
 #include "model/preflight.h"
+#include "model/schedule.h"
 #include "model/train.h"
 #include "observe/alpha_beta.h"
 #include "observe/svg_plot.h"
 #include "observe/timeline.h"
+#include "observe/timer.h"
 #include "parallel/process_grid.h"
 
 using namespace tp;
 
 namespace {
-
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // --trace records the last kTraceSteps steps, never the first (it pays for first-touch allocations
 // and page faults) unless it is the only one: every kernel and collective of a step is a span, a
@@ -93,20 +92,6 @@ std::string export_probe(std::string dir) {
   }
 }
 
-// Learning rate at absolute step `step` (0-based): linear warm-up over `warmup` steps, then cosine
-// decay to 10 % of lr at step `decay`. Defined by step numbers, never by the length of this run,
-// so a resumed run continues the same schedule.
-float learning_rate(float lr, int64_t step, int64_t warmup, int64_t decay) {
-  float f = 1.0f;
-  if (warmup > 0 && step < warmup) f = static_cast<float>(step + 1) / static_cast<float>(warmup);
-  if (decay > warmup && step >= warmup) {
-    const double x =
-        std::min(1.0, static_cast<double>(step - warmup) / static_cast<double>(decay - warmup));
-    f *= static_cast<float>(0.1 + 0.9 * 0.5 * (1.0 + std::cos(3.141592653589793 * x)));
-  }
-  return lr * f;
-}
-
 // Runs `make`, turning an allocation failure into one line that names what was being allocated,
 // about how big it is and the flags that size it.
 template <typename Make>
@@ -122,12 +107,6 @@ auto allocating(const std::string& what, const std::string& flags, Make make) {
     if (e.on_every_rank() || m.rfind("out of ", 0) != 0) throw;
     TP_CHECK_INPUT(false, m, " for ", what, ": reduce ", flags);
   }
-}
-
-std::string gib(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g GiB", bytes / (1024.0 * 1024.0 * 1024.0));
-  return buf;
 }
 
 GptConfig config_from(const Options& o) {
@@ -319,6 +298,7 @@ int train(Context& ctx) {
   model.init(seed);
   AdamWParams hp;
   hp.lr = static_cast<float>(o.get_real("lr"));
+  const LrSchedule schedule{hp.lr, warmup, decay_steps};
   hp.weight_decay = static_cast<float>(o.get_real("weight-decay"));
   auto opt_ptr = allocating("AdamW's moments (about " + gib(2 * weights) + " per rank)",
                             "--hidden/--layers/--ffn/--vocab or add ranks", [&] {
@@ -447,7 +427,7 @@ int train(Context& ctx) {
     const double t0 = now();
     const size_t mark = tp.ledger().size(), dp_mark = grid.dp().ledger().size();
     const Batch b = source->batch(step, batch, seq);
-    const float lr = learning_rate(hp.lr, step, warmup, decay_steps);
+    const float lr = learning_rate(schedule, step);
     const bool dump = i == 0 && !o.get_text("dump-grads").empty();
     const StepResult r =
         train_step(grid, ctx.device, model, opt, b, seed, step, lr, clip, [&](float loss) {

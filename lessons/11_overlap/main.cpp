@@ -32,11 +32,13 @@
 #include <string>
 #include <vector>
 
+#include "core/format.h"
 #include "core/simulated_link.h"
 #include "lesson.h"
 #include "model/gpt.h"
 #include "observe/alpha_beta.h"
 #include "observe/timeline.h"
+#include "observe/timer.h"
 #include "parallel/param.h"
 
 using namespace tp;
@@ -47,17 +49,6 @@ std::string ms(double seconds) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f ms", seconds * 1e3);
   return buf;
-}
-
-std::string pct(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.0f %%", x * 100);
-  return buf;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // One run of the block in a mode: its outputs, gradients and timings.

@@ -34,52 +34,22 @@
 #include <thread>
 #include <vector>
 
+#include "core/format.h"
 #include "lesson.h"
 #include "model/data.h"
 #include "model/gpt.h"
 #include "model/memory.h"
+#include "model/schedule.h"
 #include "model/train.h"
 #include "observe/svg_plot.h"
+#include "observe/timer.h"
 
 using namespace tp;
 
 namespace {
 
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 // CPU seconds this process has used, every thread (MPI's progress thread included).
 double cpu_seconds() { return static_cast<double>(std::clock()) / CLOCKS_PER_SEC; }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-std::string mib(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / 1048576.0);
-  return buf;
-}
-
-// "512 B", "1.0 KiB", "12.5 MiB".
-std::string bytes_str(double bytes) {
-  char buf[32];
-  if (bytes < 1024)
-    std::snprintf(buf, sizeof buf, "%.0f B", bytes);
-  else if (bytes < 1048576)
-    std::snprintf(buf, sizeof buf, "%.1f KiB", bytes / 1024);
-  else
-    return mib(bytes);
-  return buf;
-}
-
-std::string pct(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.0f %%", 100 * x);
-  return buf;
-}
 
 std::string sci(double x) {
   char buf[32];
@@ -188,12 +158,6 @@ struct Setup {
   int64_t warmup = 5;
 };
 
-// Linear warm-up to lr over `warmup` steps, then constant.
-float learning_rate(const Setup& s, int64_t step) {
-  return step < s.warmup ? s.lr * static_cast<float>(step + 1) / static_cast<float>(s.warmup)
-                         : s.lr;
-}
-
 // Trains a fresh model at `t` on ranks 0 … t − 1 of the world; the others wait (quiet_barrier).
 Run train_at(Device& dev, Communicator& world, Communicator& sync, const Setup& s, int t, bool sp,
              int64_t steps) {
@@ -224,8 +188,8 @@ Run train_at(Device& dev, Communicator& world, Communicator& sync, const Setup& 
         const Batch b = data.batch(i, s.batch, cfg.seq);
         const size_t mark = group->ledger().size();
         const double a = now();
-        const StepResult r =
-            train_step(*group, dev, model, opt, b, s.seed, i, learning_rate(s, i), 1.0f);
+        const StepResult r = train_step(*group, dev, model, opt, b, s.seed, i,
+                                        learning_rate(LrSchedule{s.lr, s.warmup, 0}, i), 1.0f);
         dev.synchronize();
         run.step_s.push_back(now() - a);
         run.loss.push_back(r.loss);
@@ -302,8 +266,7 @@ lesson::Table ledger_table(const std::vector<CommRecord>& recs) {
   for (const Row& r : rows) {
     std::string op = r.op;
     std::replace(op.begin(), op.end(), '_', '-');
-    table.add(
-        {op, std::to_string(r.elements), std::to_string(r.calls), r.label, bytes_str(r.wire)});
+    table.add({op, std::to_string(r.elements), std::to_string(r.calls), r.label, kib_mib(r.wire)});
   }
   return table;
 }
