@@ -252,12 +252,8 @@ int train(Context& ctx) {
   pre.model = cfg;
   pre.batch = batch;
   pre.t = t;
-  for (std::string p : preflight(pre).problems) {
-    const std::string all_ranks = "(the number of ranks)";
-    if (dp > 1 && p.find(all_ranks) != std::string::npos)
-      p.replace(p.find(all_ranks), all_ranks.size(), "(the TP group: ranks / --dp)");
-    problems.push_back(p);
-  }
+  if (dp > 1) pre.t_label = "the TP group: ranks / --dp";
+  for (const std::string& p : preflight(pre).problems) problems.push_back(p);
   TP_CHECK_INPUT(problems.empty(), problems_message(problems));
 
   // Every output path on every rank, before anything is allocated or trained: a bad path costs
