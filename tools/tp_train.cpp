@@ -193,19 +193,33 @@ void shape_from_file(const ModelFile& f, const Options& o, bool strict, GptConfi
               128 + sig);
 }
 
-int train(Context& ctx) {
-  const Options& o = ctx.options;
-  Communicator& world = ctx.world;
-  GptConfig cfg = config_from(o);
-  int64_t seq = cfg.seq;  // the length of a training sequence (cfg.seq: the position table)
-  const int64_t steps = o.get_int("steps"), batch = o.get_int("batch");
-  const uint64_t seed = static_cast<uint64_t>(o.get_int("seed"));
-  const std::string data = o.get_text("data");
-  const int dp = o.get_int32("dp");
+// What train() runs, read from the flags (and the model file they name) and checked: every
+// problem at once, before anything allocates or communicates.
+struct Plan {
+  GptConfig cfg;
+  int64_t seq = 0;  // the length of a training sequence (cfg.seq: the position table)
+  int64_t steps = 0, batch = 0, warmup = 0, decay_steps = 0;
+  uint64_t seed = 0;
+  std::string data, init_from, load, export_dir;
+  ModelFile file;
+  int dp = 1, t = 1;  // t: the TP group's size
+};
+
+Plan plan_run(const Options& o, int world_size) {
+  Plan r;
+  GptConfig& cfg = r.cfg;
+  cfg = config_from(o);
+  int64_t& seq = r.seq;
+  seq = cfg.seq;  // the length of a training sequence (cfg.seq: the position table)
+  const int64_t steps = r.steps = o.get_int("steps"), batch = r.batch = o.get_int("batch");
+  r.seed = static_cast<uint64_t>(o.get_int("seed"));
+  const std::string& data = r.data = o.get_text("data");
+  const int dp = r.dp = o.get_int32("dp");
   // Check every flag before anything allocates or communicates; report all problems at once.
   std::vector<std::string> problems;
   if (steps < 0) problems.push_back("--steps=" + std::to_string(steps) + " must be 0 or more");
-  const int64_t warmup = o.get_int("warmup"), decay_steps = o.get_int("decay-steps");
+  const int64_t warmup = r.warmup = o.get_int("warmup"),
+                decay_steps = r.decay_steps = o.get_int("decay-steps");
   if (decay_steps != 0 && decay_steps <= warmup)
     problems.push_back("--decay-steps=" + std::to_string(decay_steps) +
                        " must be above --warmup=" + std::to_string(warmup) +
@@ -217,8 +231,9 @@ int train(Context& ctx) {
   if (cfg.vocab == 0) cfg.vocab = 256;
   // --init-from F (weights only), or --load F: the shape from the file. A Hugging Face file given
   // to --load is taken as --init-from (it holds no optimizer state and no step).
-  std::string init_from = o.get_text("init-from"), load = o.get_text("load");
-  ModelFile file;
+  std::string &init_from = r.init_from = o.get_text("init-from"),
+              &load = r.load = o.get_text("load");
+  ModelFile& file = r.file;
   if (!init_from.empty() && !load.empty())
     problems.push_back("give --init-from (weights only) or --load (resume), not both");
   else if (!init_from.empty() || !load.empty()) {
@@ -230,9 +245,9 @@ int train(Context& ctx) {
       problems.push_back("--data uses byte tokens (ids 0..255), but " + file.path +
                          " has a vocabulary of " + std::to_string(cfg.vocab));
   }
-  const auto grid_problems = ProcessGrid::problems(world.size(), dp);
+  const auto grid_problems = ProcessGrid::problems(world_size, dp);
   for (const auto& p : grid_problems) problems.push_back(p);
-  const int t = grid_problems.empty() ? world.size() / dp : world.size();  // TP group size
+  const int t = r.t = grid_problems.empty() ? world_size / dp : world_size;  // TP group size
   if (grid_problems.empty() && batch >= 1 && batch % dp != 0)
     problems.push_back("--batch=" + std::to_string(batch) + " is not divisible by --dp=" +
                        std::to_string(dp) + ": every DP rank takes batch/dp sequences");
@@ -243,7 +258,7 @@ int train(Context& ctx) {
   if (cfg.sp && seq != cfg.seq && seq % t != 0)
     problems.push_back("--seq=" + std::to_string(seq) + " is not divisible by t=" +
                        std::to_string(t) + ", which sequence parallelism needs");
-  const std::string export_dir = o.get_text("export-hf");
+  const std::string& export_dir = r.export_dir = o.get_text("export-hf");
   if (!export_dir.empty() && !hf_export_problem(cfg).empty())
     problems.push_back("--export-hf: GPT-2 cannot hold this model: " + hf_export_problem(cfg));
   // The preflight's checks (lib/model/preflight.h; tp_preflight prints the same), one line each,
@@ -255,6 +270,250 @@ int train(Context& ctx) {
   if (dp > 1) pre.t_label = "the TP group: ranks / --dp";
   for (const std::string& p : preflight(pre).problems) problems.push_back(p);
   TP_CHECK_INPUT(problems.empty(), problems_message(problems));
+  return r;
+}
+
+// Peak device memory of every rank, in MiB (gathered for the report, after training).
+void log_peak_memory(Device& device, Communicator& world) {
+  Tensor mine = Tensor::from_host(device, Shape{2},
+                                  {static_cast<float>(device.memory().peak / 1048576.0),
+                                   static_cast<float>(device.memory().largest / 1048576.0)});
+  Tensor all(device, Shape{world.size(), 2});
+  world.all_gather(mine, all);
+  const std::vector<float> v = all.to_host();
+  std::string line;
+  char buf[96];
+  for (int r = 0; r < world.size(); ++r) {
+    std::snprintf(buf, sizeof buf, "%srank %d %.2f MiB (largest tensor %.2f MiB)", r ? ", " : "", r,
+                  v[2 * r], v[2 * r + 1]);
+    line += buf;
+  }
+  log0(world, "peak device memory: ", line);
+}
+
+// --plot: the loss curve (and the data's floor), written by rank 0.
+void write_plot(Communicator& world, const std::string& plot, const TokenSource& source,
+                const std::vector<double>& plot_steps, const std::vector<double>& plot_losses) {
+  if (!plot.empty() && !plot_steps.empty()) {  // (every step skipped: no curve)
+    if (world.rank() == 0) {
+      std::vector<PlotSeries> series = {
+          {"t = " + std::to_string(world.size()), plot_steps, plot_losses, "#1f77b4", false}};
+      if (std::isfinite(source.loss_floor()))
+        series.push_back({"loss floor",
+                          {plot_steps.front(), plot_steps.back()},
+                          {source.loss_floor(), source.loss_floor()},
+                          "#888888",
+                          true});
+      write_text_file(plot,
+                      svg_line_plot("tp_train: training loss, t = " + std::to_string(world.size()),
+                                    "step", "loss (nats)", series),
+                      "--plot " + plot);
+    }
+    log0(world, "loss curve of steps ", plot_steps.front(), "..", plot_steps.back(), ": ", plot);
+  }
+}
+
+// --save at the end of the run; a failed write names what is still intact.
+void save_at_end(Communicator& world, ProcessGrid& grid, const Options& o, const Gpt& model,
+                 const AdamW& opt, int64_t step, const std::string& load) {
+  Communicator& tp = grid.tp();
+  if (!o.get_text("save").empty()) {
+    const std::string save = o.get_text("save");
+    try {
+      // Every DP replica holds the same weights and moments: DP rank 0's TP group writes the file.
+      if (grid.dp_rank() == 0) save_checkpoint(save, tp, model, opt, step);
+      world.barrier();
+    } catch (const Error& e) {
+      // The write is atomic (temporary file, then rename): whatever was at `save` is untouched.
+      struct stat st {};
+      const std::string where =
+          ::stat(save.c_str(), &st) == 0
+              ? "the previous checkpoint " + save + " is intact; rerun with --load " + save
+          : !load.empty() ? "the checkpoint this run started from, " + load +
+                                ", is intact; rerun with --load " + load
+                          : "no checkpoint of this run exists; its steps are lost";
+      throw Error(detail::str_cat(e.what(), "; ", where), e.exit_code());
+    }
+    log0(world, "saved ", save, " at step ", step);
+  }
+}
+
+// --audit-grads: the same step at t = 1 on every rank, from the same weights, then compared;
+// false when a replicated gradient differs.
+bool audit_gradients(Context& ctx, const Plan& plan, ProcessGrid& grid, Gpt& model,
+                     const AdamWParams& hp, TokenSource& source, int64_t step) {
+  Communicator& world = ctx.world;
+  Communicator& tp = grid.tp();
+  const GptConfig& cfg = plan.cfg;
+  const int64_t batch = plan.batch, seq = plan.seq;
+  const uint64_t seed = plan.seed;
+  const int dp = plan.dp;
+  const ModelFile& file = plan.file;
+  const std::string &init_from = plan.init_from, &load = plan.load;
+  SerialCommunicator solo;
+  GptConfig one = cfg;
+  one.sp = false;
+  one.overlap = "none";
+  Gpt reference(ctx.device, solo, one);
+  reference.init(seed);
+  AdamW ref_opt(ctx.device, reference.params(), hp);
+  if (!init_from.empty()) load_model_file(file, solo, reference);
+  if (!load.empty()) load_checkpoint(load, solo, reference, ref_opt);
+  // Each TP group audits its own DP slice.
+  const Batch whole = source.batch(step, batch, seq);
+  const Batch b = dp == 1 ? whole : batch_slice(whole, grid.dp_rank() * (batch / dp), batch / dp);
+  for (Gpt* m : {&model, &reference}) {
+    m->zero_grad();
+    m->forward(b, seed, step);
+    m->backward();
+    m->finish_gradients();
+  }
+  const auto problems = audit_replicated_gradients(tp, model, reference);
+  int64_t replicated = 0;
+  for (const Param& p : model.params()) replicated += p.split == Split::Replicated;
+  for (const auto& p : problems) log0(world, "audit: ", p);
+  log0(world, "audit: ", replicated - static_cast<int64_t>(problems.size()), " of ", replicated,
+       " replicated gradients identical on every rank and equal to t = 1",
+       problems.empty() ? "" : " — FAILED");
+  return problems.empty();
+}
+
+// What this run is: the grid, the model, the data, the batch and the steps.
+void log_run(Context& ctx, const Plan& plan, ProcessGrid& grid, const Gpt& model,
+             const TokenSource& source, float lr, int64_t step) {
+  Communicator& world = ctx.world;
+  Communicator& tp = grid.tp();
+  const GptConfig& cfg = plan.cfg;
+  const int64_t seq = plan.seq, steps = plan.steps, batch = plan.batch;
+  const int dp = plan.dp;
+  int64_t n_params = 0;
+  for (const Param& p : model.params())
+    n_params += p.ckpt_rows > 0 ? p.ckpt_rows * p.cols() : p.shape.numel();
+  log0(world, "tp_train: t = ", tp.size(), " (", world.name(), ", ", ctx.device.name(), ")");
+  if (dp > 1) log0(world, "grid: ", grid.describe());
+  log0(world, "model: ", cfg.str(), ", ", n_params, " parameters");
+  log0(world, "data: ", source.describe());
+  if (model.padded_vocab() != cfg.vocab)
+    log0(world, "vocabulary ", cfg.vocab, " padded to ", model.padded_vocab(), " (",
+         model.padded_vocab() / tp.size(),
+         " rows per rank); the padding is never looked up, never wins the softmax, and is not "
+         "saved");
+  if (seq < cfg.seq)
+    log0(world, "sequences of ", seq, " tokens; the position table holds ", cfg.seq);
+  log0(world, "batch ", batch, " x seq ", seq, " = ", batch * seq, " tokens/step",
+       dp > 1 ? " (" + std::to_string(batch / dp) +
+                    " sequences on each of dp = " + std::to_string(dp) + " replicas)"
+              : std::string(),
+       ", lr ", lr, ", steps ", step, " -> ", step + steps);
+}
+
+// --trace: every rank's spans to rank 0, one trace for Perfetto and one chart, of the steps
+// (step - traced) + 1 .. step.
+void write_trace(Device& device, Communicator& world, Timeline& timeline, const std::string& trace,
+                 const std::string& title, int64_t step, int64_t traced) {
+  timeline.gather(world, device);
+  if (world.rank() == 0) {
+    timeline.write_trace_json(trace, "--trace " + trace);
+    timeline.set_title(title);
+    timeline.write_svg(svg_path(trace), "--trace (its SVG) " + svg_path(trace));
+  }
+  log0(world, "trace of steps ", step - traced + 1, "..", step, " (", timeline.spans().size(),
+       " spans of ", world.size(), " ranks): ", trace, " (open in https://ui.perfetto.dev) and ",
+       svg_path(trace));
+}
+
+// Rank 0's output files, opened (--log-json) or given a placeholder (--plot, --trace: written at
+// the end) before the first step, so that a full disk or a read-only file system stops the run now.
+OutputFile open_outputs(Communicator& world, const std::string& log_json, const std::string& plot,
+                        const std::string& trace, int64_t steps) {
+  OutputFile json;
+  if (world.rank() == 0) {
+    if (!log_json.empty())
+      json = OutputFile(log_json, "--log-json " + log_json, OutputFile::Mode::Append);
+    const std::string note =
+        svg_placeholder("tp_train writes this file when it ends (it stays so if the run stopped)");
+    if (!plot.empty() && steps > 0) write_text_file(plot, note, "--plot " + plot);
+    if (!trace.empty() && steps > 0) {
+      write_text_file(trace, "{\"traceEvents\": []}\n", "--trace " + trace);
+      write_text_file(svg_path(trace), note, "--trace (its SVG) " + svg_path(trace));
+    }
+  }
+  return json;
+}
+
+// A step whose loss or gradient norm is not finite (the same on every rank: train_step): all
+// stop here with one line, or with --skip-nonfinite all skip the update and say so.
+void non_finite_step(Communicator& world, const StepResult& r, int64_t step, bool skip_nonfinite) {
+  // The same on every rank (train_step): all stop here, or all skip the update.
+  const double bad = r.nonfinite == "loss" ? r.loss : r.grad_norm;
+  const std::string what = std::string(r.nonfinite == "loss" ? "the loss" : "the gradient norm") +
+                           " is " +
+                           (std::isnan(bad) ? "NaN"
+                            : bad > 0       ? "+Inf"
+                                            : "-Inf");
+  if (!skip_nonfinite)
+    throw Error(detail::str_cat("step ", step + 1, ": ", what, ", first non-finite tensor: ",
+                                r.nonfinite, "; no update made and nothing saved (lower --lr, ",
+                                "set --clip, or pass --skip-nonfinite to skip such steps)"),
+                Error::kNonFinite);
+  log0(world, "step ", step + 1, ": skipped (", what, ", first non-finite tensor: ", r.nonfinite,
+       ")");
+}
+
+// What a block keeps for backward, measured by the memory ledger, against the formula.
+void check_activation_memory(Communicator& world, const Gpt& model, const GptConfig& cfg,
+                             int64_t seq, int64_t batch, int t) {
+  const int64_t measured = model.memory().layer_bytes(0),
+                formula = block_activation_bytes(cfg, seq, batch, t);
+  TP_CHECK(measured == formula, "activation memory of block 0: the ledger has ", measured,
+           " bytes but the formula (lib/model/memory.h) gives ", formula);
+  log0(world, "activations kept per block on each rank: ", measured, " bytes (ledger) = ", formula,
+       " bytes (formula", cfg.sp ? ", with SP" : "", ")");
+}
+
+// One step's numbers, as the progress line and --log-json print them.
+struct StepNumbers {
+  int64_t step;  // 1-based
+  float loss;
+  double norm;
+  float lr;
+  double tok_s, comm, exposed, secs;
+  int t, dp;
+};
+
+std::string progress_line(const StepNumbers& n, bool simulated) {
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "step %5lld | loss %.6f | grad norm %.4f | lr %.3g | %.0f tok/s | exposed comm "
+                "%4.1f%%%s",
+                static_cast<long long>(n.step), n.loss, n.norm, n.lr, n.tok_s,
+                100.0 * n.exposed / n.secs, simulated ? " (simulated link)" : "");
+  return line;
+}
+
+std::string json_line(const StepNumbers& n) {
+  char line[280];
+  std::snprintf(line, sizeof line,
+                "{\"step\": %lld, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, "
+                "\"tokens_per_s\": %.6g, "
+                "\"comm_s\": %.6g, \"exposed_s\": %.6g, \"compute_s\": %.6g, \"t\": %d, "
+                "\"dp\": %d}",
+                static_cast<long long>(n.step), n.loss, n.norm, n.lr, n.tok_s, n.comm, n.exposed,
+                n.secs - n.comm, n.t, n.dp);
+  return line;
+}
+
+int train(Context& ctx) {
+  const Options& o = ctx.options;
+  Communicator& world = ctx.world;
+  Plan plan = plan_run(o, world.size());
+  GptConfig& cfg = plan.cfg;
+  const int64_t seq = plan.seq, steps = plan.steps, batch = plan.batch;
+  const uint64_t seed = plan.seed;
+  const std::string &data = plan.data, &init_from = plan.init_from, &load = plan.load,
+                    &export_dir = plan.export_dir;
+  const ModelFile& file = plan.file;
+  const int dp = plan.dp;
 
   // Every output path on every rank, before anything is allocated or trained: a bad path costs
   // seconds, not the run.
@@ -294,7 +553,7 @@ int train(Context& ctx) {
   model.init(seed);
   AdamWParams hp;
   hp.lr = static_cast<float>(o.get_real("lr"));
-  const LrSchedule schedule{hp.lr, warmup, decay_steps};
+  const LrSchedule schedule{hp.lr, plan.warmup, plan.decay_steps};
   hp.weight_decay = static_cast<float>(o.get_real("weight-decay"));
   auto opt_ptr = allocating("AdamW's moments (about " + gib(2 * weights) + " per rank)",
                             "--hidden/--layers/--ffn/--vocab or add ranks", [&] {
@@ -322,72 +581,17 @@ int train(Context& ctx) {
                  o.get_text("load").empty() ? "" : " (from --load " + o.get_text("load") + ")",
                  " + --steps=", steps, " passes the last step this --batch/--seq can number, ",
                  last_step, "; use fewer --steps or a checkpoint with a sane step count");
-  int64_t n_params = 0;
-  for (const Param& p : model.params())
-    n_params += p.ckpt_rows > 0 ? p.ckpt_rows * p.cols() : p.shape.numel();
-  log0(world, "tp_train: t = ", tp.size(), " (", world.name(), ", ", ctx.device.name(), ")");
-  if (dp > 1) log0(world, "grid: ", grid.describe());
-  log0(world, "model: ", cfg.str(), ", ", n_params, " parameters");
-  log0(world, "data: ", source->describe());
-  if (model.padded_vocab() != cfg.vocab)
-    log0(world, "vocabulary ", cfg.vocab, " padded to ", model.padded_vocab(), " (",
-         model.padded_vocab() / tp.size(),
-         " rows per rank); the padding is never looked up, never wins the softmax, and is not "
-         "saved");
-  if (seq < cfg.seq)
-    log0(world, "sequences of ", seq, " tokens; the position table holds ", cfg.seq);
-  log0(world, "batch ", batch, " x seq ", seq, " = ", batch * seq, " tokens/step",
-       dp > 1 ? " (" + std::to_string(batch / dp) +
-                    " sequences on each of dp = " + std::to_string(dp) + " replicas)"
-              : std::string(),
-       ", lr ", hp.lr, ", steps ", step, " -> ", step + steps);
+  log_run(ctx, plan, grid, model, *source, hp.lr, step);
 
   // Rank 0 writes the outputs; every write is checked (core/output_file.h): a full disk or a
   // read-only file system stops the run at once with errno, not silently, and not after training.
   // --plot and --trace are written at the end, so their files get a placeholder now, which finds
   // those faults before the first step.
   const std::string plot = o.get_text("plot"), log_json = o.get_text("log-json");
-  OutputFile json;
-  if (world.rank() == 0) {
-    if (!log_json.empty())
-      json = OutputFile(log_json, "--log-json " + log_json, OutputFile::Mode::Append);
-    const std::string note =
-        svg_placeholder("tp_train writes this file when it ends (it stays so if the run stopped)");
-    if (!plot.empty() && steps > 0) write_text_file(plot, note, "--plot " + plot);
-    if (!trace.empty() && steps > 0) {
-      write_text_file(trace, "{\"traceEvents\": []}\n", "--trace " + trace);
-      write_text_file(svg_path(trace), note, "--trace (its SVG) " + svg_path(trace));
-    }
-  }
+  OutputFile json = open_outputs(world, log_json, plot, trace, steps);
   std::vector<double> plot_steps, plot_losses;  // --plot (checked with the other output paths)
   if (o.get_flag("audit-grads")) {
-    // The same step at t = 1 on every rank, from the same weights, then compare.
-    SerialCommunicator solo;
-    GptConfig one = cfg;
-    one.sp = false;
-    one.overlap = "none";
-    Gpt reference(ctx.device, solo, one);
-    reference.init(seed);
-    AdamW ref_opt(ctx.device, reference.params(), hp);
-    if (!init_from.empty()) load_model_file(file, solo, reference);
-    if (!load.empty()) load_checkpoint(load, solo, reference, ref_opt);
-    // Each TP group audits its own DP slice.
-    const Batch whole = source->batch(step, batch, seq);
-    const Batch b = dp == 1 ? whole : batch_slice(whole, grid.dp_rank() * (batch / dp), batch / dp);
-    for (Gpt* m : {&model, &reference}) {
-      m->zero_grad();
-      m->forward(b, seed, step);
-      m->backward();
-      m->finish_gradients();
-    }
-    const auto problems = audit_replicated_gradients(tp, model, reference);
-    int64_t replicated = 0;
-    for (const Param& p : model.params()) replicated += p.split == Split::Replicated;
-    for (const auto& p : problems) log0(world, "audit: ", p);
-    log0(world, "audit: ", replicated - static_cast<int64_t>(problems.size()), " of ", replicated,
-         " replicated gradients identical on every rank and equal to t = 1",
-         problems.empty() ? "" : " — FAILED");
-    if (!problems.empty()) return 1;
+    if (!audit_gradients(ctx, plan, grid, model, hp, *source, step)) return 1;
     model.zero_grad();
   }
   // --predict: α and β of the live communicator now; the report after the first warm step (the
@@ -437,59 +641,21 @@ int train(Context& ctx) {
     const float loss = r.loss;
     const double norm = r.grad_norm;
     if (!r.nonfinite.empty()) {
-      // The same on every rank (train_step): all stop here, or all skip the update.
-      const double bad = r.nonfinite == "loss" ? loss : norm;
-      const std::string what =
-          std::string(r.nonfinite == "loss" ? "the loss" : "the gradient norm") + " is " +
-          (std::isnan(bad) ? "NaN"
-           : bad > 0       ? "+Inf"
-                           : "-Inf");
-      if (!skip_nonfinite)
-        throw Error(detail::str_cat("step ", step + 1, ": ", what, ", first non-finite tensor: ",
-                                    r.nonfinite, "; no update made and nothing saved (lower --lr, ",
-                                    "set --clip, or pass --skip-nonfinite to skip such steps)"),
-                    Error::kNonFinite);
+      non_finite_step(world, r, step, skip_nonfinite);
       if (skipped++ == 0) first_skipped = step + 1;
-      log0(world, "step ", step + 1, ": skipped (", what,
-           ", first non-finite tensor: ", r.nonfinite, ")");
       continue;
     }
     plot_steps.push_back(static_cast<double>(step + 1));
     plot_losses.push_back(loss);
     ctx.device.synchronize();
-    if (i == 0) {
-      // What a block keeps for backward, measured by the memory ledger, against the formula.
-      const int64_t measured = model.memory().layer_bytes(0),
-                    formula = block_activation_bytes(cfg, seq, batch / dp, tp.size());
-      TP_CHECK(measured == formula, "activation memory of block 0: the ledger has ", measured,
-               " bytes but the formula (lib/model/memory.h) gives ", formula);
-      log0(world, "activations kept per block on each rank: ", measured,
-           " bytes (ledger) = ", formula, " bytes (formula", cfg.sp ? ", with SP" : "", ")");
-    }
+    if (i == 0) check_activation_memory(world, model, cfg, seq, batch / dp, tp.size());
     const double secs = now() - t0,
                  comm = tp.ledger().seconds_since(mark) + grid.dp().ledger().seconds_since(dp_mark);
     const double exposed = timeline.totals_since(span_mark).exposed;
-    const double tok_s = static_cast<double>(batch * seq) / secs;
-    if (i % every == 0 || i + 1 == steps) {
-      char line[200];
-      std::snprintf(line, sizeof line,
-                    "step %5lld | loss %.6f | grad norm %.4f | lr %.3g | %.0f tok/s | exposed comm "
-                    "%4.1f%%%s",
-                    static_cast<long long>(step + 1), loss, norm, lr, tok_s, 100.0 * exposed / secs,
-                    is_simulated(tp) ? " (simulated link)" : "");
-      log0(world, line);
-    }
-    if (json.is_open()) {
-      char line[280];
-      std::snprintf(line, sizeof line,
-                    "{\"step\": %lld, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, "
-                    "\"tokens_per_s\": %.6g, "
-                    "\"comm_s\": %.6g, \"exposed_s\": %.6g, \"compute_s\": %.6g, \"t\": %d, "
-                    "\"dp\": %d}",
-                    static_cast<long long>(step + 1), loss, norm, lr, tok_s, comm, exposed,
-                    secs - comm, tp.size(), dp);
-      json.write(std::string(line) + "\n");
-    }
+    const StepNumbers n{step + 1, loss,    norm, lr,        static_cast<double>(batch * seq) / secs,
+                        comm,     exposed, secs, tp.size(), dp};
+    if (i % every == 0 || i + 1 == steps) log0(world, progress_line(n, is_simulated(tp)));
+    if (json.is_open()) json.write(json_line(n) + "\n");
     if (predict && i == std::min<int64_t>(1, steps - 1))
       log0(world, predict_prefix, "step ", step + 1, ":\n",
            prediction_report(tp.ledger(), mark, tp.ledger().size(), link, predict_prefix));
@@ -500,78 +666,20 @@ int train(Context& ctx) {
   json.close();  // checked: a deferred write error (NFS, a full disk) surfaces here
   if (const int sig = agreed_stop_signal())
     stop_after_signal(world, grid, o, model, opt, step, sig);
-  if (!trace.empty() && steps > 0) {
-    // Every rank's spans to rank 0, one trace for Perfetto and one chart.
-    timeline.gather(world, ctx.device);
-    if (world.rank() == 0) {
-      timeline.write_trace_json(trace, "--trace " + trace);
-      timeline.set_title(world.name() + ", t = " + std::to_string(tp.size()) +
-                         (dp > 1 ? " × dp = " + std::to_string(dp) : std::string()) +
-                         ", --overlap " + cfg.overlap);
-      timeline.write_svg(svg_path(trace), "--trace (its SVG) " + svg_path(trace));
-    }
-    log0(world, "trace of steps ", step - (steps - traced_from) + 1, "..", step, " (",
-         timeline.spans().size(), " spans of ", world.size(), " ranks): ", trace,
-         " (open in https://ui.perfetto.dev) and ", svg_path(trace));
-  }
+  if (!trace.empty() && steps > 0)
+    write_trace(ctx.device, world, timeline, trace,
+                world.name() + ", t = " + std::to_string(tp.size()) +
+                    (dp > 1 ? " × dp = " + std::to_string(dp) : std::string()) + ", --overlap " +
+                    cfg.overlap,
+                step, steps - traced_from);
   if (std::isfinite(source->loss_floor()))
     log0(world, "loss floor of this data: ", source->loss_floor(), " nats");
-  if (!plot.empty() && !plot_steps.empty()) {  // (every step skipped: no curve)
-    if (world.rank() == 0) {
-      std::vector<PlotSeries> series = {
-          {"t = " + std::to_string(world.size()), plot_steps, plot_losses, "#1f77b4", false}};
-      if (std::isfinite(source->loss_floor()))
-        series.push_back({"loss floor",
-                          {plot_steps.front(), plot_steps.back()},
-                          {source->loss_floor(), source->loss_floor()},
-                          "#888888",
-                          true});
-      write_text_file(plot,
-                      svg_line_plot("tp_train: training loss, t = " + std::to_string(world.size()),
-                                    "step", "loss (nats)", series),
-                      "--plot " + plot);
-    }
-    log0(world, "loss curve of steps ", plot_steps.front(), "..", plot_steps.back(), ": ", plot);
-  }
-  {
-    // Peak device memory of every rank, in MiB (gathered for the report, after training).
-    Tensor mine = Tensor::from_host(ctx.device, Shape{2},
-                                    {static_cast<float>(ctx.device.memory().peak / 1048576.0),
-                                     static_cast<float>(ctx.device.memory().largest / 1048576.0)});
-    Tensor all(ctx.device, Shape{world.size(), 2});
-    world.all_gather(mine, all);
-    const std::vector<float> v = all.to_host();
-    std::string line;
-    char buf[96];
-    for (int r = 0; r < world.size(); ++r) {
-      std::snprintf(buf, sizeof buf, "%srank %d %.2f MiB (largest tensor %.2f MiB)", r ? ", " : "",
-                    r, v[2 * r], v[2 * r + 1]);
-      line += buf;
-    }
-    log0(world, "peak device memory: ", line);
-  }
+  write_plot(world, plot, *source, plot_steps, plot_losses);
+  log_peak_memory(ctx.device, world);
   if (skipped > 0)
     log0(world, "--skip-nonfinite: skipped ", skipped, " of ", steps,
          " steps with a non-finite loss or gradient norm (the first at step ", first_skipped, ")");
-  if (!o.get_text("save").empty()) {
-    const std::string save = o.get_text("save");
-    try {
-      // Every DP replica holds the same weights and moments: DP rank 0's TP group writes the file.
-      if (grid.dp_rank() == 0) save_checkpoint(save, tp, model, opt, step);
-      world.barrier();
-    } catch (const Error& e) {
-      // The write is atomic (temporary file, then rename): whatever was at `save` is untouched.
-      struct stat st {};
-      const std::string where =
-          ::stat(save.c_str(), &st) == 0
-              ? "the previous checkpoint " + save + " is intact; rerun with --load " + save
-          : !load.empty() ? "the checkpoint this run started from, " + load +
-                                ", is intact; rerun with --load " + load
-                          : "no checkpoint of this run exists; its steps are lost";
-      throw Error(detail::str_cat(e.what(), "; ", where), e.exit_code());
-    }
-    log0(world, "saved ", save, " at step ", step);
-  }
+  save_at_end(world, grid, o, model, opt, step, load);
   if (!export_dir.empty()) {
     if (grid.dp_rank() == 0) export_hf(export_dir, tp, model);  // DP replicas hold the same model
     world.barrier();
