@@ -503,21 +503,9 @@ std::string json_line(const StepNumbers& n) {
   return line;
 }
 
-int train(Context& ctx) {
-  const Options& o = ctx.options;
-  Communicator& world = ctx.world;
-  Plan plan = plan_run(o, world.size());
-  GptConfig& cfg = plan.cfg;
-  const int64_t seq = plan.seq, steps = plan.steps, batch = plan.batch;
-  const uint64_t seed = plan.seed;
-  const std::string &data = plan.data, &init_from = plan.init_from, &load = plan.load,
-                    &export_dir = plan.export_dir;
-  const ModelFile& file = plan.file;
-  const int dp = plan.dp;
-
-  // Every output path on every rank, before anything is allocated or trained: a bad path costs
-  // seconds, not the run.
-  const std::string trace = o.get_text("trace");
+// Every output path on every rank, before anything is allocated or trained: a bad path costs
+// seconds, not the run.
+void check_outputs(const Options& o, const std::string& trace, const std::string& export_dir) {
   check_output_paths({{"--save", o.get_text("save")},
                       {"--dump-grads", o.get_text("dump-grads")},
                       {"--log-json", o.get_text("log-json")},
@@ -525,20 +513,17 @@ int train(Context& ctx) {
                       {"--trace (its SVG)", trace.empty() ? "" : svg_path(trace)},
                       {"--plot", o.get_text("plot")},
                       {"--export-hf", export_dir.empty() ? "" : export_probe(export_dir)}});
-  // --save is this run's until it ends: a second run saving to the same file is refused now, not
-  // silently overwritten at the end (lib/model/checkpoint.h).
-  const CheckpointClaim claim(o.get_text("save"), world, ctx.device);
+}
 
-  const std::unique_ptr<TokenSource> source =
-      allocating("the data", "the --data file or --vocab", [&]() -> std::unique_ptr<TokenSource> {
-        if (data.empty()) return std::make_unique<MarkovSource>(cfg.vocab, seed);
-        return std::make_unique<TextSource>(data, seq, seed);
-      });
+// The model (initialised from `seed`) and its optimizer on this rank's TP group; running out of
+// memory is one line naming what and the flags that size it.
+struct Trainee {
+  std::unique_ptr<Gpt> model;
+  std::unique_ptr<AdamW> opt;
+};
 
-  // The tp × dp grid: `tp` is this rank's TP group (the whole world when --dp 1).
-  ProcessGrid grid(world, dp, ctx.node_of_rank);
-  Communicator& tp = grid.tp();
-  if (!grid.placement_warning().empty()) log0(world, "warning: ", grid.placement_warning());
+Trainee build(Device& device, Communicator& tp, const GptConfig& cfg, uint64_t seed,
+              const AdamWParams& hp) {
   // The size of weights and gradients (fp32) per rank, roughly, for an out-of-memory message.
   const double h = static_cast<double>(cfg.hidden), ffn = cfg.ffn ? cfg.ffn : 4.0 * h;
   const double weights = 4.0 *
@@ -548,19 +533,20 @@ int train(Context& ctx) {
   auto model_ptr =
       allocating("the model (about " + gib(2 * weights) + " of weights and gradients per rank)",
                  "--hidden/--layers/--ffn/--vocab/--seq or add ranks",
-                 [&] { return std::make_unique<Gpt>(ctx.device, tp, cfg); });
-  Gpt& model = *model_ptr;
-  model.init(seed);
-  AdamWParams hp;
-  hp.lr = static_cast<float>(o.get_real("lr"));
-  const LrSchedule schedule{hp.lr, plan.warmup, plan.decay_steps};
-  hp.weight_decay = static_cast<float>(o.get_real("weight-decay"));
+                 [&] { return std::make_unique<Gpt>(device, tp, cfg); });
+  model_ptr->init(seed);
   auto opt_ptr = allocating("AdamW's moments (about " + gib(2 * weights) + " per rank)",
                             "--hidden/--layers/--ffn/--vocab or add ranks", [&] {
-                              return std::make_unique<AdamW>(ctx.device, model.params(), hp);
+                              return std::make_unique<AdamW>(device, model_ptr->params(), hp);
                             });
-  AdamW& opt = *opt_ptr;
-  check_save_space(o.get_text("save"), world, ctx.device, model);  // before training, not after
+  return {std::move(model_ptr), std::move(opt_ptr)};
+}
+
+// --init-from (weights, step 0) or --load (weights, moments and the step): the step to start at.
+int64_t start_from(Communicator& world, Communicator& tp, const Plan& plan, Gpt& model,
+                   AdamW& opt) {
+  const std::string &init_from = plan.init_from, &load = plan.load;
+  const ModelFile& file = plan.file;
   int64_t step = 0;
   if (!init_from.empty()) {
     load_model_file(file, tp, model);
@@ -575,6 +561,44 @@ int train(Context& ctx) {
                                 : " (no optimizer state: AdamW starts fresh)");
     if (!loaded.checksums) log0(world, unverified_note(load));
   }
+  return step;
+}
+
+int train(Context& ctx) {
+  const Options& o = ctx.options;
+  Communicator& world = ctx.world;
+  Plan plan = plan_run(o, world.size());
+  GptConfig& cfg = plan.cfg;
+  const int64_t seq = plan.seq, steps = plan.steps, batch = plan.batch;
+  const uint64_t seed = plan.seed;
+  const std::string &data = plan.data, &load = plan.load, &export_dir = plan.export_dir;
+  const int dp = plan.dp;
+
+  const std::string trace = o.get_text("trace");
+  check_outputs(o, trace, export_dir);
+  // --save is this run's until it ends: a second run saving to the same file is refused now, not
+  // silently overwritten at the end (lib/model/checkpoint.h).
+  const CheckpointClaim claim(o.get_text("save"), world, ctx.device);
+
+  const std::unique_ptr<TokenSource> source =
+      allocating("the data", "the --data file or --vocab", [&]() -> std::unique_ptr<TokenSource> {
+        if (data.empty()) return std::make_unique<MarkovSource>(cfg.vocab, seed);
+        return std::make_unique<TextSource>(data, seq, seed);
+      });
+
+  // The tp × dp grid: `tp` is this rank's TP group (the whole world when --dp 1).
+  ProcessGrid grid(world, dp, ctx.node_of_rank);
+  Communicator& tp = grid.tp();
+  if (!grid.placement_warning().empty()) log0(world, "warning: ", grid.placement_warning());
+  AdamWParams hp;
+  hp.lr = static_cast<float>(o.get_real("lr"));
+  hp.weight_decay = static_cast<float>(o.get_real("weight-decay"));
+  const LrSchedule schedule{hp.lr, plan.warmup, plan.decay_steps};
+  const Trainee trainee = build(ctx.device, tp, cfg, seed, hp);
+  Gpt& model = *trainee.model;
+  AdamW& opt = *trainee.opt;
+  check_save_space(o.get_text("save"), world, ctx.device, model);  // before training, not after
+  int64_t step = start_from(world, tp, plan, model, opt);
   // Step counters: the data's sample index (step · batch + b) · (seq + 1) must not overflow.
   const int64_t last_step = std::numeric_limits<int64_t>::max() / batch / (cfg.seq + 1);
   TP_CHECK_INPUT(step <= last_step && steps <= last_step - step, "step ", step,
