@@ -12,7 +12,9 @@
 #   make docs     the textbook: Doxygen over the lesson pages and lib/ into docs/html (offline:
 #                 MathJax formulas, each lesson = introduction, results, program; warnings fail)
 #   make lesson-pages  run every lesson and write its output (and pictures) into its page's Results
-#                 (a block whose timings alone differ is kept; TIMINGS=1 rewrites those too)
+#                 (a block that differs only in timings and rounding is kept; TIMINGS=1 rewrites it)
+#   make lesson-check  every lesson and its page check only (the lessons' part of make test), e.g.
+#                 under another BLAS kernel: OPENBLAS_CORETYPE=Sandybridge make lesson-check
 #   make gpu-check  on a machine with a GPU: build, GPU tests, every lesson on the GPU, timings
 #   make gpu-emu  the correctness half of gpu-check on the CUDA emulator (any machine)
 #   make test SANITIZE=address,undefined
@@ -166,7 +168,7 @@ LINK = $(MPICXX) $(LDFLAGS) $(filter-out $(GPU_STAMP),$^) $(BLAS_LIBS) -o $@
 BACKENDS = $(LIBTP_LAUNCHER) $(LIBTP_CPU) $(GPU_LINK) $(LIBTP_MPI) $(LIBTP) $(GPU_STAMP)
 
 .PHONY: all lessons tests tools run test docs bench clean deps gpu-check gpu-emu help format fuzz \
-        lesson-pages sanitize-quick compile_commands FORCE
+        lesson-pages lesson-check sanitize-quick compile_commands FORCE
 # Keep the objects that only pattern rules mention (make would delete them as intermediates).
 # Only these: a bare .SECONDARY would also stop a missing archive from being rebuilt.
 .SECONDARY: $(patsubst %,$(BUILD)/obj/lessons/%/main.o,$(LESSONS)) \
@@ -347,9 +349,13 @@ gpu-emu: all $(EMU_BINS)
 run: lessons
 	@scripts/run-lessons.sh
 
+# make run, and each lesson's output compared with its page (and the comparison's self-test).
+lesson-check: lessons
+	@scripts/run-lessons.sh --pages
+
 # Each lesson page's "## Results" block, rewritten from a run of the lesson at its rank count, and
 # the pictures it writes copied beside the page (scripts/lesson-pages.py; make test compares). A
-# block that differs only in its timings is kept (its text quotes them) unless TIMINGS=1.
+# block that differs only in its timings and rounding is kept (its text quotes them) unless TIMINGS=1.
 lesson-pages: lessons
 	@. scripts/common.sh && MPI_FLAGS="$$MPI_FLAGS" python3 scripts/lesson-pages.py update $(if $(TIMINGS),--timings)
 

@@ -5,18 +5,21 @@
       lesson of lessons/lessons.txt (or the NAMEs) at its rank count and writes its output into its
       page, in the fenced block after the line "`mpirun -np N build/bin/lesson_NAME`:", and copies
       the pictures the lesson wrote (every build/lesson_*.svg its output names) beside the page,
-      where the page shows them as ![...](lesson_....svg). A block that differs from the output
-      only in timings (the rules below) is left as it is, so that the numbers the page's text
+      where the page shows them as ![...](lesson_....svg). A block that agrees with the output
+      (the rules below: timings, rounding) is left as it is, so that the numbers the page's text
       quotes stay; --timings rewrites it too. The pictures are copied when the block is rewritten
       or when they are missing. A lesson that does not end in PASSED leaves its page alone.
   scripts/lesson-pages.py check NAME LOG    (make test) compares LOG, the output of one run of
       lesson NAME, with its page: exit 0 when they agree, else a diff and exit 1.
   scripts/lesson-pages.py normalize FILE     prints FILE as the comparison sees it.
   scripts/lesson-pages.py selftest LOGDIR    (make test) that the comparison can fail: for every
-      lesson with a LOGDIR/lesson_NAME.log that matches its page, a copy of the block with one
-      digit changed on a compared line must differ, and one with a timing number changed must not.
+      lesson with a LOGDIR/lesson_NAME.log that matches its page, a copy of the block with a value
+      moved beyond the tolerance, an integer changed by one, a word changed, or a difference raised
+      above its printed tolerance must differ; one with a last-digit rounding change, a timing
+      number changed, or a difference replaced by another below its tolerance must not.
 
-The comparison is exact except for what changes from run to run or machine to machine:
+The comparison is by meaning, not by digits: what changes from run to run or machine to machine is
+set aside (rules 1-4), and the numbers that are left compare by what they are (rules 5-7).
 
   1. times and rates: a number followed by a time or rate unit (ns, us, µs, ms, s, GB/s, MB/s,
      tok/s, tokens/s) becomes "#"; on a line that has one, so do the numbers followed by "%" or "×"
@@ -27,11 +30,21 @@ The comparison is exact except for what changes from run to run or machine to ma
      "#wrong", are compared);
   3. the machine: the MPI library's version ("mpi (MPICH 4.0.2)") and the OpenMP thread count
      ("openmp x2");
-  4. spacing: on table lines (starting with "|") and on the lines rules 1 and 2 changed, runs of spaces,
-     and of "-" in a table's rule line, count as one (a column's width follows its widest cell,
-     which may be a time); trailing spaces are ignored everywhere.
+  4. spacing: runs of spaces count as one (a column's width follows its widest cell, which may be a
+     time or a value printed with one digit more), and so do runs of "-" in a table's rule line;
+     trailing spaces are ignored;
+  5. integers (no "." and no exponent: counts, bytes, shapes, ranks, steps) match exactly;
+  6. floating values (with a "." or an exponent) match when |page - output| <= RTOL * max(|page|,
+     |output|) + ATOL, RTOL = 1e-5 and ATOL = 1e-6: fp32 results agree to about 1e-7 relative, but
+     OpenBLAS picks its kernels by CPU (OPENBLAS_CORETYPE), sums in another order, and a printed
+     last digit (six significant digits) moves; ATOL is for values near 0 (a 0.00e+00 that is
+     8.18e-08 elsewhere, a small element of a vector of O(1) values);
+  7. a difference or error printed beside its tolerance, on a line with the word "difference" or
+     "error" and "tolerance T" / "rtol T" / "tol T" ("largest relative difference over 20 steps
+     1.13e-07 (tolerance 1.00e-04)"): a floating value after that word matches any value that is
+     also below T (the page says "below T", not which rounding error the machine made).
 
-Every other character, number and line must be the same.
+Every other character and line must be the same: words, PASSED lines, the order of the lines.
 
 MPIEXEC and MPI_FLAGS (scripts/common.sh) say how to start a lesson; BUILD where its binary is.
 """
@@ -52,6 +65,14 @@ TIMED = re.compile(_NUM + r"(?=\s?(?:ns|us|µs|ms|s|GB/s|MB/s|tok/s|tokens/s)(?!
 SHARE = re.compile(_NUM + r"(?=\s?[%×])")
 NCCL_HEADER = re.compile(r"^#.*\((?:ns|us|µs|ms|s|GB/s|MB/s)\)")
 NUMERIC_ROW = re.compile(r"^[\s\d.eE+-]+$")
+# Rules 5-7: the numbers left after normalize(). VALUE is a number standing alone (not part of a
+# name such as lesson_05 or x2, a version such as 0.3.21, or 4L); it may end a sentence ("… 3.5.").
+VALUE = re.compile(r"(?<![\w.#])[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?!\w|\.\d)")
+RTOL, ATOL = 1e-5, 1e-6
+TOLERANCE = re.compile(r"\b(?:tolerance|rtol|tol)\b[\s=:]*([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)")
+DIFFERENCE = re.compile(r"\b(?:differences?|errors?)\b", re.I)
+RULES = (f"'#': a timing number, not compared; integers compared exactly, floating values within "
+         f"relative {RTOL:g} + absolute {ATOL:g}, a difference below its printed tolerance as below it")
 MACHINE = [
     (re.compile(r"\b(mpi) \((?:MPICH|Open MPI|Intel\(R\) MPI|MVAPICH)[^)]*\)"), r"\1 (MPI #)"),
     (re.compile(r"\bopenmp x\d+"), "openmp x#"),
@@ -145,6 +166,68 @@ def page_output(name):
     return lines[where[0]:where[1]]
 
 
+def is_float(text):
+    return "." in text or "e" in text or "E" in text
+
+
+def skeleton(line):
+    """The line as rules 4-7 see its words: each value replaced by one mark, runs of spaces by one."""
+    return re.sub(r" +", " ", VALUE.sub("\0", line))
+
+
+def difference_limit(line, m):
+    """T when the value m (a VALUE match on line) is a difference printed beside its tolerance T
+    (rule 7), else None."""
+    tol = TOLERANCE.search(line)
+    if not tol or m.start() == tol.start(1) or not is_float(m.group()):
+        return None
+    if not DIFFERENCE.search(line, 0, m.start()):
+        return None
+    return abs(float(tol.group(1)))
+
+
+def value_mismatch(page_line, out_line):
+    """None when two lines with the same skeleton agree by rules 5-7, else what differs."""
+    for a, b in zip(VALUE.finditer(page_line), VALUE.finditer(out_line)):
+        x, y = a.group(), b.group()
+        if not is_float(x) and not is_float(y):
+            if x != y:
+                return f"{x} is {y} (an integer: compared exactly)"
+            continue
+        p, q = float(x), float(y)
+        limit = difference_limit(page_line, a)
+        if limit is not None and abs(p) < limit and abs(q) < limit:
+            continue
+        if not abs(p - q) <= RTOL * max(abs(p), abs(q)) + ATOL:
+            far = abs(p - q) / max(abs(p), abs(q))
+            return f"{x} is {y} (relative difference {far:.1e})"
+    return None
+
+
+def compare(page, out):
+    """(the page's lines, the output's lines, notes) as the comparison sees them: normalized, and each
+    output line that agrees with the page line it stands against (rules 5-7) replaced by that line,
+    so that the two lists are equal exactly when the page agrees with the output."""
+    a, b = normalize(page), normalize(out)
+    seen, notes = list(b), []
+    matcher = difflib.SequenceMatcher(None, [skeleton(x) for x in a], [skeleton(x) for x in b], autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag != "equal":
+            continue
+        for i, j in zip(range(i1, i2), range(j1, j2)):
+            why = value_mismatch(a[i], b[j])
+            if why is None:
+                seen[j] = a[i]
+            else:
+                notes.append(f"output line {j + 1}: {why}")
+    return a, seen, notes
+
+
+def agrees(page, out):
+    a, seen, _ = compare(page, out)
+    return a == seen
+
+
 def check(name, log, page=None):
     rel = os.path.relpath(page_path(name), ROOT)
     page = page_output(name) if page is None else page
@@ -153,70 +236,122 @@ def check(name, log, page=None):
         return 1
     with open(log, encoding="utf-8", errors="replace") as fh:
         got = fh.read().split("\n")
-    a, b = normalize(page), normalize(got)
-    if a == b:
+    a, seen, notes = compare(page, got)
+    if a == seen:
         return 0
-    diff = list(difflib.unified_diff(a, b, f"{rel} (its Results block)", f"the output of lesson_{name}",
+    diff = list(difflib.unified_diff(a, seen, f"{rel} (its Results block)", f"the output of lesson_{name}",
                                      n=1, lineterm=""))
-    print(f"lesson {name}: its page differs from its output ('#': a timing number, not compared); "
-          f"run make lesson-pages")
+    print(f"lesson {name}: its page differs from its output ({RULES}); run make lesson-pages")
     for line in diff[:60]:
         print("    " + line)
     if len(diff) > 60:
         print(f"    … {len(diff) - 60} more diff lines")
+    for note in notes[:10]:
+        print(f"    value: {note}")
     return 1
 
 
+# ---- the self-test: the comparison catches what it must and lets pass what it must ---------------
+
+
+def compared_lines(page):
+    """The indices of the page's lines that rules 1-3 leave whole (no timing, no machine), middle
+    first (the title and the PASSED line are the least interesting)."""
+    norm = normalize(page)
+    squash = lambda x: re.sub(r" +", " ", x.rstrip())  # noqa: E731
+    keep = [i for i in range(len(norm)) if page[i].strip() and squash(norm[i]) == squash(page[i])]
+    half = len(page) // 2
+    return [i for i in keep if i >= half] + [i for i in keep if i < half]
+
+
+def significant(text):
+    """The number of significant digits of a printed value."""
+    mantissa = re.split(r"[eE]", text.lstrip("+-"))[0].replace(".", "").lstrip("0")
+    return len(mantissa)
+
+
+def mutations(page):
+    """{kind: (line index, mutated line)}: one page change of each kind the self-test tries, where the
+    page has one. Each kind's first value says whether the comparison must catch it."""
+    found = {}
+
+    def offer(kind, i, line, m, text):
+        if kind not in found:
+            found[kind] = (i, line[:m.start()] + text + line[m.end():])
+
+    for i in compared_lines(page):
+        line = page[i]
+        for m in VALUE.finditer(line):
+            x = m.group()
+            limit = difference_limit(line, m)
+            if not is_float(x):
+                offer("a count changed by one", i, line, m, str(int(x) + 1))
+            elif limit is not None and abs(float(x)) < limit:
+                offer("a difference raised above its tolerance", i, line, m, f"{10 * limit:.2e}")
+                offer("a difference replaced by another below its tolerance", i, line, m, f"{limit / 2:.2e}")
+            elif limit is None:
+                v = float(x)
+                offer("a value moved beyond the tolerance", i, line, m,
+                      f"{v + 10 * (RTOL * abs(v) + ATOL):.9g}")
+                if significant(x) >= 6:
+                    head, digits, tail = re.match(r"(.*?)(\d)((?:[eE][-+]?\d+)?)$", x).groups()
+                    offer("a last-digit rounding change", i, line, m,
+                          head + ("8" if digits == "9" else str(int(digits) + 1)) + tail)
+        for m in re.finditer(r"\b[A-Za-z]{4,}\b", line):
+            w = m.group()
+            offer("a word changed", i, line, m, w[0] + ("y" if w[1] == "x" else "x") + w[2:])
+    for i, line in enumerate(page):
+        m = TIMED.search(line)
+        if m and "a timing number changed" not in found:
+            d = m.end() - 1  # the number's last digit
+            found["a timing number changed"] = (i, line[:d] + str((int(line[d]) + 1) % 10) + line[d + 1:])
+    return found
+
+
+CAUGHT = ("a value moved beyond the tolerance", "a count changed by one", "a word changed",
+          "a difference raised above its tolerance")
+PASSED_OVER = ("a last-digit rounding change", "a timing number changed",
+               "a difference replaced by another below its tolerance")
+
+
 def selftest(logdir):
-    """For each lesson whose log matches its page: one changed digit on a compared line must be
-    caught, one changed timing number must not. Prints one line per lesson; exit 1 on a miss."""
-    bad, tried = 0, 0
+    """For each lesson whose log agrees with its page: each change of CAUGHT must be caught, each of
+    PASSED_OVER must not. Prints one line per lesson; exit 1 on a miss or a kind never tried."""
+    bad, tried, logged, counts = 0, 0, 0, {kind: 0 for kind in CAUGHT + PASSED_OVER}
     for name, _ in lessons():
         log = os.path.join(logdir, f"lesson_{name}.log")
         page = page_output(name)
         if not os.path.isfile(log) or isinstance(page, str):
             continue
+        logged += 1
         with open(log, encoding="utf-8", errors="replace") as fh:
             got = fh.read().split("\n")
-        if normalize(page) != normalize(got):
+        if not agrees(page, got):
+            print(f"· lesson {name}: its page differs from its output, so it is not tried here")
             continue
         tried += 1
-        norm = normalize(page)
-        strict = timed = None
-        half = len(page) // 2  # prefer a line from the middle of the output to its title
-        for i in list(range(half, len(page))) + list(range(half)):
-            line = page[i]
-            digits = [m.start() for m in re.finditer(r"\d", line)]
-            for d in digits:
-                mutated = line[:d] + str((int(line[d]) + 1) % 10) + line[d + 1:]
-                changed = normalize(page[:i] + [mutated] + page[i + 1:]) != norm
-                if changed and strict is None:
-                    strict = (i, mutated)
-                if not changed and timed is None and TIMED.search(line):
-                    timed = (i, mutated)
-            if strict and timed:
-                break
-        if strict is None:
-            bad += 1
-            print(f"✗ lesson {name}: no digit of its page is compared (changing any is not caught)")
-        for what, case, must_differ in (("a compared digit", strict, True), ("a timing number", timed, False)):
-            if case is None:
-                continue
-            i, mutated = case
-            copy = page[:i] + [mutated] + page[i + 1:]
-            with open(os.devnull, "w") as null:
-                old, sys.stdout = sys.stdout, null
-                try:
-                    rc = check(name, log, copy)
-                finally:
-                    sys.stdout = old
-            if (rc != 0) != must_differ:
+        done = []
+        for kind, (i, mutated) in mutations(page).items():
+            must_differ = kind in CAUGHT
+            counts[kind] += 1
+            if agrees(page[:i] + [mutated] + page[i + 1:], got) == must_differ:
                 bad += 1
-                print(f"✗ lesson {name}: changing {what} in its page ({mutated.strip()[:60]!r}) was "
+                print(f"✗ lesson {name}: {kind} ({mutated.strip()[:70]!r}) was "
                       f"{'not caught' if must_differ else 'reported as a difference'}")
-    print(f"{'✗' if bad or not tried else '✓'} page check: on {tried} lessons' pages a changed digit is "
-          f"caught and a changed timing number is not" + (f" ({bad} misses)" if bad else ""))
-    return 1 if bad or not tried else 0
+            else:
+                done.append(kind)
+        print(f"  lesson {name}: tried {', '.join(done) if done else 'nothing'}")
+    # A kind no page offers is a miss when every page was tried (with fewer, the page that has it
+    # may be one that differs, which make test reports already).
+    never = [kind for kind, n in counts.items() if n == 0] if tried == logged else []
+    for kind in never:
+        print(f"✗ no lesson's page has a line where {kind} could be tried")
+    ok = not bad and not never and tried
+    caught = ", ".join(f"{kind} ({counts[kind]})" for kind in CAUGHT)
+    passed = ", ".join(f"{kind} ({counts[kind]})" for kind in PASSED_OVER)
+    print(f"{'✓' if ok else '✗'} page check, on {tried} lessons' pages: caught: {caught}; not caught: "
+          f"{passed}" + (f" ({bad} misses)" if bad else ""))
+    return 0 if ok else 1
 
 
 def run(name, np):
@@ -262,8 +397,9 @@ def update(args):
         body = [x.rstrip() for x in out.rstrip("\n").split("\n")]
         if body == [x.rstrip() for x in old]:
             what, write = "unchanged", False
-        elif normalize(body) == normalize(old):
-            what, write = ("timings rewritten", True) if timings else ("unchanged but for timings (kept)", False)
+        elif agrees(old, body):
+            what, write = (("timings and rounding rewritten", True) if timings
+                           else ("unchanged but for timings and rounding (kept)", False))
         else:
             what, write = "updated", True
         new = "\n".join(lines[:where[0]] + body + lines[where[1]:])

@@ -5,9 +5,17 @@
 # ("PASSED: Q quantities checked against one device (…); F other facts checked" → Q and F; on
 # failure "FAILED: D of N comparisons differ" → "D of N"), seconds. Exit 0 when every lesson ends
 # in PASSED.
+#
+#   scripts/run-lessons.sh --pages   (make lesson-check) also compares each lesson's output with
+#       its page (scripts/lesson-pages.py check: timings and rounding aside, within the tolerances
+#       it states), a "page" column in the summary, and runs the check's self-test on these logs;
+#       exit 0 when every lesson passed and every page agrees. Cheap enough to repeat under another
+#       OpenBLAS core type (OPENBLAS_CORETYPE=Sandybridge make lesson-check; .ci/run does).
 set -u
 cd "$(dirname "$0")/.." || exit 2
 . scripts/common.sh
+pages=0
+[ "${1:-}" = --pages ] && pages=1
 logs=$BUILD/run-logs
 mkdir -p "$logs"
 fail=0
@@ -32,13 +40,26 @@ while read -r name np; do
     result=FAILED; fail=1
     echo "lesson $name FAILED (exit $rc)"
   fi
-  summary+=("$(printf '%-26s %5s  %-6s  %12s  %5s  %7s' "$name" "$np" "$result" "${quantities:--}" "${facts:-0}" "$secs")")
+  page=
+  if [ $pages = 1 ]; then
+    if python3 scripts/lesson-pages.py check "$name" "$log" >"$logs/page_$name.diff" 2>&1; then page=agrees
+    else page=DIFFERS; fail=1; cat "$logs/page_$name.diff"; fi
+  fi
+  summary+=("$(printf '%-26s %5s  %-6s  %12s  %5s  %7s%s' "$name" "$np" "$result" "${quantities:--}" "${facts:-0}" "$secs" "${page:+  $page}")")
 done < <(lesson_list)
 total=$(awk -v a="$total_start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
 echo
 echo "================ summary (logs: $logs/)"
-printf '%-26s %5s  %-6s  %12s  %5s  %7s\n' lesson ranks result "vs 1 device" facts seconds
+printf '%-26s %5s  %-6s  %12s  %5s  %7s%s\n' lesson ranks result "vs 1 device" facts seconds "$([ $pages = 1 ] && echo "  page")"
 for line in "${summary[@]}"; do echo "$line"; done
 passed=$(printf '%s\n' "${summary[@]}" | grep -c ' PASSED ')
-echo "${#summary[@]} lessons: $passed PASSED, $((${#summary[@]} - passed)) FAILED, $total s"
+if [ $pages = 1 ]; then
+  python3 scripts/lesson-pages.py selftest "$logs" >"$logs/page_selftest.log" 2>&1 || fail=1
+  head -n -1 "$logs/page_selftest.log" | grep '^✗'; tail -1 "$logs/page_selftest.log"
+  differ=$(printf '%s\n' "${summary[@]}" | grep -c ' DIFFERS$')
+  core=${OPENBLAS_CORETYPE:+, OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE}
+  echo "${#summary[@]} lessons: $passed PASSED, $((${#summary[@]} - passed)) FAILED; pages: $((${#summary[@]} - differ)) agree, $differ differ$core; $total s"
+else
+  echo "${#summary[@]} lessons: $passed PASSED, $((${#summary[@]} - passed)) FAILED, $total s"
+fi
 exit $fail

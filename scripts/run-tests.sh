@@ -15,8 +15,9 @@
 #   every lesson at its rank count  counts once (exit 0 and PASSED); scripts/check-lessons.py: the
 #                                   rank counts of lessons/lessons.txt are what --help and the docs say
 #   every lesson's page             counts once: its "## Results" block is that run's output, but for
-#                                   timings (scripts/lesson-pages.py check; make lesson-pages fixes it);
-#                                   and once that this check catches a changed digit (selftest)
+#                                   timings and rounding (scripts/lesson-pages.py check states the
+#                                   tolerances; make lesson-pages fixes it); and once that this check
+#                                   catches a changed value, count or word, and not a rounding (selftest)
 #   bad-input and failure checks    wrong rank count, unknown flag, --backend gpu without a GPU (or
 #                                   without the GPU backend), one rank failing: each must exit
 #                                   non-zero, quickly, with a clear line
@@ -180,16 +181,17 @@ while read -r name np; do
   else
     fail "lesson $name (-np $np): $(grep -E '^(FAILED|error|rank)' "$log" | head -1) (see $log)"
   fi
-  # Its page shows this output (timing numbers aside: scripts/lesson-pages.py says which).
+  # Its page shows this output (timings and rounding aside: scripts/lesson-pages.py says how).
   if python3 scripts/lesson-pages.py check "$name" "$log" >"$logs/page_$name.diff" 2>&1; then
-    pass 1; echo "✓ lessons/$name/README.md: its Results are this run's output (timings aside)"
+    pass 1; echo "✓ lessons/$name/README.md: its Results are this run's output (timings and rounding aside)"
   else
     fail "lessons/$name/README.md differs from the output of lesson $name; run make lesson-pages (diff: $logs/page_$name.diff)"
     cat "$logs/page_$name.diff"
   fi
 done < <(lesson_list)
-# And that page check can fail: a page with one compared digit changed is caught, one with a timing
-# number changed is not (on every lesson whose page matched above).
+# And that page check can fail: a page with a value moved beyond the tolerance, a count changed by
+# one or a word changed is caught; one with a last-digit rounding change or a timing number changed
+# is not (on every lesson whose page matched above).
 if python3 scripts/lesson-pages.py selftest "$logs" >"$logs/page_selftest.log" 2>&1; then
   pass 1; tail -1 "$logs/page_selftest.log"
 else

@@ -57,6 +57,10 @@ std::string sci(double x) {
   return buf;
 }
 
+// Losses are printed to 5 decimals: fp32 sums in another order (another t, another BLAS kernel)
+// move a loss of about 5 by a few 1e-7, so a sixth decimal would show that rounding, not the curve.
+constexpr int kLossDecimals = 5;
+
 std::string fixed(double x, int digits) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.*f", digits, x);
@@ -474,7 +478,7 @@ int main(int argc, char** argv) {
     for (int64_t i = 0; i < s.steps; ++i) {
       if (i % 5 != 0 && i + 1 != s.steps) continue;
       std::vector<std::string> row = {std::to_string(i + 1)};
-      for (const Run& r : runs) row.push_back(fixed(r.loss[static_cast<size_t>(i)], 6));
+      for (const Run& r : runs) row.push_back(fixed(r.loss[static_cast<size_t>(i)], kLossDecimals));
       curve.add(row);
     }
     L.say(curve.str());
@@ -549,10 +553,10 @@ int main(int argc, char** argv) {
                            "loss at step " + std::to_string(s.sp_steps)});
     const size_t k = static_cast<size_t>(s.sp_steps - 1);
     designs.add({"plain TP", "identity / all-reduce", ops(plain), mib(plain.wire_per_step),
-                 mib(plain.activations), mib(peaks.back()), fixed(plain.loss[k], 6)});
+                 mib(plain.activations), mib(peaks.back()), fixed(plain.loss[k], kLossDecimals)});
     designs.add({"TP + SP (--sp)", "all-gather / reduce-scatter", ops(sp_run),
                  mib(sp_run.wire_per_step), mib(sp_run.activations), mib(sp_peak),
-                 fixed(sp_run.loss[k], 6)});
+                 fixed(sp_run.loss[k], kLossDecimals)});
     L.say(designs.str());
     L.say("  plain TP, one step's collectives:");
     L.say(ledger_table(plain.step_records).str());
