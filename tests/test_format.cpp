@@ -1,12 +1,16 @@
 // test_format.cpp — what the programs compute and print through lib/ instead of their own copies:
-// the number formats (core/format.h), the median of timings (observe/timer.h) and the learning
-// rate schedule (model/schedule.h) (serial).
+// the number formats (core/format.h), the median of timings (observe/timer.h), the learning rate
+// schedule (model/schedule.h) and a model file's shape merged with the flags (model/file_shape.h)
+// (serial).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "core/format.h"
+#include "core/options.h"
+#include "model/file_shape.h"
 #include "model/schedule.h"
 #include "observe/timer.h"
 
@@ -78,6 +82,104 @@ TEST(Schedule, DecayNotAboveWarmupMeansNone) {
   const LrSchedule s{1e-3f, 5, 5};
   EXPECT_EQ(tp::learning_rate(s, 5), 1e-3f);
   EXPECT_EQ(tp::learning_rate(s, 100), 1e-3f);
+}
+
+// The shape flags as tp_train declares them, parsed from `args`; cfg holds their values.
+struct Flags {
+  tp::Options o{"prog", "shape flags"};
+  tp::GptConfig cfg;
+  int64_t seq = 0;
+  explicit Flags(std::vector<const char*> args) {
+    o.integer("layers", 2, "").integer("hidden", 64, "").integer("heads", 4, "");
+    o.integer("kv-heads", 0, "").integer("ffn", 0, "").integer("vocab", 0, "");
+    o.integer("seq", 64, "").text("act", "gelu", "").text("norm", "layernorm", "");
+    o.flag("untie", "");
+    args.insert(args.begin(), "prog");
+    o.parse(static_cast<int>(args.size()), args.data());
+    cfg.layers = o.get_int("layers");
+    cfg.hidden = o.get_int("hidden");
+    cfg.heads = o.get_int("heads");
+    cfg.kv_heads = o.get_int("kv-heads");
+    cfg.ffn = o.get_int("ffn");
+    cfg.vocab = o.get_int("vocab");
+    cfg.seq = seq = o.get_int("seq");
+    cfg.act = o.get_text("act");
+    cfg.norm = o.get_text("norm");
+    cfg.tied = !o.get_flag("untie");
+  }
+};
+
+tp::ModelFile file(bool hub) {
+  tp::ModelFile f;
+  f.path = "f.safetensors";
+  f.hub = hub;
+  f.config.layers = 3;
+  f.config.hidden = 96;
+  f.config.heads = 6;
+  f.config.ffn = 384;
+  f.config.vocab = 300;
+  f.config.seq = 128;
+  f.config.act = "swiglu";
+  f.config.norm = "rmsnorm";
+  f.config.tied = false;
+  return f;
+}
+
+TEST(FileShape, NoFlagsTakeTheFileShape) {
+  for (tp::FileShape rule : {tp::FileShape::FlagsMustAgree, tp::FileShape::FlagsOverride}) {
+    Flags fl({});
+    std::vector<std::string> problems;
+    tp::shape_from_file(file(false), fl.o, rule, fl.cfg, fl.seq, problems);
+    EXPECT_TRUE(problems.empty());
+    EXPECT_EQ(fl.cfg.layers, 3);
+    EXPECT_EQ(fl.cfg.hidden, 96);
+    EXPECT_EQ(fl.cfg.heads, 6);
+    EXPECT_EQ(fl.cfg.kv_heads, 0);  // = heads
+    EXPECT_EQ(fl.cfg.ffn, 384);
+    EXPECT_EQ(fl.cfg.vocab, 300);
+    EXPECT_EQ(fl.cfg.act, "swiglu");
+    EXPECT_EQ(fl.cfg.norm, "rmsnorm");
+    EXPECT_FALSE(fl.cfg.tied);
+    EXPECT_EQ(fl.cfg.seq, 128);
+    EXPECT_EQ(fl.seq, 128);  // a checkpoint: the length it was saved with
+  }
+}
+
+TEST(FileShape, FlagsMustAgreeNamesEachOneThatDiffers) {
+  Flags fl({"--heads", "8", "--layers", "3", "--norm", "layernorm"});
+  std::vector<std::string> problems;
+  tp::shape_from_file(file(false), fl.o, tp::FileShape::FlagsMustAgree, fl.cfg, fl.seq, problems);
+  ASSERT_EQ(problems.size(), 2u);
+  EXPECT_EQ(problems[0], "--heads=8 disagrees with f.safetensors (6); drop --heads");
+  EXPECT_EQ(problems[1], "--norm=layernorm disagrees with f.safetensors (rmsnorm); drop --norm");
+  EXPECT_EQ(fl.cfg.heads, 6);  // the file's shape all the same
+  EXPECT_EQ(fl.cfg.norm, "rmsnorm");
+}
+
+TEST(FileShape, FlagsOverrideACheckpoint) {
+  Flags fl({"--heads", "8", "--seq", "32"});
+  std::vector<std::string> problems;
+  tp::shape_from_file(file(false), fl.o, tp::FileShape::FlagsOverride, fl.cfg, fl.seq, problems);
+  EXPECT_TRUE(problems.empty());
+  EXPECT_EQ(fl.cfg.heads, 8);   // given: kept
+  EXPECT_EQ(fl.cfg.layers, 3);  // not given: the file's
+  EXPECT_EQ(fl.seq, 32);        // shorter sequences than the table
+  EXPECT_EQ(fl.cfg.seq, 128);   // the whole position table stays
+}
+
+TEST(FileShape, SequenceLength) {
+  Flags longer({"--seq", "256"});
+  std::vector<std::string> problems;
+  tp::shape_from_file(file(false), longer.o, tp::FileShape::FlagsOverride, longer.cfg, longer.seq,
+                      problems);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_EQ(problems[0], "--seq=256 is larger than the position table of 128 in f.safetensors");
+  Flags hub({});  // --seq's default, 64: a Hugging Face file keeps it when the table is longer
+  problems.clear();
+  tp::shape_from_file(file(true), hub.o, tp::FileShape::FlagsMustAgree, hub.cfg, hub.seq, problems);
+  EXPECT_TRUE(problems.empty());
+  EXPECT_EQ(hub.seq, 64);
+  EXPECT_EQ(hub.cfg.seq, 128);
 }
 
 }  // namespace

@@ -45,6 +45,7 @@
 #include "model/audit.h"
 #include "model/checkpoint.h"
 #include "model/data.h"
+#include "model/file_shape.h"
 #include "model/gpt.h"
 #include "model/hf_gpt2.h"
 #include "model/memory.h"
@@ -128,53 +129,6 @@ GptConfig config_from(const Options& o) {
   return c;
 }
 
-// --init-from F, or --load F: the model's shape comes from the file. With --init-from (or a
-// Hugging Face file given to --load) each shape flag the command line gives must agree with it;
-// with --load of a checkpoint a flag given overrides, and load_checkpoint names what differs.
-// The model keeps the file's whole position table (cfg.seq); `seq`, the length of a training
-// sequence, may be shorter: --seq, or for a checkpoint the length it was saved with.
-void shape_from_file(const ModelFile& f, const Options& o, bool strict, GptConfig& cfg,
-                     int64_t& seq, std::vector<std::string>& problems) {
-  const GptConfig& fc = f.config;
-  auto take = [&](const char* flag, int64_t& mine, int64_t from_file, int64_t given_value) {
-    if (o.given(flag) && strict && given_value != from_file)
-      problems.push_back(std::string("--") + flag + "=" + std::to_string(given_value) +
-                         " disagrees with " + f.path + " (" + std::to_string(from_file) +
-                         "); drop --" + flag);
-    if (!o.given(flag) || strict) mine = from_file;
-  };
-  take("layers", cfg.layers, fc.layers, cfg.layers);
-  take("hidden", cfg.hidden, fc.hidden, cfg.hidden);
-  take("heads", cfg.heads, fc.heads, cfg.heads);
-  if (o.given("kv-heads") && strict && cfg.kv() != fc.kv())
-    problems.push_back("--kv-heads=" + std::to_string(cfg.kv_heads) + " disagrees with " + f.path +
-                       " (" + std::to_string(fc.kv()) + "); drop --kv-heads");
-  if (!o.given("kv-heads") || strict)
-    cfg.kv_heads = fc.kv() == fc.heads ? 0 : fc.kv();  // 0: = heads
-  take("ffn", cfg.ffn, fc.inner(), cfg.ffn > 0 ? cfg.ffn : fc.inner());
-  take("vocab", cfg.vocab, fc.vocab, cfg.vocab);
-  for (const auto& [flag, mine, theirs] :
-       {std::tuple<const char*, std::string*, std::string>{"act", &cfg.act, fc.act},
-        {"norm", &cfg.norm, fc.norm}}) {
-    if (o.given(flag) && strict && *mine != theirs)
-      problems.push_back(std::string("--") + flag + "=" + *mine + " disagrees with " + f.path +
-                         " (" + theirs + "); drop --" + flag);
-    if (!o.given(flag) || strict) *mine = theirs;
-  }
-  if (o.given("untie") && strict && cfg.tied != fc.tied)
-    problems.push_back(std::string("--untie") + " disagrees with " + f.path +
-                       (fc.tied ? " (its head is tied to wte)" : " (its head is untied)"));
-  if (!o.given("untie") || strict) cfg.tied = fc.tied;
-  cfg.eps = fc.eps;
-  if (o.given("seq") && seq > fc.seq) {
-    problems.push_back("--seq=" + std::to_string(seq) + " is larger than the position table of " +
-                       std::to_string(fc.seq) + " in " + f.path);
-  } else if (!o.given("seq")) {
-    seq = f.hub ? std::min(seq, fc.seq) : fc.seq;
-  }
-  cfg.seq = fc.seq;
-}
-
 // Every rank got (or was told of) SIGINT/SIGTERM and stands at the same step boundary: write an
 // emergency checkpoint when --save is given, then end with 128 + the signal on every rank.
 [[noreturn]] void stop_after_signal(Communicator& world, ProcessGrid& grid, const Options& o,
@@ -240,7 +194,9 @@ Plan plan_run(const Options& o, int world_size) {
     file = inspect_model_file(init_from.empty() ? load : init_from,
                               o.given("heads") ? o.get_int("heads") : 0);
     if (file.hub && !load.empty()) std::swap(init_from, load);
-    shape_from_file(file, o, !init_from.empty(), cfg, seq, problems);
+    shape_from_file(file, o,
+                    init_from.empty() ? FileShape::FlagsOverride : FileShape::FlagsMustAgree, cfg,
+                    seq, problems);
     if (!data.empty() && cfg.vocab < 256)
       problems.push_back("--data uses byte tokens (ids 0..255), but " + file.path +
                          " has a vocabulary of " + std::to_string(cfg.vocab));
