@@ -93,19 +93,12 @@ struct Flags {
     o.integer("layers", 2, "").integer("hidden", 64, "").integer("heads", 4, "");
     o.integer("kv-heads", 0, "").integer("ffn", 0, "").integer("vocab", 0, "");
     o.integer("seq", 64, "").text("act", "gelu", "").text("norm", "layernorm", "");
-    o.flag("untie", "");
+    o.flag("untie", "").real("dropout", 0, "").flag("sp", "").text("overlap", "none", "");
+    o.integer("pad-vocab-multiple", 1, "");
     args.insert(args.begin(), "prog");
     o.parse(static_cast<int>(args.size()), args.data());
-    cfg.layers = o.get_int("layers");
-    cfg.hidden = o.get_int("hidden");
-    cfg.heads = o.get_int("heads");
-    cfg.kv_heads = o.get_int("kv-heads");
-    cfg.ffn = o.get_int("ffn");
-    cfg.vocab = o.get_int("vocab");
-    cfg.seq = seq = o.get_int("seq");
-    cfg.act = o.get_text("act");
-    cfg.norm = o.get_text("norm");
-    cfg.tied = !o.get_flag("untie");
+    cfg = tp::config_from_flags(o);
+    seq = cfg.seq;
   }
 };
 

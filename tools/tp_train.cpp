@@ -110,25 +110,6 @@ auto allocating(const std::string& what, const std::string& flags, Make make) {
   }
 }
 
-GptConfig config_from(const Options& o) {
-  GptConfig c;
-  c.layers = o.get_int("layers");
-  c.hidden = o.get_int("hidden");
-  c.heads = o.get_int("heads");
-  c.kv_heads = o.get_int("kv-heads");
-  c.ffn = o.get_int("ffn");
-  c.vocab = o.get_int("vocab");
-  c.seq = o.get_int("seq");
-  c.act = o.get_text("act");
-  c.norm = o.get_text("norm");
-  c.dropout = static_cast<float>(o.get_real("dropout"));
-  c.tied = !o.get_flag("untie");
-  c.sp = o.get_flag("sp");
-  c.overlap = o.get_text("overlap");
-  c.pad_vocab_multiple = o.get_int("pad-vocab-multiple");
-  return c;
-}
-
 // Every rank got (or was told of) SIGINT/SIGTERM and stands at the same step boundary: write an
 // emergency checkpoint when --save is given, then end with 128 + the signal on every rank.
 [[noreturn]] void stop_after_signal(Communicator& world, ProcessGrid& grid, const Options& o,
@@ -162,7 +143,7 @@ struct Plan {
 Plan plan_run(const Options& o, int world_size) {
   Plan r;
   GptConfig& cfg = r.cfg;
-  cfg = config_from(o);
+  cfg = config_from_flags(o);
   int64_t& seq = r.seq;
   seq = cfg.seq;  // the length of a training sequence (cfg.seq: the position table)
   const int64_t steps = r.steps = o.get_int("steps"), batch = r.batch = o.get_int("batch");

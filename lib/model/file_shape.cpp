@@ -5,6 +5,25 @@
 
 namespace tp {
 
+GptConfig config_from_flags(const Options& o) {
+  GptConfig c;
+  c.layers = o.get_int("layers");
+  c.hidden = o.get_int("hidden");
+  c.heads = o.get_int("heads");
+  c.kv_heads = o.get_int("kv-heads");
+  c.ffn = o.get_int("ffn");
+  c.vocab = o.get_int("vocab");
+  c.seq = o.get_int("seq");
+  c.act = o.get_text("act");
+  c.norm = o.get_text("norm");
+  c.dropout = static_cast<float>(o.get_real("dropout"));
+  c.tied = !o.get_flag("untie");
+  c.sp = o.get_flag("sp");
+  c.overlap = o.get_text("overlap");
+  c.pad_vocab_multiple = o.get_int("pad-vocab-multiple");
+  return c;
+}
+
 void shape_from_file(const ModelFile& f, const Options& o, FileShape rule, GptConfig& cfg,
                      int64_t& seq, std::vector<std::string>& problems) {
   const bool strict = rule == FileShape::FlagsMustAgree;

@@ -1,5 +1,5 @@
-// file_shape.h — the model's shape when a file gives it (--init-from F, --load F), merged with the
-// shape flags of the command line.
+// file_shape.h — the model the shape flags ask for, and its shape when a file gives it
+// (--init-from F, --load F), merged with the shape flags of the command line.
 //
 // Shape letters as in core/device.h: h = hidden, nh = heads, nkv = KV heads, ffn = the MLP's inner
 // width, V = vocabulary, S = positions (cfg.seq: the file's position table) and the length of a
@@ -15,6 +15,10 @@
 #include "model/hf_gpt2.h"
 
 namespace tp {
+
+/// The model the flags ask for: --layers, --hidden, --heads, --kv-heads, --ffn, --vocab, --seq,
+/// --act, --norm, --dropout, --untie, --sp, --overlap and --pad-vocab-multiple (tp_train's).
+GptConfig config_from_flags(const Options& o);
 
 /// How a shape flag given on the command line meets the file's shape.
 enum class FileShape {
