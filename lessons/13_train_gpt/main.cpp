@@ -448,20 +448,20 @@ int main(int argc, char** argv) {
       const int64_t expect_params = (n_params - replicated) / r.t + replicated;
       L.check_fact("t = " + std::to_string(r.t) + ": parameters per rank = split / t + replicated",
                    {static_cast<float>(r.local_params)}, {static_cast<float>(expect_params)}, 0);
-      L.check_fact(
+      L.check_true(
           "t = " + std::to_string(r.t) + ": block 0's activations = the formula (memory.h)",
-          {static_cast<float>(w.formula_ok[0])}, {1}, 0);
-      L.check_fact("t = " + std::to_string(r.t) + ": peak ≥ weights + grads + AdamW + activations",
-                   {static_cast<float>(peak >= r.states + r.activations)}, {1}, 0);
+          w.formula_ok[0]);
+      L.check_true("t = " + std::to_string(r.t) + ": peak ≥ weights + grads + AdamW + activations",
+                   peak >= r.states + r.activations);
       mem.add({std::to_string(r.t), std::to_string(r.local_params), mib(r.states),
                mib(r.activations), mib(peak - r.states - r.activations), mib(peak),
                pct(static_cast<double>(peak) / peak1), r.t <= 4 ? seed_pct[r.t - 1] : "—"});
     }
     L.say(mem.str());
     for (size_t i = 1; i < peaks.size(); ++i)
-      L.check_fact("the peak falls from t = " + std::to_string(runs[i - 1].t) +
+      L.check_true("the peak falls from t = " + std::to_string(runs[i - 1].t) +
                        " to t = " + std::to_string(runs[i].t),
-                   {static_cast<float>(peaks[i] < peaks[i - 1])}, {1}, 0);
+                   peaks[i] < peaks[i - 1]);
     L.say(
         "  peak = the device's own counter (Device::memory().peak, reset before each run): every\n"
         "  byte the rank's tensors held at the worst moment of a step. Weights, gradients and the\n"
@@ -600,13 +600,11 @@ int main(int argc, char** argv) {
                  w_sp1 = worst_rel(sp_run.loss, runs[0].loss);
     L.say("  TP + SP against plain TP: largest relative loss difference ", sci(w_sp),
           "; against t = 1: ", sci(w_sp1), " (tolerance ", sci(rtol), ")");
-    L.check_fact("SP loss curve vs plain TP at the same t", {static_cast<float>(w_sp <= rtol)}, {1},
-                 0);
+    L.check_true("SP loss curve vs plain TP at the same t", w_sp <= rtol);
     L.check("SP loss curve vs t = 1", {static_cast<float>(w_sp1 <= rtol)}, {1}, 0);
-    L.check_fact("SP: block 0's activations = the formula (memory.h)",
-                 {static_cast<float>(sp_seen.formula_ok[0])}, {1}, 0);
-    L.check_fact("SP keeps fewer activations than plain TP",
-                 {static_cast<float>(sp_run.activations < plain.activations)}, {1}, 0);
+    L.check_true("SP: block 0's activations = the formula (memory.h)", sp_seen.formula_ok[0]);
+    L.check_true("SP keeps fewer activations than plain TP",
+                 sp_run.activations < plain.activations);
     const double sp_step =
         median(std::vector<double>(sp_run.step_s.begin() + 1, sp_run.step_s.end()));
     const double plain_step =
