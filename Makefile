@@ -68,6 +68,8 @@ CXXFLAGS := -std=c++17 -O2 -Wall -Wextra -fopenmp -MMD -MP \
 LDFLAGS  := -fopenmp $(SAN_FLAGS) $(LDFLAGS_EXTRA)
 # The CPU backend's GEMM: CBLAS from OpenBLAS (scripts/install-deps.sh installs and reports it).
 BLAS_LIBS ?= -lopenblas
+# lib/text's Unicode character classes: ICU's common library (scripts/install-deps.sh checks it).
+ICU_LIBS ?= -licuuc
 
 # ---- The layers, and what each may see ------------------------------------------------------------
 # Each folder is compiled with the include paths of the layers below it and nothing else, so an
@@ -118,7 +120,7 @@ else
   GPU_BACKEND := yes
 endif
 
-export MPICXX MPIEXEC NP BUILD NO_CUDA NVCC BLAS_LIBS SANITIZE
+export MPICXX MPIEXEC NP BUILD NO_CUDA NVCC BLAS_LIBS ICU_LIBS SANITIZE
 
 LIB_SRC     := $(wildcard lib/*/*.cpp)
 LESSON_SRC  := $(wildcard lessons/*.cpp)
@@ -128,7 +130,8 @@ MPI_SRC     := $(wildcard mpi/*.cpp)
 LAUNCHER_SRC := $(filter-out launcher/no_gpu.cpp,$(wildcard launcher/*.cpp))
 LESSONS     := $(patsubst lessons/%/main.cpp,%,$(wildcard lessons/*/main.cpp))
 SERIAL_TEST := tests/test_gemm.cpp tests/test_rng.cpp tests/test_options.cpp tests/test_tensor.cpp \
-               tests/test_kernels.cpp tests/test_safetensors.cpp tests/test_plot.cpp tests/test_format.cpp
+               tests/test_kernels.cpp tests/test_safetensors.cpp tests/test_plot.cpp \
+               tests/test_text.cpp tests/test_format.cpp
 # test_gpu.cpp is its own MPI binary (GPU against CPU); it builds in every build and skips when
 # --backend gpu has no device.
 GPU_TEST    := tests/test_gpu.cpp
@@ -162,7 +165,7 @@ else
   GPU_LDLIBS :=
 endif
 # The link line: objects and archives of the rule ($^ without the stamp), then the GPU libraries.
-LINK = $(MPICXX) $(LDFLAGS) $(filter-out $(GPU_STAMP),$^) $(BLAS_LIBS) -o $@
+LINK = $(MPICXX) $(LDFLAGS) $(filter-out $(GPU_STAMP),$^) $(BLAS_LIBS) $(ICU_LIBS) -o $@
 # What every program links below its own objects, top layer first: the launcher, the CPU backend,
 # the GPU backend (or its stub), MPI, lib.
 BACKENDS = $(LIBTP_LAUNCHER) $(LIBTP_CPU) $(GPU_LINK) $(LIBTP_MPI) $(LIBTP) $(GPU_STAMP)

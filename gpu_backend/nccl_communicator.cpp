@@ -238,6 +238,33 @@ void NcclCommunicator::enqueue_send_recv(const Tensor& send, int to, Tensor& rec
   NCCL_CHECK(ncclGroupEnd());
 }
 
+// Point to point: one ncclSend or ncclRecv on the communication stream, outside a group. NCCL
+// matches it with the peer's call in order; as a GPU operation it may wait until the peer's side
+// is posted (see "Point to point" in core/communicator.h).
+void NcclCommunicator::do_send(const Tensor& x, int to) {
+  begin();
+  NCCL_CHECK(ncclSend(x.data(), count(x), ncclFloat, to, nccl_, comm_stream_));
+  finish();
+}
+
+void NcclCommunicator::do_recv(Tensor& x, int from) {
+  begin();
+  NCCL_CHECK(ncclRecv(x.data(), count(x), ncclFloat, from, nccl_, comm_stream_));
+  finish();
+}
+
+std::unique_ptr<Work> NcclCommunicator::do_send_async(const Tensor& x, int to) {
+  begin();
+  NCCL_CHECK(ncclSend(x.data(), count(x), ncclFloat, to, nccl_, comm_stream_));
+  return finish_async({x});
+}
+
+std::unique_ptr<Work> NcclCommunicator::do_recv_async(Tensor& x, int from) {
+  begin();
+  NCCL_CHECK(ncclRecv(x.data(), count(x), ncclFloat, from, nccl_, comm_stream_));
+  return finish_async({x});
+}
+
 void NcclCommunicator::do_barrier() {
   // Everything this rank has queued (compute and communication) is finished before it arrives.
   device_.synchronize();

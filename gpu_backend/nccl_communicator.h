@@ -5,6 +5,7 @@
 //   reduce_scatter  → ncclReduceScatter (ncclSum)           reduce_scatter_async → the same, Work
 //   broadcast       → ncclBroadcast (in place)
 //   send_recv       → ncclSend + ncclRecv in one group      send_recv_async      → the same, Work
+//   send / recv     → ncclSend / ncclRecv (no group)        send_async / recv_async → the same, Work
 //   barrier         → both streams synchronised, then MPI_Barrier
 //   split           → MPI_Comm_split, then ncclCommSplit (NCCL ≥ 2.18) or a new unique id per group
 //
@@ -88,6 +89,10 @@ class NcclCommunicator : public Communicator {
   std::unique_ptr<Work> do_send_recv_async(const Tensor& send, int to, Tensor& recv,
                                            int from) override;
   std::unique_ptr<Communicator> do_split(int color, int key) override;
+  void do_send(const Tensor& x, int to) override;
+  void do_recv(Tensor& x, int from) override;
+  std::unique_ptr<Work> do_send_async(const Tensor& x, int to) override;
+  std::unique_ptr<Work> do_recv_async(Tensor& x, int from) override;
 
  private:
   /// For split(): wraps an NCCL communicator already created over the MPI communicator `comm`

@@ -1,5 +1,7 @@
 // backends.h — the backend flags and what they create: a Device for --backend, the world
-// Communicator for --comm. The only place that names the backends this build links.
+// Communicator for --comm. The only place that names the backends this build links: a registry
+// (name → factory) in backends.cpp, one entry per backend, from which the flags' choices, the
+// --comm auto rule and the error messages come.
 //
 //   --backend cpu|gpu    CpuDevice (cpu_backend/) | CudaDevice (gpu_backend/, or the no-GPU stub)
 //   --comm auto|mpi|nccl auto = nccl with --backend gpu, else mpi; mpi = MpiCommunicator (mpi/),

@@ -66,7 +66,8 @@ struct Transfer {
   std::unique_ptr<HostView> in;
   HostView out;
   MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-  int count = 1;  // requests in use: 1 for a collective, 2 for a send-recv
+  int count = 1;  // requests in use: 1 for a collective, a send or a receive, 2 for a send-recv
+  bool sends_only = false;  // a send: `out` is only read, never written back
   // Completion, as the progress thread reports it; `waiting`: a caller is blocked in wait().
   std::mutex mu;
   std::condition_variable cv;
@@ -231,7 +232,7 @@ class MpiWork : public Work {
   void finish() {
     finished_ = true;
     TP_CHECK(t_.error.empty(), "an asynchronous MPI call failed: ", t_.error);
-    t_.out.write_back();
+    if (!t_.sends_only) t_.out.write_back();
   }
   Transfer t_;
   ProgressThread* progress_;
@@ -328,6 +329,26 @@ void MpiCommunicator::do_send_recv(const Tensor& send, int to, Tensor& recv, int
   out.write_back();
 }
 
+// Point to point has its own tag, so a send never matches a ring step's receive.
+constexpr int kP2pTag = 1;
+
+void MpiCommunicator::do_send(const Tensor& x, int to) {
+  HostView in(x, true);
+  mpi::check(MPI_Send(in.ptr(), count_of(x), MPI_FLOAT, to, kP2pTag, comm_), "MPI_Send");
+}
+
+void MpiCommunicator::do_recv(Tensor& x, int from) {
+  HostView out(x, false);
+  MPI_Status status;
+  mpi::check(MPI_Recv(out.ptr(), count_of(x), MPI_FLOAT, from, kP2pTag, comm_, &status),
+             "MPI_Recv");
+  int got = 0;
+  MPI_Get_count(&status, MPI_FLOAT, &got);
+  TP_CHECK(got == count_of(x), "recv: rank ", from, " sent ", got, " elements, the receive buffer ",
+           x.shape().str(), " holds ", x.numel());
+  out.write_back();
+}
+
 void MpiCommunicator::do_barrier() { mpi::check(MPI_Barrier(comm_), "MPI_Barrier"); }
 
 std::unique_ptr<Work> MpiCommunicator::do_all_reduce_async(Tensor& x) {
@@ -374,6 +395,25 @@ std::unique_ptr<Work> MpiCommunicator::do_send_recv_async(const Tensor& send, in
     MPI_Wait(&t.requests[0], MPI_STATUS_IGNORE);
     mpi::check(rc, "MPI_Isend");
   }
+  work->start();
+  return work;
+}
+
+std::unique_ptr<Work> MpiCommunicator::do_send_async(const Tensor& x, int to) {
+  auto work = std::make_unique<MpiWork>(nullptr, x, progress());  // `out` staged with x's data
+  Transfer& t = work->transfer();
+  t.sends_only = true;
+  mpi::check(MPI_Isend(t.out.ptr(), count_of(x), MPI_FLOAT, to, kP2pTag, comm_, &t.requests[0]),
+             "MPI_Isend");
+  work->start();
+  return work;
+}
+
+std::unique_ptr<Work> MpiCommunicator::do_recv_async(Tensor& x, int from) {
+  auto work = std::make_unique<MpiWork>(nullptr, x, progress());  // staged like an in-place op
+  Transfer& t = work->transfer();
+  mpi::check(MPI_Irecv(t.out.ptr(), count_of(x), MPI_FLOAT, from, kP2pTag, comm_, &t.requests[0]),
+             "MPI_Irecv");
   work->start();
   return work;
 }

@@ -5,6 +5,7 @@
 //   reduce_scatter  → MPI_Reduce_scatter_block (SUM)        reduce_scatter_async → MPI_Ireduce_scatter_block
 //   send_recv       → MPI_Sendrecv                          send_recv_async      → MPI_Irecv + MPI_Isend
 //   broadcast       → MPI_Bcast                             split                → MPI_Comm_split
+//   send / recv     → MPI_Send / MPI_Recv (tag 1)           send_async / recv_async → MPI_Isend / MPI_Irecv
 //
 // Tensors on a device the host cannot address (a GPU) are staged through host buffers, so this
 // communicator also serves several ranks sharing one GPU.
@@ -84,6 +85,10 @@ class MpiCommunicator : public Communicator {
   std::unique_ptr<Work> do_send_recv_async(const Tensor& send, int to, Tensor& recv,
                                            int from) override;
   std::unique_ptr<Communicator> do_split(int color, int key) override;
+  void do_send(const Tensor& x, int to) override;
+  void do_recv(Tensor& x, int from) override;
+  std::unique_ptr<Work> do_send_async(const Tensor& x, int to) override;
+  std::unique_ptr<Work> do_recv_async(Tensor& x, int from) override;
 
  private:
   /// The progress thread (started on the first call), or null without MPI_THREAD_MULTIPLE.

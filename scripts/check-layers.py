@@ -29,15 +29,16 @@ LAYERS = [
     ("core", ["lib/core", "lib/observe"], [], "core/ + observe/\\nTensor, Device, Communicator,\\nledgers, RNG, options"),
     ("io", ["lib/io"], ["core"], "io/\\nsafetensors"),
     ("parallel", ["lib/parallel"], ["core"], "parallel/\\nregion ops, parallel linears,\\nvocab-parallel units"),
+    ("text", ["lib/text"], ["core"], "text/\\nGPT-2 BPE tokenizer"),
     ("model", ["lib/model"], ["core", "io", "parallel"], "model/\\nlayers, GPT, AdamW, data,\\ncheckpoints"),
     ("cpu_backend", ["cpu_backend"], ["core"], "cpu_backend/\\nCpuDevice (OpenMP)"),
     ("mpi", ["mpi"], ["core"], "mpi/\\nMpiCommunicator"),
     ("gpu_backend", ["gpu_backend"], ["core", "mpi"], "gpu_backend/\\nCudaDevice, NcclCommunicator"),
     ("launcher", ["launcher"], ["core", "cpu_backend", "gpu_backend", "mpi"], "launcher/\\nrun_program, --backend, --comm"),
-    ("lessons", ["lessons"], ["core", "io", "parallel", "model", "launcher"], "lessons/\\nlesson.h, NN_name/main.cpp"),
-    ("tools", ["tools"], ["core", "io", "parallel", "model", "launcher", "mpi"], "tools/\\ntp_train, tp_preflight, tp_bench"),
+    ("lessons", ["lessons"], ["core", "io", "parallel", "text", "model", "launcher"], "lessons/\\nlesson.h, NN_name/main.cpp"),
+    ("tools", ["tools"], ["core", "io", "parallel", "text", "model", "launcher", "mpi"], "tools/\\ntp_train, tp_preflight, tp_bench"),
     ("cuda_emu", ["tests/cuda_emu"], [], "tests/cuda_emu/\\nCUDA, cuBLAS, NCCL on the CPU"),
-    ("tests", ["tests"], ["core", "io", "parallel", "model", "cpu_backend", "mpi", "gpu_backend", "launcher"],
+    ("tests", ["tests"], ["core", "io", "parallel", "text", "model", "cpu_backend", "mpi", "gpu_backend", "launcher"],
      "tests/"),
 ]
 LAYER_FOLDERS = {name: folders for name, folders, _, _ in LAYERS}
@@ -52,7 +53,7 @@ PUBLIC = {
 MPI_HEADERS = {"mpi.h"}
 CUDA_HEADERS = {"cuda_runtime.h", "cublas_v2.h", "nccl.h", "cuda_bf16.h", "cuda.h", "library_types.h"}
 FORBIDDEN = {
-    "core": MPI_HEADERS | CUDA_HEADERS, "io": MPI_HEADERS | CUDA_HEADERS,
+    "core": MPI_HEADERS | CUDA_HEADERS, "io": MPI_HEADERS | CUDA_HEADERS, "text": MPI_HEADERS | CUDA_HEADERS,
     "parallel": MPI_HEADERS | CUDA_HEADERS, "model": MPI_HEADERS | CUDA_HEADERS,
     "cpu_backend": MPI_HEADERS | CUDA_HEADERS, "mpi": CUDA_HEADERS, "launcher": CUDA_HEADERS,
     "lessons": MPI_HEADERS | CUDA_HEADERS, "tools": CUDA_HEADERS,  # tp_bench times bare MPI calls

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # install-deps.sh — checks what the build needs and installs what is missing.
 #
-#   scripts/install-deps.sh          MPI (mpicxx + mpirun), OpenMP, GoogleTest, nlohmann-json
+#   scripts/install-deps.sh          MPI (mpicxx + mpirun), OpenMP, GoogleTest, nlohmann-json, ICU
 #   scripts/install-deps.sh --docs   the same, plus Doxygen, Graphviz (the pictures) and MathJax 2
 #                                    (the formulas; Debian's libjs-mathjax, copied into docs/html
 #                                    so the pages need no network; MATHJAX_DIR says where it is)
@@ -68,6 +68,13 @@ have_json() {
   local cxx=$MPICXX; command -v "$cxx" >/dev/null 2>&1 || cxx=c++
   "$cxx" -std=c++17 -fsyntax-only "$tmp/js.cpp" >/dev/null 2>&1
 }
+# ICU's character classes (lib/text: GPT-2's pre-tokeniser), linked as the Makefile links them.
+have_icu() {
+  printf '#include <unicode/uchar.h>\nint main(){return (U_GET_GC_MASK(0x4E2D)&U_GC_L_MASK)?0:1;}\n' > "$tmp/icu.cpp"
+  local cxx=$MPICXX; command -v "$cxx" >/dev/null 2>&1 || cxx=c++
+  # shellcheck disable=SC2086
+  "$cxx" "$tmp/icu.cpp" -o "$tmp/icu" ${ICU_LIBS:--licuuc} >/dev/null 2>&1 && "$tmp/icu"
+}
 # OpenBLAS: cblas_sgemm and its thread control link (BLAS_LIBS, as the Makefile links them).
 have_openblas() {
   printf '#include <cblas.h>\nextern "C" char* openblas_get_config(void);\nint main(){float a=1,b=2,c=0;cblas_sgemm(CblasRowMajor,CblasNoTrans,CblasNoTrans,1,1,1,1.f,&a,1,&b,1,0.f,&c,1);return c==2&&openblas_get_config()?0:1;}\n' > "$tmp/blas.cpp"
@@ -84,6 +91,7 @@ missing() {  # prints the Debian packages still needed
   have_mpi || pkgs+=(mpich libmpich-dev)
   have_gtest || pkgs+=(libgtest-dev)
   have_json || pkgs+=(nlohmann-json3-dev)
+  have_icu || pkgs+=(libicu-dev)
   have_openblas || pkgs+=(libopenblas-openmp-dev)  # the OpenMP build: its threads follow OpenMP's
   [ $docs = 1 ] && ! have_doxygen && pkgs+=(doxygen)
   [ $docs = 1 ] && ! have_dot && pkgs+=(graphviz)
@@ -153,6 +161,7 @@ fi
 if have_mpi && have_openmp; then echo "✓ OpenMP"; else echo "✗ OpenMP: $MPICXX -fopenmp does not compile a test program"; status=1; fi
 if have_gtest; then echo "✓ GoogleTest"; else echo "✗ GoogleTest not found (libgtest-dev)"; status=1; fi
 if have_json; then echo "✓ nlohmann-json"; else echo "✗ nlohmann-json not found (nlohmann-json3-dev)"; status=1; fi
+if have_icu; then echo "✓ ICU (Unicode classes for the tokenizer)"; else echo "✗ ICU not found: lib/text needs unicode/uchar.h and -licuuc (libicu-dev)"; status=1; fi
 if have_openblas; then
   printf '#include <cstdio>\nextern "C" char* openblas_get_config(void);\nextern "C" int openblas_get_parallel(void);\nint main(){std::printf("%%s|%%d",openblas_get_config(),openblas_get_parallel());}\n' > "$tmp/bv.cpp"
   # shellcheck disable=SC2086

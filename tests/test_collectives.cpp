@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <thread>
 
 #include "core/communicator.h"
@@ -316,6 +317,69 @@ TEST(Collectives, WrongBufferSizesAreRejectedBeforeCommunicating) {
   EXPECT_THROW(c.all_gather(shard, wrong), Error);
   EXPECT_THROW(c.reduce_scatter(wrong, shard), Error);
   EXPECT_THROW(c.broadcast(shard, c.size()), Error);
+}
+
+// Point to point at np 2-4: a ring pass, a pairwise exchange, asynchronous sends in flight at
+// once, the ledger, wrong peers (tests/test_util.cpp); then the same on split groups.
+TEST(PointToPoint, RingPassExchangeAsyncSendsAndWrongPeers) {
+  tp::testing::check_point_to_point(world(), device());
+}
+
+TEST(PointToPoint, OnSplitGroups) {
+  Communicator& w = world();
+  auto sub = w.split(w.rank() % 2, w.rank());
+  tp::testing::check_point_to_point(*sub, device());
+}
+
+TEST(PointToPoint, ReceiveBufferOfAnotherSizeIsNamed) {
+  Communicator& c = world();
+  if (c.size() == 1) GTEST_SKIP() << "needs two ranks";
+  if (c.rank() > 1) return;
+  Tensor four = Tensor::zeros(device(), Shape{4}), six = Tensor::zeros(device(), Shape{2, 3});
+  if (c.rank() == 0) {
+    c.send(four, 1);
+  } else {
+    try {
+      c.recv(six, 0);
+      ADD_FAILURE() << "a 4-element message filled a 6-element buffer silently";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("sent 4 elements"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// A backend that implements only what it must: the optional operations fail with one line that
+// names the backend and the operation.
+class MinimalCommunicator : public Communicator {
+ public:
+  MinimalCommunicator() : Communicator(0, 2) {}
+  std::string name() const override { return "minimal"; }
+
+ protected:
+  void do_all_reduce(Tensor&, ReduceOp) override {}
+  void do_all_gather(const Tensor&, Tensor&) override {}
+  void do_reduce_scatter(const Tensor&, Tensor&) override {}
+  void do_broadcast(Tensor&, int) override {}
+  void do_send_recv(const Tensor&, int, Tensor&, int) override {}
+  void do_barrier() override {}
+  std::unique_ptr<Communicator> do_split(int, int) override { return nullptr; }
+};
+
+TEST(OptionalOperations, FailWithOneLineNamingTheBackendAndTheOp) {
+  MinimalCommunicator c;
+  Tensor x = Tensor::zeros(device(), Shape{3});
+  auto message = [](const std::function<void()>& call) {
+    try {
+      call();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message([&] { c.send(x, 1); }), "minimal communicator: send not supported");
+  EXPECT_EQ(message([&] { c.recv(x, 1); }), "minimal communicator: recv not supported");
+  EXPECT_EQ(message([&] { c.send_async(x, 1); }), "minimal communicator: send_async not supported");
+  EXPECT_EQ(message([&] { c.recv_async(x, 1); }), "minimal communicator: recv_async not supported");
 }
 
 TEST(SerialCommunicator, IsTheSizeOneCase) {

@@ -12,7 +12,8 @@
 //   3. A 20-step training run (AdamW, dropout) on both: the loss curves.
 //   4. Every collective on GPU tensors: over NCCL (when each rank of the node has its own GPU: np =
 //      1 on a one-GPU machine) and over MpiCommunicator, which stages GPU tensors through host
-//      memory, so np = 2, 3 share one GPU (--comm mpi).
+//      memory, so np = 2, 3 share one GPU (--comm mpi); point-to-point send / recv on both
+//      (tests/test_util.cpp).
 //
 // Tolerances (relative error ‖gpu − cpu‖₂ / ‖cpu‖₂; both sides fp32 unless stated):
 //   0       copies, fill, copy_columns, fill_random uniform, dropout masks: bit for bit (the same
@@ -735,8 +736,9 @@ void check_collectives(Communicator& c, Device& dev) {
   }
 }
 
-TEST(GpuCollectives, NcclEveryCollective) {
-  REQUIRE_GPU();
+// The NCCL communicator over the world, made once; null (with g.nccl_skip saying why) when the
+// ranks share a GPU.
+Communicator* nccl_world() {
   if (!g.nccl_tried) {
     g.nccl_tried = true;
     try {
@@ -746,15 +748,27 @@ TEST(GpuCollectives, NcclEveryCollective) {
       g.nccl_skip = e.what();  // raised on every rank alike (the check is agreed over the group)
     }
   }
-  if (!g.nccl) GTEST_SKIP() << g.nccl_skip;
+  return g.nccl.get();
+}
+
+TEST(GpuCollectives, NcclEveryCollective) {
+  REQUIRE_GPU();
+  if (!nccl_world()) GTEST_SKIP() << g.nccl_skip;
   EXPECT_EQ(g.nccl->name().rfind("nccl", 0), 0u) << g.nccl->name();
   check_collectives(*g.nccl, gpu());
+}
+
+TEST(GpuCollectives, NcclPointToPoint) {
+  REQUIRE_GPU();
+  if (!nccl_world()) GTEST_SKIP() << g.nccl_skip;
+  tp::testing::check_point_to_point(*g.nccl, gpu());
 }
 
 TEST(GpuCollectives, MpiHostStagedEveryCollective) {
   REQUIRE_GPU();
   MpiCommunicator c(MPI_COMM_WORLD, false);
   check_collectives(c, gpu());
+  tp::testing::check_point_to_point(c, gpu());
 }
 
 TEST(GpuCollectives, NcclRejectsACpuDevice) {

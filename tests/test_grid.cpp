@@ -1,7 +1,9 @@
 // test_grid.cpp — ProcessGrid (lib/parallel/process_grid.h) and training on a tp × dp grid.
 //
 //   membership  for every dp that divides np: coordinates, group sizes, and the members each split
-//               communicator really contains (an all-reduce of one-hot rank vectors) = the formula
+//               communicator really contains (an all-reduce of one-hot rank vectors) = the formula;
+//               the same for every pp > 1 (tp × dp × pp), with a send along the pipeline axis,
+//               and train_step refusing pp > 1 until pipeline parallelism lands
 //   placement   the node of each rank from the launcher's node-local split, and the TP-spans-nodes
 //               warning on made-up placements
 //   bad input   --dp values that do not divide np, dp < 1, a batch not divisible by dp, dropout
@@ -74,6 +76,81 @@ TEST(Grid, MembershipForEveryDpThatDividesNp) {
     grid.dp().all_reduce(in_dp);
     EXPECT_EQ(in_tp.to_host(), indicator(np, tp_want));
     EXPECT_EQ(in_dp.to_host(), indicator(np, dp_want));
+  }
+}
+
+// Every tp × dp × pp with pp > 1 that np allows (np 2: 1×1×2; np 4: 2×1×2, 1×2×2, 1×1×4): the
+// coordinates, each axis's members (formula and communicator), and a send along the pipeline,
+// stage s to stage s + 1 in the PP group, as pipeline parallelism will pass activations.
+TEST(Grid, PipelineAxisForEveryPpThatDividesNp) {
+  const int np = world().size(), r = world().rank();
+  if (np == 1) GTEST_SKIP() << "pp > 1 needs two ranks";
+  for (int pp = 2; pp <= np; ++pp)
+    for (int dp = 1; dp * pp <= np; ++dp) {
+      if (np % (dp * pp) != 0) continue;
+      const int tp = np / (dp * pp);
+      SCOPED_TRACE("tp " + std::to_string(tp) + " dp " + std::to_string(dp) + " pp " +
+                   std::to_string(pp));
+      ProcessGrid grid(world(), GridAxes{dp, pp});
+      EXPECT_EQ(grid.tp_size(), tp);
+      EXPECT_EQ(grid.dp_size(), dp);
+      EXPECT_EQ(grid.pp_size(), pp);
+      EXPECT_EQ(grid.tp_rank(), r % tp);         // tp innermost: adjacent ranks
+      EXPECT_EQ(grid.dp_rank(), r / tp % dp);    // then dp
+      EXPECT_EQ(grid.pp_rank(), r / (tp * dp));  // pp outermost
+      EXPECT_EQ(grid.world_rank(grid.tp_rank(), grid.dp_rank(), grid.pp_rank()), r);
+      std::vector<int> tp_want, dp_want, pp_want;
+      for (int i = 0; i < tp; ++i) tp_want.push_back(r - r % tp + i);
+      for (int d = 0; d < dp; ++d) dp_want.push_back(grid.world_rank(r % tp, d, grid.pp_rank()));
+      for (int p = 0; p < pp; ++p) pp_want.push_back(r % (tp * dp) + p * tp * dp);
+      EXPECT_EQ(grid.tp_group(grid.dp_rank(), grid.pp_rank()), tp_want);
+      EXPECT_EQ(grid.dp_group(grid.tp_rank(), grid.pp_rank()), dp_want);
+      EXPECT_EQ(grid.pp_group(grid.tp_rank(), grid.dp_rank()), pp_want);
+      for (auto [comm, want] : {std::pair<Communicator*, std::vector<int>*>{&grid.tp(), &tp_want},
+                                {&grid.dp(), &dp_want},
+                                {&grid.pp(), &pp_want}}) {
+        ASSERT_EQ(comm->size(), static_cast<int>(want->size()));
+        Tensor in = Tensor::from_host(device(), Shape{np}, one_hot(np, r));
+        comm->all_reduce(in);
+        EXPECT_EQ(in.to_host(), indicator(np, *want));
+      }
+      // Stage s receives stage s − 1's world rank, then sends its own on to stage s + 1.
+      Communicator& stages = grid.pp();
+      const int s = stages.rank();
+      Tensor act = Tensor::from_host(device(), Shape{2, 2}, std::vector<float>(4, 1.0f * r));
+      if (s > 0) {
+        stages.recv(act, s - 1);
+        EXPECT_EQ(act.to_host(), std::vector<float>(4, 1.0f * pp_want[static_cast<size_t>(s - 1)]));
+        act.copy_from_host(std::vector<float>(4, 1.0f * r));
+      }
+      if (s + 1 < pp) stages.send(act, s + 1);
+      EXPECT_NE(grid.describe().find("PP groups"), std::string::npos) << grid.describe();
+    }
+}
+
+TEST(Grid, TrainStepRefusesPpAboveOne) {
+  if (world().size() == 1) GTEST_SKIP() << "pp > 1 needs two ranks";
+  ProcessGrid grid(world(), GridAxes{1, world().size()});
+  GptConfig g;
+  g.layers = 1;
+  g.hidden = 16;
+  g.heads = 2;
+  g.ffn = 32;
+  g.vocab = 16;
+  g.seq = 4;
+  Gpt model(device(), grid.tp(), g);
+  model.init(5);
+  AdamWParams hp;
+  AdamW opt(device(), model.params(), hp);
+  MarkovSource data(g.vocab, 5);
+  try {
+    train_step(grid, device(), model, opt, data.batch(0, 2, g.seq), 5, 0, hp.lr, 1.0f);
+    ADD_FAILURE() << "train_step accepted pp > 1";
+  } catch (const Error& e) {
+    EXPECT_TRUE(e.is_bad_input());
+    EXPECT_NE(std::string(e.what()).find("pipeline parallelism is not implemented"),
+              std::string::npos)
+        << e.what();
   }
 }
 

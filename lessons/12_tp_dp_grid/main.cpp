@@ -20,8 +20,8 @@
 //      InfiniBand, against the compute it would have to hide behind.
 //
 // What is new since lesson 11: a second dimension of parallelism. lib/parallel/process_grid.h
-// (ProcessGrid, average_gradients) and the grid version of tp::train_step (lib/model/train.h),
-// which tp_train runs with --dp.
+// (ProcessGrid), lib/parallel/data_parallel.h (average_gradients) and tp::train_step on a grid
+// (lib/model/train.h), which tp_train runs with --dp.
 //
 // Run:  make lessons && mpirun -np 4 build/bin/lesson_12_tp_dp_grid [--step]
 #include <cmath>

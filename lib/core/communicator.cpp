@@ -127,6 +127,17 @@ void Communicator::check_peer(const char* op, int peer) const {
   TP_CHECK(peer >= 0 && peer < size_, op, ": peer rank ", peer, " outside the group of ", size_);
 }
 
+void Communicator::check_p2p(const char* op, const Tensor& x, int peer) const {
+  TP_CHECK(x.defined(), op, ": undefined tensor");
+  check_peer(op, peer);
+  TP_CHECK(peer != rank_, op, ": peer rank ", peer, " is this rank; name another rank of the group",
+           " of ", size_);
+}
+
+void Communicator::unsupported(const char* op) const {
+  throw Error(name() + " communicator: " + op + " not supported");
+}
+
 void Communicator::all_reduce(Tensor& x, ReduceOp op) {
   TP_CHECK(x.defined(), "all_reduce: undefined tensor");
   CallTimer timer(
@@ -188,6 +199,35 @@ std::unique_ptr<Work> Communicator::send_recv_async(const Tensor& send, int to, 
   CallTimer timer(ledger_, ledger_.record("send_recv", size_, send.numel(), true), timeline_);
   return timer.track(do_send_recv_async(send, to, recv, from));
 }
+
+void Communicator::send(const Tensor& x, int to) {
+  check_p2p("send", x, to);
+  CallTimer timer(ledger_, ledger_.record("send", size_, x.numel()), timeline_);
+  do_send(x, to);
+}
+
+void Communicator::recv(Tensor& x, int from) {
+  check_p2p("recv", x, from);
+  CallTimer timer(ledger_, ledger_.record("recv", size_, x.numel()), timeline_);
+  do_recv(x, from);
+}
+
+std::unique_ptr<Work> Communicator::send_async(const Tensor& x, int to) {
+  check_p2p("send_async", x, to);
+  CallTimer timer(ledger_, ledger_.record("send", size_, x.numel(), true), timeline_);
+  return timer.track(do_send_async(x, to));
+}
+
+std::unique_ptr<Work> Communicator::recv_async(Tensor& x, int from) {
+  check_p2p("recv_async", x, from);
+  CallTimer timer(ledger_, ledger_.record("recv", size_, x.numel(), true), timeline_);
+  return timer.track(do_recv_async(x, from));
+}
+
+void Communicator::do_send(const Tensor&, int) { unsupported("send"); }
+void Communicator::do_recv(Tensor&, int) { unsupported("recv"); }
+std::unique_ptr<Work> Communicator::do_send_async(const Tensor&, int) { unsupported("send_async"); }
+std::unique_ptr<Work> Communicator::do_recv_async(Tensor&, int) { unsupported("recv_async"); }
 
 std::unique_ptr<Work> Communicator::do_all_reduce_async(Tensor& x) {
   do_all_reduce(x, ReduceOp::Sum);

@@ -10,9 +10,23 @@
 //   reduce_scatter(full, shard)   shard = rank's block of Σ_r full_r along dim 0
 //   broadcast(x, root)            every rank gets root's x
 //   send_recv(send, to, recv, from)  one ring step: send to `to` while receiving from `from`
+//   send(x, to) / recv(x, from)   point to point (pipeline stages): x of any shape goes to peer
+//                                 `to`; the receiver's x has the same element count
 //
-// all_reduce / all_gather / reduce_scatter / send_recv also come as *_async: they return a Work
-// at once, and the output may be read only after Work::wait() (compute may run in between).
+// all_reduce / all_gather / reduce_scatter / send_recv / send / recv also come as *_async: they
+// return a Work at once, and the output may be read only after Work::wait() (compute may run in
+// between).
+//
+// Point to point. Sends and receives between two ranks match in the order they were issued. As
+// with NCCL, a send may wait until its receive is posted (and an asynchronous one may start
+// only then), so each rank's sequence must be free of deadlock when every call waits for its
+// match: in a pairwise exchange one side sends first and the other receives first (or use
+// send_recv, which posts both at once). The peer is another rank of the group, never this rank.
+//
+// Optional operations. An operation not every backend has (today: send / recv) has a default
+// do_* that fails with one line naming the backend and the operation ("mpi (MPICH 4.0.2)
+// communicator: send not supported"), as c10d's Backend does, so adding an operation touches
+// this interface and the backends that implement it, not every subclass.
 //
 // With a Timeline set (set_timeline), the front end also records every call as spans: see
 // observe/timeline.h for which, and for the exposed communication they add up to.
@@ -70,6 +84,10 @@ class Communicator {
   void reduce_scatter(const Tensor& full, Tensor& shard);
   void broadcast(Tensor& x, int root);
   void send_recv(const Tensor& send, int to, Tensor& recv, int from);
+  /// Sends x (any shape) to rank `to` of the group (optional: see the top of this file).
+  void send(const Tensor& x, int to);
+  /// Receives into x from rank `from`; x holds as many elements as the matching send.
+  void recv(Tensor& x, int from);
   /// Waits until every rank of the group has called barrier(). Not recorded (moves no data).
   void barrier() { do_barrier(); }
 
@@ -78,6 +96,10 @@ class Communicator {
   std::unique_ptr<Work> reduce_scatter_async(const Tensor& full, Tensor& shard);
   /// One ring step in flight: `send` must not be written and `recv` not read before wait().
   std::unique_ptr<Work> send_recv_async(const Tensor& send, int to, Tensor& recv, int from);
+  /// A send in flight: x must not be written before wait().
+  std::unique_ptr<Work> send_async(const Tensor& x, int to);
+  /// A receive in flight: x must not be read before wait().
+  std::unique_ptr<Work> recv_async(Tensor& x, int from);
 
   /// Sub-groups: ranks with the same `color` form one group, ordered by `key` (then by rank).
   /// The new communicator has its own ledger.
@@ -109,10 +131,19 @@ class Communicator {
   virtual std::unique_ptr<Work> do_send_recv_async(const Tensor& send, int to, Tensor& recv,
                                                    int from);
   virtual std::unique_ptr<Communicator> do_split(int color, int key) = 0;
+  /// Optional operations: the defaults throw unsupported(op).
+  virtual void do_send(const Tensor& x, int to);
+  virtual void do_recv(Tensor& x, int from);
+  virtual std::unique_ptr<Work> do_send_async(const Tensor& x, int to);
+  virtual std::unique_ptr<Work> do_recv_async(Tensor& x, int from);
+  /// Throws "<name()> communicator: <op> not supported".
+  [[noreturn]] void unsupported(const char* op) const;
 
  private:
   void check_gather_shapes(const char* op, const Tensor& shard, const Tensor& full) const;
   void check_peer(const char* op, int peer) const;
+  /// A point-to-point peer: another rank of the group, and a defined tensor.
+  void check_p2p(const char* op, const Tensor& x, int peer) const;
 
   int rank_;
   int size_;

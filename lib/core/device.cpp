@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "core/error.h"
 #include "core/kernel_checks.h"
 #include "observe/timeline.h"
 
@@ -253,6 +254,15 @@ void Device::adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const 
   checks::check_adamw_step(*this, p, g, m, v, step);
   const ScopedSpan span(timeline_, SpanKind::Kernel, "adamw_step");
   do_adamw_step(p, g, m, v, h, step);
+}
+
+void Device::unsupported(const char* kernel) const {
+  throw Error(name() + " device: " + kernel + " not supported");
+}
+
+void Device::do_attention_cached_forward(Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                         int64_t, const AttentionShape&) {
+  unsupported("attention_cached_forward");
 }
 
 }  // namespace tp

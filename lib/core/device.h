@@ -20,6 +20,12 @@
 // the same arguments with the same message. Memory (allocate, the copies), synchronize(), name()
 // and host_accessible() have no arguments to check and stay plain virtuals.
 //
+// Optional kernels. A kernel not every backend needs has a default do_* that fails with one line
+// naming the device and the kernel ("cpu(openmp x2) device: attention_cached_forward not
+// supported"), as the Communicator's optional operations do, so adding such a kernel touches this
+// interface and the backends that implement it. Today: attention_cached_forward (generation's
+// KV-cache attention; training does not call it).
+//
 // With a timeline set (set_timeline), each kernel is also recorded as a span (observe/timeline.h):
 // the kernel itself on the CPU, its launch on a GPU.
 //
@@ -334,9 +340,10 @@ class Device {
   virtual void do_attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
                                      const Tensor& q, const Tensor& k, const Tensor& v,
                                      const Tensor& probs, const AttentionShape& shape) = 0;
+  /// Optional (see the top of this file).
   virtual void do_attention_cached_forward(Tensor& out, const Tensor& q, const Tensor& k,
                                            const Tensor& v, int64_t past,
-                                           const AttentionShape& shape) = 0;
+                                           const AttentionShape& shape);
   virtual void do_embedding_shard_forward(Tensor& out, const Tensor& ids, const Tensor& wte_shard,
                                           int64_t first_id) = 0;
   virtual void do_embedding_shard_backward(Tensor& dwte_shard, const Tensor& dout,
@@ -358,6 +365,8 @@ class Device {
                                          float scale, int64_t real_cols) = 0;
   virtual void do_adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWParams& h,
                              int64_t step) = 0;
+  /// Throws "<name()> device: <kernel> not supported" (an optional kernel's default).
+  [[noreturn]] void unsupported(const char* kernel) const;
 
  private:
   MemoryStats memory_;

@@ -133,36 +133,42 @@ void SimulatedLink::sleep_until(Clock::time_point deadline) const {
   sleep_then_yield(deadline, lateness_);
 }
 
+void SimulatedLink::blocking(const char* op, int64_t bytes, const std::function<void()>& call) {
+  const auto due = deadline(op, bytes);
+  call();
+  sleep_until(due);
+}
+
 // Each call: the deadline from now, the real call, then the wait (blocking) or a Work that waits.
 
 void SimulatedLink::do_all_reduce(Tensor& x, ReduceOp op) {
-  const auto due = deadline(op == ReduceOp::Max ? "all_reduce_max" : "all_reduce", bytes_of(x));
-  inner_->all_reduce(x, op);
-  sleep_until(due);
+  blocking(op == ReduceOp::Max ? "all_reduce_max" : "all_reduce", bytes_of(x),
+           [&] { inner_->all_reduce(x, op); });
 }
 
 void SimulatedLink::do_all_gather(const Tensor& shard, Tensor& full) {
-  const auto due = deadline("all_gather", bytes_of(full));
-  inner_->all_gather(shard, full);
-  sleep_until(due);
+  blocking("all_gather", bytes_of(full), [&] { inner_->all_gather(shard, full); });
 }
 
 void SimulatedLink::do_reduce_scatter(const Tensor& full, Tensor& shard) {
-  const auto due = deadline("reduce_scatter", bytes_of(full));
-  inner_->reduce_scatter(full, shard);
-  sleep_until(due);
+  blocking("reduce_scatter", bytes_of(full), [&] { inner_->reduce_scatter(full, shard); });
 }
 
 void SimulatedLink::do_broadcast(Tensor& x, int root) {
-  const auto due = deadline("broadcast", bytes_of(x));
-  inner_->broadcast(x, root);
-  sleep_until(due);
+  blocking("broadcast", bytes_of(x), [&] { inner_->broadcast(x, root); });
 }
 
 void SimulatedLink::do_send_recv(const Tensor& send, int to, Tensor& recv, int from) {
-  const auto due = deadline("send_recv", bytes_of(send));
-  inner_->send_recv(send, to, recv, from);
-  sleep_until(due);
+  blocking("send_recv", bytes_of(send), [&] { inner_->send_recv(send, to, recv, from); });
+}
+
+// A receive completes when the message has arrived: it is charged the send's time (α + N/β).
+void SimulatedLink::do_send(const Tensor& x, int to) {
+  blocking("send", bytes_of(x), [&] { inner_->send(x, to); });
+}
+
+void SimulatedLink::do_recv(Tensor& x, int from) {
+  blocking("send", bytes_of(x), [&] { inner_->recv(x, from); });
 }
 
 std::unique_ptr<Work> SimulatedLink::do_all_reduce_async(Tensor& x) {
@@ -185,6 +191,16 @@ std::unique_ptr<Work> SimulatedLink::do_send_recv_async(const Tensor& send, int 
   const auto due = deadline("send_recv", bytes_of(send));
   return std::make_unique<DelayedWork>(inner_->send_recv_async(send, to, recv, from), due,
                                        lateness_);
+}
+
+std::unique_ptr<Work> SimulatedLink::do_send_async(const Tensor& x, int to) {
+  const auto due = deadline("send", bytes_of(x));
+  return std::make_unique<DelayedWork>(inner_->send_async(x, to), due, lateness_);
+}
+
+std::unique_ptr<Work> SimulatedLink::do_recv_async(Tensor& x, int from) {
+  const auto due = deadline("send", bytes_of(x));
+  return std::make_unique<DelayedWork>(inner_->recv_async(x, from), due, lateness_);
 }
 
 std::unique_ptr<Communicator> SimulatedLink::do_split(int color, int key) {

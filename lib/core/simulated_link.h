@@ -8,8 +8,9 @@
 //   steps · α + wire_bytes / β
 //
 // with steps the ring's messages per rank (all-reduce 2 (t − 1); all-gather, reduce-scatter and
-// broadcast t − 1; send-recv 1) and wire_bytes the bytes each rank sends (ring_wire_bytes in
-// observe/comm_ledger.h); at t = 1 it is 0. The real call runs first; then the thread sleeps until
+// broadcast t − 1; send-recv, send and recv 1) and wire_bytes the bytes each rank sends
+// (ring_wire_bytes in observe/comm_ledger.h; a recv is charged its message's α + N / β, the time
+// the data takes to arrive); at t = 1 it is 0. The real call runs first; then the thread sleeps until
 // start + model time, so the call costs max(real, model) — over shared memory the model dominates
 // for any link slower than memory. Each rank starts the clock at its own call: a rank that arrives
 // early is not charged for waiting on a late one beyond what the real call makes it wait.
@@ -54,6 +55,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -100,6 +102,10 @@ class SimulatedLink : public Communicator {
   std::unique_ptr<Work> do_send_recv_async(const Tensor& send, int to, Tensor& recv,
                                            int from) override;
   std::unique_ptr<Communicator> do_split(int color, int key) override;
+  void do_send(const Tensor& x, int to) override;
+  void do_recv(Tensor& x, int from) override;
+  std::unique_ptr<Work> do_send_async(const Tensor& x, int to) override;
+  std::unique_ptr<Work> do_recv_async(Tensor& x, int from) override;
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -108,6 +114,8 @@ class SimulatedLink : public Communicator {
   Clock::time_point deadline(const char* op, int64_t bytes) const;
   /// Sleeps until `deadline` (see "Sleeping" above).
   void sleep_until(Clock::time_point deadline) const;
+  /// A blocking call of `op` on `bytes`: the deadline from now, `call` (the inner call), the wait.
+  void blocking(const char* op, int64_t bytes, const std::function<void()>& call);
 
   std::unique_ptr<Communicator> inner_;
   Link link_;

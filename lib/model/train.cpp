@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "model/data.h"
+#include "parallel/data_parallel.h"
 
 namespace tp {
 
@@ -33,28 +34,16 @@ std::string first_nonfinite_gradient(Communicator& comm, Device& device, const P
 StepResult train_step(Communicator& comm, Device& device, Gpt& model, AdamW& opt,
                       const Batch& batch, uint64_t seed, int64_t step, float lr,
                       float max_grad_norm, const std::function<void(float loss)>& after_backward) {
-  StepResult r;
-  model.zero_grad();
-  r.loss = model.forward(batch, seed, step);
-  model.backward();
-  model.finish_gradients();
-  if (after_backward) after_backward(r.loss);
-  r.grad_norm = global_grad_norm(comm, device, model.params());
-  // The loss and the norm are the same on every rank, so every rank takes the same branch.
-  if (!std::isfinite(r.loss))
-    r.nonfinite = "loss";
-  else if (!std::isfinite(r.grad_norm))
-    r.nonfinite = first_nonfinite_gradient(comm, device, model.params());
-  if (!r.nonfinite.empty()) return r;  // no update: the weights and AdamW's state stay as they were
-  r.clip = clip_factor(r.grad_norm, max_grad_norm);
-  opt.step(model.params(), lr, r.clip);
-  return r;
+  ProcessGrid grid(comm, 1);  // dp = pp = 1: the TP group is `comm` itself, nothing is split
+  return train_step(grid, device, model, opt, batch, seed, step, lr, max_grad_norm, after_backward);
 }
 
 StepResult train_step(ProcessGrid& grid, Device& device, Gpt& model, AdamW& opt,
                       const Batch& global_batch, uint64_t seed, int64_t step, float lr,
                       float max_grad_norm, const std::function<void(float loss)>& after_backward) {
   const int dp = grid.dp_size();
+  TP_CHECK_INPUT(grid.pp_size() == 1, "pp=", grid.pp_size(),
+                 ": pipeline parallelism is not implemented yet; train with pp 1");
   TP_CHECK_INPUT(
       global_batch.batch % dp == 0, "batch=", global_batch.batch, " is not divisible by dp=", dp,
       ": every DP rank takes batch/dp sequences; choose a batch that is a multiple of ", dp);

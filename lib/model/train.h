@@ -21,17 +21,20 @@ struct StepResult {
   std::string nonfinite;
 };
 
-/// zero_grad → forward → backward → finish_gradients → [after_backward()] → global gradient norm
-/// → clip → AdamW. A non-finite loss or gradient norm skips the update (see StepResult::nonfinite).
-/// Collective: every rank calls it with the same batch.
+/// One step on a grid of one model replica, `comm` its TP group: the grid version below with
+/// ProcessGrid(comm, 1) (dp = pp = 1).
 StepResult train_step(Communicator& comm, Device& device, Gpt& model, AdamW& opt,
                       const Batch& batch, uint64_t seed, int64_t step, float lr,
                       float max_grad_norm,
                       const std::function<void(float loss)>& after_backward = {});
 
-/// The same step on a tp × dp grid (parallel/process_grid.h). `model` and `opt` are built on
-/// grid.tp(); `global_batch` is the whole batch (the same on every rank), and DP rank d runs
-/// sequences [d·B/dp, (d+1)·B/dp) of it. After backward and finish_gradients, average_gradients
+/// The training step for every grid (parallel/process_grid.h): zero_grad → forward → backward →
+/// finish_gradients → average_gradients over grid.dp() → [after_backward()] → global gradient norm
+/// over grid.tp() → clip → AdamW. A non-finite loss or gradient norm skips the update (see
+/// StepResult::nonfinite). Collective: every rank calls it with the same batch. pp > 1 is bad
+/// input until pipeline parallelism lands. `model` and `opt` are built on grid.tp();
+/// `global_batch` is the whole batch (the same on every rank), and DP rank d runs sequences
+/// [d·B/dp, (d+1)·B/dp) of it. After backward and finish_gradients, average_gradients
 /// averages every gradient and the loss over grid.dp(), so clipping, AdamW, the returned loss and
 /// `after_backward` see what dp = 1 would on the whole batch (up to fp32 rounding: the sum order
 /// changes). Dropout is keyed by the row of the local batch, so with dropout > 0 a dp > 1 run draws

@@ -53,7 +53,7 @@ int ring_steps(const std::string& op, int t) {
   ring_wire_bytes(op, t, 0);  // rejects an unknown op
   if (t <= 1) return 0;
   if (op == "all_reduce" || op == "all_reduce_max") return 2 * (t - 1);
-  if (op == "send_recv") return 1;
+  if (op == "send_recv" || op == "send" || op == "recv") return 1;
   return t - 1;  // all_gather, reduce_scatter, broadcast
 }
 

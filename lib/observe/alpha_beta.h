@@ -10,6 +10,7 @@
 //   all-gather, reduce-scatter  t − 1        (t − 1) / t · N
 //   broadcast                   t − 1        N                   (pipelined chain)
 //   send-recv                   1            N
+//   send / recv (point to point) 1           N / 0               (the sender counts the message)
 //   any op at t = 1             0            0
 //
 //   seconds = steps · α + wire_bytes / β

@@ -9,6 +9,7 @@
 //   reduce-scatter   (t − 1) / t · N     (N = the full buffer before scattering)
 //   broadcast        N                   (pipelined chain: every rank but the last forwards N)
 //   send-recv        N                   (N = the buffer sent)
+//   send / recv      N / 0               (point to point: the sender counts the message)
 //
 // With t = 1 every op moves nothing. The label says where the call came from ("f backward", a
 // lesson step...): code pushes labels with CommLedger::Scope.
@@ -22,7 +23,8 @@ namespace tp {
 
 /// One collective call as seen by this rank.
 struct CommRecord {
-  /// "all_reduce", "all_reduce_max", "all_gather", "reduce_scatter", "broadcast", "send_recv"
+  /// "all_reduce", "all_reduce_max", "all_gather", "reduce_scatter", "broadcast", "send_recv",
+  /// "send", "recv"
   std::string op;
   int group_size = 1;     ///< t, the ranks in the communicator
   int64_t elements = 0;   ///< N: elements of the logical buffer (see the table above)

@@ -73,13 +73,18 @@ void ParallelLinearBase::init_shards(uint64_t seed, const Distribution& dist,
 
 ColumnParallelLinear::ColumnParallelLinear(Device& device, Communicator& comm, std::string name,
                                            int64_t in, int64_t out, bool with_bias,
-                                           bool gather_output)
+                                           bool gather_output, bool sequence_parallel)
     : ParallelLinearBase(device, comm, name, in, out,
                          Shape{in, local_size(name, "out", out, comm.size())},
                          Shape{out / comm.size()}, with_bias),
       gather_output_(gather_output),
+      sequence_parallel_(sequence_parallel),
       out_local_(out / comm.size()),
-      col0_(comm.rank() * (out / comm.size())) {}
+      col0_(comm.rank() * (out / comm.size())),
+      input_shard_(name_ + ".input_shard") {
+  TP_CHECK(!(gather_output && sequence_parallel), name_,
+           ": gather_output and sequence_parallel do not combine (the output stays split)");
+}
 
 void ColumnParallelLinear::init(uint64_t seed, const Distribution& dist) {
   init_shards(seed, dist, GlobalIndex::columns(out_, col0_), GlobalIndex::columns(out_, col0_));
@@ -96,7 +101,13 @@ void ColumnParallelLinear::load_global(const std::vector<float>& w, const std::v
   }
 }
 
-Tensor ColumnParallelLinear::forward(const Tensor& x_in, bool keep) {
+Tensor ColumnParallelLinear::forward(const Tensor& x, bool keep) {
+  if (sequence_parallel_ && keep) return forward_shared({this}, x)[0];
+  // Inference under SP: the whole sequence, nothing kept.
+  return forward_whole(sequence_parallel_ ? gather_from_sp_region_forward(comm_, x) : x, keep);
+}
+
+Tensor ColumnParallelLinear::forward_whole(const Tensor& x_in, bool keep) {
   TP_CHECK(x_in.cols() == in_, name_, ".forward: input ", x_in.shape().str(),
            " should end in in=", in_);
   const Tensor x = copy_to_tp_region_forward(comm_, x_in);  // f: identity
@@ -110,15 +121,128 @@ Tensor ColumnParallelLinear::forward(const Tensor& x_in, bool keep) {
   return gather_output_ ? gather_from_tp_region_forward(comm_, y) : y;
 }
 
-Tensor ColumnParallelLinear::backward(const Tensor& dy) {
-  Tensor dx = input_grad(dy);  // dY_r A_rᵀ: this rank's term
-  if (overlap_ == Overlap::None) {
-    weight_grad(dy);
-    return copy_to_tp_region_backward(comm_, dx);  // f backward: Σ over ranks
+Tensor ColumnParallelLinear::backward(const Tensor& dy) { return backward_shared({this}, {dy}); }
+
+void ColumnParallelLinear::check_group(const std::vector<ColumnParallelLinear*>& group) {
+  TP_CHECK(!group.empty(), "a column-parallel group needs at least one layer");
+  const ColumnParallelLinear& lead = *group.front();
+  for (const ColumnParallelLinear* l : group)
+    TP_CHECK(l->in_ == lead.in_ && l->sequence_parallel_ == lead.sequence_parallel_ &&
+                 l->overlap_ == lead.overlap_ && &l->comm_ == &lead.comm_,
+             l->name_, " cannot share ", lead.name_,
+             "'s input: a group has one input size, one communicator and one mode");
+}
+
+std::vector<Tensor> ColumnParallelLinear::forward_shared(
+    const std::vector<ColumnParallelLinear*>& group, const Tensor& x_in) {
+  ColumnParallelLinear& lead = *group.front();
+  check_group(group);
+  std::vector<Tensor> ys;
+  if (!lead.sequence_parallel_) {
+    for (ColumnParallelLinear* l : group) ys.push_back(l->forward_whole(x_in, true));
+    return ys;
   }
-  Pending sum = copy_to_tp_region_backward_async(comm_, dx);  // Σ over ranks, in flight…
-  weight_grad(dy);                                            // …while dA_r, db_r are computed
-  return sum.wait();
+  Device& dev = lead.device_;
+  Communicator& comm = lead.comm_;
+  lead.saved_.keep(lead.input_shard_, x_in);  // SP: only my s/t tokens are kept
+  if (lead.overlap_ == Overlap::Ring) {
+    // X's blocks come around the ring; each block's rows of every Y_i while the next travels.
+    TP_CHECK(x_in.cols() == lead.in_, lead.name_, ".forward: input ", x_in.shape().str(),
+             " should end in in=", lead.in_);
+    const int64_t n = x_in.rows();
+    for (ColumnParallelLinear* l : group) {
+      l->input_.reset();
+      ys.emplace_back(dev, Shape{n * comm.size(), l->out_local_});
+    }
+    ring_all_gather_each(comm, x_in, [&](int c, const Tensor& x_c) {
+      for (size_t i = 0; i < group.size(); ++i) {
+        Tensor y_c = ys[i].view(c * n, (c + 1) * n);
+        dev.gemm(false, false, 1.0f, x_c, group[i]->weight, 0.0f, y_c);  // rows of block c: X_c A_i
+      }
+    });
+    for (size_t i = 0; i < group.size(); ++i)
+      if (group[i]->has_bias()) dev.add_bias(ys[i], group[i]->bias);
+    return ys;
+  }
+  // All-gather my s/t tokens into the whole sequence; the layers keep nothing more.
+  const Tensor x = gather_from_sp_region_forward(comm, x_in);
+  for (ColumnParallelLinear* l : group) ys.push_back(l->forward_whole(x, false));
+  return ys;
+}
+
+void ColumnParallelLinear::prefetch_input() {
+  if (!sequence_parallel_ || overlap_ != Overlap::Async) return;
+  input_gather_ = gather_from_sp_region_forward_async(comm_, input_shard_.get());
+  input_prefetched_ = true;
+}
+
+// dA_i += Xᵀ dY_i, and dX = Σ_i dY_i A_iᵀ summed over the ranks — f's all-reduce, or under SP a
+// reduce-scatter to this rank's tokens — one collective for the group. Under SP, X is the kept
+// shard gathered again.
+Tensor ColumnParallelLinear::backward_shared(const std::vector<ColumnParallelLinear*>& group,
+                                             const std::vector<Tensor>& dys) {
+  ColumnParallelLinear& lead = *group.front();
+  check_group(group);
+  TP_CHECK(dys.size() == group.size(), lead.name_, ".backward: ", dys.size(),
+           " output gradients for a group of ", group.size());
+  Device& dev = lead.device_;
+  Communicator& comm = lead.comm_;
+  const Overlap overlap = lead.overlap_;
+  auto input_grads = [&](int64_t r0, int64_t r1) {  // Σ_i dY_i A_iᵀ over rows [r0, r1)
+    Tensor dx;
+    for (size_t i = 0; i < group.size(); ++i) {
+      Tensor term = group[i]->input_grad(dys[i].view(r0, r1));
+      if (dx.defined())
+        dev.axpy(1.0f, term, dx);
+      else
+        dx = term;
+    }
+    return dx;
+  };
+  auto weight_grads = [&](const Tensor* x) {  // every dA_i (and db_i) over all rows
+    for (size_t i = 0; i < group.size(); ++i) {
+      if (x != nullptr)
+        group[i]->weight_grad(dys[i], *x);
+      else
+        group[i]->weight_grad(dys[i]);
+    }
+  };
+  const int64_t rows = dys.front().rows();
+  if (!lead.sequence_parallel_) {
+    Tensor dx = input_grads(0, rows);
+    if (overlap == Overlap::None) {
+      weight_grads(nullptr);
+      return copy_to_tp_region_backward(comm, dx);  // f backward: one all-reduce for the group
+    }
+    Pending sum = copy_to_tp_region_backward_async(comm, dx);  // the all-reduce flies…
+    weight_grads(nullptr);                                     // …under the dA GEMMs
+    return sum.wait();
+  }
+  const Tensor& x_local = lead.input_shard_.get();
+  if (overlap == Overlap::Ring) {
+    // dA_i: X's blocks come around the ring, each block's Xᵀ dY term while the next travels; the
+    // bias gradients once, over all rows. dX: a ring reduce-scatter of each block's Σ_i dY_i A_iᵀ.
+    const int64_t n = x_local.rows();
+    ring_all_gather_each(comm, x_local, [&](int c, const Tensor& x_c) {
+      for (size_t i = 0; i < group.size(); ++i)
+        group[i]->weight_grad(dys[i].view(c * n, (c + 1) * n), x_c, /*with_bias=*/false);
+    });
+    for (size_t i = 0; i < group.size(); ++i)
+      if (group[i]->has_bias()) dev.add_bias_backward(group[i]->dbias, dys[i]);
+    return ring_reduce_scatter(comm, [&](int d) { return input_grads(d * n, (d + 1) * n); });
+  }
+  Tensor dx = input_grads(0, rows);
+  if (overlap == Overlap::None) {
+    const Tensor x = gather_from_sp_region_forward(comm, x_local);  // the whole input again
+    weight_grads(&x);
+    return gather_from_sp_region_backward(comm, dx);  // reduce-scatter to my tokens
+  }
+  Pending mine = gather_from_sp_region_backward_async(comm, dx);  // reduce-scatter flies…
+  if (!lead.input_prefetched_) lead.prefetch_input();
+  lead.input_prefetched_ = false;
+  const Tensor x = lead.input_gather_.wait();  // (the input, gathered meanwhile)
+  weight_grads(&x);                            // …under the dA GEMMs
+  return mine.wait();
 }
 
 Tensor ColumnParallelLinear::local_dy(const Tensor& dy) {
@@ -147,10 +271,6 @@ void ColumnParallelLinear::weight_grad(const Tensor& dy_in, const Tensor& input,
            dy.shape().str(), " does not match the input ", input.shape().str());
   device_.gemm(true, false, 1.0f, input, dy, 1.0f, dweight);          // dA_r += Xᵀ dY_r
   if (has_bias() && with_bias) device_.add_bias_backward(dbias, dy);  // db_r += Σ dY_r
-}
-
-void ColumnParallelLinear::matmul(const Tensor& x, Tensor& y) {
-  device_.gemm(false, false, 1.0f, x, weight, 0.0f, y);  // Y = X A_r
 }
 
 void ColumnParallelLinear::collect_params(ParamList& out, float weight_std) const {

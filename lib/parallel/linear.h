@@ -20,6 +20,7 @@
 #include "core/tensor.h"
 #include "observe/activation_stash.h"
 #include "parallel/collective_matmul.h"
+#include "parallel/mappings.h"
 #include "parallel/param.h"
 
 namespace tp {
@@ -71,38 +72,53 @@ class ParallelLinearBase {
 /// with no communication. X entered through f (copy_to_tp_region), so backward all-reduces
 /// dX = Σ_r dY_r A_rᵀ; dA_r = Xᵀ dY_r and db_r = Σ_rows dY_r stay local.
 /// With gather_output the outputs are concatenated (gather_from_tp_region) into Y (N × out).
+///
+/// With sequence_parallel, X arrives as this rank's N/t tokens: forward all-gathers the sequence
+/// (gather_from_sp_region) and keeps only the shard; backward gathers it again for dA_r and
+/// reduce-scatters dX to this rank's tokens instead of all-reducing it. The overlap modes
+/// (set_overlap): Async runs dX's collective under the dA GEMMs (and, under SP, the re-gather of X
+/// under whatever runs before backward: prefetch_input); Ring (SP only) replaces the all-gather of
+/// X and the reduce-scatter of dX by rings whose steps overlap the block GEMMs.
+///
+/// Several column-parallel layers reading the same X (q, k and v; SwiGLU's gate and up) run as one
+/// through forward_shared / backward_shared: one all-gather of X under SP, and one collective for
+/// dX = Σ_i Σ_r dY_i,r A_i,rᵀ. forward / backward are the group of one.
 class ColumnParallelLinear : public ParallelLinearBase {
  public:
   /// Bad input (out not divisible by t) is a tp::Error naming the size and the valid t.
   ColumnParallelLinear(Device& device, Communicator& comm, std::string name, int64_t in,
-                       int64_t out, bool with_bias, bool gather_output);
+                       int64_t out, bool with_bias, bool gather_output,
+                       bool sequence_parallel = false);
 
   /// Random init from (seed, parameter name, global index): identical numbers for every t.
   void init(uint64_t seed, const Distribution& dist);
   /// Takes this rank's columns of a global weight (in × out, row-major) and bias (out).
   void load_global(const std::vector<float>& weight, const std::vector<float>& bias = {});
 
-  /// x: (N, in) → y: (N, out/t), or (N, out) with gather_output. Saves x, unless keep_input is
-  /// false: then backward needs the input passed again (weight_grad(dy, x)); sequence
-  /// parallelism uses this to keep only the sequence shard and re-gather it in backward.
+  /// x: (N, in), or (N/t, in) this rank's tokens with sequence_parallel → y: (N, out/t), or
+  /// (N, out) with gather_output. Saves x (sequence_parallel: the shard) unless keep_input is
+  /// false (inference: no backward follows).
   Tensor forward(const Tensor& x, bool keep_input = true);
-  /// dy: like forward's y → dx: (N, in), complete on every rank (all-reduced).
-  /// Accumulates dweight += Xᵀ dY_r, dbias += Σ_rows dY_r. With Overlap::Async the all-reduce of
-  /// dX runs while dW is computed.
+  /// dy: like forward's y → dx: like forward's x: complete on every rank (all-reduced), or with
+  /// sequence_parallel this rank's tokens (reduce-scattered). Accumulates dweight += Xᵀ dY_r,
+  /// dbias += Σ_rows dY_r.
   Tensor backward(const Tensor& dy);
 
-  // Backward in its two halves, for several column-parallel layers reading the same X (q, k, v;
-  // SwiGLU's gate and up): add their dX terms and reduce once instead of once per layer.
-  /// This rank's term of dX, dY_r A_rᵀ: (N, in), no communication. dy: like forward's output.
-  Tensor input_grad(const Tensor& dy);
-  /// dweight += Xᵀ dY_r and dbias += Σ_rows dY_r, X the input forward kept.
-  void weight_grad(const Tensor& dy);
-  /// The same with X given (forward(x, false)); with_bias = false leaves dbias alone (for the
-  /// blocks of rows of a ring, whose bias gradient is taken once over all rows).
-  void weight_grad(const Tensor& dy, const Tensor& input, bool with_bias = true);
-  /// y = X A_r for a block of rows, no bias, no communication (the collective matmul's step).
-  /// x: (n, in) → y: (n, out/t), written.
-  void matmul(const Tensor& x, Tensor& y);
+  /// The layers of `group` (the same in, the same modes) on one input x (as forward's): Y_i for
+  /// each, in order. group[0] keeps the input shard under sequence parallelism.
+  static std::vector<Tensor> forward_shared(const std::vector<ColumnParallelLinear*>& group,
+                                            const Tensor& x);
+  /// dy[i]: the gradient of group[i]'s output → dx = Σ_i dY_i A_iᵀ over the ranks, one collective
+  /// for the group; accumulates each layer's dweight and dbias.
+  static Tensor backward_shared(const std::vector<ColumnParallelLinear*>& group,
+                                const std::vector<Tensor>& dy);
+  /// Sequence parallelism with Overlap::Async: starts backward's re-gather of the kept input
+  /// shard now, so that it runs under the backward of the layers after this one. Otherwise
+  /// nothing; backward starts it itself when this was not called.
+  void prefetch_input();
+  /// The name the sequence-parallel input shard is recorded under (default name() +
+  /// ".input_shard"; the attention names its group's "<block>.attn.input_shard").
+  void set_input_shard_name(const std::string& name) { input_shard_ = SavedTensor(name); }
 
   int64_t out_local() const { return out_local_; }
   int64_t first_column() const { return col0_; }  ///< global index of this rank's first column
@@ -111,11 +127,26 @@ class ColumnParallelLinear : public ParallelLinearBase {
   void collect_params(ParamList& out, float weight_std) const;
 
  private:
+  /// Every layer of a group has the leader's input size, communicator and modes.
+  static void check_group(const std::vector<ColumnParallelLinear*>& group);
+  /// Forward on the whole X (N, in): y = X A_r + b_r (gathered with gather_output).
+  Tensor forward_whole(const Tensor& x, bool keep_input);
   /// dY with gather_output undone (this rank's columns), checked against out/t.
   Tensor local_dy(const Tensor& dy);
+  /// This rank's term of dX, dY_r A_rᵀ: (N, in), no communication. dy: like forward's output.
+  Tensor input_grad(const Tensor& dy);
+  /// dweight += Xᵀ dY_r and dbias += Σ_rows dY_r, X the input forward kept.
+  void weight_grad(const Tensor& dy);
+  /// The same with X given; with_bias = false leaves dbias alone (for the blocks of rows of a
+  /// ring, whose bias gradient is taken once over all rows).
+  void weight_grad(const Tensor& dy, const Tensor& input, bool with_bias = true);
 
   bool gather_output_;
+  bool sequence_parallel_;
   int64_t out_local_, col0_;
+  SavedTensor input_shard_;  ///< sequence parallelism: this rank's tokens of X, (N/t, in)
+  Pending input_gather_;     ///< prefetch_input's all-gather of the shard, in flight
+  bool input_prefetched_ = false;
 };
 
 /// Row-parallel linear: the weight is split by input rows, A = [A_1; …; A_t], and the input by

@@ -16,7 +16,7 @@ std::string group_str(const std::vector<int>& ranks) {
 
 }  // namespace
 
-std::vector<std::string> ProcessGrid::problems(int world_size, int dp) {
+std::vector<std::string> ProcessGrid::problems(int world_size, int dp, int pp) {
   std::vector<std::string> out;
   std::string divisors;
   for (int d = 1; d <= world_size; ++d)
@@ -28,49 +28,67 @@ std::vector<std::string> ProcessGrid::problems(int world_size, int dp) {
     out.push_back("--dp=" + std::to_string(dp) + " does not divide the " +
                   std::to_string(world_size) + " ranks: np must equal tp × dp (tp = np / dp); " +
                   "choose --dp in {" + divisors + "}");
+  if (pp < 1)
+    out.push_back("pp=" + std::to_string(pp) + " must be at least 1 (np = tp × dp × pp)");
+  else if (out.empty() && world_size % (dp * pp) != 0)
+    out.push_back("pp=" + std::to_string(pp) + " with dp=" + std::to_string(dp) +
+                  " does not divide the " + std::to_string(world_size) +
+                  " ranks: np must equal tp × dp × pp; choose dp · pp in {" + divisors + "}");
   return out;
 }
 
-ProcessGrid::ProcessGrid(Communicator& world, int dp, std::vector<int> node_of_rank)
+ProcessGrid::ProcessGrid(Communicator& world, GridAxes axes, std::vector<int> node_of_rank)
     : world_(world), node_of_rank_(std::move(node_of_rank)) {
-  const auto bad = problems(world.size(), dp);
+  const auto bad = problems(world.size(), axes.dp, axes.pp);
   TP_CHECK_INPUT(bad.empty(), bad.empty() ? "" : bad.front());
   TP_CHECK(node_of_rank_.empty() || static_cast<int>(node_of_rank_.size()) == world.size(),
            "ProcessGrid: node_of_rank has ", node_of_rank_.size(), " entries for ", world.size(),
            " ranks");
-  dp_size_ = dp;
-  tp_size_ = world.size() / dp;
-  tp_rank_ = world.rank() % tp_size_;
-  dp_rank_ = world.rank() / tp_size_;
-  if (dp_size_ == 1) {
-    tp_ = &world;  // the whole world is one TP group: keep its ledger, timeline and link
-    dp_owned_ = std::make_unique<SerialCommunicator>();
-  } else if (tp_size_ == 1) {
-    tp_owned_ = std::make_unique<SerialCommunicator>();
-    dp_ = &world;
-  } else {
-    // Both splits on every rank, in the same order (each is collective over the world).
-    tp_owned_ = world.split(/*color=*/dp_rank_, /*key=*/tp_rank_);
-    dp_owned_ = world.split(/*color=*/tp_rank_, /*key=*/dp_rank_);
-  }
-  if (tp_owned_) tp_ = tp_owned_.get();
-  if (dp_owned_) dp_ = dp_owned_.get();
+  dp_size_ = axes.dp;
+  pp_size_ = axes.pp;
+  tp_size_ = world.size() / (dp_size_ * pp_size_);
+  const int r = world.rank();
+  tp_rank_ = r % tp_size_;
+  dp_rank_ = r / tp_size_ % dp_size_;
+  pp_rank_ = r / (tp_size_ * dp_size_);
+  // Every split on every rank, in the same order (each is collective over the world); whether an
+  // axis splits depends on the sizes only, the same everywhere.
+  tp_ = axis(tp_size_, pp_rank_ * dp_size_ + dp_rank_, tp_rank_, tp_owned_);
+  dp_ = axis(dp_size_, pp_rank_ * tp_size_ + tp_rank_, dp_rank_, dp_owned_);
+  pp_ = axis(pp_size_, dp_rank_ * tp_size_ + tp_rank_, pp_rank_, pp_owned_);
   TP_CHECK(tp_->size() == tp_size_ && tp_->rank() == tp_rank_ && dp_->size() == dp_size_ &&
-               dp_->rank() == dp_rank_,
-           "ProcessGrid: the split gave TP rank ", tp_->rank(), "/", tp_->size(), " and DP rank ",
-           dp_->rank(), "/", dp_->size(), "; expected ", tp_rank_, "/", tp_size_, " and ", dp_rank_,
-           "/", dp_size_);
+               dp_->rank() == dp_rank_ && pp_->size() == pp_size_ && pp_->rank() == pp_rank_,
+           "ProcessGrid: the split gave TP rank ", tp_->rank(), "/", tp_->size(), ", DP rank ",
+           dp_->rank(), "/", dp_->size(), " and PP rank ", pp_->rank(), "/", pp_->size(),
+           "; expected ", tp_rank_, "/", tp_size_, ", ", dp_rank_, "/", dp_size_, " and ", pp_rank_,
+           "/", pp_size_);
 }
 
-std::vector<int> ProcessGrid::tp_group(int dp_rank) const {
+Communicator* ProcessGrid::axis(int size, int color, int key,
+                                std::unique_ptr<Communicator>& owned) {
+  if (size == world_.size()) return &world_;  // keeps the world's ledger, timeline and link
+  if (size == 1)
+    owned = std::make_unique<SerialCommunicator>();
+  else
+    owned = world_.split(color, key);
+  return owned.get();
+}
+
+std::vector<int> ProcessGrid::tp_group(int dp_rank, int pp_rank) const {
   std::vector<int> out;
-  for (int i = 0; i < tp_size_; ++i) out.push_back(world_rank(i, dp_rank));
+  for (int i = 0; i < tp_size_; ++i) out.push_back(world_rank(i, dp_rank, pp_rank));
   return out;
 }
 
-std::vector<int> ProcessGrid::dp_group(int tp_rank) const {
+std::vector<int> ProcessGrid::dp_group(int tp_rank, int pp_rank) const {
   std::vector<int> out;
-  for (int d = 0; d < dp_size_; ++d) out.push_back(world_rank(tp_rank, d));
+  for (int d = 0; d < dp_size_; ++d) out.push_back(world_rank(tp_rank, d, pp_rank));
+  return out;
+}
+
+std::vector<int> ProcessGrid::pp_group(int tp_rank, int dp_rank) const {
+  std::vector<int> out;
+  for (int p = 0; p < pp_size_; ++p) out.push_back(world_rank(tp_rank, dp_rank, p));
   return out;
 }
 
@@ -103,43 +121,19 @@ std::string ProcessGrid::placement_warning(int tp, const std::vector<int>& node_
 }
 
 std::string ProcessGrid::describe() const {
-  std::string tps, dps;
-  for (int d = 0; d < dp_size_; ++d) tps += (d ? " " : "") + group_str(tp_group(d));
-  for (int i = 0; i < tp_size_; ++i) dps += (i ? " " : "") + group_str(dp_group(i));
-  return "tp " + std::to_string(tp_size_) + " × dp " + std::to_string(dp_size_) + " (TP groups " +
-         tps + "; DP groups " + dps + ")";
-}
-
-int64_t data_parallel_elements(const ParamList& params) {
-  int64_t n = 1;  // the loss
-  for (const Param& p : params) n += p.grad.numel();
-  return n;
-}
-
-void average_gradients(Communicator& dp, Device& device, ParamList& params, float* loss) {
-  if (dp.size() == 1) return;
-  // One all-reduce for everything: pack, sum over the DP group, scale by 1/dp, unpack. (Real
-  // frameworks cut this into buckets and start each while backward still runs; one buffer keeps
-  // the collectives few and the ledger easy to read.)
-  Tensor packed(device, Shape{data_parallel_elements(params)});
-  int64_t at = 0;
-  for (const Param& p : params) {
-    packed.view(at, at + p.grad.numel()).copy_from(p.grad);
-    at += p.grad.numel();
-  }
-  packed.view(at, at + 1).copy_from_host({loss ? *loss : 0.0f});
-  {
-    CommLedger::Scope scope(dp.ledger(), "data_parallel_grads");
-    dp.all_reduce(packed);
-  }
-  device.scale(packed, 1.0f / static_cast<float>(dp.size()));
-  at = 0;
-  for (Param& p : params) {
-    Tensor g = p.grad;
-    g.copy_from(packed.view(at, at + g.numel()));
-    at += g.numel();
-  }
-  if (loss) *loss = packed.view(at, at + 1).to_host()[0];
+  std::string tps, dps, pps;
+  for (int p = 0; p < pp_size_; ++p)
+    for (int d = 0; d < dp_size_; ++d) tps += (tps.empty() ? "" : " ") + group_str(tp_group(d, p));
+  for (int p = 0; p < pp_size_; ++p)
+    for (int i = 0; i < tp_size_; ++i) dps += (dps.empty() ? "" : " ") + group_str(dp_group(i, p));
+  for (int d = 0; d < dp_size_; ++d)
+    for (int i = 0; i < tp_size_; ++i) pps += (pps.empty() ? "" : " ") + group_str(pp_group(i, d));
+  if (pp_size_ == 1)
+    return "tp " + std::to_string(tp_size_) + " × dp " + std::to_string(dp_size_) + " (TP groups " +
+           tps + "; DP groups " + dps + ")";
+  return "tp " + std::to_string(tp_size_) + " × pp " + std::to_string(pp_size_) + " × dp " +
+         std::to_string(dp_size_) + " (TP groups " + tps + "; PP groups " + pps + "; DP groups " +
+         dps + ")";
 }
 
 }  // namespace tp

@@ -1,0 +1,37 @@
+// dropout.h — inverted dropout with a counter-based mask, the same for every t.
+// Forward (saving what backward needs, through the layer's ActivationStash: observe/
+// activation_stash.h) beside backward (returning dX, accumulating parameter gradients with +=).
+//
+// Shape legend: N = S·B tokens (sequence-major rows, token (s, b) is row s·B + b), h = hidden,
+// ffn = MLP inner size, nh / nkv = query / key-value heads, hd = h / nh, t = TP size.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/device.h"
+#include "observe/activation_stash.h"
+
+namespace tp {
+
+/// Inverted dropout with a counter-based mask: element (token row r, feature c) of site `site` at
+/// training step `step` is kept when uniform(seed, "dropout/<step>/<site>", (row_offset + r)·h + c)
+/// ≥ p. The mask depends on global positions only, so it is the same for every t.
+class Dropout {
+ public:
+  Dropout(Device& device, std::string site, float p);
+  /// x: (N, h) → y = x ⊙ mask / (1 − p). p = 0: returns x.
+  Tensor forward(const Tensor& x, uint64_t seed, int64_t step, int64_t row_offset = 0);
+  /// dx = dy ⊙ mask / (1 − p).
+  Tensor backward(const Tensor& dy);
+  void observe(MemoryLedger* ledger, int64_t layer) { saved_.attach(ledger, layer); }
+
+ private:
+  Device& device_;
+  std::string site_;
+  float p_;
+  ActivationStash saved_;
+  SavedTensor mask_;  // (N, h), 0 or 1/(1 − p); not kept when p = 0
+};
+
+}  // namespace tp

@@ -1,0 +1,49 @@
+// norm.h — LayerNorm and RMSNorm over the hidden dim, replicated under TP.
+// Forward (saving what backward needs, through the layer's ActivationStash: observe/
+// activation_stash.h) beside backward (returning dX, accumulating parameter gradients with +=).
+//
+// Shape legend: N = S·B tokens (sequence-major rows, token (s, b) is row s·B + b), h = hidden,
+// ffn = MLP inner size, nh / nkv = query / key-value heads, hd = h / nh, t = TP size.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/device.h"
+#include "observe/activation_stash.h"
+#include "parallel/param.h"
+
+namespace tp {
+
+/// LayerNorm (y = (x − μ)/σ ⊙ w + b) or RMSNorm (y = x / rms(x) ⊙ w) over the hidden dim.
+/// Replicated under plain TP: its input is the whole hidden vector on every rank, because a norm
+/// needs statistics of the whole vector (lesson 06).
+class Norm {
+ public:
+  /// kind: "layernorm" or "rmsnorm". name: e.g. "transformer.h.0.ln_1". With
+  /// sequence_parallel the norm sees only this rank's tokens, so its parameter gradients are
+  /// partial sums (Param::sequence_parallel_grad).
+  Norm(Device& device, std::string name, int64_t hidden, const std::string& kind, float eps,
+       bool sequence_parallel = false);
+  /// x: (N, h) → y: (N, h). Saves x and the row statistics, unless keep is false (inference).
+  Tensor forward(const Tensor& x, bool keep = true);
+  /// dy: (N, h) → dx: (N, h); dweight (and dbias) accumulate.
+  Tensor backward(const Tensor& dy);
+  void collect_params(ParamList& out) const;
+  bool is_rms() const { return rms_; }
+  /// Record what forward keeps in `ledger` under block `layer`.
+  void observe(MemoryLedger* ledger, int64_t layer) { saved_.attach(ledger, layer); }
+
+  Tensor weight, bias, dweight, dbias;  ///< (h); bias only for LayerNorm
+
+ private:
+  Device& device_;
+  std::string name_;
+  bool rms_;
+  float eps_;
+  bool sp_;
+  ActivationStash saved_;
+  SavedTensor x_, mean_, rstd_;  // input (N, h); statistics (N), the mean for LayerNorm only
+};
+
+}  // namespace tp
