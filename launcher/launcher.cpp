@@ -117,9 +117,16 @@ int run_program(int argc, char** argv, Options& options, const Program& program)
   const std::vector<int> node_of_rank = node_of_each_rank(MPI_COMM_WORLD);
 
   add_backend_options(options);
+  options
+      .real("stall-timeout", 60,
+            "seconds without progress on any rank (one waits in a collective, nobody moves) "
+            "before the job ends naming the stalled rank; unset: the larger of 60 and 10 x the "
+            "slowest step so far; 0: no check")
+      .non_negative();
   int rc = 0;
   try {
     options.parse(argc, argv);
+    set_stall_timeout(options.get_real("stall-timeout"), !options.given("stall-timeout"));
     if (options.help_requested()) {
       if (rank == 0) std::fputs(options.help().c_str(), stdout);
     } else {

@@ -34,7 +34,7 @@ int threads_per_rank(const CpuShare& share);
 /// Applies threads_per_rank() to OpenMP, with the affinity masks of the ranks of `comm` that share
 /// this node compared through MPI (collective over `comm`). An MpiCommunicator's progress thread
 /// (mpi_communicator.h) is counted as no core: it runs only while a transfer is in flight, and
-/// then sleeps between polls: ~15% of a core while it waits for a peer (the wake-ups), otherwise
+/// then sleeps between polls: ~1% of a core while it waits for a late peer (the wake-ups), otherwise
 /// MPI moving the data the caller's wait() would move; with nothing in flight it sleeps.
 void choose_omp_threads(MPI_Comm comm);
 

@@ -1,39 +1,104 @@
-// watchdog.cpp — fatal-signal lines, the per-node watchdog process, graceful SIGINT/SIGTERM (see
-// watchdog.h). Everything a signal handler or the forked watchdog runs is async-signal-safe:
-// write(2), poll(2), _exit(2) and the number formatting below, no allocation and no stdio.
+// watchdog.cpp — fatal-signal lines, the per-node watchdog process, the stall detector, graceful
+// SIGINT/SIGTERM (see watchdog.h). Everything a signal handler or the forked watchdog runs is
+// async-signal-safe: system calls (write, poll, read, kill, clock_gettime, _exit) and the number
+// formatting below, no allocation and no stdio.
 #include "watchdog.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <new>
+#include <string>
 #include <vector>
 
+#include "core/progress.h"
 #include "launcher.h"
+#include "mpi_util.h"
+#include "mpi_wait.h"
 
 namespace tp {
 
 namespace {
 
+constexpr int64_t kSecond = 1000000000;
+// A stop signal while this rank waits for a peer that makes no progress: after this long, the wait
+// is given up (rank 0; the others a second later, in case rank 0 is the one that is stuck).
+constexpr int64_t kStopGrace = 2 * kSecond;
+constexpr int64_t kStopBackstop = 5 * kSecond;
+// Two ends of ranks of one node closer than this are ordered by what the ranks were doing.
+constexpr int64_t kTie = kSecond / 20;
+// The default --stall-timeout: the larger of kMinStall and kStallSteps × the slowest step so far.
+constexpr int64_t kMinStall = 60 * kSecond;
+constexpr int64_t kStallSteps = 10;
+
+int64_t now_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * kSecond + ts.tv_nsec;
+}
+
+// What one rank shows its node: written by that rank only, read by the watchdog and by the other
+// ranks of the node (plain stores: a torn read matters only for a moment, and the readers act on
+// states that have lasted seconds).
+struct Slot {
+  int32_t rank = 0, pid = 0;
+  int32_t depth = 0;        // > 0: inside a collective
+  int32_t group_size = 0;   // of the collective entered last
+  int64_t progress_ns = 0;  // CLOCK_MONOTONIC of the last call entered or left, or step
+  int64_t step = -1;
+  int64_t step_start_ns = 0;
+  int64_t slowest_step_ns = 0;
+  int32_t crashed = 0;  // set by the fatal-signal handler, which names the rank itself
+  char op[32] = {};
+  char label[64] = {};
+};
+
+// The node's page: a header, then one Slot per local rank.
+struct Header {
+  int64_t stall_timeout_ns = -1;  // > 0: fixed; 0: off; < 0: the default rule
+  int32_t quiet = 0;  // the job is ending with its own message: the watchdog says nothing
+  int32_t local_size = 1;
+  int32_t nodes = 1;  // nodes of the job
+  // SIGINT/SIGTERM (graceful stop enabled) seen by a rank of the node, and when; `stop_agreed`:
+  // the ranks have agreed on it at a step boundary (agreed_stop_signal), and stop by themselves.
+  int32_t stop_signal = 0, stop_agreed = 0;
+  int64_t stop_ns = 0;
+  char host[64] = {};
+};
+
+Header g_header_fallback;
+Slot g_slot_fallback;
+Header* g_header = &g_header_fallback;
+Slot* g_slots = &g_slot_fallback;  // the node's slots (local_size of them)
+Slot* g_slot = &g_slot_fallback;   // this rank's
 int g_rank = 0;
-// The step this rank is at: in a page shared with the watchdog (local rank 0 forks it after the
-// page is mapped), a plain variable until then.
-int64_t g_step_fallback = -1;
-volatile int64_t* g_step = &g_step_fallback;
+int g_local = 0;
 volatile sig_atomic_t g_stop_signal = 0;  // SIGINT/SIGTERM seen (graceful stop enabled)
-int g_watchdog_pipe = -1;                 // write end, local rank 0 only
+int64_t g_stop_seen_ns = 0;               // when a wait first saw g_stop_signal
+int g_watchdog_sock = -1;                 // local rank 0: our end of the socket to the watchdog
+pid_t g_watchdog_pid = -1;                // local rank 0: the watchdog process
+bool g_watchdog_warned = false;
+int64_t g_watchdog_checked_ns = 0;
 
 // A line built without allocation: text and decimal numbers.
 struct Line {
-  char buf[256];
+  char buf[512];
   size_t n = 0;
   Line& operator<<(const char* s) {
     while (*s && n < sizeof buf - 1) buf[n++] = *s++;
@@ -50,6 +115,17 @@ struct Line {
     while (k > 0 && n < sizeof buf - 1) buf[n++] = tmp[--k];
     return *this;
   }
+  Line& operator<<(int v) { return *this << static_cast<int64_t>(v); }
+  /// Nanoseconds as seconds with one decimal: "3.1 s".
+  Line& seconds(int64_t ns) {
+    const int64_t tenths = (ns + kSecond / 20) / (kSecond / 10);
+    return *this << tenths / 10 << "." << tenths % 10 << " s";
+  }
+  /// A fixed-size field of the shared page, up to its first NUL.
+  Line& field(const char* s, size_t size) {
+    for (size_t i = 0; i < size && s[i] && n < sizeof buf - 1; ++i) buf[n++] = s[i];
+    return *this;
+  }
   void write_to(int fd) {
     buf[n++] = '\n';
     for (size_t done = 0; done < n;) {
@@ -59,6 +135,12 @@ struct Line {
     }
   }
 };
+
+void copy_field(char* dst, size_t size, const char* src) {
+  size_t i = 0;
+  for (; i + 1 < size && src[i]; ++i) dst[i] = src[i];
+  dst[i] = '\0';
+}
 
 const char* signal_name(int sig) {
   switch (sig) {
@@ -76,6 +158,8 @@ const char* signal_name(int sig) {
       return "SIGINT";
     case SIGTERM:
       return "SIGTERM";
+    case SIGKILL:
+      return "SIGKILL";
     default:
       return "a signal";
   }
@@ -87,11 +171,102 @@ void sleep_ms(long ms) {
   }
 }
 
+// The state letter of process `pid` in /proc/PID/stat ('R', 'S', 'T' stopped, 't' traced, 'Z'),
+// or 0 when it cannot be read.
+char process_state(int pid) {
+  char path[40];
+  Line p;
+  p << "/proc/" << static_cast<int64_t>(pid) << "/stat";
+  p.buf[p.n] = '\0';
+  std::memcpy(path, p.buf, std::min(sizeof path, p.n + 1));
+  path[sizeof path - 1] = '\0';
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[512];
+  const ssize_t got = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (got <= 0) return 0;
+  buf[got] = '\0';
+  const char* close_paren = std::strrchr(buf, ')');  // the command name may hold spaces
+  return close_paren != nullptr && close_paren[1] == ' ' ? close_paren[2] : 0;
+}
+
+bool is_stopped(int pid) {
+  const char s = process_state(pid);
+  return s == 'T' || s == 't';
+}
+
+// The ranks of the node that hold the others up (a stall, or a stop signal that cannot be agreed
+// on): stopped processes and ranks outside any collective while others wait in one; when every
+// rank is inside a collective, the one that moved last the longest ago. Sets `stalled[i]`; returns
+// how many, and the index of a rank that waits (for the collective it waits in), or -1.
+int find_stalled(const Slot* slots, int count, bool* stalled, int* waiter) {
+  int found = 0;
+  *waiter = -1;
+  for (int i = 0; i < count; ++i) {
+    stalled[i] = is_stopped(slots[i].pid) || slots[i].depth <= 0;
+    found += stalled[i] ? 1 : 0;
+    if (!stalled[i] && *waiter < 0) *waiter = i;
+  }
+  if (*waiter < 0) return 0;  // nobody waits: nothing holds anyone up on this node
+  if (found == 0) {
+    int oldest = 0;
+    for (int i = 1; i < count; ++i)
+      if (slots[i].progress_ns < slots[oldest].progress_ns) oldest = i;
+    stalled[oldest] = true;
+    found = 1;
+    if (*waiter == oldest) *waiter = oldest == 0 ? (count > 1 ? 1 : -1) : 0;
+  }
+  return found;
+}
+
+// "rank 1 (pid 42, host h, stopped by a signal, at step 3, outside any collective)", for each
+// stalled rank, then "; ranks 0, 2 wait for it in all_reduce (3 ranks, 'label')".
+void describe_stall(Line& line, const Slot* slots, int count, const bool* stalled, int waiter) {
+  bool first = true;
+  for (int i = 0; i < count; ++i) {
+    if (!stalled[i]) continue;
+    const Slot& s = slots[i];
+    line << (first ? "rank " : ", rank ") << s.rank << " (pid " << s.pid << ", host ";
+    line.field(g_header->host, sizeof g_header->host);
+    if (is_stopped(s.pid)) line << ", stopped by a signal";
+    if (s.step >= 0) line << ", at step " << s.step;
+    if (s.depth <= 0) {
+      line << ", outside any collective";
+    } else {
+      line << ", in ";
+      line.field(s.op, sizeof s.op);
+    }
+    line << ")";
+    first = false;
+  }
+  if (waiter < 0) return;
+  int waiting = 0;
+  for (int i = 0; i < count; ++i) waiting += stalled[i] ? 0 : 1;
+  line << (waiting == 1 ? "; rank " : "; ranks ");
+  first = true;
+  for (int i = 0; i < count; ++i) {
+    if (stalled[i]) continue;
+    line << (first ? "" : ", ") << slots[i].rank;
+    first = false;
+  }
+  const Slot& w = slots[waiter];
+  line << (waiting == 1 ? " waits" : " wait") << " in ";
+  line.field(w.op, sizeof w.op);
+  line << " (a group of " << w.group_size << " ranks";
+  if (w.label[0] != '\0') {
+    line << ", '";
+    line.field(w.label, sizeof w.label) << "'";
+  }
+  line << ")";
+}
+
 void on_fatal_signal(int sig) {
+  g_slot->crashed = 1;
   Line line;
-  line << "rank " << static_cast<int64_t>(g_rank) << " (pid " << static_cast<int64_t>(::getpid())
-       << "): fatal signal " << signal_name(sig);
-  if (*g_step >= 0) line << " at step " << *g_step;
+  line << "rank " << g_rank << " (pid " << static_cast<int64_t>(::getpid()) << "): fatal signal "
+       << signal_name(sig);
+  if (g_slot->step >= 0) line << " at step " << g_slot->step;
   line << "; the job ends";
   line.write_to(2);
   sleep_ms(300);  // the launcher forwards stderr asynchronously; let the line out before dying
@@ -106,6 +281,8 @@ void on_stop_signal(int sig) {
     return;
   }
   g_stop_signal = sig;
+  if (g_header->stop_ns == 0) g_header->stop_ns = now_ns();
+  g_header->stop_signal = sig;
   if (g_rank == 0) {
     Line line;
     line << "rank 0: " << signal_name(sig)
@@ -114,52 +291,467 @@ void on_stop_signal(int sig) {
   }
 }
 
-// The watchdog process: polls the pipe from local rank 0 (fds[0]) and a pidfd per rank of the
-// node. `fds` is allocated before the fork: the child of a threaded process must not allocate.
-[[noreturn]] void watchdog_main(int pipe_fd, const std::vector<int>& ranks,
-                                const std::vector<int>& pids, std::vector<pollfd>& fds) {
+// ---- the watchdog process ------------------------------------------------------------------------
+
+// The stall rule: the timeout now in force (0: off).
+int64_t stall_limit(const Slot* slots, int count) {
+  const int64_t fixed = g_header->stall_timeout_ns;
+  if (fixed >= 0) return fixed;
+  int64_t slowest = 0;
+  for (int i = 0; i < count; ++i) slowest = std::max<int64_t>(slowest, slots[i].slowest_step_ns);
+  return std::max(kMinStall, kStallSteps * slowest);
+}
+
+struct Watch;
+[[noreturn]] void quiet_exit(Watch& w);
+extern Watch* g_watch;
+
+// One line naming what holds the job up, then the stalled ranks are killed (the launcher ends the
+// others). Returns without a word when nobody on this node waits in a collective.
+void report_stall(const Slot* slots, int count, int64_t stale, int64_t limit, bool* stalled,
+                  int stop_signal) {
+  int waiter = -1;
+  if (find_stalled(slots, count, stalled, &waiter) == 0) return;
+  // Every rank of this node waits in a collective and none is stopped: with other nodes, the
+  // stalled rank is likely there, and its node's watchdog names it; wait longer before acting.
+  bool stopped = false;
+  for (int i = 0; i < count; ++i) stopped = stopped || is_stopped(slots[i].pid);
+  bool all_wait = true;
+  for (int i = 0; i < count; ++i) all_wait = all_wait && slots[i].depth > 0;
+  if (g_header->nodes > 1 && all_wait && !stopped && stale < 2 * limit) return;
+  Line line;
+  if (stop_signal != 0)
+    line << "stopped by " << signal_name(stop_signal) << ", but no rank has moved for ";
+  else
+    line << "error: no progress for ";
+  line.seconds(stale) << ": ";
+  if (g_header->nodes > 1 && all_wait && !stopped) {
+    line << "every rank of host ";
+    line.field(g_header->host, sizeof g_header->host)
+        << " waits (the stalled rank is elsewhere?): ";
+  }
+  if (stop_signal != 0) line << "held up by ";
+  describe_stall(line, slots, count, stalled, waiter);
+  if (stop_signal != 0) {
+    line << "; no checkpoint written (an emergency checkpoint needs every rank); the job ends";
+  } else {
+    line << "; the job ends (--stall-timeout ";
+    line.seconds(limit) << "; 0 turns the check off)";
+  }
+  g_header->quiet = 1;
+  line.write_to(2);
+  sleep_ms(300);  // let the launcher forward the line before the ranks go
+  for (int i = 0; i < count; ++i)
+    if (stalled[i]) ::kill(slots[i].pid, SIGKILL);
+  quiet_exit(*g_watch);
+}
+
+// Whether rank slot `a` died before rank slot `b` by what the watchdog saw: the earlier end, when
+// they are more than kTie apart; closer (a SIGKILLed rank with much memory takes longer to end
+// than the bystander the launcher kills as soon as its sockets close), one outside any collective (the others wait in one for it when
+// the launcher kills them), then the one that moved last the longest ago.
+bool died_before(const Slot* slots, const int64_t* died_ns, int a, int b) {
+  const int64_t apart = died_ns[a] - died_ns[b];
+  if (apart > kTie || apart < -kTie) return apart < 0;
+  if ((slots[a].depth <= 0) != (slots[b].depth <= 0)) return slots[a].depth <= 0;
+  return slots[a].progress_ns < slots[b].progress_ns;
+}
+
+// The watchdogs of a job on several nodes share what they see over TCP: the hub (world rank 0's
+// node's watchdog) accepts one connection from every other node's watchdog and forwards what each
+// sends to the others. A death is reported at once, with the time it was seen; each watchdog
+// that saw a death waits kDecide for the others' reports, and only the one whose death came first
+// prints the line (the others' ranks were ended by the launcher). The line must be out quickly:
+// MPICH's proxies, which forward each node's output, are gone soon after the launcher's kills.
+constexpr int32_t kDeath = 1;  // a rank of the sender's node ended
+constexpr int32_t kQuiet = 2;  // the job ends normally or with its own message: say nothing
+constexpr int64_t kDecide = kSecond / 20;
+struct Report {
+  int32_t kind = 0;
+  int32_t rank = 0, pid = 0, crashed = 0;
+  int64_t died_ns = 0;  // CLOCK_REALTIME; ties within one node already broken (died_before)
+  int64_t step = -1;
+  char host[64] = {};
+};
+
+// The watchdog's state, allocated before the fork (the child of a threaded process must not
+// allocate). fds: [0] the socket from local rank 0, [1, count] a pidfd per rank of the node, then
+// on the hub its listening socket and one connection per other node, elsewhere the hub's.
+struct Watch {
+  std::vector<pollfd> fds;
+  std::vector<int64_t> died_ns;  // per rank of the node: CLOCK_REALTIME of its end, 0: alive
+  std::vector<char> reported;    // per rank of the node: in `deaths` already
+  std::vector<char> stalled;
+  std::vector<Report> deaths;  // every node's deaths heard of (world size)
+  size_t ndeaths = 0;
+  bool hub = false;         // this is world rank 0's node
+  int peer_begin = 0;       // first index of the peer sockets in fds
+  bool told_quiet = false;  // kQuiet sent
+  bool peer_quiet = false;  // kQuiet heard
+};
+Watch* g_watch = nullptr;
+
+int64_t realtime_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * kSecond + ts.tv_nsec;
+}
+
+// Sends `r` to every peer socket but `except` (the hub's listening socket is never written).
+void send_peers(Watch& w, const Report& r, size_t except) {
+  for (size_t i = static_cast<size_t>(w.peer_begin); i < w.fds.size(); ++i) {
+    if (i == except || (w.hub && i == static_cast<size_t>(w.peer_begin)) || w.fds[i].fd < 0)
+      continue;
+    // MSG_NOSIGNAL: a peer that is gone is no reason to die here.
+    if (::send(w.fds[i].fd, &r, sizeof r, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof r)) {
+    }
+  }
+}
+
+// Tells the other nodes' watchdogs to say nothing (once).
+void tell_quiet(Watch& w) {
+  if (w.told_quiet) return;
+  w.told_quiet = true;
+  Report r;
+  r.kind = kQuiet;
+  send_peers(w, r, w.fds.size());
+}
+
+[[noreturn]] void quiet_exit(Watch& w) {
+  tell_quiet(w);
+  ::_exit(0);
+}
+
+// Tells the peers of this node's new deaths at once, with the times they were seen (for their
+// decision; this node's own is made from its slots, collect_local_deaths).
+void announce_local_deaths(Watch& w) {
+  for (int i = 0; i < g_header->local_size; ++i) {
+    if (w.died_ns[static_cast<size_t>(i)] == 0 || w.reported[static_cast<size_t>(i)]) continue;
+    w.reported[static_cast<size_t>(i)] = 1;
+    Report r;
+    r.kind = kDeath;
+    r.rank = g_slots[i].rank;
+    r.pid = g_slots[i].pid;
+    r.crashed = g_slots[i].crashed;
+    r.died_ns = w.died_ns[static_cast<size_t>(i)];
+    r.step = g_slots[i].step;
+    copy_field(r.host, sizeof r.host, g_header->host);
+    send_peers(w, r, w.fds.size());
+  }
+}
+
+// This node's deaths into w.deaths, in died_before's order: the first keeps the time it was seen,
+// the others within kTie of it follow it by a nanosecond each.
+void collect_local_deaths(Watch& w) {
+  const int count = g_header->local_size;
+  const int64_t* died = w.died_ns.data();
+  int64_t earliest = 0;
+  for (int i = 0; i < count; ++i)
+    if (died[i] != 0 && (earliest == 0 || died[i] < earliest)) earliest = died[i];
+  for (int i = 0; i < count; ++i) {
+    if (died[i] == 0 || w.ndeaths >= w.deaths.size()) continue;
+    int64_t before = 0;
+    for (int j = 0; j < count; ++j)
+      before += j != i && died[j] != 0 && died_before(g_slots, died, j, i) ? 1 : 0;
+    Report& r = w.deaths[w.ndeaths++];
+    r.kind = kDeath;
+    r.rank = g_slots[i].rank;
+    r.pid = g_slots[i].pid;
+    r.crashed = g_slots[i].crashed;
+    r.died_ns = died[i] - earliest <= kTie ? earliest + before : died[i];
+    r.step = g_slots[i].step;
+    copy_field(r.host, sizeof r.host, g_header->host);
+  }
+}
+
+// The one line, from the node whose death came first: that rank, and the ones the launcher ended
+// afterwards (MPICH kills the survivors within ~0.1 s of a death). A crash has been named by the
+// rank itself: then nothing more is said.
+[[noreturn]] void report_deaths(Watch& w) {
+  // A crashed rank has named itself (it dumps core before its end is visible, and the launcher
+  // may kill the others, who end sooner: it is the first whatever the times say).
+  const Report* first = nullptr;
+  for (size_t i = 0; i < w.ndeaths; ++i) {
+    if (w.deaths[i].crashed) ::_exit(0);
+    if (first == nullptr || w.deaths[i].died_ns < first->died_ns) first = &w.deaths[i];
+  }
+  if (first == nullptr) ::_exit(0);
+  bool mine = false;
+  for (int i = 0; i < g_header->local_size; ++i) mine = mine || g_slots[i].pid == first->pid;
+  if (!mine) ::_exit(0);  // another node's watchdog names it
+  Line line;
+  line << "rank " << first->rank << " (pid " << first->pid << ", host ";
+  line.field(first->host, sizeof first->host)
+      << ") ended before the job finished (killed or crashed)";
+  if (first->step >= 0) line << " at step " << first->step;
+  if (w.ndeaths > 1) {
+    line << (w.ndeaths == 2 ? "; rank " : "; ranks ");
+    int last = -1;  // the others in rank order
+    for (size_t k = 1; k < w.ndeaths; ++k) {
+      int next = -1;
+      for (size_t i = 0; i < w.ndeaths; ++i) {
+        const int r = w.deaths[i].rank;
+        if (&w.deaths[i] != first && r > last && (next < 0 || r < next)) next = r;
+      }
+      if (next < 0) break;
+      line << (last >= 0 ? ", " : "") << next;
+      last = next;
+    }
+    line << " ended by the launcher afterwards";
+  }
+  line << "; the job ends";
+  line.write_to(2);
+  ::_exit(0);
+}
+
+// The other nodes' sockets: the hub accepts connections and forwards what it reads; every
+// watchdog keeps the deaths and notes "quiet".
+void serve_peers(Watch& w) {
+  const size_t begin = static_cast<size_t>(w.peer_begin);
+  for (size_t i = begin; i < w.fds.size(); ++i) {
+    if (w.fds[i].fd < 0 || w.fds[i].revents == 0) continue;
+    if (w.hub && i == begin) {  // the listening socket: the next node
+      const int c = ::accept(w.fds[i].fd, nullptr, nullptr);
+      for (size_t j = begin + 1; c >= 0 && j < w.fds.size(); ++j)
+        if (w.fds[j].fd < 0) {
+          w.fds[j] = {c, POLLIN, 0};
+          break;
+        }
+      continue;
+    }
+    Report r;
+    if (::recv(w.fds[i].fd, &r, sizeof r, MSG_WAITALL) != static_cast<ssize_t>(sizeof r)) {
+      ::close(w.fds[i].fd);  // end of file: that watchdog is gone
+      w.fds[i].fd = -1;
+      continue;
+    }
+    if (w.hub) send_peers(w, r, i);
+    if (r.kind == kQuiet) w.peer_quiet = true;
+    if (r.kind == kDeath && w.ndeaths < w.deaths.size()) w.deaths[w.ndeaths++] = r;
+  }
+}
+
+// The watchdog process: polls the socket from local rank 0, a pidfd per rank of the node and the
+// other nodes' sockets; every 100 ms looks for a stall.
+[[noreturn]] void watchdog_main(int sock, Watch& w) {
   ::setsid();  // out of the rank's process group: signals meant for the ranks miss it
   for (int s : {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGQUIT}) std::signal(s, SIG_IGN);
-  for (int fd = 0; fd < 4096; ++fd)
-    if (fd != 2 && fd != pipe_fd) ::close(fd);
-  fds[0] = {pipe_fd, POLLIN, 0};
-  for (size_t i = 0; i < pids.size(); ++i) {
-    const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pids[i], 0));
-    fds[i + 1] = {fd, static_cast<short>(fd >= 0 ? POLLIN : 0), 0};
+  for (int fd = 0; fd < 4096; ++fd) {
+    bool keep = fd == 2 || fd == sock;
+    for (size_t i = static_cast<size_t>(w.peer_begin); i < w.fds.size(); ++i)
+      keep = keep || w.fds[i].fd == fd;
+    if (!keep) ::close(fd);
   }
-  // Wait for the first event: the pipe (a byte: the job ends normally, or aborts with its own
-  // message; end of file: local rank 0 is gone) or a rank of the node that ended.
-  while (::poll(fds.data(), fds.size(), -1) < 0 && errno == EINTR) {
+  g_watch = &w;
+  const int count = g_header->local_size;
+  w.fds[0] = {sock, POLLIN, 0};
+  for (int i = 0; i < count; ++i) {
+    const int fd = static_cast<int>(::syscall(SYS_pidfd_open, g_slots[i].pid, 0));
+    w.fds[static_cast<size_t>(i) + 1] = {fd, static_cast<short>(fd >= 0 ? POLLIN : 0), 0};
   }
-  bool any_gone = false;
-  for (size_t i = 1; i < fds.size(); ++i) any_gone = any_gone || fds[i].revents != 0;
-  char c = 0;
-  if (fds[0].revents != 0) {
-    if (::read(pipe_fd, &c, 1) == 1) ::_exit(0);  // told: a normal end or an abort
-    if (!any_gone) fds[1].revents = POLLIN;       // end of file alone: local rank 0 is gone
+  int64_t first_death = 0;  // CLOCK_MONOTONIC: when a rank of this node was first seen ended
+  for (;;) {
+    for (pollfd& p : w.fds) p.revents = 0;
+    const int ready = ::poll(w.fds.data(), w.fds.size(), first_death != 0 ? 5 : 100);
+    if (ready < 0 && errno != EINTR) ::_exit(0);
+    const int64_t now = now_ns(), real = realtime_ns();
+    if (ready > 0 && w.fds[0].revents != 0) {
+      char c = 0;
+      if (::read(sock, &c, 1) == 1) quiet_exit(w);  // told: a normal end or an abort
+      w.fds[0].fd = -1;                             // end of file: local rank 0 is gone
+    }
+    // Every rank sets `quiet` before a normal exit (after the final barrier) and before ending
+    // the job with its own message: a death after that is no news.
+    // A rank that crashed names itself (and sleeps 0.3 s before dying): nobody else speaks.
+    bool crashed = false;
+    for (int i = 0; i < count; ++i) crashed = crashed || g_slots[i].crashed != 0;
+    if (g_header->quiet || crashed) tell_quiet(w);
+    if (ready > 0) serve_peers(w);
+    for (int i = 0; ready > 0 && i < count; ++i) {
+      pollfd& p = w.fds[static_cast<size_t>(i) + 1];
+      if (p.fd < 0 || p.revents == 0) continue;
+      w.died_ns[static_cast<size_t>(i)] = real;
+      p.fd = -1;  // poll ignores it from now on
+      if (first_death == 0) first_death = now;
+    }
+    if (first_death != 0) {
+      if (g_header->quiet || w.peer_quiet || crashed) quiet_exit(w);
+      announce_local_deaths(w);
+      if (now - first_death >= kDecide) {
+        collect_local_deaths(w);
+        report_deaths(w);
+      }
+      continue;
+    }
+    if (g_header->quiet || w.peer_quiet) continue;
+    int64_t newest = 0;
+    bool anyone_waits = false;
+    for (int i = 0; i < count; ++i) {
+      newest = std::max<int64_t>(newest, g_slots[i].progress_ns);
+      anyone_waits = anyone_waits || g_slots[i].depth > 0;
+    }
+    bool* stalled = reinterpret_cast<bool*>(w.stalled.data());
+    const int64_t limit = stall_limit(g_slots, count);
+    if (limit > 0 && anyone_waits && now - newest > limit)
+      report_stall(g_slots, count, now - newest, limit, stalled, 0);
+    // A stop signal that the ranks have not agreed on kStopBackstop later, with nobody moving:
+    // the ranks' own check (NodeMonitor::waiting) did not end the job (a rank blocked where it
+    // does not run): end it from here, whatever --stall-timeout says.
+    int64_t slowest = 0;  // a long step may legitimately keep everybody still for a while
+    for (int i = 0; i < count; ++i)
+      slowest = std::max<int64_t>(slowest, g_slots[i].slowest_step_ns);
+    const int64_t still = std::max(kStopGrace, 2 * slowest);
+    if (g_header->stop_ns != 0 && !g_header->stop_agreed && anyone_waits &&
+        now - g_header->stop_ns > kStopBackstop && now - newest > still)
+      report_stall(g_slots, count, now - newest, still, stalled, g_header->stop_signal);
+  }
+}
+
+// ---- the ranks' side -----------------------------------------------------------------------------
+
+// Local rank 0: one warning line when the watchdog has gone or stopped (at most once a second).
+void check_watchdog(int64_t now) {
+  if (g_watchdog_pid <= 0 || g_watchdog_warned || now - g_watchdog_checked_ns < kSecond) return;
+  g_watchdog_checked_ns = now;
+  int status = 0;
+  const pid_t gone = ::waitpid(g_watchdog_pid, &status, WNOHANG);
+  const bool stopped = gone == 0 && is_stopped(g_watchdog_pid);
+  if (gone == 0 && !stopped) return;
+  g_watchdog_warned = true;
+  std::string how = stopped ? "is stopped (SIGSTOP?)"
+                    : gone == g_watchdog_pid && WIFSIGNALED(status)
+                        ? std::string("was killed (") + signal_name(WTERMSIG(status)) + ")"
+                        : "has ended";
+  if (gone == g_watchdog_pid) g_watchdog_pid = -1;  // reaped
+  std::fprintf(stderr,
+               "warning: the watchdog of host %s (ranks %d..%d) %s: the run goes on unwatched (a "
+               "rank there that dies or stalls will not be named)\n",
+               g_header->host, g_slots[0].rank, g_slots[g_header->local_size - 1].rank,
+               how.c_str());
+  std::fflush(stderr);
+}
+
+// A stop signal arrived while this rank waits for a peer that does not come: the step boundary
+// where every rank would agree on it is never reached. One line (rank 0 after kStopGrace; rank r
+// r seconds later, in case rank 0 is the one that is stuck), then the job ends with 128 + the
+// signal.
+[[noreturn]] void stop_while_waiting(int sig, int64_t waited) {
+  if (g_header->quiet) {  // another rank of the node has said why, and is ending the job
+    sleep_ms(2000);
+    MPI_Abort(MPI_COMM_WORLD, 128 + sig);
+    ::_exit(128 + sig);
+  }
+  Line line;
+  line << "rank " << g_rank << ": stopped by " << signal_name(sig) << " while waiting in ";
+  line.field(g_slot->op, sizeof g_slot->op) << " for ";
+  line.seconds(waited) << "; ";
+  std::vector<char> stalled(static_cast<size_t>(g_header->local_size));
+  int waiter = -1;
+  if (find_stalled(g_slots, g_header->local_size, reinterpret_cast<bool*>(stalled.data()),
+                   &waiter) > 0) {
+    line << "held up by ";
+    describe_stall(line, g_slots, g_header->local_size, reinterpret_cast<bool*>(stalled.data()),
+                   -1);
+    line << "; ";
   } else {
-    // A rank ended; at a normal end local rank 0 says so within moments (after its barrier; 5 s
-    // leaves room for a loaded machine). If local rank 0 is killed too, end of file comes first.
-    pollfd p{pipe_fd, POLLIN, 0};
-    if (::poll(&p, 1, 5000) > 0 && ::read(pipe_fd, &c, 1) == 1) ::_exit(0);
+    line << "a rank on another node makes no progress; ";
   }
-  for (size_t i = 1; i < fds.size(); ++i) {
-    if (fds[i].revents == 0) continue;
-    Line line;
-    line << "rank " << static_cast<int64_t>(ranks[i - 1]) << " (pid "
-         << static_cast<int64_t>(pids[i - 1])
-         << ") ended before the job finished (killed or crashed)";
-    if (*g_step >= 0)
-      line << "; rank " << static_cast<int64_t>(ranks[0]) << " was at step " << *g_step;
-    line << "; the job ends";
-    line.write_to(2);
+  line << "no checkpoint written (an emergency checkpoint needs every rank); the job ends";
+  g_header->quiet = 1;
+  line.write_to(2);
+  sleep_ms(200);  // let the launcher forward the line
+  MPI_Abort(MPI_COMM_WORLD, 128 + sig);
+  ::_exit(128 + sig);
+}
+
+// The progress monitor of this process: this rank's slot of the node's page.
+class NodeMonitor : public ProgressMonitor {
+ public:
+  void enter(const char* op, int group_size, const std::string& label) override {
+    const int64_t now = now_ns();
+    if (g_slot->depth++ == 0) {
+      copy_field(g_slot->op, sizeof g_slot->op, op);
+      copy_field(g_slot->label, sizeof g_slot->label, label.c_str());
+      g_slot->group_size = group_size;
+      waiting_since_ = now;
+    }
+    g_slot->progress_ns = now;
+    if (g_local == 0) check_watchdog(now);
   }
-  ::_exit(0);
+  void leave() override {
+    if (g_slot->depth > 0) --g_slot->depth;
+    g_slot->progress_ns = now_ns();
+  }
+  void waiting() override {
+    const int sig = g_stop_signal;
+    if (sig == 0) return;
+    const int64_t now = now_ns();
+    if (g_stop_seen_ns == 0) g_stop_seen_ns = now;
+    // Rank 0 speaks first; the others later by rank (rank 0 may be the one that is stuck).
+    const int64_t grace = kStopGrace + std::min(g_rank, 4) * kSecond;
+    if (now - g_stop_seen_ns > grace && now - waiting_since_ > grace)
+      stop_while_waiting(sig, now - waiting_since_);
+  }
+
+ private:
+  int64_t waiting_since_ = 0;
+};
+
+NodeMonitor g_monitor;
+
+// Collective over `comm`: world rank 0 opens a listening TCP socket for its watchdog (the hub) and
+// tells every rank where; local rank 0 of every other node connects to it. Best effort: a node
+// that cannot connect prints its own lines, as on one node.
+void connect_watchdogs(MPI_Comm comm, Watch& w) {
+  char where[96] = {};  // "host port"
+  if (g_rank == 0) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+    socklen_t len = sizeof addr;
+    if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+        ::listen(fd, 256) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+      std::snprintf(where, sizeof where, "%s %d", g_header->host, ntohs(addr.sin_port));
+      w.fds[static_cast<size_t>(w.peer_begin)] = {fd, POLLIN, 0};
+    } else if (fd >= 0) {
+      ::close(fd);
+    }
+  }
+  MPI_Bcast(where, sizeof where, MPI_CHAR, 0, comm);
+  if (g_local != 0 || g_rank == 0 || where[0] == '\0') return;
+  char host[80] = {}, port[16] = {};
+  if (std::sscanf(where, "%79s %15s", host, port) != 2) return;
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host, port, &hints, &found) != 0) return;
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+      w.fds[static_cast<size_t>(w.peer_begin)] = {fd, POLLIN, 0};
+      break;
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
 }
 
 }  // namespace
 
-void set_current_step(int64_t step) { *g_step = step; }
+void set_current_step(int64_t step) {
+  const int64_t now = now_ns();
+  if (g_slot->step_start_ns != 0 && step != g_slot->step)
+    g_slot->slowest_step_ns =
+        std::max<int64_t>(g_slot->slowest_step_ns, now - g_slot->step_start_ns);
+  if (step != g_slot->step) g_slot->step_start_ns = now;
+  g_slot->step = step;
+  g_slot->progress_ns = now;
+  if (g_local == 0) check_watchdog(now);
+}
 
 void enable_graceful_stop() {
   struct sigaction sa {};
@@ -169,9 +761,21 @@ void enable_graceful_stop() {
 }
 
 int agreed_stop_signal() {
-  int sig = g_stop_signal;
-  MPI_Allreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  int sig = g_stop_signal, size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  ProgressScope scope("the stop-signal agreement", size, "");
+  MPI_Request req = MPI_REQUEST_NULL;
+  mpi::check(MPI_Iallreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req),
+             "MPI_Iallreduce");
+  mpi::wait_all(1, &req, "MPI_Iallreduce");
+  if (sig != 0) g_header->stop_agreed = 1;
   return sig;
+}
+
+void set_stall_timeout(double seconds, bool automatic) {
+  // Beyond ~292 years the nanoseconds do not fit an int64_t: that long is "never".
+  const double ns = std::min(seconds * static_cast<double>(kSecond), 9.0e18);
+  g_header->stall_timeout_ns = automatic ? -1 : static_cast<int64_t>(ns);
 }
 
 void start_watchdog(MPI_Comm comm) {
@@ -180,55 +784,138 @@ void start_watchdog(MPI_Comm comm) {
   sa.sa_handler = on_fatal_signal;
   sigemptyset(&sa.sa_mask);
   for (int s : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) ::sigaction(s, &sa, nullptr);
+  g_slot->rank = g_rank;
+  g_slot->pid = static_cast<int32_t>(::getpid());
+  g_slot->progress_ns = now_ns();
 
   MPI_Comm node;
   MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, g_rank, MPI_INFO_NULL, &node);
-  int local = 0, local_size = 1;
-  MPI_Comm_rank(node, &local);
+  int local_size = 1, is_leader = 0, nodes = 1;
+  MPI_Comm_rank(node, &g_local);
   MPI_Comm_size(node, &local_size);
-  const int mine[2] = {g_rank, static_cast<int>(::getpid())};
-  std::vector<int> all(2 * static_cast<size_t>(local_size));
-  MPI_Allgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, node);
-  MPI_Comm_free(&node);
-  if (local != 0) return;
-  void* page = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (page == MAP_FAILED) return;
-  g_step = static_cast<volatile int64_t*>(page);
-  *g_step = g_step_fallback;
-  std::vector<int> ranks, pids;
-  for (int i = 0; i < local_size; ++i) {
-    ranks.push_back(all[2 * static_cast<size_t>(i)]);
-    pids.push_back(all[2 * static_cast<size_t>(i) + 1]);
+  is_leader = g_local == 0 ? 1 : 0;
+  MPI_Allreduce(&is_leader, &nodes, 1, MPI_INT, MPI_SUM, comm);
+  // The node's page: local rank 0 creates a shared memory object and gives it its size, then
+  // tells the others its name (empty: it failed) and they map it; the name is removed once every
+  // rank has it mapped (nothing is left behind).
+  const size_t bytes = sizeof(Header) + sizeof(Slot) * static_cast<size_t>(local_size);
+  char name[64] = {};
+  int fd = -1;
+  if (g_local == 0) {
+    std::snprintf(name, sizeof name, "/tp-watchdog-%d-%ld", static_cast<int>(::getpid()),
+                  static_cast<long>(now_ns() % 1000000007));
+    fd = ::shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd >= 0 && ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+      ::close(fd);
+      ::shm_unlink(name);
+      fd = -1;
+    }
+    if (fd < 0) name[0] = '\0';
   }
-  std::vector<pollfd> poll_fds(pids.size() + 1);
-  int fds[2];
-  if (::pipe(fds) != 0) return;
-  const pid_t child = ::fork();
-  if (child == 0) {
-    ::close(fds[1]);
-    watchdog_main(fds[0], ranks, pids, poll_fds);
+  MPI_Bcast(name, sizeof name, MPI_CHAR, 0, node);
+  if (g_local != 0 && name[0] != '\0') fd = ::shm_open(name, O_RDWR, 0600);
+  void* page = MAP_FAILED;
+  if (fd >= 0) {
+    page = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
   }
-  ::close(fds[0]);
-  if (child < 0) {
-    ::close(fds[1]);
+  int mapped = page != MAP_FAILED ? 1 : 0, all_mapped = 0;
+  MPI_Allreduce(&mapped, &all_mapped, 1, MPI_INT, MPI_MIN, comm);  // every node, or none
+  if (g_local == 0 && name[0] != '\0') ::shm_unlink(name);
+  if (!all_mapped) {  // best effort: no page, no watchdog
+    if (mapped) ::munmap(page, bytes);
+    MPI_Comm_free(&node);
     return;
   }
-  ::fcntl(fds[1], F_SETFD, FD_CLOEXEC);
-  g_watchdog_pipe = fds[1];
+  Header* header = static_cast<Header*>(page);
+  Slot* slots = reinterpret_cast<Slot*>(header + 1);
+  if (g_local == 0) {
+    new (header) Header();
+    header->local_size = local_size;
+    header->nodes = nodes;
+    header->stall_timeout_ns = g_header->stall_timeout_ns;
+    if (::gethostname(header->host, sizeof header->host - 1) != 0)
+      copy_field(header->host, sizeof header->host, "?");
+  }
+  MPI_Barrier(node);  // the header is written before the slots
+  slots[g_local] = *g_slot;
+  g_header = header;
+  g_slots = slots;
+  g_slot = &slots[g_local];
+  MPI_Barrier(node);  // every slot is written before the watchdog starts
+  MPI_Comm_free(&node);
+  set_progress_monitor(&g_monitor);
+
+  // The watchdog's state, and with several nodes its sockets: the hub (world rank 0's watchdog)
+  // listens, the other nodes' watchdogs connect now (the kernel queues them until it accepts).
+  Watch* w = new Watch();
+  int world_size = 1;
+  MPI_Comm_size(comm, &world_size);
+  w->hub = g_rank == 0;
+  w->peer_begin = local_size + 1;
+  w->fds.assign(static_cast<size_t>(local_size) + 1 + (nodes > 1 ? (w->hub ? nodes : 1) : 0),
+                pollfd{-1, POLLIN, 0});
+  w->died_ns.assign(static_cast<size_t>(local_size), 0);
+  w->reported.assign(static_cast<size_t>(local_size), 0);
+  w->stalled.assign(static_cast<size_t>(local_size), 0);
+  w->deaths.resize(static_cast<size_t>(world_size));
+  if (nodes > 1) connect_watchdogs(comm, *w);
+  if (g_local != 0) {
+    delete w;
+    return;
+  }
+  int socks[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM, 0, socks) != 0) return;
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(socks[1]);
+    watchdog_main(socks[0], *w);
+  }
+  ::close(socks[0]);
+  for (size_t i = static_cast<size_t>(w->peer_begin); i < w->fds.size(); ++i)
+    if (w->fds[i].fd >= 0) ::close(w->fds[i].fd);  // the watchdog's now
+  delete w;
+  if (child < 0) {
+    ::close(socks[1]);
+    return;
+  }
+  ::fcntl(socks[1], F_SETFD, FD_CLOEXEC);
+  g_watchdog_sock = socks[1];
+  g_watchdog_pid = child;
 }
 
 void finish_watchdog(MPI_Comm comm, bool barrier) {
-  if (barrier) MPI_Barrier(comm);
+  if (barrier) {
+    int size = 1;
+    MPI_Comm_size(comm, &size);
+    ProgressScope scope("the final barrier", size, "");
+    MPI_Request req = MPI_REQUEST_NULL;
+    if (MPI_Ibarrier(comm, &req) == MPI_SUCCESS) mpi::wait_all(1, &req, "MPI_Ibarrier");
+  }
   silence_watchdog();
 }
 
 void silence_watchdog() {
-  if (g_watchdog_pipe < 0) return;
+  g_header->quiet = 1;
+  if (g_watchdog_sock < 0) return;
+  // Never SIGPIPE (a killed watchdog): MSG_NOSIGNAL, and a failed send only means it is gone.
   const char done = 'd';
-  if (::write(g_watchdog_pipe, &done, 1) != 1) {
+  const bool told = ::send(g_watchdog_sock, &done, 1, MSG_NOSIGNAL) == 1;
+  ::close(g_watchdog_sock);
+  g_watchdog_sock = -1;
+  if (g_watchdog_pid <= 0) return;
+  // It exits at once when told; one that is stopped (or did not hear) would hold the launcher's
+  // output pipe open and keep the job from ending: after 0.5 s it is killed.
+  for (int i = 0; told && i < 50; ++i) {
+    if (::waitpid(g_watchdog_pid, nullptr, WNOHANG) == g_watchdog_pid) {
+      g_watchdog_pid = -1;
+      return;
+    }
+    sleep_ms(10);
   }
-  ::close(g_watchdog_pipe);
-  g_watchdog_pipe = -1;
+  ::kill(g_watchdog_pid, SIGKILL);
+  ::waitpid(g_watchdog_pid, nullptr, 0);
+  g_watchdog_pid = -1;
 }
 
 }  // namespace tp

@@ -9,13 +9,33 @@
 // speak, and under MPICH neither can the others. So:
 //   - a rank that crashes (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) prints
 //     "rank R (pid P): fatal signal SIGSEGV at step N; the job ends" before dying of it;
+//   - the ranks of a node share a page (POSIX shared memory, named only while it is set up): each
+//     rank's slot holds its step, the collective it is in (op, group size, the ledger's label,
+//     through core/progress.h) and when it last moved (entered or left a collective, or began a
+//     step);
 //   - on each node, local rank 0 forks a small watchdog process (outside the launcher's process
-//     list, so nobody kills it) that holds a pidfd of every rank of the node. When one ends before
-//     the job has finished, it prints "rank R (pid P) ended before the job finished ...", naming
-//     the step local rank 0 was at, and exits. Normal ends tell it first (finish_watchdog).
+//     list, so nobody kills it) that holds a pidfd of every rank of the node and reads the page.
+//     When one ends before the job has finished it waits 0.3 s for the launcher's kills, then
+//     prints one line "rank R (pid P, host H) ended before the job finished (killed or crashed)
+//     at step N; ranks 0, 2 ended by the launcher afterwards" (first death first) and exits.
+//     Normal ends tell it first (finish_watchdog), and a rank that ends the job with its own
+//     message silences it (silence_watchdog).
+//   - stalls: when no rank of the node has moved for --stall-timeout while one waits in a
+//     collective, the watchdog prints one line naming the rank(s) holding the others up (stopped
+//     processes, /proc/PID/stat state T, and ranks outside any collective; else the one that moved
+//     last the longest ago), their pid, host, step, and the collective the others wait in, then
+//     SIGKILLs them: the launcher ends the rest. The default timeout is the larger of 60 s and 10 ×
+//     the slowest step so far; 0 turns the check off. The waiting ranks sleep meanwhile
+//     (mpi/mpi_wait.h), they do not spin a core.
 //   - SIGINT/SIGTERM (which both launchers forward to every rank) kill the rank as usual, unless
 //     the program called enable_graceful_stop(): then they set a flag that agreed_stop_signal()
-//     turns into one decision of every rank at a step boundary (a second signal kills).
+//     turns into one decision of every rank at a step boundary (a second signal kills). A rank
+//     that waits in a collective when the signal comes, and still waits 2 s later (a peer is
+//     stuck: the boundary is never reached), ends the job itself with one line naming who holds it
+//     up and "no checkpoint written", exit 128 + the signal.
+//   - the watchdog can be killed or stopped without harm: local rank 0 writes to it with
+//     MSG_NOSIGNAL (no SIGPIPE), warns once when it has gone or stopped (the run goes on
+//     unwatched), and at the end kills one that does not exit when told.
 #pragma once
 
 #include <mpi.h>
@@ -33,5 +53,9 @@ void finish_watchdog(MPI_Comm comm, bool barrier);
 
 /// This rank is aborting the job after printing why: stop the watchdog without a report.
 void silence_watchdog();
+
+/// --stall-timeout: `seconds` without progress before the watchdog names the stalled rank (0: no
+/// stall check); `automatic`: the default rule instead (see above).
+void set_stall_timeout(double seconds, bool automatic);
 
 }  // namespace tp

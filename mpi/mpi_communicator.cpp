@@ -14,7 +14,9 @@
 
 #include "core/device.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "mpi_util.h"
+#include "mpi_wait.h"
 
 namespace tp {
 
@@ -118,6 +120,9 @@ class ProgressThread {
   // A test that found nothing to do returns in ~0.05 µs; one that took longer copied or summed a
   // chunk of data, and the next chunk is likely ready: test again at once.
   static constexpr std::chrono::microseconds kWorked{2};
+  static constexpr std::chrono::microseconds kIdle{2000};
+  static constexpr std::chrono::microseconds kWorkedAfterIdle{50};
+  static constexpr std::chrono::microseconds kMaxPoll{2000};
 
   void run() {
 #if defined(__linux__)
@@ -125,30 +130,51 @@ class ProgressThread {
 #endif
     std::vector<Transfer*> active;
     bool hurry = false;  // test again without sleeping: MPI just had work, or a caller waits
+    // Since when MPI has had nothing to do (no chunk moved, nothing completed or arrived): after
+    // kIdle the sleeps grow, an eighth of that time up to kMaxPoll, and a waiting caller no longer
+    // makes the thread hurry (a stopped peer must not keep a core busy: mpi_wait.h).
+    auto idle_since = std::chrono::steady_clock::now();
     for (;;) {
       {
         std::unique_lock<std::mutex> lock(mu_);
+        const auto idle = std::chrono::steady_clock::now() - idle_since;
+        const auto interval =
+            idle < kIdle
+                ? std::chrono::steady_clock::duration(kPollInterval)
+                : std::min<std::chrono::steady_clock::duration>(
+                      std::max<std::chrono::steady_clock::duration>(idle / 8, kPollInterval),
+                      kMaxPoll);
         if (active.empty())
           wake_.wait(lock, [&] { return stop_ || !incoming_.empty(); });
         else if (!hurry)
-          wake_.wait_for(lock, kPollInterval, [&] { return kicked_ || !incoming_.empty(); });
+          wake_.wait_for(lock, interval, [&] { return kicked_ || !incoming_.empty(); });
         kicked_ = false;
+        if (!incoming_.empty()) idle_since = std::chrono::steady_clock::now();
         active.insert(active.end(), incoming_.begin(), incoming_.end());
         incoming_.clear();
         if (active.empty() && stop_) return;
       }
       hurry = false;
+      const bool long_idle = std::chrono::steady_clock::now() - idle_since >= kIdle;
       for (size_t i = 0; i < active.size();) {
         Transfer* t = active[i];
         int flag = 0;
         const auto start = std::chrono::steady_clock::now();
         const int rc = MPI_Testall(t->count, t->requests, &flag, MPI_STATUSES_IGNORE);
-        hurry = hurry || std::chrono::steady_clock::now() - start > kWorked;
+        const auto end = std::chrono::steady_clock::now();
+        // After a long idle, only a test that clearly moved data counts as work: on a loaded
+        // machine an empty test sometimes takes a few µs (preempted), and must not keep the thread
+        // spinning for a stopped peer.
+        if (end - start > (long_idle ? kWorkedAfterIdle : kWorked)) {
+          hurry = true;
+          idle_since = end;
+        }
         if (rc == MPI_SUCCESS && !flag) {
-          hurry = hurry || t->waiting.load();
+          hurry = hurry || (t->waiting.load() && !long_idle);
           ++i;
           continue;
         }
+        idle_since = end;
         active.erase(active.begin() + static_cast<std::ptrdiff_t>(i));
         // Notify under the lock: once it is released, the Work may be gone.
         std::lock_guard<std::mutex> lock(t->mu);
@@ -176,8 +202,10 @@ namespace {
 class MpiWork : public Work {
  public:
   /// `progress`: the thread that will drive it, or null (MPI without MPI_THREAD_MULTIPLE).
-  MpiWork(const Tensor* in, const Tensor& out, ProgressThread* progress)
-      : t_(in, out), progress_(progress) {}
+  /// `what` ("wait all_reduce") and `group_size`: how wait() shows in the progress monitor.
+  MpiWork(const char* what, int group_size, const Tensor* in, const Tensor& out,
+          ProgressThread* progress)
+      : t_(in, out), progress_(progress), what_(what), group_size_(group_size) {}
   // Destroyed without wait(): the work still completes, as on the other communicators (the
   // tensor holds the result; a staged one is copied back). Never leaves MPI writing into freed
   // memory; never throws.
@@ -201,16 +229,24 @@ class MpiWork : public Work {
 
   void wait() override {
     if (finished_) return;
+    ProgressScope scope(what_, group_size_, "");
     if (progress_) {
       std::unique_lock<std::mutex> lock(t_.mu);
       if (!t_.done) {
         // While t_ is not done the thread is running (it finishes its work before it stops).
         t_.waiting = true;
         progress_->kick();
-        t_.cv.wait(lock, [&] { return t_.done; });
+        // Asleep until done; every 50 ms the monitor hears that this rank still waits.
+        while (!t_.cv.wait_for(lock, std::chrono::milliseconds(50), [&] { return t_.done; })) {
+          if (ProgressMonitor* monitor = progress_monitor()) {
+            lock.unlock();
+            monitor->waiting();
+            lock.lock();
+          }
+        }
       }
     } else {
-      mpi::check(MPI_Waitall(t_.count, t_.requests, MPI_STATUSES_IGNORE), "MPI_Waitall");
+      mpi::wait_all(t_.count, t_.requests, "MPI_Waitall");
     }
     finish();
   }
@@ -236,6 +272,8 @@ class MpiWork : public Work {
   }
   Transfer t_;
   ProgressThread* progress_;
+  const char* what_;
+  int group_size_;
   bool started_ = false;
   bool finished_ = false;
 };
@@ -291,68 +329,101 @@ ProgressThread* MpiCommunicator::progress() {
 
 std::string MpiCommunicator::name() const { return "mpi (" + mpi_library_version() + ")"; }
 
+// The blocking calls start the nonblocking variant and wait for it in mpi::wait_all, which backs off
+// instead of spinning a core while a peer is late (mpi_wait.h).
 void MpiCommunicator::do_all_reduce(Tensor& x, ReduceOp op) {
   HostView v(x, true);
-  mpi::check(MPI_Allreduce(MPI_IN_PLACE, v.ptr(), count_of(x), MPI_FLOAT,
-                           op == ReduceOp::Max ? MPI_MAX : MPI_SUM, comm_),
-             "MPI_Allreduce");
+  MPI_Request req = MPI_REQUEST_NULL;
+  mpi::check(MPI_Iallreduce(MPI_IN_PLACE, v.ptr(), count_of(x), MPI_FLOAT,
+                            op == ReduceOp::Max ? MPI_MAX : MPI_SUM, comm_, &req),
+             "MPI_Iallreduce");
+  mpi::wait_all(1, &req, "MPI_Iallreduce");
   v.write_back();
 }
 
 void MpiCommunicator::do_all_gather(const Tensor& shard, Tensor& full) {
   HostView in(shard, true), out(full, false);
-  mpi::check(MPI_Allgather(in.ptr(), count_of(shard), MPI_FLOAT, out.ptr(), count_of(shard),
-                           MPI_FLOAT, comm_),
-             "MPI_Allgather");
+  MPI_Request req = MPI_REQUEST_NULL;
+  mpi::check(MPI_Iallgather(in.ptr(), count_of(shard), MPI_FLOAT, out.ptr(), count_of(shard),
+                            MPI_FLOAT, comm_, &req),
+             "MPI_Iallgather");
+  mpi::wait_all(1, &req, "MPI_Iallgather");
   out.write_back();
 }
 
 void MpiCommunicator::do_reduce_scatter(const Tensor& full, Tensor& shard) {
   HostView in(full, true), out(shard, false);
-  mpi::check(
-      MPI_Reduce_scatter_block(in.ptr(), out.ptr(), count_of(shard), MPI_FLOAT, MPI_SUM, comm_),
-      "MPI_Reduce_scatter_block");
+  MPI_Request req = MPI_REQUEST_NULL;
+  mpi::check(MPI_Ireduce_scatter_block(in.ptr(), out.ptr(), count_of(shard), MPI_FLOAT, MPI_SUM,
+                                       comm_, &req),
+             "MPI_Ireduce_scatter_block");
+  mpi::wait_all(1, &req, "MPI_Ireduce_scatter_block");
   out.write_back();
 }
 
 void MpiCommunicator::do_broadcast(Tensor& x, int root) {
   HostView v(x, true);
-  mpi::check(MPI_Bcast(v.ptr(), count_of(x), MPI_FLOAT, root, comm_), "MPI_Bcast");
+  MPI_Request req = MPI_REQUEST_NULL;
+  mpi::check(MPI_Ibcast(v.ptr(), count_of(x), MPI_FLOAT, root, comm_, &req), "MPI_Ibcast");
+  mpi::wait_all(1, &req, "MPI_Ibcast");
   v.write_back();
 }
 
 void MpiCommunicator::do_send_recv(const Tensor& send, int to, Tensor& recv, int from) {
   HostView in(send, true), out(recv, false);
-  mpi::check(MPI_Sendrecv(in.ptr(), count_of(send), MPI_FLOAT, to, 0, out.ptr(), count_of(recv),
-                          MPI_FLOAT, from, 0, comm_, MPI_STATUS_IGNORE),
-             "MPI_Sendrecv");
+  MPI_Request reqs[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  mpi::check(MPI_Irecv(out.ptr(), count_of(recv), MPI_FLOAT, from, 0, comm_, &reqs[0]),
+             "MPI_Irecv");
+  const int rc = MPI_Isend(in.ptr(), count_of(send), MPI_FLOAT, to, 0, comm_, &reqs[1]);
+  if (rc != MPI_SUCCESS) {
+    MPI_Cancel(&reqs[0]);  // no receive may stay posted into memory about to be freed
+    MPI_Wait(&reqs[0], MPI_STATUS_IGNORE);
+    mpi::check(rc, "MPI_Isend");
+  }
+  mpi::wait_all(2, reqs, "MPI_Isend/MPI_Irecv");
   out.write_back();
 }
 
-// Point to point has its own tag, so a send never matches a ring step's receive.
+// Point to point has its own tag, so a send never matches a ring step's receive. Both wait in
+// mpi::wait_all, like the collectives (no spinning for a late peer).
 constexpr int kP2pTag = 1;
 
 void MpiCommunicator::do_send(const Tensor& x, int to) {
   HostView in(x, true);
-  mpi::check(MPI_Send(in.ptr(), count_of(x), MPI_FLOAT, to, kP2pTag, comm_), "MPI_Send");
+  MPI_Request req = MPI_REQUEST_NULL;
+  mpi::check(MPI_Isend(in.ptr(), count_of(x), MPI_FLOAT, to, kP2pTag, comm_, &req), "MPI_Isend");
+  mpi::wait_all(1, &req, "MPI_Isend");
 }
 
 void MpiCommunicator::do_recv(Tensor& x, int from) {
   HostView out(x, false);
+  // Probe first (it waits like the collectives), so the size check sees what was sent before a
+  // receive of the wrong size could truncate it.
+  MPI_Message msg;
   MPI_Status status;
-  mpi::check(MPI_Recv(out.ptr(), count_of(x), MPI_FLOAT, from, kP2pTag, comm_, &status),
-             "MPI_Recv");
+  mpi::wait_until([&] {
+    int arrived = 0;
+    mpi::check(MPI_Improbe(from, kP2pTag, comm_, &arrived, &msg, &status), "MPI_Improbe");
+    return arrived != 0;
+  });
   int got = 0;
   MPI_Get_count(&status, MPI_FLOAT, &got);
   TP_CHECK(got == count_of(x), "recv: rank ", from, " sent ", got, " elements, the receive buffer ",
            x.shape().str(), " holds ", x.numel());
+  MPI_Request req = MPI_REQUEST_NULL;
+  mpi::check(MPI_Imrecv(out.ptr(), count_of(x), MPI_FLOAT, &msg, &req), "MPI_Imrecv");
+  mpi::wait_all(1, &req, "MPI_Imrecv");
   out.write_back();
 }
 
-void MpiCommunicator::do_barrier() { mpi::check(MPI_Barrier(comm_), "MPI_Barrier"); }
+void MpiCommunicator::do_barrier() {
+  MPI_Request req = MPI_REQUEST_NULL;
+  mpi::check(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier");
+  mpi::wait_all(1, &req, "MPI_Ibarrier");
+}
 
 std::unique_ptr<Work> MpiCommunicator::do_all_reduce_async(Tensor& x) {
-  auto work = std::make_unique<MpiWork>(nullptr, x, progress());
+  auto work = std::make_unique<MpiWork>("wait all_reduce", size(), nullptr, x, progress());
   Transfer& t = work->transfer();
   mpi::check(MPI_Iallreduce(MPI_IN_PLACE, t.out.ptr(), count_of(x), MPI_FLOAT, MPI_SUM, comm_,
                             &t.requests[0]),
@@ -362,7 +433,7 @@ std::unique_ptr<Work> MpiCommunicator::do_all_reduce_async(Tensor& x) {
 }
 
 std::unique_ptr<Work> MpiCommunicator::do_all_gather_async(const Tensor& shard, Tensor& full) {
-  auto work = std::make_unique<MpiWork>(&shard, full, progress());
+  auto work = std::make_unique<MpiWork>("wait all_gather", size(), &shard, full, progress());
   Transfer& t = work->transfer();
   mpi::check(MPI_Iallgather(t.in->ptr(), count_of(shard), MPI_FLOAT, t.out.ptr(), count_of(shard),
                             MPI_FLOAT, comm_, &t.requests[0]),
@@ -372,7 +443,7 @@ std::unique_ptr<Work> MpiCommunicator::do_all_gather_async(const Tensor& shard, 
 }
 
 std::unique_ptr<Work> MpiCommunicator::do_reduce_scatter_async(const Tensor& full, Tensor& shard) {
-  auto work = std::make_unique<MpiWork>(&full, shard, progress());
+  auto work = std::make_unique<MpiWork>("wait reduce_scatter", size(), &full, shard, progress());
   Transfer& t = work->transfer();
   mpi::check(MPI_Ireduce_scatter_block(t.in->ptr(), t.out.ptr(), count_of(shard), MPI_FLOAT,
                                        MPI_SUM, comm_, &t.requests[0]),
@@ -383,7 +454,7 @@ std::unique_ptr<Work> MpiCommunicator::do_reduce_scatter_async(const Tensor& ful
 
 std::unique_ptr<Work> MpiCommunicator::do_send_recv_async(const Tensor& send, int to, Tensor& recv,
                                                           int from) {
-  auto work = std::make_unique<MpiWork>(&send, recv, progress());
+  auto work = std::make_unique<MpiWork>("wait send_recv", size(), &send, recv, progress());
   Transfer& t = work->transfer();
   t.count = 2;
   // The receive first, so the message from the left finds its buffer posted.

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "observe/timeline.h"
 
 namespace tp {
@@ -63,13 +64,15 @@ class TimedWork : public Work {
 
 // Times one call: the wall time goes into its ledger record, and with a timeline a span: the call
 // itself for a blocking collective, the issue (a Wait span "issue <op>") for an *_async one, whose
-// Work track() then wraps.
+// Work track() then wraps. The progress monitor (core/progress.h) sees the call from start to end.
 class CallTimer {
  public:
   CallTimer(CommLedger& ledger, size_t index, Timeline* timeline)
       : ledger_(ledger),
         index_(index),
         timeline_(timeline),
+        progress_(ledger.records()[index].op.c_str(), ledger.records()[index].group_size,
+                  ledger.records()[index].label),
         start_(std::chrono::steady_clock::now()),
         span_start_(timeline != nullptr ? timeline->now() : 0.0) {}
   ~CallTimer() {
@@ -111,6 +114,7 @@ class CallTimer {
   CommLedger& ledger_;
   size_t index_;
   Timeline* timeline_;
+  ProgressScope progress_;
   std::chrono::steady_clock::time_point start_;
   double span_start_;
 };
@@ -121,6 +125,11 @@ void Communicator::check_gather_shapes(const char* op, const Tensor& shard,
   TP_CHECK(shard.defined() && full.defined(), op, ": undefined tensor");
   TP_CHECK(full.numel() == shard.numel() * size_, op, ": the full buffer ", full.shape().str(),
            " must hold t=", size_, " shards of ", shard.shape().str());
+}
+
+void Communicator::barrier() {
+  ProgressScope progress("barrier", size_, "");
+  do_barrier();
 }
 
 void Communicator::check_peer(const char* op, int peer) const {

@@ -88,8 +88,9 @@ class Communicator {
   void send(const Tensor& x, int to);
   /// Receives into x from rank `from`; x holds as many elements as the matching send.
   void recv(Tensor& x, int from);
-  /// Waits until every rank of the group has called barrier(). Not recorded (moves no data).
-  void barrier() { do_barrier(); }
+  /// Waits until every rank of the group has called barrier(). Not in the ledger (moves no data);
+  /// the progress monitor (core/progress.h) sees it.
+  void barrier();
 
   std::unique_ptr<Work> all_reduce_async(Tensor& x);
   std::unique_ptr<Work> all_gather_async(const Tensor& shard, Tensor& full);
