@@ -471,7 +471,8 @@ std::unique_ptr<Work> MpiCommunicator::do_send_recv_async(const Tensor& send, in
 }
 
 std::unique_ptr<Work> MpiCommunicator::do_send_async(const Tensor& x, int to) {
-  auto work = std::make_unique<MpiWork>(nullptr, x, progress());  // `out` staged with x's data
+  auto work = std::make_unique<MpiWork>("wait send", size(), nullptr, x,
+                                        progress());  // `out` staged with x's data
   Transfer& t = work->transfer();
   t.sends_only = true;
   mpi::check(MPI_Isend(t.out.ptr(), count_of(x), MPI_FLOAT, to, kP2pTag, comm_, &t.requests[0]),
@@ -481,7 +482,8 @@ std::unique_ptr<Work> MpiCommunicator::do_send_async(const Tensor& x, int to) {
 }
 
 std::unique_ptr<Work> MpiCommunicator::do_recv_async(Tensor& x, int from) {
-  auto work = std::make_unique<MpiWork>(nullptr, x, progress());  // staged like an in-place op
+  auto work = std::make_unique<MpiWork>("wait recv", size(), nullptr, x,
+                                        progress());  // staged like an in-place op
   Transfer& t = work->transfer();
   mpi::check(MPI_Irecv(t.out.ptr(), count_of(x), MPI_FLOAT, from, kP2pTag, comm_, &t.requests[0]),
              "MPI_Irecv");
