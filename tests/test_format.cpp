@@ -102,19 +102,14 @@ struct Flags {
   }
 };
 
+// A file of another shape than the flags' defaults (its config made by the same flags).
 tp::ModelFile file(bool hub) {
   tp::ModelFile f;
   f.path = "f.safetensors";
   f.hub = hub;
-  f.config.layers = 3;
-  f.config.hidden = 96;
-  f.config.heads = 6;
-  f.config.ffn = 384;
-  f.config.vocab = 300;
-  f.config.seq = 128;
-  f.config.act = "swiglu";
-  f.config.norm = "rmsnorm";
-  f.config.tied = false;
+  f.config = Flags({"--layers", "3", "--hidden", "96", "--heads", "6", "--ffn", "384", "--vocab",
+                    "300", "--seq", "128", "--act", "swiglu", "--norm", "rmsnorm", "--untie"})
+                 .cfg;
   return f;
 }
 
