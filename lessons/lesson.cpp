@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <iostream>
 
 #include "core/error.h"
@@ -192,6 +193,26 @@ void Lesson::check_fact(const std::string& what, const std::vector<float>& got,
   facts_.insert(what);
   ++fact_checks_;
   compare(what, got, want, rtol);
+}
+
+void Lesson::check_value(const std::string& what, double got, double want, double rtol) {
+  if (!is_root()) return;
+  facts_.insert(what);
+  ++fact_checks_;
+  const double err = want == 0 ? std::fabs(got) : std::fabs(got - want) / std::fabs(want);
+  if (!(err <= rtol)) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, ": got %.9g, expected %.9g (relative error %.3g > %.3g)", got,
+                  want, err, rtol);
+    failures_.push_back(what + buf);
+  }
+}
+
+void Lesson::check_true(const std::string& what, bool holds) {
+  if (!is_root()) return;
+  facts_.insert(what);
+  ++fact_checks_;
+  if (!holds) failures_.push_back(what + ": does not hold");
 }
 
 void Lesson::check_fact_ranks(const std::string& what, const Tensor& t,

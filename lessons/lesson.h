@@ -102,6 +102,12 @@ class Lesson {
   /// Like check(), for a fact that is not a comparison with one device (see above).
   void check_fact(const std::string& what, const std::vector<float>& got,
                   const std::vector<float>& want, double rtol = 1e-6);
+  /// A fact that is one number: `got` against `want`, |got − want| ≤ rtol·|want| (≤ rtol when want
+  /// is 0), compared in double.
+  void check_value(const std::string& what, double got, double want, double rtol = 1e-6);
+  /// A fact that is a yes/no statement (a comparison, an inequality, a message naming a value):
+  /// records a failure naming `what` when it does not hold. Not a number cast to float.
+  void check_true(const std::string& what, bool holds);
   /// Like check_ranks(), for a fact: rank r's copy of `t` against want[r].
   void check_fact_ranks(const std::string& what, const Tensor& t,
                         const std::vector<std::vector<float>>& want, double rtol = 1e-6);

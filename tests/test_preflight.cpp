@@ -101,6 +101,21 @@ TEST(PreflightProblems, EveryKindAtOnce) {
   EXPECT_TRUE(has_one(preflight(in).problems, "--batch=0 must be at least 1"));
 }
 
+// A caller whose t is not the number of ranks names its own t in the messages (tp_train --dp:
+// "the TP group: ranks / --dp"), and only the label changes.
+TEST(PreflightProblems, TheCallerLabelsT) {
+  PreflightInput in = small(5);
+  in.t_label = "the TP group: ranks / --dp";
+  const Preflight labelled = preflight(in), plain = preflight(small(5));
+  ASSERT_EQ(labelled.problems.size(), plain.problems.size());
+  EXPECT_TRUE(has_one(labelled.problems,
+                      "heads=12 is not divisible by t=5 (the TP group: ranks / --dp): each rank"));
+  for (const auto& m : labelled.problems) EXPECT_FALSE(contains(m, "the number of ranks")) << m;
+  for (size_t i = 0; i < plain.problems.size(); ++i)
+    if (!contains(plain.problems[i], "(the number of ranks)"))
+      EXPECT_EQ(labelled.problems[i], plain.problems[i]);
+}
+
 // Sizes no machine holds are refused before any size is computed from them (issue 19): nothing
 // wraps (no negative or garbage byte counts), and the messages name flags, not code.
 TEST(PreflightProblems, HugeSizesAreRefusedBeforeAnythingOverflows) {

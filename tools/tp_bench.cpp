@@ -64,15 +64,12 @@
 #include "model/config.h"
 #include "model/gpt.h"
 #include "mpi_communicator.h"
+#include "observe/timer.h"
 #include "parallel/param.h"
 
 using namespace tp;
 
 namespace {
-
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // Seconds per call: the best of `reps` timed runs (after one warm-up), which is the least noisy
 // estimate on a shared machine.

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/format.h"
 #include "core/log.h"
 #include "core/output_file.h"
 #include "core/simulated_link.h"
@@ -44,23 +45,22 @@
 #include "model/audit.h"
 #include "model/checkpoint.h"
 #include "model/data.h"
+#include "model/file_shape.h"
 #include "model/gpt.h"
 #include "model/hf_gpt2.h"
 #include "model/memory.h"
 #include "model/preflight.h"
+#include "model/schedule.h"
 #include "model/train.h"
 #include "observe/alpha_beta.h"
 #include "observe/svg_plot.h"
 #include "observe/timeline.h"
+#include "observe/timer.h"
 #include "parallel/process_grid.h"
 
 using namespace tp;
 
 namespace {
-
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // --trace records the last kTraceSteps steps, never the first (it pays for first-touch allocations
 // and page faults) unless it is the only one: every kernel and collective of a step is a span, a
@@ -93,20 +93,6 @@ std::string export_probe(std::string dir) {
   }
 }
 
-// Learning rate at absolute step `step` (0-based): linear warm-up over `warmup` steps, then cosine
-// decay to 10 % of lr at step `decay`. Defined by step numbers, never by the length of this run,
-// so a resumed run continues the same schedule.
-float learning_rate(float lr, int64_t step, int64_t warmup, int64_t decay) {
-  float f = 1.0f;
-  if (warmup > 0 && step < warmup) f = static_cast<float>(step + 1) / static_cast<float>(warmup);
-  if (decay > warmup && step >= warmup) {
-    const double x =
-        std::min(1.0, static_cast<double>(step - warmup) / static_cast<double>(decay - warmup));
-    f *= static_cast<float>(0.1 + 0.9 * 0.5 * (1.0 + std::cos(3.141592653589793 * x)));
-  }
-  return lr * f;
-}
-
 // Runs `make`, turning an allocation failure into one line that names what was being allocated,
 // about how big it is and the flags that size it.
 template <typename Make>
@@ -122,78 +108,6 @@ auto allocating(const std::string& what, const std::string& flags, Make make) {
     if (e.on_every_rank() || m.rfind("out of ", 0) != 0) throw;
     TP_CHECK_INPUT(false, m, " for ", what, ": reduce ", flags);
   }
-}
-
-std::string gib(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g GiB", bytes / (1024.0 * 1024.0 * 1024.0));
-  return buf;
-}
-
-GptConfig config_from(const Options& o) {
-  GptConfig c;
-  c.layers = o.get_int("layers");
-  c.hidden = o.get_int("hidden");
-  c.heads = o.get_int("heads");
-  c.kv_heads = o.get_int("kv-heads");
-  c.ffn = o.get_int("ffn");
-  c.vocab = o.get_int("vocab");
-  c.seq = o.get_int("seq");
-  c.act = o.get_text("act");
-  c.norm = o.get_text("norm");
-  c.dropout = static_cast<float>(o.get_real("dropout"));
-  c.tied = !o.get_flag("untie");
-  c.sp = o.get_flag("sp");
-  c.overlap = o.get_text("overlap");
-  c.pad_vocab_multiple = o.get_int("pad-vocab-multiple");
-  return c;
-}
-
-// --init-from F, or --load F: the model's shape comes from the file. With --init-from (or a
-// Hugging Face file given to --load) each shape flag the command line gives must agree with it;
-// with --load of a checkpoint a flag given overrides, and load_checkpoint names what differs.
-// The model keeps the file's whole position table (cfg.seq); `seq`, the length of a training
-// sequence, may be shorter: --seq, or for a checkpoint the length it was saved with.
-void shape_from_file(const ModelFile& f, const Options& o, bool strict, GptConfig& cfg,
-                     int64_t& seq, std::vector<std::string>& problems) {
-  const GptConfig& fc = f.config;
-  auto take = [&](const char* flag, int64_t& mine, int64_t from_file, int64_t given_value) {
-    if (o.given(flag) && strict && given_value != from_file)
-      problems.push_back(std::string("--") + flag + "=" + std::to_string(given_value) +
-                         " disagrees with " + f.path + " (" + std::to_string(from_file) +
-                         "); drop --" + flag);
-    if (!o.given(flag) || strict) mine = from_file;
-  };
-  take("layers", cfg.layers, fc.layers, cfg.layers);
-  take("hidden", cfg.hidden, fc.hidden, cfg.hidden);
-  take("heads", cfg.heads, fc.heads, cfg.heads);
-  if (o.given("kv-heads") && strict && cfg.kv() != fc.kv())
-    problems.push_back("--kv-heads=" + std::to_string(cfg.kv_heads) + " disagrees with " + f.path +
-                       " (" + std::to_string(fc.kv()) + "); drop --kv-heads");
-  if (!o.given("kv-heads") || strict)
-    cfg.kv_heads = fc.kv() == fc.heads ? 0 : fc.kv();  // 0: = heads
-  take("ffn", cfg.ffn, fc.inner(), cfg.ffn > 0 ? cfg.ffn : fc.inner());
-  take("vocab", cfg.vocab, fc.vocab, cfg.vocab);
-  for (const auto& [flag, mine, theirs] :
-       {std::tuple<const char*, std::string*, std::string>{"act", &cfg.act, fc.act},
-        {"norm", &cfg.norm, fc.norm}}) {
-    if (o.given(flag) && strict && *mine != theirs)
-      problems.push_back(std::string("--") + flag + "=" + *mine + " disagrees with " + f.path +
-                         " (" + theirs + "); drop --" + flag);
-    if (!o.given(flag) || strict) *mine = theirs;
-  }
-  if (o.given("untie") && strict && cfg.tied != fc.tied)
-    problems.push_back(std::string("--untie") + " disagrees with " + f.path +
-                       (fc.tied ? " (its head is tied to wte)" : " (its head is untied)"));
-  if (!o.given("untie") || strict) cfg.tied = fc.tied;
-  cfg.eps = fc.eps;
-  if (o.given("seq") && seq > fc.seq) {
-    problems.push_back("--seq=" + std::to_string(seq) + " is larger than the position table of " +
-                       std::to_string(fc.seq) + " in " + f.path);
-  } else if (!o.given("seq")) {
-    seq = f.hub ? std::min(seq, fc.seq) : fc.seq;
-  }
-  cfg.seq = fc.seq;
 }
 
 // Every rank got (or was told of) SIGINT/SIGTERM and stands at the same step boundary: write an
@@ -214,19 +128,33 @@ void shape_from_file(const ModelFile& f, const Options& o, bool strict, GptConfi
               128 + sig);
 }
 
-int train(Context& ctx) {
-  const Options& o = ctx.options;
-  Communicator& world = ctx.world;
-  GptConfig cfg = config_from(o);
-  int64_t seq = cfg.seq;  // the length of a training sequence (cfg.seq: the position table)
-  const int64_t steps = o.get_int("steps"), batch = o.get_int("batch");
-  const uint64_t seed = static_cast<uint64_t>(o.get_int("seed"));
-  const std::string data = o.get_text("data");
-  const int dp = o.get_int32("dp");
+// What train() runs, read from the flags (and the model file they name) and checked: every
+// problem at once, before anything allocates or communicates.
+struct Plan {
+  GptConfig cfg;
+  int64_t seq = 0;  // the length of a training sequence (cfg.seq: the position table)
+  int64_t steps = 0, batch = 0, warmup = 0, decay_steps = 0;
+  uint64_t seed = 0;
+  std::string data, init_from, load, export_dir;
+  ModelFile file;
+  int dp = 1, t = 1;  // t: the TP group's size
+};
+
+Plan plan_run(const Options& o, int world_size) {
+  Plan r;
+  GptConfig& cfg = r.cfg;
+  cfg = config_from_flags(o);
+  int64_t& seq = r.seq;
+  seq = cfg.seq;  // the length of a training sequence (cfg.seq: the position table)
+  const int64_t steps = r.steps = o.get_int("steps"), batch = r.batch = o.get_int("batch");
+  r.seed = static_cast<uint64_t>(o.get_int("seed"));
+  const std::string& data = r.data = o.get_text("data");
+  const int dp = r.dp = o.get_int32("dp");
   // Check every flag before anything allocates or communicates; report all problems at once.
   std::vector<std::string> problems;
   if (steps < 0) problems.push_back("--steps=" + std::to_string(steps) + " must be 0 or more");
-  const int64_t warmup = o.get_int("warmup"), decay_steps = o.get_int("decay-steps");
+  const int64_t warmup = r.warmup = o.get_int("warmup"),
+                decay_steps = r.decay_steps = o.get_int("decay-steps");
   if (decay_steps != 0 && decay_steps <= warmup)
     problems.push_back("--decay-steps=" + std::to_string(decay_steps) +
                        " must be above --warmup=" + std::to_string(warmup) +
@@ -238,22 +166,25 @@ int train(Context& ctx) {
   if (cfg.vocab == 0) cfg.vocab = 256;
   // --init-from F (weights only), or --load F: the shape from the file. A Hugging Face file given
   // to --load is taken as --init-from (it holds no optimizer state and no step).
-  std::string init_from = o.get_text("init-from"), load = o.get_text("load");
-  ModelFile file;
+  std::string &init_from = r.init_from = o.get_text("init-from"),
+              &load = r.load = o.get_text("load");
+  ModelFile& file = r.file;
   if (!init_from.empty() && !load.empty())
     problems.push_back("give --init-from (weights only) or --load (resume), not both");
   else if (!init_from.empty() || !load.empty()) {
     file = inspect_model_file(init_from.empty() ? load : init_from,
                               o.given("heads") ? o.get_int("heads") : 0);
     if (file.hub && !load.empty()) std::swap(init_from, load);
-    shape_from_file(file, o, !init_from.empty(), cfg, seq, problems);
+    shape_from_file(file, o,
+                    init_from.empty() ? FileShape::FlagsOverride : FileShape::FlagsMustAgree, cfg,
+                    seq, problems);
     if (!data.empty() && cfg.vocab < 256)
       problems.push_back("--data uses byte tokens (ids 0..255), but " + file.path +
                          " has a vocabulary of " + std::to_string(cfg.vocab));
   }
-  const auto grid_problems = ProcessGrid::problems(world.size(), dp);
+  const auto grid_problems = ProcessGrid::problems(world_size, dp);
   for (const auto& p : grid_problems) problems.push_back(p);
-  const int t = grid_problems.empty() ? world.size() / dp : world.size();  // TP group size
+  const int t = r.t = grid_problems.empty() ? world_size / dp : world_size;  // TP group size
   if (grid_problems.empty() && batch >= 1 && batch % dp != 0)
     problems.push_back("--batch=" + std::to_string(batch) + " is not divisible by --dp=" +
                        std::to_string(dp) + ": every DP rank takes batch/dp sequences");
@@ -264,7 +195,7 @@ int train(Context& ctx) {
   if (cfg.sp && seq != cfg.seq && seq % t != 0)
     problems.push_back("--seq=" + std::to_string(seq) + " is not divisible by t=" +
                        std::to_string(t) + ", which sequence parallelism needs");
-  const std::string export_dir = o.get_text("export-hf");
+  const std::string& export_dir = r.export_dir = o.get_text("export-hf");
   if (!export_dir.empty() && !hf_export_problem(cfg).empty())
     problems.push_back("--export-hf: GPT-2 cannot hold this model: " + hf_export_problem(cfg));
   // The preflight's checks (lib/model/preflight.h; tp_preflight prints the same), one line each,
@@ -273,17 +204,245 @@ int train(Context& ctx) {
   pre.model = cfg;
   pre.batch = batch;
   pre.t = t;
-  for (std::string p : preflight(pre).problems) {
-    const std::string all_ranks = "(the number of ranks)";
-    if (dp > 1 && p.find(all_ranks) != std::string::npos)
-      p.replace(p.find(all_ranks), all_ranks.size(), "(the TP group: ranks / --dp)");
-    problems.push_back(p);
-  }
+  if (dp > 1) pre.t_label = "the TP group: ranks / --dp";
+  for (const std::string& p : preflight(pre).problems) problems.push_back(p);
   TP_CHECK_INPUT(problems.empty(), problems_message(problems));
+  return r;
+}
 
-  // Every output path on every rank, before anything is allocated or trained: a bad path costs
-  // seconds, not the run.
-  const std::string trace = o.get_text("trace");
+// Peak device memory of every rank, in MiB (gathered for the report, after training).
+void log_peak_memory(Device& device, Communicator& world) {
+  Tensor mine = Tensor::from_host(device, Shape{2},
+                                  {static_cast<float>(device.memory().peak / 1048576.0),
+                                   static_cast<float>(device.memory().largest / 1048576.0)});
+  Tensor all(device, Shape{world.size(), 2});
+  world.all_gather(mine, all);
+  const std::vector<float> v = all.to_host();
+  std::string line;
+  char buf[96];
+  for (int r = 0; r < world.size(); ++r) {
+    std::snprintf(buf, sizeof buf, "%srank %d %.2f MiB (largest tensor %.2f MiB)", r ? ", " : "", r,
+                  v[2 * r], v[2 * r + 1]);
+    line += buf;
+  }
+  log0(world, "peak device memory: ", line);
+}
+
+// --plot: the loss curve (and the data's floor), written by rank 0.
+void write_plot(Communicator& world, const std::string& plot, const TokenSource& source,
+                const std::vector<double>& plot_steps, const std::vector<double>& plot_losses) {
+  if (!plot.empty() && !plot_steps.empty()) {  // (every step skipped: no curve)
+    if (world.rank() == 0) {
+      std::vector<PlotSeries> series = {
+          {"t = " + std::to_string(world.size()), plot_steps, plot_losses, "#1f77b4", false}};
+      if (std::isfinite(source.loss_floor()))
+        series.push_back({"loss floor",
+                          {plot_steps.front(), plot_steps.back()},
+                          {source.loss_floor(), source.loss_floor()},
+                          "#888888",
+                          true});
+      write_text_file(plot,
+                      svg_line_plot("tp_train: training loss, t = " + std::to_string(world.size()),
+                                    "step", "loss (nats)", series),
+                      "--plot " + plot);
+    }
+    log0(world, "loss curve of steps ", plot_steps.front(), "..", plot_steps.back(), ": ", plot);
+  }
+}
+
+// --save at the end of the run; a failed write names what is still intact.
+void save_at_end(Communicator& world, ProcessGrid& grid, const Options& o, const Gpt& model,
+                 const AdamW& opt, int64_t step, const std::string& load) {
+  Communicator& tp = grid.tp();
+  if (!o.get_text("save").empty()) {
+    const std::string save = o.get_text("save");
+    try {
+      // Every DP replica holds the same weights and moments: DP rank 0's TP group writes the file.
+      if (grid.dp_rank() == 0) save_checkpoint(save, tp, model, opt, step);
+      world.barrier();
+    } catch (const Error& e) {
+      // The write is atomic (temporary file, then rename): whatever was at `save` is untouched.
+      struct stat st {};
+      const std::string where =
+          ::stat(save.c_str(), &st) == 0
+              ? "the previous checkpoint " + save + " is intact; rerun with --load " + save
+          : !load.empty() ? "the checkpoint this run started from, " + load +
+                                ", is intact; rerun with --load " + load
+                          : "no checkpoint of this run exists; its steps are lost";
+      throw Error(detail::str_cat(e.what(), "; ", where), e.exit_code());
+    }
+    log0(world, "saved ", save, " at step ", step);
+  }
+}
+
+// --audit-grads: the same step at t = 1 on every rank, from the same weights, then compared;
+// false when a replicated gradient differs.
+bool audit_gradients(Context& ctx, const Plan& plan, ProcessGrid& grid, Gpt& model,
+                     const AdamWParams& hp, TokenSource& source, int64_t step) {
+  Communicator& world = ctx.world;
+  Communicator& tp = grid.tp();
+  const GptConfig& cfg = plan.cfg;
+  const int64_t batch = plan.batch, seq = plan.seq;
+  const uint64_t seed = plan.seed;
+  const int dp = plan.dp;
+  const ModelFile& file = plan.file;
+  const std::string &init_from = plan.init_from, &load = plan.load;
+  SerialCommunicator solo;
+  GptConfig one = cfg;
+  one.sp = false;
+  one.overlap = "none";
+  Gpt reference(ctx.device, solo, one);
+  reference.init(seed);
+  AdamW ref_opt(ctx.device, reference.params(), hp);
+  if (!init_from.empty()) load_model_file(file, solo, reference);
+  if (!load.empty()) load_checkpoint(load, solo, reference, ref_opt);
+  // Each TP group audits its own DP slice.
+  const Batch whole = source.batch(step, batch, seq);
+  const Batch b = dp == 1 ? whole : batch_slice(whole, grid.dp_rank() * (batch / dp), batch / dp);
+  for (Gpt* m : {&model, &reference}) {
+    m->zero_grad();
+    m->forward(b, seed, step);
+    m->backward();
+    m->finish_gradients();
+  }
+  const auto problems = audit_replicated_gradients(tp, model, reference);
+  int64_t replicated = 0;
+  for (const Param& p : model.params()) replicated += p.split == Split::Replicated;
+  for (const auto& p : problems) log0(world, "audit: ", p);
+  log0(world, "audit: ", replicated - static_cast<int64_t>(problems.size()), " of ", replicated,
+       " replicated gradients identical on every rank and equal to t = 1",
+       problems.empty() ? "" : " — FAILED");
+  return problems.empty();
+}
+
+// What this run is: the grid, the model, the data, the batch and the steps.
+void log_run(Context& ctx, const Plan& plan, ProcessGrid& grid, const Gpt& model,
+             const TokenSource& source, float lr, int64_t step) {
+  Communicator& world = ctx.world;
+  Communicator& tp = grid.tp();
+  const GptConfig& cfg = plan.cfg;
+  const int64_t seq = plan.seq, steps = plan.steps, batch = plan.batch;
+  const int dp = plan.dp;
+  int64_t n_params = 0;
+  for (const Param& p : model.params())
+    n_params += p.ckpt_rows > 0 ? p.ckpt_rows * p.cols() : p.shape.numel();
+  log0(world, "tp_train: t = ", tp.size(), " (", world.name(), ", ", ctx.device.name(), ")");
+  if (dp > 1) log0(world, "grid: ", grid.describe());
+  log0(world, "model: ", cfg.str(), ", ", n_params, " parameters");
+  log0(world, "data: ", source.describe());
+  if (model.padded_vocab() != cfg.vocab)
+    log0(world, "vocabulary ", cfg.vocab, " padded to ", model.padded_vocab(), " (",
+         model.padded_vocab() / tp.size(),
+         " rows per rank); the padding is never looked up, never wins the softmax, and is not "
+         "saved");
+  if (seq < cfg.seq)
+    log0(world, "sequences of ", seq, " tokens; the position table holds ", cfg.seq);
+  log0(world, "batch ", batch, " x seq ", seq, " = ", batch * seq, " tokens/step",
+       dp > 1 ? " (" + std::to_string(batch / dp) +
+                    " sequences on each of dp = " + std::to_string(dp) + " replicas)"
+              : std::string(),
+       ", lr ", lr, ", steps ", step, " -> ", step + steps);
+}
+
+// --trace: every rank's spans to rank 0, one trace for Perfetto and one chart, of the steps
+// (step - traced) + 1 .. step.
+void write_trace(Device& device, Communicator& world, Timeline& timeline, const std::string& trace,
+                 const std::string& title, int64_t step, int64_t traced) {
+  timeline.gather(world, device);
+  if (world.rank() == 0) {
+    timeline.write_trace_json(trace, "--trace " + trace);
+    timeline.set_title(title);
+    timeline.write_svg(svg_path(trace), "--trace (its SVG) " + svg_path(trace));
+  }
+  log0(world, "trace of steps ", step - traced + 1, "..", step, " (", timeline.spans().size(),
+       " spans of ", world.size(), " ranks): ", trace, " (open in https://ui.perfetto.dev) and ",
+       svg_path(trace));
+}
+
+// Rank 0's output files, opened (--log-json) or given a placeholder (--plot, --trace: written at
+// the end) before the first step, so that a full disk or a read-only file system stops the run now.
+OutputFile open_outputs(Communicator& world, const std::string& log_json, const std::string& plot,
+                        const std::string& trace, int64_t steps) {
+  OutputFile json;
+  if (world.rank() == 0) {
+    if (!log_json.empty())
+      json = OutputFile(log_json, "--log-json " + log_json, OutputFile::Mode::Append);
+    const std::string note =
+        svg_placeholder("tp_train writes this file when it ends (it stays so if the run stopped)");
+    if (!plot.empty() && steps > 0) write_text_file(plot, note, "--plot " + plot);
+    if (!trace.empty() && steps > 0) {
+      write_text_file(trace, "{\"traceEvents\": []}\n", "--trace " + trace);
+      write_text_file(svg_path(trace), note, "--trace (its SVG) " + svg_path(trace));
+    }
+  }
+  return json;
+}
+
+// A step whose loss or gradient norm is not finite (the same on every rank: train_step): all
+// stop here with one line, or with --skip-nonfinite all skip the update and say so.
+void non_finite_step(Communicator& world, const StepResult& r, int64_t step, bool skip_nonfinite) {
+  // The same on every rank (train_step): all stop here, or all skip the update.
+  const double bad = r.nonfinite == "loss" ? r.loss : r.grad_norm;
+  const std::string what = std::string(r.nonfinite == "loss" ? "the loss" : "the gradient norm") +
+                           " is " +
+                           (std::isnan(bad) ? "NaN"
+                            : bad > 0       ? "+Inf"
+                                            : "-Inf");
+  if (!skip_nonfinite)
+    throw Error(detail::str_cat("step ", step + 1, ": ", what, ", first non-finite tensor: ",
+                                r.nonfinite, "; no update made and nothing saved (lower --lr, ",
+                                "set --clip, or pass --skip-nonfinite to skip such steps)"),
+                Error::kNonFinite);
+  log0(world, "step ", step + 1, ": skipped (", what, ", first non-finite tensor: ", r.nonfinite,
+       ")");
+}
+
+// What a block keeps for backward, measured by the memory ledger, against the formula.
+void check_activation_memory(Communicator& world, const Gpt& model, const GptConfig& cfg,
+                             int64_t seq, int64_t batch, int t) {
+  const int64_t measured = model.memory().layer_bytes(0),
+                formula = block_activation_bytes(cfg, seq, batch, t);
+  TP_CHECK(measured == formula, "activation memory of block 0: the ledger has ", measured,
+           " bytes but the formula (lib/model/memory.h) gives ", formula);
+  log0(world, "activations kept per block on each rank: ", measured, " bytes (ledger) = ", formula,
+       " bytes (formula", cfg.sp ? ", with SP" : "", ")");
+}
+
+// One step's numbers, as the progress line and --log-json print them.
+struct StepNumbers {
+  int64_t step;  // 1-based
+  float loss;
+  double norm;
+  float lr;
+  double tok_s, comm, exposed, secs;
+  int t, dp;
+};
+
+std::string progress_line(const StepNumbers& n, bool simulated) {
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "step %5lld | loss %.6f | grad norm %.4f | lr %.3g | %.0f tok/s | exposed comm "
+                "%4.1f%%%s",
+                static_cast<long long>(n.step), n.loss, n.norm, n.lr, n.tok_s,
+                100.0 * n.exposed / n.secs, simulated ? " (simulated link)" : "");
+  return line;
+}
+
+std::string json_line(const StepNumbers& n) {
+  char line[280];
+  std::snprintf(line, sizeof line,
+                "{\"step\": %lld, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, "
+                "\"tokens_per_s\": %.6g, "
+                "\"comm_s\": %.6g, \"exposed_s\": %.6g, \"compute_s\": %.6g, \"t\": %d, "
+                "\"dp\": %d}",
+                static_cast<long long>(n.step), n.loss, n.norm, n.lr, n.tok_s, n.comm, n.exposed,
+                n.secs - n.comm, n.t, n.dp);
+  return line;
+}
+
+// Every output path on every rank, before anything is allocated or trained: a bad path costs
+// seconds, not the run.
+void check_outputs(const Options& o, const std::string& trace, const std::string& export_dir) {
   check_output_paths({{"--save", o.get_text("save")},
                       {"--dump-grads", o.get_text("dump-grads")},
                       {"--log-json", o.get_text("log-json")},
@@ -291,20 +450,17 @@ int train(Context& ctx) {
                       {"--trace (its SVG)", trace.empty() ? "" : svg_path(trace)},
                       {"--plot", o.get_text("plot")},
                       {"--export-hf", export_dir.empty() ? "" : export_probe(export_dir)}});
-  // --save is this run's until it ends: a second run saving to the same file is refused now, not
-  // silently overwritten at the end (lib/model/checkpoint.h).
-  const CheckpointClaim claim(o.get_text("save"), world, ctx.device);
+}
 
-  const std::unique_ptr<TokenSource> source =
-      allocating("the data", "the --data file or --vocab", [&]() -> std::unique_ptr<TokenSource> {
-        if (data.empty()) return std::make_unique<MarkovSource>(cfg.vocab, seed);
-        return std::make_unique<TextSource>(data, seq, seed);
-      });
+// The model (initialised from `seed`) and its optimizer on this rank's TP group; running out of
+// memory is one line naming what and the flags that size it.
+struct Trainee {
+  std::unique_ptr<Gpt> model;
+  std::unique_ptr<AdamW> opt;
+};
 
-  // The tp × dp grid: `tp` is this rank's TP group (the whole world when --dp 1).
-  ProcessGrid grid(world, dp, ctx.node_of_rank);
-  Communicator& tp = grid.tp();
-  if (!grid.placement_warning().empty()) log0(world, "warning: ", grid.placement_warning());
+Trainee build(Device& device, Communicator& tp, const GptConfig& cfg, uint64_t seed,
+              const AdamWParams& hp) {
   // The size of weights and gradients (fp32) per rank, roughly, for an out-of-memory message.
   const double h = static_cast<double>(cfg.hidden), ffn = cfg.ffn ? cfg.ffn : 4.0 * h;
   const double weights = 4.0 *
@@ -314,18 +470,20 @@ int train(Context& ctx) {
   auto model_ptr =
       allocating("the model (about " + gib(2 * weights) + " of weights and gradients per rank)",
                  "--hidden/--layers/--ffn/--vocab/--seq or add ranks",
-                 [&] { return std::make_unique<Gpt>(ctx.device, tp, cfg); });
-  Gpt& model = *model_ptr;
-  model.init(seed);
-  AdamWParams hp;
-  hp.lr = static_cast<float>(o.get_real("lr"));
-  hp.weight_decay = static_cast<float>(o.get_real("weight-decay"));
+                 [&] { return std::make_unique<Gpt>(device, tp, cfg); });
+  model_ptr->init(seed);
   auto opt_ptr = allocating("AdamW's moments (about " + gib(2 * weights) + " per rank)",
                             "--hidden/--layers/--ffn/--vocab or add ranks", [&] {
-                              return std::make_unique<AdamW>(ctx.device, model.params(), hp);
+                              return std::make_unique<AdamW>(device, model_ptr->params(), hp);
                             });
-  AdamW& opt = *opt_ptr;
-  check_save_space(o.get_text("save"), world, ctx.device, model);  // before training, not after
+  return {std::move(model_ptr), std::move(opt_ptr)};
+}
+
+// --init-from (weights, step 0) or --load (weights, moments and the step): the step to start at.
+int64_t start_from(Communicator& world, Communicator& tp, const Plan& plan, Gpt& model,
+                   AdamW& opt) {
+  const std::string &init_from = plan.init_from, &load = plan.load;
+  const ModelFile& file = plan.file;
   int64_t step = 0;
   if (!init_from.empty()) {
     load_model_file(file, tp, model);
@@ -340,78 +498,61 @@ int train(Context& ctx) {
                                 : " (no optimizer state: AdamW starts fresh)");
     if (!loaded.checksums) log0(world, unverified_note(load));
   }
+  return step;
+}
+
+int train(Context& ctx) {
+  const Options& o = ctx.options;
+  Communicator& world = ctx.world;
+  Plan plan = plan_run(o, world.size());
+  GptConfig& cfg = plan.cfg;
+  const int64_t seq = plan.seq, steps = plan.steps, batch = plan.batch;
+  const uint64_t seed = plan.seed;
+  const std::string &data = plan.data, &load = plan.load, &export_dir = plan.export_dir;
+  const int dp = plan.dp;
+
+  const std::string trace = o.get_text("trace");
+  check_outputs(o, trace, export_dir);
+  // --save is this run's until it ends: a second run saving to the same file is refused now, not
+  // silently overwritten at the end (lib/model/checkpoint.h).
+  const CheckpointClaim claim(o.get_text("save"), world, ctx.device);
+
+  const std::unique_ptr<TokenSource> source =
+      allocating("the data", "the --data file or --vocab", [&]() -> std::unique_ptr<TokenSource> {
+        if (data.empty()) return std::make_unique<MarkovSource>(cfg.vocab, seed);
+        return std::make_unique<TextSource>(data, seq, seed);
+      });
+
+  // The tp × dp grid: `tp` is this rank's TP group (the whole world when --dp 1).
+  ProcessGrid grid(world, dp, ctx.node_of_rank);
+  Communicator& tp = grid.tp();
+  if (!grid.placement_warning().empty()) log0(world, "warning: ", grid.placement_warning());
+  AdamWParams hp;
+  hp.lr = static_cast<float>(o.get_real("lr"));
+  hp.weight_decay = static_cast<float>(o.get_real("weight-decay"));
+  const LrSchedule schedule{hp.lr, plan.warmup, plan.decay_steps};
+  const Trainee trainee = build(ctx.device, tp, cfg, seed, hp);
+  Gpt& model = *trainee.model;
+  AdamW& opt = *trainee.opt;
+  check_save_space(o.get_text("save"), world, ctx.device, model);  // before training, not after
+  int64_t step = start_from(world, tp, plan, model, opt);
   // Step counters: the data's sample index (step · batch + b) · (seq + 1) must not overflow.
   const int64_t last_step = std::numeric_limits<int64_t>::max() / batch / (cfg.seq + 1);
   TP_CHECK_INPUT(step <= last_step && steps <= last_step - step, "step ", step,
                  o.get_text("load").empty() ? "" : " (from --load " + o.get_text("load") + ")",
                  " + --steps=", steps, " passes the last step this --batch/--seq can number, ",
                  last_step, "; use fewer --steps or a checkpoint with a sane step count");
-  int64_t n_params = 0;
-  for (const Param& p : model.params())
-    n_params += p.ckpt_rows > 0 ? p.ckpt_rows * p.cols() : p.shape.numel();
-  log0(world, "tp_train: t = ", tp.size(), " (", world.name(), ", ", ctx.device.name(), ")");
-  if (dp > 1) log0(world, "grid: ", grid.describe());
-  log0(world, "model: ", cfg.str(), ", ", n_params, " parameters");
-  log0(world, "data: ", source->describe());
-  if (model.padded_vocab() != cfg.vocab)
-    log0(world, "vocabulary ", cfg.vocab, " padded to ", model.padded_vocab(), " (",
-         model.padded_vocab() / tp.size(),
-         " rows per rank); the padding is never looked up, never wins the softmax, and is not "
-         "saved");
-  if (seq < cfg.seq)
-    log0(world, "sequences of ", seq, " tokens; the position table holds ", cfg.seq);
-  log0(world, "batch ", batch, " x seq ", seq, " = ", batch * seq, " tokens/step",
-       dp > 1 ? " (" + std::to_string(batch / dp) +
-                    " sequences on each of dp = " + std::to_string(dp) + " replicas)"
-              : std::string(),
-       ", lr ", hp.lr, ", steps ", step, " -> ", step + steps);
+  log_run(ctx, plan, grid, model, *source, hp.lr, step);
 
   // Rank 0 writes the outputs; every write is checked (core/output_file.h): a full disk or a
   // read-only file system stops the run at once with errno, not silently, and not after training.
   // --plot and --trace are written at the end, so their files get a placeholder now, which finds
   // those faults before the first step.
   const std::string plot = o.get_text("plot"), log_json = o.get_text("log-json");
-  OutputFile json;
-  if (world.rank() == 0) {
-    if (!log_json.empty())
-      json = OutputFile(log_json, "--log-json " + log_json, OutputFile::Mode::Append);
-    const std::string note =
-        svg_placeholder("tp_train writes this file when it ends (it stays so if the run stopped)");
-    if (!plot.empty() && steps > 0) write_text_file(plot, note, "--plot " + plot);
-    if (!trace.empty() && steps > 0) {
-      write_text_file(trace, "{\"traceEvents\": []}\n", "--trace " + trace);
-      write_text_file(svg_path(trace), note, "--trace (its SVG) " + svg_path(trace));
-    }
-  }
+  OutputFile json = open_outputs(world, log_json, plot, trace, steps);
   std::vector<double> plot_steps, plot_losses;  // --plot (checked with the other output paths)
   if (o.get_flag("audit-grads")) {
-    // The same step at t = 1 on every rank, from the same weights, then compare.
-    SerialCommunicator solo;
-    GptConfig one = cfg;
-    one.sp = false;
-    one.overlap = "none";
-    Gpt reference(ctx.device, solo, one);
-    reference.init(seed);
-    AdamW ref_opt(ctx.device, reference.params(), hp);
-    if (!init_from.empty()) load_model_file(file, solo, reference);
-    if (!load.empty()) load_checkpoint(load, solo, reference, ref_opt);
-    // Each TP group audits its own DP slice.
-    const Batch whole = source->batch(step, batch, seq);
-    const Batch b = dp == 1 ? whole : batch_slice(whole, grid.dp_rank() * (batch / dp), batch / dp);
-    for (Gpt* m : {&model, &reference}) {
-      m->zero_grad();
-      m->forward(b, seed, step);
-      m->backward();
-      m->finish_gradients();
-    }
-    const auto problems = audit_replicated_gradients(tp, model, reference);
-    int64_t replicated = 0;
-    for (const Param& p : model.params()) replicated += p.split == Split::Replicated;
-    for (const auto& p : problems) log0(world, "audit: ", p);
-    log0(world, "audit: ", replicated - static_cast<int64_t>(problems.size()), " of ", replicated,
-         " replicated gradients identical on every rank and equal to t = 1",
-         problems.empty() ? "" : " — FAILED");
-    if (!problems.empty()) return 1;
+    if (!audit_gradients(ctx, plan, grid, model, hp, *source, step)) return 1;
     model.zero_grad();
   }
   // --predict: α and β of the live communicator now; the report after the first warm step (the
@@ -447,7 +588,7 @@ int train(Context& ctx) {
     const double t0 = now();
     const size_t mark = tp.ledger().size(), dp_mark = grid.dp().ledger().size();
     const Batch b = source->batch(step, batch, seq);
-    const float lr = learning_rate(hp.lr, step, warmup, decay_steps);
+    const float lr = learning_rate(schedule, step);
     const bool dump = i == 0 && !o.get_text("dump-grads").empty();
     const StepResult r =
         train_step(grid, ctx.device, model, opt, b, seed, step, lr, clip, [&](float loss) {
@@ -461,59 +602,21 @@ int train(Context& ctx) {
     const float loss = r.loss;
     const double norm = r.grad_norm;
     if (!r.nonfinite.empty()) {
-      // The same on every rank (train_step): all stop here, or all skip the update.
-      const double bad = r.nonfinite == "loss" ? loss : norm;
-      const std::string what =
-          std::string(r.nonfinite == "loss" ? "the loss" : "the gradient norm") + " is " +
-          (std::isnan(bad) ? "NaN"
-           : bad > 0       ? "+Inf"
-                           : "-Inf");
-      if (!skip_nonfinite)
-        throw Error(detail::str_cat("step ", step + 1, ": ", what, ", first non-finite tensor: ",
-                                    r.nonfinite, "; no update made and nothing saved (lower --lr, ",
-                                    "set --clip, or pass --skip-nonfinite to skip such steps)"),
-                    Error::kNonFinite);
+      non_finite_step(world, r, step, skip_nonfinite);
       if (skipped++ == 0) first_skipped = step + 1;
-      log0(world, "step ", step + 1, ": skipped (", what,
-           ", first non-finite tensor: ", r.nonfinite, ")");
       continue;
     }
     plot_steps.push_back(static_cast<double>(step + 1));
     plot_losses.push_back(loss);
     ctx.device.synchronize();
-    if (i == 0) {
-      // What a block keeps for backward, measured by the memory ledger, against the formula.
-      const int64_t measured = model.memory().layer_bytes(0),
-                    formula = block_activation_bytes(cfg, seq, batch / dp, tp.size());
-      TP_CHECK(measured == formula, "activation memory of block 0: the ledger has ", measured,
-               " bytes but the formula (lib/model/memory.h) gives ", formula);
-      log0(world, "activations kept per block on each rank: ", measured,
-           " bytes (ledger) = ", formula, " bytes (formula", cfg.sp ? ", with SP" : "", ")");
-    }
+    if (i == 0) check_activation_memory(world, model, cfg, seq, batch / dp, tp.size());
     const double secs = now() - t0,
                  comm = tp.ledger().seconds_since(mark) + grid.dp().ledger().seconds_since(dp_mark);
     const double exposed = timeline.totals_since(span_mark).exposed;
-    const double tok_s = static_cast<double>(batch * seq) / secs;
-    if (i % every == 0 || i + 1 == steps) {
-      char line[200];
-      std::snprintf(line, sizeof line,
-                    "step %5lld | loss %.6f | grad norm %.4f | lr %.3g | %.0f tok/s | exposed comm "
-                    "%4.1f%%%s",
-                    static_cast<long long>(step + 1), loss, norm, lr, tok_s, 100.0 * exposed / secs,
-                    is_simulated(tp) ? " (simulated link)" : "");
-      log0(world, line);
-    }
-    if (json.is_open()) {
-      char line[280];
-      std::snprintf(line, sizeof line,
-                    "{\"step\": %lld, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, "
-                    "\"tokens_per_s\": %.6g, "
-                    "\"comm_s\": %.6g, \"exposed_s\": %.6g, \"compute_s\": %.6g, \"t\": %d, "
-                    "\"dp\": %d}",
-                    static_cast<long long>(step + 1), loss, norm, lr, tok_s, comm, exposed,
-                    secs - comm, tp.size(), dp);
-      json.write(std::string(line) + "\n");
-    }
+    const StepNumbers n{step + 1, loss,    norm, lr,        static_cast<double>(batch * seq) / secs,
+                        comm,     exposed, secs, tp.size(), dp};
+    if (i % every == 0 || i + 1 == steps) log0(world, progress_line(n, is_simulated(tp)));
+    if (json.is_open()) json.write(json_line(n) + "\n");
     if (predict && i == std::min<int64_t>(1, steps - 1))
       log0(world, predict_prefix, "step ", step + 1, ":\n",
            prediction_report(tp.ledger(), mark, tp.ledger().size(), link, predict_prefix));
@@ -524,78 +627,20 @@ int train(Context& ctx) {
   json.close();  // checked: a deferred write error (NFS, a full disk) surfaces here
   if (const int sig = agreed_stop_signal())
     stop_after_signal(world, grid, o, model, opt, step, sig);
-  if (!trace.empty() && steps > 0) {
-    // Every rank's spans to rank 0, one trace for Perfetto and one chart.
-    timeline.gather(world, ctx.device);
-    if (world.rank() == 0) {
-      timeline.write_trace_json(trace, "--trace " + trace);
-      timeline.set_title(world.name() + ", t = " + std::to_string(tp.size()) +
-                         (dp > 1 ? " × dp = " + std::to_string(dp) : std::string()) +
-                         ", --overlap " + cfg.overlap);
-      timeline.write_svg(svg_path(trace), "--trace (its SVG) " + svg_path(trace));
-    }
-    log0(world, "trace of steps ", step - (steps - traced_from) + 1, "..", step, " (",
-         timeline.spans().size(), " spans of ", world.size(), " ranks): ", trace,
-         " (open in https://ui.perfetto.dev) and ", svg_path(trace));
-  }
+  if (!trace.empty() && steps > 0)
+    write_trace(ctx.device, world, timeline, trace,
+                world.name() + ", t = " + std::to_string(tp.size()) +
+                    (dp > 1 ? " × dp = " + std::to_string(dp) : std::string()) + ", --overlap " +
+                    cfg.overlap,
+                step, steps - traced_from);
   if (std::isfinite(source->loss_floor()))
     log0(world, "loss floor of this data: ", source->loss_floor(), " nats");
-  if (!plot.empty() && !plot_steps.empty()) {  // (every step skipped: no curve)
-    if (world.rank() == 0) {
-      std::vector<PlotSeries> series = {
-          {"t = " + std::to_string(world.size()), plot_steps, plot_losses, "#1f77b4", false}};
-      if (std::isfinite(source->loss_floor()))
-        series.push_back({"loss floor",
-                          {plot_steps.front(), plot_steps.back()},
-                          {source->loss_floor(), source->loss_floor()},
-                          "#888888",
-                          true});
-      write_text_file(plot,
-                      svg_line_plot("tp_train: training loss, t = " + std::to_string(world.size()),
-                                    "step", "loss (nats)", series),
-                      "--plot " + plot);
-    }
-    log0(world, "loss curve of steps ", plot_steps.front(), "..", plot_steps.back(), ": ", plot);
-  }
-  {
-    // Peak device memory of every rank, in MiB (gathered for the report, after training).
-    Tensor mine = Tensor::from_host(ctx.device, Shape{2},
-                                    {static_cast<float>(ctx.device.memory().peak / 1048576.0),
-                                     static_cast<float>(ctx.device.memory().largest / 1048576.0)});
-    Tensor all(ctx.device, Shape{world.size(), 2});
-    world.all_gather(mine, all);
-    const std::vector<float> v = all.to_host();
-    std::string line;
-    char buf[96];
-    for (int r = 0; r < world.size(); ++r) {
-      std::snprintf(buf, sizeof buf, "%srank %d %.2f MiB (largest tensor %.2f MiB)", r ? ", " : "",
-                    r, v[2 * r], v[2 * r + 1]);
-      line += buf;
-    }
-    log0(world, "peak device memory: ", line);
-  }
+  write_plot(world, plot, *source, plot_steps, plot_losses);
+  log_peak_memory(ctx.device, world);
   if (skipped > 0)
     log0(world, "--skip-nonfinite: skipped ", skipped, " of ", steps,
          " steps with a non-finite loss or gradient norm (the first at step ", first_skipped, ")");
-  if (!o.get_text("save").empty()) {
-    const std::string save = o.get_text("save");
-    try {
-      // Every DP replica holds the same weights and moments: DP rank 0's TP group writes the file.
-      if (grid.dp_rank() == 0) save_checkpoint(save, tp, model, opt, step);
-      world.barrier();
-    } catch (const Error& e) {
-      // The write is atomic (temporary file, then rename): whatever was at `save` is untouched.
-      struct stat st {};
-      const std::string where =
-          ::stat(save.c_str(), &st) == 0
-              ? "the previous checkpoint " + save + " is intact; rerun with --load " + save
-          : !load.empty() ? "the checkpoint this run started from, " + load +
-                                ", is intact; rerun with --load " + load
-                          : "no checkpoint of this run exists; its steps are lost";
-      throw Error(detail::str_cat(e.what(), "; ", where), e.exit_code());
-    }
-    log0(world, "saved ", save, " at step ", step);
-  }
+  save_at_end(world, grid, o, model, opt, step, load);
   if (!export_dir.empty()) {
     if (grid.dp_rank() == 0) export_hf(export_dir, tp, model);  // DP replicas hold the same model
     world.barrier();

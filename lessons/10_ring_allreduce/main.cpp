@@ -35,6 +35,7 @@
 #include "core/host.h"
 #include "lesson.h"
 #include "observe/comm_ledger.h"
+#include "observe/timer.h"
 
 using namespace tp;
 
@@ -122,10 +123,6 @@ std::string num(const char* format, double v) {
   char buf[48];
   std::snprintf(buf, sizeof buf, format, v);
   return buf;
-}
-
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // The α–β model of the ring: 2(t − 1) steps of latency α, and 2(t − 1)/t · N bytes at β per rank.

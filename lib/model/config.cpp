@@ -35,7 +35,7 @@ double GptConfig::approx_parameters(int t) const {
   return static_cast<double>(layers) * block + (v * (tied ? 1 : 2) + static_cast<double>(seq)) * h;
 }
 
-std::vector<std::string> GptConfig::problems(int t) const {
+std::vector<std::string> GptConfig::problems(int t, const std::string& t_label) const {
   std::vector<std::string> p;
   auto need = [&](bool ok, const std::string& msg) {
     if (!ok) p.push_back(msg);
@@ -77,8 +77,8 @@ std::vector<std::string> GptConfig::problems(int t) const {
   const std::string ts = std::to_string(t);
   need(hidden % heads == 0, "hidden=" + std::to_string(hidden) + " is not divisible by heads=" +
                                 std::to_string(heads) + "; choose heads in " + divisors(hidden));
-  need(heads % t == 0, "heads=" + std::to_string(heads) + " is not divisible by t=" + ts +
-                           " (the number of ranks): each rank owns whole heads; run with t in " +
+  need(heads % t == 0, "heads=" + std::to_string(heads) + " is not divisible by t=" + ts + " (" +
+                           t_label + "): each rank owns whole heads; run with t in " +
                            divisors(heads));
   need(heads % kv() == 0, "heads=" + std::to_string(heads) + " is not divisible by kv_heads=" +
                               std::to_string(kv()) + "; choose kv_heads in " + divisors(heads));

@@ -53,8 +53,11 @@ struct GptConfig {
   double approx_parameters(int t) const;
 
   /// Every problem of this config for tensor-parallel size t, each one line naming the value and
-  /// the fix. Empty when the config is valid.
-  std::vector<std::string> problems(int t) const;
+  /// the fix. Empty when the config is valid. `t_label` says what t is where a message names it
+  /// ("heads=6 is not divisible by t=4 (the number of ranks)"): a caller whose t is not the number
+  /// of ranks (tp_train --dp) passes its own.
+  std::vector<std::string> problems(int t,
+                                    const std::string& t_label = "the number of ranks") const;
   /// Throws one bad-input tp::Error listing all problems ("; "-separated) when there are any.
   void validate(int t) const;
   /// "L=2 h=64 nh=4 nkv=4 ffn=256 V=256 S=64 gelu layernorm dropout=0 tied" (+ " sp", and

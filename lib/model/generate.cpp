@@ -4,15 +4,12 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "observe/timer.h"
 #include "parallel/vocab_parallel.h"
 
 namespace tp {
 
 namespace {
-
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // −log p(id) under softmax(logits) of one position, from the split logits: the vocabulary-parallel
 // cross-entropy with the chosen token as target (three all-reduces of one float).

@@ -186,7 +186,7 @@ Preflight preflight(const PreflightInput& in) {
                       std::to_string(in.model.heads / t) +
                       " query heads); the shards and memory below count the copies");
   }
-  for (const std::string& m : p.cfg.problems(t)) p.problems.push_back(m);
+  for (const std::string& m : p.cfg.problems(t, in.t_label)) p.problems.push_back(m);
   if (p.problems.empty()) {
     // The largest activations of a step, in floating point: they must stay countable (64-bit
     // byte counts below, and the allocations themselves).

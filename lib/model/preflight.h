@@ -79,10 +79,11 @@ namespace tp {
 
 /// What the preflight looks at: the model, the step's shape and the job.
 struct PreflightInput {
-  GptConfig model;              ///< layers, hidden, heads, kv_heads, ffn, vocab, seq, act, norm,
-                                ///< tied, sp, pad_vocab_multiple
-  int64_t batch = 8;            ///< B, sequences per step (of this TP group)
-  int t = 1;                    ///< tensor-parallel size
+  GptConfig model;    ///< layers, hidden, heads, kv_heads, ffn, vocab, seq, act, norm,
+                      ///< tied, sp, pad_vocab_multiple
+  int64_t batch = 8;  ///< B, sequences per step (of this TP group)
+  int t = 1;          ///< tensor-parallel size
+  std::string t_label = "the number of ranks";  ///< what t is, where a problem names it
   int64_t dtype_bytes = 4;      ///< d: bytes per weight, gradient, activation and message
   bool kv_replication = false;  ///< plan nkv < t by replicating KV heads (tp::Gpt cannot)
   int nodes = 0;                ///< nodes of the job; 0 = not given
