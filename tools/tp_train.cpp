@@ -145,6 +145,7 @@ GptConfig config_from(const Options& o) {
   c.tied = !o.get_flag("untie");
   c.sp = o.get_flag("sp");
   c.overlap = o.get_text("overlap");
+  c.recompute = o.get_text("recompute");
   c.pad_vocab_multiple = o.get_int("pad-vocab-multiple");
   return c;
 }
@@ -199,12 +200,13 @@ void shape_from_file(const ModelFile& f, const Options& o, bool strict, GptConfi
 // Every rank got (or was told of) SIGINT/SIGTERM and stands at the same step boundary: write an
 // emergency checkpoint when --save is given, then end with 128 + the signal on every rank.
 [[noreturn]] void stop_after_signal(Communicator& world, ProcessGrid& grid, const Options& o,
-                                    const Gpt& model, const AdamW& opt, int64_t step, int sig) {
+                                    const Gpt& model, AdamW& opt, int64_t step, int sig) {
   const std::string name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal";
   const std::string save = o.get_text("save");
   std::string said = "no checkpoint written (no --save)";
   if (!save.empty()) {
     // DP replicas hold the same weights and moments: DP rank 0's TP group writes the file.
+    if (opt.sharded()) opt.unshard(model.params());  // --zero 1: the file holds them whole
     if (grid.dp_rank() == 0) save_checkpoint(save, grid.tp(), model, opt, step);
     world.barrier();
     said = "emergency checkpoint " + save + " saved at step " + std::to_string(step) +
@@ -257,6 +259,10 @@ int train(Context& ctx) {
   if (grid_problems.empty() && batch >= 1 && batch % dp != 0)
     problems.push_back("--batch=" + std::to_string(batch) + " is not divisible by --dp=" +
                        std::to_string(dp) + ": every DP rank takes batch/dp sequences");
+  const StepOptions step_opts{o.get_int32("micro-batches"), o.get_int32("zero")};
+  if (grid_problems.empty() && batch >= 1 && batch % dp == 0)
+    for (const auto& p : step_option_problems(step_opts, dp, batch, dp > 1 ? 0.0f : cfg.dropout))
+      problems.push_back(p);
   if (dp > 1 && cfg.dropout != 0.0f)
     problems.push_back(
         "--dropout with --dp > 1: the masks are keyed by the row of each DP "
@@ -340,6 +346,7 @@ int train(Context& ctx) {
                                 : " (no optimizer state: AdamW starts fresh)");
     if (!loaded.checksums) log0(world, unverified_note(load));
   }
+  if (step_opts.zero == 1 && !opt.sharded()) opt.shard_over(grid.dp(), model.params());
   // Step counters: the data's sample index (step · batch + b) · (seq + 1) must not overflow.
   const int64_t last_step = std::numeric_limits<int64_t>::max() / batch / (cfg.seq + 1);
   TP_CHECK_INPUT(step <= last_step && steps <= last_step - step, "step ", step,
@@ -457,7 +464,7 @@ int train(Context& ctx) {
           if (grid.dp_rank() == 0) dump_gradients(o.get_text("dump-grads"), tp, model, b, loss);
           world.barrier();
           log0(world, "wrote gradients of step ", step, " to ", o.get_text("dump-grads"));
-        });
+        }, step_opts);
     const float loss = r.loss;
     const double norm = r.grad_norm;
     if (!r.nonfinite.empty()) {
@@ -484,7 +491,8 @@ int train(Context& ctx) {
     if (i == 0) {
       // What a block keeps for backward, measured by the memory ledger, against the formula.
       const int64_t measured = model.memory().layer_bytes(0),
-                    formula = block_activation_bytes(cfg, seq, batch / dp, tp.size());
+                    formula = block_activation_bytes(cfg, seq, batch / dp / step_opts.micro_batches,
+                                                     tp.size());
       TP_CHECK(measured == formula, "activation memory of block 0: the ledger has ", measured,
                " bytes but the formula (lib/model/memory.h) gives ", formula);
       log0(world, "activations kept per block on each rank: ", measured,
@@ -581,6 +589,7 @@ int train(Context& ctx) {
     const std::string save = o.get_text("save");
     try {
       // Every DP replica holds the same weights and moments: DP rank 0's TP group writes the file.
+      if (opt.sharded()) opt.unshard(model.params());  // --zero 1: the file holds them whole
       if (grid.dp_rank() == 0) save_checkpoint(save, tp, model, opt, step);
       world.barrier();
     } catch (const Error& e) {
@@ -664,6 +673,19 @@ int main(int argc, char** argv) {
             "overlap communication with compute: none, async (backward's all-reduce under the "
             "weight-gradient GEMMs), ring (collective matmul; needs --sp)",
             {"none", "async", "ring"})
+      .text("recompute", "none",
+            "activation recomputation: none, selective (the attention probabilities are "
+            "recomputed in backward), full (each block keeps its input and reruns its forward)",
+            {"none", "selective", "full"})
+      .integer("micro-batches", 1,
+               "gradient accumulation: each replica runs its batch/dp sequences as m micro-batches "
+               "and steps once")
+      .min(1)
+      .fits_int()
+      .integer("zero", 0,
+               "ZeRO stage on the dp axis: 0, or 1 (AdamW's moments sharded over the replicas)")
+      .non_negative()
+      .fits_int()
       .integer("pad-vocab-multiple", 1, "pad the vocabulary to a multiple of this times t")
       .min(1)
       .flag("audit-grads",

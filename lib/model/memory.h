@@ -24,6 +24,13 @@
 // the fp32 analogue of Korthikanti et al.'s sbh(10 + 24/t + 5as/(ht)) and sbh(34/t + 5as/(ht)) for
 // 16-bit activations with 1-byte masks: sequence parallelism divides the part that TP alone
 // leaves replicated (the n·h terms) by t too.
+//
+// Recomputation (cfg.recompute, model/recompute.h) changes what is kept:
+//   selective  the probabilities are not kept: minus 4·b·(nh/t)·s², the s²-term. GPT-2's shape:
+//              TP only sbh(24 + 48/t) + 16sb;  TP + SP 72·sbh/t + 16sb/t  (Korthikanti:
+//              sbh(10 + 24/t) and 34·sbh/t).
+//   full       the block's input only: 4·n·h, i.e. 4sbh (TP only) or 4sbh/t (TP + SP)
+//              (Korthikanti: 2sbh, the 16-bit input, without SP).
 #pragma once
 
 #include <cstdint>
