@@ -158,8 +158,7 @@ TEST(MicroBatches, RefusesAnMThatDoesNotDivideTheReplicaBatch) {
     ADD_FAILURE() << "m = 4 of 6 sequences was accepted";
   } catch (const Error& e) {
     EXPECT_TRUE(e.is_bad_input());
-    EXPECT_NE(std::string(e.what()).find("choose one of {1,2,3,6}"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("choose one of {1,2,3,6}"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(step_option_problems(StepOptions{1, 1}, 1, 6, 0.0f).empty());  // zero 1, dp 1
   EXPECT_FALSE(step_option_problems(StepOptions{2, 0}, 1, 6, 0.1f).empty());  // m 2 + dropout
@@ -191,7 +190,8 @@ TEST_P(Zero1, TrainsLikePlainDataParallel) {
   const bool bitwise = dp == 2 && clip == 0.0f;
   for (int64_t s = 0; s < 3; ++s) {
     const Batch b = data.batch(s, B, g.seq);
-    const StepResult want = train_step(grid, device(), plain.model, plain.opt, b, 5, s, hp.lr, clip);
+    const StepResult want =
+        train_step(grid, device(), plain.model, plain.opt, b, 5, s, hp.lr, clip);
     const size_t mark = grid.dp().ledger().size();
     const StepResult got =
         train_step(grid, device(), zero.model, zero.opt, b, 5, s, hp.lr, clip, {}, opts);

@@ -114,8 +114,7 @@ TEST_P(RecomputeModes, LedgerEqualsTheFormulaToTheByte) {
 
 INSTANTIATE_TEST_SUITE_P(Recompute, RecomputeModes,
                          ::testing::Combine(::testing::Values("selective", "full"),
-                                            ::testing::Bool(),
-                                            ::testing::Values("gelu", "swiglu")),
+                                            ::testing::Bool(), ::testing::Values("gelu", "swiglu")),
                          [](const ::testing::TestParamInfo<RecomputeCase>& i) {
   return std::get<0>(i.param) + (std::get<1>(i.param) ? "_sp_" : "_nosp_") + std::get<2>(i.param);
 });

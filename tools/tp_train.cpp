@@ -456,15 +456,17 @@ int train(Context& ctx) {
     const Batch b = source->batch(step, batch, seq);
     const float lr = learning_rate(hp.lr, step, warmup, decay_steps);
     const bool dump = i == 0 && !o.get_text("dump-grads").empty();
-    const StepResult r =
-        train_step(grid, ctx.device, model, opt, b, seed, step, lr, clip, [&](float loss) {
-          if (!dump) return;
-          // The gradients and loss are the whole batch's here (averaged over dp): one TP group
-          // writes them with the whole batch.
-          if (grid.dp_rank() == 0) dump_gradients(o.get_text("dump-grads"), tp, model, b, loss);
-          world.barrier();
-          log0(world, "wrote gradients of step ", step, " to ", o.get_text("dump-grads"));
-        }, step_opts);
+    const StepResult r = train_step(
+        grid, ctx.device, model, opt, b, seed, step, lr, clip,
+        [&](float loss) {
+      if (!dump) return;
+      // The gradients and loss are the whole batch's here (averaged over dp): one TP group
+      // writes them with the whole batch.
+      if (grid.dp_rank() == 0) dump_gradients(o.get_text("dump-grads"), tp, model, b, loss);
+      world.barrier();
+      log0(world, "wrote gradients of step ", step, " to ", o.get_text("dump-grads"));
+        },
+        step_opts);
     const float loss = r.loss;
     const double norm = r.grad_norm;
     if (!r.nonfinite.empty()) {

@@ -40,21 +40,21 @@ std::vector<std::string> step_option_problems(const StepOptions& o, int dp, int6
     std::string divisors;
     for (int64_t d = 1; d <= local; ++d)
       if (local % d == 0) divisors += (divisors.empty() ? "" : ",") + std::to_string(d);
-    p.push_back("--micro-batches=" + std::to_string(m) +
-                " does not divide the batch per replica " + std::to_string(local) + " (batch " +
-                std::to_string(global_batch) + " / dp " + std::to_string(dp) +
-                "); choose one of {" + divisors + "}");
+    p.push_back("--micro-batches=" + std::to_string(m) + " does not divide the batch per replica " +
+                std::to_string(local) + " (batch " + std::to_string(global_batch) + " / dp " +
+                std::to_string(dp) + "); choose one of {" + divisors + "}");
   } else if (m > 1 && dropout != 0.0f) {
-    p.push_back("--micro-batches=" + std::to_string(m) + " with dropout=" +
-                std::to_string(dropout) +
+    p.push_back("--micro-batches=" + std::to_string(m) +
+                " with dropout=" + std::to_string(dropout) +
                 ": dropout masks are keyed by the row of the batch run, so micro-batches would not "
                 "match one batch; use dropout 0 or --micro-batches 1");
   }
   if (o.zero != 0 && o.zero != 1)
     p.push_back("--zero=" + std::to_string(o.zero) + " is not a stage this build has; use 0 or 1");
   else if (o.zero == 1 && dp == 1)
-    p.push_back("--zero 1 with dp=1: ZeRO-1 shards the optimizer state over the data-parallel "
-                "group, and there is none; add --dp 2 (or more) or use --zero 0");
+    p.push_back(
+        "--zero 1 with dp=1: ZeRO-1 shards the optimizer state over the data-parallel "
+        "group, and there is none; add --dp 2 (or more) or use --zero 0");
   return p;
 }
 

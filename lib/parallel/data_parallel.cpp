@@ -63,8 +63,7 @@ void ZeroPartition::for_each_segment(
     const std::function<void(size_t, int64_t, int64_t, int64_t)>& fn) const {
   int64_t at = 0;  // the parameter's first flat element
   for (size_t i = 0; i < params.size(); ++i) {
-    const int64_t n = params[i].value.numel(), lo = std::max(at, begin),
-                  hi = std::min(at + n, end);
+    const int64_t n = params[i].value.numel(), lo = std::max(at, begin), hi = std::min(at + n, end);
     if (lo < hi) fn(i, lo - at, lo - begin, hi - lo);
     at += n;
   }
