@@ -346,7 +346,13 @@ int train(Context& ctx) {
                                 : " (no optimizer state: AdamW starts fresh)");
     if (!loaded.checksums) log0(world, unverified_note(load));
   }
-  if (step_opts.zero == 1 && !opt.sharded()) opt.shard_over(grid.dp(), model.params());
+  if (step_opts.zero == 1 && !opt.sharded()) {
+    const int64_t whole = opt.state_bytes();
+    opt.shard_over(grid.dp(), model.params());
+    log0(world, "--zero 1: AdamW's moments on each rank: ", opt.state_bytes(),
+         " bytes (2 · 4 · ⌈P/dp⌉", ", P = ", whole / 8,
+         " parameter elements of this TP rank) instead of ", whole);
+  }
   // Step counters: the data's sample index (step · batch + b) · (seq + 1) must not overflow.
   const int64_t last_step = std::numeric_limits<int64_t>::max() / batch / (cfg.seq + 1);
   TP_CHECK_INPUT(step <= last_step && steps <= last_step - step, "step ", step,
