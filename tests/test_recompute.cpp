@@ -1,5 +1,6 @@
 // test_recompute.cpp — activation recomputation (GptConfig::recompute, model/recompute.h) against
-// keeping everything: for selective and full, SP on and off, GeLU and SwiGLU, with dropout on, the
+// keeping everything: for selective and full, SP on and off, GeLU and SwiGLU, every overlap mode
+// (none, async, ring; ring with SP only), with dropout on, the
 // loss and every gradient shard are BITWISE those of recompute = none at the same t (the rerun
 // uses the same kernels, inputs and counter-keyed dropout masks); and what each block records in
 // the MemoryLedger equals block_activation_bytes() to the byte, with the closed forms: selective
@@ -50,13 +51,15 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-using RecomputeCase = std::tuple<std::string, bool, std::string>;  // mode, sp, act
+using RecomputeCase = std::tuple<std::string, bool, std::string, std::string>;  // mode, sp, act,
+                                                                                // overlap
 
 class RecomputeModes : public ::testing::TestWithParam<RecomputeCase> {};
 
 TEST_P(RecomputeModes, GradientsAreBitwiseThoseOfKeepingEverything) {
   GptConfig cfg = recompute_config();
-  std::tie(cfg.recompute, cfg.sp, cfg.act) = GetParam();
+  std::tie(cfg.recompute, cfg.sp, cfg.act, cfg.overlap) = GetParam();
+  if (cfg.overlap == "ring" && !cfg.sp) GTEST_SKIP() << "the ring needs SP";
   GptConfig plain = cfg;
   plain.recompute = "none";
   Gpt model(device(), world(), cfg), ref(device(), world(), plain);
@@ -82,7 +85,8 @@ TEST_P(RecomputeModes, GradientsAreBitwiseThoseOfKeepingEverything) {
 
 TEST_P(RecomputeModes, LedgerEqualsTheFormulaToTheByte) {
   GptConfig cfg = recompute_config();
-  std::tie(cfg.recompute, cfg.sp, cfg.act) = GetParam();
+  std::tie(cfg.recompute, cfg.sp, cfg.act, cfg.overlap) = GetParam();
+  if (cfg.overlap == "ring" && !cfg.sp) GTEST_SKIP() << "the ring needs SP";
   const int t = world().size();
   const int64_t S = cfg.seq, B = kBatch, N = S * B, n = cfg.sp ? N / t : N, h = cfg.hidden;
   Gpt model(device(), world(), cfg);
@@ -114,9 +118,11 @@ TEST_P(RecomputeModes, LedgerEqualsTheFormulaToTheByte) {
 
 INSTANTIATE_TEST_SUITE_P(Recompute, RecomputeModes,
                          ::testing::Combine(::testing::Values("selective", "full"),
-                                            ::testing::Bool(), ::testing::Values("gelu", "swiglu")),
+                                            ::testing::Bool(), ::testing::Values("gelu", "swiglu"),
+                                            ::testing::Values("none", "async", "ring")),
                          [](const ::testing::TestParamInfo<RecomputeCase>& i) {
-  return std::get<0>(i.param) + (std::get<1>(i.param) ? "_sp_" : "_nosp_") + std::get<2>(i.param);
+  return std::get<0>(i.param) + (std::get<1>(i.param) ? "_sp_" : "_nosp_") + std::get<2>(i.param) +
+         "_overlap_" + std::get<3>(i.param);
 });
 
 // An unknown mode is bad input, named with the choices.

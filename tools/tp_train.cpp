@@ -263,6 +263,10 @@ int train(Context& ctx) {
   if (grid_problems.empty() && batch >= 1 && batch % dp == 0)
     for (const auto& p : step_option_problems(step_opts, dp, batch, dp > 1 ? 0.0f : cfg.dropout))
       problems.push_back(p);
+  if (step_opts.zero == 1 && !o.get_text("dump-grads").empty())
+    problems.push_back(
+        "--dump-grads with --zero 1: each replica holds only its 1/dp of the "
+        "averaged gradients; dump them with --zero 0");
   if (dp > 1 && cfg.dropout != 0.0f)
     problems.push_back(
         "--dropout with --dp > 1: the masks are keyed by the row of each DP "

@@ -13,9 +13,12 @@ expect "--micro-batches not dividing the batch per replica" 2 \
 expect "--zero 1 with dp 1" 2 "--zero 1 with dp=1: ZeRO-1 shards the optimizer state over the data-parallel group" 2 \
   "${tt[@]}" --zero 1
 expect "--zero 2" 2 "--zero=2 is not a stage this build has; use 0 or 1" 2 "${tt[@]}" --dp 2 --zero 2
+expect "--dump-grads with --zero 1" 2 "--dump-grads with --zero 1: each replica holds only its 1/dp" 2 \
+  "${tt[@]}" --dp 2 --zero 1 --dump-grads "$tmp/zero_grads.safetensors"
 expect "--recompute with an unknown mode" 2 "--recompute=partial" 2 "${tt[@]}" --recompute partial
 
 # 2. Loss curves at tp 2 × dp 2 against the plain run of the same grid.
+rm -f "$tmp"/mem_*.json  # --log-json appends
 run_mpi 4 "${train[@]}" --steps 20 --dp 2 --log-json "$tmp/mem_plain.json" >"$logs/mem_plain.log" 2>&1 ||
   fail "tp_train --dp 2 at -np 4 exited non-zero (see $logs/mem_plain.log)"
 for variant in "micro-batches 2" "zero 1" "recompute full" "recompute selective"; do
