@@ -1,9 +1,10 @@
 // memory.h — the activation memory of one transformer block, in closed form.
 //
 // What a block keeps for backward on one rank, for this implementation's choices (fp32 = 4 bytes
-// per value; dropout masks stored as fp32; the attention probabilities kept; nothing recomputed
-// except the sequence-parallel all-gather). With N = s·b tokens, h hidden, nh / nkv heads of size
-// hd, ffn the MLP size, t ranks, and n = N/t under sequence parallelism (N without):
+// per value; dropout masks stored as fp32) with recompute = none (the attention probabilities
+// kept; nothing recomputed except the sequence-parallel all-gather; selective and full below).
+// With N = s·b tokens, h hidden, nh / nkv heads of size hd, ffn the MLP size, t ranks, and n = N/t
+// under sequence parallelism (N without):
 //
 //   ln_1 input                  n·h        + its statistics: 2n (LayerNorm: μ, rstd) or n (RMSNorm)
 //   attention input             n·h        (the ln_1 output; under SP the local shard, re-gathered
