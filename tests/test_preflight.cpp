@@ -399,6 +399,26 @@ void expect_shards_match(const PreflightInput& in) {
   }
 }
 
+// ZeRO-1: the preflight's AdamW bytes per rank are what AdamW::shard_over keeps on every DP rank.
+TEST(PreflightShards, ZeroOneMomentsEqualTheShardedOptimizer) {
+  for (int t : {1, 2}) {
+    for (int dp : {2, 3}) {
+      PreflightInput in = small(t);
+      in.zero_dp = dp;
+      const Preflight p = preflight(in);
+      ASSERT_TRUE(p.problems.empty());
+      for (int d = 0; d < dp; ++d) {
+        PretendCommunicator tp_comm(0, t), dp_comm(d, dp);
+        Gpt model(device(), tp_comm, p.cfg);
+        AdamW opt(device(), model.params(), AdamWParams{});
+        opt.shard_over(dp_comm, model.params());  // local: no communication
+        EXPECT_EQ(opt.state_bytes(), p.adamw_bytes) << "t=" << t << " dp=" << dp << " rank " << d;
+        EXPECT_EQ(p.adamw_bytes, 8 * ((p.params_per_rank + dp - 1) / dp));
+      }
+    }
+  }
+}
+
 TEST(PreflightShards, EqualTheModelsAtEveryTAndRank) {
   for (int t : {1, 2, 3, 4}) {
     PreflightInput in = small(t);  // GeLU, LayerNorm, tied, V = 64 (padded to 66 at t = 3)

@@ -113,12 +113,13 @@ auto allocating(const std::string& what, const std::string& flags, Make make) {
 // Every rank got (or was told of) SIGINT/SIGTERM and stands at the same step boundary: write an
 // emergency checkpoint when --save is given, then end with 128 + the signal on every rank.
 [[noreturn]] void stop_after_signal(Communicator& world, ProcessGrid& grid, const Options& o,
-                                    const Gpt& model, const AdamW& opt, int64_t step, int sig) {
+                                    const Gpt& model, AdamW& opt, int64_t step, int sig) {
   const std::string name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal";
   const std::string save = o.get_text("save");
   std::string said = "no checkpoint written (no --save)";
   if (!save.empty()) {
     // DP replicas hold the same weights and moments: DP rank 0's TP group writes the file.
+    if (opt.sharded()) opt.unshard(model.params());  // --zero 1: the file holds them whole
     if (grid.dp_rank() == 0) save_checkpoint(save, grid.tp(), model, opt, step);
     world.barrier();
     said = "emergency checkpoint " + save + " saved at step " + std::to_string(step) +
@@ -137,7 +138,8 @@ struct Plan {
   uint64_t seed = 0;
   std::string data, init_from, load, export_dir;
   ModelFile file;
-  int dp = 1, t = 1;  // t: the TP group's size
+  int dp = 1, t = 1;      // t: the TP group's size
+  StepOptions step_opts;  // --micro-batches, --zero
 };
 
 Plan plan_run(const Options& o, int world_size) {
@@ -188,6 +190,14 @@ Plan plan_run(const Options& o, int world_size) {
   if (grid_problems.empty() && batch >= 1 && batch % dp != 0)
     problems.push_back("--batch=" + std::to_string(batch) + " is not divisible by --dp=" +
                        std::to_string(dp) + ": every DP rank takes batch/dp sequences");
+  const StepOptions& step_opts = r.step_opts = {o.get_int32("micro-batches"), o.get_int32("zero")};
+  if (grid_problems.empty() && batch >= 1 && batch % dp == 0)
+    for (const auto& p : step_option_problems(step_opts, dp, batch, dp > 1 ? 0.0f : cfg.dropout))
+      problems.push_back(p);
+  if (step_opts.zero == 1 && !o.get_text("dump-grads").empty())
+    problems.push_back(
+        "--dump-grads with --zero 1: each replica holds only its 1/dp of the "
+        "averaged gradients; dump them with --zero 0");
   if (dp > 1 && cfg.dropout != 0.0f)
     problems.push_back(
         "--dropout with --dp > 1: the masks are keyed by the row of each DP "
@@ -252,12 +262,13 @@ void write_plot(Communicator& world, const std::string& plot, const TokenSource&
 
 // --save at the end of the run; a failed write names what is still intact.
 void save_at_end(Communicator& world, ProcessGrid& grid, const Options& o, const Gpt& model,
-                 const AdamW& opt, int64_t step, const std::string& load) {
+                 AdamW& opt, int64_t step, const std::string& load) {
   Communicator& tp = grid.tp();
   if (!o.get_text("save").empty()) {
     const std::string save = o.get_text("save");
     try {
       // Every DP replica holds the same weights and moments: DP rank 0's TP group writes the file.
+      if (opt.sharded()) opt.unshard(model.params());  // --zero 1: the file holds them whole
       if (grid.dp_rank() == 0) save_checkpoint(save, tp, model, opt, step);
       world.barrier();
     } catch (const Error& e) {
@@ -395,6 +406,17 @@ void non_finite_step(Communicator& world, const StepResult& r, int64_t step, boo
                 Error::kNonFinite);
   log0(world, "step ", step + 1, ": skipped (", what, ", first non-finite tensor: ", r.nonfinite,
        ")");
+}
+
+// --zero 1: AdamW's moments sharded over the DP replicas (after a load, which reads them whole).
+void shard_optimizer(Communicator& world, ProcessGrid& grid, const Plan& plan, const Gpt& model,
+                     AdamW& opt) {
+  if (plan.step_opts.zero != 1 || opt.sharded()) return;
+  const int64_t whole = opt.state_bytes();
+  opt.shard_over(grid.dp(), model.params());
+  log0(world, "--zero 1: AdamW's moments on each rank: ", opt.state_bytes(),
+       " bytes (2 · 4 · ⌈P/dp⌉", ", P = ", whole / 8,
+       " parameter elements of this TP rank) instead of ", whole);
 }
 
 // What a block keeps for backward, measured by the memory ledger, against the formula.
@@ -536,6 +558,7 @@ int train(Context& ctx) {
   AdamW& opt = *trainee.opt;
   check_save_space(o.get_text("save"), world, ctx.device, model);  // before training, not after
   int64_t step = start_from(world, tp, plan, model, opt);
+  shard_optimizer(world, grid, plan, model, opt);
   // Step counters: the data's sample index (step · batch + b) · (seq + 1) must not overflow.
   const int64_t last_step = std::numeric_limits<int64_t>::max() / batch / (cfg.seq + 1);
   TP_CHECK_INPUT(step <= last_step && steps <= last_step - step, "step ", step,
@@ -590,15 +613,17 @@ int train(Context& ctx) {
     const Batch b = source->batch(step, batch, seq);
     const float lr = learning_rate(schedule, step);
     const bool dump = i == 0 && !o.get_text("dump-grads").empty();
-    const StepResult r =
-        train_step(grid, ctx.device, model, opt, b, seed, step, lr, clip, [&](float loss) {
-          if (!dump) return;
-          // The gradients and loss are the whole batch's here (averaged over dp): one TP group
-          // writes them with the whole batch.
-          if (grid.dp_rank() == 0) dump_gradients(o.get_text("dump-grads"), tp, model, b, loss);
-          world.barrier();
-          log0(world, "wrote gradients of step ", step, " to ", o.get_text("dump-grads"));
-        });
+    const StepResult r = train_step(
+        grid, ctx.device, model, opt, b, seed, step, lr, clip,
+        [&](float loss) {
+      if (!dump) return;
+      // The gradients and loss are the whole batch's here (averaged over dp): one TP group
+      // writes them with the whole batch.
+      if (grid.dp_rank() == 0) dump_gradients(o.get_text("dump-grads"), tp, model, b, loss);
+      world.barrier();
+      log0(world, "wrote gradients of step ", step, " to ", o.get_text("dump-grads"));
+        },
+        plan.step_opts);
     const float loss = r.loss;
     const double norm = r.grad_norm;
     if (!r.nonfinite.empty()) {
@@ -609,7 +634,9 @@ int train(Context& ctx) {
     plot_steps.push_back(static_cast<double>(step + 1));
     plot_losses.push_back(loss);
     ctx.device.synchronize();
-    if (i == 0) check_activation_memory(world, model, cfg, seq, batch / dp, tp.size());
+    if (i == 0)
+      check_activation_memory(world, model, cfg, seq, batch / dp / plan.step_opts.micro_batches,
+                              tp.size());
     const double secs = now() - t0,
                  comm = tp.ledger().seconds_since(mark) + grid.dp().ledger().seconds_since(dp_mark);
     const double exposed = timeline.totals_since(span_mark).exposed;
@@ -709,6 +736,19 @@ int main(int argc, char** argv) {
             "overlap communication with compute: none, async (backward's all-reduce under the "
             "weight-gradient GEMMs), ring (collective matmul; needs --sp)",
             {"none", "async", "ring"})
+      .text("recompute", "none",
+            "activation recomputation: none, selective (the attention probabilities are "
+            "recomputed in backward), full (each block keeps its input and reruns its forward)",
+            {"none", "selective", "full"})
+      .integer("micro-batches", 1,
+               "gradient accumulation: each replica runs its batch/dp sequences as m micro-batches "
+               "and steps once")
+      .min(1)
+      .fits_int()
+      .integer("zero", 0,
+               "ZeRO stage on the dp axis: 0, or 1 (AdamW's moments sharded over the replicas)")
+      .non_negative()
+      .fits_int()
       .integer("pad-vocab-multiple", 1, "pad the vocabulary to a multiple of this times t")
       .min(1)
       .flag("audit-grads",

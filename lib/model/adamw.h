@@ -1,11 +1,12 @@
 // adamw.h — AdamW with optimizer state sharded like the parameters, and global gradient-norm
-// clipping that counts a replicated parameter once.
+// clipping that counts a replicated parameter once; ZeRO-1 (the moments sharded over the DP group).
 #pragma once
 
 #include <vector>
 
 #include "core/communicator.h"
 #include "core/device.h"
+#include "parallel/data_parallel.h"
 #include "parallel/param.h"
 
 namespace tp {
@@ -35,11 +36,29 @@ class AdamW {
   const std::vector<Tensor>& exp_avg_sq() const { return v_; }
   const AdamWParams& hyper() const { return hp_; }
 
+  /// ZeRO-1: from now on this rank keeps the moments of its 1/dp of the flattened parameters only
+  /// (ZeroPartition), taken from the per-parameter moments it holds now (zeros, or what a
+  /// checkpoint loaded), which are freed. Local: no communication.
+  void shard_over(Communicator& dp, const ParamList& params);
+  /// Back to per-parameter moments (exp_avg(), exp_avg_sq()), all-gathered over the DP group: for
+  /// a checkpoint, which holds global tensors. Collective over the group given to shard_over.
+  void unshard(const ParamList& params);
+  bool sharded() const { return dp_ != nullptr; }
+  /// ZeRO-1's update: AdamW on this rank's shard of the values with `grad_shard` (from
+  /// reduce_scatter_gradients), then all_gather_parameters. Needs shard_over first.
+  void step_sharded(ParamList& params, const Tensor& grad_shard, float lr, float grad_scale);
+  /// Bytes of moments this rank holds: 2 · 4 · (its parameter elements), or 2 · 4 · ⌈P/dp⌉ sharded.
+  int64_t state_bytes() const;
+
  private:
   Device& device_;
   AdamWParams hp_;
   std::vector<Tensor> m_, v_;
   int64_t steps_ = 0;
+  Communicator* dp_ = nullptr;  // ZeRO-1's group; null: not sharded
+  Tensor m_shard_, v_shard_;    // (ZeroPartition::shard()) each
+
+  AdamWParams hyper_for(const Param& p, float lr, float grad_scale) const;
 };
 
 }  // namespace tp

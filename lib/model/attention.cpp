@@ -14,6 +14,7 @@ ParallelAttention::ParallelAttention(Device& device, Communicator& comm, const s
       prefix_(prefix),
       sp_(cfg.sp),
       overlap_(parse_overlap(cfg.overlap)),
+      recompute_(parse_recompute(cfg.recompute)),
       hidden_(cfg.hidden),
       heads_(cfg.heads),
       kv_heads_(cfg.kv()),
@@ -57,7 +58,10 @@ Tensor ParallelAttention::forward(const Tensor& x_in, int64_t seq, int64_t batch
   Tensor ctx(device_, q.shape());
   Tensor probs(device_, Shape{batch, heads_ / t, seq, seq});
   device_.attention_forward(ctx, probs, q, k, v, shape_);  // local: whole heads
-  saved_.keep(probs_, probs);
+  if (recompute_ == Recompute::Selective)
+    probs_.reset();  // the s²-sized core: recomputed in backward
+  else
+    saved_.keep(probs_, probs);
   return proj_.forward(ctx);  // Σ_r ctx_r P_r: g's all-reduce (SP: reduce-scatter)
 }
 
@@ -65,8 +69,16 @@ Tensor ParallelAttention::backward(const Tensor& dy) {
   q_.prefetch_input();  // SP + async: X's re-gather runs under the projection's and attention's
   Tensor dctx = proj_.backward(dy);
   const Tensor &q = q_out_.get(), &k = k_out_.get(), &v = v_out_.get();
+  Tensor probs;
+  if (recompute_ == Recompute::Selective) {  // the same kernel on the same q, k, v: bitwise equal
+    Tensor ctx(device_, q.shape());
+    probs = Tensor(device_, Shape{shape_.batch, shape_.heads, shape_.seq, shape_.seq});
+    device_.attention_forward(ctx, probs, q, k, v, shape_);
+  } else {
+    probs = probs_.get();
+  }
   Tensor dq(device_, q.shape()), dk(device_, k.shape()), dv(device_, v.shape());
-  device_.attention_backward(dq, dk, dv, dctx, q, k, v, probs_.get(), shape_);
+  device_.attention_backward(dq, dk, dv, dctx, q, k, v, probs, shape_);
   // f backward (SP: reduce-scatter) once for q, k and v.
   return ColumnParallelLinear::backward_shared({&q_, &k_, &v_}, {dq, dk, dv});
 }

@@ -25,10 +25,30 @@ TransformerBlock::TransformerBlock(Device& device, Communicator& comm, const Gpt
       attn_(device, comm, "transformer.h." + std::to_string(layer) + ".attn", cfg),
       mlp_(device, comm, "transformer.h." + std::to_string(layer) + ".mlp", cfg),
       drop_attn_(device, "h." + std::to_string(layer) + ".attn", cfg.dropout),
-      drop_mlp_(device, "h." + std::to_string(layer) + ".mlp", cfg.dropout) {}
+      drop_mlp_(device, "h." + std::to_string(layer) + ".mlp", cfg.dropout),
+      recompute_(parse_recompute(cfg.recompute)),
+      input_("transformer.h." + std::to_string(layer) + ".input") {
+  if (recompute_ == Recompute::Full) observe(nullptr);  // the parts keep through inner_
+}
 
 Tensor TransformerBlock::forward(const Tensor& x, int64_t seq, int64_t batch, uint64_t seed,
                                  int64_t step) {
+  if (recompute_ != Recompute::Full) return forward_parts(x, seq, batch, seed, step);
+  // Full recomputation: keep the input only; the parts run without keeping anything.
+  saved_.keep(input_, x);
+  seq_ = seq;
+  batch_ = batch;
+  seed_ = seed;
+  step_ = step;
+  inner_.release();
+  inner_.set_keeping(false);
+  Tensor y = forward_parts(x, seq, batch, seed, step);
+  inner_.set_keeping(true);
+  return y;
+}
+
+Tensor TransformerBlock::forward_parts(const Tensor& x, int64_t seq, int64_t batch, uint64_t seed,
+                                       int64_t step) {
   const int64_t row0 = sp_ ? comm_.rank() * x.rows() : 0;  // my first token row, for the masks
   Tensor a = drop_attn_.forward(attn_.forward(ln_1_.forward(x), seq, batch), seed, step, row0);
   Tensor x1 = add(device_, x, a);
@@ -43,6 +63,10 @@ Tensor TransformerBlock::forward_cached(const Tensor& x, LayerKvCache& cache, in
 }
 
 void TransformerBlock::observe(MemoryLedger* ledger) {
+  if (recompute_ == Recompute::Full) {
+    saved_.attach(ledger, layer_);
+    ledger = &inner_;  // what the parts keep is the rerun's, inside backward
+  }
   ln_1_.observe(ledger, layer_);
   ln_2_.observe(ledger, layer_);
   attn_.observe(ledger, layer_);
@@ -52,8 +76,19 @@ void TransformerBlock::observe(MemoryLedger* ledger) {
 }
 
 Tensor TransformerBlock::backward(const Tensor& dx2) {
+  if (recompute_ == Recompute::Full) {
+    // Rerun the forward from the kept input: the same kernels and dropout keys, so the parts keep
+    // bitwise what `none` kept (the output is not needed).
+    inner_.release();
+    forward_parts(input_.get(), seq_, batch_, seed_, step_);
+  }
   Tensor dx1 = add(device_, dx2, ln_2_.backward(mlp_.backward(drop_mlp_.backward(dx2))));
-  return add(device_, dx1, ln_1_.backward(attn_.backward(drop_attn_.backward(dx1))));
+  Tensor dx = add(device_, dx1, ln_1_.backward(attn_.backward(drop_attn_.backward(dx1))));
+  if (recompute_ == Recompute::Full) {
+    inner_.release();  // the rerun's activations are freed block by block
+    input_.reset();
+  }
+  return dx;
 }
 
 void TransformerBlock::collect_params(ParamList& out, float std, float proj_std) const {

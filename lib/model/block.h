@@ -4,7 +4,9 @@
 //   x2 = x1 + dropout(mlp(ln_2(x1)))
 //
 // Forward beside backward (dx accumulates the residual path and the branch). Its parts are one
-// file each: model/norm.h, model/attention.h, model/mlp.h, model/dropout.h.
+// file each: model/norm.h, model/attention.h, model/mlp.h, model/dropout.h. Under full
+// recomputation (model/recompute.h) the block keeps only its input and reruns its forward at the
+// start of backward.
 //
 // Shape legend: N = S·B tokens (sequence-major rows, token (s, b) is row s·B + b), h = hidden,
 // t = TP size.
@@ -19,6 +21,8 @@
 #include "model/dropout.h"
 #include "model/mlp.h"
 #include "model/norm.h"
+#include "model/recompute.h"
+#include "observe/activation_stash.h"
 #include "observe/memory_ledger.h"
 #include "parallel/param.h"
 
@@ -36,6 +40,8 @@ class TransformerBlock {
   Tensor forward_cached(const Tensor& x, LayerKvCache& cache, int64_t past, int64_t batch);
   void collect_params(ParamList& out, float std, float proj_std) const;
   /// Record every tensor the block keeps for backward in `ledger` (under this block's index).
+  /// Under full recomputation that is the block's input only; its parts record into the block's
+  /// own ledger, which keeps nothing during forward and is released after backward.
   void observe(MemoryLedger* ledger);
 
  private:
@@ -47,6 +53,15 @@ class TransformerBlock {
   ParallelAttention attn_;
   ParallelMLP mlp_;
   Dropout drop_attn_, drop_mlp_;
+  Recompute recompute_;
+  // Full recomputation: the input and the forward's arguments, and the parts' own ledger.
+  MemoryLedger inner_;
+  ActivationStash saved_;
+  SavedTensor input_;  // (S·B, h); under SP this rank's (S·B/t, h)
+  int64_t seq_ = 0, batch_ = 0, step_ = 0;
+  uint64_t seed_ = 0;
+
+  Tensor forward_parts(const Tensor& x, int64_t seq, int64_t batch, uint64_t seed, int64_t step);
 };
 
 }  // namespace tp

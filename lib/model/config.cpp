@@ -96,6 +96,8 @@ std::vector<std::string> GptConfig::problems(int t, const std::string& t_label) 
                              "; run with t in " + divisors(inner()) + " or change --ffn");
   need(overlap == "none" || overlap == "async" || overlap == "ring",
        "overlap=" + overlap + " is not one of none, async, ring");
+  need(recompute == "none" || recompute == "selective" || recompute == "full",
+       "recompute=" + recompute + " is not one of none, selective, full");
   need(overlap != "ring" || sp,
        "overlap=ring needs sequence parallelism (--sp): the ring passes blocks of the sequence; "
        "add --sp or use --overlap async");
@@ -120,7 +122,8 @@ std::string GptConfig::str() const {
   os << "L=" << layers << " h=" << hidden << " nh=" << heads << " nkv=" << kv()
      << " ffn=" << inner() << " V=" << vocab << " S=" << seq << " " << act << " " << norm
      << " dropout=" << dropout << (tied ? " tied" : " untied") << (sp ? " sp" : "")
-     << (overlap != "none" ? " overlap=" + overlap : "");
+     << (overlap != "none" ? " overlap=" + overlap : "")
+     << (recompute != "none" ? " recompute=" + recompute : "");
   return os.str();
 }
 

@@ -30,6 +30,10 @@ struct GptConfig {
   /// How the TP layers overlap communication with compute: "none", "async" or "ring" (needs sp);
   /// parallel/collective_matmul.h. The numbers do not depend on it (to float rounding for ring).
   std::string overlap = "none";
+  /// Activation recomputation: "none", "selective" (the attention probabilities are recomputed in
+  /// backward) or "full" (each block keeps its input only and reruns its forward); model/recompute.h.
+  /// The gradients do not depend on it (bitwise).
+  std::string recompute = "none";
   int64_t pad_vocab_multiple = 1;  ///< V is padded up to a multiple of pad_vocab_multiple · t
 
   int64_t kv() const { return kv_heads > 0 ? kv_heads : heads; }
@@ -61,7 +65,7 @@ struct GptConfig {
   /// Throws one bad-input tp::Error listing all problems ("; "-separated) when there are any.
   void validate(int t) const;
   /// "L=2 h=64 nh=4 nkv=4 ffn=256 V=256 S=64 gelu layernorm dropout=0 tied" (+ " sp", and
-  /// " overlap=async" unless none)
+  /// " overlap=async" unless none, " recompute=full" unless none)
   std::string str() const;
 };
 

@@ -20,6 +20,7 @@ GptConfig config_from_flags(const Options& o) {
   c.tied = !o.get_flag("untie");
   c.sp = o.get_flag("sp");
   c.overlap = o.get_text("overlap");
+  c.recompute = o.get_text("recompute");
   c.pad_vocab_multiple = o.get_int("pad-vocab-multiple");
   return c;
 }

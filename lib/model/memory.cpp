@@ -4,13 +4,15 @@ namespace tp {
 
 int64_t block_activation_bytes(const GptConfig& c, int64_t seq, int64_t batch, int t) {
   const int64_t N = seq * batch, n = c.sp ? N / t : N, h = c.hidden, hd = c.head_dim();
+  if (c.recompute == "full") return 4 * n * h;  // the block's input only
+  const int64_t probs = c.recompute == "selective" ? 0 : batch * (c.heads / t) * seq * seq;
   const int64_t stats = c.norm == "layernorm" ? 2 * n : n;
   const int64_t mask = c.dropout > 0.0f ? n * h : 0;
   const int64_t mlp_saved = (c.act == "swiglu" ? 3 : 2) * N * c.inner() / t;
   const int64_t floats = (n * h + stats)                        // ln_1 input and statistics
                          + n * h                                // attention input
                          + N * (c.heads + 2 * c.kv()) * hd / t  // q, k, v
-                         + batch * (c.heads / t) * seq * seq    // probabilities
+                         + probs                                // probabilities
                          + N * c.heads * hd / t                 // attention output
                          + mask                                 // dropout after attention
                          + (n * h + stats)                      // ln_2 input and statistics

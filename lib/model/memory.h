@@ -1,9 +1,10 @@
 // memory.h — the activation memory of one transformer block, in closed form.
 //
 // What a block keeps for backward on one rank, for this implementation's choices (fp32 = 4 bytes
-// per value; dropout masks stored as fp32; the attention probabilities kept; nothing recomputed
-// except the sequence-parallel all-gather). With N = s·b tokens, h hidden, nh / nkv heads of size
-// hd, ffn the MLP size, t ranks, and n = N/t under sequence parallelism (N without):
+// per value; dropout masks stored as fp32) with recompute = none (the attention probabilities
+// kept; nothing recomputed except the sequence-parallel all-gather; selective and full below).
+// With N = s·b tokens, h hidden, nh / nkv heads of size hd, ffn the MLP size, t ranks, and n = N/t
+// under sequence parallelism (N without):
 //
 //   ln_1 input                  n·h        + its statistics: 2n (LayerNorm: μ, rstd) or n (RMSNorm)
 //   attention input             n·h        (the ln_1 output; under SP the local shard, re-gathered
@@ -24,6 +25,13 @@
 // the fp32 analogue of Korthikanti et al.'s sbh(10 + 24/t + 5as/(ht)) and sbh(34/t + 5as/(ht)) for
 // 16-bit activations with 1-byte masks: sequence parallelism divides the part that TP alone
 // leaves replicated (the n·h terms) by t too.
+//
+// Recomputation (cfg.recompute, model/recompute.h) changes what is kept:
+//   selective  the probabilities are not kept: minus 4·b·(nh/t)·s², the s²-term. GPT-2's shape:
+//              TP only sbh(24 + 48/t) + 16sb;  TP + SP 72·sbh/t + 16sb/t  (Korthikanti:
+//              sbh(10 + 24/t) and 34·sbh/t).
+//   full       the block's input only: 4·n·h, i.e. 4sbh (TP only) or 4sbh/t (TP + SP)
+//              (Korthikanti: 2sbh, the 16-bit input, without SP).
 #pragma once
 
 #include <cstdint>

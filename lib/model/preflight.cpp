@@ -240,7 +240,10 @@ Preflight preflight(const PreflightInput& in) {
   const int64_t P = p.params_per_rank, d = in.dtype_bytes;
   p.weight_bytes = P * d;
   p.grad_bytes = P * d;
-  p.adamw_bytes = P * 8 + (d < 4 ? P * 4 : 0);
+  // ZeRO-1 (AdamW::shard_over): each DP rank holds the moments (and master copy) of its
+  // ⌈P/dp⌉ of the flattened parameters.
+  const int64_t dp = std::max(1, in.zero_dp), owned = (P + dp - 1) / dp;
+  p.adamw_bytes = owned * 8 + (d < 4 ? owned * 4 : 0);
 
   // Activations per layer.
   const int64_t S = c.seq, B = in.batch, N = S * B;

@@ -89,6 +89,7 @@ struct PreflightInput {
   int nodes = 0;                ///< nodes of the job; 0 = not given
   int gpus_per_node = 0;        ///< GPUs per node; 0 = not given
   double flops = 400e12;        ///< FLOP/s of one GPU, for the compute time
+  int zero_dp = 1;  ///< ZeRO-1 over this many DP replicas (1: none): AdamW's moments ⌈P/dp⌉ each
 };
 
 /// One parameter as tp::Gpt holds it (the same name, global shape and split as its Param).

@@ -31,16 +31,46 @@ std::string first_nonfinite_gradient(Communicator& comm, Device& device, const P
 
 }  // namespace
 
+std::vector<std::string> step_option_problems(const StepOptions& o, int dp, int64_t global_batch,
+                                              float dropout) {
+  std::vector<std::string> p;
+  const int64_t local = dp > 0 ? global_batch / dp : global_batch;
+  const int m = o.micro_batches;
+  if (m < 1 || local % m != 0) {
+    std::string divisors;
+    for (int64_t d = 1; d <= local; ++d)
+      if (local % d == 0) divisors += (divisors.empty() ? "" : ",") + std::to_string(d);
+    p.push_back("--micro-batches=" + std::to_string(m) + " does not divide the batch per replica " +
+                std::to_string(local) + " (batch " + std::to_string(global_batch) + " / dp " +
+                std::to_string(dp) + "); choose one of {" + divisors + "}");
+  } else if (m > 1 && dropout != 0.0f) {
+    p.push_back("--micro-batches=" + std::to_string(m) +
+                " with dropout=" + std::to_string(dropout) +
+                ": dropout masks are keyed by the row of the batch run, so micro-batches would not "
+                "match one batch; use dropout 0 or --micro-batches 1");
+  }
+  if (o.zero != 0 && o.zero != 1)
+    p.push_back("--zero=" + std::to_string(o.zero) + " is not a stage this build has; use 0 or 1");
+  else if (o.zero == 1 && dp == 1)
+    p.push_back(
+        "--zero 1 with dp=1: ZeRO-1 shards the optimizer state over the data-parallel "
+        "group, and there is none; add --dp 2 (or more) or use --zero 0");
+  return p;
+}
+
 StepResult train_step(Communicator& comm, Device& device, Gpt& model, AdamW& opt,
                       const Batch& batch, uint64_t seed, int64_t step, float lr,
-                      float max_grad_norm, const std::function<void(float loss)>& after_backward) {
+                      float max_grad_norm, const std::function<void(float loss)>& after_backward,
+                      const StepOptions& options) {
   ProcessGrid grid(comm, 1);  // dp = pp = 1: the TP group is `comm` itself, nothing is split
-  return train_step(grid, device, model, opt, batch, seed, step, lr, max_grad_norm, after_backward);
+  return train_step(grid, device, model, opt, batch, seed, step, lr, max_grad_norm, after_backward,
+                    options);
 }
 
 StepResult train_step(ProcessGrid& grid, Device& device, Gpt& model, AdamW& opt,
                       const Batch& global_batch, uint64_t seed, int64_t step, float lr,
-                      float max_grad_norm, const std::function<void(float loss)>& after_backward) {
+                      float max_grad_norm, const std::function<void(float loss)>& after_backward,
+                      const StepOptions& options) {
   const int dp = grid.dp_size();
   TP_CHECK_INPUT(grid.pp_size() == 1, "pp=", grid.pp_size(),
                  ": pipeline parallelism is not implemented yet; train with pp 1");
@@ -51,18 +81,40 @@ StepResult train_step(ProcessGrid& grid, Device& device, Gpt& model, AdamW& opt,
                  " with dp=", dp,
                  ": dropout masks are keyed by the row of the local batch, so dp > 1 would not "
                  "match dp = 1; use dropout 0 or dp 1");
+  const std::vector<std::string> bad =
+      step_option_problems(options, dp, global_batch.batch, model.config().dropout);
+  TP_CHECK_INPUT(bad.empty(), bad.empty() ? "" : bad.front());
+  TP_CHECK(options.zero == 0 || opt.sharded(),
+           "train_step: --zero 1 needs the optimizer sharded over dp (AdamW::shard_over)");
   const int64_t local = global_batch.batch / dp;
   const Batch mine =
       dp == 1 ? global_batch : batch_slice(global_batch, grid.dp_rank() * local, local);
   StepResult r;
   model.zero_grad();
-  r.loss = model.forward(mine, seed, step);
-  model.backward();
+  // Gradient accumulation: micro-batch k is sequences [k·local/m, (k+1)·local/m) of mine; its
+  // gradients add into Param::grad (+=), and 1/m makes the sum the gradient of the mean loss.
+  const int m = options.micro_batches;
+  const int64_t micro = local / m;
+  double loss_sum = 0;
+  for (int k = 0; k < m; ++k) {
+    loss_sum += model.forward(m == 1 ? mine : batch_slice(mine, k * micro, micro), seed, step);
+    model.backward();
+  }
+  r.loss = static_cast<float>(loss_sum / m);
+  if (m > 1)
+    for (Param& p : model.params()) device.scale(p.grad, 1.0f / static_cast<float>(m));
   model.finish_gradients();
-  average_gradients(grid.dp(), device, model.params(), &r.loss);
+  Tensor grad_shard;  // ZeRO-1: my 1/dp of the averaged, flattened gradients
+  if (options.zero == 1)
+    grad_shard = reduce_scatter_gradients(grid.dp(), device, model.params(), &r.loss);
+  else
+    average_gradients(grid.dp(), device, model.params(), &r.loss);
   if (after_backward) after_backward(r.loss);
-  // Every DP replica now holds the same gradients: the norm is over the TP group, as at dp = 1.
-  r.grad_norm = global_grad_norm(grid.tp(), device, model.params());
+  // Every DP replica now holds the same gradients (ZeRO-1: its shard of them): the norm is the
+  // whole model's, as at dp = 1.
+  r.grad_norm = options.zero == 1
+                    ? zero_grad_norm(grid.dp(), grid.tp(), device, model.params(), grad_shard)
+                    : global_grad_norm(grid.tp(), device, model.params());
   // The averaged loss and the norm are the same on every rank: every rank takes the same branch.
   if (!std::isfinite(r.loss))
     r.nonfinite = "loss";
@@ -70,7 +122,10 @@ StepResult train_step(ProcessGrid& grid, Device& device, Gpt& model, AdamW& opt,
     r.nonfinite = first_nonfinite_gradient(grid.tp(), device, model.params());
   if (!r.nonfinite.empty()) return r;  // no update: the weights and AdamW's state stay as they were
   r.clip = clip_factor(r.grad_norm, max_grad_norm);
-  opt.step(model.params(), lr, r.clip);
+  if (options.zero == 1)
+    opt.step_sharded(model.params(), grad_shard, lr, r.clip);
+  else
+    opt.step(model.params(), lr, r.clip);
   return r;
 }
 

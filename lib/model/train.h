@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "model/adamw.h"
 #include "model/gpt.h"
@@ -21,12 +22,26 @@ struct StepResult {
   std::string nonfinite;
 };
 
+/// How a step fits memory (issue 22): gradient accumulation and ZeRO-1. Activation recomputation
+/// is the model's (GptConfig::recompute).
+struct StepOptions {
+  /// m: each DP rank's batch/dp sequences run as m micro-batches of batch/(dp·m), forward and
+  /// backward one after another; gradients accumulate and are averaged (each micro-batch's mean
+  /// loss weighs 1/m: they hold the same number of tokens), then one optimizer step. The SP and DP
+  /// reductions run once, after the last micro-batch. Activation memory per rank falls by m.
+  int micro_batches = 1;
+  /// ZeRO stage on the DP axis: 0 (plain DP, average_gradients) or 1 (reduce-scatter, AdamW on
+  /// this rank's 1/dp, all-gather: parallel/data_parallel.h). Stage 1 needs opt.shard_over(dp).
+  int zero = 0;
+};
+
 /// One step on a grid of one model replica, `comm` its TP group: the grid version below with
 /// ProcessGrid(comm, 1) (dp = pp = 1).
 StepResult train_step(Communicator& comm, Device& device, Gpt& model, AdamW& opt,
                       const Batch& batch, uint64_t seed, int64_t step, float lr,
                       float max_grad_norm,
-                      const std::function<void(float loss)>& after_backward = {});
+                      const std::function<void(float loss)>& after_backward = {},
+                      const StepOptions& options = {});
 
 /// The training step for every grid (parallel/process_grid.h): zero_grad → forward → backward →
 /// finish_gradients → average_gradients over grid.dp() → [after_backward()] → global gradient norm
@@ -39,9 +54,18 @@ StepResult train_step(Communicator& comm, Device& device, Gpt& model, AdamW& opt
 /// `after_backward` see what dp = 1 would on the whole batch (up to fp32 rounding: the sum order
 /// changes). Dropout is keyed by the row of the local batch, so with dropout > 0 a dp > 1 run draws
 /// different masks than dp = 1: the step refuses that (bad input). B must be divisible by dp.
+/// `options`: micro-batches (B/dp divisible by m; dropout 0 when m > 1, for the same reason as dp)
+/// and ZeRO-1 (dp > 1, `opt` sharded over grid.dp()). Under ZeRO-1 the parameters' grad tensors
+/// keep this replica's local (not averaged) gradients after the step.
 StepResult train_step(ProcessGrid& grid, Device& device, Gpt& model, AdamW& opt,
                       const Batch& global_batch, uint64_t seed, int64_t step, float lr,
                       float max_grad_norm,
-                      const std::function<void(float loss)>& after_backward = {});
+                      const std::function<void(float loss)>& after_backward = {},
+                      const StepOptions& options = {});
+
+/// The bad-input problems of `options` for this grid and global batch, each one line naming the
+/// value and the fix; empty when they are fine. train_step throws the first as bad input.
+std::vector<std::string> step_option_problems(const StepOptions& options, int dp,
+                                              int64_t global_batch, float dropout);
 
 }  // namespace tp

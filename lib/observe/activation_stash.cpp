@@ -13,8 +13,12 @@ const Tensor& SavedTensor::get() const {
 
 const Tensor& ActivationStash::keep(SavedTensor& slot, const Tensor& t) {
   TP_CHECK(t.defined(), "keeping ", slot.name(), " for backward: the tensor is empty");
+  if (ledger_ && !ledger_->keeping()) {
+    slot.value_.reset();  // full recomputation: backward reruns the forward that fills it
+    return t;
+  }
   slot.value_ = t;
-  if (ledger_) ledger_->save(slot.name(), layer_, t);
+  if (ledger_) ledger_->save(slot.name(), layer_, t, &slot);
   return *slot.value_;
 }
 

@@ -51,7 +51,8 @@ class ActivationStash {
     layer_ = layer;
   }
   /// slot = t, recorded in the ledger as slot.name() (a tensor already recorded, e.g. the input
-  /// that q, k and v share, is counted once). Returns t.
+  /// that q, k and v share, is counted once). Returns t. When the attached ledger is not keeping
+  /// (MemoryLedger::set_keeping), the slot is emptied instead and nothing is recorded.
   const Tensor& keep(SavedTensor& slot, const Tensor& t);
 
  private:

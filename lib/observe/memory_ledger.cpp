@@ -1,13 +1,22 @@
 #include "observe/memory_ledger.h"
 
+#include "observe/activation_stash.h"
+
 namespace tp {
 
-void MemoryLedger::save(const std::string& name, int64_t layer, const Tensor& t) {
+void MemoryLedger::save(const std::string& name, int64_t layer, const Tensor& t,
+                        SavedTensor* slot) {
   if (!t.defined()) return;
+  if (slot) slots_.push_back(slot);
   for (const Tensor& k : kept_)
     if (k.data() == t.data() && k.numel() == t.numel()) return;  // already counted (a shared input)
   records_.push_back({name, t.shape(), static_cast<int64_t>(t.bytes()), layer});
   kept_.push_back(t);
+}
+
+void MemoryLedger::release() {
+  for (SavedTensor* s : slots_) s->reset();
+  clear();
 }
 
 int64_t MemoryLedger::layer_bytes(int64_t layer) const {

@@ -13,6 +13,8 @@
 
 namespace tp {
 
+class SavedTensor;  // observe/activation_stash.h
+
 struct MemoryRecord {
   std::string name;  ///< "h.0.attn.probs"
   Shape shape;       ///< this rank's shape
@@ -23,12 +25,21 @@ struct MemoryRecord {
 class MemoryLedger {
  public:
   /// Records `t` as kept for backward (once per storage address; later saves of it are ignored).
-  void save(const std::string& name, int64_t layer, const Tensor& t);
+  /// `slot`, when given, is the SavedTensor holding it, emptied by release().
+  void save(const std::string& name, int64_t layer, const Tensor& t, SavedTensor* slot = nullptr);
   /// Forgets everything (called at the start of each forward pass).
   void clear() {
     records_.clear();
     kept_.clear();
+    slots_.clear();
   }
+  /// Empties every SavedTensor recorded since the last clear() and forgets them: the memory is
+  /// freed (a block under full recomputation after its backward).
+  void release();
+  /// While false, an ActivationStash attached to this ledger keeps nothing and records nothing
+  /// (full recomputation's first forward, model/recompute.h: the block reruns it in backward).
+  void set_keeping(bool keeping) { keeping_ = keeping; }
+  bool keeping() const { return keeping_; }
   const std::vector<MemoryRecord>& records() const { return records_; }
   /// Bytes kept by block `layer`.
   int64_t layer_bytes(int64_t layer) const;
@@ -39,6 +50,8 @@ class MemoryLedger {
   std::vector<MemoryRecord> records_;
   // The saved tensors themselves, so no address is reused while recorded.
   std::vector<Tensor> kept_;
+  std::vector<SavedTensor*> slots_;
+  bool keeping_ = true;
 };
 
 }  // namespace tp

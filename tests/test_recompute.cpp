@@ -1,0 +1,138 @@
+// test_recompute.cpp — activation recomputation (GptConfig::recompute, model/recompute.h) against
+// keeping everything: for selective and full, SP on and off, GeLU and SwiGLU, every overlap mode
+// (none, async, ring; ring with SP only), with dropout on, the
+// loss and every gradient shard are BITWISE those of recompute = none at the same t (the rerun
+// uses the same kernels, inputs and counter-keyed dropout masks); and what each block records in
+// the MemoryLedger equals block_activation_bytes() to the byte, with the closed forms: selective
+// = none − 4·B·(nh/t)·S² (the s²-term), full = 4·n·h (the block's input, n = N/t under SP).
+// Runs under mpirun -np 1, 2, 3, 4 (t = np). Tolerance: 0 (bitwise), byte counts exact.
+//
+// Collectives: every rank builds and runs the same models in the same order; comparisons are local.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "model/config.h"
+#include "model/gpt.h"
+#include "model/memory.h"
+#include "model/recompute.h"
+#include "model_test_helpers.h"
+#include "test_util.h"
+
+namespace {
+
+using namespace tp;
+using tp::testing::device;
+using tp::testing::kSeed;
+using tp::testing::markov_batch;
+using tp::testing::world;
+
+// L = 2, h = 24, nh = nkv = 12 (hd 2), ffn 48, V = 32, S = 12: every split size and the sequence
+// divide by t = 1, 2, 3, 4. Dropout 0.1 everywhere, init_std 0.1 (attention far from uniform).
+GptConfig recompute_config() {
+  GptConfig c;
+  c.layers = 2;
+  c.hidden = 24;
+  c.heads = 12;
+  c.kv_heads = 12;
+  c.ffn = 48;
+  c.vocab = 32;
+  c.seq = 12;
+  c.init_std = 0.1f;
+  c.dropout = 0.1f;
+  return c;
+}
+constexpr int64_t kBatch = 2;
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+using RecomputeCase = std::tuple<std::string, bool, std::string, std::string>;  // mode, sp, act,
+                                                                                // overlap
+
+class RecomputeModes : public ::testing::TestWithParam<RecomputeCase> {};
+
+TEST_P(RecomputeModes, GradientsAreBitwiseThoseOfKeepingEverything) {
+  GptConfig cfg = recompute_config();
+  std::tie(cfg.recompute, cfg.sp, cfg.act, cfg.overlap) = GetParam();
+  if (cfg.overlap == "ring" && !cfg.sp) GTEST_SKIP() << "the ring needs SP";
+  GptConfig plain = cfg;
+  plain.recompute = "none";
+  Gpt model(device(), world(), cfg), ref(device(), world(), plain);
+  model.init(kSeed);
+  ref.init(kSeed);
+  for (int64_t step = 0; step < 2; ++step) {  // two steps: the masks change with the step
+    const Batch b = markov_batch(cfg.vocab, step, kBatch, cfg.seq);
+    ref.zero_grad();
+    model.zero_grad();
+    const float want = ref.forward(b, kSeed, step);
+    ref.backward();
+    ref.finish_gradients();
+    const float got = model.forward(b, kSeed, step);
+    model.backward();
+    model.finish_gradients();
+    EXPECT_EQ(std::memcmp(&got, &want, sizeof got), 0) << "loss " << got << " vs " << want;
+    ASSERT_EQ(model.params().size(), ref.params().size());
+    for (size_t i = 0; i < ref.params().size(); ++i)
+      EXPECT_TRUE(same_bits(model.params()[i].grad.to_host(), ref.params()[i].grad.to_host()))
+          << ref.params()[i].name << " at step " << step;
+  }
+}
+
+TEST_P(RecomputeModes, LedgerEqualsTheFormulaToTheByte) {
+  GptConfig cfg = recompute_config();
+  std::tie(cfg.recompute, cfg.sp, cfg.act, cfg.overlap) = GetParam();
+  if (cfg.overlap == "ring" && !cfg.sp) GTEST_SKIP() << "the ring needs SP";
+  const int t = world().size();
+  const int64_t S = cfg.seq, B = kBatch, N = S * B, n = cfg.sp ? N / t : N, h = cfg.hidden;
+  Gpt model(device(), world(), cfg);
+  model.init(kSeed);
+  model.forward(markov_batch(cfg.vocab, 0, B, S), kSeed, 0);
+
+  const int64_t formula = block_activation_bytes(cfg, S, B, t);
+  for (int64_t l = 0; l < cfg.layers; ++l)
+    EXPECT_EQ(model.memory().layer_bytes(l), formula) << "layer " << l;
+  GptConfig none = cfg;
+  none.recompute = "none";
+  if (cfg.recompute == "selective") {
+    EXPECT_EQ(formula, block_activation_bytes(none, S, B, t) - 4 * B * (cfg.heads / t) * S * S);
+    for (const MemoryRecord& r : model.memory().records())
+      EXPECT_FALSE(tp::testing::ends_with(r.name, ".probs")) << r.name;
+  } else {
+    EXPECT_EQ(formula, 4 * n * h);
+    int64_t records = 0;
+    for (const MemoryRecord& r : model.memory().records())
+      if (r.layer >= 0) {
+        ++records;
+        EXPECT_EQ(r.name, "transformer.h." + std::to_string(r.layer) + ".input");
+        EXPECT_EQ(r.shape.str(), (Shape{n, h}.str()));
+      }
+    EXPECT_EQ(records, cfg.layers);
+  }
+  model.backward();  // and backward still runs from what was kept
+}
+
+INSTANTIATE_TEST_SUITE_P(Recompute, RecomputeModes,
+                         ::testing::Combine(::testing::Values("selective", "full"),
+                                            ::testing::Bool(), ::testing::Values("gelu", "swiglu"),
+                                            ::testing::Values("none", "async", "ring")),
+                         [](const ::testing::TestParamInfo<RecomputeCase>& i) {
+  return std::get<0>(i.param) + (std::get<1>(i.param) ? "_sp_" : "_nosp_") + std::get<2>(i.param) +
+         "_overlap_" + std::get<3>(i.param);
+});
+
+// An unknown mode is bad input, named with the choices.
+TEST(RecomputeConfig, UnknownModeIsAProblem) {
+  GptConfig cfg = recompute_config();
+  cfg.recompute = "partial";
+  const std::vector<std::string> p = cfg.problems(1);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_NE(p[0].find("none, selective, full"), std::string::npos) << p[0];
+  EXPECT_EQ(parse_recompute("full"), tp::Recompute::Full);
+}
+
+}  // namespace
