@@ -94,6 +94,7 @@ struct Flags {
     o.integer("kv-heads", 0, "").integer("ffn", 0, "").integer("vocab", 0, "");
     o.integer("seq", 64, "").text("act", "gelu", "").text("norm", "layernorm", "");
     o.flag("untie", "").real("dropout", 0, "").flag("sp", "").text("overlap", "none", "");
+    o.text("recompute", "none", "");
     o.integer("pad-vocab-multiple", 1, "");
     args.insert(args.begin(), "prog");
     o.parse(static_cast<int>(args.size()), args.data());

@@ -520,6 +520,12 @@ int64_t start_from(Communicator& world, Communicator& tp, const Plan& plan, Gpt&
                                 : " (no optimizer state: AdamW starts fresh)");
     if (!loaded.checksums) log0(world, unverified_note(load));
   }
+  // Step counters: the data's sample index (step · batch + b) · (seq + 1) must not overflow.
+  const int64_t last_step = std::numeric_limits<int64_t>::max() / plan.batch / (plan.cfg.seq + 1);
+  TP_CHECK_INPUT(step <= last_step && plan.steps <= last_step - step, "step ", step,
+                 load.empty() ? "" : " (from --load " + load + ")", " + --steps=", plan.steps,
+                 " passes the last step this --batch/--seq can number, ", last_step,
+                 "; use fewer --steps or a checkpoint with a sane step count");
   return step;
 }
 
@@ -559,12 +565,6 @@ int train(Context& ctx) {
   check_save_space(o.get_text("save"), world, ctx.device, model);  // before training, not after
   int64_t step = start_from(world, tp, plan, model, opt);
   shard_optimizer(world, grid, plan, model, opt);
-  // Step counters: the data's sample index (step · batch + b) · (seq + 1) must not overflow.
-  const int64_t last_step = std::numeric_limits<int64_t>::max() / batch / (cfg.seq + 1);
-  TP_CHECK_INPUT(step <= last_step && steps <= last_step - step, "step ", step,
-                 o.get_text("load").empty() ? "" : " (from --load " + o.get_text("load") + ")",
-                 " + --steps=", steps, " passes the last step this --batch/--seq can number, ",
-                 last_step, "; use fewer --steps or a checkpoint with a sane step count");
   log_run(ctx, plan, grid, model, *source, hp.lr, step);
 
   // Rank 0 writes the outputs; every write is checked (core/output_file.h): a full disk or a
