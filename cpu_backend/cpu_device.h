@@ -4,7 +4,7 @@
 // kernel has checked the arguments before a do_* runs, so the kernels here only compute.
 // Files: cpu_device.cpp (memory, copies, GEMM, the column copy), blas.cpp (cblas_sgemm and
 // OpenBLAS's threads), and kernels/<stem>.cpp, one per concept with the GPU's stems
-// (gpu_backend/kernels/<stem>.cu): elementwise, rng, reduce, activation, norm, attention,
+// (gpu_backend/kernels/<stem>.cu): convert, elementwise, rng, reduce, activation, norm, attention,
 // embedding, cross_entropy, adamw; kernels/kernel_util.h is what they share. The math of every
 // kernel is in core/device.h.
 #pragma once
@@ -35,6 +35,9 @@ class CpuDevice : public Device {
                float beta, Tensor& c, const GemmDims& dims) override;
   void do_copy_columns(const Tensor& src, int64_t src_col, Tensor& dst, int64_t dst_col,
                        int64_t ncols) override;
+
+  // kernels/convert.cpp
+  void do_convert(const Tensor& src, Tensor& dst) override;
 
   // kernels/elementwise.cpp
   void do_fill(Tensor& x, float value) override;

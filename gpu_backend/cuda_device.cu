@@ -20,20 +20,6 @@
 
 namespace tp {
 
-namespace {
-
-// ==== kernels =====================================================================================
-
-// y[i] = bf16(x[i]), round to nearest even: the GEMM inputs under --dtype bf16.
-__global__ void to_bf16_kernel(const float* __restrict__ x, __nv_bfloat16* __restrict__ y,
-                               int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    y[i] = __float2bfloat16_rn(x[i]);
-}
-
-}  // namespace
-
 // ==== CudaDevice: construction, memory, copies ==================================================
 
 CudaDevice::CudaDevice(int ordinal, const DeviceOptions& options)
@@ -161,10 +147,8 @@ void CudaDevice::do_gemm(bool trans_a, bool trans_b, float alpha, const Tensor& 
         static_cast<char*>(scratch(a_bytes + static_cast<size_t>(nb) * sizeof(__nv_bfloat16)));
     auto* a16 = reinterpret_cast<__nv_bfloat16*>(base);
     auto* b16 = reinterpret_cast<__nv_bfloat16*>(base + a_bytes);
-    to_bf16_kernel<<<gpu::elementwise_blocks(na), gpu::kThreads, 0, stream_>>>(a.data(), a16, na);
-    CUDA_CHECK_LAUNCH();
-    to_bf16_kernel<<<gpu::elementwise_blocks(nb), gpu::kThreads, 0, stream_>>>(b.data(), b16, nb);
-    CUDA_CHECK_LAUNCH();
+    gpu::to_bf16(stream_, a.data(), a16, na);  // kernels/convert.cu
+    gpu::to_bf16(stream_, b.data(), b16, nb);
     CUBLAS_CHECK(cublasGemmEx(cublas_, op_b, op_a, in, im, ik, &alpha, b16, CUDA_R_16BF, ldb, a16,
                               CUDA_R_16BF, lda, &beta, c.data(), CUDA_R_32F, ldc,
                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));

@@ -5,7 +5,7 @@
 // kernel has checked the arguments on the host before a do_* queues any work. Files:
 // caching_allocator.{h,cpp} (the allocator), cuda_device.cu (memory, copies, GEMM, the column
 // copy), and kernels/<stem>.cu, one per concept with the CPU backend's stems
-// (cpu_backend/kernels/<stem>.cpp): elementwise, rng, reduce, activation, norm, attention,
+// (cpu_backend/kernels/<stem>.cpp): convert, elementwise, rng, reduce, activation, norm, attention,
 // embedding, cross_entropy, adamw; kernels/kernel_util.cuh is what they share. The math of every
 // kernel is in core/device.h, the same for both backends.
 #pragma once
@@ -54,6 +54,9 @@ class CudaDevice : public Device {
                float beta, Tensor& c, const GemmDims& dims) override;
   void do_copy_columns(const Tensor& src, int64_t src_col, Tensor& dst, int64_t dst_col,
                        int64_t ncols) override;
+
+  // kernels/convert.cu
+  void do_convert(const Tensor& src, Tensor& dst) override;
 
   // kernels/elementwise.cu
   void do_fill(Tensor& x, float value) override;

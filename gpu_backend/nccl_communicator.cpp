@@ -62,6 +62,11 @@ ncclComm_t init_over(MPI_Comm comm) {
 
 ncclRedOp_t to_nccl(ReduceOp op) { return op == ReduceOp::Max ? ncclMax : ncclSum; }
 
+// The NCCL type of t's elements: ncclBfloat16 sums in f32 and rounds once per reduction step.
+ncclDataType_t type_of(const Tensor& t) {
+  return t.dtype() == Dtype::bf16 ? ncclBfloat16 : ncclFloat;
+}
+
 size_t count(const Tensor& t) { return static_cast<size_t>(t.numel()); }
 
 // The Work of an asynchronous collective: an event recorded on the communication stream right
@@ -199,27 +204,27 @@ std::unique_ptr<Work> NcclCommunicator::finish_async(std::initializer_list<Tenso
 void NcclCommunicator::do_all_reduce(Tensor& x, ReduceOp op) {
   begin();
   NCCL_CHECK(
-      ncclAllReduce(x.data(), x.data(), count(x), ncclFloat, to_nccl(op), nccl_, comm_stream_));
+      ncclAllReduce(x.raw(), x.raw(), count(x), type_of(x), to_nccl(op), nccl_, comm_stream_));
   finish();
 }
 
 void NcclCommunicator::do_all_gather(const Tensor& shard, Tensor& full) {
   begin();
   NCCL_CHECK(
-      ncclAllGather(shard.data(), full.data(), count(shard), ncclFloat, nccl_, comm_stream_));
+      ncclAllGather(shard.raw(), full.raw(), count(shard), type_of(shard), nccl_, comm_stream_));
   finish();
 }
 
 void NcclCommunicator::do_reduce_scatter(const Tensor& full, Tensor& shard) {
   begin();
-  NCCL_CHECK(ncclReduceScatter(full.data(), shard.data(), count(shard), ncclFloat, ncclSum, nccl_,
+  NCCL_CHECK(ncclReduceScatter(full.raw(), shard.raw(), count(shard), type_of(full), ncclSum, nccl_,
                                comm_stream_));
   finish();
 }
 
 void NcclCommunicator::do_broadcast(Tensor& x, int root) {
   begin();
-  NCCL_CHECK(ncclBroadcast(x.data(), x.data(), count(x), ncclFloat, root, nccl_, comm_stream_));
+  NCCL_CHECK(ncclBroadcast(x.raw(), x.raw(), count(x), type_of(x), root, nccl_, comm_stream_));
   finish();
 }
 
@@ -233,8 +238,8 @@ void NcclCommunicator::enqueue_send_recv(const Tensor& send, int to, Tensor& rec
   // One group: NCCL posts both sides together, so a ring step (everyone sends right, receives
   // from the left) cannot deadlock.
   NCCL_CHECK(ncclGroupStart());
-  NCCL_CHECK(ncclSend(send.data(), count(send), ncclFloat, to, nccl_, comm_stream_));
-  NCCL_CHECK(ncclRecv(recv.data(), count(recv), ncclFloat, from, nccl_, comm_stream_));
+  NCCL_CHECK(ncclSend(send.raw(), count(send), type_of(send), to, nccl_, comm_stream_));
+  NCCL_CHECK(ncclRecv(recv.raw(), count(recv), type_of(recv), from, nccl_, comm_stream_));
   NCCL_CHECK(ncclGroupEnd());
 }
 
@@ -243,25 +248,25 @@ void NcclCommunicator::enqueue_send_recv(const Tensor& send, int to, Tensor& rec
 // is posted (see "Point to point" in core/communicator.h).
 void NcclCommunicator::do_send(const Tensor& x, int to) {
   begin();
-  NCCL_CHECK(ncclSend(x.data(), count(x), ncclFloat, to, nccl_, comm_stream_));
+  NCCL_CHECK(ncclSend(x.raw(), count(x), type_of(x), to, nccl_, comm_stream_));
   finish();
 }
 
 void NcclCommunicator::do_recv(Tensor& x, int from) {
   begin();
-  NCCL_CHECK(ncclRecv(x.data(), count(x), ncclFloat, from, nccl_, comm_stream_));
+  NCCL_CHECK(ncclRecv(x.raw(), count(x), type_of(x), from, nccl_, comm_stream_));
   finish();
 }
 
 std::unique_ptr<Work> NcclCommunicator::do_send_async(const Tensor& x, int to) {
   begin();
-  NCCL_CHECK(ncclSend(x.data(), count(x), ncclFloat, to, nccl_, comm_stream_));
+  NCCL_CHECK(ncclSend(x.raw(), count(x), type_of(x), to, nccl_, comm_stream_));
   return finish_async({x});
 }
 
 std::unique_ptr<Work> NcclCommunicator::do_recv_async(Tensor& x, int from) {
   begin();
-  NCCL_CHECK(ncclRecv(x.data(), count(x), ncclFloat, from, nccl_, comm_stream_));
+  NCCL_CHECK(ncclRecv(x.raw(), count(x), type_of(x), from, nccl_, comm_stream_));
   return finish_async({x});
 }
 
@@ -274,20 +279,20 @@ void NcclCommunicator::do_barrier() {
 
 std::unique_ptr<Work> NcclCommunicator::do_all_reduce_async(Tensor& x) {
   begin();
-  NCCL_CHECK(ncclAllReduce(x.data(), x.data(), count(x), ncclFloat, ncclSum, nccl_, comm_stream_));
+  NCCL_CHECK(ncclAllReduce(x.raw(), x.raw(), count(x), type_of(x), ncclSum, nccl_, comm_stream_));
   return finish_async({x});
 }
 
 std::unique_ptr<Work> NcclCommunicator::do_all_gather_async(const Tensor& shard, Tensor& full) {
   begin();
   NCCL_CHECK(
-      ncclAllGather(shard.data(), full.data(), count(shard), ncclFloat, nccl_, comm_stream_));
+      ncclAllGather(shard.raw(), full.raw(), count(shard), type_of(shard), nccl_, comm_stream_));
   return finish_async({shard, full});
 }
 
 std::unique_ptr<Work> NcclCommunicator::do_reduce_scatter_async(const Tensor& full, Tensor& shard) {
   begin();
-  NCCL_CHECK(ncclReduceScatter(full.data(), shard.data(), count(shard), ncclFloat, ncclSum, nccl_,
+  NCCL_CHECK(ncclReduceScatter(full.raw(), shard.raw(), count(shard), type_of(full), ncclSum, nccl_,
                                comm_stream_));
   return finish_async({full, shard});
 }

@@ -9,6 +9,10 @@
 //   barrier         → both streams synchronised, then MPI_Barrier
 //   split           → MPI_Comm_split, then ncclCommSplit (NCCL ≥ 2.18) or a new unique id per group
 //
+// Dtypes: an f32 tensor travels as ncclFloat, a bf16 one as ncclBfloat16, whose sum NCCL adds in
+// f32 and rounds to bf16 once per reduction step (per ring hop). The ledger counts 2 B per bf16
+// element.
+//
 // Bootstrap: NCCL needs every rank to agree on one ncclUniqueId. Rank 0 of the MPI communicator
 // creates it (ncclGetUniqueId), MPI_Bcast hands it to the others, and every rank calls
 // ncclCommInitRank with it. MPI stays the launcher and the control plane (bootstrap, barrier,

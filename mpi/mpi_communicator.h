@@ -17,6 +17,19 @@
 // Tensors on a device the host cannot address (a GPU) are staged through host buffers, so this
 // communicator also serves several ranks sharing one GPU.
 //
+// bf16. MPI has no bf16 type: a bf16 tensor travels as MPI_UINT16_T (its bits unchanged), and its
+// sum (and max) is a user-defined MPI_Op that widens both operands to f32, adds and rounds to bf16
+// once per combine of two partial results, the rounding NCCL's ncclBfloat16 does per ring step.
+// Chosen over widening to f32 around an f32 collective (one rounding, but twice the bytes) by
+// measurement, MPICH 4.0.2 on 2 shared cores, median of 5-50 (docs/model.md, "Precision"):
+//
+//   bf16 buffer   np 2: user op / convert + f32     np 4 (oversubscribed): user op / convert + f32
+//   128 KiB       0.10 / 0.10 ms                    19 / 37 ms
+//   2 MiB         6.7 / 28 ms                       35 / 73 ms
+//   16 MiB        73 / 148 ms                       201 / 202 ms
+//
+// The ledger counts what travels: 2 B per element.
+//
 // Progress. A nonblocking MPI call only *starts* a transfer: on shared memory the data moves when
 // some thread of the rank is inside MPI (its progress engine copies and sums chunk by chunk). If the
 // rank computes and calls nothing, the transfer waits, and `all_reduce_async` + compute + `wait()`

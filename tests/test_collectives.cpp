@@ -392,3 +392,28 @@ TEST(SerialCommunicator, IsTheSizeOneCase) {
 }
 
 }  // namespace
+
+// ---- bf16 ----------------------------------------------------------------------------------------
+// The bound and the checks are tp::testing::check_bf16_collectives's (test_util.h): t − 1 combines,
+// each rounding once to bf16, |err| ≤ γ_{t−1} Σ|p| with γ_k = k 2^−8 / (1 − k 2^−8).
+
+TEST(Bf16Collectives, SumsWithinTheRoundingBoundAndHalfTheBytes) {
+  tp::testing::check_bf16_collectives(world(), device());
+}
+
+TEST(Bf16Collectives, OnSplitGroups) {
+  Communicator& w = world();
+  auto sub = w.split(w.rank() % 2, w.rank());
+  tp::testing::check_bf16_collectives(*sub, device());
+}
+
+TEST(Bf16Collectives, BuffersOfTwoDtypesAreRejected) {
+  Communicator& c = world();
+  Tensor shard(device(), Shape{2}, Dtype::bf16), full(device(), Shape{2 * c.size()});
+  try {
+    c.all_gather(shard, full);
+    ADD_FAILURE() << "all_gather accepted a bf16 shard and an f32 full buffer";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a bf16 and a f32 buffer"), std::string::npos) << e.what();
+  }
+}

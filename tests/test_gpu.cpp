@@ -206,6 +206,35 @@ TEST(GpuMemory, CopiesViewsCloneAndMemoryStats) {
   EXPECT_THROW(gpu().deallocate(p), Error);
 }
 
+// f32 → bf16 → f32 on the GPU gives the CPU's bits (both round to nearest even element by element),
+// a bf16 tensor holds half the bytes, and an f32-only kernel names the GPU backend when refusing it.
+TEST(GpuConvert, Bf16RoundTripBitForBitWithTheCpu) {
+  REQUIRE_GPU();
+  const int64_t n = 5000;
+  std::vector<float> v = random_vector("convert", n);
+  for (int64_t i = 0; i < n; ++i) v[i] = std::ldexp(v[i], static_cast<int>(i % 40) - 20);
+  Tensor gx = Tensor::from_host(gpu(), Shape{n}, v), gy(gpu(), Shape{n}, Dtype::bf16);
+  Tensor cx = Tensor::from_host(cpu(), Shape{n}, v), cy(cpu(), Shape{n}, Dtype::bf16);
+  EXPECT_EQ(gy.bytes(), static_cast<size_t>(2 * n));
+  gpu().convert(gx, gy);
+  cpu().convert(cx, cy);
+  Tensor gb(gpu(), Shape{n}), cb(cpu(), Shape{n});
+  gpu().convert(gy, gb);
+  cpu().convert(cy, cb);
+  EXPECT_EQ(gy.to_host(), cy.to_host());
+  EXPECT_EQ(gb.to_host(), cb.to_host());
+  EXPECT_EQ(gb.to_host(), gy.to_host());  // widening is exact
+  try {
+    gpu().gelu_forward(gy, gy);
+    ADD_FAILURE() << "gelu_forward took bf16 on the GPU";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(": gelu_forward has no bf16 kernel"), std::string::npos)
+        << e.what();
+    EXPECT_EQ(std::string(e.what()).rfind(gpu().backend(), 0), 0u) << e.what();
+    EXPECT_EQ(e.exit_code(), 2);
+  }
+}
+
 TEST(GpuElementwise, FillScaleAxpyMul) {
   REQUIRE_GPU();
   const Shape s{33, 65};
@@ -769,6 +798,20 @@ TEST(GpuCollectives, MpiHostStagedEveryCollective) {
   MpiCommunicator c(MPI_COMM_WORLD, false);
   check_collectives(c, gpu());
   tp::testing::check_point_to_point(c, gpu());
+}
+
+// bf16 collectives (ncclBfloat16; MPI's user op on the host-staged copy): the bound and the checks
+// of tp::testing::check_bf16_collectives (test_util.h).
+TEST(GpuCollectives, NcclBf16WithinTheRoundingBound) {
+  REQUIRE_GPU();
+  if (!nccl_world()) GTEST_SKIP() << g.nccl_skip;
+  tp::testing::check_bf16_collectives(*g.nccl, gpu());
+}
+
+TEST(GpuCollectives, MpiHostStagedBf16WithinTheRoundingBound) {
+  REQUIRE_GPU();
+  MpiCommunicator c(MPI_COMM_WORLD, false);
+  tp::testing::check_bf16_collectives(c, gpu());
 }
 
 TEST(GpuCollectives, NcclRejectsACpuDevice) {

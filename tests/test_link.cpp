@@ -158,6 +158,25 @@ TEST(SimulatedLink, BlockingCallTakesTheModelledTimeAndKeepsValues) {
   EXPECT_EQ(link->inner().ledger().size(), inner_before + 1);
 }
 
+// A bf16 tensor is modelled by its bytes: half of f32's, so a bandwidth-bound call takes half the
+// modelled time, and the decorator's ledger counts 2 B per element.
+TEST(SimulatedLink, Bf16IsModelledByItsBytes) {
+  const int t = world().size();
+  auto link = linked_world(0.0, 0.01);  // α = 0, β = 10 MB/s: time = wire bytes / β
+  const int64_t n = 20000;
+  Tensor x = Tensor::from_host(device(), Shape{n}, std::vector<float>(n, 1.0f), Dtype::bf16);
+  const double m16 =
+      predict_seconds("all_reduce", t, static_cast<int64_t>(x.bytes()), link->link().model);
+  EXPECT_DOUBLE_EQ(2 * m16, predict_seconds("all_reduce", t, 4 * n, link->link().model));
+  const Clock::time_point start = Clock::now();
+  link->all_reduce(x);
+  EXPECT_GE(seconds_since(start), m16);
+  EXPECT_EQ(x.to_host(), std::vector<float>(n, static_cast<float>(t)));  // small integers: exact
+  const CommRecord& r = link->ledger().records().back();
+  EXPECT_EQ(r.bytes, 2 * n);
+  EXPECT_EQ(link->inner().ledger().records().back().bytes, 2 * n);
+}
+
 TEST(SimulatedLink, AsyncWorkIsDoneOnlyAfterTheDeadline) {
   const int t = world().size();
   auto link = linked_world(20.0, 1.0);

@@ -1,5 +1,10 @@
-// test_tensor.cpp — Shape, Tensor views and copies, the divisibility message (serial).
+// test_tensor.cpp — Shape, Tensor views and copies, the storage dtype (bf16 bytes, Device::convert,
+// the kernels' one-line refusal of bf16), the divisibility message (serial).
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
 
 #include "core/device.h"
 #include "core/error.h"
@@ -55,6 +60,102 @@ TEST(Tensor, ElementwiseAndLayoutKernels) {
   Tensor dst = Tensor::zeros(device(), Shape{2, 4});
   device().copy_columns(y, 1, dst, 2, 2);
   EXPECT_EQ(dst.to_host(), (std::vector<float>{0, 0, 22, 32.5, 0, 0, 23.5, 34}));
+}
+
+// ---- storage dtype -------------------------------------------------------------------------------
+
+TEST(Dtype, Bf16TensorHasTwoByteElementsAndTracksHalfTheMemory) {
+  Device& dev = device();
+  const int64_t before = dev.memory().in_use;
+  Tensor t32(dev, Shape{3, 4});
+  EXPECT_EQ(t32.dtype(), Dtype::f32);  // the default: no call site changes
+  EXPECT_EQ(t32.bytes(), 48u);
+  Tensor t16(dev, Shape{3, 4}, Dtype::bf16);
+  EXPECT_EQ(t16.element_size(), 2);
+  EXPECT_EQ(t16.bytes(), 24u);
+  EXPECT_EQ(dev.memory().in_use - before, 48 + 24);
+  // A view of rows 1..2 starts 4 elements = 8 bytes in; a clone keeps the dtype.
+  Tensor z = Tensor::zeros(dev, Shape{3, 4}, Dtype::bf16);
+  EXPECT_EQ(z.to_host(), std::vector<float>(12, 0.0f));
+  Tensor v = t16.view(1, 3);
+  EXPECT_EQ(static_cast<char*>(v.raw()) - static_cast<char*>(t16.raw()), 8);
+  EXPECT_EQ(t16.clone().dtype(), Dtype::bf16);
+  // data() is the f32 pointer only; a copy between dtypes is a convert.
+  EXPECT_THROW(t16.data(), Error);
+  EXPECT_THROW(t16.copy_from(t32), Error);
+}
+
+TEST(Dtype, ConvertRoundsToNearestEvenAndWidensExactly) {
+  Device& dev = device();
+  const float inf = std::numeric_limits<float>::infinity();
+  const float max_bf16 = std::ldexp(255.0f / 128.0f, 127);  // 0x7f7f
+  // value → the bf16 it must become: exact values; ties to even (down and up); above and below a
+  // tie; a carry into the exponent; overflow to inf; a subnormal; signs; NaN.
+  const std::vector<float> in = {1.0f,
+                                 -3.0f,
+                                 1.0f + 1.0f / 256,  // tie between 1 and 1 + 2^−7: even is 1
+                                 1.0f + 3.0f / 256,  // tie: even is 1 + 2^−6
+                                 1.0f + 1.0f / 256 + 1.0f / 65536,
+                                 2.0f - 1.0f / 512,  // rounds up into 2
+                                 max_bf16 * (1.0f + 1.0f / 256),
+                                 std::ldexp(1.0f, -130),
+                                 -0.0f,
+                                 std::numeric_limits<float>::quiet_NaN()};
+  const std::vector<float> want = {
+      1.0f,  -3.0f, 1.0f, 1.0f + 4.0f / 256, 1.0f + 2.0f / 256, 2.0f, inf, std::ldexp(1.0f, -130),
+      -0.0f, 0.0f};
+  const int64_t n = static_cast<int64_t>(in.size());
+  Tensor x = Tensor::from_host(dev, Shape{n}, in);
+  Tensor y(dev, Shape{n}, Dtype::bf16), back(dev, Shape{n});
+  dev.convert(x, y);
+  dev.convert(y, back);
+  const std::vector<float> got = back.to_host();
+  for (int64_t i = 0; i + 1 < n; ++i) EXPECT_EQ(got[i], want[i]) << "element " << i;
+  EXPECT_TRUE(std::isnan(got[n - 1]));
+  EXPECT_TRUE(std::signbit(got[n - 2]));
+  // The host path (from_host into bf16) and the kernel agree, and bf16 → f32 → bf16 is the identity.
+  Tensor h = Tensor::from_host(dev, Shape{n}, in, Dtype::bf16);
+  const std::vector<float> hv = h.to_host();
+  for (int64_t i = 0; i + 1 < n; ++i) EXPECT_EQ(hv[i], got[i]) << "element " << i;
+  Tensor again(dev, Shape{n}, Dtype::bf16);
+  dev.convert(back, again);
+  const std::vector<float> av = again.to_host();
+  for (int64_t i = 0; i + 1 < n; ++i) EXPECT_EQ(av[i], got[i]) << "element " << i;
+  // Many values across threads: the relative error is at most u = 2^−8 (half an ulp, 8-bit
+  // significand).
+  const int64_t m = 1 << 16;
+  std::vector<float> big = tp::testing::random_vector("convert", m);
+  Tensor bx = Tensor::from_host(dev, Shape{m}, big), by(dev, Shape{m}, Dtype::bf16);
+  dev.convert(bx, by);
+  const std::vector<float> bv = by.to_host();
+  for (int64_t i = 0; i < m; ++i)
+    ASSERT_LE(std::fabs(bv[i] - big[i]), std::ldexp(std::fabs(big[i]), -8)) << i;
+  // Sizes must agree.
+  Tensor wrong(dev, Shape{n + 1}, Dtype::bf16);
+  EXPECT_THROW(dev.convert(x, wrong), Error);
+}
+
+TEST(Dtype, AnF32OnlyKernelRefusesBf16WithOneLineNamingItAndTheBackend) {
+  Device& dev = device();
+  Tensor x(dev, Shape{2, 4}, Dtype::bf16), y(dev, Shape{2, 4}, Dtype::bf16);
+  Tensor w = Tensor::zeros(dev, Shape{4}), b = Tensor::zeros(dev, Shape{4});
+  Tensor mean(dev, Shape{2}), rstd(dev, Shape{2});
+  EXPECT_EQ(dev.backend(), "cpu");
+  try {
+    dev.layernorm_forward(y, mean, rstd, x, w, b, 1e-5f);
+    ADD_FAILURE() << "layernorm_forward took bf16";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind("cpu: layernorm_forward has no bf16 kernel", 0), 0u) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    EXPECT_EQ(e.exit_code(), 2);
+  }
+  // The rule is in the common check, so every kernel applies it (a few of them here).
+  Tensor c(dev, Shape{2, 2});
+  EXPECT_THROW(dev.fill(x, 1.0f), Error);
+  EXPECT_THROW(dev.gemm(false, true, 1.0f, x, x, 0.0f, c), Error);
+  EXPECT_THROW(dev.gelu_forward(y, x), Error);
+  EXPECT_THROW((void)dev.sum_squares(x), Error);
 }
 
 TEST(CheckDivisible, MessageNamesValueTAndChoices) {

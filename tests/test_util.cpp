@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <memory>
 
 #include "core/error.h"
@@ -114,6 +117,130 @@ void check_point_to_point(Communicator& c, Device& dev) {
   }
   EXPECT_EQ(c.ledger().size(), before);
   c.barrier();
+}
+
+}  // namespace tp::testing
+
+namespace tp::testing {
+
+double bf16_sum_bound(int terms, double sum_abs) {
+  const double u = std::ldexp(1.0, -8), u32 = std::ldexp(1.0, -24);
+  const double k = terms - 1;
+  return (k * u / (1.0 - k * u) + k * u32) * sum_abs;
+}
+
+namespace {
+// Rank q's bf16 partial sums: random in [-1, 1) scaled by 2^(i mod 5), rounded to bf16, so the
+// terms have different exponents and the sums need more bits than bf16 keeps.
+std::vector<float> bf16_partials(int q, int64_t n) {
+  std::vector<float> v = random_vector("bf16 partial " + std::to_string(q), n, 77);
+  for (int64_t i = 0; i < n; ++i) v[i] = round_to_bf16(std::ldexp(v[i], static_cast<int>(i % 5)));
+  return v;
+}
+
+// The same numbers on every rank, bit for bit: max and min over the group agree.
+void expect_same_on_every_rank(Communicator& c, Device& dev, const std::vector<float>& v,
+                               const char* what) {
+  Tensor hi = Tensor::from_host(dev, Shape{static_cast<int64_t>(v.size())}, v), lo = hi.clone();
+  dev.scale(lo, -1.0f);
+  c.all_reduce(hi, ReduceOp::Max);
+  c.all_reduce(lo, ReduceOp::Max);
+  const std::vector<float> h = hi.to_host(), l = lo.to_host();
+  for (size_t i = 0; i < v.size(); ++i)
+    if (h[i] != -l[i]) {
+      ADD_FAILURE() << what << ": ranks disagree at " << i << " (" << -l[i] << " .. " << h[i]
+                    << ")";
+      return;
+    }
+}
+}  // namespace
+
+void check_bf16_collectives(Communicator& c, Device& dev) {
+  const int t = c.size(), r = c.rank();
+  const int64_t n = 4096 * t;  // big enough for MPI's large-message algorithms too
+  const std::vector<float> mine = bf16_partials(r, n);
+  std::vector<double> exact(static_cast<size_t>(n), 0.0), sum_abs(static_cast<size_t>(n), 0.0);
+  for (int q = 0; q < t; ++q) {
+    const std::vector<float> p = bf16_partials(q, n);
+    for (int64_t i = 0; i < n; ++i) {
+      exact[i] += p[i];
+      sum_abs[i] += std::fabs(p[i]);
+    }
+  }
+  const size_t ledger0 = c.ledger().size();
+
+  // 1. All-reduce: bf16 against the exact sum and against f32 (whose own error is ≤ (t − 1) 2^−24
+  //    Σ|p|, so bf16 − f32 is within the bf16 bound plus that).
+  Tensor x16 = Tensor::from_host(dev, Shape{n}, mine, Dtype::bf16);
+  Tensor x32 = Tensor::from_host(dev, Shape{n}, mine);
+  EXPECT_EQ(x16.to_host(), mine);  // the partials are bf16 values: no rounding on the way in
+  c.all_reduce(x16);
+  c.all_reduce(x32);
+  const std::vector<float> s16 = x16.to_host(), s32 = x32.to_host();
+  double worst = 0.0, worst_vs_f32 = 0.0;
+  int64_t rounded = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double bound = bf16_sum_bound(t, sum_abs[i]);
+    const double f32_bound = (t - 1) * std::ldexp(1.0, -24) * sum_abs[i];
+    ASSERT_LE(std::fabs(s16[i] - exact[i]), bound) << "all_reduce element " << i << " at t=" << t;
+    ASSERT_LE(std::fabs(s32[i] - exact[i]), f32_bound) << "f32 all_reduce element " << i;
+    ASSERT_LE(std::fabs(s16[i] - static_cast<double>(s32[i])), bound + f32_bound) << i;
+    if (sum_abs[i] > 0) {
+      worst = std::max(worst, std::fabs(s16[i] - exact[i]) / bound);
+      worst_vs_f32 = std::max(worst_vs_f32, std::fabs(s16[i] - exact[i]) / sum_abs[i]);
+    }
+    rounded += s16[i] != exact[i];
+  }
+  if (t > 1) {
+    EXPECT_GT(rounded, 0) << "no bf16 sum was rounded: is the test data too easy?";
+  }
+  expect_same_on_every_rank(c, dev, s16, "bf16 all_reduce");
+  if (r == 0)
+    std::printf(
+        "[ bf16     ] %s t=%d: all-reduce of %lld bf16 partial sums, max |err|/bound %.3f, "
+        "max |err|/sum|p| %.2e, %lld of them rounded\n",
+        c.name().c_str(), t, static_cast<long long>(n), worst, worst_vs_f32,
+        static_cast<long long>(rounded));
+
+  // 2. Reduce-scatter: this rank's block of the same sums, the same bound.
+  const int64_t block = n / t;
+  Tensor full16 = Tensor::from_host(dev, Shape{n}, mine, Dtype::bf16);
+  Tensor shard16(dev, Shape{block}, Dtype::bf16);
+  c.reduce_scatter(full16, shard16);
+  const std::vector<float> rs = shard16.to_host();
+  for (int64_t i = 0; i < block; ++i) {
+    const int64_t g = r * block + i;
+    ASSERT_LE(std::fabs(rs[i] - exact[g]), bf16_sum_bound(t, sum_abs[g]))
+        << "reduce_scatter element " << g;
+  }
+
+  // 3. Moves without arithmetic keep the bits: all-gather, broadcast, send-recv, async too.
+  Tensor part16 = Tensor::from_host(dev, Shape{block}, bf16_partials(r, block), Dtype::bf16);
+  Tensor gathered(dev, Shape{block * t}, Dtype::bf16);
+  c.all_gather_async(part16, gathered)->wait();
+  const std::vector<float> got = gathered.to_host();
+  for (int q = 0; q < t; ++q) {
+    const std::vector<float> want = bf16_partials(q, block);
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin() + q * block)) << "block " << q;
+  }
+  Tensor b16 = Tensor::from_host(dev, Shape{block}, bf16_partials(r, block), Dtype::bf16);
+  c.broadcast(b16, t - 1);
+  EXPECT_EQ(b16.to_host(), bf16_partials(t - 1, block));
+  Tensor recv16(dev, Shape{block}, Dtype::bf16);
+  c.send_recv(part16, (r + 1) % t, recv16, (r + t - 1) % t);
+  EXPECT_EQ(recv16.to_host(), bf16_partials((r + t - 1) % t, block));
+
+  // 4. The ledger: every bf16 record is 2 B per element, half of the same call in f32.
+  const auto& rec = c.ledger().records();
+  ASSERT_GE(rec.size(), ledger0 + 2);
+  EXPECT_EQ(rec[ledger0].op, "all_reduce");
+  EXPECT_EQ(rec[ledger0].bytes, 2 * n);      // bf16
+  EXPECT_EQ(rec[ledger0 + 1].bytes, 4 * n);  // f32, the same elements
+  EXPECT_DOUBLE_EQ(2 * rec[ledger0].wire_bytes, rec[ledger0 + 1].wire_bytes);
+  for (size_t i = ledger0 + 2; i < rec.size(); ++i)
+    if (rec[i].op != "all_reduce_max") {  // expect_same_on_every_rank's f32 checks
+      EXPECT_EQ(rec[i].bytes, 2 * rec[i].elements) << rec[i].op;
+    }
 }
 
 }  // namespace tp::testing

@@ -32,4 +32,21 @@ std::vector<float> iota_vector(int64_t n, float start = 0.0f, float step = 1.0f)
 /// anything moves. Shared by the MPI tests (CPU) and the GPU tests (NCCL, host-staged MPI).
 void check_point_to_point(Communicator& c, Device& dev);
 
+/// bf16 collectives on `c` with tensors on `dev` (every rank calls it; EXPECT_* only). Rank r holds
+/// bf16 partial sums p_r (random, full 8-bit significands, mixed signs); the bf16 all-reduce and
+/// reduce-scatter are compared with the exact sum in double and with the f32 collective of the
+/// same bf16 values, under the bound of t − 1 combines that each round once (bf16_sum_bound);
+/// every rank holds the same bits; all-gather, broadcast and send-recv of bf16 move the bits
+/// unchanged; every bf16 ledger record counts 2 B per element, half of its f32 twin.
+void check_bf16_collectives(Communicator& c, Device& dev);
+
+/// The error bound of a sum of `terms` values computed by terms − 1 combines, each of which adds
+/// exactly (f32 holds the sum of two bf16 values to within f32's own rounding) and rounds once to
+/// a format of unit roundoff u (bf16: u = 2^−8, half an ulp relative to a value in [1, 2)):
+///   |ŝ − s| ≤ γ_{terms−1} Σ|p_r|,   γ_k = k u / (1 − k u)
+/// (Higham, "Accuracy and Stability of Numerical Algorithms", §4.2: any order of pairwise sums).
+/// The f32 rounding inside each combine adds at most 2^−24 relative, well inside the slack of γ
+/// over k u; bf16_sum_bound adds it explicitly anyway.
+double bf16_sum_bound(int terms, double sum_abs);
+
 }  // namespace tp::testing

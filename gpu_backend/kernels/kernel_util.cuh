@@ -97,6 +97,11 @@ inline unsigned int elementwise_blocks(int64_t n) { return grid_blocks(n, kThrea
 /// One block per row.
 inline unsigned int row_blocks(int64_t rows) { return grid_blocks(rows, 1); }
 
+// ---- dtype conversion (kernels/convert.cu) -----------------------------------------------------------
+
+/// y[i] = bf16(x[i]), round to nearest even, i < n (y: n bf16 values); queued on `stream`.
+void to_bf16(cudaStream_t stream, const float* x, void* y, int64_t n);
+
 // ---- column sums of parameter gradients (kernels/reduce.cu) ----------------------------------------
 // Deterministic in two steps: f64 partial sums over fixed chunks of rows, rows in order, then one
 // thread per column adds the chunks in chunk order, so the result depends only on the shape.

@@ -8,7 +8,11 @@
 //   2. The same formulas at a real size: b·s·h = 8192 · 4096 in bf16 is 64 MiB per all-reduce,
 //      and a rank sends 64 / 96 / 112 MiB at t = 2 / 4 / 8 while its compute shrinks as 1/t, so
 //      communication ÷ compute grows ×1 / ×3 / ×7. That is why TP stays inside one NVLink domain.
-//   3. A tiny GPT trained for a few dozen steps at t = np and at t = 1 in the same program: the two
+//   3. An all-reduce of bf16 partial sums (a row-parallel layer's output under mixed precision):
+//      on the wire at t = np, and t = 2, 4, 8 simulated on one rank, against the exact sum and f32.
+//      Each of the t − 1 combines rounds once, so the error grows with t; the ledger counts half
+//      the bytes. Why the statistics (norms, softmax, the loss, the gradient norm) stay fp32.
+//   4. A tiny GPT trained for a few dozen steps at t = np and at t = 1 in the same program: the two
 //      loss curves agree to fp32 rounding, and an SVG plot of both is written (build/ by default).
 //
 // What is new since lesson 06: whole blocks and a whole model (lib/model/gpt.h), AdamW with sharded
@@ -137,7 +141,100 @@ int main(int argc, char** argv) {
     L.check_fact("MiB sent per rank at t = 2, 4, 8", sent, {64, 96, 112});
     L.check_fact("comm ÷ compute at t = 2, 4, 8", ratio, {1, 3, 7});
 
-    // 4. A tiny GPT at t = np and at t = 1, trained side by side.
+    // 4. bf16 partial sums: what a bf16 all-reduce does to a row-parallel layer's output.
+    L.step("An all-reduce of bf16 partial sums: at t = " + std::to_string(t) +
+           " on the wire, at t = 2, 4, 8 on one rank, against the exact sum and f32.");
+    {
+      const int64_t n = 4096;
+      // Rank q's partial sums: normal(0, 1), rounded to bf16 by the convert kernel.
+      auto partial = [&](int q) {
+        Tensor p32(dev, Shape{n}), p16(dev, Shape{n}, Dtype::bf16);
+        dev.fill_random(p32, RngKey::from(7, "bf16 partial " + std::to_string(q)),
+                        GlobalIndex::whole(n), Distribution::normal(0, 1));
+        dev.convert(p32, p16);
+        return p16;
+      };
+      // γ_k = k u / (1 − k u), u = 2^−8: the bound of k combines that each round once, relative to
+      // Σ|p| (any order of pairwise sums).
+      auto gamma = [](int k) { return k * std::ldexp(1.0, -8) / (1.0 - k * std::ldexp(1.0, -8)); };
+      // max over elements of |sum − exact| / Σ|p|, for a sum of the partials of ranks 0..tt−1
+      // computed on the host in ring order (a reduce-scatter's chain of t − 1 combines, as in
+      // NCCL's ring): f32, or bf16 rounded after every combine.
+      lesson::Table err({"t", "combines", "bf16 max |err| / Σ|p|", "bound γ(t-1)",
+                         "f32 max |err| / Σ|p|", "where"});
+      std::vector<float> within;
+      for (int tt : {2, 4, 8}) {
+        std::vector<std::vector<float>> p;
+        for (int q = 0; q < tt; ++q) p.push_back(partial(q).to_host());
+        double e16 = 0, e32 = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          double exact = 0, abs_sum = 0;
+          float f32 = 0, b16 = 0;
+          for (int q = 0; q < tt; ++q) {
+            exact += p[q][i];
+            abs_sum += std::fabs(p[q][i]);
+            f32 += p[q][i];
+            b16 = round_to_bf16(b16 + p[q][i]);  // one ring step: add in f32, store bf16
+          }
+          e16 = std::max(e16, std::fabs(b16 - exact) / abs_sum);
+          e32 = std::max(e32, std::fabs(f32 - exact) / abs_sum);
+        }
+        within.push_back(e16 <= gamma(tt - 1) ? 1.0f : 0.0f);
+        char a[32], b[32], c[32];
+        std::snprintf(a, sizeof a, "%.2e", e16);
+        std::snprintf(b, sizeof b, "%.2e", gamma(tt - 1));
+        std::snprintf(c, sizeof c, "%.2e", e32);
+        err.add({std::to_string(tt), std::to_string(tt - 1), a, b, c, "one rank (simulated)"});
+      }
+      // The real thing at t = np: the communicator's bf16 all-reduce (MPI: a user-defined op that
+      // adds in f32 and rounds once per combine) next to the f32 one on the same values.
+      Tensor mine = partial(L.rank()), mine32(dev, Shape{n});
+      dev.convert(mine, mine32);
+      const size_t m = L.mark();
+      world.all_reduce(mine);
+      world.all_reduce(mine32);
+      const CommRecord r16 = world.ledger().records()[m], r32 = world.ledger().records()[m + 1];
+      std::vector<std::vector<float>> all;
+      for (int q = 0; q < t; ++q) all.push_back(partial(q).to_host());
+      const std::vector<float> got = mine.to_host(), got32 = mine32.to_host();
+      double e16 = 0, e32 = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        double exact = 0, abs_sum = 0;
+        for (int q = 0; q < t; ++q) {
+          exact += all[q][i];
+          abs_sum += std::fabs(all[q][i]);
+        }
+        e16 = std::max(e16, std::fabs(got[i] - exact) / abs_sum);
+        e32 = std::max(e32, std::fabs(got32[i] - exact) / abs_sum);
+      }
+      char a[32], b[32], c[32];
+      std::snprintf(a, sizeof a, "%.2e", e16);
+      std::snprintf(b, sizeof b, "%.2e", gamma(t - 1));
+      std::snprintf(c, sizeof c, "%.2e", e32);
+      err.add({std::to_string(t), std::to_string(t - 1), a, b, c, "on the wire, " + world.name()});
+      L.say(err.str());
+      L.say("  The ledger: the bf16 all-reduce of ", n, " elements is ", r16.bytes, " B (",
+            lesson::fmt(static_cast<float>(r16.wire_bytes)), " B sent per rank), the f32 one ",
+            r32.bytes, " B (", lesson::fmt(static_cast<float>(r32.wire_bytes)), " B).");
+      L.say(
+          "  Each combine rounds to bf16 (8 significant bits), so the error grows with the number\n"
+          "  of partial sums, up to 2^-8 of Σ|p| per combine; f32 holds them exactly or to 2^-24. "
+          "Fine for\n"
+          "  activations, whose next layer rounds them to bf16 anyway, and it is why everything "
+          "that\n"
+          "  sums many terms or needs range stays f32 under mixed precision: LayerNorm/RMSNorm "
+          "mean\n"
+          "  and variance, the softmax's max and Σ e^x (in attention and in the "
+          "vocabulary-parallel\n"
+          "  cross-entropy, whose three all-reduces are f32), the loss, and the gradient norm.");
+      L.check_fact("bf16 sums within γ(t-1) Σ|p| at t = 2, 4, 8 (simulated)", within, {1, 1, 1});
+      L.check_fact("bf16 all-reduce on the wire within γ(t-1) Σ|p|",
+                   {e16 <= gamma(t - 1) ? 1.0f : 0.0f}, {1});
+      L.check_fact("bf16 ledger bytes = half of f32's", {static_cast<float>(2 * r16.bytes)},
+                   {static_cast<float>(r32.bytes)});
+    }
+
+    // 5. A tiny GPT at t = np and at t = 1, trained side by side.
     const int64_t steps = 40;
     L.step("A tiny GPT, trained " + std::to_string(steps) + " steps at t = " + std::to_string(t) +
            " and at t = 1 in this same program.");
@@ -188,7 +285,7 @@ int main(int argc, char** argv) {
             std::vector<float>(loss_one.begin(), loss_one.end()), 1e-4);
     L.check_true("the loss went down", loss_tp.back() < loss_tp.front() - 0.1);
 
-    // 5. The plot.
+    // 6. The plot.
     L.step("Both curves in one picture.");
     const std::string plot = L.options().get_text("plot");
     if (L.is_root()) {

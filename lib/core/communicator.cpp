@@ -125,6 +125,12 @@ void Communicator::check_gather_shapes(const char* op, const Tensor& shard,
   TP_CHECK(shard.defined() && full.defined(), op, ": undefined tensor");
   TP_CHECK(full.numel() == shard.numel() * size_, op, ": the full buffer ", full.shape().str(),
            " must hold t=", size_, " shards of ", shard.shape().str());
+  check_same_dtype(op, shard, full);
+}
+
+void Communicator::check_same_dtype(const char* op, const Tensor& a, const Tensor& b) const {
+  TP_CHECK(a.dtype() == b.dtype(), op, ": a ", dtype_name(a.dtype()), " and a ",
+           dtype_name(b.dtype()), " buffer; both sides of a collective have one dtype");
 }
 
 void Communicator::barrier() {
@@ -149,28 +155,33 @@ void Communicator::unsupported(const char* op) const {
 
 void Communicator::all_reduce(Tensor& x, ReduceOp op) {
   TP_CHECK(x.defined(), "all_reduce: undefined tensor");
-  CallTimer timer(
-      ledger_,
-      ledger_.record(op == ReduceOp::Max ? "all_reduce_max" : "all_reduce", size_, x.numel()),
-      timeline_);
+  CallTimer timer(ledger_,
+                  ledger_.record(op == ReduceOp::Max ? "all_reduce_max" : "all_reduce", size_,
+                                 x.numel(), false, x.element_size()),
+                  timeline_);
   do_all_reduce(x, op);
 }
 
 void Communicator::all_gather(const Tensor& shard, Tensor& full) {
   check_gather_shapes("all_gather", shard, full);
-  CallTimer timer(ledger_, ledger_.record("all_gather", size_, full.numel()), timeline_);
+  CallTimer timer(ledger_,
+                  ledger_.record("all_gather", size_, full.numel(), false, full.element_size()),
+                  timeline_);
   do_all_gather(shard, full);
 }
 
 void Communicator::reduce_scatter(const Tensor& full, Tensor& shard) {
   check_gather_shapes("reduce_scatter", shard, full);
-  CallTimer timer(ledger_, ledger_.record("reduce_scatter", size_, full.numel()), timeline_);
+  CallTimer timer(ledger_,
+                  ledger_.record("reduce_scatter", size_, full.numel(), false, full.element_size()),
+                  timeline_);
   do_reduce_scatter(full, shard);
 }
 
 void Communicator::broadcast(Tensor& x, int root) {
   check_peer("broadcast", root);
-  CallTimer timer(ledger_, ledger_.record("broadcast", size_, x.numel()), timeline_);
+  CallTimer timer(ledger_, ledger_.record("broadcast", size_, x.numel(), false, x.element_size()),
+                  timeline_);
   do_broadcast(x, root);
 }
 
@@ -178,25 +189,33 @@ void Communicator::send_recv(const Tensor& send, int to, Tensor& recv, int from)
   check_peer("send_recv", to);
   check_peer("send_recv", from);
   TP_CHECK(send.defined() && recv.defined(), "send_recv: undefined tensor");
-  CallTimer timer(ledger_, ledger_.record("send_recv", size_, send.numel()), timeline_);
+  check_same_dtype("send_recv", send, recv);
+  CallTimer timer(ledger_,
+                  ledger_.record("send_recv", size_, send.numel(), false, send.element_size()),
+                  timeline_);
   do_send_recv(send, to, recv, from);
 }
 
 std::unique_ptr<Work> Communicator::all_reduce_async(Tensor& x) {
   TP_CHECK(x.defined(), "all_reduce_async: undefined tensor");
-  CallTimer timer(ledger_, ledger_.record("all_reduce", size_, x.numel(), true), timeline_);
+  CallTimer timer(ledger_, ledger_.record("all_reduce", size_, x.numel(), true, x.element_size()),
+                  timeline_);
   return timer.track(do_all_reduce_async(x));
 }
 
 std::unique_ptr<Work> Communicator::all_gather_async(const Tensor& shard, Tensor& full) {
   check_gather_shapes("all_gather_async", shard, full);
-  CallTimer timer(ledger_, ledger_.record("all_gather", size_, full.numel(), true), timeline_);
+  CallTimer timer(ledger_,
+                  ledger_.record("all_gather", size_, full.numel(), true, full.element_size()),
+                  timeline_);
   return timer.track(do_all_gather_async(shard, full));
 }
 
 std::unique_ptr<Work> Communicator::reduce_scatter_async(const Tensor& full, Tensor& shard) {
   check_gather_shapes("reduce_scatter_async", shard, full);
-  CallTimer timer(ledger_, ledger_.record("reduce_scatter", size_, full.numel(), true), timeline_);
+  CallTimer timer(ledger_,
+                  ledger_.record("reduce_scatter", size_, full.numel(), true, full.element_size()),
+                  timeline_);
   return timer.track(do_reduce_scatter_async(full, shard));
 }
 
@@ -205,31 +224,38 @@ std::unique_ptr<Work> Communicator::send_recv_async(const Tensor& send, int to, 
   check_peer("send_recv_async", to);
   check_peer("send_recv_async", from);
   TP_CHECK(send.defined() && recv.defined(), "send_recv_async: undefined tensor");
-  CallTimer timer(ledger_, ledger_.record("send_recv", size_, send.numel(), true), timeline_);
+  check_same_dtype("send_recv_async", send, recv);
+  CallTimer timer(ledger_,
+                  ledger_.record("send_recv", size_, send.numel(), true, send.element_size()),
+                  timeline_);
   return timer.track(do_send_recv_async(send, to, recv, from));
 }
 
 void Communicator::send(const Tensor& x, int to) {
   check_p2p("send", x, to);
-  CallTimer timer(ledger_, ledger_.record("send", size_, x.numel()), timeline_);
+  CallTimer timer(ledger_, ledger_.record("send", size_, x.numel(), false, x.element_size()),
+                  timeline_);
   do_send(x, to);
 }
 
 void Communicator::recv(Tensor& x, int from) {
   check_p2p("recv", x, from);
-  CallTimer timer(ledger_, ledger_.record("recv", size_, x.numel()), timeline_);
+  CallTimer timer(ledger_, ledger_.record("recv", size_, x.numel(), false, x.element_size()),
+                  timeline_);
   do_recv(x, from);
 }
 
 std::unique_ptr<Work> Communicator::send_async(const Tensor& x, int to) {
   check_p2p("send_async", x, to);
-  CallTimer timer(ledger_, ledger_.record("send", size_, x.numel(), true), timeline_);
+  CallTimer timer(ledger_, ledger_.record("send", size_, x.numel(), true, x.element_size()),
+                  timeline_);
   return timer.track(do_send_async(x, to));
 }
 
 std::unique_ptr<Work> Communicator::recv_async(Tensor& x, int from) {
   check_p2p("recv_async", x, from);
-  CallTimer timer(ledger_, ledger_.record("recv", size_, x.numel(), true), timeline_);
+  CallTimer timer(ledger_, ledger_.record("recv", size_, x.numel(), true, x.element_size()),
+                  timeline_);
   return timer.track(do_recv_async(x, from));
 }
 

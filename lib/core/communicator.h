@@ -28,6 +28,12 @@
 // communicator: send not supported"), as c10d's Backend does, so adding an operation touches
 // this interface and the backends that implement it, not every subclass.
 //
+// Dtypes. Every operation takes f32 or bf16 tensors (core/dtype.h); the two buffers of one call
+// have the same dtype. The ledger counts the tensor's element size (2 B for bf16), so the α–β
+// prediction follows the bytes. A bf16 sum (all_reduce, reduce_scatter) adds in f32 and rounds to
+// bf16 once per combine of two partial sums, as NCCL does for ncclBfloat16; each backend's header
+// says how it gets there.
+//
 // With a Timeline set (set_timeline), the front end also records every call as spans: see
 // observe/timeline.h for which, and for the exposed communication they add up to.
 //
@@ -66,7 +72,7 @@ class CompletedWork : public Work {
   bool test() override { return true; }
 };
 
-/// A group of ranks and the collectives among them (sum reduction, f32 tensors).
+/// A group of ranks and the collectives among them (sum reduction, f32 or bf16 tensors).
 class Communicator {
  public:
   Communicator(int rank, int size) : rank_(rank), size_(size) {}
@@ -143,6 +149,8 @@ class Communicator {
  private:
   void check_gather_shapes(const char* op, const Tensor& shard, const Tensor& full) const;
   void check_peer(const char* op, int peer) const;
+  /// The two buffers of one call (shard and full, send and recv) have the same dtype.
+  void check_same_dtype(const char* op, const Tensor& a, const Tensor& b) const;
   /// A point-to-point peer: another rank of the group, and a defined tensor.
   void check_p2p(const char* op, const Tensor& x, int peer) const;
 

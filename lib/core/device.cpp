@@ -36,6 +36,27 @@ auto host_values(const Device& dev, const Tensor& t) {
 }
 }  // namespace
 
+// ---- dtypes --------------------------------------------------------------------------------------
+
+std::string Device::backend() const {
+  const std::string n = name();
+  return n.substr(0, n.find_first_of(" ("));
+}
+
+bool Device::takes_bf16(const std::string&) const { return false; }
+
+void Device::convert(const Tensor& src, Tensor& dst) {
+  checks::check_convert(*this, src, dst);
+  const ScopedSpan span(timeline_, SpanKind::Kernel, "convert");
+  if (src.dtype() == dst.dtype()) {
+    if (src.numel() > 0) copy(dst.raw(), src.raw(), src.bytes());
+    return;
+  }
+  do_convert(src, dst);
+}
+
+void Device::do_convert(const Tensor&, Tensor&) { unsupported("convert"); }
+
 // ---- elementwise, GEMM, bias, layout, initialisation --------------------------------------------
 
 void Device::fill(Tensor& x, float value) {

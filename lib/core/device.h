@@ -26,6 +26,13 @@
 // interface and the backends that implement it. Today: attention_cached_forward (generation's
 // KV-cache attention; training does not call it).
 //
+// Dtypes (core/dtype.h). Every kernel below takes f32 tensors, and on today's backends f32 only; a
+// backend states a bf16 kernel by answering takes_bf16(kernel) = true for it (and handling both
+// dtypes in its do_*). The check refuses a bf16 tensor anywhere else with one line naming the
+// backend and the kernel, exit 2 ("cpu: layernorm_forward has no bf16 kernel"). The one kernel
+// that takes both on every backend is convert (f32 ↔ bf16). Statistics that need range stay f32
+// whatever the storage (docs/model.md, "Precision").
+//
 // With a timeline set (set_timeline), each kernel is also recorded as a span (observe/timeline.h):
 // the kernel itself on the CPU, its launch on a GPU.
 //
@@ -125,6 +132,11 @@ class Device {
   virtual std::string name() const = 0;
   /// True when the host may read and write tensor memory directly (so MPI can use it unstaged).
   virtual bool host_accessible() const = 0;
+  /// The first word of name(), for one-line messages: "cpu", "cuda:0".
+  std::string backend() const;
+  /// True when this backend's `kernel` (a public kernel's name, "layernorm_forward") takes bf16
+  /// tensors as well as f32. Default: none does (convert is not asked: it always takes both).
+  virtual bool takes_bf16(const std::string& kernel) const;
 
   // ---- memory (plain virtuals: nothing to check) ----------------------------------------------
   virtual void* allocate(size_t bytes) = 0;
@@ -137,6 +149,12 @@ class Device {
 
   // The kernels. Each checks its arguments, then calls the do_* of the same name (below); a bad
   // argument throws tp::Error before any work is queued.
+
+  // ---- dtype conversion (stem: convert) ------------------------------------------------------
+  /// dst = src in dst's dtype, the same numel: f32 → bf16 rounds to nearest even (NaN stays NaN,
+  /// a carry past the largest bf16 gives ±inf); bf16 → f32 is exact; the same dtype is a copy.
+  /// Optional: a backend without it fails with one line.
+  void convert(const Tensor& src, Tensor& dst);
 
   // ---- elementwise (stem: elementwise) -------------------------------------------------------
   /// x[:] = value
@@ -306,6 +324,8 @@ class Device {
   //              host_accessible() device, else the host copy that was checked
   // Empty tensors pass the checks and reach do_* as well (a GPU backend returns before launching
   // an empty grid; a CPU loop simply runs no times).
+  /// Optional (see the top of this file); src and dst differ in dtype (the front copies otherwise).
+  virtual void do_convert(const Tensor& src, Tensor& dst);
   virtual void do_fill(Tensor& x, float value) = 0;
   virtual void do_scale(Tensor& x, float alpha) = 0;
   virtual void do_axpy(float alpha, const Tensor& x, Tensor& y) = 0;

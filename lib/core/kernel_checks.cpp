@@ -8,9 +8,22 @@ namespace tp::checks {
 
 // ---- building blocks -----------------------------------------------------------------------------
 
-void check_on(const Device& dev, const Tensor& t, const char* what) {
+void check_placed(const Device& dev, const Tensor& t, const char* what) {
   TP_CHECK(t.defined(), what, ": undefined tensor");
   TP_CHECK(&t.device() == &dev, what, ": tensor lives on another device");
+}
+
+void check_on(const Device& dev, const Tensor& t, const char* what) {
+  check_placed(dev, t, what);
+  // Exit 2: a dtype comes from the run's configuration (the same on every rank), not from a bug.
+  TP_CHECK_INPUT(t.dtype() == Dtype::f32 || dev.takes_bf16(what), dev.backend(), ": ", what,
+                 " has no bf16 kernel; run it in f32 (convert the tensor with Device::convert)");
+}
+
+void check_convert(const Device& dev, const Tensor& src, const Tensor& dst) {
+  check_placed(dev, src, "convert");
+  check_placed(dev, dst, "convert");
+  check_same_numel("convert", "src", src, "dst", dst);
 }
 
 void check_same_numel(const char* what, const char* a_name, const Tensor& a, const char* b_name,

@@ -8,7 +8,10 @@
 // memory, indexable by row (device.cpp reads them in place on a host_accessible() device and
 // copies them to the host otherwise).
 //
-// Every failure is a TP_CHECK (exit code 1): a bad kernel argument is a bug in the caller.
+// Every failure is a TP_CHECK (exit code 1): a bad kernel argument is a bug in the caller. One
+// exception: a bf16 tensor given to a kernel the backend has only in f32 is TP_CHECK_INPUT (exit
+// 2), "cpu: layernorm_forward has no bf16 kernel", because the dtype comes from the run's
+// configuration, the same on every rank (Device::takes_bf16).
 #pragma once
 
 #include <cstdint>
@@ -22,6 +25,11 @@ namespace tp::checks {
 // ---- building blocks -----------------------------------------------------------------------------
 
 /// `t` is defined and lives on `dev`; `what` names the kernel in the message.
+void check_placed(const Device& dev, const Tensor& t, const char* what);
+
+/// check_placed, and `t` has a dtype kernel `what` takes on `dev`: f32, or bf16 where
+/// dev.takes_bf16(what). Every kernel's check goes through it, so no kernel sees a dtype it does
+/// not state.
 void check_on(const Device& dev, const Tensor& t, const char* what);
 
 /// check_on for each of `ts`, in order.
@@ -90,6 +98,8 @@ void check_targets(const char* what, const Tensor& targets, const Tensor& logits
 // ---- one call per kernel (the arguments of the Device method of the same name) --------------------
 
 void check_axpy(const Device& dev, const Tensor& x, const Tensor& y);
+/// convert: src and dst on dev with the same numel (any dtypes).
+void check_convert(const Device& dev, const Tensor& src, const Tensor& dst);
 /// Returns m, n, k (tp::GemmDims, core/device.h).
 GemmDims check_gemm(const Device& dev, bool trans_a, bool trans_b, const Tensor& a, const Tensor& b,
                     const Tensor& c);

@@ -55,7 +55,7 @@ class DelayedWork : public Work {
   bool inner_done_ = false;
 };
 
-int64_t bytes_of(const Tensor& x) { return x.numel() * static_cast<int64_t>(sizeof(float)); }
+int64_t bytes_of(const Tensor& x) { return static_cast<int64_t>(x.bytes()); }  // by dtype
 
 // The presets: see the table in simulated_link.h for the sources.
 const Link kPresets[] = {

@@ -75,20 +75,27 @@ struct Tensor::Storage {
   Storage& operator=(const Storage&) = delete;
 };
 
-Tensor::Tensor(Device& device, const Shape& shape)
+Tensor::Tensor(Device& device, const Shape& shape, Dtype dtype)
     : device_(&device),
-      storage_(
-          std::make_shared<Storage>(&device, static_cast<size_t>(shape.numel()) * sizeof(float))),
-      shape_(shape) {}
+      storage_(std::make_shared<Storage>(&device,
+                                         static_cast<size_t>(shape.numel() * dtype_size(dtype)))),
+      shape_(shape),
+      dtype_(dtype) {}
 
-Tensor Tensor::zeros(Device& device, const Shape& shape) {
-  Tensor t(device, shape);
-  device.fill(t, 0.0f);
+Tensor Tensor::zeros(Device& device, const Shape& shape, Dtype dtype) {
+  Tensor t(device, shape, dtype);
+  if (dtype == Dtype::f32) {
+    device.fill(t, 0.0f);
+  } else if (t.numel() > 0) {  // bf16 zero is all-zero bits; fill has no bf16 kernel
+    const std::vector<uint16_t> zero(static_cast<size_t>(t.numel()), 0);
+    device.copy_from_host(t.raw(), zero.data(), t.bytes());
+  }
   return t;
 }
 
-Tensor Tensor::from_host(Device& device, const Shape& shape, const std::vector<float>& values) {
-  Tensor t(device, shape);
+Tensor Tensor::from_host(Device& device, const Shape& shape, const std::vector<float>& values,
+                         Dtype dtype) {
+  Tensor t(device, shape, dtype);
   t.copy_from_host(values);
   return t;
 }
@@ -99,8 +106,14 @@ Device& Tensor::device() const {
 }
 
 float* Tensor::data() const {
+  TP_CHECK(dtype_ == Dtype::f32, "data() of a ", dtype_name(dtype_), " tensor ", shape_.str(),
+           ": data() is the f32 pointer; use raw(), or Device::convert to f32 first");
+  return static_cast<float*>(raw());
+}
+
+void* Tensor::raw() const {
   TP_CHECK(storage_ != nullptr, "use of an undefined (empty) tensor");
-  return static_cast<float*>(storage_->ptr) + offset_;
+  return static_cast<char*>(storage_->ptr) + offset_ * element_size();
 }
 
 Tensor Tensor::view(int64_t begin, int64_t end) const {
@@ -122,28 +135,44 @@ Tensor Tensor::reshape(const Shape& shape) const {
 }
 
 Tensor Tensor::clone() const {
-  Tensor t(device(), shape_);
+  Tensor t(device(), shape_, dtype_);
   t.copy_from(*this);
   return t;
 }
 
 std::vector<float> Tensor::to_host() const {
   std::vector<float> out(static_cast<size_t>(numel()));
-  if (numel() > 0) device().copy_to_host(out.data(), data(), bytes());
+  if (numel() == 0) return out;
+  if (dtype_ == Dtype::f32) {
+    device().copy_to_host(out.data(), data(), bytes());
+    return out;
+  }
+  std::vector<uint16_t> bits(out.size());
+  device().copy_to_host(bits.data(), raw(), bytes());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = bf16_bits_to_float(bits[i]);
   return out;
 }
 
 void Tensor::copy_from_host(const std::vector<float>& values) {
   TP_CHECK(static_cast<int64_t>(values.size()) == numel(), "copy_from_host: ", values.size(),
            " values for a tensor of shape ", shape_.str());
-  if (numel() > 0) device().copy_from_host(data(), values.data(), bytes());
+  if (numel() == 0) return;
+  if (dtype_ == Dtype::f32) {
+    device().copy_from_host(data(), values.data(), bytes());
+    return;
+  }
+  std::vector<uint16_t> bits(values.size());
+  for (size_t i = 0; i < bits.size(); ++i) bits[i] = float_to_bf16_bits(values[i]);
+  device().copy_from_host(raw(), bits.data(), bytes());
 }
 
 void Tensor::copy_from(const Tensor& other) {
   TP_CHECK(other.numel() == numel(), "copy_from: shape ", other.shape().str(), " into ",
            shape_.str());
+  TP_CHECK(other.dtype() == dtype_, "copy_from: a ", dtype_name(other.dtype()), " tensor into a ",
+           dtype_name(dtype_), " one; a change of dtype is Device::convert");
   TP_CHECK(&other.device() == &device(), "copy_from: tensors on different devices");
-  if (numel() > 0) device().copy(data(), other.data(), bytes());
+  if (numel() > 0) device().copy(raw(), other.raw(), bytes());
 }
 
 }  // namespace tp

@@ -1,10 +1,18 @@
-// tensor.h — Shape and Tensor: f32, row-major, up to 4 dims, memory owned by a Device.
+// tensor.h — Shape and Tensor: f32 or bf16 (core/dtype.h), row-major, up to 4 dims, memory owned
+// by a Device.
 //
 // A Tensor is a handle (shared ownership of its storage): copying a Tensor copies the handle, not
 // the numbers. `clone()` copies the numbers. Code in lib/ never dereferences `data()`: memory may
 // live on a GPU. It goes through Device kernels, or through `to_host()` / `from_host()`. (One
 // exception, guarded: the Device's argument checks read token ids in place when the device says
 // host_accessible(); lib/core/device.cpp.)
+//
+// Storage dtype. A tensor is f32 unless made with Dtype::bf16; every call that takes no dtype makes
+// f32. Memory is allocated through the Device by bytes (numel · dtype_size). data() is the f32
+// pointer and refuses a bf16 tensor; raw() is the untyped pointer of either (for communicators and
+// the kernels that state they take bf16). The host side always speaks f32: to_host() widens bf16
+// exactly, copy_from_host() rounds to nearest even (core/dtype.h), so a test reads a bf16 tensor
+// as the floats it holds. Device::convert changes the dtype on the device.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +20,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "core/dtype.h"
 
 namespace tp {
 
@@ -44,18 +54,20 @@ class Shape {
   int64_t dims_[kMaxDims] = {0, 0, 0, 0};
 };
 
-/// f32 tensor, contiguous and row-major, on one Device.
+/// A tensor of f32 (the default) or bf16, contiguous and row-major, on one Device.
 class Tensor {
  public:
   /// An empty handle (no device, no storage).
   Tensor() = default;
-  /// Allocates uninitialised memory for `shape` on `device`.
-  Tensor(Device& device, const Shape& shape);
+  /// Allocates uninitialised memory for `shape` on `device`, numel · dtype_size(dtype) bytes.
+  Tensor(Device& device, const Shape& shape, Dtype dtype = Dtype::f32);
 
-  /// Allocates on `device` and fills with zeros.
-  static Tensor zeros(Device& device, const Shape& shape);
-  /// Allocates on `device` and copies `values` (row-major, numel() of them) in.
-  static Tensor from_host(Device& device, const Shape& shape, const std::vector<float>& values);
+  /// Allocates on `device` and fills with zeros (all-zero bits: 0.0 in f32 and in bf16).
+  static Tensor zeros(Device& device, const Shape& shape, Dtype dtype = Dtype::f32);
+  /// Allocates on `device` and copies `values` (row-major, numel() of them) in, rounded to
+  /// nearest even when dtype is bf16.
+  static Tensor from_host(Device& device, const Shape& shape, const std::vector<float>& values,
+                          Dtype dtype = Dtype::f32);
 
   bool defined() const { return storage_ != nullptr; }
   Device& device() const;
@@ -65,23 +77,29 @@ class Tensor {
   int64_t numel() const { return shape_.numel(); }
   int64_t rows() const { return shape_.rows(); }
   int64_t cols() const { return shape_.cols(); }
-  size_t bytes() const { return static_cast<size_t>(numel()) * sizeof(float); }
+  Dtype dtype() const { return dtype_; }
+  /// Bytes per element: 4 (f32) or 2 (bf16).
+  int64_t element_size() const { return dtype_size(dtype_); }
+  size_t bytes() const { return static_cast<size_t>(numel() * element_size()); }
 
-  /// Device pointer to the first element. Pass it to the device or a communicator, never read it
-  /// in lib/.
+  /// Device pointer to the first element of an f32 tensor (a bf16 tensor is refused: use raw()).
+  /// Pass it to the device or a communicator, never read it in lib/.
   float* data() const;
+  /// Device pointer to the first element, of either dtype.
+  void* raw() const;
 
   /// Rows [begin, end) along dim 0, sharing memory (contiguous, because dim 0 is outermost).
   Tensor view(int64_t begin, int64_t end) const;
   /// The same memory under another shape with the same numel().
   Tensor reshape(const Shape& shape) const;
-  /// A new tensor on the same device with the same numbers.
+  /// A new tensor on the same device with the same numbers and dtype.
   Tensor clone() const;
-  /// Copies the numbers into a host vector (synchronises the device).
+  /// Copies the numbers into a host vector (synchronises the device); bf16 is widened exactly.
   std::vector<float> to_host() const;
-  /// Overwrites the numbers from a host vector of numel() values.
+  /// Overwrites the numbers from a host vector of numel() values (rounded to nearest even for bf16).
   void copy_from_host(const std::vector<float>& values);
-  /// Overwrites the numbers from another tensor of the same numel() on the same device.
+  /// Overwrites the numbers from another tensor of the same numel() and dtype on the same device
+  /// (a change of dtype is Device::convert).
   void copy_from(const Tensor& other);
 
  private:
@@ -90,6 +108,7 @@ class Tensor {
   std::shared_ptr<Storage> storage_;
   int64_t offset_ = 0;  // in elements
   Shape shape_;
+  Dtype dtype_ = Dtype::f32;
 };
 
 }  // namespace tp

@@ -1,5 +1,6 @@
 #include "io/safetensors.h"
 
+#include "core/dtype.h"
 #include "core/output_file.h"
 
 #include <dirent.h>
@@ -232,13 +233,9 @@ uint16_t f32_to_f16(float f) {
   return static_cast<uint16_t>(sign | ((rounded - (112u << 23)) >> 13));
 }
 
-float bf16_to_f32(uint16_t b) { return bits_float(static_cast<uint32_t>(b) << 16); }
+float bf16_to_f32(uint16_t b) { return bf16_bits_to_float(b); }
 
-uint16_t f32_to_bf16(float f) {
-  const uint32_t u = float_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // NaN
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
+uint16_t f32_to_bf16(float f) { return float_to_bf16_bits(f); }
 
 int64_t TensorInfo::numel() const {
   int64_t n = 1;

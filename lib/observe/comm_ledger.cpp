@@ -16,12 +16,13 @@ double ring_wire_bytes(const std::string& op, int t, int64_t bytes) {
   return 0.0;
 }
 
-size_t CommLedger::record(const std::string& op, int group_size, int64_t elements, bool async) {
+size_t CommLedger::record(const std::string& op, int group_size, int64_t elements, bool async,
+                          int64_t element_size) {
   CommRecord r;
   r.op = op;
   r.group_size = group_size;
   r.elements = elements;
-  r.bytes = elements * static_cast<int64_t>(sizeof(float));
+  r.bytes = elements * element_size;
   r.wire_bytes = ring_wire_bytes(op, group_size, r.bytes);
   r.async = async;
   for (size_t i = 0; i < labels_.size(); ++i) r.label += (i ? "/" : "") + labels_[i];

@@ -28,7 +28,7 @@ struct CommRecord {
   std::string op;
   int group_size = 1;     ///< t, the ranks in the communicator
   int64_t elements = 0;   ///< N: elements of the logical buffer (see the table above)
-  int64_t bytes = 0;      ///< 4 N
+  int64_t bytes = 0;      ///< N · element size: 4 N for f32, 2 N for bf16
   double wire_bytes = 0;  ///< bytes this rank sends under the ring model
   bool async = false;     ///< issued through an *_async call
   double seconds = 0;  ///< wall time of the call (for an async call: of issuing it, not of waiting)
@@ -44,8 +44,10 @@ double ring_wire_bytes(const std::string& op, int t, int64_t bytes);
 /// Append-only list of CommRecords, with labels pushed by scopes.
 class CommLedger {
  public:
-  /// Records one call; fills bytes and wire_bytes from op, t and elements. Returns its index.
-  size_t record(const std::string& op, int group_size, int64_t elements, bool async = false);
+  /// Records one call; fills bytes and wire_bytes from op, t, elements and the element size in
+  /// bytes (4: f32, 2: bf16). Returns its index.
+  size_t record(const std::string& op, int group_size, int64_t elements, bool async = false,
+                int64_t element_size = 4);
   /// Sets the wall time of record `index`.
   void set_seconds(size_t index, double seconds) { records_.at(index).seconds = seconds; }
   const std::vector<CommRecord>& records() const { return records_; }

@@ -9,7 +9,7 @@ void MemoryLedger::save(const std::string& name, int64_t layer, const Tensor& t,
   if (!t.defined()) return;
   if (slot) slots_.push_back(slot);
   for (const Tensor& k : kept_)
-    if (k.data() == t.data() && k.numel() == t.numel()) return;  // already counted (a shared input)
+    if (k.raw() == t.raw() && k.numel() == t.numel()) return;  // already counted (a shared input)
   records_.push_back({name, t.shape(), static_cast<int64_t>(t.bytes()), layer});
   kept_.push_back(t);
 }

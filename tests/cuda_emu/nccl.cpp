@@ -2,14 +2,21 @@
 // enqueued (after the work its stream already holds), its result is written stream-ordered, so
 // only work ordered after the collective sees it; point-to-point calls inside
 // ncclGroupStart/End are posted together at ncclGroupEnd. Checks: the buffers lie inside device
-// memory and are float (ncclInvalidArgument otherwise); collectives inside a group are not
-// emulated (ncclInvalidUsage).
+// memory and are ncclFloat or ncclBfloat16 (ncclInvalidArgument otherwise); collectives inside a
+// group are not emulated (ncclInvalidUsage).
+//
+// bf16 sums (ncclBfloat16 with ncclSum) follow NCCL's rounding: each combine of two partial sums
+// widens both to f32, adds, and rounds the sum to bf16 (nearest even) once, as a ring step of
+// NCCL's reduction kernel does. Here the combines are an MPI user op, so the order of the t − 1
+// combines is MPI's (recursive doubling or reduce-scatter), not NCCL's ring; the number of
+// roundings per element, and so the error bound, is the same.
 #include <mpi.h>
 
 #include <cstring>
 #include <memory>
 #include <vector>
 
+#include "cuda_bf16.h"
 #include "emu_internal.h"
 #include "nccl.h"
 
@@ -29,6 +36,7 @@ struct P2p {
   const void* sbuf;
   void* rbuf;
   size_t count;
+  ncclDataType_t type;
   int peer;
   ncclComm_t comm;
   cudaStream_t stream;
@@ -37,7 +45,39 @@ std::vector<P2p> g_pending;
 
 ncclResult_t check_comm(ncclComm_t c) { return c == nullptr ? ncclInvalidArgument : ncclSuccess; }
 
-bool supported(ncclDataType_t t) { return t == ncclFloat; }
+bool supported(ncclDataType_t t) { return t == ncclFloat || t == ncclBfloat16; }
+
+// Bytes per element of a supported type.
+size_t size_of(ncclDataType_t t) { return t == ncclBfloat16 ? 2 : 4; }
+
+// The MPI type a buffer travels as: bf16 as its 16 bits.
+MPI_Datatype mpi_type(ncclDataType_t t) { return t == ncclBfloat16 ? MPI_UINT16_T : MPI_FLOAT; }
+
+// One combine of two bf16 partial results: f32 add (or max), one rounding (see the top).
+template <bool kMax>
+void bf16_combine(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const __nv_bfloat16*>(in);
+  auto* b = static_cast<__nv_bfloat16*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    const float x = __bfloat162float(a[i]), y = __bfloat162float(b[i]);
+    b[i] = kMax ? (x > y ? a[i] : b[i]) : __float2bfloat16_rn(x + y);
+  }
+}
+
+MPI_Op make_op(MPI_User_function* f) {
+  MPI_Op op = MPI_OP_NULL;
+  MPI_Op_create(f, 1, &op);
+  return op;
+}
+
+// The MPI reduction of (type, op); the bf16 ones are made once, on first use.
+MPI_Op mpi_op(ncclDataType_t t, ncclRedOp_t op) {
+  if (t != ncclBfloat16) return op == ncclMax ? MPI_MAX : MPI_SUM;
+  static const MPI_Op sum = make_op(bf16_combine<false>), max = make_op(bf16_combine<true>);
+  return op == ncclMax ? max : sum;
+}
+
+using Bytes = std::vector<unsigned char>;
 
 // A collective: the MPI exchange runs now, after everything already queued on `stream` (so it
 // reads its inputs as the stream would, and every rank's MPI calls stay in program order: real
@@ -46,22 +86,23 @@ bool supported(ncclDataType_t t) { return t == ncclFloat; }
 // ordered after the collective (later on this stream, or waiting for an event recorded after it)
 // sees the result: a missing cudaStreamWaitEvent reads stale data.
 void collective(cudaStream_t stream, const char* what, void* recv,
-                const std::function<std::vector<float>()>& exchange) {
+                const std::function<Bytes()>& exchange) {
   flush_stream(stream);
-  std::vector<float> result;
+  Bytes result;
   {
     DeviceMode mode(what);
     result = exchange();
   }
-  auto buf = std::make_shared<std::vector<float>>(std::move(result));
+  auto buf = std::make_shared<Bytes>(std::move(result));
   enqueue_work(stream, what, [recv, buf] {
-    if (!buf->empty()) std::memcpy(recv, buf->data(), buf->size() * sizeof(float));
+    if (!buf->empty()) std::memcpy(recv, buf->data(), buf->size());
   });
 }
 
-std::vector<float> take(const void* p, size_t n) {
-  std::vector<float> v(n);
-  if (n != 0) std::memcpy(v.data(), p, n * sizeof(float));
+// A copy of n bytes at p.
+Bytes take(const void* p, size_t n) {
+  Bytes v(n);
+  if (n != 0) std::memcpy(v.data(), p, n);
   return v;
 }
 
@@ -174,13 +215,13 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
   if (check_comm(comm) != ncclSuccess || !supported(type) || (op != ncclSum && op != ncclMax))
     return ncclInvalidArgument;
   if (count == 0) return ncclSuccess;
-  if (!is_device_range(send, count * 4) || !is_device_range(recv, count * 4))
-    return ncclInvalidArgument;
+  const size_t n = count * size_of(type);
+  if (!is_device_range(send, n) || !is_device_range(recv, n)) return ncclInvalidArgument;
   if (g_group_depth > 0) return ncclInvalidUsage;  // collectives in a group: not emulated
   collective(stream, "ncclAllReduce", recv, [=] {
-    std::vector<float> in = take(send, count), out(count);
-    MPI_Allreduce(in.data(), out.data(), static_cast<int>(count), MPI_FLOAT,
-                  op == ncclMax ? MPI_MAX : MPI_SUM, comm->mpi);
+    Bytes in = take(send, n), out(n);
+    MPI_Allreduce(in.data(), out.data(), static_cast<int>(count), mpi_type(type), mpi_op(type, op),
+                  comm->mpi);
     return out;
   });
   return ncclSuccess;
@@ -189,13 +230,14 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataT
                            ncclComm_t comm, cudaStream_t stream) {
   if (check_comm(comm) != ncclSuccess || !supported(type)) return ncclInvalidArgument;
   if (count == 0) return ncclSuccess;
-  if (!is_device_range(send, count * 4) || !is_device_range(recv, count * 4 * comm->size))
+  const size_t n = count * size_of(type);
+  if (!is_device_range(send, n) || !is_device_range(recv, n * comm->size))
     return ncclInvalidArgument;
   if (g_group_depth > 0) return ncclInvalidUsage;
   collective(stream, "ncclAllGather", recv, [=] {
-    std::vector<float> in = take(send, count), out(count * comm->size);
-    MPI_Allgather(in.data(), static_cast<int>(count), MPI_FLOAT, out.data(),
-                  static_cast<int>(count), MPI_FLOAT, comm->mpi);
+    Bytes in = take(send, n), out(n * comm->size);
+    MPI_Allgather(in.data(), static_cast<int>(count), mpi_type(type), out.data(),
+                  static_cast<int>(count), mpi_type(type), comm->mpi);
     return out;
   });
   return ncclSuccess;
@@ -205,13 +247,14 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclD
   if (check_comm(comm) != ncclSuccess || !supported(type) || (op != ncclSum && op != ncclMax))
     return ncclInvalidArgument;
   if (count == 0) return ncclSuccess;
-  if (!is_device_range(send, count * 4 * comm->size) || !is_device_range(recv, count * 4))
+  const size_t n = count * size_of(type);
+  if (!is_device_range(send, n * comm->size) || !is_device_range(recv, n))
     return ncclInvalidArgument;
   if (g_group_depth > 0) return ncclInvalidUsage;
   collective(stream, "ncclReduceScatter", recv, [=] {
-    std::vector<float> in = take(send, count * comm->size), out(count);
-    MPI_Reduce_scatter_block(in.data(), out.data(), static_cast<int>(count), MPI_FLOAT,
-                             op == ncclMax ? MPI_MAX : MPI_SUM, comm->mpi);
+    Bytes in = take(send, n * comm->size), out(n);
+    MPI_Reduce_scatter_block(in.data(), out.data(), static_cast<int>(count), mpi_type(type),
+                             mpi_op(type, op), comm->mpi);
     return out;
   });
   return ncclSuccess;
@@ -221,13 +264,13 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataT
   if (check_comm(comm) != ncclSuccess || !supported(type) || root < 0 || root >= comm->size)
     return ncclInvalidArgument;
   if (count == 0) return ncclSuccess;
-  if ((comm->rank == root && !is_device_range(send, count * 4)) ||
-      !is_device_range(recv, count * 4))
+  const size_t n = count * size_of(type);
+  if ((comm->rank == root && !is_device_range(send, n)) || !is_device_range(recv, n))
     return ncclInvalidArgument;
   if (g_group_depth > 0) return ncclInvalidUsage;
   collective(stream, "ncclBroadcast", recv, [=] {
-    std::vector<float> buf = comm->rank == root ? take(send, count) : std::vector<float>(count);
-    MPI_Bcast(buf.data(), static_cast<int>(count), MPI_FLOAT, root, comm->mpi);
+    Bytes buf = comm->rank == root ? take(send, n) : Bytes(n);
+    MPI_Bcast(buf.data(), static_cast<int>(count), mpi_type(type), root, comm->mpi);
     return buf;
   });
   return ncclSuccess;
@@ -237,20 +280,19 @@ namespace {
 // Sends read now and receives land stream-ordered, as for the collectives above.
 void run_p2p(const std::vector<P2p>& ops) {
   for (const P2p& p : ops) flush_stream(p.stream);  // their inputs are ready
-  std::vector<std::shared_ptr<std::vector<float>>> bufs(ops.size());
+  std::vector<std::shared_ptr<Bytes>> bufs(ops.size());
   std::vector<MPI_Request> reqs(ops.size());
   {
     DeviceMode mode("ncclSend/ncclRecv");
     for (size_t i = 0; i < ops.size(); ++i) {
       const P2p& p = ops[i];
-      bufs[i] = std::make_shared<std::vector<float>>(p.send ? take(p.sbuf, p.count)
-                                                            : std::vector<float>(p.count));
+      const size_t n = p.count * size_of(p.type);
+      bufs[i] = std::make_shared<Bytes>(p.send ? take(p.sbuf, n) : Bytes(n));
+      const int count = static_cast<int>(p.count);
       if (p.send)
-        MPI_Isend(bufs[i]->data(), static_cast<int>(p.count), MPI_FLOAT, p.peer, 7, p.comm->mpi,
-                  &reqs[i]);
+        MPI_Isend(bufs[i]->data(), count, mpi_type(p.type), p.peer, 7, p.comm->mpi, &reqs[i]);
       else
-        MPI_Irecv(bufs[i]->data(), static_cast<int>(p.count), MPI_FLOAT, p.peer, 7, p.comm->mpi,
-                  &reqs[i]);
+        MPI_Irecv(bufs[i]->data(), count, mpi_type(p.type), p.peer, 7, p.comm->mpi, &reqs[i]);
     }
     MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
   }
@@ -259,13 +301,13 @@ void run_p2p(const std::vector<P2p>& ops) {
     void* dst = ops[i].rbuf;
     auto buf = bufs[i];
     enqueue_work(ops[i].stream, "ncclRecv",
-                 [dst, buf] { std::memcpy(dst, buf->data(), buf->size() * sizeof(float)); });
+                 [dst, buf] { std::memcpy(dst, buf->data(), buf->size()); });
   }
 }
 ncclResult_t p2p(const P2p& op) {
   if (check_comm(op.comm) != ncclSuccess || op.peer < 0 || op.peer >= op.comm->size)
     return ncclInvalidArgument;
-  if (op.count != 0 && !is_device_range(op.send ? op.sbuf : op.rbuf, op.count * 4))
+  if (op.count != 0 && !is_device_range(op.send ? op.sbuf : op.rbuf, op.count * size_of(op.type)))
     return ncclInvalidArgument;
   if (g_group_depth > 0) {
     g_pending.push_back(op);
@@ -279,12 +321,12 @@ ncclResult_t p2p(const P2p& op) {
 ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t type, int peer,
                       ncclComm_t comm, cudaStream_t stream) {
   if (!supported(type)) return ncclInvalidArgument;
-  return p2p({true, send, nullptr, count, peer, comm, stream});
+  return p2p({true, send, nullptr, count, type, peer, comm, stream});
 }
 ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
                       cudaStream_t stream) {
   if (!supported(type)) return ncclInvalidArgument;
-  return p2p({false, nullptr, recv, count, peer, comm, stream});
+  return p2p({false, nullptr, recv, count, type, peer, comm, stream});
 }
 ncclResult_t ncclGroupStart() {
   ++g_group_depth;

@@ -1,0 +1,50 @@
+// convert.cu — the GPU backend's dtype conversion (f32 ↔ bf16), and the f32 → bf16 rounding the
+// GEMM uses for its inputs under --dtype bf16 (gpu::to_bf16). The rule is in core/device.h: round
+// to nearest even (__float2bfloat16_rn, NaN stays NaN), widen exactly (__bfloat162float); one
+// thread per element, so the result is bit-identical to the CPU's (cpu_backend/kernels/convert.cpp).
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "cuda_check.h"
+#include "cuda_device.h"
+#include "kernels/kernel_util.cuh"
+
+namespace tp {
+
+namespace {
+
+__global__ void to_bf16_kernel(const float* __restrict__ x, __nv_bfloat16* __restrict__ y,
+                               int64_t n) {
+  for (int64_t i = gpu::global_thread(); i < n; i += gpu::grid_threads())
+    y[i] = __float2bfloat16_rn(x[i]);
+}
+
+__global__ void to_f32_kernel(const __nv_bfloat16* __restrict__ x, float* __restrict__ y,
+                              int64_t n) {
+  for (int64_t i = gpu::global_thread(); i < n; i += gpu::grid_threads())
+    y[i] = __bfloat162float(x[i]);
+}
+
+}  // namespace
+
+void gpu::to_bf16(cudaStream_t stream, const float* x, void* y, int64_t n) {
+  if (n == 0) return;
+  to_bf16_kernel<<<elementwise_blocks(n), kThreads, 0, stream>>>(x, static_cast<__nv_bfloat16*>(y),
+                                                                 n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void CudaDevice::do_convert(const Tensor& src, Tensor& dst) {
+  const int64_t n = src.numel();
+  if (src.dtype() == Dtype::f32) {
+    gpu::to_bf16(stream_, src.data(), dst.raw(), n);
+    return;
+  }
+  if (n == 0) return;
+  to_f32_kernel<<<gpu::elementwise_blocks(n), gpu::kThreads, 0, stream_>>>(
+      static_cast<const __nv_bfloat16*>(src.raw()), dst.data(), n);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tp
