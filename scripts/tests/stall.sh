@@ -77,7 +77,7 @@ for sig in KILL STOP; do
   log=$logs/check_${name// /_}.log
   rm -f "$tmp/stall_save.safetensors"
   SECONDS=0
-  "$MPIEXEC" $MPI_FLAGS -np 2 "${train[@]}" --steps 300 \
+  "$MPIEXEC" $MPI_FLAGS -np 2 "${train[@]}" --steps 3000 \
     --save "$tmp/stall_save.safetensors" </dev/null >"$log" 2>&1 &
   launcher=$!
   stall_wait_step "$log"
