@@ -379,7 +379,7 @@ void MpiCommunicator::do_all_reduce(Tensor& x, ReduceOp op) {
   mpi::check(
       MPI_Iallreduce(MPI_IN_PLACE, v.ptr(), count_of(x), type_of(x), op_of(x, op), comm_, &req),
       "MPI_Iallreduce");
-  mpi::wait_all(1, &req, "MPI_Iallreduce");
+  mpi::wait_all(1, &req, "MPI_Iallreduce", x.bytes());
   v.write_back();
 }
 
@@ -389,7 +389,7 @@ void MpiCommunicator::do_all_gather(const Tensor& shard, Tensor& full) {
   mpi::check(MPI_Iallgather(in.ptr(), count_of(shard), type_of(shard), out.ptr(), count_of(shard),
                             type_of(shard), comm_, &req),
              "MPI_Iallgather");
-  mpi::wait_all(1, &req, "MPI_Iallgather");
+  mpi::wait_all(1, &req, "MPI_Iallgather", full.bytes());
   out.write_back();
 }
 
@@ -399,7 +399,7 @@ void MpiCommunicator::do_reduce_scatter(const Tensor& full, Tensor& shard) {
   mpi::check(MPI_Ireduce_scatter_block(in.ptr(), out.ptr(), count_of(shard), type_of(shard),
                                        op_of(shard, ReduceOp::Sum), comm_, &req),
              "MPI_Ireduce_scatter_block");
-  mpi::wait_all(1, &req, "MPI_Ireduce_scatter_block");
+  mpi::wait_all(1, &req, "MPI_Ireduce_scatter_block", full.bytes());
   out.write_back();
 }
 
@@ -407,7 +407,7 @@ void MpiCommunicator::do_broadcast(Tensor& x, int root) {
   HostView v(x, true);
   MPI_Request req = MPI_REQUEST_NULL;
   mpi::check(MPI_Ibcast(v.ptr(), count_of(x), type_of(x), root, comm_, &req), "MPI_Ibcast");
-  mpi::wait_all(1, &req, "MPI_Ibcast");
+  mpi::wait_all(1, &req, "MPI_Ibcast", x.bytes());
   v.write_back();
 }
 
@@ -422,7 +422,7 @@ void MpiCommunicator::do_send_recv(const Tensor& send, int to, Tensor& recv, int
     MPI_Wait(&reqs[0], MPI_STATUS_IGNORE);
     mpi::check(rc, "MPI_Isend");
   }
-  mpi::wait_all(2, reqs, "MPI_Isend/MPI_Irecv");
+  mpi::wait_all(2, reqs, "MPI_Isend/MPI_Irecv", send.bytes());
   out.write_back();
 }
 
@@ -434,7 +434,7 @@ void MpiCommunicator::do_send(const Tensor& x, int to) {
   HostView in(x, true);
   MPI_Request req = MPI_REQUEST_NULL;
   mpi::check(MPI_Isend(in.ptr(), count_of(x), type_of(x), to, kP2pTag, comm_, &req), "MPI_Isend");
-  mpi::wait_all(1, &req, "MPI_Isend");
+  mpi::wait_all(1, &req, "MPI_Isend", x.bytes());
 }
 
 void MpiCommunicator::do_recv(Tensor& x, int from) {
@@ -454,7 +454,7 @@ void MpiCommunicator::do_recv(Tensor& x, int from) {
            x.shape().str(), " holds ", x.numel());
   MPI_Request req = MPI_REQUEST_NULL;
   mpi::check(MPI_Imrecv(out.ptr(), count_of(x), type_of(x), &msg, &req), "MPI_Imrecv");
-  mpi::wait_all(1, &req, "MPI_Imrecv");
+  mpi::wait_all(1, &req, "MPI_Imrecv", x.bytes());
   out.write_back();
 }
 
