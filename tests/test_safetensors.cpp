@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <cstring>
@@ -788,32 +789,44 @@ TEST(SafetensorsChecksums, FilesWithoutThemLoadAndPartialOrBadOnesAreRefused) {
 }
 
 // 200 000 metadata keys (an 8 MB header): the duplicate check is one pass with a hash set, so the
-// header is read (or refused for a key given twice) in well under a second of CPU time; a list
-// searched per key took about a minute.
-TEST(SafetensorsErrors, TwoHundredThousandKeysAreReadInUnderASecond) {
+// header is read (or refused for a key given twice) in time linear in its keys; a list searched per
+// key took about a minute. Measured as a ratio, not a time (machines and sanitized builds differ):
+// 8× the keys must cost well under the 64× a quadratic check would (bound 24×: three times linear),
+// in CPU time, which other processes do not inflate.
+TEST(SafetensorsErrors, TwoHundredThousandKeysAreReadInLinearTime) {
   const std::string dir = fresh_dir();
-  std::string meta;
-  for (int i = 0; i < 200000; ++i) {
-    char key[32];
-    std::snprintf(key, sizeof key, "%s\"k%06d\": \"", i ? ", " : "", i);
-    meta += key + std::string(30, 'v') + "\"";
-  }
   const std::string tensor = R"("a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]})";
-  const std::string good = dir + "/many.safetensors", dup = dir + "/many_dup.safetensors";
-  write_bytes(good,
-              craft(R"({"__metadata__": {)" + meta + "}, " + tensor + "}", std::string(4, '\0')));
-  write_bytes(dup, craft(R"({"__metadata__": {)" + meta + R"(, "k000123": "x"}, )" + tensor + "}",
-                         std::string(4, '\0')));
+  auto header_of = [&](int keys, const std::string& extra) {
+    std::string meta;
+    for (int i = 0; i < keys; ++i) {
+      char key[32];
+      std::snprintf(key, sizeof key, "%s\"k%06d\": \"", i ? ", " : "", i);
+      meta += key + std::string(30, 'v') + "\"";
+    }
+    return craft(R"({"__metadata__": {)" + meta + extra + "}, " + tensor + "}",
+                 std::string(4, '\0'));
+  };
+  // CPU seconds to open a file, best of 3 (the first read also warms the page cache).
+  auto open_cpu = [](const std::string& path) {
+    double best = 1e9;
+    for (int r = 0; r < 3; ++r) {
+      const std::clock_t start = std::clock();
+      const st::File f = st::File::open(path);
+      best = std::min(best, static_cast<double>(std::clock() - start) / CLOCKS_PER_SEC);
+    }
+    return best;
+  };
+  const std::string small = dir + "/few.safetensors", good = dir + "/many.safetensors",
+                    dup = dir + "/many_dup.safetensors";
+  write_bytes(small, header_of(25000, ""));
+  write_bytes(good, header_of(200000, ""));
+  write_bytes(dup, header_of(200000, R"(, "k000123": "x")"));
   ASSERT_GT(read_bytes(good).size(), 8u << 20);
-  const std::clock_t start = std::clock();
-  const st::File f = st::File::open(good);
-  const double read_s = static_cast<double>(std::clock() - start) / CLOCKS_PER_SEC;
-  EXPECT_EQ(f.metadata("k199999"), std::string(30, 'v'));
-  EXPECT_LT(read_s, 1.0) << "CPU seconds to open a header of 200k keys";
-  const std::clock_t again = std::clock();
+  EXPECT_EQ(st::File::open(good).metadata("k199999"), std::string(30, 'v'));
+  const double few_s = open_cpu(small), many_s = open_cpu(good);
+  EXPECT_LT(many_s, 24 * std::max(few_s, 1e-3))
+      << "CPU seconds to open 200k keys: " << many_s << ", 25k keys: " << few_s;
   expect_bad_input(dup, "the header names 'k000123' twice");
-  const double dup_s = static_cast<double>(std::clock() - again) / CLOCKS_PER_SEC;
-  EXPECT_LT(dup_s, 1.0) << "CPU seconds to refuse it with a duplicate";
   // A duplicate written with other escapes is found too (the parsed header has fewer keys).
   expect_bad_file(dir,
                   craft(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},)"
