@@ -5,6 +5,7 @@
 //
 // Shape legend: N = tokens (all leading dims of X flattened), in / out = global feature sizes,
 // t = comm.size(), r = comm.rank().
+// The project's full legend (S, B, h, nh, nkv, hd, ffn, V, t): core/device.h.
 //
 // Each layer keeps the global name and sizes of its parameters and holds only its shard. Forward
 // saves exactly what backward needs (its input); backward returns dX and accumulates (+=) dW, db.
