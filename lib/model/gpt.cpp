@@ -26,7 +26,7 @@ Gpt::Gpt(Device& device, Communicator& comm, const GptConfig& cfg)
     blocks_.push_back(std::make_unique<TransformerBlock>(device, comm, cfg, l));
     blocks_.back()->observe(&memory_);
   }
-  ln_f_ = std::make_unique<Norm>(device, "transformer.ln_f", h, cfg.norm, cfg.eps, cfg.sp);
+  ln_f_ = std::make_unique<Norm>(device, "transformer.ln_f", h, cfg.norm_kind(), cfg.eps, cfg.sp);
   // What the model keeps outside the blocks is recorded too, under layer −1.
   wte_->observe(&memory_, -1);
   drop_embd_.observe(&memory_, -1);

@@ -8,7 +8,7 @@ ParallelMLP::ParallelMLP(Device& device, Communicator& comm, const std::string& 
                          const GptConfig& cfg)
     : device_(device),
       comm_(comm),
-      swiglu_(cfg.act == "swiglu"),
+      swiglu_(cfg.activation() == Activation::SwiGlu),
       overlap_(parse_overlap(cfg.overlap)),
       fc1_(device, comm, prefix + ".c_fc", cfg.hidden, cfg.inner(), true, false, cfg.sp),
       gate_(device, comm, prefix + ".c_gate", cfg.hidden, swiglu_ ? cfg.inner() : comm.size(),

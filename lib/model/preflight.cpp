@@ -85,7 +85,8 @@ std::vector<PreflightTensor> model_tensors(const GptConfig& c, int t, int64_t vo
   };
   auto norm = [&](const std::string& name, bool per_layer) {
     add(name + ".weight", Shape{c.hidden}, Split::Replicated, per_layer);
-    if (c.norm == "layernorm") add(name + ".bias", Shape{c.hidden}, Split::Replicated, per_layer);
+    if (c.norm_kind() == NormKind::LayerNorm)
+      add(name + ".bias", Shape{c.hidden}, Split::Replicated, per_layer);
   };
   auto column = [&](const std::string& name, int64_t in, int64_t o) {
     add(name + ".weight", Shape{in, o}, Split::Columns, true);
@@ -106,7 +107,7 @@ std::vector<PreflightTensor> model_tensors(const GptConfig& c, int t, int64_t vo
   row(b + "attn.c_proj", c.heads * hd, h);
   norm(b + "ln_2", true);
   column(b + "mlp.c_fc", h, f);
-  if (c.act == "swiglu") column(b + "mlp.c_gate", h, f);
+  if (c.activation() == Activation::SwiGlu) column(b + "mlp.c_gate", h, f);
   row(b + "mlp.c_proj", f, h);
   norm("transformer.ln_f", false);
   if (!c.tied) add("lm_head.weight", Shape{vocab_rows, h}, Split::Rows, false);
@@ -150,7 +151,7 @@ std::vector<PlannedCollective> step_collectives(const GptConfig& c, int64_t batc
     add("all_gather", Nh, d, 2, true, bwd, "the kept S/t-token input, gathered again");
     add("reduce_scatter", Nh, d, 2, true, bwd, "dX of attention and of the MLP");
     add("all_gather", Nh, d, 1, false, bwd, "the embedding's dY");
-    const int64_t nv = c.norm == "layernorm" ? 2 : 1;
+    const int64_t nv = c.norm_kind() == NormKind::LayerNorm ? 2 : 1;
     add("all_reduce", c.seq * c.hidden + L * (2 * nv + 2) * c.hidden + nv * c.hidden, d, 1, false,
         after, "partial gradients of wpe, the norms and the c_proj biases");
   }
