@@ -172,7 +172,7 @@ Tensor Gpt::forward_cached(const std::vector<int32_t>& ids, KvCache& cache, bool
 
   // 3. Final norm and the head over my vocabulary rows, for the rows asked for: (rows, V'/t).
   const Tensor rows = all_positions ? x : x.view((n - 1) * batch, n * batch);
-  const Tensor xf = ln_f_->forward(rows, false);
+  const Tensor xf = ln_f_->forward(rows, Keep::Nothing);
   const Tensor& head = cfg_.tied ? wte_->weight : lm_head_;
   Tensor logits(device_, Shape{rows.rows(), wte_->local_rows()});
   device_.gemm(false, true, 1.0f, xf, head, 0.0f, logits);

@@ -64,13 +64,13 @@ Tensor ParallelMLP::backward(const Tensor& dy) {
 }
 
 Tensor ParallelMLP::forward_inference(const Tensor& x) {
-  const Tensor up = fc1_.forward(x, false);  // X U_r: (N, ffn/t), no communication
+  const Tensor up = fc1_.forward(x, Keep::Nothing);  // X U_r: (N, ffn/t), no communication
   Tensor act(device_, up.shape());
   if (swiglu_)
-    device_.swiglu_forward(act, gate_.forward(x, false), up);  // silu(X G_r) ⊙ X U_r
+    device_.swiglu_forward(act, gate_.forward(x, Keep::Nothing), up);  // silu(X G_r) ⊙ X U_r
   else
-    device_.gelu_forward(act, up);  // GeLU(X U_r)
-  return fc2_.forward(act, false);  // Σ_r act_r B_r: g's all-reduce
+    device_.gelu_forward(act, up);          // GeLU(X U_r)
+  return fc2_.forward(act, Keep::Nothing);  // Σ_r act_r B_r: g's all-reduce
 }
 
 void ParallelMLP::collect_params(ParamList& out, float std, float proj_std) const {

@@ -21,7 +21,8 @@ Norm::Norm(Device& device, std::string name, int64_t hidden, NormKind kind, floa
   }
 }
 
-Tensor Norm::forward(const Tensor& x, bool keep) {
+Tensor Norm::forward(const Tensor& x, Keep keep_mode) {
+  const bool keep = keep_mode == Keep::ForBackward;
   Tensor y(device_, x.shape());
   Tensor rstd(device_, Shape{x.rows()});
   if (keep)

@@ -27,8 +27,8 @@ class Norm {
   /// partial sums (Param::sequence_parallel_grad).
   Norm(Device& device, std::string name, int64_t hidden, NormKind kind, float eps,
        bool sequence_parallel = false);
-  /// x: (N, h) → y: (N, h). Saves x and the row statistics, unless keep is false (inference).
-  Tensor forward(const Tensor& x, bool keep = true);
+  /// x: (N, h) → y: (N, h). Saves x and the row statistics, unless keep is Keep::Nothing (inference).
+  Tensor forward(const Tensor& x, Keep keep_mode = Keep::ForBackward);
   /// dy: (N, h) → dx: (N, h); dweight (and dbias) accumulate.
   Tensor backward(const Tensor& dy);
   void collect_params(ParamList& out) const;
