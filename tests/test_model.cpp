@@ -234,7 +234,8 @@ TEST_P(ModelNorm, MatchesSingleDeviceAndIsReplicated) {
   const bool rms = GetParam() == "rmsnorm";
   const int64_t n = 10, h = 48;
   const float eps = 1e-5f;
-  Norm norm(device(), "ln", h, GetParam(), eps), ref(device(), "ln", h, GetParam(), eps);
+  Norm norm(device(), "ln", h, parse_norm(GetParam()), eps),
+      ref(device(), "ln", h, parse_norm(GetParam()), eps);
   ParamList ps, rs;
   norm.collect_params(ps);
   ref.collect_params(rs);
@@ -811,6 +812,32 @@ TEST(ModelConfig, ValidateListsEveryProblem) {
       EXPECT_NE(msg.find(w), std::string::npos) << "missing '" << w << "' in: " << msg;
   }
   EXPECT_NO_THROW(base_config().validate(t));
+}
+
+// act and norm: every name parses to its enum and prints back as the same name (flags, checkpoint
+// metadata and printing use the names); any other name is bad input naming the choices.
+TEST(ConfigNames, ActivationAndNormRoundTripAndRejectUnknownNames) {
+  for (const Activation a : {Activation::Gelu, Activation::SwiGlu})
+    EXPECT_EQ(parse_activation(activation_name(a)), a);
+  for (const NormKind n : {NormKind::LayerNorm, NormKind::RmsNorm})
+    EXPECT_EQ(parse_norm(norm_name(n)), n);
+  EXPECT_STREQ(activation_name(Activation::SwiGlu), "swiglu");
+  EXPECT_STREQ(norm_name(NormKind::RmsNorm), "rmsnorm");
+  GptConfig cfg;
+  cfg.act = "swiglu";
+  cfg.norm = "rmsnorm";
+  EXPECT_EQ(cfg.activation(), Activation::SwiGlu);
+  EXPECT_EQ(cfg.norm_kind(), NormKind::RmsNorm);
+  try {
+    parse_norm("batchnorm");
+    ADD_FAILURE() << "parse_norm(\"batchnorm\") did not throw";
+  } catch (const Error& e) {
+    EXPECT_TRUE(e.is_bad_input());
+    EXPECT_NE(std::string(e.what()).find("--norm=batchnorm: expected layernorm or rmsnorm"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(parse_activation("relu"), Error);
 }
 
 }  // namespace

@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
                   lesson::per_rank(t, [&](int i) { return host_block(dw_ref, out, 0, in, i, 1); }));
     L.check_ranks("layer dX", dx_layer, lesson::per_rank(t, [&](int) { return dx_ref; }));
     // With gather_output the layer hands back the whole Y (an all-gather forward, a split backward).
-    ColumnParallelLinear gathered(dev, world, "W", in, out, false, /*gather_output=*/true);
+    ColumnParallelLinear gathered(dev, world, "W", in, out, /*bias=*/false, /*gather_output=*/true);
     gathered.load_global(w_host);
     L.check_ranks("gathered Y", gathered.forward(X),
                   lesson::per_rank(t, [&](int) { return y_ref; }));

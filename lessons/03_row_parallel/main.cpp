@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
                   }));
     L.check_ranks("layer db", layer.dbias, lesson::per_rank(t, [&](int) { return db_ref; }));
     m = L.mark();
-    RowParallelLinear whole(dev, world, "W", in, out, true, /*input_is_parallel=*/false);
+    RowParallelLinear whole(dev, world, "W", in, out, /*bias=*/true, /*input_is_parallel=*/false);
     whole.load_global(w_host, b_host);
     Tensor y_whole = whole.forward(X);
     Tensor dx_whole = whole.backward(dY);

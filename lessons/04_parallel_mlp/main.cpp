@@ -94,8 +94,8 @@ int main(int argc, char** argv) {
            std::to_string(k) + ") and B_r = the same rows of fc2 (" + std::to_string(k) + "x" +
            std::to_string(h) + ").");
     size_t m = L.mark();
-    ColumnParallelLinear fc1(dev, world, "fc1", h, ffn, false, false);
-    RowParallelLinear fc2(dev, world, "fc2", ffn, h, false, /*input_is_parallel=*/true);
+    ColumnParallelLinear fc1(dev, world, "fc1", h, ffn, /*bias=*/false, /*gather_output=*/false);
+    RowParallelLinear fc2(dev, world, "fc2", ffn, h, /*bias=*/false, /*input_is_parallel=*/true);
     fc1.load_global(a_host);
     fc2.load_global(b_host);
     L.say(

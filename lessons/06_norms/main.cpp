@@ -249,7 +249,7 @@ int main(int argc, char** argv) {
         "partial sums.");
     show("X after g (all-reduce)", X_whole, m, true);
     L.check_ranks("X after g", X_whole, lesson::per_rank(t, [&](int) { return x_host; }));
-    Norm ln(dev, "ln", h, "layernorm", eps), rms(dev, "rms", h, "rmsnorm", eps);
+    Norm ln(dev, "ln", h, NormKind::LayerNorm, eps), rms(dev, "rms", h, NormKind::RmsNorm, eps);
     m = L.mark();
     Tensor y_ln = ln.forward(X_whole);
     const std::string comm_ln = L.comm_since(m);

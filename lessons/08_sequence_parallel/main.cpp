@@ -207,7 +207,7 @@ int main(int argc, char** argv) {
         dy_host[i * hid + j] = static_cast<float>((i + 1) * (j + 1));
     L.say("  X = ", lesson::fmt(x_host, hid), " (4 tokens, h = 4),  dY[i, j] = (i + 1)(j + 1)");
     // One device: the whole X through a Norm (the device's layernorm kernels), weight 1, bias 0.
-    Norm whole(dev, "ln", hid, "layernorm", eps);
+    Norm whole(dev, "ln", hid, NormKind::LayerNorm, eps);
     Tensor X = Tensor::from_host(dev, Shape{n_tok, hid}, x_host);
     Tensor dY = Tensor::from_host(dev, Shape{n_tok, hid}, dy_host);
     const std::vector<float> y_ref = whole.forward(X).to_host();
@@ -242,7 +242,7 @@ int main(int argc, char** argv) {
     L.check_fact_ranks("tokens per rank = s/t", count,
                        lesson::per_rank(t, [&](int) { return std::vector<float>{float(rows)}; }));
 
-    Norm local(dev, "ln", hid, "layernorm", eps, /*sequence_parallel=*/true);
+    Norm local(dev, "ln", hid, NormKind::LayerNorm, eps, /*sequence_parallel=*/true);
     L.say(
         "  LayerNorm of my tokens only (each token's statistics are its own; one row per token,\n"
         "  rank r's rows are tokens [r·s/t, (r+1)·s/t)):");

@@ -1,5 +1,9 @@
 // adamw.h — AdamW with optimizer state sharded like the parameters, and global gradient-norm
 // clipping that counts a replicated parameter once; ZeRO-1 (the moments sharded over the DP group).
+//
+// Shape legend: the moments m, v have the shape of their parameter's shard; dp = the DP group's
+// size (ZeRO-1 keeps 1/dp of them).
+// The project's full legend (S, B, h, nh, nkv, hd, ffn, V, t): core/device.h.
 #pragma once
 
 #include <vector>

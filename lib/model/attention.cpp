@@ -19,11 +19,14 @@ ParallelAttention::ParallelAttention(Device& device, Communicator& comm, const s
       heads_(cfg.heads),
       kv_heads_(cfg.kv()),
       head_dim_(cfg.head_dim()),
-      q_(device, comm, prefix + ".q", cfg.hidden, cfg.heads * cfg.head_dim(), true, false, cfg.sp),
-      k_(device, comm, prefix + ".k", cfg.hidden, cfg.kv() * cfg.head_dim(), true, false, cfg.sp),
-      v_(device, comm, prefix + ".v", cfg.hidden, cfg.kv() * cfg.head_dim(), true, false, cfg.sp),
-      proj_(device, comm, prefix + ".c_proj", cfg.heads * cfg.head_dim(), cfg.hidden, true, true,
-            cfg.sp),
+      q_(device, comm, prefix + ".q", cfg.hidden, cfg.heads * cfg.head_dim(), /*with_bias=*/true,
+         /*gather_output=*/false, cfg.sp),
+      k_(device, comm, prefix + ".k", cfg.hidden, cfg.kv() * cfg.head_dim(), /*with_bias=*/true,
+         /*gather_output=*/false, cfg.sp),
+      v_(device, comm, prefix + ".v", cfg.hidden, cfg.kv() * cfg.head_dim(), /*with_bias=*/true,
+         /*gather_output=*/false, cfg.sp),
+      proj_(device, comm, prefix + ".c_proj", cfg.heads * cfg.head_dim(), cfg.hidden,
+            /*with_bias=*/true, /*input_is_parallel=*/true, cfg.sp),
       q_out_(prefix + ".q"),
       k_out_(prefix + ".k"),
       v_out_(prefix + ".v"),
@@ -94,11 +97,11 @@ Tensor ParallelAttention::forward_cached(const Tensor& x, LayerKvCache& cache, i
            ".forward_cached: the cache holds ", cache.k.defined() ? cache.k.rows() / batch : 0,
            " positions, need ", past + n);
   // 1. This rank's heads for the new positions only: q (n·B, nh/t · hd), k, v (n·B, nkv/t · hd).
-  const Tensor q = q_.forward(x, false);
+  const Tensor q = q_.forward(x, Keep::Nothing);
   // 2. Append k and v to the cache: rows [past·B, (past + n)·B).
   Tensor k_new = cache.k.view(past * batch, rows), v_new = cache.v.view(past * batch, rows);
-  k_new.copy_from(k_.forward(x, false));
-  v_new.copy_from(v_.forward(x, false));
+  k_new.copy_from(k_.forward(x, Keep::Nothing));
+  v_new.copy_from(v_.forward(x, Keep::Nothing));
   // 3. The new queries over every cached position, local: whole heads.
   const AttentionShape shape{n,          batch,
                              heads_ / t, kv_heads_ / t,
@@ -106,7 +109,7 @@ Tensor ParallelAttention::forward_cached(const Tensor& x, LayerKvCache& cache, i
   Tensor ctx(device_, q.shape());
   device_.attention_cached_forward(ctx, q, cache.k.view(0, rows), cache.v.view(0, rows), past,
                                    shape);
-  return proj_.forward(ctx, false);  // Σ_r ctx_r P_r: g's all-reduce
+  return proj_.forward(ctx, Keep::Nothing);  // Σ_r ctx_r P_r: g's all-reduce
 }
 
 void ParallelAttention::collect_params(ParamList& out, float std, float proj_std) const {

@@ -18,9 +18,9 @@ TransformerBlock::TransformerBlock(Device& device, Communicator& comm, const Gpt
       comm_(comm),
       sp_(cfg.sp),
       layer_(layer),
-      ln_1_(device, "transformer.h." + std::to_string(layer) + ".ln_1", cfg.hidden, cfg.norm,
+      ln_1_(device, "transformer.h." + std::to_string(layer) + ".ln_1", cfg.hidden, cfg.norm_kind(),
             cfg.eps, cfg.sp),
-      ln_2_(device, "transformer.h." + std::to_string(layer) + ".ln_2", cfg.hidden, cfg.norm,
+      ln_2_(device, "transformer.h." + std::to_string(layer) + ".ln_2", cfg.hidden, cfg.norm_kind(),
             cfg.eps, cfg.sp),
       attn_(device, comm, "transformer.h." + std::to_string(layer) + ".attn", cfg),
       mlp_(device, comm, "transformer.h." + std::to_string(layer) + ".mlp", cfg),
@@ -58,8 +58,9 @@ Tensor TransformerBlock::forward_parts(const Tensor& x, int64_t seq, int64_t bat
 
 Tensor TransformerBlock::forward_cached(const Tensor& x, LayerKvCache& cache, int64_t past,
                                         int64_t batch) {
-  Tensor x1 = add(device_, x, attn_.forward_cached(ln_1_.forward(x, false), cache, past, batch));
-  return add(device_, x1, mlp_.forward_inference(ln_2_.forward(x1, false)));
+  Tensor x1 =
+      add(device_, x, attn_.forward_cached(ln_1_.forward(x, Keep::Nothing), cache, past, batch));
+  return add(device_, x1, mlp_.forward_inference(ln_2_.forward(x1, Keep::Nothing)));
 }
 
 void TransformerBlock::observe(MemoryLedger* ledger) {

@@ -10,6 +10,7 @@
 //
 // Shape legend: N = S·B tokens (sequence-major rows, token (s, b) is row s·B + b), h = hidden,
 // t = TP size.
+// The project's full legend (S, B, h, nh, nkv, hd, ffn, V, t): core/device.h.
 #pragma once
 
 #include <cstdint>

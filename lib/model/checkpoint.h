@@ -21,6 +21,10 @@
 // (temporary file, then rename). Loading: every rank reads the file, checks it against the
 // configuration (every mismatch is a bad-input error naming the tensor and both shapes) and keeps
 // its own shard.
+//
+// Shape legend: V = vocabulary, S = sequence, h = hidden, nh / nkv = query / key-value heads,
+// hd = h / nh, ffn = MLP inner size; the tensors are global (every t).
+// The project's full legend (S, B, h, nh, nkv, hd, ffn, V, t): core/device.h.
 #pragma once
 
 #include <cstdint>

@@ -25,13 +25,34 @@ std::string sci(double v) {
 }
 }  // namespace
 
+Activation parse_activation(const std::string& name) {
+  if (name == "gelu") return Activation::Gelu;
+  if (name == "swiglu") return Activation::SwiGlu;
+  TP_CHECK_INPUT(false, "--act=", name, ": expected gelu or swiglu");
+  return Activation::Gelu;
+}
+
+const char* activation_name(Activation act) {
+  return act == Activation::SwiGlu ? "swiglu" : "gelu";
+}
+
+NormKind parse_norm(const std::string& name) {
+  if (name == "layernorm") return NormKind::LayerNorm;
+  if (name == "rmsnorm") return NormKind::RmsNorm;
+  TP_CHECK_INPUT(false, "--norm=", name, ": expected layernorm or rmsnorm");
+  return NormKind::LayerNorm;
+}
+
+const char* norm_name(NormKind norm) { return norm == NormKind::RmsNorm ? "rmsnorm" : "layernorm"; }
+
 double GptConfig::approx_parameters(int t) const {
   const double h = static_cast<double>(hidden), f = static_cast<double>(ffn > 0 ? ffn : 4 * h);
   const double kv_dim =
       heads > 0 ? static_cast<double>(kv()) * (h / static_cast<double>(heads)) : h;
   const double m = static_cast<double>(pad_vocab_multiple) * std::max(t, 1);
   const double v = std::ceil(static_cast<double>(vocab) / m) * m;  // the padded vocabulary
-  const double block = h * (h + 2 * kv_dim) + h * h + (act == "swiglu" ? 3 : 2) * h * f + 6 * h + f;
+  const double block = h * (h + 2 * kv_dim) + h * h +
+                       (activation() == Activation::SwiGlu ? 3 : 2) * h * f + 6 * h + f;
   return static_cast<double>(layers) * block + (v * (tied ? 1 : 2) + static_cast<double>(seq)) * h;
 }
 

@@ -12,6 +12,20 @@
 
 namespace tp {
 
+/// The MLP's activation (--act, checkpoint metadata "act"): GeLU (tanh approximation) or SwiGLU.
+enum class Activation { Gelu, SwiGlu };
+/// The normalisation of every block and of ln_f (--norm, checkpoint metadata "norm").
+enum class NormKind { LayerNorm, RmsNorm };
+
+/// "gelu" | "swiglu"; anything else is bad input (one line naming the choices).
+Activation parse_activation(const std::string& name);
+/// The name parse_activation takes: "gelu" or "swiglu".
+const char* activation_name(Activation act);
+/// "layernorm" | "rmsnorm"; anything else is bad input (one line naming the choices).
+NormKind parse_norm(const std::string& name);
+/// The name parse_norm takes: "layernorm" or "rmsnorm".
+const char* norm_name(NormKind norm);
+
 struct GptConfig {
   int64_t layers = 2;        ///< L
   int64_t hidden = 64;       ///< h
@@ -36,6 +50,9 @@ struct GptConfig {
   std::string recompute = "none";
   int64_t pad_vocab_multiple = 1;  ///< V is padded up to a multiple of pad_vocab_multiple · t
 
+  /// act and norm as enums (parse_activation / parse_norm: bad input for a name problems() rejects).
+  Activation activation() const { return parse_activation(act); }
+  NormKind norm_kind() const { return parse_norm(norm); }
   int64_t kv() const { return kv_heads > 0 ? kv_heads : heads; }
   int64_t inner() const { return ffn > 0 ? ffn : 4 * hidden; }
   int64_t head_dim() const { return heads > 0 ? hidden / heads : 0; }

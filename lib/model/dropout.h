@@ -4,6 +4,7 @@
 //
 // Shape legend: N = S·B tokens (sequence-major rows, token (s, b) is row s·B + b), h = hidden,
 // ffn = MLP inner size, nh / nkv = query / key-value heads, hd = h / nh, t = TP size.
+// The project's full legend (S, B, h, nh, nkv, hd, ffn, V, t): core/device.h.
 #pragma once
 
 #include <cstdint>

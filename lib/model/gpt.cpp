@@ -26,7 +26,7 @@ Gpt::Gpt(Device& device, Communicator& comm, const GptConfig& cfg)
     blocks_.push_back(std::make_unique<TransformerBlock>(device, comm, cfg, l));
     blocks_.back()->observe(&memory_);
   }
-  ln_f_ = std::make_unique<Norm>(device, "transformer.ln_f", h, cfg.norm, cfg.eps, cfg.sp);
+  ln_f_ = std::make_unique<Norm>(device, "transformer.ln_f", h, cfg.norm_kind(), cfg.eps, cfg.sp);
   // What the model keeps outside the blocks is recorded too, under layer −1.
   wte_->observe(&memory_, -1);
   drop_embd_.observe(&memory_, -1);
@@ -172,7 +172,7 @@ Tensor Gpt::forward_cached(const std::vector<int32_t>& ids, KvCache& cache, bool
 
   // 3. Final norm and the head over my vocabulary rows, for the rows asked for: (rows, V'/t).
   const Tensor rows = all_positions ? x : x.view((n - 1) * batch, n * batch);
-  const Tensor xf = ln_f_->forward(rows, false);
+  const Tensor xf = ln_f_->forward(rows, Keep::Nothing);
   const Tensor& head = cfg_.tied ? wte_->weight : lm_head_;
   Tensor logits(device_, Shape{rows.rows(), wte_->local_rows()});
   device_.gemm(false, true, 1.0f, xf, head, 0.0f, logits);

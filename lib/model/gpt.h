@@ -24,6 +24,10 @@
 // training's forward, each on one row per sequence — and attends over the cached positions. No
 // position is computed twice. The head gives this rank's V'/t logits of the last position; the
 // sampler (parallel/vocab_sampling.h) picks the token from the shards without gathering them.
+//
+// Shape legend: S = sequence, B = batch, h = hidden, V = vocabulary (V' padded), t = TP size;
+// ids and targets are (S·B) in the same row order.
+// The project's full legend (S, B, h, nh, nkv, hd, ffn, V, t): core/device.h.
 #pragma once
 
 #include <memory>

@@ -8,12 +8,14 @@ ParallelMLP::ParallelMLP(Device& device, Communicator& comm, const std::string& 
                          const GptConfig& cfg)
     : device_(device),
       comm_(comm),
-      swiglu_(cfg.act == "swiglu"),
+      swiglu_(cfg.activation() == Activation::SwiGlu),
       overlap_(parse_overlap(cfg.overlap)),
-      fc1_(device, comm, prefix + ".c_fc", cfg.hidden, cfg.inner(), true, false, cfg.sp),
+      fc1_(device, comm, prefix + ".c_fc", cfg.hidden, cfg.inner(), /*with_bias=*/true,
+           /*gather_output=*/false, cfg.sp),
       gate_(device, comm, prefix + ".c_gate", cfg.hidden, swiglu_ ? cfg.inner() : comm.size(),
-            swiglu_, false, cfg.sp),
-      fc2_(device, comm, prefix + ".c_proj", cfg.inner(), cfg.hidden, true, true, cfg.sp),
+            /*with_bias=*/swiglu_, /*gather_output=*/false, cfg.sp),
+      fc2_(device, comm, prefix + ".c_proj", cfg.inner(), cfg.hidden, /*with_bias=*/true,
+           /*input_is_parallel=*/true, cfg.sp),
       up_(fc1_.name() + ".output"),
       gate_out_(gate_.name() + ".output") {
   for (ParallelLinearBase* l :
@@ -64,13 +66,13 @@ Tensor ParallelMLP::backward(const Tensor& dy) {
 }
 
 Tensor ParallelMLP::forward_inference(const Tensor& x) {
-  const Tensor up = fc1_.forward(x, false);  // X U_r: (N, ffn/t), no communication
+  const Tensor up = fc1_.forward(x, Keep::Nothing);  // X U_r: (N, ffn/t), no communication
   Tensor act(device_, up.shape());
   if (swiglu_)
-    device_.swiglu_forward(act, gate_.forward(x, false), up);  // silu(X G_r) ⊙ X U_r
+    device_.swiglu_forward(act, gate_.forward(x, Keep::Nothing), up);  // silu(X G_r) ⊙ X U_r
   else
-    device_.gelu_forward(act, up);  // GeLU(X U_r)
-  return fc2_.forward(act, false);  // Σ_r act_r B_r: g's all-reduce
+    device_.gelu_forward(act, up);          // GeLU(X U_r)
+  return fc2_.forward(act, Keep::Nothing);  // Σ_r act_r B_r: g's all-reduce
 }
 
 void ParallelMLP::collect_params(ParamList& out, float std, float proj_std) const {

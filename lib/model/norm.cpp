@@ -1,20 +1,17 @@
 #include "model/norm.h"
 
-#include "core/error.h"
-
 namespace tp {
 
-Norm::Norm(Device& device, std::string name, int64_t hidden, const std::string& kind, float eps,
+Norm::Norm(Device& device, std::string name, int64_t hidden, NormKind kind, float eps,
            bool sequence_parallel)
     : device_(device),
       name_(std::move(name)),
-      rms_(kind == "rmsnorm"),
+      rms_(kind == NormKind::RmsNorm),
       eps_(eps),
       sp_(sequence_parallel),
       x_(name_ + ".input"),
       mean_(name_ + ".mean"),
       rstd_(name_ + ".rstd") {
-  TP_CHECK(kind == "layernorm" || kind == "rmsnorm", "unknown norm '", kind, "'");
   weight = Tensor(device, Shape{hidden});
   dweight = Tensor::zeros(device, Shape{hidden});
   device.fill(weight, 1.0f);
@@ -24,7 +21,8 @@ Norm::Norm(Device& device, std::string name, int64_t hidden, const std::string& 
   }
 }
 
-Tensor Norm::forward(const Tensor& x, bool keep) {
+Tensor Norm::forward(const Tensor& x, Keep keep_mode) {
+  const bool keep = keep_mode == Keep::ForBackward;
   Tensor y(device_, x.shape());
   Tensor rstd(device_, Shape{x.rows()});
   if (keep)

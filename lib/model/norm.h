@@ -4,12 +4,14 @@
 //
 // Shape legend: N = S·B tokens (sequence-major rows, token (s, b) is row s·B + b), h = hidden,
 // ffn = MLP inner size, nh / nkv = query / key-value heads, hd = h / nh, t = TP size.
+// The project's full legend (S, B, h, nh, nkv, hd, ffn, V, t): core/device.h.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
 #include "core/device.h"
+#include "model/config.h"
 #include "observe/activation_stash.h"
 #include "parallel/param.h"
 
@@ -20,13 +22,13 @@ namespace tp {
 /// needs statistics of the whole vector (lesson 06).
 class Norm {
  public:
-  /// kind: "layernorm" or "rmsnorm". name: e.g. "transformer.h.0.ln_1". With
+  /// kind: NormKind::LayerNorm or NormKind::RmsNorm. name: e.g. "transformer.h.0.ln_1". With
   /// sequence_parallel the norm sees only this rank's tokens, so its parameter gradients are
   /// partial sums (Param::sequence_parallel_grad).
-  Norm(Device& device, std::string name, int64_t hidden, const std::string& kind, float eps,
+  Norm(Device& device, std::string name, int64_t hidden, NormKind kind, float eps,
        bool sequence_parallel = false);
-  /// x: (N, h) → y: (N, h). Saves x and the row statistics, unless keep is false (inference).
-  Tensor forward(const Tensor& x, bool keep = true);
+  /// x: (N, h) → y: (N, h). Saves x and the row statistics, unless keep is Keep::Nothing (inference).
+  Tensor forward(const Tensor& x, Keep keep_mode = Keep::ForBackward);
   /// dy: (N, h) → dx: (N, h); dweight (and dbias) accumulate.
   Tensor backward(const Tensor& dy);
   void collect_params(ParamList& out) const;

@@ -67,49 +67,53 @@ const char* split_name(Split s) {
   return s == Split::Columns ? "columns" : s == Split::Rows ? "rows" : "replicated";
 }
 
+/// How often a tensor or a collective of the step counts: in each of the L blocks, or once.
+enum class Times { EachLayer, Once };
+
 // The parameters of tp::Gpt for `cfg` at t with a padded vocabulary of `vocab_rows`, in its
 // ParamList order (Gpt's constructor, TransformerBlock, ParallelAttention, ParallelMLP, Norm).
 std::vector<PreflightTensor> model_tensors(const GptConfig& c, int t, int64_t vocab_rows) {
   std::vector<PreflightTensor> out;
-  auto add = [&](const std::string& name, Shape global, Split split, bool per_layer) {
+  auto add = [&](const std::string& name, Shape global, Split split, Times times) {
     PreflightTensor x;
     x.name = name;
     x.global = global;
     x.split = split;
-    x.per_layer = per_layer;
+    x.per_layer = times == Times::EachLayer;
     const int last = global.ndim() - 1;
     x.local = split == Split::Columns ? global.with(last, global[last] / t)
               : split == Split::Rows  ? global.with(0, global[0] / t)
                                       : global;
     out.push_back(x);
   };
-  auto norm = [&](const std::string& name, bool per_layer) {
-    add(name + ".weight", Shape{c.hidden}, Split::Replicated, per_layer);
-    if (c.norm == "layernorm") add(name + ".bias", Shape{c.hidden}, Split::Replicated, per_layer);
+  auto norm = [&](const std::string& name, Times times) {
+    add(name + ".weight", Shape{c.hidden}, Split::Replicated, times);
+    if (c.norm_kind() == NormKind::LayerNorm)
+      add(name + ".bias", Shape{c.hidden}, Split::Replicated, times);
   };
   auto column = [&](const std::string& name, int64_t in, int64_t o) {
-    add(name + ".weight", Shape{in, o}, Split::Columns, true);
-    add(name + ".bias", Shape{o}, Split::Columns, true);
+    add(name + ".weight", Shape{in, o}, Split::Columns, Times::EachLayer);
+    add(name + ".bias", Shape{o}, Split::Columns, Times::EachLayer);
   };
   auto row = [&](const std::string& name, int64_t in, int64_t o) {
-    add(name + ".weight", Shape{in, o}, Split::Rows, true);
-    add(name + ".bias", Shape{o}, Split::Replicated, true);
+    add(name + ".weight", Shape{in, o}, Split::Rows, Times::EachLayer);
+    add(name + ".bias", Shape{o}, Split::Replicated, Times::EachLayer);
   };
   const int64_t h = c.hidden, hd = c.head_dim(), f = c.inner();
-  add("transformer.wte.weight", Shape{vocab_rows, h}, Split::Rows, false);
-  add("transformer.wpe.weight", Shape{c.seq, h}, Split::Replicated, false);
+  add("transformer.wte.weight", Shape{vocab_rows, h}, Split::Rows, Times::Once);
+  add("transformer.wpe.weight", Shape{c.seq, h}, Split::Replicated, Times::Once);
   const std::string b = "transformer.h.0.";
-  norm(b + "ln_1", true);
+  norm(b + "ln_1", Times::EachLayer);
   column(b + "attn.q", h, c.heads * hd);
   column(b + "attn.k", h, c.kv() * hd);
   column(b + "attn.v", h, c.kv() * hd);
   row(b + "attn.c_proj", c.heads * hd, h);
-  norm(b + "ln_2", true);
+  norm(b + "ln_2", Times::EachLayer);
   column(b + "mlp.c_fc", h, f);
-  if (c.act == "swiglu") column(b + "mlp.c_gate", h, f);
+  if (c.activation() == Activation::SwiGlu) column(b + "mlp.c_gate", h, f);
   row(b + "mlp.c_proj", f, h);
-  norm("transformer.ln_f", false);
-  if (!c.tied) add("lm_head.weight", Shape{vocab_rows, h}, Split::Rows, false);
+  norm("transformer.ln_f", Times::Once);
+  if (!c.tied) add("lm_head.weight", Shape{vocab_rows, h}, Split::Rows, Times::Once);
   return out;
 }
 
@@ -124,37 +128,42 @@ std::vector<PlannedCollective> step_collectives(const GptConfig& c, int64_t batc
   std::vector<PlannedCollective> out;
   if (t <= 1) return out;
   const int64_t N = c.seq * batch, Nh = N * c.hidden, L = c.layers;
-  auto add = [&](const char* op, int64_t elements, int64_t bytes_each, int count, bool per_layer,
+  auto add = [&](const char* op, int64_t elements, int64_t bytes_each, int count, Times times,
                  const char* pass, const char* why) {
-    out.push_back({op, elements, elements * bytes_each, count, per_layer, pass, why});
+    out.push_back(
+        {op, elements, elements * bytes_each, count, times == Times::EachLayer, pass, why});
   };
   const char *fwd = "forward", *bwd = "backward", *after = "after backward";
   if (!c.sp) {
-    add("all_reduce", Nh, d, 1, false, fwd, "embedding: each rank looked up its own ids");
-    add("all_reduce", Nh, d, 2, true, fwd,
+    add("all_reduce", Nh, d, 1, Times::Once, fwd, "embedding: each rank looked up its own ids");
+    add("all_reduce", Nh, d, 2, Times::EachLayer, fwd,
         "g: after attention's and the MLP's row-parallel c_proj");
   } else {
-    add("reduce_scatter", Nh, d, 1, false, fwd, "embedding: summed, each rank keeps S/t tokens");
-    add("all_gather", Nh, d, 2, true, fwd, "the S/t-token input of attention and of the MLP");
-    add("reduce_scatter", Nh, d, 2, true, fwd, "after attention's and the MLP's c_proj");
-    add("all_gather", Nh, d, 1, false, fwd, "ln_f's output, for the head");
+    add("reduce_scatter", Nh, d, 1, Times::Once, fwd,
+        "embedding: summed, each rank keeps S/t tokens");
+    add("all_gather", Nh, d, 2, Times::EachLayer, fwd,
+        "the S/t-token input of attention and of the MLP");
+    add("reduce_scatter", Nh, d, 2, Times::EachLayer, fwd,
+        "after attention's and the MLP's c_proj");
+    add("all_gather", Nh, d, 1, Times::Once, fwd, "ln_f's output, for the head");
   }
-  add("all_reduce_max", N, 4, 1, false, fwd, "loss: the row max of the logits");
-  add("all_reduce", N, 4, 2, false, fwd, "loss: Σ exp and the target logit");
+  add("all_reduce_max", N, 4, 1, Times::Once, fwd, "loss: the row max of the logits");
+  add("all_reduce", N, 4, 2, Times::Once, fwd, "loss: Σ exp and the target logit");
   if (!c.sp) {
-    add("all_reduce", Nh, d, 1, false, bwd, "the head's dX");
-    add("all_reduce", Nh, d, 2, true, bwd, "f: dX of attention's q, k, v and of the MLP's c_fc");
+    add("all_reduce", Nh, d, 1, Times::Once, bwd, "the head's dX");
+    add("all_reduce", Nh, d, 2, Times::EachLayer, bwd,
+        "f: dX of attention's q, k, v and of the MLP's c_fc");
   } else {
-    add("reduce_scatter", Nh, d, 1, false, bwd, "the head's dX");
-    add("all_gather", Nh, d, 2, true, bwd, "dY of each row-parallel c_proj");
-    add("all_gather", Nh, d, 2, true, bwd, "the kept S/t-token input, gathered again");
-    add("reduce_scatter", Nh, d, 2, true, bwd, "dX of attention and of the MLP");
-    add("all_gather", Nh, d, 1, false, bwd, "the embedding's dY");
-    const int64_t nv = c.norm == "layernorm" ? 2 : 1;
-    add("all_reduce", c.seq * c.hidden + L * (2 * nv + 2) * c.hidden + nv * c.hidden, d, 1, false,
-        after, "partial gradients of wpe, the norms and the c_proj biases");
+    add("reduce_scatter", Nh, d, 1, Times::Once, bwd, "the head's dX");
+    add("all_gather", Nh, d, 2, Times::EachLayer, bwd, "dY of each row-parallel c_proj");
+    add("all_gather", Nh, d, 2, Times::EachLayer, bwd, "the kept S/t-token input, gathered again");
+    add("reduce_scatter", Nh, d, 2, Times::EachLayer, bwd, "dX of attention and of the MLP");
+    add("all_gather", Nh, d, 1, Times::Once, bwd, "the embedding's dY");
+    const int64_t nv = c.norm_kind() == NormKind::LayerNorm ? 2 : 1;
+    add("all_reduce", c.seq * c.hidden + L * (2 * nv + 2) * c.hidden + nv * c.hidden, d, 1,
+        Times::Once, after, "partial gradients of wpe, the norms and the c_proj biases");
   }
-  add("all_reduce", 1, 4, 1, false, after, "the gradient norm");
+  add("all_reduce", 1, 4, 1, Times::Once, after, "the gradient norm");
   return out;
 }
 

@@ -7,6 +7,7 @@
 // Shape legend: L layers, h hidden, nh query heads, nkv key/value heads, hd = h/nh, f the MLP
 // inner size, V the vocabulary (V' padded), S the sequence, B the batch, N = S·B tokens, t the
 // tensor-parallel size, d the bytes of one value (--dtype).
+// The project's full legend (S, B, h, nh, nkv, hd, ffn, V, t): core/device.h.
 //
 // Problems (each one line with its fix; any of them stops tp_train and makes tp_preflight exit 2):
 // the checks of GptConfig::problems — h % nh, nh % t (each rank owns whole heads), nh % nkv,

@@ -23,6 +23,9 @@
 
 namespace tp {
 
+/// What a layer's forward saves: what its backward needs (training), or nothing (inference).
+enum class Keep { ForBackward, Nothing };
+
 /// One tensor a layer keeps from forward for backward: empty until its ActivationStash fills it.
 class SavedTensor {
  public:

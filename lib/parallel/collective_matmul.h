@@ -31,6 +31,7 @@
 //
 // Shape legend: N = tokens (rows, sequence-major), t = comm.size(), r = comm.rank(); a block is
 // N/t consecutive rows, block r = this rank's sequence shard.
+// The project's full legend (S, B, h, nh, nkv, hd, ffn, V, t): core/device.h.
 #pragma once
 
 #include <functional>

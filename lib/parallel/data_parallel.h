@@ -12,6 +12,10 @@
 // updated values are all-gathered (all_gather_parameters). The wire bytes are those of the
 // all-reduce (a reduce-scatter plus an all-gather is how a ring all-reduces); the moments per rank
 // fall by dp. Pipeline parallelism will sit beside this file.
+//
+// Shape legend: the gradients and parameters are this rank's TP shards, packed in ParamList order;
+// dp = the DP group's size.
+// The project's full legend (S, B, h, nh, nkv, hd, ffn, V, t): core/device.h.
 #pragma once
 
 #include <cstdint>

@@ -101,7 +101,8 @@ void ColumnParallelLinear::load_global(const std::vector<float>& w, const std::v
   }
 }
 
-Tensor ColumnParallelLinear::forward(const Tensor& x, bool keep) {
+Tensor ColumnParallelLinear::forward(const Tensor& x, Keep keep_mode) {
+  const bool keep = keep_mode == Keep::ForBackward;
   if (sequence_parallel_ && keep) return forward_shared({this}, x)[0];
   // Inference under SP: the whole sequence, nothing kept.
   return forward_whole(sequence_parallel_ ? gather_from_sp_region_forward(comm_, x) : x, keep);
@@ -305,7 +306,8 @@ void RowParallelLinear::load_global(const std::vector<float>& w, const std::vect
   }
 }
 
-Tensor RowParallelLinear::forward(const Tensor& x, bool keep) {
+Tensor RowParallelLinear::forward(const Tensor& x, Keep keep_mode) {
+  const bool keep = keep_mode == Keep::ForBackward;
   const Tensor x_r = input_is_parallel_ ? x : scatter_to_tp_region_forward(comm_, x);
   if (keep)
     saved_.keep(input_, x_r);

@@ -5,6 +5,7 @@
 //
 // Shape legend: N = tokens (all leading dims of X flattened), in / out = global feature sizes,
 // t = comm.size(), r = comm.rank().
+// The project's full legend (S, B, h, nh, nkv, hd, ffn, V, t): core/device.h.
 //
 // Each layer keeps the global name and sizes of its parameters and holds only its shard. Forward
 // saves exactly what backward needs (its input); backward returns dX and accumulates (+=) dW, db.
@@ -96,9 +97,9 @@ class ColumnParallelLinear : public ParallelLinearBase {
   void load_global(const std::vector<float>& weight, const std::vector<float>& bias = {});
 
   /// x: (N, in), or (N/t, in) this rank's tokens with sequence_parallel → y: (N, out/t), or
-  /// (N, out) with gather_output. Saves x (sequence_parallel: the shard) unless keep_input is
+  /// (N, out) with gather_output. Saves x (sequence_parallel: the shard) unless keep is
   /// false (inference: no backward follows).
-  Tensor forward(const Tensor& x, bool keep_input = true);
+  Tensor forward(const Tensor& x, Keep keep = Keep::ForBackward);
   /// dy: like forward's y → dx: like forward's x: complete on every rank (all-reduced), or with
   /// sequence_parallel this rank's tokens (reduce-scattered). Accumulates dweight += Xᵀ dY_r,
   /// dbias += Σ_rows dY_r.
@@ -178,8 +179,8 @@ class RowParallelLinear : public ParallelLinearBase {
   /// x: (N, in/t) when input_is_parallel, else (N, in) → y: (N, out), complete on every rank
   /// (sequence_parallel: (N/t, out), this rank's tokens). With sequence_parallel and
   /// Overlap::Ring, the reduce-scatter is a ring whose steps overlap the block GEMMs. Saves X_r
-  /// for backward unless keep_input is false (inference).
-  Tensor forward(const Tensor& x, bool keep_input = true);
+  /// for backward unless keep is Keep::Nothing (inference).
+  Tensor forward(const Tensor& x, Keep keep = Keep::ForBackward);
   /// dy: like y → dx: (N, in/t) when input_is_parallel, else (N, in). With sequence_parallel and
   /// Overlap::Ring, dY's all-gather is a ring whose steps overlap the block GEMMs.
   Tensor backward(const Tensor& dy);

@@ -23,6 +23,7 @@
 //   - A dimension not divisible by t is a bad-input error naming the dimension and the valid t.
 //
 // Shape legend: t = comm.size(), r = comm.rank(), h = last dim, s = dim 0.
+// The project's full legend (S, B, h, nh, nkv, hd, ffn, V, t): core/device.h.
 #pragma once
 
 #include <memory>

@@ -4,6 +4,10 @@
 // Everything that walks over "all parameters" (initialisation, zeroing gradients, the gradient
 // norm, the optimizer, checkpoints, the tests that compare t = N with t = 1) works on Params, so a
 // new layer only has to describe its parameters once.
+//
+// Shape legend: a Param's shape is the global one; its shard is that shape with the split dim
+// divided by t = comm.size().
+// The project's full legend (S, B, h, nh, nkv, hd, ffn, V, t): core/device.h.
 #pragma once
 
 #include <cstdint>

@@ -9,6 +9,7 @@
 //
 // Shape legend: N = tokens, h = hidden, V = real vocabulary, V' = padded vocabulary,
 // t = comm.size(), r = comm.rank().
+// The project's full legend (S, B, h, nh, nkv, hd, ffn, V, t): core/device.h.
 #pragma once
 
 #include <cstdint>

@@ -23,6 +23,7 @@
 //                        t·k and draws among them locally
 //
 // Shape legend: V' = padded vocabulary, t = comm.size().
+// The project's full legend (S, B, h, nh, nkv, hd, ffn, V, t): core/device.h.
 #pragma once
 
 #include <cstdint>
