@@ -111,9 +111,11 @@ TEST(PreflightProblems, TheCallerLabelsT) {
   EXPECT_TRUE(has_one(labelled.problems,
                       "heads=12 is not divisible by t=5 (the TP group: ranks / --dp): each rank"));
   for (const auto& m : labelled.problems) EXPECT_FALSE(contains(m, "the number of ranks")) << m;
-  for (size_t i = 0; i < plain.problems.size(); ++i)
-    if (!contains(plain.problems[i], "(the number of ranks)"))
+  for (size_t i = 0; i < plain.problems.size(); ++i) {
+    if (!contains(plain.problems[i], "(the number of ranks)")) {
       EXPECT_EQ(labelled.problems[i], plain.problems[i]);
+    }
+  }
 }
 
 // Sizes no machine holds are refused before any size is computed from them (issue 19): nothing
