@@ -50,6 +50,21 @@ inline GptConfig small_gpt_config(int64_t seq) {
   return c;
 }
 
+// The smallest model whose every split size and sequence divide by t = 1, 2, 3, 4: h = 24,
+// nh = nkv = 12 (hd 2), ffn 48, V = 32, S = 12; init_std 0.1 so that attention is far from uniform.
+inline GptConfig tiny_gpt_config(int64_t layers) {
+  GptConfig c;
+  c.layers = layers;
+  c.hidden = 24;
+  c.heads = 12;
+  c.kv_heads = 12;
+  c.ffn = 48;
+  c.vocab = 32;
+  c.seq = 12;
+  c.init_std = 0.1f;
+  return c;
+}
+
 inline bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;

@@ -92,19 +92,9 @@ TEST(Ring, ReduceScatterEqualsTheLibrarys) {
 
 // ---- 2. the model ---------------------------------------------------------------------------------
 
-// L = 2 (the backward of one block overlaps the next block's), h = 24, 12 heads, ffn 48, V = 32,
-// S = 12: every split size and the sequence divide by t = 1, 2, 3, 4.
-GptConfig small_config() {
-  GptConfig c;
-  c.layers = 2;
-  c.hidden = 24;
-  c.heads = 12;
-  c.ffn = 48;
-  c.vocab = 32;
-  c.seq = 12;
-  c.init_std = 0.1f;
-  return c;
-}
+// L = 2 of the tiny model (model_test_helpers.h): the backward of one block overlaps the next
+// block's, and every split divides by t = 1, 2, 3, 4.
+GptConfig small_config() { return tp::testing::tiny_gpt_config(2); }
 
 using OverlapCase = std::tuple<bool, std::string, std::string>;  // sp, act, overlap
 

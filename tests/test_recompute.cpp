@@ -30,18 +30,10 @@ using tp::testing::kSeed;
 using tp::testing::markov_batch;
 using tp::testing::world;
 
-// L = 2, h = 24, nh = nkv = 12 (hd 2), ffn 48, V = 32, S = 12: every split size and the sequence
-// divide by t = 1, 2, 3, 4. Dropout 0.1 everywhere, init_std 0.1 (attention far from uniform).
+// L = 2 of the tiny model (model_test_helpers.h: every split divides by t = 1, 2, 3, 4), with
+// dropout 0.1 everywhere.
 GptConfig recompute_config() {
-  GptConfig c;
-  c.layers = 2;
-  c.hidden = 24;
-  c.heads = 12;
-  c.kv_heads = 12;
-  c.ffn = 48;
-  c.vocab = 32;
-  c.seq = 12;
-  c.init_std = 0.1f;
+  GptConfig c = tp::testing::tiny_gpt_config(2);
   c.dropout = 0.1f;
   return c;
 }

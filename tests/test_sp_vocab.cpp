@@ -49,20 +49,8 @@ using tp::testing::markov_batch;
 using tp::testing::Trainer;
 using tp::testing::world;
 
-// L = 1, h = 24, nh = nkv = 12 (hd 2), ffn 48, V = 32, S = 12: every split size and the sequence
-// divide by t = 1, 2, 3, 4. init_std 0.1 so that attention is far from uniform.
-GptConfig small_config() {
-  GptConfig c;
-  c.layers = 1;
-  c.hidden = 24;
-  c.heads = 12;
-  c.kv_heads = 12;
-  c.ffn = 48;
-  c.vocab = 32;
-  c.seq = 12;
-  c.init_std = 0.1f;
-  return c;
-}
+// L = 1 of the tiny model (model_test_helpers.h): every split divides by t = 1, 2, 3, 4.
+GptConfig small_config() { return tp::testing::tiny_gpt_config(1); }
 constexpr int64_t kBatch = 2;  // N = S·B = 24 tokens
 
 // The t = 1 reference of `cfg`: no SP, unpadded vocabulary.
