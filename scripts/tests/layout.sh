@@ -28,3 +28,7 @@ expect "tp_preflight --pp: 70B bubble on 8 x 8 GPUs" 0 "bubble (N - 1)/(m + N - 
 expect "tp_preflight --pp: 70B links on 8 x 8 GPUs" 0 \
   "TP (inside a node, nvlink), PP send/recv (across nodes, ib), DP all-reduce (across nodes, ib)" 1 \
   "${pf[@]}" "${l70[@]}"
+# Lesson 16 launched on one node (plain mpirun): one line with the two-host launch, exit 2.
+expect "lesson 16 on one node" 2 \
+  "lesson 16 runs on two nodes of 2 ranks; this launch has 1 node(s). On one machine with MPICH: mpirun -launcher fork" 4 \
+  "$BUILD/bin/lesson_16_where_parallelism_goes"
