@@ -210,6 +210,36 @@ TEST(PipelinePlan, LinksFollowTheGridsRankOrder) {
   EXPECT_FALSE(p.stages[0].pp.inside_node);
 }
 
+// The link of each axis against a brute force over every rank of every group (block placement, G
+// ranks per node): the plan looks at each group's first and last rank only.
+TEST(PipelinePlan, PlacementMatchesEveryRank) {
+  for (int t : {1, 2, 3, 4})
+    for (int D : {1, 2, 3})
+      for (int N : {1, 2, 4})
+        for (int G : {1, 2, 4, 6, 8}) {
+          PipelineInput in = small(t, N, D, 1 * 4, PpSchedule::Afab);
+          in.base.model.heads = 12;
+          in.base.model.layers = 4;
+          in.base.batch = 4 * D;
+          in.base.gpus_per_node = G;
+          const PipelinePlan p = plan_pipeline(in);
+          ASSERT_TRUE(p.problems.empty()) << p.problems[0];
+          const int W = t * D * N;
+          auto node = [&](int r) { return r / G; };
+          bool tp_in = true, dp_in = true, pp_in = true;
+          for (int r = 0; r < W; ++r) {
+            const int tr = r % t, dr = (r / t) % D, pr = r / (t * D);
+            tp_in &= node(r) == node((pr * D + dr) * t);  // the group's tp_rank 0
+            dp_in &= node(r) == node(pr * D * t + tr);    // its dp_rank 0
+            pp_in &= node(r) == node(dr * t + tr);        // its pp_rank 0
+          }
+          const StagePlan& s = p.stages[0];
+          EXPECT_EQ(s.tp.inside_node, tp_in) << t << " " << D << " " << N << " " << G;
+          EXPECT_EQ(s.dp.inside_node, dp_in) << t << " " << D << " " << N << " " << G;
+          EXPECT_EQ(s.pp.inside_node, pp_in) << t << " " << D << " " << N << " " << G;
+        }
+}
+
 TEST(PipelinePlan, BadInputs) {
   PipelinePlan p = plan_pipeline(small(1, 6, 1, 8));
   EXPECT_TRUE(has_one(p.problems, "--pp=6 is more stages than the model's 5 blocks"))
@@ -224,6 +254,12 @@ TEST(PipelinePlan, BadInputs) {
   big.base.gpus_per_node = 4;
   p = plan_pipeline(big);
   EXPECT_TRUE(has_one(p.problems, "= 8 GPUs, but the job has 1 nodes x 4 GPUs")) << p.problems[0];
+  // A grid no job has: refused before anything is laid out.
+  PipelineInput huge = small(1, 2, 1, 2);
+  huge.dp = 1 << 20;
+  huge.base.batch = int64_t{2} << 20;
+  p = plan_pipeline(huge);
+  EXPECT_TRUE(has_one(p.problems, "more than this planner lays out")) << p.problems[0];
   // A TP problem (ffn % t) comes through the TP preflight.
   PipelineInput odd = small(2, 2, 1, 2);
   odd.base.model.ffn = 7;

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
-#include <map>
 #include <sstream>
 
 #include "core/error.h"
@@ -15,6 +14,8 @@
 namespace tp {
 
 namespace {
+
+constexpr int64_t kMaxPlannedGpus = int64_t{1} << 20;
 
 template <typename... Args>
 std::string printf_str(const char* fmt, Args... args) {
@@ -35,13 +36,14 @@ std::string params_str(int64_t n) {
   return n >= 1000000000 ? printf_str("%.2fB", n / 1e9) : printf_str("%.2fM", n / 1e6);
 }
 
-// Whether every group of one axis lies on one node: `group_of(r)` names the group of world rank
-// r, ranks sit G to a node in rank order.
-bool groups_inside_nodes(int world, int gpus_per_node, const std::function<int(int)>& group_of) {
-  std::map<int, int> node_of_group;
-  for (int r = 0; r < world; ++r) {
-    const auto [it, fresh] = node_of_group.emplace(group_of(r), r / gpus_per_node);
-    if (!fresh && it->second != r / gpus_per_node) return false;
+// Whether every group of one axis lies on one node, ranks G to a node in rank order. A group's
+// ranks rise from `first` by a stride, so it lies on one node when its first and last rank do.
+// Groups are numbered g = 0 .. groups − 1; `first_of(g)` is group g's lowest rank.
+bool groups_inside_nodes(int64_t groups, int64_t span, int64_t gpus_per_node,
+                         const std::function<int64_t(int64_t)>& first_of) {
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t first = first_of(g);
+    if (first / gpus_per_node != (first + span) / gpus_per_node) return false;
   }
   return true;
 }
@@ -112,12 +114,19 @@ PipelinePlan plan_pipeline(const PipelineInput& in) {
                      "micro-batches before its first backward; use --micro-batches >= %d or "
                      "--schedule afab",
                      m, N, N, N));
-  problem(in.base.batch % (static_cast<int64_t>(D) * m) == 0,
-          printf_str("--batch=%lld does not split into --dp x --micro-batches = %d x %d = %d "
-                     "micro-batches of equal size; choose --batch a multiple of %d",
-                     static_cast<long long>(in.base.batch), D, m, D * m, D * m));
+  const int64_t dm = static_cast<int64_t>(D) * m;
+  problem(in.base.batch % dm == 0,
+          printf_str("--batch=%lld does not split into --dp x --micro-batches = %d x %d = %lld "
+                     "micro-batches of equal size; choose --batch a multiple of %lld",
+                     static_cast<long long>(in.base.batch), D, m, static_cast<long long>(dm),
+                     static_cast<long long>(dm)));
   const int64_t gpus = static_cast<int64_t>(in.base.nodes) * in.base.gpus_per_node;
-  const int64_t world = static_cast<int64_t>(t) * N * D;
+  const int64_t world = static_cast<int64_t>(std::max(t, 1)) * N * D;
+  problem(
+      world <= kMaxPlannedGpus,
+      printf_str("tp x pp x dp = %d x %d x %d = %lld GPUs, more than this planner lays out "
+                 "(%lld, beyond any job); lower --dp or --pp",
+                 t, N, D, static_cast<long long>(world), static_cast<long long>(kMaxPlannedGpus)));
   problem(gpus == 0 || world <= gpus,
           printf_str("tp x pp x dp = %d x %d x %d = %lld GPUs, but the job has %d nodes x %d GPUs "
                      "= %lld; lower one of them or add nodes",
@@ -126,7 +135,7 @@ PipelinePlan plan_pipeline(const PipelineInput& in) {
   if (!p.problems.empty()) return p;
 
   // The TP part: the preflight of one micro-batch at t (its problems are the layout's too).
-  p.micro_batch = in.base.batch / (static_cast<int64_t>(D) * m);
+  p.micro_batch = in.base.batch / dm;
   PreflightInput one = in.base;
   one.batch = p.micro_batch;
   p.tp = preflight(one);
@@ -147,10 +156,14 @@ PipelinePlan plan_pipeline(const PipelineInput& in) {
                    "one node, so PP and DP cross nodes",
                    t));
   }
-  const int W = static_cast<int>(world);
-  const bool tp_in = groups_inside_nodes(W, G, [&](int r) { return r / t; });
-  const bool dp_in = groups_inside_nodes(W, G, [&](int r) { return (r / (t * D)) * t + r % t; });
-  const bool pp_in = groups_inside_nodes(W, G, [&](int r) { return r % (t * D); });
+  // r = (pp_rank · D + dp_rank) · t + tp_rank. TP group g: ranks g·t … g·t + t − 1. DP group
+  // (pp_rank, tp_rank): pp_rank·t·D + tp_rank, stride t, D ranks. PP group (dp_rank, tp_rank):
+  // dp_rank·t + tp_rank, stride t·D, N ranks.
+  const int64_t tD = static_cast<int64_t>(t) * D;
+  const bool tp_in = groups_inside_nodes(world / t, t - 1, G, [&](int64_t g) { return g * t; });
+  const bool dp_in = groups_inside_nodes(static_cast<int64_t>(N) * t, (D - 1) * int64_t{t}, G,
+                                         [&](int64_t g) { return (g / t) * tD + g % t; });
+  const bool pp_in = groups_inside_nodes(tD, (N - 1) * tD, G, [&](int64_t g) { return g; });
 
   // Parameters of one block, and the once-only tensors, on one rank.
   int64_t per_block = 0, wte = 0, wpe = 0, ln_f = 0, lm_head = 0;
