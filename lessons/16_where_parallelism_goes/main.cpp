@@ -336,8 +336,9 @@ int main(int argc, char** argv) {
               where(l->dp_inside)});
     L.say(lt.str());
     const std::string warn = b.grid->placement_warning();
-    L.say("  (world ranks; B is what a rank order that ignores the nodes gives.) The grid warns\n",
-          "  for B:  ", warn);
+    L.say("  (world ranks; B is what a rank order that ignores the nodes gives.) The grid, which\n",
+          "  sees B's own numbering (its rank 1 is world rank ", b.order[1], "), warns for B:\n  ",
+          warn);
     L.check_true("A: TP inside the nodes, DP across", a.tp_inside && !a.dp_inside);
     L.check_true("B: TP across the nodes, DP inside", !b.tp_inside && b.dp_inside);
     L.check_true("the grid warns for B, not for A",
