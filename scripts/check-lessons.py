@@ -27,7 +27,7 @@ def table():
     with open(os.path.join(ROOT, "lessons/lessons.txt"), encoding="utf-8") as fh:
         for line in fh:
             f = line.split()
-            if len(f) == 2 and not line.startswith("#"):
+            if len(f) in (2, 3) and not line.startswith("#"):  # name, ranks [, launch]
                 rows[f[0]] = int(f[1])
     return rows
 
@@ -92,7 +92,9 @@ def main():
                                     f"{', '.join(map(str, sorted(ranks[name])))}")
     index = open(os.path.join(ROOT, "lessons/README.md"), encoding="utf-8").read()
     for name, np in sorted(rows.items()):
-        if f"mpirun -np {np} build/bin/lesson_{name}`" not in index:
+        # The launch flags of a lessons.txt launch column (e.g. -launcher fork -hosts ...) may
+        # stand between mpirun and -np.
+        if not re.search(r"mpirun(?: [^`]*?)? -np " + str(np) + r" build/bin/lesson_" + name + "`", index):
             problems.append(f"lessons/README.md: no `mpirun -np {np} build/bin/lesson_{name}` in the index")
     for p in problems:
         print(f"✗ {p}")

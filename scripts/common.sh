@@ -21,5 +21,25 @@ fi
 . scripts/mpi-env.sh
 # Extra mpirun flags; empty now that scripts/mpi-env.sh sets Open MPI's through the environment.
 MPI_FLAGS=${MPI_FLAGS:-}
-# Lessons and their rank counts, from lessons/lessons.txt ("NN_name np").
-lesson_list() { grep -v '^#' lessons/lessons.txt | awk 'NF==2'; }
+# Lessons and their rank counts, from lessons/lessons.txt ("NN_name np [launch]"), as "NN_name np".
+lesson_list() { grep -v '^#' lessons/lessons.txt | awk 'NF==2 || NF==3 { print $1, $2 }'; }
+# lesson_launch_flags NAME NP: the extra mpirun flags lesson NAME's launch column asks for (none
+# when it has none). "two-nodes": NP/2 ranks on each of two simulated hosts of this machine, by
+# MPICH's hydra (-launcher fork -hosts localhost:N,127.0.0.1:N: one proxy per "host", ranks 0..N-1
+# on the first; scripts/tests/nodes.sh). Status 1, with the reason on stdout, when this mpirun
+# cannot (Open MPI cannot make one machine two nodes): the caller skips the lesson with that line.
+lesson_launch_flags() {
+  local launch
+  launch=$(grep -v '^#' lessons/lessons.txt | awk -v n="$1" '$1 == n { print $3 }')
+  case "$launch" in
+    "") ;;
+    two-nodes)
+      if "$MPIEXEC" --version 2>&1 | grep -q HYDRA; then
+        echo "-launcher fork -hosts localhost:$(($2 / 2)),127.0.0.1:$(($2 / 2))"
+      else
+        echo "lesson $1 skipped: it runs on two nodes, which $MPIEXEC cannot simulate on one machine (MPICH's hydra can)"
+        return 1
+      fi ;;
+    *) echo "lesson $1 skipped: lessons/lessons.txt gives it the unknown launch '$launch'"; return 1 ;;
+  esac
+}

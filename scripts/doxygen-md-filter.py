@@ -33,7 +33,7 @@ def lessons():
     with open(os.path.join(ROOT, "lessons", "lessons.txt"), encoding="utf-8") as fh:
         for line in fh:
             f = line.split()
-            if len(f) == 2 and not line.startswith("#"):
+            if len(f) in (2, 3) and not line.startswith("#"):  # name, ranks [, launch]
                 rows.append((f[0], f[1]))
     return rows
 

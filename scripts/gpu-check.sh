@@ -153,9 +153,10 @@ while read -r name np; do
   [ "$(left)" -gt 120 ] || { echo "· lessons: out of time, $name and later not run"; lessons_total=$((lessons_total + 1)); break; }
   lessons_total=$((lessons_total + 1))
   bin=$BUILD/bin/lesson_$name gpu_bin=$gbin/lesson_$name
+  launch=$(lesson_launch_flags "$name" "$np") || { echo "· $launch"; lessons_total=$((lessons_total - 1)); continue; }
   cpu=$logs/lesson_$name.cpu.np$np.log gmpi=$logs/lesson_$name.gpu-mpi.np$np.log g1=$logs/lesson_$name.gpu-nccl.np1.log
-  run_mpi "$np" 120 "$bin" >"$cpu" 2>&1
-  run_mpi "$np" 120 "$gpu_bin" --backend gpu --comm mpi >"$gmpi" 2>&1
+  MPI_FLAGS="$MPI_FLAGS $launch" run_mpi "$np" 120 "$bin" >"$cpu" 2>&1
+  MPI_FLAGS="$MPI_FLAGS $launch" run_mpi "$np" 120 "$gpu_bin" --backend gpu --comm mpi >"$gmpi" 2>&1
   run_mpi 1 120 "$gpu_bin" --backend gpu >"$g1" 2>&1
   rc1=$?
   c=$(checks "$cpu") gm=$(checks "$gmpi") g=$(checks "$g1")

@@ -127,7 +127,7 @@ def lessons():
     with open(os.path.join(ROOT, "lessons", "lessons.txt"), encoding="utf-8") as fh:
         for line in fh:
             f = line.split()
-            if len(f) == 2 and not line.startswith("#"):
+            if len(f) in (2, 3) and not line.startswith("#"):  # name, ranks [, launch]
                 rows.append((f[0], int(f[1])))
     return rows
 
@@ -139,7 +139,9 @@ def page_path(name):
 def find_block(text, name):
     """(start, end) line indices of the output block's content in the page, or an error string."""
     lines = text.split("\n")
-    cmd = re.compile(r"^`mpirun(?:\.\w+)? -np \d+ build/bin/lesson_" + re.escape(name) + r"`:\s*$")
+    # Launch flags (a lessons.txt launch column, e.g. two simulated nodes) may precede -np.
+    cmd = re.compile(r"^`mpirun(?:\.\w+)?(?: [^`]*?)? -np \d+ build/bin/lesson_" + re.escape(name) +
+                     r"`:\s*$")
     for i, line in enumerate(lines):
         if cmd.match(line):
             j = i + 1
@@ -354,9 +356,20 @@ def selftest(logdir):
     return 0 if ok else 1
 
 
+def launch_flags(name, np):
+    """The mpirun flags of lesson NAME's launch column (scripts/common.sh, lesson_launch_flags):
+    (True, flags), or (False, why it cannot run here)."""
+    r = subprocess.run(["bash", "-c", '. scripts/common.sh && lesson_launch_flags "$0" "$1"', name,
+                        str(np)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return r.returncode == 0, r.stdout.strip()
+
+
 def run(name, np):
     mpiexec = os.environ.get("MPIEXEC", "mpirun")
-    flags = os.environ.get("MPI_FLAGS", "").split()
+    ok, launch = launch_flags(name, np)
+    if not ok:
+        return 2, launch
+    flags = os.environ.get("MPI_FLAGS", "").split() + launch.split()
     cmd = [mpiexec, *flags, "-np", str(np), os.path.join(BUILD, "bin", "lesson_" + name)]
     r = subprocess.run(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True, timeout=600)

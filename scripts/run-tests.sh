@@ -176,7 +176,11 @@ fi
 # 3. Every lesson at its rank count.
 while read -r name np; do
   log=$logs/lesson_$name.log
-  if run_mpi "$np" "$BUILD/bin/lesson_$name" >"$log" 2>&1 && grep -q '^PASSED' "$log"; then
+  # A lesson's launch column (lessons/lessons.txt, e.g. two simulated nodes): its mpirun flags.
+  if ! launch=$(lesson_launch_flags "$name" "$np"); then
+    echo "$launch"; skipped=$((skipped + 1)); continue
+  fi
+  if MPI_FLAGS="$MPI_FLAGS $launch" run_mpi "$np" "$BUILD/bin/lesson_$name" >"$log" 2>&1 && grep -q '^PASSED' "$log"; then
     pass 1; echo "✓ lesson $name (-np $np): $(grep '^PASSED' "$log")"
   else
     fail "lesson $name (-np $np): $(grep -E '^(FAILED|error|rank)' "$log" | head -1) (see $log)"

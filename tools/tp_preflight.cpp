@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "core/options.h"
+#include "model/pipeline_plan.h"
 #include "model/preflight.h"
 
 using namespace tp;
@@ -105,6 +106,16 @@ int main(int argc, char** argv) {
       .integer("gpus-per-node", 0, "GPUs per node (0 = not given): warns when t spans nodes")
       .fits_int()
       .real("tflops", 400.0, "dense FLOP rate of one GPU in TFLOPS, for the compute time");
+  // The pipeline block (lib/model/pipeline_plan.h): --pp, --dp, --micro-batches, --schedule.
+  o.integer("pp", 1,
+            "pipeline stages N: with --pp > 1 or --dp > 1, the stages' memory, the "
+            "bubble and each link's traffic per step (--batch is then the global batch)")
+      .fits_int()
+      .integer("dp", 1, "data-parallel replicas (with --pp)")
+      .fits_int()
+      .integer("micro-batches", 1, "micro-batches m per replica and step (with --pp)")
+      .fits_int()
+      .text("schedule", "1f1b", "pipeline schedule (with --pp)", {"afab", "1f1b"});
   try {
     // -t N and -t=N are short for --tp.
     std::vector<std::string> args(argv, argv + argc);
@@ -120,7 +131,25 @@ int main(int argc, char** argv) {
       std::printf("%s", o.help().c_str());
       return 0;
     }
-    const Preflight p = preflight(input_from(o));
+    const PreflightInput base = input_from(o);
+    if (o.get_int32("pp") > 1 || o.get_int32("dp") > 1) {
+      // The pipeline block: its own problems are one error line (exit 2); the TP report is that
+      // of one micro-batch, followed by the stages, the bubble and the traffic.
+      PipelineInput pin;
+      pin.base = base;
+      pin.pp = o.get_int32("pp");
+      pin.dp = o.get_int32("dp");
+      pin.micro_batches = o.get_int32("micro-batches");
+      pin.schedule = parse_pp_schedule(o.get_text("schedule"));
+      const PipelinePlan plan = plan_pipeline(pin);
+      TP_CHECK_INPUT(plan.problems.empty() || !plan.tp.problems.empty(),
+                     problems_message(plan.problems));
+      std::printf("%s", preflight_report(plan.tp).c_str());
+      if (!plan.tp.problems.empty()) return 2;
+      std::printf("%s", pipeline_report(plan).c_str());
+      return 0;
+    }
+    const Preflight p = preflight(base);
     std::printf("%s", preflight_report(p).c_str());
     return p.problems.empty() ? 0 : 2;
   } catch (const Error& e) {
