@@ -181,6 +181,9 @@ Preflight preflight(const PreflightInput& in) {
   problem(in.nodes >= 0 && in.gpus_per_node >= 0,
           "--nodes and --gpus-per-node must be positive (or 0: not given)");
   problem(t >= 1, "t=" + std::to_string(t) + " must be at least 1");
+  problem(in.micro_batches >= 1 && in.batch % std::max(1, in.micro_batches) == 0,
+          format("--micro-batches=%d does not divide --batch=%lld (the sequences of one TP group)",
+                 in.micro_batches, static_cast<long long>(in.batch)));
   if (t < 1) return p;  // every further check divides by t
 
   // KV-head replication: with nkv | t and nh | t each rank can hold one KV head, stored on t/nkv
@@ -270,6 +273,7 @@ Preflight preflight(const PreflightInput& in) {
   p.act_k_tp = p.act_k_tp_flash + scores / t;
   p.act_k_sp = p.act_k_sp_flash + scores / t;
   p.logits_bytes = N * (p.padded_vocab / t) * 4;
+  p.peak = memory_peak(c, S, B / std::max(1, in.micro_batches), t, P, dp);
 
   // Collectives, compute and the links.
   p.collectives = step_collectives(plain, B, t, d);
