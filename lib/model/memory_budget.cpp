@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <utility>
 
 #include "model/preflight.h"
 #include "model/train.h"
@@ -151,6 +152,60 @@ BudgetVerdict fit_memory_budget(const GptConfig& cfg, int64_t seq, int64_t globa
                                : std::string("none valid")) +
                 "); raise the budget, add ranks or shrink the model";
   return v;
+}
+
+namespace {
+// MiB below 1 GiB, GiB above (the table holds 70B-parameter models too).
+std::string size_str(int64_t bytes) {
+  if (bytes < (int64_t{1} << 30)) return mib(bytes);
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(bytes) / 1073741824.0);
+  return buf;
+}
+}  // namespace
+
+std::string memory_stack_table(const GptConfig& cfg, int64_t batch, int t, int world, int m) {
+  std::vector<std::pair<std::string, MemoryChoice>> rows;
+  auto dp_of = [&](int tt) { return world > 0 && world % tt == 0 ? world / tt : 1; };
+  for (int tt = 1; tt < t; tt *= 2) rows.push_back({"t = " + std::to_string(tt), {tt, dp_of(tt)}});
+  MemoryChoice c{t, dp_of(t)};
+  rows.push_back({"t = " + std::to_string(t), c});
+  c.recompute = Recompute::Selective;
+  rows.push_back({"+ --recompute selective", c});
+  c.recompute = Recompute::Full;
+  rows.push_back({"+ --recompute full", c});
+  if (m > 1) {
+    c.micro_batches = m;
+    rows.push_back({"+ --micro-batches " + std::to_string(m), c});
+  }
+  if (c.dp > 1) {
+    c.zero = 1;
+    rows.push_back({"+ --zero 1 (dp = " + std::to_string(c.dp) + ")", c});
+  }
+  char line[256];
+  std::string out =
+      "# memory stack: peak per rank, fp32 (this implementation; a bf16 row lands with issue 21), "
+      "batch " +
+      std::to_string(batch) + " per TP group" +
+      (world > 0 ? ", " + std::to_string(world) + " ranks (dp = ranks / t)" : std::string()) + "\n";
+  std::snprintf(line, sizeof line, "  %-28s %4s %4s %11s %11s %11s %11s %12s\n", "step", "t", "dp",
+                "weights", "gradients", "optimizer", "activations", "peak");
+  out += line;
+  for (const auto& [name, choice] : rows) {
+    const MemoryEstimate e = estimate_memory(cfg, cfg.seq, batch * choice.dp, choice);
+    if (!e.problems.empty()) {
+      std::snprintf(line, sizeof line, "  %-28s %4d %4d  ", name.c_str(), choice.t, choice.dp);
+      out += line + e.problems.front() + "\n";
+      continue;
+    }
+    const MemoryPeak& p = e.peak;
+    std::snprintf(line, sizeof line, "  %-28s %4d %4d %11s %11s %11s %11s %12s\n", name.c_str(),
+                  choice.t, choice.dp, size_str(p.weights).c_str(), size_str(p.grads).c_str(),
+                  size_str(p.optimizer).c_str(), size_str(p.activations).c_str(),
+                  size_str(p.total()).c_str());
+    out += line;
+  }
+  return out;
 }
 
 }  // namespace tp

@@ -58,6 +58,14 @@ struct BudgetVerdict {
 BudgetVerdict fit_memory_budget(const GptConfig& cfg, int64_t seq, int64_t global_batch, int world,
                                 const MemoryChoice& base, int64_t budget_bytes);
 
+/// The memory-stack table (tp_preflight, lesson 14's formula column): `cfg` on `world` ranks
+/// (0: not given), `batch` sequences per TP group, the articles' order one row each and stacked:
+/// t = 1, 2, 4, ... up to `t` (dp = world / t where the world is given), then at `t` --recompute
+/// selective, full, --micro-batches `m` (when m > 1), --zero 1 over dp (when dp > 1). Each row's
+/// peak per rank in fp32, split into weights, gradients, optimizer state and activations; a row
+/// that is no valid run shows its first problem instead.
+std::string memory_stack_table(const GptConfig& cfg, int64_t batch, int t, int world, int m);
+
 /// Bytes as MiB with one decimal ("12.5 MiB").
 std::string mib(int64_t bytes);
 

@@ -401,6 +401,17 @@ std::string preflight_report(const Preflight& p) {
                          static_cast<double>(p.logits_bytes))
                    .c_str());
 
+  os << format("  %-52s %12s\n",
+               format("peak, fp32: --recompute %s, --micro-batches %d, ZeRO-1 dp %d",
+                      c.recompute.c_str(), in.micro_batches, std::max(1, in.zero_dp))
+                   .c_str(),
+               bytes_str(static_cast<double>(p.peak.total())).c_str());
+  os << format("    weights %s, gradients %s, optimizer %s, activations %s (%s the largest)\n",
+               bytes_str(static_cast<double>(p.peak.weights)).c_str(),
+               bytes_str(static_cast<double>(p.peak.grads)).c_str(),
+               bytes_str(static_cast<double>(p.peak.optimizer)).c_str(),
+               bytes_str(static_cast<double>(p.peak.activations)).c_str(), p.peak.largest());
+
   auto collectives = [&](const std::vector<PlannedCollective>& list, const char* title) {
     os << "\n# collectives of one step, " << title << " (N = " << in.batch * c.seq
        << " tokens; per rank under the ring model)\n";
