@@ -5,7 +5,8 @@
 # stops before building the model with one line naming the largest part and the cheapest option
 # that fits, searched in the articles' order (larger t, --recompute selective/full,
 # --micro-batches, --zero 1); a budget below every option is one line too; each exit 2. Within it
-# the run trains and checks the memory ledger's peak after step 1 against the budget.
+# the run trains and checks the memory ledger's peak after step 1 against the budget. Then
+# tp_preflight's memory-stack table for llama2-70b on 8 × 8 GPUs and its bad input (exit 2).
 
 expect "--memory-budget: recomputation fits" 2 \
   "activations the largest (weights 0.2 MiB, gradients 0.2 MiB, optimizer state 0.5 MiB, activations 1.8 MiB); the cheapest option that fits: --recompute full (2.0 MiB)" \
@@ -23,3 +24,11 @@ if run_mpi 4 "${tt[@]}" --dp 2 --memory-budget 2 --micro-batches 2 >"$logs/budge
   grep -q "memory-budget: step 1 held 1.8 MiB" "$logs/budget_named.log"; then
   pass 1; echo "✓ --memory-budget 2 with the named --micro-batches 2: $(grep -o 'step 1 held.*' "$logs/budget_named.log")"
 else fail "--memory-budget 2 --micro-batches 2: not within the budget (see $logs/budget_named.log)"; fi
+
+# tp_preflight's side of the memory stack: the table for a named model, and its bad input.
+expect "tp_preflight: the memory stack of llama2-70b on 8 x 8 GPUs" 0 "+ --zero 1 (dp = 8)" 1 \
+  "$BUILD/bin/tp_preflight" --model llama2-70b -t 8 --nodes 8 --gpus-per-node 8 --batch 4 --micro-batches 4
+expect "tp_preflight: --zero 1 with dp 1" 2 "--zero 1 with dp=1: ZeRO-1 shards the optimizer state" 1 \
+  "$BUILD/bin/tp_preflight" -t 2 --zero 1
+expect "tp_preflight: --micro-batches not dividing the batch" 2 "--micro-batches=3 does not divide --batch=8" 1 \
+  "$BUILD/bin/tp_preflight" -t 2 --micro-batches 3
