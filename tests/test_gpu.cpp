@@ -667,8 +667,9 @@ TEST(GpuModel, TwentyStepLossCurveMatchesCpu) {
 // The memory stack on the GPU device (issue 22): one train_step (no clipping) with --recompute
 // selective and full against none, dropout on: every gradient BITWISE equal (the rerun uses the
 // same kernels and counter-keyed masks on the same device); --micro-batches 2 against 1 (dropout
-// off): within 1e-5 relative (the micro-batches' partial sums add in another order). The memory
-// ledger holds what block_activation_bytes says, at the micro-batch size.
+// off): within 1e-5 relative (the micro-batches' partial sums add in another order); plain TP with
+// --overlap async, SP with ring. The memory ledger holds what block_activation_bytes says, at the
+// micro-batch size.
 std::vector<float> gpu_step_gradients(const GptConfig& cfg, int micro_batches) {
   Gpt model(gpu(), world(), cfg);
   model.init(kSeed);
@@ -695,6 +696,7 @@ TEST(GpuModel, RecomputeAndMicroBatchesGiveTheGradientsOfNone) {
     GptConfig cfg = small_gpt(false);
     cfg.seq = 12;  // divisible by t = 1 … 4 for SP
     cfg.sp = sp;
+    cfg.overlap = sp ? "ring" : "async";  // both overlap modes' collectives in the rerun
     cfg.dropout = 0.1f;
     const std::vector<float> none = gpu_step_gradients(cfg, 1);
     for (const char* mode : {"selective", "full"}) {
