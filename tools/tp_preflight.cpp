@@ -12,7 +12,10 @@
 //
 // Exit status: 0 when the configuration can run (warnings and notes do not count), 2 when there is
 // any problem or a bad flag.
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -33,8 +36,14 @@ std::string presets() {
 
 // Ranks of the job for the memory stack: --dp × t, else nodes × GPUs per node, else 0 (not given).
 int world_of(const Options& o, int t) {
-  if (o.get_int32("dp") > 0) return o.get_int32("dp") * t;
-  return o.get_int32("nodes") * o.get_int32("gpus-per-node");
+  const int64_t world = o.get_int32("dp") > 0
+                            ? int64_t{o.get_int32("dp")} * std::max(t, 1)
+                            : int64_t{o.get_int32("nodes")} * o.get_int32("gpus-per-node");
+  TP_CHECK_INPUT(world <= std::numeric_limits<int>::max(), "a job of ", world,
+                 " ranks (--dp x t, or --nodes x --gpus-per-node) is more than this tool counts; "
+                 "give at most ",
+                 std::numeric_limits<int>::max());
+  return static_cast<int>(world);
 }
 
 // The memory stack's flags (issue 22): --recompute, --micro-batches, --zero 1 over dp replicas.

@@ -67,7 +67,7 @@ BudgetVerdict fit_memory_budget(const GptConfig& cfg, int64_t seq, int64_t globa
   if (v.fits || !v.base.problems.empty()) return v;
 
   // Each kind's candidate values, the least change first: the larger t of this world (dp = world
-  // / t), selective then full, m ascending, ZeRO-1.
+  // / t), selective then full, m ascending (the divisors of the batch), ZeRO-1.
   using Apply = MemoryChoice (*)(MemoryChoice, int);
   struct Kind {
     std::vector<int> values;
@@ -88,7 +88,7 @@ BudgetVerdict fit_memory_budget(const GptConfig& cfg, int64_t seq, int64_t globa
     return c;
   };
   for (int m = base.micro_batches + 1; m <= global_batch && m <= 1 << 20; ++m)
-    kinds[2].values.push_back(m);
+    if (global_batch % m == 0) kinds[2].values.push_back(m);  // (a replica's batch divides it)
   kinds[2].apply = [](MemoryChoice c, int m) {
     c.micro_batches = m;
     return c;
@@ -192,7 +192,12 @@ std::string memory_stack_table(const GptConfig& cfg, int64_t batch, int t, int w
                 "weights", "gradients", "optimizer", "activations", "peak");
   out += line;
   for (const auto& [name, choice] : rows) {
-    const MemoryEstimate e = estimate_memory(cfg, cfg.seq, batch * choice.dp, choice);
+    MemoryEstimate e;
+    if (batch > GptConfig::kMaxSize / choice.dp)
+      e.problems.push_back("batch " + std::to_string(batch) + " x dp " + std::to_string(choice.dp) +
+                           " sequences is more than any job runs");
+    else
+      e = estimate_memory(cfg, cfg.seq, batch * choice.dp, choice);
     if (!e.problems.empty()) {
       std::snprintf(line, sizeof line, "  %-28s %4d %4d  ", name.c_str(), choice.t, choice.dp);
       out += line + e.problems.front() + "\n";
