@@ -27,6 +27,10 @@ and repeated: 3 times, 5 for the overlap and the strong-scaling rows (--quick or
      each tp_train run next to the PyTorch run it is divided by. Goal ≥ 1.0× (stretch 1.2×).
      Strong scaling in the same rounds: tp_train at t = 2 (one thread per rank), without and with
      --sp, against the round's t = 1 (one thread). Goal ≥ 1.8×.
+  6. The memory stack (tp_train, t = 1, one thread, the benchmark model): the step time of
+     --recompute selective and full against none, and of --micro-batches 4 against 1, interleaved
+     in each round. Expected: full ≈ 1.33× (one more forward of the blocks: goal 1.15 … 1.45×),
+     selective ≤ 1.10× (one attention core per block), micro-batches 4 ≤ 1.20× (smaller GEMMs).
 
 Each row: what, value and reference (medians over the runs), the ratio's median, its spread
 (min–max over the runs), the number of runs, the goal, and the judgement: ✓ when the whole
@@ -189,7 +193,8 @@ class Table:
         # The other sections' rows one by one, each named so that it reads without its section.
         named = {"overlap (t = 2, SP)": "lesson 11 (t = 2, SP, simulated link), {}",
                  "α–β predictor (np 2)": "α–β prediction / measured, {} (`tp_train --link 10gbe --predict`)",
-                 "training (t = 1)": "{} vs PyTorch eager", "strong scaling": "strong scaling: {}"}
+                 "training (t = 1)": "{} vs PyTorch eager", "strong scaling": "strong scaling: {}",
+                 "memory stack (t = 1)": "{} (tp_train, t = 1)"}
         for r in self.rows:
             if r.section in named and r.goal and r.values:
                 out.append([named[r.section].format(r.what), *r.cells(), r.goal.text(), r.mark()])
@@ -424,6 +429,25 @@ def training_rows(table, build, steps, tmp, reps_long, reps, info):
                   "norms, residual adds, biases replicated" if not extra else "SP splits them too")
 
 
+def memory_rows(table, build, steps, tmp, reps):
+    """Rounds of: none, selective, full, --micro-batches 4 (t = 1, one thread); each ratio is
+    taken within its round: step time = 1 / tokens per second."""
+    variants = {"none": (), "selective": ("--recompute", "selective"), "full": ("--recompute", "full"),
+                "m4": ("--micro-batches", "4")}
+    tok = {k: [] for k in variants}
+    for _ in range(reps):
+        for k, extra in variants.items():
+            tok[k].append(train_tokens(build, 1, 1, steps, tmp, "mem_" + k, extra))
+    for k, what, goal, note in (
+            ("selective", "--recompute selective: step time vs none", at_most(1.10),
+             "one attention core per block again"),
+            ("full", "--recompute full: step time vs none", between(1.15, 1.45),
+             "one more forward of the blocks: ≈ 1.33×"),
+            ("m4", "--micro-batches 4: step time vs 1", at_most(1.20), "4 forwards of 2 sequences")):
+        table.add("memory stack (t = 1)", what, f"{med(tok[k]):.0f} tok/s", f"{med(tok['none']):.0f} tok/s",
+                  [n / v for n, v in zip(tok["none"], tok[k])], goal, note)
+
+
 # ---- the header -----------------------------------------------------------------------------------
 
 def cpu_model():
@@ -566,7 +590,8 @@ def main():
                            ("collectives", lambda: collective_rows(table, args.build, reps)),
                            ("overlap", lambda: overlap_rows(table, args.build, reps_long, reps)),
                            ("training", lambda: training_rows(table, args.build, args.steps, tmp, reps_long, reps,
-                                                              info))):
+                                                              info)),
+                           ("memory stack", lambda: memory_rows(table, args.build, args.steps, tmp, reps))):
             print(f"· {name} ...", end=" ", flush=True)
             t0 = time.time()
             try:

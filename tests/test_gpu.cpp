@@ -9,7 +9,9 @@
 //      vocabulary-parallel loss pieces and AdamW.
 //   2. A small Gpt forward / backward on the CUDA device against the CPU device at t = np, same
 //      seed: the loss and every gathered gradient; also with --overlap async, and --sp with ring.
-//   3. A 20-step training run (AdamW, dropout) on both: the loss curves.
+//   3. A 20-step training run (AdamW, dropout) on both: the loss curves. The memory stack on the GPU
+//      alone: --recompute selective / full give none's gradients bit for bit, --micro-batches 2
+//      within 1e-5 (plain TP and SP).
 //   4. Every collective on GPU tensors: over NCCL (when each rank of the node has its own GPU: np =
 //      1 on a one-GPU machine) and over MpiCommunicator, which stages GPU tensors through host
 //      memory, so np = 2, 3 share one GPU (--comm mpi); point-to-point send / recv on both
@@ -39,6 +41,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
@@ -54,6 +57,7 @@
 #include "model/config.h"
 #include "model/data.h"
 #include "model/gpt.h"
+#include "model/memory.h"
 #include "model/train.h"
 #include "mpi_communicator.h"
 #include "node.h"
@@ -658,6 +662,56 @@ TEST(GpuModel, TwentyStepLossCurveMatchesCpu) {
     EXPECT_LE(std::abs(lg[s] - lc[s]), kModel * lc[s])
         << "step " << s << ": " << lg[s] << " vs " << lc[s];
   EXPECT_LT(lc.back(), lc.front()) << "the model did not learn";
+}
+
+// The memory stack on the GPU device (issue 22): one train_step (no clipping) with --recompute
+// selective and full against none, dropout on: every gradient BITWISE equal (the rerun uses the
+// same kernels and counter-keyed masks on the same device); --micro-batches 2 against 1 (dropout
+// off): within 1e-5 relative (the micro-batches' partial sums add in another order); plain TP with
+// --overlap async, SP with ring. The memory ledger holds what block_activation_bytes says, at the
+// micro-batch size.
+std::vector<float> gpu_step_gradients(const GptConfig& cfg, int micro_batches) {
+  Gpt model(gpu(), world(), cfg);
+  model.init(kSeed);
+  AdamW opt(gpu(), model.params(), AdamWParams{});
+  StepOptions so;
+  so.micro_batches = micro_batches;
+  const int64_t B = 4;
+  train_step(world(), gpu(), model, opt, MarkovSource(cfg.vocab, kSeed).batch(0, B, cfg.seq), kSeed,
+             0, 1e-3f, 0.0f, {}, so);
+  EXPECT_EQ(model.memory().layer_bytes(0),
+            block_activation_bytes(cfg, cfg.seq, B / micro_batches, world().size()))
+      << cfg.recompute << " m " << micro_batches;
+  std::vector<float> all;
+  for (const Param& p : model.params()) {
+    const std::vector<float> g = gather_real(world(), p, p.grad);
+    all.insert(all.end(), g.begin(), g.end());
+  }
+  return all;
+}
+
+TEST(GpuModel, RecomputeAndMicroBatchesGiveTheGradientsOfNone) {
+  REQUIRE_GPU();
+  for (bool sp : {false, true}) {
+    GptConfig cfg = small_gpt(false);
+    cfg.seq = 12;  // divisible by t = 1 … 4 for SP
+    cfg.sp = sp;
+    cfg.overlap = sp ? "ring" : "async";  // both overlap modes' collectives in the rerun
+    cfg.dropout = 0.1f;
+    const std::vector<float> none = gpu_step_gradients(cfg, 1);
+    for (const char* mode : {"selective", "full"}) {
+      GptConfig r = cfg;
+      r.recompute = mode;
+      const std::vector<float> got = gpu_step_gradients(r, 1);
+      ASSERT_EQ(got.size(), none.size());
+      EXPECT_EQ(std::memcmp(got.data(), none.data(), got.size() * sizeof(float)), 0)
+          << "--recompute " << mode << (sp ? " --sp" : "") << ": not bitwise (rel "
+          << rel_error(got, none) << ")";
+    }
+    cfg.dropout = 0.0f;  // micro-batches key the masks by the micro-batch's rows
+    const std::vector<float> whole = gpu_step_gradients(cfg, 1);
+    EXPECT_LE(rel_error(gpu_step_gradients(cfg, 2), whole), 1e-5) << (sp ? "--sp" : "");
+  }
 }
 
 // ---- 4. Collectives on GPU tensors --------------------------------------------------------------

@@ -17,6 +17,7 @@
 // Runs under mpirun -np 1, 2, 3, 4 (the first three parts are the same at every np).
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -27,6 +28,8 @@
 #include "core/error.h"
 #include "model/adamw.h"
 #include "model/gpt.h"
+#include "model/memory.h"
+#include "model/memory_budget.h"
 #include "model/preflight.h"
 #include "model_test_helpers.h"
 #include "test_util.h"
@@ -500,3 +503,84 @@ INSTANTIATE_TEST_SUITE_P(Preflight, PreflightStep, ::testing::Values(false, true
 });
 
 }  // namespace
+
+// The memory stack (issue 22): the preflight's peak per rank follows --recompute, --micro-batches
+// and ZeRO-1 (each part by the formulas of model/memory.h, checked against the ledger in
+// test_memory_budget.cpp), and tp_preflight's table for llama2-70b on 8 x 8 GPUs falls row by row.
+TEST(PreflightMemoryStack, PeakFollowsTheOptions) {
+  PreflightInput in = small(2);
+  in.batch = 4;
+  const Preflight base = preflight(in);
+  ASSERT_TRUE(base.problems.empty());
+  const int64_t P = base.params_per_rank;
+  EXPECT_EQ(base.peak.weights, 4 * P);
+  EXPECT_EQ(base.peak.grads, 4 * P);
+  EXPECT_EQ(base.peak.optimizer, 8 * P);
+  const GptConfig& c = base.cfg;
+  EXPECT_EQ(base.peak.activations, c.layers * block_activation_bytes(c, c.seq, 4, 2) +
+                                       head_activation_bytes(c, c.seq, 4, 2));
+  int64_t last = base.peak.activations;
+  for (const char* mode : {"selective", "full"}) {
+    PreflightInput r = in;
+    r.model.recompute = mode;
+    const Preflight p = preflight(r);
+    ASSERT_TRUE(p.problems.empty());
+    EXPECT_LT(p.peak.activations, last) << mode;
+    EXPECT_EQ(p.peak.weights + p.peak.grads + p.peak.optimizer,
+              base.peak.weights + base.peak.grads + base.peak.optimizer)
+        << mode;
+    last = p.peak.activations;
+  }
+  PreflightInput m = in;
+  m.micro_batches = 2;
+  const Preflight pm = preflight(m);
+  ASSERT_TRUE(pm.problems.empty());
+  EXPECT_EQ(pm.peak.activations, c.layers * block_activation_bytes(c, c.seq, 2, 2) +
+                                     head_activation_bytes(c, c.seq, 2, 2));
+  m.micro_batches = 3;
+  EXPECT_TRUE(has_one(preflight(m).problems, "--micro-batches=3 does not divide --batch=4"));
+  PreflightInput z = in;
+  z.zero_dp = 4;
+  const Preflight pz = preflight(z);
+  EXPECT_EQ(pz.peak.optimizer, 8 * ((P + 3) / 4));
+  EXPECT_EQ(pz.peak.activations, base.peak.activations);
+  EXPECT_TRUE(contains(preflight_report(pz), "ZeRO-1 dp 4"));
+}
+
+TEST(PreflightMemoryStack, Llama70bOn8x8FallsRowByRow) {
+  const GptConfig c = model_preset("llama2-70b");
+  const std::string table = memory_stack_table(c, 4, 8, 64, 4);
+  for (const char* row : {"t = 1 ", "t = 2 ", "t = 4 ", "t = 8 ", "+ --recompute selective",
+                          "+ --recompute full", "+ --micro-batches 4", "+ --zero 1 (dp = 8)"})
+    EXPECT_TRUE(contains(table, row)) << row << "\n" << table;
+  EXPECT_TRUE(contains(table, "fp32")) << table;
+  EXPECT_FALSE(contains(table, "bf16 row:")) << table;
+  // The same rows by estimate_memory: every step lowers the peak, and each part as the formula.
+  const std::vector<MemoryChoice> rows = {{1, 64},
+                                          {2, 32},
+                                          {4, 16},
+                                          {8, 8},
+                                          {8, 8, Recompute::Selective},
+                                          {8, 8, Recompute::Full},
+                                          {8, 8, Recompute::Full, 4},
+                                          {8, 8, Recompute::Full, 4, 1}};
+  int64_t last = INT64_MAX;
+  for (const MemoryChoice& r : rows) {
+    const MemoryEstimate e = estimate_memory(c, c.seq, 4 * r.dp, r);
+    ASSERT_TRUE(e.problems.empty()) << r.str();
+    EXPECT_LT(e.peak.total(), last) << r.str();
+    last = e.peak.total();
+    PreflightInput in;
+    in.model = c;
+    in.t = r.t;
+    in.batch = 4;
+    const int64_t P = preflight(in).params_per_rank;
+    EXPECT_EQ(e.peak.weights, 4 * P) << r.str();
+    EXPECT_EQ(e.peak.optimizer, r.zero ? 8 * ((P + 7) / 8) : 8 * P) << r.str();
+  }
+  // At t = 8 the weights are 1/8 of t = 1's, up to what every rank replicates (this model's learned
+  // positions wpe, S x h = 33.6M, the norms and the row-parallel biases: 7.97x, not 8x).
+  const MemoryEstimate one = estimate_memory(c, c.seq, 256, rows[0]);
+  const MemoryEstimate eight = estimate_memory(c, c.seq, 32, rows[3]);
+  EXPECT_NEAR(static_cast<double>(one.peak.weights) / eight.peak.weights, 8.0, 0.05);
+}

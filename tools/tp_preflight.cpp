@@ -6,16 +6,22 @@
 //   build/bin/tp_preflight -t 3                                  (tp_train's default model at t = 3)
 //   build/bin/tp_preflight --model qwen3-8b -t 8 --batch 1       ([A3]: 0.26 ms vs 2.3 ms)
 //   build/bin/tp_preflight --model llama2-70b -t 16 --gpus-per-node 8 --nodes 2 --kv-replication
+//   build/bin/tp_preflight --model llama2-70b -t 8 --nodes 8 --gpus-per-node 8 --batch 4
+//       --micro-batches 4 --recompute selective --zero 1       (the memory stack, issue 22)
 //   build/bin/tp_preflight --hidden 50 --heads 4 --ffn 7 -t 2    (exit 2: every problem at once)
 //
 // Exit status: 0 when the configuration can run (warnings and notes do not count), 2 when there is
 // any problem or a bad flag.
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "core/options.h"
+#include "model/memory_budget.h"
 #include "model/pipeline_plan.h"
 #include "model/preflight.h"
 
@@ -27,6 +33,33 @@ std::string presets() {
   std::string s;
   for (const auto& n : model_preset_names()) s += (s.empty() ? "" : ", ") + n;
   return s;
+}
+
+// Ranks of the job for the memory stack: --dp × t, else nodes × GPUs per node, else 0 (not given).
+int world_of(const Options& o, int t) {
+  const int64_t world = o.get_int32("dp") > 0
+                            ? int64_t{o.get_int32("dp")} * std::max(t, 1)
+                            : int64_t{o.get_int32("nodes")} * o.get_int32("gpus-per-node");
+  TP_CHECK_INPUT(world <= std::numeric_limits<int>::max(), "a job of ", world,
+                 " ranks (--dp x t, or --nodes x --gpus-per-node) is more than this tool counts; "
+                 "give at most ",
+                 std::numeric_limits<int>::max());
+  return static_cast<int>(world);
+}
+
+// The memory stack's flags (issue 22): --recompute, --micro-batches, --zero 1 over dp replicas.
+void memory_options(const Options& o, PreflightInput& in) {
+  in.model.recompute = o.get_text("recompute");
+  in.micro_batches = o.get_int32("micro-batches");
+  const int world = world_of(o, in.t);
+  const int dp = world > 0 && in.t >= 1 && world % in.t == 0 ? world / in.t : 1;
+  const int zero = o.get_int32("zero");
+  TP_CHECK_INPUT(zero == 0 || zero == 1, "--zero=", zero,
+                 " is not a stage this build has; use 0 or 1");
+  TP_CHECK_INPUT(zero == 0 || dp > 1, "--zero 1 with dp=", dp,
+                 ": ZeRO-1 shards the optimizer state over the data-parallel replicas; give --dp 2 "
+                 "(or more), or --nodes and --gpus-per-node with more GPUs than t");
+  if (zero == 1) in.zero_dp = dp;
 }
 
 // The model: a preset (or tp_train's defaults), then every size flag that was given (non-zero).
@@ -62,6 +95,7 @@ PreflightInput input_from(const Options& o) {
   in.nodes = o.get_int32("nodes");
   in.gpus_per_node = o.get_int32("gpus-per-node");
   in.flops = o.get_real("tflops") * 1e12;
+  memory_options(o, in);
   return in;
 }
 
@@ -105,15 +139,27 @@ int main(int argc, char** argv) {
       .fits_int()
       .integer("gpus-per-node", 0, "GPUs per node (0 = not given): warns when t spans nodes")
       .fits_int()
-      .real("tflops", 400.0, "dense FLOP rate of one GPU in TFLOPS, for the compute time");
-  // The pipeline block (lib/model/pipeline_plan.h): --pp, --dp, --micro-batches, --schedule.
+      .real("tflops", 400.0, "dense FLOP rate of one GPU in TFLOPS, for the compute time")
+      .text("recompute", "none",
+            "activation recomputation for the peak per rank: none, selective, full",
+            {"none", "selective", "full"})
+      .integer("micro-batches", 1,
+               "gradient accumulation: the batch runs as m micro-batches (per replica, with --pp)")
+      .min(1)
+      .fits_int()
+      .integer("zero", 0, "ZeRO stage on the dp axis: 0, or 1 (AdamW's moments sharded over dp)")
+      .non_negative()
+      .fits_int()
+      .integer("dp", 0,
+               "data-parallel replicas, for --zero 1, the memory stack and --pp (0: nodes x GPUs "
+               "/ t when given)")
+      .non_negative()
+      .fits_int();
+  // The pipeline block (lib/model/pipeline_plan.h): --pp and --schedule, with --dp and
+  // --micro-batches.
   o.integer("pp", 1,
             "pipeline stages N: with --pp > 1 or --dp > 1, the stages' memory, the "
             "bubble and each link's traffic per step (--batch is then the global batch)")
-      .fits_int()
-      .integer("dp", 1, "data-parallel replicas (with --pp)")
-      .fits_int()
-      .integer("micro-batches", 1, "micro-batches m per replica and step (with --pp)")
       .fits_int()
       .text("schedule", "1f1b", "pipeline schedule (with --pp)", {"afab", "1f1b"});
   try {
@@ -137,8 +183,9 @@ int main(int argc, char** argv) {
       // of one micro-batch, followed by the stages, the bubble and the traffic.
       PipelineInput pin;
       pin.base = base;
+      pin.base.micro_batches = 1;  // the plan cuts the batch into its micro-batches itself
       pin.pp = o.get_int32("pp");
-      pin.dp = o.get_int32("dp");
+      pin.dp = std::max(1, o.get_int32("dp"));
       pin.micro_batches = o.get_int32("micro-batches");
       pin.schedule = parse_pp_schedule(o.get_text("schedule"));
       const PipelinePlan plan = plan_pipeline(pin);
@@ -151,6 +198,10 @@ int main(int argc, char** argv) {
     }
     const Preflight p = preflight(base);
     std::printf("%s", preflight_report(p).c_str());
+    if (p.problems.empty())
+      std::printf("\n%s", memory_stack_table(p.in.model, p.in.batch, p.in.t, world_of(o, p.in.t),
+                                             p.in.micro_batches)
+                              .c_str());
     return p.problems.empty() ? 0 : 2;
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -49,6 +49,7 @@
 #include "model/gpt.h"
 #include "model/hf_gpt2.h"
 #include "model/memory.h"
+#include "model/memory_budget.h"
 #include "model/preflight.h"
 #include "model/schedule.h"
 #include "model/train.h"
@@ -430,6 +431,45 @@ void check_activation_memory(Communicator& world, const Gpt& model, const GptCon
        " bytes (formula", cfg.sp ? ", with SP" : "", ")");
 }
 
+// --memory-budget MiB (issue 22): before anything is built, the preflight's peak per rank against
+// the budget; over it, one line naming the largest part and the cheapest option that fits
+// (model/memory_budget.h), exit 2.
+MemoryChoice memory_choice(const Plan& plan) {
+  return {plan.t, plan.dp, parse_recompute(plan.cfg.recompute), plan.step_opts.micro_batches,
+          plan.step_opts.zero};
+}
+
+int64_t memory_budget_bytes(const Options& o) {
+  return static_cast<int64_t>(o.get_real("memory-budget") * 1048576.0);
+}
+
+void check_memory_budget(const Options& o, const Plan& plan, int world_size) {
+  const int64_t budget = memory_budget_bytes(o);
+  if (budget <= 0) return;
+  const BudgetVerdict v =
+      fit_memory_budget(plan.cfg, plan.seq, plan.batch, world_size, memory_choice(plan), budget);
+  TP_CHECK_INPUT(v.fits, v.message);
+}
+
+// After the first step: the same peak from what the run holds (the parameters and gradients,
+// AdamW's state, the memory ledger's kept activations and one block's rerun) against the budget.
+void check_measured_budget(Communicator& world, const Options& o, const Plan& plan,
+                           const Gpt& model, const AdamW& opt) {
+  const int64_t budget = memory_budget_bytes(o);
+  if (budget <= 0) return;
+  int64_t states = opt.state_bytes();
+  for (const Param& p : model.params())
+    states += static_cast<int64_t>(p.value.bytes() + p.grad.bytes());
+  const int64_t micro = plan.batch / plan.dp / plan.step_opts.micro_batches;
+  const int64_t peak = states + model.memory().total_bytes() +
+                       recompute_rerun_bytes(plan.cfg, plan.seq, micro, plan.t);
+  TP_CHECK_INPUT(peak <= budget, "--memory-budget=", mib(budget), " per rank: step 1 held ",
+                 mib(peak), " per rank (model states ", mib(states), ", activations ",
+                 mib(peak - states),
+                 " by the memory ledger); raise the budget or add --recompute / --micro-batches");
+  log0(world, "--memory-budget: step 1 held ", mib(peak), " per rank (ledger) of ", mib(budget));
+}
+
 // One step's numbers, as the progress line and --log-json print them.
 struct StepNumbers {
   int64_t step;  // 1-based
@@ -533,6 +573,7 @@ int train(Context& ctx) {
   const Options& o = ctx.options;
   Communicator& world = ctx.world;
   Plan plan = plan_run(o, world.size());
+  check_memory_budget(o, plan, world.size());
   GptConfig& cfg = plan.cfg;
   const int64_t seq = plan.seq, steps = plan.steps, batch = plan.batch;
   const uint64_t seed = plan.seed;
@@ -634,9 +675,11 @@ int train(Context& ctx) {
     plot_steps.push_back(static_cast<double>(step + 1));
     plot_losses.push_back(loss);
     ctx.device.synchronize();
-    if (i == 0)
+    if (i == 0) {
       check_activation_memory(world, model, cfg, seq, batch / dp / plan.step_opts.micro_batches,
                               tp.size());
+      check_measured_budget(world, o, plan, model, opt);
+    }
     const double secs = now() - t0,
                  comm = tp.ledger().seconds_since(mark) + grid.dp().ledger().seconds_since(dp_mark);
     const double exposed = timeline.totals_since(span_mark).exposed;
@@ -749,6 +792,11 @@ int main(int argc, char** argv) {
                "ZeRO stage on the dp axis: 0, or 1 (AdamW's moments sharded over the replicas)")
       .non_negative()
       .fits_int()
+      .real("memory-budget", 0,
+            "MiB per rank: before building the model, stop (exit 2) when the preflight's peak "
+            "per rank is above it, naming the cheapest option that fits; checked against the "
+            "memory ledger after step 1 (0 = no budget)")
+      .non_negative()
       .integer("pad-vocab-multiple", 1, "pad the vocabulary to a multiple of this times t")
       .min(1)
       .flag("audit-grads",

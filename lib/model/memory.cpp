@@ -1,5 +1,7 @@
 #include "model/memory.h"
 
+#include <algorithm>
+
 #include "model/recompute.h"
 
 namespace tp {
@@ -23,6 +25,46 @@ int64_t block_activation_bytes(const GptConfig& c, int64_t seq, int64_t batch, i
                          + mlp_saved                            // up (+ gate), activation
                          + mask;                                // dropout after the MLP
   return 4 * floats;
+}
+
+int64_t head_activation_bytes(const GptConfig& c, int64_t seq, int64_t batch, int t) {
+  const int64_t N = seq * batch, n = c.sp ? N / t : N, h = c.hidden;
+  const int64_t stats = c.norm_kind() == NormKind::LayerNorm ? 2 * n : n;
+  const int64_t floats = N                                 // token ids
+                         + (c.dropout > 0.0f ? n * h : 0)  // the embedding's dropout mask
+                         + n * h + stats                   // ln_f input and statistics
+                         + N * h                           // ln_f output for the head
+                         + N * (c.padded_vocab(t) / t);    // logits
+  return 4 * floats;
+}
+
+int64_t recompute_rerun_bytes(const GptConfig& c, int64_t seq, int64_t batch, int t) {
+  const Recompute mode = parse_recompute(c.recompute);
+  if (mode == Recompute::None) return 0;
+  GptConfig none = c;
+  none.recompute = recompute_name(Recompute::None);
+  return block_activation_bytes(none, seq, batch, t) - block_activation_bytes(c, seq, batch, t);
+}
+
+const char* MemoryPeak::largest() const {
+  const int64_t most = std::max({weights, grads, optimizer, activations});
+  return most == activations ? "activations"
+         : most == optimizer ? "optimizer state"
+         : most == weights   ? "weights"
+                             : "gradients";
+}
+
+MemoryPeak memory_peak(const GptConfig& c, int64_t seq, int64_t micro_batch, int t, int64_t params,
+                       int64_t zero_dp) {
+  MemoryPeak m;
+  m.weights = 4 * params;
+  m.grads = 4 * params;
+  const int64_t dp = std::max<int64_t>(1, zero_dp);
+  m.optimizer = 8 * ((params + dp - 1) / dp);
+  m.activations = c.layers * block_activation_bytes(c, seq, micro_batch, t) +
+                  head_activation_bytes(c, seq, micro_batch, t) +
+                  recompute_rerun_bytes(c, seq, micro_batch, t);
+  return m;
 }
 
 }  // namespace tp

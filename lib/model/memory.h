@@ -32,6 +32,16 @@
 //              sbh(10 + 24/t) and 34·sbh/t).
 //   full       the block's input only: 4·n·h, i.e. 4sbh (TP only) or 4sbh/t (TP + SP)
 //              (Korthikanti: 2sbh, the 16-bit input, without SP).
+//
+// Outside the blocks one forward keeps (head_activation_bytes): the token ids N (as fp32), the
+// embedding's dropout mask n·h (p > 0), ln_f's input n·h and statistics, ln_f's output for the
+// head N·h (gathered under SP), and the logits N·V'/t (turned into dlogits in place).
+//
+// The peak of a step (memory_peak): the forward keeps L blocks + the head; then the backward of
+// each block computes again what its mode dropped and holds it while that block's backward runs
+// (recompute_rerun_bytes: selective the probabilities, full everything but the kept input), so one
+// block's rerun adds to the peak. Model states in fp32: weights 4P, gradients 4P, AdamW's moments
+// 8P, or 8·⌈P/dp⌉ with ZeRO-1 over dp replicas (P: this rank's parameter elements).
 #pragma once
 
 #include <cstdint>
@@ -45,5 +55,26 @@ namespace tp {
 /// \f$72\,sbh/t + 16sb/t + 4\,n_h s^2 b/t\f$ with TP + SP: the fp32 counterparts of Korthikanti et
 /// al.'s \f$sbh\,(10 + 24/t + 5as/(ht))\f$ and \f$sbh\,(34/t + 5as/(ht))\f$ (16-bit activations).
 int64_t block_activation_bytes(const GptConfig& cfg, int64_t seq, int64_t batch, int t);
+
+/// Bytes one forward keeps outside the blocks on one rank (the ledger's layer -1; see above).
+int64_t head_activation_bytes(const GptConfig& cfg, int64_t seq, int64_t batch, int t);
+
+/// Bytes the backward of one block holds again under cfg.recompute: 0 (none), the probabilities
+/// (selective), the block's activations less its kept input (full).
+int64_t recompute_rerun_bytes(const GptConfig& cfg, int64_t seq, int64_t batch, int t);
+
+/// One rank's peak memory, in bytes, split the way the memory stack reasons about it.
+struct MemoryPeak {
+  int64_t weights = 0, grads = 0, optimizer = 0, activations = 0;
+  int64_t total() const { return weights + grads + optimizer + activations; }
+  /// "weights", "gradients", "optimizer state" or "activations": the largest part.
+  const char* largest() const;
+};
+
+/// The peak of one training step per rank in fp32 (see above): `micro_batch` sequences of `seq`
+/// tokens per forward, `params` this rank's parameter elements, AdamW sharded over `zero_dp`
+/// replicas (1: not sharded).
+MemoryPeak memory_peak(const GptConfig& cfg, int64_t seq, int64_t micro_batch, int t,
+                       int64_t params, int64_t zero_dp);
 
 }  // namespace tp

@@ -181,6 +181,9 @@ Preflight preflight(const PreflightInput& in) {
   problem(in.nodes >= 0 && in.gpus_per_node >= 0,
           "--nodes and --gpus-per-node must be positive (or 0: not given)");
   problem(t >= 1, "t=" + std::to_string(t) + " must be at least 1");
+  problem(in.micro_batches >= 1 && in.batch % std::max(1, in.micro_batches) == 0,
+          format("--micro-batches=%d does not divide --batch=%lld (the sequences of one TP group)",
+                 in.micro_batches, static_cast<long long>(in.batch)));
   if (t < 1) return p;  // every further check divides by t
 
   // KV-head replication: with nkv | t and nh | t each rank can hold one KV head, stored on t/nkv
@@ -270,6 +273,7 @@ Preflight preflight(const PreflightInput& in) {
   p.act_k_tp = p.act_k_tp_flash + scores / t;
   p.act_k_sp = p.act_k_sp_flash + scores / t;
   p.logits_bytes = N * (p.padded_vocab / t) * 4;
+  p.peak = memory_peak(c, S, B / std::max(1, in.micro_batches), t, P, dp);
 
   // Collectives, compute and the links.
   p.collectives = step_collectives(plain, B, t, d);
@@ -396,6 +400,17 @@ std::string preflight_report(const Preflight& p) {
                bytes_str(p.weight_bytes + p.grad_bytes + p.adamw_bytes + act_total +
                          static_cast<double>(p.logits_bytes))
                    .c_str());
+
+  os << format("  %-52s %12s\n",
+               format("peak, fp32: --recompute %s, --micro-batches %d, ZeRO-1 dp %d",
+                      c.recompute.c_str(), in.micro_batches, std::max(1, in.zero_dp))
+                   .c_str(),
+               bytes_str(static_cast<double>(p.peak.total())).c_str());
+  os << format("    weights %s, gradients %s, optimizer %s, activations %s (%s the largest)\n",
+               bytes_str(static_cast<double>(p.peak.weights)).c_str(),
+               bytes_str(static_cast<double>(p.peak.grads)).c_str(),
+               bytes_str(static_cast<double>(p.peak.optimizer)).c_str(),
+               bytes_str(static_cast<double>(p.peak.activations)).c_str(), p.peak.largest());
 
   auto collectives = [&](const std::vector<PlannedCollective>& list, const char* title) {
     os << "\n# collectives of one step, " << title << " (N = " << in.batch * c.seq

@@ -74,6 +74,7 @@
 #include "core/simulated_link.h"
 #include "core/tensor.h"
 #include "model/config.h"
+#include "model/memory.h"
 #include "parallel/param.h"
 
 namespace tp {
@@ -91,6 +92,9 @@ struct PreflightInput {
   int gpus_per_node = 0;        ///< GPUs per node; 0 = not given
   double flops = 400e12;        ///< FLOP/s of one GPU, for the compute time
   int zero_dp = 1;  ///< ZeRO-1 over this many DP replicas (1: none): AdamW's moments ⌈P/dp⌉ each
+  /// The memory stack (issue 22): model.recompute decides what a block keeps; the batch runs as
+  /// this many micro-batches of batch / micro_batches sequences (it must divide the batch).
+  int micro_batches = 1;
 };
 
 /// One parameter as tp::Gpt holds it (the same name, global shape and split as its Param).
@@ -144,6 +148,12 @@ struct Preflight {
   double act_k_none = 0, act_k_tp = 0, act_k_sp = 0;
   double act_k_none_flash = 0, act_k_tp_flash = 0, act_k_sp_flash = 0;
   int64_t logits_bytes = 0;  ///< per rank: N · V'/t fp32 values
+  /// The peak per rank in fp32 (this implementation; bf16 lands with issue 21): weights P·4,
+  /// gradients P·4, AdamW 8·⌈P/zero_dp⌉, and activations = what one micro-batch's forward keeps
+  /// (L blocks under model.recompute + the embedding and head, model/memory.h) + what the backward
+  /// of one block computes again (recompute_rerun_bytes). Transient buffers (dX, a GEMM's output)
+  /// are not counted.
+  MemoryPeak peak;
 
   std::vector<PlannedCollective> collectives, collectives_sp;  ///< one step: plain TP, TP + SP
   double layer_compute = 0;         ///< seconds of one layer's forward + backward on one rank

@@ -1,0 +1,300 @@
+// Lesson 14 — the memory stack: fitting a model into a per-rank memory budget in the source
+// articles' order, every row measured by the ledgers and checked against the formulas.
+//
+// What it shows:
+//   1. One tiny GPT whose t = 1 peak per rank (weights + gradients + AdamW + activations, fp32)
+//      does not fit the lesson's budget: half of that peak.
+//   2. The articles' order, one row each, stacked: t = 2 and t = 4 (TP shards weights, gradients,
+//      AdamW and most activations), --recompute selective (the attention probabilities are not
+//      kept), --recompute full (each block keeps its input only), --micro-batches 2 (each forward
+//      holds half the batch), ZeRO-1 over dp = 2 (tp 2 × dp 2: AdamW's moments sharded over the
+//      replicas). Each row trains 5 steps on the same batches and prints its peak per rank split
+//      into weights, gradients, optimizer state and activations, MEASURED (the parameters' and
+//      AdamW's tensors, the memory ledger's kept activations plus the one block its backward
+//      computes again) and by FORMULA (lib/model/memory.h), checked equal to the byte; the bytes
+//      each rank sends per step (CommLedger); the extra compute of recomputation (FLOPs, formula);
+//      the loss after 5 steps, unchanged within 1e-4 relative.
+//   3. The articles' statements it can check: recomputation changes no communication (true for
+//      selective; full reruns the forward's collectives: measured and equal to the formula); each
+//      doubling of t adds communication; ZeRO inside a TP group would duplicate what TP already
+//      shards (the TP ranks' AdamW state is disjoint but for the replicated parameters; tp_train
+//      refuses --zero 1 at dp = 1). bf16 is not a row: mixed precision lands with issue 21.
+//
+// What is new since lesson 13: lib/model/recompute.h (GptConfig::recompute), StepOptions'
+// micro-batches and ZeRO-1 (lib/model/train.h, lib/parallel/data_parallel.h), the peak per rank
+// and the option search of tp_train --memory-budget (lib/model/memory.h, memory_budget.h).
+//
+// Run:  make lessons && mpirun -np 4 build/bin/lesson_14_memory_stack [--step]
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "lesson.h"
+#include "model/adamw.h"
+#include "model/data.h"
+#include "model/gpt.h"
+#include "model/memory.h"
+#include "model/memory_budget.h"
+#include "model/train.h"
+#include "observe/comm_ledger.h"
+#include "parallel/process_grid.h"
+
+using namespace tp;
+
+namespace {
+
+constexpr int kSteps = 5;
+constexpr int64_t kBatch = 8;
+constexpr uint64_t kSeed = 14;
+
+// L = 2, h = 48, 12 heads (hd 4), ffn 96, V = 64, S = 32: the s²-term of the attention
+// probabilities is a visible part of the activations, and every size divides by t = 1, 2, 4.
+GptConfig lesson_config() {
+  GptConfig c;
+  c.layers = 2;
+  c.hidden = 48;
+  c.heads = 12;
+  c.ffn = 96;
+  c.vocab = 64;
+  c.seq = 32;
+  c.init_std = 0.1f;
+  return c;
+}
+
+struct Row {
+  std::string name;
+  MemoryChoice choice;
+};
+
+struct Measured {
+  MemoryPeak peak;     // measured
+  MemoryPeak formula;  // memory_peak
+  double comm = 0;     // bytes each rank sends in the last step (TP + DP groups)
+  int collectives = 0;
+  float loss = 0;  // the last step's
+};
+
+std::string num(double v, const char* format) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+std::string kib(int64_t bytes) { return num(static_cast<double>(bytes) / 1024.0, "%.1f KiB"); }
+
+// Trains one row's 5 steps on `group` (its ranks: one replica or a tp × dp grid) and measures.
+Measured run_row(Device& dev, Communicator& group, const Row& row) {
+  GptConfig cfg = lesson_config();
+  cfg.recompute = recompute_name(row.choice.recompute);
+  ProcessGrid grid(group, row.choice.dp);
+  Gpt model(dev, grid.tp(), cfg);
+  model.init(kSeed);
+  AdamW opt(dev, model.params(), AdamWParams{});
+  if (row.choice.zero == 1) opt.shard_over(grid.dp(), model.params());
+  StepOptions so;
+  so.micro_batches = row.choice.micro_batches;
+  so.zero = row.choice.zero;
+  MarkovSource data(cfg.vocab, kSeed);
+  Measured m;
+  for (int64_t s = 0; s < kSteps; ++s) {
+    const size_t mark = grid.tp().ledger().size(), dp_mark = grid.dp().ledger().size();
+    const StepResult r = train_step(grid, dev, model, opt, data.batch(s, kBatch, cfg.seq), kSeed, s,
+                                    1e-2f, 1.0f, {}, so);
+    m.loss = r.loss;
+    m.comm =
+        grid.tp().ledger().wire_bytes_since(mark) + grid.dp().ledger().wire_bytes_since(dp_mark);
+    m.collectives =
+        static_cast<int>(grid.tp().ledger().size() - mark + grid.dp().ledger().size() - dp_mark);
+  }
+  const int t = grid.tp_size();
+  const int64_t micro = kBatch / row.choice.dp / row.choice.micro_batches;
+  int64_t P = 0;
+  for (const Param& p : model.params()) {
+    m.peak.weights += static_cast<int64_t>(p.value.bytes());
+    m.peak.grads += static_cast<int64_t>(p.grad.bytes());
+    P += p.value.numel();
+  }
+  m.peak.optimizer = opt.state_bytes();
+  // The rerun one block's backward holds: what `none` keeps per block less what this mode keeps,
+  // both measured (a `none` model's forward on the same micro-batch).
+  int64_t rerun = 0;
+  if (row.choice.recompute != Recompute::None) {
+    GptConfig none = cfg;
+    none.recompute = recompute_name(Recompute::None);
+    Gpt probe(dev, grid.tp(), none);
+    probe.init(kSeed);
+    const Batch b = data.batch(0, micro, cfg.seq);
+    probe.forward(b, kSeed, 0);
+    rerun = probe.memory().layer_bytes(0) - model.memory().layer_bytes(0);
+  }
+  m.peak.activations = model.memory().total_bytes() + rerun;
+  m.formula = memory_peak(cfg, cfg.seq, micro, t, P, row.choice.zero == 1 ? row.choice.dp : 1);
+  return m;
+}
+
+// The FLOPs one rank computes in a step's forward: the GEMMs (2 per weight and token) and the
+// attention core (QKᵀ and PV over the full s × s square as the kernel computes it: 4·B·s²·h/t).
+double forward_flops(const GptConfig& c, int t) {
+  const double N = static_cast<double>(kBatch * c.seq), h = static_cast<double>(c.hidden);
+  const double block_weights = h * h * 4 + 2 * h * static_cast<double>(c.inner());
+  const double attention = 4.0 * kBatch * c.seq * c.seq * h;
+  return c.layers * (2.0 * N * block_weights + attention) / t +
+         2.0 * N * h * static_cast<double>(c.padded_vocab(t)) / t;
+}
+
+// Recomputation's extra forward work per rank and step: selective the attention core of every
+// block, full every block's forward.
+double extra_flops(const GptConfig& c, Recompute mode, int t) {
+  const double h = static_cast<double>(c.hidden), N = static_cast<double>(kBatch * c.seq);
+  const double attention = 4.0 * kBatch * c.seq * c.seq * h / t;
+  const double block = 2.0 * N * (h * h * 4 + 2 * h * static_cast<double>(c.inner())) / t;
+  if (mode == Recompute::Selective) return c.layers * attention;
+  if (mode == Recompute::Full) return c.layers * (attention + block);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return lesson::run(
+      argc, argv, "lesson_14_memory_stack",
+      "Lesson 14: the memory stack: TP, recomputation, micro-batches and ZeRO-1 against a per-rank "
+      "budget",
+      {4},
+      [](lesson::Lesson& L) {
+    Device& dev = L.device();
+    Communicator& world = L.world();
+    const GptConfig cfg = lesson_config();
+
+    // 1. The rows, in the articles' order and stacked.
+    const std::vector<Row> rows = {
+        {"t = 1", {1, 1}},
+        {"t = 2", {2, 1}},
+        {"t = 4", {4, 1}},
+        {"+ --recompute selective", {4, 1, Recompute::Selective}},
+        {"+ --recompute full", {4, 1, Recompute::Full}},
+        {"+ --micro-batches 2", {4, 1, Recompute::Full, 2}},
+        {"+ --zero 1, tp 2 x dp 2", {2, 2, Recompute::Full, 2, 1}},
+    };
+    L.step("The model, " + cfg.str() + ", batch " + std::to_string(kBatch) + ", " +
+           std::to_string(kSteps) + " AdamW steps per row; fp32 (bf16 lands with issue 21).");
+    L.say(
+        "  t = 1 and t = 2 run on every group of 1 and 2 ranks (world.split): the same numbers "
+        "on each.");
+
+    // 2. Every row: train, measure, compare with the formula.
+    std::vector<Measured> got;
+    for (const Row& r : rows) {
+      const int members = r.choice.t * r.choice.dp;
+      std::unique_ptr<Communicator> group = world.split(world.rank() / members, world.rank());
+      got.push_back(run_row(dev, *group, r));
+    }
+    const int64_t budget = got[0].peak.total() / 2;
+    L.step("The peak per rank of each row, measured (ledgers) = formula, against a budget of " +
+           kib(budget) + " (half of t = 1's).");
+    lesson::Table table({"row", "t x dp", "weights", "gradients", "optimizer", "activations",
+                         "peak", "fits", "sent per step", "recompute FLOPs", "loss, step 5"});
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      const Measured& m = got[i];
+      const double extra = extra_flops(cfg, r.choice.recompute, r.choice.t);
+      const double step_flops = 3.0 * forward_flops(cfg, r.choice.t);
+      table.add({r.name, std::to_string(r.choice.t) + " x " + std::to_string(r.choice.dp),
+                 kib(m.peak.weights), kib(m.peak.grads), kib(m.peak.optimizer),
+                 kib(m.peak.activations), kib(m.peak.total()),
+                 m.peak.total() <= budget ? "yes" : "no", kib(static_cast<int64_t>(m.comm)),
+                 extra > 0
+                     ? num(extra / 1e6, "%.2f M") + num(100.0 * extra / step_flops, " (+%.0f%%)")
+                     : "0",
+                 num(m.loss, "%.5f")});
+      for (const auto& [part, a, b] :
+           {std::tuple{"weights", m.peak.weights, m.formula.weights},
+            std::tuple{"gradients", m.peak.grads, m.formula.grads},
+            std::tuple{"optimizer state", m.peak.optimizer, m.formula.optimizer},
+            std::tuple{"activations", m.peak.activations, m.formula.activations}})
+        L.check_value(r.name + ": " + part + " measured = formula", static_cast<double>(a),
+                      static_cast<double>(b), 0.0);
+      if (i > 0)
+        L.check(r.name + ": loss after " + std::to_string(kSteps) + " steps", {m.loss},
+                {got[0].loss}, 1e-4);
+    }
+    L.say(table.str());
+    L.say(
+        "  measured: the parameters' and gradients' tensors, AdamW's moments (state_bytes), the "
+        "memory ledger's kept activations + the block its backward computes again (a `none` "
+        "forward's block less this mode's); formula: memory_peak (lib/model/memory.h). Sent per "
+        "step: the ring model's bytes on the wire of the last step (CommLedger). Recompute "
+        "FLOPs: the extra forward work per rank and step, and its share of the step (3 x "
+        "forward).");
+    size_t first_fit = rows.size();
+    for (size_t i = 0; i < rows.size() && first_fit == rows.size(); ++i)
+      if (got[i].peak.total() <= budget) first_fit = i;
+    L.check_true("t = 1 does not fit the budget", got[0].peak.total() > budget);
+    L.check_true("some row fits the budget", first_fit < rows.size());
+    if (first_fit < rows.size())
+      L.say("  The first row within ", kib(budget), ": ", rows[first_fit].name, " (",
+            kib(got[first_fit].peak.total()), ").");
+    for (size_t i = 1; i < rows.size(); ++i)
+      L.check_true(rows[i].name + ": the peak per rank falls",
+                   got[i].peak.total() < got[i - 1].peak.total());
+
+    // 3. The articles' statements.
+    L.step("What the articles say, checked.");
+    const Measured &t1 = got[0], &t2 = got[1], &t4 = got[2], &sel = got[3], &full = got[4];
+    L.check_true("each doubling of t adds communication: t = 2 sends more than t = 1",
+                 t2.comm > t1.comm);
+    L.check_true("each doubling of t adds communication: t = 4 sends more than t = 2",
+                 t4.comm > t2.comm);
+    L.say("  each doubling of t adds communication: ", kib(static_cast<int64_t>(t1.comm)), " -> ",
+          kib(static_cast<int64_t>(t2.comm)), " -> ", kib(static_cast<int64_t>(t4.comm)),
+          " per rank and step at t = 1, 2, 4 (each all-reduce sends 2(t-1)/t of its buffer).");
+    L.check_value("selective recomputation changes no communication", sel.comm, t4.comm, 0.0);
+    // Full recomputation reruns each block's forward, whose two all-reduces of N·h fp32 values
+    // (after attention and after the MLP) run again in backward.
+    const int64_t nh_bytes = kBatch * cfg.seq * cfg.hidden * 4;
+    const double rerun_comm = cfg.layers * 2 * ring_wire_bytes("all_reduce", 4, nh_bytes);
+    L.check_value("full recomputation adds its forward's all-reduces", full.comm - t4.comm,
+                  rerun_comm, 1e-9);
+    L.say("  recomputation changes no communication: selective sends ",
+          kib(static_cast<int64_t>(sel.comm)), " as none does; full sends ",
+          kib(static_cast<int64_t>(full.comm - t4.comm)),
+          " more: its rerun forward repeats 2 all-reduces per block (Megatron's full "
+          "recomputation does too). The statement holds for selective recomputation only.");
+    // ZeRO inside the TP group: what the TP ranks' AdamW states have in common.
+    GptConfig c4 = cfg;
+    int64_t replicated = 0, total = 0;
+    {
+      Gpt model(dev, world, c4);
+      for (const Param& p : model.params()) {
+        total += p.value.numel();
+        if (p.split == Split::Replicated) replicated += p.value.numel();
+      }
+    }
+    const int64_t t1_elements = got[0].peak.weights / 4;
+    L.check_value("t = 4: the TP ranks' parameters overlap only in the replicated ones",
+                  static_cast<double>(4 * total - t1_elements -
+                                      (cfg.padded_vocab(4) - cfg.vocab) * cfg.hidden),
+                  static_cast<double>(3 * replicated), 0.0);
+    L.say(
+        "  ZeRO inside a TP group would duplicate what TP already shards: at t = 4 the 4 ranks "
+        "hold disjoint shards but for ",
+        replicated, " replicated elements (norms, biases of the row-parallel layers, wpe), ",
+        num(100.0 * replicated / total, "%.0f%%"),
+        " of a rank's parameters: all a ZeRO over the TP group could still split. Over dp = 2 "
+        "(the last row) it halves AdamW's state: ",
+        kib(got[6].peak.optimizer), " per rank instead of ", kib(8 * (got[6].peak.weights / 4)),
+        ".");
+    std::string refused;
+    const std::vector<std::string> p = step_option_problems({1, 1}, 1, kBatch, 0.0f);
+    if (!p.empty()) refused = p.front();
+    L.check_true("--zero 1 at dp = 1 (inside the TP group only) is refused",
+                 refused.find("ZeRO-1 shards the optimizer state over the data-parallel") !=
+                     std::string::npos);
+    L.say("  tp_train --zero 1 at dp = 1 says: ", refused);
+    L.say(
+        "  A bf16 row (--precision bf16) is not possible yet: mixed precision lands with issue "
+        "21.");
+      });
+}
