@@ -44,6 +44,7 @@
 #include "model/adamw.h"
 #include "model/audit.h"
 #include "model/checkpoint.h"
+#include "model/checkpoint_series.h"
 #include "model/data.h"
 #include "model/file_shape.h"
 #include "model/gpt.h"
@@ -110,20 +111,53 @@ auto allocating(const std::string& what, const std::string& flags, Make make) {
   }
 }
 
+// After a save at `step` into --save's series (model/checkpoint_series.h): rank 0 deletes what
+// --keep does not keep, and names the files of later steps it deletes (an abandoned longer run's,
+// which a later --resume auto must not take).
+void prune_series(Communicator& world, const Options& o, int64_t step) {
+  const CheckpointSeries series(o.get_text("save"));
+  if (series.empty() || world.rank() != 0) return;
+  for (const SeriesEntry& e :
+       series_to_delete(series.list(), step, static_cast<int>(o.get_int("keep")))) {
+    if (e.step > step)
+      log0(world, "removed ", e.path, ": step ", e.step, " is past this run's step ", step,
+           " (a run that went further before this one resumed earlier)");
+    std::remove(e.path.c_str());
+  }
+}
+
+// --save-every N: after step `step` (steps done), when N divides it, the series' file of the step.
+// Returns true when it wrote one.
+bool periodic_save(Communicator& world, ProcessGrid& grid, const Options& o, const Gpt& model,
+                   AdamW& opt, int64_t step) {
+  const int64_t every = o.get_int("save-every");
+  if (every <= 0 || step % every != 0) return false;
+  const std::string path = CheckpointSeries(o.get_text("save")).path_for(step);
+  if (opt.sharded()) opt.unshard(model.params());  // --zero 1: the file holds them whole
+  if (grid.dp_rank() == 0) save_checkpoint(path, grid.tp(), model, opt, step);
+  if (opt.sharded()) opt.shard_over(grid.dp(), model.params());
+  world.barrier();
+  prune_series(world, o, step);
+  log0(world, "saved ", path, " at step ", step);
+  return true;
+}
+
 // Every rank got (or was told of) SIGINT/SIGTERM and stands at the same step boundary: write an
 // emergency checkpoint when --save is given, then end with 128 + the signal on every rank.
 [[noreturn]] void stop_after_signal(Communicator& world, ProcessGrid& grid, const Options& o,
                                     const Gpt& model, AdamW& opt, int64_t step, int sig) {
   const std::string name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal";
-  const std::string save = o.get_text("save");
+  const std::string save = CheckpointSeries(o.get_text("save")).final_path(step);
   std::string said = "no checkpoint written (no --save)";
   if (!save.empty()) {
     // DP replicas hold the same weights and moments: DP rank 0's TP group writes the file.
     if (opt.sharded()) opt.unshard(model.params());  // --zero 1: the file holds them whole
     if (grid.dp_rank() == 0) save_checkpoint(save, grid.tp(), model, opt, step);
     world.barrier();
+    prune_series(world, o, step);
     said = "emergency checkpoint " + save + " saved at step " + std::to_string(step) +
-           " (resume with --load " + save + ")";
+           " (resume with --load " + save +
+           (o.get_int("save-every") > 0 ? " or --resume auto" : "") + ")";
   }
   throw Error(detail::str_cat("stopped by ", name, " before step ", step + 1, ": ", said),
               128 + sig);
@@ -138,9 +172,57 @@ struct Plan {
   uint64_t seed = 0;
   std::string data, init_from, load, export_dir;
   ModelFile file;
-  int dp = 1, t = 1;      // t: the TP group's size
-  StepOptions step_opts;  // --micro-batches, --zero
+  int dp = 1, t = 1;                      // t: the TP group's size
+  StepOptions step_opts;                  // --micro-batches, --zero
+  std::vector<std::string> resume_notes;  // --resume auto: the newer checkpoints it skipped
 };
+
+// --resume auto | auto-or-fresh: the newest valid checkpoint of --save's series (or --save itself;
+// model/checkpoint_series.h), or "" to start fresh. Every rank looks (the same files: no
+// communication yet); a bad newer file is skipped with a note, none at all is a problem.
+std::string resume_path(const Options& o, std::vector<std::string>& notes,
+                        std::vector<std::string>& problems) {
+  const std::string mode = o.get_text("resume"), save = o.get_text("save");
+  if (mode.empty()) return "";
+  if (mode != "auto" && mode != "auto-or-fresh") {
+    problems.push_back("--resume=" + mode +
+                       ": use auto (the newest valid checkpoint of --save) or auto-or-fresh (the "
+                       "same, or a fresh start when there is none); --load F resumes from a file");
+    return "";
+  }
+  if (save.empty()) {
+    problems.push_back("--resume " + mode +
+                       " looks for checkpoints where --save writes them; give "
+                       "--save DIR/ or --save FILE");
+    return "";
+  }
+  if (!o.get_text("load").empty() || !o.get_text("init-from").empty()) {
+    problems.push_back("give --resume " + mode + " or --load/--init-from, not both");
+    return "";
+  }
+  const CheckpointSeries series(save);
+  const std::vector<SeriesEntry> candidates = series.candidates();
+  ResumeChoice choice = choose_resume(candidates);
+  notes = choice.skipped;
+  if (!choice.chosen.path.empty()) return choice.chosen.path;
+  if (candidates.empty() && mode == "auto-or-fresh") {
+    notes.push_back("--resume auto-or-fresh: no checkpoint of " + save + " yet; starting fresh");
+    return "";
+  }
+  std::string pattern = series.path_for(0);
+  pattern.replace(pattern.rfind("000000"), 6, "NNNNNN");
+  if (candidates.empty())
+    problems.push_back("--resume auto: no checkpoint in " + series.folder() + " (no " + pattern +
+                       (series.final_path(0) == series.path_for(0) ? "" : ", no " + save) +
+                       "); start without --resume, or pass --resume auto-or-fresh to start fresh "
+                       "when there is none");
+  else
+    problems.push_back("--resume " + mode + ": none of the " + std::to_string(candidates.size()) +
+                       " checkpoints of " + save + " is valid (" + choice.skipped.front() +
+                       (candidates.size() > 1 ? "; ..." : "") +
+                       "); remove them, or --load an older copy");
+  return "";
+}
 
 Plan plan_run(const Options& o, int world_size) {
   Plan r;
@@ -170,6 +252,11 @@ Plan plan_run(const Options& o, int world_size) {
   // to --load is taken as --init-from (it holds no optimizer state and no step).
   std::string &init_from = r.init_from = o.get_text("init-from"),
               &load = r.load = o.get_text("load");
+  if (!o.get_text("resume").empty()) load = resume_path(o, r.resume_notes, problems);
+  if (o.get_int("save-every") > 0 && o.get_text("save").empty())
+    problems.push_back("--save-every " + std::to_string(o.get_int("save-every")) +
+                       " needs --save DIR/ or --save FILE: the folder or the stem of the "
+                       "checkpoints");
   ModelFile& file = r.file;
   if (!init_from.empty() && !load.empty())
     problems.push_back("give --init-from (weights only) or --load (resume), not both");
@@ -265,7 +352,7 @@ void save_at_end(Communicator& world, ProcessGrid& grid, const Options& o, const
                  AdamW& opt, int64_t step, const std::string& load) {
   Communicator& tp = grid.tp();
   if (!o.get_text("save").empty()) {
-    const std::string save = o.get_text("save");
+    const std::string save = CheckpointSeries(o.get_text("save")).final_path(step);
     try {
       // Every DP replica holds the same weights and moments: DP rank 0's TP group writes the file.
       if (opt.sharded()) opt.unshard(model.params());  // --zero 1: the file holds them whole
@@ -282,6 +369,7 @@ void save_at_end(Communicator& world, ProcessGrid& grid, const Options& o, const
                           : "no checkpoint of this run exists; its steps are lost";
       throw Error(detail::str_cat(e.what(), "; ", where), e.exit_code());
     }
+    prune_series(world, o, step);
     log0(world, "saved ", save, " at step ", step);
   }
 }
@@ -465,7 +553,7 @@ std::string json_line(const StepNumbers& n) {
 // Every output path on every rank, before anything is allocated or trained: a bad path costs
 // seconds, not the run.
 void check_outputs(const Options& o, const std::string& trace, const std::string& export_dir) {
-  check_output_paths({{"--save", o.get_text("save")},
+  check_output_paths({{"--save", CheckpointSeries(o.get_text("save")).final_path(0)},
                       {"--dump-grads", o.get_text("dump-grads")},
                       {"--log-json", o.get_text("log-json")},
                       {"--trace", trace},
@@ -543,7 +631,7 @@ int train(Context& ctx) {
   check_outputs(o, trace, export_dir);
   // --save is this run's until it ends: a second run saving to the same file is refused now, not
   // silently overwritten at the end (lib/model/checkpoint.h).
-  const CheckpointClaim claim(o.get_text("save"), world, ctx.device);
+  const CheckpointClaim claim(CheckpointSeries(o.get_text("save")).claim_path(), world, ctx.device);
 
   const std::unique_ptr<TokenSource> source =
       allocating("the data", "the --data file or --vocab", [&]() -> std::unique_ptr<TokenSource> {
@@ -562,10 +650,12 @@ int train(Context& ctx) {
   const Trainee trainee = build(ctx.device, tp, cfg, seed, hp);
   Gpt& model = *trainee.model;
   AdamW& opt = *trainee.opt;
-  check_save_space(o.get_text("save"), world, ctx.device, model);  // before training, not after
+  check_save_space(CheckpointSeries(o.get_text("save")).final_path(0), world, ctx.device,
+                   model);  // before training, not after
   int64_t step = start_from(world, tp, plan, model, opt);
   shard_optimizer(world, grid, plan, model, opt);
   log_run(ctx, plan, grid, model, *source, hp.lr, step);
+  for (const std::string& note : plan.resume_notes) log0(world, "--resume: ", note);
 
   // Rank 0 writes the outputs; every write is checked (core/output_file.h): a full disk or a
   // read-only file system stops the run at once with errno, not silently, and not after training.
@@ -599,7 +689,8 @@ int train(Context& ctx) {
   tp.set_timeline(&timeline);
   grid.dp().set_timeline(&timeline);
   const int64_t traced_from = steps > 1 ? std::max<int64_t>(1, steps - kTraceSteps) : 0;
-  enable_graceful_stop();  // SIGINT/SIGTERM: stop at a step boundary, agreed by every rank
+  enable_graceful_stop();   // SIGINT/SIGTERM: stop at a step boundary, agreed by every rank
+  int64_t saved_step = -1;  // the step of the last --save-every file
   for (int64_t i = 0; i < steps; ++i, ++step) {
     set_current_step(step + 1);
     if (const int sig = agreed_stop_signal())
@@ -629,6 +720,7 @@ int train(Context& ctx) {
     if (!r.nonfinite.empty()) {
       non_finite_step(world, r, step, skip_nonfinite);
       if (skipped++ == 0) first_skipped = step + 1;
+      if (periodic_save(world, grid, o, model, opt, step + 1)) saved_step = step + 1;
       continue;
     }
     plot_steps.push_back(static_cast<double>(step + 1));
@@ -647,6 +739,7 @@ int train(Context& ctx) {
     if (predict && i == std::min<int64_t>(1, steps - 1))
       log0(world, predict_prefix, "step ", step + 1, ":\n",
            prediction_report(tp.ledger(), mark, tp.ledger().size(), link, predict_prefix));
+    if (periodic_save(world, grid, o, model, opt, step + 1)) saved_step = step + 1;
   }
   tp.set_timeline(nullptr);
   grid.dp().set_timeline(nullptr);
@@ -667,7 +760,11 @@ int train(Context& ctx) {
   if (skipped > 0)
     log0(world, "--skip-nonfinite: skipped ", skipped, " of ", steps,
          " steps with a non-finite loss or gradient norm (the first at step ", first_skipped, ")");
-  save_at_end(world, grid, o, model, opt, step, load);
+  // (A folder's end-of-run file is the series' file of the last step: written already when
+  // --save-every divides it.)
+  if (saved_step != step || CheckpointSeries(o.get_text("save")).final_path(step) !=
+                                CheckpointSeries(o.get_text("save")).path_for(step))
+    save_at_end(world, grid, o, model, opt, step, load);
   if (!export_dir.empty()) {
     if (grid.dp_rank() == 0) export_hf(export_dir, tp, model);  // DP replicas hold the same model
     world.barrier();
@@ -754,7 +851,20 @@ int main(int argc, char** argv) {
       .flag("audit-grads",
             "before training, check every replicated gradient against t = 1 and across ranks")
       .path("data", "", "train on the bytes of this file (V = 256) instead of the Markov data")
-      .path("save", "", "write a checkpoint (safetensors) here at the end")
+      .path("save", "",
+            "write a checkpoint (safetensors) here at the end; a folder (existing, or ending in "
+            "/) gets DIR/checkpoint-stepNNNNNN.safetensors, and --save-every's files go beside "
+            "(FILE-stepNNNNNN.safetensors)")
+      .integer("save-every", 0,
+               "also save every N steps to --save's series, <stem>-stepNNNNNN.safetensors "
+               "(atomically; 0 = only at the end)")
+      .non_negative()
+      .integer("keep", 3, "--save-every: keep the newest K files of the series")
+      .min(1)
+      .text("resume", "",
+            "auto: resume from the newest valid checkpoint of --save (its series or the file; a "
+            "bad newer one is named and skipped), exit 2 when there is none; auto-or-fresh: the "
+            "same, or start fresh when there is none")
       .path("load", "",
             "resume from this checkpoint (weights, optimizer state, step; the shape from the "
             "file unless given)")
