@@ -206,7 +206,7 @@ std::string resume_path(const Options& o, std::vector<std::string>& notes,
   notes = choice.skipped;
   if (!choice.chosen.path.empty()) return choice.chosen.path;
   if (candidates.empty() && mode == "auto-or-fresh") {
-    notes.push_back("--resume auto-or-fresh: no checkpoint of " + save + " yet; starting fresh");
+    notes.push_back("auto-or-fresh: no checkpoint of " + save + " yet; starting fresh");
     return "";
   }
   std::string pattern = series.path_for(0);

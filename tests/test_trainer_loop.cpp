@@ -1,0 +1,141 @@
+// test_trainer_loop.cpp — what tp_train's loop is built from (issue 24): the periodic checkpoints'
+// series (names, listing, the newest valid one, pruning), the held-out data and its loss, the
+// model FLOPs per token behind MFU.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "model/adamw.h"
+#include "model/checkpoint.h"
+#include "model/checkpoint_series.h"
+#include "model/gpt.h"
+#include "model_test_helpers.h"
+#include "test_util.h"
+
+namespace fs = std::filesystem;
+using tp::testing::device;
+using tp::testing::world;
+
+namespace tp {
+namespace {
+
+// A folder of this test and this rank (every rank of test_mpi runs every test).
+std::string fresh_dir() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const fs::path dir = fs::path(::testing::TempDir()) /
+                       (std::string("tp_trainer_") + info->name() + "_rank" +
+                        std::to_string(world().rank()) + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+void touch(const std::string& path, const std::string& text = "x") { std::ofstream(path) << text; }
+
+std::vector<int64_t> steps_of(const std::vector<SeriesEntry>& entries) {
+  std::vector<int64_t> out;
+  for (const SeriesEntry& e : entries) out.push_back(e.step);
+  return out;
+}
+
+TEST(CheckpointSeries, NamesForAFolderAndForAFile) {
+  const std::string dir = fresh_dir();
+  const CheckpointSeries in_folder(dir);
+  EXPECT_EQ(in_folder.path_for(200), dir + "/checkpoint-step000200.safetensors");
+  EXPECT_EQ(in_folder.final_path(7), dir + "/checkpoint-step000007.safetensors");
+  EXPECT_EQ(in_folder.path_for(12345678), dir + "/checkpoint-step12345678.safetensors");
+  EXPECT_EQ(CheckpointSeries(dir + "/new/").path_for(1),
+            dir + "/new/checkpoint-step000001.safetensors");
+  const CheckpointSeries file(dir + "/run.safetensors");
+  EXPECT_EQ(file.path_for(200), dir + "/run-step000200.safetensors");
+  EXPECT_EQ(file.final_path(200), dir + "/run.safetensors");
+  EXPECT_EQ(file.claim_path(), dir + "/run.safetensors");
+  const CheckpointSeries bare("run");
+  EXPECT_EQ(bare.path_for(3), "run-step000003.safetensors");
+  EXPECT_EQ(bare.folder(), ".");
+  EXPECT_TRUE(CheckpointSeries("").empty());
+}
+
+TEST(CheckpointSeries, ListsOnlyItsOwnFilesByStep) {
+  const std::string dir = fresh_dir();
+  for (const char* name : {"checkpoint-step000200.safetensors", "checkpoint-step000010.safetensors",
+                           "checkpoint-step1000000.safetensors",
+                           "checkpoint-step000300.safetensors.tmp.123",  // a write that was killed
+                           "checkpoint-step00030.safetensors",  // fewer than six digits: not ours
+                           "checkpoint-step0003x0.safetensors", "other-step000400.safetensors",
+                           "checkpoint.safetensors"})
+    touch(dir + "/" + name);
+  fs::create_directories(dir + "/checkpoint-step000500.safetensors");  // a folder: not a file
+  const auto listed = CheckpointSeries(dir).list();
+  EXPECT_EQ(steps_of(listed), (std::vector<int64_t>{10, 200, 1000000}));
+  ASSERT_EQ(listed.size(), 3u);
+  EXPECT_EQ(listed[1].path, dir + "/checkpoint-step000200.safetensors");
+  // A file stem has its own series; the end-of-run file joins the candidates (step -1 when it
+  // does not open), newest first.
+  touch(dir + "/other.safetensors", "not a checkpoint");
+  const auto cands = CheckpointSeries(dir + "/other.safetensors").candidates();
+  EXPECT_EQ(steps_of(cands), (std::vector<int64_t>{400, -1}));
+}
+
+TEST(CheckpointSeries, PruningKeepsTheNewestAndDropsLaterSteps) {
+  const std::vector<SeriesEntry> all = {{"a", 100}, {"b", 200}, {"c", 300}, {"d", 400}, {"e", 500}};
+  EXPECT_EQ(steps_of(series_to_delete(all, 500, 3)), (std::vector<int64_t>{100, 200}));
+  EXPECT_EQ(steps_of(series_to_delete(all, 500, 10)), (std::vector<int64_t>{}));
+  // Resumed at 300 (400 and 500 were bad) and saved 300 again: the later steps go.
+  EXPECT_EQ(steps_of(series_to_delete(all, 300, 2)), (std::vector<int64_t>{400, 500, 100}));
+}
+
+TEST(CheckpointSeries, ResumeTakesTheNewestValidAndNamesTheSkipped) {
+  const std::vector<SeriesEntry> cands = {{"n3", 300}, {"n2", 200}, {"n1", 100}};
+  const auto bad_n3 = [](const std::string& p) -> std::string {
+    return p == "n3" ? "it is cut short" : "";
+  };
+  ResumeChoice c = choose_resume(cands, +bad_n3);
+  EXPECT_EQ(c.chosen.path, "n2");
+  EXPECT_EQ(c.chosen.step, 200);
+  ASSERT_EQ(c.skipped.size(), 1u);
+  EXPECT_EQ(c.skipped[0], "skipped n3: it is cut short");
+  const auto all_bad = [](const std::string&) -> std::string { return "bad"; };
+  c = choose_resume(cands, +all_bad);
+  EXPECT_TRUE(c.chosen.path.empty());
+  EXPECT_EQ(c.skipped.size(), 3u);
+  EXPECT_TRUE(choose_resume({}).chosen.path.empty());
+}
+
+// A real checkpoint is valid; the same file cut short, or with one flipped byte in a tensor, is
+// not, and the problem names the file.
+TEST(CheckpointSeries, AFileProblemNamesTruncationAndCorruption) {
+  const std::string dir = fresh_dir();
+  SerialCommunicator solo;
+  GptConfig cfg = tp::testing::tiny_gpt_config(1);
+  Gpt model(device(), solo, cfg);
+  model.init(5);
+  AdamW opt(device(), model.params(), AdamWParams{});
+  const std::string good = dir + "/checkpoint-step000004.safetensors";
+  save_checkpoint(good, solo, model, opt, 4);
+  EXPECT_EQ(checkpoint_file_problem(good), "");
+  std::string bytes;
+  {
+    std::ifstream in(good, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  ASSERT_GT(bytes.size(), 1000u);
+  const std::string cut = dir + "/cut.safetensors", flipped = dir + "/flipped.safetensors";
+  std::ofstream(cut, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  std::string changed = bytes;
+  changed[changed.size() - 3] ^= 0x40;  // the last tensor's data
+  std::ofstream(flipped, std::ios::binary) << changed;
+  const std::string p_cut = checkpoint_file_problem(cut), p_flip = checkpoint_file_problem(flipped);
+  EXPECT_NE(p_cut, "");
+  EXPECT_NE(p_cut.find(cut), std::string::npos) << p_cut;
+  EXPECT_NE(p_flip.find("checksum"), std::string::npos) << p_flip;
+  EXPECT_NE(checkpoint_file_problem(dir + "/missing.safetensors"), "");
+}
+
+}  // namespace
+}  // namespace tp
