@@ -13,8 +13,10 @@
 #include "model/adamw.h"
 #include "model/checkpoint.h"
 #include "model/checkpoint_series.h"
+#include "model/flops.h"
 #include "model/gpt.h"
 #include "model_test_helpers.h"
+#include "observe/peak_cache.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -135,6 +137,64 @@ TEST(CheckpointSeries, AFileProblemNamesTruncationAndCorruption) {
   EXPECT_NE(p_cut.find(cut), std::string::npos) << p_cut;
   EXPECT_NE(p_flip.find("checksum"), std::string::npos) << p_flip;
   EXPECT_NE(checkpoint_file_problem(dir + "/missing.safetensors"), "");
+}
+
+// N counts what token_flops says: every parameter of a t = 1 model but wpe (and, untied, wte's
+// lookup table), for each activation and norm; the FLOPs follow 6·N + 12·L·h·S, and the HFU terms.
+TEST(Flops, NIsTheModelsMatrixParametersAndThePaLMFormula) {
+  SerialCommunicator solo;
+  for (const char* act : {"gelu", "swiglu"})
+    for (const char* norm : {"layernorm", "rmsnorm"})
+      for (bool tied : {true, false}) {
+        GptConfig cfg = tp::testing::tiny_gpt_config(2);
+        cfg.act = act;
+        cfg.norm = norm;
+        cfg.tied = tied;
+        cfg.kv_heads = 4;  // GQA: c_attn is h + 2·kv·hd wide
+        Gpt model(device(), solo, cfg);
+        int64_t all = 0;
+        for (const Param& p : model.params()) all += p.shape.numel();
+        const int64_t lookups = cfg.seq * cfg.hidden + (tied ? 0 : cfg.vocab * cfg.hidden);
+        const TokenFlops f = token_flops(cfg, 10);
+        EXPECT_EQ(f.n, all - lookups) << act << " " << norm << " tied " << tied;
+        EXPECT_DOUBLE_EQ(f.model, 6.0 * static_cast<double>(f.n) + 12.0 * 2 * 24 * 10);
+        EXPECT_DOUBLE_EQ(f.hardware, f.model);
+      }
+  GptConfig cfg = tp::testing::tiny_gpt_config(3);
+  const TokenFlops none = token_flops(cfg, 12);
+  cfg.recompute = "selective";
+  EXPECT_DOUBLE_EQ(token_flops(cfg, 12).hardware, none.model + 4.0 * 3 * 24 * 12);
+  cfg.recompute = "full";
+  const TokenFlops full = token_flops(cfg, 12);
+  EXPECT_DOUBLE_EQ(full.model, none.model);  // MFU does not count the implementation's rerun
+  EXPECT_DOUBLE_EQ(full.hardware,
+                   none.model + 2.0 * static_cast<double>(none.n_blocks) + 4.0 * 3 * 24 * 12);
+  EXPECT_LT(none.n_blocks, none.n);
+}
+
+// The global model's FLOPs are divided over the ranks: t ranks doing 1/t of the work each in the
+// same time as one rank doing all of it have the same FLOP/s per rank... divided by t.
+TEST(Flops, PerRankDividesTheGlobalModelsWork) {
+  EXPECT_DOUBLE_EQ(flops_per_rank(1e6, 512, 2.0, 1), 2.56e8);
+  EXPECT_DOUBLE_EQ(flops_per_rank(1e6, 512, 2.0, 4), 6.4e7);
+  EXPECT_DOUBLE_EQ(flops_per_rank(1e6, 512, 0.0, 4), 0.0);
+}
+
+// The peak cache keeps one line per key, replaces a key's value, and reads 0 for what it lacks.
+TEST(PeakCache, StoresOneValuePerMachineKey) {
+  const std::string path = fresh_dir() + "/sub/sgemm-peak.txt";
+  const std::string a = peak_cache_key("Xeon\tGold", "SkylakeX"),
+                    b = peak_cache_key("Xeon", "Haswell");
+  EXPECT_EQ(a, "Xeon Gold | openblas SkylakeX");
+  EXPECT_EQ(cached_peak(path, a), 0.0);
+  EXPECT_TRUE(store_peak(path, a, 150.5));
+  EXPECT_TRUE(store_peak(path, b, 70.25));
+  EXPECT_TRUE(store_peak(path, a, 148.0));
+  EXPECT_DOUBLE_EQ(cached_peak(path, a), 148.0);
+  EXPECT_DOUBLE_EQ(cached_peak(path, b), 70.25);
+  EXPECT_EQ(cached_peak(path, "Xeon"), 0.0);  // a prefix of a key is not the key
+  EXPECT_FALSE(store_peak("", a, 1.0));
+  EXPECT_NE(cpu_model_name(), "");
 }
 
 }  // namespace

@@ -21,6 +21,8 @@
 // The progress line's "exposed comm" is the share of the step the computing thread stood still in
 // the communicator (blocking collectives, issuing and waiting for async ones; observe/timeline.h),
 // measured by a timeline on the world communicator that records every step.
+#include <cblas.h>
+#include <omp.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -47,6 +49,7 @@
 #include "model/checkpoint_series.h"
 #include "model/data.h"
 #include "model/file_shape.h"
+#include "model/flops.h"
 #include "model/gpt.h"
 #include "model/hf_gpt2.h"
 #include "model/memory.h"
@@ -54,6 +57,7 @@
 #include "model/schedule.h"
 #include "model/train.h"
 #include "observe/alpha_beta.h"
+#include "observe/peak_cache.h"
 #include "observe/svg_plot.h"
 #include "observe/timeline.h"
 #include "observe/timer.h"
@@ -161,6 +165,108 @@ bool periodic_save(Communicator& world, ProcessGrid& grid, const Options& o, con
   }
   throw Error(detail::str_cat("stopped by ", name, " before step ", step + 1, ": ", said),
               128 + sig);
+}
+
+// ---- MFU: the peak a rank's model FLOP/s are divided by (model/flops.h has the FLOPs) ----------
+
+std::string fmt_g(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", v);
+  return buf;
+}
+
+// The best GFLOP/s of one OpenBLAS thread's sgemm at 512³ and 1024³ (best of 3 after a warm-up).
+double one_thread_sgemm_gflops() {
+  const int before = openblas_get_num_threads();
+  openblas_set_num_threads(1);
+  double best = 0;
+  for (int n : {512, 1024}) {
+    std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(a.size(), 0.25f), c(a.size());
+    for (int rep = 0; rep < 4; ++rep) {
+      const double t0 = now();
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(),
+                  n, 0.0f, c.data(), n);
+      if (rep > 0) best = std::max(best, 2.0 * n * n * n / (now() - t0) / 1e9);
+    }
+  }
+  openblas_set_num_threads(before);
+  return best;
+}
+
+// The best GFLOP/s of Device::gemm at 1024³ (best of 3 after a warm-up): the GPU's fp32 ceiling.
+double device_gemm_gflops(Device& device) {
+  const int64_t n = 1024;
+  Tensor a(device, Shape{n, n}), b(device, Shape{n, n}), c(device, Shape{n, n});
+  device.fill(a, 0.5f);
+  device.fill(b, 0.25f);
+  double best = 0;
+  for (int rep = 0; rep < 4; ++rep) {
+    device.synchronize();
+    const double t0 = now();
+    device.gemm(false, false, 1.0f, a, b, 0.0f, c);
+    device.synchronize();
+    if (rep > 0) best = std::max(best, 2.0 * n * n * n / (now() - t0) / 1e9);
+  }
+  return best;
+}
+
+struct Peak {
+  double flops = 0;  // per rank, FLOP/s
+  std::string what;  // for the header
+};
+
+// --peak-tflops X, else on the CPU the one-thread sgemm ceiling (cached per machine:
+// observe/peak_cache.h) times the threads of a rank, on the GPU the measured fp32 GEMM ceiling.
+// Rank 0 measures, every rank gets its value.
+Peak run_peak(Context& ctx) {
+  Peak p;
+  const double given = ctx.options.get_real("peak-tflops");
+  if (given > 0) return {given * 1e12, "--peak-tflops " + fmt_g(given) + " per rank"};
+  const bool cpu = ctx.options.get_text("backend") != "gpu";
+  std::string note;
+  double gflops = 0;
+  if (ctx.world.rank() == 0) {
+    if (cpu) {
+      const std::string path = peak_cache_path(),
+                        key = peak_cache_key(cpu_model_name(), openblas_get_corename());
+      gflops = cached_peak(path, key);
+      note = "cached in " + path;
+      if (gflops <= 0) {
+        gflops = one_thread_sgemm_gflops();
+        note = store_peak(path, key, gflops) ? "measured now, cached in " + path
+                                             : "measured now (no cache)";
+      }
+      note = key + ", " + note;
+    } else {
+      gflops = device_gemm_gflops(ctx.device);
+    }
+  }
+  Tensor v = Tensor::from_host(ctx.device, Shape{1}, {static_cast<float>(gflops)});
+  ctx.world.broadcast(v, 0);
+  gflops = v.to_host()[0];
+  if (cpu) {
+    const int threads = omp_get_max_threads();
+    p.flops = gflops * 1e9 * threads;
+    p.what = std::to_string(threads) + " thread(s) × " + fmt_g(gflops) +
+             " GFLOP/s (one-thread sgemm ceiling; " + note + ")";
+  } else {
+    p.flops = gflops * 1e9;
+    p.what = "the measured fp32 GEMM ceiling of " + ctx.device.name() + " (Device::gemm 1024³)";
+  }
+  return p;
+}
+
+// The header's MFU line: the formula, N, and the peak.
+void log_flops(Communicator& world, const GptConfig& cfg, int64_t seq, const Peak& peak) {
+  const TokenFlops f = token_flops(cfg, seq);
+  log0(world, "MFU: model FLOPs per token 6·N + 12·L·h·S = ", fmt_g(f.model),
+       " (PaLM, appendix B; N = ", f.n, ": the blocks, ln_f and the LM head",
+       cfg.tied ? " (tied wte)" : "", ", not wpe", cfg.tied ? "" : " nor wte's lookup",
+       "), of the global model over ", world.size(), " rank(s)",
+       f.hardware != f.model
+           ? "; HFU adds --recompute " + cfg.recompute + "'s forward: " + fmt_g(f.hardware)
+           : std::string(),
+       "; peak per rank ", fmt_g(peak.flops / 1e9), " GFLOP/s = ", peak.what);
 }
 
 // What train() runs, read from the flags (and the model file they name) and checked: every
@@ -526,27 +632,44 @@ struct StepNumbers {
   float lr;
   double tok_s, comm, exposed, secs;
   int t, dp;
+  double flops_rank = 0, mfu = 0, hfu = -1;  // model FLOP/s per rank, MFU, HFU (-1: = MFU)
 };
 
+// The step's FLOP/s per rank, MFU and HFU (model/flops.h) into `n`.
+void set_utilisation(StepNumbers& n, const TokenFlops& f, double tokens, int ranks, double peak) {
+  n.flops_rank = flops_per_rank(f.model, tokens, n.secs, ranks);
+  n.mfu = peak > 0 ? n.flops_rank / peak : 0;
+  n.hfu = f.hardware != f.model && peak > 0
+              ? flops_per_rank(f.hardware, tokens, n.secs, ranks) / peak
+              : -1;
+}
+
 std::string progress_line(const StepNumbers& n, bool simulated) {
-  char line[200];
+  char line[200], mfu[96];
   std::snprintf(line, sizeof line,
                 "step %5lld | loss %.6f | grad norm %.4f | lr %.3g | %.0f tok/s | exposed comm "
                 "%4.1f%%%s",
                 static_cast<long long>(n.step), n.loss, n.norm, n.lr, n.tok_s,
                 100.0 * n.exposed / n.secs, simulated ? " (simulated link)" : "");
-  return line;
+  std::snprintf(mfu, sizeof mfu, " | %.3g GFLOP/s/rank, MFU %.3g%%", n.flops_rank / 1e9,
+                100.0 * n.mfu);
+  std::string out = std::string(line) + mfu;
+  if (n.hfu >= 0) {
+    std::snprintf(mfu, sizeof mfu, ", HFU %.3g%%", 100.0 * n.hfu);
+    out += mfu;
+  }
+  return out;
 }
 
 std::string json_line(const StepNumbers& n) {
-  char line[280];
+  char line[400];
   std::snprintf(line, sizeof line,
                 "{\"step\": %lld, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, "
                 "\"tokens_per_s\": %.6g, "
                 "\"comm_s\": %.6g, \"exposed_s\": %.6g, \"compute_s\": %.6g, \"t\": %d, "
-                "\"dp\": %d}",
+                "\"dp\": %d, \"flops_per_rank\": %.6g, \"mfu\": %.6g, \"hfu\": %.6g}",
                 static_cast<long long>(n.step), n.loss, n.norm, n.lr, n.tok_s, n.comm, n.exposed,
-                n.secs - n.comm, n.t, n.dp);
+                n.secs - n.comm, n.t, n.dp, n.flops_rank, n.mfu, n.hfu >= 0 ? n.hfu : n.mfu);
   return line;
 }
 
@@ -655,6 +778,9 @@ int train(Context& ctx) {
   int64_t step = start_from(world, tp, plan, model, opt);
   shard_optimizer(world, grid, plan, model, opt);
   log_run(ctx, plan, grid, model, *source, hp.lr, step);
+  const Peak peak = run_peak(ctx);
+  const TokenFlops flops = token_flops(cfg, seq);
+  log_flops(world, cfg, seq, peak);
   for (const std::string& note : plan.resume_notes) log0(world, "--resume: ", note);
 
   // Rank 0 writes the outputs; every write is checked (core/output_file.h): a full disk or a
@@ -732,8 +858,9 @@ int train(Context& ctx) {
     const double secs = now() - t0,
                  comm = tp.ledger().seconds_since(mark) + grid.dp().ledger().seconds_since(dp_mark);
     const double exposed = timeline.totals_since(span_mark).exposed;
-    const StepNumbers n{step + 1, loss,    norm, lr,        static_cast<double>(batch * seq) / secs,
-                        comm,     exposed, secs, tp.size(), dp};
+    StepNumbers n{step + 1, loss,    norm, lr,        static_cast<double>(batch * seq) / secs,
+                  comm,     exposed, secs, tp.size(), dp};
+    set_utilisation(n, flops, static_cast<double>(batch * seq), world.size(), peak.flops);
     if (i % every == 0 || i + 1 == steps) log0(world, progress_line(n, is_simulated(tp)));
     if (json.is_open()) json.write(json_line(n) + "\n");
     if (predict && i == std::min<int64_t>(1, steps - 1))
@@ -888,6 +1015,11 @@ int main(int argc, char** argv) {
             "write a timeline of the last " + std::to_string(kTraceSteps) +
                 " steps here (Chrome/Perfetto JSON) and beside it as SVG")
       .path("plot", "", "write the loss curve of this run here (SVG)")
+      .real("peak-tflops", 0,
+            "the peak TFLOP/s of one rank that MFU divides by (0: on the CPU the one-thread sgemm "
+            "ceiling, measured once per machine and cached, times the threads; on the GPU the "
+            "measured fp32 GEMM ceiling)")
+      .non_negative()
       .integer("log-every", 10, "print a progress line every N steps")
       .min(1);
   return run_program(argc, argv, o, train);
