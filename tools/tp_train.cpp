@@ -48,6 +48,7 @@
 #include "model/checkpoint.h"
 #include "model/checkpoint_series.h"
 #include "model/data.h"
+#include "model/evaluate.h"
 #include "model/file_shape.h"
 #include "model/flops.h"
 #include "model/gpt.h"
@@ -433,11 +434,15 @@ void log_peak_memory(Device& device, Communicator& world) {
 
 // --plot: the loss curve (and the data's floor), written by rank 0.
 void write_plot(Communicator& world, const std::string& plot, const TokenSource& source,
-                const std::vector<double>& plot_steps, const std::vector<double>& plot_losses) {
+                const std::vector<double>& plot_steps, const std::vector<double>& plot_losses,
+                const std::vector<double>& val_steps, const std::vector<double>& val_losses) {
   if (!plot.empty() && !plot_steps.empty()) {  // (every step skipped: no curve)
     if (world.rank() == 0) {
-      std::vector<PlotSeries> series = {
-          {"t = " + std::to_string(world.size()), plot_steps, plot_losses, "#1f77b4", false}};
+      std::vector<PlotSeries> series = {{(val_steps.empty() ? "" : "train, ") +
+                                             std::string("t = ") + std::to_string(world.size()),
+                                         plot_steps, plot_losses, "#1f77b4", false}};
+      if (!val_steps.empty())
+        series.push_back({"validation (held out)", val_steps, val_losses, "#d62728", false});
       if (std::isfinite(source.loss_floor()))
         series.push_back({"loss floor",
                           {plot_steps.front(), plot_steps.back()},
@@ -633,7 +638,39 @@ struct StepNumbers {
   double tok_s, comm, exposed, secs;
   int t, dp;
   double flops_rank = 0, mfu = 0, hfu = -1;  // model FLOP/s per rank, MFU, HFU (-1: = MFU)
+  double val_loss = std::numeric_limits<double>::quiet_NaN();  // --eval-every's steps only
 };
+
+// --eval-every: the held-out loss (model/evaluate.h) after this step, when it is an evaluation
+// step (every N, and the last); NaN otherwise. Each DP replica runs its slice of every held-out
+// batch (in --micro-batches forwards, like training) and the replicas average.
+double validation_loss(const Options& o, ProcessGrid& grid, Device& device, Gpt& model,
+                       const TokenSource& source, const Plan& plan, int64_t step, bool last) {
+  const int64_t every = o.get_int("eval-every");
+  if (every <= 0 || (step % every != 0 && !last)) return std::numeric_limits<double>::quiet_NaN();
+  const int64_t per_replica = plan.batch / plan.dp;
+  const EvalSlice slice{grid.dp_rank() * per_replica, per_replica, plan.step_opts.micro_batches};
+  const double mine = held_out_loss(model, source, o.get_int("eval-batches"), plan.batch, plan.seq,
+                                    plan.seed, slice);
+  if (plan.dp == 1) return mine;
+  Tensor v = Tensor::from_host(device, Shape{1}, {static_cast<float>(mine)});
+  grid.dp().all_reduce(v);
+  return v.to_host()[0] / plan.dp;
+}
+
+// The line an evaluation step prints: the held-out loss beside the step's training loss and the
+// data's floor.
+std::string validation_line(const StepNumbers& n, const TokenSource& source, int64_t batches,
+                            int64_t batch) {
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "step %5lld | val loss %.6f | train loss %.6f | floor %s | %lld held-out batches "
+                "of %lld",
+                static_cast<long long>(n.step), n.val_loss, n.loss,
+                std::isfinite(source.loss_floor()) ? fmt_g(source.loss_floor()).c_str() : "unknown",
+                static_cast<long long>(batches), static_cast<long long>(batch));
+  return line;
+}
 
 // The step's FLOP/s per rank, MFU and HFU (model/flops.h) into `n`.
 void set_utilisation(StepNumbers& n, const TokenFlops& f, double tokens, int ranks, double peak) {
@@ -667,10 +704,15 @@ std::string json_line(const StepNumbers& n) {
                 "{\"step\": %lld, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, "
                 "\"tokens_per_s\": %.6g, "
                 "\"comm_s\": %.6g, \"exposed_s\": %.6g, \"compute_s\": %.6g, \"t\": %d, "
-                "\"dp\": %d, \"flops_per_rank\": %.6g, \"mfu\": %.6g, \"hfu\": %.6g}",
+                "\"dp\": %d, \"flops_per_rank\": %.6g, \"mfu\": %.6g, \"hfu\": %.6g",
                 static_cast<long long>(n.step), n.loss, n.norm, n.lr, n.tok_s, n.comm, n.exposed,
                 n.secs - n.comm, n.t, n.dp, n.flops_rank, n.mfu, n.hfu >= 0 ? n.hfu : n.mfu);
-  return line;
+  std::string out = line;
+  if (std::isfinite(n.val_loss)) {
+    std::snprintf(line, sizeof line, ", \"val_loss\": %.9g", n.val_loss);
+    out += line;
+  }
+  return out + "}";
 }
 
 // Every output path on every rank, before anything is allocated or trained: a bad path costs
@@ -759,9 +801,13 @@ int train(Context& ctx) {
   const std::unique_ptr<TokenSource> source =
       allocating("the data", "the --data file or --vocab", [&]() -> std::unique_ptr<TokenSource> {
         if (data.empty()) return std::make_unique<MarkovSource>(cfg.vocab, seed);
-        return std::make_unique<TextSource>(data, seq, seed);
+        return std::make_unique<TextSource>(data, seq, seed, o.get_real("val-fraction"));
       });
 
+  TP_CHECK_INPUT(o.get_int("eval-every") == 0 || source->has_held_out(), "--eval-every ",
+                 o.get_int("eval-every"), " needs held-out data, and ", source->describe(),
+                 " has none: give --val-fraction F (> 0) leaving at least seq + 1 = ", seq + 1,
+                 " bytes on each side, or drop --eval-every");
   // The tp × dp grid: `tp` is this rank's TP group (the whole world when --dp 1).
   ProcessGrid grid(world, dp, ctx.node_of_rank);
   Communicator& tp = grid.tp();
@@ -790,6 +836,7 @@ int train(Context& ctx) {
   const std::string plot = o.get_text("plot"), log_json = o.get_text("log-json");
   OutputFile json = open_outputs(world, log_json, plot, trace, steps);
   std::vector<double> plot_steps, plot_losses;  // --plot (checked with the other output paths)
+  std::vector<double> plot_val_steps, plot_val_losses;  // --eval-every's points
   if (o.get_flag("audit-grads")) {
     if (!audit_gradients(ctx, plan, grid, model, hp, *source, step)) return 1;
     model.zero_grad();
@@ -862,10 +909,17 @@ int train(Context& ctx) {
                   comm,     exposed, secs, tp.size(), dp};
     set_utilisation(n, flops, static_cast<double>(batch * seq), world.size(), peak.flops);
     if (i % every == 0 || i + 1 == steps) log0(world, progress_line(n, is_simulated(tp)));
-    if (json.is_open()) json.write(json_line(n) + "\n");
     if (predict && i == std::min<int64_t>(1, steps - 1))
       log0(world, predict_prefix, "step ", step + 1, ":\n",
            prediction_report(tp.ledger(), mark, tp.ledger().size(), link, predict_prefix));
+    n.val_loss =
+        validation_loss(o, grid, ctx.device, model, *source, plan, step + 1, i + 1 == steps);
+    if (std::isfinite(n.val_loss)) {
+      log0(world, validation_line(n, *source, o.get_int("eval-batches"), batch));
+      plot_val_steps.push_back(static_cast<double>(step + 1));
+      plot_val_losses.push_back(n.val_loss);
+    }
+    if (json.is_open()) json.write(json_line(n) + "\n");
     if (periodic_save(world, grid, o, model, opt, step + 1)) saved_step = step + 1;
   }
   tp.set_timeline(nullptr);
@@ -882,7 +936,7 @@ int train(Context& ctx) {
                 step, steps - traced_from);
   if (std::isfinite(source->loss_floor()))
     log0(world, "loss floor of this data: ", source->loss_floor(), " nats");
-  write_plot(world, plot, *source, plot_steps, plot_losses);
+  write_plot(world, plot, *source, plot_steps, plot_losses, plot_val_steps, plot_val_losses);
   log_peak_memory(ctx.device, world);
   if (skipped > 0)
     log0(world, "--skip-nonfinite: skipped ", skipped, " of ", steps,
@@ -1020,6 +1074,17 @@ int main(int argc, char** argv) {
             "ceiling, measured once per machine and cached, times the threads; on the GPU the "
             "measured fp32 GEMM ceiling)")
       .non_negative()
+      .real("val-fraction", 0.05,
+            "--data: hold out the last fraction of the file for validation (the Markov data has "
+            "its own held-out stream)")
+      .min(0)
+      .max(1, true)
+      .integer("eval-every", 0,
+               "every N steps (and at the last) print the mean loss over --eval-batches held-out "
+               "batches, forward only, no dropout (0 = never)")
+      .non_negative()
+      .integer("eval-batches", 4, "--eval-every: held-out batches of --batch sequences")
+      .min(1)
       .integer("log-every", 10, "print a progress line every N steps")
       .min(1);
   return run_program(argc, argv, o, train);
