@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -13,6 +16,8 @@
 #include "model/adamw.h"
 #include "model/checkpoint.h"
 #include "model/checkpoint_series.h"
+#include "model/data.h"
+#include "model/evaluate.h"
 #include "model/flops.h"
 #include "model/gpt.h"
 #include "model_test_helpers.h"
@@ -195,6 +200,87 @@ TEST(PeakCache, StoresOneValuePerMachineKey) {
   EXPECT_EQ(cached_peak(path, "Xeon"), 0.0);  // a prefix of a key is not the key
   EXPECT_FALSE(store_peak("", a, 1.0));
   EXPECT_NE(cpu_model_name(), "");
+}
+
+// --data's held-out tail: a file whose first 900 bytes are lower-case letters and whose last 100
+// (10 %) are upper-case. No training row holds an upper-case byte and every held-out row holds only
+// upper-case ones, over many steps.
+TEST(HeldOut, TextRowsNeverCrossTheSplit) {
+  const std::string path = fresh_dir() + "/text.txt";
+  std::string text;
+  for (int i = 0; i < 1000; ++i) text += static_cast<char>((i < 900 ? 'a' : 'A') + (i * 7) % 26);
+  std::ofstream(path, std::ios::binary) << text;
+  const TextSource src(path, 16, 3, 0.1);
+  ASSERT_TRUE(src.has_held_out());
+  EXPECT_NE(src.describe().find("the last 100 held out"), std::string::npos) << src.describe();
+  int64_t train_upper = 0, held_lower = 0;
+  for (int64_t i = 0; i < 200; ++i) {
+    const Batch t = src.batch(i, 8, 16), h = src.held_out_batch(i, 8, 16);
+    for (size_t k = 0; k < t.ids.size(); ++k) {
+      train_upper += (t.ids[k] < 'a') + (t.targets[k] < 'a');
+      held_lower += (h.ids[k] >= 'a') + (h.targets[k] >= 'a');
+    }
+  }
+  EXPECT_EQ(train_upper, 0);
+  EXPECT_EQ(held_lower, 0);
+  // Without a fraction (or with one too small for a row) nothing is held out, and training
+  // reaches the end of the file.
+  EXPECT_FALSE(TextSource(path, 16, 3, 0.0).has_held_out());
+  const TextSource tiny(path, 16, 3, 0.01);  // 10 bytes < seq + 1
+  EXPECT_FALSE(tiny.has_held_out());
+  EXPECT_NE(tiny.describe().find("nothing held out"), std::string::npos) << tiny.describe();
+  EXPECT_THROW(tiny.held_out_batch(0, 1, 16), Error);
+}
+
+// The Markov data's held-out stream: the same chain (every transition one of the table's), other
+// sequences than any of the first 100 training steps'.
+TEST(HeldOut, MarkovHeldOutStreamIsTheChainButNotTheTrainingSequences) {
+  const MarkovSource src(64, 9);
+  ASSERT_TRUE(src.has_held_out());
+  const int64_t seq = 24, batch = 4;
+  std::set<std::vector<int32_t>> training;
+  auto rows = [&](const Batch& b) {
+    std::vector<std::vector<int32_t>> out(static_cast<size_t>(batch));
+    for (int64_t s = 0; s < seq; ++s)
+      for (int64_t r = 0; r < batch; ++r) out[r].push_back(b.ids[s * batch + r]);
+    return out;
+  };
+  for (int64_t i = 0; i < 100; ++i)
+    for (const auto& r : rows(src.batch(i, batch, seq))) training.insert(r);
+  for (int64_t i = 0; i < 10; ++i) {
+    const Batch h = src.held_out_batch(i, batch, seq);
+    for (size_t k = 0; k < h.ids.size(); ++k) {
+      const auto& succ = src.successors(h.ids[k]);
+      EXPECT_NE(std::find(succ.begin(), succ.end(), h.targets[k]), succ.end());
+    }
+    for (const auto& r : rows(h)) EXPECT_EQ(training.count(r), 0u);
+  }
+  EXPECT_NE(src.held_out_batch(0, batch, seq).ids, src.batch(0, batch, seq).ids);
+}
+
+// The validation loss at t = np equals t = 1 (the model tests' loss tolerance), with dropout off:
+// a model built with dropout 0.1 evaluates as one built without it, and its training forward
+// still drops (the loss differs).
+TEST(HeldOut, ValidationLossMatchesSingleDeviceWithoutDropout) {
+  GptConfig cfg = tp::testing::tiny_gpt_config(2);
+  cfg.dropout = 0.1f;
+  GptConfig plain = cfg;
+  plain.dropout = 0.0f;
+  const MarkovSource src(cfg.vocab, 4);
+  SerialCommunicator solo;
+  Gpt tp_model(device(), world(), cfg), one(device(), solo, plain), one_drop(device(), solo, cfg);
+  for (Gpt* m : {&tp_model, &one, &one_drop}) m->init(tp::testing::kSeed);
+  const double at_t = held_out_loss(tp_model, src, 3, 4, cfg.seq, tp::testing::kSeed);
+  const double ref = held_out_loss(one, src, 3, 4, cfg.seq, tp::testing::kSeed);
+  EXPECT_NEAR(at_t, ref, tp::testing::kLossTol * std::abs(ref)) << "t = " << world().size();
+  EXPECT_EQ(held_out_loss(one_drop, src, 3, 4, cfg.seq, tp::testing::kSeed), ref);
+  const Batch b = src.held_out_batch(0, 4, cfg.seq);
+  EXPECT_NE(one_drop.forward(b, tp::testing::kSeed, 0), one.forward(b, tp::testing::kSeed, 0));
+  // A DP replica's slice in micro-batches: the two halves average to the whole.
+  const double halves = (held_out_loss(one, src, 3, 4, cfg.seq, 1, {0, 2, 2}) +
+                         held_out_loss(one, src, 3, 4, cfg.seq, 1, {2, 2, 1})) /
+                        2;
+  EXPECT_NEAR(halves, ref, 1e-6 * std::abs(ref));
 }
 
 }  // namespace
