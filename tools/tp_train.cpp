@@ -805,8 +805,9 @@ int train(Context& ctx) {
       });
 
   TP_CHECK_INPUT(o.get_int("eval-every") == 0 || source->has_held_out(), "--eval-every ",
-                 o.get_int("eval-every"), " needs held-out data, and ", source->describe(),
-                 " has none: give --val-fraction F (> 0) leaving at least seq + 1 = ", seq + 1,
+                 o.get_int("eval-every"), " needs held-out data and there is none (",
+                 source->describe(),
+                 "): give --val-fraction F (> 0) leaving at least seq + 1 = ", seq + 1,
                  " bytes on each side, or drop --eval-every");
   // The tp × dp grid: `tp` is this rank's TP group (the whole world when --dp 1).
   ProcessGrid grid(world, dp, ctx.node_of_rank);
