@@ -138,9 +138,10 @@ bool periodic_save(Communicator& world, ProcessGrid& grid, const Options& o, con
   const int64_t every = o.get_int("save-every");
   if (every <= 0 || step % every != 0) return false;
   const std::string path = CheckpointSeries(o.get_text("save")).path_for(step);
-  if (opt.sharded()) opt.unshard(model.params());  // --zero 1: the file holds them whole
+  const bool sharded = opt.sharded();
+  if (sharded) opt.unshard(model.params());  // --zero 1: the file holds them whole
   if (grid.dp_rank() == 0) save_checkpoint(path, grid.tp(), model, opt, step);
-  if (opt.sharded()) opt.shard_over(grid.dp(), model.params());
+  if (sharded) opt.shard_over(grid.dp(), model.params());  // and training goes on sharded
   world.barrier();
   prune_series(world, o, step);
   log0(world, "saved ", path, " at step ", step);
@@ -161,8 +162,7 @@ bool periodic_save(Communicator& world, ProcessGrid& grid, const Options& o, con
     world.barrier();
     prune_series(world, o, step);
     said = "emergency checkpoint " + save + " saved at step " + std::to_string(step) +
-           " (resume with --load " + save +
-           (o.get_int("save-every") > 0 ? " or --resume auto" : "") + ")";
+           " (resume with --load " + save + " or --resume auto)";
   }
   throw Error(detail::str_cat("stopped by ", name, " before step ", step + 1, ": ", said),
               128 + sig);
@@ -801,6 +801,7 @@ int train(Context& ctx) {
   const int dp = plan.dp;
 
   const std::string trace = o.get_text("trace");
+  CheckpointSeries(o.get_text("save")).create_folder();  // --save DIR/ (every rank: idempotent)
   check_outputs(o, trace, export_dir);
   // --save is this run's until it ends: a second run saving to the same file is refused now, not
   // silently overwritten at the end (lib/model/checkpoint.h).

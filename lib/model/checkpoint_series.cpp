@@ -51,6 +51,10 @@ CheckpointSeries::CheckpointSeries(const std::string& save) : save_(save) {
   base_ = slash == std::string::npos ? stem_ : stem_.substr(slash + 1);
 }
 
+void CheckpointSeries::create_folder() const {
+  if (!save_is_file_ && !folder_.empty() && !is_folder(folder_)) ::mkdir(folder_.c_str(), 0777);
+}
+
 std::string CheckpointSeries::path_for(int64_t step) const {
   char digits[32];
   std::snprintf(digits, sizeof digits, "%06" PRId64, step);

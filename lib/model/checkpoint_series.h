@@ -30,6 +30,9 @@ class CheckpointSeries {
   explicit CheckpointSeries(const std::string& save);
 
   bool empty() const { return stem_.empty(); }
+  /// A folder PATH ending in '/' that does not exist yet is created (its parent must exist; a
+  /// failure is left to the output-path check, which names it).
+  void create_folder() const;
   /// The folder: PATH itself when it is a folder, else the folder of the file ("." for none).
   const std::string& folder() const { return folder_; }
   /// The path of step `step`'s file: "<stem>-step000200.safetensors".

@@ -75,3 +75,30 @@ if [ "$bad" != "$prev" ] && grep -q "^--resume: skipped $bad: .*fails its checks
   pass 1; echo "✓ a corrupt newest checkpoint is named and skipped: $(grep -o '^--resume: skipped.*' "$logs/resume_bad.log" | cut -c1-150)"
 else fail "a corrupt newest checkpoint ($bad) was not named and skipped for $prev (see $logs/resume_bad.log)"; fi
 same_bits "resumed past a corrupt checkpoint at step $prev_step" "$rs/ref.json" "$rs/res_bad.json" "$prev_step"
+
+# 4. --dp 2 --zero 1: a periodic save gathers AdamW's moments and training goes on sharded; the
+#    resumed run continues the uninterrupted one bit for bit (tp 2 × dp 2 both times).
+run_mpi 4 "${train[@]}" --steps 8 --dp 2 --zero 1 --log-json "$rs/zero_ref.json" >"$logs/resume_zero_ref.log" 2>&1 ||
+  fail "tp_train --dp 2 --zero 1 exited non-zero (see $logs/resume_zero_ref.log)"
+run_mpi 4 "${train[@]}" --steps 4 --dp 2 --zero 1 --save "$rs/zero/" --save-every 2 --log-json "$rs/zero_a.json" \
+  >"$logs/resume_zero_a.log" 2>&1 || fail "tp_train --dp 2 --zero 1 --save-every 2 exited non-zero (see $logs/resume_zero_a.log)"
+same_bits "--zero 1 with --save-every 2: steps 1..4" "$rs/zero_ref.json" "$rs/zero_a.json" 0
+run_mpi 4 "${train[@]}" --steps 4 --dp 2 --zero 1 --save "$rs/zero/" --save-every 2 --resume auto \
+  --log-json "$rs/zero_b.json" >"$logs/resume_zero_b.log" 2>&1 ||
+  fail "tp_train --dp 2 --zero 1 --resume auto exited non-zero (see $logs/resume_zero_b.log)"
+same_bits "--zero 1 resumed with --resume auto at step 4" "$rs/zero_ref.json" "$rs/zero_b.json" 4
+
+# 5. SIGTERM with --save DIR/: the emergency checkpoint is the series' file of its step, and
+#    --resume auto takes it.
+"$MPIEXEC" $MPI_FLAGS -np 2 "${train[@]}" --steps 1000000 --log-every 1 --save "$rs/term/" --save-every 1000 \
+  </dev/null >"$logs/resume_sigterm.log" 2>&1 &
+mpirun_pid=$!
+for _ in $(seq 100); do grep -q "^step " "$logs/resume_sigterm.log" && break; sleep 0.2; done
+kill -TERM "$mpirun_pid"
+wait "$mpirun_pid"
+term_step=$(sed -n 's/.*emergency checkpoint .*-step0*\([0-9][0-9]*\)\.safetensors saved at step.*/\1/p' "$logs/resume_sigterm.log" | head -1)
+if [ -n "$term_step" ] && grep -q "or --resume auto)" "$logs/resume_sigterm.log" &&
+   run_mpi 1 "${train[@]}" --steps 1 --save "$rs/term/" --resume auto >"$logs/resume_after_term.log" 2>&1 &&
+   grep -q "loaded $rs/term/checkpoint-step0*$term_step.safetensors at step $term_step" "$logs/resume_after_term.log"; then
+  pass 1; echo "✓ SIGTERM with --save DIR/: $(grep -o 'emergency checkpoint.*' "$logs/resume_sigterm.log" | head -1); --resume auto takes it"
+else fail "SIGTERM with --save DIR/: no series emergency checkpoint, or --resume auto did not take it (see $logs/resume_sigterm.log, $logs/resume_after_term.log)"; fi
