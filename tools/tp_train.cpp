@@ -9,6 +9,10 @@
 //   mpirun -np 4 build/bin/tp_train --dp 2 --steps 20     (tp 2 × dp 2: the same loss as -np 1)
 //   mpirun -np 2 build/bin/tp_train --steps 5 --trace run.json   (open run.json in ui.perfetto.dev;
 //                                                                 run.svg is the same as a chart)
+//   mpirun -np 2 build/bin/tp_train --steps 2000 --save runs/ --save-every 200 --resume auto-or-fresh
+//                                  --eval-every 100   (periodic checkpoints, restart where it
+//                                  stopped, the held-out loss; model/checkpoint_series.h,
+//                                  model/evaluate.h)
 //
 // Every rank draws the same batch for a step and starts from the same weights (counter-based
 // initialisation), so the loss curve is the same for every t up to fp32 rounding. With --dp N the
@@ -21,6 +25,10 @@
 // The progress line's "exposed comm" is the share of the step the computing thread stood still in
 // the communicator (blocking collectives, issuing and waiting for async ones; observe/timeline.h),
 // measured by a timeline on the world communicator that records every step.
+// Its last columns are the model FLOP/s per rank and the MFU (HFU with --recompute): the global
+// model's 6·N + 12·L·h·S FLOPs per token (model/flops.h) over all ranks, divided by the peak the
+// header names (the one-thread sgemm ceiling × threads, cached per machine: observe/peak_cache.h;
+// the GPU's measured GEMM ceiling; or --peak-tflops).
 #include <cblas.h>
 #include <omp.h>
 #include <sys/stat.h>
