@@ -35,10 +35,9 @@ same_bits() {
 # descendants PID: every process under PID.
 descendants() { local c; for c in $(ps -o pid= --ppid "$1"); do echo "$c"; descendants "$c"; done; }
 
-# 2. The uninterrupted run, and the same run killed after its step-20 checkpoint appeared.
-run_mpi 2 "${train[@]}" --steps 80 --log-json "$rs/ref.json" >"$logs/resume_ref.log" 2>&1 ||
-  fail "tp_train --steps 80 exited non-zero (see $logs/resume_ref.log)"
-run_mpi 2 "${train[@]}" --steps 80 --save "$rs/ck/" --save-every 5 --keep 3 >"$logs/resume_killed.log" 2>&1 &
+# 2. A run killed after its step-20 checkpoint appeared (it would run for ever: it is killed at
+#    whatever step it has reached), then the uninterrupted run to 10 steps past its newest file.
+run_mpi 2 "${train[@]}" --steps 1000000 --save "$rs/ck/" --save-every 5 --keep 3 >"$logs/resume_killed.log" 2>&1 &
 job=$!
 for _ in $(seq 600); do [ -e "$rs/ck/checkpoint-step000020.safetensors" ] && break; sleep 0.05; done
 ranks=$(for p in $(descendants "$job"); do [ "$(ps -o comm= -p "$p")" = tp_train ] && echo "$p"; done)
@@ -50,6 +49,8 @@ if [ -n "$ranks" ] && [ "$rc" != 0 ] && [ "$newest" -ge 1 ] && [ "$newest" -le 3
 else fail "the run to kill: ranks '$ranks', exit $rc, $newest checkpoints (see $logs/resume_killed.log)"; fi
 cp -r "$rs/ck" "$rs/ck_t1"; cp -r "$rs/ck" "$rs/ck_bad"
 start=$(ls "$rs/ck" | sed -n 's/^checkpoint-step0*\([0-9][0-9]*\)\.safetensors$/\1/p' | sort -n | tail -1)
+run_mpi 2 "${train[@]}" --steps $((${start:-0} + 10)) --log-json "$rs/ref.json" >"$logs/resume_ref.log" 2>&1 ||
+  fail "tp_train --steps $((${start:-0} + 10)) exited non-zero (see $logs/resume_ref.log)"
 run_mpi 2 "${train[@]}" --steps 10 --save "$rs/ck/" --save-every 5 --resume auto --log-json "$rs/res.json" \
   >"$logs/resume_auto.log" 2>&1 || fail "tp_train --resume auto exited non-zero (see $logs/resume_auto.log)"
 if grep -q "loaded $rs/ck/checkpoint-step0*$start.safetensors at step $start (with optimizer state)" "$logs/resume_auto.log"; then
