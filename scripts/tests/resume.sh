@@ -41,6 +41,7 @@ run_mpi 2 "${train[@]}" --steps 1000000 --save "$rs/ck/" --save-every 5 --keep 3
 job=$!
 for _ in $(seq 600); do [ -e "$rs/ck/checkpoint-step000020.safetensors" ] && break; sleep 0.05; done
 ranks=$(for p in $(descendants "$job"); do [ "$(ps -o comm= -p "$p")" = tp_train ] && echo "$p"; done)
+# shellcheck disable=SC2086  # one pid per word
 if [ -n "$ranks" ]; then kill -9 $ranks 2>/dev/null; fi
 wait "$job"; rc=$?
 newest=$(ls "$rs/ck" | grep -c '^checkpoint-step.*\.safetensors$')
