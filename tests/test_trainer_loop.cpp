@@ -114,6 +114,44 @@ TEST(CheckpointSeries, ResumeTakesTheNewestValidAndNamesTheSkipped) {
   EXPECT_TRUE(choose_resume({}).chosen.path.empty());
 }
 
+// --resume's decision: auto on nothing is a problem, auto-or-fresh starts fresh there; the newest
+// valid file wins over a bad newer one (named); only bad files is a problem for both modes.
+TEST(CheckpointSeries, ResumeDecisionForEachMode) {
+  const std::string dir = fresh_dir() + "/";
+  ResumeDecision d = resume_decision("auto", dir);
+  EXPECT_EQ(d.path, "");
+  EXPECT_NE(d.problem.find("--resume auto: no checkpoint in " + dir.substr(0, dir.size() - 1) +
+                           " (no " + dir + "checkpoint-stepNNNNNN.safetensors)"),
+            std::string::npos)
+      << d.problem;
+  d = resume_decision("auto-or-fresh", dir);
+  EXPECT_EQ(d.path, "");
+  EXPECT_EQ(d.problem, "");
+  ASSERT_EQ(d.notes.size(), 1u);
+  EXPECT_NE(d.notes[0].find("starting fresh"), std::string::npos);
+  EXPECT_NE(resume_decision("latest", dir).problem.find("--resume=latest: use auto"),
+            std::string::npos);
+  EXPECT_NE(resume_decision("auto", "").problem.find("give --save DIR/"), std::string::npos);
+  touch(dir + "checkpoint-step000010.safetensors");
+  touch(dir + "checkpoint-step000020.safetensors");
+  const auto newest_bad = [](const std::string& p) -> std::string {
+    return p.find("step000020") != std::string::npos ? "it is cut short" : "";
+  };
+  for (const char* mode : {"auto", "auto-or-fresh"}) {
+    d = resume_decision(mode, dir, +newest_bad);
+    EXPECT_EQ(d.path, dir + "checkpoint-step000010.safetensors") << mode;
+    EXPECT_EQ(d.problem, "") << mode;
+    ASSERT_EQ(d.notes.size(), 1u) << mode;
+    EXPECT_EQ(d.notes[0], "skipped " + dir + "checkpoint-step000020.safetensors: it is cut short");
+    const auto all_bad = [](const std::string&) -> std::string { return "bad"; };
+    d = resume_decision(mode, dir, +all_bad);
+    EXPECT_EQ(d.path, "") << mode;
+    EXPECT_NE(d.problem.find("none of the 2 checkpoints of " + dir + " is valid"),
+              std::string::npos)
+        << d.problem;
+  }
+}
+
 // A real checkpoint is valid; the same file cut short, or with one flipped byte in a tensor, is
 // not, and the problem names the file.
 TEST(CheckpointSeries, AFileProblemNamesTruncationAndCorruption) {

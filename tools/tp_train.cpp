@@ -305,46 +305,16 @@ struct Plan {
 // communication yet); a bad newer file is skipped with a note, none at all is a problem.
 std::string resume_path(const Options& o, std::vector<std::string>& notes,
                         std::vector<std::string>& problems) {
-  const std::string mode = o.get_text("resume"), save = o.get_text("save");
+  const std::string mode = o.get_text("resume");
   if (mode.empty()) return "";
-  if (mode != "auto" && mode != "auto-or-fresh") {
-    problems.push_back("--resume=" + mode +
-                       ": use auto (the newest valid checkpoint of --save) or auto-or-fresh (the "
-                       "same, or a fresh start when there is none); --load F resumes from a file");
-    return "";
-  }
-  if (save.empty()) {
-    problems.push_back("--resume " + mode +
-                       " looks for checkpoints where --save writes them; give "
-                       "--save DIR/ or --save FILE");
-    return "";
-  }
   if (!o.get_text("load").empty() || !o.get_text("init-from").empty()) {
     problems.push_back("give --resume " + mode + " or --load/--init-from, not both");
     return "";
   }
-  const CheckpointSeries series(save);
-  const std::vector<SeriesEntry> candidates = series.candidates();
-  ResumeChoice choice = choose_resume(candidates);
-  notes = choice.skipped;
-  if (!choice.chosen.path.empty()) return choice.chosen.path;
-  if (candidates.empty() && mode == "auto-or-fresh") {
-    notes.push_back("auto-or-fresh: no checkpoint of " + save + " yet; starting fresh");
-    return "";
-  }
-  std::string pattern = series.path_for(0);
-  pattern.replace(pattern.rfind("000000"), 6, "NNNNNN");
-  if (candidates.empty())
-    problems.push_back("--resume auto: no checkpoint in " + series.folder() + " (no " + pattern +
-                       (series.final_path(0) == series.path_for(0) ? "" : ", no " + save) +
-                       "); start without --resume, or pass --resume auto-or-fresh to start fresh "
-                       "when there is none");
-  else
-    problems.push_back("--resume " + mode + ": none of the " + std::to_string(candidates.size()) +
-                       " checkpoints of " + save + " is valid (" + choice.skipped.front() +
-                       (candidates.size() > 1 ? "; ..." : "") +
-                       "); remove them, or --load an older copy");
-  return "";
+  ResumeDecision d = resume_decision(mode, o.get_text("save"));
+  notes = d.notes;
+  if (!d.problem.empty()) problems.push_back(d.problem);
+  return d.path;
 }
 
 Plan plan_run(const Options& o, int world_size) {

@@ -151,6 +151,46 @@ ResumeChoice choose_resume(const std::vector<SeriesEntry>& candidates,
   return out;
 }
 
+ResumeDecision resume_decision(const std::string& mode, const std::string& save,
+                               std::string (*problem)(const std::string&)) {
+  ResumeDecision out;
+  if (mode != "auto" && mode != "auto-or-fresh") {
+    out.problem = "--resume=" + mode +
+                  ": use auto (the newest valid checkpoint of --save) or auto-or-fresh (the same, "
+                  "or a fresh start when there is none); --load F resumes from a file";
+    return out;
+  }
+  if (save.empty()) {
+    out.problem = "--resume " + mode +
+                  " looks for checkpoints where --save writes them; give --save DIR/ or --save "
+                  "FILE";
+    return out;
+  }
+  const CheckpointSeries series(save);
+  const std::vector<SeriesEntry> candidates = series.candidates();
+  const ResumeChoice choice = choose_resume(candidates, problem);
+  out.notes = choice.skipped;
+  out.path = choice.chosen.path;
+  if (!out.path.empty()) return out;
+  if (candidates.empty() && mode == "auto-or-fresh") {
+    out.notes.push_back("auto-or-fresh: no checkpoint of " + save + " yet; starting fresh");
+    return out;
+  }
+  std::string pattern = series.path_for(0);
+  pattern.replace(pattern.rfind("000000"), 6, "NNNNNN");
+  if (candidates.empty())
+    out.problem = "--resume auto: no checkpoint in " + series.folder() + " (no " + pattern +
+                  (series.final_path(0) == series.path_for(0) ? "" : ", no " + save) +
+                  "); start without --resume, or pass --resume auto-or-fresh to start fresh when "
+                  "there is none";
+  else
+    out.problem = "--resume " + mode + ": none of the " + std::to_string(candidates.size()) +
+                  " checkpoints of " + save + " is valid (" + choice.skipped.front() +
+                  (candidates.size() > 1 ? "; ..." : "") +
+                  "); remove them, or --load an older copy";
+  return out;
+}
+
 std::vector<SeriesEntry> series_to_delete(const std::vector<SeriesEntry>& entries, int64_t step,
                                           int keep) {
   std::vector<SeriesEntry> out, older;

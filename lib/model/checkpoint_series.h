@@ -71,6 +71,21 @@ struct ResumeChoice {
 ResumeChoice choose_resume(const std::vector<SeriesEntry>& candidates,
                            std::string (*problem)(const std::string&) = checkpoint_file_problem);
 
+/// What tp_train's --resume MODE (with --save `save`) starts from: `path` (empty: fresh), the
+/// lines to log (each skipped newer file; a fresh start of auto-or-fresh), and `problem`, one
+/// bad-input line, or "" when there is none. MODE "auto": the newest valid candidate, and a problem
+/// when there is no candidate; "auto-or-fresh": the same, but no candidate is a fresh start. When
+/// there are candidates and none is valid, both are a problem (starting fresh would overwrite the
+/// series). Any other MODE, or no `save`, is a problem.
+struct ResumeDecision {
+  std::string path;
+  std::vector<std::string> notes;
+  std::string problem;
+};
+ResumeDecision resume_decision(
+    const std::string& mode, const std::string& save,
+    std::string (*problem)(const std::string&) = checkpoint_file_problem);
+
 /// The files of `entries` (oldest first, as list() gives them) to delete after step `step` was
 /// saved so that `keep` remain: those of a step above `step` (left by an abandoned longer run,
 /// which a later --resume auto must not take) and all but the `keep` newest of the others.
