@@ -2,7 +2,8 @@
 # the progress line's FLOP/s and MFU (sourced by scripts/run-tests.sh, section 8b).
 #
 # 1. Bad input: --eval-every without held-out data, one line, exit 2. 2. The held-out loss at
-# t = 2 and t = 1 within 1e-4 (same_curve on val_loss), in --log-json and in the --plot picture;
+# t = 2, and at tp 2 × dp 2 with micro-batches, against t = 1 within 1e-4 (same_curve on
+# val_loss), in --log-json and in the --plot picture;
 # every progress line has GFLOP/s per rank and MFU, and the header names the peak.
 
 vl=$tmp/validation
@@ -24,6 +25,12 @@ val_losses "$vl/t2.json" | sed 's/^/"loss": /; s/$/,/' >"$vl/v2.json"
 if [ "$(wc -l <"$vl/v2.json")" = 2 ]; then pass 1; echo "✓ --eval-every 5 over 10 steps: 2 val_loss entries in --log-json"
 else fail "--eval-every 5 over 10 steps: $(wc -l <"$vl/v2.json") val_loss entries (see $vl/t2.json)"; fi
 same_curve "held-out loss, t = 2 vs t = 1" "$vl/v1.json" "$vl/v2.json"
+# tp 2 × dp 2 with 2 micro-batches: each replica evaluates its half of every held-out batch in two
+# forwards, and the replicas average: the same held-out loss as t = 1.
+run_mpi 4 "${train[@]}" --steps 10 --dp 2 --micro-batches 2 --eval-every 5 --eval-batches 2 --log-json "$vl/dp2.json" \
+  >"$logs/validation_dp2.log" 2>&1 || fail "tp_train --dp 2 --eval-every at -np 4 exited non-zero (see $logs/validation_dp2.log)"
+val_losses "$vl/dp2.json" | sed 's/^/"loss": /; s/$/,/' >"$vl/vdp2.json"
+same_curve "held-out loss, tp 2 × dp 2 with --micro-batches 2 vs t = 1" "$vl/v1.json" "$vl/vdp2.json"
 if grep -q "validation (held out)" "$vl/t2.svg"; then pass 1; echo "✓ --plot draws the validation curve"
 else fail "--plot has no validation curve ($vl/t2.svg)"; fi
 if grep -q "^step    10 | val loss [0-9.]* | train loss [0-9.]* | floor 1.213 | 2 held-out batches of 4" "$logs/validation_t2.log"; then
