@@ -25,6 +25,8 @@ and repeated: 3 times, 5 for the overlap and the strong-scaling rows (--quick or
      (scripts/bench_gpt_torch.py, after checking that the twin computes the same loss and
      gradients from the same weights and batch, within its stated tolerances) at 1 and 2 threads,
      each tp_train run next to the PyTorch run it is divided by. Goal ≥ 1.0× (stretch 1.2×).
+     Both show their MFU: tp_train's from its --log-json, PyTorch's at the same model FLOPs per
+     token and peak (tp_train's header: 6·N + 12·L·h·S; the one-thread sgemm ceiling × threads).
      Strong scaling in the same rounds: tp_train at t = 2 (one thread per rank), without and with
      --sp, against the round's t = 1 (one thread). Goal ≥ 1.8×.
   6. The memory stack (tp_train, t = 1, one thread, the benchmark model): the step time of
@@ -357,8 +359,21 @@ def train_tokens(build, np, threads, steps, tmp, tag, extra=()):
     log = os.path.join(tmp, f"train_{tag}.json")
     cmd = mpi_cmd(np, f"{build}/bin/tp_train", *MODEL, *extra, "--steps", str(steps), "--log-json", log)
     run(cmd, threads=threads)
-    per_step = [json.loads(line)["tokens_per_s"] for line in open(log)]
+    lines = [json.loads(line) for line in open(log)]
+    per_step = [o["tokens_per_s"] for o in lines]
+    # MFU per token/s: tp_train's model FLOPs per token over its peak per rank (the same for every
+    # step), which turns a PyTorch tokens/s into PyTorch's MFU at the same model and peak.
+    MFU_PER_TOKEN_S[tag] = med([o["mfu"] / o["tokens_per_s"] for o in lines if "mfu" in o and o["tokens_per_s"] > 0] or [0])
     return med(per_step[3:] if len(per_step) > 4 else per_step)
+
+
+MFU_PER_TOKEN_S = {}  # train_tokens' tag → MFU / (tokens/s)
+
+
+def with_mfu(tokens, tag):
+    """"123 tok/s, MFU 4.5%" (the MFU at tp_train's FLOPs per token and peak of run `tag`)."""
+    k = MFU_PER_TOKEN_S.get(tag, 0)
+    return f"{tokens:.0f} tok/s" + (f", MFU {100 * k * tokens:.3g}%" if k else "")
 
 
 def torch_python():
@@ -416,8 +431,9 @@ def training_rows(table, build, steps, tmp, reps_long, reps, info):
         pairs = [(o, t) for o, t in zip(ours[th], theirs[th]) if t]
         label = f"tp_train tokens/s, {th} thread{'s' if th > 1 else ''}"
         if pairs:
-            table.add("training (t = 1)", label, f"{med([o for o, _ in pairs]):.0f} tok/s",
-                      f"PyTorch eager {med([t for _, t in pairs]):.0f} tok/s", [o / t for o, t in pairs],
+            table.add("training (t = 1)", label, with_mfu(med([o for o, _ in pairs]), f"t1_{th}"),
+                      "PyTorch eager " + with_mfu(med([t for _, t in pairs]), f"t1_{th}"),
+                      [o / t for o, t in pairs],
                       at_least(1.0, extra=" (stretch 1.2×)"), note)
         else:
             table.add("training (t = 1)", label, f"{med(ours[th]):.0f} tok/s", "PyTorch: missing", [], note=note)

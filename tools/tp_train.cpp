@@ -9,6 +9,10 @@
 //   mpirun -np 4 build/bin/tp_train --dp 2 --steps 20     (tp 2 × dp 2: the same loss as -np 1)
 //   mpirun -np 2 build/bin/tp_train --steps 5 --trace run.json   (open run.json in ui.perfetto.dev;
 //                                                                 run.svg is the same as a chart)
+//   mpirun -np 2 build/bin/tp_train --steps 2000 --save runs/ --save-every 200 --resume auto-or-fresh
+//                                  --eval-every 100   (periodic checkpoints, restart where it
+//                                  stopped, the held-out loss; model/checkpoint_series.h,
+//                                  model/evaluate.h)
 //
 // Every rank draws the same batch for a step and starts from the same weights (counter-based
 // initialisation), so the loss curve is the same for every t up to fp32 rounding. With --dp N the
@@ -21,6 +25,12 @@
 // The progress line's "exposed comm" is the share of the step the computing thread stood still in
 // the communicator (blocking collectives, issuing and waiting for async ones; observe/timeline.h),
 // measured by a timeline on the world communicator that records every step.
+// Its last columns are the model FLOP/s per rank and the MFU (HFU with --recompute): the global
+// model's 6·N + 12·L·h·S FLOPs per token (model/flops.h) over all ranks, divided by the peak the
+// header names (the one-thread sgemm ceiling × threads, cached per machine: observe/peak_cache.h;
+// the GPU's measured GEMM ceiling; or --peak-tflops).
+#include <cblas.h>
+#include <omp.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -44,8 +54,11 @@
 #include "model/adamw.h"
 #include "model/audit.h"
 #include "model/checkpoint.h"
+#include "model/checkpoint_series.h"
 #include "model/data.h"
+#include "model/evaluate.h"
 #include "model/file_shape.h"
+#include "model/flops.h"
 #include "model/gpt.h"
 #include "model/hf_gpt2.h"
 #include "model/memory.h"
@@ -54,6 +67,7 @@
 #include "model/schedule.h"
 #include "model/train.h"
 #include "observe/alpha_beta.h"
+#include "observe/peak_cache.h"
 #include "observe/svg_plot.h"
 #include "observe/timeline.h"
 #include "observe/timer.h"
@@ -111,23 +125,166 @@ auto allocating(const std::string& what, const std::string& flags, Make make) {
   }
 }
 
+// After a save at `step` into --save's series (model/checkpoint_series.h): rank 0 deletes what
+// --keep does not keep, and names the files of later steps it deletes (an abandoned longer run's,
+// which a later --resume auto must not take).
+void prune_series(Communicator& world, const Options& o, int64_t step) {
+  const CheckpointSeries series(o.get_text("save"));
+  if (series.empty() || world.rank() != 0) return;
+  for (const SeriesEntry& e :
+       series_to_delete(series.list(), step, static_cast<int>(o.get_int("keep")))) {
+    if (e.step > step)
+      log0(world, "removed ", e.path, ": step ", e.step, " is past this run's step ", step,
+           " (a run that went further before this one resumed earlier)");
+    std::remove(e.path.c_str());
+  }
+}
+
+// --save-every N: after step `step` (steps done), when N divides it, the series' file of the step.
+// Returns true when it wrote one.
+bool periodic_save(Communicator& world, ProcessGrid& grid, const Options& o, const Gpt& model,
+                   AdamW& opt, int64_t step) {
+  const int64_t every = o.get_int("save-every");
+  if (every <= 0 || step % every != 0) return false;
+  const std::string path = CheckpointSeries(o.get_text("save")).path_for(step);
+  const bool sharded = opt.sharded();
+  if (sharded) opt.unshard(model.params());  // --zero 1: the file holds them whole
+  if (grid.dp_rank() == 0) save_checkpoint(path, grid.tp(), model, opt, step);
+  if (sharded) opt.shard_over(grid.dp(), model.params());  // and training goes on sharded
+  world.barrier();
+  prune_series(world, o, step);
+  log0(world, "saved ", path, " at step ", step);
+  return true;
+}
+
 // Every rank got (or was told of) SIGINT/SIGTERM and stands at the same step boundary: write an
 // emergency checkpoint when --save is given, then end with 128 + the signal on every rank.
 [[noreturn]] void stop_after_signal(Communicator& world, ProcessGrid& grid, const Options& o,
                                     const Gpt& model, AdamW& opt, int64_t step, int sig) {
   const std::string name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal";
-  const std::string save = o.get_text("save");
+  const std::string save = CheckpointSeries(o.get_text("save")).final_path(step);
   std::string said = "no checkpoint written (no --save)";
   if (!save.empty()) {
     // DP replicas hold the same weights and moments: DP rank 0's TP group writes the file.
     if (opt.sharded()) opt.unshard(model.params());  // --zero 1: the file holds them whole
     if (grid.dp_rank() == 0) save_checkpoint(save, grid.tp(), model, opt, step);
     world.barrier();
+    prune_series(world, o, step);
     said = "emergency checkpoint " + save + " saved at step " + std::to_string(step) +
-           " (resume with --load " + save + ")";
+           " (resume with --load " + save + " or --resume auto)";
   }
   throw Error(detail::str_cat("stopped by ", name, " before step ", step + 1, ": ", said),
               128 + sig);
+}
+
+// ---- MFU: the peak a rank's model FLOP/s are divided by (model/flops.h has the FLOPs) ----------
+
+std::string fmt_g(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", v);
+  return buf;
+}
+
+// The best GFLOP/s of one OpenBLAS thread's sgemm at 512³ and 1024³ (best of 3 after a warm-up).
+double one_thread_sgemm_gflops() {
+  const int before = openblas_get_num_threads();
+  openblas_set_num_threads(1);
+  double best = 0;
+  for (int n : {512, 1024}) {
+    std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(a.size(), 0.25f), c(a.size());
+    for (int rep = 0; rep < 4; ++rep) {
+      const double t0 = now();
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(),
+                  n, 0.0f, c.data(), n);
+      if (rep > 0) best = std::max(best, 2.0 * n * n * n / (now() - t0) / 1e9);
+    }
+  }
+  openblas_set_num_threads(before);
+  return best;
+}
+
+// The best GFLOP/s of Device::gemm (fp32) at n³ for n = 256, 512, ... 4096 (best of 3 after a
+// warm-up each), stopping at the first size whose call takes over 50 ms (a slow device, or the
+// CUDA emulator): the GPU's measured fp32 GEMM ceiling.
+double device_gemm_gflops(Device& device) {
+  double best = 0;
+  for (int64_t n = 256; n <= 4096; n *= 2) {
+    Tensor a(device, Shape{n, n}), b(device, Shape{n, n}), c(device, Shape{n, n});
+    device.fill(a, 0.5f);
+    device.fill(b, 0.25f);
+    double slowest = 0;
+    for (int rep = 0; rep < 4; ++rep) {
+      device.synchronize();
+      const double t0 = now();
+      device.gemm(false, false, 1.0f, a, b, 0.0f, c);
+      device.synchronize();
+      const double secs = now() - t0;
+      slowest = std::max(slowest, secs);
+      if (rep > 0) best = std::max(best, 2.0 * static_cast<double>(n * n * n) / secs / 1e9);
+    }
+    if (slowest > 0.05) break;
+  }
+  return best;
+}
+
+struct Peak {
+  double flops = 0;  // per rank, FLOP/s
+  std::string what;  // for the header
+};
+
+// --peak-tflops X, else on the CPU the one-thread sgemm ceiling (cached per machine:
+// observe/peak_cache.h) times the threads of a rank, on the GPU the measured fp32 GEMM ceiling.
+// Rank 0 measures, every rank gets its value.
+Peak run_peak(Context& ctx) {
+  Peak p;
+  const double given = ctx.options.get_real("peak-tflops");
+  if (given > 0) return {given * 1e12, "--peak-tflops " + fmt_g(given) + " per rank"};
+  const bool cpu = ctx.options.get_text("backend") != "gpu";
+  std::string note;
+  double gflops = 0;
+  if (ctx.world.rank() == 0) {
+    if (cpu) {
+      const std::string path = peak_cache_path(),
+                        key = peak_cache_key(cpu_model_name(), openblas_get_corename());
+      gflops = cached_peak(path, key);
+      note = "cached in " + path;
+      if (gflops <= 0) {
+        gflops = one_thread_sgemm_gflops();
+        note = store_peak(path, key, gflops) ? "measured now, cached in " + path
+                                             : "measured now (no cache)";
+      }
+      note = key + ", " + note;
+    } else {
+      gflops = device_gemm_gflops(ctx.device);
+    }
+  }
+  Tensor v = Tensor::from_host(ctx.device, Shape{1}, {static_cast<float>(gflops)});
+  ctx.world.broadcast(v, 0);
+  gflops = v.to_host()[0];
+  if (cpu) {
+    const int threads = omp_get_max_threads();
+    p.flops = gflops * 1e9 * threads;
+    p.what = std::to_string(threads) + " thread(s) × " + fmt_g(gflops) +
+             " GFLOP/s (one-thread sgemm ceiling; " + note + ")";
+  } else {
+    p.flops = gflops * 1e9;
+    p.what = "the measured fp32 GEMM ceiling of " + ctx.device.name() +
+             " (Device::gemm, n³ up to 4096³)";
+  }
+  return p;
+}
+
+// The header's MFU line: the formula, N, and the peak.
+void log_flops(Communicator& world, const GptConfig& cfg, int64_t seq, const Peak& peak) {
+  const TokenFlops f = token_flops(cfg, seq);
+  log0(world, "MFU: model FLOPs per token 6·N + 12·L·h·S = ", fmt_g(f.model),
+       " (PaLM, appendix B; N = ", f.n, ": the blocks, ln_f and the LM head",
+       cfg.tied ? " (tied wte)" : "", ", not wpe", cfg.tied ? "" : " nor wte's lookup",
+       "), of the global model over ", world.size(), " rank(s)",
+       f.hardware != f.model
+           ? "; HFU adds --recompute " + cfg.recompute + "'s forward: " + fmt_g(f.hardware)
+           : std::string(),
+       "; peak per rank ", fmt_g(peak.flops / 1e9), " GFLOP/s = ", peak.what);
 }
 
 // What train() runs, read from the flags (and the model file they name) and checked: every
@@ -139,9 +296,27 @@ struct Plan {
   uint64_t seed = 0;
   std::string data, init_from, load, export_dir;
   ModelFile file;
-  int dp = 1, t = 1;      // t: the TP group's size
-  StepOptions step_opts;  // --micro-batches, --zero
+  int dp = 1, t = 1;                      // t: the TP group's size
+  StepOptions step_opts;                  // --micro-batches, --zero
+  std::vector<std::string> resume_notes;  // --resume auto: the newer checkpoints it skipped
 };
+
+// --resume auto | auto-or-fresh: the newest valid checkpoint of --save's series (or --save itself;
+// model/checkpoint_series.h), or "" to start fresh. Every rank looks (the same files: no
+// communication yet); a bad newer file is skipped with a note, none at all is a problem.
+std::string resume_path(const Options& o, std::vector<std::string>& notes,
+                        std::vector<std::string>& problems) {
+  const std::string mode = o.get_text("resume");
+  if (mode.empty()) return "";
+  if (!o.get_text("load").empty() || !o.get_text("init-from").empty()) {
+    problems.push_back("give --resume " + mode + " or --load/--init-from, not both");
+    return "";
+  }
+  ResumeDecision d = resume_decision(mode, o.get_text("save"));
+  notes = d.notes;
+  if (!d.problem.empty()) problems.push_back(d.problem);
+  return d.path;
+}
 
 Plan plan_run(const Options& o, int world_size) {
   Plan r;
@@ -171,6 +346,11 @@ Plan plan_run(const Options& o, int world_size) {
   // to --load is taken as --init-from (it holds no optimizer state and no step).
   std::string &init_from = r.init_from = o.get_text("init-from"),
               &load = r.load = o.get_text("load");
+  if (!o.get_text("resume").empty()) load = resume_path(o, r.resume_notes, problems);
+  if (o.get_int("save-every") > 0 && o.get_text("save").empty())
+    problems.push_back("--save-every " + std::to_string(o.get_int("save-every")) +
+                       " needs --save DIR/ or --save FILE: the folder or the stem of the "
+                       "checkpoints");
   ModelFile& file = r.file;
   if (!init_from.empty() && !load.empty())
     problems.push_back("give --init-from (weights only) or --load (resume), not both");
@@ -241,11 +421,15 @@ void log_peak_memory(Device& device, Communicator& world) {
 
 // --plot: the loss curve (and the data's floor), written by rank 0.
 void write_plot(Communicator& world, const std::string& plot, const TokenSource& source,
-                const std::vector<double>& plot_steps, const std::vector<double>& plot_losses) {
+                const std::vector<double>& plot_steps, const std::vector<double>& plot_losses,
+                const std::vector<double>& val_steps, const std::vector<double>& val_losses) {
   if (!plot.empty() && !plot_steps.empty()) {  // (every step skipped: no curve)
     if (world.rank() == 0) {
-      std::vector<PlotSeries> series = {
-          {"t = " + std::to_string(world.size()), plot_steps, plot_losses, "#1f77b4", false}};
+      std::vector<PlotSeries> series = {{(val_steps.empty() ? "" : "train, ") +
+                                             std::string("t = ") + std::to_string(world.size()),
+                                         plot_steps, plot_losses, "#1f77b4", false}};
+      if (!val_steps.empty())
+        series.push_back({"validation (held out)", val_steps, val_losses, "#d62728", false});
       if (std::isfinite(source.loss_floor()))
         series.push_back({"loss floor",
                           {plot_steps.front(), plot_steps.back()},
@@ -266,7 +450,7 @@ void save_at_end(Communicator& world, ProcessGrid& grid, const Options& o, const
                  AdamW& opt, int64_t step, const std::string& load) {
   Communicator& tp = grid.tp();
   if (!o.get_text("save").empty()) {
-    const std::string save = o.get_text("save");
+    const std::string save = CheckpointSeries(o.get_text("save")).final_path(step);
     try {
       // Every DP replica holds the same weights and moments: DP rank 0's TP group writes the file.
       if (opt.sharded()) opt.unshard(model.params());  // --zero 1: the file holds them whole
@@ -283,6 +467,7 @@ void save_at_end(Communicator& world, ProcessGrid& grid, const Options& o, const
                           : "no checkpoint of this run exists; its steps are lost";
       throw Error(detail::str_cat(e.what(), "; ", where), e.exit_code());
     }
+    prune_series(world, o, step);
     log0(world, "saved ", save, " at step ", step);
   }
 }
@@ -478,34 +663,88 @@ struct StepNumbers {
   float lr;
   double tok_s, comm, exposed, secs;
   int t, dp;
+  double flops_rank = 0, mfu = 0, hfu = -1;  // model FLOP/s per rank, MFU, HFU (-1: = MFU)
+  double val_loss = std::numeric_limits<double>::quiet_NaN();  // --eval-every's steps only
 };
 
-std::string progress_line(const StepNumbers& n, bool simulated) {
+// --eval-every: the held-out loss (model/evaluate.h) after this step, when it is an evaluation
+// step (every N, and the last); NaN otherwise. Each DP replica runs its slice of every held-out
+// batch (in --micro-batches forwards, like training) and the replicas average.
+double validation_loss(const Options& o, ProcessGrid& grid, Device& device, Gpt& model,
+                       const TokenSource& source, const Plan& plan, int64_t step, bool last) {
+  const int64_t every = o.get_int("eval-every");
+  if (every <= 0 || (step % every != 0 && !last)) return std::numeric_limits<double>::quiet_NaN();
+  const int64_t per_replica = plan.batch / plan.dp;
+  const EvalSlice slice{grid.dp_rank() * per_replica, per_replica, plan.step_opts.micro_batches};
+  const double mine = held_out_loss(model, source, o.get_int("eval-batches"), plan.batch, plan.seq,
+                                    plan.seed, slice);
+  if (plan.dp == 1) return mine;
+  Tensor v = Tensor::from_host(device, Shape{1}, {static_cast<float>(mine)});
+  grid.dp().all_reduce(v);
+  return v.to_host()[0] / plan.dp;
+}
+
+// The line an evaluation step prints: the held-out loss beside the step's training loss and the
+// data's floor.
+std::string validation_line(const StepNumbers& n, const TokenSource& source, int64_t batches,
+                            int64_t batch) {
   char line[200];
+  std::snprintf(line, sizeof line,
+                "step %5lld | val loss %.6f | train loss %.6f | floor %s | %lld held-out batches "
+                "of %lld",
+                static_cast<long long>(n.step), n.val_loss, n.loss,
+                std::isfinite(source.loss_floor()) ? fmt_g(source.loss_floor()).c_str() : "unknown",
+                static_cast<long long>(batches), static_cast<long long>(batch));
+  return line;
+}
+
+// The step's FLOP/s per rank, MFU and HFU (model/flops.h) into `n`.
+void set_utilisation(StepNumbers& n, const TokenFlops& f, double tokens, int ranks, double peak) {
+  n.flops_rank = flops_per_rank(f.model, tokens, n.secs, ranks);
+  n.mfu = peak > 0 ? n.flops_rank / peak : 0;
+  n.hfu = f.hardware != f.model && peak > 0
+              ? flops_per_rank(f.hardware, tokens, n.secs, ranks) / peak
+              : -1;
+}
+
+std::string progress_line(const StepNumbers& n, bool simulated) {
+  char line[200], mfu[96];
   std::snprintf(line, sizeof line,
                 "step %5lld | loss %.6f | grad norm %.4f | lr %.3g | %.0f tok/s | exposed comm "
                 "%4.1f%%%s",
                 static_cast<long long>(n.step), n.loss, n.norm, n.lr, n.tok_s,
                 100.0 * n.exposed / n.secs, simulated ? " (simulated link)" : "");
-  return line;
+  std::snprintf(mfu, sizeof mfu, " | %.3g GFLOP/s/rank, MFU %.3g%%", n.flops_rank / 1e9,
+                100.0 * n.mfu);
+  std::string out = std::string(line) + mfu;
+  if (n.hfu >= 0) {
+    std::snprintf(mfu, sizeof mfu, ", HFU %.3g%%", 100.0 * n.hfu);
+    out += mfu;
+  }
+  return out;
 }
 
 std::string json_line(const StepNumbers& n) {
-  char line[280];
+  char line[400];
   std::snprintf(line, sizeof line,
                 "{\"step\": %lld, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, "
                 "\"tokens_per_s\": %.6g, "
                 "\"comm_s\": %.6g, \"exposed_s\": %.6g, \"compute_s\": %.6g, \"t\": %d, "
-                "\"dp\": %d}",
+                "\"dp\": %d, \"flops_per_rank\": %.6g, \"mfu\": %.6g, \"hfu\": %.6g",
                 static_cast<long long>(n.step), n.loss, n.norm, n.lr, n.tok_s, n.comm, n.exposed,
-                n.secs - n.comm, n.t, n.dp);
-  return line;
+                n.secs - n.comm, n.t, n.dp, n.flops_rank, n.mfu, n.hfu >= 0 ? n.hfu : n.mfu);
+  std::string out = line;
+  if (std::isfinite(n.val_loss)) {
+    std::snprintf(line, sizeof line, ", \"val_loss\": %.9g", n.val_loss);
+    out += line;
+  }
+  return out + "}";
 }
 
 // Every output path on every rank, before anything is allocated or trained: a bad path costs
 // seconds, not the run.
 void check_outputs(const Options& o, const std::string& trace, const std::string& export_dir) {
-  check_output_paths({{"--save", o.get_text("save")},
+  check_output_paths({{"--save", CheckpointSeries(o.get_text("save")).final_path(0)},
                       {"--dump-grads", o.get_text("dump-grads")},
                       {"--log-json", o.get_text("log-json")},
                       {"--trace", trace},
@@ -581,17 +820,23 @@ int train(Context& ctx) {
   const int dp = plan.dp;
 
   const std::string trace = o.get_text("trace");
+  CheckpointSeries(o.get_text("save")).create_folder();  // --save DIR/ (every rank: idempotent)
   check_outputs(o, trace, export_dir);
   // --save is this run's until it ends: a second run saving to the same file is refused now, not
   // silently overwritten at the end (lib/model/checkpoint.h).
-  const CheckpointClaim claim(o.get_text("save"), world, ctx.device);
+  const CheckpointClaim claim(CheckpointSeries(o.get_text("save")).claim_path(), world, ctx.device);
 
   const std::unique_ptr<TokenSource> source =
       allocating("the data", "the --data file or --vocab", [&]() -> std::unique_ptr<TokenSource> {
         if (data.empty()) return std::make_unique<MarkovSource>(cfg.vocab, seed);
-        return std::make_unique<TextSource>(data, seq, seed);
+        return std::make_unique<TextSource>(data, seq, seed, o.get_real("val-fraction"));
       });
 
+  TP_CHECK_INPUT(o.get_int("eval-every") == 0 || source->has_held_out(), "--eval-every ",
+                 o.get_int("eval-every"), " needs held-out data and there is none (",
+                 source->describe(),
+                 "): give --val-fraction F (> 0) leaving at least seq + 1 = ", seq + 1,
+                 " bytes on each side, or drop --eval-every");
   // The tp × dp grid: `tp` is this rank's TP group (the whole world when --dp 1).
   ProcessGrid grid(world, dp, ctx.node_of_rank);
   Communicator& tp = grid.tp();
@@ -603,10 +848,15 @@ int train(Context& ctx) {
   const Trainee trainee = build(ctx.device, tp, cfg, seed, hp);
   Gpt& model = *trainee.model;
   AdamW& opt = *trainee.opt;
-  check_save_space(o.get_text("save"), world, ctx.device, model);  // before training, not after
+  check_save_space(CheckpointSeries(o.get_text("save")).final_path(0), world, ctx.device,
+                   model);  // before training, not after
   int64_t step = start_from(world, tp, plan, model, opt);
   shard_optimizer(world, grid, plan, model, opt);
   log_run(ctx, plan, grid, model, *source, hp.lr, step);
+  const Peak peak = run_peak(ctx);
+  const TokenFlops flops = token_flops(cfg, seq);
+  log_flops(world, cfg, seq, peak);
+  for (const std::string& note : plan.resume_notes) log0(world, "--resume: ", note);
 
   // Rank 0 writes the outputs; every write is checked (core/output_file.h): a full disk or a
   // read-only file system stops the run at once with errno, not silently, and not after training.
@@ -615,6 +865,7 @@ int train(Context& ctx) {
   const std::string plot = o.get_text("plot"), log_json = o.get_text("log-json");
   OutputFile json = open_outputs(world, log_json, plot, trace, steps);
   std::vector<double> plot_steps, plot_losses;  // --plot (checked with the other output paths)
+  std::vector<double> plot_val_steps, plot_val_losses;  // --eval-every's points
   if (o.get_flag("audit-grads")) {
     if (!audit_gradients(ctx, plan, grid, model, hp, *source, step)) return 1;
     model.zero_grad();
@@ -640,7 +891,8 @@ int train(Context& ctx) {
   tp.set_timeline(&timeline);
   grid.dp().set_timeline(&timeline);
   const int64_t traced_from = steps > 1 ? std::max<int64_t>(1, steps - kTraceSteps) : 0;
-  enable_graceful_stop();  // SIGINT/SIGTERM: stop at a step boundary, agreed by every rank
+  enable_graceful_stop();   // SIGINT/SIGTERM: stop at a step boundary, agreed by every rank
+  int64_t saved_step = -1;  // the step of the last --save-every file
   for (int64_t i = 0; i < steps; ++i, ++step) {
     set_current_step(step + 1);
     if (const int sig = agreed_stop_signal())
@@ -670,6 +922,7 @@ int train(Context& ctx) {
     if (!r.nonfinite.empty()) {
       non_finite_step(world, r, step, skip_nonfinite);
       if (skipped++ == 0) first_skipped = step + 1;
+      if (periodic_save(world, grid, o, model, opt, step + 1)) saved_step = step + 1;
       continue;
     }
     plot_steps.push_back(static_cast<double>(step + 1));
@@ -683,13 +936,22 @@ int train(Context& ctx) {
     const double secs = now() - t0,
                  comm = tp.ledger().seconds_since(mark) + grid.dp().ledger().seconds_since(dp_mark);
     const double exposed = timeline.totals_since(span_mark).exposed;
-    const StepNumbers n{step + 1, loss,    norm, lr,        static_cast<double>(batch * seq) / secs,
-                        comm,     exposed, secs, tp.size(), dp};
+    StepNumbers n{step + 1, loss,    norm, lr,        static_cast<double>(batch * seq) / secs,
+                  comm,     exposed, secs, tp.size(), dp};
+    set_utilisation(n, flops, static_cast<double>(batch * seq), world.size(), peak.flops);
     if (i % every == 0 || i + 1 == steps) log0(world, progress_line(n, is_simulated(tp)));
-    if (json.is_open()) json.write(json_line(n) + "\n");
     if (predict && i == std::min<int64_t>(1, steps - 1))
       log0(world, predict_prefix, "step ", step + 1, ":\n",
            prediction_report(tp.ledger(), mark, tp.ledger().size(), link, predict_prefix));
+    n.val_loss =
+        validation_loss(o, grid, ctx.device, model, *source, plan, step + 1, i + 1 == steps);
+    if (std::isfinite(n.val_loss)) {
+      log0(world, validation_line(n, *source, o.get_int("eval-batches"), batch));
+      plot_val_steps.push_back(static_cast<double>(step + 1));
+      plot_val_losses.push_back(n.val_loss);
+    }
+    if (json.is_open()) json.write(json_line(n) + "\n");
+    if (periodic_save(world, grid, o, model, opt, step + 1)) saved_step = step + 1;
   }
   tp.set_timeline(nullptr);
   grid.dp().set_timeline(nullptr);
@@ -705,12 +967,16 @@ int train(Context& ctx) {
                 step, steps - traced_from);
   if (std::isfinite(source->loss_floor()))
     log0(world, "loss floor of this data: ", source->loss_floor(), " nats");
-  write_plot(world, plot, *source, plot_steps, plot_losses);
+  write_plot(world, plot, *source, plot_steps, plot_losses, plot_val_steps, plot_val_losses);
   log_peak_memory(ctx.device, world);
   if (skipped > 0)
     log0(world, "--skip-nonfinite: skipped ", skipped, " of ", steps,
          " steps with a non-finite loss or gradient norm (the first at step ", first_skipped, ")");
-  save_at_end(world, grid, o, model, opt, step, load);
+  // (A folder's end-of-run file is the series' file of the last step: written already when
+  // --save-every divides it.)
+  if (saved_step != step || CheckpointSeries(o.get_text("save")).final_path(step) !=
+                                CheckpointSeries(o.get_text("save")).path_for(step))
+    save_at_end(world, grid, o, model, opt, step, load);
   if (!export_dir.empty()) {
     if (grid.dp_rank() == 0) export_hf(export_dir, tp, model);  // DP replicas hold the same model
     world.barrier();
@@ -802,7 +1068,20 @@ int main(int argc, char** argv) {
       .flag("audit-grads",
             "before training, check every replicated gradient against t = 1 and across ranks")
       .path("data", "", "train on the bytes of this file (V = 256) instead of the Markov data")
-      .path("save", "", "write a checkpoint (safetensors) here at the end")
+      .path("save", "",
+            "write a checkpoint (safetensors) here at the end; a folder (existing, or ending in "
+            "/) gets DIR/checkpoint-stepNNNNNN.safetensors, and --save-every's files go beside "
+            "(FILE-stepNNNNNN.safetensors)")
+      .integer("save-every", 0,
+               "also save every N steps to --save's series, <stem>-stepNNNNNN.safetensors "
+               "(atomically; 0 = only at the end)")
+      .non_negative()
+      .integer("keep", 3, "--save-every: keep the newest K files of the series")
+      .min(1)
+      .text("resume", "",
+            "auto: resume from the newest valid checkpoint of --save (its series or the file; a "
+            "bad newer one is named and skipped), exit 2 when there is none; auto-or-fresh: the "
+            "same, or start fresh when there is none")
       .path("load", "",
             "resume from this checkpoint (weights, optimizer state, step; the shape from the "
             "file unless given)")
@@ -826,6 +1105,22 @@ int main(int argc, char** argv) {
             "write a timeline of the last " + std::to_string(kTraceSteps) +
                 " steps here (Chrome/Perfetto JSON) and beside it as SVG")
       .path("plot", "", "write the loss curve of this run here (SVG)")
+      .real("peak-tflops", 0,
+            "the peak TFLOP/s of one rank that MFU divides by (0: on the CPU the one-thread sgemm "
+            "ceiling, measured once per machine and cached, times the threads; on the GPU the "
+            "measured fp32 GEMM ceiling)")
+      .non_negative()
+      .real("val-fraction", 0.05,
+            "--data: hold out the last fraction of the file for validation (the Markov data has "
+            "its own held-out stream)")
+      .min(0)
+      .max(1, true)
+      .integer("eval-every", 0,
+               "every N steps (and at the last) print the mean loss over --eval-batches held-out "
+               "batches, forward only, no dropout (0 = never)")
+      .non_negative()
+      .integer("eval-batches", 4, "--eval-every: held-out batches of --batch sequences")
+      .min(1)
       .integer("log-every", 10, "print a progress line every N steps")
       .min(1);
   return run_program(argc, argv, o, train);

@@ -44,6 +44,11 @@ class TransformerBlock {
   /// Under full recomputation that is the block's input only; its parts record into the block's
   /// own ledger, which keeps nothing during forward and is released after backward.
   void observe(MemoryLedger* ledger);
+  /// Dropout on (training) or off (evaluation).
+  void set_training(bool on) {
+    drop_attn_.set_enabled(on);
+    drop_mlp_.set_enabled(on);
+  }
 
  private:
   Device& device_;

@@ -49,6 +49,10 @@ double uniform(const RngKey& key, int64_t index) {
 
 double TokenSource::loss_floor() const { return std::numeric_limits<double>::quiet_NaN(); }
 
+Batch TokenSource::held_out_batch(int64_t, int64_t, int64_t) const {
+  TP_CHECK_INPUT(false, "this data (", describe(), ") holds nothing out for validation");
+}
+
 MarkovSource::MarkovSource(int64_t vocab, uint64_t seed) : vocab_(vocab), seed_(seed) {
   TP_CHECK_INPUT(vocab >= 5, "the synthetic Markov data needs --vocab of at least 5, got ", vocab);
   const RngKey key = RngKey::from(seed, "markov.table");
@@ -66,10 +70,18 @@ MarkovSource::MarkovSource(int64_t vocab, uint64_t seed) : vocab_(vocab), seed_(
 }
 
 Batch MarkovSource::batch(int64_t step, int64_t batch, int64_t seq) const {
+  return sample("markov.sample", step, batch, seq);
+}
+
+Batch MarkovSource::held_out_batch(int64_t index, int64_t batch, int64_t seq) const {
+  return sample("markov.heldout", index, batch, seq);
+}
+
+Batch MarkovSource::sample(const char* stream, int64_t index, int64_t batch, int64_t seq) const {
   Batch out = empty_batch(seq, batch);
-  const RngKey key = RngKey::from(seed_, "markov.sample");
+  const RngKey key = RngKey::from(seed_, stream);
   for (int64_t b = 0; b < batch; ++b) {
-    const int64_t base = (step * batch + b) * (seq + 1);
+    const int64_t base = (index * batch + b) * (seq + 1);
     auto token =
         static_cast<int32_t>(std::min<double>(vocab_ - 1, std::floor(uniform(key, base) * vocab_)));
     for (int64_t s = 0; s < seq; ++s) {
@@ -100,7 +112,7 @@ std::string MarkovSource::describe() const {
   return os.str();
 }
 
-TextSource::TextSource(const std::string& path, int64_t seq, uint64_t seed)
+TextSource::TextSource(const std::string& path, int64_t seq, uint64_t seed, double val_fraction)
     : path_(path), seed_(seed) {
   // Only a regular file: opening a FIFO with no writer would block forever.
   struct stat st {};
@@ -120,6 +132,14 @@ TextSource::TextSource(const std::string& path, int64_t seq, uint64_t seed)
   TP_CHECK_INPUT(size_ >= seq + 1, "data file ", path, " has ", size_,
                  " bytes; one training sequence needs seq + 1 = ", seq + 1,
                  " (use a longer file or a smaller --seq)");
+  const auto held = static_cast<int64_t>(std::floor(val_fraction * static_cast<double>(size_)));
+  if (held >= seq + 1 && size_ - held >= seq + 1)
+    held_ = held;
+  else if (val_fraction > 0)
+    held_note_ = "nothing held out: " + std::to_string(held) + " bytes (--val-fraction " +
+                 std::to_string(val_fraction).substr(0, 6) + ") and the " +
+                 std::to_string(size_ - held) +
+                 " before them must each hold a row of seq + 1 = " + std::to_string(seq + 1);
 }
 
 TextSource::~TextSource() {
@@ -127,14 +147,24 @@ TextSource::~TextSource() {
 }
 
 Batch TextSource::batch(int64_t step, int64_t batch, int64_t seq) const {
+  return rows("text.offset", step, batch, seq, 0, size_ - held_);
+}
+
+Batch TextSource::held_out_batch(int64_t index, int64_t batch, int64_t seq) const {
+  TP_CHECK(held_ > 0, "held_out_batch of ", path_, ", which holds nothing out");
+  return rows("text.heldout", index, batch, seq, size_ - held_, size_);
+}
+
+Batch TextSource::rows(const char* key_name, int64_t step, int64_t batch, int64_t seq,
+                       int64_t begin, int64_t end) const {
   Batch out = empty_batch(seq, batch);
-  const RngKey key = RngKey::from(seed_, "text.offset");
-  const int64_t starts = size_ - seq;  // valid start offsets
+  const RngKey key = RngKey::from(seed_, key_name);
+  const int64_t starts = end - begin - seq;  // valid start offsets, from `begin`
   std::vector<unsigned char> row(static_cast<size_t>(seq + 1));
   for (int64_t b = 0; b < batch; ++b) {
-    const auto off = std::min<int64_t>(
-        starts - 1,
-        static_cast<int64_t>(uniform(key, step * batch + b) * static_cast<double>(starts)));
+    const auto off =
+        begin + std::min<int64_t>(starts - 1, static_cast<int64_t>(uniform(key, step * batch + b) *
+                                                                   static_cast<double>(starts)));
     size_t got = 0;
     while (got < row.size()) {
       const ssize_t n = ::pread(fd_, row.data() + got, row.size() - got,
@@ -155,7 +185,10 @@ Batch TextSource::batch(int64_t step, int64_t batch, int64_t seq) const {
 }
 
 std::string TextSource::describe() const {
-  return "bytes of " + path_ + " (" + std::to_string(size_) + " bytes, V = 256, read as needed)";
+  return "bytes of " + path_ + " (" + std::to_string(size_) + " bytes, V = 256, read as needed)" +
+         (held_ > 0            ? "; the last " + std::to_string(held_) + " held out for validation"
+          : held_note_.empty() ? ""
+                               : "; " + held_note_);
 }
 
 }  // namespace tp

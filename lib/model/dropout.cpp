@@ -6,7 +6,7 @@ Dropout::Dropout(Device& device, std::string site, float p)
     : device_(device), site_(std::move(site)), p_(p), mask_(site_ + ".dropout_mask") {}
 
 Tensor Dropout::forward(const Tensor& x, uint64_t seed, int64_t step, int64_t row_offset) {
-  if (p_ == 0.0f) return x;
+  if (p_ == 0.0f || !enabled_) return x;
   Tensor mask(device_, x.shape());
   const RngKey key = RngKey::from(seed, "dropout/" + std::to_string(step) + "/" + site_);
   device_.dropout_mask(mask, key, GlobalIndex::rows(x.cols(), row_offset), p_);

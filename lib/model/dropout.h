@@ -26,11 +26,14 @@ class Dropout {
   /// dx = dy ⊙ mask / (1 − p).
   Tensor backward(const Tensor& dy);
   void observe(MemoryLedger* ledger, int64_t layer) { saved_.attach(ledger, layer); }
+  /// Off: forward returns x (evaluation: model/evaluate.h); on again for training.
+  void set_enabled(bool on) { enabled_ = on; }
 
  private:
   Device& device_;
   std::string site_;
   float p_;
+  bool enabled_ = true;
   ActivationStash saved_;
   SavedTensor mask_;  // (N, h), 0 or 1/(1 − p); not kept when p = 0
 };

@@ -225,4 +225,9 @@ void Gpt::finish_gradients() {
   }
 }
 
+void Gpt::set_training(bool on) {
+  drop_embd_.set_enabled(on);
+  for (auto& b : blocks_) b->set_training(on);
+}
+
 }  // namespace tp

@@ -91,6 +91,8 @@ class Gpt {
   /// rank with a different, partial gradient; audit_replicated_gradients() catches that.
   void finish_gradients();
   void zero_grad();
+  /// Dropout on (training, the default) or off (evaluation: model/evaluate.h); forward only.
+  void set_training(bool on);
   /// Padded vocabulary V' (a multiple of t) and this rank's first id.
   int64_t padded_vocab() const { return wte_->padded_vocab(); }
   int64_t first_vocab_id() const { return wte_->first_id(); }

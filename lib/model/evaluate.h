@@ -1,0 +1,31 @@
+// evaluate.h — the validation loss: the model's mean loss on held-out data (tp_train --eval-every).
+//
+// A fixed set of held-out batches (TokenSource::held_out_batch 0 .. K-1, the same at every
+// evaluation of a run and for every t), forward only, dropout off; the mean of their mean losses.
+// Collective over the model's TP group (every rank of it calls it with the same arguments); the
+// result is the same on every rank, and for every t up to fp32 rounding.
+#pragma once
+
+#include <cstdint>
+
+#include "model/data.h"
+#include "model/gpt.h"
+
+namespace tp {
+
+/// Which part of each held-out batch this TP group runs, and in how many forwards: a DP replica
+/// takes sequences [first, first + count) (count 0: all), as `micro` forwards of count/micro
+/// sequences, so that evaluation needs no more activation memory than a training micro-batch.
+/// The replicas' results are then averaged over the DP group (equal token counts).
+struct EvalSlice {
+  int64_t first = 0, count = 0;
+  int micro = 1;
+};
+
+/// Mean loss of `model` over held-out batches 0 .. batches-1 of `source` (B = batch, S = seq), or
+/// over `slice` of each. Nothing is updated: the gradients are left as they were (no backward
+/// runs); dropout is off during it and on again after.
+double held_out_loss(Gpt& model, const TokenSource& source, int64_t batches, int64_t batch,
+                     int64_t seq, uint64_t seed, const EvalSlice& slice = {});
+
+}  // namespace tp

@@ -1,0 +1,106 @@
+# resume.sh — issue 24's periodic checkpoints on tp_train: --save-every, --keep, --resume auto
+# (sourced by scripts/run-tests.sh, section 8b).
+#
+# 1. Bad input: one line each, exit 2. 2. A run SIGKILLed (kill -9 of its ranks) after a periodic
+# checkpoint appeared resumes with --resume auto from the newest one, and its losses from there are
+# the uninterrupted run's bit for bit (the same t, the CPU: the same sums in the same order); at
+# another t within same_curve's 1e-4. 3. A newest file with a flipped byte is named and skipped.
+
+rs=$tmp/resume
+rm -rf "$rs"; mkdir -p "$rs/empty" "$rs/ck"
+
+# 1. Bad input.
+expect "--resume auto on an empty folder" 2 "--resume auto: no checkpoint in $rs/empty" 2 \
+  "${tt[@]}" --save "$rs/empty/" --resume auto
+expect "--resume auto without --save" 2 "--resume auto looks for checkpoints where --save writes them" 2 \
+  "${tt[@]}" --resume auto
+expect "--resume with an unknown mode" 2 "--resume=latest: use auto" 2 "${tt[@]}" --save "$rs/empty/" --resume latest
+expect "--save-every without --save" 2 "--save-every 5 needs --save" 2 "${tt[@]}" --save-every 5
+expect "--resume auto with --load" 2 "give --resume auto or --load/--init-from, not both" 2 \
+  "${tt[@]}" --save "$rs/empty/" --resume auto --load "$rs/x.safetensors"
+expect "--resume auto-or-fresh on an empty folder" 0 "--resume: auto-or-fresh: no checkpoint of $rs/empty/ yet; starting fresh" 2 \
+  "${tt[@]}" --save "$rs/empty/" --resume auto-or-fresh
+rm -rf "$rs/empty"
+
+# same_bits NAME REF.json RESUMED.json FIRST: the resumed run's losses are the reference's from
+# step FIRST + 1 on, as the same decimal strings (%.9g: a float's bits).
+same_bits() {
+  local name=$1 a=$2 b=$3 first=$4 n diff
+  n=$(losses "$b" | wc -l)
+  diff=$(paste <(losses "$a" | tail -n +$((first + 1)) | head -n "$n") <(losses "$b") |
+         awk '$1 != $2 { d++ } NF != 2 { d++ } END { print d + 0 }')
+  if [ "$n" -gt 0 ] && [ "$diff" = 0 ]; then pass 1; echo "✓ $name: $n losses from step $((first + 1)) identical"
+  else fail "$name: $diff of $n losses from step $((first + 1)) differ ($a, $b)"; fi
+}
+# descendants PID: every process under PID.
+descendants() { local c; for c in $(ps -o pid= --ppid "$1"); do echo "$c"; descendants "$c"; done; }
+
+# 2. A run killed after its step-20 checkpoint appeared (it would run for ever: it is killed at
+#    whatever step it has reached), then the uninterrupted run to 10 steps past its newest file.
+run_mpi 2 "${train[@]}" --steps 1000000 --save "$rs/ck/" --save-every 5 --keep 3 >"$logs/resume_killed.log" 2>&1 &
+job=$!
+for _ in $(seq 600); do [ -e "$rs/ck/checkpoint-step000020.safetensors" ] && break; sleep 0.05; done
+ranks=$(for p in $(descendants "$job"); do [ "$(ps -o comm= -p "$p")" = tp_train ] && echo "$p"; done)
+# shellcheck disable=SC2086  # one pid per word
+if [ -n "$ranks" ]; then kill -9 $ranks 2>/dev/null; fi
+wait "$job"; rc=$?
+newest=$(ls "$rs/ck" | grep -c '^checkpoint-step.*\.safetensors$')
+if [ -n "$ranks" ] && [ "$rc" != 0 ] && [ "$newest" -ge 1 ] && [ "$newest" -le 3 ]; then
+  pass 1; echo "✓ a run killed with kill -9 after step 20's checkpoint (exit $rc) left $newest checkpoints (--keep 3)"
+else fail "the run to kill: ranks '$ranks', exit $rc, $newest checkpoints (see $logs/resume_killed.log)"; fi
+cp -r "$rs/ck" "$rs/ck_t1"; cp -r "$rs/ck" "$rs/ck_bad"
+start=$(ls "$rs/ck" | sed -n 's/^checkpoint-step0*\([0-9][0-9]*\)\.safetensors$/\1/p' | sort -n | tail -1)
+run_mpi 2 "${train[@]}" --steps $((${start:-0} + 10)) --log-json "$rs/ref.json" >"$logs/resume_ref.log" 2>&1 ||
+  fail "tp_train --steps $((${start:-0} + 10)) exited non-zero (see $logs/resume_ref.log)"
+run_mpi 2 "${train[@]}" --steps 10 --save "$rs/ck/" --save-every 5 --resume auto --log-json "$rs/res.json" \
+  >"$logs/resume_auto.log" 2>&1 || fail "tp_train --resume auto exited non-zero (see $logs/resume_auto.log)"
+if grep -q "loaded $rs/ck/checkpoint-step0*$start.safetensors at step $start (with optimizer state)" "$logs/resume_auto.log"; then
+  pass 1; echo "✓ --resume auto took the newest checkpoint, step $start"
+else fail "--resume auto did not load step ${start:-?} (see $logs/resume_auto.log)"; fi
+same_bits "resumed with --resume auto at step $start, t = 2" "$rs/ref.json" "$rs/res.json" "$start"
+run_mpi 1 "${train[@]}" --steps 10 --save "$rs/ck_t1/" --resume auto --log-json "$rs/res_t1.json" \
+  >"$logs/resume_auto_t1.log" 2>&1 || fail "tp_train --resume auto at t = 1 exited non-zero (see $logs/resume_auto_t1.log)"
+same_curve "the t = 2 run's checkpoint resumed with --resume auto at t = 1" "$rs/ref.json" "$rs/res_t1.json" "$start"
+
+# 3. The newest file with one byte flipped in its last tensor: named, skipped, the one before taken.
+bad=$(ls "$rs/ck_bad"/checkpoint-step*.safetensors | sort | tail -1)
+prev=$(ls "$rs/ck_bad"/checkpoint-step*.safetensors | sort | tail -2 | head -1)
+size=$(stat -c %s "$bad")
+byte=$(od -An -tu1 -j $((size - 3)) -N1 "$bad" | tr -d ' ')
+# shellcheck disable=SC2059  # the format is the octal escape of the flipped byte
+printf "\\$(printf %03o $((byte ^ 64)))" | dd of="$bad" bs=1 seek=$((size - 3)) conv=notrunc status=none
+prev_step=$(basename "$prev" | sed 's/^checkpoint-step0*\([0-9][0-9]*\)\.safetensors$/\1/')
+run_mpi 2 "${train[@]}" --steps 5 --save "$rs/ck_bad/" --resume auto --log-json "$rs/res_bad.json" \
+  >"$logs/resume_bad.log" 2>&1 || fail "tp_train --resume auto past a corrupt file exited non-zero (see $logs/resume_bad.log)"
+if [ "$bad" != "$prev" ] && grep -q "^--resume: skipped $bad: .*fails its checksum" "$logs/resume_bad.log" &&
+   grep -q "loaded $prev at step $prev_step" "$logs/resume_bad.log"; then
+  pass 1; echo "✓ a corrupt newest checkpoint is named and skipped: $(grep -o '^--resume: skipped.*' "$logs/resume_bad.log" | cut -c1-150)"
+else fail "a corrupt newest checkpoint ($bad) was not named and skipped for $prev (see $logs/resume_bad.log)"; fi
+same_bits "resumed past a corrupt checkpoint at step $prev_step" "$rs/ref.json" "$rs/res_bad.json" "$prev_step"
+
+# 4. --dp 2 --zero 1: a periodic save gathers AdamW's moments and training goes on sharded; the
+#    resumed run continues the uninterrupted one bit for bit (tp 2 × dp 2 both times).
+run_mpi 4 "${train[@]}" --steps 8 --dp 2 --zero 1 --log-json "$rs/zero_ref.json" >"$logs/resume_zero_ref.log" 2>&1 ||
+  fail "tp_train --dp 2 --zero 1 exited non-zero (see $logs/resume_zero_ref.log)"
+run_mpi 4 "${train[@]}" --steps 4 --dp 2 --zero 1 --save "$rs/zero/" --save-every 2 --log-json "$rs/zero_a.json" \
+  >"$logs/resume_zero_a.log" 2>&1 || fail "tp_train --dp 2 --zero 1 --save-every 2 exited non-zero (see $logs/resume_zero_a.log)"
+same_bits "--zero 1 with --save-every 2: steps 1..4" "$rs/zero_ref.json" "$rs/zero_a.json" 0
+run_mpi 4 "${train[@]}" --steps 4 --dp 2 --zero 1 --save "$rs/zero/" --save-every 2 --resume auto \
+  --log-json "$rs/zero_b.json" >"$logs/resume_zero_b.log" 2>&1 ||
+  fail "tp_train --dp 2 --zero 1 --resume auto exited non-zero (see $logs/resume_zero_b.log)"
+same_bits "--zero 1 resumed with --resume auto at step 4" "$rs/zero_ref.json" "$rs/zero_b.json" 4
+
+# 5. SIGTERM with --save DIR/: the emergency checkpoint is the series' file of its step, and
+#    --resume auto takes it.
+"$MPIEXEC" $MPI_FLAGS -np 2 "${train[@]}" --steps 1000000 --log-every 1 --save "$rs/term/" --save-every 1000 \
+  </dev/null >"$logs/resume_sigterm.log" 2>&1 &
+mpirun_pid=$!
+for _ in $(seq 100); do grep -q "^step " "$logs/resume_sigterm.log" && break; sleep 0.2; done
+kill -TERM "$mpirun_pid"
+wait "$mpirun_pid"
+term_step=$(sed -n 's/.*emergency checkpoint .*-step0*\([0-9][0-9]*\)\.safetensors saved at step.*/\1/p' "$logs/resume_sigterm.log" | head -1)
+if [ -n "$term_step" ] && grep -q "or --resume auto)" "$logs/resume_sigterm.log" &&
+   run_mpi 1 "${train[@]}" --steps 1 --save "$rs/term/" --resume auto >"$logs/resume_after_term.log" 2>&1 &&
+   grep -q "loaded $rs/term/checkpoint-step0*$term_step.safetensors at step $term_step" "$logs/resume_after_term.log"; then
+  pass 1; echo "✓ SIGTERM with --save DIR/: $(grep -o 'emergency checkpoint.*' "$logs/resume_sigterm.log" | head -1); --resume auto takes it"
+else fail "SIGTERM with --save DIR/: no series emergency checkpoint, or --resume auto did not take it (see $logs/resume_sigterm.log, $logs/resume_after_term.log)"; fi
