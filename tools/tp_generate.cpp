@@ -11,8 +11,9 @@
 // its ids and each generated id is printed as a byte. With --tokenizer DIR (GPT-2's BPE,
 // lib/text/bpe.h; the model's V must be the tokenizer's, 50257) the prompt is encoded and every id
 // printed as its token's bytes: a model from tp_train --data F --tokenizer DIR, or a Hugging Face
-// GPT-2 through tp_train --init-from F --steps 0 --save G, is prompted with text. For another V,
-// give the prompt as ids (--prompt-ids "3 1 4") and the output is ids.
+// GPT-2 file (--load of its model.safetensors, heads from the config.json beside it: the real
+// GPT-2 talking), is prompted with text. For another V, give the prompt as ids (--prompt-ids "3 1
+// 4") and the output is ids.
 //
 //   mpirun -np 2 build/bin/tp_generate --load gpt2.safetensors --tokenizer DIR --prompt "Hello,"
 //
@@ -31,6 +32,7 @@
 #include "model/checkpoint.h"
 #include "model/generate.h"
 #include "model/gpt.h"
+#include "model/hf_gpt2.h"
 #include "text/bpe.h"
 
 using namespace tp;
@@ -77,7 +79,10 @@ int generate_main(Context& ctx) {
     TP_CHECK_INPUT(false, all);
   }
 
-  GptConfig cfg = config_from_checkpoint(path);
+  // A checkpoint of this project, or a Hugging Face GPT-2 file (hub layout; heads from the
+  // config.json beside it): lib/model/hf_gpt2.h.
+  const ModelFile file = inspect_model_file(path, 0);
+  GptConfig cfg = file.hub ? file.config : config_from_checkpoint(path);
   // --tokenizer: text in and out through GPT-2's BPE; its vocabulary must be the model's.
   const std::string tokenizer_dir = o.get_text("tokenizer");
   std::unique_ptr<text::Tokenizer> tokenizer;
@@ -103,7 +108,13 @@ int generate_main(Context& ctx) {
 
   Gpt model(ctx.device, world, cfg);  // validates cfg for t = world.size(): one line per problem
   AdamW unused(ctx.device, model.params(), AdamWParams{});  // load_checkpoint's optimizer slot
-  const LoadedCheckpoint loaded = load_checkpoint(path, world, model, unused);
+  LoadedCheckpoint loaded;
+  if (file.hub) {
+    load_model_file(file, world, model);
+    loaded.checksums = file.checksums;
+  } else {
+    loaded = load_checkpoint(path, world, model, unused);
+  }
 
   GenerateOptions opts;
   opts.tokens = tokens;
@@ -113,7 +124,8 @@ int generate_main(Context& ctx) {
   const int t = world.size();
   const int64_t kv_cols = cfg.kv() / t * cfg.head_dim();
   log0(world, "tp_generate: t = ", t, " (", world.name(), ", ", ctx.device.name(), ")");
-  log0(world, "model: ", cfg.str(), " from ", path, " (step ", loaded.step, ")");
+  log0(world, "model: ", cfg.str(), " from ", path,
+       file.hub ? " (" + file.describe() + ")" : " (step " + std::to_string(loaded.step) + ")");
   if (!loaded.checksums) log0(world, unverified_note(path));
   log0(world, "key/value cache per rank: 2 x ", cfg.layers, " layers x ", cfg.seq, " positions x ",
        kv_cols, " (nkv/t · hd) floats = ", 2 * cfg.layers * cfg.seq * kv_cols * 4 / 1024.0,

@@ -128,6 +128,18 @@ SAMPLE
   if sed -n '/^----$/{n;p;q}' "$logs/check_tp_generate_--tokenizer:_text_in,_text_out.log" | grep -q "^Tensor parallel, ünïcode 中文"; then
     pass 1; echo "✓ tp_generate --tokenizer: the prompt comes back as text before the generated tokens"
   else fail "tp_generate --tokenizer: the output does not start with the prompt's text (see $logs/check_tp_generate_--tokenizer:_text_in,_text_out.log)"; fi
+  # The same model as a Hugging Face GPT-2 file (tp_export: hub layout + config.json), the way the
+  # real GPT-2 is given: the same text, at another t.
+  run_mpi 1 "$BUILD/bin/tp_export" --load "$tok_model" --hf "$tmp/tok_hf" >"$tok_log/export.log" 2>&1 ||
+    fail "tp_export of the tokenizer model exited non-zero (see $tok_log/export.log)"
+  for src in "$tok_model" "$tmp/tok_hf/model.safetensors"; do
+    run_mpi 3 "$BUILD/bin/tp_generate" --load "$src" --tokenizer "$tok_dir" --prompt "Hello, world" --tokens 6 \
+      2>&1 | sed -n '/^----$/{n;p;q}' >"$tok_log/generate_$(basename "$src").txt"
+  done
+  if [ -s "$tok_log/generate_model.safetensors.txt" ] &&
+    cmp -s "$tok_log/generate_tok_model.safetensors.txt" "$tok_log/generate_model.safetensors.txt"; then
+    pass 1; echo "✓ tp_generate --tokenizer on the Hugging Face export at t = 3: the same text, $(cat "$tok_log/generate_model.safetensors.txt")"
+  else fail "tp_generate --tokenizer: the Hugging Face export does not write the checkpoint's text (see $tok_log/generate_*.txt)"; fi
   expect "tp_train --tokenizer with --vocab" 2 "has V = 50257; drop --vocab=256" 2 \
     "${train[@]}" --steps 1 --data README.md --tokenizer "$tok_dir" --vocab 256
   expect "tp_train --tokenizer without --data" 2 "encodes a text file: give it with --data FILE" 2 \
