@@ -45,7 +45,7 @@
 // the collective the others wait in. Asynchronous calls are checked when issued (the check is
 // blocking), then issued on the inner communicator; their Work is the inner one's.
 //
-// Cost: one extra all-gather of size · 64 floats (and on a GPU a host round trip) per collective;
+// Cost: one extra all-gather of size · 112 floats (and on a GPU a host round trip) per collective;
 // its ledger records go to the inner communicator's ledger, so this one's ledger and the α–β
 // numbers are those of the program's own calls.
 #pragma once
