@@ -43,7 +43,13 @@
 // rank never reaches (it hangs elsewhere, or has ended) leaves the others waiting in the check's
 // all-gather, inside the checked call: the stall detector (launcher/watchdog.h) names that rank and
 // the collective the others wait in. Asynchronous calls are checked when issued (the check is
-// blocking), then issued on the inner communicator; their Work is the inner one's.
+// blocking), then issued on the inner communicator; their Work is the inner one's. So under the
+// check an *_async call waits at its issue until every rank of the group has issued it, inside the
+// call, where the stall detector sees it: a program whose ranks issue an asynchronous collective
+// and then wait for a peer that computes alone for longer than --stall-timeout (lesson 13's idle
+// ranks while t = 1 trains, 60 s here) is named as stalled; give it a larger --stall-timeout (or
+// 0). (A check that completed inside the Work instead would let the real calls be issued before
+// a mismatch is known, which no backend survives.)
 //
 // Cost: one extra all-gather of size · 112 floats (and on a GPU a host round trip) per collective;
 // its ledger records go to the inner communicator's ledger, so this one's ledger and the α–β
