@@ -66,13 +66,19 @@ if [ -x "$BUILD/emu/bin/collective_mismatch" ]; then
 fi
 
 # 4. tp_train under the check: the same loss curve as without, bitwise (the check moves its own
-# buffers only), at np 2 with sequence parallelism (all-gathers and reduce-scatters too).
+# buffers only), at np 2 with sequence parallelism (all-gathers and reduce-scatters too), and at np 4
+# as tp 2 x dp 2 with ZeRO-1 (the checked world split into TP and DP groups).
 rm -f "$tmp"/collcheck_*.json
-for check in off on; do
-  run_mpi 2 "${train[@]}" --steps 6 --sp $([ $check = on ] && echo --check-collectives) \
-    --log-json "$tmp/collcheck_$check.json" >"$logs/collcheck_train_$check.log" 2>&1 ||
-    fail "tp_train --sp, check $check, exited non-zero (see $logs/collcheck_train_$check.log)"
+for grid in "2 --sp" "4 --dp 2 --zero 1"; do
+  np=${grid%% *} tag=np${grid%% *}
+  for check in off on; do
+    # shellcheck disable=SC2086  # the grid's flags are words on purpose
+    run_mpi $np "${train[@]}" --steps 6 ${grid#* } $([ $check = on ] && echo --check-collectives) \
+      --log-json "$tmp/collcheck_${tag}_$check.json" >"$logs/collcheck_train_${tag}_$check.log" 2>&1 ||
+      fail "tp_train -np $grid, check $check, exited non-zero (see $logs/collcheck_train_${tag}_$check.log)"
+  done
+  if [ -s "$tmp/collcheck_${tag}_on.json" ] &&
+    cmp -s <(losses "$tmp/collcheck_${tag}_off.json") <(losses "$tmp/collcheck_${tag}_on.json"); then
+    pass 1; echo "✓ collcheck: tp_train -np $grid --check-collectives: the same 6 losses as without, bitwise"
+  else fail "collcheck: tp_train -np $grid --check-collectives changed the loss curve (see $tmp/collcheck_${tag}_*.json)"; fi
 done
-if [ -s "$tmp/collcheck_on.json" ] && cmp -s <(losses "$tmp/collcheck_off.json") <(losses "$tmp/collcheck_on.json"); then
-  pass 1; echo "✓ collcheck: tp_train --sp --check-collectives: the same 6 losses as without, bitwise"
-else fail "collcheck: tp_train --check-collectives changed the loss curve (see $tmp/collcheck_*.json)"; fi
