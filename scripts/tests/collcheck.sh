@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2154,SC2046  # sourced by run-tests.sh ($tmp, $logs, $BUILD, train); $(...) adds a flag or nothing
 # collcheck.sh — a mismatched collective is named, not hung (issue 24, item 5): with
 # --check-collectives or TP_CHECK_COLLECTIVES=1 (lib/core/checked_communicator.h) the ranks agree on
 # each collective's fingerprint first, and a rank that skips an all-reduce, calls it with another
