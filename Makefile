@@ -148,7 +148,9 @@ LIBTP_LESSON := $(BUILD)/lib/libtp_lesson.a
 LESSON_BINS := $(patsubst %,$(BUILD)/bin/lesson_%,$(LESSONS))
 TOOL_BINS   := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(wildcard tools/tp_*.cpp))
 TEST_BINS   := $(BUILD)/bin/test_serial $(BUILD)/bin/test_mpi $(BUILD)/bin/fail_one_rank $(BUILD)/bin/test_gpu \
-               $(if $(SAN_FLAGS),,$(BUILD)/emu/bin/test_gpu $(BUILD)/emu/bin/lesson_01_block_matmul $(BUILD)/emu/bin/emu_selftest)
+               $(BUILD)/bin/collective_mismatch \
+               $(if $(SAN_FLAGS),,$(BUILD)/emu/bin/test_gpu $(BUILD)/emu/bin/lesson_01_block_matmul $(BUILD)/emu/bin/emu_selftest \
+                 $(BUILD)/emu/bin/collective_mismatch)
 
 # What every program links for `--backend gpu`: the GPU backend and the CUDA libraries, or the
 # stub that says there is none. $(GPU_STAMP) changes (only) when that choice does, so switching
@@ -280,6 +282,10 @@ $(BUILD)/bin/fail_one_rank: $(BUILD)/obj/tests/fail_one_rank.o $(BACKENDS)
 	@mkdir -p $(dir $@)
 	$(LINK) $(GPU_LDLIBS)
 
+$(BUILD)/bin/collective_mismatch: $(BUILD)/obj/tests/collective_mismatch.o $(BACKENDS)
+	@mkdir -p $(dir $@)
+	$(LINK) $(GPU_LDLIBS)
+
 $(BUILD)/bin/tp_%: $(BUILD)/obj/tools/tp_%.o $(BACKENDS)
 	@mkdir -p $(dir $@)
 	$(LINK) $(GPU_LDLIBS)
@@ -331,6 +337,10 @@ EMU_BACKENDS = $(LIBTP_LAUNCHER) $(LIBTP_CPU) $(LIBTP_EMU) $(LIBTP_MPI) $(LIBTP)
 $(EMU)/bin/test_gpu: $(call obj,$(GPU_TEST) tests/mpi_main.cpp tests/test_util.cpp) $(EMU_BACKENDS)
 	@mkdir -p $(dir $@)
 	$(LINK) -lgtest -pthread
+
+$(EMU)/bin/collective_mismatch: $(BUILD)/obj/tests/collective_mismatch.o $(EMU_BACKENDS)
+	@mkdir -p $(dir $@)
+	$(LINK)
 
 # The emulator's own tests (what it claims to catch, it catches).
 $(EMU)/bin/emu_selftest: $(BUILD)/obj/emu/selftest.o $(EMU_RT_OBJ)

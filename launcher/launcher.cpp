@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "backends.h"
+#include "core/checked_communicator.h"
 #include "core/error.h"
 #include "core/output_file.h"
 #include "node.h"
@@ -123,6 +124,10 @@ int run_program(int argc, char** argv, Options& options, const Program& program)
             "before the job ends naming the stalled rank; unset: the larger of 60 and 10 x the "
             "slowest step so far; 0: no check")
       .non_negative();
+  options.flag("check-collectives",
+               "before each collective the ranks agree on its fingerprint (op, size, dtype, root, "
+               "label); a mismatch ends the job with one line naming it, exit 2 (also "
+               "TP_CHECK_COLLECTIVES=1)");
   int rc = 0;
   try {
     options.parse(argc, argv);
@@ -133,8 +138,11 @@ int run_program(int argc, char** argv, Options& options, const Program& program)
       const DeviceOptions dev_opts = device_options(options, local_rank);
       std::unique_ptr<Device> device = make_device(dev_opts);
       std::unique_ptr<Communicator> world =
-          with_link(options.get_text("link"),
-                    make_communicator(options.get_text("comm"), dev_opts, MPI_COMM_WORLD, *device));
+          make_communicator(options.get_text("comm"), dev_opts, MPI_COMM_WORLD, *device);
+      // Checked under the simulated link, so the checks are not charged the link's time.
+      if (options.get_flag("check-collectives") || check_collectives_from_environment())
+        world = std::make_unique<CheckedCommunicator>(std::move(world), *device);
+      world = with_link(options.get_text("link"), std::move(world));
       Context ctx{options, *device, *world, local_rank, local_size, node_of_rank};
       rc = program(ctx);
       device->synchronize();

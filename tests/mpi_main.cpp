@@ -4,20 +4,23 @@
 // their failures, prefixed with the rank. After the run the per-test results are combined across
 // ranks (a test fails if it failed on any rank), rank 0 prints one summary line
 //   tp-tests: np=3 passed=41 failed=0 skipped=0
-// (read by scripts/run-tests.sh), and every rank exits 1 if any test failed anywhere.
+// (read by scripts/run-tests.sh), and every rank exits 1 if any test failed anywhere. With
+// TP_CHECK_COLLECTIVES=1 the world is a CheckedCommunicator (core/checked_communicator.h).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <cstdio>
+#include <memory>
 #include <vector>
 
+#include "core/checked_communicator.h"
 #include "mpi_communicator.h"
 #include "node.h"
 #include "test_util.h"
 
 namespace {
 
-tp::MpiCommunicator* g_world = nullptr;
+tp::Communicator* g_world = nullptr;
 
 // On ranks other than 0: print failed assertions (with the rank), nothing else.
 class RankFailurePrinter : public ::testing::EmptyTestEventListener {
@@ -57,8 +60,13 @@ int main(int argc, char** argv) {
 
   int failed_anywhere = 0, passed = 0, failed = 0, skipped = 0;
   {
-    tp::MpiCommunicator world(MPI_COMM_WORLD, false);
-    g_world = &world;
+    // TP_CHECK_COLLECTIVES=1: every test's collectives on the world are checked
+    // (core/checked_communicator.h), as run_program does for the programs.
+    std::unique_ptr<tp::Communicator> world =
+        std::make_unique<tp::MpiCommunicator>(MPI_COMM_WORLD, false);
+    if (tp::check_collectives_from_environment())
+      world = std::make_unique<tp::CheckedCommunicator>(std::move(world), tp::testing::device());
+    g_world = world.get();
     const int local_rc = RUN_ALL_TESTS();  // per-test results are combined below
     (void)local_rc;
     g_world = nullptr;

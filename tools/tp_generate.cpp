@@ -8,9 +8,14 @@
 //       --temperature 0.8 --top-k 20 --seed 7          (one line; the same text at -np 1, 2, 4)
 //
 // Tokens are bytes for a model with V = 256 (what tp_train --data trains): the prompt's bytes are
-// its ids and each generated id is printed as a byte. For another V, give the prompt as ids
-// (--prompt-ids "3 1 4") and the output is ids. There is no subword tokenizer (README.md, "Text
-// generation", says what a GPT-2 BPE one would need).
+// its ids and each generated id is printed as a byte. With --tokenizer DIR (GPT-2's BPE,
+// lib/text/bpe.h; the model's V must be the tokenizer's, 50257) the prompt is encoded and every id
+// printed as its token's bytes: a model from tp_train --data F --tokenizer DIR, or a Hugging Face
+// GPT-2 file (--load of its model.safetensors, heads from the config.json beside it: the real
+// GPT-2 talking), is prompted with text. For another V, give the prompt as ids (--prompt-ids "3 1
+// 4") and the output is ids.
+//
+//   mpirun -np 2 build/bin/tp_generate --load gpt2.safetensors --tokenizer DIR --prompt "Hello,"
 //
 // Each rank keeps the key/value cache of its own heads and the logits of its own vocabulary
 // shard; the next token is chosen from the shards with a few one-float collectives
@@ -27,6 +32,8 @@
 #include "model/checkpoint.h"
 #include "model/generate.h"
 #include "model/gpt.h"
+#include "model/hf_gpt2.h"
+#include "text/bpe.h"
 
 using namespace tp;
 
@@ -72,13 +79,28 @@ int generate_main(Context& ctx) {
     TP_CHECK_INPUT(false, all);
   }
 
-  GptConfig cfg = config_from_checkpoint(path);
-  const bool bytes = cfg.vocab == 256;
-  TP_CHECK_INPUT(bytes || prompt.empty(),
+  // A checkpoint of this project, or a Hugging Face GPT-2 file (hub layout; heads from the
+  // config.json beside it): lib/model/hf_gpt2.h.
+  const ModelFile file = inspect_model_file(path, 0);
+  GptConfig cfg = file.hub ? file.config : config_from_checkpoint(path);
+  // --tokenizer: text in and out through GPT-2's BPE; its vocabulary must be the model's.
+  const std::string tokenizer_dir = o.get_text("tokenizer");
+  std::unique_ptr<text::Tokenizer> tokenizer;
+  if (!tokenizer_dir.empty()) {
+    tokenizer = std::make_unique<text::Tokenizer>(text::Tokenizer::load(tokenizer_dir));
+    TP_CHECK_INPUT(tokenizer->vocab_size() == cfg.vocab, path, " has a vocabulary of ", cfg.vocab,
+                   ", the tokenizer in ", tokenizer_dir, " one of ", tokenizer->vocab_size(),
+                   ": give the tokenizer the model was trained with (or no --tokenizer)");
+  }
+  const bool bytes = cfg.vocab == 256 && !tokenizer;
+  TP_CHECK_INPUT(bytes || tokenizer || prompt.empty(),
                  "--prompt is text, read as bytes, but this model has V=", cfg.vocab,
-                 " (not 256); give token ids with --prompt-ids \"1 2 3\"");
+                 " (not 256); give token ids with --prompt-ids \"1 2 3\" or a tokenizer with "
+                 "--tokenizer DIR");
   std::vector<int32_t> ids;
-  if (!prompt.empty())
+  if (!prompt.empty() && tokenizer)
+    ids = tokenizer->encode(prompt);
+  else if (!prompt.empty())
     for (unsigned char c : prompt) ids.push_back(static_cast<int32_t>(c));
   else
     ids = parse_ids(prompt_ids, cfg.vocab);
@@ -86,7 +108,13 @@ int generate_main(Context& ctx) {
 
   Gpt model(ctx.device, world, cfg);  // validates cfg for t = world.size(): one line per problem
   AdamW unused(ctx.device, model.params(), AdamWParams{});  // load_checkpoint's optimizer slot
-  const LoadedCheckpoint loaded = load_checkpoint(path, world, model, unused);
+  LoadedCheckpoint loaded;
+  if (file.hub) {
+    load_model_file(file, world, model);
+    loaded.checksums = file.checksums;
+  } else {
+    loaded = load_checkpoint(path, world, model, unused);
+  }
 
   GenerateOptions opts;
   opts.tokens = tokens;
@@ -96,7 +124,8 @@ int generate_main(Context& ctx) {
   const int t = world.size();
   const int64_t kv_cols = cfg.kv() / t * cfg.head_dim();
   log0(world, "tp_generate: t = ", t, " (", world.name(), ", ", ctx.device.name(), ")");
-  log0(world, "model: ", cfg.str(), " from ", path, " (step ", loaded.step, ")");
+  log0(world, "model: ", cfg.str(), " from ", path,
+       file.hub ? " (" + file.describe() + ")" : " (step " + std::to_string(loaded.step) + ")");
   if (!loaded.checksums) log0(world, unverified_note(path));
   log0(world, "key/value cache per rank: 2 x ", cfg.layers, " layers x ", cfg.seq, " positions x ",
        kv_cols, " (nkv/t · hd) floats = ", 2 * cfg.layers * cfg.seq * kv_cols * 4 / 1024.0,
@@ -108,16 +137,23 @@ int generate_main(Context& ctx) {
        << ", seed " << opts.seed;
     rule = os.str();
   }
-  log0(world, "sampling: ", rule, "; tokens are ", bytes ? "bytes" : "ids");
+  log0(world, "sampling: ", rule, "; tokens are ",
+       bytes       ? "bytes"
+       : tokenizer ? "GPT-2 BPE tokens (" + tokenizer_dir + "), printed as text"
+                   : "ids");
   log0(world, "----");
 
   // The prompt, then every token as it is chosen (rank 0 prints; every rank has the same ids).
   auto print = [&](int32_t id) {
     if (world.rank() != 0) return;
-    if (bytes)
+    if (bytes) {
       std::fputc(id, stdout);
-    else
+    } else if (tokenizer) {  // a token's bytes may end inside a character: the next ones finish it
+      const std::string& b = tokenizer->token(id);
+      std::fwrite(b.data(), 1, b.size(), stdout);
+    } else {
       std::printf("%d ", id);
+    }
     std::fflush(stdout);
   };
   for (int32_t id : ids) print(id);
@@ -174,7 +210,12 @@ int main(int argc, char** argv) {
             "Generates text from a tp_train checkpoint with tensor parallelism over the ranks of "
             "mpirun (t = -np).");
   o.path("load", "", "the checkpoint (tp_train --save); the model's sizes come from it")
-      .text("prompt", "", "the prompt as text; its bytes are the token ids (V = 256 models)")
+      .text("prompt", "",
+            "the prompt as text; its bytes are the token ids (V = 256 models), or its BPE ids "
+            "with --tokenizer")
+      .path("tokenizer", "",
+            "a GPT-2 tokenizer folder (vocab.json + merges.txt or encoder.json + vocab.bpe): "
+            "--prompt is encoded with it and the output printed as text")
       .text("prompt-ids", "", "the prompt as token ids, e.g. \"3 1 4\" (models with V != 256)")
       .integer("tokens", 64, "how many tokens to generate")
       .real("temperature", 0.0, "0: greedy (argmax); > 0: sample from softmax(logits / T)")

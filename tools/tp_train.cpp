@@ -38,6 +38,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <fstream>
 #include <limits>
 #include <memory>
 #include <new>
@@ -72,6 +73,7 @@
 #include "observe/timeline.h"
 #include "observe/timer.h"
 #include "parallel/process_grid.h"
+#include "text/bpe.h"
 
 using namespace tp;
 
@@ -295,6 +297,7 @@ struct Plan {
   int64_t steps = 0, batch = 0, warmup = 0, decay_steps = 0;
   uint64_t seed = 0;
   std::string data, init_from, load, export_dir;
+  std::shared_ptr<text::Tokenizer> tokenizer;  // --tokenizer: --data's text as its ids
   ModelFile file;
   int dp = 1, t = 1;                      // t: the TP group's size
   StepOptions step_opts;                  // --micro-batches, --zero
@@ -338,10 +341,23 @@ Plan plan_run(const Options& o, int world_size) {
                        " must be above --warmup=" + std::to_string(warmup) +
                        " (the cosine decay runs from the end of warm-up to step N), or 0 for no "
                        "decay");
-  if (!data.empty() && cfg.vocab != 0 && cfg.vocab != 256)
-    problems.push_back("--data uses byte tokens (V = 256); drop --vocab=" +
-                       std::to_string(cfg.vocab));
-  if (cfg.vocab == 0) cfg.vocab = 256;
+  // --tokenizer DIR: --data's text as GPT-2 BPE ids (lib/text/bpe.h); V is the tokenizer's.
+  const std::string tokenizer_dir = o.get_text("tokenizer");
+  if (!tokenizer_dir.empty()) {
+    r.tokenizer = std::make_shared<text::Tokenizer>(text::Tokenizer::load(tokenizer_dir));
+    if (data.empty())
+      problems.push_back("--tokenizer " + tokenizer_dir +
+                         " encodes a text file: give it with --data FILE");
+  }
+  const int64_t data_vocab = r.tokenizer ? r.tokenizer->vocab_size() : 256;
+  if (!data.empty() && cfg.vocab != 0 && cfg.vocab != data_vocab)
+    problems.push_back(
+        r.tokenizer
+            ? "the tokenizer in " + tokenizer_dir + " has V = " + std::to_string(data_vocab) +
+                  "; drop --vocab=" + std::to_string(cfg.vocab) +
+                  " (the vocabulary comes from the tokenizer)"
+            : "--data uses byte tokens (V = 256); drop --vocab=" + std::to_string(cfg.vocab));
+  if (cfg.vocab == 0) cfg.vocab = data.empty() ? 256 : data_vocab;
   // --init-from F (weights only), or --load F: the shape from the file. A Hugging Face file given
   // to --load is taken as --init-from (it holds no optimizer state and no step).
   std::string &init_from = r.init_from = o.get_text("init-from"),
@@ -361,9 +377,14 @@ Plan plan_run(const Options& o, int world_size) {
     shape_from_file(file, o,
                     init_from.empty() ? FileShape::FlagsOverride : FileShape::FlagsMustAgree, cfg,
                     seq, problems);
-    if (!data.empty() && cfg.vocab < 256)
+    if (!data.empty() && !r.tokenizer && cfg.vocab < 256)
       problems.push_back("--data uses byte tokens (ids 0..255), but " + file.path +
                          " has a vocabulary of " + std::to_string(cfg.vocab));
+    if (r.tokenizer && cfg.vocab != data_vocab)
+      problems.push_back(file.path + " has a vocabulary of " + std::to_string(cfg.vocab) +
+                         ", the tokenizer in " + tokenizer_dir + " one of " +
+                         std::to_string(data_vocab) +
+                         ": give the tokenizer the model was trained with (or no --tokenizer)");
   }
   const auto grid_problems = ProcessGrid::problems(world_size, dp);
   for (const auto& p : grid_problems) problems.push_back(p);
@@ -399,6 +420,18 @@ Plan plan_run(const Options& o, int world_size) {
   for (const std::string& p : preflight(pre).problems) problems.push_back(p);
   TP_CHECK_INPUT(problems.empty(), problems_message(problems));
   return r;
+}
+
+// --data FILE --tokenizer DIR: the whole file read and encoded (every rank the same ids).
+std::unique_ptr<TokenSource> tokenized_source(const std::string& path, text::Tokenizer& tokenizer,
+                                              int64_t seq, uint64_t seed) {
+  TextSource readable(path, seq, seed);  // the file's checks: exists, regular, long enough
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  TP_CHECK_INPUT(in.good() || in.eof(), "cannot read data file ", path);
+  return std::make_unique<IdSource>(
+      tokenizer.encode(bytes), tokenizer.vocab_size(), seq, seed,
+      path + " as GPT-2 BPE tokens (" + std::to_string(bytes.size()) + " bytes)");
 }
 
 // Peak device memory of every rank, in MiB (gathered for the report, after training).
@@ -829,6 +862,7 @@ int train(Context& ctx) {
   const std::unique_ptr<TokenSource> source =
       allocating("the data", "the --data file or --vocab", [&]() -> std::unique_ptr<TokenSource> {
         if (data.empty()) return std::make_unique<MarkovSource>(cfg.vocab, seed);
+        if (plan.tokenizer) return tokenized_source(data, *plan.tokenizer, seq, seed);
         return std::make_unique<TextSource>(data, seq, seed, o.get_real("val-fraction"));
       });
 
@@ -1068,6 +1102,9 @@ int main(int argc, char** argv) {
       .flag("audit-grads",
             "before training, check every replicated gradient against t = 1 and across ranks")
       .path("data", "", "train on the bytes of this file (V = 256) instead of the Markov data")
+      .path("tokenizer", "",
+            "with --data: train on the file's GPT-2 BPE ids (a folder with vocab.json + "
+            "merges.txt or encoder.json + vocab.bpe; V = its vocabulary, 50257)")
       .path("save", "",
             "write a checkpoint (safetensors) here at the end; a folder (existing, or ending in "
             "/) gets DIR/checkpoint-stepNNNNNN.safetensors, and --save-every's files go beside "

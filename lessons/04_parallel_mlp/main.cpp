@@ -18,9 +18,17 @@
 // pair around a whole block, SwiGLU, and the model layer tp::ParallelMLP with its GptConfig.
 //
 // Run:  make lessons && mpirun -np 2 build/bin/lesson_04_parallel_mlp [--step]   (also -np 1 or 4)
+//
+// On request, the bug this lesson's layers make easy: `--forget-allreduce` runs only one step, in
+// which the last rank's fc2 "forgets" g's all-reduce, under the collective checker
+// (core/checked_communicator.h, what --check-collectives and TP_CHECK_COLLECTIVES=1 turn on for a
+// whole program). Without it the other ranks would wait in g forever; with it every rank stops at
+// the next collective and the lesson prints the one line that names the mismatch.
 #include <algorithm>
 #include <cmath>
 
+#include "core/checked_communicator.h"
+#include "core/error.h"
 #include "core/host.h"
 #include "lesson.h"
 #include "model/config.h"
@@ -30,10 +38,64 @@
 
 using namespace tp;
 
+namespace {
+
+// --forget-allreduce: the MLP of steps 2-5 on a checked copy of the world, where the last rank's
+// fc2 is a plain local layer (a RowParallelLinear on a one-rank communicator, holding B_r): its
+// forward is G_r B_r without g. Its next collective is f's all-reduce in fc1's backward, of the
+// same 2 floats as g's: the op and the size agree, the ledger labels (the region ops') do not.
+void forget_allreduce(lesson::Lesson& L) {
+  Device& dev = L.device();
+  const int t = L.size();
+  L.step("One rank's fc2 forgets g's all-reduce; the collective checker names it.");
+  if (t == 1) {
+    L.say("  one rank: g is the identity, there is nothing to forget; run with -np 2 or more");
+    return;
+  }
+  const int64_t h = 2, ffn = 4, k = ffn / t;
+  const std::vector<float> b_host = {1, 0, 0, 1, 1, 1, 2, -1};  // B, ffn x h
+  CheckedCommunicator checked(L.world().split(0, L.rank()), dev);
+  SerialCommunicator solo;
+  const bool forgets = L.rank() == t - 1;
+  ColumnParallelLinear fc1(dev, checked, "fc1", h, ffn, /*bias=*/false, /*gather_output=*/false);
+  RowParallelLinear fc2(dev, forgets ? static_cast<Communicator&>(solo) : checked, "fc2",
+                        forgets ? k : ffn, h, /*bias=*/false, /*input_is_parallel=*/true);
+  fc1.load_global({1, 0, -2, 1, 0, 1, 1, -1});
+  fc2.load_global(forgets ? std::vector<float>(b_host.begin() + L.rank() * k * h,
+                                               b_host.begin() + (L.rank() + 1) * k * h)
+                          : b_host);
+  const Tensor X = Tensor::from_host(dev, Shape{1, h}, {1, 2});
+  const Tensor dZ = Tensor::from_host(dev, Shape{1, h}, {1, 1});
+  std::string caught;
+  try {
+    Tensor H = fc1.forward(X), G(dev, H.shape()), dH(dev, H.shape());
+    dev.gelu_forward(G, H);
+    fc2.forward(G);  // g on every rank but the last
+    Tensor dG = fc2.backward(dZ);
+    dev.gelu_backward(dH, dG, H);
+    fc1.backward(dH);  // f: the last rank's first collective
+  } catch (const Error& e) {
+    caught = e.what();
+  }
+  L.say("  rank ", t - 1,
+        "'s fc2 has no g; every rank stops at its next collective with one line:");
+  L.say("  ", caught);
+  L.check_fact("the checker caught the forgotten all-reduce",
+               {caught.find("called all_reduce(2 floats, 'reduce_from_tp_region.forward')") !=
+                        std::string::npos
+                    ? 1.0f
+                    : 0.0f},
+               {1.0f});
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  return lesson::run(argc, argv, "lesson_04_parallel_mlp",
-                     "Lesson 04: the parallel MLP (column, activation, row)", {2, 1, 4},
-                     [](lesson::Lesson& L) {
+  return lesson::run(
+      argc, argv, "lesson_04_parallel_mlp", "Lesson 04: the parallel MLP (column, activation, row)",
+      {2, 1, 4},
+      [](lesson::Lesson& L) {
+    if (L.options().get_flag("forget-allreduce")) return forget_allreduce(L);
     Device& dev = L.device();
     Communicator& world = L.world();
     const int t = L.size();
@@ -314,5 +376,10 @@ int main(int argc, char** argv) {
         "after fc2) and one backward (f, before fc1). Row first would leave partial sums in front "
         "of the\n"
         "nonlinearity, and those must be summed before it.");
+      },
+      [](Options& o) {
+    o.flag("forget-allreduce",
+           "only show the bug: the last rank's fc2 skips g's all-reduce, under the collective "
+           "checker");
   });
 }

@@ -27,6 +27,11 @@ class Error : public std::runtime_error {
   static constexpr int kNonFinite = 3;
   explicit Error(const std::string& message, int exit_code = 1)
       : std::runtime_error(message), exit_code_(exit_code) {}
+  /// Raised by this rank only, whatever the code: the launcher prints it with the rank and aborts
+  /// the job with `exit_code` (a mismatched collective on a sub-group: core/checked_communicator.h).
+  struct ThisRankOnly {};
+  Error(const std::string& message, int exit_code, ThisRankOnly)
+      : std::runtime_error(message), exit_code_(exit_code), this_rank_only_(true) {}
   /// 2: bad input (the same on every rank); 1: a failure.
   int exit_code() const { return exit_code_; }
   /// True for errors raised by TP_CHECK_INPUT.
@@ -35,11 +40,13 @@ class Error : public std::runtime_error {
   /// agreed after SIGINT/SIGTERM, whose code is 128 + the signal as a shell's): the
   /// launcher lets rank 0 print them and every rank exit with the code, instead of aborting.
   bool on_every_rank() const {
+    if (this_rank_only_) return false;
     return exit_code_ == 2 || exit_code_ == kNonFinite || exit_code_ > 128;
   }
 
  private:
   int exit_code_;
+  bool this_rank_only_ = false;
 };
 
 namespace detail {

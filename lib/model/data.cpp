@@ -191,4 +191,36 @@ std::string TextSource::describe() const {
                                : "; " + held_note_);
 }
 
+IdSource::IdSource(std::vector<int32_t> ids, int64_t vocab, int64_t seq, uint64_t seed,
+                   std::string what)
+    : ids_(std::move(ids)), vocab_(vocab), seed_(seed), what_(std::move(what)) {
+  TP_CHECK_INPUT(static_cast<int64_t>(ids_.size()) >= seq + 1, what_, " has ", ids_.size(),
+                 " tokens; one training sequence needs seq + 1 = ", seq + 1,
+                 " (use a longer file or a smaller --seq)");
+  for (size_t i = 0; i < ids_.size(); ++i)
+    TP_CHECK_INPUT(ids_[i] >= 0 && ids_[i] < vocab_, what_, ": token ", i, " is id ", ids_[i],
+                   ", outside the vocabulary [0, ", vocab_, ")");
+}
+
+Batch IdSource::batch(int64_t step, int64_t batch, int64_t seq) const {
+  Batch out = empty_batch(seq, batch);
+  const RngKey key = RngKey::from(seed_, "ids.offset");
+  const int64_t starts = static_cast<int64_t>(ids_.size()) - seq;  // valid start offsets
+  for (int64_t b = 0; b < batch; ++b) {
+    const auto off = std::min<int64_t>(
+        starts - 1,
+        static_cast<int64_t>(uniform(key, step * batch + b) * static_cast<double>(starts)));
+    for (int64_t s = 0; s < seq; ++s) {
+      out.ids[static_cast<size_t>(s * batch + b)] = ids_[static_cast<size_t>(off + s)];
+      out.targets[static_cast<size_t>(s * batch + b)] = ids_[static_cast<size_t>(off + s + 1)];
+    }
+  }
+  return out;
+}
+
+std::string IdSource::describe() const {
+  return what_ + " (" + std::to_string(ids_.size()) + " tokens, V = " + std::to_string(vocab_) +
+         ")";
+}
+
 }  // namespace tp

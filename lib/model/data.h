@@ -95,4 +95,22 @@ class TextSource : public TokenSource {
              int64_t end) const;
 };
 
+/// Token ids held in memory, e.g. a text file encoded by a tokenizer (tp_train --data F --tokenizer
+/// DIR: lib/text/bpe.h); batch rows start at offsets drawn from (seed, step), as TextSource's do.
+class IdSource : public TokenSource {
+ public:
+  /// `what` names the ids in messages and the log ("data.txt as GPT-2 tokens"). Bad input when
+  /// there are fewer than seq + 1 ids, or an id is outside [0, vocab).
+  IdSource(std::vector<int32_t> ids, int64_t vocab, int64_t seq, uint64_t seed, std::string what);
+  int64_t vocab() const override { return vocab_; }
+  Batch batch(int64_t step, int64_t batch, int64_t seq) const override;
+  std::string describe() const override;
+
+ private:
+  std::vector<int32_t> ids_;
+  int64_t vocab_;
+  uint64_t seed_;
+  std::string what_;
+};
+
 }  // namespace tp

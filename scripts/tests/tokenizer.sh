@@ -23,6 +23,10 @@ expect "tp_tokenize: corrupt vocab.json" 2 "vocab.json is not valid JSON" 1 \
 expect "tp_tokenize: a merges line that is not two tokens" 2 "vocab.bpe line 3: \"ab\" is not two tokens" 1 \
   "$BUILD/bin/tp_tokenize" --tokenizer "$tok_tmp/badmerge"
 expect "tp_tokenize: no --tokenizer" 2 "tp_tokenize needs --tokenizer DIR" 1 "$BUILD/bin/tp_tokenize"
+expect "tp_train: --tokenizer folder without its files" 2 "has neither vocab.json + merges.txt" 2 \
+  "${train[@]}" --steps 1 --data README.md --tokenizer "$tok_tmp/empty"
+expect "tp_generate: --tokenizer folder without its files" 2 "has neither vocab.json + merges.txt" 1 \
+  "$BUILD/bin/tp_generate" --load "$tmp/ck.safetensors" --tokenizer "$tok_tmp/empty" --prompt "TP"
 
 # 2. The JavaScript references, installed once into $BUILD/npm.
 tok_npm=$BUILD/npm
@@ -111,7 +115,42 @@ SAMPLE
     fail "tokenizer: vocab.json + merges.txt give other ids than encoder.json + vocab.bpe"
   fi
 
-  # 7. Speed: encode at least 5 MB/s on one thread (the corpus, best of 5 cold passes).
+  # 7. tp_train --data --tokenizer trains on the BPE ids (V = 50257 from the tokenizer, padded for t
+  # = 2); tp_generate --tokenizer prompts that model with text and prints text (the prompt comes
+  # back first, as its tokens' bytes). A vocabulary that is not the tokenizer's: one line, exit 2.
+  tok_model=$tmp/tok_model.safetensors
+  expect "tp_train --data --tokenizer: trains on GPT-2 ids" 0 "as GPT-2 BPE tokens" 2 \
+    "${train[@]}" --steps 2 --data README.md --tokenizer "$tok_dir" --save "$tok_model"
+  if grep -q "V=50257" "$logs/check_tp_train_--data_--tokenizer:_trains_on_GPT-2_ids.log"; then pass 1
+  else fail "tp_train --tokenizer: the model's vocabulary is not 50257 (see $logs/check_tp_train_--data_--tokenizer:_trains_on_GPT-2_ids.log)"; fi
+  WITHIN=30 expect "tp_generate --tokenizer: text in, text out" 0 "tokens are GPT-2 BPE tokens" 2 \
+    "$BUILD/bin/tp_generate" --load "$tok_model" --tokenizer "$tok_dir" --prompt "Tensor parallel, ünïcode 中文" --tokens 8
+  if sed -n '/^----$/{n;p;q}' "$logs/check_tp_generate_--tokenizer:_text_in,_text_out.log" | grep -q "^Tensor parallel, ünïcode 中文"; then
+    pass 1; echo "✓ tp_generate --tokenizer: the prompt comes back as text before the generated tokens"
+  else fail "tp_generate --tokenizer: the output does not start with the prompt's text (see $logs/check_tp_generate_--tokenizer:_text_in,_text_out.log)"; fi
+  # The same model as a Hugging Face GPT-2 file (tp_export: hub layout + config.json), the way the
+  # real GPT-2 is given: the same text, at another t.
+  run_mpi 1 "$BUILD/bin/tp_export" --load "$tok_model" --hf "$tmp/tok_hf" >"$tok_log/export.log" 2>&1 ||
+    fail "tp_export of the tokenizer model exited non-zero (see $tok_log/export.log)"
+  for src in "$tok_model" "$tmp/tok_hf/model.safetensors"; do
+    run_mpi 3 "$BUILD/bin/tp_generate" --load "$src" --tokenizer "$tok_dir" --prompt "Hello, world" --tokens 6 \
+      2>&1 | sed -n '/^----$/{n;p;q}' >"$tok_log/generate_$(basename "$src").txt"
+  done
+  if [ -s "$tok_log/generate_model.safetensors.txt" ] &&
+    cmp -s "$tok_log/generate_tok_model.safetensors.txt" "$tok_log/generate_model.safetensors.txt"; then
+    pass 1; echo "✓ tp_generate --tokenizer on the Hugging Face export at t = 3: the same text, $(cat "$tok_log/generate_model.safetensors.txt")"
+  else fail "tp_generate --tokenizer: the Hugging Face export does not write the checkpoint's text (see $tok_log/generate_*.txt)"; fi
+  expect "tp_train --tokenizer with --vocab" 2 "has V = 50257; drop --vocab=256" 2 \
+    "${train[@]}" --steps 1 --data README.md --tokenizer "$tok_dir" --vocab 256
+  expect "tp_train --tokenizer without --data" 2 "encodes a text file: give it with --data FILE" 2 \
+    "${train[@]}" --steps 1 --tokenizer "$tok_dir"
+  run_mpi 1 "${train[@]}" --steps 0 --data README.md --save "$tmp/tok_bytes.safetensors" >"$tok_log/bytes_model.log" 2>&1
+  expect "tp_train --tokenizer with a byte model" 2 "has a vocabulary of 256, the tokenizer in" 2 \
+    "${train[@]}" --steps 1 --data README.md --tokenizer "$tok_dir" --load "$tmp/tok_bytes.safetensors"
+  expect "tp_generate --tokenizer with a byte model" 2 "has a vocabulary of 256, the tokenizer in" 2 \
+    "$BUILD/bin/tp_generate" --load "$tmp/tok_bytes.safetensors" --tokenizer "$tok_dir" --prompt "TP"
+
+  # 8. Speed: encode at least 5 MB/s on one thread (the corpus, best of 5 cold passes).
   cat README.md lessons/*/README.md >"$tok_tmp/corpus.txt"
   tok_speed=$("$BUILD/bin/tp_tokenize" --tokenizer "$tok_dir" --bench <"$tok_tmp/corpus.txt" 2>&1)
   tok_mbs=$(echo "$tok_speed" | sed -n 's/.*: \([0-9.]*\) MB\/s on one thread.*/\1/p')

@@ -1,0 +1,120 @@
+// checked_communicator.h — a Communicator that wraps another and, before each collective, makes the
+// ranks of the group agree that they are all calling the same one. A debugging tool, off by
+// default: `--check-collectives` or TP_CHECK_COLLECTIVES=1 (launcher/launcher.h) puts it under
+// every program's world communicator, and split() carries it to every sub-group.
+//
+// Why. The first bug in a hand-written tensor-parallel layer is usually a hang: one rank skips a
+// collective (a forgotten g all-reduce), calls it with another size, or calls another one, and the
+// others wait forever (or, worse, a backend matches the wrong calls and computes garbage). PyTorch's
+// TORCH_DISTRIBUTED_DEBUG=DETAIL checks collective fingerprints across ranks for this; so does this.
+//
+// How. Each checked call first all-gathers, over the inner communicator, one fixed-size record per
+// rank (the fingerprint):
+//
+//   sequence number   the call's index on this communicator (1, 2, ...), the same on every rank
+//   operation         all_reduce, all_reduce_max, all_gather, reduce_scatter, broadcast, barrier
+//   element count     the ledger's N (all_gather, reduce_scatter: the full buffer)
+//   dtype             f32 | bf16
+//   root              broadcast's root (else -1)
+//   ledger label      the label of the call (CommLedger::Scope), cut to 63 bytes
+//   world rank        to name the group by its world ranks
+//
+// encoded one byte per float (0..255, exact in f32, so no bit pattern can be altered on the way),
+// so the check itself is an ordinary f32 all_gather that every backend has: MPI, NCCL (on a GPU
+// or the CUDA emulator), host-staged. Then every rank compares the records; when they agree the real
+// call runs on the inner communicator. A skipped call shows up as a different operation (or label)
+// at the same sequence number, since the skipping rank's next collective meets the others' check.
+//
+// On a mismatch every rank of the group has the same records, so each builds the same line:
+//
+//   collective #57 on the world (2 ranks): rank 1 called all_gather(4096 floats, 'attn qkv'),
+//   rank 0 called all_reduce(4096 floats, 'mlp fc2')
+//
+// (ranks are the group's; groups of agreeing ranks are listed smallest first) and throws it as a
+// bad-input tp::Error, exit 2. When the group is the whole world every rank throws it: rank 0 prints
+// the line, every rank exits 2. On a sub-group the ranks outside it know nothing and may wait for
+// the group's ranks in another collective, so the group's rank 0 throws it as this rank's error
+// (Error::ThisRankOnly: the launcher prints it once and aborts the job with exit 2) and the others
+// of the group wait kOthersWait seconds before doing the same, which the abort overtakes.
+//
+// What it does not check: point-to-point calls (send, recv, send_recv and their *_async: only two
+// ranks take part, and a send meets a recv, a different op by design) are passed through; split()
+// is passed through (the new group is checked from its first collective). A collective that one
+// rank never reaches (it hangs elsewhere, or has ended) leaves the others waiting in the check's
+// all-gather, inside the checked call: the stall detector (launcher/watchdog.h) names that rank and
+// the collective the others wait in. Asynchronous calls are checked when issued (the check is
+// blocking), then issued on the inner communicator; their Work is the inner one's. So under the
+// check an *_async call waits at its issue until every rank of the group has issued it, inside the
+// call, where the stall detector sees it: a program whose ranks issue an asynchronous collective
+// and then wait for a peer that computes alone for longer than --stall-timeout (lesson 13's idle
+// ranks while t = 1 trains, 60 s here) is named as stalled; give it a larger --stall-timeout (or
+// 0). (A check that completed inside the Work instead would let the real calls be issued before
+// a mismatch is known, which no backend survives.)
+//
+// Cost: one extra all-gather of size · 112 floats (and on a GPU a host round trip) per collective;
+// its ledger records go to the inner communicator's ledger, so this one's ledger and the α–β
+// numbers are those of the program's own calls.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/communicator.h"
+
+namespace tp {
+
+class Device;
+
+/// `inner` with every collective's fingerprint agreed first (see the top of this file).
+class CheckedCommunicator : public Communicator {
+ public:
+  /// Seconds a rank other than the group's rank 0 waits before throwing a sub-group's mismatch.
+  static constexpr double kOthersWait = 5.0;
+
+  /// Over the world communicator: world ranks are its ranks. Check tensors live on `device`.
+  CheckedCommunicator(std::unique_ptr<Communicator> inner, Device& device);
+  /// "checked mpi (MPICH 4.0.2)"
+  std::string name() const override;
+  /// The communicator underneath (its ledger holds the checks' all-gathers).
+  Communicator& inner() { return *inner_; }
+  /// The collectives checked so far.
+  int64_t checked() const { return sequence_; }
+
+ protected:
+  void do_all_reduce(Tensor& x, ReduceOp op) override;
+  void do_all_gather(const Tensor& shard, Tensor& full) override;
+  void do_reduce_scatter(const Tensor& full, Tensor& shard) override;
+  void do_broadcast(Tensor& x, int root) override;
+  void do_send_recv(const Tensor& send, int to, Tensor& recv, int from) override;
+  void do_barrier() override;
+  std::unique_ptr<Work> do_all_reduce_async(Tensor& x) override;
+  std::unique_ptr<Work> do_all_gather_async(const Tensor& shard, Tensor& full) override;
+  std::unique_ptr<Work> do_reduce_scatter_async(const Tensor& full, Tensor& shard) override;
+  std::unique_ptr<Work> do_send_recv_async(const Tensor& send, int to, Tensor& recv,
+                                           int from) override;
+  std::unique_ptr<Communicator> do_split(int color, int key) override;
+  void do_send(const Tensor& x, int to) override;
+  void do_recv(Tensor& x, int from) override;
+  std::unique_ptr<Work> do_send_async(const Tensor& x, int to) override;
+  std::unique_ptr<Work> do_recv_async(Tensor& x, int from) override;
+
+ private:
+  CheckedCommunicator(std::unique_ptr<Communicator> inner, Device& device, int world_rank,
+                      int world_size);
+  /// The ranks agree on this call (op, N, dtype, root; the label is the last ledger record's when
+  /// `labelled`), or every rank of the group throws the mismatch line.
+  void agree(const char* op, int64_t elements, Dtype dtype, int root, bool labelled);
+
+  std::unique_ptr<Communicator> inner_;
+  Device& device_;
+  int world_rank_;
+  int world_size_;
+  int64_t sequence_ = 0;
+};
+
+/// True when TP_CHECK_COLLECTIVES asks for checking: "1" (or "true", "yes", "on"); unset, "",
+/// "0", "false", "no", "off": no. Anything else is a bad-input tp::Error naming the variable.
+bool check_collectives_from_environment();
+
+}  // namespace tp
