@@ -126,8 +126,8 @@ class Gpt {
   void finish_gradients();
   void zero_grad();
   /// Padded vocabulary V' (a multiple of t) and this rank's first id.
-  int64_t padded_vocab() const { return wte_->padded_vocab(); }
-  int64_t first_vocab_id() const { return wte_->first_id(); }
+  int64_t padded_vocab() const { return cfg_.padded_vocab(comm_.size()); }
+  int64_t first_vocab_id() const { return comm_.rank() * (padded_vocab() / comm_.size()); }
   /// What the last forward kept for backward: the blocks' tensors under their index, the
   /// embedding's, the final norm's and the head's under −1.
   const MemoryLedger& memory() const { return memory_; }
