@@ -132,7 +132,8 @@ Tensor Gpt::head_logits(const Tensor& x, int64_t n) {
 }
 
 Tensor Gpt::forward_logits(const Batch& b, uint64_t seed, int64_t step) {
-  TP_CHECK(stage_.whole(), "Gpt::forward_logits needs the whole model, not a pipeline stage");
+  TP_CHECK(stage_.whole(cfg_.layers),
+           "Gpt::forward_logits needs the whole model, not a pipeline stage");
   check_batch(b, false);
   memory_.clear();
   batch_ = b.batch;

@@ -58,7 +58,10 @@ struct StageLayout {
   int64_t end_layer = -1;   ///< −1: up to L
   bool embedding = true;    ///< wte's lookup, wpe and the embedding dropout (the first stage)
   bool head = true;  ///< ln_f, the head and the loss (the last stage); a tied head holds wte too
-  bool whole() const { return embedding && head && first_layer == 0 && end_layer < 0; }
+  /// The whole model of `layers` blocks (pipeline parallelism off).
+  bool whole(int64_t layers) const {
+    return embedding && head && first_layer == 0 && (end_layer < 0 || end_layer == layers);
+  }
 };
 
 /// The key/value caches of every block on this rank (Gpt::make_kv_cache): for B sequences, up to

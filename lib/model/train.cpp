@@ -167,7 +167,7 @@ StepResult train_step(ProcessGrid& grid, Device& device, Gpt& model, AdamW& opt,
     TP_CHECK_INPUT(pipe.empty(), pipe.empty() ? "" : pipe.front());
     TP_CHECK_INPUT(options.zero == 0, "--zero ", options.zero, " with --pp=", pp,
                    ": ZeRO-1 over a pipeline is not implemented; use --zero 0 or --pp 1");
-    TP_CHECK(!model.stage().whole(), "train_step: pp=", pp,
+    TP_CHECK(!model.stage().whole(model.config().layers), "train_step: pp=", pp,
              " needs the model of one stage (pipeline_stage_layout)");
   }
   TP_CHECK_INPUT(
