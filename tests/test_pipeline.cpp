@@ -34,6 +34,7 @@
 #include "model/memory.h"
 #include "model/train.h"
 #include "model_test_helpers.h"
+#include "observe/timeline.h"
 #include "parallel/pipeline_parallel.h"
 #include "parallel/process_grid.h"
 #include "test_util.h"
@@ -316,4 +317,39 @@ TEST(PipelineParallel, TrainStepRefusesWhatDoesNotCombine) {
     zero.zero = 1;
     refused(zero, "ZeRO-1 over a pipeline");
   }
+}
+
+TEST(PipelineParallel, TimelineLabelsEachMicroBatchsForwardAndBackward) {
+  const int np = world().size();
+  if (np != 2 && np != 4) GTEST_SKIP() << "needs np 2 or 4 (pp 2)";
+  ProcessGrid grid(world(), GridAxes{1, 2});
+  const GptConfig g = tp::testing::tiny_gpt_config(2);
+  AdamWParams hp;
+  Stage st(grid, g, hp);
+  StepOptions opts;
+  opts.micro_batches = 4;
+  opts.schedule = Schedule::OneFOneB;
+  Timeline timeline(world().rank());
+  device().set_timeline(&timeline);
+  train_step(grid, device(), st.model, st.opt, tp::testing::markov_batch(g.vocab, 0, 4, g.seq), 1,
+             0, 1e-3f, 1.0f, {}, opts);
+  device().set_timeline(nullptr);
+  std::vector<PipelineOp> want = schedule_ops(Schedule::OneFOneB, 2, grid.pp_rank(), 4);
+  std::string phases;
+  int kernels_inside = 0;
+  const std::vector<Span> spans = timeline.spans();
+  for (const Span& s : spans)
+    if (s.kind == SpanKind::Phase) {
+      phases += (phases.empty() ? "" : " ") + s.name;
+      EXPECT_STREQ(s.track(), "pipeline");
+      for (const Span& k : spans)
+        kernels_inside += k.kind == SpanKind::Kernel && k.start >= s.start && k.end <= s.end;
+    }
+  EXPECT_EQ(phases, row(want));
+  EXPECT_GT(kernels_inside, 8) << "the ops' kernels lie inside their Phase spans";
+  // Phase spans count in no total: compute is the kernels' sum alone.
+  double kernels = 0;
+  for (const Span& k : spans) kernels += k.kind == SpanKind::Kernel ? k.seconds() : 0.0;
+  EXPECT_NEAR(timeline.totals_since(0).compute, kernels, 1e-12);
+  EXPECT_NE(timeline.svg().find("<title>F0, "), std::string::npos);  // each op its own rectangle
 }

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "observe/timeline.h"
 #include "observe/timer.h"
 
 namespace tp {
@@ -143,7 +144,17 @@ void run_schedule(Communicator& pp, Device& device, PipelineStage& stage, Schedu
     if (op.forward && !first) in = receive(s - 1);
     if (!op.forward && !last) in = receive(s + 1);
     const double start = record ? now() - t0 : 0;
+    Timeline* timeline = device.timeline();  // the op as a Phase span around its kernels
+    const double phase_start = timeline ? timeline->now() : 0;
     Tensor out = op.forward ? stage.forward(op.micro, in) : stage.backward(op.micro, in);
+    if (timeline) {
+      Span span;
+      span.kind = SpanKind::Phase;
+      span.name = op.label();
+      span.start = phase_start;
+      span.end = timeline->now();
+      timeline->record(span);
+    }
     if (record) {
       record->ops.push_back({op, start, now() - t0});
       record->peak_activation_bytes = std::max(record->peak_activation_bytes, stage.kept_bytes());

@@ -118,7 +118,8 @@ class PipelineStage {
 /// in the order of `schedule`: receives each input from stage − 1 and each output gradient from
 /// stage + 1 (blocking, when needed), sends outputs and input gradients asynchronously and waits
 /// for them at the end. Collective over `pp`. With `record`, the step starts and ends with a
-/// barrier over `pp` and every op is timed.
+/// barrier over `pp` and every op is timed. With a Timeline set on `device`, every op is also a
+/// Phase span ("F3", "B3") around its kernels (observe/timeline.h).
 void run_schedule(Communicator& pp, Device& device, PipelineStage& stage, Schedule schedule,
                   int micro_batches, PipelineRecord* record = nullptr);
 
