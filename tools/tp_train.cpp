@@ -7,6 +7,7 @@
 //                                  (a Hugging Face GPT-2 in, trained, and out again; hf_gpt2.h)
 //   mpirun -np 2 build/bin/tp_train --link ib --predict --steps 3   (α–β model against the ledger)
 //   mpirun -np 4 build/bin/tp_train --dp 2 --steps 20     (tp 2 × dp 2: the same loss as -np 1)
+//   mpirun -np 4 build/bin/tp_train --pp 2 --schedule 1f1b --micro-batches 4   (tp 2 × pp 2: again)
 //   mpirun -np 2 build/bin/tp_train --steps 5 --trace run.json   (open run.json in ui.perfetto.dev;
 //                                                                 run.svg is the same as a chart)
 //
@@ -17,6 +18,9 @@
 // gradients (and the printed loss) are averaged over the DP group before clipping and AdamW, so the
 // loss curve is that of dp = 1 on the same global batch. Only DP rank 0's TP group writes --save
 // and --dump-grads (every replica holds the same weights and averaged gradients).
+// With --pp N the blocks are cut into N pipeline stages (parallel/pipeline_parallel.h, the pp branch
+// of train_step): the micro-batches go through them in the order of --schedule, and DP rank 0's
+// stages together write one global checkpoint.
 //
 // The progress line's "exposed comm" is the share of the step the computing thread stood still in
 // the communicator (blocking collectives, issuing and waiting for async ones; observe/timeline.h),
@@ -755,7 +759,7 @@ int main(int argc, char** argv) {
   Options o(
       "tp_train",
       "Trains a small GPT with tensor parallelism over the ranks of mpirun (t = -np), or on a "
-      "tp × dp grid with --dp (t = -np / dp).");
+      "tp × dp × pp grid with --dp and --pp (t = -np / (dp · pp)).");
   o.integer("layers", 2, "transformer blocks L")
       .min(1)
       .integer("hidden", 64, "hidden size h")
