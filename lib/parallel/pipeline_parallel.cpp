@@ -120,31 +120,35 @@ void run_schedule(Communicator& pp, Device& device, PipelineStage& stage, Schedu
                   PipelineRecord* record) {
   const int n = pp.size(), s = pp.rank();
   const bool first = s == 0, last = s == n - 1;
-  std::vector<std::unique_ptr<Work>> sends;
-  std::vector<Tensor> in_flight_sends;
   double t0 = 0;
   if (record) {
     *record = PipelineRecord{};
     pp.barrier();
     t0 = now();
   }
-  auto receive = [&](int from) {
-    Tensor x(device, stage.activation_shape());
-    CommLedger::Scope scope(pp.ledger(), from < s ? "pipeline activation" : "pipeline gradient");
-    pp.recv(x, from);
+  // The transfers: one tensor from a neighbour, one to it, or both at once with the same
+  // neighbour (1F1B's steady state, where both stages would otherwise send first).
+  const Shape shape = stage.activation_shape();
+  auto recv_from = [&](int peer) {
+    Tensor x(device, shape);
+    CommLedger::Scope scope(pp.ledger(), peer < s ? "pipeline activation" : "pipeline gradient");
+    pp.recv(x, peer);
     return x;
   };
-  auto post = [&](const Tensor& x, int to) {
-    CommLedger::Scope scope(pp.ledger(), to > s ? "pipeline activation" : "pipeline gradient");
-    sends.push_back(pp.send_async(x, to));
-    in_flight_sends.push_back(x);
+  auto send_to = [&](const Tensor& x, int peer) {
+    CommLedger::Scope scope(pp.ledger(), peer > s ? "pipeline activation" : "pipeline gradient");
+    pp.send(x, peer);
   };
-  for (const PipelineOp& op : schedule_ops(schedule, n, s, m)) {
-    Tensor in;
-    if (op.forward && !first) in = receive(s - 1);
-    if (!op.forward && !last) in = receive(s + 1);
+  auto exchange = [&](const Tensor& x, int peer) {
+    Tensor y(device, shape);
+    CommLedger::Scope scope(pp.ledger(), "pipeline activation and gradient");
+    pp.send_recv(x, peer, y, peer);
+    return y;
+  };
+  // One op: timed for the record, a Phase span on the device's timeline.
+  auto run = [&](PipelineOp op, const Tensor& in) {
     const double start = record ? now() - t0 : 0;
-    Timeline* timeline = device.timeline();  // the op as a Phase span around its kernels
+    Timeline* timeline = device.timeline();
     const double phase_start = timeline ? timeline->now() : 0;
     Tensor out = op.forward ? stage.forward(op.micro, in) : stage.backward(op.micro, in);
     if (timeline) {
@@ -160,10 +164,38 @@ void run_schedule(Communicator& pp, Device& device, PipelineStage& stage, Schedu
       record->peak_activation_bytes = std::max(record->peak_activation_bytes, stage.kept_bytes());
       record->peak_in_flight = std::max(record->peak_in_flight, stage.in_flight());
     }
-    if (op.forward && !last) post(out, s + 1);
-    if (!op.forward && !first) post(out, s - 1);
+    return out;
+  };
+  auto forward = [&](int k) {  // receive, compute, send on
+    const Tensor out = run({true, k}, first ? Tensor() : recv_from(s - 1));
+    if (!last) send_to(out, s + 1);
+  };
+  auto backward = [&](int k) {
+    const Tensor din = run({false, k}, last ? Tensor() : recv_from(s + 1));
+    if (!first) send_to(din, s - 1);
+  };
+  if (schedule == Schedule::Afab) {
+    for (int k = 0; k < m; ++k) forward(k);
+    for (int k = 0; k < m; ++k) backward(k);
+  } else {
+    // 1F1B in the order of schedule_ops. In the steady state stage s sends forward micro-batch
+    // f's output while stage s + 1 sends backward micro-batch b's input gradient: each such pair
+    // is one send_recv on both sides, so neither waits for the other to receive first.
+    const int warmup = std::min(n - s - 1, m), steady = m - warmup;
+    for (int k = 0; k < warmup; ++k) forward(k);
+    Tensor in = steady > 0 && !first ? recv_from(s - 1) : Tensor();
+    for (int i = 0; i < steady; ++i) {
+      const Tensor out = run({true, warmup + i}, in);
+      const Tensor dout = last ? Tensor() : exchange(out, s + 1);  // act out, gradient i in
+      const Tensor din = run({false, i}, dout);
+      if (first) continue;
+      if (i + 1 == steady)
+        send_to(din, s - 1);
+      else
+        in = exchange(din, s - 1);  // gradient i out, the next forward's input in
+    }
+    for (int k = steady; k < m; ++k) backward(k);
   }
-  for (auto& w : sends) w->wait();
   if (record) {
     pp.barrier();
     record->seconds = now() - t0;

@@ -26,9 +26,10 @@
 // micro-batch in flight). The tied embedding's gradient sum and the norm over the stages are
 // there too (model/train.h).
 //
-// Sends are asynchronous (waited at the end of the step), receives block at the point of need, so
-// no two stages wait on each other: a stage only ever waits for a tensor its neighbour computes
-// earlier in the schedule. The gradients of a stage accumulate over its micro-batches (+=), then
+// Transfers block (send / recv on the PP group). Where two neighbours would each send first — 1F1B's
+// steady state, stage s sending an activation up while s + 1 sends a gradient down — both sides
+// make the pair one send_recv (grouped on NCCL), as Megatron's send_forward_recv_backward does, so
+// no backend, whether its sends wait for their receive or not, can deadlock. The gradients of a stage accumulate over its micro-batches (+=), then
 // train_step (model/train.h) scales, sums and averages them as for pp = 1.
 //
 // Shape legend: N = stages (pp), s = stage, m = micro-batches, L = blocks; S, B, h as everywhere.
@@ -116,8 +117,7 @@ class PipelineStage {
 
 /// Runs one step's m forwards and backwards on this stage (`pp`: the PP group, stage = its rank)
 /// in the order of `schedule`: receives each input from stage − 1 and each output gradient from
-/// stage + 1 (blocking, when needed), sends outputs and input gradients asynchronously and waits
-/// for them at the end. Collective over `pp`. With `record`, the step starts and ends with a
+/// stage + 1, sends outputs up and input gradients down (1F1B's crossing pairs as one send_recv). Collective over `pp`. With `record`, the step starts and ends with a
 /// barrier over `pp` and every op is timed. With a Timeline set on `device`, every op is also a
 /// Phase span ("F3", "B3") around its kernels (observe/timeline.h).
 void run_schedule(Communicator& pp, Device& device, PipelineStage& stage, Schedule schedule,
