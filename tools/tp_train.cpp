@@ -733,8 +733,9 @@ int train(Context& ctx) {
   if (!trace.empty() && steps > 0)
     write_trace(ctx.device, world, timeline, trace,
                 world.name() + ", t = " + std::to_string(tp.size()) +
-                    (dp > 1 ? " × dp = " + std::to_string(dp) : std::string()) + ", --overlap " +
-                    cfg.overlap,
+                    (dp > 1 ? " × dp = " + std::to_string(dp) : std::string()) +
+                    (plan.pp > 1 ? " × pp = " + std::to_string(plan.pp) : std::string()) +
+                    ", --overlap " + cfg.overlap,
                 step, steps - traced_from);
   if (std::isfinite(source->loss_floor()))
     log0(world, "loss floor of this data: ", source->loss_floor(), " nats");

@@ -55,3 +55,10 @@ same_curve "tp 2 × pp 2 checkpoint resumed at tp 4 × pp 1" "$tmp/pp_t1.json" "
 run_mpi 1 "${train[@]}" --steps 4 --load "$tmp/pp_tp2pp2.safetensors" --log-json "$tmp/pp_resume1.json" \
   >"$logs/pp_resume1.log" 2>&1 || fail "resuming the tp 2 × pp 2 checkpoint at t = 1 exited non-zero (see $logs/pp_resume1.log)"
 same_curve "tp 2 × pp 2 checkpoint resumed at t = 1" "$tmp/pp_t1.json" "$tmp/pp_resume1.json" 20
+
+# 4. --trace with --pp: every stage's ops as Phase spans ("F0", "B0", …) in the Perfetto trace.
+run_mpi 2 "${train[@]}" --steps 2 --pp 2 --schedule 1f1b --micro-batches 2 --trace "$tmp/pp_trace.json" \
+  >"$logs/pp_trace.log" 2>&1 || fail "tp_train --pp 2 --trace exited non-zero (see $logs/pp_trace.log)"
+phases=$(grep -o '"name": "[FB][0-9]*", "cat": "phase"' "$tmp/pp_trace.json" 2>/dev/null | wc -l)
+if [ "$phases" -eq 8 ]; then pass 1; echo "✓ tp_train --pp 2 --trace: 8 labelled F/B ops (2 stages × m 2 × 2)"
+else fail "tp_train --pp 2 --trace: $phases labelled F/B ops in $tmp/pp_trace.json, expected 8"; fi
