@@ -33,6 +33,10 @@ and repeated: 3 times, 5 for the overlap and the strong-scaling rows (--quick or
      --recompute selective and full against none, and of --micro-batches 4 against 1, interleaved
      in each round. Expected: full ≈ 1.33× (one more forward of the blocks: goal 1.15 … 1.45×),
      selective ≤ 1.10× (one attention core per block), micro-batches 4 ≤ 1.20× (smaller GEMMs).
+  7. Pipeline: tp_train --pp 2 --micro-batches 4 with --schedule afab and 1f1b on the benchmark
+     model: the bubble its last step measured (the stages' mean idle share) as a ratio to
+     (N − 1)/(m + N − 1) = 20 %. No goal: two ranks on a loaded CPU wait in MPI spinning, so the
+     ratio says how far from the ideal pipe this machine is, not how good the schedule is.
 
 Each row: what, value and reference (medians over the runs), the ratio's median, its spread
 (min–max over the runs), the number of runs, the goal, and the judgement: ✓ when the whole
@@ -496,6 +500,23 @@ def debugging_rows(table, build, steps, tmp, reps):
     table.add("debugging", "tp_train t = 2 with --check-collectives vs without", f"{med(on):.0f} tok/s",
               f"without: {med(off):.0f} tok/s", [a / b for a, b in zip(on, off)],
               note="one all-gather of t·112 floats before each collective; off by default")
+BUBBLE_LINE = re.compile(r"pipeline bubble: ([\d.]+) % measured .* = ([\d.]+) %")
+
+
+def pipeline_rows(table, build, reps):
+    """tp_train --pp 2 (np 2, one thread per rank), AFAB and 1F1B interleaved: the measured bubble of the
+    last step over the formula's."""
+    ratios = {"afab": [], "1f1b": []}
+    for _ in range(reps):
+        for sched in ratios:
+            out = run(mpi_cmd(2, f"{build}/bin/tp_train", *MODEL, "--pp", "2", "--micro-batches", "4",
+                              "--schedule", sched, "--steps", "6", "--log-every", "100"), threads=1)
+            measured, formula = (float(x) for x in BUBBLE_LINE.findall(out)[-1])
+            ratios[sched].append(measured / formula)
+    for sched, values in ratios.items():
+        table.add("pipeline", f"pp 2, m 4, --schedule {sched}: measured bubble / formula",
+                  f"{med(values):.2f}×", "(N − 1)/(m + N − 1) = 20 %", values,
+                  note="CPU ranks spin while they wait; no goal")
 
 
 # ---- the header -----------------------------------------------------------------------------------
@@ -605,6 +626,9 @@ def selftest():
     check("tp_train --predict's rows", PREDICT_ROW.findall(
         "predict (simulated link):       all_reduce      131072     10        1656.9       1664.2       1.00\n"),
         [("all_reduce", "131072", "10", "1656.9", "1664.2", "1.00")])
+    check("tp_train --pp's bubble line", BUBBLE_LINE.findall(
+        "pipeline bubble: 69.3 % measured (mean idle share of the stages) vs (N - 1)/(m + N - 1) = 20.0 %"),
+        [("69.3", "20.0")])
     bad = [c for c in checks if not c[1]]
     for what, _, got, want in bad:
         print(f"✗ {what}: got {got!r}, want {want!r}")
@@ -643,6 +667,7 @@ def main():
                                                               info)),
                            ("memory stack", lambda: memory_rows(table, args.build, args.steps, tmp, reps)),
                            ("debugging", lambda: debugging_rows(table, args.build, args.steps, tmp, reps))):
+                           ("pipeline", lambda: pipeline_rows(table, args.build, reps))):
             print(f"· {name} ...", end=" ", flush=True)
             t0 = time.time()
             try:

@@ -7,6 +7,7 @@
 //                                  (a Hugging Face GPT-2 in, trained, and out again; hf_gpt2.h)
 //   mpirun -np 2 build/bin/tp_train --link ib --predict --steps 3   (α–β model against the ledger)
 //   mpirun -np 4 build/bin/tp_train --dp 2 --steps 20     (tp 2 × dp 2: the same loss as -np 1)
+//   mpirun -np 4 build/bin/tp_train --pp 2 --schedule 1f1b --micro-batches 4   (tp 2 × pp 2: again)
 //   mpirun -np 2 build/bin/tp_train --steps 5 --trace run.json   (open run.json in ui.perfetto.dev;
 //                                                                 run.svg is the same as a chart)
 //   mpirun -np 2 build/bin/tp_train --steps 2000 --save runs/ --save-every 200 --resume auto-or-fresh
@@ -21,6 +22,9 @@
 // gradients (and the printed loss) are averaged over the DP group before clipping and AdamW, so the
 // loss curve is that of dp = 1 on the same global batch. Only DP rank 0's TP group writes --save
 // and --dump-grads (every replica holds the same weights and averaged gradients).
+// With --pp N the blocks are cut into N pipeline stages (parallel/pipeline_parallel.h, the pp branch
+// of train_step): the micro-batches go through them in the order of --schedule, and DP rank 0's
+// stages together write one global checkpoint.
 //
 // The progress line's "exposed comm" is the share of the step the computing thread stood still in
 // the communicator (blocking collectives, issuing and waiting for async ones; observe/timeline.h),
@@ -151,7 +155,7 @@ bool periodic_save(Communicator& world, ProcessGrid& grid, const Options& o, con
   const std::string path = CheckpointSeries(o.get_text("save")).path_for(step);
   const bool sharded = opt.sharded();
   if (sharded) opt.unshard(model.params());  // --zero 1: the file holds them whole
-  if (grid.dp_rank() == 0) save_checkpoint(path, grid.tp(), model, opt, step);
+  if (grid.dp_rank() == 0) save_checkpoint(path, grid.tp(), grid.pp(), model, opt, step);
   if (sharded) opt.shard_over(grid.dp(), model.params());  // and training goes on sharded
   world.barrier();
   prune_series(world, o, step);
@@ -169,7 +173,7 @@ bool periodic_save(Communicator& world, ProcessGrid& grid, const Options& o, con
   if (!save.empty()) {
     // DP replicas hold the same weights and moments: DP rank 0's TP group writes the file.
     if (opt.sharded()) opt.unshard(model.params());  // --zero 1: the file holds them whole
-    if (grid.dp_rank() == 0) save_checkpoint(save, grid.tp(), model, opt, step);
+    if (grid.dp_rank() == 0) save_checkpoint(save, grid.tp(), grid.pp(), model, opt, step);
     world.barrier();
     prune_series(world, o, step);
     said = "emergency checkpoint " + save + " saved at step " + std::to_string(step) +
@@ -300,7 +304,9 @@ struct Plan {
   std::shared_ptr<text::Tokenizer> tokenizer;  // --tokenizer: --data's text as its ids
   ModelFile file;
   int dp = 1, t = 1;                      // t: the TP group's size
-  StepOptions step_opts;                  // --micro-batches, --zero
+  int pp = 1;                             // --pp: pipeline stages
+  std::vector<int64_t> pp_layers;         // --pp-layers (empty: an even split)
+  StepOptions step_opts;                  // --micro-batches, --zero, --schedule
   std::vector<std::string> resume_notes;  // --resume auto: the newer checkpoints it skipped
 };
 
@@ -386,13 +392,35 @@ Plan plan_run(const Options& o, int world_size) {
                          std::to_string(data_vocab) +
                          ": give the tokenizer the model was trained with (or no --tokenizer)");
   }
-  const auto grid_problems = ProcessGrid::problems(world_size, dp);
+  const int pp = r.pp = o.get_int32("pp");
+  const auto grid_problems = ProcessGrid::problems(world_size, dp, pp);
   for (const auto& p : grid_problems) problems.push_back(p);
-  const int t = r.t = grid_problems.empty() ? world_size / dp : world_size;  // TP group size
+  const int t = r.t = grid_problems.empty() ? world_size / dp / pp : world_size;  // TP group size
   if (grid_problems.empty() && batch >= 1 && batch % dp != 0)
     problems.push_back("--batch=" + std::to_string(batch) + " is not divisible by --dp=" +
                        std::to_string(dp) + ": every DP rank takes batch/dp sequences");
-  const StepOptions& step_opts = r.step_opts = {o.get_int32("micro-batches"), o.get_int32("zero")};
+  r.step_opts = {o.get_int32("micro-batches"), o.get_int32("zero")};
+  r.step_opts.schedule = parse_schedule(o.get_text("schedule"));
+  r.pp_layers = parse_pp_layers(o.get_text("pp-layers"));
+  const StepOptions& step_opts = r.step_opts;
+  // --pp: the stages (parallel/pipeline_parallel.h) and what does not combine with them yet.
+  if (pp > 1 || !r.pp_layers.empty())
+    for (const auto& p : pipeline_problems(cfg.layers, pp, step_opts.micro_batches,
+                                           step_opts.schedule, r.pp_layers))
+      problems.push_back(p);
+  if (pp > 1) {
+    const std::pair<bool, const char*> refused[] = {
+        {step_opts.zero != 0, "--zero 1"},
+        {!o.get_text("dump-grads").empty(), "--dump-grads"},
+        {o.get_flag("audit-grads"), "--audit-grads"},
+        {!o.get_text("export-hf").empty(), "--export-hf"},
+        {o.get_real("memory-budget") > 0, "--memory-budget"},
+        {o.get_int("eval-every") > 0, "--eval-every"}};
+    for (const auto& [given, flag] : refused)
+      if (given)
+        problems.push_back(std::string(flag) + " with --pp=" + std::to_string(pp) +
+                           ": not implemented for pipeline stages; drop it or use --pp 1");
+  }
   if (grid_problems.empty() && batch >= 1 && batch % dp == 0)
     for (const auto& p : step_option_problems(step_opts, dp, batch, dp > 1 ? 0.0f : cfg.dropout))
       problems.push_back(p);
@@ -417,6 +445,7 @@ Plan plan_run(const Options& o, int world_size) {
   pre.batch = batch;
   pre.t = t;
   if (dp > 1) pre.t_label = "the TP group: ranks / --dp";
+  if (pp > 1) pre.t_label = "the TP group: ranks / (--dp · --pp)";
   for (const std::string& p : preflight(pre).problems) problems.push_back(p);
   TP_CHECK_INPUT(problems.empty(), problems_message(problems));
   return r;
@@ -487,7 +516,7 @@ void save_at_end(Communicator& world, ProcessGrid& grid, const Options& o, const
     try {
       // Every DP replica holds the same weights and moments: DP rank 0's TP group writes the file.
       if (opt.sharded()) opt.unshard(model.params());  // --zero 1: the file holds them whole
-      if (grid.dp_rank() == 0) save_checkpoint(save, tp, model, opt, step);
+      if (grid.dp_rank() == 0) save_checkpoint(save, tp, grid.pp(), model, opt, step);
       world.barrier();
     } catch (const Error& e) {
       // The write is atomic (temporary file, then rename): whatever was at `save` is untouched.
@@ -557,7 +586,7 @@ void log_run(Context& ctx, const Plan& plan, ProcessGrid& grid, const Gpt& model
   for (const Param& p : model.params())
     n_params += p.ckpt_rows > 0 ? p.ckpt_rows * p.cols() : p.shape.numel();
   log0(world, "tp_train: t = ", tp.size(), " (", world.name(), ", ", ctx.device.name(), ")");
-  if (dp > 1) log0(world, "grid: ", grid.describe());
+  if (dp > 1 || grid.pp_size() > 1) log0(world, "grid: ", grid.describe());
   log0(world, "model: ", cfg.str(), ", ", n_params, " parameters");
   log0(world, "data: ", source.describe());
   if (model.padded_vocab() != cfg.vocab)
@@ -688,6 +717,47 @@ void check_measured_budget(Communicator& world, const Options& o, const Plan& pl
   log0(world, "--memory-budget: step 1 held ", mib(peak), " per rank (ledger) of ", mib(budget));
 }
 
+// --pp: each stage's schedule as it ran, its activations in flight against the formula, and the
+// measured bubble against (N − 1)/(m + N − 1) (rank 0 prints what every stage's TP rank 0 sent).
+void log_pipeline(Device& device, Communicator& world, ProcessGrid& grid, const Plan& plan,
+                  const PipelineRecord& record) {
+  const int n = grid.pp_size(), m = plan.step_opts.micro_batches;
+  const Schedule sched = plan.step_opts.schedule;
+  // Per rank: stage, in flight, bubble, peak bytes, then its ops as ±(micro + 1) (+: forward).
+  const int64_t width = 4 + 2 * static_cast<int64_t>(m);
+  std::vector<float> row = {
+      static_cast<float>(grid.pp_rank()), static_cast<float>(record.peak_in_flight),
+      static_cast<float>(record.bubble()), static_cast<float>(record.peak_activation_bytes)};
+  for (const PipelineRecord::Span& sp : record.ops)
+    row.push_back(static_cast<float>(sp.op.forward ? sp.op.micro + 1 : -(sp.op.micro + 1)));
+  row.resize(static_cast<size_t>(width), 0.0f);
+  Tensor all(device, Shape{world.size(), width});
+  world.all_gather(Tensor::from_host(device, Shape{width}, row), all);
+  const std::vector<float> v = all.to_host();
+  log0(world, "pipeline: --schedule ", schedule_name(sched), ", ", n, " stages, m = ", m,
+       " micro-batches (stage s of TP rank 0, DP replica 0):");
+  double bubble = 0;
+  for (int s = 0; s < n; ++s) {
+    const float* r = &v[static_cast<size_t>(grid.world_rank(0, 0, s) * width)];
+    std::string ops;
+    for (int64_t k = 4; k < width; ++k)
+      ops += (k > 4 ? " " : "") + std::string(r[k] > 0 ? "F" : "B") +
+             std::to_string(static_cast<int>(std::fabs(r[k])) - 1);
+    char line[160];
+    std::snprintf(line, sizeof line,
+                  "in flight %d (formula %d), activations kept %.0f bytes, idle %.1f %%",
+                  static_cast<int>(r[1]), in_flight_formula(sched, n, s, m), r[3], 100.0 * r[2]);
+    log0(world, "  stage ", s, ": ", ops, " | ", line);
+    bubble += r[2] / n;
+  }
+  char line[160];
+  std::snprintf(line, sizeof line,
+                "pipeline bubble: %.1f %% measured (mean idle share of the stages) vs (N - 1)/(m + "
+                "N - 1) = %.1f %%",
+                100.0 * bubble, 100.0 * bubble_formula(n, m));
+  log0(world, line);
+}
+
 // One step's numbers, as the progress line and --log-json print them.
 struct StepNumbers {
   int64_t step;  // 1-based
@@ -793,8 +863,8 @@ struct Trainee {
   std::unique_ptr<AdamW> opt;
 };
 
-Trainee build(Device& device, Communicator& tp, const GptConfig& cfg, uint64_t seed,
-              const AdamWParams& hp) {
+Trainee build(Device& device, Communicator& tp, const GptConfig& cfg, const StageLayout& stage,
+              uint64_t seed, const AdamWParams& hp) {
   // The size of weights and gradients (fp32) per rank, roughly, for an out-of-memory message.
   const double h = static_cast<double>(cfg.hidden), ffn = cfg.ffn ? cfg.ffn : 4.0 * h;
   const double weights = 4.0 *
@@ -804,7 +874,7 @@ Trainee build(Device& device, Communicator& tp, const GptConfig& cfg, uint64_t s
   auto model_ptr =
       allocating("the model (about " + gib(2 * weights) + " of weights and gradients per rank)",
                  "--hidden/--layers/--ffn/--vocab/--seq or add ranks",
-                 [&] { return std::make_unique<Gpt>(device, tp, cfg); });
+                 [&] { return std::make_unique<Gpt>(device, tp, cfg, stage); });
   model_ptr->init(seed);
   auto opt_ptr = allocating("AdamW's moments (about " + gib(2 * weights) + " per rank)",
                             "--hidden/--layers/--ffn/--vocab or add ranks", [&] {
@@ -871,15 +941,16 @@ int train(Context& ctx) {
                  source->describe(),
                  "): give --val-fraction F (> 0) leaving at least seq + 1 = ", seq + 1,
                  " bytes on each side, or drop --eval-every");
-  // The tp × dp grid: `tp` is this rank's TP group (the whole world when --dp 1).
-  ProcessGrid grid(world, dp, ctx.node_of_rank);
+  // The tp × dp (× pp) grid: `tp` is this rank's TP group (the whole world when --dp 1, --pp 1).
+  ProcessGrid grid(world, GridAxes{dp, plan.pp}, ctx.node_of_rank);
   Communicator& tp = grid.tp();
   if (!grid.placement_warning().empty()) log0(world, "warning: ", grid.placement_warning());
   AdamWParams hp;
   hp.lr = static_cast<float>(o.get_real("lr"));
   hp.weight_decay = static_cast<float>(o.get_real("weight-decay"));
   const LrSchedule schedule{hp.lr, plan.warmup, plan.decay_steps};
-  const Trainee trainee = build(ctx.device, tp, cfg, seed, hp);
+  const Trainee trainee =
+      build(ctx.device, tp, cfg, pipeline_stage_layout(grid, cfg, plan.pp_layers), seed, hp);
   Gpt& model = *trainee.model;
   AdamW& opt = *trainee.opt;
   check_save_space(CheckpointSeries(o.get_text("save")).final_path(0), world, ctx.device,
@@ -924,6 +995,10 @@ int train(Context& ctx) {
   Timeline timeline(world.rank());
   tp.set_timeline(&timeline);
   grid.dp().set_timeline(&timeline);
+  grid.pp().set_timeline(&timeline);
+  PipelineRecord record;  // --pp: what this stage ran in the step, and when
+  StepOptions step_opts = plan.step_opts;
+  if (plan.pp > 1) step_opts.record = &record;
   const int64_t traced_from = steps > 1 ? std::max<int64_t>(1, steps - kTraceSteps) : 0;
   enable_graceful_stop();   // SIGINT/SIGTERM: stop at a step boundary, agreed by every rank
   int64_t saved_step = -1;  // the step of the last --save-every file
@@ -950,7 +1025,7 @@ int train(Context& ctx) {
       world.barrier();
       log0(world, "wrote gradients of step ", step, " to ", o.get_text("dump-grads"));
         },
-        plan.step_opts);
+        step_opts);
     const float loss = r.loss;
     const double norm = r.grad_norm;
     if (!r.nonfinite.empty()) {
@@ -962,11 +1037,13 @@ int train(Context& ctx) {
     plot_steps.push_back(static_cast<double>(step + 1));
     plot_losses.push_back(loss);
     ctx.device.synchronize();
-    if (i == 0) {
+    if (i == 0 && plan.pp == 1) {
       check_activation_memory(world, model, cfg, seq, batch / dp / plan.step_opts.micro_batches,
                               tp.size());
       check_measured_budget(world, o, plan, model, opt);
     }
+    if (plan.pp > 1 && (i == 0 || i + 1 == steps))
+      log_pipeline(ctx.device, world, grid, plan, record);
     const double secs = now() - t0,
                  comm = tp.ledger().seconds_since(mark) + grid.dp().ledger().seconds_since(dp_mark);
     const double exposed = timeline.totals_since(span_mark).exposed;
@@ -989,6 +1066,7 @@ int train(Context& ctx) {
   }
   tp.set_timeline(nullptr);
   grid.dp().set_timeline(nullptr);
+  grid.pp().set_timeline(nullptr);
   ctx.device.set_timeline(nullptr);
   json.close();  // checked: a deferred write error (NFS, a full disk) surfaces here
   if (const int sig = agreed_stop_signal())
@@ -996,8 +1074,9 @@ int train(Context& ctx) {
   if (!trace.empty() && steps > 0)
     write_trace(ctx.device, world, timeline, trace,
                 world.name() + ", t = " + std::to_string(tp.size()) +
-                    (dp > 1 ? " × dp = " + std::to_string(dp) : std::string()) + ", --overlap " +
-                    cfg.overlap,
+                    (dp > 1 ? " × dp = " + std::to_string(dp) : std::string()) +
+                    (plan.pp > 1 ? " × pp = " + std::to_string(plan.pp) : std::string()) +
+                    ", --overlap " + cfg.overlap,
                 step, steps - traced_from);
   if (std::isfinite(source->loss_floor()))
     log0(world, "loss floor of this data: ", source->loss_floor(), " nats");
@@ -1026,7 +1105,7 @@ int main(int argc, char** argv) {
   Options o(
       "tp_train",
       "Trains a small GPT with tensor parallelism over the ranks of mpirun (t = -np), or on a "
-      "tp × dp grid with --dp (t = -np / dp).");
+      "tp × dp × pp grid with --dp and --pp (t = -np / (dp · pp)).");
   o.integer("layers", 2, "transformer blocks L")
       .min(1)
       .integer("hidden", 64, "hidden size h")
@@ -1097,6 +1176,15 @@ int main(int argc, char** argv) {
             "per rank is above it, naming the cheapest option that fits; checked against the "
             "memory ledger after step 1 (0 = no budget)")
       .non_negative()
+      .integer("pp", 1,
+               "pipeline stages: np = tp × dp × pp; stage s holds a contiguous range of blocks "
+               "(the first also the embeddings, the last ln_f, the head and the loss)")
+      .min(1)
+      .fits_int()
+      .text("schedule", "afab",
+            "pipeline schedule with --pp: afab (all forwards, then all backwards) or 1f1b "
+            "(needs --micro-batches >= --pp)")
+      .text("pp-layers", "", "blocks per stage with --pp, e.g. 3,5 (default: an even split)")
       .integer("pad-vocab-multiple", 1, "pad the vocabulary to a multiple of this times t")
       .min(1)
       .flag("audit-grads",

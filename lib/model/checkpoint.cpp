@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "model/checkpoint_meta.h"
+#include "parallel/pipeline_parallel.h"
 
 namespace tp {
 
@@ -175,25 +176,63 @@ CheckpointClaim::CheckpointClaim(const std::string& path, Communicator& comm, De
   refuse_unless_empty(refused, "--save " + path + ": another run is saving to it", comm, device);
 }
 
-void save_checkpoint(const std::string& path, Communicator& comm, const Gpt& model,
-                     const AdamW& opt, int64_t step) {
+namespace {
+// Every stored tensor of `model` (weights, then the moments), global, on every rank of `comm`.
+std::vector<NamedHostTensor> checkpoint_tensors(Communicator& comm, const Gpt& model,
+                                                const AdamW& opt) {
   const ParamList& params = model.params();
   CommLedger::Scope scope(comm.ledger(), "checkpoint");
-  const auto values = assemble(comm, params, [&](size_t i) { return params[i].value; });
-  const auto m = assemble(comm, params, [&](size_t i) { return opt.exp_avg()[i]; });
-  const auto v = assemble(comm, params, [&](size_t i) { return opt.exp_avg_sq()[i]; });
-  if (comm.rank() == 0) {
-    safetensors::Writer w;
-    add_all(w, params, "", values);
-    add_all(w, params, "optimizer.exp_avg.", m);
-    add_all(w, params, "optimizer.exp_avg_sq.", v);
-    w.set_metadata("format", kFormat);
-    w.set_metadata("step", std::to_string(step));
-    w.set_metadata("adam_steps", std::to_string(opt.steps()));
-    add_config(w, model.config());
-    w.write(path);
-  }
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const Param& p : params) shapes[stored_name(p)] = stored_shape(p);
+  std::vector<NamedHostTensor> out;
+  auto add = [&](const std::string& prefix, std::map<std::string, std::vector<float>> tensors) {
+    for (auto& [name, values] : tensors)
+      out.push_back({prefix + name, shapes.at(name), std::move(values)});
+  };
+  add("", assemble(comm, params, [&](size_t i) { return params[i].value; }));
+  add("optimizer.exp_avg.", assemble(comm, params, [&](size_t i) { return opt.exp_avg()[i]; }));
+  add("optimizer.exp_avg_sq.",
+      assemble(comm, params, [&](size_t i) { return opt.exp_avg_sq()[i]; }));
+  return out;
+}
+
+// The file: the tensors (a name met twice, the tied wte of two pipeline stages, is written once),
+// the step and the configuration.
+void write_checkpoint(const std::string& path, const std::vector<NamedHostTensor>& tensors,
+                      const Gpt& model, const AdamW& opt, int64_t step) {
+  safetensors::Writer w;
+  std::map<std::string, bool> written;
+  for (const NamedHostTensor& t : tensors)
+    if (!written[t.name]) {
+      written[t.name] = true;
+      w.add_f32(t.name, t.shape, t.values);
+    }
+  w.set_metadata("format", kFormat);
+  w.set_metadata("step", std::to_string(step));
+  w.set_metadata("adam_steps", std::to_string(opt.steps()));
+  add_config(w, model.config());
+  w.write(path);
+}
+}  // namespace
+
+void save_checkpoint(const std::string& path, Communicator& comm, const Gpt& model,
+                     const AdamW& opt, int64_t step) {
+  const std::vector<NamedHostTensor> tensors = checkpoint_tensors(comm, model, opt);
+  if (comm.rank() == 0) write_checkpoint(path, tensors, model, opt, step);
   comm.barrier();  // nobody reads the file before it is complete
+}
+
+void save_checkpoint(const std::string& path, Communicator& tp, Communicator& pp, const Gpt& model,
+                     const AdamW& opt, int64_t step) {
+  if (pp.size() == 1) return save_checkpoint(path, tp, model, opt, step);
+  const std::vector<NamedHostTensor> tensors = checkpoint_tensors(tp, model, opt);
+  if (tp.rank() == 0) {  // the TP groups' rank 0s: one PP group, every stage
+    const std::vector<NamedHostTensor> all =
+        gather_to_first_stage(pp, model.params().front().value.device(), tensors);
+    if (pp.rank() == 0) write_checkpoint(path, all, model, opt, step);
+    pp.barrier();
+  }
+  tp.barrier();  // nobody reads the file before it is complete
 }
 
 LoadedCheckpoint load_checkpoint(const std::string& path, Communicator& comm, Gpt& model,

@@ -60,6 +60,12 @@ class CheckpointClaim {
 void save_checkpoint(const std::string& path, Communicator& comm, const Gpt& model,
                      const AdamW& opt, int64_t step);
 
+/// The same for one stage of a pipeline (`pp` its PP group): every stage's tensors go to the first
+/// stage, whose TP rank 0 writes the one global file; collective over `tp` and, on the TP rank 0s,
+/// over `pp`. Loading needs nothing of the kind: each stage reads its own tensors.
+void save_checkpoint(const std::string& path, Communicator& tp, Communicator& pp, const Gpt& model,
+                     const AdamW& opt, int64_t step);
+
 /// What load_checkpoint found.
 struct LoadedCheckpoint {
   int64_t step = 0;              ///< training steps done when it was saved (0 without metadata)

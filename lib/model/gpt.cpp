@@ -14,57 +14,83 @@ std::vector<float> as_float(const std::vector<int32_t>& v) {
 }  // namespace
 
 Gpt::Gpt(Device& device, Communicator& comm, const GptConfig& cfg)
-    : device_(device), comm_(comm), cfg_(cfg), drop_embd_(device, "embd", cfg.dropout) {
+    : Gpt(device, comm, cfg, StageLayout{}) {}
+
+Gpt::Gpt(Device& device, Communicator& comm, const GptConfig& cfg, const StageLayout& stage)
+    : device_(device),
+      comm_(comm),
+      cfg_(cfg),
+      stage_(stage),
+      drop_embd_(device, "embd", cfg.dropout) {
   cfg.validate(comm.size());
+  if (stage_.end_layer < 0) stage_.end_layer = cfg.layers;
+  TP_CHECK(0 <= stage_.first_layer && stage_.first_layer <= stage_.end_layer &&
+               stage_.end_layer <= cfg.layers,
+           "stage blocks [", stage_.first_layer, ", ", stage_.end_layer, ") outside 0..",
+           cfg.layers);
   const int t = comm.size();
   const int64_t h = cfg.hidden;
-  wte_ = std::make_unique<VocabParallelEmbedding>(device, comm, "transformer.wte", cfg.vocab,
-                                                  cfg.padded_vocab(t), h, cfg.sp);
-  wpe_ = Tensor::zeros(device, Shape{cfg.seq, h});
-  dwpe_ = Tensor::zeros(device, Shape{cfg.seq, h});
-  for (int64_t l = 0; l < cfg.layers; ++l) {
+  // wte: the lookup on the first stage, the tied head on the last (both when they are one).
+  if (stage_.embedding || (stage_.head && cfg.tied))
+    wte_ = std::make_unique<VocabParallelEmbedding>(device, comm, "transformer.wte", cfg.vocab,
+                                                    cfg.padded_vocab(t), h, cfg.sp);
+  if (stage_.embedding) {
+    wpe_ = Tensor::zeros(device, Shape{cfg.seq, h});
+    dwpe_ = Tensor::zeros(device, Shape{cfg.seq, h});
+  }
+  for (int64_t l = stage_.first_layer; l < stage_.end_layer; ++l) {
     blocks_.push_back(std::make_unique<TransformerBlock>(device, comm, cfg, l));
     blocks_.back()->observe(&memory_);
   }
-  ln_f_ = std::make_unique<Norm>(device, "transformer.ln_f", h, cfg.norm_kind(), cfg.eps, cfg.sp);
+  if (stage_.head)
+    ln_f_ = std::make_unique<Norm>(device, "transformer.ln_f", h, cfg.norm_kind(), cfg.eps, cfg.sp);
   // What the model keeps outside the blocks is recorded too, under layer −1.
-  wte_->observe(&memory_, -1);
+  if (wte_) wte_->observe(&memory_, -1);
   drop_embd_.observe(&memory_, -1);
-  ln_f_->observe(&memory_, -1);
+  if (ln_f_) ln_f_->observe(&memory_, -1);
   saved_.attach(&memory_, -1);
 
   // wte (and an untied head): split by vocabulary rows; the file holds the real V rows only.
-  wte_->collect_params(params_, cfg.init_std);
-  Param pos;
-  pos.name = "transformer.wpe.weight";
-  pos.shape = wpe_.shape();
-  pos.value = wpe_;
-  pos.grad = dwpe_;
-  pos.init_std = cfg.init_std;
-  pos.decay = true;
-  pos.sequence_parallel_grad = cfg.sp;  // each rank adds positions to its own tokens only
-  params_.push_back(pos);
+  if (wte_) wte_->collect_params(params_, cfg.init_std);
+  if (stage_.embedding) {
+    Param pos;
+    pos.name = "transformer.wpe.weight";
+    pos.shape = wpe_.shape();
+    pos.value = wpe_;
+    pos.grad = dwpe_;
+    pos.init_std = cfg.init_std;
+    pos.decay = true;
+    pos.sequence_parallel_grad = cfg.sp;  // each rank adds positions to its own tokens only
+    params_.push_back(pos);
+  }
   // GPT-2's scaled init: projections that write into the residual stream get std / sqrt(2L).
   const float proj_std = cfg.init_std / std::sqrt(2.0f * static_cast<float>(cfg.layers));
   for (const auto& b : blocks_) b->collect_params(params_, cfg.init_std, proj_std);
-  ln_f_->collect_params(params_);
-  if (!cfg.tied) {
-    lm_head_ = Tensor::zeros(device, Shape{wte_->local_rows(), h});
-    dlm_head_ = Tensor::zeros(device, Shape{wte_->local_rows(), h});
-    params_.push_back(wte_->vocab_param("lm_head.weight", lm_head_, dlm_head_, cfg.init_std));
+  if (ln_f_) ln_f_->collect_params(params_);
+  if (stage_.head && !cfg.tied) {
+    // The vocabulary split of the head: as wte's (an untied last stage has no wte of its own).
+    VocabParallelEmbedding split(device, comm, "transformer.wte", cfg.vocab, cfg.padded_vocab(t), h,
+                                 cfg.sp);
+    lm_head_ = Tensor::zeros(device, Shape{split.local_rows(), h});
+    dlm_head_ = Tensor::zeros(device, Shape{split.local_rows(), h});
+    params_.push_back(split.vocab_param("lm_head.weight", lm_head_, dlm_head_, cfg.init_std));
   }
 }
 
 void Gpt::init(uint64_t seed) {
   init_params(device_, params_, seed);
   // Padding rows are zero, never looked up and excluded from the softmax, so they stay zero.
-  wte_->zero_padding(wte_->weight);
-  if (lm_head_.defined()) wte_->zero_padding(lm_head_);
+  if (wte_) wte_->zero_padding(wte_->weight);
+  if (lm_head_.defined()) {
+    VocabParallelEmbedding split(device_, comm_, "transformer.wte", cfg_.vocab,
+                                 cfg_.padded_vocab(comm_.size()), cfg_.hidden, cfg_.sp);
+    split.zero_padding(lm_head_);
+  }
 }
 
 void Gpt::zero_grad() { zero_grads(device_, params_); }
 
-Tensor Gpt::forward_logits(const Batch& b, uint64_t seed, int64_t step) {
+void Gpt::check_batch(const Batch& b, bool targets) const {
   const int t = comm_.size();
   TP_CHECK_INPUT(b.seq >= 1 && b.seq <= cfg_.seq, "a batch of sequence length ", b.seq,
                  " does not fit the position table of ", cfg_.seq, " (--seq)");
@@ -76,49 +102,81 @@ Tensor Gpt::forward_logits(const Batch& b, uint64_t seed, int64_t step) {
   for (int32_t id : b.ids)
     TP_CHECK_INPUT(id >= 0 && id < cfg_.vocab, "token id ", id, " outside the vocabulary of ",
                    cfg_.vocab);
-  memory_.clear();
-  batch_ = b.batch;
-
-  // 1. Embedding: my vocabulary rows (zeros for the ids other ranks own), summed over ranks
-  //    (under SP: reduce-scattered, my s/t tokens).
-  Tensor x = wte_->forward(Tensor::from_host(device_, Shape{n}, as_float(b.ids)));
-  row0_ = cfg_.sp ? comm_.rank() * x.rows() : 0;
-  device_.position_forward(x, wpe_, b.batch, row0_);
-  x = drop_embd_.forward(x, seed, step, row0_);
-
-  // 2. The blocks.
-  for (auto& block : blocks_) x = block->forward(x, b.seq, b.batch, seed, step);
-
-  // 3. Final norm, then the head over my vocabulary rows: logits (N, V'/t).
-  const Tensor xf_local = ln_f_->forward(x);
-  const Tensor& xf = saved_.keep(xf_, cfg_.sp ? gather_from_sp_region_forward(comm_, xf_local)
-                                              : copy_to_tp_region_forward(comm_, xf_local));
-  const Tensor& head = cfg_.tied ? wte_->weight : lm_head_;
-  Tensor logits =
-      saved_.keep(dlogits_, Tensor(device_, Shape{n, wte_->local_rows()}));  // (N, V'/t)
-  device_.gemm(false, true, 1.0f, xf, head, 0.0f, logits);
-  return logits;
-}
-
-float Gpt::forward(const Batch& b, uint64_t seed, int64_t step) {
-  const int64_t n = b.seq * b.batch;
+  if (!targets) return;
   TP_CHECK(static_cast<int64_t>(b.targets.size()) == n, "batch holds ", b.targets.size(),
            " targets for ", b.seq, "x", b.batch);
   for (int32_t id : b.targets)
     TP_CHECK_INPUT(id >= 0 && id < cfg_.vocab, "target id ", id, " outside the vocabulary of ",
                    cfg_.vocab);
-  Tensor logits = forward_logits(b, seed, step);  // (N, V'/t), kept as the dlogits slot
+}
 
+Tensor Gpt::embed(const Batch& b, uint64_t seed, int64_t step) {
+  // 1. Embedding: my vocabulary rows (zeros for the ids other ranks own), summed over ranks
+  //    (under SP: reduce-scattered, my s/t tokens).
+  const int64_t n = b.seq * b.batch;
+  Tensor x = wte_->forward(Tensor::from_host(device_, Shape{n}, as_float(b.ids)));
+  row0_ = cfg_.sp ? comm_.rank() * x.rows() : 0;
+  device_.position_forward(x, wpe_, b.batch, row0_);
+  return drop_embd_.forward(x, seed, step, row0_);
+}
+
+Tensor Gpt::head_logits(const Tensor& x, int64_t n) {
+  // 3. Final norm, then the head over my vocabulary rows: logits (N, V'/t).
+  const Tensor xf_local = ln_f_->forward(x);
+  const Tensor& xf = saved_.keep(xf_, cfg_.sp ? gather_from_sp_region_forward(comm_, xf_local)
+                                              : copy_to_tp_region_forward(comm_, xf_local));
+  const Tensor& head = cfg_.tied ? wte_->weight : lm_head_;
+  Tensor logits = saved_.keep(dlogits_, Tensor(device_, Shape{n, head.rows()}));  // (N, V'/t)
+  device_.gemm(false, true, 1.0f, xf, head, 0.0f, logits);
+  return logits;
+}
+
+Tensor Gpt::forward_logits(const Batch& b, uint64_t seed, int64_t step) {
+  TP_CHECK(stage_.whole(cfg_.layers),
+           "Gpt::forward_logits needs the whole model, not a pipeline stage");
+  check_batch(b, false);
+  memory_.clear();
+  batch_ = b.batch;
+  Tensor x = embed(b, seed, step);
+  // 2. The blocks.
+  for (auto& block : blocks_) x = block->forward(x, b.seq, b.batch, seed, step);
+  return head_logits(x, b.seq * b.batch);
+}
+
+float Gpt::loss_and_gradient(Tensor& logits, const Batch& b) {
   // 4. Cross-entropy over the vocabulary split: three all-reduces of one number per token.
+  const int64_t n = b.seq * b.batch;
+  const VocabShard shard{comm_.rank() * logits.cols(), cfg_.vocab};  // as wte_->shard()
   const Tensor targets = Tensor::from_host(device_, Shape{n}, as_float(b.targets));
   const CrossEntropyStats ce =
-      vocab_parallel_cross_entropy_forward(device_, comm_, logits, targets, wte_->shard());
+      vocab_parallel_cross_entropy_forward(device_, comm_, logits, targets, shard);
   // In place: my logits become dloss/dlogits = (softmax − onehot) / N on my columns.
-  vocab_parallel_cross_entropy_backward(device_, logits, logits, targets, ce, wte_->shard(),
+  vocab_parallel_cross_entropy_backward(device_, logits, logits, targets, ce, shard,
                                         1.0f / static_cast<float>(n));
   double sum = 0;
   for (float l : ce.loss.to_host()) sum += l;
   return static_cast<float>(sum / static_cast<double>(n));
+}
+
+float Gpt::forward(const Batch& b, uint64_t seed, int64_t step) {
+  float loss = 0;
+  forward_stage(b, Tensor(), seed, step, &loss);
+  return loss;
+}
+
+Tensor Gpt::forward_stage(const Batch& b, const Tensor& input, uint64_t seed, int64_t step,
+                          float* loss) {
+  check_batch(b, stage_.head);
+  memory_.clear();
+  batch_ = b.batch;
+  Tensor x = stage_.embedding ? embed(b, seed, step) : input;
+  TP_CHECK(x.defined(), "Gpt::forward_stage: a stage after the first needs its input");
+  for (auto& block : blocks_) x = block->forward(x, b.seq, b.batch, seed, step);
+  if (!stage_.head) return x;
+  Tensor logits = head_logits(x, b.seq * b.batch);  // (N, V'/t), kept as the dlogits slot
+  const float l = loss_and_gradient(logits, b);
+  if (loss) *loss = l;
+  return Tensor();
 }
 
 int64_t KvCache::bytes() const {
@@ -179,21 +237,29 @@ Tensor Gpt::forward_cached(const std::vector<int32_t>& ids, KvCache& cache, bool
   return logits;
 }
 
-void Gpt::backward() {
-  TP_CHECK(dlogits_.has_value(), "Gpt::backward called before forward");
-  const Tensor &dlogits = dlogits_.get(), &xf = xf_.get();
-  const Tensor& head = cfg_.tied ? wte_->weight : lm_head_;
-  Tensor& dhead = cfg_.tied ? wte_->dweight : dlm_head_;
-  Tensor dxf(device_, xf.shape());
-  device_.gemm(false, false, 1.0f, dlogits, head, 0.0f, dxf);  // my vocabulary's part of dxf
-  device_.gemm(true, false, 1.0f, dlogits, xf, 1.0f, dhead);   // dhead += dlogitsᵀ xf: (V'/t, h)
-  Tensor dx = cfg_.sp ? gather_from_sp_region_backward(comm_, dxf)  // Σ over ranks, my tokens
-                      : copy_to_tp_region_backward(comm_, dxf);     // Σ over ranks
-  dx = ln_f_->backward(dx);
+void Gpt::backward() { backward_stage(Tensor()); }
+
+Tensor Gpt::backward_stage(const Tensor& dout) {
+  Tensor dx = dout;
+  if (stage_.head) {
+    TP_CHECK(dlogits_.has_value(), "Gpt::backward called before forward");
+    const Tensor &dlogits = dlogits_.get(), &xf = xf_.get();
+    const Tensor& head = cfg_.tied ? wte_->weight : lm_head_;
+    Tensor& dhead = cfg_.tied ? wte_->dweight : dlm_head_;
+    Tensor dxf(device_, xf.shape());
+    device_.gemm(false, false, 1.0f, dlogits, head, 0.0f, dxf);  // my vocabulary's part of dxf
+    device_.gemm(true, false, 1.0f, dlogits, xf, 1.0f, dhead);   // dhead += dlogitsᵀ xf
+    dx = cfg_.sp ? gather_from_sp_region_backward(comm_, dxf)    // Σ over ranks, my tokens
+                 : copy_to_tp_region_backward(comm_, dxf);       // Σ over ranks
+    dx = ln_f_->backward(dx);
+  }
+  TP_CHECK(dx.defined(), "Gpt::backward_stage: a stage before the last needs dout");
   for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) dx = (*it)->backward(dx);
+  if (!stage_.embedding) return dx;
   dx = drop_embd_.backward(dx);
   device_.position_backward(dwpe_, dx, batch_, row0_);
   wte_->backward(dx);  // SP: all-gather to all tokens; dwte += dE on my ids
+  return Tensor();
 }
 
 void Gpt::finish_gradients() {

@@ -31,6 +31,7 @@
 #pragma once
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "model/attention.h"
@@ -50,6 +51,19 @@ struct Batch {
   std::vector<int32_t> ids, targets;  ///< (S·B) each; targets[i] is the token after ids[i]
 };
 
+/// Pipeline parallelism (parallel/pipeline_parallel.h): the part of the model one stage holds.
+/// The default is the whole model.
+struct StageLayout {
+  int64_t first_layer = 0;  ///< blocks [first_layer, end_layer)
+  int64_t end_layer = -1;   ///< −1: up to L
+  bool embedding = true;    ///< wte's lookup, wpe and the embedding dropout (the first stage)
+  bool head = true;  ///< ln_f, the head and the loss (the last stage); a tied head holds wte too
+  /// The whole model of `layers` blocks (pipeline parallelism off).
+  bool whole(int64_t layers) const {
+    return embedding && head && first_layer == 0 && (end_layer < 0 || end_layer == layers);
+  }
+};
+
 /// The key/value caches of every block on this rank (Gpt::make_kv_cache): for B sequences, up to
 /// `capacity` positions each (at most the position table, GptConfig::seq).
 struct KvCache {
@@ -65,10 +79,33 @@ class Gpt {
  public:
   /// Validates cfg for t = comm.size() first (a bad-input error listing every problem).
   Gpt(Device& device, Communicator& comm, const GptConfig& cfg);
+  /// One pipeline stage's part of the model: the parameters it holds and nothing else (their
+  /// names and initial values are the whole model's).
+  Gpt(Device& device, Communicator& comm, const GptConfig& cfg, const StageLayout& stage);
   /// Initialises every parameter from (seed, name, global index): the same model for every t.
   void init(uint64_t seed);
   /// Forward and the loss gradient; returns the mean loss (the same on every rank).
   float forward(const Batch& batch, uint64_t seed, int64_t step);
+  /// Pipeline parallelism: this stage's forward of one micro-batch. The first stage starts from
+  /// the ids of `batch`, any other from `input`, the previous stage's output (S·B, h) (under SP
+  /// this rank's (S·B/t, h)). Returns the output for the next stage, of the same shape; the last
+  /// stage computes the loss (batch.targets needed), keeps its gradient for backward_stage, sets
+  /// *loss and returns an empty tensor. With the whole model, forward() is this.
+  Tensor forward_stage(const Batch& batch, const Tensor& input, uint64_t seed, int64_t step,
+                       float* loss);
+  /// This stage's backward: from the kept loss gradient (last stage) or `dout`, the gradient of
+  /// this stage's output. Returns the gradient of the stage's input (empty on the first stage).
+  Tensor backward_stage(const Tensor& dout);
+  const StageLayout& stage() const { return stage_; }
+  int tp_size() const { return comm_.size(); }
+  /// Pipeline parallelism keeps several micro-batches in flight on one stage: this moves what
+  /// the last forward kept out of the layers (their slots are empty afterwards), and
+  /// restore_activations puts it back before that micro-batch's backward.
+  KeptActivations take_activations() { return memory_.take(); }
+  void restore_activations(KeptActivations kept) { memory_.restore(std::move(kept)); }
+  /// The tied embedding's gradient on this stage (pipeline: the first and last stage each hold
+  /// wte, and their gradients are summed between the two); undefined when the stage has no wte.
+  Tensor wte_grad() { return wte_ ? wte_->dweight : Tensor(); }
   /// The forward up to the head: this rank's logits (S·B, V'/t), columns [first_vocab_id(),
   /// + V'/t) of the logits (padding columns, ids ≥ V, are zero). batch.targets may be empty.
   /// Dropout as in training (none when cfg.dropout = 0). forward() is this plus the loss.
@@ -94,8 +131,8 @@ class Gpt {
   /// Dropout on (training, the default) or off (evaluation: model/evaluate.h); forward only.
   void set_training(bool on);
   /// Padded vocabulary V' (a multiple of t) and this rank's first id.
-  int64_t padded_vocab() const { return wte_->padded_vocab(); }
-  int64_t first_vocab_id() const { return wte_->first_id(); }
+  int64_t padded_vocab() const { return cfg_.padded_vocab(comm_.size()); }
+  int64_t first_vocab_id() const { return comm_.rank() * (padded_vocab() / comm_.size()); }
   /// What the last forward kept for backward: the blocks' tensors under their index, the
   /// embedding's, the final norm's and the head's under −1.
   const MemoryLedger& memory() const { return memory_; }
@@ -108,6 +145,7 @@ class Gpt {
   Device& device_;
   Communicator& comm_;
   GptConfig cfg_;
+  StageLayout stage_;
   std::unique_ptr<VocabParallelEmbedding> wte_;  // (V'/t, h) vocabulary shard
   Tensor wpe_, dwpe_, lm_head_, dlm_head_;       // lm_head_: (V'/t, h), untied head only
   std::vector<std::unique_ptr<TransformerBlock>> blocks_;
@@ -120,6 +158,11 @@ class Gpt {
   SavedTensor xf_{"lm_head.input"};         // ln_f's output, all tokens: (N, h)
   SavedTensor dlogits_{"lm_head.dlogits"};  // the loss gradient on my logits: (N, V'/t)
   int64_t batch_ = 0, row0_ = 0;
+
+  void check_batch(const Batch& b, bool targets) const;
+  Tensor embed(const Batch& b, uint64_t seed, int64_t step);
+  Tensor head_logits(const Tensor& x, int64_t n);
+  float loss_and_gradient(Tensor& logits, const Batch& b);
 };
 
 }  // namespace tp

@@ -29,7 +29,95 @@ std::string first_nonfinite_gradient(Communicator& comm, Device& device, const P
   return "gradient norm";  // every gradient finite, the sum of their squares overflowed
 }
 
+// A Gpt stage for run_schedule: micro-batch k's forward and backward, with what its forward kept
+// moved aside (a stash per micro-batch in flight) until its backward.
+class GptStage : public PipelineStage {
+ public:
+  GptStage(Gpt& model, const std::vector<Batch>& micro, uint64_t seed, int64_t step)
+      : model_(model), micro_(micro), kept_(micro.size()), seed_(seed), step_(step) {}
+  Tensor forward(int k, const Tensor& input) override {
+    float loss = 0;
+    Tensor out = model_.forward_stage(micro_[k], input, seed_, step_, &loss);
+    loss_sum_ += loss;
+    kept_[k] = model_.take_activations();
+    bytes_ += kept_[k].bytes();
+    ++in_flight_;
+    return out;
+  }
+  Tensor backward(int k, const Tensor& dout) override {
+    bytes_ -= kept_[k].bytes();
+    --in_flight_;
+    model_.restore_activations(std::move(kept_[k]));
+    Tensor dx = model_.backward_stage(dout);
+    model_.take_activations();  // dropped: its backward is done
+    return dx;
+  }
+  Shape activation_shape() const override {
+    const GptConfig& cfg = model_.config();
+    const int64_t n = micro_.front().seq * micro_.front().batch;
+    return Shape{cfg.sp ? n / model_.tp_size() : n, cfg.hidden};
+  }
+  int64_t kept_bytes() const override { return bytes_; }
+  int in_flight() const override { return in_flight_; }
+  double loss_sum() const { return loss_sum_; }
+
+ private:
+  Gpt& model_;
+  const std::vector<Batch>& micro_;
+  std::vector<KeptActivations> kept_;
+  uint64_t seed_;
+  int64_t step_;
+  double loss_sum_ = 0;
+  int64_t bytes_ = 0;
+  int in_flight_ = 0;
+};
+
+bool holds_tied_copy(const Gpt& model, int pp) {
+  return pp > 1 && model.config().tied && model.stage().head && !model.stage().embedding;
+}
+
 }  // namespace
+
+StageLayout pipeline_stage_layout(const ProcessGrid& grid, const GptConfig& cfg,
+                                  const std::vector<int64_t>& pp_layers) {
+  const int n = grid.pp_size(), s = grid.pp_rank();
+  if (n == 1) return StageLayout{};
+  const std::vector<int64_t> counts = stage_layer_counts(cfg.layers, n, pp_layers);
+  StageLayout stage;
+  for (int i = 0; i < s; ++i) stage.first_layer += counts[static_cast<size_t>(i)];
+  stage.end_layer = stage.first_layer + counts[static_cast<size_t>(s)];
+  stage.embedding = s == 0;
+  stage.head = s == n - 1;
+  return stage;
+}
+
+void sum_embedding_gradients(Communicator& pp, Device& device, Gpt& model) {
+  const int n = pp.size(), s = pp.rank();
+  if (n == 1 || !model.config().tied || (s != 0 && s != n - 1)) return;
+  Tensor g = model.wte_grad();
+  Tensor theirs(device, g.shape());
+  const int peer = s == 0 ? n - 1 : 0;
+  {
+    CommLedger::Scope scope(pp.ledger(), "embedding_grads");
+    pp.send_recv(g, peer, theirs, peer);
+  }
+  device.axpy(1.0f, theirs, g);  // a + b on one side, b + a on the other: the same bits
+}
+
+double pipeline_grad_norm(Communicator& tp, Communicator& pp, Device& device, Gpt& model) {
+  ParamList counted;
+  for (const Param& p : model.params())
+    if (!(holds_tied_copy(model, pp.size()) && p.name == "transformer.wte.weight"))
+      counted.push_back(p);
+  const double stage = global_grad_norm(tp, device, counted);
+  if (pp.size() == 1) return stage;
+  Tensor sq = Tensor::from_host(device, Shape{1}, {static_cast<float>(stage * stage)});
+  {
+    CommLedger::Scope scope(pp.ledger(), "pp_grad_norm");
+    pp.all_reduce(sq);
+  }
+  return std::sqrt(static_cast<double>(sq.to_host()[0]));
+}
 
 std::vector<std::string> step_option_problems(const StepOptions& o, int dp, int64_t global_batch,
                                               float dropout) {
@@ -71,9 +159,17 @@ StepResult train_step(ProcessGrid& grid, Device& device, Gpt& model, AdamW& opt,
                       const Batch& global_batch, uint64_t seed, int64_t step, float lr,
                       float max_grad_norm, const std::function<void(float loss)>& after_backward,
                       const StepOptions& options) {
-  const int dp = grid.dp_size();
-  TP_CHECK_INPUT(grid.pp_size() == 1, "pp=", grid.pp_size(),
-                 ": pipeline parallelism is not implemented yet; train with pp 1");
+  const int dp = grid.dp_size(), pp = grid.pp_size();
+  if (pp > 1) {
+    const std::vector<std::string> pipe =
+        pipeline_problems(model.config().layers, pp, options.micro_batches, options.schedule,
+                          {});  // the stage split itself was checked when the model was built
+    TP_CHECK_INPUT(pipe.empty(), pipe.empty() ? "" : pipe.front());
+    TP_CHECK_INPUT(options.zero == 0, "--zero ", options.zero, " with --pp=", pp,
+                   ": ZeRO-1 over a pipeline is not implemented; use --zero 0 or --pp 1");
+    TP_CHECK(!model.stage().whole(model.config().layers), "train_step: pp=", pp,
+             " needs the model of one stage (pipeline_stage_layout)");
+  }
   TP_CHECK_INPUT(
       global_batch.batch % dp == 0, "batch=", global_batch.batch, " is not divisible by dp=", dp,
       ": every DP rank takes batch/dp sequences; choose a batch that is a multiple of ", dp);
@@ -96,14 +192,30 @@ StepResult train_step(ProcessGrid& grid, Device& device, Gpt& model, AdamW& opt,
   const int m = options.micro_batches;
   const int64_t micro = local / m;
   double loss_sum = 0;
-  for (int k = 0; k < m; ++k) {
-    loss_sum += model.forward(m == 1 ? mine : batch_slice(mine, k * micro, micro), seed, step);
-    model.backward();
+  if (pp == 1) {
+    for (int k = 0; k < m; ++k) {
+      loss_sum += model.forward(m == 1 ? mine : batch_slice(mine, k * micro, micro), seed, step);
+      model.backward();
+    }
+  } else {
+    // The stages run the micro-batches in the schedule's order; the loss is the last stage's.
+    std::vector<Batch> pieces;
+    for (int k = 0; k < m; ++k)
+      pieces.push_back(m == 1 ? mine : batch_slice(mine, k * micro, micro));
+    GptStage stage(model, pieces, seed, step);
+    run_schedule(grid.pp(), device, stage, options.schedule, m, options.record);
+    Tensor l = Tensor::from_host(device, Shape{1}, {static_cast<float>(stage.loss_sum())});
+    {
+      CommLedger::Scope scope(grid.pp().ledger(), "pp_loss");
+      grid.pp().all_reduce(l);  // 0 from every stage but the last: exact
+    }
+    loss_sum = l.to_host()[0];
   }
   r.loss = static_cast<float>(loss_sum / m);
   if (m > 1)
     for (Param& p : model.params()) device.scale(p.grad, 1.0f / static_cast<float>(m));
   model.finish_gradients();
+  sum_embedding_gradients(grid.pp(), device, model);
   Tensor grad_shard;  // ZeRO-1: my 1/dp of the averaged, flattened gradients
   if (options.zero == 1)
     grad_shard = reduce_scatter_gradients(grid.dp(), device, model.params(), &r.loss);
@@ -114,7 +226,7 @@ StepResult train_step(ProcessGrid& grid, Device& device, Gpt& model, AdamW& opt,
   // whole model's, as at dp = 1.
   r.grad_norm = options.zero == 1
                     ? zero_grad_norm(grid.dp(), grid.tp(), device, model.params(), grad_shard)
-                    : global_grad_norm(grid.tp(), device, model.params());
+                    : pipeline_grad_norm(grid.tp(), grid.pp(), device, model);
   // The averaged loss and the norm are the same on every rank: every rank takes the same branch.
   if (!std::isfinite(r.loss))
     r.nonfinite = "loss";

@@ -7,6 +7,7 @@
 
 #include "model/adamw.h"
 #include "model/gpt.h"
+#include "parallel/pipeline_parallel.h"
 #include "parallel/process_grid.h"
 
 namespace tp {
@@ -33,7 +34,26 @@ struct StepOptions {
   /// ZeRO stage on the DP axis: 0 (plain DP, average_gradients) or 1 (reduce-scatter, AdamW on
   /// this rank's 1/dp, all-gather: parallel/data_parallel.h). Stage 1 needs opt.shard_over(dp).
   int zero = 0;
+  /// Pipeline parallelism (grid.pp() > 1, parallel/pipeline_parallel.h): the order each stage
+  /// runs its m micro-batches in; `record`, when set, receives what this stage ran and when.
+  Schedule schedule = Schedule::Afab;
+  PipelineRecord* record = nullptr;
 };
+
+/// The part of the model this rank's pipeline stage holds: stage grid.pp_rank() of
+/// grid.pp_size(), blocks by stage_layer_counts(cfg.layers, pp, pp_layers). Build the Gpt with
+/// it (pp = 1: the whole model).
+StageLayout pipeline_stage_layout(const ProcessGrid& grid, const GptConfig& cfg,
+                                  const std::vector<int64_t>& pp_layers = {});
+
+/// Pipeline parallelism after backward: the tied wte's gradients of the first and last stage
+/// summed between the two (one send_recv over `pp`, "embedding_grads"), so both copies take the
+/// same step. Nothing when pp = 1 or the head is untied.
+void sum_embedding_gradients(Communicator& pp, Device& device, Gpt& model);
+
+/// ‖g‖₂ of the whole model on a pipeline: each stage's global_grad_norm over `tp`, squared and
+/// summed over `pp` ("pp_grad_norm"); the last stage's copy of a tied wte is left out.
+double pipeline_grad_norm(Communicator& tp, Communicator& pp, Device& device, Gpt& model);
 
 /// One step on a grid of one model replica, `comm` its TP group: the grid version below with
 /// ProcessGrid(comm, 1) (dp = pp = 1).
@@ -46,8 +66,12 @@ StepResult train_step(Communicator& comm, Device& device, Gpt& model, AdamW& opt
 /// The training step for every grid (parallel/process_grid.h): zero_grad → forward → backward →
 /// finish_gradients → average_gradients over grid.dp() → [after_backward()] → global gradient norm
 /// over grid.tp() → clip → AdamW. A non-finite loss or gradient norm skips the update (see
-/// StepResult::nonfinite). Collective: every rank calls it with the same batch. pp > 1 is bad
-/// input until pipeline parallelism lands. `model` and `opt` are built on grid.tp();
+/// StepResult::nonfinite). Collective: every rank calls it with the same batch. With pp > 1 the
+/// model is this rank's stage (pipeline_stage_layout) and its micro-batches run through the
+/// stages in the order of options.schedule (run_schedule); the loss comes from the last stage to
+/// every rank, the tied embedding's gradients are summed (sum_embedding_gradients) and the norm
+/// covers every stage (pipeline_grad_norm); ZeRO-1 is refused. `model` and `opt` are built on
+/// grid.tp();
 /// `global_batch` is the whole batch (the same on every rank), and DP rank d runs sequences
 /// [d·B/dp, (d+1)·B/dp) of it. After backward and finish_gradients, average_gradients
 /// averages every gradient and the loss over grid.dp(), so clipping, AdamW, the returned loss and

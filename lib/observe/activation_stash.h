@@ -40,6 +40,7 @@ class SavedTensor {
 
  private:
   friend class ActivationStash;
+  friend class MemoryLedger;  // MemoryLedger::take / restore move the value out and back
   std::string name_;
   std::optional<Tensor> value_;
 };

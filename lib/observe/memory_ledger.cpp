@@ -19,6 +19,35 @@ void MemoryLedger::release() {
   clear();
 }
 
+KeptActivations MemoryLedger::take() {
+  KeptActivations out;
+  for (SavedTensor* s : slots_)
+    if (s->value_.has_value()) {
+      out.values.emplace_back(s, *s->value_);
+      s->reset();
+    }
+  out.records = std::move(records_);
+  out.kept = std::move(kept_);
+  clear();
+  return out;
+}
+
+void MemoryLedger::restore(KeptActivations kept) {
+  clear();
+  for (auto& [slot, value] : kept.values) {
+    slot->value_ = std::move(value);
+    slots_.push_back(slot);
+  }
+  records_ = std::move(kept.records);
+  kept_ = std::move(kept.kept);
+}
+
+int64_t KeptActivations::bytes() const {
+  int64_t sum = 0;
+  for (const auto& r : records) sum += r.bytes;
+  return sum;
+}
+
 int64_t MemoryLedger::layer_bytes(int64_t layer) const {
   int64_t sum = 0;
   for (const auto& r : records_)

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -20,6 +21,15 @@ struct MemoryRecord {
   Shape shape;       ///< this rank's shape
   int64_t bytes = 0;
   int64_t layer = -1;  ///< block index; -1 outside the blocks (embedding, final norm, head)
+};
+
+/// What one forward kept, moved out of the layers' slots (MemoryLedger::take): pipeline
+/// parallelism keeps several micro-batches in flight on one stage, each one such stash.
+struct KeptActivations {
+  std::vector<MemoryRecord> records;
+  std::vector<Tensor> kept;
+  std::vector<std::pair<SavedTensor*, Tensor>> values;  // each slot and the tensor it held
+  int64_t bytes() const;
 };
 
 class MemoryLedger {
@@ -36,6 +46,11 @@ class MemoryLedger {
   /// Empties every SavedTensor recorded since the last clear() and forgets them: the memory is
   /// freed (a block under full recomputation after its backward).
   void release();
+  /// Moves every tensor recorded since the last clear() out of its slot (the slots are empty
+  /// afterwards, as after release()) and the records with them; the ledger is clear.
+  KeptActivations take();
+  /// Puts what take() moved out back into the slots and the records (after clear()).
+  void restore(KeptActivations kept);
   /// While false, an ActivationStash attached to this ledger keeps nothing and records nothing
   /// (full recomputation's first forward, model/recompute.h: the block reruns it in backward).
   void set_keeping(bool keeping) { keeping_ = keeping; }

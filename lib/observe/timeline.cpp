@@ -144,7 +144,7 @@ std::vector<Span> decode(const uint8_t* p, size_t n, int rank) {
   while (!in.done()) {
     Span s;
     const uint64_t kind = in.get(1);
-    TP_CHECK(kind <= static_cast<uint64_t>(SpanKind::Wait), "Timeline::gather: bad span kind ",
+    TP_CHECK(kind <= static_cast<uint64_t>(SpanKind::Phase), "Timeline::gather: bad span kind ",
              kind);
     s.kind = static_cast<SpanKind>(kind);
     s.async = in.get(1) != 0;
@@ -222,6 +222,7 @@ namespace {
 const char* category(const Span& s) {
   if (s.kind == SpanKind::Collective) return "collective";
   if (s.kind == SpanKind::Wait) return "wait";
+  if (s.kind == SpanKind::Phase) return "phase";
   if (s.name == "gemm") return "gemm";
   if (s.name.compare(0, 9, "attention") == 0) return "attention";
   return "kernel";
@@ -238,6 +239,7 @@ const Category kCategories[] = {
     {"kernel", "norm, elementwise, other kernels", "#59a14f"},
     {"collective", "collective", "#f28e2b"},
     {"wait", "wait (issue, Work::wait)", "#e15759"},
+    {"phase", "pipeline op (F/B of a micro-batch)", "#bab0ac"},
 };
 
 const char* colour(const Span& s) {
@@ -249,18 +251,27 @@ const char* colour(const Span& s) {
 // A row: spans of one rank and track that do not overlap. A track whose spans overlap (async
 // collectives in flight together) takes as many rows as it needs, each span in the first row
 // where it fits.
+// The tracks of one rank, in the order they are drawn.
+enum Track { kPipelineTrack, kComputeTrack, kCommunicationTrack };
+int track_of(const Span& s) {
+  return s.kind == SpanKind::Collective ? kCommunicationTrack
+         : s.kind == SpanKind::Phase    ? kPipelineTrack
+                                        : kComputeTrack;
+}
+
 struct Row {
   int rank;
-  bool communication;
+  int track;  // Track
   int lane;
+  bool communication() const { return track == kCommunicationTrack; }
   std::string name() const {
-    return std::string(communication ? "communication" : "compute") +
-           (lane > 0 ? " " + std::to_string(lane + 1) : "");
+    const char* names[] = {"pipeline", "compute", "communication"};
+    return std::string(names[track]) + (lane > 0 ? " " + std::to_string(lane + 1) : "");
   }
 };
 
 struct Layout {
-  std::vector<Row> rows;       // ordered by rank, then compute before communication, then lane
+  std::vector<Row> rows;       // ordered by rank, then pipeline, compute, communication, lane
   std::vector<size_t> row_of;  // row_of[i]: the row of span i
 };
 
@@ -269,12 +280,12 @@ Layout layout(const std::vector<Span>& spans) {
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return spans[a].start < spans[b].start; });
-  // (rank, communication) → the end of the last span of each lane.
-  std::map<std::pair<int, bool>, std::vector<double>> lanes;
-  std::vector<std::tuple<int, bool, int>> where(spans.size());
+  // (rank, track) → the end of the last span of each lane.
+  std::map<std::pair<int, int>, std::vector<double>> lanes;
+  std::vector<std::tuple<int, int, int>> where(spans.size());
   for (size_t i : order) {
     const Span& s = spans[i];
-    const bool comm = s.kind == SpanKind::Collective;
+    const int comm = track_of(s);
     std::vector<double>& ends = lanes[{s.rank, comm}];
     size_t lane = 0;
     while (lane < ends.size() && ends[lane] > s.start) ++lane;
@@ -283,8 +294,8 @@ Layout layout(const std::vector<Span>& spans) {
     where[i] = {s.rank, comm, static_cast<int>(lane)};
   }
   Layout out;
-  std::map<std::tuple<int, bool, int>, size_t> index;
-  for (const auto& [key, ends] : lanes)  // std::map: by rank, compute (false) first
+  std::map<std::tuple<int, int, int>, size_t> index;
+  for (const auto& [key, ends] : lanes)  // std::map: by rank, then track
     for (size_t lane = 0; lane < ends.size(); ++lane) {
       index[{key.first, key.second, static_cast<int>(lane)}] = out.rows.size();
       out.rows.push_back({key.first, key.second, static_cast<int>(lane)});
@@ -402,7 +413,7 @@ std::string Timeline::svg() const {
     const Row& row = lay.rows[i];
     s += "<rect x=\"" + fmt("%.1f", left) + "\" y=\"" + fmt("%.1f", row_y[i]) + "\" width=\"" +
          fmt("%.1f", plot_w) + "\" height=\"" + fmt("%.1f", row_h - 1) + "\" fill=\"" +
-         (row.communication ? "#fbf6ef" : "#f3f5f8") + "\"/>\n";
+         (row.communication() ? "#fbf6ef" : "#f3f5f8") + "\"/>\n";
     s += "<text x=\"" + fmt("%.1f", left - 6) + "\" y=\"" + fmt("%.1f", row_y[i] + row_h - 5) +
          "\" text-anchor=\"end\">rank " + std::to_string(row.rank) + " " + row.name() + "</text>\n";
   }
@@ -428,6 +439,10 @@ std::string Timeline::svg() const {
     s += "<rect x=\"" + fmt("%.2f", x) + "\" y=\"" + fmt("%.1f", row_y[lay.row_of[i]] + 2) +
          "\" width=\"" + fmt("%.2f", w) + "\" height=\"" + fmt("%.1f", row_h - 5) + "\" fill=\"" +
          colour(sp) + "\"><title>" + xml_escape(tip) + "</title></rect>\n";
+    if (sp.kind == SpanKind::Phase && w >= 6.0 * static_cast<double>(sp.name.size()))
+      s += "<text x=\"" + fmt("%.2f", x + w / 2) + "\" y=\"" +
+           fmt("%.1f", row_y[lay.row_of[i]] + row_h - 6) + "\" text-anchor=\"middle\">" +
+           xml_escape(sp.name) + "</text>\n";
   }
   return s + "</svg>\n";
 }

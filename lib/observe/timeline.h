@@ -1,14 +1,19 @@
 // timeline.h — what each rank did when: compute and communication spans, recorded by construction,
 // written as a Chrome / Perfetto trace and as an SVG Gantt chart.
 //
-// A span is [start, end) in seconds on a steady clock, relative to the timeline's origin. Three
-// kinds, on two tracks:
+// A span is [start, end) in seconds on a steady clock, relative to the timeline's origin. Four
+// kinds, on three tracks:
 //
 //   kind        track          recorded by                          name
 //   Kernel      compute        every public Device kernel           "gemm", "attention_forward", …
 //   Collective  communication  every Communicator collective        "all_reduce", "all_gather", …
 //   Wait        compute        an *_async call: its issue, and      "issue all_reduce",
 //                              the thread inside Work::wait()       "wait all_reduce"
+//   Phase       pipeline       a program's own step around kernels  "F3", "B3": micro-batch 3's
+//                              (pipeline parallelism: each op of    forward and backward
+//                              a schedule, parallel/pipeline_parallel.h)
+//
+// Phase spans enclose kernels and collectives and count in no total below.
 //
 // A blocking collective's span is the call. An asynchronous one's span runs from its issue to the
 // moment its completion was seen (Work::wait() returned, or Work::test() first returned true), so
@@ -39,8 +44,8 @@ class Communicator;
 class Device;
 
 /// What a span is (and so the row it is drawn on: Kernel and Wait on "compute", Collective on
-/// "communication").
-enum class SpanKind { Kernel, Collective, Wait };
+/// "communication", Phase on "pipeline").
+enum class SpanKind { Kernel, Collective, Wait, Phase };
 
 /// One interval of one rank's time.
 struct Span {
@@ -54,7 +59,11 @@ struct Span {
   int rank = 0;        ///< the rank that recorded it (set by Timeline's constructor and gather)
   double seconds() const { return end - start; }
   /// The row: "compute" or "communication".
-  const char* track() const { return kind == SpanKind::Collective ? "communication" : "compute"; }
+  const char* track() const {
+    return kind == SpanKind::Collective ? "communication"
+           : kind == SpanKind::Phase    ? "pipeline"
+                                        : "compute";
+  }
 };
 
 /// Sums over a set of spans (see the formulas at the top of this file), in seconds.

@@ -11,7 +11,7 @@
 // runs AdamW on its 1/dp of the flattened parameters of its TP shard (ZeroPartition), and the
 // updated values are all-gathered (all_gather_parameters). The wire bytes are those of the
 // all-reduce (a reduce-scatter plus an all-gather is how a ring all-reduces); the moments per rank
-// fall by dp. Pipeline parallelism will sit beside this file.
+// fall by dp. Pipeline parallelism sits beside this file (parallel/pipeline_parallel.h).
 //
 // Shape legend: the gradients and parameters are this rank's TP shards, packed in ParamList order;
 // dp = the DP group's size.

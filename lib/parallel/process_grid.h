@@ -14,8 +14,8 @@
 // np 4 = tp 2 × pp 2 (dp 1): TP groups {0, 1} {2, 3}; PP groups {0, 2} {1, 3} (stage 0 on ranks
 // 0, 1; stage 1 on 2, 3). Pipeline parallelism puts stages outermost, as Megatron does: its traffic
 // (one activation per micro-batch between neighbouring stages) is the lightest, so it may cross
-// nodes. No model uses pp > 1 yet: the grid and its sub-communicators accept it, train_step refuses
-// it (bad input) until lib/parallel/pipeline_parallel lands.
+// nodes. Pipeline parallelism on the PP groups: parallel/pipeline_parallel.h (the schedules) and
+// train_step's pp branch (model/train.h).
 //
 // Why TP ranks are adjacent: mpirun places consecutive ranks on the same node (block placement), and
 // TP's all-reduces sit on the critical path of every layer (the next GEMM needs their result), so
