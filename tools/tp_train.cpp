@@ -740,6 +740,10 @@ int main(int argc, char** argv) {
             "activation recomputation: none, selective (the attention probabilities are "
             "recomputed in backward), full (each block keeps its input and reruns its forward)",
             {"none", "selective", "full"})
+      .text("precision", "fp32",
+            "fp32, or bf16 mixed precision: bf16 weight copies, activations and TP collectives "
+            "over fp32 master weights, AdamW state, weight gradients and statistics",
+            {"fp32", "bf16"})
       .integer("micro-batches", 1,
                "gradient accumulation: each replica runs its batch/dp sequences as m micro-batches "
                "and steps once")

@@ -27,6 +27,10 @@ Gpt::Gpt(Device& device, Communicator& comm, const GptConfig& cfg)
     blocks_.back()->observe(&memory_);
   }
   ln_f_ = std::make_unique<Norm>(device, "transformer.ln_f", h, cfg.norm_kind(), cfg.eps, cfg.sp);
+  // Mixed precision: every layer computes with bf16 copies of its parameters (the fp32 masters
+  // stay in params_[i].value for the optimizer and checkpoints).
+  wte_->set_compute_dtype(cfg.compute_dtype());
+  ln_f_->set_compute_dtype(cfg.compute_dtype());
   // What the model keeps outside the blocks is recorded too, under layer −1.
   wte_->observe(&memory_, -1);
   drop_embd_.observe(&memory_, -1);
@@ -40,6 +44,7 @@ Gpt::Gpt(Device& device, Communicator& comm, const GptConfig& cfg)
   pos.shape = wpe_.shape();
   pos.value = wpe_;
   pos.grad = dwpe_;
+  pos.compute = wpe_copy_ = make_compute_copy(wpe_, cfg.compute_dtype());
   pos.init_std = cfg.init_std;
   pos.decay = true;
   pos.sequence_parallel_grad = cfg.sp;  // each rank adds positions to its own tokens only
@@ -52,6 +57,7 @@ Gpt::Gpt(Device& device, Communicator& comm, const GptConfig& cfg)
     lm_head_ = Tensor::zeros(device, Shape{wte_->local_rows(), h});
     dlm_head_ = Tensor::zeros(device, Shape{wte_->local_rows(), h});
     params_.push_back(wte_->vocab_param("lm_head.weight", lm_head_, dlm_head_, cfg.init_std));
+    params_.back().compute = lm_head_copy_ = make_compute_copy(lm_head_, cfg.compute_dtype());
   }
 }
 
@@ -78,12 +84,15 @@ Tensor Gpt::forward_logits(const Batch& b, uint64_t seed, int64_t step) {
                    cfg_.vocab);
   memory_.clear();
   batch_ = b.batch;
+  // bf16: the compute copies from the fp32 masters, one rounding per weight (after each update;
+  // remade with the same bits when several forwards share an update).
+  refresh_compute_copies(device_, params_);
 
   // 1. Embedding: my vocabulary rows (zeros for the ids other ranks own), summed over ranks
   //    (under SP: reduce-scattered, my s/t tokens).
   Tensor x = wte_->forward(Tensor::from_host(device_, Shape{n}, as_float(b.ids)));
   row0_ = cfg_.sp ? comm_.rank() * x.rows() : 0;
-  device_.position_forward(x, wpe_, b.batch, row0_);
+  device_.position_forward(x, compute_tensor(wpe_, wpe_copy_), b.batch, row0_);
   x = drop_embd_.forward(x, seed, step, row0_);
 
   // 2. The blocks.
@@ -93,9 +102,9 @@ Tensor Gpt::forward_logits(const Batch& b, uint64_t seed, int64_t step) {
   const Tensor xf_local = ln_f_->forward(x);
   const Tensor& xf = saved_.keep(xf_, cfg_.sp ? gather_from_sp_region_forward(comm_, xf_local)
                                               : copy_to_tp_region_forward(comm_, xf_local));
-  const Tensor& head = cfg_.tied ? wte_->weight : lm_head_;
-  Tensor logits =
-      saved_.keep(dlogits_, Tensor(device_, Shape{n, wte_->local_rows()}));  // (N, V'/t)
+  const Tensor& head = this->head();
+  Tensor logits = saved_.keep(
+      dlogits_, Tensor(device_, Shape{n, wte_->local_rows()}, xf.dtype()));  // (N, V'/t)
   device_.gemm(false, true, 1.0f, xf, head, 0.0f, logits);
   return logits;
 }
@@ -136,9 +145,10 @@ KvCache Gpt::make_kv_cache(int64_t batch, int64_t capacity) const {
   cache.batch = batch;
   cache.capacity = capacity;
   const int64_t cols = cfg_.kv() / comm_.size() * cfg_.head_dim();  // my kv heads
+  const Dtype dt = cfg_.compute_dtype();
   for (int64_t l = 0; l < cfg_.layers; ++l)
-    cache.layers.push_back({Tensor::zeros(device_, Shape{capacity * batch, cols}),
-                            Tensor::zeros(device_, Shape{capacity * batch, cols})});
+    cache.layers.push_back({Tensor::zeros(device_, Shape{capacity * batch, cols}, dt),
+                            Tensor::zeros(device_, Shape{capacity * batch, cols}, dt)});
   return cache;
 }
 
@@ -160,10 +170,13 @@ Tensor Gpt::forward_cached(const std::vector<int32_t>& ids, KvCache& cache, bool
     TP_CHECK_INPUT(id >= 0 && id < cfg_.vocab, "token id ", id, " outside the vocabulary of ",
                    cfg_.vocab);
 
+  // bf16: the compute copies from the fp32 masters, once per cache (the weights do not change
+  // while it fills).
+  if (past == 0) refresh_compute_copies(device_, params_);
   // 1. Embedding of the new positions (one all-reduce), plus their position rows past, past + 1…
   Tensor x = wte_->forward_partial(Tensor::from_host(device_, Shape{n * batch}, as_float(ids)));
   x = reduce_from_tp_region_forward(comm_, x);
-  device_.position_forward(x, wpe_, batch, past * batch);
+  device_.position_forward(x, compute_tensor(wpe_, wpe_copy_), batch, past * batch);
 
   // 2. The blocks, each attending over its cache (two all-reduces per block).
   for (size_t l = 0; l < blocks_.size(); ++l)
@@ -173,8 +186,8 @@ Tensor Gpt::forward_cached(const std::vector<int32_t>& ids, KvCache& cache, bool
   // 3. Final norm and the head over my vocabulary rows, for the rows asked for: (rows, V'/t).
   const Tensor rows = all_positions ? x : x.view((n - 1) * batch, n * batch);
   const Tensor xf = ln_f_->forward(rows, Keep::Nothing);
-  const Tensor& head = cfg_.tied ? wte_->weight : lm_head_;
-  Tensor logits(device_, Shape{rows.rows(), wte_->local_rows()});
+  const Tensor& head = this->head();
+  Tensor logits(device_, Shape{rows.rows(), wte_->local_rows()}, xf.dtype());
   device_.gemm(false, true, 1.0f, xf, head, 0.0f, logits);
   return logits;
 }
@@ -182,9 +195,9 @@ Tensor Gpt::forward_cached(const std::vector<int32_t>& ids, KvCache& cache, bool
 void Gpt::backward() {
   TP_CHECK(dlogits_.has_value(), "Gpt::backward called before forward");
   const Tensor &dlogits = dlogits_.get(), &xf = xf_.get();
-  const Tensor& head = cfg_.tied ? wte_->weight : lm_head_;
+  const Tensor& head = this->head();
   Tensor& dhead = cfg_.tied ? wte_->dweight : dlm_head_;
-  Tensor dxf(device_, xf.shape());
+  Tensor dxf(device_, xf.shape(), dlogits.dtype());
   device_.gemm(false, false, 1.0f, dlogits, head, 0.0f, dxf);  // my vocabulary's part of dxf
   device_.gemm(true, false, 1.0f, dlogits, xf, 1.0f, dhead);   // dhead += dlogitsᵀ xf: (V'/t, h)
   Tensor dx = cfg_.sp ? gather_from_sp_region_backward(comm_, dxf)  // Σ over ranks, my tokens
