@@ -146,6 +146,7 @@ Plan plan_run(const Options& o, int world_size) {
   Plan r;
   GptConfig& cfg = r.cfg;
   cfg = config_from_flags(o);
+  cfg.precision = parse_precision(o.get_text("precision"));  // never from a file: it holds fp32
   int64_t& seq = r.seq;
   seq = cfg.seq;  // the length of a training sequence (cfg.seq: the position table)
   const int64_t steps = r.steps = o.get_int("steps"), batch = r.batch = o.get_int("batch");

@@ -22,7 +22,6 @@ GptConfig config_from_flags(const Options& o) {
   c.overlap = o.get_text("overlap");
   c.recompute = o.get_text("recompute");
   c.pad_vocab_multiple = o.get_int("pad-vocab-multiple");
-  c.precision = parse_precision(o.get_text("precision"));
   return c;
 }
 

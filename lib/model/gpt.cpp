@@ -11,11 +11,48 @@ namespace {
 std::vector<float> as_float(const std::vector<int32_t>& v) {
   return std::vector<float>(v.begin(), v.end());
 }
+
+// The kernels a --precision bf16 step (and generation) hands bf16 tensors; the optimizer, the
+// gradient norm and initialisation see f32 only.
+constexpr const char* kBf16Kernels[] = {"gemm",
+                                        "add_bias",
+                                        "add_bias_backward",
+                                        "axpy",
+                                        "mul",
+                                        "gelu_forward",
+                                        "gelu_backward",
+                                        "swiglu_forward",
+                                        "swiglu_backward",
+                                        "layernorm_forward",
+                                        "layernorm_backward",
+                                        "rmsnorm_forward",
+                                        "rmsnorm_backward",
+                                        "attention_forward",
+                                        "attention_backward",
+                                        "embedding_shard_forward",
+                                        "embedding_shard_backward",
+                                        "position_forward",
+                                        "position_backward",
+                                        "vocab_max",
+                                        "vocab_sum_exp_target",
+                                        "vocab_softmax_backward"};
+
+// Bad input before anything runs: a backend without a bf16 kernel the step needs is named in one
+// line (the same on every rank: the backend comes from the command line).
+void check_bf16_kernels(const Device& device) {
+  std::string missing;
+  for (const char* k : kBf16Kernels)
+    if (!device.takes_bf16(k)) missing += (missing.empty() ? "" : ", ") + std::string(k);
+  TP_CHECK_INPUT(missing.empty(), device.backend(),
+                 ": --precision bf16 needs bf16 kernels this backend lacks (", missing,
+                 "); use --precision fp32");
+}
 }  // namespace
 
 Gpt::Gpt(Device& device, Communicator& comm, const GptConfig& cfg)
     : device_(device), comm_(comm), cfg_(cfg), drop_embd_(device, "embd", cfg.dropout) {
   cfg.validate(comm.size());
+  if (cfg.precision == Precision::Bf16) check_bf16_kernels(device);
   const int t = comm.size();
   const int64_t h = cfg.hidden;
   wte_ = std::make_unique<VocabParallelEmbedding>(device, comm, "transformer.wte", cfg.vocab,
