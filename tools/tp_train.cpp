@@ -670,7 +670,8 @@ int train(Context& ctx) {
          " steps with a non-finite loss or gradient norm (the first at step ", first_skipped, ")");
   save_at_end(world, grid, o, model, opt, step, load);
   if (!export_dir.empty()) {
-    if (grid.dp_rank() == 0) export_hf(export_dir, tp, model);  // DP replicas hold the same model
+    const Dtype dtype = o.get_text("export-dtype") == "bf16" ? Dtype::bf16 : Dtype::f32;
+    if (grid.dp_rank() == 0) export_hf(export_dir, tp, model, dtype);  // DP replicas: the same
     world.barrier();
     log0(world, "exported a Hugging Face GPT-2 to ", export_dir,
          "/model.safetensors and config.json (weights only)");
@@ -770,6 +771,9 @@ int main(int argc, char** argv) {
       .path("export-hf", "",
             "at the end, write DIR/model.safetensors and DIR/config.json that transformers loads "
             "as GPT2LMHeadModel")
+      .text("export-dtype", "f32",
+            "the dtype --export-hf writes: f32, or bf16 (the fp32 weights rounded)",
+            {"f32", "bf16"})
       .flag("skip-nonfinite",
             "skip (and count) a step whose loss or gradient norm is NaN/Inf instead of stopping "
             "the run with exit 3")

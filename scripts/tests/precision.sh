@@ -32,8 +32,8 @@ for sp in "" "--sp"; do
     fail "tp_train --precision bf16 $sp at -np 2 exited non-zero (see $logs/prec_bf16$tag.log)"
   near_curve "20-step loss curve at t = 2${sp:+ with SP}, bf16 vs fp32" "$tmp/prec_fp32$tag.json" "$tmp/prec_bf16$tag.json"
   if grep -q "activations kept per block on each rank" "$logs/prec_bf16$tag.log" 2>/dev/null; then
-    pass 1; echo "✓ --precision bf16 $sp: $(grep -o 'activations kept per block.*' "$logs/prec_bf16$tag.log" | head -1)"
-  else fail "--precision bf16 $sp: no ledger line (see $logs/prec_bf16$tag.log)"; fi
+    pass 1; echo "✓ --precision bf16${sp:+ $sp}: $(grep -o 'activations kept per block.*' "$logs/prec_bf16$tag.log" | head -1)"
+  else fail "--precision bf16${sp:+ $sp}: no ledger line (see $logs/prec_bf16$tag.log)"; fi
 done
 
 # The bf16 run's checkpoint holds the fp32 master: 10 more steps under fp32 at t = 1 continue the
