@@ -1,8 +1,8 @@
 // tp_export — writes a checkpoint of this project as a Hugging Face GPT-2 that transformers loads.
 //
 //   mpirun -np 1 build/bin/tp_export --load run.safetensors --hf run-hf
-//     → run-hf/model.safetensors (GPT2LMHeadModel's names, F32, weights only, metadata
-//       {"format": "pt"}) and run-hf/config.json
+//     → run-hf/model.safetensors (GPT2LMHeadModel's names, F32 or with --export-dtype bf16 BF16,
+//       weights only, metadata {"format": "pt"}) and run-hf/config.json
 //
 //   python3 -c "from transformers import GPT2LMHeadModel; GPT2LMHeadModel.from_pretrained('run-hf')"
 //
