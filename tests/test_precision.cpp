@@ -36,6 +36,7 @@
 #include "cpu_device.h"
 #include "model/checkpoint.h"
 #include "model/memory.h"
+#include "model/preflight.h"
 #include "model_test_helpers.h"
 
 namespace {
@@ -199,6 +200,38 @@ TEST(Bf16Memory, LedgerBytesByDtypeEqualTheFormula) {
   EXPECT_EQ(block_activation_bytes(f, f.seq, 2, t, Dtype::bf16), 0);
   EXPECT_EQ(2 * act16 + rest32, all32);
   EXPECT_GT(rest32, 0);
+}
+
+TEST(Bf16Memory, PreflightCountsTwoPlusFourPlusFourPlusEightBytesPerParameter) {
+  // 2 B bf16 copy + 4 B master and 8 B moments (the AdamW line) + 4 B fp32 gradient = 18 B, and
+  // the bf16 activations the model's ledger measures.
+  const int t = world().size();
+  for (bool sp : {false, true}) {
+    PreflightInput in;
+    in.model = tiny(Precision::Fp32, sp);
+    in.batch = 2;
+    in.t = t;
+    in.dtype_bytes = 2;
+    const Preflight p = preflight(in);
+    ASSERT_TRUE(p.problems.empty());
+    const int64_t P = p.params_per_rank;
+    EXPECT_EQ(p.weight_bytes, 2 * P);
+    EXPECT_EQ(p.grad_bytes, 4 * P);
+    EXPECT_EQ(p.adamw_bytes, 12 * P);
+    Gpt model(device(), world(), tiny(Precision::Bf16, sp));
+    model.init(kSeed);
+    model.forward(markov_batch(in.model.vocab, 1, 2, in.model.seq), kSeed, 1);
+    EXPECT_EQ(model.memory().layer_bytes(0), sp ? p.act_impl_sp : p.act_impl_tp);
+    int64_t master = 0, copies = 0, grads = 0;
+    for (const Param& q : model.params()) {
+      master += static_cast<int64_t>(q.value.bytes());
+      copies += static_cast<int64_t>(q.compute.bytes());
+      grads += static_cast<int64_t>(q.grad.bytes());
+    }
+    EXPECT_EQ(copies, p.weight_bytes);
+    EXPECT_EQ(master, 4 * P);
+    EXPECT_EQ(grads, p.grad_bytes);
+  }
 }
 
 TEST(Bf16Comm, ActivationCollectivesMoveTwoBytesStatisticsFour) {

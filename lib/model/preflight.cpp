@@ -365,8 +365,9 @@ std::string preflight_report(const Preflight& p) {
 
   const int64_t L = c.layers;
   const bool fp32 = in.dtype_bytes >= 4;
-  const double act_total = fp32 ? static_cast<double>(c.sp ? p.act_impl_sp : p.act_impl_tp) * L
-                                : (c.sp ? p.act_k_sp_flash : p.act_k_tp_flash) * L;
+  // This implementation's activations in either precision (bf16: 2 B values, fp32 statistics and
+  // masks; model/memory.h).
+  const double act_total = static_cast<double>(c.sp ? p.act_impl_sp : p.act_impl_tp) * L;
   os << "\n# memory per rank (GB = 10^9 bytes)\n";
   os << format("  %-52s %12s\n", "weights (P x d)", bytes_str(p.weight_bytes).c_str());
   os << format("  %-52s %12s\n", "gradients, fp32 (P x 4)", bytes_str(p.grad_bytes).c_str());
@@ -396,9 +397,7 @@ std::string preflight_report(const Preflight& p) {
           .c_str(),
       bytes_str(p.logits_bytes).c_str());
   os << format("  %-52s %12s\n",
-               format("total, %s activations%s", fp32 ? "this implementation's" : "FlashAttention",
-                      c.sp ? " with SP" : "")
-                   .c_str(),
+               format("total, this implementation's activations%s", c.sp ? " with SP" : "").c_str(),
                bytes_str(p.weight_bytes + p.grad_bytes + p.adamw_bytes + act_total +
                          static_cast<double>(p.logits_bytes))
                    .c_str());
