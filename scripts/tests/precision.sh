@@ -6,7 +6,8 @@
 # every one, so that refusal is tested with a device that lacks one: tests/test_precision.cpp.)
 # Then at np 2: a bf16 run tracks the fp32 run within 1 % of the loss at every step, with and
 # without SP (tp_train checks the ledger's bf16 activation bytes against the formula on its first
-# step), and a bf16 checkpoint (the fp32 master) resumes under fp32 at t = 1 on the bf16 curve.
+# step), a bf16 checkpoint (the fp32 master) resumes under fp32 at t = 1 on the bf16 curve, and
+# tp_generate --precision bf16 reads it into a bf16 key/value cache.
 
 expect "--precision with an unknown name" 2 "--precision=fp16" 2 "${tt[@]}" --precision fp16
 
@@ -43,3 +44,9 @@ run_mpi 2 "${train[@]}" --steps 30 --precision bf16 --log-json "$tmp/prec_bf16_3
 run_mpi 1 "${train[@]}" --steps 10 --load "$tmp/prec_bf16.safetensors" --log-json "$tmp/prec_resumed.json" \
   >"$logs/prec_resumed.log" 2>&1 || fail "resuming a bf16 checkpoint under fp32 at t = 1 exited non-zero (see $logs/prec_resumed.log)"
 near_curve "bf16 checkpoint (t = 2) resumed under fp32 at t = 1" "$tmp/prec_bf16_30.json" "$tmp/prec_resumed.json" 20
+
+# Generation reads the fp32 checkpoint into bf16 copies: a bf16 key/value cache, half the bytes.
+if run_mpi 2 "$BUILD/bin/tp_generate" --load "$tmp/prec_bf16.safetensors" --prompt "ab" --tokens 8 --precision bf16 \
+  >"$logs/prec_generate.log" 2>&1 && grep -q "(nkv/t · hd) bf16 values" "$logs/prec_generate.log"; then
+  pass 1; echo "✓ tp_generate --precision bf16 at -np 2: $(grep -o 'key/value cache per rank.*' "$logs/prec_generate.log")"
+else fail "tp_generate --precision bf16 at -np 2 (see $logs/prec_generate.log)"; fi
