@@ -317,7 +317,9 @@ bool audit_gradients(Context& ctx, const Plan& plan, ProcessGrid& grid, Gpt& mod
     m->backward();
     m->finish_gradients();
   }
-  const auto problems = audit_replicated_gradients(tp, model, reference);
+  // bf16: t = np and t = 1 round differently at the TP sums; tests/test_precision.cpp's bound.
+  const double rtol = cfg.precision == Precision::Bf16 ? 0.05 : 1e-4;
+  const auto problems = audit_replicated_gradients(tp, model, reference, rtol);
   int64_t replicated = 0;
   for (const Param& p : model.params()) replicated += p.split == Split::Replicated;
   for (const auto& p : problems) log0(world, "audit: ", p);

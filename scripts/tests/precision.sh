@@ -10,6 +10,9 @@
 # tp_generate --precision bf16 reads it into a bf16 key/value cache.
 
 expect "--precision with an unknown name" 2 "--precision=fp16" 2 "${tt[@]}" --precision fp16
+# --audit-grads under bf16 compares t = 2 with t = 1 at the bf16 bound (0.05, test_precision.cpp).
+WITHIN=30 expect "--audit-grads --precision bf16 --sp" 0 "15 of 15 replicated gradients identical on every rank" 2 \
+  "${train[@]}" --steps 1 --audit-grads --precision bf16 --sp
 
 near_curve() {  # near_curve NAME A.json B.json [FIRST_STEP_OF_B]: relative difference ≤ 1e-2 at every step
   local name=$1 a=$2 b=$3 skip=${4:-0} worst
