@@ -19,6 +19,8 @@ std::string CpuDevice::name() const {
   return "cpu (openmp x" + std::to_string(omp_get_max_threads()) + ")";
 }
 
+bool CpuDevice::takes_bf16(const std::string& kernel) const { return kernel != "adamw_step"; }
+
 void* CpuDevice::allocate(size_t bytes) {
   const size_t rounded = (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded);

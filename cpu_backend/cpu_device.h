@@ -7,6 +7,12 @@
 // (gpu_backend/kernels/<stem>.cu): convert, elementwise, rng, reduce, activation, norm, attention,
 // embedding, cross_entropy, adamw; kernels/kernel_util.h is what they share. The math of every
 // kernel is in core/device.h.
+//
+// bf16 (--precision bf16): every kernel but adamw_step takes bf16 tensors, none natively: the
+// Device front widens them to f32 (exact), runs the f32 kernel and rounds each output once
+// (core/device.h, "Dtypes"). The GEMM is cblas_sgemm on widened operands: Debian's OpenBLAS
+// exports no bf16 GEMM (`nm -D libopenblas.so` lists no sbgemm, only the CPU probe
+// support_avx512_bf16). adamw_step stays f32: it updates the fp32 master weights and moments.
 #pragma once
 
 #include "core/device.h"
@@ -21,6 +27,8 @@ class CpuDevice : public Device {
   CpuDevice();
   std::string name() const override;
   bool host_accessible() const override { return true; }
+  /// Every kernel but adamw_step (widened by the Device front, see above).
+  bool takes_bf16(const std::string& kernel) const override;
 
   void* allocate(size_t bytes) override;
   void deallocate(void* ptr) override;

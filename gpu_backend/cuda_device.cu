@@ -114,6 +114,9 @@ void CudaDevice::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
 // ==== CudaDevice: GEMM ===========================================================================
 
+bool CudaDevice::takes_bf16(const std::string& kernel) const { return kernel != "adamw_step"; }
+bool CudaDevice::native_bf16(const std::string& kernel) const { return kernel == "gemm"; }
+
 // Row-major C (m×n) is column-major Cᵀ, so C = α op(A) op(B) + β C is computed as the
 // column-major Cᵀ = α op(B)ᵀ op(A)ᵀ + β Cᵀ: B is passed first, with each matrix's own row length
 // (cols) as its leading dimension and the transposes unchanged.
@@ -123,9 +126,9 @@ void CudaDevice::do_gemm(bool trans_a, bool trans_b, float alpha, const Tensor& 
   if (m == 0 || n == 0) return;
   if (k == 0) {  // op(A) op(B) is zero: C = β C, and β = 0 overwrites (as the CPU does)
     if (beta == 0.0f) {
-      do_fill(c, 0.0f);
+      fill(c, 0.0f);  // the public kernels: a bf16 C is widened and rounded there
     } else if (beta != 1.0f) {
-      do_scale(c, beta);
+      scale(c, beta);
     }
     return;
   }
@@ -138,6 +141,35 @@ void CudaDevice::do_gemm(bool trans_a, bool trans_b, float alpha, const Tensor& 
   const int lda = static_cast<int>(a.cols()), ldb = static_cast<int>(b.cols());
   const int ldc = static_cast<int>(c.cols());
 
+  if (a.dtype() == Dtype::bf16 || b.dtype() == Dtype::bf16 || c.dtype() == Dtype::bf16) {
+    // bf16 tensors (--precision bf16): cuBLAS reads bf16 A and B (an f32 operand is rounded into
+    // scratch first) and accumulates in f32 into an f32 C; a bf16 C goes through an f32 copy
+    // (widened when β reads it) and is rounded once at the end, as the CPU's widening does.
+    const size_t a_bytes =
+        a.dtype() == Dtype::bf16 ? 0 : (static_cast<size_t>(a.numel()) * 2 + 255) / 256 * 256;
+    const size_t b_bytes =
+        b.dtype() == Dtype::bf16 ? 0 : (static_cast<size_t>(b.numel()) * 2 + 255) / 256 * 256;
+    const size_t c_bytes = c.dtype() == Dtype::f32 ? 0 : static_cast<size_t>(c.numel()) * 4;
+    char* base = static_cast<char*>(scratch(a_bytes + b_bytes + c_bytes + 1));
+    const void* a16 = a.raw();
+    const void* b16 = b.raw();
+    if (a_bytes > 0) {
+      gpu::to_bf16(stream_, a.data(), base, a.numel());
+      a16 = base;
+    }
+    if (b_bytes > 0) {
+      gpu::to_bf16(stream_, b.data(), base + a_bytes, b.numel());
+      b16 = base + a_bytes;
+    }
+    float* c32 =
+        c.dtype() == Dtype::f32 ? c.data() : reinterpret_cast<float*>(base + a_bytes + b_bytes);
+    if (c.dtype() == Dtype::bf16 && beta != 0.0f) gpu::from_bf16(stream_, c.raw(), c32, c.numel());
+    CUBLAS_CHECK(cublasGemmEx(cublas_, op_b, op_a, in, im, ik, &alpha, b16, CUDA_R_16BF, ldb, a16,
+                              CUDA_R_16BF, lda, &beta, c32, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT));
+    if (c.dtype() == Dtype::bf16) gpu::to_bf16(stream_, c32, c.raw(), c.numel());
+    return;
+  }
   if (options_.dtype == "bf16") {
     // bf16 inputs, f32 accumulation and output: round A and B to bf16 into scratch (B after A, at
     // a 256-byte boundary), then one cublasGemmEx.

@@ -37,6 +37,8 @@ and repeated: 3 times, 5 for the overlap and the strong-scaling rows (--quick or
      model: the bubble its last step measured (the stages' mean idle share) as a ratio to
      (N − 1)/(m + N − 1) = 20 %. No goal: two ranks on a loaded CPU wait in MPI spinning, so the
      ratio says how far from the ideal pipe this machine is, not how good the schedule is.
+  8. Precision: tp_train --precision bf16 against fp32 tokens/s, t = 1 and t = 2 (one thread per
+     rank), interleaved. No goal (a report): the CPU widens bf16 around its fp32 kernels.
 
 Each row: what, value and reference (medians over the runs), the ratio's median, its spread
 (min–max over the runs), the number of runs, the goal, and the judgement: ✓ when the whole
@@ -517,6 +519,18 @@ def pipeline_rows(table, build, reps):
         table.add("pipeline", f"pp 2, m 4, --schedule {sched}: measured bubble / formula",
                   f"{med(values):.2f}×", "(N − 1)/(m + N − 1) = 20 %", values,
                   note="CPU ranks spin while they wait; no goal")
+def precision_rows(table, build, steps, tmp, reps):
+    """--precision bf16 against fp32, tokens/s of tp_train, at t = 1 and t = 2 (1 thread per rank),
+    interleaved within each round. No goal: the CPU widens every bf16 kernel to fp32 (OpenBLAS has
+    no bf16 GEMM), so bf16 pays its conversions and saves only memory and bytes on the wire."""
+    for np in (1, 2):
+        fp32, bf16 = [], []
+        for _ in range(reps):
+            fp32.append(train_tokens(build, np, 1, steps, tmp, f"p{np}_fp32"))
+            bf16.append(train_tokens(build, np, 1, steps, tmp, f"p{np}_bf16", ("--precision", "bf16")))
+        table.add("precision (CPU)", f"t = {np}: --precision bf16 tokens/s vs fp32 (1 thread/rank)",
+                  f"{med(bf16):.0f} tok/s", f"fp32 {med(fp32):.0f} tok/s", [b / f for b, f in zip(bf16, fp32)],
+                  note="widen-compute-round around the fp32 kernels; a ratio < 1 is the conversions' cost")
 
 
 # ---- the header -----------------------------------------------------------------------------------
@@ -666,8 +680,9 @@ def main():
                            ("training", lambda: training_rows(table, args.build, args.steps, tmp, reps_long, reps,
                                                               info)),
                            ("memory stack", lambda: memory_rows(table, args.build, args.steps, tmp, reps)),
-                           ("debugging", lambda: debugging_rows(table, args.build, args.steps, tmp, reps))):
-                           ("pipeline", lambda: pipeline_rows(table, args.build, reps))):
+                           ("debugging", lambda: debugging_rows(table, args.build, args.steps, tmp, reps)),
+                           ("pipeline", lambda: pipeline_rows(table, args.build, reps)),
+                           ("precision", lambda: precision_rows(table, args.build, args.steps, tmp, reps))):
             print(f"· {name} ...", end=" ", flush=True)
             t0 = time.time()
             try:

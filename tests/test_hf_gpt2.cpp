@@ -290,6 +290,40 @@ TEST(HfGpt2Export, ExportLoadsBackBitForBitWithTheSameLoss) {
   }
 }
 
+// --export-dtype bf16: every tensor BF16, each the fp32 weight rounded to nearest even once;
+// config.json says bfloat16; --init-from of the file reads it back as those values.
+TEST(HfExport, Bf16FileHoldsTheRoundedWeights) {
+  GptConfig cfg = gpt2_config();
+  Gpt model(device(), world(), cfg);
+  for (Param& p : model.params()) p.init = Init::Normal, p.init_std = 0.1f;
+  model.init(kSeed);
+  const auto original = gather_stored_weights(world(), model);  // collective
+  const std::string dir = temp_dir("export_bf16");
+  export_hf(dir, world(), model, Dtype::bf16);
+  const safetensors::File f = safetensors::File::open(dir + "/model.safetensors");
+  for (const auto& name : f.names()) EXPECT_EQ(f.info(name).dtype, safetensors::DType::BF16);
+  std::ifstream in(dir + "/config.json");
+  const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(json.find("\"torch_dtype\": \"bfloat16\""), std::string::npos) << json;
+  const ModelFile file = inspect_model_file(dir + "/model.safetensors", 0);
+  EXPECT_EQ(file.dtype, "BF16");
+  Gpt back(device(), world(), file.config);
+  load_model_file(file, world(), back);
+  const auto again = gather_stored_weights(world(), back);  // collective
+  int64_t rounded = 0;
+  for (const auto& [name, t] : original) {
+    ASSERT_TRUE(again.count(name)) << name;
+    const std::vector<float>& got = again.at(name).values;
+    ASSERT_EQ(got.size(), t.values.size()) << name;
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(got[i], round_to_bf16(t.values[i])) << name << "[" << i << "]";
+      rounded += got[i] != t.values[i];
+    }
+  }
+  EXPECT_GT(rounded, 0) << "nothing was rounded: the test data is too easy";
+  remove_dir(dir);
+}
+
 // ---- 3. Bad files: one line naming the problem -------------------------------------------------
 
 void expect_bad(const std::string& path, int64_t heads, const std::string& needle) {

@@ -136,26 +136,57 @@ TEST(Dtype, ConvertRoundsToNearestEvenAndWidensExactly) {
 }
 
 TEST(Dtype, AnF32OnlyKernelRefusesBf16WithOneLineNamingItAndTheBackend) {
+  // The CPU takes bf16 in every kernel but adamw_step, which updates fp32 master weights only.
   Device& dev = device();
-  Tensor x(dev, Shape{2, 4}, Dtype::bf16), y(dev, Shape{2, 4}, Dtype::bf16);
-  Tensor w = Tensor::zeros(dev, Shape{4}), b = Tensor::zeros(dev, Shape{4});
-  Tensor mean(dev, Shape{2}), rstd(dev, Shape{2});
+  Tensor p(dev, Shape{8}, Dtype::bf16), g = Tensor::zeros(dev, Shape{8});
+  Tensor m = Tensor::zeros(dev, Shape{8}), v = Tensor::zeros(dev, Shape{8});
   EXPECT_EQ(dev.backend(), "cpu");
+  EXPECT_FALSE(dev.takes_bf16("adamw_step"));
+  EXPECT_TRUE(dev.takes_bf16("layernorm_forward"));
   try {
-    dev.layernorm_forward(y, mean, rstd, x, w, b, 1e-5f);
-    ADD_FAILURE() << "layernorm_forward took bf16";
+    dev.adamw_step(p, g, m, v, AdamWParams{}, 1);
+    ADD_FAILURE() << "adamw_step took bf16";
   } catch (const Error& e) {
     const std::string msg = e.what();
-    EXPECT_EQ(msg.rfind("cpu: layernorm_forward has no bf16 kernel", 0), 0u) << msg;
+    EXPECT_EQ(msg.rfind("cpu: adamw_step has no bf16 kernel", 0), 0u) << msg;
     EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
     EXPECT_EQ(e.exit_code(), 2);
   }
-  // The rule is in the common check, so every kernel applies it (a few of them here).
-  Tensor c(dev, Shape{2, 2});
-  EXPECT_THROW(dev.fill(x, 1.0f), Error);
-  EXPECT_THROW(dev.gemm(false, true, 1.0f, x, x, 0.0f, c), Error);
-  EXPECT_THROW(dev.gelu_forward(y, x), Error);
-  EXPECT_THROW((void)dev.sum_squares(x), Error);
+  // The rule is in the common check: any of the four tensors in bf16 is refused.
+  Tensor p32 = Tensor::zeros(dev, Shape{8}), m16(dev, Shape{8}, Dtype::bf16);
+  EXPECT_THROW(dev.adamw_step(p32, g, m16, v, AdamWParams{}, 1), Error);
+}
+
+TEST(Dtype, ABf16KernelWidensComputesInF32AndRoundsEachOutputOnce) {
+  // The widening path (Device front, core/device.h "Dtypes"): a bf16 kernel's output is the f32
+  // kernel's output on the widened inputs, rounded to nearest even once — bit for bit.
+  Device& dev = device();
+  const int64_t rows = 5, cols = 16;
+  const std::vector<float> xs = tp::testing::random_vector("widen.x", rows * cols);
+  Tensor x16 = Tensor::from_host(dev, Shape{rows, cols}, xs, Dtype::bf16);
+  Tensor x32 = Tensor::from_host(dev, Shape{rows, cols}, x16.to_host());  // the same values
+  Tensor w = Tensor::from_host(dev, Shape{cols}, tp::testing::random_vector("widen.w", cols));
+  Tensor b = Tensor::from_host(dev, Shape{cols}, tp::testing::random_vector("widen.b", cols));
+  Tensor y16(dev, Shape{rows, cols}, Dtype::bf16), y32(dev, Shape{rows, cols});
+  Tensor mean16(dev, Shape{rows}), rstd16(dev, Shape{rows}), mean32(dev, Shape{rows}),
+      rstd32(dev, Shape{rows});
+  dev.layernorm_forward(y16, mean16, rstd16, x16, w, b, 1e-5f);
+  dev.layernorm_forward(y32, mean32, rstd32, x32, w, b, 1e-5f);
+  const std::vector<float> a = y16.to_host(), ref = y32.to_host();
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], round_to_bf16(ref[i])) << i;
+  EXPECT_EQ(mean16.to_host(), mean32.to_host());  // the statistics stay f32, unrounded
+  EXPECT_EQ(rstd16.to_host(), rstd32.to_host());
+  // A GEMM of bf16 operands into an f32 accumulator (a weight gradient, beta = 1): f32 out.
+  Tensor c = Tensor::from_host(dev, Shape{cols, cols}, std::vector<float>(cols * cols, 1.0f));
+  Tensor c32 = c.clone();
+  dev.gemm(true, false, 1.0f, x16, x16, 1.0f, c);
+  dev.gemm(true, false, 1.0f, x32, x32, 1.0f, c32);
+  EXPECT_EQ(c.to_host(), c32.to_host());
+  // In place (y aliases x): mul of a bf16 tensor by itself.
+  Tensor sq = x16.clone();
+  dev.mul(sq, sq, sq);
+  const std::vector<float> xv = x16.to_host(), sv = sq.to_host();
+  for (size_t i = 0; i < xv.size(); ++i) ASSERT_EQ(sv[i], round_to_bf16(xv[i] * xv[i])) << i;
 }
 
 TEST(CheckDivisible, MessageNamesValueTAndChoices) {

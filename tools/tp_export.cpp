@@ -1,8 +1,8 @@
 // tp_export — writes a checkpoint of this project as a Hugging Face GPT-2 that transformers loads.
 //
 //   mpirun -np 1 build/bin/tp_export --load run.safetensors --hf run-hf
-//     → run-hf/model.safetensors (GPT2LMHeadModel's names, F32, weights only, metadata
-//       {"format": "pt"}) and run-hf/config.json
+//     → run-hf/model.safetensors (GPT2LMHeadModel's names, F32 or with --export-dtype bf16 BF16,
+//       weights only, metadata {"format": "pt"}) and run-hf/config.json
 //
 //   python3 -c "from transformers import GPT2LMHeadModel; GPT2LMHeadModel.from_pretrained('run-hf')"
 //
@@ -32,11 +32,12 @@ int run(Context& ctx) {
                  cannot);
   Gpt model(ctx.device, ctx.world, cfg);
   load_model_file(file, ctx.world, model);
-  export_hf(dir, ctx.world, model);
+  const bool bf16 = o.get_text("export-dtype") == "bf16";
+  export_hf(dir, ctx.world, model, bf16 ? Dtype::bf16 : Dtype::f32);
   log0(ctx.world, "read ", load, ", ", file.describe(), ": ", cfg.str());
   if (!file.checksums) log0(ctx.world, unverified_note(load));
-  log0(ctx.world, "wrote ", dir, "/model.safetensors and ", dir,
-       "/config.json (GPT2LMHeadModel, F32, weights only)");
+  log0(ctx.world, "wrote ", dir, "/model.safetensors and ", dir, "/config.json (GPT2LMHeadModel, ",
+       bf16 ? "BF16" : "F32", ", weights only)");
   return 0;
 }
 
@@ -48,6 +49,8 @@ int main(int argc, char** argv) {
             "DIR/model.safetensors and DIR/config.json.");
   o.path("load", "", "the checkpoint to read (tp_train --save)")
       .path("hf", "", "the folder to write model.safetensors and config.json to")
-      .integer("heads", 0, "attention heads, for a hub file without config.json beside it");
+      .integer("heads", 0, "attention heads, for a hub file without config.json beside it")
+      .text("export-dtype", "f32", "the dtype of the tensors written: f32, or bf16 (rounded)",
+            {"f32", "bf16"});
   return run_program(argc, argv, o, run);
 }

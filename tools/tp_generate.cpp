@@ -83,6 +83,7 @@ int generate_main(Context& ctx) {
   // config.json beside it): lib/model/hf_gpt2.h.
   const ModelFile file = inspect_model_file(path, 0);
   GptConfig cfg = file.hub ? file.config : config_from_checkpoint(path);
+  cfg.precision = parse_precision(o.get_text("precision"));  // the file holds the fp32 master
   // --tokenizer: text in and out through GPT-2's BPE; its vocabulary must be the model's.
   const std::string tokenizer_dir = o.get_text("tokenizer");
   std::unique_ptr<text::Tokenizer> tokenizer;
@@ -127,9 +128,11 @@ int generate_main(Context& ctx) {
   log0(world, "model: ", cfg.str(), " from ", path,
        file.hub ? " (" + file.describe() + ")" : " (step " + std::to_string(loaded.step) + ")");
   if (!loaded.checksums) log0(world, unverified_note(path));
+  const int64_t value_bytes = dtype_size(cfg.compute_dtype());
   log0(world, "key/value cache per rank: 2 x ", cfg.layers, " layers x ", cfg.seq, " positions x ",
-       kv_cols, " (nkv/t · hd) floats = ", 2 * cfg.layers * cfg.seq * kv_cols * 4 / 1024.0,
-       " KiB, 1/", t, " of the whole");
+       kv_cols, " (nkv/t · hd) ", precision_name(cfg.precision),
+       " values = ", 2 * cfg.layers * cfg.seq * kv_cols * value_bytes / 1024.0, " KiB, 1/", t,
+       " of the whole");
   std::string rule = "greedy (argmax; the lowest id wins a tie)";
   if (temperature > 0) {
     std::ostringstream os;
@@ -221,6 +224,10 @@ int main(int argc, char** argv) {
       .real("temperature", 0.0, "0: greedy (argmax); > 0: sample from softmax(logits / T)")
       .as_float()
       .integer("top-k", 0, "sample among the k most likely tokens only (0: all)")
-      .integer("seed", 1234, "seed of the draws (the same tokens for every t)");
+      .integer("seed", 1234, "seed of the draws (the same tokens for every t)")
+      .text("precision", "fp32",
+            "fp32, or bf16: bf16 copies of the fp32 checkpoint's weights, bf16 activations, "
+            "key/value cache and collectives",
+            {"fp32", "bf16"});
   return run_program(argc, argv, o, generate_main);
 }

@@ -35,16 +35,20 @@ void gpu::to_bf16(cudaStream_t stream, const float* x, void* y, int64_t n) {
   CUDA_CHECK_LAUNCH();
 }
 
+void gpu::from_bf16(cudaStream_t stream, const void* x, float* y, int64_t n) {
+  if (n == 0) return;
+  to_f32_kernel<<<elementwise_blocks(n), kThreads, 0, stream>>>(
+      static_cast<const __nv_bfloat16*>(x), y, n);
+  CUDA_CHECK_LAUNCH();
+}
+
 void CudaDevice::do_convert(const Tensor& src, Tensor& dst) {
   const int64_t n = src.numel();
   if (src.dtype() == Dtype::f32) {
     gpu::to_bf16(stream_, src.data(), dst.raw(), n);
     return;
   }
-  if (n == 0) return;
-  to_f32_kernel<<<gpu::elementwise_blocks(n), gpu::kThreads, 0, stream_>>>(
-      static_cast<const __nv_bfloat16*>(src.raw()), dst.data(), n);
-  CUDA_CHECK_LAUNCH();
+  gpu::from_bf16(stream_, src.raw(), dst.data(), n);
 }
 
 }  // namespace tp

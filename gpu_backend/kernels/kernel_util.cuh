@@ -101,6 +101,8 @@ inline unsigned int row_blocks(int64_t rows) { return grid_blocks(rows, 1); }
 
 /// y[i] = bf16(x[i]), round to nearest even, i < n (y: n bf16 values); queued on `stream`.
 void to_bf16(cudaStream_t stream, const float* x, void* y, int64_t n);
+/// y[i] = f32(x[i]), exact, i < n (x: n bf16 values); queued on `stream`.
+void from_bf16(cudaStream_t stream, const void* x, float* y, int64_t n);
 
 // ---- column sums of parameter gradients (kernels/reduce.cu) ----------------------------------------
 // Deterministic in two steps: f64 partial sums over fixed chunks of rows, rows in order, then one

@@ -4,6 +4,7 @@
 // not in the span). The only place the checks are called from.
 #include "core/device.h"
 
+#include <tuple>
 #include <vector>
 
 #include "core/error.h"
@@ -34,6 +35,69 @@ class HostValues {
 auto host_values(const Device& dev, const Tensor& t) {
   return [&dev, &t] { return HostValues(dev, t); };
 }
+
+// A kernel's f32 stand-in for a bf16 tensor (the widening path of a kernel the backend takes in
+// bf16 without a native bf16 do_*; Device::native_bf16): a const (input) tensor is widened to f32
+// exactly; a non-const one (an output, written or accumulated) is widened too, handed to the f32
+// kernel, and rounded back to bf16 once when the kernel is done. An f32 tensor passes as it is.
+template <class T>
+class StandIn;
+
+template <>
+class StandIn<const Tensor> {
+ public:
+  StandIn(Device& dev, const Tensor& t) : t_(t) {
+    if (t.defined() && t.dtype() == Dtype::bf16) {
+      wide_ = Tensor(dev, t.shape());
+      dev.convert(t, wide_);
+    }
+  }
+  const Tensor& get() const { return wide_.defined() ? wide_ : t_; }
+  void finish(Device&) {}
+
+ private:
+  const Tensor& t_;
+  Tensor wide_;
+};
+
+template <>
+class StandIn<Tensor> {
+ public:
+  StandIn(Device& dev, Tensor& t) : t_(t) {
+    if (t.defined() && t.dtype() == Dtype::bf16) {
+      wide_ = Tensor(dev, t.shape());
+      dev.convert(t, wide_);
+    }
+  }
+  Tensor& get() { return wide_.defined() ? wide_ : t_; }
+  void finish(Device& dev) {
+    if (wide_.defined()) dev.convert(wide_, t_);  // the one rounding of this output
+  }
+
+ private:
+  Tensor& t_;
+  Tensor wide_;
+};
+
+bool any_bf16() { return false; }
+template <class... Ts>
+bool any_bf16(const Tensor& t, const Ts&... rest) {
+  return (t.defined() && t.dtype() == Dtype::bf16) || any_bf16(rest...);
+}
+
+// Runs fn(tensors...) — one do_* — directly when every tensor is f32 or the backend's do_* takes
+// bf16 natively, else on f32 stand-ins: widen, compute in f32, round each output once. This is
+// the rounding-point contract of a bf16 kernel (docs/model.md, "Precision").
+template <class Fn, class... Ts>
+void run_kernel(Device& dev, const char* kernel, Fn&& fn, Ts&... tensors) {
+  if (!any_bf16(tensors...) || dev.native_bf16(kernel)) {
+    fn(tensors...);
+    return;
+  }
+  std::tuple<StandIn<Ts>...> wide{StandIn<Ts>(dev, tensors)...};
+  std::apply([&](auto&... w) { fn(w.get()...); }, wide);
+  std::apply([&](auto&... w) { (w.finish(dev), ...); }, wide);
+}
 }  // namespace
 
 // ---- dtypes --------------------------------------------------------------------------------------
@@ -44,6 +108,7 @@ std::string Device::backend() const {
 }
 
 bool Device::takes_bf16(const std::string&) const { return false; }
+bool Device::native_bf16(const std::string&) const { return false; }
 
 void Device::convert(const Tensor& src, Tensor& dst) {
   checks::check_convert(*this, src, dst);
@@ -62,70 +127,93 @@ void Device::do_convert(const Tensor&, Tensor&) { unsupported("convert"); }
 void Device::fill(Tensor& x, float value) {
   checks::check_on(*this, x, "fill");
   const ScopedSpan span(timeline_, SpanKind::Kernel, "fill");
-  do_fill(x, value);
+  run_kernel(
+      *this, "fill", [&](Tensor& x_) { do_fill(x_, value); }, x);
 }
 
 void Device::scale(Tensor& x, float alpha) {
   checks::check_on(*this, x, "scale");
   const ScopedSpan span(timeline_, SpanKind::Kernel, "scale");
-  do_scale(x, alpha);
+  run_kernel(
+      *this, "scale", [&](Tensor& x_) { do_scale(x_, alpha); }, x);
 }
 
 void Device::axpy(float alpha, const Tensor& x, Tensor& y) {
   checks::check_axpy(*this, x, y);
   const ScopedSpan span(timeline_, SpanKind::Kernel, "axpy");
-  do_axpy(alpha, x, y);
+  run_kernel(
+      *this, "axpy", [&](const Tensor& x_, Tensor& y_) { do_axpy(alpha, x_, y_); }, x, y);
 }
 
 void Device::gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
                   float beta, Tensor& c) {
   const GemmDims dims = checks::check_gemm(*this, trans_a, trans_b, a, b, c);
   const ScopedSpan span(timeline_, SpanKind::Kernel, "gemm");
-  do_gemm(trans_a, trans_b, alpha, a, b, beta, c, dims);
+  run_kernel(
+      *this, "gemm",
+      [&](const Tensor& a_, const Tensor& b_, Tensor& c_) {
+    do_gemm(trans_a, trans_b, alpha, a_, b_, beta, c_, dims);
+      },
+      a, b, c);
 }
 
 void Device::add_bias(Tensor& y, const Tensor& bias) {
   checks::check_add_bias(*this, y, bias);
   const ScopedSpan span(timeline_, SpanKind::Kernel, "add_bias");
-  do_add_bias(y, bias);
+  run_kernel(
+      *this, "add_bias", [&](Tensor& y_, const Tensor& bias_) { do_add_bias(y_, bias_); }, y, bias);
 }
 
 void Device::add_bias_backward(Tensor& dbias, const Tensor& dy) {
   checks::check_add_bias_backward(*this, dbias, dy);
   const ScopedSpan span(timeline_, SpanKind::Kernel, "add_bias_backward");
-  do_add_bias_backward(dbias, dy);
+  run_kernel(
+      *this, "add_bias_backward",
+      [&](Tensor& dbias_, const Tensor& dy_) { do_add_bias_backward(dbias_, dy_); }, dbias, dy);
 }
 
 void Device::copy_columns(const Tensor& src, int64_t src_col, Tensor& dst, int64_t dst_col,
                           int64_t ncols) {
   checks::check_copy_columns(*this, src, src_col, dst, dst_col, ncols);
   const ScopedSpan span(timeline_, SpanKind::Kernel, "copy_columns");
-  do_copy_columns(src, src_col, dst, dst_col, ncols);
+  run_kernel(
+      *this, "copy_columns",
+      [&](const Tensor& src_, Tensor& dst_) {
+    do_copy_columns(src_, src_col, dst_, dst_col, ncols);
+      },
+      src, dst);
 }
 
 void Device::fill_random(Tensor& x, const RngKey& key, const GlobalIndex& index,
                          const Distribution& dist) {
   checks::check_on(*this, x, "fill_random");
   const ScopedSpan span(timeline_, SpanKind::Kernel, "fill_random");
-  do_fill_random(x, key, index, dist);
+  run_kernel(
+      *this, "fill_random", [&](Tensor& x_) { do_fill_random(x_, key, index, dist); }, x);
 }
 
 void Device::mul(const Tensor& x, const Tensor& m, Tensor& y) {
   checks::check_mul(*this, x, m, y);
   const ScopedSpan span(timeline_, SpanKind::Kernel, "mul");
-  do_mul(x, m, y);
+  run_kernel(
+      *this, "mul", [&](const Tensor& x_, const Tensor& m_, Tensor& y_) { do_mul(x_, m_, y_); }, x,
+      m, y);
 }
 
 double Device::sum_squares(const Tensor& x) {
   checks::check_on(*this, x, "sum_squares");
   const ScopedSpan span(timeline_, SpanKind::Kernel, "sum_squares");
-  return do_sum_squares(x);
+  double result = 0;
+  run_kernel(
+      *this, "sum_squares", [&](const Tensor& x_) { result = do_sum_squares(x_); }, x);
+  return result;
 }
 
 void Device::dropout_mask(Tensor& mask, const RngKey& key, const GlobalIndex& index, float p) {
   checks::check_dropout_mask(*this, mask, p);
   const ScopedSpan span(timeline_, SpanKind::Kernel, "dropout_mask");
-  do_dropout_mask(mask, key, index, p);
+  run_kernel(
+      *this, "dropout_mask", [&](Tensor& mask_) { do_dropout_mask(mask_, key, index, p); }, mask);
 }
 
 // ---- activations and norms ----------------------------------------------------------------------
@@ -133,33 +221,49 @@ void Device::dropout_mask(Tensor& mask, const RngKey& key, const GlobalIndex& in
 void Device::gelu_forward(Tensor& y, const Tensor& x) {
   checks::check_gelu_forward(*this, y, x);
   const ScopedSpan span(timeline_, SpanKind::Kernel, "gelu_forward");
-  do_gelu_forward(y, x);
+  run_kernel(
+      *this, "gelu_forward", [&](Tensor& y_, const Tensor& x_) { do_gelu_forward(y_, x_); }, y, x);
 }
 
 void Device::gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) {
   checks::check_gelu_backward(*this, dx, dy, x);
   const ScopedSpan span(timeline_, SpanKind::Kernel, "gelu_backward");
-  do_gelu_backward(dx, dy, x);
+  run_kernel(
+      *this, "gelu_backward",
+      [&](Tensor& dx_, const Tensor& dy_, const Tensor& x_) { do_gelu_backward(dx_, dy_, x_); }, dx,
+      dy, x);
 }
 
 void Device::swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u) {
   checks::check_swiglu_forward(*this, y, g, u);
   const ScopedSpan span(timeline_, SpanKind::Kernel, "swiglu_forward");
-  do_swiglu_forward(y, g, u);
+  run_kernel(
+      *this, "swiglu_forward",
+      [&](Tensor& y_, const Tensor& g_, const Tensor& u_) { do_swiglu_forward(y_, g_, u_); }, y, g,
+      u);
 }
 
 void Device::swiglu_backward(Tensor& dg, Tensor& du, const Tensor& dy, const Tensor& g,
                              const Tensor& u) {
   checks::check_swiglu_backward(*this, dg, du, dy, g, u);
   const ScopedSpan span(timeline_, SpanKind::Kernel, "swiglu_backward");
-  do_swiglu_backward(dg, du, dy, g, u);
+  run_kernel(
+      *this, "swiglu_backward",
+      [&](Tensor& dg_, Tensor& du_, const Tensor& dy_, const Tensor& g_, const Tensor& u_) {
+    do_swiglu_backward(dg_, du_, dy_, g_, u_);
+      },
+      dg, du, dy, g, u);
 }
 
 void Device::layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
                                const Tensor& w, const Tensor& b, float eps) {
   checks::check_layernorm_forward(*this, y, mean, rstd, x, w, b);
   const ScopedSpan span(timeline_, SpanKind::Kernel, "layernorm_forward");
-  do_layernorm_forward(y, mean, rstd, x, w, b, eps);
+  run_kernel(
+      *this, "layernorm_forward",
+      [&](Tensor& y_, Tensor& mean_, Tensor& rstd_, const Tensor& x_, const Tensor& w_,
+          const Tensor& b_) { do_layernorm_forward(y_, mean_, rstd_, x_, w_, b_, eps); },
+      y, mean, rstd, x, w, b);
 }
 
 void Device::layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy,
@@ -167,20 +271,35 @@ void Device::layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor
                                 const Tensor& rstd) {
   checks::check_layernorm_backward(*this, dx, dw, db, dy, x, w, mean, rstd);
   const ScopedSpan span(timeline_, SpanKind::Kernel, "layernorm_backward");
-  do_layernorm_backward(dx, dw, db, dy, x, w, mean, rstd);
+  run_kernel(
+      *this, "layernorm_backward",
+      [&](Tensor& dx_, Tensor& dw_, Tensor& db_, const Tensor& dy_, const Tensor& x_,
+          const Tensor& w_, const Tensor& mean_, const Tensor& rstd_) {
+    do_layernorm_backward(dx_, dw_, db_, dy_, x_, w_, mean_, rstd_);
+      },
+      dx, dw, db, dy, x, w, mean, rstd);
 }
 
 void Device::rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps) {
   checks::check_rmsnorm_forward(*this, y, rstd, x, w);
   const ScopedSpan span(timeline_, SpanKind::Kernel, "rmsnorm_forward");
-  do_rmsnorm_forward(y, rstd, x, w, eps);
+  run_kernel(
+      *this, "rmsnorm_forward",
+      [&](Tensor& y_, Tensor& rstd_, const Tensor& x_, const Tensor& w_) {
+    do_rmsnorm_forward(y_, rstd_, x_, w_, eps);
+      },
+      y, rstd, x, w);
 }
 
 void Device::rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
                               const Tensor& w, const Tensor& rstd) {
   checks::check_rmsnorm_backward(*this, dx, dw, dy, x, w, rstd);
   const ScopedSpan span(timeline_, SpanKind::Kernel, "rmsnorm_backward");
-  do_rmsnorm_backward(dx, dw, dy, x, w, rstd);
+  run_kernel(
+      *this, "rmsnorm_backward",
+      [&](Tensor& dx_, Tensor& dw_, const Tensor& dy_, const Tensor& x_, const Tensor& w_,
+          const Tensor& rstd_) { do_rmsnorm_backward(dx_, dw_, dy_, x_, w_, rstd_); },
+      dx, dw, dy, x, w, rstd);
 }
 
 // ---- attention ----------------------------------------------------------------------------------
@@ -189,7 +308,12 @@ void Device::attention_forward(Tensor& out, Tensor& probs, const Tensor& q, cons
                                const Tensor& v, const AttentionShape& shape) {
   checks::check_attention_forward(*this, out, probs, q, k, v, shape);
   const ScopedSpan span(timeline_, SpanKind::Kernel, "attention_forward");
-  do_attention_forward(out, probs, q, k, v, shape);
+  run_kernel(
+      *this, "attention_forward",
+      [&](Tensor& out_, Tensor& probs_, const Tensor& q_, const Tensor& k_, const Tensor& v_) {
+    do_attention_forward(out_, probs_, q_, k_, v_, shape);
+      },
+      out, probs, q, k, v);
 }
 
 void Device::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
@@ -197,14 +321,25 @@ void Device::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor
                                 const Tensor& probs, const AttentionShape& shape) {
   checks::check_attention_backward(*this, dq, dk, dv, dout, q, k, v, probs, shape);
   const ScopedSpan span(timeline_, SpanKind::Kernel, "attention_backward");
-  do_attention_backward(dq, dk, dv, dout, q, k, v, probs, shape);
+  run_kernel(
+      *this, "attention_backward",
+      [&](Tensor& dq_, Tensor& dk_, Tensor& dv_, const Tensor& dout_, const Tensor& q_,
+          const Tensor& k_, const Tensor& v_, const Tensor& probs_) {
+    do_attention_backward(dq_, dk_, dv_, dout_, q_, k_, v_, probs_, shape);
+      },
+      dq, dk, dv, dout, q, k, v, probs);
 }
 
 void Device::attention_cached_forward(Tensor& out, const Tensor& q, const Tensor& k,
                                       const Tensor& v, int64_t past, const AttentionShape& shape) {
   checks::check_attention_cached_forward(*this, out, q, k, v, past, shape);
   const ScopedSpan span(timeline_, SpanKind::Kernel, "attention_cached_forward");
-  do_attention_cached_forward(out, q, k, v, past, shape);
+  run_kernel(
+      *this, "attention_cached_forward",
+      [&](Tensor& out_, const Tensor& q_, const Tensor& k_, const Tensor& v_) {
+    do_attention_cached_forward(out_, q_, k_, v_, past, shape);
+      },
+      out, q, k, v);
 }
 
 // ---- vocabulary-parallel embedding and loss -----------------------------------------------------
@@ -214,7 +349,12 @@ void Device::embedding_shard_forward(Tensor& out, const Tensor& ids, const Tenso
   checks::check_embedding_shard(*this, "embedding_shard_forward", out, ids, wte_shard, first_id,
                                 host_values(*this, ids));
   const ScopedSpan span(timeline_, SpanKind::Kernel, "embedding_shard_forward");
-  do_embedding_shard_forward(out, ids, wte_shard, first_id);
+  run_kernel(
+      *this, "embedding_shard_forward",
+      [&](Tensor& out_, const Tensor& ids_, const Tensor& wte_shard_) {
+    do_embedding_shard_forward(out_, ids_, wte_shard_, first_id);
+      },
+      out, ids, wte_shard);
 }
 
 void Device::embedding_shard_backward(Tensor& dwte_shard, const Tensor& dout, const Tensor& ids,
@@ -222,25 +362,40 @@ void Device::embedding_shard_backward(Tensor& dwte_shard, const Tensor& dout, co
   const HostValues host_ids = checks::check_embedding_shard(
       *this, "embedding_shard_backward", dout, ids, dwte_shard, first_id, host_values(*this, ids));
   const ScopedSpan span(timeline_, SpanKind::Kernel, "embedding_shard_backward");
-  do_embedding_shard_backward(dwte_shard, dout, ids, first_id, host_ids.data());
+  run_kernel(
+      *this, "embedding_shard_backward",
+      [&](Tensor& dwte_shard_, const Tensor& dout_, const Tensor& ids_) {
+    do_embedding_shard_backward(dwte_shard_, dout_, ids_, first_id, host_ids.data());
+      },
+      dwte_shard, dout, ids);
 }
 
 void Device::position_forward(Tensor& x, const Tensor& wpe, int64_t batch, int64_t row0) {
   checks::check_position(*this, "position_forward", x, wpe, batch, row0);
   const ScopedSpan span(timeline_, SpanKind::Kernel, "position_forward");
-  do_position_forward(x, wpe, batch, row0);
+  run_kernel(
+      *this, "position_forward",
+      [&](Tensor& x_, const Tensor& wpe_) { do_position_forward(x_, wpe_, batch, row0); }, x, wpe);
 }
 
 void Device::position_backward(Tensor& dwpe, const Tensor& dx, int64_t batch, int64_t row0) {
   checks::check_position(*this, "position_backward", dx, dwpe, batch, row0);
   const ScopedSpan span(timeline_, SpanKind::Kernel, "position_backward");
-  do_position_backward(dwpe, dx, batch, row0);
+  run_kernel(
+      *this, "position_backward",
+      [&](Tensor& dwpe_, const Tensor& dx_) { do_position_backward(dwpe_, dx_, batch, row0); },
+      dwpe, dx);
 }
 
 void Device::vocab_max(Tensor& row_max, const Tensor& logits, const VocabShard& shard) {
   const int64_t real_cols = checks::check_vocab_max(*this, row_max, logits, shard);
   const ScopedSpan span(timeline_, SpanKind::Kernel, "vocab_max");
-  do_vocab_max(row_max, logits, shard, real_cols);
+  run_kernel(
+      *this, "vocab_max",
+      [&](Tensor& row_max_, const Tensor& logits_) {
+    do_vocab_max(row_max_, logits_, shard, real_cols);
+      },
+      row_max, logits);
 }
 
 void Device::vocab_sum_exp_target(Tensor& sum_exp, Tensor& target_logit, const Tensor& logits,
@@ -249,14 +404,24 @@ void Device::vocab_sum_exp_target(Tensor& sum_exp, Tensor& target_logit, const T
   const int64_t real_cols = checks::check_vocab_sum_exp_target(
       *this, sum_exp, target_logit, logits, row_max, targets, shard, host_values(*this, targets));
   const ScopedSpan span(timeline_, SpanKind::Kernel, "vocab_sum_exp_target");
-  do_vocab_sum_exp_target(sum_exp, target_logit, logits, row_max, targets, shard, real_cols);
+  run_kernel(
+      *this, "vocab_sum_exp_target",
+      [&](Tensor& sum_exp_, Tensor& target_logit_, const Tensor& logits_, const Tensor& row_max_,
+          const Tensor& targets_) {
+    do_vocab_sum_exp_target(sum_exp_, target_logit_, logits_, row_max_, targets_, shard, real_cols);
+      },
+      sum_exp, target_logit, logits, row_max, targets);
 }
 
 void Device::vocab_loss(Tensor& loss, const Tensor& row_max, const Tensor& sum_exp,
                         const Tensor& target_logit) {
   checks::check_vocab_loss(*this, loss, row_max, sum_exp, target_logit);
   const ScopedSpan span(timeline_, SpanKind::Kernel, "vocab_loss");
-  do_vocab_loss(loss, row_max, sum_exp, target_logit);
+  run_kernel(
+      *this, "vocab_loss",
+      [&](Tensor& loss_, const Tensor& row_max_, const Tensor& sum_exp_,
+          const Tensor& target_logit_) { do_vocab_loss(loss_, row_max_, sum_exp_, target_logit_); },
+      loss, row_max, sum_exp, target_logit);
 }
 
 void Device::vocab_softmax_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
@@ -265,7 +430,14 @@ void Device::vocab_softmax_backward(Tensor& dlogits, const Tensor& logits, const
   const int64_t real_cols = checks::check_vocab_softmax_backward(
       *this, dlogits, logits, row_max, sum_exp, targets, shard, host_values(*this, targets));
   const ScopedSpan span(timeline_, SpanKind::Kernel, "vocab_softmax_backward");
-  do_vocab_softmax_backward(dlogits, logits, row_max, sum_exp, targets, shard, scale, real_cols);
+  run_kernel(
+      *this, "vocab_softmax_backward",
+      [&](Tensor& dlogits_, const Tensor& logits_, const Tensor& row_max_, const Tensor& sum_exp_,
+          const Tensor& targets_) {
+    do_vocab_softmax_backward(dlogits_, logits_, row_max_, sum_exp_, targets_, shard, scale,
+                              real_cols);
+      },
+      dlogits, logits, row_max, sum_exp, targets);
 }
 
 // ---- optimizer ----------------------------------------------------------------------------------
@@ -274,7 +446,12 @@ void Device::adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const 
                         int64_t step) {
   checks::check_adamw_step(*this, p, g, m, v, step);
   const ScopedSpan span(timeline_, SpanKind::Kernel, "adamw_step");
-  do_adamw_step(p, g, m, v, h, step);
+  run_kernel(
+      *this, "adamw_step",
+      [&](Tensor& p_, const Tensor& g_, Tensor& m_, Tensor& v_) {
+    do_adamw_step(p_, g_, m_, v_, h, step);
+      },
+      p, g, m, v);
 }
 
 void Device::unsupported(const char* kernel) const {

@@ -26,12 +26,16 @@
 // interface and the backends that implement it. Today: attention_cached_forward (generation's
 // KV-cache attention; training does not call it).
 //
-// Dtypes (core/dtype.h). Every kernel below takes f32 tensors, and on today's backends f32 only; a
-// backend states a bf16 kernel by answering takes_bf16(kernel) = true for it (and handling both
-// dtypes in its do_*). The check refuses a bf16 tensor anywhere else with one line naming the
-// backend and the kernel, exit 2 ("cpu: layernorm_forward has no bf16 kernel"). The one kernel
-// that takes both on every backend is convert (f32 ↔ bf16). Statistics that need range stay f32
-// whatever the storage (docs/model.md, "Precision").
+// Dtypes (core/dtype.h). Every kernel below takes f32 tensors; a backend states a bf16 kernel by
+// answering takes_bf16(kernel) = true for it. Its do_* then either handles bf16 itself
+// (native_bf16(kernel) = true) or, by default, is run by the front on f32 stand-ins: each bf16
+// tensor widened exactly, the f32 kernel, each bf16 output rounded to nearest even once — the
+// rounding points of docs/model.md, "Precision". Tensors of both dtypes may meet in one call (a
+// bf16 activation and an f32 weight gradient in a GEMM). The check refuses a bf16 tensor a backend
+// does not take with one line naming the backend and the kernel, exit 2 ("gpu: layernorm_forward
+// has no bf16 kernel"). The one kernel that takes both on every backend is convert (f32 ↔ bf16).
+// Statistics that need range stay f32 whatever the storage (mean, rstd, the cross-entropy's row
+// max, Σ e^x, target logit and loss).
 //
 // With a timeline set (set_timeline), each kernel is also recorded as a span (observe/timeline.h):
 // the kernel itself on the CPU, its launch on a GPU.
@@ -137,6 +141,10 @@ class Device {
   /// True when this backend's `kernel` (a public kernel's name, "layernorm_forward") takes bf16
   /// tensors as well as f32. Default: none does (convert is not asked: it always takes both).
   virtual bool takes_bf16(const std::string& kernel) const;
+  /// True when this backend's do_<kernel> handles bf16 tensors itself. Otherwise (the default) a
+  /// kernel it takes in bf16 runs its f32 do_* on stand-ins: every bf16 tensor widened to f32
+  /// (exact), the kernel computed in f32, every bf16 output rounded back once (device.cpp).
+  virtual bool native_bf16(const std::string& kernel) const;
 
   // ---- memory (plain virtuals: nothing to check) ----------------------------------------------
   virtual void* allocate(size_t bytes) = 0;

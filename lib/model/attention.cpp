@@ -36,6 +36,10 @@ ParallelAttention::ParallelAttention(Device& device, Communicator& comm, const s
         static_cast<ParallelLinearBase*>(&v_), static_cast<ParallelLinearBase*>(&proj_)})
     l->set_overlap(overlap_);
   q_.set_input_shard_name(prefix + ".input_shard");  // the group's: q, k and v read one input
+  for (ParallelLinearBase* l :
+       {static_cast<ParallelLinearBase*>(&q_), static_cast<ParallelLinearBase*>(&k_),
+        static_cast<ParallelLinearBase*>(&v_), static_cast<ParallelLinearBase*>(&proj_)})
+    l->set_compute_dtype(cfg.compute_dtype());
 }
 
 void ParallelAttention::observe(MemoryLedger* ledger, int64_t layer) {
@@ -58,8 +62,8 @@ Tensor ParallelAttention::forward(const Tensor& x_in, int64_t seq, int64_t batch
   const Tensor& q = saved_.keep(q_out_, qkv[0]);
   const Tensor& k = saved_.keep(k_out_, qkv[1]);
   const Tensor& v = saved_.keep(v_out_, qkv[2]);
-  Tensor ctx(device_, q.shape());
-  Tensor probs(device_, Shape{batch, heads_ / t, seq, seq});
+  Tensor ctx(device_, q.shape(), q.dtype());
+  Tensor probs(device_, Shape{batch, heads_ / t, seq, seq}, q.dtype());
   device_.attention_forward(ctx, probs, q, k, v, shape_);  // local: whole heads
   if (recompute_ == Recompute::Selective)
     probs_.reset();  // the s²-sized core: recomputed in backward
@@ -74,13 +78,14 @@ Tensor ParallelAttention::backward(const Tensor& dy) {
   const Tensor &q = q_out_.get(), &k = k_out_.get(), &v = v_out_.get();
   Tensor probs;
   if (recompute_ == Recompute::Selective) {  // the same kernel on the same q, k, v: bitwise equal
-    Tensor ctx(device_, q.shape());
-    probs = Tensor(device_, Shape{shape_.batch, shape_.heads, shape_.seq, shape_.seq});
+    Tensor ctx(device_, q.shape(), q.dtype());
+    probs = Tensor(device_, Shape{shape_.batch, shape_.heads, shape_.seq, shape_.seq}, q.dtype());
     device_.attention_forward(ctx, probs, q, k, v, shape_);
   } else {
     probs = probs_.get();
   }
-  Tensor dq(device_, q.shape()), dk(device_, k.shape()), dv(device_, v.shape());
+  Tensor dq(device_, q.shape(), dctx.dtype()), dk(device_, k.shape(), dctx.dtype()),
+      dv(device_, v.shape(), dctx.dtype());
   device_.attention_backward(dq, dk, dv, dctx, q, k, v, probs, shape_);
   // f backward (SP: reduce-scatter) once for q, k and v.
   return ColumnParallelLinear::backward_shared({&q_, &k_, &v_}, {dq, dk, dv});
@@ -106,7 +111,7 @@ Tensor ParallelAttention::forward_cached(const Tensor& x, LayerKvCache& cache, i
   const AttentionShape shape{n,          batch,
                              heads_ / t, kv_heads_ / t,
                              head_dim_,  1.0f / std::sqrt(static_cast<float>(head_dim_))};
-  Tensor ctx(device_, q.shape());
+  Tensor ctx(device_, q.shape(), q.dtype());
   device_.attention_cached_forward(ctx, q, cache.k.view(0, rows), cache.v.view(0, rows), past,
                                    shape);
   return proj_.forward(ctx, Keep::Nothing);  // Σ_r ctx_r P_r: g's all-reduce

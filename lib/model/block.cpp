@@ -29,6 +29,8 @@ TransformerBlock::TransformerBlock(Device& device, Communicator& comm, const Gpt
       recompute_(parse_recompute(cfg.recompute)),
       input_("transformer.h." + std::to_string(layer) + ".input") {
   if (recompute_ == Recompute::Full) observe(nullptr);  // the parts keep through inner_
+  ln_1_.set_compute_dtype(cfg.compute_dtype());
+  ln_2_.set_compute_dtype(cfg.compute_dtype());
 }
 
 Tensor TransformerBlock::forward(const Tensor& x, int64_t seq, int64_t batch, uint64_t seed,

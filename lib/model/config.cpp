@@ -36,6 +36,17 @@ const char* activation_name(Activation act) {
   return act == Activation::SwiGlu ? "swiglu" : "gelu";
 }
 
+Precision parse_precision(const std::string& name) {
+  if (name == "fp32") return Precision::Fp32;
+  if (name == "bf16") return Precision::Bf16;
+  TP_CHECK_INPUT(false, "--precision=", name, ": expected fp32 or bf16");
+  return Precision::Fp32;
+}
+
+const char* precision_name(Precision precision) {
+  return precision == Precision::Bf16 ? "bf16" : "fp32";
+}
+
 NormKind parse_norm(const std::string& name) {
   if (name == "layernorm") return NormKind::LayerNorm;
   if (name == "rmsnorm") return NormKind::RmsNorm;
@@ -144,7 +155,8 @@ std::string GptConfig::str() const {
      << " ffn=" << inner() << " V=" << vocab << " S=" << seq << " " << act << " " << norm
      << " dropout=" << dropout << (tied ? " tied" : " untied") << (sp ? " sp" : "")
      << (overlap != "none" ? " overlap=" + overlap : "")
-     << (recompute != "none" ? " recompute=" + recompute : "");
+     << (recompute != "none" ? " recompute=" + recompute : "")
+     << (precision == Precision::Bf16 ? " bf16" : "");
   return os.str();
 }
 

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
+
 namespace tp {
 
 /// The MLP's activation (--act, checkpoint metadata "act"): GeLU (tanh approximation) or SwiGLU.
@@ -25,6 +27,15 @@ const char* activation_name(Activation act);
 NormKind parse_norm(const std::string& name);
 /// The name parse_norm takes: "layernorm" or "rmsnorm".
 const char* norm_name(NormKind norm);
+
+/// How the model stores and computes (--precision; docs/model.md, "Precision"): fp32 everywhere,
+/// or bf16 mixed precision — bf16 weight copies, activations, activation gradients and TP
+/// collectives over fp32 master weights, AdamW state, weight gradients and statistics.
+enum class Precision { Fp32, Bf16 };
+/// "fp32" | "bf16"; anything else is bad input (one line naming the choices).
+Precision parse_precision(const std::string& name);
+/// The name parse_precision takes: "fp32" or "bf16".
+const char* precision_name(Precision precision);
 
 struct GptConfig {
   int64_t layers = 2;        ///< L
@@ -49,6 +60,12 @@ struct GptConfig {
   /// The gradients do not depend on it (bitwise).
   std::string recompute = "none";
   int64_t pad_vocab_multiple = 1;  ///< V is padded up to a multiple of pad_vocab_multiple · t
+  /// fp32 or bf16 mixed precision (--precision). Not part of a checkpoint: the file holds the fp32
+  /// master, so a run saved in one precision resumes in the other.
+  Precision precision = Precision::Fp32;
+  /// The dtype of activations, their gradients and the weights' compute copies: bf16 under
+  /// Precision::Bf16, else f32. Master weights, gradients and AdamW state are f32 either way.
+  Dtype compute_dtype() const { return precision == Precision::Bf16 ? Dtype::bf16 : Dtype::f32; }
 
   /// act and norm as enums (parse_activation / parse_norm: bad input for a name problems() rejects).
   Activation activation() const { return parse_activation(act); }
@@ -82,7 +99,7 @@ struct GptConfig {
   /// Throws one bad-input tp::Error listing all problems ("; "-separated) when there are any.
   void validate(int t) const;
   /// "L=2 h=64 nh=4 nkv=4 ffn=256 V=256 S=64 gelu layernorm dropout=0 tied" (+ " sp", and
-  /// " overlap=async" unless none, " recompute=full" unless none)
+  /// " overlap=async" unless none, " recompute=full" unless none, " bf16" under Precision::Bf16)
   std::string str() const;
 };
 

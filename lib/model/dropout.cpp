@@ -7,18 +7,18 @@ Dropout::Dropout(Device& device, std::string site, float p)
 
 Tensor Dropout::forward(const Tensor& x, uint64_t seed, int64_t step, int64_t row_offset) {
   if (p_ == 0.0f || !enabled_) return x;
-  Tensor mask(device_, x.shape());
+  Tensor mask(device_, x.shape());  // f32 in either precision: 1/(1 − p) exactly
   const RngKey key = RngKey::from(seed, "dropout/" + std::to_string(step) + "/" + site_);
   device_.dropout_mask(mask, key, GlobalIndex::rows(x.cols(), row_offset), p_);
   saved_.keep(mask_, mask);
-  Tensor y(device_, x.shape());
+  Tensor y(device_, x.shape(), x.dtype());
   device_.mul(x, mask, y);
   return y;
 }
 
 Tensor Dropout::backward(const Tensor& dy) {
   if (p_ == 0.0f) return dy;
-  Tensor dx(device_, dy.shape());
+  Tensor dx(device_, dy.shape(), dy.dtype());
   device_.mul(dy, mask_.get(), dx);
   return dx;
 }

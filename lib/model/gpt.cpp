@@ -11,6 +11,42 @@ namespace {
 std::vector<float> as_float(const std::vector<int32_t>& v) {
   return std::vector<float>(v.begin(), v.end());
 }
+
+// The kernels a --precision bf16 step (and generation) hands bf16 tensors; the optimizer, the
+// gradient norm and initialisation see f32 only.
+constexpr const char* kBf16Kernels[] = {"gemm",
+                                        "add_bias",
+                                        "add_bias_backward",
+                                        "axpy",
+                                        "mul",
+                                        "gelu_forward",
+                                        "gelu_backward",
+                                        "swiglu_forward",
+                                        "swiglu_backward",
+                                        "layernorm_forward",
+                                        "layernorm_backward",
+                                        "rmsnorm_forward",
+                                        "rmsnorm_backward",
+                                        "attention_forward",
+                                        "attention_backward",
+                                        "embedding_shard_forward",
+                                        "embedding_shard_backward",
+                                        "position_forward",
+                                        "position_backward",
+                                        "vocab_max",
+                                        "vocab_sum_exp_target",
+                                        "vocab_softmax_backward"};
+
+// Bad input before anything runs: a backend without a bf16 kernel the step needs is named in one
+// line (the same on every rank: the backend comes from the command line).
+void check_bf16_kernels(const Device& device) {
+  std::string missing;
+  for (const char* k : kBf16Kernels)
+    if (!device.takes_bf16(k)) missing += (missing.empty() ? "" : ", ") + std::string(k);
+  TP_CHECK_INPUT(missing.empty(), device.backend(),
+                 ": --precision bf16 needs bf16 kernels this backend lacks (", missing,
+                 "); use --precision fp32");
+}
 }  // namespace
 
 Gpt::Gpt(Device& device, Communicator& comm, const GptConfig& cfg)
@@ -28,6 +64,7 @@ Gpt::Gpt(Device& device, Communicator& comm, const GptConfig& cfg, const StageLa
                stage_.end_layer <= cfg.layers,
            "stage blocks [", stage_.first_layer, ", ", stage_.end_layer, ") outside 0..",
            cfg.layers);
+  if (cfg.precision == Precision::Bf16) check_bf16_kernels(device);
   const int t = comm.size();
   const int64_t h = cfg.hidden;
   // wte: the lookup on the first stage, the tied head on the last (both when they are one).
@@ -44,6 +81,10 @@ Gpt::Gpt(Device& device, Communicator& comm, const GptConfig& cfg, const StageLa
   }
   if (stage_.head)
     ln_f_ = std::make_unique<Norm>(device, "transformer.ln_f", h, cfg.norm_kind(), cfg.eps, cfg.sp);
+  // Mixed precision: every layer computes with bf16 copies of its parameters (the fp32 masters
+  // stay in params_[i].value for the optimizer and checkpoints).
+  if (wte_) wte_->set_compute_dtype(cfg.compute_dtype());
+  if (ln_f_) ln_f_->set_compute_dtype(cfg.compute_dtype());
   // What the model keeps outside the blocks is recorded too, under layer −1.
   if (wte_) wte_->observe(&memory_, -1);
   drop_embd_.observe(&memory_, -1);
@@ -58,6 +99,7 @@ Gpt::Gpt(Device& device, Communicator& comm, const GptConfig& cfg, const StageLa
     pos.shape = wpe_.shape();
     pos.value = wpe_;
     pos.grad = dwpe_;
+    pos.compute = wpe_copy_ = make_compute_copy(wpe_, cfg.compute_dtype());
     pos.init_std = cfg.init_std;
     pos.decay = true;
     pos.sequence_parallel_grad = cfg.sp;  // each rank adds positions to its own tokens only
@@ -74,6 +116,7 @@ Gpt::Gpt(Device& device, Communicator& comm, const GptConfig& cfg, const StageLa
     lm_head_ = Tensor::zeros(device, Shape{split.local_rows(), h});
     dlm_head_ = Tensor::zeros(device, Shape{split.local_rows(), h});
     params_.push_back(split.vocab_param("lm_head.weight", lm_head_, dlm_head_, cfg.init_std));
+    params_.back().compute = lm_head_copy_ = make_compute_copy(lm_head_, cfg.compute_dtype());
   }
 }
 
@@ -116,7 +159,7 @@ Tensor Gpt::embed(const Batch& b, uint64_t seed, int64_t step) {
   const int64_t n = b.seq * b.batch;
   Tensor x = wte_->forward(Tensor::from_host(device_, Shape{n}, as_float(b.ids)));
   row0_ = cfg_.sp ? comm_.rank() * x.rows() : 0;
-  device_.position_forward(x, wpe_, b.batch, row0_);
+  device_.position_forward(x, compute_tensor(wpe_, wpe_copy_), b.batch, row0_);
   return drop_embd_.forward(x, seed, step, row0_);
 }
 
@@ -125,8 +168,9 @@ Tensor Gpt::head_logits(const Tensor& x, int64_t n) {
   const Tensor xf_local = ln_f_->forward(x);
   const Tensor& xf = saved_.keep(xf_, cfg_.sp ? gather_from_sp_region_forward(comm_, xf_local)
                                               : copy_to_tp_region_forward(comm_, xf_local));
-  const Tensor& head = cfg_.tied ? wte_->weight : lm_head_;
-  Tensor logits = saved_.keep(dlogits_, Tensor(device_, Shape{n, head.rows()}));  // (N, V'/t)
+  const Tensor& head = this->head();
+  Tensor logits =
+      saved_.keep(dlogits_, Tensor(device_, Shape{n, head.rows()}, xf.dtype()));  // (N, V'/t)
   device_.gemm(false, true, 1.0f, xf, head, 0.0f, logits);
   return logits;
 }
@@ -137,6 +181,9 @@ Tensor Gpt::forward_logits(const Batch& b, uint64_t seed, int64_t step) {
   check_batch(b, false);
   memory_.clear();
   batch_ = b.batch;
+  // bf16: the compute copies from the fp32 masters, one rounding per weight (after each update;
+  // remade with the same bits when several forwards share an update).
+  refresh_compute_copies(device_, params_);
   Tensor x = embed(b, seed, step);
   // 2. The blocks.
   for (auto& block : blocks_) x = block->forward(x, b.seq, b.batch, seed, step);
@@ -169,6 +216,9 @@ Tensor Gpt::forward_stage(const Batch& b, const Tensor& input, uint64_t seed, in
   check_batch(b, stage_.head);
   memory_.clear();
   batch_ = b.batch;
+  // bf16: the compute copies from the fp32 masters, one rounding per weight (after each update;
+  // remade with the same bits when several forwards share an update).
+  refresh_compute_copies(device_, params_);
   Tensor x = stage_.embedding ? embed(b, seed, step) : input;
   TP_CHECK(x.defined(), "Gpt::forward_stage: a stage after the first needs its input");
   for (auto& block : blocks_) x = block->forward(x, b.seq, b.batch, seed, step);
@@ -194,9 +244,10 @@ KvCache Gpt::make_kv_cache(int64_t batch, int64_t capacity) const {
   cache.batch = batch;
   cache.capacity = capacity;
   const int64_t cols = cfg_.kv() / comm_.size() * cfg_.head_dim();  // my kv heads
+  const Dtype dt = cfg_.compute_dtype();
   for (int64_t l = 0; l < cfg_.layers; ++l)
-    cache.layers.push_back({Tensor::zeros(device_, Shape{capacity * batch, cols}),
-                            Tensor::zeros(device_, Shape{capacity * batch, cols})});
+    cache.layers.push_back({Tensor::zeros(device_, Shape{capacity * batch, cols}, dt),
+                            Tensor::zeros(device_, Shape{capacity * batch, cols}, dt)});
   return cache;
 }
 
@@ -218,10 +269,13 @@ Tensor Gpt::forward_cached(const std::vector<int32_t>& ids, KvCache& cache, bool
     TP_CHECK_INPUT(id >= 0 && id < cfg_.vocab, "token id ", id, " outside the vocabulary of ",
                    cfg_.vocab);
 
+  // bf16: the compute copies from the fp32 masters, once per cache (the weights do not change
+  // while it fills).
+  if (past == 0) refresh_compute_copies(device_, params_);
   // 1. Embedding of the new positions (one all-reduce), plus their position rows past, past + 1…
   Tensor x = wte_->forward_partial(Tensor::from_host(device_, Shape{n * batch}, as_float(ids)));
   x = reduce_from_tp_region_forward(comm_, x);
-  device_.position_forward(x, wpe_, batch, past * batch);
+  device_.position_forward(x, compute_tensor(wpe_, wpe_copy_), batch, past * batch);
 
   // 2. The blocks, each attending over its cache (two all-reduces per block).
   for (size_t l = 0; l < blocks_.size(); ++l)
@@ -231,8 +285,8 @@ Tensor Gpt::forward_cached(const std::vector<int32_t>& ids, KvCache& cache, bool
   // 3. Final norm and the head over my vocabulary rows, for the rows asked for: (rows, V'/t).
   const Tensor rows = all_positions ? x : x.view((n - 1) * batch, n * batch);
   const Tensor xf = ln_f_->forward(rows, Keep::Nothing);
-  const Tensor& head = cfg_.tied ? wte_->weight : lm_head_;
-  Tensor logits(device_, Shape{rows.rows(), wte_->local_rows()});
+  const Tensor& head = this->head();
+  Tensor logits(device_, Shape{rows.rows(), wte_->local_rows()}, xf.dtype());
   device_.gemm(false, true, 1.0f, xf, head, 0.0f, logits);
   return logits;
 }
@@ -244,9 +298,9 @@ Tensor Gpt::backward_stage(const Tensor& dout) {
   if (stage_.head) {
     TP_CHECK(dlogits_.has_value(), "Gpt::backward called before forward");
     const Tensor &dlogits = dlogits_.get(), &xf = xf_.get();
-    const Tensor& head = cfg_.tied ? wte_->weight : lm_head_;
+    const Tensor& head = this->head();
     Tensor& dhead = cfg_.tied ? wte_->dweight : dlm_head_;
-    Tensor dxf(device_, xf.shape());
+    Tensor dxf(device_, xf.shape(), dlogits.dtype());
     device_.gemm(false, false, 1.0f, dlogits, head, 0.0f, dxf);  // my vocabulary's part of dxf
     device_.gemm(true, false, 1.0f, dlogits, xf, 1.0f, dhead);   // dhead += dlogitsᵀ xf
     dx = cfg_.sp ? gather_from_sp_region_backward(comm_, dxf)    // Σ over ranks, my tokens

@@ -71,7 +71,8 @@ struct KvCache {
   int64_t capacity = 0;  ///< positions the cache can hold
   int64_t length = 0;    ///< positions decoded so far (the next position's index)
   std::vector<LayerKvCache> layers;
-  /// Bytes this rank holds: 2 · L · capacity · B · (nkv/t) · hd · 4 — a 1/t share of the whole.
+  /// Bytes this rank holds: 2 · L · capacity · B · (nkv/t) · hd · (4, or 2 in bf16) — a 1/t share
+  /// of the whole.
   int64_t bytes() const;
 };
 
@@ -148,8 +149,13 @@ class Gpt {
   StageLayout stage_;
   std::unique_ptr<VocabParallelEmbedding> wte_;  // (V'/t, h) vocabulary shard
   Tensor wpe_, dwpe_, lm_head_, dlm_head_;       // lm_head_: (V'/t, h), untied head only
+  Tensor wpe_copy_, lm_head_copy_;               // bf16 compute copies; undefined in fp32
   std::vector<std::unique_ptr<TransformerBlock>> blocks_;
   std::unique_ptr<Norm> ln_f_;
+  /// The head's weight as the GEMMs read it: wte's (tied) or lm_head's compute copy or master.
+  const Tensor& head() const {
+    return cfg_.tied ? wte_->compute_weight() : compute_tensor(lm_head_, lm_head_copy_);
+  }
   Dropout drop_embd_;
   ParamList params_;
   MemoryLedger memory_;

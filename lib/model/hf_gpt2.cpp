@@ -305,7 +305,7 @@ void load_model_file(const ModelFile& file, Communicator& comm, Gpt& model) {
       comm, model);
 }
 
-std::string hf_config_json(const GptConfig& c) {
+std::string hf_config_json(const GptConfig& c, Dtype dtype) {
   json j;
   j["architectures"] = {"GPT2LMHeadModel"};
   j["model_type"] = "gpt2";
@@ -328,7 +328,7 @@ std::string hf_config_json(const GptConfig& c) {
   j["reorder_and_upcast_attn"] = false;
   j["bos_token_id"] = c.vocab - 1;  // GPT-2's <|endoftext|> is its last id, 50256
   j["eos_token_id"] = c.vocab - 1;
-  j["torch_dtype"] = "float32";
+  j["torch_dtype"] = dtype == Dtype::bf16 ? "bfloat16" : "float32";
   j["use_cache"] = true;
   return j.dump(2) + "\n";
 }
@@ -344,7 +344,7 @@ std::string hf_export_problem(const GptConfig& c) {
   return all;
 }
 
-void export_hf(const std::string& dir, Communicator& comm, const Gpt& model) {
+void export_hf(const std::string& dir, Communicator& comm, const Gpt& model, Dtype dtype) {
   const GptConfig& c = model.config();
   const std::string cannot = hf_export_problem(c);
   TP_CHECK_INPUT(cannot.empty(), "cannot export to ", dir,
@@ -363,11 +363,13 @@ void export_hf(const std::string& dir, Communicator& comm, const Gpt& model) {
   const auto weights = gather_stored_weights(comm, model);
   if (comm.rank() == 0) {
     safetensors::Writer w;
-    for (const auto& [name, t] : weights) w.add_f32(name, t.shape, t.values);
+    const safetensors::DType stored =
+        dtype == Dtype::bf16 ? safetensors::DType::BF16 : safetensors::DType::F32;
+    for (const auto& [name, t] : weights) w.add_float(name, stored, t.shape, t.values);
     w.set_metadata("format", "pt");  // what transformers' loader looks for
     w.write((fs::path(dir) / "model.safetensors").string());
     const std::string cfg = (fs::path(dir) / "config.json").string();
-    write_file_atomic(cfg, hf_config_json(c), "the export's " + cfg);
+    write_file_atomic(cfg, hf_config_json(c, dtype), "the export's " + cfg);
   }
   comm.barrier();
 }

@@ -65,16 +65,18 @@ void load_model_file(const ModelFile& file, Communicator& comm, Gpt& model);
 
 /// Writes `dir`/model.safetensors and `dir`/config.json, a GPT2LMHeadModel that transformers loads:
 /// the names of its save_pretrained ("transformer." prefix; lm_head.weight only when untied),
-/// F32, weights only, no vocabulary padding, metadata {"format": "pt"}. Creates `dir` if needed.
-/// Collective (an all-gather per split parameter); rank 0 writes. A model GPT-2 cannot express
-/// (SwiGLU, RMSNorm, GQA) is a bad-input error.
-void export_hf(const std::string& dir, Communicator& comm, const Gpt& model);
+/// F32 (or BF16 with dtype = Dtype::bf16: the fp32 masters rounded to nearest even, config.json's
+/// torch_dtype "bfloat16"), weights only, no vocabulary padding, metadata {"format": "pt"}.
+/// Creates `dir` if needed. Collective (an all-gather per split parameter); rank 0 writes. A model
+/// GPT-2 cannot express (SwiGLU, RMSNorm, GQA) is a bad-input error.
+void export_hf(const std::string& dir, Communicator& comm, const Gpt& model,
+               Dtype dtype = Dtype::f32);
 
 /// Why a model of `cfg` cannot be written as GPT-2 ("--act swiglu (GPT-2 has a GeLU MLP)", ...),
 /// or "" when it can.
 std::string hf_export_problem(const GptConfig& cfg);
 
 /// The config.json text export_hf writes for `cfg`.
-std::string hf_config_json(const GptConfig& cfg);
+std::string hf_config_json(const GptConfig& cfg, Dtype dtype = Dtype::f32);
 
 }  // namespace tp

@@ -6,25 +6,46 @@
 
 namespace tp {
 
-int64_t block_activation_bytes(const GptConfig& c, int64_t seq, int64_t batch, int t) {
+namespace {
+// The values a block keeps, counted in elements: those stored in the compute dtype (activations)
+// and those that are f32 in either precision (the norms' statistics, the dropout masks).
+struct KeptValues {
+  int64_t activations = 0, f32 = 0;
+};
+
+KeptValues kept_values(const GptConfig& c, int64_t seq, int64_t batch, int t) {
   const int64_t N = seq * batch, n = c.sp ? N / t : N, h = c.hidden, hd = c.head_dim();
   const Recompute recompute = parse_recompute(c.recompute);
-  if (recompute == Recompute::Full) return 4 * n * h;  // the block's input only
+  if (recompute == Recompute::Full) return {n * h, 0};  // the block's input only
   const int64_t probs = recompute == Recompute::Selective ? 0 : batch * (c.heads / t) * seq * seq;
   const int64_t stats = c.norm_kind() == NormKind::LayerNorm ? 2 * n : n;
   const int64_t mask = c.dropout > 0.0f ? n * h : 0;
   const int64_t mlp_saved = (c.activation() == Activation::SwiGlu ? 3 : 2) * N * c.inner() / t;
-  const int64_t floats = (n * h + stats)                        // ln_1 input and statistics
-                         + n * h                                // attention input
-                         + N * (c.heads + 2 * c.kv()) * hd / t  // q, k, v
-                         + probs                                // probabilities
-                         + N * c.heads * hd / t                 // attention output
-                         + mask                                 // dropout after attention
-                         + (n * h + stats)                      // ln_2 input and statistics
-                         + n * h                                // MLP input
-                         + mlp_saved                            // up (+ gate), activation
-                         + mask;                                // dropout after the MLP
-  return 4 * floats;
+  KeptValues k;
+  k.activations = n * h                                  // ln_1 input
+                  + n * h                                // attention input
+                  + N * (c.heads + 2 * c.kv()) * hd / t  // q, k, v
+                  + probs                                // probabilities
+                  + N * c.heads * hd / t                 // attention output
+                  + n * h                                // ln_2 input
+                  + n * h                                // MLP input
+                  + mlp_saved;                           // up (+ gate), activation
+  k.f32 = 2 * stats                                      // ln_1's and ln_2's statistics
+          + 2 * mask;  // the dropout masks after attention and the MLP
+  return k;
+}
+}  // namespace
+
+int64_t block_activation_bytes(const GptConfig& c, int64_t seq, int64_t batch, int t) {
+  return block_activation_bytes(c, seq, batch, t, Dtype::f32) +
+         block_activation_bytes(c, seq, batch, t, Dtype::bf16);
+}
+
+int64_t block_activation_bytes(const GptConfig& c, int64_t seq, int64_t batch, int t, Dtype dtype) {
+  const KeptValues k = kept_values(c, seq, batch, t);
+  const Dtype compute = c.compute_dtype();
+  return (dtype == compute ? dtype_size(compute) * k.activations : 0) +
+         (dtype == Dtype::f32 ? 4 * k.f32 : 0);
 }
 
 int64_t head_activation_bytes(const GptConfig& c, int64_t seq, int64_t batch, int t) {

@@ -1,7 +1,7 @@
 // memory.h — the activation memory of one transformer block, in closed form.
 //
 // What a block keeps for backward on one rank, for this implementation's choices (fp32 = 4 bytes
-// per value; dropout masks stored as fp32) with recompute = none (the attention probabilities
+// per value, bf16 = 2, see Precision below; dropout masks stored as fp32) with recompute = none (the attention probabilities
 // kept; nothing recomputed except the sequence-parallel all-gather; selective and full below).
 // With N = s·b tokens, h hidden, nh / nkv heads of size hd, ffn the MLP size, t ranks, and n = N/t
 // under sequence parallelism (N without):
@@ -42,6 +42,10 @@
 // (recompute_rerun_bytes: selective the probabilities, full everything but the kept input), so one
 // block's rerun adds to the peak. Model states in fp32: weights 4P, gradients 4P, AdamW's moments
 // 8P, or 8·⌈P/dp⌉ with ZeRO-1 over dp replicas (P: this rank's parameter elements).
+// Precision (cfg.precision, docs/model.md "Precision"): under bf16 every activation above takes 2
+// bytes instead of 4, except the norms' statistics and the dropout masks, which stay f32 (4 B).
+// GPT-2's shape in bf16, TP only: sbh(16 + 24/t) + 16sb + 2·nh·s²b/t (the masks 8sbh of it at
+// 4 B; Korthikanti's 1-byte masks would make them 2sbh, which gives their sbh(10 + 24/t)).
 #pragma once
 
 #include <cstdint>
@@ -55,6 +59,10 @@ namespace tp {
 /// \f$72\,sbh/t + 16sb/t + 4\,n_h s^2 b/t\f$ with TP + SP: the fp32 counterparts of Korthikanti et
 /// al.'s \f$sbh\,(10 + 24/t + 5as/(ht))\f$ and \f$sbh\,(34/t + 5as/(ht))\f$ (16-bit activations).
 int64_t block_activation_bytes(const GptConfig& cfg, int64_t seq, int64_t batch, int t);
+/// The part of block_activation_bytes held in tensors of `dtype`: under bf16, 2 B per activation
+/// in bf16 and 4 B per statistic and mask value in f32; in fp32 all of it in f32.
+int64_t block_activation_bytes(const GptConfig& cfg, int64_t seq, int64_t batch, int t,
+                               Dtype dtype);
 
 /// Bytes one forward keeps outside the blocks on one rank (the ledger's layer -1; see above).
 int64_t head_activation_bytes(const GptConfig& cfg, int64_t seq, int64_t batch, int t);

@@ -20,8 +20,10 @@ ParallelMLP::ParallelMLP(Device& device, Communicator& comm, const std::string& 
       gate_out_(gate_.name() + ".output") {
   for (ParallelLinearBase* l :
        {static_cast<ParallelLinearBase*>(&fc1_), static_cast<ParallelLinearBase*>(&gate_),
-        static_cast<ParallelLinearBase*>(&fc2_)})
+        static_cast<ParallelLinearBase*>(&fc2_)}) {
     l->set_overlap(overlap_);
+    l->set_compute_dtype(cfg.compute_dtype());
+  }
 }
 
 void ParallelMLP::observe(MemoryLedger* ledger, int64_t layer) {
@@ -38,7 +40,7 @@ Tensor ParallelMLP::forward(const Tensor& x_in) {
                                        ? ColumnParallelLinear::forward_shared({&fc1_, &gate_}, x_in)
                                        : std::vector<Tensor>{fc1_.forward(x_in)};
   const Tensor& up = saved_.keep(up_, outs[0]);
-  Tensor act(device_, up.shape());
+  Tensor act(device_, up.shape(), up.dtype());
   if (swiglu_) {
     const Tensor& gate = saved_.keep(gate_out_, outs[1]);
     device_.swiglu_forward(act, gate, up);  // silu(X G_r) ⊙ X U_r, local
@@ -52,10 +54,10 @@ Tensor ParallelMLP::backward(const Tensor& dy) {
   fc1_.prefetch_input();  // SP + async: X's re-gather runs under fc2's and the activation's backward
   Tensor dact = fc2_.backward(dy);  // local (g backward is the identity; SP: all-gather dY)
   const Tensor& up = up_.get();
-  Tensor dup(device_, up.shape());
+  Tensor dup(device_, up.shape(), dact.dtype());
   Tensor dgate;
   if (swiglu_) {
-    dgate = Tensor(device_, up.shape());
+    dgate = Tensor(device_, up.shape(), dact.dtype());
     device_.swiglu_backward(dgate, dup, dact, gate_out_.get(), up);
   } else {
     device_.gelu_backward(dup, dact, up);
@@ -67,7 +69,7 @@ Tensor ParallelMLP::backward(const Tensor& dy) {
 
 Tensor ParallelMLP::forward_inference(const Tensor& x) {
   const Tensor up = fc1_.forward(x, Keep::Nothing);  // X U_r: (N, ffn/t), no communication
-  Tensor act(device_, up.shape());
+  Tensor act(device_, up.shape(), up.dtype());
   if (swiglu_)
     device_.swiglu_forward(act, gate_.forward(x, Keep::Nothing), up);  // silu(X G_r) ⊙ X U_r
   else

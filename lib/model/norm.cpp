@@ -21,19 +21,25 @@ Norm::Norm(Device& device, std::string name, int64_t hidden, NormKind kind, floa
   }
 }
 
+void Norm::set_compute_dtype(Dtype dtype) {
+  weight_copy_ = make_compute_copy(weight, dtype);
+  bias_copy_ = rms_ ? Tensor() : make_compute_copy(bias, dtype);
+}
+
 Tensor Norm::forward(const Tensor& x, Keep keep_mode) {
   const bool keep = keep_mode == Keep::ForBackward;
-  Tensor y(device_, x.shape());
+  Tensor y(device_, x.shape(), x.dtype());
+  const Tensor &w = compute_tensor(weight, weight_copy_), &b = compute_tensor(bias, bias_copy_);
   Tensor rstd(device_, Shape{x.rows()});
   if (keep)
     saved_.keep(x_, x);
   else
     for (SavedTensor* slot : {&x_, &mean_, &rstd_}) slot->reset();
   if (rms_) {
-    device_.rmsnorm_forward(y, rstd, x, weight, eps_);
+    device_.rmsnorm_forward(y, rstd, x, w, eps_);
   } else {
     Tensor mean(device_, Shape{x.rows()});
-    device_.layernorm_forward(y, mean, rstd, x, weight, bias, eps_);
+    device_.layernorm_forward(y, mean, rstd, x, w, b, eps_);
     if (keep) saved_.keep(mean_, mean);
   }
   if (keep) saved_.keep(rstd_, rstd);
@@ -41,11 +47,12 @@ Tensor Norm::forward(const Tensor& x, Keep keep_mode) {
 }
 
 Tensor Norm::backward(const Tensor& dy) {
-  Tensor dx(device_, dy.shape());
+  Tensor dx(device_, dy.shape(), dy.dtype());
+  const Tensor& w = compute_tensor(weight, weight_copy_);
   if (rms_)
-    device_.rmsnorm_backward(dx, dweight, dy, x_.get(), weight, rstd_.get());
+    device_.rmsnorm_backward(dx, dweight, dy, x_.get(), w, rstd_.get());
   else
-    device_.layernorm_backward(dx, dweight, dbias, dy, x_.get(), weight, mean_.get(), rstd_.get());
+    device_.layernorm_backward(dx, dweight, dbias, dy, x_.get(), w, mean_.get(), rstd_.get());
   return dx;
 }
 
@@ -55,6 +62,7 @@ void Norm::collect_params(ParamList& out) const {
   w.shape = Shape{weight.numel()};
   w.value = weight;
   w.grad = dweight;
+  w.compute = weight_copy_;
   w.init = Init::Ones;
   w.sequence_parallel_grad = sp_;
   out.push_back(w);
@@ -63,6 +71,7 @@ void Norm::collect_params(ParamList& out) const {
   b.name = name_ + ".bias";
   b.value = bias;
   b.grad = dbias;
+  b.compute = bias_copy_;
   b.init = Init::Zeros;
   out.push_back(b);
 }

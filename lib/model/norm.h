@@ -35,6 +35,10 @@ class Norm {
   bool is_rms() const { return rms_; }
   /// Record what forward keeps in `ledger` under block `layer`.
   void observe(MemoryLedger* ledger, int64_t layer) { saved_.attach(ledger, layer); }
+  /// Computes with copies of weight and bias in `dtype` (bf16: refreshed from the fp32 master by
+  /// the model's refresh_compute_copies; f32: the parameters themselves). The statistics (mean,
+  /// rstd) are f32 in either.
+  void set_compute_dtype(Dtype dtype);
 
   Tensor weight, bias, dweight, dbias;  ///< (h); bias only for LayerNorm
 
@@ -45,7 +49,8 @@ class Norm {
   float eps_;
   bool sp_;
   ActivationStash saved_;
-  SavedTensor x_, mean_, rstd_;  // input (N, h); statistics (N), the mean for LayerNorm only
+  SavedTensor x_, mean_, rstd_;     // input (N, h); statistics (N), the mean for LayerNorm only
+  Tensor weight_copy_, bias_copy_;  // bf16 compute copies (set_compute_dtype), else undefined
 };
 
 }  // namespace tp

@@ -250,8 +250,12 @@ Preflight preflight(const PreflightInput& in) {
     if (x.per_layer) p.params_per_layer += x.global.numel();
   }
   const int64_t P = p.params_per_rank, d = in.dtype_bytes;
+  // Mixed precision (d < 4, --precision bf16): a d-byte compute copy of the weights over the fp32
+  // master (counted with AdamW); the weight gradients stay fp32 in this implementation
+  // (docs/model.md, "Precision"), so the model states are 2 + 4 + 4 + 8 = 18 B per parameter
+  // against fp32's 4 + 4 + 8 = 16: mixed precision saves activations and wire bytes, not states.
   p.weight_bytes = P * d;
-  p.grad_bytes = P * d;
+  p.grad_bytes = P * 4;
   // ZeRO-1 (AdamW::shard_over): each DP rank holds the moments (and master copy) of its
   // ⌈P/dp⌉ of the flattened parameters.
   const int64_t dp = std::max(1, in.zero_dp), owned = (P + dp - 1) / dp;
@@ -262,6 +266,7 @@ Preflight preflight(const PreflightInput& in) {
   GptConfig plain = c, with_sp = c;
   plain.sp = false;
   with_sp.sp = true;
+  if (d < 4) plain.precision = with_sp.precision = Precision::Bf16;  // 2-byte activations
   p.act_impl_tp = block_activation_bytes(plain, S, B, t);
   p.act_impl_sp = block_activation_bytes(with_sp, S, B, t);
   const double sbh = static_cast<double>(N) * static_cast<double>(c.hidden);
@@ -364,11 +369,12 @@ std::string preflight_report(const Preflight& p) {
 
   const int64_t L = c.layers;
   const bool fp32 = in.dtype_bytes >= 4;
-  const double act_total = fp32 ? static_cast<double>(c.sp ? p.act_impl_sp : p.act_impl_tp) * L
-                                : (c.sp ? p.act_k_sp_flash : p.act_k_tp_flash) * L;
+  // This implementation's activations in either precision (bf16: 2 B values, fp32 statistics and
+  // masks; model/memory.h).
+  const double act_total = static_cast<double>(c.sp ? p.act_impl_sp : p.act_impl_tp) * L;
   os << "\n# memory per rank (GB = 10^9 bytes)\n";
   os << format("  %-52s %12s\n", "weights (P x d)", bytes_str(p.weight_bytes).c_str());
-  os << format("  %-52s %12s\n", "gradients (P x d)", bytes_str(p.grad_bytes).c_str());
+  os << format("  %-52s %12s\n", "gradients, fp32 (P x 4)", bytes_str(p.grad_bytes).c_str());
   os << format("  %-52s %12s\n",
                fp32 ? "AdamW exp_avg + exp_avg_sq (P x 8)"
                     : "AdamW exp_avg + exp_avg_sq + fp32 master (P x 12)",
@@ -378,8 +384,9 @@ std::string preflight_report(const Preflight& p) {
     os << format("    %-50s %12s %12s\n", what, bytes_str(per_layer).c_str(),
                  bytes_str(per_layer * L).c_str());
   };
-  act("this implementation (fp32), TP", p.act_impl_tp);
-  act("this implementation (fp32), TP + SP", p.act_impl_sp);
+  act(fp32 ? "this implementation (fp32), TP" : "this implementation (bf16), TP", p.act_impl_tp);
+  act(fp32 ? "this implementation (fp32), TP + SP" : "this implementation (bf16), TP + SP",
+      p.act_impl_sp);
   act("Korthikanti, no TP: sbh*34 + 5as^2b", p.act_k_none);
   act(format("Korthikanti, TP: sbh*(10 + 24/%d) + 5as^2b/%d", t, t).c_str(), p.act_k_tp);
   act(format("Korthikanti, TP + SP: sbh*34/%d + 5as^2b/%d", t, t).c_str(), p.act_k_sp);
@@ -394,9 +401,7 @@ std::string preflight_report(const Preflight& p) {
           .c_str(),
       bytes_str(p.logits_bytes).c_str());
   os << format("  %-52s %12s\n",
-               format("total, %s activations%s", fp32 ? "this implementation's" : "FlashAttention",
-                      c.sp ? " with SP" : "")
-                   .c_str(),
+               format("total, this implementation's activations%s", c.sp ? " with SP" : "").c_str(),
                bytes_str(p.weight_bytes + p.grad_bytes + p.adamw_bytes + act_total +
                          static_cast<double>(p.logits_bytes))
                    .c_str());

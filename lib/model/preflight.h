@@ -30,11 +30,16 @@
 //   norms, wpe                                replicated
 //
 // Memory per rank (P = the parameters this rank holds, replicated ones included):
-//   weights      P · d
-//   gradients    P · d
-//   AdamW        P · 8 (exp_avg and exp_avg_sq in fp32) + P · 4 for an fp32 master copy when d < 4
+//   weights      P · d (d < 4: the bf16 compute copy of --precision bf16)
+//   gradients    P · 4 (this implementation keeps weight gradients in fp32 in either precision)
+//   AdamW        P · 8 (exp_avg and exp_avg_sq in fp32) + P · 4 for the fp32 master when d < 4
+//   So the model states are 16 B per parameter in fp32 (4 + 4 + 8) and 18 B in bf16 mixed
+//   precision (2 + 4 + 4 + 8; Megatron's bf16 gradients make it 16): mixed precision does not
+//   halve them, as a "bf16 halves the memory" reading suggests; it halves activations and bytes
+//   on the wire.
 //   activations  per layer, two ways:
-//     this implementation (fp32, masks as fp32): block_activation_bytes (model/memory.h), which
+//     this implementation (d bytes per activation, statistics and masks as fp32):
+//     block_activation_bytes (model/memory.h), which
 //     tp_train checks against its memory ledger, with and without SP;
 //     Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models",
 //     16-bit values, 1-byte dropout masks, a GPT layer with f = 4h and nkv = nh):

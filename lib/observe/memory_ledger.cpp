@@ -10,7 +10,7 @@ void MemoryLedger::save(const std::string& name, int64_t layer, const Tensor& t,
   if (slot) slots_.push_back(slot);
   for (const Tensor& k : kept_)
     if (k.raw() == t.raw() && k.numel() == t.numel()) return;  // already counted (a shared input)
-  records_.push_back({name, t.shape(), static_cast<int64_t>(t.bytes()), layer});
+  records_.push_back({name, t.shape(), static_cast<int64_t>(t.bytes()), layer, t.dtype()});
   kept_.push_back(t);
 }
 
@@ -52,6 +52,13 @@ int64_t MemoryLedger::layer_bytes(int64_t layer) const {
   int64_t sum = 0;
   for (const auto& r : records_)
     if (r.layer == layer) sum += r.bytes;
+  return sum;
+}
+
+int64_t MemoryLedger::layer_bytes(int64_t layer, Dtype dtype) const {
+  int64_t sum = 0;
+  for (const auto& r : records_)
+    if (r.layer == layer && r.dtype == dtype) sum += r.bytes;
   return sum;
 }
 

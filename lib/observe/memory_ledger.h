@@ -20,7 +20,8 @@ struct MemoryRecord {
   std::string name;  ///< "h.0.attn.probs"
   Shape shape;       ///< this rank's shape
   int64_t bytes = 0;
-  int64_t layer = -1;  ///< block index; -1 outside the blocks (embedding, final norm, head)
+  int64_t layer = -1;        ///< block index; -1 outside the blocks (embedding, final norm, head)
+  Dtype dtype = Dtype::f32;  ///< how it is stored: bf16 activations under --precision bf16
 };
 
 /// What one forward kept, moved out of the layers' slots (MemoryLedger::take): pipeline
@@ -58,6 +59,9 @@ class MemoryLedger {
   const std::vector<MemoryRecord>& records() const { return records_; }
   /// Bytes kept by block `layer`.
   int64_t layer_bytes(int64_t layer) const;
+  /// Bytes kept by block `layer` in tensors of `dtype` (bf16 activations, f32 statistics and
+  /// masks under --precision bf16).
+  int64_t layer_bytes(int64_t layer, Dtype dtype) const;
   /// Bytes kept in all.
   int64_t total_bytes() const;
 

@@ -38,7 +38,7 @@ void ring_all_gather_each(Communicator& comm, const Tensor& local,
     std::unique_ptr<Work> work;
     if (s + 1 < t) {
       Tensor& into = buffers[s % 2];
-      if (!into.defined()) into = Tensor(local.device(), local.shape());
+      if (!into.defined()) into = Tensor(local.device(), local.shape(), local.dtype());
       work = comm.send_recv_async(held, next, into, prev);  // block (r − s − 1) arrives meanwhile
     }
     f((r - s + t) % t, held);
@@ -66,7 +66,7 @@ Tensor ring_reduce_scatter(Communicator& comm, const std::function<Tensor(int)>&
     }
     if (s + 1 == t) return sum;
     sending = sum;  // kept alive until the transfer is waited for
-    if (!receiving.defined()) receiving = Tensor(sum.device(), sum.shape());
+    if (!receiving.defined()) receiving = Tensor(sum.device(), sum.shape(), sum.dtype());
     work = comm.send_recv_async(sending, next, receiving, prev);
   }
   return Tensor();  // not reached

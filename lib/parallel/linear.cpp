@@ -33,6 +33,11 @@ ParallelLinearBase::ParallelLinearBase(Device& device, Communicator& comm, std::
   }
 }
 
+void ParallelLinearBase::set_compute_dtype(Dtype dtype) {
+  weight_copy_ = make_compute_copy(weight, dtype);
+  bias_copy_ = has_bias() ? make_compute_copy(bias, dtype) : Tensor();
+}
+
 void ParallelLinearBase::zero_grad() {
   device_.fill(dweight, 0.0f);
   if (has_bias()) device_.fill(dbias, 0.0f);
@@ -47,6 +52,7 @@ void ParallelLinearBase::collect(ParamList& out, Split weight_split, int64_t wei
   w.offset = weight_offset;
   w.value = weight;
   w.grad = dweight;
+  w.compute = weight_copy_;
   w.init_std = weight_std;
   w.decay = true;
   out.push_back(w);
@@ -58,6 +64,7 @@ void ParallelLinearBase::collect(ParamList& out, Split weight_split, int64_t wei
   b.offset = bias_offset;
   b.value = bias;
   b.grad = dbias;
+  b.compute = bias_copy_;
   b.init = Init::Zeros;
   out.push_back(b);
 }
@@ -116,9 +123,9 @@ Tensor ColumnParallelLinear::forward_whole(const Tensor& x_in, bool keep) {
     saved_.keep(input_, x);
   else
     input_.reset();
-  Tensor y(device_, x.shape().with(x.ndim() - 1, out_local_));
-  device_.gemm(false, false, 1.0f, x, weight, 0.0f, y);  // Y_r = X A_r
-  if (has_bias()) device_.add_bias(y, bias);             //     + b_r
+  Tensor y(device_, x.shape().with(x.ndim() - 1, out_local_), x.dtype());
+  device_.gemm(false, false, 1.0f, x, compute_weight(), 0.0f, y);  // Y_r = X A_r
+  if (has_bias()) device_.add_bias(y, compute_bias());             //     + b_r
   return gather_output_ ? gather_from_tp_region_forward(comm_, y) : y;
 }
 
@@ -153,16 +160,17 @@ std::vector<Tensor> ColumnParallelLinear::forward_shared(
     const int64_t n = x_in.rows();
     for (ColumnParallelLinear* l : group) {
       l->input_.reset();
-      ys.emplace_back(dev, Shape{n * comm.size(), l->out_local_});
+      ys.emplace_back(dev, Shape{n * comm.size(), l->out_local_}, x_in.dtype());
     }
     ring_all_gather_each(comm, x_in, [&](int c, const Tensor& x_c) {
       for (size_t i = 0; i < group.size(); ++i) {
         Tensor y_c = ys[i].view(c * n, (c + 1) * n);
-        dev.gemm(false, false, 1.0f, x_c, group[i]->weight, 0.0f, y_c);  // rows of block c: X_c A_i
+        dev.gemm(false, false, 1.0f, x_c, group[i]->compute_weight(), 0.0f,
+                 y_c);  // rows of block c: X_c A_i
       }
     });
     for (size_t i = 0; i < group.size(); ++i)
-      if (group[i]->has_bias()) dev.add_bias(ys[i], group[i]->bias);
+      if (group[i]->has_bias()) dev.add_bias(ys[i], group[i]->compute_bias());
     return ys;
   }
   // All-gather my s/t tokens into the whole sequence; the layers keep nothing more.
@@ -255,8 +263,8 @@ Tensor ColumnParallelLinear::local_dy(const Tensor& dy) {
 
 Tensor ColumnParallelLinear::input_grad(const Tensor& dy_in) {
   const Tensor dy = local_dy(dy_in);
-  Tensor dx(device_, dy.shape().with(dy.ndim() - 1, in_));
-  device_.gemm(false, true, 1.0f, dy, weight, 0.0f, dx);  // dY_r A_rᵀ: one term of dX
+  Tensor dx(device_, dy.shape().with(dy.ndim() - 1, in_), dy.dtype());
+  device_.gemm(false, true, 1.0f, dy, compute_weight(), 0.0f, dx);  // dY_r A_rᵀ: one term of dX
   return dx;
 }
 
@@ -321,17 +329,17 @@ Tensor RowParallelLinear::forward(const Tensor& x, Keep keep_mode) {
     check_divisible(name_ + ": the sequence dimension", x_r.rows(), comm_.size());
     const int64_t n = x_r.rows() / comm_.size();
     y = ring_reduce_scatter(comm_, [&](int d) {
-      Tensor block(device_, Shape{n, out_});
-      device_.gemm(false, false, 1.0f, x_r.view(d * n, (d + 1) * n), weight, 0.0f, block);
+      Tensor block(device_, Shape{n, out_}, x_r.dtype());
+      device_.gemm(false, false, 1.0f, x_r.view(d * n, (d + 1) * n), compute_weight(), 0.0f, block);
       return block;
     });
   } else {
-    Tensor partial(device_, x_r.shape().with(x_r.ndim() - 1, out_));
-    device_.gemm(false, false, 1.0f, x_r, weight, 0.0f, partial);                 // X_r A_r
+    Tensor partial(device_, x_r.shape().with(x_r.ndim() - 1, out_), x_r.dtype());
+    device_.gemm(false, false, 1.0f, x_r, compute_weight(), 0.0f, partial);       // X_r A_r
     y = sequence_parallel_ ? reduce_scatter_to_sp_region_forward(comm_, partial)  // Σ_r, my tokens
                            : reduce_from_tp_region_forward(comm_, partial);       // g: Σ_r X_r A_r
   }
-  if (has_bias()) device_.add_bias(y, bias);  // + b, once
+  if (has_bias()) device_.add_bias(y, compute_bias());  // + b, once
   return y;
 }
 
@@ -343,10 +351,10 @@ Tensor RowParallelLinear::backward(const Tensor& dy_in) {
     TP_CHECK(dy_in.cols() == out_ && dy_in.rows() * comm_.size() == x_r.rows(), name_,
              ".backward: dy ", dy_in.shape().str(), " does not match the forward output");
     const int64_t n = dy_in.rows();
-    Tensor dx(device_, x_r.shape());
+    Tensor dx(device_, x_r.shape(), x_r.dtype());
     ring_all_gather_each(comm_, dy_in, [&](int c, const Tensor& dy_c) {
       Tensor dx_c = dx.view(c * n, (c + 1) * n);
-      device_.gemm(false, true, 1.0f, dy_c, weight, 0.0f, dx_c);                           // dX_r
+      device_.gemm(false, true, 1.0f, dy_c, compute_weight(), 0.0f, dx_c);                 // dX_r
       device_.gemm(true, false, 1.0f, x_r.view(c * n, (c + 1) * n), dy_c, 1.0f, dweight);  // dA_r
     });
     if (has_bias()) device_.add_bias_backward(dbias, dy_in);  // my tokens (summed over the group)
@@ -359,8 +367,8 @@ Tensor RowParallelLinear::backward(const Tensor& dy_in) {
            " does not match the forward output");
   device_.gemm(true, false, 1.0f, x_r, dy, 1.0f, dweight);  // dA_r += X_rᵀ dY
   if (has_bias()) device_.add_bias_backward(dbias, sequence_parallel_ ? dy_in : dy);  // db += Σ dY
-  Tensor dx(device_, x_r.shape());
-  device_.gemm(false, true, 1.0f, dy, weight, 0.0f, dx);  // dX_r = dY A_rᵀ
+  Tensor dx(device_, x_r.shape(), x_r.dtype());
+  device_.gemm(false, true, 1.0f, dy, compute_weight(), 0.0f, dx);  // dX_r = dY A_rᵀ
   return input_is_parallel_ ? dx : scatter_to_tp_region_backward(comm_, dx);
 }
 

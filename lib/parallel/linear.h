@@ -39,6 +39,12 @@ class ParallelLinearBase {
   void observe(MemoryLedger* ledger, int64_t layer) { saved_.attach(ledger, layer); }
   /// How backward overlaps its collective with compute (collective_matmul.h); default None.
   void set_overlap(Overlap overlap) { overlap_ = overlap; }
+  /// Computes with copies of the weight and bias in `dtype` (bf16: made by the model's
+  /// refresh_compute_copies from the fp32 master after each update; f32: the parameters themselves).
+  void set_compute_dtype(Dtype dtype);
+  /// What forward and backward read: the compute copies, or the parameters in fp32.
+  const Tensor& compute_weight() const { return compute_tensor(weight, weight_copy_); }
+  const Tensor& compute_bias() const { return compute_tensor(bias, bias_copy_); }
 
   Tensor weight;   ///< this rank's shard of the [in, out] weight
   Tensor bias;     ///< this rank's bias (see each layer for its shape); undefined without bias
@@ -61,7 +67,8 @@ class ParallelLinearBase {
   std::string name_;
   int64_t in_, out_;
   ActivationStash saved_;
-  SavedTensor input_;  ///< what forward keeps for backward: name() + ".input"
+  SavedTensor input_;               ///< what forward keeps for backward: name() + ".input"
+  Tensor weight_copy_, bias_copy_;  ///< bf16 compute copies (set_compute_dtype), else undefined
   Overlap overlap_ = Overlap::None;
 };
 

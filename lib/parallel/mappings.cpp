@@ -21,7 +21,7 @@ Tensor split_last_dim(Communicator& comm, const Tensor& x) {
   if (t == 1) return x;
   check_divisible("the last dimension", x.cols(), t);
   const int64_t c = x.cols() / t;
-  Tensor out(x.device(), x.shape().with(x.ndim() - 1, c));
+  Tensor out(x.device(), x.shape().with(x.ndim() - 1, c), x.dtype());
   x.device().copy_columns(x, comm.rank() * c, out, 0, c);
   return out;
 }
@@ -32,9 +32,9 @@ Tensor gather_last_dim(Communicator& comm, const Tensor& x) {
   const int64_t rows = x.rows(), c = x.cols();
   // The communicator concatenates along dim 0: [t, rows, c]. Rank i's block becomes columns
   // [i·c, (i+1)·c) of the result.
-  Tensor stacked(x.device(), Shape{t, rows, c});
+  Tensor stacked(x.device(), Shape{t, rows, c}, x.dtype());
   comm.all_gather(x, stacked);
-  Tensor out(x.device(), x.shape().with(x.ndim() - 1, c * t));
+  Tensor out(x.device(), x.shape().with(x.ndim() - 1, c * t), x.dtype());
   for (int i = 0; i < t; ++i) {
     Tensor block = stacked.view(i, i + 1).reshape(Shape{rows, c});
     x.device().copy_columns(block, 0, out, i * c, c);
@@ -55,7 +55,7 @@ Tensor gather_first_dim(Communicator& comm, const Tensor& x) {
   const int t = comm.size();
   if (t == 1) return x;
   TP_CHECK(x.ndim() >= 1, "the sequence dimension is dim 0; got a scalar");
-  Tensor out(x.device(), x.shape().with(0, x.dim(0) * t));
+  Tensor out(x.device(), x.shape().with(0, x.dim(0) * t), x.dtype());
   comm.all_gather(x, out);
   return out;
 }
@@ -65,7 +65,7 @@ Tensor reduce_scatter_first_dim(Communicator& comm, const Tensor& x) {
   if (t == 1) return x;
   TP_CHECK(x.ndim() >= 1, "the sequence dimension is dim 0; got a scalar");
   check_divisible("the sequence dimension", x.dim(0), t);
-  Tensor out(x.device(), x.shape().with(0, x.dim(0) / t));
+  Tensor out(x.device(), x.shape().with(0, x.dim(0) / t), x.dtype());
   comm.reduce_scatter(x, out);
   return out;
 }
@@ -82,7 +82,7 @@ Pending gather_first_dim_async(Communicator& comm, const Tensor& x) {
   const int t = comm.size();
   if (t == 1) return Pending(x, nullptr);
   TP_CHECK(x.ndim() >= 1, "the sequence dimension is dim 0; got a scalar");
-  Tensor out(x.device(), x.shape().with(0, x.dim(0) * t));
+  Tensor out(x.device(), x.shape().with(0, x.dim(0) * t), x.dtype());
   std::unique_ptr<Work> work = comm.all_gather_async(x, out);
   return Pending(out, std::move(work));
 }
@@ -92,7 +92,7 @@ Pending reduce_scatter_first_dim_async(Communicator& comm, const Tensor& x) {
   if (t == 1) return Pending(x, nullptr);
   TP_CHECK(x.ndim() >= 1, "the sequence dimension is dim 0; got a scalar");
   check_divisible("the sequence dimension", x.dim(0), t);
-  Tensor out(x.device(), x.shape().with(0, x.dim(0) / t));
+  Tensor out(x.device(), x.shape().with(0, x.dim(0) / t), x.dtype());
   std::unique_ptr<Work> work = comm.reduce_scatter_async(x, out);
   return Pending(out, std::move(work));
 }

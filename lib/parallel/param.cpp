@@ -34,6 +34,16 @@ void init_params(Device& device, ParamList& params, uint64_t seed) {
   }
 }
 
+Tensor make_compute_copy(const Tensor& value, Dtype dtype) {
+  if (dtype == Dtype::f32) return Tensor();
+  return Tensor(value.device(), value.shape(), dtype);
+}
+
+void refresh_compute_copies(Device& device, ParamList& params) {
+  for (Param& p : params)
+    if (p.compute.defined()) device.convert(p.value, p.compute);
+}
+
 void zero_grads(Device& device, ParamList& params) {
   for (Param& p : params) device.fill(p.grad, 0.0f);
 }

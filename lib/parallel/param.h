@@ -55,6 +55,9 @@ struct Param {
   std::string ckpt_name;
   int64_t ckpt_col0 = 0;
   int64_t ckpt_cols = 0;
+  /// Under bf16 mixed precision, the bf16 copy of `value` (the fp32 master) that forward and
+  /// backward read, remade by refresh_compute_copies; undefined in fp32 (the layers read value).
+  Tensor compute;
 
   int64_t rows() const {
     return shape.ndim() == 2 ? shape[0] : 1;
@@ -67,6 +70,16 @@ struct Param {
 };
 
 using ParamList = std::vector<Param>;
+
+/// A layer's copy of a parameter tensor for dtype: a new bf16 tensor of the same shape when dtype
+/// is bf16, else undefined (fp32 computes with the parameter itself).
+Tensor make_compute_copy(const Tensor& value, Dtype dtype);
+/// What a layer computes with: the copy when it has one, else the parameter itself.
+inline const Tensor& compute_tensor(const Tensor& value, const Tensor& copy) {
+  return copy.defined() ? copy : value;
+}
+/// compute = value rounded to bf16 (one rounding per weight) for every parameter with a copy.
+void refresh_compute_copies(Device& device, ParamList& params);
 
 /// Fills every parameter from (seed, name, global index): identical numbers for every t.
 void init_params(Device& device, ParamList& params, uint64_t seed);

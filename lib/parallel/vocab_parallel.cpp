@@ -56,8 +56,8 @@ void VocabParallelEmbedding::zero_padding(Tensor& w) const {
 
 Tensor VocabParallelEmbedding::forward_partial(const Tensor& ids) const {
   TP_CHECK(ids.ndim() == 1, name_, ".forward: ids ", ids.shape().str(), " should be (N)");
-  Tensor e(device_, Shape{ids.numel(), hidden_});
-  device_.embedding_shard_forward(e, ids, weight,
+  Tensor e(device_, Shape{ids.numel(), hidden_}, compute_weight().dtype());
+  device_.embedding_shard_forward(e, ids, compute_weight(),
                                   first_);  // my rows, zeros for the other ranks' ids
   return e;
 }
@@ -92,6 +92,7 @@ Param VocabParallelEmbedding::vocab_param(std::string name, const Tensor& value,
 
 void VocabParallelEmbedding::collect_params(ParamList& out, float std) const {
   out.push_back(vocab_param(name_ + ".weight", weight, dweight, std));
+  out.back().compute = weight_copy_;
 }
 
 // ---- vocabulary-parallel cross-entropy ----------------------------------------------------------

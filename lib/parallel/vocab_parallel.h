@@ -72,6 +72,11 @@ class VocabParallelEmbedding {
   /// Record the ids kept for backward in `ledger` under block `layer` (−1: outside the blocks).
   void observe(MemoryLedger* ledger, int64_t layer) { saved_.attach(ledger, layer); }
   const std::string& name() const { return name_; }
+  /// Computes with a copy of the table in `dtype` (bf16: refreshed from the fp32 master by the
+  /// model's refresh_compute_copies; f32: the table itself).
+  void set_compute_dtype(Dtype dtype) { weight_copy_ = make_compute_copy(weight, dtype); }
+  /// What the lookup (and a tied head) reads: the compute copy, or the table in fp32.
+  const Tensor& compute_weight() const { return compute_tensor(weight, weight_copy_); }
 
   Tensor weight;   ///< this rank's rows: (V'/t, h)
   Tensor dweight;  ///< their gradient, accumulated by backward
@@ -83,7 +88,8 @@ class VocabParallelEmbedding {
   int64_t vocab_, padded_, hidden_, rows_, first_;
   bool sp_;
   ActivationStash saved_;
-  SavedTensor ids_;  // (N)
+  SavedTensor ids_;     // (N)
+  Tensor weight_copy_;  // bf16 compute copy (set_compute_dtype), else undefined
 };
 
 /// The per-token numbers of the vocabulary-parallel cross-entropy, each (N). Before its all-reduce
