@@ -7,7 +7,8 @@
 //      every gradient of --overlap none bit for bit (it only reorders independent GEMMs around the
 //      same collectives); --overlap ring (SP) to 1e-6 relative (the weight gradient's k-sum is split
 //      into t blocks and the reduce-scatter adds in ring order).
-//      Both also against t = 1 at the model tests' tolerances.
+//      Both also against t = 1 at the model tests' tolerances. --overlap chunked (plain TP, with
+//      dropout) gives none's numbers bit for bit, in kChunkedBlocks calls per all-reduce.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -100,9 +101,8 @@ using OverlapCase = std::tuple<bool, std::string, std::string>;  // sp, act, ove
 
 class OverlapEquivalence : public ::testing::TestWithParam<OverlapCase> {};
 
-TEST_P(OverlapEquivalence, SameLossAndGradientsAsNoOverlap) {
-  GptConfig cfg = small_config();
-  std::tie(cfg.sp, cfg.act, cfg.overlap) = GetParam();
+// cfg against the same config with --overlap none at t = np, and against t = 1.
+void expect_same_as_none(const GptConfig& cfg) {
   GptConfig plain = cfg;
   plain.overlap = "none";
   GptConfig one = plain;
@@ -120,9 +120,10 @@ TEST_P(OverlapEquivalence, SameLossAndGradientsAsNoOverlap) {
     models[i]->backward();
     models[i]->finish_gradients();
   }
-  const bool exact = cfg.overlap == "async" || world().size() == 1;
-  // Against --overlap none at the same t: bitwise for async (and ring at t = 1: one block), else
-  // 1e-6 (the ring splits the weight gradient's k-sum into t blocks).
+  const Overlap mode = parse_overlap(cfg.overlap);
+  const bool exact = mode == Overlap::Async || mode == Overlap::Chunked || world().size() == 1;
+  // Against --overlap none at the same t: bitwise for async and chunked (and ring at t = 1: one
+  // block), else 1e-6 (the ring splits the weight gradient's k-sum into t blocks).
   double bias_scale = 0;  // the key bias's gradient is float noise: measured against q/v biases
   for (const Param& p : base.params())
     if (p.name.find(".q.bias") != std::string::npos || p.name.find(".v.bias") != std::string::npos)
@@ -147,6 +148,12 @@ TEST_P(OverlapEquivalence, SameLossAndGradientsAsNoOverlap) {
   expect_grads_match(model.params(), ref.params(), kTol);
 }
 
+TEST_P(OverlapEquivalence, SameLossAndGradientsAsNoOverlap) {
+  GptConfig cfg = small_config();
+  std::tie(cfg.sp, cfg.act, cfg.overlap) = GetParam();
+  expect_same_as_none(cfg);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Overlap, OverlapEquivalence,
     ::testing::Values(OverlapCase{false, "gelu", "async"}, OverlapCase{false, "swiglu", "async"},
@@ -156,6 +163,65 @@ INSTANTIATE_TEST_SUITE_P(
   return std::string(std::get<0>(i.param) ? "sp_" : "nosp_") + std::get<1>(i.param) + "_" +
          std::get<2>(i.param);
     });
+
+// --overlap chunked (plain TP): g's and f's all-reduces in row blocks, each under the next block's
+// GEMM. A row block's products are the rows of the whole product and each element's all-reduce
+// adds the same t numbers, so loss and gradients equal none's bit for bit, here with dropout on
+// (the masks are keyed by global position, so they do not see the blocks either).
+TEST(OverlapChunked, EqualsNoneBitwiseWithDropout) {
+  for (const char* act : {"gelu", "swiglu"}) {
+    SCOPED_TRACE(act);
+    GptConfig cfg = small_config();
+    cfg.act = act;
+    cfg.dropout = 0.1f;
+    cfg.overlap = "chunked";
+    expect_same_as_none(cfg);
+  }
+}
+
+// The blocks' all-reduces are the whole's, cut: g's (forward) and f's (backward) all-reduces move
+// the same elements as none's in kChunkedBlocks calls each.
+TEST(OverlapChunked, SameElementsInBlocks) {
+  if (world().size() == 1) GTEST_SKIP() << "no collectives at t = 1";
+  GptConfig cfg = small_config();
+  const Batch b = markov_batch(cfg.vocab, 1, 2, cfg.seq);
+  size_t calls[2] = {0, 0};
+  int64_t elements[2] = {0, 0};
+  const char* modes[] = {"none", "chunked"};
+  for (int m = 0; m < 2; ++m) {
+    cfg.overlap = modes[m];
+    Gpt model(device(), world(), cfg);
+    model.init(kSeed);
+    model.zero_grad();
+    const size_t mark = world().ledger().size();
+    model.forward(b, kSeed, 1);
+    model.backward();
+    for (size_t i = mark; i < world().ledger().size(); ++i) {
+      const CommRecord& r = world().ledger().records()[i];
+      if (r.label.find("reduce_from_tp_region.forward") == std::string::npos &&
+          r.label.find("copy_to_tp_region.backward") == std::string::npos)
+        continue;
+      EXPECT_EQ(r.op, "all_reduce") << r.label;
+      ++calls[m];
+      elements[m] += r.elements;
+    }
+  }
+  // Per block four all-reduces are chunked: the out-projection's and fc2's g (forward), qkv's and
+  // fc1's f (backward); the vocab-parallel embedding's g and the head's f stay whole.
+  const size_t chunked = 4u * cfg.layers;
+  EXPECT_EQ(calls[0], chunked + 2);
+  EXPECT_EQ(calls[1], kChunkedBlocks * chunked + 2);
+  EXPECT_EQ(elements[1], elements[0]);
+}
+
+TEST(OverlapConfig, ChunkedWithSequenceParallelismIsRefused) {
+  GptConfig cfg = small_config();
+  cfg.overlap = "chunked";
+  cfg.sp = true;
+  EXPECT_THROW(cfg.validate(world().size()), Error);
+  cfg.sp = false;
+  EXPECT_NO_THROW(cfg.validate(world().size()));
+}
 
 TEST(OverlapConfig, RingWithoutSequenceParallelismIsRefused) {
   GptConfig cfg = small_config();
