@@ -19,7 +19,8 @@ and repeated: 3 times, 5 for the overlap and the strong-scaling rows (--quick or
      64 MiB, nccl-tests columns. Goal: library ≤ 1.05× MPI at ≥ 256 KiB.
   4. Overlap: lesson 11's block over a simulated link sized to the ring's overlappable compute,
      none, async and ring in each run (goals for the ring: ≥ 70 % of the communication hidden,
-     step ≤ 0.75× none's); and tp_train's α–β predictions against the measured collectives under a
+     step ≤ 0.75× none's), and its no-SP table, none and chunked over the same link (goal for
+     chunked: ≥ 60 % hidden); and tp_train's α–β predictions against the measured collectives under a
      simulated 10 GbE (goal 0.8 … 1.25 for every collective ≥ 64 KiB).
   5. Training tokens/s of the benchmark model (tp_train) against its PyTorch eager twin
      (scripts/bench_gpt_torch.py, after checking that the twin computes the same loss and
@@ -188,6 +189,7 @@ class Table:
                         combine(r.mark() for r in rows)])
         # The other sections' rows one by one, each named so that it reads without its section.
         named = {"overlap (t = 2, SP)": "lesson 11 (t = 2, SP, simulated link), {}",
+                 "overlap (t = 2, no SP)": "lesson 11 (t = 2, no SP, simulated link), {}",
                  "α–β predictor (np 2)": "α–β prediction / measured, {} (`tp_train --link 10gbe --predict`)",
                  "training (t = 1)": "{} vs PyTorch eager", "strong scaling": "strong scaling: {}"}
         for r in self.rows:
@@ -303,27 +305,33 @@ def collective_rows(table, build, reps):
     return wrong
 
 
-LESSON_11_ROW = re.compile(r"^\| (none|async|ring) +\| ([\d.]+) ms +\| [\d.]+ ms +\| [\d.]+ ms +\| "
+LESSON_11_ROW = re.compile(r"^\| (none|async|ring|chunked) +\| ([\d.]+) ms +\| [\d.]+ ms +\| [\d.]+ ms +\| "
                            r"(-?\d+) % +\| ([\d.]+)×", re.M)
+LESSON_11_PLAIN = "| mode (no SP)"  # the header of lesson 11's second table (no SP: none, chunked)
 PREDICT_ROW = re.compile(r"^predict \(simulated link\): +(\S+) +(\d+) +(\d+) +([\d.]+) +([\d.]+) +([\d.]+)$", re.M)
 
 
-def lesson_11_table(text):
-    """{mode: (step ms, hidden %, step vs none)} from lesson 11's table."""
-    return {m.group(1): (float(m.group(2)), float(m.group(3)), float(m.group(4))) for m in LESSON_11_ROW.finditer(text)}
+def lesson_11_table(text, plain=False):
+    """{mode: (step ms, hidden %, step vs none)} from lesson 11's first table (SP: none, async, ring),
+    or with plain from its second (no SP: none, chunked)."""
+    cut = text.find(LESSON_11_PLAIN)
+    part = (text[cut:] if cut >= 0 else "") if plain else (text[:cut] if cut >= 0 else text)
+    return {m.group(1): (float(m.group(2)), float(m.group(3)), float(m.group(4))) for m in LESSON_11_ROW.finditer(part)}
 
 
 def overlap_rows(table, build, reps_long, reps):
     """Lesson 11's table (one block at t = 2 over a link sized to the ring's overlappable compute;
     none, async, ring in each run) and tp_train's α–β predictions under a simulated 10 GbE."""
-    runs, link = [], None
+    runs, plain, link = [], [], None
     for _ in range(reps_long):
         text = run(mpi_cmd(2, f"{build}/bin/lesson_11_overlap", "--svg", ""), threads=1)
-        rows = lesson_11_table(text)
-        for mode in ("none", "async", "ring"):
-            if mode not in rows:
+        rows, plain_rows = lesson_11_table(text), lesson_11_table(text, plain=True)
+        for mode, got in (("none", rows), ("async", rows), ("ring", rows), ("none", plain_rows),
+                          ("chunked", plain_rows)):
+            if mode not in got:
                 raise RuntimeError(f"lesson_11_overlap printed no {mode} row:\n{text[-1500:]}")
         runs.append(rows)
+        plain.append(plain_rows)
         link = link or re.search(r"(simulated lesson \(α[^)]*\))", text)
     note = (link.group(1) if link else "simulated link") + "; lesson_11_overlap, each run's medians of 5 steps"
     none_ms = med([r["none"][0] for r in runs])
@@ -334,6 +342,12 @@ def overlap_rows(table, build, reps_long, reps):
                   at_least(70, unit="%") if ring else None, note, unit="%")
         table.add("overlap (t = 2, SP)", f"{mode}: step time vs none", f"{med([r[mode][0] for r in runs]):.2f} ms",
                   f"none {none_ms:.2f} ms", [r[mode][2] for r in runs], at_most(0.75) if ring else None, note)
+    plain_none = med([r["none"][0] for r in plain])
+    table.add("overlap (t = 2, no SP)", "chunked: hidden share of the serial exposed communication",
+              f"{med([r['chunked'][1] for r in plain]):.0f} %", "none: 0 %", [r["chunked"][1] for r in plain],
+              at_least(60, unit="%"), note + " (its no-SP table, the same link)", unit="%")
+    table.add("overlap (t = 2, no SP)", "chunked: step time vs none", f"{med([r['chunked'][0] for r in plain]):.2f} ms",
+              f"none {plain_none:.2f} ms", [r["chunked"][2] for r in plain], None, note)
     per = {}
     for _ in range(reps):
         text = run(mpi_cmd(2, f"{build}/bin/tp_train", "--link", "10gbe", "--predict", "--overlap", "none",
@@ -528,6 +542,8 @@ def selftest():
           {"none": (31.49, 0.0, 1.0), "async": (33.10, -4.0, 1.05)})
     page = open(os.path.join(ROOT, "lessons", "11_overlap", "README.md"), encoding="utf-8").read()
     check("lesson 11's page: the three modes parse", sorted(lesson_11_table(page)), ["async", "none", "ring"])
+    check("lesson 11's page: the no-SP table's two modes parse", sorted(lesson_11_table(page, plain=True)),
+          ["chunked", "none"])
     check("tp_train --predict's rows", PREDICT_ROW.findall(
         "predict (simulated link):       all_reduce      131072     10        1656.9       1664.2       1.00\n"),
         [("all_reduce", "131072", "10", "1656.9", "1664.2", "1.00")])
