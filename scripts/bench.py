@@ -28,6 +28,9 @@ and repeated: 3 times, 5 for the overlap and the strong-scaling rows (--quick or
      each tp_train run next to the PyTorch run it is divided by. Goal ≥ 1.0× (stretch 1.2×).
      Strong scaling in the same rounds: tp_train at t = 2 (one thread per rank), without and with
      --sp, against the round's t = 1 (one thread). Goal ≥ 1.8×.
+  6. The step's breakdown (tp_train --trace of the benchmark model, t = 1, one thread): each kernel
+     group's share of the traced compute spans, and the share outside the GEMMs (no goal: where the
+     rest of the step goes).
 
 Each row: what, value and reference (medians over the runs), the ratio's median, its spread
 (min–max over the runs), the number of runs, the goal, and the judgement: ✓ when the whole
@@ -438,6 +441,47 @@ def training_rows(table, build, steps, tmp, reps_long, reps, info):
                   "norms, residual adds, biases replicated" if not extra else "SP splits them too")
 
 
+# The step's kernels, grouped: what --trace's spans are called (Device's kernel names) → the row.
+KERNEL_GROUPS = [("GEMMs", ("gemm",)), ("attention (forward + backward)", ("attention_forward", "attention_backward")),
+                 ("GeLU / SwiGLU", ("gelu_forward", "gelu_backward", "swiglu_forward", "swiglu_backward")),
+                 ("LayerNorm / RMSNorm", ("layernorm_forward", "layernorm_backward", "rmsnorm_forward",
+                                          "rmsnorm_backward")),
+                 ("AdamW (+ the gradient norm's sums, the zeroing)", ("adamw_step", "sum_squares", "fill")),
+                 ("bias and residual", ("add_bias", "add_bias_backward", "axpy"))]
+
+
+def trace_shares(path):
+    """{group: share of the traced compute spans}, the share of everything outside the GEMMs, and the
+    traced span time per step (ms), from tp_train --trace's JSON (one rank, kTraceSteps steps)."""
+    with open(path, encoding="utf-8") as fh:
+        data = json.load(fh)
+    events = data["traceEvents"] if isinstance(data, dict) else data
+    per = {}
+    for e in events:
+        if e.get("ph") == "X":
+            per[e["name"]] = per.get(e["name"], 0.0) + float(e["dur"])
+    total = sum(per.values())
+    shares = {g: sum(per.get(n, 0.0) for n in names) / total for g, names in KERNEL_GROUPS}
+    return shares, 1.0 - shares["GEMMs"], total
+
+
+def breakdown_rows(table, build, tmp, reps):
+    """tp_train --trace of the benchmark model at t = 1, 1 thread: each kernel group's share of the
+    step's compute spans (the timeline), and the share outside the GEMMs."""
+    runs = []
+    for r in range(reps):
+        trace = os.path.join(tmp, f"breakdown_{r}.json")
+        run(mpi_cmd(1, f"{build}/bin/tp_train", *MODEL, "--steps", "6", "--trace", trace), threads=1)
+        runs.append(trace_shares(trace))
+    note = "tp_train --trace, t = 1, 1 thread: share of the traced steps' compute spans"
+    per_step = med([r[2] for r in runs]) / 3e3  # kTraceSteps = 3 steps traced, µs → ms per step
+    table.add("step breakdown (t = 1)", "outside the GEMMs", f"{100 * med([r[1] for r in runs]):.1f} %",
+              f"step's spans {per_step:.0f} ms", [100 * r[1] for r in runs], None, note, unit="%")
+    for group, _ in KERNEL_GROUPS:
+        table.add("step breakdown (t = 1)", group, f"{100 * med([r[0][group] for r in runs]):.1f} %", "",
+                  [100 * r[0][group] for r in runs], None, note, unit="%")
+
+
 # ---- the header -----------------------------------------------------------------------------------
 
 def cpu_model():
@@ -581,6 +625,7 @@ def main():
                            ("threads", lambda: thread_rows(table, args.build, reps)),
                            ("collectives", lambda: collective_rows(table, args.build, reps)),
                            ("overlap", lambda: overlap_rows(table, args.build, reps_long, reps)),
+                           ("step breakdown", lambda: breakdown_rows(table, args.build, tmp, reps)),
                            ("training", lambda: training_rows(table, args.build, args.steps, tmp, reps_long, reps,
                                                               info))):
             print(f"· {name} ...", end=" ", flush=True)
