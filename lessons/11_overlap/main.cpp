@@ -21,7 +21,8 @@
 //      (build/lesson_11_<mode>.svg by default).
 //   3. Plain TP (no SP) over the same link: its four all-reduces blocking (none), or chunked: the
 //      GEMM in front of each cut into row blocks, each block's all-reduce flying under the next
-//      block's GEMM. Bit for bit the numbers of none.
+//      block's GEMM. The numbers of none (bit for bit where the BLAS rounds a row the same in any
+//      block of rows; checked to 1e-6).
 //   4. Against [A1]'s "overlap cut the TP communication overhead by about 40 %".
 //
 // What is new since lesson 10: asynchronous collectives (Work), the overlap modes, the simulated
@@ -272,9 +273,13 @@ int main(int argc, char** argv) {
       L.check(mode + ": dx", plain[i].dx, one.dx, 1e-5);
       L.check(mode + ": every parameter gradient", plain[i].grads, one.grads, 1e-5);
     }
-    L.check_true(
-        "chunked: y, dx and every gradient = none (no SP), bit for bit",
-        plain[1].y == plain[0].y && plain[1].dx == plain[0].dx && plain[1].grads == plain[0].grads);
+    // A row of a product is the same dot products in any block of rows, and each element's
+    // all-reduce adds the same t numbers: chunked is none bit for bit where the BLAS rounds a row
+    // the same whatever the block's size (OpenBLAS at these sizes; its small-matrix kernels do
+    // not), so the check is to 1e-6, which holds either way.
+    L.check_fact("chunked: y = none (no SP)", plain[1].y, plain[0].y, 1e-6);
+    L.check_fact("chunked: dx = none (no SP)", plain[1].dx, plain[0].dx, 1e-6);
+    L.check_fact("chunked: every gradient = none (no SP)", plain[1].grads, plain[0].grads, 1e-6);
     L.say("  per forward + backward: ", plain[0].records, " all-reduces of S·B·h floats (none), ",
           plain[1].records, " of a quarter of it each (chunked)");
     lesson::Table plain_table(

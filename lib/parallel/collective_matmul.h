@@ -31,12 +31,14 @@
 //           column-parallel dX = Σ_r dY_r A_rᵀ (f's all-reduce), whose last block flies under the
 //           dA GEMMs as in async. One block's collective is on the wire at a time (block k's
 //           is waited for before block k + 1's starts), as on one link. A row of the product is
-//           the same dot products whichever block it sits in, so no sum changes.
+//           the same dot products whichever block it sits in, so no sum changes (but a BLAS may
+//           pick its kernel by the block's size and round differently: see below).
 //
 // Every mode gives the numbers of `none` (the same products): bitwise for async, which only
-// reorders independent GEMMs, and for chunked where the all-reduce adds a block's elements in the
-// order it adds the whole's (always at t ≤ 2; at t > 2 an MPI may pick another algorithm for a
-// smaller message: tests state the bound); for ring, the weight gradient's k-sum is split into t blocks and the
+// reorders independent GEMMs, and for chunked where the GEMM rounds a row the same whatever the
+// block's size (OpenBLAS at the lesson's sizes, not its small-matrix kernels) and the all-reduce
+// adds a block's elements in the order it adds the whole's (always at t ≤ 2; MPICH at t ≤ 4);
+// test_overlap checks the first and states the bound where it fails; for ring, the weight gradient's k-sum is split into t blocks and the
 // reduce-scatter adds in ring order, so results agree to float rounding (tests state the bound).
 //
 // Shape legend: N = tokens (rows, sequence-major), t = comm.size(), r = comm.rank(); a block is
