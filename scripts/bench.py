@@ -312,17 +312,19 @@ def collective_rows(table, build, reps):
 
 
 LESSON_11_ROW = re.compile(r"^\| (none|async|ring|chunked) +\| ([\d.]+) ms +\| [\d.]+ ms +\| [\d.]+ ms +\| "
-                           r"(-?\d+) % +\| ([\d.]+)×", re.M)
+                           r"(-?\d+) % +\| ([\d.]+)×(?: +\| ([\d.]+) ms +\| ([\d.]+)×)?", re.M)
 LESSON_11_PLAIN = "| mode (no SP)"  # the header of lesson 11's second table (no SP: none, chunked)
 PREDICT_ROW = re.compile(r"^predict \(simulated link\): +(\S+) +(\d+) +(\d+) +([\d.]+) +([\d.]+) +([\d.]+)$", re.M)
 
 
 def lesson_11_table(text, plain=False):
-    """{mode: (step ms, hidden %, step vs none)} from lesson 11's first table (SP: none, async, ring),
-    or with plain from its second (no SP: none, chunked)."""
+    """{mode: (step ms, hidden %, step vs none[, compute ms, step vs floor])} from lesson 11's first
+    table (SP: none, async, ring), or with plain from its second (no SP: none, chunked); the last
+    two where the table has its compute columns."""
     cut = text.find(LESSON_11_PLAIN)
     part = (text[cut:] if cut >= 0 else "") if plain else (text[:cut] if cut >= 0 else text)
-    return {m.group(1): (float(m.group(2)), float(m.group(3)), float(m.group(4))) for m in LESSON_11_ROW.finditer(part)}
+    return {m.group(1): tuple(float(g) for g in m.groups()[1:] if g is not None)
+            for m in LESSON_11_ROW.finditer(part)}
 
 
 def overlap_rows(table, build, reps_long, reps):
@@ -348,6 +350,19 @@ def overlap_rows(table, build, reps_long, reps):
                   at_least(85, unit="%") if ring else None, note, unit="%")  # issue 25
         table.add("overlap (t = 2, SP)", f"{mode}: step time vs none", f"{med([r[mode][0] for r in runs]):.2f} ms",
                   f"none {none_ms:.2f} ms", [r[mode][2] for r in runs], at_most(0.75) if ring else None, note)
+    # Issue 25's floor rows: the ring's step against the compute-only floor (none's step less what
+    # it waited for: every byte hidden), and its compute against none's (what its blocks cost).
+    if all(len(r["ring"]) == 5 and len(r["none"]) == 5 for r in runs):
+        table.add("overlap (t = 2, SP)", "ring: step vs the compute-only floor", f"{med([r['ring'][0] for r in runs]):.2f} ms",
+                  f"floor (none's compute) {med([r['none'][3] for r in runs]):.2f} ms", [r["ring"][4] for r in runs],
+                  at_most(1.05), note)
+        table.add("overlap (t = 2, SP)", "ring: its compute vs none's (the blocks' GEMMs and copies)",
+                  f"{med([r['ring'][3] for r in runs]):.2f} ms", f"none {med([r['none'][3] for r in runs]):.2f} ms",
+                  [r["ring"][3] / r["none"][3] for r in runs], at_most(1.05), note)
+    if all(len(r["chunked"]) == 5 and len(r["none"]) == 5 for r in plain):
+        table.add("overlap (t = 2, no SP)", "chunked: its compute vs none's (the blocks' GEMMs)",
+                  f"{med([r['chunked'][3] for r in plain]):.2f} ms", f"none {med([r['none'][3] for r in plain]):.2f} ms",
+                  [r["chunked"][3] / r["none"][3] for r in plain], None, note)
     plain_none = med([r["none"][0] for r in plain])
     table.add("overlap (t = 2, no SP)", "chunked: hidden share of the serial exposed communication",
               f"{med([r['chunked'][1] for r in plain]):.0f} %", "none: 0 %", [r["chunked"][1] for r in plain],
@@ -603,6 +618,10 @@ def selftest():
               "| async | 33.10 ms | 21.89 ms            | 10.2 ms | -4 %   | 1.05×        |\n")
     check("lesson 11's table, a negative hidden share too", lesson_11_table(sample),
           {"none": (31.49, 0.0, 1.0), "async": (33.10, -4.0, 1.05)})
+    wide = ("| none  | 31.49 ms | 9.77 ms | 9.77 ms | 0 %  | 1.00× | 21.72 ms | 1.45× |\n"
+            "| ring  | 23.39 ms | 11.86 ms | 1.77 ms | 82 % | 0.74× | 21.62 ms | 1.08× |\n")
+    check("lesson 11's table with its compute columns", lesson_11_table(wide),
+          {"none": (31.49, 0.0, 1.0, 21.72, 1.45), "ring": (23.39, 82.0, 0.74, 21.62, 1.08)})
     page = open(os.path.join(ROOT, "lessons", "11_overlap", "README.md"), encoding="utf-8").read()
     check("lesson 11's page: the three modes parse", sorted(lesson_11_table(page)), ["async", "none", "ring"])
     check("lesson 11's page: the no-SP table's two modes parse", sorted(lesson_11_table(page, plain=True)),

@@ -60,6 +60,7 @@ std::string ms(double seconds) {
 struct Run {
   std::vector<float> y, dx, grads;
   double step = 0, comm = 0, exposed = 0, gemm = 0;  // medians over the timed steps, seconds
+  double compute = 0;                                // median of step − exposed: not waiting
   size_t first = 0, records = 0;                     // the ledger records of one forward + backward
   Timeline timeline;
 };
@@ -83,7 +84,7 @@ void run_block(Device& dev, Communicator& comm, GptConfig cfg, const std::string
                   Distribution::normal(0, 1));
   dev.set_timeline(&out.timeline);
   comm.set_timeline(&out.timeline);
-  std::vector<double> step, comm_s, exposed, gemm;
+  std::vector<double> step, comm_s, exposed, gemm, compute;
   for (int i = 0; i <= steps; ++i) {
     comm.barrier();
     out.timeline.clear();  // each step alone: the chart ends up showing the last one
@@ -103,12 +104,14 @@ void run_block(Device& dev, Communicator& comm, GptConfig cfg, const std::string
     comm_s.push_back(totals.communication);
     exposed.push_back(totals.exposed);
     gemm.push_back(g);
+    compute.push_back((t1 - t0) - totals.exposed);
   }
   if (steps > 0) {
     out.step = median(step);
     out.comm = median(comm_s);
     out.exposed = median(exposed);
     out.gemm = median(gemm);
+    out.compute = median(compute);
   }
   dev.set_timeline(nullptr);
   comm.set_timeline(nullptr);
@@ -120,6 +123,25 @@ void run_block(Device& dev, Communicator& comm, GptConfig cfg, const std::string
   for (Param& p : params)
     if (p.sequence_parallel_grad && t > 1) comm.all_reduce(p.grad);
   out.grads = gathered(comm, params, true);
+}
+
+std::string times(double ratio) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f×", ratio);
+  return buf;
+}
+
+// The columns of a mode's row, against `base`, the same block without overlap: hidden is the share
+// of base's exposed communication that no longer stops compute; the floor is base's compute (its
+// step less what it waited for), the step with every byte hidden.
+const std::vector<std::string> kModeColumns = {
+    "step", "communication spans", "exposed", "hidden", "step vs none", "compute", "step vs floor"};
+std::vector<std::string> mode_row(const std::string& mode, const Run& r, const Run& base) {
+  const double hidden = std::max(0.0, 1.0 - r.exposed / base.exposed);
+  return {mode,          ms(r.step),
+          ms(r.comm),    ms(r.exposed),
+          pct(hidden),   times(r.step / base.step),
+          ms(r.compute), times(r.step / base.compute)};
 }
 
 }  // namespace
@@ -231,15 +253,11 @@ int main(int argc, char** argv) {
         "), so what differs is only when the ranks wait.");
 
     const std::string prefix = L.options().get_text("svg");
-    lesson::Table table(
-        {"mode", "step", "communication spans", "exposed", "hidden", "step vs none"});
+    std::vector<std::string> columns = {"mode"};
+    columns.insert(columns.end(), kModeColumns.begin(), kModeColumns.end());
+    lesson::Table table(columns);
     for (int i = 0; i < 3; ++i) {
-      const Run& r = runs[i];
-      // Of the communication the serial run waits for, how much no longer stops compute.
-      const double hidden = std::max(0.0, 1.0 - r.exposed / serial.exposed);
-      char ratio[32];
-      std::snprintf(ratio, sizeof ratio, "%.2f×", r.step / serial.step);
-      table.add({modes[i], ms(r.step), ms(r.comm), ms(r.exposed), pct(hidden), ratio});
+      table.add(mode_row(modes[i], runs[i], serial));
       runs[i].timeline.gather(slow, dev);
       if (L.is_root() && !prefix.empty()) {
         runs[i].timeline.set_title(slow.name() + ", t = " + std::to_string(t) + ", --overlap " +
@@ -257,7 +275,9 @@ int main(int argc, char** argv) {
         "  and Work::wait); hidden = 1 − exposed / none's exposed: the share of the serial run's\n"
         "  communication that no longer stops compute. (An async collective's span runs from its\n"
         "  issue to the wait that sees it done, so its 'communication' includes the compute it\n"
-        "  flew under.)");
+        "  flew under.) compute = step − exposed; the floor is none's compute, the step with "
+        "every\n"
+        "  byte hidden: a mode's compute above it is what its blocks and copies cost.");
 
     // 4. Plain TP over the same link: g's and f's all-reduces, blocking or chunked.
     L.step("Without SP over the same link: none and chunked (each all-reduce in " +
@@ -282,14 +302,10 @@ int main(int argc, char** argv) {
     L.check_fact("chunked: every gradient = none (no SP)", plain[1].grads, plain[0].grads, 1e-6);
     L.say("  per forward + backward: ", plain[0].records, " all-reduces of S·B·h floats (none), ",
           plain[1].records, " of a quarter of it each (chunked)");
-    lesson::Table plain_table(
-        {"mode (no SP)", "step", "communication spans", "exposed", "hidden", "step vs none"});
+    columns[0] = "mode (no SP)";
+    lesson::Table plain_table(columns);
     for (int i = 0; i < 2; ++i) {
-      const Run& r = plain[i];
-      const double hidden = std::max(0.0, 1.0 - r.exposed / plain[0].exposed);
-      char ratio[32];
-      std::snprintf(ratio, sizeof ratio, "%.2f×", r.step / plain[0].step);
-      plain_table.add({plain_modes[i], ms(r.step), ms(r.comm), ms(r.exposed), pct(hidden), ratio});
+      plain_table.add(mode_row(plain_modes[i], plain[i], plain[0]));
       plain[i].timeline.gather(slow, dev);
       if (L.is_root() && !prefix.empty()) {
         plain[i].timeline.set_title(slow.name() + ", t = " + std::to_string(t) + ", no SP, " +
