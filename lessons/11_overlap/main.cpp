@@ -320,7 +320,10 @@ int main(int argc, char** argv) {
     L.say(
         "  Each block's all-reduce flies under the next block's GEMM; in backward the last dX\n"
         "  block's flies under the weight-gradient GEMMs. What stays exposed is forward's last\n"
-        "  block of each all-reduce (nothing is left to compute under it) and each block's α.");
+        "  block of each all-reduce (nothing is left to compute under it), each block's α, and\n"
+        "  whatever a block's all-reduce lasts beyond the next block's GEMM: at this link the\n"
+        "  attention's output projection (h × h/t) computes in far less time than its all-reduce\n"
+        "  takes, so forward hides little of that one; fc2 (four times the GEMM) hides most.");
 
     // 5. [A1]'s claim.
     L.step("Against [A1]: \"overlap cut the TP communication overhead by about 40 %\".");
