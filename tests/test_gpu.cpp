@@ -635,8 +635,9 @@ TEST(GpuModel, GptGradientsMatchCpuUntiedSwigluRmsNormGqaDropout) {
   check_model(small_gpt(true));
 }
 
-// The overlap modes on the GPU device: async collectives and the collective matmul's ring steps
-// (send_recv_async) ordered against its kernels (both sides run the same mode).
+// The overlap modes on the GPU device: async collectives, the collective matmul's ring steps
+// (send_recv_async) and chunked's all-reduces of row blocks (views of one tensor) ordered against
+// its kernels (both sides run the same mode).
 TEST(GpuModel, GptGradientsMatchCpuWithOverlapAsyncAndSpRing) {
   REQUIRE_GPU();
   GptConfig cfg = small_gpt(false);
@@ -645,6 +646,9 @@ TEST(GpuModel, GptGradientsMatchCpuWithOverlapAsyncAndSpRing) {
   check_model(cfg);
   cfg.sp = true;
   cfg.overlap = "ring";
+  check_model(cfg);
+  cfg.sp = false;
+  cfg.overlap = "chunked";  // plain TP: the row blocks' all-reduces under the next block's GEMM
   check_model(cfg);
 }
 

@@ -1161,8 +1161,9 @@ int main(int argc, char** argv) {
       .flag("sp", "sequence parallelism: between the TP regions each rank keeps seq/t tokens")
       .text("overlap", "async",
             "overlap communication with compute: none, async (backward's all-reduce under the "
-            "weight-gradient GEMMs), ring (collective matmul; needs --sp)",
-            {"none", "async", "ring"})
+            "weight-gradient GEMMs), ring (collective matmul; needs --sp), chunked (row blocks of "
+            "the GEMMs, each block's all-reduce under the next block's GEMM; without --sp)",
+            {"none", "async", "ring", "chunked"})
       .text("recompute", "none",
             "activation recomputation: none, selective (the attention probabilities are "
             "recomputed in backward), full (each block keeps its input and reruns its forward)",

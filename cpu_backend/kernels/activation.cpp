@@ -25,12 +25,16 @@ inline float gelu_exp(float x) {
   const float two_z = 2.0f * kGeluA * (x + kGeluC * x * x * x);
   return cpu::exp_small(-cpu::clamp_abs(two_z, 88.0f));
 }
-}  // namespace
 
-void CpuDevice::do_gelu_forward(Tensor& y, const Tensor& x) {
-  const float* px = x.data();
-  float* py = y.data();
-  const int64_t n = x.numel();
+// σ(g) = 1 / (1 + e^−g) of SwiGLU's gate, with e^−g by cpu::exp_small on −g limited to ±88 (σ is
+// then 1, or below 1e−38, as it is at ±88): the loops vectorise, where std::exp was a call per
+// element.
+inline float silu_sigmoid(float g) {
+  return 1.0f / (1.0f + cpu::exp_small(-cpu::clamp_abs(g, 88.0f)));
+}
+
+// The loops, each a free function so that it can be cloned per vector width (TP_CPU_CLONES).
+TP_CPU_CLONES void gelu_forward_loop(float* py, const float* px, int64_t n) {
 #pragma omp parallel for simd if (n > cpu::kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float xi = px[i];
@@ -38,11 +42,7 @@ void CpuDevice::do_gelu_forward(Tensor& y, const Tensor& x) {
   }
 }
 
-void CpuDevice::do_gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) {
-  const float* px = x.data();
-  const float* pdy = dy.data();
-  float* pdx = dx.data();
-  const int64_t n = x.numel();
+TP_CPU_CLONES void gelu_backward_loop(float* pdx, const float* pdy, const float* px, int64_t n) {
 #pragma omp parallel for simd if (n > cpu::kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float xi = px[i];
@@ -54,33 +54,41 @@ void CpuDevice::do_gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) 
   }
 }
 
-void CpuDevice::do_swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u) {
-  const float* pg = g.data();
-  const float* pu = u.data();
-  float* py = y.data();
-  const int64_t n = g.numel();
-#pragma omp parallel for if (n > cpu::kParallelMin)
+TP_CPU_CLONES void swiglu_forward_loop(float* py, const float* pg, const float* pu, int64_t n) {
+#pragma omp parallel for simd if (n > cpu::kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
-    const float sig = 1.0f / (1.0f + std::exp(-pg[i]));
+    const float sig = silu_sigmoid(pg[i]);
     py[i] = pg[i] * sig * pu[i];
   }
 }
 
-void CpuDevice::do_swiglu_backward(Tensor& dg, Tensor& du, const Tensor& dy, const Tensor& g,
-                                   const Tensor& u) {
-  const float* pg = g.data();
-  const float* pu = u.data();
-  const float* pdy = dy.data();
-  float* pdg = dg.data();
-  float* pdu = du.data();
-  const int64_t n = g.numel();
-#pragma omp parallel for if (n > cpu::kParallelMin)
+TP_CPU_CLONES void swiglu_backward_loop(float* pdg, float* pdu, const float* pdy, const float* pg,
+                                        const float* pu, int64_t n) {
+#pragma omp parallel for simd if (n > cpu::kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float gi = pg[i], ui = pu[i], dyi = pdy[i];  // read all before writing (no aliasing rule)
-    const float sig = 1.0f / (1.0f + std::exp(-gi));
+    const float sig = silu_sigmoid(gi);
     pdg[i] = dyi * ui * sig * (1.0f + gi * (1.0f - sig));
     pdu[i] = dyi * gi * sig;
   }
+}
+}  // namespace
+
+void CpuDevice::do_gelu_forward(Tensor& y, const Tensor& x) {
+  gelu_forward_loop(y.data(), x.data(), x.numel());
+}
+
+void CpuDevice::do_gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) {
+  gelu_backward_loop(dx.data(), dy.data(), x.data(), x.numel());
+}
+
+void CpuDevice::do_swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u) {
+  swiglu_forward_loop(y.data(), g.data(), u.data(), g.numel());
+}
+
+void CpuDevice::do_swiglu_backward(Tensor& dg, Tensor& du, const Tensor& dy, const Tensor& g,
+                                   const Tensor& u) {
+  swiglu_backward_loop(dg.data(), du.data(), dy.data(), g.data(), u.data(), g.numel());
 }
 
 }  // namespace tp

@@ -11,19 +11,11 @@ namespace tp {
 
 // In blocks of kBlock elements, three loops over each: m, v; the square roots; p. std::sqrt may
 // set errno (on a negative argument), so the compiler keeps it out of vector code: on its own it
-// runs one element at a time, while the loops around it vectorise. Each element's arithmetic is
-// the same as in one loop.
-void CpuDevice::do_adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v,
-                              const AdamWParams& hp, int64_t step) {
-  const float bc1 =
-      static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta1), static_cast<double>(step)));
-  const float bc2 =
-      static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta2), static_cast<double>(step)));
-  float* pp = p.data();
-  const float* pg = g.data();
-  float* pm = m.data();
-  float* pv = v.data();
-  const int64_t n = p.numel();
+// runs one element at a time, while the loops around it vectorise (8 lanes with AVX2:
+// TP_CPU_CLONES). Each element's arithmetic is the same as in one loop.
+namespace {
+TP_CPU_CLONES void adamw_loop(float* pp, const float* pg, float* pm, float* pv, int64_t n,
+                              const AdamWParams& hp, float bc1, float bc2) {
   constexpr int64_t kBlock = 256;
   const int64_t nblocks = (n + kBlock - 1) / kBlock;
 #pragma omp parallel for if (n > cpu::kParallelMin)
@@ -48,6 +40,16 @@ void CpuDevice::do_adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v,
       pp[i] -= hp.lr * update + hp.lr * hp.weight_decay * pp[i];
     }
   }
+}
+}  // namespace
+
+void CpuDevice::do_adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v,
+                              const AdamWParams& hp, int64_t step) {
+  const float bc1 =
+      static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta1), static_cast<double>(step)));
+  const float bc2 =
+      static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta2), static_cast<double>(step)));
+  adamw_loop(p.data(), g.data(), m.data(), v.data(), p.numel(), hp, bc1, bc2);
 }
 
 }  // namespace tp

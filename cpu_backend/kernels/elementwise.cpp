@@ -12,14 +12,14 @@ namespace tp {
 void CpuDevice::do_fill(Tensor& x, float value) {
   float* p = x.data();
   const int64_t n = x.numel();
-#pragma omp parallel for if (n > cpu::kParallelMin)
+#pragma omp parallel for simd if (n > cpu::kParallelMin)
   for (int64_t i = 0; i < n; ++i) p[i] = value;
 }
 
 void CpuDevice::do_scale(Tensor& x, float alpha) {
   float* p = x.data();
   const int64_t n = x.numel();
-#pragma omp parallel for if (n > cpu::kParallelMin)
+#pragma omp parallel for simd if (n > cpu::kParallelMin)
   for (int64_t i = 0; i < n; ++i) p[i] *= alpha;
 }
 
@@ -36,7 +36,7 @@ void CpuDevice::do_mul(const Tensor& x, const Tensor& m, Tensor& y) {
   const float* pm = m.data();
   float* py = y.data();
   const int64_t n = x.numel();
-#pragma omp parallel for if (n > cpu::kParallelMin)
+#pragma omp parallel for simd if (n > cpu::kParallelMin)
   for (int64_t i = 0; i < n; ++i) py[i] = px[i] * pm[i];
 }
 

@@ -14,6 +14,23 @@
 #include <cstdint>
 #include <cstring>
 
+// TP_CPU_CLONES before an elementwise kernel's loop function: GCC compiles it twice, for AVX2 and
+// for the build's baseline (x86-64: SSE2, 4 floats a vector), and the program picks one for the
+// CPU when it loads (target_clones, an ifunc; Linux x86-64 with GCC, elsewhere the baseline
+// alone). The Makefile sets no -march, so without it every loop ran 4 lanes wide. Both clones give
+// the same bits: the loops are elementwise (no lane-order sums: the reductions stay unclone), and
+// GCC's avx2 target does not include FMA, so a·b + c stays two roundings. An AVX-512 clone is left
+// out on purpose: GCC's avx512f target implies FMA and would fuse a·b + c (other bits on AVX-512
+// machines), and an optimize("fp-contract=off") attribute stops the inline helpers (exp_small)
+// from being inlined into the clone, which then no longer vectorises. Virtual functions cannot be
+// multiversioned, so each CpuDevice kernel calls a free function.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(TP_NO_CPU_CLONES)
+#define TP_CPU_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define TP_CPU_CLONES
+#endif
+
 namespace tp {
 namespace cpu {
 

@@ -126,13 +126,16 @@ std::vector<std::string> GptConfig::problems(int t, const std::string& t_label) 
                        : ""));
   need(inner() % t == 0, "ffn=" + std::to_string(inner()) + " is not divisible by t=" + ts +
                              "; run with t in " + divisors(inner()) + " or change --ffn");
-  need(overlap == "none" || overlap == "async" || overlap == "ring",
-       "overlap=" + overlap + " is not one of none, async, ring");
+  need(overlap == "none" || overlap == "async" || overlap == "ring" || overlap == "chunked",
+       "overlap=" + overlap + " is not one of none, async, ring, chunked");
   need(recompute == "none" || recompute == "selective" || recompute == "full",
        "recompute=" + recompute + " is not one of none, selective, full");
   need(overlap != "ring" || sp,
        "overlap=ring needs sequence parallelism (--sp): the ring passes blocks of the sequence; "
        "add --sp or use --overlap async");
+  need(overlap != "chunked" || !sp,
+       "overlap=chunked is for plain TP (it chunks g's and f's all-reduces); with --sp use "
+       "--overlap ring, or drop --sp");
   need(!sp || seq % t == 0,
        "seq=" + std::to_string(seq) + " is not divisible by t=" + ts +
            ": sequence parallelism gives each rank seq/t tokens; run with t in " + divisors(seq) +

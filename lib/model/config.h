@@ -52,7 +52,8 @@ struct GptConfig {
   float init_std = 0.02f;  ///< N(0, init_std) for weights; output projections use init_std/√(2L)
   float eps = 1e-5f;       ///< norm epsilon
   bool sp = false;         ///< sequence parallelism between the TP regions (--sp)
-  /// How the TP layers overlap communication with compute: "none", "async" or "ring" (needs sp);
+  /// How the TP layers overlap communication with compute: "none", "async", "ring" (needs sp) or
+  /// "chunked" (plain TP, no sp);
   /// parallel/collective_matmul.h. The numbers do not depend on it (to float rounding for ring).
   std::string overlap = "none";
   /// Activation recomputation: "none", "selective" (the attention probabilities are recomputed in

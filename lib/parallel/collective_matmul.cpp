@@ -1,5 +1,6 @@
 #include "parallel/collective_matmul.h"
 
+#include <algorithm>
 #include <memory>
 
 #include "core/device.h"
@@ -11,7 +12,8 @@ Overlap parse_overlap(const std::string& name) {
   if (name == "none") return Overlap::None;
   if (name == "async") return Overlap::Async;
   if (name == "ring") return Overlap::Ring;
-  TP_CHECK_INPUT(false, "--overlap=", name, ": unknown; use none, async or ring");
+  if (name == "chunked") return Overlap::Chunked;
+  TP_CHECK_INPUT(false, "--overlap=", name, ": unknown; use none, async, ring or chunked");
   return Overlap::None;
 }
 
@@ -21,6 +23,8 @@ const char* overlap_name(Overlap overlap) {
       return "async";
     case Overlap::Ring:
       return "ring";
+    case Overlap::Chunked:
+      return "chunked";
     default:
       return "none";
   }
@@ -70,6 +74,21 @@ Tensor ring_reduce_scatter(Communicator& comm, const std::function<Tensor(int)>&
     work = comm.send_recv_async(sending, next, receiving, prev);
   }
   return Tensor();  // not reached
+}
+
+void chunked_reduce_each(int64_t rows, const std::function<Tensor(int64_t, int64_t)>& compute,
+                         const std::function<Pending(const Tensor&)>& start,
+                         const std::function<void()>& tail) {
+  const int64_t blocks = std::min<int64_t>(kChunkedBlocks, std::max<int64_t>(rows, 1));
+  Pending in_flight;
+  for (int64_t k = 0; k < blocks; ++k) {
+    const int64_t r0 = rows * k / blocks, r1 = rows * (k + 1) / blocks;
+    const Tensor block = compute(r0, r1);  // block k − 1's collective flies meanwhile
+    in_flight.wait();
+    in_flight = start(block);
+  }
+  if (tail) tail();  // under the last block's collective
+  in_flight.wait();
 }
 
 }  // namespace tp

@@ -25,8 +25,20 @@
 //           Megatron-LM / Transformer Engine implement with userbuffers ("tp_comm_overlap") and
 //           PyTorch as async TP (torch.distributed._symmetric_memory, "micro-pipeline TP").
 //
-// Either way the numbers are those of `none` (the same products): bitwise for async, which only
-// reorders independent GEMMs; for ring, the weight gradient's k-sum is split into t blocks and the
+//   chunked Plain TP (no SP): the GEMM in front of an all-reduce is cut into row blocks, and each
+//           block's all-reduce starts as soon as the block exists, flying under the next block's
+//           GEMM. Forward: the row-parallel Σ_r X_r A_r (g's all-reduce); backward: the
+//           column-parallel dX = Σ_r dY_r A_rᵀ (f's all-reduce), whose last block flies under the
+//           dA GEMMs as in async. One block's collective is on the wire at a time (block k's
+//           is waited for before block k + 1's starts), as on one link. A row of the product is
+//           the same dot products whichever block it sits in, so no sum changes (but a BLAS may
+//           pick its kernel by the block's size and round differently: see below).
+//
+// Every mode gives the numbers of `none` (the same products): bitwise for async, which only
+// reorders independent GEMMs, and for chunked where the GEMM rounds a row the same whatever the
+// block's size (OpenBLAS at the lesson's sizes, not its small-matrix kernels) and the all-reduce
+// adds a block's elements in the order it adds the whole's (always at t ≤ 2; MPICH at t ≤ 4);
+// test_overlap checks the first and states the bound where it fails; for ring, the weight gradient's k-sum is split into t blocks and the
 // reduce-scatter adds in ring order, so results agree to float rounding (tests state the bound).
 //
 // Shape legend: N = tokens (rows, sequence-major), t = comm.size(), r = comm.rank(); a block is
@@ -39,13 +51,14 @@
 
 #include "core/communicator.h"
 #include "core/tensor.h"
+#include "parallel/mappings.h"
 
 namespace tp {
 
 /// How the TP layers overlap their collectives with compute (see above).
-enum class Overlap { None, Async, Ring };
+enum class Overlap { None, Async, Ring, Chunked };
 
-/// "none", "async" or "ring" → Overlap; anything else is a bad-input error naming the choices.
+/// "none", "async", "ring" or "chunked" → Overlap; anything else is a bad-input error naming the choices.
 Overlap parse_overlap(const std::string& name);
 /// The name parse_overlap takes.
 const char* overlap_name(Overlap overlap);
@@ -61,5 +74,18 @@ void ring_all_gather_each(Communicator& comm, const Tensor& local,
 /// each rank's block r, where partial(d) returns this rank's block d (a new tensor, same shape for
 /// every d). Each partial is computed while the previous running sum travels. t − 1 send-recv steps.
 Tensor ring_reduce_scatter(Communicator& comm, const std::function<Tensor(int block)>& partial);
+
+/// The row blocks chunked overlap cuts a GEMM of `rows` rows into: kChunkedBlocks of them (fewer
+/// when there are fewer rows), as equal as the rows allow.
+constexpr int kChunkedBlocks = 4;
+
+/// Chunked all-reduce (Overlap::Chunked) of a product made block by block: for each row block
+/// [r0, r1) of the product (rows in all), compute(r0, r1) fills that block and returns it (a
+/// view), start(block) starts its collective; block k's collective flies under block k + 1's
+/// compute and is waited for before block k + 1's starts (one on the wire at a time). tail, if
+/// given, runs while the last block's collective flies. Returns when every block is reduced.
+void chunked_reduce_each(int64_t rows, const std::function<Tensor(int64_t r0, int64_t r1)>& compute,
+                         const std::function<Pending(const Tensor& block)>& start,
+                         const std::function<void()>& tail = {});
 
 }  // namespace tp

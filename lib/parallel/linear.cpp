@@ -217,9 +217,34 @@ Tensor ColumnParallelLinear::backward_shared(const std::vector<ColumnParallelLin
     }
   };
   const int64_t rows = dys.front().rows();
+  TP_CHECK(!(lead.sequence_parallel_ && overlap == Overlap::Chunked), lead.name_,
+           ": overlap chunked is for plain TP; with sequence parallelism use ring");
+  if (!lead.sequence_parallel_ && overlap == Overlap::Chunked && comm.size() > 1) {
+    // dX's row blocks: a block's all-reduce starts when its rows exist and flies under the next
+    // block's dY A_iᵀ GEMMs, the last one under the dA GEMMs. The same sums as none, per row.
+    const Tensor& dy0 = dys.front();
+    Tensor dx(dev, dy0.shape().with(dy0.ndim() - 1, lead.in_), dy0.dtype());
+    const Tensor dx_rows = dx.reshape(Shape{rows, lead.in_});
+    chunked_reduce_each(
+        rows,
+        [&](int64_t r0, int64_t r1) {
+      Tensor block = dx_rows.view(r0, r1);
+      for (size_t i = 0; i < group.size(); ++i) {
+        const Tensor dy_i = dys[i].reshape(Shape{rows, dys[i].cols()}).view(r0, r1);
+        if (i == 0)
+          group[0]->input_grad_into(dy_i, block);
+        else
+          dev.axpy(1.0f, group[i]->input_grad(dy_i), block);
+      }
+      return block;
+        },
+        [&](const Tensor& block) { return copy_to_tp_region_backward_async(comm, block); },
+        [&] { weight_grads(nullptr); });
+    return dx;
+  }
   if (!lead.sequence_parallel_) {
     Tensor dx = input_grads(0, rows);
-    if (overlap == Overlap::None) {
+    if (overlap == Overlap::None || overlap == Overlap::Chunked) {  // (chunked at t = 1: none)
       weight_grads(nullptr);
       return copy_to_tp_region_backward(comm, dx);  // f backward: one all-reduce for the group
     }
@@ -262,10 +287,14 @@ Tensor ColumnParallelLinear::local_dy(const Tensor& dy) {
 }
 
 Tensor ColumnParallelLinear::input_grad(const Tensor& dy_in) {
-  const Tensor dy = local_dy(dy_in);
-  Tensor dx(device_, dy.shape().with(dy.ndim() - 1, in_), dy.dtype());
-  device_.gemm(false, true, 1.0f, dy, compute_weight(), 0.0f, dx);  // dY_r A_rᵀ: one term of dX
+  Tensor dx(device_, dy_in.shape().with(dy_in.ndim() - 1, in_), dy_in.dtype());
+  input_grad_into(dy_in, dx);
   return dx;
+}
+
+void ColumnParallelLinear::input_grad_into(const Tensor& dy_in, Tensor& dx) {
+  const Tensor dy = local_dy(dy_in);
+  device_.gemm(false, true, 1.0f, dy, compute_weight(), 0.0f, dx);  // dY_r A_rᵀ: one term of dX
 }
 
 void ColumnParallelLinear::weight_grad(const Tensor& dy) {
@@ -323,8 +352,25 @@ Tensor RowParallelLinear::forward(const Tensor& x, Keep keep_mode) {
     input_.reset();
   TP_CHECK(x_r.cols() == in_local_, name_, ".forward: input ", x.shape().str(), " should end in ",
            input_is_parallel_ ? in_local_ : in_, input_is_parallel_ ? " (in/t)" : " (in)");
+  TP_CHECK(!(sequence_parallel_ && overlap_ == Overlap::Chunked), name_,
+           ": overlap chunked is for plain TP; with sequence parallelism use ring");
   Tensor y;
-  if (sequence_parallel_ && overlap_ == Overlap::Ring) {
+  if (!sequence_parallel_ && overlap_ == Overlap::Chunked && comm_.size() > 1) {
+    // g's all-reduce block by block: a row block's partial sums start their all-reduce as soon as
+    // its GEMM is done and fly under the next block's GEMM.
+    const int64_t rows = x_r.rows();
+    const Tensor x_rows = x_r.reshape(Shape{rows, in_local_});
+    y = Tensor(device_, x_r.shape().with(x_r.ndim() - 1, out_), x_r.dtype());
+    const Tensor y_rows = y.reshape(Shape{rows, out_});
+    chunked_reduce_each(
+        rows,
+        [&](int64_t r0, int64_t r1) {
+      Tensor block = y_rows.view(r0, r1);
+      device_.gemm(false, false, 1.0f, x_rows.view(r0, r1), compute_weight(), 0.0f, block);  // X_r A_r
+      return block;
+        },
+        [&](const Tensor& block) { return reduce_from_tp_region_forward_async(comm_, block); });
+  } else if (sequence_parallel_ && overlap_ == Overlap::Ring) {
     // Σ_r X_r A_r, block d of rows for rank d: each block's GEMM while the running sums travel.
     check_divisible(name_ + ": the sequence dimension", x_r.rows(), comm_.size());
     const int64_t n = x_r.rows() / comm_.size();

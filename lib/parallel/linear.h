@@ -86,7 +86,9 @@ class ParallelLinearBase {
 /// reduce-scatters dX to this rank's tokens instead of all-reducing it. The overlap modes
 /// (set_overlap): Async runs dX's collective under the dA GEMMs (and, under SP, the re-gather of X
 /// under whatever runs before backward: prefetch_input); Ring (SP only) replaces the all-gather of
-/// X and the reduce-scatter of dX by rings whose steps overlap the block GEMMs.
+/// X and the reduce-scatter of dX by rings whose steps overlap the block GEMMs; Chunked (plain TP
+/// only) cuts the dY A_rᵀ GEMM into row blocks, each block's all-reduce flying under the next
+/// block's GEMM and the last under the dA GEMMs.
 ///
 /// Several column-parallel layers reading the same X (q, k and v; SwiGLU's gate and up) run as one
 /// through forward_shared / backward_shared: one all-gather of X under SP, and one collective for
@@ -143,6 +145,8 @@ class ColumnParallelLinear : public ParallelLinearBase {
   Tensor local_dy(const Tensor& dy);
   /// This rank's term of dX, dY_r A_rᵀ: (N, in), no communication. dy: like forward's output.
   Tensor input_grad(const Tensor& dy);
+  /// The same into dx (N, in), a view of rows of a larger tensor allowed.
+  void input_grad_into(const Tensor& dy, Tensor& dx);
   /// dweight += Xᵀ dY_r and dbias += Σ_rows dY_r, X the input forward kept.
   void weight_grad(const Tensor& dy);
   /// The same with X given; with_bias = false leaves dbias alone (for the blocks of rows of a
@@ -185,7 +189,9 @@ class RowParallelLinear : public ParallelLinearBase {
 
   /// x: (N, in/t) when input_is_parallel, else (N, in) → y: (N, out), complete on every rank
   /// (sequence_parallel: (N/t, out), this rank's tokens). With sequence_parallel and
-  /// Overlap::Ring, the reduce-scatter is a ring whose steps overlap the block GEMMs. Saves X_r
+  /// Overlap::Ring, the reduce-scatter is a ring whose steps overlap the block GEMMs; without it
+  /// and with Overlap::Chunked, the GEMM runs in row blocks whose all-reduces each fly under the
+  /// next block's GEMM (collective_matmul.h). Saves X_r
   /// for backward unless keep is Keep::Nothing (inference).
   Tensor forward(const Tensor& x, Keep keep = Keep::ForBackward);
   /// dy: like y → dx: (N, in/t) when input_is_parallel, else (N, in). With sequence_parallel and

@@ -117,6 +117,11 @@ Tensor reduce_from_tp_region_forward(Communicator& comm, const Tensor& x) {
   TP_REGION("reduce_from_tp_region.forward");
   return all_reduce_in_place(comm, x);
 }
+Pending reduce_from_tp_region_forward_async(Communicator& comm, const Tensor& x) {
+  TP_REGION("reduce_from_tp_region.forward");
+  return all_reduce_in_place_async(comm, x);
+}
+
 Tensor reduce_from_tp_region_backward(Communicator&, const Tensor& dy) { return dy; }
 
 Tensor scatter_to_tp_region_forward(Communicator& comm, const Tensor& x) {

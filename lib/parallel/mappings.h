@@ -68,6 +68,8 @@ Pending copy_to_tp_region_backward_async(Communicator& comm, const Tensor& dy);
 /// \f[ g:\quad y = \sum_{r=0}^{t-1} x_r \quad (x_r:\ \text{rank } r\text{'s partial sum}),
 ///     \qquad dx_r = dy \f]
 Tensor reduce_from_tp_region_forward(Communicator& comm, const Tensor& x);
+/// g forward, asynchronous: the all-reduce starts, x is summed in place by wait().
+Pending reduce_from_tp_region_forward_async(Communicator& comm, const Tensor& x);
 /// g backward: identity. dy: (..., h) → (..., h)
 Tensor reduce_from_tp_region_backward(Communicator& comm, const Tensor& dy);
 
