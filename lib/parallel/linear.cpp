@@ -366,7 +366,8 @@ Tensor RowParallelLinear::forward(const Tensor& x, Keep keep_mode) {
         rows,
         [&](int64_t r0, int64_t r1) {
       Tensor block = y_rows.view(r0, r1);
-      device_.gemm(false, false, 1.0f, x_rows.view(r0, r1), compute_weight(), 0.0f, block);  // X_r A_r
+      device_.gemm(false, false, 1.0f, x_rows.view(r0, r1), compute_weight(), 0.0f,
+                   block);  // X_r A_r
       return block;
         },
         [&](const Tensor& block) { return reduce_from_tp_region_forward_async(comm_, block); });
