@@ -126,8 +126,8 @@ TEST(FileShape, NoFlagsTakeTheFileShape) {
     EXPECT_EQ(fl.cfg.kv_heads, 0);  // = heads
     EXPECT_EQ(fl.cfg.ffn, 384);
     EXPECT_EQ(fl.cfg.vocab, 300);
-    EXPECT_EQ(fl.cfg.act, "swiglu");
-    EXPECT_EQ(fl.cfg.norm, "rmsnorm");
+    EXPECT_EQ(fl.cfg.act, tp::Activation::SwiGlu);
+    EXPECT_EQ(fl.cfg.norm, tp::NormKind::RmsNorm);
     EXPECT_FALSE(fl.cfg.tied);
     EXPECT_EQ(fl.cfg.seq, 128);
     EXPECT_EQ(fl.seq, 128);  // a checkpoint: the length it was saved with
@@ -142,7 +142,7 @@ TEST(FileShape, FlagsMustAgreeNamesEachOneThatDiffers) {
   EXPECT_EQ(problems[0], "--heads=8 disagrees with f.safetensors (6); drop --heads");
   EXPECT_EQ(problems[1], "--norm=layernorm disagrees with f.safetensors (rmsnorm); drop --norm");
   EXPECT_EQ(fl.cfg.heads, 6);  // the file's shape all the same
-  EXPECT_EQ(fl.cfg.norm, "rmsnorm");
+  EXPECT_EQ(fl.cfg.norm, tp::NormKind::RmsNorm);
 }
 
 TEST(FileShape, FlagsOverrideACheckpoint) {

@@ -556,8 +556,8 @@ GptConfig small_gpt(bool variant) {
   c.init_std = 0.1f;  // attention far from uniform
   if (variant) {      // the other code paths: untied head, SwiGLU, RMSNorm, GQA, dropout
     c.tied = false;
-    c.act = "swiglu";
-    c.norm = "rmsnorm";
+    c.act = Activation::SwiGlu;
+    c.norm = NormKind::RmsNorm;
     c.heads = 24;
     c.kv_heads = 12;
     c.dropout = 0.1f;
@@ -629,10 +629,10 @@ TEST(GpuModel, GptGradientsMatchCpuWithOverlapAsyncAndSpRing) {
   REQUIRE_GPU();
   GptConfig cfg = small_gpt(false);
   cfg.seq = 12;  // divisible by t = 1 … 4 for SP
-  cfg.overlap = "async";
+  cfg.overlap = Overlap::Async;
   check_model(cfg);
   cfg.sp = true;
-  cfg.overlap = "ring";
+  cfg.overlap = Overlap::Ring;
   check_model(cfg);
 }
 

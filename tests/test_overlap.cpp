@@ -96,7 +96,7 @@ TEST(Ring, ReduceScatterEqualsTheLibrarys) {
 // block's, and every split divides by t = 1, 2, 3, 4.
 GptConfig small_config() { return tp::testing::tiny_gpt_config(2); }
 
-using OverlapCase = std::tuple<bool, std::string, std::string>;  // sp, act, overlap
+using OverlapCase = std::tuple<bool, Activation, Overlap>;  // sp, act, overlap
 
 class OverlapEquivalence : public ::testing::TestWithParam<OverlapCase> {};
 
@@ -104,7 +104,7 @@ TEST_P(OverlapEquivalence, SameLossAndGradientsAsNoOverlap) {
   GptConfig cfg = small_config();
   std::tie(cfg.sp, cfg.act, cfg.overlap) = GetParam();
   GptConfig plain = cfg;
-  plain.overlap = "none";
+  plain.overlap = Overlap::None;
   GptConfig one = plain;
   one.sp = false;
   ASSERT_TRUE(cfg.problems(world().size()).empty());
@@ -120,7 +120,7 @@ TEST_P(OverlapEquivalence, SameLossAndGradientsAsNoOverlap) {
     models[i]->backward();
     models[i]->finish_gradients();
   }
-  const bool exact = cfg.overlap == "async" || world().size() == 1;
+  const bool exact = cfg.overlap == Overlap::Async || world().size() == 1;
   // Against --overlap none at the same t: bitwise for async (and ring at t = 1: one block), else
   // 1e-6 (the ring splits the weight gradient's k-sum into t blocks).
   double bias_scale = 0;  // the key bias's gradient is float noise: measured against q/v biases
@@ -147,23 +147,27 @@ TEST_P(OverlapEquivalence, SameLossAndGradientsAsNoOverlap) {
   expect_grads_match(model.params(), ref.params(), kTol);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Overlap, OverlapEquivalence,
-    ::testing::Values(OverlapCase{false, "gelu", "async"}, OverlapCase{false, "swiglu", "async"},
-                      OverlapCase{true, "gelu", "async"}, OverlapCase{true, "swiglu", "async"},
-                      OverlapCase{true, "gelu", "ring"}, OverlapCase{true, "swiglu", "ring"}),
-    [](const ::testing::TestParamInfo<OverlapCase>& i) {
-  return std::string(std::get<0>(i.param) ? "sp_" : "nosp_") + std::get<1>(i.param) + "_" +
-         std::get<2>(i.param);
-    });
+INSTANTIATE_TEST_SUITE_P(Overlap, OverlapEquivalence,
+                         ::testing::Values(OverlapCase{false, Activation::Gelu, Overlap::Async},
+                                           OverlapCase{false, Activation::SwiGlu, Overlap::Async},
+                                           OverlapCase{true, Activation::Gelu, Overlap::Async},
+                                           OverlapCase{true, Activation::SwiGlu, Overlap::Async},
+                                           OverlapCase{true, Activation::Gelu, Overlap::Ring},
+                                           OverlapCase{true, Activation::SwiGlu, Overlap::Ring}),
+                         [](const ::testing::TestParamInfo<OverlapCase>& i) {
+  return std::string(std::get<0>(i.param) ? "sp_" : "nosp_") +
+         activation_name(std::get<1>(i.param)) + "_" + overlap_name(std::get<2>(i.param));
+});
 
 TEST(OverlapConfig, RingWithoutSequenceParallelismIsRefused) {
   GptConfig cfg = small_config();
-  cfg.overlap = "ring";
+  cfg.overlap = Overlap::Ring;
   EXPECT_THROW(cfg.validate(world().size()), Error);
-  cfg.overlap = "sideways";
   cfg.sp = true;
-  EXPECT_THROW(cfg.validate(world().size()), Error);
+  EXPECT_NO_THROW(cfg.validate(world().size()));
+  EXPECT_THROW(parse_overlap("sideways"), Error);  // an unknown name is bad input where it is read
+  for (Overlap m : {Overlap::None, Overlap::Async, Overlap::Ring})
+    EXPECT_EQ(parse_overlap(overlap_name(m)), m);
 }
 
 }  // namespace

@@ -425,8 +425,8 @@ TEST(PreflightShards, EqualTheModelsAtEveryTAndRank) {
   for (int t : {1, 2, 3, 4}) {
     PreflightInput in = small(t);  // GeLU, LayerNorm, tied, V = 64 (padded to 66 at t = 3)
     expect_shards_match(in);
-    in.model.act = "swiglu";
-    in.model.norm = "rmsnorm";
+    in.model.act = Activation::SwiGlu;
+    in.model.norm = NormKind::RmsNorm;
     in.model.tied = false;
     in.model.heads = 24;  // head_dim 2, GQA: 2 query heads per KV head
     in.model.kv_heads = 12;

@@ -45,8 +45,8 @@ PreflightInput input_from(const Options& o) {
   take("vocab", c.vocab);
   take("seq", c.seq);
   take("pad-vocab-multiple", c.pad_vocab_multiple);
-  if (o.get_text("act") != "preset") c.act = o.get_text("act");
-  if (o.get_text("norm") != "preset") c.norm = o.get_text("norm");
+  if (o.get_text("act") != "preset") c.act = parse_activation(o.get_text("act"));
+  if (o.get_text("norm") != "preset") c.norm = parse_norm(o.get_text("norm"));
   if (o.get_flag("untie")) c.tied = false;
   c.dropout = static_cast<float>(o.get_real("dropout"));
   c.sp = o.get_flag("sp");

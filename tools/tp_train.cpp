@@ -301,7 +301,7 @@ bool audit_gradients(Context& ctx, const Plan& plan, ProcessGrid& grid, Gpt& mod
   SerialCommunicator solo;
   GptConfig one = cfg;
   one.sp = false;
-  one.overlap = "none";
+  one.overlap = Overlap::None;
   Gpt reference(ctx.device, solo, one);
   reference.init(seed);
   AdamW ref_opt(ctx.device, reference.params(), hp);
@@ -658,7 +658,7 @@ int train(Context& ctx) {
     write_trace(ctx.device, world, timeline, trace,
                 world.name() + ", t = " + std::to_string(tp.size()) +
                     (dp > 1 ? " × dp = " + std::to_string(dp) : std::string()) + ", --overlap " +
-                    cfg.overlap,
+                    overlap_name(cfg.overlap),
                 step, steps - traced_from);
   if (std::isfinite(source->loss_floor()))
     log0(world, "loss floor of this data: ", source->loss_floor(), " nats");

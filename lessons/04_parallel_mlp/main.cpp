@@ -210,6 +210,7 @@ int main(int argc, char** argv) {
     const double rtol = 1e-5;  // float sums in another order at t > 1
     const int64_t tokens = 3;
     auto compare_mlp = [&](GptConfig cfg) {
+      const std::string act = activation_name(cfg.act);
       cfg.validate(t);
       Tensor x(dev, Shape{tokens, cfg.hidden}), dz(dev, Shape{tokens, cfg.hidden});
       dev.fill_random(x, RngKey::from(7, "x"), GlobalIndex::whole(cfg.hidden),
@@ -228,15 +229,15 @@ int main(int argc, char** argv) {
       size_t mk = L.mark();
       Tensor z = tp_mlp.forward(x);
       L.say("  forward:  ", L.comm_since(mk));
-      L.check_fact("collectives in " + cfg.act + " forward", {count_since(mk)}, {one_if_tp});
+      L.check_fact("collectives in " + act + " forward", {count_since(mk)}, {one_if_tp});
       mk = L.mark();
       Tensor dx = tp_mlp.backward(dz);
       L.say("  backward: ", L.comm_since(mk));
-      L.check_fact("collectives in " + cfg.act + " backward", {count_since(mk)}, {one_if_tp});
+      L.check_fact("collectives in " + act + " backward", {count_since(mk)}, {one_if_tp});
       const std::vector<float> z_one = one_mlp.forward(x).to_host(),
                                dx_one = one_mlp.backward(dz).to_host();
-      L.check_ranks(cfg.act + " Z", z, lesson::per_rank(t, [&](int) { return z_one; }), rtol);
-      L.check_ranks(cfg.act + " dX", dx, lesson::per_rank(t, [&](int) { return dx_one; }), rtol);
+      L.check_ranks(act + " Z", z, lesson::per_rank(t, [&](int) { return z_one; }), rtol);
+      L.check_ranks(act + " dX", dx, lesson::per_rank(t, [&](int) { return dx_one; }), rtol);
       lesson::Table shapes({"parameter", "global", "split", "shard on each rank"});
       for (size_t i = 0; i < tp_params.size(); ++i) {
         const Param& q = tp_params[i];
@@ -248,8 +249,8 @@ int main(int argc, char** argv) {
         const Shape shard = q.split == Split::Replicated
                                 ? q.shape
                                 : q.shape.with(split_dim, q.shape[split_dim] / t);
-        L.check_fact(cfg.act + " " + q.name + " shard shape", dims(q.value.shape()), dims(shard));
-        L.check(cfg.act + " " + q.name + " gradient", gather_global(world, q, q.grad),
+        L.check_fact(act + " " + q.name + " shard shape", dims(q.value.shape()), dims(shard));
+        L.check(act + " " + q.name + " gradient", gather_global(world, q, q.grad),
                 one_params[i].grad.to_host(), rtol);
       }
       L.say(shapes.str(), "  output, dX and the ", tp_params.size(),
@@ -266,7 +267,7 @@ int main(int argc, char** argv) {
     L.step(
         "SwiGLU: gate and up both split by columns, silu(X G_r) ⊙ (X U_r) local; still one "
         "all-reduce each way.");
-    cfg.act = "swiglu";
+    cfg.act = Activation::SwiGlu;
     cfg.ffn = 24;
     compare_mlp(cfg);
 
@@ -277,7 +278,7 @@ int main(int argc, char** argv) {
     big.ffn = 12288;
     big.heads = 32;
     big.kv_heads = 8;
-    big.act = "swiglu";
+    big.act = Activation::SwiGlu;
     const int tb = 8;
     const int64_t H_ = big.hidden, F = big.inner(), kb = F / tb;
     L.check_fact("Qwen3-8B-sized config valid at t = 8",

@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
     big.heads = 32;
     big.kv_heads = 8;
     big.ffn = 12288;
-    big.act = "swiglu";
+    big.act = Activation::SwiGlu;
     const int tb = 8;
     const int64_t H = big.hidden, hd = big.head_dim(), nq = big.heads / tb, nkv = big.kv() / tb;
     const int64_t group = big.heads / big.kv();  // query heads that share one KV head

@@ -61,8 +61,8 @@ struct Run {
 
 // Forward + backward of a fresh block (the same weights for every mode) `steps` times after one
 // warm-up, each step's spans measured on `tl`; then gradients of one more step for the checks.
-void run_block(Device& dev, Communicator& comm, GptConfig cfg, const std::string& overlap,
-               int steps, Run& out) {
+void run_block(Device& dev, Communicator& comm, GptConfig cfg, Overlap overlap, int steps,
+               Run& out) {
   cfg.overlap = overlap;
   TransformerBlock block(dev, comm, cfg, 0);
   ParamList params;
@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
     L.step("One block (h = 512, 8 heads, S·B = 64·4 tokens, SP) at t = " + std::to_string(t) +
            ", on this machine's own transport.");
     Run real;
-    run_block(dev, world, cfg, "none", steps, real);
+    run_block(dev, world, cfg, Overlap::None, steps, real);
     const size_t per_step = real.records;  // the collectives of one forward + backward
     int64_t wire = 0, messages = 0;
     for (size_t i = real.first; i < real.first + per_step; ++i) {
@@ -175,14 +175,14 @@ int main(int argc, char** argv) {
     // 3. Three ways to run the block over that link.
     L.step("none, async, ring over the simulated link: the same numbers, different waiting.");
     Run runs[3];
-    const char* modes[] = {"none", "async", "ring"};
+    const Overlap modes[] = {Overlap::None, Overlap::Async, Overlap::Ring};
     for (int i = 0; i < 3; ++i) run_block(dev, slow, cfg, modes[i], steps, runs[i]);
     const Run& serial = runs[0];
     // The same block on one device (t = 1, no link): what every mode must reproduce. y and dx
     // are this rank's tokens under SP, rows [r·S·B/t, (r+1)·S·B/t) of the one-device result.
     SerialCommunicator solo;
     Run one;
-    run_block(dev, solo, cfg, "none", 0, one);
+    run_block(dev, solo, cfg, Overlap::None, 0, one);
     auto my_rows = [&](const std::vector<float>& whole) {
       return lesson::per_rank(t, [&](int i) {
         const size_t n = whole.size() / t;
@@ -190,7 +190,7 @@ int main(int argc, char** argv) {
       });
     };
     for (int i = 0; i < 3; ++i) {
-      const std::string mode = modes[i];
+      const std::string mode = overlap_name(modes[i]);
       const Run& r = runs[i];
       L.check_ranks(mode + ": y, my tokens",
                     Tensor::from_host(dev, Shape{static_cast<int64_t>(r.y.size())}, r.y),
@@ -233,12 +233,13 @@ int main(int argc, char** argv) {
       const double hidden = std::max(0.0, 1.0 - r.exposed / serial.exposed);
       char ratio[32];
       std::snprintf(ratio, sizeof ratio, "%.2f×", r.step / serial.step);
-      table.add({modes[i], ms(r.step), ms(r.comm), ms(r.exposed), pct(hidden), ratio});
+      table.add(
+          {overlap_name(modes[i]), ms(r.step), ms(r.comm), ms(r.exposed), pct(hidden), ratio});
       runs[i].timeline.gather(slow, dev);
       if (L.is_root() && !prefix.empty()) {
         runs[i].timeline.set_title(slow.name() + ", t = " + std::to_string(t) + ", --overlap " +
-                                   modes[i]);
-        runs[i].timeline.write_svg(prefix + modes[i] + ".svg");
+                                   overlap_name(modes[i]));
+        runs[i].timeline.write_svg(prefix + overlap_name(modes[i]) + ".svg");
       }
     }
     L.say("  medians of ", steps,

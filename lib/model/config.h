@@ -10,6 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "model/recompute.h"   // Recompute
+#include "parallel/overlap.h"  // Overlap
+
 namespace tp {
 
 /// The MLP's activation (--act, checkpoint metadata "act"): GeLU (tanh approximation) or SwiGLU.
@@ -27,32 +30,32 @@ NormKind parse_norm(const std::string& name);
 const char* norm_name(NormKind norm);
 
 struct GptConfig {
-  int64_t layers = 2;        ///< L
-  int64_t hidden = 64;       ///< h
-  int64_t heads = 4;         ///< nh, query heads
-  int64_t kv_heads = 0;      ///< nkv, key/value heads (GQA); 0 means nh (multi-head attention)
-  int64_t ffn = 0;           ///< MLP inner size; 0 means 4h
-  int64_t vocab = 256;       ///< V
-  int64_t seq = 64;          ///< S, the length of the position table (and the longest sequence)
-  std::string act = "gelu";  ///< "gelu" (tanh approximation) or "swiglu"
-  std::string norm = "layernorm";  ///< "layernorm" or "rmsnorm"
-  float dropout = 0.0f;            ///< p for the embedding and both residual branches
-  bool tied = true;                ///< LM head tied to wte
+  int64_t layers = 2;    ///< L
+  int64_t hidden = 64;   ///< h
+  int64_t heads = 4;     ///< nh, query heads
+  int64_t kv_heads = 0;  ///< nkv, key/value heads (GQA); 0 means nh (multi-head attention)
+  int64_t ffn = 0;       ///< MLP inner size; 0 means 4h
+  int64_t vocab = 256;   ///< V
+  int64_t seq = 64;      ///< S, the length of the position table (and the longest sequence)
+  Activation act = Activation::Gelu;    ///< GeLU (tanh approximation) or SwiGLU (--act)
+  NormKind norm = NormKind::LayerNorm;  ///< LayerNorm or RMSNorm (--norm)
+  float dropout = 0.0f;                 ///< p for the embedding and both residual branches
+  bool tied = true;                     ///< LM head tied to wte
   float init_std = 0.02f;  ///< N(0, init_std) for weights; output projections use init_std/√(2L)
   float eps = 1e-5f;       ///< norm epsilon
   bool sp = false;         ///< sequence parallelism between the TP regions (--sp)
-  /// How the TP layers overlap communication with compute: "none", "async" or "ring" (needs sp);
+  /// How the TP layers overlap communication with compute: none, async or ring (needs sp);
   /// parallel/collective_matmul.h. The numbers do not depend on it (to float rounding for ring).
-  std::string overlap = "none";
-  /// Activation recomputation: "none", "selective" (the attention probabilities are recomputed in
-  /// backward) or "full" (each block keeps its input only and reruns its forward); model/recompute.h.
+  Overlap overlap = Overlap::None;
+  /// Activation recomputation: none, selective (the attention probabilities are recomputed in
+  /// backward) or full (each block keeps its input only and reruns its forward); model/recompute.h.
   /// The gradients do not depend on it (bitwise).
-  std::string recompute = "none";
+  Recompute recompute = Recompute::None;
   int64_t pad_vocab_multiple = 1;  ///< V is padded up to a multiple of pad_vocab_multiple · t
 
-  /// act and norm as enums (parse_activation / parse_norm: bad input for a name problems() rejects).
-  Activation activation() const { return parse_activation(act); }
-  NormKind norm_kind() const { return parse_norm(norm); }
+  /// act and norm (the accessors from before they were enums; the fields say the same).
+  Activation activation() const { return act; }
+  NormKind norm_kind() const { return norm; }
   int64_t kv() const { return kv_heads > 0 ? kv_heads : heads; }
   int64_t inner() const { return ffn > 0 ? ffn : 4 * hidden; }
   int64_t head_dim() const { return heads > 0 ? hidden / heads : 0; }

@@ -6,7 +6,7 @@ namespace tp {
 
 int64_t block_activation_bytes(const GptConfig& c, int64_t seq, int64_t batch, int t) {
   const int64_t N = seq * batch, n = c.sp ? N / t : N, h = c.hidden, hd = c.head_dim();
-  const Recompute recompute = parse_recompute(c.recompute);
+  const Recompute recompute = c.recompute;
   if (recompute == Recompute::Full) return 4 * n * h;  // the block's input only
   const int64_t probs = recompute == Recompute::Selective ? 0 : batch * (c.heads / t) * seq * seq;
   const int64_t stats = c.norm_kind() == NormKind::LayerNorm ? 2 * n : n;

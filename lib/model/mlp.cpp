@@ -9,7 +9,7 @@ ParallelMLP::ParallelMLP(Device& device, Communicator& comm, const std::string& 
     : device_(device),
       comm_(comm),
       swiglu_(cfg.activation() == Activation::SwiGlu),
-      overlap_(parse_overlap(cfg.overlap)),
+      overlap_(cfg.overlap),
       fc1_(device, comm, prefix + ".c_fc", cfg.hidden, cfg.inner(), /*with_bias=*/true,
            /*gather_output=*/false, cfg.sp),
       gate_(device, comm, prefix + ".c_gate", cfg.hidden, swiglu_ ? cfg.inner() : comm.size(),
