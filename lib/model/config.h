@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "model/recompute.h"   // Recompute
-#include "parallel/overlap.h"  // Overlap
+#include "model/recompute.h"             // Recompute
+#include "parallel/collective_matmul.h"  // Overlap
 
 namespace tp {
 

@@ -7,6 +7,25 @@
 
 namespace tp {
 
+Overlap parse_overlap(const std::string& name) {
+  if (name == "none") return Overlap::None;
+  if (name == "async") return Overlap::Async;
+  if (name == "ring") return Overlap::Ring;
+  TP_CHECK_INPUT(false, "--overlap=", name, ": unknown; use none, async or ring");
+  return Overlap::None;
+}
+
+const char* overlap_name(Overlap overlap) {
+  switch (overlap) {
+    case Overlap::Async:
+      return "async";
+    case Overlap::Ring:
+      return "ring";
+    default:
+      return "none";
+  }
+}
+
 void ring_all_gather_each(Communicator& comm, const Tensor& local,
                           const std::function<void(int, const Tensor&)>& f) {
   const int t = comm.size(), r = comm.rank();

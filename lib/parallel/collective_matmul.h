@@ -39,9 +39,16 @@
 
 #include "core/communicator.h"
 #include "core/tensor.h"
-#include "parallel/overlap.h"  // Overlap, parse_overlap, overlap_name
 
 namespace tp {
+
+/// How the TP layers overlap their collectives with compute (see above).
+enum class Overlap { None, Async, Ring };
+
+/// "none", "async" or "ring" → Overlap; anything else is a bad-input error naming the choices.
+Overlap parse_overlap(const std::string& name);
+/// The name parse_overlap takes.
+const char* overlap_name(Overlap overlap);
 
 /// Ring all-gather with work on each block as it arrives: calls f(c, X_c) once for every block c
 /// of X = [X_0; …; X_{t−1}] (dim 0), starting with X_r = local; while f works on one block the next
