@@ -53,8 +53,8 @@ int main(int argc, char** argv) {
     Tensor X = Tensor::from_host(dev, Shape{1, h}, x_host);
     Tensor dZ = Tensor::from_host(dev, Shape{1, h}, dz_host);
     SerialCommunicator solo;
-    ColumnParallelLinear fc1_one(dev, solo, "fc1", h, ffn, /*bias=*/false, /*gather_output=*/false);
-    RowParallelLinear fc2_one(dev, solo, "fc2", ffn, h, /*bias=*/false, /*input_is_parallel=*/true);
+    ColumnParallelLinear fc1_one(dev, solo, "fc1", h, ffn, Bias::Without, ColumnOutput::Split);
+    RowParallelLinear fc2_one(dev, solo, "fc2", ffn, h, Bias::Without, RowInput::Split);
     fc1_one.load_global(a_host);
     fc2_one.load_global(b_host);
     Tensor H1 = fc1_one.forward(X), G1(dev, H1.shape()), dH1(dev, H1.shape());
@@ -94,8 +94,8 @@ int main(int argc, char** argv) {
            std::to_string(k) + ") and B_r = the same rows of fc2 (" + std::to_string(k) + "x" +
            std::to_string(h) + ").");
     size_t m = L.mark();
-    ColumnParallelLinear fc1(dev, world, "fc1", h, ffn, /*bias=*/false, /*gather_output=*/false);
-    RowParallelLinear fc2(dev, world, "fc2", ffn, h, /*bias=*/false, /*input_is_parallel=*/true);
+    ColumnParallelLinear fc1(dev, world, "fc1", h, ffn, Bias::Without, ColumnOutput::Split);
+    RowParallelLinear fc2(dev, world, "fc2", ffn, h, Bias::Without, RowInput::Split);
     fc1.load_global(a_host);
     fc2.load_global(b_host);
     L.say(

@@ -74,8 +74,8 @@ int main(int argc, char** argv) {
     Tensor y1 = single.forward(x, S, B, 7, 0), dx1 = single.backward(dy);
     L.check("block output vs t = 1", y.to_host(), y1.to_host(), 1e-5);
     L.check("block dX vs t = 1", dx.to_host(), dx1.to_host(), 1e-5);
-    L.check("every parameter gradient vs t = 1", gathered(world, bp, true),
-            gathered(solo, sp, true), 1e-5);
+    L.check("every parameter gradient vs t = 1", gathered(world, bp, ParamField::Grad),
+            gathered(solo, sp, ParamField::Grad), 1e-5);
 
     // 2. What the ledger saw, against the formula.
     L.step("The ledger: 2 all-reduces forward (g), 2 backward (f), each of b·s·h elements.");

@@ -517,10 +517,11 @@ int main(int argc, char** argv) {
     L.check_fact("elements all-reduced by finish_gradients",
                  {static_cast<float>(t > 1 ? world.ledger().records()[m].elements : partial_elems)},
                  {static_cast<float>(partial_elems)});
-    L.check("every gradient, TP + SP vs t = 1", gathered(world, sp_model.params(), true),
-            gathered(solo, reference.params(), true), 1e-5);
-    L.check("every gradient, TP vs t = 1", gathered(world, tp_model.params(), true),
-            gathered(solo, reference.params(), true), 1e-5);
+    L.check("every gradient, TP + SP vs t = 1",
+            gathered(world, sp_model.params(), ParamField::Grad),
+            gathered(solo, reference.params(), ParamField::Grad), 1e-5);
+    L.check("every gradient, TP vs t = 1", gathered(world, tp_model.params(), ParamField::Grad),
+            gathered(solo, reference.params(), ParamField::Grad), 1e-5);
 
     // 6. What SP sends: one training step of a 2-layer model, plain TP and TP + SP, from the
     // ledger. Forward, the two designs move the same bytes; backward, SP gathers each region's

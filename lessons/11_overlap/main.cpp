@@ -113,7 +113,7 @@ void run_block(Device& dev, Communicator& comm, GptConfig cfg, Overlap overlap, 
   // group, as Gpt::finish_gradients() does, so that it can be compared with one device.
   for (Param& p : params)
     if (p.sequence_parallel_grad && t > 1) comm.all_reduce(p.grad);
-  out.grads = gathered(comm, params, true);
+  out.grads = gathered(comm, params, ParamField::Grad);
 }
 
 }  // namespace

@@ -201,12 +201,12 @@ int main(int argc, char** argv) {
     L.check("loss (averaged over dp) vs one device", loss_grid, loss_one, 1e-5);
     // The last step's gradients (after the DP average) and the weights after the last update, as
     // global tensors: gathered over the TP group, the same on both DP replicas.
-    const std::vector<float> grads = gathered(grid.tp(), model.params(), true),
-                             weights = gathered(grid.tp(), model.params(), false);
+    const std::vector<float> grads = gathered(grid.tp(), model.params(), ParamField::Grad),
+                             weights = gathered(grid.tp(), model.params(), ParamField::Value);
     L.check("last step's gradients (averaged over dp) vs one device", grads,
-            gathered(solo, one.params(), true), 1e-5);
+            gathered(solo, one.params(), ParamField::Grad), 1e-5);
     L.check("weights after " + std::to_string(steps) + " AdamW steps vs one device", weights,
-            gathered(solo, one.params(), false), 1e-5);
+            gathered(solo, one.params(), ParamField::Value), 1e-5);
     // Both DP replicas hold bit-identical shards: the all-reduce gave both the same sum.
     int64_t shard = 0;
     for (const Param& p : model.params()) shard += p.value.numel();

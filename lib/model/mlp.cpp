@@ -10,12 +10,12 @@ ParallelMLP::ParallelMLP(Device& device, Communicator& comm, const std::string& 
       comm_(comm),
       swiglu_(cfg.activation() == Activation::SwiGlu),
       overlap_(cfg.overlap),
-      fc1_(device, comm, prefix + ".c_fc", cfg.hidden, cfg.inner(), /*with_bias=*/true,
-           /*gather_output=*/false, cfg.sp),
+      fc1_(device, comm, prefix + ".c_fc", cfg.hidden, cfg.inner(), Bias::With, ColumnOutput::Split,
+           cfg.sp),
       gate_(device, comm, prefix + ".c_gate", cfg.hidden, swiglu_ ? cfg.inner() : comm.size(),
-            /*with_bias=*/swiglu_, /*gather_output=*/false, cfg.sp),
-      fc2_(device, comm, prefix + ".c_proj", cfg.inner(), cfg.hidden, /*with_bias=*/true,
-           /*input_is_parallel=*/true, cfg.sp),
+            swiglu_ ? Bias::With : Bias::Without, ColumnOutput::Split, cfg.sp),
+      fc2_(device, comm, prefix + ".c_proj", cfg.inner(), cfg.hidden, Bias::With, RowInput::Split,
+           cfg.sp),
       up_(fc1_.name() + ".output"),
       gate_out_(gate_.name() + ".output") {
   for (ParallelLinearBase* l :
