@@ -208,11 +208,13 @@ void Lesson::check_value(const std::string& what, double got, double want, doubl
   }
 }
 
-void Lesson::check_true(const std::string& what, bool holds) {
+void Lesson::check_true(const std::string& what, bool holds) { check_true(what, holds, ""); }
+
+void Lesson::check_true(const std::string& what, bool holds, const std::string& why) {
   if (!is_root()) return;
   facts_.insert(what);
   ++fact_checks_;
-  if (!holds) failures_.push_back(what + ": does not hold");
+  if (!holds) failures_.push_back(what + ": does not hold" + (why.empty() ? "" : " (" + why + ")"));
 }
 
 void Lesson::check_fact_ranks(const std::string& what, const Tensor& t,

@@ -108,6 +108,9 @@ class Lesson {
   /// A fact that is a yes/no statement (a comparison, an inequality, a message naming a value):
   /// records a failure naming `what` when it does not hold. Not a number cast to float.
   void check_true(const std::string& what, bool holds);
+  /// check_true whose failure also says `why` (the values the statement was about, e.g.
+  /// "e = 3e-3 > γ = 2e-3").
+  void check_true(const std::string& what, bool holds, const std::string& why);
   /// Like check_ranks(), for a fact: rank r's copy of `t` against want[r].
   void check_fact_ranks(const std::string& what, const Tensor& t,
                         const std::vector<std::vector<float>>& want, double rtol = 1e-6);

@@ -294,12 +294,8 @@ int main(int argc, char** argv) {
             "rows" + range});
     L.say(qt.str(), "  ", F, " / ", tb, " = ", kb, " columns per rank; per rank ", 3 * H_ * kb,
           " of the ", 3 * H_ * F, " MLP weights (1/", tb, ")");
-    int64_t next = 0;  // the shards, in rank order, must tile [0, ffn) with no gap and no overlap
-    for (int i = 0; i < tb; ++i) next = (next == i * kb) ? (i + 1) * kb : -1;
-    L.check_fact("the shards tile the ffn columns", {static_cast<float>(next)},
-                 {static_cast<float>(F)});
-    L.check_fact("t shards of [h, ffn/t] hold all of [h, ffn]", {static_cast<float>(tb * H_ * kb)},
-                 {static_cast<float>(H_ * F)});
+    // (That the t shards of ffn/t columns tile [0, ffn) is not checked here: with kb = ffn/t it
+    // restates the division; "config valid at t = 8" above checks that t divides ffn.)
     L.say("  per token, g all-reduces h = ", H_, " floats; row-first would all-reduce the ", F,
           "-wide intermediate before the activation: ", F / H_,
           "x as many, and every rank would hold all of it.");
