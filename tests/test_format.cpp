@@ -18,6 +18,14 @@ namespace {
 
 using tp::LrSchedule;
 
+TEST(Format, ScientificAndFixed) {
+  EXPECT_EQ(tp::sci(0.000123), "1.23e-04");
+  EXPECT_EQ(tp::sci(-5.0, 1), "-5.0e+00");
+  EXPECT_EQ(tp::fixed(2.346, 2), "2.35");
+  EXPECT_EQ(tp::fixed(5.123456789, 5), "5.12346");
+  EXPECT_EQ(tp::fixed(7.0, 0), "7");
+}
+
 TEST(Format, BinaryUnits) {
   EXPECT_EQ(tp::mib(3.0 * 1048576), "3.0 MiB");
   EXPECT_EQ(tp::mib(12.5 * 1048576, 0), "12 MiB");  // %.0f rounds half to even

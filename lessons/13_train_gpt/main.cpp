@@ -18,7 +18,7 @@
 // What is new since the earlier lessons: nothing in lib/. A whole training run per t in one
 // program, on sub-communicators of the world; the device's peak-memory counter
 // (Device::memory().peak, reset_peak()); and ranks that wait by sleeping, not by polling a core
-// (SleepingWaits below; --spin for MPI's own blocking calls), which an oversubscribed laptop needs.
+// (SleepingWaits, lessons/sleeping_waits.h; --spin for MPI's own blocking calls), which an oversubscribed laptop needs.
 //
 // Run:  make lessons && mpirun -np 4 build/bin/lesson_13_train_gpt [--steps 40] [--step]
 //       (also -np 1, 2, 8: t = 1, 2, … up to np)
@@ -44,6 +44,7 @@
 #include "model/train.h"
 #include "observe/svg_plot.h"
 #include "observe/timer.h"
+#include "sleeping_waits.h"
 
 using namespace tp;
 
@@ -52,87 +53,9 @@ namespace {
 // CPU seconds this process has used, every thread (MPI's progress thread included).
 double cpu_seconds() { return static_cast<double>(std::clock()) / CLOCKS_PER_SEC; }
 
-std::string sci(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2e", x);
-  return buf;
-}
-
 // Losses are printed to 5 decimals: fp32 sums in another order (another t, another BLAS kernel)
 // move a loss of about 5 by a few 1e-7, so a sixth decimal would show that rounding, not the curve.
 constexpr int kLossDecimals = 5;
-
-std::string fixed(double x, int digits) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, x);
-  return buf;
-}
-
-// A barrier that does not spin: one all-reduce of a single number, tested every millisecond with
-// a sleep in between. A rank waiting in a blocking MPI call polls its core at 100 %, and on a
-// 2-core laptop two waiting ranks would take the cores from the ones training; here the waiting
-// costs only the communicator's progress thread, which tests the request every ~50 µs and sleeps.
-void quiet_barrier(Device& dev, Communicator& sync) {
-  Tensor one = Tensor::from_host(dev, Shape{1}, {1.0f});
-  std::unique_ptr<Work> work = sync.all_reduce_async(one);
-  while (!work->test()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-}
-
-// The group's communicator, waiting without spinning: each blocking collective is issued in its
-// asynchronous form and tested with short sleeps in between (10 µs, doubling up to 200 µs). A rank
-// in a blocking MPI call polls its core at 100 %; with more ranks than cores (4 on this 2-core
-// laptop) the pollers take the cores from the ranks that still compute, and every collective
-// costs the OS's scheduling slices. Sleeping gives the core back. The numbers are the same (the
-// same collectives, recorded in this communicator's ledger); only the waiting changes.
-class SleepingWaits : public Communicator {
- public:
-  explicit SleepingWaits(std::unique_ptr<Communicator> inner)
-      : Communicator(inner->rank(), inner->size()), inner_(std::move(inner)) {}
-  std::string name() const override { return inner_->name(); }
-
- protected:
-  void do_all_reduce(Tensor& x, ReduceOp op) override {
-    if (op == ReduceOp::Max || size() == 1) return inner_->all_reduce(x, op);  // no async max
-    nap(inner_->all_reduce_async(x));
-  }
-  void do_all_gather(const Tensor& shard, Tensor& full) override {
-    nap(inner_->all_gather_async(shard, full));
-  }
-  void do_reduce_scatter(const Tensor& full, Tensor& shard) override {
-    nap(inner_->reduce_scatter_async(full, shard));
-  }
-  void do_broadcast(Tensor& x, int root) override { inner_->broadcast(x, root); }
-  void do_send_recv(const Tensor& send, int to, Tensor& recv, int from) override {
-    nap(inner_->send_recv_async(send, to, recv, from));
-  }
-  void do_barrier() override { inner_->barrier(); }
-  std::unique_ptr<Work> do_all_reduce_async(Tensor& x) override {
-    return inner_->all_reduce_async(x);
-  }
-  std::unique_ptr<Work> do_all_gather_async(const Tensor& shard, Tensor& full) override {
-    return inner_->all_gather_async(shard, full);
-  }
-  std::unique_ptr<Work> do_reduce_scatter_async(const Tensor& full, Tensor& shard) override {
-    return inner_->reduce_scatter_async(full, shard);
-  }
-  std::unique_ptr<Work> do_send_recv_async(const Tensor& send, int to, Tensor& recv,
-                                           int from) override {
-    return inner_->send_recv_async(send, to, recv, from);
-  }
-  std::unique_ptr<Communicator> do_split(int color, int key) override {
-    return std::make_unique<SleepingWaits>(inner_->split(color, key));
-  }
-
- private:
-  static void nap(std::unique_ptr<Work> work) {
-    std::chrono::microseconds pause(10);
-    while (!work->test()) {
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::microseconds(200));
-    }
-  }
-  std::unique_ptr<Communicator> inner_;
-};
 
 // One training run at one t, as this rank saw it.
 struct Run {
@@ -171,7 +94,7 @@ Run train_at(Device& dev, Communicator& world, Communicator& sync, const Setup& 
   run.sp = sp;
   run.member = world.rank() < t;
   std::unique_ptr<Communicator> group = world.split(run.member ? 0 : 1, world.rank());
-  if (!s.spin) group = std::make_unique<SleepingWaits>(std::move(group));
+  if (!s.spin) group = std::make_unique<lesson::SleepingWaits>(std::move(group));
   const double t0 = now(), c0 = cpu_seconds();
   if (run.member) {
     GptConfig cfg = s.cfg;
@@ -214,7 +137,7 @@ Run train_at(Device& dev, Communicator& world, Communicator& sync, const Setup& 
     }
     run.peak = dev.memory().peak - base;
   }
-  quiet_barrier(dev, sync);
+  lesson::quiet_barrier(dev, sync);
   if (!run.member) {
     run.idle_wall = now() - t0;
     run.idle_cpu = cpu_seconds() - c0;
@@ -238,7 +161,6 @@ std::vector<double> gather_double(lesson::Lesson& L, double v) {
   return out;
 }
 
-// The largest relative difference |a − b| / |b| over the steps.
 // The steps two loss curves share, as floats for L.check: {a's, b's}.
 std::pair<std::vector<float>, std::vector<float>> common_steps(const std::vector<double>& a,
                                                                const std::vector<double>& b) {
@@ -247,6 +169,7 @@ std::pair<std::vector<float>, std::vector<float>> common_steps(const std::vector
           std::vector<float>(b.begin(), b.begin() + n)};
 }
 
+// The largest relative difference |a − b| / |b| over the steps.
 double worst_rel(const std::vector<double>& a, const std::vector<double>& b) {
   double w = 0;
   for (size_t i = 0; i < a.size() && i < b.size(); ++i)
