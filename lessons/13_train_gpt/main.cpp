@@ -145,22 +145,6 @@ Run train_at(Device& dev, Communicator& world, Communicator& sync, const Setup& 
   return run;
 }
 
-// Gathers one int64 per rank exactly (as two floats of 24 bits each); filled on rank 0.
-std::vector<int64_t> gather_i64(lesson::Lesson& L, int64_t v) {
-  const float hi = static_cast<float>(v >> 24), lo = static_cast<float>(v & 0xFFFFFF);
-  std::vector<int64_t> out;
-  for (const auto& r : L.gather(Tensor::from_host(L.device(), Shape{2}, {hi, lo})))
-    out.push_back((static_cast<int64_t>(r[0]) << 24) + static_cast<int64_t>(r[1]));
-  return out;
-}
-
-std::vector<double> gather_double(lesson::Lesson& L, double v) {
-  std::vector<double> out;
-  for (const auto& r : L.gather(Tensor::from_host(L.device(), Shape{1}, {static_cast<float>(v)})))
-    out.push_back(r[0]);
-  return out;
-}
-
 // The steps two loss curves share, as floats for L.check: {a's, b's}.
 std::pair<std::vector<float>, std::vector<float>> common_steps(const std::vector<double>& a,
                                                                const std::vector<double>& b) {
@@ -175,36 +159,6 @@ double worst_rel(const std::vector<double>& a, const std::vector<double>& b) {
   for (size_t i = 0; i < a.size() && i < b.size(); ++i)
     w = std::max(w, std::fabs(a[i] - b[i]) / std::fabs(b[i]));
   return w;
-}
-
-// One step's collectives grouped by (op, elements, where), in order of first appearance.
-lesson::Table ledger_table(const std::vector<CommRecord>& recs) {
-  struct Row {
-    std::string op, label;
-    int64_t elements = 0;
-    int calls = 0;
-    double wire = 0;
-  };
-  std::vector<Row> rows;
-  for (const CommRecord& r : recs) {
-    auto it = std::find_if(rows.begin(), rows.end(), [&](const Row& x) {
-      return x.op == r.op && x.elements == r.elements && x.label == r.label;
-    });
-    if (it == rows.end()) {
-      rows.push_back({r.op, r.label, r.elements, 0, 0});
-      it = rows.end() - 1;
-    }
-    ++it->calls;
-    it->wire += r.wire_bytes;
-  }
-  lesson::Table table(
-      {"collective", "elements", "calls", "where (CommLedger label)", "sent per rank"});
-  for (const Row& r : rows) {
-    std::string op = r.op;
-    std::replace(op.begin(), op.end(), '_', '-');
-    table.add({op, std::to_string(r.elements), std::to_string(r.calls), r.label, kib_mib(r.wire)});
-  }
-  return table;
 }
 
 // "ranks 1–3", "rank 1", "ranks 2–3".
@@ -312,9 +266,9 @@ int main(int argc, char** argv) {
       std::vector<double> idle_wall, idle_cpu;
     };
     auto seen = [&](const Run& r) {
-      return Seen{gather_i64(L, r.peak),         gather_i64(L, r.states),
-                  gather_i64(L, r.activations),  gather_i64(L, r.block_formula_ok),
-                  gather_double(L, r.idle_wall), gather_double(L, r.idle_cpu)};
+      return Seen{L.gather_int64(r.peak),        L.gather_int64(r.states),
+                  L.gather_int64(r.activations), L.gather_int64(r.block_formula_ok),
+                  L.gather_double(r.idle_wall),  L.gather_double(r.idle_cpu)};
     };
     std::vector<Seen> per_t;
     for (const Run& r : runs) per_t.push_back(seen(r));
@@ -491,9 +445,9 @@ int main(int argc, char** argv) {
                  fixed(sp_run.loss[k], kLossDecimals)});
     L.say(designs.str());
     L.say("  plain TP, one step's collectives:");
-    L.say(ledger_table(plain.step_records).str());
+    L.say(lesson::ledger_table(plain.step_records).str());
     L.say("  TP + SP, one step's collectives:");
-    L.say(ledger_table(sp_run.step_records).str());
+    L.say(lesson::ledger_table(sp_run.step_records).str());
     // The ledger against the model: per block two regions, each entered and left once per pass,
     // plus the embedding (its lookup is completed by an all-reduce, or a reduce-scatter under SP)
     // and the head (its input enters a TP region); SP re-gathers each region's input in backward.
