@@ -32,18 +32,12 @@ Activation parse_activation(const std::string& name) {
   return Activation::Gelu;
 }
 
-const char* activation_name(Activation act) {
-  return act == Activation::SwiGlu ? "swiglu" : "gelu";
-}
-
 NormKind parse_norm(const std::string& name) {
   if (name == "layernorm") return NormKind::LayerNorm;
   if (name == "rmsnorm") return NormKind::RmsNorm;
   TP_CHECK_INPUT(false, "--norm=", name, ": expected layernorm or rmsnorm");
   return NormKind::LayerNorm;
 }
-
-const char* norm_name(NormKind norm) { return norm == NormKind::RmsNorm ? "rmsnorm" : "layernorm"; }
 
 double GptConfig::approx_parameters(int t) const {
   const double h = static_cast<double>(hidden), f = static_cast<double>(ffn > 0 ? ffn : 4 * h);

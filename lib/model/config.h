@@ -22,12 +22,17 @@ enum class NormKind { LayerNorm, RmsNorm };
 
 /// "gelu" | "swiglu"; anything else is bad input (one line naming the choices).
 Activation parse_activation(const std::string& name);
-/// The name parse_activation takes: "gelu" or "swiglu".
-const char* activation_name(Activation act);
+/// The name parse_activation takes: "gelu" or "swiglu". Inline, so that what reads checkpoint
+/// metadata (and its fuzz target) needs no more than this header.
+inline const char* activation_name(Activation act) {
+  return act == Activation::SwiGlu ? "swiglu" : "gelu";
+}
 /// "layernorm" | "rmsnorm"; anything else is bad input (one line naming the choices).
 NormKind parse_norm(const std::string& name);
 /// The name parse_norm takes: "layernorm" or "rmsnorm".
-const char* norm_name(NormKind norm);
+inline const char* norm_name(NormKind norm) {
+  return norm == NormKind::RmsNorm ? "rmsnorm" : "layernorm";
+}
 
 struct GptConfig {
   int64_t layers = 2;    ///< L
