@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "core/error.h"
+#include "core/format.h"
 
 namespace tp::lesson {
 
@@ -66,6 +67,34 @@ std::string Table::str() const {
   out += "\n";
   for (const auto& r : rows_) out += line(r);
   return out;
+}
+
+Table ledger_table(const std::vector<CommRecord>& recs) {
+  struct Row {
+    std::string op, label;
+    int64_t elements = 0;
+    int calls = 0;
+    double wire = 0;
+  };
+  std::vector<Row> rows;
+  for (const CommRecord& r : recs) {
+    auto it = std::find_if(rows.begin(), rows.end(), [&](const Row& x) {
+      return x.op == r.op && x.elements == r.elements && x.label == r.label;
+    });
+    if (it == rows.end()) {
+      rows.push_back({r.op, r.label, r.elements, 0, 0});
+      it = rows.end() - 1;
+    }
+    ++it->calls;
+    it->wire += r.wire_bytes;
+  }
+  Table table({"collective", "elements", "calls", "where (CommLedger label)", "sent per rank"});
+  for (const Row& r : rows) {
+    std::string op = r.op;
+    std::replace(op.begin(), op.end(), '_', '-');
+    table.add({op, std::to_string(r.elements), std::to_string(r.calls), r.label, kib_mib(r.wire)});
+  }
+  return table;
 }
 
 std::string how_to_run(const std::string& binary, const std::vector<int>& ranks) {
@@ -152,6 +181,21 @@ std::string Lesson::comm_since(size_t mark) const {
   return s;
 }
 
+std::vector<int64_t> Lesson::gather_int64(int64_t v) {
+  const float hi = static_cast<float>(v >> 24), lo = static_cast<float>(v & 0xFFFFFF);
+  std::vector<int64_t> out;
+  for (const auto& r : gather(Tensor::from_host(device(), Shape{2}, {hi, lo})))
+    out.push_back((static_cast<int64_t>(r[0]) << 24) + static_cast<int64_t>(r[1]));
+  return out;
+}
+
+std::vector<double> Lesson::gather_double(double v) {
+  std::vector<double> out;
+  for (const auto& r : gather(Tensor::from_host(device(), Shape{1}, {static_cast<float>(v)})))
+    out.push_back(r[0]);
+  return out;
+}
+
 void Lesson::compare(const std::string& what, const std::vector<float>& got,
                      const std::vector<float>& want, double rtol) {
   if (got.size() != want.size()) {
@@ -208,11 +252,13 @@ void Lesson::check_value(const std::string& what, double got, double want, doubl
   }
 }
 
-void Lesson::check_true(const std::string& what, bool holds) {
+void Lesson::check_true(const std::string& what, bool holds) { check_true(what, holds, ""); }
+
+void Lesson::check_true(const std::string& what, bool holds, const std::string& why) {
   if (!is_root()) return;
   facts_.insert(what);
   ++fact_checks_;
-  if (!holds) failures_.push_back(what + ": does not hold");
+  if (!holds) failures_.push_back(what + ": does not hold" + (why.empty() ? "" : " (" + why + ")"));
 }
 
 void Lesson::check_fact_ranks(const std::string& what, const Tensor& t,

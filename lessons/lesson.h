@@ -16,6 +16,7 @@
 #include "core/host.h"
 #include "core/log.h"
 #include "launcher.h"
+#include "observe/comm_ledger.h"
 
 namespace tp::lesson {
 
@@ -65,6 +66,10 @@ class Lesson {
   std::vector<std::vector<float>> gather(const Tensor& t);
   /// One string per rank for `t`, formatted with fmt(); filled on rank 0 only.
   std::vector<std::string> gather_fmt(const Tensor& t);
+  /// Every rank's `v`, exactly (sent as two floats of 24 bits each: |v| < 2^48); rank 0 only.
+  std::vector<int64_t> gather_int64(int64_t v);
+  /// Every rank's `v` (sent as a float: 24 bits of mantissa); filled on rank 0 only.
+  std::vector<double> gather_double(double v);
 
   /// A table with the columns step | rank 0 | … | rank t−1 | communication, for report().
   Table rank_table() const;
@@ -108,6 +113,9 @@ class Lesson {
   /// A fact that is a yes/no statement (a comparison, an inequality, a message naming a value):
   /// records a failure naming `what` when it does not hold. Not a number cast to float.
   void check_true(const std::string& what, bool holds);
+  /// check_true whose failure also says `why` (the values the statement was about, e.g.
+  /// "e = 3e-3 > γ = 2e-3").
+  void check_true(const std::string& what, bool holds, const std::string& why);
   /// Like check_ranks(), for a fact: rank r's copy of `t` against want[r].
   void check_fact_ranks(const std::string& what, const Tensor& t,
                         const std::vector<std::vector<float>>& want, double rtol = 1e-6);
@@ -134,6 +142,10 @@ class Lesson {
   void compare(const std::string& what, const std::vector<float>& got,
                const std::vector<float>& want, double rtol);
 };
+
+/// One step's collectives grouped by (op, elements, CommLedger label), in order of first
+/// appearance: collective | elements | calls | where (CommLedger label) | sent per rank.
+Table ledger_table(const std::vector<CommRecord>& recs);
 
 /// "mpirun -np 3 build/bin/<binary> (also works with -np 1, 2, 4)": how to run a lesson that accepts
 /// the rank counts `ranks` (the first is the one to suggest).

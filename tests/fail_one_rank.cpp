@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
   return run_program(argc, argv, opts, [](Context& ctx) {
     const std::string mode = ctx.options.get_text("mode");
     if (mode == "bad-input") {
-      ColumnParallelLinear fc1(ctx.device, ctx.world, "fc1", 4, 7, true, false);
+      ColumnParallelLinear fc1(ctx.device, ctx.world, "fc1", 4, 7, Bias::With, ColumnOutput::Split);
       return 0;  // reached only when t divides 7
     }
     if (mode != "one-rank") {

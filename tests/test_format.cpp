@@ -18,6 +18,14 @@ namespace {
 
 using tp::LrSchedule;
 
+TEST(Format, ScientificAndFixed) {
+  EXPECT_EQ(tp::sci(0.000123), "1.23e-04");
+  EXPECT_EQ(tp::sci(-5.0, 1), "-5.0e+00");
+  EXPECT_EQ(tp::fixed(2.346, 2), "2.35");
+  EXPECT_EQ(tp::fixed(5.123456789, 5), "5.12346");
+  EXPECT_EQ(tp::fixed(7.0, 0), "7");
+}
+
 TEST(Format, BinaryUnits) {
   EXPECT_EQ(tp::mib(3.0 * 1048576), "3.0 MiB");
   EXPECT_EQ(tp::mib(12.5 * 1048576, 0), "12 MiB");  // %.0f rounds half to even
@@ -126,8 +134,8 @@ TEST(FileShape, NoFlagsTakeTheFileShape) {
     EXPECT_EQ(fl.cfg.kv_heads, 0);  // = heads
     EXPECT_EQ(fl.cfg.ffn, 384);
     EXPECT_EQ(fl.cfg.vocab, 300);
-    EXPECT_EQ(fl.cfg.act, "swiglu");
-    EXPECT_EQ(fl.cfg.norm, "rmsnorm");
+    EXPECT_EQ(fl.cfg.act, tp::Activation::SwiGlu);
+    EXPECT_EQ(fl.cfg.norm, tp::NormKind::RmsNorm);
     EXPECT_FALSE(fl.cfg.tied);
     EXPECT_EQ(fl.cfg.seq, 128);
     EXPECT_EQ(fl.seq, 128);  // a checkpoint: the length it was saved with
@@ -142,7 +150,7 @@ TEST(FileShape, FlagsMustAgreeNamesEachOneThatDiffers) {
   EXPECT_EQ(problems[0], "--heads=8 disagrees with f.safetensors (6); drop --heads");
   EXPECT_EQ(problems[1], "--norm=layernorm disagrees with f.safetensors (rmsnorm); drop --norm");
   EXPECT_EQ(fl.cfg.heads, 6);  // the file's shape all the same
-  EXPECT_EQ(fl.cfg.norm, "rmsnorm");
+  EXPECT_EQ(fl.cfg.norm, tp::NormKind::RmsNorm);
 }
 
 TEST(FileShape, FlagsOverrideACheckpoint) {

@@ -59,8 +59,8 @@ GptConfig gen_config() {
 GptConfig gqa_config() {
   GptConfig c = gen_config();
   c.tied = false;
-  c.act = "swiglu";
-  c.norm = "rmsnorm";
+  c.act = Activation::SwiGlu;
+  c.norm = NormKind::RmsNorm;
   c.heads = 24;  // head_dim 2, two query heads per key/value head
   return c;
 }

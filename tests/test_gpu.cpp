@@ -562,8 +562,8 @@ GptConfig small_gpt(bool variant) {
   c.init_std = 0.1f;  // attention far from uniform
   if (variant) {      // the other code paths: untied head, SwiGLU, RMSNorm, GQA, dropout
     c.tied = false;
-    c.act = "swiglu";
-    c.norm = "rmsnorm";
+    c.act = Activation::SwiGlu;
+    c.norm = NormKind::RmsNorm;
     c.heads = 24;
     c.kv_heads = 12;
     c.dropout = 0.1f;
@@ -642,13 +642,14 @@ TEST(GpuModel, GptGradientsMatchCpuWithOverlapAsyncAndSpRing) {
   REQUIRE_GPU();
   GptConfig cfg = small_gpt(false);
   cfg.seq = 12;  // divisible by t = 1 … 4 for SP
-  cfg.overlap = "async";
+  cfg.overlap = Overlap::Async;
   check_model(cfg);
   cfg.sp = true;
-  cfg.overlap = "ring";
+  cfg.overlap = Overlap::Ring;
   check_model(cfg);
   cfg.sp = false;
-  cfg.overlap = "chunked";  // plain TP: the row blocks' all-reduces under the next block's GEMM
+  cfg.overlap =
+      Overlap::Chunked;  // plain TP: the row blocks' all-reduces under the next block's GEMM
   check_model(cfg);
 }
 
@@ -673,7 +674,7 @@ TEST(GpuModel, Bf16GradientsMatchCpuBf16) {
   cfg.precision = Precision::Bf16;
   cfg.seq = 12;  // divisible by t = 1 … 4 for SP
   cfg.sp = true;
-  cfg.overlap = "ring";
+  cfg.overlap = Overlap::Ring;
   worst = std::max(worst, check_model(cfg, kBf16, kU));
   if (world().rank() == 0)
     std::printf("[ bf16     ] np %d: GPU bf16 vs CPU bf16, largest gradient difference %.2e\n",
@@ -721,7 +722,7 @@ std::vector<float> gpu_step_gradients(const GptConfig& cfg, int micro_batches) {
              0, 1e-3f, 0.0f, {}, so);
   EXPECT_EQ(model.memory().layer_bytes(0),
             block_activation_bytes(cfg, cfg.seq, B / micro_batches, world().size()))
-      << cfg.recompute << " m " << micro_batches;
+      << recompute_name(cfg.recompute) << " m " << micro_batches;
   std::vector<float> all;
   for (const Param& p : model.params()) {
     const std::vector<float> g = gather_real(world(), p, p.grad);
@@ -736,16 +737,17 @@ TEST(GpuModel, RecomputeAndMicroBatchesGiveTheGradientsOfNone) {
     GptConfig cfg = small_gpt(false);
     cfg.seq = 12;  // divisible by t = 1 … 4 for SP
     cfg.sp = sp;
-    cfg.overlap = sp ? "ring" : "async";  // both overlap modes' collectives in the rerun
+    cfg.overlap =
+        sp ? Overlap::Ring : Overlap::Async;  // both overlap modes' collectives in the rerun
     cfg.dropout = 0.1f;
     const std::vector<float> none = gpu_step_gradients(cfg, 1);
-    for (const char* mode : {"selective", "full"}) {
+    for (Recompute mode : {Recompute::Selective, Recompute::Full}) {
       GptConfig r = cfg;
       r.recompute = mode;
       const std::vector<float> got = gpu_step_gradients(r, 1);
       ASSERT_EQ(got.size(), none.size());
       EXPECT_EQ(std::memcmp(got.data(), none.data(), got.size() * sizeof(float)), 0)
-          << "--recompute " << mode << (sp ? " --sp" : "") << ": not bitwise (rel "
+          << "--recompute " << recompute_name(mode) << (sp ? " --sp" : "") << ": not bitwise (rel "
           << rel_error(got, none) << ")";
     }
     cfg.dropout = 0.0f;  // micro-batches key the masks by the micro-batch's rows

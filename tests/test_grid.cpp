@@ -242,12 +242,12 @@ TEST(GridTraining, DpTrainsLikeOneDeviceOnTheSameGlobalBatch) {
     EXPECT_LE(std::fabs(a.grad_norm - c.grad_norm), 1e-5 * c.grad_norm) << "step " << s;
   }
   const double tol = 1e-5;  // relative, whole model: fp32 sums in a different order
-  EXPECT_LE(
-      rel_error(gathered(grid.tp(), model.params(), true), gathered(solo, one.params(), true)),
-      tol);
-  EXPECT_LE(
-      rel_error(gathered(grid.tp(), model.params(), false), gathered(solo, one.params(), false)),
-      tol);
+  EXPECT_LE(rel_error(gathered(grid.tp(), model.params(), ParamField::Grad),
+                      gathered(solo, one.params(), ParamField::Grad)),
+            tol);
+  EXPECT_LE(rel_error(gathered(grid.tp(), model.params(), ParamField::Value),
+                      gathered(solo, one.params(), ParamField::Value)),
+            tol);
   // One DP all-reduce per step (none at dp 1), of every gradient of the TP shard + the loss.
   const auto& recs = grid.dp().ledger().records();
   if (dp == 1) {

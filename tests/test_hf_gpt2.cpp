@@ -172,8 +172,8 @@ TEST(HfGpt2Import, HubLayoutsAndDtypesLoadAtEveryTWithTheSingleDeviceLoss) {
     EXPECT_EQ(c.vocab, 64);
     EXPECT_EQ(c.seq, 16);  // the position table; the batches below use 8 of it
     EXPECT_TRUE(c.tied);
-    EXPECT_EQ(c.act, "gelu");
-    EXPECT_EQ(c.norm, "layernorm");
+    EXPECT_EQ(c.act, Activation::Gelu);
+    EXPECT_EQ(c.norm, NormKind::LayerNorm);
 
     // Every rank's shard holds the file's values (converted to F32) bit for bit.
     Gpt model(device(), world(), c);
@@ -413,7 +413,7 @@ TEST(HfGpt2Import, BadFilesAreOneLineNamingTheProblem) {
 
   // A model GPT-2 cannot hold is refused before anything is written.
   GptConfig swiglu = cfg;
-  swiglu.act = "swiglu";
+  swiglu.act = Activation::SwiGlu;
   Gpt model(device(), world(), swiglu);
   const std::string out = temp_dir("bad_export");
   try {

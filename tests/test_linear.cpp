@@ -55,13 +55,14 @@ struct Reference {
   }
 };
 
-class ColumnParallel : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
+class ColumnParallel : public ::testing::TestWithParam<std::tuple<Bias, ColumnOutput>> {};
 
 TEST_P(ColumnParallel, MatchesSingleDevice) {
-  const auto [bias, gather] = GetParam();
+  const auto [bias_mode, output] = GetParam();
+  const bool bias = bias_mode == Bias::With, gather = output == ColumnOutput::Gathered;
   const int t = world().size(), r = world().rank();
   const int64_t n = 3, in = 5, out = 12, c = out / t;  // non-square; out divisible by 1..4
-  ColumnParallelLinear layer(device(), world(), "fc", in, out, bias, gather);
+  ColumnParallelLinear layer(device(), world(), "fc", in, out, bias_mode, output);
   layer.init(kSeed, kInit);
   const auto w = global_param("fc.weight", in * out);
   const auto b = bias ? global_param("fc.bias", out) : std::vector<float>{};
@@ -83,15 +84,18 @@ TEST_P(ColumnParallel, MatchesSingleDevice) {
 }
 
 INSTANTIATE_TEST_SUITE_P(BiasAndGather, ColumnParallel,
-                         ::testing::Combine(::testing::Bool(), ::testing::Bool()));
+                         ::testing::Combine(::testing::Values(Bias::Without, Bias::With),
+                                            ::testing::Values(ColumnOutput::Split,
+                                                              ColumnOutput::Gathered)));
 
-class RowParallel : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
+class RowParallel : public ::testing::TestWithParam<std::tuple<Bias, RowInput>> {};
 
 TEST_P(RowParallel, MatchesSingleDevice) {
-  const auto [bias, input_is_parallel] = GetParam();
+  const auto [bias_mode, input] = GetParam();
+  const bool bias = bias_mode == Bias::With, input_is_parallel = input == RowInput::Split;
   const int t = world().size(), r = world().rank();
   const int64_t n = 3, in = 12, out = 5, k = in / t;
-  RowParallelLinear layer(device(), world(), "proj", in, out, bias, input_is_parallel);
+  RowParallelLinear layer(device(), world(), "proj", in, out, bias_mode, input);
   layer.init(kSeed, kInit);
   const auto w = global_param("proj.weight", in * out);
   const auto b = bias ? global_param("proj.bias", out) : std::vector<float>{};
@@ -114,15 +118,16 @@ TEST_P(RowParallel, MatchesSingleDevice) {
 }
 
 INSTANTIATE_TEST_SUITE_P(BiasAndInputSplit, RowParallel,
-                         ::testing::Combine(::testing::Bool(), ::testing::Bool()));
+                         ::testing::Combine(::testing::Values(Bias::Without, Bias::With),
+                                            ::testing::Values(RowInput::Whole, RowInput::Split)));
 
 // Column (h → ffn) then Row (ffn → h): Z = (X A + a) B + b, with one all-reduce forward (g) and one
 // backward (f), each of N·h elements.
 TEST(ColumnThenRow, EqualsTheUnshardedTwoLayerProduct) {
   const int t = world().size(), r = world().rank();
   const int64_t n = 4, h = 6, ffn = 12, f = ffn / t;
-  ColumnParallelLinear fc1(device(), world(), "fc1", h, ffn, true, false);
-  RowParallelLinear fc2(device(), world(), "fc2", ffn, h, true, true);
+  ColumnParallelLinear fc1(device(), world(), "fc1", h, ffn, Bias::With, ColumnOutput::Split);
+  RowParallelLinear fc2(device(), world(), "fc2", ffn, h, Bias::With, RowInput::Split);
   fc1.init(kSeed, kInit);
   fc2.init(kSeed, kInit);
   const auto A = global_param("fc1.weight", h * ffn), a = global_param("fc1.bias", ffn);
@@ -165,7 +170,7 @@ TEST(ColumnThenRow, EqualsTheUnshardedTwoLayerProduct) {
 
 TEST(ParallelLinear, GradientsAccumulateUntilZeroed) {
   const int64_t n = 2, in = 4, out = 4 * 3;
-  ColumnParallelLinear layer(device(), world(), "acc", in, out, true, true);
+  ColumnParallelLinear layer(device(), world(), "acc", in, out, Bias::With, ColumnOutput::Gathered);
   layer.init(kSeed, kInit);
   Tensor x = Tensor::from_host(device(), Shape{n, in}, random_vector("x", n * in));
   Tensor dy = Tensor::from_host(device(), Shape{n, out}, random_vector("dy", n * out));
@@ -185,7 +190,7 @@ TEST(ParallelLinear, NonDivisibleSizesAreBadInput) {
   if (t == 1) GTEST_SKIP() << "every size is divisible by t = 1";
   const int64_t bad = 4 * t + 1;  // never divisible by t ≥ 2
   try {
-    ColumnParallelLinear layer(device(), world(), "fc1", 4, bad, true, false);
+    ColumnParallelLinear layer(device(), world(), "fc1", 4, bad, Bias::With, ColumnOutput::Split);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.exit_code(), 2);
@@ -193,7 +198,8 @@ TEST(ParallelLinear, NonDivisibleSizesAreBadInput) {
         "fc1.out=" + std::to_string(bad) + " is not divisible by t=" + std::to_string(t);
     EXPECT_EQ(std::string(e.what()).rfind(want, 0), 0u) << e.what();
   }
-  EXPECT_THROW(RowParallelLinear(device(), world(), "fc2", bad, 4, true, true), Error);
+  EXPECT_THROW(RowParallelLinear(device(), world(), "fc2", bad, 4, Bias::With, RowInput::Split),
+               Error);
 }
 
 }  // namespace

@@ -55,7 +55,7 @@ TEST(MemoryPeak, LedgerEqualsTheFormulaForEveryMode) {
   const int64_t B = 4;
   int64_t none_block[2] = {0, 0};  // measured, per SP setting
   for (bool sp : {false, true})
-    for (const char* mode : {"none", "selective", "full"})
+    for (Recompute mode : {Recompute::None, Recompute::Selective, Recompute::Full})
       for (int m : {1, 2}) {
         GptConfig g = budget_config();
         g.sp = sp;
@@ -69,16 +69,17 @@ TEST(MemoryPeak, LedgerEqualsTheFormulaForEveryMode) {
         StepOptions so;
         so.micro_batches = m;
         train_step(grid, device(), model, opt, data.batch(0, B, g.seq), 3, 0, 1e-3f, 1.0f, {}, so);
-        const std::string what = std::string(mode) + (sp ? " sp" : "") + " m " + std::to_string(m);
+        const std::string what =
+            std::string(recompute_name(mode)) + (sp ? " sp" : "") + " m " + std::to_string(m);
         const int64_t b = B / m;
         const int64_t head = head_activation_bytes(g, g.seq, b, t);
         EXPECT_EQ(model.memory().layer_bytes(-1), head) << what;
         const int64_t block = block_activation_bytes(g, g.seq, b, t);
         EXPECT_EQ(model.memory().total_bytes(), g.layers * block + head) << what;
-        if (std::string(mode) == "none" && m == 1) {
+        if (mode == Recompute::None && m == 1) {
           none_block[sp] = model.memory().layer_bytes(0);
         }
-        if (m == 1 && std::string(mode) != "none") {
+        if (m == 1 && mode != Recompute::None) {
           // The rerun holds what none keeps less what this mode keeps (both measured; same
           // dropout 0.1 at m = 1).
           EXPECT_EQ(recompute_rerun_bytes(g, g.seq, b, t),

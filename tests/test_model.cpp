@@ -102,7 +102,7 @@ void remove_file(const std::string& path) {
 
 // ---- 1. ParallelMLP -----------------------------------------------------------------------------
 
-class ModelMlp : public ::testing::TestWithParam<std::string> {};
+class ModelMlp : public ::testing::TestWithParam<Activation> {};
 
 TEST_P(ModelMlp, MatchesSingleDevice) {
   GptConfig cfg = base_config();
@@ -114,7 +114,9 @@ TEST_P(ModelMlp, MatchesSingleDevice) {
   mlp.collect_params(ps, 0.3f, 0.3f);
   ref.collect_params(rs, 0.3f, 0.3f);
   EXPECT_EQ(ps.size(),
-            cfg.act == "swiglu" ? 6u : 4u);  // up (+ gate) weight and bias, down weight and bias
+            cfg.act == Activation::SwiGlu
+                ? 6u
+                : 4u);  // up (+ gate) weight and bias, down weight and bias
   randomize(ps);
   randomize(rs);
   init_params(device(), ps, kSeed);
@@ -130,7 +132,7 @@ TEST_P(ModelMlp, MatchesSingleDevice) {
   expect_grads_match(ps, rs, kTol);
 }
 
-INSTANTIATE_TEST_SUITE_P(Model, ModelMlp, ::testing::Values("gelu", "swiglu"));
+INSTANTIATE_TEST_SUITE_P(Model, ModelMlp, ::testing::Values(Activation::Gelu, Activation::SwiGlu));
 
 // ---- 2. ParallelAttention -----------------------------------------------------------------------
 
@@ -354,8 +356,8 @@ TEST(ModelGpt, TiedGeluLayerNormMatchesSingleDevice) {
 TEST(ModelGpt, UntiedSwigluRmsNormGqaDropoutMatchesSingleDevice) {
   GptConfig cfg = gpt_config();
   cfg.tied = false;
-  cfg.act = "swiglu";
-  cfg.norm = "rmsnorm";
+  cfg.act = Activation::SwiGlu;
+  cfg.norm = NormKind::RmsNorm;
   cfg.heads = 24;  // head_dim 2, two query heads per key/value head
   cfg.kv_heads = 12;
   cfg.dropout = 0.1f;
@@ -494,7 +496,7 @@ TEST(ModelClipping, GlobalNormCountsReplicatedOnceAndClippedStepMatches) {
 
 // ---- 8. The ledger of one step ------------------------------------------------------------------
 
-class ModelLedger : public ::testing::TestWithParam<std::string> {};
+class ModelLedger : public ::testing::TestWithParam<Activation> {};
 
 // Per step with plain TP (N = S·B tokens): forward: the embedding's all-reduce (N·h), one per
 // attention and MLP (2L of N·h), the cross-entropy's three of N (row max, Σ exp, target logit);
@@ -538,7 +540,8 @@ TEST_P(ModelLedger, OneStepIsFourAllReducesPerLayerPlusEmbeddingHeadLossAndNorm)
   expect_collectives(rec, want, t);  // all collectives are done: its ASSERT is safe
 }
 
-INSTANTIATE_TEST_SUITE_P(Model, ModelLedger, ::testing::Values("gelu", "swiglu"));
+INSTANTIATE_TEST_SUITE_P(Model, ModelLedger,
+                         ::testing::Values(Activation::Gelu, Activation::SwiGlu));
 
 // ---- 9. Checkpoints -----------------------------------------------------------------------------
 
@@ -794,12 +797,11 @@ TEST(ModelConfig, ValidateListsEveryProblem) {
     }
   }
 
-  // Problems of the values themselves are all listed too (before any divisibility check).
+  // Problems of the values themselves are all listed too (before any divisibility check). An
+  // unknown --act or --norm is refused where the name is parsed (ConfigNames below).
   GptConfig d = base_config();
   d.layers = 0;
   d.vocab = 2;
-  d.act = "relu";
-  d.norm = "batchnorm";
   d.dropout = 1.0f;
   try {
     d.validate(t);
@@ -807,8 +809,8 @@ TEST(ModelConfig, ValidateListsEveryProblem) {
   } catch (const Error& e) {
     const std::string msg = e.what();
     EXPECT_EQ(e.exit_code(), 2);
-    EXPECT_EQ(msg.rfind("5 problems with the model configuration: ", 0), 0u) << msg;
-    for (const char* w : {"--layers=0", "--vocab=2", "--act=relu", "--norm=batchnorm", "--dropout"})
+    EXPECT_EQ(msg.rfind("3 problems with the model configuration: ", 0), 0u) << msg;
+    for (const char* w : {"--layers=0", "--vocab=2", "--dropout"})
       EXPECT_NE(msg.find(w), std::string::npos) << "missing '" << w << "' in: " << msg;
   }
   EXPECT_NO_THROW(base_config().validate(t));
@@ -824,8 +826,8 @@ TEST(ConfigNames, ActivationAndNormRoundTripAndRejectUnknownNames) {
   EXPECT_STREQ(activation_name(Activation::SwiGlu), "swiglu");
   EXPECT_STREQ(norm_name(NormKind::RmsNorm), "rmsnorm");
   GptConfig cfg;
-  cfg.act = "swiglu";
-  cfg.norm = "rmsnorm";
+  cfg.act = Activation::SwiGlu;
+  cfg.norm = NormKind::RmsNorm;
   EXPECT_EQ(cfg.activation(), Activation::SwiGlu);
   EXPECT_EQ(cfg.norm_kind(), NormKind::RmsNorm);
   try {
@@ -838,6 +840,7 @@ TEST(ConfigNames, ActivationAndNormRoundTripAndRejectUnknownNames) {
         << e.what();
   }
   EXPECT_THROW(parse_activation("relu"), Error);
+  EXPECT_NE(cfg.str().find(" swiglu rmsnorm "), std::string::npos) << cfg.str();  // by name
 }
 
 }  // namespace

@@ -98,7 +98,7 @@ TEST(Ring, ReduceScatterEqualsTheLibrarys) {
 // block's, and every split divides by t = 1, 2, 3, 4.
 GptConfig small_config() { return tp::testing::tiny_gpt_config(2); }
 
-using OverlapCase = std::tuple<bool, std::string, std::string>;  // sp, act, overlap
+using OverlapCase = std::tuple<bool, Activation, Overlap>;  // sp, act, overlap
 
 class OverlapEquivalence : public ::testing::TestWithParam<OverlapCase> {};
 
@@ -143,7 +143,7 @@ bool gemm_rows_invariant(const GptConfig& cfg, int t, int64_t rows) {
 // cfg against the same config with --overlap none at t = np, and against t = 1.
 void expect_same_as_none(const GptConfig& cfg) {
   GptConfig plain = cfg;
-  plain.overlap = "none";
+  plain.overlap = Overlap::None;
   GptConfig one = plain;
   one.sp = false;
   ASSERT_TRUE(cfg.problems(world().size()).empty());
@@ -159,7 +159,7 @@ void expect_same_as_none(const GptConfig& cfg) {
     models[i]->backward();
     models[i]->finish_gradients();
   }
-  const Overlap mode = parse_overlap(cfg.overlap);
+  const Overlap mode = cfg.overlap;
   const bool chunked_exact =
       mode == Overlap::Chunked && gemm_rows_invariant(cfg, world().size(), 2 * cfg.seq);
   if (mode == Overlap::Chunked && !chunked_exact)
@@ -198,15 +198,17 @@ TEST_P(OverlapEquivalence, SameLossAndGradientsAsNoOverlap) {
   expect_same_as_none(cfg);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Overlap, OverlapEquivalence,
-    ::testing::Values(OverlapCase{false, "gelu", "async"}, OverlapCase{false, "swiglu", "async"},
-                      OverlapCase{true, "gelu", "async"}, OverlapCase{true, "swiglu", "async"},
-                      OverlapCase{true, "gelu", "ring"}, OverlapCase{true, "swiglu", "ring"}),
-    [](const ::testing::TestParamInfo<OverlapCase>& i) {
-  return std::string(std::get<0>(i.param) ? "sp_" : "nosp_") + std::get<1>(i.param) + "_" +
-         std::get<2>(i.param);
-    });
+INSTANTIATE_TEST_SUITE_P(Overlap, OverlapEquivalence,
+                         ::testing::Values(OverlapCase{false, Activation::Gelu, Overlap::Async},
+                                           OverlapCase{false, Activation::SwiGlu, Overlap::Async},
+                                           OverlapCase{true, Activation::Gelu, Overlap::Async},
+                                           OverlapCase{true, Activation::SwiGlu, Overlap::Async},
+                                           OverlapCase{true, Activation::Gelu, Overlap::Ring},
+                                           OverlapCase{true, Activation::SwiGlu, Overlap::Ring}),
+                         [](const ::testing::TestParamInfo<OverlapCase>& i) {
+  return std::string(std::get<0>(i.param) ? "sp_" : "nosp_") +
+         activation_name(std::get<1>(i.param)) + "_" + overlap_name(std::get<2>(i.param));
+});
 
 // --overlap chunked (plain TP): g's and f's all-reduces in row blocks, each under the next block's
 // GEMM. A row block's products are the rows of the whole product and each element's all-reduce
@@ -215,12 +217,12 @@ INSTANTIATE_TEST_SUITE_P(
 // in any block (gemm_rows_invariant; OpenBLAS does at this model's sizes), here with dropout on
 // (the masks are keyed by global position, so they do not see the blocks either).
 TEST(OverlapChunked, EqualsNoneBitwiseWithDropout) {
-  for (const char* act : {"gelu", "swiglu"}) {
-    SCOPED_TRACE(act);
+  for (Activation act : {Activation::Gelu, Activation::SwiGlu}) {
+    SCOPED_TRACE(activation_name(act));
     GptConfig cfg = small_config();
     cfg.act = act;
     cfg.dropout = 0.1f;
-    cfg.overlap = "chunked";
+    cfg.overlap = Overlap::Chunked;
     expect_same_as_none(cfg);
   }
 }
@@ -233,7 +235,7 @@ TEST(OverlapChunked, SameElementsInBlocks) {
   const Batch b = markov_batch(cfg.vocab, 1, 2, cfg.seq);
   size_t calls[2] = {0, 0};
   int64_t elements[2] = {0, 0};
-  const char* modes[] = {"none", "chunked"};
+  const Overlap modes[] = {Overlap::None, Overlap::Chunked};
   for (int m = 0; m < 2; ++m) {
     cfg.overlap = modes[m];
     Gpt model(device(), world(), cfg);
@@ -262,7 +264,7 @@ TEST(OverlapChunked, SameElementsInBlocks) {
 
 TEST(OverlapConfig, ChunkedWithSequenceParallelismIsRefused) {
   GptConfig cfg = small_config();
-  cfg.overlap = "chunked";
+  cfg.overlap = Overlap::Chunked;
   cfg.sp = true;
   EXPECT_THROW(cfg.validate(world().size()), Error);
   cfg.sp = false;
@@ -271,11 +273,13 @@ TEST(OverlapConfig, ChunkedWithSequenceParallelismIsRefused) {
 
 TEST(OverlapConfig, RingWithoutSequenceParallelismIsRefused) {
   GptConfig cfg = small_config();
-  cfg.overlap = "ring";
+  cfg.overlap = Overlap::Ring;
   EXPECT_THROW(cfg.validate(world().size()), Error);
-  cfg.overlap = "sideways";
   cfg.sp = true;
-  EXPECT_THROW(cfg.validate(world().size()), Error);
+  EXPECT_NO_THROW(cfg.validate(world().size()));
+  EXPECT_THROW(parse_overlap("sideways"), Error);  // an unknown name is bad input where it is read
+  for (Overlap m : {Overlap::None, Overlap::Async, Overlap::Ring})
+    EXPECT_EQ(parse_overlap(overlap_name(m)), m);
 }
 
 }  // namespace

@@ -107,7 +107,7 @@ GptConfig pipeline_config(const Layout& l) {
   g.tied = l.tied;
   g.sp = l.sp;
   g.dropout = l.dropout;
-  g.recompute = l.recompute;
+  g.recompute = parse_recompute(l.recompute);
   return g;
 }
 

@@ -170,8 +170,8 @@ TEST(PipelinePlan, LinksFollowTheGridsRankOrder) {
   in.base.model.ffn = 28672;
   in.base.model.vocab = 32000;
   in.base.model.seq = 4096;
-  in.base.model.act = "swiglu";
-  in.base.model.norm = "rmsnorm";
+  in.base.model.act = Activation::SwiGlu;
+  in.base.model.norm = NormKind::RmsNorm;
   in.base.model.tied = false;
   in.base.batch = 16;
   in.base.dtype_bytes = 2;

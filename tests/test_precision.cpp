@@ -57,7 +57,7 @@ GptConfig tiny(Precision precision, bool sp = false, const std::string& overlap 
   GptConfig c = tp::testing::tiny_gpt_config(2);
   c.precision = precision;
   c.sp = sp;
-  c.overlap = overlap;
+  c.overlap = parse_overlap(overlap);
   return c;
 }
 

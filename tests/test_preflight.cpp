@@ -428,8 +428,8 @@ TEST(PreflightShards, EqualTheModelsAtEveryTAndRank) {
   for (int t : {1, 2, 3, 4}) {
     PreflightInput in = small(t);  // GeLU, LayerNorm, tied, V = 64 (padded to 66 at t = 3)
     expect_shards_match(in);
-    in.model.act = "swiglu";
-    in.model.norm = "rmsnorm";
+    in.model.act = Activation::SwiGlu;
+    in.model.norm = NormKind::RmsNorm;
     in.model.tied = false;
     in.model.heads = 24;  // head_dim 2, GQA: 2 query heads per KV head
     in.model.kv_heads = 12;
@@ -520,15 +520,15 @@ TEST(PreflightMemoryStack, PeakFollowsTheOptions) {
   EXPECT_EQ(base.peak.activations, c.layers * block_activation_bytes(c, c.seq, 4, 2) +
                                        head_activation_bytes(c, c.seq, 4, 2));
   int64_t last = base.peak.activations;
-  for (const char* mode : {"selective", "full"}) {
+  for (Recompute mode : {Recompute::Selective, Recompute::Full}) {
     PreflightInput r = in;
     r.model.recompute = mode;
     const Preflight p = preflight(r);
     ASSERT_TRUE(p.problems.empty());
-    EXPECT_LT(p.peak.activations, last) << mode;
+    EXPECT_LT(p.peak.activations, last) << recompute_name(mode);
     EXPECT_EQ(p.peak.weights + p.peak.grads + p.peak.optimizer,
               base.peak.weights + base.peak.grads + base.peak.optimizer)
-        << mode;
+        << recompute_name(mode);
     last = p.peak.activations;
   }
   PreflightInput m = in;

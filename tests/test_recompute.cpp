@@ -15,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/error.h"
 #include "model/config.h"
 #include "model/gpt.h"
 #include "model/memory.h"
@@ -44,18 +45,17 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-using RecomputeCase = std::tuple<std::string, bool, std::string, std::string>;  // mode, sp, act,
-                                                                                // overlap
+using RecomputeCase = std::tuple<Recompute, bool, Activation, Overlap>;  // mode, sp, act, overlap
 
 class RecomputeModes : public ::testing::TestWithParam<RecomputeCase> {};
 
 TEST_P(RecomputeModes, GradientsAreBitwiseThoseOfKeepingEverything) {
   GptConfig cfg = recompute_config();
   std::tie(cfg.recompute, cfg.sp, cfg.act, cfg.overlap) = GetParam();
-  if (cfg.overlap == "ring" && !cfg.sp) GTEST_SKIP() << "the ring needs SP";
-  if (parse_overlap(cfg.overlap) == Overlap::Chunked && cfg.sp) GTEST_SKIP() << "chunked: no SP";
+  if (cfg.overlap == Overlap::Ring && !cfg.sp) GTEST_SKIP() << "the ring needs SP";
+  if (cfg.overlap == Overlap::Chunked && cfg.sp) GTEST_SKIP() << "chunked: no SP";
   GptConfig plain = cfg;
-  plain.recompute = "none";
+  plain.recompute = Recompute::None;
   Gpt model(device(), world(), cfg), ref(device(), world(), plain);
   model.init(kSeed);
   ref.init(kSeed);
@@ -80,8 +80,8 @@ TEST_P(RecomputeModes, GradientsAreBitwiseThoseOfKeepingEverything) {
 TEST_P(RecomputeModes, LedgerEqualsTheFormulaToTheByte) {
   GptConfig cfg = recompute_config();
   std::tie(cfg.recompute, cfg.sp, cfg.act, cfg.overlap) = GetParam();
-  if (cfg.overlap == "ring" && !cfg.sp) GTEST_SKIP() << "the ring needs SP";
-  if (parse_overlap(cfg.overlap) == Overlap::Chunked && cfg.sp) GTEST_SKIP() << "chunked: no SP";
+  if (cfg.overlap == Overlap::Ring && !cfg.sp) GTEST_SKIP() << "the ring needs SP";
+  if (cfg.overlap == Overlap::Chunked && cfg.sp) GTEST_SKIP() << "chunked: no SP";
   const int t = world().size();
   const int64_t S = cfg.seq, B = kBatch, N = S * B, n = cfg.sp ? N / t : N, h = cfg.hidden;
   Gpt model(device(), world(), cfg);
@@ -92,8 +92,8 @@ TEST_P(RecomputeModes, LedgerEqualsTheFormulaToTheByte) {
   for (int64_t l = 0; l < cfg.layers; ++l)
     EXPECT_EQ(model.memory().layer_bytes(l), formula) << "layer " << l;
   GptConfig none = cfg;
-  none.recompute = "none";
-  if (cfg.recompute == "selective") {
+  none.recompute = Recompute::None;
+  if (cfg.recompute == Recompute::Selective) {
     EXPECT_EQ(formula, block_activation_bytes(none, S, B, t) - 4 * B * (cfg.heads / t) * S * S);
     for (const MemoryRecord& r : model.memory().records())
       EXPECT_FALSE(tp::testing::ends_with(r.name, ".probs")) << r.name;
@@ -111,23 +111,29 @@ TEST_P(RecomputeModes, LedgerEqualsTheFormulaToTheByte) {
   model.backward();  // and backward still runs from what was kept
 }
 
-INSTANTIATE_TEST_SUITE_P(Recompute, RecomputeModes,
-                         ::testing::Combine(::testing::Values("selective", "full"),
-                                            ::testing::Bool(), ::testing::Values("gelu", "swiglu"),
-                                            ::testing::Values("none", "async", "ring", "chunked")),
-                         [](const ::testing::TestParamInfo<RecomputeCase>& i) {
-  return std::get<0>(i.param) + (std::get<1>(i.param) ? "_sp_" : "_nosp_") + std::get<2>(i.param) +
-         "_overlap_" + std::get<3>(i.param);
-});
+INSTANTIATE_TEST_SUITE_P(
+    Recompute, RecomputeModes,
+    ::testing::Combine(::testing::Values(Recompute::Selective, Recompute::Full), ::testing::Bool(),
+                       ::testing::Values(Activation::Gelu, Activation::SwiGlu),
+                       ::testing::Values(Overlap::None, Overlap::Async, Overlap::Ring,
+                                         Overlap::Chunked)),
+    [](const ::testing::TestParamInfo<RecomputeCase>& i) {
+  return recompute_name(std::get<0>(i.param)) +
+         std::string(std::get<1>(i.param) ? "_sp_" : "_nosp_") +
+         activation_name(std::get<2>(i.param)) + "_overlap_" + overlap_name(std::get<3>(i.param));
+    });
 
-// An unknown mode is bad input, named with the choices.
-TEST(RecomputeConfig, UnknownModeIsAProblem) {
-  GptConfig cfg = recompute_config();
-  cfg.recompute = "partial";
-  const std::vector<std::string> p = cfg.problems(1);
-  ASSERT_EQ(p.size(), 1u);
-  EXPECT_NE(p[0].find("none, selective, full"), std::string::npos) << p[0];
-  EXPECT_EQ(parse_recompute("full"), tp::Recompute::Full);
+// An unknown mode is bad input, named with the choices; every name parses back to its mode.
+TEST(RecomputeConfig, UnknownModeIsBadInput) {
+  try {
+    parse_recompute("partial");
+    ADD_FAILURE() << "parse_recompute(\"partial\") did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("none, selective or full"), std::string::npos) << e.what();
+  }
+  for (Recompute m : {Recompute::None, Recompute::Selective, Recompute::Full})
+    EXPECT_EQ(parse_recompute(recompute_name(m)), m);
+  EXPECT_STREQ(recompute_name(Recompute::Full), "full");
 }
 
 }  // namespace

@@ -918,10 +918,10 @@ struct FakeCheckpoint {
     zeros("transformer.wpe.weight", {c.seq, h});
     for (int64_t l = 0; l < c.layers; ++l)
       zeros("transformer.h." + std::to_string(l) + ".ln_1.weight", {h});
-    if (c.norm == "layernorm") zeros("transformer.h.0.ln_1.bias", {h});
+    if (c.norm == tp::NormKind::LayerNorm) zeros("transformer.h.0.ln_1.bias", {h});
     zeros("transformer.h.0.attn.c_attn.weight", {h, h + 2 * c.kv() * hd});
     zeros("transformer.h.0.mlp.c_fc.weight", {h, c.inner()});
-    if (c.act == "swiglu") zeros("transformer.h.0.mlp.c_gate.weight", {h, c.inner()});
+    if (c.act == tp::Activation::SwiGlu) zeros("transformer.h.0.mlp.c_gate.weight", {h, c.inner()});
     if (!c.tied) zeros("lm_head.weight", {c.vocab, h});
     if (moments) zeros("optimizer.exp_avg.transformer.wte.weight", {c.vocab, h});
     std::map<std::string, std::string> m = {{"layers", std::to_string(c.layers)},
@@ -931,8 +931,8 @@ struct FakeCheckpoint {
                                             {"ffn", std::to_string(c.inner())},
                                             {"vocab", std::to_string(c.vocab)},
                                             {"seq", std::to_string(c.seq)},
-                                            {"act", c.act},
-                                            {"norm", c.norm},
+                                            {"act", tp::activation_name(c.act)},
+                                            {"norm", tp::norm_name(c.norm)},
                                             {"tied", c.tied ? "true" : "false"},
                                             {"step", "5"},
                                             {"adam_steps", "5"},
@@ -977,6 +977,18 @@ void expect_refused(const std::string& path, const std::string& needle) {
   }
 }
 
+// config_crc32c of two configs, as the build before GptConfig's act and norm became enums wrote
+// them (tp_train --steps 0 --save, default sizes L=2 h=64 nh=4 ffn=256 V=256 S=64, tied): the
+// checksum hashes the words "gelu"/"swiglu" and "layernorm"/"rmsnorm", so a change of the names
+// would make every saved checkpoint fail its check.
+TEST(CheckpointMetadata, ConfigChecksumIsThatOfOlderFiles) {
+  tp::GptConfig c;
+  EXPECT_EQ(tp::config_checksum(c), "a994ec17");
+  c.act = tp::Activation::SwiGlu;
+  c.norm = tp::NormKind::RmsNorm;
+  EXPECT_EQ(tp::config_checksum(c), "5d196307");
+}
+
 TEST(CheckpointMetadata, AgreesWithTheTensorsOrIsRefusedByKeyAndValue) {
   const std::string dir = fresh_dir();
   int k = 0;
@@ -992,8 +1004,8 @@ TEST(CheckpointMetadata, AgreesWithTheTensorsOrIsRefusedByKeyAndValue) {
   // GQA, SwiGLU, RMSNorm, untied: the same checks pass.
   FakeCheckpoint other{small_config(), {}, false};
   other.c.kv_heads = 2;
-  other.c.act = "swiglu";
-  other.c.norm = "rmsnorm";
+  other.c.act = tp::Activation::SwiGlu;
+  other.c.norm = tp::NormKind::RmsNorm;
   other.c.tied = false;
   EXPECT_EQ(tp::checked_checkpoint_config(st::File::open(file(other))).kv(), 2);
 

@@ -62,7 +62,7 @@ GptConfig reference_of(GptConfig cfg) {
 
 // ---- a. SP on/off × GeLU/SwiGLU × LayerNorm/RMSNorm × dropout 0/0.1 ---------------------------
 
-using SpCase = std::tuple<bool, std::string, std::string, float>;  // sp, act, norm, dropout
+using SpCase = std::tuple<bool, Activation, NormKind, float>;  // sp, act, norm, dropout
 
 class SpVocabEquivalence : public ::testing::TestWithParam<SpCase> {};
 
@@ -93,14 +93,16 @@ TEST_P(SpVocabEquivalence, LossAndEveryGradientMatchSingleDevice) {
   expect_grads_match(model.params(), ref.params(), kTol);
 }
 
-INSTANTIATE_TEST_SUITE_P(SpVocab, SpVocabEquivalence,
-                         ::testing::Combine(::testing::Bool(), ::testing::Values("gelu", "swiglu"),
-                                            ::testing::Values("layernorm", "rmsnorm"),
-                                            ::testing::Values(0.0f, 0.1f)),
-                         [](const ::testing::TestParamInfo<SpCase>& i) {
-  return std::string(std::get<0>(i.param) ? "sp" : "nosp") + "_" + std::get<1>(i.param) + "_" +
-         std::get<2>(i.param) + (std::get<3>(i.param) > 0 ? "_dropout" : "_nodropout");
-});
+INSTANTIATE_TEST_SUITE_P(
+    SpVocab, SpVocabEquivalence,
+    ::testing::Combine(::testing::Bool(), ::testing::Values(Activation::Gelu, Activation::SwiGlu),
+                       ::testing::Values(NormKind::LayerNorm, NormKind::RmsNorm),
+                       ::testing::Values(0.0f, 0.1f)),
+    [](const ::testing::TestParamInfo<SpCase>& i) {
+  return std::string(std::get<0>(i.param) ? "sp" : "nosp") + "_" +
+         activation_name(std::get<1>(i.param)) + "_" + norm_name(std::get<2>(i.param)) +
+         (std::get<3>(i.param) > 0 ? "_dropout" : "_nodropout");
+    });
 
 // ---- b. 50-step loss curve with SP and dropout --------------------------------------------------
 
@@ -264,7 +266,7 @@ GptConfig ledger_config() {
   return c;
 }
 
-class SpVocabLedger : public ::testing::TestWithParam<std::string> {};
+class SpVocabLedger : public ::testing::TestWithParam<Activation> {};
 
 // Per step under SP (N = S·B tokens; an all-gather records the gathered N·h, a reduce-scatter the
 // N·h before scattering), from gpt.cpp / layers.cpp / linear.cpp:
@@ -318,7 +320,7 @@ TEST_P(SpVocabLedger, OneSpStepIsTheDocumentedCollectives) {
     if (p.sequence_parallel_grad) partial += p.value.numel();
   // Which are: wpe (S·h), per layer ln_1 and ln_2 (weight and bias for LayerNorm) and the biases
   // of attn.c_proj and mlp.c_proj (h each), ln_f.
-  const int64_t norm_vectors = cfg.norm == "layernorm" ? 2 : 1;
+  const int64_t norm_vectors = cfg.norm == NormKind::LayerNorm ? 2 : 1;
   EXPECT_EQ(partial, S * h + L * (2 * norm_vectors + 2) * h + norm_vectors * h);
 
   const std::string ag = "all_gather", rs = "reduce_scatter", ce = "cross_entropy";
@@ -377,12 +379,13 @@ TEST_P(SpVocabLedger, OneSpStepIsTheDocumentedCollectives) {
   EXPECT_EQ(plain_rec.size(), static_cast<size_t>(4 * L + 6));  // see test_model.cpp's ModelLedger
 }
 
-INSTANTIATE_TEST_SUITE_P(SpVocab, SpVocabLedger, ::testing::Values("gelu", "swiglu"));
+INSTANTIATE_TEST_SUITE_P(SpVocab, SpVocabLedger,
+                         ::testing::Values(Activation::Gelu, Activation::SwiGlu));
 
 // ---- f. The activation-memory ledger against the formula ----------------------------------------
 
 using MemoryCase =
-    std::tuple<bool, std::string, std::string, float, bool>;  // sp, act, norm, dropout, gqa
+    std::tuple<bool, Activation, NormKind, float, bool>;  // sp, act, norm, dropout, gqa
 
 class SpVocabMemoryLedger : public ::testing::TestWithParam<MemoryCase> {};
 
@@ -418,7 +421,7 @@ TEST_P(SpVocabMemoryLedger, EveryLayerEqualsTheFormula) {
     ++replicated_kind;
     EXPECT_EQ(r.shape[0], cfg.sp ? N / t : N) << r.name << " " << r.shape.str();
   }
-  const int64_t stats = cfg.norm == "layernorm" ? 2 : 1, masks = cfg.dropout > 0 ? 2 : 0;
+  const int64_t stats = cfg.norm == NormKind::LayerNorm ? 2 : 1, masks = cfg.dropout > 0 ? 2 : 0;
   EXPECT_EQ(replicated_kind,
             cfg.layers * (2 + 2 * stats + 2 + masks));  // norm inputs, stats, inputs, masks
 
@@ -432,7 +435,7 @@ TEST_P(SpVocabMemoryLedger, EveryLayerEqualsTheFormula) {
               {"transformer.ln_f.rstd", Shape{n}.str()},
               {"lm_head.input", Shape{N, h}.str()},
               {"lm_head.dlogits", Shape{N, model.padded_vocab() / t}.str()}};
-  if (cfg.norm == "layernorm") want["transformer.ln_f.mean"] = Shape{n}.str();
+  if (cfg.norm == NormKind::LayerNorm) want["transformer.ln_f.mean"] = Shape{n}.str();
   if (cfg.dropout > 0) want["embd.dropout_mask"] = Shape{n, h}.str();
   int64_t outside_bytes = 0, outside_records = 0;
   for (const MemoryRecord& r : model.memory().records())
@@ -458,15 +461,17 @@ TEST_P(SpVocabMemoryLedger, EveryLayerEqualsTheFormula) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(SpVocab, SpVocabMemoryLedger,
-                         ::testing::Combine(::testing::Bool(), ::testing::Values("gelu", "swiglu"),
-                                            ::testing::Values("layernorm", "rmsnorm"),
-                                            ::testing::Values(0.0f, 0.1f), ::testing::Bool()),
-                         [](const ::testing::TestParamInfo<MemoryCase>& i) {
-  return std::string(std::get<0>(i.param) ? "sp" : "nosp") + "_" + std::get<1>(i.param) + "_" +
-         std::get<2>(i.param) + (std::get<3>(i.param) > 0 ? "_dropout" : "_nodropout") +
+INSTANTIATE_TEST_SUITE_P(
+    SpVocab, SpVocabMemoryLedger,
+    ::testing::Combine(::testing::Bool(), ::testing::Values(Activation::Gelu, Activation::SwiGlu),
+                       ::testing::Values(NormKind::LayerNorm, NormKind::RmsNorm),
+                       ::testing::Values(0.0f, 0.1f), ::testing::Bool()),
+    [](const ::testing::TestParamInfo<MemoryCase>& i) {
+  return std::string(std::get<0>(i.param) ? "sp" : "nosp") + "_" +
+         activation_name(std::get<1>(i.param)) + "_" + norm_name(std::get<2>(i.param)) +
+         (std::get<3>(i.param) > 0 ? "_dropout" : "_nodropout") +
          (std::get<4>(i.param) ? "_gqa" : "_mha");
-});
+    });
 
 // memory.h's closed forms for GPT-2's shape (nkv = nh, ffn = 4h, GeLU, LayerNorm, dropout on):
 //   TP only: sbh(24 + 48/t) + 16sb + 4·nh·s²b/t;   TP + SP: sbh·72/t + 16sb/t + 4·nh·s²b/t.

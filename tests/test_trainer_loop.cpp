@@ -186,8 +186,8 @@ TEST(CheckpointSeries, AFileProblemNamesTruncationAndCorruption) {
 // lookup table), for each activation and norm; the FLOPs follow 6·N + 12·L·h·S, and the HFU terms.
 TEST(Flops, NIsTheModelsMatrixParametersAndThePaLMFormula) {
   SerialCommunicator solo;
-  for (const char* act : {"gelu", "swiglu"})
-    for (const char* norm : {"layernorm", "rmsnorm"})
+  for (Activation act : {Activation::Gelu, Activation::SwiGlu})
+    for (NormKind norm : {NormKind::LayerNorm, NormKind::RmsNorm})
       for (bool tied : {true, false}) {
         GptConfig cfg = tp::testing::tiny_gpt_config(2);
         cfg.act = act;
@@ -199,15 +199,16 @@ TEST(Flops, NIsTheModelsMatrixParametersAndThePaLMFormula) {
         for (const Param& p : model.params()) all += p.shape.numel();
         const int64_t lookups = cfg.seq * cfg.hidden + (tied ? 0 : cfg.vocab * cfg.hidden);
         const TokenFlops f = token_flops(cfg, 10);
-        EXPECT_EQ(f.n, all - lookups) << act << " " << norm << " tied " << tied;
+        EXPECT_EQ(f.n, all - lookups)
+            << activation_name(act) << " " << norm_name(norm) << " tied " << tied;
         EXPECT_DOUBLE_EQ(f.model, 6.0 * static_cast<double>(f.n) + 12.0 * 2 * 24 * 10);
         EXPECT_DOUBLE_EQ(f.hardware, f.model);
       }
   GptConfig cfg = tp::testing::tiny_gpt_config(3);
   const TokenFlops none = token_flops(cfg, 12);
-  cfg.recompute = "selective";
+  cfg.recompute = Recompute::Selective;
   EXPECT_DOUBLE_EQ(token_flops(cfg, 12).hardware, none.model + 4.0 * 3 * 24 * 12);
-  cfg.recompute = "full";
+  cfg.recompute = Recompute::Full;
   const TokenFlops full = token_flops(cfg, 12);
   EXPECT_DOUBLE_EQ(full.model, none.model);  // MFU does not count the implementation's rerun
   EXPECT_DOUBLE_EQ(full.hardware,

@@ -49,7 +49,7 @@ int world_of(const Options& o, int t) {
 
 // The memory stack's flags (issue 22): --recompute, --micro-batches, --zero 1 over dp replicas.
 void memory_options(const Options& o, PreflightInput& in) {
-  in.model.recompute = o.get_text("recompute");
+  in.model.recompute = parse_recompute(o.get_text("recompute"));
   in.micro_batches = o.get_int32("micro-batches");
   const int world = world_of(o, in.t);
   const int dp = world > 0 && in.t >= 1 && world % in.t == 0 ? world / in.t : 1;
@@ -79,8 +79,8 @@ PreflightInput input_from(const Options& o) {
   take("vocab", c.vocab);
   take("seq", c.seq);
   take("pad-vocab-multiple", c.pad_vocab_multiple);
-  if (o.get_text("act") != "preset") c.act = o.get_text("act");
-  if (o.get_text("norm") != "preset") c.norm = o.get_text("norm");
+  if (o.get_text("act") != "preset") c.act = parse_activation(o.get_text("act"));
+  if (o.get_text("norm") != "preset") c.norm = parse_norm(o.get_text("norm"));
   if (o.get_flag("untie")) c.tied = false;
   c.dropout = static_cast<float>(o.get_real("dropout"));
   c.sp = o.get_flag("sp");

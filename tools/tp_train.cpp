@@ -288,7 +288,8 @@ void log_flops(Communicator& world, const GptConfig& cfg, int64_t seq, const Pea
        cfg.tied ? " (tied wte)" : "", ", not wpe", cfg.tied ? "" : " nor wte's lookup",
        "), of the global model over ", world.size(), " rank(s)",
        f.hardware != f.model
-           ? "; HFU adds --recompute " + cfg.recompute + "'s forward: " + fmt_g(f.hardware)
+           ? "; HFU adds --recompute " + std::string(recompute_name(cfg.recompute)) +
+                 "'s forward: " + fmt_g(f.hardware)
            : std::string(),
        "; peak per rank ", fmt_g(peak.flops / 1e9), " GFLOP/s = ", peak.what);
 }
@@ -551,7 +552,7 @@ bool audit_gradients(Context& ctx, const Plan& plan, ProcessGrid& grid, Gpt& mod
   SerialCommunicator solo;
   GptConfig one = cfg;
   one.sp = false;
-  one.overlap = "none";
+  one.overlap = Overlap::None;
   Gpt reference(ctx.device, solo, one);
   reference.init(seed);
   AdamW ref_opt(ctx.device, reference.params(), hp);
@@ -686,8 +687,7 @@ void check_activation_memory(Communicator& world, const Gpt& model, const GptCon
 // the budget; over it, one line naming the largest part and the cheapest option that fits
 // (model/memory_budget.h), exit 2.
 MemoryChoice memory_choice(const Plan& plan) {
-  return {plan.t, plan.dp, parse_recompute(plan.cfg.recompute), plan.step_opts.micro_batches,
-          plan.step_opts.zero};
+  return {plan.t, plan.dp, plan.cfg.recompute, plan.step_opts.micro_batches, plan.step_opts.zero};
 }
 
 int64_t memory_budget_bytes(const Options& o) {
@@ -1080,7 +1080,7 @@ int train(Context& ctx) {
                 world.name() + ", t = " + std::to_string(tp.size()) +
                     (dp > 1 ? " × dp = " + std::to_string(dp) : std::string()) +
                     (plan.pp > 1 ? " × pp = " + std::to_string(plan.pp) : std::string()) +
-                    ", --overlap " + cfg.overlap,
+                    ", --overlap " + overlap_name(cfg.overlap),
                 step, steps - traced_from);
   if (std::isfinite(source->loss_floor()))
     log0(world, "loss floor of this data: ", source->loss_floor(), " nats");

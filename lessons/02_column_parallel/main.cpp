@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
     const std::vector<float> x_host = {1, 2}, w_host = {1, 2, 3, 4, 5, 6}, dy_host = {1, 2, 3};
     Tensor X = Tensor::from_host(dev, Shape{1, in}, x_host);
     SerialCommunicator solo;
-    ColumnParallelLinear single(dev, solo, "W", in, out, /*bias=*/false, /*gather_output=*/false);
+    ColumnParallelLinear single(dev, solo, "W", in, out, Bias::Without, ColumnOutput::Split);
     single.load_global(w_host);
     const std::vector<float> y_ref = single.forward(X).to_host();
     const std::vector<float> dx_ref =
@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
     // 8. The same through the library layer: ColumnParallelLinear does steps 2-7.
     L.step("The same with ColumnParallelLinear (lib/parallel/linear.h), compared with one device.");
     m = L.mark();
-    ColumnParallelLinear layer(dev, world, "W", in, out, /*bias=*/false, /*gather_output=*/false);
+    ColumnParallelLinear layer(dev, world, "W", in, out, Bias::Without, ColumnOutput::Split);
     layer.load_global(w_host);
     Tensor y_layer = layer.forward(X);
     Tensor dx_layer = layer.backward(dY_r);
@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
                   lesson::per_rank(t, [&](int i) { return host_block(dw_ref, out, 0, in, i, 1); }));
     L.check_ranks("layer dX", dx_layer, lesson::per_rank(t, [&](int) { return dx_ref; }));
     // With gather_output the layer hands back the whole Y (an all-gather forward, a split backward).
-    ColumnParallelLinear gathered(dev, world, "W", in, out, /*bias=*/false, /*gather_output=*/true);
+    ColumnParallelLinear gathered(dev, world, "W", in, out, Bias::Without, ColumnOutput::Gathered);
     gathered.load_global(w_host);
     L.check_ranks("gathered Y", gathered.forward(X),
                   lesson::per_rank(t, [&](int) { return y_ref; }));

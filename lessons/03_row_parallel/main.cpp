@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
     Tensor X = Tensor::from_host(dev, Shape{1, in}, x_host);
     Tensor dY = Tensor::from_host(dev, Shape{1, out}, dy_host);
     SerialCommunicator solo;
-    RowParallelLinear single(dev, solo, "W", in, out, /*bias=*/true, /*input_is_parallel=*/true);
+    RowParallelLinear single(dev, solo, "W", in, out, Bias::With, RowInput::Split);
     single.load_global(w_host, b_host);
     const std::vector<float> y_ref = single.forward(X).to_host();
     const std::vector<float> dx_ref = single.backward(dY).to_host();
@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
     // 7. The library layer, both ways of receiving the input.
     L.step("The same with RowParallelLinear (lib/parallel/linear.h), compared with one device.");
     m = L.mark();
-    RowParallelLinear layer(dev, world, "W", in, out, /*bias=*/true, /*input_is_parallel=*/true);
+    RowParallelLinear layer(dev, world, "W", in, out, Bias::With, RowInput::Split);
     layer.load_global(w_host, b_host);
     Tensor y_layer = layer.forward(X_r);
     Tensor dx_layer = layer.backward(dY);
@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
                   }));
     L.check_ranks("layer db", layer.dbias, lesson::per_rank(t, [&](int) { return db_ref; }));
     m = L.mark();
-    RowParallelLinear whole(dev, world, "W", in, out, /*bias=*/true, /*input_is_parallel=*/false);
+    RowParallelLinear whole(dev, world, "W", in, out, Bias::With, RowInput::Whole);
     whole.load_global(w_host, b_host);
     Tensor y_whole = whole.forward(X);
     Tensor dx_whole = whole.backward(dY);

@@ -239,8 +239,7 @@ int main(int argc, char** argv) {
     // rank r's partial sum X_r I_r, all-reduced by g.
     std::vector<float> eye(h * h, 0.0f);
     for (int64_t i = 0; i < h; ++i) eye[i * h + i] = 1.0f;
-    RowParallelLinear proj(dev, world, "proj", h, h, /*with_bias=*/false,
-                           /*input_is_parallel=*/true);
+    RowParallelLinear proj(dev, world, "proj", h, h, Bias::Without, RowInput::Split);
     proj.load_global(eye);
     m = L.mark();
     Tensor X_whole = proj.forward(X_r);  // (n, h): g has all-reduced the partial sums

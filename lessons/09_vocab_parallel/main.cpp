@@ -94,8 +94,8 @@ int main(int argc, char** argv) {
           ": wte row v = [10v + 1, 10v + 2, 10v + 3];  ids = [5, 1, 6, 2]");
     L.say("  padded to V' = ", Vp, " (a multiple of t = ", t, "): rank r owns ids [", rows, "r, ",
           rows, "(r + 1))", Vp > V ? ", and the padding rows are zero and never looked up" : "");
-    L.check_fact("V' is a multiple of t, at most t − 1 rows of padding",
-                 {static_cast<float>(Vp % t), static_cast<float>(Vp - V < t && Vp >= V)}, {0, 1});
+    L.check_true("V' is a multiple of t, at most t − 1 rows of padding",
+                 Vp % t == 0 && Vp >= V && Vp - V < t);
     size_t m = L.mark();
     L.say(
         "  Below, a rank's wte shard has one row per id it owns (lowest first), and a lookup one "
@@ -328,10 +328,8 @@ int main(int argc, char** argv) {
             " on the last rank (zero, never looked up, never in the softmax)");
     else
       L.say("  padded_vocab(", t, ") = ", vp, ": no padding at t = 1 (run with -np 3 to see it)");
-    L.check_fact(
-        "padded vocabulary: a multiple of t, fewer than t padding rows",
-        {static_cast<float>(vp % t), static_cast<float>(vp - cfg.vocab < t && vp >= cfg.vocab)},
-        {0, 1});
+    L.check_true("padded vocabulary: a multiple of t, fewer than t padding rows",
+                 vp % t == 0 && vp >= cfg.vocab && vp - cfg.vocab < t);
     Gpt model(dev, world, cfg), one(dev, solo, cfg);
     model.init(9);
     one.init(9);
@@ -409,8 +407,8 @@ int main(int argc, char** argv) {
           t > 1 ? "would be " : "are ", full_logits, " B");
     L.check_fact("largest allocation = tokens × V'/t × 4", {static_cast<float>(largest)},
                  {static_cast<float>(shard_logits)}, 0);
-    L.check_fact("largest allocation ≤ full logits (< at t > 1)",
-                 {static_cast<float>(t > 1 ? largest < full_logits : largest <= full_logits)}, {1});
+    L.check_true("largest allocation ≤ full logits (< at t > 1)",
+                 t > 1 ? largest < full_logits : largest <= full_logits);
 
     // 4. At a real size.
     L.step("Logits at a real size: 8192 tokens × 151936 ids (Qwen3), fp32 (GB = 1e9 B).");

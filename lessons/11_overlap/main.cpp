@@ -67,8 +67,8 @@ struct Run {
 
 // Forward + backward of a fresh block (the same weights for every mode) `steps` times after one
 // warm-up, each step's spans measured on `tl`; then gradients of one more step for the checks.
-void run_block(Device& dev, Communicator& comm, GptConfig cfg, const std::string& overlap,
-               int steps, Run& out) {
+void run_block(Device& dev, Communicator& comm, GptConfig cfg, Overlap overlap, int steps,
+               Run& out) {
   cfg.overlap = overlap;
   TransformerBlock block(dev, comm, cfg, 0);
   ParamList params;
@@ -122,7 +122,7 @@ void run_block(Device& dev, Communicator& comm, GptConfig cfg, const std::string
   // group, as Gpt::finish_gradients() does, so that it can be compared with one device.
   for (Param& p : params)
     if (p.sequence_parallel_grad && t > 1) comm.all_reduce(p.grad);
-  out.grads = gathered(comm, params, true);
+  out.grads = gathered(comm, params, ParamField::Grad);
 }
 
 std::string times(double ratio) {
@@ -168,7 +168,7 @@ int main(int argc, char** argv) {
     L.step("One block (h = 512, 8 heads, S·B = 64·4 tokens, SP) at t = " + std::to_string(t) +
            ", on this machine's own transport.");
     Run real;
-    run_block(dev, world, cfg, "none", steps, real);
+    run_block(dev, world, cfg, Overlap::None, steps, real);
     const size_t per_step = real.records;  // the collectives of one forward + backward
     int64_t wire = 0, messages = 0;
     for (size_t i = real.first; i < real.first + per_step; ++i) {
@@ -203,14 +203,14 @@ int main(int argc, char** argv) {
     // 3. Three ways to run the block over that link.
     L.step("none, async, ring over the simulated link: the same numbers, different waiting.");
     Run runs[3];
-    const char* modes[] = {"none", "async", "ring"};
+    const Overlap modes[] = {Overlap::None, Overlap::Async, Overlap::Ring};
     for (int i = 0; i < 3; ++i) run_block(dev, slow, cfg, modes[i], steps, runs[i]);
     const Run& serial = runs[0];
     // The same block on one device (t = 1, no link): what every mode must reproduce. y and dx
     // are this rank's tokens under SP, rows [r·S·B/t, (r+1)·S·B/t) of the one-device result.
     SerialCommunicator solo;
     Run one;
-    run_block(dev, solo, cfg, "none", 0, one);
+    run_block(dev, solo, cfg, Overlap::None, 0, one);
     auto my_rows = [&](const std::vector<float>& whole) {
       return lesson::per_rank(t, [&](int i) {
         const size_t n = whole.size() / t;
@@ -218,7 +218,7 @@ int main(int argc, char** argv) {
       });
     };
     for (int i = 0; i < 3; ++i) {
-      const std::string mode = modes[i];
+      const std::string mode = overlap_name(modes[i]);
       const Run& r = runs[i];
       L.check_ranks(mode + ": y, my tokens",
                     Tensor::from_host(dev, Shape{static_cast<int64_t>(r.y.size())}, r.y),
@@ -257,12 +257,12 @@ int main(int argc, char** argv) {
     columns.insert(columns.end(), kModeColumns.begin(), kModeColumns.end());
     lesson::Table table(columns);
     for (int i = 0; i < 3; ++i) {
-      table.add(mode_row(modes[i], runs[i], serial));
+      table.add(mode_row(overlap_name(modes[i]), runs[i], serial));
       runs[i].timeline.gather(slow, dev);
       if (L.is_root() && !prefix.empty()) {
         runs[i].timeline.set_title(slow.name() + ", t = " + std::to_string(t) + ", --overlap " +
-                                   modes[i]);
-        runs[i].timeline.write_svg(prefix + modes[i] + ".svg");
+                                   overlap_name(modes[i]));
+        runs[i].timeline.write_svg(prefix + overlap_name(modes[i]) + ".svg");
       }
     }
     L.say("  medians of ", steps,
@@ -285,10 +285,10 @@ int main(int argc, char** argv) {
     GptConfig plain_cfg = cfg;
     plain_cfg.sp = false;
     Run plain[2];
-    const char* plain_modes[] = {"none", "chunked"};
+    const Overlap plain_modes[] = {Overlap::None, Overlap::Chunked};
     for (int i = 0; i < 2; ++i) run_block(dev, slow, plain_cfg, plain_modes[i], steps, plain[i]);
     for (int i = 0; i < 2; ++i) {
-      const std::string mode = std::string(plain_modes[i]) + " (no SP)";
+      const std::string mode = std::string(overlap_name(plain_modes[i])) + " (no SP)";
       L.check(mode + ": y", plain[i].y, one.y, 1e-5);
       L.check(mode + ": dx", plain[i].dx, one.dx, 1e-5);
       L.check(mode + ": every parameter gradient", plain[i].grads, one.grads, 1e-5);
@@ -305,12 +305,12 @@ int main(int argc, char** argv) {
     columns[0] = "mode (no SP)";
     lesson::Table plain_table(columns);
     for (int i = 0; i < 2; ++i) {
-      plain_table.add(mode_row(plain_modes[i], plain[i], plain[0]));
+      plain_table.add(mode_row(overlap_name(plain_modes[i]), plain[i], plain[0]));
       plain[i].timeline.gather(slow, dev);
       if (L.is_root() && !prefix.empty()) {
         plain[i].timeline.set_title(slow.name() + ", t = " + std::to_string(t) + ", no SP, " +
-                                    "--overlap " + plain_modes[i]);
-        plain[i].timeline.write_svg(prefix + "nosp_" + plain_modes[i] + ".svg");
+                                    "--overlap " + overlap_name(plain_modes[i]));
+        plain[i].timeline.write_svg(prefix + "nosp_" + overlap_name(plain_modes[i]) + ".svg");
       }
     }
     L.say("  medians of ", steps, " steps on rank 0 (hidden: against none without SP):");

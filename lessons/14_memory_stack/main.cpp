@@ -87,7 +87,7 @@ std::string kib(int64_t bytes) { return num(static_cast<double>(bytes) / 1024.0,
 // Trains one row's 5 steps on `group` (its ranks: one replica or a tp × dp grid) and measures.
 Measured run_row(Device& dev, Communicator& group, const Row& row) {
   GptConfig cfg = lesson_config();
-  cfg.recompute = recompute_name(row.choice.recompute);
+  cfg.recompute = row.choice.recompute;
   ProcessGrid grid(group, row.choice.dp);
   Gpt model(dev, grid.tp(), cfg);
   model.init(kSeed);
@@ -122,7 +122,7 @@ Measured run_row(Device& dev, Communicator& group, const Row& row) {
   int64_t rerun = 0;
   if (row.choice.recompute != Recompute::None) {
     GptConfig none = cfg;
-    none.recompute = recompute_name(Recompute::None);
+    none.recompute = Recompute::None;
     Gpt probe(dev, grid.tp(), none);
     probe.init(kSeed);
     const Batch b = data.batch(0, micro, cfg.seq);

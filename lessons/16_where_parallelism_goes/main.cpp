@@ -396,9 +396,11 @@ int main(int argc, char** argv) {
     L.check("loss, layout A vs one device", la, l1, 1e-5);
     L.check("loss, layout B vs one device", lb, l1, 1e-5);
     L.check("weights after " + std::to_string(steps) + " steps, layout A vs one device",
-            gathered(a.grid->tp(), ma.params(), false), gathered(solo, one.params(), false), 1e-5);
+            gathered(a.grid->tp(), ma.params(), ParamField::Value),
+            gathered(solo, one.params(), ParamField::Value), 1e-5);
     L.check("weights after " + std::to_string(steps) + " steps, layout B vs one device",
-            gathered(b.grid->tp(), mb.params(), false), gathered(solo, one.params(), false), 1e-5);
+            gathered(b.grid->tp(), mb.params(), ParamField::Value),
+            gathered(solo, one.params(), ParamField::Value), 1e-5);
     L.say("  both layouts compute what one device computes: placement changes only the speed");
 
     // 4. Bytes per step on each kind of link.

@@ -35,4 +35,16 @@ std::string kib_mib(double bytes) {
   return mib(bytes);
 }
 
+std::string sci(double x, int digits) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.*e", digits, x);
+  return buf;
+}
+
+std::string fixed(double x, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, x);
+  return buf;
+}
+
 }  // namespace tp

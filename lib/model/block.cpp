@@ -26,7 +26,7 @@ TransformerBlock::TransformerBlock(Device& device, Communicator& comm, const Gpt
       mlp_(device, comm, "transformer.h." + std::to_string(layer) + ".mlp", cfg),
       drop_attn_(device, "h." + std::to_string(layer) + ".attn", cfg.dropout),
       drop_mlp_(device, "h." + std::to_string(layer) + ".mlp", cfg.dropout),
-      recompute_(parse_recompute(cfg.recompute)),
+      recompute_(cfg.recompute),
       input_("transformer.h." + std::to_string(layer) + ".input") {
   if (recompute_ == Recompute::Full) observe(nullptr);  // the parts keep through inner_
   ln_1_.set_compute_dtype(cfg.compute_dtype());

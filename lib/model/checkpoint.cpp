@@ -67,8 +67,8 @@ void add_config(safetensors::Writer& w, const GptConfig& c) {
   w.set_metadata("ffn", std::to_string(c.inner()));
   w.set_metadata("vocab", std::to_string(c.vocab));
   w.set_metadata("seq", std::to_string(c.seq));
-  w.set_metadata("act", c.act);
-  w.set_metadata("norm", c.norm);
+  w.set_metadata("act", activation_name(c.act));
+  w.set_metadata("norm", norm_name(c.norm));
   w.set_metadata("tied", c.tied ? "true" : "false");
   w.set_metadata("config_crc32c", config_checksum(c));  // binds heads (model/checkpoint_meta.h)
 }
@@ -97,16 +97,12 @@ std::vector<std::string> mismatches(const safetensors::File& f, const GptConfig&
              std::to_string(have[0]) + ")";
     out.push_back(msg);
   }
-  const std::pair<const char*, std::string> config[] = {{"layers", std::to_string(c.layers)},
-                                                        {"hidden", std::to_string(c.hidden)},
-                                                        {"heads", std::to_string(c.heads)},
-                                                        {"kv_heads", std::to_string(c.kv())},
-                                                        {"ffn", std::to_string(c.inner())},
-                                                        {"vocab", std::to_string(c.vocab)},
-                                                        {"seq", std::to_string(c.seq)},
-                                                        {"act", c.act},
-                                                        {"norm", c.norm},
-                                                        {"tied", c.tied ? "true" : "false"}};
+  const std::pair<const char*, std::string> config[] = {
+      {"layers", std::to_string(c.layers)}, {"hidden", std::to_string(c.hidden)},
+      {"heads", std::to_string(c.heads)},   {"kv_heads", std::to_string(c.kv())},
+      {"ffn", std::to_string(c.inner())},   {"vocab", std::to_string(c.vocab)},
+      {"seq", std::to_string(c.seq)},       {"act", activation_name(c.act)},
+      {"norm", norm_name(c.norm)},          {"tied", c.tied ? "true" : "false"}};
   for (const auto& [key, value] : config)
     if (f.has_metadata(key) && f.metadata(key) != value)
       out.push_back(std::string("it was saved with ") + key + "=" + f.metadata(key) +

@@ -146,21 +146,25 @@ GptConfig check(const safetensors::File& f, bool all) {
   }
   // act and norm: one of two words, the second exactly when the tensors say so (`tensor` there,
   // or not there, as `there_means_second`).
-  auto one_of = [&](const char* key, std::string& out, const char* first, const char* second,
+  // The words are the *_name of the two enum values (what add_config writes).
+  auto one_of = [&](const char* key, auto& out, auto first_kind, auto second_kind, auto name,
                     const std::string& tensor, bool there_means_second) {
     if (!have(key)) return;
-    out = f.metadata(key);
-    TP_CHECK_INPUT(out == first || out == second, "checkpoint ", path, ": metadata ", key, "=", out,
-                   " is not one this project writes (", first, " or ", second,
+    const std::string word = f.metadata(key), first = name(first_kind), second = name(second_kind);
+    TP_CHECK_INPUT(word == first || word == second, "checkpoint ", path, ": metadata ", key, "=",
+                   word, " is not one this project writes (", first, " or ", second,
                    "); the file is damaged or was edited");
+    out = word == second ? second_kind : first_kind;
     const bool there = f.has(tensor), is_second = there == there_means_second;
-    if (x.ln1 && (out == second) != is_second)
-      contradicts(f, key, out,
+    if (x.ln1 && (word == second) != is_second)
+      contradicts(f, key, word,
                   std::string(there ? "it has " : "it has no ") + tensor + ", so " + key + "=" +
                       (is_second ? second : first));
   };
-  one_of("act", c.act, "gelu", "swiglu", kT + "h.0.mlp.c_gate.weight", true);
-  one_of("norm", c.norm, "layernorm", "rmsnorm", kT + "h.0.ln_1.bias", false);
+  one_of("act", c.act, Activation::Gelu, Activation::SwiGlu, activation_name,
+         kT + "h.0.mlp.c_gate.weight", true);
+  one_of("norm", c.norm, NormKind::LayerNorm, NormKind::RmsNorm, norm_name, kT + "h.0.ln_1.bias",
+         false);
   if (have("tied")) {
     const std::string tied = f.metadata("tied");
     TP_CHECK_INPUT(tied == "true" || tied == "false", "checkpoint ", path, ": metadata tied=", tied,
@@ -241,8 +245,8 @@ std::string config_checksum(const GptConfig& c) {
     if (k == "ffn") return std::to_string(c.inner());
     if (k == "vocab") return std::to_string(c.vocab);
     if (k == "seq") return std::to_string(c.seq);
-    if (k == "act") return c.act;
-    if (k == "norm") return c.norm;
+    if (k == "act") return activation_name(c.act);
+    if (k == "norm") return norm_name(c.norm);
     return c.tied ? "true" : "false";
   }));
 }

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "model/recompute.h"             // Recompute
+#include "parallel/collective_matmul.h"  // Overlap
 
 namespace tp {
 
@@ -21,12 +23,17 @@ enum class NormKind { LayerNorm, RmsNorm };
 
 /// "gelu" | "swiglu"; anything else is bad input (one line naming the choices).
 Activation parse_activation(const std::string& name);
-/// The name parse_activation takes: "gelu" or "swiglu".
-const char* activation_name(Activation act);
+/// The name parse_activation takes: "gelu" or "swiglu". Inline, so that what reads checkpoint
+/// metadata (and its fuzz target) needs no more than this header.
+inline const char* activation_name(Activation act) {
+  return act == Activation::SwiGlu ? "swiglu" : "gelu";
+}
 /// "layernorm" | "rmsnorm"; anything else is bad input (one line naming the choices).
 NormKind parse_norm(const std::string& name);
 /// The name parse_norm takes: "layernorm" or "rmsnorm".
-const char* norm_name(NormKind norm);
+inline const char* norm_name(NormKind norm) {
+  return norm == NormKind::RmsNorm ? "rmsnorm" : "layernorm";
+}
 
 /// How the model stores and computes (--precision; docs/model.md, "Precision"): fp32 everywhere,
 /// or bf16 mixed precision — bf16 weight copies, activations, activation gradients and TP
@@ -38,28 +45,28 @@ Precision parse_precision(const std::string& name);
 const char* precision_name(Precision precision);
 
 struct GptConfig {
-  int64_t layers = 2;        ///< L
-  int64_t hidden = 64;       ///< h
-  int64_t heads = 4;         ///< nh, query heads
-  int64_t kv_heads = 0;      ///< nkv, key/value heads (GQA); 0 means nh (multi-head attention)
-  int64_t ffn = 0;           ///< MLP inner size; 0 means 4h
-  int64_t vocab = 256;       ///< V
-  int64_t seq = 64;          ///< S, the length of the position table (and the longest sequence)
-  std::string act = "gelu";  ///< "gelu" (tanh approximation) or "swiglu"
-  std::string norm = "layernorm";  ///< "layernorm" or "rmsnorm"
-  float dropout = 0.0f;            ///< p for the embedding and both residual branches
-  bool tied = true;                ///< LM head tied to wte
+  int64_t layers = 2;    ///< L
+  int64_t hidden = 64;   ///< h
+  int64_t heads = 4;     ///< nh, query heads
+  int64_t kv_heads = 0;  ///< nkv, key/value heads (GQA); 0 means nh (multi-head attention)
+  int64_t ffn = 0;       ///< MLP inner size; 0 means 4h
+  int64_t vocab = 256;   ///< V
+  int64_t seq = 64;      ///< S, the length of the position table (and the longest sequence)
+  Activation act = Activation::Gelu;    ///< GeLU (tanh approximation) or SwiGLU (--act)
+  NormKind norm = NormKind::LayerNorm;  ///< LayerNorm or RMSNorm (--norm)
+  float dropout = 0.0f;                 ///< p for the embedding and both residual branches
+  bool tied = true;                     ///< LM head tied to wte
   float init_std = 0.02f;  ///< N(0, init_std) for weights; output projections use init_std/√(2L)
   float eps = 1e-5f;       ///< norm epsilon
   bool sp = false;         ///< sequence parallelism between the TP regions (--sp)
-  /// How the TP layers overlap communication with compute: "none", "async", "ring" (needs sp) or
-  /// "chunked" (plain TP, no sp);
+  /// How the TP layers overlap communication with compute: none, async, ring (needs sp) or
+  /// chunked (plain TP, no sp);
   /// parallel/collective_matmul.h. The numbers do not depend on it (to float rounding for ring).
-  std::string overlap = "none";
-  /// Activation recomputation: "none", "selective" (the attention probabilities are recomputed in
-  /// backward) or "full" (each block keeps its input only and reruns its forward); model/recompute.h.
+  Overlap overlap = Overlap::None;
+  /// Activation recomputation: none, selective (the attention probabilities are recomputed in
+  /// backward) or full (each block keeps its input only and reruns its forward); model/recompute.h.
   /// The gradients do not depend on it (bitwise).
-  std::string recompute = "none";
+  Recompute recompute = Recompute::None;
   int64_t pad_vocab_multiple = 1;  ///< V is padded up to a multiple of pad_vocab_multiple · t
   /// fp32 or bf16 mixed precision (--precision). Not part of a checkpoint: the file holds the fp32
   /// master, so a run saved in one precision resumes in the other.
@@ -68,9 +75,9 @@ struct GptConfig {
   /// Precision::Bf16, else f32. Master weights, gradients and AdamW state are f32 either way.
   Dtype compute_dtype() const { return precision == Precision::Bf16 ? Dtype::bf16 : Dtype::f32; }
 
-  /// act and norm as enums (parse_activation / parse_norm: bad input for a name problems() rejects).
-  Activation activation() const { return parse_activation(act); }
-  NormKind norm_kind() const { return parse_norm(norm); }
+  /// act and norm (the accessors from before they were enums; the fields say the same).
+  Activation activation() const { return act; }
+  NormKind norm_kind() const { return norm; }
   int64_t kv() const { return kv_heads > 0 ? kv_heads : heads; }
   int64_t inner() const { return ffn > 0 ? ffn : 4 * hidden; }
   int64_t head_dim() const { return heads > 0 ? hidden / heads : 0; }

@@ -1,7 +1,6 @@
 #include "model/file_shape.h"
 
 #include <algorithm>
-#include <tuple>
 
 namespace tp {
 
@@ -14,13 +13,13 @@ GptConfig config_from_flags(const Options& o) {
   c.ffn = o.get_int("ffn");
   c.vocab = o.get_int("vocab");
   c.seq = o.get_int("seq");
-  c.act = o.get_text("act");
-  c.norm = o.get_text("norm");
+  c.act = parse_activation(o.get_text("act"));
+  c.norm = parse_norm(o.get_text("norm"));
   c.dropout = static_cast<float>(o.get_real("dropout"));
   c.tied = !o.get_flag("untie");
   c.sp = o.get_flag("sp");
-  c.overlap = o.get_text("overlap");
-  c.recompute = o.get_text("recompute");
+  c.overlap = parse_overlap(o.get_text("overlap"));
+  c.recompute = parse_recompute(o.get_text("recompute"));
   c.pad_vocab_multiple = o.get_int("pad-vocab-multiple");
   return c;
 }
@@ -46,14 +45,14 @@ void shape_from_file(const ModelFile& f, const Options& o, FileShape rule, GptCo
     cfg.kv_heads = fc.kv() == fc.heads ? 0 : fc.kv();  // 0: = heads
   take("ffn", cfg.ffn, fc.inner(), cfg.ffn > 0 ? cfg.ffn : fc.inner());
   take("vocab", cfg.vocab, fc.vocab, cfg.vocab);
-  for (const auto& [flag, mine, theirs] :
-       {std::tuple<const char*, std::string*, std::string>{"act", &cfg.act, fc.act},
-        {"norm", &cfg.norm, fc.norm}}) {
-    if (o.given(flag) && strict && *mine != theirs)
-      problems.push_back(std::string("--") + flag + "=" + *mine + " disagrees with " + f.path +
-                         " (" + theirs + "); drop --" + flag);
-    if (!o.given(flag) || strict) *mine = theirs;
-  }
+  auto take_kind = [&](const char* flag, auto& mine, auto theirs, auto name) {
+    if (o.given(flag) && strict && mine != theirs)
+      problems.push_back(std::string("--") + flag + "=" + name(mine) + " disagrees with " + f.path +
+                         " (" + name(theirs) + "); drop --" + flag);
+    if (!o.given(flag) || strict) mine = theirs;
+  };
+  take_kind("act", cfg.act, fc.act, activation_name);
+  take_kind("norm", cfg.norm, fc.norm, norm_name);
   if (o.given("untie") && strict && cfg.tied != fc.tied)
     problems.push_back(std::string("--untie") + " disagrees with " + f.path +
                        (fc.tied ? " (its head is tied to wte)" : " (its head is untied)"));

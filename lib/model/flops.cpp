@@ -16,7 +16,7 @@ TokenFlops token_flops(const GptConfig& cfg, int64_t seq) {
   const double attention = 4.0 * static_cast<double>(cfg.layers) * static_cast<double>(h) *
                            static_cast<double>(seq);  // QKᵀ and PV forward, per token
   out.model = 6.0 * static_cast<double>(out.n) + 3.0 * attention;
-  const Recompute rc = parse_recompute(cfg.recompute);
+  const Recompute rc = cfg.recompute;
   out.hardware =
       out.model + (rc == Recompute::Selective ? attention
                    : rc == Recompute::Full    ? 2.0 * static_cast<double>(out.n_blocks) + attention

@@ -180,8 +180,8 @@ ModelFile inspect_hub(const safetensors::File& f, int64_t heads_flag) {
 
   // The shape, from the tensors.
   GptConfig& c = m.config;
-  c.act = "gelu";
-  c.norm = "layernorm";
+  c.act = Activation::Gelu;
+  c.norm = NormKind::LayerNorm;
   c.kv_heads = 0;
   const auto& wte = f.info(p + "wte.weight").shape;
   TP_CHECK_INPUT(wte.size() == 2, "model file ", path, ": tensor ", p, "wte.weight has shape ",
@@ -335,8 +335,10 @@ std::string hf_config_json(const GptConfig& c, Dtype dtype) {
 
 std::string hf_export_problem(const GptConfig& c) {
   std::vector<std::string> cannot;
-  if (c.act != "gelu") cannot.push_back("--act " + c.act + " (GPT-2 has a GeLU MLP)");
-  if (c.norm != "layernorm") cannot.push_back("--norm " + c.norm + " (GPT-2 has LayerNorm)");
+  if (c.act != Activation::Gelu)
+    cannot.push_back(std::string("--act ") + activation_name(c.act) + " (GPT-2 has a GeLU MLP)");
+  if (c.norm != NormKind::LayerNorm)
+    cannot.push_back(std::string("--norm ") + norm_name(c.norm) + " (GPT-2 has LayerNorm)");
   if (c.kv() != c.heads)
     cannot.push_back("--kv-heads " + std::to_string(c.kv()) + " (GPT-2 has no GQA)");
   std::string all;

@@ -15,7 +15,7 @@ struct KeptValues {
 
 KeptValues kept_values(const GptConfig& c, int64_t seq, int64_t batch, int t) {
   const int64_t N = seq * batch, n = c.sp ? N / t : N, h = c.hidden, hd = c.head_dim();
-  const Recompute recompute = parse_recompute(c.recompute);
+  const Recompute recompute = c.recompute;
   if (recompute == Recompute::Full) return {n * h, 0};  // the block's input only
   const int64_t probs = recompute == Recompute::Selective ? 0 : batch * (c.heads / t) * seq * seq;
   const int64_t stats = c.norm_kind() == NormKind::LayerNorm ? 2 * n : n;
@@ -60,10 +60,10 @@ int64_t head_activation_bytes(const GptConfig& c, int64_t seq, int64_t batch, in
 }
 
 int64_t recompute_rerun_bytes(const GptConfig& c, int64_t seq, int64_t batch, int t) {
-  const Recompute mode = parse_recompute(c.recompute);
+  const Recompute mode = c.recompute;
   if (mode == Recompute::None) return 0;
   GptConfig none = c;
-  none.recompute = recompute_name(Recompute::None);
+  none.recompute = Recompute::None;
   return block_activation_bytes(none, seq, batch, t) - block_activation_bytes(c, seq, batch, t);
 }
 

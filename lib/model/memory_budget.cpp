@@ -46,7 +46,7 @@ MemoryEstimate estimate_memory(const GptConfig& cfg, int64_t seq, int64_t global
     e.problems.push_back(p);
   PreflightInput in;
   in.model = cfg;
-  in.model.recompute = recompute_name(c.recompute);
+  in.model.recompute = c.recompute;
   in.batch = global_batch / c.dp;
   in.t = c.t;
   in.zero_dp = c.zero == 1 ? c.dp : 1;

@@ -408,7 +408,7 @@ std::string preflight_report(const Preflight& p) {
 
   os << format("  %-52s %12s\n",
                format("peak, fp32: --recompute %s, --micro-batches %d, ZeRO-1 dp %d",
-                      c.recompute.c_str(), in.micro_batches, std::max(1, in.zero_dp))
+                      recompute_name(c.recompute), in.micro_batches, std::max(1, in.zero_dp))
                    .c_str(),
                bytes_str(static_cast<double>(p.peak.total())).c_str());
   os << format("    weights %s, gradients %s, optimizer %s, activations %s (%s the largest)\n",
@@ -487,7 +487,7 @@ std::string preflight_report(const Preflight& p) {
 GptConfig model_preset(const std::string& name) {
   GptConfig c;
   auto set = [&](int64_t L, int64_t h, int64_t nh, int64_t nkv, int64_t f, int64_t V, int64_t S,
-                 const char* act, const char* norm, bool tied) {
+                 Activation act, NormKind norm, bool tied) {
     c.layers = L;
     c.hidden = h;
     c.heads = nh;
@@ -500,15 +500,15 @@ GptConfig model_preset(const std::string& name) {
     c.tied = tied;
   };
   if (name == "gpt2-small")
-    set(12, 768, 12, 12, 3072, 50257, 1024, "gelu", "layernorm", true);
+    set(12, 768, 12, 12, 3072, 50257, 1024, Activation::Gelu, NormKind::LayerNorm, true);
   else if (name == "gpt2-medium")
-    set(24, 1024, 16, 16, 4096, 50257, 1024, "gelu", "layernorm", true);
+    set(24, 1024, 16, 16, 4096, 50257, 1024, Activation::Gelu, NormKind::LayerNorm, true);
   else if (name == "qwen3-8b")  // [A3]'s model, at its 8K-token sample
-    set(36, 4096, 32, 8, 12288, 151936, 8192, "swiglu", "rmsnorm", false);
+    set(36, 4096, 32, 8, 12288, 151936, 8192, Activation::SwiGlu, NormKind::RmsNorm, false);
   else if (name == "llama2-7b")
-    set(32, 4096, 32, 32, 11008, 32000, 4096, "swiglu", "rmsnorm", false);
+    set(32, 4096, 32, 32, 11008, 32000, 4096, Activation::SwiGlu, NormKind::RmsNorm, false);
   else if (name == "llama2-70b")
-    set(80, 8192, 64, 8, 28672, 32000, 4096, "swiglu", "rmsnorm", false);
+    set(80, 8192, 64, 8, 28672, 32000, 4096, Activation::SwiGlu, NormKind::RmsNorm, false);
   else {
     std::string names;
     for (const auto& n : model_preset_names()) names += (names.empty() ? "" : ", ") + n;

@@ -17,7 +17,7 @@ int64_t local_size(const std::string& layer, const char* dim, int64_t global, in
 
 ParallelLinearBase::ParallelLinearBase(Device& device, Communicator& comm, std::string name,
                                        int64_t in, int64_t out, Shape weight_shard,
-                                       Shape bias_shard, bool with_bias)
+                                       Shape bias_shard, Bias bias_mode)
     : device_(device),
       comm_(comm),
       name_(std::move(name)),
@@ -27,7 +27,7 @@ ParallelLinearBase::ParallelLinearBase(Device& device, Communicator& comm, std::
   TP_CHECK_INPUT(in > 0 && out > 0, name_, ": in=", in, " and out=", out, " must be positive");
   weight = Tensor::zeros(device, weight_shard);
   dweight = Tensor::zeros(device, weight_shard);
-  if (with_bias) {
+  if (bias_mode == Bias::With) {
     bias = Tensor::zeros(device, bias_shard);
     dbias = Tensor::zeros(device, bias_shard);
   }
@@ -79,18 +79,19 @@ void ParallelLinearBase::init_shards(uint64_t seed, const Distribution& dist,
 // ---- ColumnParallelLinear -----------------------------------------------------------------------
 
 ColumnParallelLinear::ColumnParallelLinear(Device& device, Communicator& comm, std::string name,
-                                           int64_t in, int64_t out, bool with_bias,
-                                           bool gather_output, bool sequence_parallel)
+                                           int64_t in, int64_t out, Bias bias_mode,
+                                           ColumnOutput output, bool sequence_parallel)
     : ParallelLinearBase(device, comm, name, in, out,
                          Shape{in, local_size(name, "out", out, comm.size())},
-                         Shape{out / comm.size()}, with_bias),
-      gather_output_(gather_output),
+                         Shape{out / comm.size()}, bias_mode),
+      gather_output_(output == ColumnOutput::Gathered),
       sequence_parallel_(sequence_parallel),
       out_local_(out / comm.size()),
       col0_(comm.rank() * (out / comm.size())),
       input_shard_(name_ + ".input_shard") {
-  TP_CHECK(!(gather_output && sequence_parallel), name_,
-           ": gather_output and sequence_parallel do not combine (the output stays split)");
+  TP_CHECK(
+      !(gather_output_ && sequence_parallel), name_,
+      ": ColumnOutput::Gathered and sequence_parallel do not combine (the output stays split)");
 }
 
 void ColumnParallelLinear::init(uint64_t seed, const Distribution& dist) {
@@ -318,12 +319,12 @@ void ColumnParallelLinear::collect_params(ParamList& out, float weight_std) cons
 // ---- RowParallelLinear --------------------------------------------------------------------------
 
 RowParallelLinear::RowParallelLinear(Device& device, Communicator& comm, std::string name,
-                                     int64_t in, int64_t out, bool with_bias,
-                                     bool input_is_parallel, bool sequence_parallel)
+                                     int64_t in, int64_t out, Bias bias_mode, RowInput input,
+                                     bool sequence_parallel)
     : ParallelLinearBase(device, comm, name, in, out,
                          Shape{local_size(name, "in", in, comm.size()), out}, Shape{out},
-                         with_bias),
-      input_is_parallel_(input_is_parallel),
+                         bias_mode),
+      input_is_parallel_(input == RowInput::Split),
       sequence_parallel_(sequence_parallel),
       in_local_(in / comm.size()),
       row0_(comm.rank() * (in / comm.size())) {}

@@ -26,6 +26,15 @@
 
 namespace tp {
 
+/// Whether a parallel linear adds a bias: Y = XA + b (With) or Y = XA (Without).
+enum class Bias { Without, With };
+/// What ColumnParallelLinear returns: this rank's columns Y_r = X A_r + b_r (Split, what a
+/// row-parallel layer takes next) or all of Y, gathered from the ranks (Gathered).
+enum class ColumnOutput { Split, Gathered };
+/// What RowParallelLinear takes: this rank's columns X_r (Split, what a column-parallel layer
+/// returns) or the whole X, split on entry (Whole).
+enum class RowInput { Split, Whole };
+
 /// What the two parallel linears share: a weight shard, an optional bias, their gradients.
 class ParallelLinearBase {
  public:
@@ -53,7 +62,7 @@ class ParallelLinearBase {
 
  protected:
   ParallelLinearBase(Device& device, Communicator& comm, std::string name, int64_t in, int64_t out,
-                     Shape weight_shard, Shape bias_shard, bool with_bias);
+                     Shape weight_shard, Shape bias_shard, Bias bias);
   /// Fills the weight shard from (seed, name + ".weight", global index) with the given placement,
   /// and the bias likewise from name + ".bias".
   void init_shards(uint64_t seed, const Distribution& dist, const GlobalIndex& weight_index,
@@ -79,7 +88,8 @@ class ParallelLinearBase {
 /// Rank r holds A_r (in × out/t) and b_r (out/t) and computes Y_r = X A_r + b_r from the whole X
 /// with no communication. X entered through f (copy_to_tp_region), so backward all-reduces
 /// dX = Σ_r dY_r A_rᵀ; dA_r = Xᵀ dY_r and db_r = Σ_rows dY_r stay local.
-/// With gather_output the outputs are concatenated (gather_from_tp_region) into Y (N × out).
+/// With ColumnOutput::Gathered the outputs are concatenated (gather_from_tp_region) into Y
+/// (N × out).
 ///
 /// With sequence_parallel, X arrives as this rank's N/t tokens: forward all-gathers the sequence
 /// (gather_from_sp_region) and keeps only the shard; backward gathers it again for dA_r and
@@ -97,8 +107,7 @@ class ColumnParallelLinear : public ParallelLinearBase {
  public:
   /// Bad input (out not divisible by t) is a tp::Error naming the size and the valid t.
   ColumnParallelLinear(Device& device, Communicator& comm, std::string name, int64_t in,
-                       int64_t out, bool with_bias, bool gather_output,
-                       bool sequence_parallel = false);
+                       int64_t out, Bias bias, ColumnOutput output, bool sequence_parallel = false);
 
   /// Random init from (seed, parameter name, global index): identical numbers for every t.
   void init(uint64_t seed, const Distribution& dist);
@@ -106,7 +115,7 @@ class ColumnParallelLinear : public ParallelLinearBase {
   void load_global(const std::vector<float>& weight, const std::vector<float>& bias = {});
 
   /// x: (N, in), or (N/t, in) this rank's tokens with sequence_parallel → y: (N, out/t), or
-  /// (N, out) with gather_output. Saves x (sequence_parallel: the shard) unless keep is
+  /// (N, out) with ColumnOutput::Gathered. Saves x (sequence_parallel: the shard) unless keep is
   /// false (inference: no backward follows).
   Tensor forward(const Tensor& x, Keep keep = Keep::ForBackward);
   /// dy: like forward's y → dx: like forward's x: complete on every rank (all-reduced), or with
@@ -170,7 +179,7 @@ class ColumnParallelLinear : public ParallelLinearBase {
 /// (reduce_from_tp_region) all-reduces the partial sums, and the bias (out, not split) is added
 /// once, after the all-reduce. Backward needs no communication: every rank has the whole dY, so
 /// dX_r = dY A_rᵀ, dA_r = X_rᵀ dY and db = Σ_rows dY are local (db is the same on every rank).
-/// If the input arrives whole (input_is_parallel = false), it is split on entry
+/// If the input arrives whole (RowInput::Whole), it is split on entry
 /// (scatter_to_tp_region) and backward all-gathers dX.
 ///
 /// With sequence_parallel, the partial sums are reduce-scattered along the sequence
@@ -181,20 +190,20 @@ class RowParallelLinear : public ParallelLinearBase {
  public:
   /// Bad input (in not divisible by t) is a tp::Error naming the size and the valid t.
   RowParallelLinear(Device& device, Communicator& comm, std::string name, int64_t in, int64_t out,
-                    bool with_bias, bool input_is_parallel, bool sequence_parallel = false);
+                    Bias bias, RowInput input, bool sequence_parallel = false);
 
   void init(uint64_t seed, const Distribution& dist);
   /// Takes this rank's rows of a global weight (in × out, row-major) and the whole bias (out).
   void load_global(const std::vector<float>& weight, const std::vector<float>& bias = {});
 
-  /// x: (N, in/t) when input_is_parallel, else (N, in) → y: (N, out), complete on every rank
+  /// x: (N, in/t) with RowInput::Split, else (N, in) → y: (N, out), complete on every rank
   /// (sequence_parallel: (N/t, out), this rank's tokens). With sequence_parallel and
   /// Overlap::Ring, the reduce-scatter is a ring whose steps overlap the block GEMMs; without it
   /// and with Overlap::Chunked, the GEMM runs in row blocks whose all-reduces each fly under the
   /// next block's GEMM (collective_matmul.h). Saves X_r
   /// for backward unless keep is Keep::Nothing (inference).
   Tensor forward(const Tensor& x, Keep keep = Keep::ForBackward);
-  /// dy: like y → dx: (N, in/t) when input_is_parallel, else (N, in). With sequence_parallel and
+  /// dy: like y → dx: (N, in/t) with RowInput::Split, else (N, in). With sequence_parallel and
   /// Overlap::Ring, dY's all-gather is a ring whose steps overlap the block GEMMs.
   Tensor backward(const Tensor& dy);
 

@@ -84,10 +84,11 @@ std::vector<float> shard_of(const Param& p, const std::vector<float>& global, in
   return global;
 }
 
-std::vector<float> gathered(Communicator& comm, const ParamList& params, bool grads) {
+std::vector<float> gathered(Communicator& comm, const ParamList& params, ParamField field) {
   std::vector<float> all;
   for (const Param& p : params) {
-    const std::vector<float> v = gather_global(comm, p, grads ? p.grad : p.value);
+    const std::vector<float> v =
+        gather_global(comm, p, field == ParamField::Grad ? p.grad : p.value);
     all.insert(all.end(), v.begin(), v.end());
   }
   return all;

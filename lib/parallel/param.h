@@ -94,8 +94,10 @@ std::vector<float> gather_global(Communicator& comm, const Param& p, const Tenso
 std::vector<float> gather_real(Communicator& comm, const Param& p, const Tensor& which);
 /// This rank's shard of a global (rows × cols) row-major tensor, as host values.
 std::vector<float> shard_of(const Param& p, const std::vector<float>& global, int t);
-/// Every parameter's global gradient (grads) or value, gather_global in ParamList order,
+/// Which tensor of a Param: its value or its gradient.
+enum class ParamField { Value, Grad };
+/// Every parameter's global value or gradient (`field`), gather_global in ParamList order,
 /// concatenated: one vector to compare a whole model at t with the same model at t = 1.
-std::vector<float> gathered(Communicator& comm, const ParamList& params, bool grads);
+std::vector<float> gathered(Communicator& comm, const ParamList& params, ParamField field);
 
 }  // namespace tp

@@ -112,7 +112,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // Accepted: the sizes are the tensors', the heads a layout c_attn's shape allows.
     if (got.layers != c.layers || got.hidden != c.hidden || got.vocab != c.vocab ||
         got.seq != c.seq || got.inner() != c.inner() || got.heads < 1 || got.kv() != got.heads ||
-        c.hidden % got.heads != 0 || got.act != "gelu" || got.norm != "layernorm" || !got.tied)
+        c.hidden % got.heads != 0 || got.act != tp::Activation::Gelu ||
+        got.norm != tp::NormKind::LayerNorm || !got.tied)
       finding();
   } catch (const tp::Error& e) {
     if (std::string(e.what()).find('\n') != std::string::npos) finding();  // one line
