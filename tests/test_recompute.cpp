@@ -5,6 +5,7 @@
 // uses the same kernels, inputs and counter-keyed dropout masks); and what each block records in
 // the MemoryLedger equals block_activation_bytes() to the byte, with the closed forms: selective
 // = none − 4·B·(nh/t)·S² (the s²-term), full = 4·n·h (the block's input, n = N/t under SP).
+// The same under --precision bf16 (RecomputeBf16: bitwise gradients, the ledger by dtype).
 // Runs under mpirun -np 1, 2, 3, 4 (t = np). Tolerance: 0 (bitwise), byte counts exact.
 //
 // Collectives: every rank builds and runs the same models in the same order; comparisons are local.
@@ -49,11 +50,9 @@ using RecomputeCase = std::tuple<std::string, bool, std::string, std::string>;  
 
 class RecomputeModes : public ::testing::TestWithParam<RecomputeCase> {};
 
-TEST_P(RecomputeModes, GradientsAreBitwiseThoseOfKeepingEverything) {
-  GptConfig cfg = recompute_config();
-  std::tie(cfg.recompute, cfg.sp, cfg.act, cfg.overlap) = GetParam();
-  if (cfg.overlap == "ring" && !cfg.sp) GTEST_SKIP() << "the ring needs SP";
-  if (parse_overlap(cfg.overlap) == Overlap::Chunked && cfg.sp) GTEST_SKIP() << "chunked: no SP";
+// Two steps of `cfg` against the same model with recompute = none: loss and every gradient shard
+// bitwise equal.
+void expect_bitwise_those_of_none(const GptConfig& cfg) {
   GptConfig plain = cfg;
   plain.recompute = "none";
   Gpt model(device(), world(), cfg), ref(device(), world(), plain);
@@ -75,6 +74,14 @@ TEST_P(RecomputeModes, GradientsAreBitwiseThoseOfKeepingEverything) {
       EXPECT_TRUE(same_bits(model.params()[i].grad.to_host(), ref.params()[i].grad.to_host()))
           << ref.params()[i].name << " at step " << step;
   }
+}
+
+TEST_P(RecomputeModes, GradientsAreBitwiseThoseOfKeepingEverything) {
+  GptConfig cfg = recompute_config();
+  std::tie(cfg.recompute, cfg.sp, cfg.act, cfg.overlap) = GetParam();
+  if (cfg.overlap == "ring" && !cfg.sp) GTEST_SKIP() << "the ring needs SP";
+  if (parse_overlap(cfg.overlap) == Overlap::Chunked && cfg.sp) GTEST_SKIP() << "chunked: no SP";
+  expect_bitwise_those_of_none(cfg);
 }
 
 TEST_P(RecomputeModes, LedgerEqualsTheFormulaToTheByte) {
@@ -118,6 +125,64 @@ INSTANTIATE_TEST_SUITE_P(Recompute, RecomputeModes,
                          [](const ::testing::TestParamInfo<RecomputeCase>& i) {
   return std::get<0>(i.param) + (std::get<1>(i.param) ? "_sp_" : "_nosp_") + std::get<2>(i.param) +
          "_overlap_" + std::get<3>(i.param);
+});
+
+// Under --precision bf16 (bf16 copies of the weights, bf16 activations and TP collectives): the
+// rerun rounds at the same points as the first forward, so the gradients are still BITWISE those
+// of keeping everything, with dropout on; and the ledger, by dtype, equals the formula per mode:
+// selective drops the bf16 probabilities (2·B·(nh/t)·S² bytes), full keeps the bf16 block input
+// only (2·n·h bytes, nothing in f32).
+using Bf16Case = std::tuple<std::string, bool, std::string>;  // mode, sp, overlap
+
+class RecomputeBf16 : public ::testing::TestWithParam<Bf16Case> {};
+
+GptConfig bf16_config(const Bf16Case& param) {
+  GptConfig cfg = recompute_config();
+  std::tie(cfg.recompute, cfg.sp, cfg.overlap) = param;
+  cfg.precision = Precision::Bf16;
+  return cfg;
+}
+
+TEST_P(RecomputeBf16, GradientsAreBitwiseThoseOfKeepingEverything) {
+  const GptConfig cfg = bf16_config(GetParam());
+  if (cfg.overlap == "ring" && !cfg.sp) GTEST_SKIP() << "the ring needs SP";
+  expect_bitwise_those_of_none(cfg);
+}
+
+TEST_P(RecomputeBf16, LedgerByDtypeEqualsTheFormula) {
+  const GptConfig cfg = bf16_config(GetParam());
+  if (cfg.overlap == "ring" && !cfg.sp) GTEST_SKIP() << "the ring needs SP";
+  const int t = world().size();
+  const int64_t S = cfg.seq, B = kBatch, N = S * B, n = cfg.sp ? N / t : N, h = cfg.hidden;
+  Gpt model(device(), world(), cfg);
+  model.init(kSeed);
+  model.forward(markov_batch(cfg.vocab, 0, B, S), kSeed, 0);
+  for (Dtype d : {Dtype::f32, Dtype::bf16})
+    for (int64_t l = 0; l < cfg.layers; ++l)
+      EXPECT_EQ(model.memory().layer_bytes(l, d), block_activation_bytes(cfg, S, B, t, d))
+          << "layer " << l << " " << dtype_name(d);
+  GptConfig none = cfg;
+  none.recompute = recompute_name(Recompute::None);
+  const int64_t formula = block_activation_bytes(cfg, S, B, t);
+  if (parse_recompute(cfg.recompute) == Recompute::Selective)
+    EXPECT_EQ(formula, block_activation_bytes(none, S, B, t) - 2 * B * (cfg.heads / t) * S * S);
+  else
+    EXPECT_EQ(formula, 2 * n * h);
+  // Half of fp32's kept values, but for the f32 statistics and masks.
+  GptConfig fp32 = cfg;
+  fp32.precision = Precision::Fp32;
+  const int64_t f32_part = block_activation_bytes(cfg, S, B, t, Dtype::f32);
+  EXPECT_EQ(2 * (formula - f32_part) + f32_part, block_activation_bytes(fp32, S, B, t));
+  model.backward();
+}
+
+INSTANTIATE_TEST_SUITE_P(Recompute, RecomputeBf16,
+                         ::testing::Combine(::testing::Values("selective", "full"),
+                                            ::testing::Bool(),
+                                            ::testing::Values("none", "async", "ring")),
+                         [](const ::testing::TestParamInfo<Bf16Case>& i) {
+  return std::get<0>(i.param) + (std::get<1>(i.param) ? "_sp_" : "_nosp_") + "bf16_overlap_" +
+         std::get<2>(i.param);
 });
 
 // An unknown mode is bad input, named with the choices.
