@@ -173,8 +173,7 @@ TEST(MemoryBudget, NamesMixedPrecisionBeforeRecomputation) {
   const BudgetVerdict v = fit_memory_budget(g, g.seq, 8, 1, base, h.peak.total());
   ASSERT_TRUE(v.found) << v.message;
   EXPECT_EQ(v.best.choice.str(), half.str());
-  EXPECT_NE(v.message.find("the cheapest option that fits: --precision bf16 ("),
-            std::string::npos)
+  EXPECT_NE(v.message.find("the cheapest option that fits: --precision bf16 ("), std::string::npos)
       << v.message;
   // A base already in bf16 is never offered bf16 again.
   const BudgetVerdict w = fit_memory_budget(g, g.seq, 8, 1, half, h.peak.total() - 1);

@@ -550,9 +550,9 @@ TEST(PreflightMemoryStack, PeakFollowsTheOptions) {
 TEST(PreflightMemoryStack, Llama70bOn8x8FallsRowByRow) {
   const GptConfig c = model_preset("llama2-70b");
   const std::string table = memory_stack_table(c, 4, 8, 64, 4);
-  for (const char* row : {"t = 1 ", "t = 2 ", "t = 4 ", "t = 8 ", "+ --precision bf16",
-                          "+ --recompute selective",
-                          "+ --recompute full", "+ --micro-batches 4", "+ --zero 1 (dp = 8)"})
+  for (const char* row :
+       {"t = 1 ", "t = 2 ", "t = 4 ", "t = 8 ", "+ --precision bf16", "+ --recompute selective",
+        "+ --recompute full", "+ --micro-batches 4", "+ --zero 1 (dp = 8)"})
     EXPECT_TRUE(contains(table, row)) << row << "\n" << table;
   EXPECT_TRUE(contains(table, "fp32")) << table;
   EXPECT_FALSE(contains(table, "bf16 row:")) << table;

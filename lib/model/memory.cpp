@@ -51,11 +51,11 @@ int64_t block_activation_bytes(const GptConfig& c, int64_t seq, int64_t batch, i
 int64_t head_activation_bytes(const GptConfig& c, int64_t seq, int64_t batch, int t) {
   const int64_t N = seq * batch, n = c.sp ? N / t : N, h = c.hidden;
   const int64_t stats = c.norm_kind() == NormKind::LayerNorm ? 2 * n : n;
-  const int64_t f32 = N                                 // token ids
-                      + (c.dropout > 0.0f ? n * h : 0)  // the embedding's dropout mask
-                      + stats;                          // ln_f's statistics
-  const int64_t activations = n * h                          // ln_f input
-                              + N * h                        // ln_f output for the head
+  const int64_t f32 = N                                       // token ids
+                      + (c.dropout > 0.0f ? n * h : 0)        // the embedding's dropout mask
+                      + stats;                                // ln_f's statistics
+  const int64_t activations = n * h                           // ln_f input
+                              + N * h                         // ln_f output for the head
                               + N * (c.padded_vocab(t) / t);  // logits
   return 4 * f32 + dtype_size(c.compute_dtype()) * activations;
 }

@@ -194,7 +194,8 @@ std::string memory_stack_table(const GptConfig& cfg, int64_t batch, int t, int w
   }
   char line[256];
   std::string out =
-      "# memory stack: peak per rank (this implementation: fp32, then bf16 from its row on), batch " +
+      "# memory stack: peak per rank (this implementation: fp32, then bf16 from its row on), "
+      "batch " +
       std::to_string(batch) + " per TP group" +
       (world > 0 ? ", " + std::to_string(world) + " ranks (dp = ranks / t)" : std::string()) + "\n";
   std::snprintf(line, sizeof line, "  %-28s %4s %4s %11s %11s %11s %11s %12s\n", "step", "t", "dp",

@@ -410,7 +410,8 @@ std::string preflight_report(const Preflight& p) {
 
   os << format("  %-52s %12s\n",
                format("peak, %s: --recompute %s, --micro-batches %d, ZeRO-1 dp %d",
-                      in.dtype_bytes < 4 ? "bf16" : "fp32", c.recompute.c_str(), in.micro_batches, std::max(1, in.zero_dp))
+                      in.dtype_bytes < 4 ? "bf16" : "fp32", c.recompute.c_str(), in.micro_batches,
+                      std::max(1, in.zero_dp))
                    .c_str(),
                bytes_str(static_cast<double>(p.peak.total())).c_str());
   os << format("    weights %s, gradients %s, optimizer %s, activations %s (%s the largest)\n",
