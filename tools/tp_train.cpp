@@ -714,7 +714,8 @@ void check_measured_budget(Communicator& world, const Options& o, const Plan& pl
   if (budget <= 0) return;
   int64_t states = opt.state_bytes();
   for (const Param& p : model.params())  // the fp32 master, its bf16 copy (if any), the gradient
-    states += static_cast<int64_t>(p.value.bytes() + p.compute.bytes() + p.grad.bytes());
+    states += static_cast<int64_t>(p.value.bytes() + p.grad.bytes() +
+                                   (p.compute.defined() ? p.compute.bytes() : 0));
   const int64_t micro = plan.batch / plan.dp / plan.step_opts.micro_batches;
   const int64_t peak = states + model.memory().total_bytes() +
                        recompute_rerun_bytes(plan.cfg, plan.seq, micro, plan.t);
