@@ -37,6 +37,10 @@ expect "tp_preflight: the memory stack of llama2-70b, its bf16 row" 0 "+ --preci
   "$BUILD/bin/tp_preflight" --model llama2-70b -t 8 --nodes 8 --gpus-per-node 8 --batch 4 --micro-batches 4
 expect "tp_preflight: the memory stack of llama2-70b on 8 x 8 GPUs" 0 "+ --zero 1 (dp = 8)" 1 \
   "$BUILD/bin/tp_preflight" --model llama2-70b -t 8 --nodes 8 --gpus-per-node 8 --batch 4 --micro-batches 4
+expect "tp_preflight: --precision bf16's peak" 0 "peak, bf16: --recompute none" 1 \
+  "$BUILD/bin/tp_preflight" -t 2 --precision bf16
+expect "tp_preflight: --precision and --dtype disagree" 2 "--precision=bf16 and --dtype=fp32 disagree" 1 \
+  "$BUILD/bin/tp_preflight" -t 2 --precision bf16 --dtype fp32
 expect "tp_preflight: --zero 1 with dp 1" 2 "--zero 1 with dp=1: ZeRO-1 shards the optimizer state" 1 \
   "$BUILD/bin/tp_preflight" -t 2 --zero 1
 expect "tp_preflight: --micro-batches not dividing the batch" 2 "--micro-batches=3 does not divide --batch=8" 1 \
