@@ -1,15 +1,15 @@
 // memory_budget.h — fitting a per-rank memory budget (tp_train --memory-budget, lesson 14): the
-// peak per rank of a run's choices (t, mixed precision, recomputation, micro-batches, ZeRO-1) from
-// the preflight,
-// and the cheapest change of them that fits, searched in the source articles' order.
+// peak per rank of a run's choices (t, mixed precision, recomputation, micro-batches, ZeRO-1)
+// from the preflight, and the cheapest change of them that fits, searched in the source articles'
+// order.
 //
 // The order ([A1]-[A3], Korthikanti et al.): a larger t (the same ranks as fewer, larger TP
 // groups: dp = world / t), then --precision bf16 (it halves the activations but adds a 2-byte
 // copy of the weights: 18 B per parameter of model states against fp32's 16, so it may not
-// save), then --recompute selective, then full, then --micro-batches m (m
-// ascending, dividing the batch per replica), then --zero 1 (only with dp > 1). One change of the
-// run's choices is tried first, in that order, and the first that fits is the answer; when none
-// does, the changes are stacked: each kind in the order above is tried at each of its values on
+// save), then --recompute selective, then full, then --micro-batches m (m ascending, dividing the
+// batch per replica), then --zero 1 (only with dp > 1). One change of the run's choices is tried
+// first, in that order, and the first that fits is the answer; when none does, the changes are
+// stacked: each kind in the order above is tried at each of its values on
 // top of the previous kinds at their most saving value. A candidate must be a valid run (the
 // preflight's problems, step_option_problems, no dropout with dp > 1 as tp_train requires).
 #pragma once
