@@ -107,6 +107,80 @@ TEST(MemoryPeak, LedgerEqualsTheFormulaForEveryMode) {
       }
 }
 
+// Under --precision bf16 (t = np, every recompute mode, SP off and on, dropout on): the weights
+// are the fp32 master and its bf16 copy (6 B per parameter), the gradients fp32 (4 B), AdamW 8 B,
+// and the activations what the ledger measured, by dtype: 2 B activations, 4 B statistics, masks
+// and token ids. Exact, to the byte.
+TEST(MemoryPeak, Bf16LedgerEqualsTheFormulaForEveryMode) {
+  const int t = world().size();
+  ProcessGrid grid(world(), 1);
+  const int64_t B = 4;
+  for (bool sp : {false, true})
+    for (Recompute mode : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+      GptConfig g = budget_config();
+      g.sp = sp;
+      g.recompute = recompute_name(mode);
+      g.precision = Precision::Bf16;
+      g.dropout = 0.1f;
+      Gpt model(device(), grid.tp(), g);
+      model.init(3);
+      AdamW opt(device(), model.params(), AdamWParams{});
+      MarkovSource data(g.vocab, 3);
+      train_step(grid, device(), model, opt, data.batch(0, B, g.seq), 3, 0, 1e-3f, 1.0f, {}, {});
+      const std::string what = std::string(recompute_name(mode)) + (sp ? " sp" : "");
+      const int64_t head = head_activation_bytes(g, g.seq, B, t);
+      EXPECT_EQ(model.memory().layer_bytes(-1), head) << what;
+      EXPECT_EQ(model.memory().total_bytes(),
+                g.layers * block_activation_bytes(g, g.seq, B, t) + head)
+          << what;
+      int64_t P = 0, weights = 0, grads = 0;
+      for (const Param& p : model.params()) {
+        P += p.value.numel();
+        weights += static_cast<int64_t>(p.value.bytes() + p.compute.bytes());
+        grads += static_cast<int64_t>(p.grad.bytes());
+      }
+      const MemoryPeak peak = memory_peak(g, g.seq, B, t, P, 1);
+      EXPECT_EQ(peak.weights, weights) << what;
+      EXPECT_EQ(peak.weights, 6 * P) << what;
+      EXPECT_EQ(peak.grads, grads) << what;
+      EXPECT_EQ(peak.optimizer, opt.state_bytes()) << what;
+      EXPECT_EQ(peak.activations,
+                model.memory().total_bytes() + recompute_rerun_bytes(g, g.seq, B, t))
+          << what;
+      // The preflight at 2 bytes per value says the same.
+      PreflightInput in;
+      in.model = g;
+      in.batch = B;
+      in.t = t;
+      in.dtype_bytes = 2;
+      EXPECT_EQ(preflight(in).peak.total(), peak.total()) << what;
+    }
+}
+
+// The budget search names --precision bf16 when it is the first change in the articles' order
+// that fits (after a larger t, before recomputation): one rank, activations the largest part.
+TEST(MemoryBudget, NamesMixedPrecisionBeforeRecomputation) {
+  GptConfig g = budget_config();
+  const MemoryChoice base{1, 1, Recompute::None, 1, 0};
+  MemoryChoice half = base;
+  half.precision = Precision::Bf16;
+  const MemoryEstimate b = estimate_memory(g, g.seq, 8, base),
+                       h = estimate_memory(g, g.seq, 8, half);
+  ASSERT_TRUE(b.problems.empty() && h.problems.empty());
+  ASSERT_LT(h.peak.total(), b.peak.total()) << "the activations dominate this model";
+  EXPECT_EQ(h.peak.weights, b.peak.weights / 4 * 6);
+  EXPECT_EQ(h.peak.grads, b.peak.grads);
+  EXPECT_EQ(h.peak.optimizer, b.peak.optimizer);
+  const BudgetVerdict v = fit_memory_budget(g, g.seq, 8, 1, base, h.peak.total());
+  ASSERT_TRUE(v.found) << v.message;
+  EXPECT_EQ(v.best.choice.str(), half.str());
+  EXPECT_NE(v.message.find("the cheapest option that fits: --precision bf16 ("), std::string::npos)
+      << v.message;
+  // A base already in bf16 is never offered bf16 again.
+  const BudgetVerdict w = fit_memory_budget(g, g.seq, 8, 1, half, h.peak.total() - 1);
+  EXPECT_EQ(w.message.find("--precision"), std::string::npos) << w.message;
+}
+
 TEST(MemoryPeak, ZeroOneShardsTheOptimizerOnly) {
   const GptConfig g = budget_config();
   const MemoryEstimate plain = estimate_memory(g, g.seq, 8, {1, 4, Recompute::None, 1, 0});
@@ -137,6 +211,11 @@ std::vector<MemoryChoice> single_changes(const MemoryChoice& base, int world, in
       c.dp = world / t;
       out.push_back(c);
     }
+  if (base.precision == Precision::Fp32) {  // mixed precision, after t
+    MemoryChoice c = base;
+    c.precision = Precision::Bf16;
+    out.push_back(c);
+  }
   for (Recompute r : {Recompute::Selective, Recompute::Full}) {
     MemoryChoice c = base;
     c.recompute = r;

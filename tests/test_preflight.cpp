@@ -550,20 +550,24 @@ TEST(PreflightMemoryStack, PeakFollowsTheOptions) {
 TEST(PreflightMemoryStack, Llama70bOn8x8FallsRowByRow) {
   const GptConfig c = model_preset("llama2-70b");
   const std::string table = memory_stack_table(c, 4, 8, 64, 4);
-  for (const char* row : {"t = 1 ", "t = 2 ", "t = 4 ", "t = 8 ", "+ --recompute selective",
-                          "+ --recompute full", "+ --micro-batches 4", "+ --zero 1 (dp = 8)"})
+  for (const char* row :
+       {"t = 1 ", "t = 2 ", "t = 4 ", "t = 8 ", "+ --precision bf16", "+ --recompute selective",
+        "+ --recompute full", "+ --micro-batches 4", "+ --zero 1 (dp = 8)"})
     EXPECT_TRUE(contains(table, row)) << row << "\n" << table;
   EXPECT_TRUE(contains(table, "fp32")) << table;
   EXPECT_FALSE(contains(table, "bf16 row:")) << table;
   // The same rows by estimate_memory: every step lowers the peak, and each part as the formula.
+  // From the bf16 row on the rows are bf16 (stacked in the articles' order).
+  const Precision bf16 = Precision::Bf16;
   const std::vector<MemoryChoice> rows = {{1, 64},
                                           {2, 32},
                                           {4, 16},
                                           {8, 8},
-                                          {8, 8, Recompute::Selective},
-                                          {8, 8, Recompute::Full},
-                                          {8, 8, Recompute::Full, 4},
-                                          {8, 8, Recompute::Full, 4, 1}};
+                                          {8, 8, Recompute::None, 1, 0, bf16},
+                                          {8, 8, Recompute::Selective, 1, 0, bf16},
+                                          {8, 8, Recompute::Full, 1, 0, bf16},
+                                          {8, 8, Recompute::Full, 4, 0, bf16},
+                                          {8, 8, Recompute::Full, 4, 1, bf16}};
   int64_t last = INT64_MAX;
   for (const MemoryChoice& r : rows) {
     const MemoryEstimate e = estimate_memory(c, c.seq, 4 * r.dp, r);
@@ -575,7 +579,7 @@ TEST(PreflightMemoryStack, Llama70bOn8x8FallsRowByRow) {
     in.t = r.t;
     in.batch = 4;
     const int64_t P = preflight(in).params_per_rank;
-    EXPECT_EQ(e.peak.weights, 4 * P) << r.str();
+    EXPECT_EQ(e.peak.weights, (r.precision == bf16 ? 6 : 4) * P) << r.str();  // + the bf16 copy
     EXPECT_EQ(e.peak.optimizer, r.zero ? 8 * ((P + 7) / 8) : 8 * P) << r.str();
   }
   // At t = 8 the weights are 1/8 of t = 1's, up to what every rank replicates (this model's learned
@@ -583,4 +587,10 @@ TEST(PreflightMemoryStack, Llama70bOn8x8FallsRowByRow) {
   const MemoryEstimate one = estimate_memory(c, c.seq, 256, rows[0]);
   const MemoryEstimate eight = estimate_memory(c, c.seq, 32, rows[3]);
   EXPECT_NEAR(static_cast<double>(one.peak.weights) / eight.peak.weights, 8.0, 0.05);
+  // Mixed precision does not halve the model states (16 -> 18 B per parameter with the bf16
+  // copy); it halves the activations (to within the f32 statistics, masks and token ids).
+  const MemoryEstimate fp32 = eight, half = estimate_memory(c, c.seq, 32, rows[4]);
+  const auto states = [](const MemoryPeak& p) { return p.weights + p.grads + p.optimizer; };
+  EXPECT_EQ(states(half.peak) * 16, states(fp32.peak) * 18);
+  EXPECT_NEAR(static_cast<double>(half.peak.activations) / fp32.peak.activations, 0.5, 0.01);
 }

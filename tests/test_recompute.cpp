@@ -49,11 +49,9 @@ using RecomputeCase = std::tuple<Recompute, bool, Activation, Overlap>;  // mode
 
 class RecomputeModes : public ::testing::TestWithParam<RecomputeCase> {};
 
-TEST_P(RecomputeModes, GradientsAreBitwiseThoseOfKeepingEverything) {
-  GptConfig cfg = recompute_config();
-  std::tie(cfg.recompute, cfg.sp, cfg.act, cfg.overlap) = GetParam();
-  if (cfg.overlap == Overlap::Ring && !cfg.sp) GTEST_SKIP() << "the ring needs SP";
-  if (cfg.overlap == Overlap::Chunked && cfg.sp) GTEST_SKIP() << "chunked: no SP";
+// Two steps of `cfg` against the same model with recompute = none: loss and every gradient shard
+// bitwise equal.
+void expect_bitwise_those_of_none(const GptConfig& cfg) {
   GptConfig plain = cfg;
   plain.recompute = Recompute::None;
   Gpt model(device(), world(), cfg), ref(device(), world(), plain);
@@ -75,6 +73,14 @@ TEST_P(RecomputeModes, GradientsAreBitwiseThoseOfKeepingEverything) {
       EXPECT_TRUE(same_bits(model.params()[i].grad.to_host(), ref.params()[i].grad.to_host()))
           << ref.params()[i].name << " at step " << step;
   }
+}
+
+TEST_P(RecomputeModes, GradientsAreBitwiseThoseOfKeepingEverything) {
+  GptConfig cfg = recompute_config();
+  std::tie(cfg.recompute, cfg.sp, cfg.act, cfg.overlap) = GetParam();
+  if (cfg.overlap == Overlap::Ring && !cfg.sp) GTEST_SKIP() << "the ring needs SP";
+  if (cfg.overlap == Overlap::Chunked && cfg.sp) GTEST_SKIP() << "chunked: no SP";
+  expect_bitwise_those_of_none(cfg);
 }
 
 TEST_P(RecomputeModes, LedgerEqualsTheFormulaToTheByte) {
@@ -121,6 +127,65 @@ INSTANTIATE_TEST_SUITE_P(
   return recompute_name(std::get<0>(i.param)) +
          std::string(std::get<1>(i.param) ? "_sp_" : "_nosp_") +
          activation_name(std::get<2>(i.param)) + "_overlap_" + overlap_name(std::get<3>(i.param));
+    });
+
+// Under --precision bf16 (bf16 copies of the weights, bf16 activations and TP collectives): the
+// rerun rounds at the same points as the first forward, so the gradients are still BITWISE those
+// of keeping everything, with dropout on; and the ledger, by dtype, equals the formula per mode:
+// selective drops the bf16 probabilities (2·B·(nh/t)·S² bytes), full keeps the bf16 block input
+// only (2·n·h bytes, nothing in f32).
+using Bf16Case = std::tuple<Recompute, bool, Overlap>;  // mode, sp, overlap
+
+class RecomputeBf16 : public ::testing::TestWithParam<Bf16Case> {};
+
+GptConfig bf16_config(const Bf16Case& param) {
+  GptConfig cfg = recompute_config();
+  std::tie(cfg.recompute, cfg.sp, cfg.overlap) = param;
+  cfg.precision = Precision::Bf16;
+  return cfg;
+}
+
+TEST_P(RecomputeBf16, GradientsAreBitwiseThoseOfKeepingEverything) {
+  const GptConfig cfg = bf16_config(GetParam());
+  if (cfg.overlap == Overlap::Ring && !cfg.sp) GTEST_SKIP() << "the ring needs SP";
+  expect_bitwise_those_of_none(cfg);
+}
+
+TEST_P(RecomputeBf16, LedgerByDtypeEqualsTheFormula) {
+  const GptConfig cfg = bf16_config(GetParam());
+  if (cfg.overlap == Overlap::Ring && !cfg.sp) GTEST_SKIP() << "the ring needs SP";
+  const int t = world().size();
+  const int64_t S = cfg.seq, B = kBatch, N = S * B, n = cfg.sp ? N / t : N, h = cfg.hidden;
+  Gpt model(device(), world(), cfg);
+  model.init(kSeed);
+  model.forward(markov_batch(cfg.vocab, 0, B, S), kSeed, 0);
+  for (Dtype d : {Dtype::f32, Dtype::bf16})
+    for (int64_t l = 0; l < cfg.layers; ++l)
+      EXPECT_EQ(model.memory().layer_bytes(l, d), block_activation_bytes(cfg, S, B, t, d))
+          << "layer " << l << " " << dtype_name(d);
+  GptConfig none = cfg;
+  none.recompute = Recompute::None;
+  const int64_t formula = block_activation_bytes(cfg, S, B, t);
+  if (cfg.recompute == Recompute::Selective)
+    EXPECT_EQ(formula, block_activation_bytes(none, S, B, t) - 2 * B * (cfg.heads / t) * S * S);
+  else
+    EXPECT_EQ(formula, 2 * n * h);
+  // Half of fp32's kept values, but for the f32 statistics and masks.
+  GptConfig fp32 = cfg;
+  fp32.precision = Precision::Fp32;
+  const int64_t f32_part = block_activation_bytes(cfg, S, B, t, Dtype::f32);
+  EXPECT_EQ(2 * (formula - f32_part) + f32_part, block_activation_bytes(fp32, S, B, t));
+  model.backward();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Recompute, RecomputeBf16,
+    ::testing::Combine(::testing::Values(Recompute::Selective, Recompute::Full), ::testing::Bool(),
+                       ::testing::Values(Overlap::None, Overlap::Async, Overlap::Ring)),
+    [](const ::testing::TestParamInfo<Bf16Case>& i) {
+  return recompute_name(std::get<0>(i.param)) +
+         std::string(std::get<1>(i.param) ? "_sp_" : "_nosp_") + "bf16_overlap_" +
+         overlap_name(std::get<2>(i.param));
     });
 
 // An unknown mode is bad input, named with the choices; every name parses back to its mode.

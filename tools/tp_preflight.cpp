@@ -87,9 +87,15 @@ PreflightInput input_from(const Options& o) {
   in.model = c;
   in.batch = o.get_int("batch") != 0 ? o.get_int("batch") : (preset.empty() ? 8 : 1);
   in.t = o.get_int32("tp");
-  const std::string dtype = o.get_text("dtype") != "auto" ? o.get_text("dtype")
-                            : preset.empty()              ? "fp32"
-                                                          : "bf16";
+  const std::string precision = o.get_text("precision");  // tp_train's flag: sets --dtype
+  TP_CHECK_INPUT(
+      precision == "auto" || o.get_text("dtype") == "auto" || o.get_text("dtype") == precision,
+      "--precision=", precision, " and --dtype=", o.get_text("dtype"),
+      " disagree; give one of them");
+  const std::string dtype = precision != "auto"             ? precision
+                            : o.get_text("dtype") != "auto" ? o.get_text("dtype")
+                            : preset.empty()                ? "fp32"
+                                                            : "bf16";
   in.dtype_bytes = dtype == "fp32" ? 4 : 2;
   in.kv_replication = o.get_flag("kv-replication");
   in.nodes = o.get_int32("nodes");
@@ -132,6 +138,11 @@ int main(int argc, char** argv) {
             "bytes of weights, gradients, activations and messages: fp32 (4) or bf16/fp16 (2); "
             "auto: fp32 (as tp_train), bf16 with --model",
             {"auto", "fp32", "bf16", "fp16"})
+      .text("precision", "auto",
+            "tp_train's --precision: fp32, or bf16 mixed precision (2-byte weight copies beside "
+            "the fp32 master, 2-byte activations and messages: the peak's 18 B per parameter); "
+            "sets --dtype; auto: --dtype's",
+            {"auto", "fp32", "bf16"})
       .flag("kv-replication",
             "when kv-heads < t, plan KV-head replication (t / kv-heads copies of each) instead "
             "of reporting a problem; tp_train's model cannot")

@@ -687,7 +687,12 @@ void check_activation_memory(Communicator& world, const Gpt& model, const GptCon
 // the budget; over it, one line naming the largest part and the cheapest option that fits
 // (model/memory_budget.h), exit 2.
 MemoryChoice memory_choice(const Plan& plan) {
-  return {plan.t, plan.dp, plan.cfg.recompute, plan.step_opts.micro_batches, plan.step_opts.zero};
+  return {plan.t,
+          plan.dp,
+          plan.cfg.recompute,
+          plan.step_opts.micro_batches,
+          plan.step_opts.zero,
+          plan.cfg.precision};
 }
 
 int64_t memory_budget_bytes(const Options& o) {
@@ -709,8 +714,9 @@ void check_measured_budget(Communicator& world, const Options& o, const Plan& pl
   const int64_t budget = memory_budget_bytes(o);
   if (budget <= 0) return;
   int64_t states = opt.state_bytes();
-  for (const Param& p : model.params())
-    states += static_cast<int64_t>(p.value.bytes() + p.grad.bytes());
+  for (const Param& p : model.params())  // the fp32 master, its bf16 copy (if any), the gradient
+    states += static_cast<int64_t>(p.value.bytes() + p.grad.bytes() +
+                                   (p.compute.defined() ? p.compute.bytes() : 0));
   const int64_t micro = plan.batch / plan.dp / plan.step_opts.micro_batches;
   const int64_t peak = states + model.memory().total_bytes() +
                        recompute_rerun_bytes(plan.cfg, plan.seq, micro, plan.t);

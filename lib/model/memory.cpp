@@ -51,12 +51,13 @@ int64_t block_activation_bytes(const GptConfig& c, int64_t seq, int64_t batch, i
 int64_t head_activation_bytes(const GptConfig& c, int64_t seq, int64_t batch, int t) {
   const int64_t N = seq * batch, n = c.sp ? N / t : N, h = c.hidden;
   const int64_t stats = c.norm_kind() == NormKind::LayerNorm ? 2 * n : n;
-  const int64_t floats = N                                 // token ids
-                         + (c.dropout > 0.0f ? n * h : 0)  // the embedding's dropout mask
-                         + n * h + stats                   // ln_f input and statistics
-                         + N * h                           // ln_f output for the head
-                         + N * (c.padded_vocab(t) / t);    // logits
-  return 4 * floats;
+  const int64_t f32 = N                                       // token ids
+                      + (c.dropout > 0.0f ? n * h : 0)        // the embedding's dropout mask
+                      + stats;                                // ln_f's statistics
+  const int64_t activations = n * h                           // ln_f input
+                              + N * h                         // ln_f output for the head
+                              + N * (c.padded_vocab(t) / t);  // logits
+  return 4 * f32 + dtype_size(c.compute_dtype()) * activations;
 }
 
 int64_t recompute_rerun_bytes(const GptConfig& c, int64_t seq, int64_t batch, int t) {
@@ -78,8 +79,9 @@ const char* MemoryPeak::largest() const {
 MemoryPeak memory_peak(const GptConfig& c, int64_t seq, int64_t micro_batch, int t, int64_t params,
                        int64_t zero_dp) {
   MemoryPeak m;
-  m.weights = 4 * params;
-  m.grads = 4 * params;
+  // The fp32 master, and under bf16 its 2-byte compute copy: 4 + 2 B per parameter.
+  m.weights = 4 * params + (c.precision == Precision::Bf16 ? 2 * params : 0);
+  m.grads = 4 * params;  // fp32 in either precision
   const int64_t dp = std::max<int64_t>(1, zero_dp);
   m.optimizer = 8 * ((params + dp - 1) / dp);
   m.activations = c.layers * block_activation_bytes(c, seq, micro_batch, t) +

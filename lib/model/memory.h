@@ -40,10 +40,14 @@
 // The peak of a step (memory_peak): the forward keeps L blocks + the head; then the backward of
 // each block computes again what its mode dropped and holds it while that block's backward runs
 // (recompute_rerun_bytes: selective the probabilities, full everything but the kept input), so one
-// block's rerun adds to the peak. Model states in fp32: weights 4P, gradients 4P, AdamW's moments
-// 8P, or 8·⌈P/dp⌉ with ZeRO-1 over dp replicas (P: this rank's parameter elements).
+// block's rerun adds to the peak. Model states: weights 4P (the fp32 master; under bf16 + 2P for
+// its compute copy, 6P), gradients 4P (fp32 in either precision), AdamW's moments 8P, or
+// 8·⌈P/dp⌉ with ZeRO-1 over dp replicas (P: this rank's parameter elements): 16 B per parameter
+// in fp32, 18 B in bf16 — mixed precision does not halve the model states, it halves activations.
 // Precision (cfg.precision, docs/model.md "Precision"): under bf16 every activation above takes 2
-// bytes instead of 4, except the norms' statistics and the dropout masks, which stay f32 (4 B).
+// bytes instead of 4, except the norms' statistics and the dropout masks, which stay f32 (4 B);
+// outside the blocks ln_f's input and output and the logits take 2 B, the token ids, the
+// embedding's mask and ln_f's statistics 4 B.
 // GPT-2's shape in bf16, TP only: sbh(16 + 24/t) + 16sb + 2·nh·s²b/t (the masks 8sbh of it at
 // 4 B; Korthikanti's 1-byte masks would make them 2sbh, which gives their sbh(10 + 24/t)).
 #pragma once
@@ -79,8 +83,8 @@ struct MemoryPeak {
   const char* largest() const;
 };
 
-/// The peak of one training step per rank in fp32 (see above): `micro_batch` sequences of `seq`
-/// tokens per forward, `params` this rank's parameter elements, AdamW sharded over `zero_dp`
+/// The peak of one training step per rank in cfg.precision (see above): `micro_batch` sequences of
+/// `seq` tokens per forward, `params` this rank's parameter elements, AdamW sharded over `zero_dp`
 /// replicas (1: not sharded).
 MemoryPeak memory_peak(const GptConfig& cfg, int64_t seq, int64_t micro_batch, int t,
                        int64_t params, int64_t zero_dp);

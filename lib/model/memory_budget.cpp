@@ -17,7 +17,7 @@ std::string mib(int64_t bytes) {
 
 std::string MemoryChoice::str() const {
   return "t=" + std::to_string(t) + " dp=" + std::to_string(dp) +
-         " recompute=" + recompute_name(recompute) +
+         " precision=" + precision_name(precision) + " recompute=" + recompute_name(recompute) +
          " micro-batches=" + std::to_string(micro_batches) + " zero=" + std::to_string(zero);
 }
 
@@ -25,6 +25,7 @@ std::string MemoryChoice::flags_from(const MemoryChoice& from) const {
   std::string s;
   auto add = [&](const std::string& flag) { s += (s.empty() ? "" : " ") + flag; };
   if (dp != from.dp) add("--dp " + std::to_string(dp) + " (t=" + std::to_string(t) + ")");
+  if (precision != from.precision) add(std::string("--precision ") + precision_name(precision));
   if (recompute != from.recompute) add(std::string("--recompute ") + recompute_name(recompute));
   if (micro_batches != from.micro_batches) add("--micro-batches " + std::to_string(micro_batches));
   if (zero != from.zero) add("--zero " + std::to_string(zero));
@@ -47,6 +48,8 @@ MemoryEstimate estimate_memory(const GptConfig& cfg, int64_t seq, int64_t global
   PreflightInput in;
   in.model = cfg;
   in.model.recompute = c.recompute;
+  in.model.precision = c.precision;
+  in.dtype_bytes = dtype_size(in.model.compute_dtype());
   in.batch = global_batch / c.dp;
   in.t = c.t;
   in.zero_dp = c.zero == 1 ? c.dp : 1;
@@ -67,13 +70,13 @@ BudgetVerdict fit_memory_budget(const GptConfig& cfg, int64_t seq, int64_t globa
   if (v.fits || !v.base.problems.empty()) return v;
 
   // Each kind's candidate values, the least change first: the larger t of this world (dp = world
-  // / t), selective then full, m ascending (the divisors of the batch), ZeRO-1.
+  // / t), bf16, selective then full, m ascending (the divisors of the batch), ZeRO-1.
   using Apply = MemoryChoice (*)(MemoryChoice, int);
   struct Kind {
     std::vector<int> values;
     Apply apply;
   };
-  std::vector<Kind> kinds(4);
+  std::vector<Kind> kinds(5);
   for (int t = base.t + 1; t <= world; ++t)
     if (world % t == 0) kinds[0].values.push_back(t);
   kinds[0].apply = [](MemoryChoice c, int t) {
@@ -81,20 +84,25 @@ BudgetVerdict fit_memory_budget(const GptConfig& cfg, int64_t seq, int64_t globa
     c.t = t;
     return c;
   };
+  if (base.precision == Precision::Fp32) kinds[1].values.push_back(1);
+  kinds[1].apply = [](MemoryChoice c, int) {
+    c.precision = Precision::Bf16;
+    return c;
+  };
   for (Recompute r : {Recompute::Selective, Recompute::Full})
-    if (r > base.recompute) kinds[1].values.push_back(static_cast<int>(r));
-  kinds[1].apply = [](MemoryChoice c, int r) {
+    if (r > base.recompute) kinds[2].values.push_back(static_cast<int>(r));
+  kinds[2].apply = [](MemoryChoice c, int r) {
     c.recompute = static_cast<Recompute>(r);
     return c;
   };
   for (int m = base.micro_batches + 1; m <= global_batch && m <= 1 << 20; ++m)
-    if (global_batch % m == 0) kinds[2].values.push_back(m);  // (a replica's batch divides it)
-  kinds[2].apply = [](MemoryChoice c, int m) {
+    if (global_batch % m == 0) kinds[3].values.push_back(m);  // (a replica's batch divides it)
+  kinds[3].apply = [](MemoryChoice c, int m) {
     c.micro_batches = m;
     return c;
   };
-  if (base.zero == 0) kinds[3].values.push_back(1);
-  kinds[3].apply = [](MemoryChoice c, int z) {
+  if (base.zero == 0) kinds[4].values.push_back(1);
+  kinds[4].apply = [](MemoryChoice c, int z) {
     c.zero = z;
     return c;
   };
@@ -170,6 +178,8 @@ std::string memory_stack_table(const GptConfig& cfg, int64_t batch, int t, int w
   for (int tt = 1; tt < t; tt *= 2) rows.push_back({"t = " + std::to_string(tt), {tt, dp_of(tt)}});
   MemoryChoice c{t, dp_of(t)};
   rows.push_back({"t = " + std::to_string(t), c});
+  c.precision = Precision::Bf16;
+  rows.push_back({"+ --precision bf16", c});
   c.recompute = Recompute::Selective;
   rows.push_back({"+ --recompute selective", c});
   c.recompute = Recompute::Full;
@@ -184,7 +194,7 @@ std::string memory_stack_table(const GptConfig& cfg, int64_t batch, int t, int w
   }
   char line[256];
   std::string out =
-      "# memory stack: peak per rank, fp32 (this implementation; a bf16 row lands with issue 21), "
+      "# memory stack: peak per rank (this implementation: fp32, then bf16 from its row on), "
       "batch " +
       std::to_string(batch) + " per TP group" +
       (world > 0 ? ", " + std::to_string(world) + " ranks (dp = ranks / t)" : std::string()) + "\n";

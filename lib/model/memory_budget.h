@@ -1,15 +1,17 @@
 // memory_budget.h — fitting a per-rank memory budget (tp_train --memory-budget, lesson 14): the
-// peak per rank of a run's choices (t, recomputation, micro-batches, ZeRO-1) from the preflight,
-// and the cheapest change of them that fits, searched in the source articles' order.
+// peak per rank of a run's choices (t, mixed precision, recomputation, micro-batches, ZeRO-1)
+// from the preflight, and the cheapest change of them that fits, searched in the source articles'
+// order.
 //
 // The order ([A1]-[A3], Korthikanti et al.): a larger t (the same ranks as fewer, larger TP
-// groups: dp = world / t), then --recompute selective, then full, then --micro-batches m (m
-// ascending, dividing the batch per replica), then --zero 1 (only with dp > 1). One change of the
-// run's choices is tried first, in that order, and the first that fits is the answer; when none
-// does, the changes are stacked: each kind in the order above is tried at each of its values on
+// groups: dp = world / t), then --precision bf16 (it halves the activations but adds a 2-byte
+// copy of the weights: 18 B per parameter of model states against fp32's 16, so it may not
+// save), then --recompute selective, then full, then --micro-batches m (m ascending, dividing the
+// batch per replica), then --zero 1 (only with dp > 1). One change of the run's choices is tried
+// first, in that order, and the first that fits is the answer; when none does, the changes are
+// stacked: each kind in the order above is tried at each of its values on
 // top of the previous kinds at their most saving value. A candidate must be a valid run (the
 // preflight's problems, step_option_problems, no dropout with dp > 1 as tp_train requires).
-// Mixed precision (--precision bf16, issue 21) is not one of the options yet.
 #pragma once
 
 #include <cstdint>
@@ -29,13 +31,15 @@ struct MemoryChoice {
   Recompute recompute = Recompute::None;
   int micro_batches = 1;
   int zero = 0;  ///< ZeRO stage on the dp axis (0 or 1)
-  /// "t=2 dp=2 recompute=selective micro-batches=4 zero=1" (every field).
+  Precision precision = Precision::Fp32;
+  /// "t=2 dp=2 precision=bf16 recompute=selective micro-batches=4 zero=1" (every field).
   std::string str() const;
-  /// The flags that turn `from` into this: "--dp 1 (t=4) --recompute full" ("" when equal).
+  /// The flags that turn `from` into this: "--dp 1 (t=4) --precision bf16 --recompute full" (""
+  /// when equal).
   std::string flags_from(const MemoryChoice& from) const;
 };
 
-/// The peak per rank of `cfg` (its recompute ignored: `c` decides) trained on `global_batch`
+/// The peak per rank of `cfg` (its recompute and precision ignored: `c` decides) trained on `global_batch`
 /// sequences of `seq` tokens with choices `c`: the preflight's MemoryPeak. Empty `problems` when
 /// `c` is a valid run; else its problems (one line each) and a zero peak.
 struct MemoryEstimate {
@@ -60,9 +64,9 @@ BudgetVerdict fit_memory_budget(const GptConfig& cfg, int64_t seq, int64_t globa
 
 /// The memory-stack table (tp_preflight, lesson 14's formula column): `cfg` on `world` ranks
 /// (0: not given), `batch` sequences per TP group, the articles' order one row each and stacked:
-/// t = 1, 2, 4, ... up to `t` (dp = world / t where the world is given), then at `t` --recompute
-/// selective, full, --micro-batches `m` (when m > 1), --zero 1 over dp (when dp > 1). Each row's
-/// peak per rank in fp32, split into weights, gradients, optimizer state and activations; a row
+/// t = 1, 2, 4, ... up to `t` (dp = world / t where the world is given), then at `t` --precision
+/// bf16, --recompute selective, full, --micro-batches `m` (when m > 1), --zero 1 over dp (when dp > 1). Each row's
+/// peak per rank (fp32 before the bf16 row, bf16 from it on), split into weights, gradients, optimizer state and activations; a row
 /// that is no valid run shows its first problem instead.
 std::string memory_stack_table(const GptConfig& cfg, int64_t batch, int t, int world, int m);
 

@@ -278,7 +278,9 @@ Preflight preflight(const PreflightInput& in) {
   p.act_k_tp = p.act_k_tp_flash + scores / t;
   p.act_k_sp = p.act_k_sp_flash + scores / t;
   p.logits_bytes = N * (p.padded_vocab / t) * 4;
-  p.peak = memory_peak(c, S, B / std::max(1, in.micro_batches), t, P, dp);
+  GptConfig peak_cfg = c;  // the peak in the precision the bytes per value name
+  peak_cfg.precision = d < 4 ? Precision::Bf16 : Precision::Fp32;
+  p.peak = memory_peak(peak_cfg, S, B / std::max(1, in.micro_batches), t, P, dp);
 
   // Collectives, compute and the links.
   p.collectives = step_collectives(plain, B, t, d);
@@ -407,8 +409,9 @@ std::string preflight_report(const Preflight& p) {
                    .c_str());
 
   os << format("  %-52s %12s\n",
-               format("peak, fp32: --recompute %s, --micro-batches %d, ZeRO-1 dp %d",
-                      recompute_name(c.recompute), in.micro_batches, std::max(1, in.zero_dp))
+               format("peak, %s: --recompute %s, --micro-batches %d, ZeRO-1 dp %d",
+                      in.dtype_bytes < 4 ? "bf16" : "fp32", recompute_name(c.recompute),
+                      in.micro_batches, std::max(1, in.zero_dp))
                    .c_str(),
                bytes_str(static_cast<double>(p.peak.total())).c_str());
   os << format("    weights %s, gradients %s, optimizer %s, activations %s (%s the largest)\n",

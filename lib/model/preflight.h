@@ -153,8 +153,8 @@ struct Preflight {
   double act_k_none = 0, act_k_tp = 0, act_k_sp = 0;
   double act_k_none_flash = 0, act_k_tp_flash = 0, act_k_sp_flash = 0;
   int64_t logits_bytes = 0;  ///< per rank: N · V'/t fp32 values
-  /// The peak per rank in fp32 (this implementation; bf16 lands with issue 21): weights P·4,
-  /// gradients P·4, AdamW 8·⌈P/zero_dp⌉, and activations = what one micro-batch's forward keeps
+  /// The peak per rank in the precision dtype_bytes names (4: fp32, else bf16): weights P·4 (the
+  /// fp32 master; bf16 + P·2 for its compute copy), gradients P·4, AdamW 8·⌈P/zero_dp⌉, and activations = what one micro-batch's forward keeps
   /// (L blocks under model.recompute + the embedding and head, model/memory.h) + what the backward
   /// of one block computes again (recompute_rerun_bytes). Transient buffers (dX, a GEMM's output)
   /// are not counted.

@@ -3,16 +3,23 @@
 # tp_train's default model at -np 4 --dp 2 (tp 2 × dp 2, batch 8) peaks at 2.7 MiB per rank
 # (weights, gradients, AdamW and activations in fp32; lib/model/memory_budget.h). Over a budget it
 # stops before building the model with one line naming the largest part and the cheapest option
-# that fits, searched in the articles' order (larger t, --recompute selective/full,
-# --micro-batches, --zero 1); a budget below every option is one line too; each exit 2. Within it
+# that fits, searched in the articles' order (larger t, --precision bf16, --recompute
+# selective/full, --micro-batches, --zero 1); a budget below every option is one line too; each exit 2. Within it
 # the run trains and checks the memory ledger's peak after step 1 against the budget. Then
 # tp_preflight's memory-stack table for llama2-70b on 8 × 8 GPUs and its bad input (exit 2).
 
-expect "--memory-budget: recomputation fits" 2 \
-  "activations the largest (weights 0.2 MiB, gradients 0.2 MiB, optimizer state 0.5 MiB, activations 1.8 MiB); the cheapest option that fits: --recompute full (2.0 MiB)" \
+expect "--memory-budget: mixed precision fits" 2 \
+  "activations the largest (weights 0.2 MiB, gradients 0.2 MiB, optimizer state 0.5 MiB, activations 1.8 MiB); the cheapest option that fits: --precision bf16 (2.0 MiB)" \
   4 "${tt[@]}" --dp 2 --memory-budget 2.5
+expect "--memory-budget: a run already in bf16 is offered a larger t first" 2 \
+  "precision=bf16 recompute=none micro-batches=1 zero=0) peaks at 2.0 MiB per rank, activations the largest (weights 0.4 MiB, gradients 0.2 MiB, optimizer state 0.5 MiB, activations 0.9 MiB); the cheapest option that fits: --dp 1 (t=4) (1.8 MiB)" \
+  4 "${tt[@]}" --dp 2 --precision bf16 --memory-budget 1.9
 expect "--memory-budget: micro-batches fit" 2 "the cheapest option that fits: --micro-batches 2 (1.8 MiB)" \
-  4 "${tt[@]}" --dp 2 --memory-budget 2
+  4 "${tt[@]}" --dp 2 --memory-budget 1.9
+if run_mpi 4 "${tt[@]}" --dp 2 --precision bf16 --memory-budget 2.1 >"$logs/budget_bf16.log" 2>&1 &&
+  grep -q "memory-budget: step 1 held 2.0 MiB per rank (ledger) of 2.1 MiB" "$logs/budget_bf16.log"; then
+  pass 1; echo "✓ --precision bf16 --memory-budget 2.1 at tp 2 × dp 2: $(grep -o 'step 1 held.*' "$logs/budget_bf16.log")"
+else fail "--precision bf16 --memory-budget 2.1: not within the budget (see $logs/budget_bf16.log)"; fi
 expect "--memory-budget: too small for any option" 2 "no option fits (the smallest of" \
   2 "${tt[@]}" --memory-budget 0.5
 if run_mpi 4 "${tt[@]}" --dp 2 --memory-budget 3 >"$logs/budget_fits.log" 2>&1 &&
@@ -26,8 +33,14 @@ if run_mpi 4 "${tt[@]}" --dp 2 --memory-budget 2 --micro-batches 2 >"$logs/budge
 else fail "--memory-budget 2 --micro-batches 2: not within the budget (see $logs/budget_named.log)"; fi
 
 # tp_preflight's side of the memory stack: the table for a named model, and its bad input.
+expect "tp_preflight: the memory stack of llama2-70b, its bf16 row" 0 "+ --precision bf16" 1 \
+  "$BUILD/bin/tp_preflight" --model llama2-70b -t 8 --nodes 8 --gpus-per-node 8 --batch 4 --micro-batches 4
 expect "tp_preflight: the memory stack of llama2-70b on 8 x 8 GPUs" 0 "+ --zero 1 (dp = 8)" 1 \
   "$BUILD/bin/tp_preflight" --model llama2-70b -t 8 --nodes 8 --gpus-per-node 8 --batch 4 --micro-batches 4
+expect "tp_preflight: --precision bf16's peak" 0 "peak, bf16: --recompute none" 1 \
+  "$BUILD/bin/tp_preflight" -t 2 --precision bf16
+expect "tp_preflight: --precision and --dtype disagree" 2 "--precision=bf16 and --dtype=fp32 disagree" 1 \
+  "$BUILD/bin/tp_preflight" -t 2 --precision bf16 --dtype fp32
 expect "tp_preflight: --zero 1 with dp 1" 2 "--zero 1 with dp=1: ZeRO-1 shards the optimizer state" 1 \
   "$BUILD/bin/tp_preflight" -t 2 --zero 1
 expect "tp_preflight: --micro-batches not dividing the batch" 2 "--micro-batches=3 does not divide --batch=8" 1 \
