@@ -119,7 +119,7 @@ TEST(MemoryPeak, Bf16LedgerEqualsTheFormulaForEveryMode) {
     for (Recompute mode : {Recompute::None, Recompute::Selective, Recompute::Full}) {
       GptConfig g = budget_config();
       g.sp = sp;
-      g.recompute = recompute_name(mode);
+      g.recompute = mode;
       g.precision = Precision::Bf16;
       g.dropout = 0.1f;
       Gpt model(device(), grid.tp(), g);
