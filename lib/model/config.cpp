@@ -146,8 +146,8 @@ std::string GptConfig::str() const {
      << norm_name(norm) << " dropout=" << dropout << (tied ? " tied" : " untied")
      << (sp ? " sp" : "")
      << (overlap != Overlap::None ? std::string(" overlap=") + overlap_name(overlap) : "")
-     << (recompute != Recompute::None ? std::string(" recompute=") + recompute_name(recompute)
-                                      : "");
+     << (recompute != Recompute::None ? std::string(" recompute=") + recompute_name(recompute) : "")
+     << (precision == Precision::Bf16 ? " bf16" : "");
   return os.str();
 }
 
