@@ -353,3 +353,91 @@ TEST(PipelineParallel, TimelineLabelsEachMicroBatchsForwardAndBackward) {
   EXPECT_NEAR(timeline.totals_since(0).compute, kernels, 1e-12);
   EXPECT_NE(timeline.svg().find("<title>F0, "), std::string::npos);  // each op its own rectangle
 }
+
+// --precision bf16 on a pipeline (pp 2 at np 2; tp 2 × pp 2 and pp 2 × dp 2 at np 4) against the
+// bf16 model at t = 1 run with the same micro-batches. A pipeline moves no sum: the activation a
+// stage sends is the bf16 tensor one device would hand its next block, its gradient the bf16 dX
+// one device would hand the block below. Only fp32 sums change order: the tied wte's two halves
+// (one device adds head and lookup gradients per micro-batch, the pipeline sums each stage's over
+// the micro-batches and then the two stages), the loss and the norm over the stages. So at pp
+// alone the bound is fp32's reordering, 1e-6 (measured: untied bitwise, tied wte 2.4e-8, the loss
+// bitwise over 3 steps at np 2). With tp 2 the TP
+// sums round as in tests/test_precision.cpp, whose bound this test takes: kGradBound = 0.05 per
+// gradient, kLossBound = u/4 on the loss (justified there from bf16's unit roundoff u = 2^−8).
+// And what travels is bf16: every activation / gradient transfer on the PP group counts 2 B per
+// element in the CommLedger, the tied embedding's gradient sum 4 B.
+TEST(PipelineParallel, Bf16EqualsOneDeviceBf16) {
+  constexpr double kU = 1.0 / 256;
+  constexpr double kGradBound = 0.05, kLossBound = kU / 4;  // tests/test_precision.cpp
+  const int np = world().size();
+  if (np != 2 && np != 4) GTEST_SKIP() << "needs np 2 or 4 (pp 2)";
+  std::vector<Layout> all;
+  if (np == 2) {
+    all.push_back({1, 1, 2, Schedule::OneFOneB, 2, true});
+    all.push_back({1, 1, 2, Schedule::Afab, 2, false});
+  } else {
+    all.push_back({2, 1, 2, Schedule::OneFOneB, 2, true});
+    all.push_back({2, 1, 2, Schedule::Afab, 2, true, true});  // SP
+    all.push_back({1, 2, 2, Schedule::OneFOneB, 2, true});
+  }
+  for (const Layout& l : all) {
+    SCOPED_TRACE(l.str() + " bf16");
+    ProcessGrid grid(world(), GridAxes{l.dp, l.pp});
+    GptConfig g = pipeline_config(l);
+    g.precision = Precision::Bf16;
+    AdamWParams hp;
+    hp.lr = 1e-2f;
+    Reference ref(g, hp);
+    Stage st(grid, g, hp);
+    const int64_t B = 4 * l.dp;
+    StepOptions opts;
+    opts.micro_batches = l.m;
+    opts.schedule = l.schedule;
+    StepOptions ref_opts;  // one device, the same micro-batches per replica... of the whole batch
+    ref_opts.micro_batches = l.m * l.dp;
+    ProcessGrid solo_grid(ref.solo, 1);
+    double worst_grad = 0, worst_loss = 0;
+    for (int64_t step = 0; step < 3; ++step) {
+      const Batch b = tp::testing::markov_batch(g.vocab, step, B, g.seq);
+      const size_t from = grid.pp().ledger().records().size();
+      const StepResult want = train_step(solo_grid, device(), ref.model, ref.opt, b,
+                                         tp::testing::kSeed, step, hp.lr, 0.0f, {}, ref_opts);
+      const StepResult got = train_step(grid, device(), st.model, st.opt, b, tp::testing::kSeed,
+                                        step, hp.lr, 0.0f, {}, opts);
+      const double loss_err = std::fabs(got.loss - want.loss) / std::fabs(want.loss);
+      worst_loss = std::max(worst_loss, loss_err);
+      EXPECT_LE(loss_err, l.tp == 1 && l.dp == 1 ? 1e-6 : kLossBound) << "step " << step;
+      if (step > 0) continue;
+      // The first step's gradients, and what crossed between the stages.
+      std::map<std::string, const Param*> by_name;
+      for (const Param& p : ref.model.params()) by_name[p.name] = &p;
+      for (const Param& p : st.model.params()) {
+        EXPECT_EQ(p.grad.dtype(), Dtype::f32) << p.name << ": weight gradients stay fp32";
+        const std::vector<float> have = gather_real(grid.tp(), p, p.grad);  // collective
+        const auto it = by_name.find(p.name);
+        ASSERT_NE(it, by_name.end()) << p.name;
+        if (tp::testing::is_key_bias(p.name)) continue;
+        const std::vector<float> w = it->second->grad.to_host();
+        const double e = rel_error(have, w);
+        worst_grad = std::max(worst_grad, e);
+        EXPECT_LE(e, l.tp == 1 && l.dp == 1 ? 1e-6 : kGradBound) << p.name;
+      }
+      int transfers = 0, tied = 0;
+      const auto& rec = grid.pp().ledger().records();
+      for (size_t i = from; i < rec.size(); ++i) {
+        if (rec[i].label.find("pipeline") != std::string::npos) {
+          ++transfers;
+          EXPECT_EQ(rec[i].bytes, 2 * rec[i].elements) << rec[i].label;
+        } else if (rec[i].label.find("embedding_grads") != std::string::npos) {
+          ++tied;
+          EXPECT_EQ(rec[i].bytes, 4 * rec[i].elements) << rec[i].label;
+        }
+      }
+      EXPECT_GE(transfers, l.m + 1);  // F0 up, B(m-1) down, the rest maybe as 1F1B's pairs
+      EXPECT_EQ(tied, l.tied ? 1 : 0);
+    }
+    if (world().rank() == 0)
+      std::printf("[ bf16 pp ] %s: worst gradient rel error %.3g, loss %.3g (3 steps)\n",
+                  l.str().c_str(), worst_grad, worst_loss);
+  }
+}

@@ -57,6 +57,7 @@ class GptStage : public PipelineStage {
     const int64_t n = micro_.front().seq * micro_.front().batch;
     return Shape{cfg.sp ? n / model_.tp_size() : n, cfg.hidden};
   }
+  Dtype activation_dtype() const override { return model_.config().compute_dtype(); }
   int64_t kept_bytes() const override { return bytes_; }
   int in_flight() const override { return in_flight_; }
   double loss_sum() const { return loss_sum_; }
