@@ -6,7 +6,8 @@
 # order): tp 2 × pp 2 (1F1B, m 2), pp 2 × dp 2 (AFAB), pp 4 (1F1B, m 4, --layers 4, --pp-layers
 # 1,1,1,1 given), pp 2 untied; in bf16 pp 2 against t = 1 and tp 2 × pp 2 against tp 2 (both
 # bf16). Checkpoints stay global: a run saved at (tp 2, pp 2) resumes at
-# (tp 4, pp 1) and at t = 1 on the curve of an uninterrupted t = 1 run.
+# (tp 4, pp 1) and at t = 1 on the curve of an uninterrupted t = 1 run; pp 2 × dp 2 with --zero 1
+# gives t = 1's curve too and its checkpoint resumes at tp 2.
 
 # 1. Bad input.
 expect "--pp not dividing np" 2 "pp=2 with dp=1 does not divide the 3 ranks" 3 "${tt[@]}" --pp 2
@@ -20,8 +21,8 @@ expect "--pp-layers not summing to L" 2 "--pp-layers lists 2 stages of 3 blocks 
   "${tt[@]}" --pp 2 --pp-layers 2,1
 expect "--pp-layers not a list of counts" 2 "--pp-layers=1,a: 'a' is not a block count" 2 \
   "${tt[@]}" --pp 2 --pp-layers 1,a
-expect "--zero 1 with --pp" 2 "--zero 1 with --pp=2: not implemented for pipeline stages" 4 \
-  "${tt[@]}" --pp 2 --dp 2 --zero 1
+expect "--zero 1 with --pp and no DP group" 2 "--zero 1 with dp=1: ZeRO-1 shards the optimizer state" 2 \
+  "${tt[@]}" --pp 2 --zero 1
 
 # 2. Loss curves against t = 1 (24 steps: the first 20 for the curves, the rest for the resume).
 rm -f "$tmp"/pp_*.json "$tmp"/pp_*.safetensors  # --log-json appends
@@ -67,6 +68,14 @@ same_curve "tp 2 × pp 2 checkpoint resumed at tp 4 × pp 1" "$tmp/pp_t1.json" "
 run_mpi 1 "${train[@]}" --steps 4 --load "$tmp/pp_tp2pp2.safetensors" --log-json "$tmp/pp_resume1.json" \
   >"$logs/pp_resume1.log" 2>&1 || fail "resuming the tp 2 × pp 2 checkpoint at t = 1 exited non-zero (see $logs/pp_resume1.log)"
 same_curve "tp 2 × pp 2 checkpoint resumed at t = 1" "$tmp/pp_t1.json" "$tmp/pp_resume1.json" 20
+
+# 3b. ZeRO-1 on a pipeline: each stage's DP group shards that stage's AdamW state; t = 1's curve,
+#     and its checkpoint (moments gathered whole) resumes at tp 2 × pp 1 without ZeRO.
+pp_curve "pp 2 x dp 2 1f1b m 2 zero 1" "$tmp/pp_t1.json" 4 --pp 2 --dp 2 --zero 1 --schedule 1f1b \
+  --micro-batches 2 --save "$tmp/pp_zero.safetensors"
+run_mpi 2 "${train[@]}" --steps 4 --load "$tmp/pp_zero.safetensors" --log-json "$tmp/pp_zero_resume2.json" \
+  >"$logs/pp_zero_resume2.log" 2>&1 || fail "resuming the pp 2 × dp 2 ZeRO-1 checkpoint at tp 2 exited non-zero (see $logs/pp_zero_resume2.log)"
+same_curve "pp 2 × dp 2 ZeRO-1 checkpoint resumed at tp 2 × pp 1" "$tmp/pp_t1.json" "$tmp/pp_zero_resume2.json" 20
 
 # 4. --trace with --pp: every stage's ops as Phase spans ("F0", "B0", …) in the Perfetto trace.
 run_mpi 2 "${train[@]}" --steps 2 --pp 2 --schedule 1f1b --micro-batches 2 --trace "$tmp/pp_trace.json" \
