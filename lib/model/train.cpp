@@ -203,6 +203,13 @@ StepResult train_step(ProcessGrid& grid, Device& device, Gpt& model, AdamW& opt,
   const int m = options.micro_batches;
   const int64_t micro = local / m;
   double loss_sum = 0;
+  // bf16: the compute copies once for the step's micro-batches (the same bits as once per forward).
+  struct OneRefresh {
+    Gpt& model;
+    ~OneRefresh() { model.set_refresh_per_forward(true); }
+  } one_refresh{model};
+  refresh_compute_copies(device, model.params());
+  model.set_refresh_per_forward(false);
   if (pp == 1) {
     for (int k = 0; k < m; ++k) {
       loss_sum += model.forward(m == 1 ? mine : batch_slice(mine, k * micro, micro), seed, step);
