@@ -17,6 +17,9 @@
 //   memory         the most micro-batches a stage kept at once and the bytes its ledger held
 //                  equal the formula × one micro-batch's bytes, whose blocks equal
 //                  block_activation_bytes (lib/model/memory.h) at the micro-batch size.
+//   bf16           pp 2, tp 2 × pp 2, pp 2 × dp 2 in --precision bf16 against t = 1 bf16 (bounds
+//                  and measurements at the test); the transfers count 2 B per element.
+//   ZeRO-1         pp 2 × dp 2 with each stage's DP group sharding AdamW against plain pp × dp.
 //
 // Collectives: every rank runs the same layouts in the same order; the t = 1 reference runs on a
 // SerialCommunicator on every rank.
