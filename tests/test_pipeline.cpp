@@ -17,6 +17,9 @@
 //   memory         the most micro-batches a stage kept at once and the bytes its ledger held
 //                  equal the formula × one micro-batch's bytes, whose blocks equal
 //                  block_activation_bytes (lib/model/memory.h) at the micro-batch size.
+//   bf16           pp 2, tp 2 × pp 2, pp 2 × dp 2 in --precision bf16 against t = 1 bf16 (bounds
+//                  and measurements at the test); the transfers count 2 B per element.
+//   ZeRO-1         pp 2 × dp 2 with each stage's DP group sharding AdamW against plain pp × dp.
 //
 // Collectives: every rank runs the same layouts in the same order; the t = 1 reference runs on a
 // SerialCommunicator on every rank.
@@ -312,11 +315,6 @@ TEST(PipelineParallel, TrainStepRefusesWhatDoesNotCombine) {
   one_f.schedule = Schedule::OneFOneB;
   one_f.micro_batches = 1;
   refused(one_f, "m >= N");
-  if (grid.dp_size() > 1) {
-    StepOptions zero;
-    zero.zero = 1;
-    refused(zero, "ZeRO-1 over a pipeline");
-  }
 }
 
 TEST(PipelineParallel, TimelineLabelsEachMicroBatchsForwardAndBackward) {
@@ -352,4 +350,153 @@ TEST(PipelineParallel, TimelineLabelsEachMicroBatchsForwardAndBackward) {
   for (const Span& k : spans) kernels += k.kind == SpanKind::Kernel ? k.seconds() : 0.0;
   EXPECT_NEAR(timeline.totals_since(0).compute, kernels, 1e-12);
   EXPECT_NE(timeline.svg().find("<title>F0, "), std::string::npos);  // each op its own rectangle
+}
+
+// --precision bf16 on a pipeline (pp 2 at np 2; tp 2 × pp 2 and pp 2 × dp 2 at np 4) against the
+// bf16 model at t = 1 run with the same micro-batches. A pipeline moves no sum: the activation a
+// stage sends is the bf16 tensor one device would hand its next block, its gradient the bf16 dX
+// one device would hand the block below. Only fp32 sums change order: the tied wte's two halves
+// (one device adds head and lookup gradients per micro-batch, the pipeline sums each stage's over
+// the micro-batches and then the two stages), the loss and the norm over the stages. So at pp
+// alone the bound is fp32's reordering, 1e-6 (measured: untied bitwise, tied wte 2.4e-8, the loss
+// bitwise over 3 steps at np 2). With tp 2 the TP
+// sums round as in tests/test_precision.cpp, whose bound this test takes: kGradBound = 0.05 per
+// gradient, kLossBound = u/4 on the loss (justified there from bf16's unit roundoff u = 2^−8).
+// And what travels is bf16: every activation / gradient transfer on the PP group counts 2 B per
+// element in the CommLedger, the tied embedding's gradient sum 4 B.
+TEST(PipelineParallel, Bf16EqualsOneDeviceBf16) {
+  constexpr double kU = 1.0 / 256;
+  constexpr double kGradBound = 0.05, kLossBound = kU / 4;  // tests/test_precision.cpp
+  const int np = world().size();
+  if (np != 2 && np != 4) GTEST_SKIP() << "needs np 2 or 4 (pp 2)";
+  std::vector<Layout> all;
+  if (np == 2) {
+    all.push_back({1, 1, 2, Schedule::OneFOneB, 2, true});
+    all.push_back({1, 1, 2, Schedule::Afab, 2, false});
+  } else {
+    all.push_back({2, 1, 2, Schedule::OneFOneB, 2, true});
+    all.push_back({2, 1, 2, Schedule::Afab, 2, true, true});  // SP
+    all.push_back({1, 2, 2, Schedule::OneFOneB, 2, true});
+  }
+  for (const Layout& l : all) {
+    SCOPED_TRACE(l.str() + " bf16");
+    ProcessGrid grid(world(), GridAxes{l.dp, l.pp});
+    GptConfig g = pipeline_config(l);
+    g.precision = Precision::Bf16;
+    AdamWParams hp;
+    hp.lr = 1e-2f;
+    Reference ref(g, hp);
+    Stage st(grid, g, hp);
+    const int64_t B = 4 * l.dp;
+    StepOptions opts;
+    opts.micro_batches = l.m;
+    opts.schedule = l.schedule;
+    StepOptions ref_opts;  // one device, the same micro-batches per replica... of the whole batch
+    ref_opts.micro_batches = l.m * l.dp;
+    ProcessGrid solo_grid(ref.solo, 1);
+    double worst_grad = 0, worst_loss = 0;
+    for (int64_t step = 0; step < 3; ++step) {
+      const Batch b = tp::testing::markov_batch(g.vocab, step, B, g.seq);
+      const size_t from = grid.pp().ledger().records().size();
+      const StepResult want = train_step(solo_grid, device(), ref.model, ref.opt, b,
+                                         tp::testing::kSeed, step, hp.lr, 0.0f, {}, ref_opts);
+      const StepResult got = train_step(grid, device(), st.model, st.opt, b, tp::testing::kSeed,
+                                        step, hp.lr, 0.0f, {}, opts);
+      const double loss_err = std::fabs(got.loss - want.loss) / std::fabs(want.loss);
+      worst_loss = std::max(worst_loss, loss_err);
+      EXPECT_LE(loss_err, l.tp == 1 && l.dp == 1 ? 1e-6 : kLossBound) << "step " << step;
+      if (step > 0) continue;
+      // The first step's gradients, and what crossed between the stages.
+      std::map<std::string, const Param*> by_name;
+      for (const Param& p : ref.model.params()) by_name[p.name] = &p;
+      for (const Param& p : st.model.params()) {
+        EXPECT_EQ(p.grad.dtype(), Dtype::f32) << p.name << ": weight gradients stay fp32";
+        const std::vector<float> have = gather_real(grid.tp(), p, p.grad);  // collective
+        const auto it = by_name.find(p.name);
+        ASSERT_NE(it, by_name.end()) << p.name;
+        if (tp::testing::is_key_bias(p.name)) continue;
+        const std::vector<float> w = it->second->grad.to_host();
+        const double e = rel_error(have, w);
+        worst_grad = std::max(worst_grad, e);
+        EXPECT_LE(e, l.tp == 1 && l.dp == 1 ? 1e-6 : kGradBound) << p.name;
+      }
+      int transfers = 0, tied = 0;
+      const auto& rec = grid.pp().ledger().records();
+      for (size_t i = from; i < rec.size(); ++i) {
+        if (rec[i].label.find("pipeline") != std::string::npos) {
+          ++transfers;
+          EXPECT_EQ(rec[i].bytes, 2 * rec[i].elements) << rec[i].label;
+        } else if (rec[i].label.find("embedding_grads") != std::string::npos) {
+          ++tied;
+          EXPECT_EQ(rec[i].bytes, 4 * rec[i].elements) << rec[i].label;
+        }
+      }
+      EXPECT_GE(transfers, l.m + 1);  // F0 up, B(m-1) down, the rest maybe as 1F1B's pairs
+      EXPECT_EQ(tied, l.tied ? 1 : 0);
+    }
+    if (world().rank() == 0)
+      std::printf("[ bf16 pp ] %s: worst gradient rel error %.3g, loss %.3g (3 steps)\n",
+                  l.str().c_str(), worst_grad, worst_loss);
+  }
+}
+
+// ZeRO-1 on a pipeline (pp 2 × dp 2 at np 4): each stage's DP group reduce-scatters that stage's
+// gradients, steps its 1/dp of the moments and all-gathers its parameters; the norm is summed over
+// the stages (the last stage's tied wte copy left out). Against plain pp 2 × dp 2 with the bounds
+// of tests/test_memory_stack.cpp's Zero1: without clipping every sum has two terms in both (dp 2),
+// so loss and weights are bitwise; with clipping (the norm enters the update) the norm within
+// 1e-6 and the weights within 1e-5 relative. Both stages' wte copies stay bitwise equal.
+TEST(PipelineParallel, Zero1EqualsPlainDataParallelOnEachStage) {
+  if (world().size() != 4) GTEST_SKIP() << "needs np 4 (pp 2 x dp 2)";
+  for (const float clip : {0.0f, 0.5f}) {
+    SCOPED_TRACE("clip " + std::to_string(clip));
+    ProcessGrid grid(world(), GridAxes{2, 2});
+    const GptConfig g = tp::testing::tiny_gpt_config(2);
+    AdamWParams hp;
+    hp.lr = 1e-2f;
+    hp.weight_decay = 0.1f;
+    Stage plain(grid, g, hp), zero(grid, g, hp);
+    zero.opt.shard_over(grid.dp(), zero.model.params());
+    StepOptions po, zo;
+    po.micro_batches = zo.micro_batches = 2;
+    po.schedule = zo.schedule = Schedule::OneFOneB;
+    zo.zero = 1;
+    for (int64_t step = 0; step < 3; ++step) {
+      const Batch b = tp::testing::markov_batch(g.vocab, step, 8, g.seq);
+      const StepResult want = train_step(grid, device(), plain.model, plain.opt, b,
+                                         tp::testing::kSeed, step, hp.lr, clip, {}, po);
+      const size_t mark = grid.dp().ledger().records().size();
+      const StepResult got = train_step(grid, device(), zero.model, zero.opt, b, tp::testing::kSeed,
+                                        step, hp.lr, clip, {}, zo);
+      const auto& recs = grid.dp().ledger().records();
+      ASSERT_GE(recs.size() - mark, 2u);
+      EXPECT_EQ(recs[mark].label, "zero_grads");
+      EXPECT_EQ(recs.back().label, "zero_params");
+      EXPECT_LE(std::fabs(got.grad_norm - want.grad_norm), 1e-6 * want.grad_norm) << step;
+      if (clip == 0.0f) {
+        EXPECT_EQ(got.loss, want.loss) << "step " << step;
+      } else {
+        EXPECT_LE(std::fabs(got.loss - want.loss), 1e-6 * std::fabs(want.loss)) << step;
+        EXPECT_LT(want.clip, 1.0f) << "clipping must be active to test the norm";
+      }
+    }
+    double worst = 0;
+    for (size_t i = 0; i < plain.model.params().size(); ++i) {
+      const std::vector<float> z = zero.model.params()[i].value.to_host(),
+                               w = plain.model.params()[i].value.to_host();
+      const double e = rel_error(z, w);
+      worst = std::max(worst, e);
+      EXPECT_LE(e, clip == 0.0f ? 0.0 : 1e-5) << zero.model.params()[i].name;
+    }
+    // The tied wte's two copies (first and last stage) took the same steps.
+    const Tensor& wte = zero.model.params().front().value;
+    ASSERT_EQ(zero.model.params().front().name, "transformer.wte.weight");
+    Tensor theirs(device(), wte.shape());
+    const int peer = 1 - grid.pp_rank();
+    grid.pp().send_recv(wte, peer, theirs, peer);
+    EXPECT_EQ(rel_error(wte.to_host(), theirs.to_host()), 0.0);
+    if (world().rank() == 0)
+      std::printf("[ zero pp ] clip %.1f: weights vs plain pp x dp, worst rel error %.3g\n", clip,
+                  worst);
+  }
 }

@@ -412,8 +412,6 @@ Plan plan_run(const Options& o, int world_size) {
       problems.push_back(p);
   if (pp > 1) {
     const std::pair<bool, const char*> refused[] = {
-        {step_opts.zero != 0, "--zero 1"},
-        {cfg.precision == Precision::Bf16, "--precision bf16"},
         {!o.get_text("dump-grads").empty(), "--dump-grads"},
         {o.get_flag("audit-grads"), "--audit-grads"},
         {!o.get_text("export-hf").empty(), "--export-hf"},

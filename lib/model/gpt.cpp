@@ -217,8 +217,9 @@ Tensor Gpt::forward_stage(const Batch& b, const Tensor& input, uint64_t seed, in
   memory_.clear();
   batch_ = b.batch;
   // bf16: the compute copies from the fp32 masters, one rounding per weight (after each update;
-  // remade with the same bits when several forwards share an update).
-  refresh_compute_copies(device_, params_);
+  // remade with the same bits when several forwards share an update; train_step's micro-batches
+  // share the one it makes per step).
+  if (refresh_per_forward_) refresh_compute_copies(device_, params_);
   Tensor x = stage_.embedding ? embed(b, seed, step) : input;
   TP_CHECK(x.defined(), "Gpt::forward_stage: a stage after the first needs its input");
   for (auto& block : blocks_) x = block->forward(x, b.seq, b.batch, seed, step);

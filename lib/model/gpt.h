@@ -104,6 +104,10 @@ class Gpt {
   /// restore_activations puts it back before that micro-batch's backward.
   KeptActivations take_activations() { return memory_.take(); }
   void restore_activations(KeptActivations kept) { memory_.restore(std::move(kept)); }
+  /// bf16: whether forward / forward_stage remake the compute copies from the masters (the
+  /// default). train_step remakes them once per step and turns this off for its micro-batches:
+  /// the weights do not change between them, so the bits are the same.
+  void set_refresh_per_forward(bool on) { refresh_per_forward_ = on; }
   /// The tied embedding's gradient on this stage (pipeline: the first and last stage each hold
   /// wte, and their gradients are summed between the two); undefined when the stage has no wte.
   Tensor wte_grad() { return wte_ ? wte_->dweight : Tensor(); }
@@ -143,6 +147,7 @@ class Gpt {
   const ParamList& params() const { return params_; }
 
  private:
+  bool refresh_per_forward_ = true;
   Device& device_;
   Communicator& comm_;
   GptConfig cfg_;

@@ -57,6 +57,7 @@ class GptStage : public PipelineStage {
     const int64_t n = micro_.front().seq * micro_.front().batch;
     return Shape{cfg.sp ? n / model_.tp_size() : n, cfg.hidden};
   }
+  Dtype activation_dtype() const override { return model_.config().compute_dtype(); }
   int64_t kept_bytes() const override { return bytes_; }
   int in_flight() const override { return in_flight_; }
   double loss_sum() const { return loss_sum_; }
@@ -104,12 +105,9 @@ void sum_embedding_gradients(Communicator& pp, Device& device, Gpt& model) {
   device.axpy(1.0f, theirs, g);  // a + b on one side, b + a on the other: the same bits
 }
 
-double pipeline_grad_norm(Communicator& tp, Communicator& pp, Device& device, Gpt& model) {
-  ParamList counted;
-  for (const Param& p : model.params())
-    if (!(holds_tied_copy(model, pp.size()) && p.name == "transformer.wte.weight"))
-      counted.push_back(p);
-  const double stage = global_grad_norm(tp, device, counted);
+namespace {
+// The norm over the stages from each stage's: √(Σ_pp stage²), one all-reduce over `pp`.
+double sum_over_stages(Communicator& pp, Device& device, double stage) {
   if (pp.size() == 1) return stage;
   Tensor sq = Tensor::from_host(device, Shape{1}, {static_cast<float>(stage * stage)});
   {
@@ -117,6 +115,21 @@ double pipeline_grad_norm(Communicator& tp, Communicator& pp, Device& device, Gp
     pp.all_reduce(sq);
   }
   return std::sqrt(static_cast<double>(sq.to_host()[0]));
+}
+
+// Whether a stage's norm counts `p`: all but the last stage's copy of a tied wte.
+std::function<bool(const Param&)> counted_on_stage(const Gpt& model, int pp) {
+  const bool copy = holds_tied_copy(model, pp);
+  return [copy](const Param& p) { return !(copy && p.name == "transformer.wte.weight"); };
+}
+}  // namespace
+
+double pipeline_grad_norm(Communicator& tp, Communicator& pp, Device& device, Gpt& model) {
+  const auto counts = counted_on_stage(model, pp.size());
+  ParamList counted;
+  for (const Param& p : model.params())
+    if (counts(p)) counted.push_back(p);
+  return sum_over_stages(pp, device, global_grad_norm(tp, device, counted));
 }
 
 std::vector<std::string> step_option_problems(const StepOptions& o, int dp, int64_t global_batch,
@@ -165,8 +178,6 @@ StepResult train_step(ProcessGrid& grid, Device& device, Gpt& model, AdamW& opt,
         pipeline_problems(model.config().layers, pp, options.micro_batches, options.schedule,
                           {});  // the stage split itself was checked when the model was built
     TP_CHECK_INPUT(pipe.empty(), pipe.empty() ? "" : pipe.front());
-    TP_CHECK_INPUT(options.zero == 0, "--zero ", options.zero, " with --pp=", pp,
-                   ": ZeRO-1 over a pipeline is not implemented; use --zero 0 or --pp 1");
     TP_CHECK(!model.stage().whole(model.config().layers), "train_step: pp=", pp,
              " needs the model of one stage (pipeline_stage_layout)");
   }
@@ -192,6 +203,13 @@ StepResult train_step(ProcessGrid& grid, Device& device, Gpt& model, AdamW& opt,
   const int m = options.micro_batches;
   const int64_t micro = local / m;
   double loss_sum = 0;
+  // bf16: the compute copies once for the step's micro-batches (the same bits as once per forward).
+  struct OneRefresh {
+    Gpt& model;
+    ~OneRefresh() { model.set_refresh_per_forward(true); }
+  } one_refresh{model};
+  refresh_compute_copies(device, model.params());
+  model.set_refresh_per_forward(false);
   if (pp == 1) {
     for (int k = 0; k < m; ++k) {
       loss_sum += model.forward(m == 1 ? mine : batch_slice(mine, k * micro, micro), seed, step);
@@ -224,8 +242,12 @@ StepResult train_step(ProcessGrid& grid, Device& device, Gpt& model, AdamW& opt,
   if (after_backward) after_backward(r.loss);
   // Every DP replica now holds the same gradients (ZeRO-1: its shard of them): the norm is the
   // whole model's, as at dp = 1.
+  // ZeRO-1 on a pipeline: each stage's DP group holds that stage's shards, so the stage's norm
+  // comes from them and the stages' are summed as without ZeRO.
   r.grad_norm = options.zero == 1
-                    ? zero_grad_norm(grid.dp(), grid.tp(), device, model.params(), grad_shard)
+                    ? sum_over_stages(grid.pp(), device,
+                                      zero_grad_norm(grid.dp(), grid.tp(), device, model.params(),
+                                                     grad_shard, counted_on_stage(model, pp)))
                     : pipeline_grad_norm(grid.tp(), grid.pp(), device, model);
   // The averaged loss and the norm are the same on every rank: every rank takes the same branch.
   if (!std::isfinite(r.loss))

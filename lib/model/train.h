@@ -70,7 +70,8 @@ StepResult train_step(Communicator& comm, Device& device, Gpt& model, AdamW& opt
 /// model is this rank's stage (pipeline_stage_layout) and its micro-batches run through the
 /// stages in the order of options.schedule (run_schedule); the loss comes from the last stage to
 /// every rank, the tied embedding's gradients are summed (sum_embedding_gradients) and the norm
-/// covers every stage (pipeline_grad_norm); ZeRO-1 is refused. `model` and `opt` are built on
+/// covers every stage (pipeline_grad_norm); under ZeRO-1 each stage's DP group shards its own
+/// stage. `model` and `opt` are built on
 /// grid.tp();
 /// `global_batch` is the whole batch (the same on every rank), and DP rank d runs sequences
 /// [d·B/dp, (d+1)·B/dp) of it. After backward and finish_gradients, average_gradients

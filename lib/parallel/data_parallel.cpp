@@ -96,10 +96,11 @@ Tensor reduce_scatter_gradients(Communicator& dp, Device& device, const ParamLis
 }
 
 double zero_grad_norm(Communicator& dp, Communicator& tp, Device& device, const ParamList& params,
-                      const Tensor& grad_shard) {
+                      const Tensor& grad_shard, const std::function<bool(const Param&)>& counted) {
   const ZeroPartition part(params, dp.size(), dp.rank());
   double split = 0, replicated = 0;
   part.for_each_segment(params, [&](size_t i, int64_t, int64_t at, int64_t n) {
+    if (counted && !counted(params[i])) return;
     (params[i].split == Split::Replicated ? replicated : split) +=
         device.sum_squares(grad_shard.view(at, at + n));
   });

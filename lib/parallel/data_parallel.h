@@ -60,8 +60,11 @@ Tensor reduce_scatter_gradients(Communicator& dp, Device& device, const ParamLis
 /// ‖g‖₂ of the whole model from the ZeRO-1 shards: the squares of this shard's split and
 /// replicated parts summed over `dp` (one all-reduce of two numbers, "zero_grad_norm"), the split
 /// part then over `tp` ("grad_norm"), replicated parameters counted once, as global_grad_norm.
+/// `counted`, when given, leaves out the parameters it says false for (a pipeline's last stage:
+/// its copy of the tied wte, which the first stage counts).
 double zero_grad_norm(Communicator& dp, Communicator& tp, Device& device, const ParamList& params,
-                      const Tensor& grad_shard);
+                      const Tensor& grad_shard,
+                      const std::function<bool(const Param&)>& counted = {});
 
 /// This rank's shard of the flattened parameter values (a copy), for AdamW to update.
 Tensor gather_value_shard(Device& device, const ParamList& params, const ZeroPartition& part);

@@ -129,18 +129,25 @@ void run_schedule(Communicator& pp, Device& device, PipelineStage& stage, Schedu
   // The transfers: one tensor from a neighbour, one to it, or both at once with the same
   // neighbour (1F1B's steady state, where both stages would otherwise send first).
   const Shape shape = stage.activation_shape();
+  const Dtype dtype = stage.activation_dtype();  // the sender's: both sides run the same config
   auto recv_from = [&](int peer) {
-    Tensor x(device, shape);
+    Tensor x(device, shape, dtype);
     CommLedger::Scope scope(pp.ledger(), peer < s ? "pipeline activation" : "pipeline gradient");
     pp.recv(x, peer);
     return x;
   };
+  auto check_dtype = [&](const Tensor& x) {
+    TP_CHECK(x.dtype() == dtype, "run_schedule: stage ", s, " sends a ", dtype_name(x.dtype()),
+             " tensor where its neighbour receives ", dtype_name(dtype));
+  };
   auto send_to = [&](const Tensor& x, int peer) {
+    check_dtype(x);
     CommLedger::Scope scope(pp.ledger(), peer > s ? "pipeline activation" : "pipeline gradient");
     pp.send(x, peer);
   };
   auto exchange = [&](const Tensor& x, int peer) {
-    Tensor y(device, shape);
+    check_dtype(x);
+    Tensor y(device, shape, dtype);
     CommLedger::Scope scope(pp.ledger(), "pipeline activation and gradient");
     pp.send_recv(x, peer, y, peer);
     return y;

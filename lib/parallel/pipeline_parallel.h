@@ -109,6 +109,9 @@ class PipelineStage {
   virtual Tensor backward(int micro, const Tensor& dout) = 0;
   /// The activation between two stages, for the receive buffers: (S·B/m, h), under SP /t rows.
   virtual Shape activation_shape() const = 0;
+  /// The dtype of that activation and of its gradient (bf16 under --precision bf16, so a
+  /// transfer moves 2 B per element); the receive buffers take it, the sends are checked for it.
+  virtual Dtype activation_dtype() const { return Dtype::f32; }
   /// Bytes of activations the stage keeps for backward now (the ledgers of its micro-batches).
   virtual int64_t kept_bytes() const = 0;
   /// Micro-batches whose activations the stage keeps now.
