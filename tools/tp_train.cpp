@@ -36,6 +36,7 @@
 #include <cblas.h>
 #include <omp.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -697,9 +698,30 @@ int64_t memory_budget_bytes(const Options& o) {
   return static_cast<int64_t>(o.get_real("memory-budget") * 1048576.0);
 }
 
+// This host's memory in bytes (sysconf), 0 when the system does not say.
+int64_t host_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
+}
+
 void check_memory_budget(const Options& o, const Plan& plan, int world_size) {
   const int64_t budget = memory_budget_bytes(o);
-  if (budget <= 0) return;
+  if (budget <= 0) {
+    // Without a budget, on the CPU: a run whose preflight peak per rank is more than this whole
+    // host holds stops here, before a tensor is allocated, instead of at the first allocation that
+    // fails after the ones before it were initialised (seconds for a 1 GiB embedding). Only a rank
+    // that could not fit even alone on the host is refused: how many ranks share a host, and what
+    // else runs there, is not known here (the allocator's own check still catches those).
+    const int64_t host = host_memory_bytes();
+    if (o.get_text("backend") == "gpu" || host <= 0) return;
+    const MemoryEstimate e = estimate_memory(plan.cfg, plan.seq, plan.batch, memory_choice(plan));
+    TP_CHECK_INPUT(!e.problems.empty() || e.peak.total() <= host, "the model needs ",
+                   mib(e.peak.total()), " per rank (the preflight's peak, ", e.peak.largest(),
+                   " the largest part) but this host has ", mib(host),
+                   " of memory in all; use a smaller model, more ranks (a larger t or more hosts), "
+                   "or --memory-budget MiB to find the options that fit");
+    return;
+  }
   const BudgetVerdict v =
       fit_memory_budget(plan.cfg, plan.seq, plan.batch, world_size, memory_choice(plan), budget);
   TP_CHECK_INPUT(v.fits, v.message);
