@@ -11,6 +11,7 @@
 
 #include "core/checked_communicator.h"
 #include "core/error.h"
+#include "parallel/process_grid.h"
 #include "test_util.h"
 
 namespace {
@@ -113,6 +114,31 @@ TEST(CheckedCommunicator, SkippedCallAndOtherDtypeAreNamed) {
   EXPECT_NE(line.find("#2 on the world"), std::string::npos) << line;
   EXPECT_NE(line.find("called broadcast(8 bf16 from rank 0)"), std::string::npos) << line;
   EXPECT_NE(line.find("called broadcast(8 floats from rank 0)"), std::string::npos) << line;
+}
+
+// A sub-group of a process grid is named by its axis: the grid sets each split's role, and the
+// checker's line says "the TP group of world ranks …" (np 4: tp 2 × dp 2, both axes split).
+TEST(CheckedCommunicator, GridSubGroupIsNamedByItsAxis) {
+  auto c = checked_world();
+  if (c->size() != 4) GTEST_SKIP() << "needs four ranks (tp 2 × dp 2)";
+  ProcessGrid grid(*c, 2);
+  EXPECT_EQ(grid.tp().role(), "TP group");
+  EXPECT_EQ(grid.dp().role(), "DP group");
+  const bool last = grid.tp().rank() == 1;
+  Tensor x = Tensor::zeros(device(), Shape{last ? 6 : 5});
+  std::string line;
+  try {
+    grid.tp().all_reduce(x);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.exit_code(), 2);  // bad input; thrown on this group's ranks (not every world rank)
+    line = e.what();
+  }
+  const std::string r0 = std::to_string(c->rank() / 2 * 2),
+                    r1 = std::to_string(c->rank() / 2 * 2 + 1);
+  EXPECT_EQ(line, "collective #1 on the TP group of world ranks " + r0 + ", " + r1 +
+                      ": rank 1 (world rank " + r1 +
+                      ") called all_reduce(6 floats), rank 0 (world rank " + r0 +
+                      ") called all_reduce(5 floats) (--check-collectives)");
 }
 
 }  // namespace

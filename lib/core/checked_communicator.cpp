@@ -78,9 +78,10 @@ std::string rank_list(const std::vector<int>& ranks, const std::vector<Fingerpri
   return s;
 }
 
-// The one line of a mismatch: the group, then each set of agreeing ranks and what they called,
+// The one line of a mismatch: the group (a sub-group by its role, Communicator::set_role), then each set of agreeing ranks and what they called,
 // smallest set first (on a tie, the set without rank 0 first: rank 0 reads as the reference).
-std::string mismatch_line(const std::vector<Fingerprint>& all, int world_size) {
+std::string mismatch_line(const std::vector<Fingerprint>& all, int world_size,
+                          const std::string& role) {
   std::map<std::string, std::vector<int>> by_key;
   for (size_t r = 0; r < all.size(); ++r) by_key[key(all[r])].push_back(static_cast<int>(r));
   std::vector<std::vector<int>> sets;
@@ -94,7 +95,7 @@ std::string mismatch_line(const std::vector<Fingerprint>& all, int world_size) {
   if (!subgroup) {
     group = "the world (" + std::to_string(world_size) + " ranks)";
   } else {
-    group = "the group of world ranks ";
+    group = "the " + (role.empty() ? std::string("group") : role) + " of world ranks ";
     for (size_t r = 0; r < all.size(); ++r)
       group += (r ? ", " : "") + std::to_string(all[r].world_rank);
   }
@@ -147,7 +148,7 @@ void CheckedCommunicator::agree(const char* op, int64_t elements, Dtype dtype, i
     same = same && key(all.back()) == key(all.front());
   }
   if (same) return;
-  const std::string line = mismatch_line(all, world_size_);
+  const std::string line = mismatch_line(all, world_size_, role());
   if (size() == world_size_) throw Error(line, 2);
   if (rank() != 0) std::this_thread::sleep_for(std::chrono::duration<double>(kOthersWait));
   throw Error(line, 2, Error::ThisRankOnly{});

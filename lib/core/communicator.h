@@ -43,6 +43,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "core/tensor.h"
 #include "observe/comm_ledger.h"
@@ -115,6 +116,12 @@ class Communicator {
   CommLedger& ledger() { return ledger_; }
   const CommLedger& ledger() const { return ledger_; }
 
+  /// What this group is to the program ("TP group", "DP group", "PP group"; "" by default): the
+  /// collective checker's one line names a sub-group by it ("the TP group of world ranks 1, 3").
+  /// process_grid.cpp sets it on the sub-groups it splits.
+  void set_role(std::string role) { role_ = std::move(role); }
+  const std::string& role() const { return role_; }
+
   /// Records every collective from now on as a span of `timeline` (observe/timeline.h): a blocking
   /// call as itself; an *_async call as its issue (a Wait span), and through the Work it returns,
   /// the wait (a Wait span) and the collective from issue to completion. nullptr (the default)
@@ -157,6 +164,7 @@ class Communicator {
   int rank_;
   int size_;
   CommLedger ledger_;
+  std::string role_;
   Timeline* timeline_ = nullptr;
 };
 

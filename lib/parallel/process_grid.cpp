@@ -53,9 +53,9 @@ ProcessGrid::ProcessGrid(Communicator& world, GridAxes axes, std::vector<int> no
   pp_rank_ = r / (tp_size_ * dp_size_);
   // Every split on every rank, in the same order (each is collective over the world); whether an
   // axis splits depends on the sizes only, the same everywhere.
-  tp_ = axis(tp_size_, pp_rank_ * dp_size_ + dp_rank_, tp_rank_, tp_owned_);
-  dp_ = axis(dp_size_, pp_rank_ * tp_size_ + tp_rank_, dp_rank_, dp_owned_);
-  pp_ = axis(pp_size_, dp_rank_ * tp_size_ + tp_rank_, pp_rank_, pp_owned_);
+  tp_ = axis(tp_size_, pp_rank_ * dp_size_ + dp_rank_, tp_rank_, tp_owned_, "TP group");
+  dp_ = axis(dp_size_, pp_rank_ * tp_size_ + tp_rank_, dp_rank_, dp_owned_, "DP group");
+  pp_ = axis(pp_size_, dp_rank_ * tp_size_ + tp_rank_, pp_rank_, pp_owned_, "PP group");
   TP_CHECK(tp_->size() == tp_size_ && tp_->rank() == tp_rank_ && dp_->size() == dp_size_ &&
                dp_->rank() == dp_rank_ && pp_->size() == pp_size_ && pp_->rank() == pp_rank_,
            "ProcessGrid: the split gave TP rank ", tp_->rank(), "/", tp_->size(), ", DP rank ",
@@ -64,13 +64,14 @@ ProcessGrid::ProcessGrid(Communicator& world, GridAxes axes, std::vector<int> no
            "/", pp_size_);
 }
 
-Communicator* ProcessGrid::axis(int size, int color, int key,
-                                std::unique_ptr<Communicator>& owned) {
+Communicator* ProcessGrid::axis(int size, int color, int key, std::unique_ptr<Communicator>& owned,
+                                const char* role) {
   if (size == world_.size()) return &world_;  // keeps the world's ledger, timeline and link
   if (size == 1)
     owned = std::make_unique<SerialCommunicator>();
   else
     owned = world_.split(color, key);
+  owned->set_role(role);
   return owned.get();
 }
 

@@ -94,7 +94,8 @@ class ProcessGrid {
  private:
   /// The group of this rank along one axis: a SerialCommunicator (size 1), the world (the whole
   /// world), or a split by `color` ordered by `key`.
-  Communicator* axis(int size, int color, int key, std::unique_ptr<Communicator>& owned);
+  Communicator* axis(int size, int color, int key, std::unique_ptr<Communicator>& owned,
+                     const char* role);
 
   Communicator& world_;
   int tp_size_, dp_size_, pp_size_, tp_rank_, dp_rank_, pp_rank_;
