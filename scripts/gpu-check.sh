@@ -11,10 +11,13 @@
 #      dropout) against the CPU, relative difference ≤ 1e-4 at every step
 #   5. timings (tools/tp_bench --backend gpu), reported as ratios:
 #        GEMM at the layer shapes of h = 4096 (8192 tokens) / the best GEMM at large square sizes,
-#          in fp32, tf32 and bf16                                               goal ≥ 0.75
+#          in fp32, tf32 and bf16 (--precision bf16: bf16 operand tensors, as the model's GEMMs
+#          read them)                                                           goal ≥ 0.75
 #        one transformer block forward + backward (h 4096, s 2048, b 1, 32 heads) / PyTorch eager
 #          on the same GPU at the same precision (scripts/bench_block_torch.py; skipped without
-#          torch)                                                               goal ≤ 1.1
+#          torch): fp32, tf32, and bf16 — ours under --precision bf16 (bf16 weight copies,
+#          activations and their gradients, fp32 statistics and weight gradients) against the
+#          forward under torch.autocast(dtype=torch.bfloat16)                    goal ≤ 1.1
 #        LayerNorm, GeLU, add (forward and backward) GB/s / device-to-device copy GB/s
 #                                                                               goal ≥ 0.6
 #   6. a short table, last.
@@ -28,7 +31,8 @@
 # the GPU backend's kernels run on the CPU) instead of a GPU: no GPU probe, no build (make built
 # $BUILD/emu/bin), one shared "GPU" as on a one-GPU machine (TP_EMU_SHARED_GPU=1), tiny timing
 # sizes. Its correctness results are real; its timings only show that the steps and their parsing
-# work.
+# work (PyTorch, where a python3 has it, runs the block on the CPU: bench_block_torch.py --device
+# cpu, as meaningless).
 #
 # Logs: $OUT/gpu-check/ when OUT is set, else $BUILD/gpu-check/. Exit 1 when a correctness check
 # fails (tests, lessons, loss curves, a build without the GPU backend); performance goals are
@@ -208,7 +212,7 @@ timing() {  # timing LOG SECONDS ARGS...: one tp_bench run, unless the budget is
   grep -v '^RESULT' "$log"
 }
 for prec in fp32 tf32 bf16; do
-  case $prec in fp32) flags=() ;; tf32) flags=(--tf32) ;; bf16) flags=(--dtype bf16) ;; esac
+  case $prec in fp32) flags=() ;; tf32) flags=(--tf32) ;; bf16) flags=(--precision bf16) ;; esac
   log=$logs/bench_gemm_$prec.log
   if timing "$log" 90 --suite gemm "${flags[@]}"; then
     low=$(sed -n "s/^RESULT gemm $prec\.[a-z0-9]*\.[a-z]* [^ ]* TFLOP\/s [^ ]* \([^ ]*\)$/\1/p" "$log" | sort -g | head -1)
@@ -226,16 +230,26 @@ if timing "$log" 60 --suite memory; then
     row "$k GB/s / copy ($copy GB/s)" "$r" ">= 0.6" "$(ge "${r:-0}" 0.6 && echo met || echo MISSED)"
   done
 fi
-have_torch=0
-if [ "$emu" != 1 ] && "${PYTHON:-python3}" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then have_torch=1; fi
-for prec in fp32 tf32; do
-  flags=(); [ $prec = tf32 ] && flags=(--tf32)
+# PyTorch on the GPU; on the emulator, PyTorch on the CPU (a dry run of the script and the parsing)
+# from the first python3 that has it.
+have_torch=0 py=${PYTHON:-python3} torch_dev=()
+if [ "$emu" != 1 ]; then
+  "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1 && have_torch=1
+else
+  for p in "$py" /usr/bin/python3; do
+    if "$p" -c 'import torch' >/dev/null 2>&1; then have_torch=1 py=$p torch_dev=(--device cpu); break; fi
+  done
+fi
+for prec in fp32 tf32 bf16; do
+  # ours / PyTorch's flags: bf16 is --precision bf16 against torch.autocast(dtype=torch.bfloat16)
+  case $prec in fp32) flags=() tflags=() ;; tf32) flags=(--tf32) tflags=(--tf32) ;;
+                bf16) flags=(--precision bf16) tflags=(--bf16) ;; esac
   log=$logs/bench_block_$prec.log
   timing "$log" 90 --suite block "${flags[@]}" || continue
   ours=$(num "$prec.fwd_bwd_ms" "$log")
   if [ $have_torch = 1 ] && [ "$(left)" -gt 60 ]; then
     tlog=$logs/bench_block_torch_$prec.log
-    timeout 120 "${PYTHON:-python3}" scripts/bench_block_torch.py "${sizes[@]}" "${flags[@]}" >"$tlog" 2>&1
+    timeout 120 "$py" scripts/bench_block_torch.py "${sizes[@]}" "${tflags[@]}" "${torch_dev[@]}" >"$tlog" 2>&1
     grep -v '^RESULT' "$tlog"
     theirs=$(num "$prec.fwd_bwd_ms" "$tlog")
     if [ -n "$theirs" ] && [ -n "$ours" ]; then
