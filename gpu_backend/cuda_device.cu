@@ -115,17 +115,13 @@ void CudaDevice::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 // ==== CudaDevice: GEMM ===========================================================================
 
 bool CudaDevice::takes_bf16(const std::string& kernel) const { return kernel != "adamw_step"; }
-// Native: every kernel the training step calls but the attention's (kernels/*.cu read and write
-// bf16 through gpu::In / gpu::Out, kernel_util.cuh), each bit for bit what the stand-in path gives
-// (tests/test_gpu.cpp, GpuBf16Native). The attention stays on stand-ins: its softmax keeps P in
-// f32 for the P·V product and the scores for the backward's GEMMs, and cuBLAS has no GEMM of an
-// f32 operand by a bf16 one, so a native kernel would widen q, k, v and P into f32 scratch
-// anyway — the stand-in path, moved inside; reading bf16 q, k, v in bf16 GEMMs instead would
-// change the sums' order against the f32 batched GEMMs on a real GPU and break that bitwise
-// contract. attention_cached_forward is generation's (no training step calls it).
+// Native: every kernel the training step calls (kernels/*.cu read and write bf16 through gpu::In /
+// gpu::Out, kernel_util.cuh; the attention through f32 staging, kernels/attention.cu), each bit
+// for bit what the stand-in path gives (tests/test_gpu.cpp, GpuBf16Native). Only
+// attention_cached_forward (generation's; no training step calls it) stays on the front's
+// stand-ins.
 bool CudaDevice::native_bf16(const std::string& kernel) const {
-  return kernel != "attention_forward" && kernel != "attention_backward" &&
-         kernel != "attention_cached_forward";
+  return kernel != "attention_cached_forward";
 }
 
 // Row-major C (m×n) is column-major Cᵀ, so C = α op(A) op(B) + β C is computed as the

@@ -645,13 +645,14 @@ TEST(GpuBf16Native, WhichKernelsAreNative) {
                         "vocab_max",
                         "vocab_sum_exp_target",
                         "vocab_loss",
-                        "vocab_softmax_backward"}) {
+                        "vocab_softmax_backward",
+                        "attention_forward",
+                        "attention_backward"}) {
     EXPECT_TRUE(gpu().native_bf16(k)) << k;
     EXPECT_EQ(stand_in().native_bf16(k), std::string(k) == "gemm") << k;
   }
-  for (const char* k : {"attention_forward", "attention_backward", "attention_cached_forward"})
-    EXPECT_FALSE(gpu().native_bf16(k)) << k << " (stays on stand-ins: cuda_device.cu says why)";
-  EXPECT_FALSE(gpu().takes_bf16("adamw_step"));  // the fp32 master's update
+  EXPECT_FALSE(gpu().native_bf16("attention_cached_forward"));  // generation only: stand-ins
+  EXPECT_FALSE(gpu().takes_bf16("adamw_step"));                 // the fp32 master's update
 }
 
 TEST(GpuBf16Native, ElementwiseBiasColumnsAndRandomBitForBit) {
@@ -944,9 +945,48 @@ TEST(GpuModel, Bf16GradientsMatchCpuBf16) {
                 world().size(), worst);
 }
 
+// The attention: bf16 q, k, v, out, probs and gradients (the model's), and an f32 probs beside
+// bf16 activations; MHA and GQA (dk, dv summed over a group before their one rounding).
+TEST(GpuBf16Native, AttentionForwardBackwardBitForBit) {
+  REQUIRE_GPU();
+  struct Case {
+    int64_t seq, batch, heads, kv, hd;
+    Dtype probs;
+  };
+  for (const Case c :
+       {Case{13, 2, 4, 4, 8, kB}, Case{13, 2, 4, 2, 8, kB}, Case{9, 3, 6, 2, 16, kF}}) {
+    AttentionShape sh;
+    sh.seq = c.seq;
+    sh.batch = c.batch;
+    sh.heads = c.heads;
+    sh.kv_heads = c.kv;
+    sh.head_dim = c.hd;
+    sh.scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+    const int64_t n = c.seq * c.batch;
+    const std::string tag = "n.attn" + std::to_string(c.seq) + "." + std::to_string(c.kv);
+    Twin q = twin(tag + ".q", Shape{n, c.heads * c.hd}, kB, 2.0f),
+         k = twin(tag + ".k", Shape{n, c.kv * c.hd}, kB, 2.0f),
+         v = twin(tag + ".v", Shape{n, c.kv * c.hd}, kB),
+         dout = twin(tag + ".dout", q.nat.shape(), kB);
+    Twin o = nan_twin(q.nat.shape(), kB),
+         probs = nan_twin(Shape{c.batch, c.heads, c.seq, c.seq}, c.probs);
+    Twin dq = nan_twin(q.nat.shape(), kB), dk = nan_twin(k.nat.shape(), kB),
+         dv = nan_twin(v.nat.shape(), kB);
+    on_both("attention", [&](Device& dev, auto&& T) {
+      dev.attention_forward(T(o), T(probs), T(q), T(k), T(v), sh);
+      dev.attention_backward(T(dq), T(dk), T(dv), T(dout), T(q), T(k), T(v), T(probs), sh);
+    });
+    EXPECT_BITS(o) << tag;
+    EXPECT_BITS(probs) << tag;
+    EXPECT_BITS(dq) << tag;
+    EXPECT_BITS(dk) << tag;
+    EXPECT_BITS(dv) << tag;
+  }
+}
+
 // --precision bf16 on the native kernels against the same model on the stand-in device (section
 // 1b): the loss and every gradient of one step bit for bit — the contract over a whole forward and
-// backward (both devices share the native GEMM and the attention's stand-ins), plain and with
+// backward (both devices share the native GEMM), plain and with
 // the variant's SwiGLU, RMSNorm, GQA, untied head and dropout, and with SP.
 TEST(GpuBf16Native, GptStepBitForBitWithTheStandInPath) {
   REQUIRE_GPU();
