@@ -115,7 +115,14 @@ void CudaDevice::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 // ==== CudaDevice: GEMM ===========================================================================
 
 bool CudaDevice::takes_bf16(const std::string& kernel) const { return kernel != "adamw_step"; }
-bool CudaDevice::native_bf16(const std::string& kernel) const { return kernel == "gemm"; }
+// Native: every kernel the training step calls (kernels/*.cu read and write bf16 through gpu::In /
+// gpu::Out, kernel_util.cuh; the attention through f32 staging, kernels/attention.cu), each bit
+// for bit what the stand-in path gives (tests/test_gpu.cpp, GpuBf16Native). Only
+// attention_cached_forward (generation's; no training step calls it) stays on the front's
+// stand-ins.
+bool CudaDevice::native_bf16(const std::string& kernel) const {
+  return kernel != "attention_cached_forward";
+}
 
 // Row-major C (m×n) is column-major Cᵀ, so C = α op(A) op(B) + β C is computed as the
 // column-major Cᵀ = α op(B)ᵀ op(A)ᵀ + β Cᵀ: B is passed first, with each matrix's own row length
@@ -213,11 +220,18 @@ void CudaDevice::do_copy_columns(const Tensor& src, int64_t src_col, Tensor& dst
                                  int64_t ncols) {
   const int64_t rows = src.rows();
   if (rows == 0 || ncols == 0) return;
-  // A 2-D copy: `rows` rows of ncols floats, pitches = each tensor's row length in bytes.
+  if (src.dtype() != dst.dtype()) {  // f32 ↔ bf16: a converting copy (kernels/convert.cu)
+    gpu::convert_columns(stream_, src, src_col, dst, dst_col, ncols);
+    return;
+  }
+  // A 2-D copy: `rows` rows of ncols elements (f32 or bf16), pitches = each tensor's row length
+  // in bytes.
+  const size_t es = static_cast<size_t>(src.element_size());
   CUDA_CHECK(cudaMemcpy2DAsync(
-      dst.data() + dst_col, static_cast<size_t>(dst.cols()) * sizeof(float), src.data() + src_col,
-      static_cast<size_t>(src.cols()) * sizeof(float), static_cast<size_t>(ncols) * sizeof(float),
-      static_cast<size_t>(rows), cudaMemcpyDeviceToDevice, stream_));
+      static_cast<char*>(dst.raw()) + dst_col * es, static_cast<size_t>(dst.cols()) * es,
+      static_cast<const char*>(src.raw()) + src_col * es, static_cast<size_t>(src.cols()) * es,
+      static_cast<size_t>(ncols) * es, static_cast<size_t>(rows), cudaMemcpyDeviceToDevice,
+      stream_));
 }
 
 }  // namespace tp

@@ -29,10 +29,13 @@ class CudaDevice : public Device {
   CudaDevice& operator=(const CudaDevice&) = delete;
   std::string name() const override;  ///< "cuda:0 (NVIDIA H200)"
   bool host_accessible() const override { return false; }
-  /// --precision bf16: every kernel but adamw_step (the fp32 master's update) takes bf16. The GEMM
-  /// natively (cuBLAS with bf16 operands, CUBLAS_COMPUTE_32F); the others through the Device
-  /// front's widening (core/device.h, "Dtypes"): convert.cu widens, the f32 kernel runs, convert.cu
-  /// rounds each output once — the rounding points of the CPU backend, so the two agree.
+  /// --precision bf16: every kernel but adamw_step (the fp32 master's update) takes bf16, and all
+  /// but attention_cached_forward (generation) read and write it natively: the GEMM through
+  /// cuBLAS with bf16 operands (CUBLAS_COMPUTE_32F), the attention on f32 staging in scratch
+  /// (kernels/attention.cu says why), the others as kernel<kTyped> over bf16-aware accessors
+  /// (load → float, the f32 arithmetic, one rounding per store; kernels/kernel_util.cuh) — bit
+  /// for bit what the Device front's widening gives (core/device.h, "Dtypes"), so the rounding
+  /// points are the CPU backend's.
   bool takes_bf16(const std::string& kernel) const override;
   bool native_bf16(const std::string& kernel) const override;
   int ordinal() const { return ordinal_; }

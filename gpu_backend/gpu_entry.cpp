@@ -1,5 +1,6 @@
 // gpu_entry.cpp — tp::make_gpu_device, the GPU backend's entry point (declared in gpu_entry.h):
-// picks the GPU for this rank and builds its CudaDevice.
+// picks the GPU for this rank and builds its CudaDevice; and make_gpu_device_on_stand_ins, the
+// tests' reference for the native bf16 kernels.
 //
 // A plain C++ file compiled by the MPI wrapper (gpu_entry.h includes <mpi.h>) with the CUDA
 // include folder on the path; it calls only the CUDA runtime and CudaDevice's constructor.
@@ -13,7 +14,16 @@
 
 namespace tp {
 
-std::unique_ptr<Device> make_gpu_device(const DeviceOptions& options) {
+namespace {
+// make_gpu_device_on_stand_ins's device: CudaDevice with the front's widening for every kernel
+// but the GEMM (whose native path is the only bf16 GEMM there is).
+class StandInCudaDevice : public CudaDevice {
+ public:
+  using CudaDevice::CudaDevice;
+  bool native_bf16(const std::string& kernel) const override { return kernel == "gemm"; }
+};
+
+int pick_gpu(const DeviceOptions& options) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) cudaGetLastError();  // clear it: later checks must not see it again
@@ -21,8 +31,16 @@ std::unique_ptr<Device> make_gpu_device(const DeviceOptions& options) {
                  err != cudaSuccess ? cudaGetErrorString(err) : "the driver sees 0 GPUs",
                  "; use --backend cpu");
   // Ranks on one node take GPUs round-robin by node-local rank.
-  const int ordinal = (options.local_rank % count + count) % count;
-  return std::make_unique<CudaDevice>(ordinal, options);
+  return (options.local_rank % count + count) % count;
+}
+}  // namespace
+
+std::unique_ptr<Device> make_gpu_device_on_stand_ins(const DeviceOptions& options) {
+  return std::make_unique<StandInCudaDevice>(pick_gpu(options), options);
+}
+
+std::unique_ptr<Device> make_gpu_device(const DeviceOptions& options) {
+  return std::make_unique<CudaDevice>(pick_gpu(options), options);
 }
 
 }  // namespace tp

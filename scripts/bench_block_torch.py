@@ -10,13 +10,19 @@ The same block as tp::TransformerBlock at t = 1 without dropout (lib/model/gpt.h
     activations sequence-major (S, B, h), LayerNorm eps 1e-5, ffn = 4h
 
 in fp32 with TF32 off (PyTorch's default for matmuls), or with --tf32 (TF32 tensor cores for
-matmuls, like tp_bench --tf32). Timed like tp_bench: one warm-up, then the best of --reps, each
-bracketed by torch.cuda.synchronize(). Prints
+matmuls, like tp_bench --tf32), or with --bf16: the forward under
+torch.autocast(dtype=torch.bfloat16) — PyTorch's mixed precision, against tp_bench --precision bf16
+(fp32 parameters, bf16 matmuls with fp32 accumulation; autocast keeps LayerNorm and softmax in
+fp32, where ours store bf16 activations and keep only the statistics in fp32), the backward
+outside it, as PyTorch's AMP recipe does. Timed like tp_bench: one warm-up, then the best of
+--reps, each bracketed by a synchronize. Prints
 
     RESULT torch <precision>.fwd_ms <ms> ms 0 0
     RESULT torch <precision>.fwd_bwd_ms <ms> ms 0 0
 
-Without PyTorch or without a CUDA device it prints one line saying so and exits 3.
+--device cpu runs the same block on the CPU (autocast's CPU bf16 under --bf16): a dry run that the
+script and its parsing work where there is no GPU (make gpu-emu); its timings mean nothing.
+Without PyTorch or without the device it prints one line saying so and exits 3.
 """
 import argparse
 import math
@@ -33,7 +39,14 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--tokens", type=int, default=0, help="ignored (tp_bench's GEMM/memory size)")
     ap.add_argument("--tf32", action="store_true", help="TF32 tensor cores for matmuls")
+    ap.add_argument("--bf16", action="store_true",
+                    help="forward under torch.autocast(dtype=torch.bfloat16)")
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                    help="cpu: a dry run without a GPU (timings mean nothing)")
     args = ap.parse_args()
+    if args.tf32 and args.bf16:
+        print("bench_block_torch: --tf32 and --bf16 exclude each other; pick one")
+        return 2
 
     try:
         import torch
@@ -41,14 +54,25 @@ def main():
     except ImportError as e:
         print(f"bench_block_torch: no PyTorch ({e})")
         return 3
-    if not torch.cuda.is_available():
+    on_gpu = args.device == "cuda"
+    if on_gpu and not torch.cuda.is_available():
         print("bench_block_torch: PyTorch sees no CUDA device")
         return 3
 
     torch.backends.cuda.matmul.allow_tf32 = args.tf32
     torch.backends.cudnn.allow_tf32 = args.tf32
-    precision = "tf32" if args.tf32 else "fp32"
-    dev = torch.device("cuda")
+    precision = "bf16" if args.bf16 else "tf32" if args.tf32 else "fp32"
+    dev = torch.device(args.device)
+    sync = torch.cuda.synchronize if on_gpu else (lambda: None)
+    # Mixed precision: autocast around the forward only (the backward runs outside it).
+    if args.bf16:
+        def autocast():
+            return torch.autocast(device_type=args.device, dtype=torch.bfloat16)
+    else:
+        import contextlib
+
+        def autocast():
+            return contextlib.nullcontext()
     h, s, b, nh = args.hidden, args.seq, args.batch, args.heads
     hd = h // nh
     ffn = 4 * h
@@ -85,24 +109,25 @@ def main():
 
     def timed(fn):
         fn()
-        torch.cuda.synchronize()
+        sync()
         best = float("inf")
         for _ in range(args.reps):
             t0 = time.perf_counter()
             fn()
-            torch.cuda.synchronize()
+            sync()
             best = min(best, time.perf_counter() - t0)
         return best
 
     def fwd():  # with autograd on, so it saves what backward needs, as our forward does
-        block(x)
+        with autocast():
+            return block(x)
 
     def fwd_bwd():
-        block(x).backward(dy)
+        fwd().backward(dy)  # under --bf16 the output is bf16 and dy is cast to it
 
     t_fwd = timed(fwd)
     t_both = timed(fwd_bwd)
-    name = torch.cuda.get_device_name(dev)
+    name = torch.cuda.get_device_name(dev) if on_gpu else "the CPU (dry run: timings mean nothing)"
     print(f"# PyTorch {torch.__version__} eager on {name} ({precision}), h = {h}, s = {s}, b = {b}, "
           f"{nh} heads: forward {t_fwd * 1e3:.2f} ms, forward + backward {t_both * 1e3:.2f} ms")
     print(f"RESULT torch {precision}.fwd_ms {t_fwd * 1e3:.6g} ms 0 0")

@@ -6,7 +6,8 @@
 //      memory and copies, fill / scale / axpy, gemm in all four transpose cases with alpha and beta,
 //      bias, copy_columns, fill_random, mul, sum_squares, dropout_mask, GeLU, SwiGLU, LayerNorm,
 //      RMSNorm, attention (MHA and GQA; also over a key/value cache), embedding and positions, the
-//      vocabulary-parallel loss pieces and AdamW.
+//      vocabulary-parallel loss pieces and AdamW. 1b: the native bf16 kernels bit for bit against
+//      the stand-in path (widen, f32 kernel, round once), with the model's dtype mixes.
 //   2. A small Gpt forward / backward on the CUDA device against the CPU device at t = np, same
 //      seed: the loss and every gathered gradient; also with --overlap async, and --sp with ring.
 //   3. A 20-step training run (AdamW, dropout) on both: the loss curves. The memory stack on the GPU
@@ -31,6 +32,9 @@
 //           kernels, each within 1e-5) and each loss of the 20-step curve (rounding differences
 //           fed back through AdamW).
 //   exact   collectives on small integers (sums and maxima of integers are exact in fp32).
+//   bitwise the native bf16 kernels against the Device front's stand-in path on the same GPU
+//           (section 1b: the same f32 arithmetic, one rounding per stored element), kernel by
+//           kernel and over a whole bf16 step.
 //
 // Without a GPU (or in a build without the GPU backend) every test skips with the reason
 // make_gpu_device gave, and rank 0 prints one line "tp-gpu: skipped: <reason>" that run-tests.sh
@@ -85,6 +89,7 @@ const float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 struct GpuState {
   std::unique_ptr<Device> fp32, tf32, bf16;
+  std::unique_ptr<Device> stand_in;  // native_bf16 false but for the GEMM (section 1b)
   std::unique_ptr<Communicator> nccl;
   bool nccl_tried = false;
   std::string nccl_skip;  // why NCCL is not tested here (several ranks share a GPU)
@@ -137,6 +142,7 @@ class GpuEnvironment : public ::testing::Environment {
   void TearDown() override {
     g.nccl.reset();  // before the device its streams belong to
     g.bf16.reset();
+    g.stand_in.reset();
     g.tf32.reset();
     g.fp32.reset();
   }
@@ -549,6 +555,264 @@ TEST(GpuOptimizer, AdamWThreeSteps) {
   EXPECT_CLOSE(v, kFp32);
 }
 
+// ---- 1b. Native bf16 kernels against the stand-in path ------------------------------------------
+// The GPU reads and writes bf16 in its kernels (native_bf16, kernels/kernel_util.cuh) instead of
+// the Device front's stand-ins (widen every bf16 tensor, run the f32 kernel, round each bf16
+// output once; core/device.h, "Dtypes"). The contract: the same f32 arithmetic and one rounding
+// per stored element, so a native kernel's result is BITWISE the stand-in path's. The reference
+// is the same CUDA device with native_bf16 false for every kernel but the GEMM
+// (make_gpu_device_on_stand_ins). Inputs carry the dtypes the model gives them under --precision
+// bf16 (bf16 activations, weight copies and activation gradients; f32 weight gradients,
+// statistics, dropout masks and ids), and the other mixes too. Each native call must also
+// allocate no tensor (no stand-in buffers: the transient bytes they cost are gone on the GPU),
+// while the reference's call does.
+
+Device& stand_in() {
+  if (!g.stand_in) {
+    DeviceOptions o;
+    o.backend = "gpu";
+    o.local_rank = g.local_rank;
+    g.stand_in = make_gpu_device_on_stand_ins(o);
+  }
+  return *g.stand_in;
+}
+
+// The same bits on the native device (nat) and on the stand-in device (ref).
+struct Twin {
+  Tensor nat, ref;
+};
+Twin twin_of(const Shape& s, const std::vector<float>& v, Dtype d) {
+  return {Tensor::from_host(gpu(), s, v, d), Tensor::from_host(stand_in(), s, v, d)};
+}
+// Uniform in [-a, a), keyed by name, stored in dtype d.
+Twin twin(const std::string& name, const Shape& s, Dtype d, float a = 1.0f) {
+  auto v = random_vector(name, s.numel());
+  for (float& x : v) x *= a;
+  return twin_of(s, v, d);
+}
+// An output that must be written: NaN first.
+Twin nan_twin(const Shape& s, Dtype d) {
+  return twin_of(s, std::vector<float>(static_cast<size_t>(s.numel()), kNaN), d);
+}
+
+std::vector<uint32_t> bits(const Tensor& t) {
+  const std::vector<float> v = t.to_host();  // bf16 widens exactly: equal floats = equal bf16 bits
+  std::vector<uint32_t> b(v.size());
+  std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+  return b;
+}
+#define EXPECT_BITS(tw) EXPECT_EQ(bits((tw).nat), bits((tw).ref)) << #tw
+
+constexpr Dtype kB = Dtype::bf16, kF = Dtype::f32;
+
+// Runs fn(dev, pick) on the native device (pick(twin) = twin.nat) and then on the stand-in device
+// (twin.ref); the native call must allocate nothing, the stand-in call its stand-ins.
+template <class Fn>
+void on_both(const char* what, Fn&& fn) {
+  const int64_t before = gpu().memory().allocations;
+  fn(gpu(), [](Twin& t) -> Tensor& { return t.nat; });
+  EXPECT_EQ(gpu().memory().allocations, before) << what << ": the native kernel allocated";
+  const int64_t ref_before = stand_in().memory().allocations;
+  fn(stand_in(), [](Twin& t) -> Tensor& { return t.ref; });
+  EXPECT_GT(stand_in().memory().allocations, ref_before) << what << ": no stand-in was made";
+}
+
+TEST(GpuBf16Native, WhichKernelsAreNative) {
+  REQUIRE_GPU();
+  for (const char* k : {"gemm",
+                        "fill",
+                        "scale",
+                        "axpy",
+                        "mul",
+                        "sum_squares",
+                        "add_bias",
+                        "add_bias_backward",
+                        "copy_columns",
+                        "fill_random",
+                        "dropout_mask",
+                        "gelu_forward",
+                        "gelu_backward",
+                        "swiglu_forward",
+                        "swiglu_backward",
+                        "layernorm_forward",
+                        "layernorm_backward",
+                        "rmsnorm_forward",
+                        "rmsnorm_backward",
+                        "embedding_shard_forward",
+                        "embedding_shard_backward",
+                        "position_forward",
+                        "position_backward",
+                        "vocab_max",
+                        "vocab_sum_exp_target",
+                        "vocab_loss",
+                        "vocab_softmax_backward",
+                        "attention_forward",
+                        "attention_backward"}) {
+    EXPECT_TRUE(gpu().native_bf16(k)) << k;
+    EXPECT_EQ(stand_in().native_bf16(k), std::string(k) == "gemm") << k;
+  }
+  EXPECT_FALSE(gpu().native_bf16("attention_cached_forward"));  // generation only: stand-ins
+  EXPECT_FALSE(gpu().takes_bf16("adamw_step"));                 // the fp32 master's update
+}
+
+TEST(GpuBf16Native, ElementwiseBiasColumnsAndRandomBitForBit) {
+  REQUIRE_GPU();
+  const Shape s{33, 65};
+  for (const Dtype dx : {kB, kF}) {
+    for (const Dtype dy : {kB, kF}) {
+      if (dx == kF && dy == kF) continue;
+      const std::string tag = std::string(dtype_name(dx)) + "+" + dtype_name(dy);
+      Twin x = twin("n.x", s, dx, 3.0f), y = twin("n.y", s, dy, 2.0f), m = twin("n.m", s, kF);
+      Twin p = nan_twin(s, dy), f = nan_twin(s, dy);
+      on_both("elementwise", [&](Device& dev, auto&& T) {
+        dev.fill(T(f), 1.3f);
+        dev.scale(T(y), -0.37f);
+        dev.axpy(0.71f, T(x), T(y));  // the residual add
+        dev.mul(T(x), T(m), T(p));    // dropout: an f32 mask
+        dev.mul(T(p), T(m), T(p));    // y may alias x
+      });
+      EXPECT_BITS(f) << tag;
+      EXPECT_BITS(y) << tag;
+      EXPECT_BITS(p) << tag;
+    }
+  }
+  Twin q = twin("n.sumsq", Shape{1001, 17}, kB, 3.0f);
+  double sn = 0, sr = 0;
+  on_both("sum_squares",
+          [&](Device& dev, auto&& T) { (&dev == &gpu() ? sn : sr) = dev.sum_squares(T(q)); });
+  EXPECT_EQ(sn, sr);
+
+  for (const Dtype dgrad : {kF, kB}) {  // an f32 bias gradient (the model's) and a bf16 one
+    Twin y = twin("n.bias.y", Shape{3, 7, 45}, kB), bias = twin("n.bias.b", Shape{45}, kB);
+    Twin db = twin("n.bias.db", Shape{45}, dgrad), dy = twin("n.bias.dy", Shape{517, 45}, kB);
+    on_both("bias", [&](Device& dev, auto&& T) {
+      dev.add_bias(T(y), T(bias));
+      dev.add_bias_backward(T(db), T(dy));  // accumulates
+    });
+    EXPECT_BITS(y);
+    EXPECT_BITS(db) << dtype_name(dgrad);
+  }
+  for (const Dtype ds : {kB, kF}) {
+    for (const Dtype dd : {kB, kF}) {
+      if (ds == kF && dd == kF) continue;
+      Twin src = twin("n.cols.src", Shape{29, 40}, ds), dst = twin("n.cols.dst", Shape{29, 23}, dd);
+      on_both("copy_columns",
+              [&](Device& dev, auto&& T) { dev.copy_columns(T(src), 11, T(dst), 5, 13); });
+      EXPECT_BITS(dst) << dtype_name(ds) << " -> " << dtype_name(dd);
+    }
+  }
+  const RngKey key = RngKey::from(kSeed, "transformer.h.0.mlp.c_fc.weight");
+  Twin u = nan_twin(Shape{19, 33}, kB), nrm = nan_twin(Shape{19, 33}, kB),
+       mask = nan_twin(Shape{19, 33}, kB);
+  on_both("random", [&](Device& dev, auto&& T) {
+    dev.fill_random(T(u), key, GlobalIndex::columns(96, 40), Distribution::uniform(-0.5f, 2.0f));
+    dev.fill_random(T(nrm), key, GlobalIndex::rows(33, 17), Distribution::normal(0.1f, 0.02f));
+    dev.dropout_mask(T(mask), key, GlobalIndex::whole(33), 0.1f);
+  });
+  EXPECT_BITS(u);
+  EXPECT_BITS(nrm);
+  EXPECT_BITS(mask);
+}
+
+TEST(GpuBf16Native, ActivationsAndNormsBitForBit) {
+  REQUIRE_GPU();
+  const Shape s{67, 96};
+  Twin x = twin("n.act.x", s, kB, 4.0f), dy = twin("n.act.dy", s, kB), y = nan_twin(s, kB),
+       dx = nan_twin(s, kB);
+  Twin gt = twin("n.act.g", s, kB, 4.0f), u = twin("n.act.u", s, kB, 2.0f), sy = nan_twin(s, kB),
+       dg = nan_twin(s, kB), du = nan_twin(s, kB);
+  on_both("activations", [&](Device& dev, auto&& T) {
+    dev.gelu_forward(T(y), T(x));
+    dev.gelu_backward(T(dx), T(dy), T(x));
+    dev.swiglu_forward(T(sy), T(gt), T(u));
+    dev.swiglu_backward(T(dg), T(du), T(dy), T(gt), T(u));
+  });
+  EXPECT_BITS(y);
+  EXPECT_BITS(dx);
+  EXPECT_BITS(sy);
+  EXPECT_BITS(dg);
+  EXPECT_BITS(du);
+
+  for (const int64_t h : {48, 257}) {
+    for (const Dtype dgrad : {kF, kB}) {  // f32 weight gradients (the model's), and bf16 ones
+      const int64_t rows = 37;
+      const Shape rs{rows, h};
+      const std::string tag = "h=" + std::to_string(h) + " dw " + dtype_name(dgrad);
+      Twin nx = twin("n.ln.x" + std::to_string(h), rs, kB, 3.0f), w = twin("n.ln.w", Shape{h}, kB),
+           b = twin("n.ln.b", Shape{h}, kB), ndy = twin("n.ln.dy", rs, kB);
+      Twin ny = nan_twin(rs, kB), mean = nan_twin(Shape{rows}, kF),
+           rstd = nan_twin(Shape{rows}, kF);
+      Twin ndx = nan_twin(rs, kB), dw = twin("n.ln.dw", Shape{h}, dgrad),
+           db = twin("n.ln.db", Shape{h}, dgrad);
+      Twin ry = nan_twin(rs, kB), rr = nan_twin(Shape{rows}, kF), rdx = nan_twin(rs, kB),
+           rdw = twin("n.rms.dw", Shape{h}, dgrad);
+      on_both("norms", [&](Device& dev, auto&& T) {
+        dev.layernorm_forward(T(ny), T(mean), T(rstd), T(nx), T(w), T(b), 1e-5f);
+        dev.layernorm_backward(T(ndx), T(dw), T(db), T(ndy), T(nx), T(w), T(mean), T(rstd));
+        dev.rmsnorm_forward(T(ry), T(rr), T(nx), T(w), 1e-5f);
+        dev.rmsnorm_backward(T(rdx), T(rdw), T(ndy), T(nx), T(w), T(rr));
+      });
+      EXPECT_BITS(ny) << tag;
+      EXPECT_BITS(mean) << tag;
+      EXPECT_BITS(rstd) << tag;
+      EXPECT_BITS(ndx) << tag;
+      EXPECT_BITS(dw) << tag;
+      EXPECT_BITS(db) << tag;
+      EXPECT_BITS(ry) << tag;
+      EXPECT_BITS(rr) << tag;
+      EXPECT_BITS(rdx) << tag;
+      EXPECT_BITS(rdw) << tag;
+    }
+  }
+}
+
+TEST(GpuBf16Native, EmbeddingPositionsAndVocabLossBitForBit) {
+  REQUIRE_GPU();
+  const int64_t vocab = 50, rows = 20, first = 15, h = 24, seq = 9, batch = 3, n = seq * batch;
+  for (const Dtype dgrad : {kF, kB}) {
+    Twin id = twin_of(Shape{n}, ids(n, vocab, "emb.ids"), kF);
+    Twin wte = twin("n.emb.wte", Shape{rows, h}, kB), o = nan_twin(Shape{n, h}, kB);
+    Twin dout = twin("n.emb.dout", Shape{n, h}, kB),
+         dwte = twin("n.emb.dwte", Shape{rows, h}, dgrad);
+    const int64_t row0 = 6, local = 12;
+    Twin x = twin("n.pos.x", Shape{local, h}, kB), wpe = twin("n.pos.wpe", Shape{seq, h}, kB);
+    Twin dwpe = twin("n.pos.dwpe", Shape{seq, h}, dgrad),
+         pdx = twin("n.pos.dx", Shape{local, h}, kB);
+    on_both("embedding", [&](Device& dev, auto&& T) {
+      dev.embedding_shard_forward(T(o), T(id), T(wte), first);
+      dev.embedding_shard_backward(T(dwte), T(dout), T(id), first);
+      dev.position_forward(T(x), T(wpe), batch, row0);
+      dev.position_backward(T(dwpe), T(pdx), batch, row0);
+    });
+    EXPECT_BITS(o);
+    EXPECT_BITS(dwte) << dtype_name(dgrad);
+    EXPECT_BITS(x);
+    EXPECT_BITS(dwpe) << dtype_name(dgrad);
+  }
+  // The last shard of V = 50 padded to 3 · 17 = 51; bf16 logits and gradient, f32 statistics.
+  const int64_t rows2 = 31, cols = 17;
+  const VocabShard shard{34, 50};
+  Twin logits = twin("n.voc.logits", Shape{rows2, cols}, kB, 6.0f);
+  Twin targets = twin_of(Shape{rows2}, ids(rows2, 50, "voc.targets"), kF);
+  Twin mx = nan_twin(Shape{rows2}, kF), se = nan_twin(Shape{rows2}, kF),
+       tl = nan_twin(Shape{rows2}, kF), loss = nan_twin(Shape{rows2}, kF),
+       dl = nan_twin(Shape{rows2, cols}, kB);
+  on_both("vocab", [&](Device& dev, auto&& T) {
+    dev.vocab_max(T(mx), T(logits), shard);
+    dev.vocab_sum_exp_target(T(se), T(tl), T(logits), T(mx), T(targets), shard);
+    dev.vocab_loss(T(loss), T(mx), T(se), T(tl));
+    dev.vocab_softmax_backward(T(dl), T(logits), T(mx), T(se), T(targets), shard, 1.0f / rows2);
+    dev.vocab_softmax_backward(T(logits), T(logits), T(mx), T(se), T(targets), shard,
+                               1.0f / rows2);  // aliased, as the model does
+  });
+  EXPECT_BITS(mx);
+  EXPECT_BITS(se);
+  EXPECT_BITS(tl);
+  EXPECT_BITS(loss);
+  EXPECT_BITS(dl);
+  EXPECT_BITS(logits);
+}
+
 // ---- 2. and 3. The model: gradients of one step, a 20-step loss curve ---------------------------
 
 GptConfig small_gpt(bool variant) {
@@ -679,6 +943,77 @@ TEST(GpuModel, Bf16GradientsMatchCpuBf16) {
   if (world().rank() == 0)
     std::printf("[ bf16     ] np %d: GPU bf16 vs CPU bf16, largest gradient difference %.2e\n",
                 world().size(), worst);
+}
+
+// The attention: bf16 q, k, v, out, probs and gradients (the model's), and an f32 probs beside
+// bf16 activations; MHA and GQA (dk, dv summed over a group before their one rounding).
+TEST(GpuBf16Native, AttentionForwardBackwardBitForBit) {
+  REQUIRE_GPU();
+  struct Case {
+    int64_t seq, batch, heads, kv, hd;
+    Dtype probs;
+  };
+  for (const Case c :
+       {Case{13, 2, 4, 4, 8, kB}, Case{13, 2, 4, 2, 8, kB}, Case{9, 3, 6, 2, 16, kF}}) {
+    AttentionShape sh;
+    sh.seq = c.seq;
+    sh.batch = c.batch;
+    sh.heads = c.heads;
+    sh.kv_heads = c.kv;
+    sh.head_dim = c.hd;
+    sh.scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+    const int64_t n = c.seq * c.batch;
+    const std::string tag = "n.attn" + std::to_string(c.seq) + "." + std::to_string(c.kv);
+    Twin q = twin(tag + ".q", Shape{n, c.heads * c.hd}, kB, 2.0f),
+         k = twin(tag + ".k", Shape{n, c.kv * c.hd}, kB, 2.0f),
+         v = twin(tag + ".v", Shape{n, c.kv * c.hd}, kB),
+         dout = twin(tag + ".dout", q.nat.shape(), kB);
+    Twin o = nan_twin(q.nat.shape(), kB),
+         probs = nan_twin(Shape{c.batch, c.heads, c.seq, c.seq}, c.probs);
+    Twin dq = nan_twin(q.nat.shape(), kB), dk = nan_twin(k.nat.shape(), kB),
+         dv = nan_twin(v.nat.shape(), kB);
+    on_both("attention", [&](Device& dev, auto&& T) {
+      dev.attention_forward(T(o), T(probs), T(q), T(k), T(v), sh);
+      dev.attention_backward(T(dq), T(dk), T(dv), T(dout), T(q), T(k), T(v), T(probs), sh);
+    });
+    EXPECT_BITS(o) << tag;
+    EXPECT_BITS(probs) << tag;
+    EXPECT_BITS(dq) << tag;
+    EXPECT_BITS(dk) << tag;
+    EXPECT_BITS(dv) << tag;
+  }
+}
+
+// --precision bf16 on the native kernels against the same model on the stand-in device (section
+// 1b): the loss and every gradient of one step bit for bit — the contract over a whole forward and
+// backward (both devices share the native GEMM), plain and with
+// the variant's SwiGLU, RMSNorm, GQA, untied head and dropout, and with SP.
+TEST(GpuBf16Native, GptStepBitForBitWithTheStandInPath) {
+  REQUIRE_GPU();
+  for (int c = 0; c < 3; ++c) {
+    GptConfig cfg = small_gpt(c == 1);
+    cfg.precision = Precision::Bf16;
+    if (c == 2) {
+      cfg.seq = 12;  // divisible by t = 1 … 4 for SP
+      cfg.sp = true;
+    }
+    Gpt nat(gpu(), world(), cfg), ref(stand_in(), world(), cfg);
+    nat.init(kSeed);
+    ref.init(kSeed);
+    const Batch b = MarkovSource(cfg.vocab, kSeed).batch(0, 3, cfg.seq);
+    const float ln = nat.forward(b, kSeed, 0), lr = ref.forward(b, kSeed, 0);
+    nat.backward();
+    ref.backward();
+    nat.finish_gradients();
+    ref.finish_gradients();
+    EXPECT_EQ(ln, lr) << "case " << c;
+    const ParamList& pn = nat.params();
+    const ParamList& pr = ref.params();
+    ASSERT_EQ(pn.size(), pr.size());
+    for (size_t i = 0; i < pn.size(); ++i)
+      EXPECT_EQ(gather_real(world(), pn[i], pn[i].grad), gather_real(world(), pr[i], pr[i].grad))
+          << pn[i].name << " case " << c;
+  }
 }
 
 TEST(GpuModel, TwentyStepLossCurveMatchesCpu) {

@@ -36,10 +36,16 @@
 //    transformer with h = --hidden (4096) and --tokens (8192 = s 2048 · b 4) rows, forward and the
 //    two backward products, against a ceiling measured in the same run at the same precision: the
 //    best TFLOP/s of the same Device::gemm (cuBLAS) over the square sizes h, 2h and 3h. #wrong counts
-//    sampled elements off a double-precision dot product by more than the precision's bound.
+//    sampled elements off a double-precision dot product by more than the precision's bound. bf16:
+//    --dtype bf16 rounds f32 operands into scratch on each call; --precision bf16 gives the GEMM
+//    bf16 operand tensors, read as they are (the model's GEMMs under --precision bf16).
 // 4. One transformer block forward + backward (--suite block) at h = --hidden, s = --seq (2048),
 //    b = --batch (1), --heads (32), ffn = 4h: milliseconds, and the model TFLOP/s they imply.
-//    scripts/bench_block_torch.py times the same block in PyTorch eager for the ratio.
+//    --precision bf16 runs it in tp_train's mixed precision (bf16 weight copies, activations and
+//    their gradients, fp32 weight gradients and statistics; RESULT names "bf16.*"), where --dtype
+//    bf16 alone only rounds fp32 GEMMs' inputs ("bf16in.*" for the block).
+//    scripts/bench_block_torch.py times the same block in PyTorch eager for the ratio (--bf16:
+//    under torch.autocast(dtype=torch.bfloat16)).
 // 5. Memory-bound kernels (--suite memory): LayerNorm, GeLU and add (axpy) forward, and their
 //    backward, in GB/s of compulsory traffic, against Device::copy (device-to-device) bandwidth
 //    measured on the same buffers.
@@ -113,9 +119,11 @@ void result(Context& ctx, const std::string& suite, const std::string& name, dou
   log0(ctx.world, line);
 }
 
-// "fp32", "tf32" or "bf16": what the device's GEMM computes with (from --tf32 / --dtype).
+// "fp32", "tf32" or "bf16": what the device's GEMM computes with (from --tf32 / --dtype, or
+// --precision bf16: bf16 tensors).
 std::string precision(const Context& ctx) {
-  if (ctx.options.get_text("dtype") == "bf16") return "bf16";
+  if (ctx.options.get_text("dtype") == "bf16" || ctx.options.get_text("precision") == "bf16")
+    return "bf16";
   return ctx.options.get_flag("tf32") ? "tf32" : "fp32";
 }
 
@@ -209,11 +217,12 @@ void direct_sgemm(const GemmCase& g, const Tensor& a, const Tensor& b, Tensor& c
 }
 
 // A and B of a GEMM case, uniform in [-1, 1), and room for C.
+// A and B in dtype `ab` (bf16 under --precision bf16: what the model's GEMMs read), C in f32.
 struct GemmOperands {
   Tensor a, b, c;
-  GemmOperands(Device& dev, const GemmCase& g)
-      : a(dev, g.ta ? Shape{g.k, g.m} : Shape{g.m, g.k}),
-        b(dev, g.tb ? Shape{g.n, g.k} : Shape{g.k, g.n}),
+  GemmOperands(Device& dev, const GemmCase& g, Dtype ab = Dtype::f32)
+      : a(dev, g.ta ? Shape{g.k, g.m} : Shape{g.m, g.k}, ab),
+        b(dev, g.tb ? Shape{g.n, g.k} : Shape{g.k, g.n}, ab),
         c(dev, Shape{g.m, g.n}) {
     dev.fill_random(a, RngKey::from(1, "a"), GlobalIndex::whole(a.cols()),
                     Distribution::uniform(-1, 1));
@@ -430,8 +439,11 @@ void bench_gemm_gpu(Context& ctx) {
   const std::string prec = precision(ctx);
   const double tol = prec == "bf16" ? 1.6e-2 : prec == "tf32" ? 2e-3 : 1e-5;
   const int64_t h = ctx.options.get_int("hidden"), tokens = ctx.options.get_int("tokens");
+  // --precision bf16: A and B are bf16 tensors, read by cuBLAS as they are (the model's GEMMs);
+  // --dtype bf16 rounds f32 A and B into scratch first, each call.
+  const Dtype ab = ctx.options.get_text("precision") == "bf16" ? Dtype::bf16 : Dtype::f32;
   auto run = [&](const GemmCase& g, int* wrong) {
-    GemmOperands op(dev, g);
+    GemmOperands op(dev, g, ab);
     const double secs =
         device_time(dev, 5, [&] { dev.gemm(g.ta, g.tb, 1.0f, op.a, op.b, 0.0f, op.c); });
     if (wrong != nullptr) *wrong = sampled_wrong(g, op.a, op.b, op.c, tol, 64);
@@ -470,7 +482,12 @@ void bench_gemm_gpu(Context& ctx) {
 
 void bench_block(Context& ctx) {
   Device& dev = ctx.device;
+  const bool mixed = ctx.options.get_text("precision") == "bf16";
+  const std::string label = mixed                      ? "bf16"
+                            : precision(ctx) == "bf16" ? "bf16in"  // --dtype bf16: GEMM inputs only
+                                                       : precision(ctx);
   GptConfig cfg;
+  cfg.precision = mixed ? Precision::Bf16 : Precision::Fp32;
   cfg.layers = 1;
   cfg.hidden = ctx.options.get_int("hidden");
   cfg.heads = ctx.options.get_int("heads");
@@ -484,8 +501,9 @@ void bench_block(Context& ctx) {
   ParamList params;
   block.collect_params(params, cfg.init_std, cfg.init_std / std::sqrt(2.0f));
   init_params(dev, params, 1);
+  refresh_compute_copies(dev, params);  // bf16: the weights' bf16 copies (fp32: nothing)
   zero_grads(dev, params);
-  Tensor x(dev, Shape{n, h}), dy(dev, Shape{n, h});
+  Tensor x(dev, Shape{n, h}, cfg.compute_dtype()), dy(dev, Shape{n, h}, cfg.compute_dtype());
   dev.fill_random(x, RngKey::from(2, "x"), GlobalIndex::whole(h), Distribution::normal(0, 1));
   dev.fill_random(dy, RngKey::from(2, "dy"), GlobalIndex::whole(h), Distribution::normal(0, 1));
   const double fwd = device_time(dev, 5, [&] { block.forward(x, seq, batch, 1, 0); });
@@ -498,13 +516,12 @@ void bench_block(Context& ctx) {
   // is twice the forward.
   const double flop_fwd =
       24.0 * n * h * h / ctx.world.size() + 4.0 * batch * seq * seq * h / ctx.world.size();
-  log0(ctx.world, "# transformer block on ", dev.name(), " (", precision(ctx), "), h = ", h,
-       ", s = ", seq, ", b = ", batch, ", ", cfg.heads, " heads, t = ", ctx.world.size(),
-       ": forward ", fwd * 1e3, " ms, forward + backward ", both * 1e3, " ms (",
-       3.0 * flop_fwd / both / 1e12, " TFLOP/s), peak ",
-       static_cast<double>(dev.memory().peak) / (1 << 20), " MiB");
-  result(ctx, "block", precision(ctx) + ".fwd_ms", fwd * 1e3, "ms", 0, 0);
-  result(ctx, "block", precision(ctx) + ".fwd_bwd_ms", both * 1e3, "ms", 0, 0);
+  log0(ctx.world, "# transformer block on ", dev.name(), " (", label, "), h = ", h, ", s = ", seq,
+       ", b = ", batch, ", ", cfg.heads, " heads, t = ", ctx.world.size(), ": forward ", fwd * 1e3,
+       " ms, forward + backward ", both * 1e3, " ms (", 3.0 * flop_fwd / both / 1e12,
+       " TFLOP/s), peak ", static_cast<double>(dev.memory().peak) / (1 << 20), " MiB");
+  result(ctx, "block", label + ".fwd_ms", fwd * 1e3, "ms", 0, 0);
+  result(ctx, "block", label + ".fwd_bwd_ms", both * 1e3, "ms", 0, 0);
 }
 
 // ---- memory-bound kernels against a device-to-device copy --------------------------------------
@@ -568,6 +585,10 @@ int main(int argc, char** argv) {
   opts.integer("seq", 2048, "block: sequence length").min(1);
   opts.integer("batch", 1, "block: batch").min(1);
   opts.integer("heads", 32, "block: attention heads").min(1);
+  opts.text("precision", "fp32",
+            "block: fp32, or bf16 mixed precision (tp_train's --precision: bf16 weight copies, "
+            "activations and gradients of activations)",
+            {"fp32", "bf16"});
   return run_program(argc, argv, opts, [](Context& ctx) {
     log0(ctx.world, "tp_bench on ", ctx.world.size(), " ranks, ", ctx.device.name(), ", ",
          ctx.world.name());

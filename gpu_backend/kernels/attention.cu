@@ -4,8 +4,21 @@
 //
 // The products are cuBLAS GEMMs (deterministic for a given GPU and cuBLAS version); the softmax
 // rows are fixed-tree block reductions (kernel_util.cuh). No float atomics.
+//
+// bf16 (--precision bf16): the forward and backward take bf16 tensors themselves (native_bf16) but
+// compute exactly as in f32: the softmax keeps P in f32 for the P·V product (and the backward's
+// GEMMs read P in f32), and cuBLAS multiplies no f32 operand by a bf16 one, so bf16 q, k, v (and
+// P, dout) are widened into scratch (F32Staging below) and the same f32 batched GEMMs run — bit
+// for bit the stand-in path on any GPU, which bf16 GEMMs (another sum order) would not be. What
+// the native path saves: the front's stand-in tensors, their widening of the outputs, and the
+// pass that rounds P afterwards (the softmax stores the bf16 P itself). The cached forward
+// (generation) stays on the front's stand-ins.
+#include <cuda_bf16.h>
+
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
+#include <vector>
 
 #include "cuda_check.h"
 #include "cuda_device.h"
@@ -33,8 +46,13 @@ namespace {
 // The same kernel serves attention over a key/value cache (attention_cached_forward): rows of P
 // keys for the n query positions [past, past + n), so row (b, j, i) reads keys t ≤ past + i. The
 // plain forward is n = P = S, past = 0.
-__global__ void causal_softmax_kernel(float* probs, int64_t n, int64_t P, int64_t past,
-                                      int64_t rows) {
+//
+// kRound (--precision bf16, a bf16 probs tensor): the f32 P stays in `probs` (scratch) for the P V
+// product, and each P_t is also stored into `rounded` (the bf16 probs kept for backward) rounded
+// once, as the stand-in path would round the whole f32 P after the kernel.
+template <bool kRound>
+__global__ void causal_softmax_kernel(float* probs, __nv_bfloat16* rounded, int64_t n, int64_t P,
+                                      int64_t past, int64_t rows) {
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const int64_t s = past + row % n;
     float* p = probs + row * P;
@@ -49,8 +67,14 @@ __global__ void causal_softmax_kernel(float* probs, int64_t n, int64_t P, int64_
     }
     sum = gpu::block_sum(sum);
     const float inv = static_cast<float>(1.0 / sum);
-    for (int64_t t = threadIdx.x; t <= s; t += blockDim.x) p[t] *= inv;  // this thread's e_t
-    for (int64_t t = s + 1 + threadIdx.x; t < P; t += blockDim.x) p[t] = 0.0f;
+    for (int64_t t = threadIdx.x; t <= s; t += blockDim.x) {
+      p[t] *= inv;  // this thread's e_t
+      if (kRound) rounded[row * P + t] = __float2bfloat16_rn(p[t]);
+    }
+    for (int64_t t = s + 1 + threadIdx.x; t < P; t += blockDim.x) {
+      p[t] = 0.0f;
+      if (kRound) rounded[row * P + t] = __float2bfloat16_rn(0.0f);
+    }
   }
 }
 
@@ -78,6 +102,55 @@ __global__ void causal_softmax_backward_kernel(float* ds, const float* probs, in
 // Launchers
 // =================================================================================================
 
+namespace {
+// f32 views of an attention call's tensors, for bf16 ones (native_bf16): each bf16 tensor gets an
+// f32 copy in the device's scratch memory — an input widened exactly (convert.cu), an output left
+// to be written — and round(i) stores output i back into its bf16 tensor, rounded once. An f32
+// tensor is used in place. `extra` bytes of f32 scratch follow (the backward's dP / dS).
+class F32Staging {
+ public:
+  struct Item {
+    const Tensor* t;
+    bool input;  // widened now; else an output, rounded by round()
+  };
+  F32Staging(CudaDevice& dev, std::initializer_list<Item> items, size_t extra = 0)
+      : dev_(dev), items_(items) {
+    size_t bytes = 0;
+    for (const Item& it : items_) {
+      offsets_.push_back(bytes);
+      if (it.t->dtype() == Dtype::bf16)
+        bytes += (static_cast<size_t>(it.t->numel()) * sizeof(float) + 255) / 256 * 256;
+    }
+    extra_offset_ = bytes;
+    char* base = static_cast<char*>(dev.scratch(bytes + extra + 1));
+    for (size_t i = 0; i < items_.size(); ++i) {
+      const Tensor& t = *items_[i].t;
+      if (t.dtype() == Dtype::bf16) {
+        ptrs_.push_back(reinterpret_cast<float*>(base + offsets_[i]));
+        if (items_[i].input) gpu::from_bf16(dev.stream(), t.raw(), ptrs_.back(), t.numel());
+      } else {
+        ptrs_.push_back(t.data());
+      }
+    }
+    extra_ = reinterpret_cast<float*>(base + extra_offset_);
+  }
+  float* f32(size_t i) const { return ptrs_[i]; }
+  float* extra() const { return extra_; }
+  void round(size_t i) const {
+    const Tensor& t = *items_[i].t;
+    if (t.dtype() == Dtype::bf16) gpu::to_bf16(dev_.stream(), ptrs_[i], t.raw(), t.numel());
+  }
+
+ private:
+  CudaDevice& dev_;
+  std::vector<Item> items_;
+  std::vector<size_t> offsets_;
+  std::vector<float*> ptrs_;
+  size_t extra_offset_ = 0;
+  float* extra_ = nullptr;
+};
+}  // namespace
+
 // The attention GEMMs, batched over the (b, head) pairs (CudaDevice::batched_gemm, cuda_device.cu):
 // row-major C = α op(A) op(B) + β C for every pair; each operand is a base pointer, a row stride
 // (ld) and a stride between pairs.
@@ -91,16 +164,29 @@ void CudaDevice::do_attention_forward(Tensor& out, Tensor& probs, const Tensor& 
   const int64_t S = sh.seq, B = sh.batch, nh = sh.heads, nkv = sh.kv_heads, hd = sh.head_dim;
   const int64_t group = nh / nkv, qc = nh * hd, kc = nkv * hd, pairs = B * nkv, rows = B * nh * S;
   if (rows == 0 || hd == 0) return;
+  // bf16 tensors (native_bf16): widened into scratch, the f32 computation below unchanged, each
+  // bf16 output rounded once — what the Device front's stand-ins do, without their allocations,
+  // their widening of the outputs' old contents, and a separate rounding pass over P.
+  F32Staging st(*this, {{&q, true}, {&k, true}, {&v, true}, {&probs, false}, {&out, false}});
+  const float *q32 = st.f32(0), *k32 = st.f32(1), *v32 = st.f32(2);
+  float *p32 = st.f32(3), *out32 = st.f32(4);
   for (int64_t r = 0; r < group; ++r)
-    batched_gemm(false, true, S, S, hd, sh.scale, q.data() + r * hd, B * qc, group * hd, k.data(),
-                 B * kc, hd, 0.0f, probs.data() + r * S * S, S, group * S * S,
-                 pairs);  // scale·Q Kᵀ
-  causal_softmax_kernel<<<gpu::row_blocks(rows), gpu::threads_for(S, gpu::kRowThreads), 0,
-                          stream()>>>(probs.data(), S, S, 0, rows);
+    batched_gemm(false, true, S, S, hd, sh.scale, q32 + r * hd, B * qc, group * hd, k32, B * kc, hd,
+                 0.0f, p32 + r * S * S, S, group * S * S, pairs);  // scale·Q Kᵀ
+  if (probs.dtype() == Dtype::bf16) {
+    causal_softmax_kernel<true>
+        <<<gpu::row_blocks(rows), gpu::threads_for(S, gpu::kRowThreads), 0, stream()>>>(
+            p32, static_cast<__nv_bfloat16*>(probs.raw()), S, S, 0, rows);
+  } else {
+    causal_softmax_kernel<false>
+        <<<gpu::row_blocks(rows), gpu::threads_for(S, gpu::kRowThreads), 0, stream()>>>(
+            p32, nullptr, S, S, 0, rows);
+  }
   CUDA_CHECK_LAUNCH();
   for (int64_t r = 0; r < group; ++r)
-    batched_gemm(false, false, S, hd, S, 1.0f, probs.data() + r * S * S, S, group * S * S, v.data(),
-                 B * kc, hd, 0.0f, out.data() + r * hd, B * qc, group * hd, pairs);  // out = P V
+    batched_gemm(false, false, S, hd, S, 1.0f, p32 + r * S * S, S, group * S * S, v32, B * kc, hd,
+                 0.0f, out32 + r * hd, B * qc, group * hd, pairs);  // out = P V
+  st.round(4);  // a bf16 out: rounded once (probs was, in the softmax kernel)
 }
 
 // As the forward with n query rows over P = past + n keys: the scores (B, nh, n, P) in scratch.
@@ -115,8 +201,9 @@ void CudaDevice::do_attention_cached_forward(Tensor& out, const Tensor& q, const
   for (int64_t r = 0; r < group; ++r)
     batched_gemm(false, true, n, P, hd, sh.scale, q.data() + r * hd, B * qc, group * hd, k.data(),
                  B * kc, hd, 0.0f, scores + r * n * P, P, group * n * P, pairs);  // scale·Q Kᵀ
-  causal_softmax_kernel<<<gpu::row_blocks(rows), gpu::threads_for(P, gpu::kRowThreads), 0,
-                          stream()>>>(scores, n, P, past, rows);
+  causal_softmax_kernel<false>
+      <<<gpu::row_blocks(rows), gpu::threads_for(P, gpu::kRowThreads), 0, stream()>>>(
+          scores, nullptr, n, P, past, rows);
   CUDA_CHECK_LAUNCH();
   for (int64_t r = 0; r < group; ++r)
     batched_gemm(false, false, n, hd, P, 1.0f, scores + r * n * P, P, group * n * P, v.data(),
@@ -129,25 +216,43 @@ void CudaDevice::do_attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const
   const int64_t S = sh.seq, B = sh.batch, nh = sh.heads, nkv = sh.kv_heads, hd = sh.head_dim;
   const int64_t group = nh / nkv, qc = nh * hd, kc = nkv * hd, pairs = B * nkv, rows = B * nh * S;
   if (rows == 0 || hd == 0) return;
-  // dP, then dS in place: B·nh·S·S floats of scratch, the size of probs.
-  float* ds = static_cast<float*>(scratch(static_cast<size_t>(rows * S) * sizeof(float)));
+  // bf16 tensors: widened into scratch (P too: the dv GEMM reads it in f32), the f32 computation
+  // unchanged, dq, dk, dv rounded once at the end (dk and dv after their sum over the group).
+  // dP, then dS in place: B·nh·S·S floats of scratch, the size of probs, after the staging.
+  F32Staging st(*this,
+                {{&dout, true},
+                 {&q, true},
+                 {&k, true},
+                 {&v, true},
+                 {&probs, true},
+                 {&dq, false},
+                 {&dk, false},
+                 {&dv, false}},
+                static_cast<size_t>(rows * S) * sizeof(float));
+  const float *dout32 = st.f32(0), *q32 = st.f32(1), *k32 = st.f32(2), *v32 = st.f32(3),
+              *p32 = st.f32(4);
+  float *dq32 = st.f32(5), *dk32 = st.f32(6), *dv32 = st.f32(7);
+  float* ds = st.extra();
   for (int64_t r = 0; r < group; ++r)
-    batched_gemm(false, true, S, S, hd, 1.0f, dout.data() + r * hd, B * qc, group * hd, v.data(),
-                 B * kc, hd, 0.0f, ds + r * S * S, S, group * S * S, pairs);  // dP = dout Vᵀ
+    batched_gemm(false, true, S, S, hd, 1.0f, dout32 + r * hd, B * qc, group * hd, v32, B * kc, hd,
+                 0.0f, ds + r * S * S, S, group * S * S, pairs);  // dP = dout Vᵀ
   causal_softmax_backward_kernel<<<gpu::row_blocks(rows), gpu::threads_for(S, gpu::kRowThreads), 0,
-                                   stream()>>>(ds, probs.data(), S, rows);
+                                   stream()>>>(ds, p32, S, rows);
   CUDA_CHECK_LAUNCH();
   for (int64_t r = 0; r < group; ++r) {
     const float* dsr = ds + r * S * S;
-    const float* pr = probs.data() + r * S * S;
+    const float* pr = p32 + r * S * S;
     const float beta = r == 0 ? 0.0f : 1.0f;  // a kv head sums over its group's query heads
-    batched_gemm(false, false, S, hd, S, sh.scale, dsr, S, group * S * S, k.data(), B * kc, hd,
-                 0.0f, dq.data() + r * hd, B * qc, group * hd, pairs);  // dq = scale · dS K
-    batched_gemm(true, false, S, hd, S, sh.scale, dsr, S, group * S * S, q.data() + r * hd, B * qc,
-                 group * hd, beta, dk.data(), B * kc, hd, pairs);  // dk (+)= scale · dSᵀ Q
-    batched_gemm(true, false, S, hd, S, 1.0f, pr, S, group * S * S, dout.data() + r * hd, B * qc,
-                 group * hd, beta, dv.data(), B * kc, hd, pairs);  // dv (+)= Pᵀ dout
+    batched_gemm(false, false, S, hd, S, sh.scale, dsr, S, group * S * S, k32, B * kc, hd, 0.0f,
+                 dq32 + r * hd, B * qc, group * hd, pairs);  // dq = scale · dS K
+    batched_gemm(true, false, S, hd, S, sh.scale, dsr, S, group * S * S, q32 + r * hd, B * qc,
+                 group * hd, beta, dk32, B * kc, hd, pairs);  // dk (+)= scale · dSᵀ Q
+    batched_gemm(true, false, S, hd, S, 1.0f, pr, S, group * S * S, dout32 + r * hd, B * qc,
+                 group * hd, beta, dv32, B * kc, hd, pairs);  // dv (+)= Pᵀ dout
   }
+  st.round(5);
+  st.round(6);
+  st.round(7);
 }
 
 }  // namespace tp

@@ -26,7 +26,28 @@ __global__ void to_f32_kernel(const __nv_bfloat16* __restrict__ x, float* __rest
     y[i] = __bfloat162float(x[i]);
 }
 
+// dst[r, dst_col + j] = src[r, src_col + j] between tensors of different dtypes (copy_columns;
+// the same dtype is a cudaMemcpy2DAsync): one thread per (r, j), rounded once into bf16.
+__global__ void convert_columns_kernel(gpu::In<true> src, int64_t src_cols, int64_t src_col,
+                                       gpu::Out<true> dst, int64_t dst_cols, int64_t dst_col,
+                                       int64_t rows, int64_t ncols) {
+  const int64_t items = rows * ncols;
+  for (int64_t item = gpu::global_thread(); item < items; item += gpu::grid_threads()) {
+    const int64_t r = item / ncols, j = item % ncols;
+    dst.set(r * dst_cols + dst_col + j, src[r * src_cols + src_col + j]);
+  }
+}
+
 }  // namespace
+
+void gpu::convert_columns(cudaStream_t stream, const Tensor& src, int64_t src_col, Tensor& dst,
+                          int64_t dst_col, int64_t ncols) {
+  const int64_t rows = src.rows();
+  if (rows == 0 || ncols == 0) return;
+  convert_columns_kernel<<<elementwise_blocks(rows * ncols), kThreads, 0, stream>>>(
+      in<true>(src), src.cols(), src_col, out<true>(dst), dst.cols(), dst_col, rows, ncols);
+  CUDA_CHECK_LAUNCH();
+}
 
 void gpu::to_bf16(cudaStream_t stream, const float* x, void* y, int64_t n) {
   if (n == 0) return;

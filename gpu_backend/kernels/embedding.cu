@@ -25,56 +25,64 @@ namespace tp {
 
 namespace {
 
+// Every kernel here is kernel<kTyped> over gpu::In / gpu::Out (kernel_util.cuh): bf16 tables,
+// activations and gradients read and written directly, the f32 sums as below, one rounding per
+// stored element.
+
 // One thread per (i, c). The ids were validated on the host.
-__global__ void embedding_shard_forward_kernel(float* out, const float* ids, const float* wte,
+template <bool T>
+__global__ void embedding_shard_forward_kernel(gpu::Out<T> out, gpu::In<T> ids, gpu::In<T> wte,
                                                int64_t n, int64_t rows, int64_t h, int64_t first) {
   const int64_t items = n * h;
   for (int64_t item = gpu::global_thread(); item < items; item += gpu::grid_threads()) {
     const int64_t i = item / h, c = item % h;
     const int64_t row = static_cast<int64_t>(ids[i]) - first;
-    out[item] = row >= 0 && row < rows ? wte[row * h + c] : 0.0f;
+    out.set(item, row >= 0 && row < rows ? wte[row * h + c] : 0.0f);
   }
 }
 
 // The host groups the positions i by owned row (unique rows u in increasing order; positions of
 // row u at index[offsets[u] .. offsets[u + 1]), increasing). One thread per (u, c) adds dout[i, c]
 // for those positions in order into the f32 value — the CPU's exact sequence of additions.
-__global__ void embedding_shard_backward_kernel(float* dwte, const float* dout,
+template <bool T>
+__global__ void embedding_shard_backward_kernel(gpu::Out<T> dwte, gpu::In<T> dout,
                                                 const int64_t* unique_rows, const int64_t* offsets,
                                                 const int64_t* index, int64_t nunique, int64_t h) {
   const int64_t items = nunique * h;
   for (int64_t item = gpu::global_thread(); item < items; item += gpu::grid_threads()) {
     const int64_t u = item / h, c = item % h;
-    float* dst = dwte + unique_rows[u] * h + c;
-    float acc = *dst;
+    const int64_t dst = unique_rows[u] * h + c;
+    float acc = dwte[dst];
     for (int64_t p = offsets[u]; p < offsets[u + 1]; ++p) acc += dout[index[p] * h + c];
-    *dst = acc;
+    dwte.set(dst, acc);
   }
 }
 
 // Positions: global row g = s·B + b is position s = g / B. One thread per (r, c).
-__global__ void position_forward_kernel(float* x, const float* wpe, int64_t rows, int64_t h,
+template <bool T>
+__global__ void position_forward_kernel(gpu::Out<T> x, gpu::In<T> wpe, int64_t rows, int64_t h,
                                         int64_t batch, int64_t row0) {
   const int64_t items = rows * h;
   for (int64_t item = gpu::global_thread(); item < items; item += gpu::grid_threads()) {
     const int64_t r = item / h, c = item % h;
-    x[item] += wpe[((row0 + r) / batch) * h + c];
+    x.set(item, x[item] + wpe[((row0 + r) / batch) * h + c]);
   }
 }
 
 // One thread per (position s in [s0, s1), c), its held rows in order, added one by one into the
 // f32 value as on the CPU.
-__global__ void position_backward_kernel(float* dwpe, const float* dx, int64_t rows, int64_t h,
+template <bool T>
+__global__ void position_backward_kernel(gpu::Out<T> dwpe, gpu::In<T> dx, int64_t rows, int64_t h,
                                          int64_t batch, int64_t row0, int64_t s0, int64_t s1) {
   const int64_t items = (s1 - s0) * h;
   for (int64_t item = gpu::global_thread(); item < items; item += gpu::grid_threads()) {
     const int64_t s = s0 + item / h, c = item % h;
     const int64_t r0 = (s * batch > row0 ? s * batch : row0) - row0;
     const int64_t r1 = ((s + 1) * batch < row0 + rows ? (s + 1) * batch : row0 + rows) - row0;
-    float* dst = dwpe + s * h + c;
-    float acc = *dst;
+    const int64_t dst = s * h + c;
+    float acc = dwpe[dst];
     for (int64_t r = r0; r < r1; ++r) acc += dx[r * h + c];
-    *dst = acc;
+    dwpe.set(dst, acc);
   }
 }
 
@@ -88,8 +96,14 @@ void CudaDevice::do_embedding_shard_forward(Tensor& out, const Tensor& ids, cons
                                             int64_t first_id) {
   const int64_t n = ids.numel(), rows = wte_shard.rows(), h = wte_shard.cols();
   if (n * h == 0) return;
-  embedding_shard_forward_kernel<<<gpu::elementwise_blocks(n * h), gpu::kThreads, 0, stream()>>>(
-      out.data(), ids.data(), wte_shard.data(), n, rows, h, first_id);
+  gpu::storage_of(
+      [&](auto typed) {
+    constexpr bool T = decltype(typed)::value;
+    embedding_shard_forward_kernel<T>
+        <<<gpu::elementwise_blocks(n * h), gpu::kThreads, 0, stream()>>>(
+            gpu::out<T>(out), gpu::in<T>(ids), gpu::in<T>(wte_shard), n, rows, h, first_id);
+      },
+      out, ids, wte_shard);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -141,18 +155,28 @@ void CudaDevice::do_embedding_shard_backward(Tensor& dwte_shard, const Tensor& d
   // copy goes through copy_from_host, which waits for it (the call already synchronised once, to
   // bring the ids to the host for their check).
   copy_from_host(dev_packed, packed.data(), bytes);
-  embedding_shard_backward_kernel<<<gpu::elementwise_blocks(nunique * h), gpu::kThreads, 0,
-                                    stream()>>>(dwte_shard.data(), dout.data(), dev_packed,
-                                                dev_packed + nunique, dev_packed + 2 * nunique + 1,
-                                                nunique, h);
+  gpu::storage_of(
+      [&](auto typed) {
+    constexpr bool T = decltype(typed)::value;
+    embedding_shard_backward_kernel<T>
+        <<<gpu::elementwise_blocks(nunique * h), gpu::kThreads, 0, stream()>>>(
+            gpu::out<T>(dwte_shard), gpu::in<T>(dout), dev_packed, dev_packed + nunique,
+            dev_packed + 2 * nunique + 1, nunique, h);
+      },
+      dwte_shard, dout);
   CUDA_CHECK_LAUNCH();
 }
 
 void CudaDevice::do_position_forward(Tensor& x, const Tensor& wpe, int64_t batch, int64_t row0) {
   const int64_t rows = x.rows(), h = x.cols();
   if (rows * h == 0) return;
-  position_forward_kernel<<<gpu::elementwise_blocks(rows * h), gpu::kThreads, 0, stream()>>>(
-      x.data(), wpe.data(), rows, h, batch, row0);
+  gpu::storage_of(
+      [&](auto typed) {
+    constexpr bool T = decltype(typed)::value;
+    position_forward_kernel<T><<<gpu::elementwise_blocks(rows * h), gpu::kThreads, 0, stream()>>>(
+        gpu::out<T>(x), gpu::in<T>(wpe), rows, h, batch, row0);
+      },
+      x, wpe);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -160,8 +184,14 @@ void CudaDevice::do_position_backward(Tensor& dwpe, const Tensor& dx, int64_t ba
   const int64_t rows = dx.rows(), h = dx.cols();
   if (rows == 0 || h == 0) return;
   const int64_t s0 = row0 / batch, s1 = (row0 + rows - 1) / batch + 1;  // positions [s0, s1)
-  position_backward_kernel<<<gpu::elementwise_blocks((s1 - s0) * h), gpu::kThreads, 0, stream()>>>(
-      dwpe.data(), dx.data(), rows, h, batch, row0, s0, s1);
+  gpu::storage_of(
+      [&](auto typed) {
+    constexpr bool T = decltype(typed)::value;
+    position_backward_kernel<T>
+        <<<gpu::elementwise_blocks((s1 - s0) * h), gpu::kThreads, 0, stream()>>>(
+            gpu::out<T>(dwpe), gpu::in<T>(dx), rows, h, batch, row0, s0, s1);
+      },
+      dwpe, dx);
   CUDA_CHECK_LAUNCH();
 }
 

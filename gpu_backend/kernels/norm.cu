@@ -6,7 +6,9 @@
 // The parameter gradients are f64 partial sums over fixed chunks of rows, in row order, summed
 // inside the backward kernel itself, which also writes dx, so dy and x are read from memory once;
 // then one thread per column adds the chunk sums in chunk order (gpu::column_finish,
-// kernels/reduce.cu): bit-identical from run to run.
+// kernels/reduce.cu): bit-identical from run to run. Both norms read and write bf16 themselves
+// (native_bf16): the statistics stay f64 / f32 sums of the widened values, each stored element
+// is rounded once.
 #include <cstdint>
 
 #include "cuda_check.h"
@@ -23,42 +25,51 @@ namespace {
 
 constexpr int64_t kNormChunk = 16;  // rows per block of the fused norm backward (dx, dw, db)
 
-// One block per row: Σx, then Σ(x − μ)² (f64, block reductions), then y.
-__global__ void layernorm_forward_kernel(float* y, float* mean, float* rstd, const float* x,
-                                         const float* w, const float* b, int64_t rows, int64_t h,
-                                         float eps) {
+// One block per row: Σx, then Σ(x − μ)² (f64, block reductions), then y. Every kernel here is
+// kernel<kTyped> over gpu::In / gpu::Out (kernel_util.cuh): x, w, b, y, dy, dx in f32 or bf16,
+// the statistics computed in f64 / f32 as below whatever the storage.
+template <bool T>
+__global__ void layernorm_forward_kernel(gpu::Out<T> y, gpu::Out<T> mean, gpu::Out<T> rstd,
+                                         gpu::In<T> x, gpu::In<T> w, gpu::In<T> b, int64_t rows,
+                                         int64_t h, float eps) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float* xr = x + r * h;
+    const int64_t row = r * h;
     double s = 0.0;
-    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) s += xr[c];
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) s += x[row + c];
     s = gpu::block_sum(s);
     const double mu = s / static_cast<double>(h);
     double ss = 0.0;
-    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) ss += (xr[c] - mu) * (xr[c] - mu);
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) {
+      const float xc = x[row + c];
+      ss += (xc - mu) * (xc - mu);
+    }
     ss = gpu::block_sum(ss);
     const float m = static_cast<float>(mu);
     const float rs = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(h) + eps));
-    float* yr = y + r * h;
-    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) yr[c] = (xr[c] - m) * rs * w[c] + b[c];
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x)
+      y.set(row + c, (x[row + c] - m) * rs * w[c] + b[c]);
     if (threadIdx.x == 0) {
-      mean[r] = m;
-      rstd[r] = rs;
+      mean.set(r, m);
+      rstd.set(r, rs);
     }
   }
 }
 
 // One block per row: Σx² (f64, block reduction), then y.
-__global__ void rmsnorm_forward_kernel(float* y, float* rstd, const float* x, const float* w,
+template <bool T>
+__global__ void rmsnorm_forward_kernel(gpu::Out<T> y, gpu::Out<T> rstd, gpu::In<T> x, gpu::In<T> w,
                                        int64_t rows, int64_t h, float eps) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float* xr = x + r * h;
+    const int64_t row = r * h;
     double ss = 0.0;
-    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) ss += static_cast<double>(xr[c]) * xr[c];
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) {
+      const float xc = x[row + c];
+      ss += static_cast<double>(xc) * xc;
+    }
     ss = gpu::block_sum(ss);
     const float rs = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(h) + eps));
-    float* yr = y + r * h;
-    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) yr[c] = xr[c] * rs * w[c];
-    if (threadIdx.x == 0) rstd[r] = rs;
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) y.set(row + c, x[row + c] * rs * w[c]);
+    if (threadIdx.x == 0) rstd.set(r, rs);
   }
 }
 
@@ -69,10 +80,10 @@ __global__ void rmsnorm_forward_kernel(float* y, float* rstd, const float* x, co
 // owned by one thread). gpu::column_finish then adds the chunks in order. dy and x are read
 // from memory once; the second pass over a row finds it in cache. The arithmetic is the CPU's
 // (x̂ in f32, products into f64).
-template <bool kLayerNorm>
-__global__ void norm_backward_kernel(float* dx, double* dw_part, double* db_part, const float* dy,
-                                     const float* x, const float* w, const float* mean,
-                                     const float* rstd, int64_t rows, int64_t h, int64_t nchunks) {
+template <bool kLayerNorm, bool T>
+__global__ void norm_backward_kernel(gpu::Out<T> dx, double* dw_part, double* db_part,
+                                     gpu::In<T> dy, gpu::In<T> x, gpu::In<T> w, gpu::In<T> mean,
+                                     gpu::In<T> rstd, int64_t rows, int64_t h, int64_t nchunks) {
   for (int64_t k = blockIdx.x; k < nchunks; k += gridDim.x) {
     const int64_t r0 = k * kNormChunk;
     const int64_t r1 = r0 + kNormChunk < rows ? r0 + kNormChunk : rows;
@@ -83,24 +94,22 @@ __global__ void norm_backward_kernel(float* dx, double* dw_part, double* db_part
       if (kLayerNorm) dbp[c] = 0.0;
     }
     for (int64_t r = r0; r < r1; ++r) {
-      const float* xr = x + r * h;
-      const float* dyr = dy + r * h;
+      const int64_t row = r * h;
       const float m = kLayerNorm ? mean[r] : 0.0f, rs = rstd[r];
       double sum_g = 0.0, sum_gx = 0.0;
       for (int64_t c = threadIdx.x; c < h; c += blockDim.x) {
-        const float g = dyr[c] * w[c];
+        const float g = dy[row + c] * w[c];
         if (kLayerNorm) sum_g += g;
-        sum_gx += static_cast<double>(g) * ((xr[c] - m) * rs);
+        sum_gx += static_cast<double>(g) * ((x[row + c] - m) * rs);
       }
       if (kLayerNorm) sum_g = gpu::block_sum(sum_g);
       sum_gx = gpu::block_sum(sum_gx);  // synchronises: every thread has read dy and x of row r
       const float mean_g = kLayerNorm ? static_cast<float>(sum_g / static_cast<double>(h)) : 0.0f;
       const float mean_gx = static_cast<float>(sum_gx / static_cast<double>(h));
-      float* dxr = dx + r * h;
       for (int64_t c = threadIdx.x; c < h; c += blockDim.x) {
-        const float dyc = dyr[c], xhat = (xr[c] - m) * rs;
-        dxr[c] = kLayerNorm ? rs * (dyc * w[c] - mean_g - xhat * mean_gx)
-                            : rs * (dyc * w[c] - xhat * mean_gx);
+        const float dyc = dy[row + c], xhat = (x[row + c] - m) * rs;
+        dx.set(row + c, kLayerNorm ? rs * (dyc * w[c] - mean_g - xhat * mean_gx)
+                                   : rs * (dyc * w[c] - xhat * mean_gx));
         dwp[c] += static_cast<double>(dyc) * xhat;
         if (kLayerNorm) dbp[c] += static_cast<double>(dyc);
       }
@@ -116,9 +125,9 @@ __global__ void norm_backward_kernel(float* dx, double* dw_part, double* db_part
 
 namespace {
 // The fused norm backward (norm_backward_kernel), then the chunk sums into dw (and db).
-void norm_backward(CudaDevice& dev, bool layernorm, Tensor& dx, float* dw, float* db,
-                   const Tensor& dy, const Tensor& x, const Tensor& w, const float* mean,
-                   const float* rstd) {
+void norm_backward(CudaDevice& dev, bool layernorm, Tensor& dx, Tensor& dw, Tensor* db,
+                   const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* mean,
+                   const Tensor& rstd) {
   const int64_t rows = x.rows(), h = x.cols();
   if (rows == 0 || h == 0) return;  // dw, db += 0
   const int64_t nchunks = (rows + kNormChunk - 1) / kNormChunk;
@@ -126,17 +135,26 @@ void norm_backward(CudaDevice& dev, bool layernorm, Tensor& dx, float* dw, float
   auto* dw_part = static_cast<double*>(dev.scratch((layernorm ? 2 : 1) * part * sizeof(double)));
   double* db_part = layernorm ? dw_part + part : nullptr;
   const unsigned int threads = gpu::threads_for(h, gpu::kRowThreads);
-  if (layernorm) {
-    norm_backward_kernel<true><<<gpu::row_blocks(nchunks), threads, 0, dev.stream()>>>(
-        dx.data(), dw_part, db_part, dy.data(), x.data(), w.data(), mean, rstd, rows, h, nchunks);
-  } else {
-    norm_backward_kernel<false><<<gpu::row_blocks(nchunks), threads, 0, dev.stream()>>>(
-        dx.data(), dw_part, db_part, dy.data(), x.data(), w.data(), mean, rstd, rows, h, nchunks);
-  }
+  const Tensor no_mean;  // RMSNorm: μ = 0, never read
+  const Tensor& mu = mean != nullptr ? *mean : no_mean;
+  gpu::storage_of(
+      [&](auto typed) {
+    constexpr bool T = decltype(typed)::value;
+    if (layernorm) {
+      norm_backward_kernel<true, T><<<gpu::row_blocks(nchunks), threads, 0, dev.stream()>>>(
+          gpu::out<T>(dx), dw_part, db_part, gpu::in<T>(dy), gpu::in<T>(x), gpu::in<T>(w),
+          gpu::in<T>(mu), gpu::in<T>(rstd), rows, h, nchunks);
+    } else {
+      norm_backward_kernel<false, T><<<gpu::row_blocks(nchunks), threads, 0, dev.stream()>>>(
+          gpu::out<T>(dx), dw_part, db_part, gpu::in<T>(dy), gpu::in<T>(x), gpu::in<T>(w),
+          gpu::in<T>(mu), gpu::in<T>(rstd), rows, h, nchunks);
+    }
+      },
+      dx, dy, x, w, mu, rstd);
   CUDA_CHECK_LAUNCH();
   gpu::column_finish(dev, dw, dw_part, h, nchunks);
   if (layernorm) {
-    gpu::column_finish(dev, db, db_part, h, nchunks);
+    gpu::column_finish(dev, *db, db_part, h, nchunks);
   }
 }
 }  // namespace
@@ -145,30 +163,42 @@ void CudaDevice::do_layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, con
                                       const Tensor& w, const Tensor& b, float eps) {
   const int64_t rows = x.rows(), h = x.cols();
   if (rows == 0) return;
-  layernorm_forward_kernel<<<gpu::row_blocks(rows), gpu::threads_for(h, gpu::kRowThreads), 0,
-                             stream()>>>(y.data(), mean.data(), rstd.data(), x.data(), w.data(),
-                                         b.data(), rows, h, eps);
+  gpu::storage_of(
+      [&](auto typed) {
+    constexpr bool T = decltype(typed)::value;
+    layernorm_forward_kernel<T>
+        <<<gpu::row_blocks(rows), gpu::threads_for(h, gpu::kRowThreads), 0, stream()>>>(
+            gpu::out<T>(y), gpu::out<T>(mean), gpu::out<T>(rstd), gpu::in<T>(x), gpu::in<T>(w),
+            gpu::in<T>(b), rows, h, eps);
+      },
+      y, mean, rstd, x, w, b);
   CUDA_CHECK_LAUNCH();
 }
 
 void CudaDevice::do_layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy,
                                        const Tensor& x, const Tensor& w, const Tensor& mean,
                                        const Tensor& rstd) {
-  norm_backward(*this, true, dx, dw.data(), db.data(), dy, x, w, mean.data(), rstd.data());
+  norm_backward(*this, true, dx, dw, &db, dy, x, w, &mean, rstd);
 }
 
 void CudaDevice::do_rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w,
                                     float eps) {
   const int64_t rows = x.rows(), h = x.cols();
   if (rows == 0) return;
-  rmsnorm_forward_kernel<<<gpu::row_blocks(rows), gpu::threads_for(h, gpu::kRowThreads), 0,
-                           stream()>>>(y.data(), rstd.data(), x.data(), w.data(), rows, h, eps);
+  gpu::storage_of(
+      [&](auto typed) {
+    constexpr bool T = decltype(typed)::value;
+    rmsnorm_forward_kernel<T>
+        <<<gpu::row_blocks(rows), gpu::threads_for(h, gpu::kRowThreads), 0, stream()>>>(
+            gpu::out<T>(y), gpu::out<T>(rstd), gpu::in<T>(x), gpu::in<T>(w), rows, h, eps);
+      },
+      y, rstd, x, w);
   CUDA_CHECK_LAUNCH();
 }
 
 void CudaDevice::do_rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
                                      const Tensor& w, const Tensor& rstd) {
-  norm_backward(*this, false, dx, dw.data(), nullptr, dy, x, w, nullptr, rstd.data());
+  norm_backward(*this, false, dx, dw, nullptr, dy, x, w, nullptr, rstd);
 }
 
 }  // namespace tp

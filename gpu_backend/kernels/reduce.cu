@@ -3,6 +3,9 @@
 // gradient, gpu::column_finish for the norms' dw and db; kernels/kernel_util.cuh declares them).
 // The math is in core/device.h; the CPU's sum_squares is in cpu_backend/kernels/reduce.cpp.
 //
+// Every kernel here reads (and the column sums write) bf16 itself (native_bf16; kernel_util.cuh,
+// "Storage types"): a bf16 dy is widened on load, a bf16 gradient rounded once per store.
+//
 // Determinism: sum_squares sums fixed chunks, then the chunk sums in a fixed tree order (identical
 // run to run, not necessarily to the CPU's last bit); the column sums depend only on the shape.
 #include <algorithm>
@@ -43,7 +46,8 @@ __device__ double block_sum(double v, double* s) {
 // partial[b] = Σ x[i]² over chunk b = [b · kSumChunk, (b + 1) · kSumChunk), in double. Thread t
 // takes elements t, t + 256, … of the chunk in order, then the block adds the 256 sums in a fixed
 // tree: the result depends only on n, never on the grid or on timing.
-__global__ void sum_squares_partial_kernel(const float* __restrict__ x, int64_t n, int64_t chunks,
+template <bool T>
+__global__ void sum_squares_partial_kernel(gpu::In<T> x, int64_t n, int64_t chunks,
                                            double* __restrict__ partial) {
   __shared__ double s[kReduceThreads];
   for (int64_t b = blockIdx.x; b < chunks; b += gridDim.x) {
@@ -73,8 +77,9 @@ __global__ void sum_doubles_kernel(const double* __restrict__ partial, int64_t c
 //   partial[k, c] = Σ_{r in chunk k, in order} term(r, c)          (f64; one thread per (k, c))
 //   out[c] += f32(Σ_k partial[k, c], k in order)                    (one thread per c)
 // column_finish_kernel also finishes the norms' fused backward (kernels/norm.cu).
+template <bool T>
 struct DyTerm {
-  const float* dy;
+  gpu::In<T> dy;
   __device__ double operator()(int64_t, int64_t i) const { return static_cast<double>(dy[i]); }
 };
 
@@ -93,12 +98,13 @@ __global__ void column_partial_sums_kernel(double* partial, int64_t rows, int64_
   }
 }
 
-__global__ void column_finish_kernel(float* out, const double* partial, int64_t h,
+template <bool T>
+__global__ void column_finish_kernel(gpu::Out<T> out, const double* partial, int64_t h,
                                      int64_t nchunks) {
   for (int64_t c = gpu::global_thread(); c < h; c += gpu::grid_threads()) {
     double acc = 0.0;
     for (int64_t k = 0; k < nchunks; ++k) acc += partial[k * h + c];
-    out[c] += static_cast<float>(acc);
+    out.set(c, out[c] + static_cast<float>(acc));
   }
 }
 
@@ -111,7 +117,7 @@ __global__ void column_finish_kernel(float* out, const double* partial, int64_t 
 namespace {
 // out[c] += Σ_r term(r, c) for a (rows, h) tensor, through the device's scratch memory.
 template <typename Term>
-void column_sums_of(CudaDevice& dev, float* out, int64_t rows, int64_t h, Term term) {
+void column_sums_of(CudaDevice& dev, Tensor& out, int64_t rows, int64_t h, Term term) {
   if (h == 0) return;
   const int64_t nchunks = (rows + kRowChunk - 1) / kRowChunk;  // 0 rows: 0 chunks, out += 0
   double* partial = nullptr;
@@ -127,13 +133,23 @@ void column_sums_of(CudaDevice& dev, float* out, int64_t rows, int64_t h, Term t
 
 namespace gpu {
 
-void column_sums(CudaDevice& dev, float* out, const float* dy, int64_t rows, int64_t h) {
-  column_sums_of(dev, out, rows, h, DyTerm{dy});
+void column_sums(CudaDevice& dev, Tensor& out, const Tensor& dy) {
+  const int64_t rows = dy.rows(), h = dy.cols();
+  if (dy.dtype() == Dtype::bf16)
+    column_sums_of(dev, out, rows, h, DyTerm<true>{in<true>(dy)});
+  else
+    column_sums_of(dev, out, rows, h, DyTerm<false>{in<false>(dy)});
 }
 
-void column_finish(CudaDevice& dev, float* out, const double* partial, int64_t h, int64_t nchunks) {
-  column_finish_kernel<<<grid_blocks(h, kThreads), kThreads, 0, dev.stream()>>>(out, partial, h,
-                                                                                nchunks);
+void column_finish(CudaDevice& dev, Tensor& dst, const double* partial, int64_t h,
+                   int64_t nchunks) {
+  storage_of(
+      [&](auto typed) {
+    constexpr bool T = decltype(typed)::value;
+    column_finish_kernel<T>
+        <<<grid_blocks(h, kThreads), kThreads, 0, dev.stream()>>>(out<T>(dst), partial, h, nchunks);
+      },
+      dst);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -147,7 +163,13 @@ double CudaDevice::do_sum_squares(const Tensor& x) {
   auto* partial = static_cast<double*>(scratch(static_cast<size_t>(chunks + 1) * sizeof(double)));
   double* total = partial + chunks;
   const auto grid = static_cast<unsigned int>(std::min<int64_t>(chunks, kMaxBlocks));
-  sum_squares_partial_kernel<<<grid, kReduceThreads, 0, stream_>>>(x.data(), n, chunks, partial);
+  gpu::storage_of(
+      [&](auto typed) {
+    constexpr bool T = decltype(typed)::value;
+    sum_squares_partial_kernel<T>
+        <<<grid, kReduceThreads, 0, stream_>>>(gpu::in<T>(x), n, chunks, partial);
+      },
+      x);
   CUDA_CHECK_LAUNCH();
   sum_doubles_kernel<<<1, kReduceThreads, 0, stream_>>>(partial, chunks, total);
   CUDA_CHECK_LAUNCH();

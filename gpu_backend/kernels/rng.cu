@@ -44,25 +44,28 @@ __device__ float random_value_device(RngKey key, int64_t global_index, bool norm
   return __double2float_rn(__dadd_rn(static_cast<double>(a), __dmul_rn(static_cast<double>(b), z)));
 }
 
-// Over i = r · cols + c.
-__global__ void fill_random_kernel(float* __restrict__ x, int64_t n, int64_t cols, RngKey key,
+// Over i = r · cols + c. Both kernels are kernel<kTyped> over gpu::Out (kernel_util.cuh): a bf16
+// output gets the f32 value rounded once.
+template <bool T>
+__global__ void fill_random_kernel(gpu::Out<T> x, int64_t n, int64_t cols, RngKey key,
                                    int64_t offset, int64_t row_stride, bool normal, float a,
                                    float b) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / cols, c = i % cols;
-    x[i] = random_value_device(key, offset + r * row_stride + c, normal, a, b);
+    x.set(i, random_value_device(key, offset + r * row_stride + c, normal, a, b));
   }
 }
 
 // keep = 1 / (1 − p) is computed on the host in f32, as the CPU does.
-__global__ void dropout_mask_kernel(float* __restrict__ mask, int64_t n, int64_t cols, RngKey key,
+template <bool T>
+__global__ void dropout_mask_kernel(gpu::Out<T> mask, int64_t n, int64_t cols, RngKey key,
                                     int64_t offset, int64_t row_stride, float p, float keep) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / cols, c = i % cols;
     const float u = random_value_device(key, offset + r * row_stride + c, false, 0.0f, 1.0f);
-    mask[i] = u >= p ? keep : 0.0f;
+    mask.set(i, u >= p ? keep : 0.0f);
   }
 }
 
@@ -77,8 +80,13 @@ void CudaDevice::do_fill_random(Tensor& x, const RngKey& key, const GlobalIndex&
   const int64_t n = x.numel();
   if (n == 0) return;
   const bool normal = dist.kind == Distribution::Kind::Normal;
-  fill_random_kernel<<<gpu::elementwise_blocks(n), gpu::kThreads, 0, stream_>>>(
-      x.data(), n, x.cols(), key, index.offset, index.row_stride, normal, dist.a, dist.b);
+  gpu::storage_of(
+      [&](auto typed) {
+    constexpr bool T = decltype(typed)::value;
+    fill_random_kernel<T><<<gpu::elementwise_blocks(n), gpu::kThreads, 0, stream_>>>(
+        gpu::out<T>(x), n, x.cols(), key, index.offset, index.row_stride, normal, dist.a, dist.b);
+      },
+      x);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -87,8 +95,13 @@ void CudaDevice::do_dropout_mask(Tensor& mask, const RngKey& key, const GlobalIn
   const int64_t n = mask.numel();
   if (n == 0) return;
   const float keep = 1.0f / (1.0f - p);
-  dropout_mask_kernel<<<gpu::elementwise_blocks(n), gpu::kThreads, 0, stream_>>>(
-      mask.data(), n, mask.cols(), key, index.offset, index.row_stride, p, keep);
+  gpu::storage_of(
+      [&](auto typed) {
+    constexpr bool T = decltype(typed)::value;
+    dropout_mask_kernel<T><<<gpu::elementwise_blocks(n), gpu::kThreads, 0, stream_>>>(
+        gpu::out<T>(mask), n, mask.cols(), key, index.offset, index.row_stride, p, keep);
+      },
+      mask);
   CUDA_CHECK_LAUNCH();
 }
 

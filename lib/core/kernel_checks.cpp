@@ -131,16 +131,18 @@ void check_copy_columns(const Device& dev, const Tensor& src, int64_t src_col, c
   // copied elements must not overlap. Pointer arithmetic only: device memory is never read here.
   const int64_t rows = src.rows();
   if (rows == 0 || ncols == 0) return;
+  // Byte addresses (raw(): f32 or bf16).
   const auto first = [](const Tensor& t, int64_t col) {
-    return reinterpret_cast<uintptr_t>(t.data() + col);
+    return reinterpret_cast<uintptr_t>(t.raw()) + static_cast<uintptr_t>(col * t.element_size());
   };
   const auto last = [rows, ncols](const Tensor& t, int64_t col) {
-    return reinterpret_cast<uintptr_t>(t.data() + (rows - 1) * t.cols() + col + ncols);
+    return reinterpret_cast<uintptr_t>(t.raw()) +
+           static_cast<uintptr_t>(((rows - 1) * t.cols() + col + ncols) * t.element_size());
   };
   if (first(src, src_col) >= last(dst, dst_col) || first(dst, dst_col) >= last(src, src_col))
     return;
   // The spans meet: fine only for different columns of the same rows of one tensor.
-  TP_CHECK(src.data() == dst.data() && src.cols() == dst.cols() &&
+  TP_CHECK(src.raw() == dst.raw() && src.cols() == dst.cols() &&
                (src_col + ncols <= dst_col || dst_col + ncols <= src_col),
            "copy_columns: the source columns [", src_col, ", ", src_col + ncols,
            ") and the destination columns [", dst_col, ", ", dst_col + ncols,
