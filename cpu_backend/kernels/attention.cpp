@@ -1,19 +1,21 @@
 // attention.cpp — the CPU backend's causal attention: forward, backward, and the forward over a
 // key/value cache (decoding). The math is in core/device.h; the GPU's is in
-// gpu_backend/kernels/attention.cu.
+// gpu_backend/kernels/attention.cu. No BLAS: a register-tiled kernel of this file (below says
+// why and how), built for AVX-512, AVX2 + FMA and the baseline, the variant picked from the CPU
+// once (kernels/attention.h lets a test pick another).
 //
-// Thread independence: the products go through BLAS (blas.h: tp::cpu::sgemm); the GEMMs of one
-// (batch, head) pair (backward: one (batch, kv head) pair, dk and dv included) run whole on one
-// thread, and inside a parallel region OpenBLAS runs each call on the calling thread alone, so
-// attention is bit-identical across thread counts for a given OpenBLAS kernel: another kernel
-// (OPENBLAS_CORETYPE, another CPU or library) rounds differently, within fp32 tolerance.
+// Thread independence: one (batch, head) pair (backward: one (batch, kv head) pair, dk and dv
+// included) runs whole on one thread, so attention is bit-identical across thread counts; and
+// the AVX-512 and AVX2 variants give the same bits (see "Order of the sums" below).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
+#include "core/error.h"
 #include "cpu_device.h"
+#include "kernels/attention.h"
 #include "kernels/kernel_util.h"
 
 namespace tp {
@@ -25,18 +27,19 @@ namespace tp {
 // The products are a register-blocked micro-kernel of this file, not BLAS: at these shapes
 // ((S, hd) = (128, 32) in the bench model) OpenBLAS's per-call overhead and packing left the
 // attention at ≈ 80–110 GFLOP/s, and a GEMM cannot skip the upper half of a diagonal block. Here
-// a tile is kRows rows × 2 vectors of columns held in registers (4 × 32 floats with AVX-512, 4 × 16
+// a tile is R rows × 2 vectors of columns held in registers (8 × 32 floats with AVX-512, 4 × 16
 // with AVX2, 4 × 8 with SSE2), and the causal triangle is cut at tile granularity: query rows
-// [s0, s0 + 4) read keys [0, s0 + 4) only, key rows [t0, t0 + 4) are reached from queries
+// [s0, s0 + R) read keys [0, s0 + R) only, key rows [t0, t0 + R) are reached from queries
 // [t0, S) only. The entries t > s inside a tile are computed and then replaced by zeros (P by
 // the softmax, dS by its loop), which the next product multiplies through.
-// Forward, per (b, j) and 4-row tile: scores into a row buffer, the softmax on it (copied into
+// Forward, per (b, j) and R-row tile: scores into a row buffer, the softmax on it (copied into
 // probs), out = P V from the same buffer: S·S scores pass through L1, nothing but probs goes out.
 // Backward, per (b, g): dP tile by tile, the softmax backward on it (dS kept for the group), dq
 // from the dS rows, then dk, dv as Σ_s dS[s, t]·Q[s], Σ_s P[s, t]·dout[s] over s ≥ t.
 // Operands are first copied into zero-padded per-thread panels (K and V transposed where the
-// kernel reads them by columns): the copies, the softmax's tail (n mod 8 elements) and the lane
-// sums of its max and Σ are what stays scalar.
+// kernel reads them by columns). What stays scalar: the transposes, the copies' last hd mod W
+// columns, the −inf fill of a softmax row's last chunk, and the trees that add a row's max and Σ
+// across the lanes.
 //
 // Order of the sums: every output element is one running sum over the reduction index in
 // increasing order (hd for the scores and dP, keys for out and dq, queries for dk and dv), each
@@ -46,7 +49,7 @@ namespace tp {
 // share a register, not any element's sum); a CPU without AVX2 and FMA (the baseline path) rounds
 // each product separately: other bits, within fp32 tolerance.
 namespace {
-constexpr int64_t kRows = 4;  // rows of a register tile
+constexpr int64_t kRows = 8;  // rows of a register tile, at most (AVX-512: 8; else 4)
 constexpr int64_t kPad = 32;  // panel widths are multiples of this: 2 vectors of the widest ISA
 constexpr int kLanes = 16;    // the explicit lanes of the softmax's sums
 
@@ -74,29 +77,28 @@ TP_ATTN_INLINE void store(float* p, const V& v) {
 //   c[r·ldc + c] (+)= alpha · Σ_{e<k} a(r, e) · b[e·ldb + c],   a(r, e) = a[r·ar + e·ae],
 // the sum in increasing e (add: c + alpha·sum; else alpha·sum). a is read at kRows rows and b at
 // 2W columns: the caller's panels are padded so that both exist.
-template <int W>
+template <int W, int R>
 TP_ATTN_INLINE void tile(float* c, int64_t ldc, const float* a, int64_t ar, int64_t ae,
                          const float* b, int64_t ldb, int64_t k, float alpha, bool add) {
   using V = typename Vec<W>::type;
-  V c00 = {}, c01 = {}, c10 = {}, c11 = {}, c20 = {}, c21 = {}, c30 = {}, c31 = {};
+  V acc[R][2];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = V{};
   for (int64_t e = 0; e < k; ++e) {
     const float* be = b + e * ldb;
     V b0, b1;
     load(b0, be);
     load(b1, be + W);
     const float* ak = a + e * ae;
-    const float a0 = ak[0], a1 = ak[ar], a2 = ak[2 * ar], a3 = ak[3 * ar];
-    c00 += a0 * b0;
-    c01 += a0 * b1;
-    c10 += a1 * b0;
-    c11 += a1 * b1;
-    c20 += a2 * b0;
-    c21 += a2 * b1;
-    c30 += a3 * b0;
-    c31 += a3 * b1;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const float x = ak[r * ar];
+      acc[r][0] += x * b0;
+      acc[r][1] += x * b1;
+    }
   }
-  const V acc[kRows][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}};
-  for (int64_t r = 0; r < kRows; ++r)
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
     for (int h = 0; h < 2; ++h) {
       float* cp = c + r * ldc + h * W;
       V x = alpha * acc[r][h];
@@ -111,12 +113,12 @@ TP_ATTN_INLINE void tile(float* c, int64_t ldc, const float* a, int64_t ar, int6
 
 // c (kRows, n) = alpha · a (kRows, k) b (k, n), the tile over column blocks of 2W; n ≤ the
 // padded width of b and c, k as in tile.
-template <int W>
+template <int W, int R>
 TP_ATTN_INLINE void tile_row(float* c, int64_t ldc, const float* a, int64_t ar, int64_t ae,
                              const float* b, int64_t ldb, int64_t k, int64_t n, float alpha,
                              bool add) {
   for (int64_t c0 = 0; c0 < n; c0 += 2 * W)
-    tile<W>(c + c0, ldc, a, ar, ae, b + c0, ldb, k, alpha, add);
+    tile<W, R>(c + c0, ldc, a, ar, ae, b + c0, ldb, k, alpha, add);
 }
 
 // dst (rows, cols) row stride ldd = src (rows, cols) row stride lds, W floats a step (inline:
@@ -247,7 +249,7 @@ TP_ATTN_INLINE void softmax_backward_row(float* ds, const float* p, int64_t n, i
 // written, so it stays zero for every pair of the call).
 struct Dims {
   int64_t n, past, keys, hd;  // queries, positions before them, keys = past + n, head dim
-  int64_t nr, kr, hdp;        // n rounded up to kRows, keys and hd to kPad
+  int64_t nr, kr, hdp;        // n, keys and hd rounded up to kPad
   Dims(int64_t n_, int64_t past_, int64_t hd_)
       : n(n_),
         past(past_),
@@ -266,7 +268,7 @@ int64_t forward_floats(const Dims& d) {
 
 // One (b, j) pair: query row i (position past + i) attends to keys t ≤ past + i.
 // q, out: (n, hd) row stride ldq; k, v: (keys, hd) row stride ldk; probs (n, keys) or null.
-template <int W>
+template <int W, int R>
 TP_ATTN_INLINE void attend_pair(float* out, float* probs, const float* q, int64_t ldq,
                                 const float* k, const float* v, int64_t ldk, float scale,
                                 const Dims& d, float* ws) {
@@ -278,12 +280,12 @@ TP_ATTN_INLINE void attend_pair(float* out, float* probs, const float* q, int64_
   copy_rows<W>(qp, d.hdp, q, ldq, d.n, d.hd);
   copy_transposed(kt, d.kr, k, ldk, d.keys, d.hd);
   copy_rows<W>(vp, d.hdp, v, ldk, d.keys, d.hd);
-  for (int64_t i0 = 0; i0 < d.n; i0 += kRows) {
-    const int64_t rows = std::min(kRows, d.n - i0);
+  for (int64_t i0 = 0; i0 < d.n; i0 += R) {
+    const int64_t rows = std::min<int64_t>(R, d.n - i0);
     const int64_t keys = d.past + i0 + rows;  // the tile's rows read keys [0, keys)
     const int64_t cols = round_up(keys, kPad);
     // scores = scale · Q[i0:i0+4] Kᵀ[:, :keys], the softmax of each row, out = P V[:keys]
-    tile_row<W>(sc, d.kr, qp + i0 * d.hdp, d.hdp, 1, kt, d.kr, d.hd, cols, scale, false);
+    tile_row<W, R>(sc, d.kr, qp + i0 * d.hdp, d.hdp, 1, kt, d.kr, d.hd, cols, scale, false);
     for (int64_t r = 0; r < rows; ++r) {
       float* row = sc + r * d.kr;
       causal_softmax_row<W>(row, d.past + i0 + r + 1, cols);
@@ -293,7 +295,7 @@ TP_ATTN_INLINE void attend_pair(float* out, float* probs, const float* q, int64_
         zero<W>(prow + keys, d.keys - keys);
       }
     }
-    tile_row<W>(ob, d.hdp, sc, d.kr, 1, vp, d.hdp, keys, d.hd, 1.0f, false);
+    tile_row<W, R>(ob, d.hdp, sc, d.kr, 1, vp, d.hdp, keys, d.hd, 1.0f, false);
     copy_rows<W>(out + i0 * ldq, ldq, ob, d.hdp, rows, d.hd);
   }
 }
@@ -307,7 +309,7 @@ int64_t backward_floats(const Dims& d) {
 // One (b, g) pair: its query heads j0 .. j0 + group − 1 in order, their dk, dv summed.
 // dq, dout, q: head j's (S, hd) at + (j − j0)·hd, row stride ldq; k, v, dk, dv: (S, hd) row
 // stride ldk; probs: head j's (S, S) at + (j − j0)·S².
-template <int W>
+template <int W, int R>
 TP_ATTN_INLINE void backward_group(float* dq, float* dk, float* dv, const float* dout,
                                    const float* q, const float* k, const float* v,
                                    const float* probs, int64_t ldq, int64_t ldk, int64_t group,
@@ -328,26 +330,26 @@ TP_ATTN_INLINE void backward_group(float* dq, float* dk, float* dv, const float*
     const float* pj = probs + jj * S * S;
     copy_rows<W>(qp, hdp, q + jj * d.hd, ldq, S, d.hd);
     copy_rows<W>(dop, hdp, dout + jj * d.hd, ldq, S, d.hd);
-    for (int64_t s0 = 0; s0 < S; s0 += kRows) {
-      const int64_t rows = std::min(kRows, S - s0), keys = s0 + rows;
+    for (int64_t s0 = 0; s0 < S; s0 += R) {
+      const int64_t rows = std::min<int64_t>(R, S - s0), keys = s0 + rows;
       // dP = dout[s0:s0+4] Vᵀ[:, :keys]; dS = P ⊙ (dP − rowsum(dP ⊙ P)); dq = scale · dS K
-      tile_row<W>(ds + s0 * kr, kr, dop + s0 * hdp, hdp, 1, vt, kr, d.hd, round_up(keys, kPad),
-                  1.0f, false);
+      tile_row<W, R>(ds + s0 * kr, kr, dop + s0 * hdp, hdp, 1, vt, kr, d.hd, round_up(keys, kPad),
+                     1.0f, false);
       for (int64_t s = s0; s < s0 + rows; ++s) {
         float* prow = pb + s * kr;
         copy_rows<W>(prow, 0, pj + s * S, 0, 1, S);  // P's row, zero past s; the pad stays 0
         softmax_backward_row<W>(ds + s * kr, prow, s + 1,
                                 std::min(kr, round_up(s + 1, kLanes) + kLanes));
       }
-      tile_row<W>(ob, hdp, ds + s0 * kr, kr, 1, kp, hdp, keys, d.hd, scale, false);
+      tile_row<W, R>(ob, hdp, ds + s0 * kr, kr, 1, kp, hdp, keys, d.hd, scale, false);
       copy_rows<W>(dq + jj * d.hd + s0 * ldq, ldq, ob, hdp, rows, d.hd);
     }
     // dk[t0:t0+4] (+)= scale · Σ_{s ≥ t0} dS[s, t0:t0+4]ᵀ Q[s], dv the same with P and dout
-    for (int64_t t0 = 0; t0 < S; t0 += kRows) {
-      tile_row<W>(dkb + t0 * hdp, hdp, ds + t0 * kr + t0, 1, kr, qp + t0 * hdp, hdp, S - t0, d.hd,
-                  scale, jj > 0);
-      tile_row<W>(dvb + t0 * hdp, hdp, pb + t0 * kr + t0, 1, kr, dop + t0 * hdp, hdp, S - t0, d.hd,
-                  1.0f, jj > 0);
+    for (int64_t t0 = 0; t0 < S; t0 += R) {
+      tile_row<W, R>(dkb + t0 * hdp, hdp, ds + t0 * kr + t0, 1, kr, qp + t0 * hdp, hdp, S - t0,
+                     d.hd, scale, jj > 0);
+      tile_row<W, R>(dvb + t0 * hdp, hdp, pb + t0 * kr + t0, 1, kr, dop + t0 * hdp, hdp, S - t0,
+                     d.hd, 1.0f, jj > 0);
     }
   }
   copy_rows<W>(dk, ldk, dkb, hdp, S, d.hd);
@@ -365,38 +367,70 @@ struct Kernels {
                    const float*, int64_t, int64_t, int64_t, float, const Dims&, float*);
 };
 
-#define TP_ATTN_KERNELS(SUFFIX, TARGET, W)                                                   \
+#define TP_ATTN_KERNELS(SUFFIX, TARGET, W, R)                                                \
   TARGET void attend_##SUFFIX(float* out, float* probs, const float* q, int64_t ldq,         \
                               const float* k, const float* v, int64_t ldk, float scale,      \
                               const Dims& d, float* ws) {                                    \
-    attend_pair<W>(out, probs, q, ldq, k, v, ldk, scale, d, ws);                             \
+    attend_pair<W, R>(out, probs, q, ldq, k, v, ldk, scale, d, ws);                          \
   }                                                                                          \
   TARGET void backward_##SUFFIX(float* dq, float* dk, float* dv, const float* dout,          \
                                 const float* q, const float* k, const float* v,              \
                                 const float* probs, int64_t ldq, int64_t ldk, int64_t group, \
                                 float scale, const Dims& d, float* ws) {                     \
-    backward_group<W>(dq, dk, dv, dout, q, k, v, probs, ldq, ldk, group, scale, d, ws);      \
+    backward_group<W, R>(dq, dk, dv, dout, q, k, v, probs, ldq, ldk, group, scale, d, ws);   \
   }
 
-TP_ATTN_KERNELS(base, , 4)
+TP_ATTN_KERNELS(base, , 4, 4)
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(TP_NO_CPU_CLONES)
-TP_ATTN_KERNELS(avx2, __attribute__((target("avx2,fma"))), 8)
-TP_ATTN_KERNELS(avx512, __attribute__((target("avx512f"))), 16)
+TP_ATTN_KERNELS(avx2, __attribute__((target("avx2,fma"))), 8, 4)
+TP_ATTN_KERNELS(avx512, __attribute__((target("avx512f"))), 16, 8)
 #endif
 
-const Kernels& kernels() {
-  static const Kernels k = [] {
+struct Variant {
+  const char* name;
+  Kernels kernels;
+};
+
+// The variants this CPU runs, fastest first.
+const std::vector<Variant>& variants() {
+  static const std::vector<Variant> v = [] {
+    std::vector<Variant> r;
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(TP_NO_CPU_CLONES)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return Kernels{attend_avx512, backward_avx512};
+    if (__builtin_cpu_supports("avx512f"))
+      r.push_back({"avx512", {attend_avx512, backward_avx512}});
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-      return Kernels{attend_avx2, backward_avx2};
+      r.push_back({"avx2", {attend_avx2, backward_avx2}});
 #endif
-    return Kernels{attend_base, backward_base};
+    r.push_back({"base", {attend_base, backward_base}});
+    return r;
   }();
-  return k;
+  return v;
 }
+
+const Kernels* g_kernels = nullptr;  // set_attention_isa's choice; null: the first variant
+
+const Kernels& kernels() { return g_kernels ? *g_kernels : variants().front().kernels; }
 }  // namespace
+
+namespace cpu {
+std::vector<std::string> attention_isas() {
+  std::vector<std::string> r;
+  for (const Variant& v : variants()) r.push_back(v.name);
+  return r;
+}
+
+void set_attention_isa(const std::string& isa) {
+  for (const Variant& v : variants())
+    if (isa == v.name) {
+      g_kernels = &v.kernels;
+      return;
+    }
+  std::string known;
+  for (const Variant& v : variants()) known += std::string(known.empty() ? "" : ", ") + v.name;
+  TP_CHECK(false, "attention ISA '", isa, "' is not one this CPU runs (", known, ")");
+}
+}  // namespace cpu
 
 void CpuDevice::do_attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
                                      const Tensor& v, const AttentionShape& sh) {
