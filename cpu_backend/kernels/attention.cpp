@@ -142,8 +142,12 @@ TP_ATTN_INLINE void copy_rows(float* dst, int64_t ldd, const float* src, int64_t
 }
 TP_ATTN_INLINE void copy_transposed(float* dst, int64_t ldd, const float* src, int64_t lds,
                                     int64_t rows, int64_t cols) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
+  constexpr int64_t kBlock = 16;  // rows at a time: each dst row gets 16 floats in a run
+  for (int64_t r0 = 0; r0 < rows; r0 += kBlock) {
+    const int64_t r1 = std::min(rows, r0 + kBlock);
+    for (int64_t c = 0; c < cols; ++c)
+      for (int64_t r = r0; r < r1; ++r) dst[c * ldd + r] = src[r * lds + c];
+  }
 }
 // x[0, n) = 0, W floats a step.
 template <int W>
@@ -284,7 +288,7 @@ TP_ATTN_INLINE void attend_pair(float* out, float* probs, const float* q, int64_
     const int64_t rows = std::min<int64_t>(R, d.n - i0);
     const int64_t keys = d.past + i0 + rows;  // the tile's rows read keys [0, keys)
     const int64_t cols = round_up(keys, kPad);
-    // scores = scale · Q[i0:i0+4] Kᵀ[:, :keys], the softmax of each row, out = P V[:keys]
+    // scores = scale · Q[i0:i0+R] Kᵀ[:, :keys], the softmax of each row, out = P V[:keys]
     tile_row<W, R>(sc, d.kr, qp + i0 * d.hdp, d.hdp, 1, kt, d.kr, d.hd, cols, scale, false);
     for (int64_t r = 0; r < rows; ++r) {
       float* row = sc + r * d.kr;
@@ -327,28 +331,31 @@ TP_ATTN_INLINE void backward_group(float* dq, float* dk, float* dv, const float*
   copy_rows<W>(kp, hdp, k, ldk, S, d.hd);
   copy_transposed(vt, kr, v, ldk, S, d.hd);
   for (int64_t jj = 0; jj < group; ++jj) {
+    // P's rows as the kernel reads them, zero past s up to kr: probs itself when S is a multiple
+    // of kPad (no pad), else a padded copy
     const float* pj = probs + jj * S * S;
+    const bool direct = S == kr;
+    const float* pr = direct ? pj : pb;
     copy_rows<W>(qp, hdp, q + jj * d.hd, ldq, S, d.hd);
     copy_rows<W>(dop, hdp, dout + jj * d.hd, ldq, S, d.hd);
     for (int64_t s0 = 0; s0 < S; s0 += R) {
       const int64_t rows = std::min<int64_t>(R, S - s0), keys = s0 + rows;
-      // dP = dout[s0:s0+4] Vᵀ[:, :keys]; dS = P ⊙ (dP − rowsum(dP ⊙ P)); dq = scale · dS K
+      // dP = dout[s0:s0+R] Vᵀ[:, :keys]; dS = P ⊙ (dP − rowsum(dP ⊙ P)); dq = scale · dS K
       tile_row<W, R>(ds + s0 * kr, kr, dop + s0 * hdp, hdp, 1, vt, kr, d.hd, round_up(keys, kPad),
                      1.0f, false);
       for (int64_t s = s0; s < s0 + rows; ++s) {
-        float* prow = pb + s * kr;
-        copy_rows<W>(prow, 0, pj + s * S, 0, 1, S);  // P's row, zero past s; the pad stays 0
-        softmax_backward_row<W>(ds + s * kr, prow, s + 1,
+        if (!direct) copy_rows<W>(pb + s * kr, 0, pj + s * S, 0, 1, S);  // the pad stays 0
+        softmax_backward_row<W>(ds + s * kr, pr + s * kr, s + 1,
                                 std::min(kr, round_up(s + 1, kLanes) + kLanes));
       }
       tile_row<W, R>(ob, hdp, ds + s0 * kr, kr, 1, kp, hdp, keys, d.hd, scale, false);
       copy_rows<W>(dq + jj * d.hd + s0 * ldq, ldq, ob, hdp, rows, d.hd);
     }
-    // dk[t0:t0+4] (+)= scale · Σ_{s ≥ t0} dS[s, t0:t0+4]ᵀ Q[s], dv the same with P and dout
+    // dk[t0:t0+R] (+)= scale · Σ_{s ≥ t0} dS[s, t0:t0+R]ᵀ Q[s], dv the same with P and dout
     for (int64_t t0 = 0; t0 < S; t0 += R) {
       tile_row<W, R>(dkb + t0 * hdp, hdp, ds + t0 * kr + t0, 1, kr, qp + t0 * hdp, hdp, S - t0,
                      d.hd, scale, jj > 0);
-      tile_row<W, R>(dvb + t0 * hdp, hdp, pb + t0 * kr + t0, 1, kr, dop + t0 * hdp, hdp, S - t0,
+      tile_row<W, R>(dvb + t0 * hdp, hdp, pr + t0 * kr + t0, 1, kr, dop + t0 * hdp, hdp, S - t0,
                      d.hd, 1.0f, jj > 0);
     }
   }
