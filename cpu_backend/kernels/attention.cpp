@@ -80,6 +80,8 @@ TP_ATTN_INLINE void store(float* p, const V& v) {
 template <int W, int R>
 TP_ATTN_INLINE void tile(float* c, int64_t ldc, const float* a, int64_t ar, int64_t ae,
                          const float* b, int64_t ldb, int64_t k, float alpha, bool add) {
+  static_assert(R <= kRows && kPad % R == 0 && kPad % (2 * W) == 0,
+                "a tile's rows and columns divide the panels' padding");
   using V = typename Vec<W>::type;
   V acc[R][2];
 #pragma GCC unroll 8
