@@ -166,6 +166,10 @@ TP_ATTN_INLINE void zero(float* x, int64_t n) {
 typedef float Lanes __attribute__((vector_size(kLanes * sizeof(float))));
 typedef float HalfLanes __attribute__((vector_size(kLanes / 2 * sizeof(float))));
 typedef double LaneSums __attribute__((vector_size(kLanes / 2 * sizeof(double))));
+typedef float F4 __attribute__((vector_size(4 * sizeof(float))));
+typedef float F2 __attribute__((vector_size(2 * sizeof(float))));
+typedef double D4 __attribute__((vector_size(4 * sizeof(double))));
+typedef double D2 __attribute__((vector_size(2 * sizeof(double))));
 
 // acc += x in double: lanes 0..7 into acc[0], 8..15 into acc[1].
 TP_ATTN_INLINE void add_lanes(LaneSums* acc, const Lanes& x) {
@@ -175,14 +179,28 @@ TP_ATTN_INLINE void add_lanes(LaneSums* acc, const Lanes& x) {
   acc[1] += __builtin_convertvector(hi, LaneSums);
 }
 
-// Σ of the kLanes double lanes in a fixed tree: lane l of acc[0] + lane l of acc[1], then pairs.
+// Σ of the kLanes double lanes in a fixed tree, by halves in vector registers (a scalar chain
+// was a tenth of a row's time): lane l of acc[0] + lane l of acc[1], then lanes l and l + 4,
+// l and l + 2, 0 and 1.
 TP_ATTN_INLINE double lane_sum(const LaneSums* acc) {
-  LaneSums d = acc[0] + acc[1];
-  double r[kLanes / 2];
-  std::memcpy(r, &d, sizeof r);
-  for (int w = kLanes / 4; w > 0; w /= 2)
-    for (int l = 0; l < w; ++l) r[l] = r[2 * l] + r[2 * l + 1];
-  return r[0];
+  const LaneSums d8 = acc[0] + acc[1];
+  const D4 d4 =
+      __builtin_shufflevector(d8, d8, 0, 1, 2, 3) + __builtin_shufflevector(d8, d8, 4, 5, 6, 7);
+  const D2 d2 = __builtin_shufflevector(d4, d4, 0, 1) + __builtin_shufflevector(d4, d4, 2, 3);
+  return d2[0] + d2[1];
+}
+
+// max_l m[l] by halves as in lane_sum (max is exact: any order gives the same value, but ±0).
+TP_ATTN_INLINE float lane_max(const Lanes& m) {
+  const HalfLanes lo = __builtin_shufflevector(m, m, 0, 1, 2, 3, 4, 5, 6, 7);
+  const HalfLanes hi = __builtin_shufflevector(m, m, 8, 9, 10, 11, 12, 13, 14, 15);
+  const HalfLanes m8 = hi > lo ? hi : lo;
+  const F4 a4 = __builtin_shufflevector(m8, m8, 0, 1, 2, 3),
+           b4 = __builtin_shufflevector(m8, m8, 4, 5, 6, 7);
+  const F4 m4 = b4 > a4 ? b4 : a4;
+  const F2 a2 = __builtin_shufflevector(m4, m4, 0, 1), b2 = __builtin_shufflevector(m4, m4, 2, 3);
+  const F2 m2 = b2 > a2 ? b2 : a2;
+  return m2[1] > m2[0] ? m2[1] : m2[0];
 }
 
 // One row of causal softmax in place: row[t] = e^(row[t] − m) / Σ_{u<n} e^(row[u] − m) for
@@ -199,11 +217,7 @@ TP_ATTN_INLINE void causal_softmax_row(float* row, int64_t n, int64_t len) {
     load(x, row + t);
     m = x > m ? x : m;
   }
-  float r[kLanes];  // the max across the lanes, as a tree (a chain of kLanes maxes is slow)
-  std::memcpy(r, &m, sizeof r);
-  for (int w = kLanes / 2; w > 0; w /= 2)
-    for (int l = 0; l < w; ++l) r[l] = r[l + w] > r[l] ? r[l + w] : r[l];
-  const float maxv = r[0];
+  const float maxv = lane_max(m);
   for (int64_t t = 0; t < nc; t += kLanes)
     for (int l = 0; l < kLanes; ++l)
       row[t + l] = cpu::exp_small(cpu::clamp_abs(row[t + l] - maxv, 88.0f));
