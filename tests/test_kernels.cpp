@@ -696,6 +696,30 @@ TEST(KernelAttentionIsa, EveryVariantMatchesTheReference) {
           << isas[fma[0]] << " vs " << isas[fma[f]] << ", tensor " << t;
 }
 
+// The forward and the cached forward, like the backward above, give the same bits on 1 and 2
+// threads (one (b, j) pair runs whole on one thread).
+TEST(KernelAttentionIsa, ForwardIsThreadIndependent) {
+  const AttentionShape sh = attn_shape(64, 2, 4, 2, 16);
+  AttnCase c(sh);
+  std::vector<float> out[2], probs[2], cached[2];
+  const int64_t past = 40, n = sh.seq - past, B = sh.batch;
+  AttentionShape part = sh;
+  part.seq = n;
+  for (int t = 1; t <= 2; ++t)
+    with_threads(t, [&] {
+      Tensor o = filled(c.Q.shape(), kNaN), p = filled(c.probs.shape(), kNaN);
+      device().attention_forward(o, p, c.Q, c.K, c.V, sh);
+      Tensor oc = filled(Shape{n * B, sh.heads * sh.head_dim}, kNaN);
+      device().attention_cached_forward(oc, c.Q.view(past * B, sh.seq * B), c.K, c.V, past, part);
+      out[t - 1] = o.to_host();
+      probs[t - 1] = p.to_host();
+      cached[t - 1] = oc.to_host();
+    });
+  EXPECT_EQ(out[0], out[1]);
+  EXPECT_EQ(probs[0], probs[1]);
+  EXPECT_EQ(cached[0], cached[1]);
+}
+
 TEST(KernelAttentionIsa, UnknownVariantIsAnError) {
   EXPECT_THROW(tp::cpu::set_attention_isa("avx9000"), tp::Error);
 }
