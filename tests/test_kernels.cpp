@@ -31,6 +31,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/tensor.h"
+#include "kernels/attention.h"
 #include "test_util.h"
 
 namespace {
@@ -590,6 +591,137 @@ TEST(KernelAttention, BadShapesAreErrors) {
   EXPECT_THROW(device().attention_forward(out, probs, q, k, v, sh), tp::Error);
   sh = attn_shape(3, 2, 4, 2, 4);  // q is 6x12, not 6x16
   EXPECT_THROW(device().attention_forward(out, probs, q, k, v, sh), tp::Error);
+}
+
+// ---- attention: the CPU kernel's instruction sets ----------------------------------------------
+// cpu_backend/kernels/attention.cpp is a register-tiled kernel built for AVX-512, AVX2 + FMA and
+// the baseline; each variant this CPU runs is checked against the double reference, on shapes
+// whose S and hd are not multiples of the tiles (tails in every loop), and the FMA variants,
+// which add every element in the same order, are checked to give the same bits.
+
+// The backward by its definition (core/device.h), in double, from the forward reference's P.
+struct AttnGrads {
+  Vec dq, dk, dv;
+};
+AttnGrads attention_backward_ref(const Vec& q, const Vec& k, const Vec& v, const Vec& dout,
+                                 const AttentionShape& sh) {
+  const int64_t S = sh.seq, B = sh.batch, nh = sh.heads, nkv = sh.kv_heads, hd = sh.head_dim;
+  const Vec P = attention_ref(q, k, v, sh).probs;
+  AttnGrads g{Vec(q.size(), 0.0), Vec(k.size(), 0.0), Vec(v.size(), 0.0)};
+  const auto qi = [&](int64_t s, int64_t b, int64_t j, int64_t e) {
+    return (s * B + b) * nh * hd + j * hd + e;
+  };
+  const auto ki = [&](int64_t t, int64_t b, int64_t h, int64_t e) {
+    return (t * B + b) * nkv * hd + h * hd + e;
+  };
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0; j < nh; ++j) {
+      const int64_t h = j / (nh / nkv);
+      for (int64_t s = 0; s < S; ++s) {
+        const double* p = &P[((b * nh + j) * S + s) * S];
+        Vec dp(s + 1, 0.0);
+        double r = 0;
+        for (int64_t t = 0; t <= s; ++t) {
+          for (int64_t e = 0; e < hd; ++e) dp[t] += dout[qi(s, b, j, e)] * v[ki(t, b, h, e)];
+          r += p[t] * dp[t];
+        }
+        for (int64_t t = 0; t <= s; ++t) {
+          const double ds = p[t] * (dp[t] - r);
+          for (int64_t e = 0; e < hd; ++e) {
+            g.dq[qi(s, b, j, e)] += sh.scale * ds * k[ki(t, b, h, e)];
+            g.dk[ki(t, b, h, e)] += sh.scale * ds * q[qi(s, b, j, e)];
+            g.dv[ki(t, b, h, e)] += p[t] * dout[qi(s, b, j, e)];
+          }
+        }
+      }
+    }
+  return g;
+}
+
+// Restores the default variant when a test ends, passed or not.
+struct AttnIsaGuard {
+  ~AttnIsaGuard() { tp::cpu::set_attention_isa(tp::cpu::attention_isas().front()); }
+};
+
+TEST(KernelAttentionIsa, EveryVariantMatchesTheReference) {
+  const std::vector<std::string> isas = tp::cpu::attention_isas();
+  ASSERT_FALSE(isas.empty());
+  EXPECT_EQ(isas.back(), "base");  // the baseline runs everywhere
+  const AttentionShape shapes[] = {
+      attn_shape(37, 2, 4, 2, 40),  // GQA; S, hd past the tiles and the panels' 32
+      attn_shape(70, 1, 3, 3, 16),  // MHA; three 32-key chunks, the last ragged
+      attn_shape(5, 2, 4, 2, 3),    // the kernel tests' smallest
+  };
+  AttnIsaGuard guard;
+  std::vector<std::vector<std::vector<float>>> got(isas.size());  // [isa][shape·5 + tensor]
+  for (size_t i = 0; i < isas.size(); ++i) {
+    tp::cpu::set_attention_isa(isas[i]);
+    for (const AttentionShape& sh : shapes) {
+      const std::string tag = isas[i] + " " + attn_tag(sh);
+      AttnCase c(sh);
+      const Vec q = to_d(c.q), k = to_d(c.k), v = to_d(c.v);
+      const AttnRef ref = attention_ref(q, k, v, sh);
+      EXPECT_LE(rel_error(c.out.to_host(), to_f(ref.out)), kForwardTol) << tag;
+      EXPECT_LE(rel_error(c.probs.to_host(), to_f(ref.probs)), kForwardTol) << tag;
+      const std::vector<float> r = random_vector("R" + attn_tag(sh), c.Q.numel());
+      Tensor dOut = on_device(c.Q.shape(), r);
+      Tensor dQ = filled(c.Q.shape(), kNaN), dK = filled(c.K.shape(), kNaN),
+             dV = filled(c.V.shape(), kNaN);
+      device().attention_backward(dQ, dK, dV, dOut, c.Q, c.K, c.V, c.probs, sh);
+      const AttnGrads want = attention_backward_ref(q, k, v, to_d(r), sh);
+      // the same bound as the forward: an analytic reference, no finite differences
+      EXPECT_LE(rel_error(dQ.to_host(), to_f(want.dq)), kForwardTol) << tag;
+      EXPECT_LE(rel_error(dK.to_host(), to_f(want.dk)), kForwardTol) << tag;
+      EXPECT_LE(rel_error(dV.to_host(), to_f(want.dv)), kForwardTol) << tag;
+      // the cached forward of the last S − 3 positions gives the forward's rows
+      const int64_t past = 3, n = sh.seq - past, qc = sh.heads * sh.head_dim;
+      AttentionShape part = sh;
+      part.seq = n;
+      Tensor cached = filled(Shape{n * sh.batch, qc}, kNaN);
+      device().attention_cached_forward(cached, c.Q.view(past * sh.batch, sh.seq * sh.batch), c.K,
+                                        c.V, past, part);
+      const std::vector<float> full = c.out.to_host();
+      const std::vector<float> rows(full.begin() + past * sh.batch * qc, full.end());
+      EXPECT_LE(rel_error(cached.to_host(), rows), kForwardTol) << tag << " cached";
+      for (Tensor* t : {&c.out, &c.probs, &dQ, &dK, &dV}) got[i].push_back(t->to_host());
+    }
+  }
+  // AVX-512 and AVX2 + FMA: each element is the same chain of fused multiply-adds.
+  std::vector<size_t> fma;
+  for (size_t i = 0; i < isas.size(); ++i)
+    if (isas[i] != "base") fma.push_back(i);
+  for (size_t f = 1; f < fma.size(); ++f)
+    for (size_t t = 0; t < got[fma[0]].size(); ++t)
+      EXPECT_EQ(got[fma[0]][t], got[fma[f]][t])
+          << isas[fma[0]] << " vs " << isas[fma[f]] << ", tensor " << t;
+}
+
+// The forward and the cached forward, like the backward above, give the same bits on 1 and 2
+// threads (one (b, j) pair runs whole on one thread).
+TEST(KernelAttentionIsa, ForwardIsThreadIndependent) {
+  const AttentionShape sh = attn_shape(64, 2, 4, 2, 16);
+  AttnCase c(sh);
+  std::vector<float> out[2], probs[2], cached[2];
+  const int64_t past = 40, n = sh.seq - past, B = sh.batch;
+  AttentionShape part = sh;
+  part.seq = n;
+  for (int t = 1; t <= 2; ++t)
+    with_threads(t, [&] {
+      Tensor o = filled(c.Q.shape(), kNaN), p = filled(c.probs.shape(), kNaN);
+      device().attention_forward(o, p, c.Q, c.K, c.V, sh);
+      Tensor oc = filled(Shape{n * B, sh.heads * sh.head_dim}, kNaN);
+      device().attention_cached_forward(oc, c.Q.view(past * B, sh.seq * B), c.K, c.V, past, part);
+      out[t - 1] = o.to_host();
+      probs[t - 1] = p.to_host();
+      cached[t - 1] = oc.to_host();
+    });
+  EXPECT_EQ(out[0], out[1]);
+  EXPECT_EQ(probs[0], probs[1]);
+  EXPECT_EQ(cached[0], cached[1]);
+}
+
+TEST(KernelAttentionIsa, UnknownVariantIsAnError) {
+  EXPECT_THROW(tp::cpu::set_attention_isa("avx9000"), tp::Error);
 }
 
 // ---- vocabulary-parallel embedding ------------------------------------------------------------
