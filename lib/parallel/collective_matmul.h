@@ -20,6 +20,12 @@
 //                                  block-d product, which it computes while the previous sum
 //                                  travels; it ends at rank d after t − 1 hops.
 //
+//           The column-parallel backward runs both rings at once (ring_gather_each_reduce_scatter):
+//           dX is computed whole while X's first block travels, its blocks reduce-scattered while X's
+//           blocks arrive for the dA terms. A BLAS packs a GEMM's whole weight on every call, so t
+//           GEMMs of N/t rows cost t packs where one GEMM costs one; the blocks of the other rings
+//           (forward, and the row-parallel backward's dX) are what the overlap needs, and pay it.
+//
 //           This is the decomposition of Wang et al., "Overlap Communication with Dependent
 //           Computation via Decomposition in Large Deep Learning Models" (ASPLOS 2023), which
 //           Megatron-LM / Transformer Engine implement with userbuffers ("tp_comm_overlap") and
