@@ -59,6 +59,7 @@ load; the ratios are the result. Exit 0 when everything ran and nothing computed
 (goals missed are reported, not failures); 1 otherwise.
 """
 import argparse
+import concurrent.futures
 import datetime
 import glob
 import json
@@ -425,7 +426,6 @@ MFU_PER_TOKEN_S = {}  # train_tokens' tag → MFU / (tokens/s)
 def train_tokens_twice(build, threads, steps, tmp):
     """Mean tokens/s of two independent t = 1 runs started together (`threads` each): the step
     with both cores busy, as at t = 2, but nothing communicated and nothing replicated."""
-    import concurrent.futures
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         runs = [pool.submit(train_tokens, build, 1, threads, steps, tmp, f"twice_{i}") for i in range(2)]
         return sum(f.result() for f in runs) / 2
