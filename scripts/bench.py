@@ -30,7 +30,9 @@ and repeated: 3 times, 5 for the overlap and the strong-scaling rows (--quick or
      the one-thread sgemm ceiling, goal ≥ 0.80. Both show their MFU: tp_train's from its --log-json,
      PyTorch's at the same model FLOPs per token and peak (tp_train's header: 6·N + 12·L·h·S). Strong scaling in the same rounds: tp_train at
      t = 2 (one thread per rank), without and with --sp, against the round's t = 1 (one thread).
-     Goal ≥ 1.85×.
+     Goal ≥ 1.85×. Beside them, no goal: t = 1 at 2 threads against 1 thread, the same step on the
+     same two cores without TP's collectives and replicated work, and two t = 1 runs started
+     together against one alone (what a second busy core costs the step: 2× it bounds t = 2).
   6. The memory stack (tp_train, t = 1, one thread, the benchmark model): the step time of
      --recompute selective and full against none, and of --micro-batches 4 against 1, interleaved
      in each round. Expected: full ≈ 1.33× (one more forward of the blocks: goal 1.15 … 1.45×),
@@ -57,6 +59,7 @@ load; the ratios are the result. Exit 0 when everything ran and nothing computed
 (goals missed are reported, not failures); 1 otherwise.
 """
 import argparse
+import concurrent.futures
 import datetime
 import glob
 import json
@@ -420,6 +423,14 @@ def train_tokens(build, np, threads, steps, tmp, tag, extra=()):
 MFU_PER_TOKEN_S = {}  # train_tokens' tag → MFU / (tokens/s)
 
 
+def train_tokens_twice(build, threads, steps, tmp):
+    """Mean tokens/s of two independent t = 1 runs started together (`threads` each): the step
+    with both cores busy, as at t = 2, but nothing communicated and nothing replicated."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        runs = [pool.submit(train_tokens, build, 1, threads, steps, tmp, f"twice_{i}") for i in range(2)]
+        return sum(f.result() for f in runs) / 2
+
+
 def with_mfu(tokens, tag):
     """"123 tok/s, MFU 4.5%" (the MFU at tp_train's FLOPs per token and peak of run `tag`)."""
     k = MFU_PER_TOKEN_S.get(tag, 0)
@@ -467,12 +478,14 @@ def training_rows(table, build, steps, tmp, reps_long, reps, info):
     ours = {1: [], 2: []}
     theirs = {1: [], 2: []}
     scaled = {(): [], ("--sp",): []}
+    twice = []
     for r in range(reps_long):
         ours[1].append(train_tokens(build, 1, 1, steps, tmp, "t1_1"))
         if r < reps:
             if py:
                 theirs[1].append(torch_tokens(py, 1, steps, info))
             ours[2].append(train_tokens(build, 1, 2, steps, tmp, "t1_2"))
+            twice.append(train_tokens_twice(build, 1, steps, tmp))
             if py:
                 theirs[2].append(torch_tokens(py, 2, steps, info))
         for extra in scaled:
@@ -500,6 +513,20 @@ def training_rows(table, build, steps, tmp, reps_long, reps, info):
         table.add("strong scaling", what, f"{med(t2):.0f} tok/s", f"t = 1: {med(ours[1][:len(t2)]):.0f} tok/s",
                   [a / b for a, b in zip(t2, ours[1])], at_least(1.85),
                   "norms, residual adds, biases replicated" if not extra else "SP splits them too")
+    # The same step on the same two cores in one process (OpenMP kernels, two BLAS threads), from the
+    # rounds above: no TP collectives and nothing replicated, so what the t = 2 rows fall short of
+    # it is their communication and their replicated work, and what it falls short of 2× is the
+    # cores' (a second busy core, shared caches and memory).
+    if ours[2]:
+        table.add("strong scaling", "reference: t = 1 at 2 threads vs 1 thread (the same step on two cores)",
+                  f"{med(ours[2]):.0f} tok/s", f"1 thread: {med(ours[1][:len(ours[2])]):.0f} tok/s",
+                  [a / b for a, b in zip(ours[2], ours[1])], None,
+                  "one process, no collectives: what two cores give this step")
+    if twice:
+        table.add("strong scaling", "reference: two t = 1 runs at once vs one alone (1 thread each)",
+                  f"{med(twice):.0f} tok/s each", f"alone: {med(ours[1][:len(twice)]):.0f} tok/s",
+                  [a / b for a, b in zip(twice, ours[1])], None,
+                  "a second busy core's cost to this step; 2× it bounds t = 2's strong scaling here")
 
 
 def memory_rows(table, build, steps, tmp, reps):

@@ -2,7 +2,8 @@
 //
 //   1. The ring primitives (parallel/collective_matmul.h): ring_all_gather_each hands every block
 //      to f exactly once, with its contents; ring_reduce_scatter equals Σ over ranks of each
-//      rank's block, and the library's reduce_scatter.
+//      rank's block, and the library's reduce_scatter; ring_gather_each_reduce_scatter (both rings
+//      in shared steps, P computed whole first) visits every block once and sums as the second.
 //   2. The whole model at t = np, SP on and off, GeLU and SwiGLU: --overlap async gives the loss and
 //      every gradient of --overlap none bit for bit (it only reorders independent GEMMs around the
 //      same collectives); --overlap ring (SP) to 1e-6 relative (the weight gradient's k-sum is split
@@ -12,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <iostream>
 #include <string>
 #include <tuple>
@@ -40,23 +42,32 @@ using tp::testing::world;
 
 // ---- 1. the ring primitives -----------------------------------------------------------------------
 
+// The all-gather tests' block c: `size` values 100·c + index.
+std::vector<float> numbered_block(int c, int64_t size) {
+  std::vector<float> v(size);
+  for (int64_t i = 0; i < size; ++i) v[i] = static_cast<float>(100 * c + i);
+  return v;
+}
+
+// Their f: checks that block c holds numbered_block(c) and counts it in seen[c].
+std::function<void(int, const Tensor&)> check_each_block(std::vector<int>& seen, int64_t size) {
+  return [&seen, size](int block, const Tensor& x) {
+    ASSERT_GE(block, 0);
+    ASSERT_LT(block, static_cast<int>(seen.size()));
+    ++seen[block];
+    EXPECT_EQ(x.to_host(), numbered_block(block, size)) << "block " << block;
+  };
+}
+
 TEST(Ring, AllGatherEachVisitsEveryBlockOnce) {
   Communicator& c = world();
   const int t = c.size(), r = c.rank();
   const int64_t n = 3, h = 2;  // block: (3, 2) holding 100·rank + index
-  std::vector<float> mine(n * h);
-  for (int64_t i = 0; i < n * h; ++i) mine[i] = static_cast<float>(100 * r + i);
+  const std::vector<float> mine = numbered_block(r, n * h);
   Tensor local = Tensor::from_host(device(), Shape{n, h}, mine);
   std::vector<int> seen(t, 0);
   const size_t mark = c.ledger().size();
-  ring_all_gather_each(c, local, [&](int block, const Tensor& x) {
-    ASSERT_GE(block, 0);
-    ASSERT_LT(block, t);
-    ++seen[block];
-    std::vector<float> want(n * h);
-    for (int64_t i = 0; i < n * h; ++i) want[i] = static_cast<float>(100 * block + i);
-    EXPECT_EQ(x.to_host(), want) << "block " << block;
-  });
+  ring_all_gather_each(c, local, check_each_block(seen, n * h));
   EXPECT_EQ(seen, std::vector<int>(t, 1));
   EXPECT_EQ(local.to_host(), mine) << "the local block is only read";
   EXPECT_EQ(c.ledger().size() - mark, static_cast<size_t>(t - 1)) << "t − 1 ring steps";
@@ -90,6 +101,41 @@ TEST(Ring, ReduceScatterEqualsTheLibrarys) {
   if (t <= 2) {
     EXPECT_EQ(got.to_host(), lib.to_host()) << "two terms: the same sum either way";
   }
+}
+
+TEST(Ring, GatherEachReduceScatterEqualsBothRings) {
+  Communicator& c = world();
+  const int t = c.size(), r = c.rank();
+  const int64_t n = 4, h = 3;  // X's block: (4, 3) holding 100·rank + index; P: (t·4, 3)
+  const Tensor local = Tensor::from_host(device(), Shape{n, h}, numbered_block(r, n * h));
+  auto block_of = [&](int q, int d) {  // rank q's partial sums of block d
+    return tp::testing::random_vector("grs" + std::to_string(q) + "." + std::to_string(d), n * h);
+  };
+  std::vector<float> full;  // this rank's P
+  for (int d = 0; d < t; ++d) {
+    const auto b = block_of(r, d);
+    full.insert(full.end(), b.begin(), b.end());
+  }
+  std::vector<int> seen(t, 0);
+  int wholes = 0;
+  const size_t mark = c.ledger().size();
+  const Tensor got = ring_gather_each_reduce_scatter(
+      c, local,
+      [&] {
+    ++wholes;
+    EXPECT_EQ(seen, std::vector<int>(t, 0)) << "P is computed before any block is worked on";
+    return Tensor::from_host(device(), Shape{t * n, h}, full);
+      },
+      check_each_block(seen, n * h));
+  EXPECT_EQ(wholes, 1);
+  EXPECT_EQ(seen, std::vector<int>(t, 1));
+  EXPECT_EQ(c.ledger().size() - mark, static_cast<size_t>(2 * (t - 1))) << "t − 1 steps each";
+  // The same sum, in the same order, as ring_reduce_scatter of P's blocks: bitwise.
+  const Tensor ring = ring_reduce_scatter(c, [&](int d) {
+    return Tensor::from_host(device(), Shape{n, h}, block_of(r, d));
+  });
+  EXPECT_EQ(got.to_host(), ring.to_host());
+  EXPECT_EQ(got.shape().str(), (Shape{n, h}).str());
 }
 
 // ---- 2. the model ---------------------------------------------------------------------------------
@@ -277,7 +323,8 @@ TEST(OverlapConfig, RingWithoutSequenceParallelismIsRefused) {
   EXPECT_THROW(cfg.validate(world().size()), Error);
   cfg.sp = true;
   EXPECT_NO_THROW(cfg.validate(world().size()));
-  EXPECT_THROW(parse_overlap("sideways"), Error);  // an unknown name is bad input where it is read
+  EXPECT_THROW(parse_overlap("sideways"),
+               Error);  // an unknown name is bad input where it is read
   for (Overlap m : {Overlap::None, Overlap::Async, Overlap::Ring})
     EXPECT_EQ(parse_overlap(overlap_name(m)), m);
 }

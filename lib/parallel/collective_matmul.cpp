@@ -76,6 +76,59 @@ Tensor ring_reduce_scatter(Communicator& comm, const std::function<Tensor(int)>&
   return Tensor();  // not reached
 }
 
+Tensor ring_gather_each_reduce_scatter(Communicator& comm, const Tensor& local,
+                                       const std::function<Tensor()>& whole,
+                                       const std::function<void(int, const Tensor&)>& f) {
+  const int t = comm.size(), r = comm.rank();
+  if (t == 1) {
+    Tensor p = whole();
+    f(0, local);
+    return p;
+  }
+  const int next = (r + 1) % t, prev = (r - 1 + t) % t;
+  auto start = [&](const char* label, const Tensor& send, Tensor& recv) {
+    CommLedger::Scope scope(comm.ledger(), label);
+    return comm.send_recv_async(send, next, recv, prev);
+  };
+  // The all-gather as in ring_all_gather_each: step s passes on block (r − s) mod t and receives
+  // block (r − s − 1) mod t, into two buffers in turn.
+  Tensor held = local, gathered[2];
+  gathered[0] = Tensor(local.device(), local.shape(), local.dtype());
+  std::unique_ptr<Work> gather = start("ring all-gather", held, gathered[0]);
+  const Tensor p = whole();  // (t·n, …): under the first block's transfer
+  TP_CHECK(p.ndim() >= 1 && p.dim(0) % t == 0, "ring_gather_each_reduce_scatter: P ",
+           p.shape().str(), " does not split into ", t, " blocks of rows");
+  const int64_t n = p.dim(0) / t;
+  f(r, local);
+  // The reduce-scatter as in ring_reduce_scatter: step s sends the running sum of block
+  // d = (r − s − 1) mod t (at s = 0 P's own; after that P's plus what arrived, added in place) and
+  // receives that of block d − 1; after step t − 2 the sum of block r is P's plus what arrived.
+  Tensor arriving(p.device(), p.shape().with(0, n), p.dtype());
+  std::unique_ptr<Work> reduce;
+  for (int s = 0; s + 1 < t; ++s) {
+    gather->wait();
+    held = gathered[s % 2];
+    if (s + 2 < t) {
+      Tensor& into = gathered[(s + 1) % 2];
+      if (!into.defined()) into = Tensor(local.device(), local.shape(), local.dtype());
+      gather = start("ring all-gather", held, into);  // block (r − s − 2) arrives meanwhile
+    } else {
+      gather.reset();
+    }
+    const int d = (r - s - 1 + t) % t;
+    Tensor sum = p.view(d * n, (d + 1) * n);
+    if (reduce) {
+      reduce->wait();
+      p.device().axpy(1.0f, arriving, sum);  // + the ranks before this one
+    }
+    reduce = start("ring reduce-scatter", sum, arriving);
+    f((r - s - 1 + t) % t, held);  // under both transfers
+  }
+  reduce->wait();
+  p.device().axpy(1.0f, p.view(r * n, (r + 1) * n), arriving);  // + my own partial sums
+  return arriving;
+}
+
 void chunked_reduce_each(int64_t rows, const std::function<Tensor(int64_t, int64_t)>& compute,
                          const std::function<Pending(const Tensor&)>& start,
                          const std::function<void()>& tail) {

@@ -20,6 +20,12 @@
 //                                  block-d product, which it computes while the previous sum
 //                                  travels; it ends at rank d after t − 1 hops.
 //
+//           The column-parallel backward runs both rings at once (ring_gather_each_reduce_scatter):
+//           dX is computed whole while X's first block travels, its blocks reduce-scattered while X's
+//           blocks arrive for the dA terms. A BLAS packs a GEMM's whole weight on every call, so t
+//           GEMMs of N/t rows cost t packs where one GEMM costs one; the blocks of the other rings
+//           (forward, and the row-parallel backward's dX) are what the overlap needs, and pay it.
+//
 //           This is the decomposition of Wang et al., "Overlap Communication with Dependent
 //           Computation via Decomposition in Large Deep Learning Models" (ASPLOS 2023), which
 //           Megatron-LM / Transformer Engine implement with userbuffers ("tp_comm_overlap") and
@@ -74,6 +80,19 @@ void ring_all_gather_each(Communicator& comm, const Tensor& local,
 /// each rank's block r, where partial(d) returns this rank's block d (a new tensor, same shape for
 /// every d). Each partial is computed while the previous running sum travels. t − 1 send-recv steps.
 Tensor ring_reduce_scatter(Communicator& comm, const std::function<Tensor(int block)>& partial);
+
+/// The two rings of a column-parallel layer's backward under SP, sharing their steps: X's blocks
+/// come around (all-gather) while the blocks of P = [P_0; …; P_{t−1}], this rank's partial sums of
+/// every block, are reduce-scattered. whole() computes P (N rows, dim 0) under the first block's
+/// transfer; f(c, X_c) runs once for every block c of X as in ring_all_gather_each, starting with
+/// X_r = local, each call under the next blocks' transfers. Returns Σ_q P_q[block r], a new tensor.
+/// What it saves against ring_all_gather_each + ring_reduce_scatter: P is one GEMM per weight over
+/// all rows instead of t GEMMs of N/t rows, each of which packs the whole weight again (a BLAS's
+/// fixed cost per call). t − 1 send-recv steps of each ring; at t > 2 one step of each is in flight
+/// at a time.
+Tensor ring_gather_each_reduce_scatter(
+    Communicator& comm, const Tensor& local, const std::function<Tensor()>& whole,
+    const std::function<void(int block, const Tensor& x_block)>& f);
 
 /// The row blocks chunked overlap cuts a GEMM of `rows` rows into: kChunkedBlocks of them (fewer
 /// when there are fewer rows), as equal as the rows allow.

@@ -255,16 +255,20 @@ Tensor ColumnParallelLinear::backward_shared(const std::vector<ColumnParallelLin
   }
   const Tensor& x_local = lead.input_shard_.get();
   if (overlap == Overlap::Ring) {
-    // dA_i: X's blocks come around the ring, each block's Xᵀ dY term while the next travels; the
-    // bias gradients once, over all rows. dX: a ring reduce-scatter of each block's Σ_i dY_i A_iᵀ.
+    // dX = Σ_i dY_i A_iᵀ over all rows at once (one GEMM per weight) while X's first block
+    // travels; then a ring reduce-scatter of its blocks, sharing the steps of X's ring all-gather:
+    // each arriving block's Xᵀ dY term of dA_i under both transfers. The bias gradients once, over
+    // all rows.
     const int64_t n = x_local.rows();
-    ring_all_gather_each(comm, x_local, [&](int c, const Tensor& x_c) {
+    Tensor dx = ring_gather_each_reduce_scatter(
+        comm, x_local, [&] { return input_grads(0, rows); },
+        [&](int c, const Tensor& x_c) {
       for (size_t i = 0; i < group.size(); ++i)
         group[i]->weight_grad(dys[i].view(c * n, (c + 1) * n), x_c, /*with_bias=*/false);
-    });
+        });
     for (size_t i = 0; i < group.size(); ++i)
       if (group[i]->has_bias()) dev.add_bias_backward(group[i]->dbias, dys[i]);
-    return ring_reduce_scatter(comm, [&](int d) { return input_grads(d * n, (d + 1) * n); });
+    return dx;
   }
   Tensor dx = input_grads(0, rows);
   if (overlap == Overlap::None) {
