@@ -24,7 +24,7 @@
 // and --dump-grads (every replica holds the same weights and averaged gradients).
 // With --pp N the blocks are cut into N pipeline stages (parallel/pipeline_parallel.h, the pp branch
 // of train_step): the micro-batches go through them in the order of --schedule, and DP rank 0's
-// stages together write one global checkpoint.
+// stages together write one global checkpoint (and one --export-hf).
 //
 // The progress line's "exposed comm" is the share of the step the computing thread stood still in
 // the communicator (blocking collectives, issuing and waiting for async ones; observe/timeline.h),
@@ -414,7 +414,6 @@ Plan plan_run(const Options& o, int world_size) {
     const std::pair<bool, const char*> refused[] = {
         {!o.get_text("dump-grads").empty(), "--dump-grads"},
         {o.get_flag("audit-grads"), "--audit-grads"},
-        {!o.get_text("export-hf").empty(), "--export-hf"},
         {o.get_real("memory-budget") > 0, "--memory-budget"},
         {o.get_int("eval-every") > 0, "--eval-every"}};
     for (const auto& [given, flag] : refused)
@@ -1100,7 +1099,8 @@ int train(Context& ctx) {
     save_at_end(world, grid, o, model, opt, step, load);
   if (!export_dir.empty()) {
     const Dtype dtype = o.get_text("export-dtype") == "bf16" ? Dtype::bf16 : Dtype::f32;
-    if (grid.dp_rank() == 0) export_hf(export_dir, tp, model, dtype);  // DP replicas: the same
+    // DP replicas hold the same weights; pipeline stages send theirs to the first stage.
+    if (grid.dp_rank() == 0) export_hf(export_dir, tp, grid.pp(), model, dtype);
     world.barrier();
     log0(world, "exported a Hugging Face GPT-2 to ", export_dir,
          "/model.safetensors and config.json (weights only)");

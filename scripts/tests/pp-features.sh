@@ -1,0 +1,50 @@
+# pp-features.sh — what the pipeline trainer (--pp) does that it refused before (sourced by
+# scripts/run-tests.sh, section 8b): --export-hf, every stage's weights gathered to the first stage.
+#
+# The same weights give the same file, byte for byte:
+#   1. against the t = 1 run: a t = 1 run trains 4 steps, saves and exports; --pp runs --load its
+#      checkpoint with --steps 0 (the weights as loaded) and export: pp 2 (the tied wte, on the
+#      first and last stage, written once), tp 2 × pp 2, pp 4 (--layers 4, one block a stage), and
+#      pp 2 with --export-dtype bf16; untied (lm_head on the last stage) from the initial weights;
+#   2. trained at the grid: a --pp run's export after 4 steps equals tp_export of the checkpoint
+#      the same run saved (the global file pipeline.sh resumes at other grids): tp 2 × pp 2, and
+#      pp 2 × dp 2 (only DP replica 0 exports).
+same_export() {  # same_export NAME DIR_A DIR_B: model.safetensors and config.json identical
+  if [ -s "$2/model.safetensors" ] && cmp -s "$2/model.safetensors" "$3/model.safetensors" &&
+     cmp -s "$2/config.json" "$3/config.json"; then
+    pass 1; echo "✓ $1: the same model.safetensors ($(wc -c <"$2/model.safetensors") bytes) and config.json"
+  else fail "$1: the exports $2 and $3 differ (or one is missing)"; fi
+}
+ppx_run() {  # ppx_run NAME NP ARGS...: tp_train ARGS at -np NP, exporting to $tmp/ppx_NAME
+  local name=$1 np=$2; shift 2
+  rm -rf "$tmp/ppx_$name"
+  run_mpi "$np" "${train[@]}" --export-hf "$tmp/ppx_$name" "$@" >"$logs/ppx_$name.log" 2>&1 ||
+    fail "tp_train $* --export-hf at -np $np exited non-zero (see $logs/ppx_$name.log)"
+}
+# 1. The same weights as a t = 1 run.
+ppx_run t1 1 --steps 4 --save "$tmp/ppx_t1.safetensors"
+ppx_run pp2 2 --steps 0 --load "$tmp/ppx_t1.safetensors" --pp 2
+same_export "--export-hf of loaded weights, pp 2 vs t = 1" "$tmp/ppx_t1" "$tmp/ppx_pp2"
+ppx_run tp2pp2 4 --steps 0 --load "$tmp/ppx_t1.safetensors" --pp 2
+same_export "--export-hf of loaded weights, tp 2 × pp 2 vs t = 1" "$tmp/ppx_t1" "$tmp/ppx_tp2pp2"
+ppx_run t1_bf16 1 --steps 0 --load "$tmp/ppx_t1.safetensors" --export-dtype bf16
+ppx_run pp2_bf16 2 --steps 0 --load "$tmp/ppx_t1.safetensors" --pp 2 --export-dtype bf16
+same_export "--export-hf --export-dtype bf16 of loaded weights, pp 2 vs t = 1" "$tmp/ppx_t1_bf16" "$tmp/ppx_pp2_bf16"
+ppx_run t1_L4 1 --steps 0 --layers 4
+ppx_run pp4_L4 4 --steps 0 --layers 4 --pp 4
+same_export "--export-hf of the initial weights, pp 4 (--layers 4) vs t = 1" "$tmp/ppx_t1_L4" "$tmp/ppx_pp4_L4"
+ppx_run t1_untied 1 --steps 0 --untie
+ppx_run pp2_untied 2 --steps 0 --untie --pp 2
+same_export "--export-hf of the initial weights, pp 2 untied vs t = 1 untied" "$tmp/ppx_t1_untied" "$tmp/ppx_pp2_untied"
+# 2. Trained at the grid, against tp_export of the run's own checkpoint.
+for grid in "tp2pp2_trained 4 --pp 2 --schedule 1f1b --micro-batches 2" "pp2dp2_trained 4 --pp 2 --dp 2"; do
+  set -- $grid
+  name=$1; shift
+  ppx_run "$name" "$@" --steps 4 --save "$tmp/ppx_$name.safetensors"
+  rm -rf "$tmp/ppx_${name}_tp_export"
+  run_mpi 1 "$BUILD/bin/tp_export" --load "$tmp/ppx_$name.safetensors" --hf "$tmp/ppx_${name}_tp_export" \
+    >"$logs/ppx_${name}_tp_export.log" 2>&1 ||
+    fail "tp_export of $tmp/ppx_$name.safetensors exited non-zero (see $logs/ppx_${name}_tp_export.log)"
+  same_export "--export-hf after 4 steps at -np ${grid#* } vs tp_export of its checkpoint" \
+    "$tmp/ppx_$name" "$tmp/ppx_${name}_tp_export"
+done
