@@ -414,8 +414,7 @@ Plan plan_run(const Options& o, int world_size) {
     const std::pair<bool, const char*> refused[] = {
         {!o.get_text("dump-grads").empty(), "--dump-grads"},
         {o.get_flag("audit-grads"), "--audit-grads"},
-        {o.get_real("memory-budget") > 0, "--memory-budget"},
-        {o.get_int("eval-every") > 0, "--eval-every"}};
+        {o.get_real("memory-budget") > 0, "--memory-budget"}};
     for (const auto& [given, flag] : refused)
       if (given)
         problems.push_back(std::string(flag) + " with --pp=" + std::to_string(pp) +
@@ -786,8 +785,9 @@ double validation_loss(const Options& o, ProcessGrid& grid, Device& device, Gpt&
   if (every <= 0 || (step % every != 0 && !last)) return std::numeric_limits<double>::quiet_NaN();
   const int64_t per_replica = plan.batch / plan.dp;
   const EvalSlice slice{grid.dp_rank() * per_replica, per_replica, plan.step_opts.micro_batches};
-  const double mine = held_out_loss(model, source, o.get_int("eval-batches"), plan.batch, plan.seq,
-                                    plan.seed, slice);
+  // With --pp the held-out batches go forward through the stages (model/evaluate.h).
+  const double mine = held_out_loss(model, grid.pp(), source, o.get_int("eval-batches"), plan.batch,
+                                    plan.seq, plan.seed, slice);
   if (plan.dp == 1) return mine;
   Tensor v = Tensor::from_host(device, Shape{1}, {static_cast<float>(mine)});
   grid.dp().all_reduce(v);

@@ -1,7 +1,8 @@
 # pp-features.sh — what the pipeline trainer (--pp) does that it refused before (sourced by
-# scripts/run-tests.sh, section 8b): --export-hf, every stage's weights gathered to the first stage.
+# scripts/run-tests.sh, section 8b): --export-hf, every stage's weights gathered to the first stage,
+# and --eval-every, the held-out batches forward through the stages.
 #
-# The same weights give the same file, byte for byte:
+# --export-hf: the same weights give the same file, byte for byte:
 #   1. against the t = 1 run: a t = 1 run trains 4 steps, saves and exports; --pp runs --load its
 #      checkpoint with --steps 0 (the weights as loaded) and export: pp 2 (the tied wte, on the
 #      first and last stage, written once), tp 2 × pp 2, pp 4 (--layers 4, one block a stage), and
@@ -48,3 +49,33 @@ for grid in "tp2pp2_trained 4 --pp 2 --schedule 1f1b --micro-batches 2" "pp2dp2_
   same_export "--export-hf after 4 steps at -np ${grid#* } vs tp_export of its checkpoint" \
     "$tmp/ppx_$name" "$tmp/ppx_${name}_tp_export"
 done
+
+# 3. --eval-every: from the t = 1 run's checkpoint, 6 more steps with an evaluation every 3 (and at
+#    the last): the held-out losses of pp 2, tp 2 × pp 2 (1F1B, m 2) and pp 2 × dp 2 equal t = 1's
+#    within 1e-6 relative (the stages run the same forward; only the training steps between the
+#    evaluations add in another order: measured ≤ 6.6e-8), and tp 2 × pp 2 with --sp.
+same_val() {  # same_val NAME A.json B.json: the same number of val_loss values, each within 1e-6
+  local worst
+  worst=$(paste <(grep -o '"val_loss": [^,}]*' "$2" | cut -d' ' -f2) <(grep -o '"val_loss": [^,}]*' "$3" | cut -d' ' -f2) |
+          awk 'NF == 2 { d = ($1 - $2) / $2; if (d < 0) d = -d; if (d > w) w = d; n++ }
+               NF != 2 { bad = 1 } END { if (bad || n < 3) print "missing"; else printf "%.2g", w }')
+  if [ "$worst" != missing ] && awk -v w="$worst" 'BEGIN { exit !(w <= 1e-6) }'; then
+    pass 1; echo "✓ $1: $(grep -c '"val_loss"' "$3") held-out losses, worst relative difference $worst"
+  else fail "$1: held-out losses differ (worst relative difference: $worst; $2 vs $3)"; fi
+}
+ppe_run() {  # ppe_run NAME NP ARGS...: 6 steps from the t = 1 checkpoint, --eval-every 3
+  local name=$1 np=$2; shift 2
+  rm -f "$tmp/ppe_$name.json"
+  run_mpi "$np" "${train[@]}" --steps 6 --load "$tmp/ppx_t1.safetensors" --eval-every 3 \
+    --log-json "$tmp/ppe_$name.json" "$@" >"$logs/ppe_$name.log" 2>&1 ||
+    fail "tp_train $* --eval-every 3 at -np $np exited non-zero (see $logs/ppe_$name.log)"
+}
+ppe_run t1 1
+ppe_run pp2 2 --pp 2
+same_val "--eval-every, pp 2 vs t = 1" "$tmp/ppe_t1.json" "$tmp/ppe_pp2.json"
+ppe_run tp2pp2 4 --pp 2 --schedule 1f1b --micro-batches 2
+same_val "--eval-every, tp 2 × pp 2 (1f1b, m 2) vs t = 1" "$tmp/ppe_t1.json" "$tmp/ppe_tp2pp2.json"
+ppe_run pp2dp2 4 --pp 2 --dp 2
+same_val "--eval-every, pp 2 × dp 2 vs t = 1" "$tmp/ppe_t1.json" "$tmp/ppe_pp2dp2.json"
+ppe_run tp2pp2_sp 4 --pp 2 --sp
+same_val "--eval-every, tp 2 × pp 2 --sp vs t = 1" "$tmp/ppe_t1.json" "$tmp/ppe_tp2pp2_sp.json"
