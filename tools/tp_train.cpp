@@ -24,7 +24,7 @@
 // and --dump-grads (every replica holds the same weights and averaged gradients).
 // With --pp N the blocks are cut into N pipeline stages (parallel/pipeline_parallel.h, the pp branch
 // of train_step): the micro-batches go through them in the order of --schedule, and DP rank 0's
-// stages together write one global checkpoint (and one --export-hf).
+// stages together write one global checkpoint (and one --export-hf, one --dump-grads).
 //
 // The progress line's "exposed comm" is the share of the step the computing thread stood still in
 // the communicator (blocking collectives, issuing and waiting for async ones; observe/timeline.h),
@@ -412,7 +412,6 @@ Plan plan_run(const Options& o, int world_size) {
       problems.push_back(p);
   if (pp > 1) {
     const std::pair<bool, const char*> refused[] = {
-        {!o.get_text("dump-grads").empty(), "--dump-grads"},
         {o.get_flag("audit-grads"), "--audit-grads"},
         {o.get_real("memory-budget") > 0, "--memory-budget"}};
     for (const auto& [given, flag] : refused)
@@ -1028,7 +1027,8 @@ int train(Context& ctx) {
       if (!dump) return;
       // The gradients and loss are the whole batch's here (averaged over dp): one TP group
       // writes them with the whole batch.
-      if (grid.dp_rank() == 0) dump_gradients(o.get_text("dump-grads"), tp, model, b, loss);
+      if (grid.dp_rank() == 0)
+        dump_gradients(o.get_text("dump-grads"), tp, grid.pp(), model, b, loss);
       world.barrier();
       log0(world, "wrote gradients of step ", step, " to ", o.get_text("dump-grads"));
         },

@@ -1,6 +1,7 @@
 # pp-features.sh — what the pipeline trainer (--pp) does that it refused before (sourced by
-# scripts/run-tests.sh, section 8b): --export-hf, every stage's weights gathered to the first stage,
-# and --eval-every, the held-out batches forward through the stages.
+# scripts/run-tests.sh, section 8b): --export-hf, every stage's weights gathered to the first stage;
+# --eval-every, the held-out batches forward through the stages; --dump-grads, every stage's
+# gradients gathered to the first stage.
 #
 # --export-hf: the same weights give the same file, byte for byte:
 #   1. against the t = 1 run: a t = 1 run trains 4 steps, saves and exports; --pp runs --load its
@@ -79,3 +80,31 @@ ppe_run pp2dp2 4 --pp 2 --dp 2
 same_val "--eval-every, pp 2 × dp 2 vs t = 1" "$tmp/ppe_t1.json" "$tmp/ppe_pp2dp2.json"
 ppe_run tp2pp2_sp 4 --pp 2 --sp
 same_val "--eval-every, tp 2 × pp 2 --sp vs t = 1" "$tmp/ppe_t1.json" "$tmp/ppe_tp2pp2_sp.json"
+
+# 4. --dump-grads: the first step's gradients from the t = 1 run's checkpoint, pp 2, tp 2 × pp 2
+#    (1f1b, m 2) and pp 2 × dp 2 against t = 1, pp 2 untied against t = 1 untied (from the initial
+#    weights): the batch bitwise, the loss and every gradient within 1e-5 relative (test_pipeline's
+#    gradient tolerance; measured ≤ 3.5e-7), one file with every tensor (the tied wte once).
+ppg_run() {  # ppg_run NAME NP ARGS...: one step, --dump-grads $tmp/ppg_NAME.safetensors
+  local name=$1 np=$2; shift 2
+  rm -f "$tmp/ppg_$name.safetensors"
+  run_mpi "$np" "${train[@]}" --steps 1 --dump-grads "$tmp/ppg_$name.safetensors" "$@" \
+    >"$logs/ppg_$name.log" 2>&1 ||
+    fail "tp_train $* --dump-grads at -np $np exited non-zero (see $logs/ppg_$name.log)"
+}
+same_grads() {  # same_grads NAME A B
+  local said
+  if said=$(python3 scripts/tests/grads_close.py "$2" "$3" 1e-5 2>&1); then
+    pass 1; echo "✓ $1: $said"
+  else fail "$1: $said"; fi
+}
+ppg_run t1 1 --load "$tmp/ppx_t1.safetensors"
+for grid in "pp2 2 --pp 2" "tp2pp2 4 --pp 2 --schedule 1f1b --micro-batches 2" "pp2dp2 4 --pp 2 --dp 2"; do
+  set -- $grid
+  name=$1; shift
+  ppg_run "$name" "$@" --load "$tmp/ppx_t1.safetensors"
+  same_grads "--dump-grads at -np ${grid#* } vs t = 1" "$tmp/ppg_t1.safetensors" "$tmp/ppg_$name.safetensors"
+done
+ppg_run t1_untied 1 --untie
+ppg_run pp2_untied 2 --untie --pp 2
+same_grads "--dump-grads at pp 2 untied vs t = 1 untied" "$tmp/ppg_t1_untied.safetensors" "$tmp/ppg_pp2_untied.safetensors"
