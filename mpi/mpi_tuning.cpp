@@ -11,18 +11,27 @@ namespace tp::mpi {
 namespace {
 
 struct Choice {
-  const char* suffix;  // the variable's name after MPIR_CVAR_
-  const char* value;   // one of the names its description lists
+  const char* variable;        // the control variable's MPI_T name
+  const char* value;           // the name of the choice
+  const char* environment[3];  // where a user sets it (nullptr: no more)
 };
 
-// The rows of the table in the header.
+// The rows of the table in the header: the variable of the MPI library not in use does not exist,
+// and is skipped.
 constexpr Choice kChoices[] = {
-    {"IREDUCE_SCATTER_BLOCK_INTRA_ALGORITHM", "sched_pairwise"},
+    {"MPIR_CVAR_IREDUCE_SCATTER_BLOCK_INTRA_ALGORITHM",
+     "sched_pairwise",
+     {"MPIR_CVAR_IREDUCE_SCATTER_BLOCK_INTRA_ALGORITHM",
+      "MPICH_IREDUCE_SCATTER_BLOCK_INTRA_ALGORITHM",
+      "MPIR_PARAM_IREDUCE_SCATTER_BLOCK_INTRA_ALGORITHM"}},
+    {"coll_libnbc_iallreduce_algorithm",
+     "ring",
+     {"OMPI_MCA_coll_libnbc_iallreduce_algorithm", nullptr, nullptr}},
 };
 
-bool set_in_environment(const std::string& suffix) {
-  for (const char* prefix : {"MPIR_CVAR_", "MPICH_", "MPIR_PARAM_"})
-    if (std::getenv((prefix + suffix).c_str()) != nullptr) return true;
+bool set_in_environment(const Choice& c) {
+  for (const char* name : c.environment)
+    if (name != nullptr && std::getenv(name) != nullptr) return true;
   return false;
 }
 
@@ -41,7 +50,7 @@ bool tool_interface() {
 bool write_choice(const std::string& name, const char* value) {
   AlgorithmVariable v;
   if (!read_algorithm_variable(name, v) || v.value != 0) return false;
-  const int wanted = algorithm_value(v.description, value);
+  const int wanted = choice_value(v, value);
   if (wanted <= 0) return false;
   MPI_T_cvar_handle handle;
   int count = 0;
@@ -53,11 +62,9 @@ bool write_choice(const std::string& name, const char* value) {
 
 std::string apply() {
   std::string done;
-  for (const Choice& c : kChoices) {
-    if (set_in_environment(c.suffix)) continue;
-    const std::string name = std::string("MPIR_CVAR_") + c.suffix;
-    if (write_choice(name, c.value)) done += (done.empty() ? "" : " ") + name + "=" + c.value;
-  }
+  for (const Choice& c : kChoices)
+    if (!set_in_environment(c) && write_choice(c.variable, c.value))
+      done += (done.empty() ? "" : " ") + std::string(c.variable) + "=" + c.value;
   return done;
 }
 
@@ -73,6 +80,22 @@ int algorithm_value(const std::string& description, const std::string& name) {
     while (end > 0 && description[end - 1] == ' ') --end;
     if (end >= name.size() && description.compare(end - name.size(), name.size(), name) == 0)
       return index;
+  }
+  return -1;
+}
+
+int choice_value(const AlgorithmVariable& v, const std::string& name) {
+  if (v.enumtype == MPI_T_ENUM_NULL) return algorithm_value(v.description, name);
+  int items = 0, len = 0;
+  char enum_name[256];
+  len = sizeof enum_name;
+  if (MPI_T_enum_get_info(v.enumtype, &items, enum_name, &len) != MPI_SUCCESS) return -1;
+  for (int i = 0; i < items; ++i) {
+    char item[256];
+    int value = -1;
+    len = sizeof item;
+    if (MPI_T_enum_get_item(v.enumtype, i, &value, item, &len) == MPI_SUCCESS && name == item)
+      return value;
   }
   return -1;
 }
@@ -98,6 +121,7 @@ bool read_algorithm_variable(const std::string& name, AlgorithmVariable& out) {
   out.index = index;
   out.value = value;
   out.description = description;
+  out.enumtype = enumtype;
   return true;
 }
 
