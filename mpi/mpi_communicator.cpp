@@ -16,6 +16,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/progress.h"
+#include "mpi_tuning.h"
 #include "mpi_util.h"
 #include "mpi_wait.h"
 
@@ -345,6 +346,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool owned)
   int provided = MPI_THREAD_SINGLE;
   MPI_Query_thread(&provided);
   thread_multiple_ = provided == MPI_THREAD_MULTIPLE;
+  mpi::tune_collectives();  // once per process (mpi_tuning.h)
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -368,6 +370,8 @@ ProgressThread* MpiCommunicator::progress() {
   if (!progress_) progress_ = std::make_unique<ProgressThread>();
   return progress_.get();
 }
+
+std::string mpi_collective_tuning() { return mpi::tune_collectives(); }
 
 std::string MpiCommunicator::name() const { return "mpi (" + mpi_library_version() + ")"; }
 

@@ -3,6 +3,8 @@
 //   all_reduce      → MPI_Iallreduce(MPI_IN_PLACE, SUM | MAX) all_reduce_async  → MPI_Iallreduce
 //   all_gather      → MPI_Iallgather                        all_gather_async     → MPI_Iallgather
 //   reduce_scatter  → MPI_Ireduce_scatter_block (SUM)       reduce_scatter_async → MPI_Ireduce_scatter_block
+//                     (under MPICH with its pairwise algorithm, the blocking call's; under Open
+//                     MPI MPI_Iallreduce with libnbc's ring: mpi_tuning.h)
 //   send_recv       → MPI_Irecv + MPI_Isend                 send_recv_async      → MPI_Irecv + MPI_Isend
 //   broadcast       → MPI_Ibcast                            split                → MPI_Comm_split
 //   send / recv     → MPI_Isend / MPI_Irecv (tag 1)         send_async / recv_async → MPI_Isend / MPI_Irecv
@@ -125,5 +127,10 @@ class MpiCommunicator : public Communicator {
 
 /// The MPI library's own version line, e.g. "MPICH Version: 4.0.2".
 std::string mpi_library_version();
+
+/// The collective algorithms the communicator chose (mpi_tuning.h), e.g.
+/// "MPIR_CVAR_IREDUCE_SCATTER_BLOCK_INTRA_ALGORITHM=sched_pairwise" (MPICH) or
+/// "coll_libnbc_iallreduce_algorithm=ring" (Open MPI); "" when none (the user set them).
+std::string mpi_collective_tuning();
 
 }  // namespace tp

@@ -20,6 +20,9 @@
 //   bf16           pp 2, tp 2 × pp 2, pp 2 × dp 2 in --precision bf16 against t = 1 bf16 (bounds
 //                  and measurements at the test); the transfers count 2 B per element.
 //   ZeRO-1         pp 2 × dp 2 with each stage's DP group sharding AdamW against plain pp × dp.
+//   held-out loss  held_out_loss over the PP group (each batch forward through the stages) at
+//                  every layout: t = 1's on the same weights within a relative 1e-6, the same on
+//                  every rank, and in 2 forwards of half the sequences as in one.
 //
 // Collectives: every rank runs the same layouts in the same order; the t = 1 reference runs on a
 // SerialCommunicator on every rank.
@@ -33,6 +36,7 @@
 #include "core/error.h"
 #include "model/adamw.h"
 #include "model/data.h"
+#include "model/evaluate.h"
 #include "model/gpt.h"
 #include "model/memory.h"
 #include "model/train.h"
@@ -498,5 +502,29 @@ TEST(PipelineParallel, Zero1EqualsPlainDataParallelOnEachStage) {
     if (world().rank() == 0)
       std::printf("[ zero pp ] clip %.1f: weights vs plain pp x dp, worst rel error %.3g\n", clip,
                   worst);
+  }
+}
+
+TEST(PipelineParallel, HeldOutLossEqualsOneDeviceForEveryLayout) {
+  if (layouts(world().size()).empty()) GTEST_SKIP() << "no pipeline layout at this np";
+  for (const Layout& l : layouts(world().size())) {
+    SCOPED_TRACE(l.str());
+    const GptConfig g = pipeline_config(l);
+    const MarkovSource src(g.vocab, 4);
+    ProcessGrid grid(world(), GridAxes{l.dp, l.pp});
+    Reference ref(g, AdamWParams{});
+    Stage st(grid, g, AdamWParams{});
+    const double want = held_out_loss(ref.model, src, 2, 4, g.seq, tp::testing::kSeed);
+    for (const int micro : {1, 2}) {
+      const EvalSlice slice{0, 0, micro};
+      const double got =
+          held_out_loss(st.model, grid.pp(), src, 2, 4, g.seq, tp::testing::kSeed, slice);
+      EXPECT_LE(std::fabs(got - want), 1e-6 * std::fabs(want)) << micro << " forward(s) a batch";
+      // Every rank has the last stage's number: the largest and the smallest over the world agree.
+      Tensor v = Tensor::from_host(device(), Shape{2},
+                                   {static_cast<float>(got), static_cast<float>(-got)});
+      world().all_reduce(v, ReduceOp::Max);
+      EXPECT_EQ(v.to_host()[0], -v.to_host()[1]) << "ranks disagree on the held-out loss";
+    }
   }
 }

@@ -351,6 +351,11 @@ void bench_collectives(Context& ctx) {
   log0(ctx.world, "\n# collectives on ", t, " ranks (", w.name(),
        "): the library call vs the bare MPI call on the same buffers, median of interleaved "
        "samples");
+  if (mpi != nullptr) {
+    const std::string tuning = mpi_collective_tuning();
+    log0(ctx.world, "# MPI algorithms the library chose (mpi/mpi_tuning.h): ",
+         tuning.empty() ? "none, the MPI library's defaults" : tuning);
+  }
   // What the library adds to every call, apart from moving data: the front end (checks, the
   // ledger record, the timer) of a one-rank communicator, whose collectives move nothing.
   {

@@ -24,7 +24,7 @@
 // and --dump-grads (every replica holds the same weights and averaged gradients).
 // With --pp N the blocks are cut into N pipeline stages (parallel/pipeline_parallel.h, the pp branch
 // of train_step): the micro-batches go through them in the order of --schedule, and DP rank 0's
-// stages together write one global checkpoint.
+// stages together write one global checkpoint (and one --export-hf, one --dump-grads).
 //
 // The progress line's "exposed comm" is the share of the step the computing thread stood still in
 // the communicator (blocking collectives, issuing and waiting for async ones; observe/timeline.h),
@@ -413,11 +413,8 @@ Plan plan_run(const Options& o, int world_size) {
       problems.push_back(p);
   if (pp > 1) {
     const std::pair<bool, const char*> refused[] = {
-        {!o.get_text("dump-grads").empty(), "--dump-grads"},
         {o.get_flag("audit-grads"), "--audit-grads"},
-        {!o.get_text("export-hf").empty(), "--export-hf"},
-        {o.get_real("memory-budget") > 0, "--memory-budget"},
-        {o.get_int("eval-every") > 0, "--eval-every"}};
+        {o.get_real("memory-budget") > 0, "--memory-budget"}};
     for (const auto& [given, flag] : refused)
       if (given)
         problems.push_back(std::string(flag) + " with --pp=" + std::to_string(pp) +
@@ -809,8 +806,9 @@ double validation_loss(const Options& o, ProcessGrid& grid, Device& device, Gpt&
   if (every <= 0 || (step % every != 0 && !last)) return std::numeric_limits<double>::quiet_NaN();
   const int64_t per_replica = plan.batch / plan.dp;
   const EvalSlice slice{grid.dp_rank() * per_replica, per_replica, plan.step_opts.micro_batches};
-  const double mine = held_out_loss(model, source, o.get_int("eval-batches"), plan.batch, plan.seq,
-                                    plan.seed, slice);
+  // With --pp the held-out batches go forward through the stages (model/evaluate.h).
+  const double mine = held_out_loss(model, grid.pp(), source, o.get_int("eval-batches"), plan.batch,
+                                    plan.seq, plan.seed, slice);
   if (plan.dp == 1) return mine;
   Tensor v = Tensor::from_host(device, Shape{1}, {static_cast<float>(mine)});
   grid.dp().all_reduce(v);
@@ -1051,7 +1049,8 @@ int train(Context& ctx) {
       if (!dump) return;
       // The gradients and loss are the whole batch's here (averaged over dp): one TP group
       // writes them with the whole batch.
-      if (grid.dp_rank() == 0) dump_gradients(o.get_text("dump-grads"), tp, model, b, loss);
+      if (grid.dp_rank() == 0)
+        dump_gradients(o.get_text("dump-grads"), tp, grid.pp(), model, b, loss);
       world.barrier();
       log0(world, "wrote gradients of step ", step, " to ", o.get_text("dump-grads"));
         },
@@ -1122,7 +1121,8 @@ int train(Context& ctx) {
     save_at_end(world, grid, o, model, opt, step, load);
   if (!export_dir.empty()) {
     const Dtype dtype = o.get_text("export-dtype") == "bf16" ? Dtype::bf16 : Dtype::f32;
-    if (grid.dp_rank() == 0) export_hf(export_dir, tp, model, dtype);  // DP replicas: the same
+    // DP replicas hold the same weights; pipeline stages send theirs to the first stage.
+    if (grid.dp_rank() == 0) export_hf(export_dir, tp, grid.pp(), model, dtype);
     world.barrier();
     log0(world, "exported a Hugging Face GPT-2 to ", export_dir,
          "/model.safetensors and config.json (weights only)");

@@ -52,13 +52,6 @@ std::map<std::string, std::vector<float>> assemble(Communicator& comm, const Par
   return out;
 }
 
-void add_all(safetensors::Writer& w, const ParamList& params, const std::string& prefix,
-             const std::map<std::string, std::vector<float>>& tensors) {
-  std::map<std::string, std::vector<int64_t>> shapes;
-  for (const Param& p : params) shapes[stored_name(p)] = stored_shape(p);
-  for (const auto& [name, values] : tensors) w.add_f32(prefix + name, shapes.at(name), values);
-}
-
 void add_config(safetensors::Writer& w, const GptConfig& c) {
   w.set_metadata("layers", std::to_string(c.layers));
   w.set_metadata("hidden", std::to_string(c.hidden));
@@ -192,17 +185,22 @@ std::vector<NamedHostTensor> checkpoint_tensors(Communicator& comm, const Gpt& m
   return out;
 }
 
-// The file: the tensors (a name met twice, the tied wte of two pipeline stages, is written once),
-// the step and the configuration.
-void write_checkpoint(const std::string& path, const std::vector<NamedHostTensor>& tensors,
-                      const Gpt& model, const AdamW& opt, int64_t step) {
-  safetensors::Writer w;
+// The tensors into `w`, a name met twice (the tied wte of two pipeline stages) once.
+void add_each_once(safetensors::Writer& w, const std::vector<NamedHostTensor>& tensors) {
   std::map<std::string, bool> written;
   for (const NamedHostTensor& t : tensors)
     if (!written[t.name]) {
       written[t.name] = true;
       w.add_f32(t.name, t.shape, t.values);
     }
+}
+
+// The file: the tensors (a name met twice, the tied wte of two pipeline stages, is written once),
+// the step and the configuration.
+void write_checkpoint(const std::string& path, const std::vector<NamedHostTensor>& tensors,
+                      const Gpt& model, const AdamW& opt, int64_t step) {
+  safetensors::Writer w;
+  add_each_once(w, tensors);
   w.set_metadata("format", kFormat);
   w.set_metadata("step", std::to_string(step));
   w.set_metadata("adam_steps", std::to_string(opt.steps()));
@@ -353,29 +351,59 @@ void check_save_space(const std::string& path, Communicator& comm, Device& devic
   refuse_unless_empty(problem, "--save " + path + ": no room for the checkpoint", comm, device);
 }
 
+namespace {
+// The file dump_gradients writes: the gradients (a name met twice, the tied wte of two pipeline
+// stages, once), the batch, the loss and the configuration.
+void write_gradients(const std::string& path, const std::vector<NamedHostTensor>& grads,
+                     const GptConfig& cfg, const Batch& batch, float loss) {
+  safetensors::Writer w;
+  add_each_once(w, grads);
+  // The batch, back from sequence-major (s·B + b) to the usual (B, S).
+  std::vector<int32_t> ids(batch.ids.size()), labels(batch.ids.size());
+  for (int64_t s = 0; s < batch.seq; ++s)
+    for (int64_t b = 0; b < batch.batch; ++b) {
+      ids[b * batch.seq + s] = batch.ids[s * batch.batch + b];
+      labels[b * batch.seq + s] = batch.targets[s * batch.batch + b];
+    }
+  w.add_i32("batch.input_ids", {batch.batch, batch.seq}, ids);
+  w.add_i32("batch.labels", {batch.batch, batch.seq}, labels);
+  w.add_f32("loss", {1}, {loss});
+  w.set_metadata("format", kFormat);
+  add_config(w, cfg);
+  w.write(path);
+}
+
+// This stage's global gradients, gathered over `tp`, as "grad.<stored name>".
+std::vector<NamedHostTensor> stage_gradients(Communicator& tp, const Gpt& model) {
+  const ParamList& params = model.params();
+  CommLedger::Scope scope(tp.ledger(), "dump_gradients");
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const Param& p : params) shapes[stored_name(p)] = stored_shape(p);
+  std::vector<NamedHostTensor> out;
+  for (auto& [name, values] : assemble(tp, params, [&](size_t i) { return params[i].grad; }))
+    out.push_back({"grad." + name, shapes.at(name), std::move(values)});
+  return out;
+}
+}  // namespace
+
 void dump_gradients(const std::string& path, Communicator& comm, const Gpt& model,
                     const Batch& batch, float loss) {
-  const ParamList& params = model.params();
-  CommLedger::Scope scope(comm.ledger(), "dump_gradients");
-  const auto grads = assemble(comm, params, [&](size_t i) { return params[i].grad; });
-  if (comm.rank() == 0) {
-    safetensors::Writer w;
-    add_all(w, params, "grad.", grads);
-    // The batch, back from sequence-major (s·B + b) to the usual (B, S).
-    std::vector<int32_t> ids(batch.ids.size()), labels(batch.ids.size());
-    for (int64_t s = 0; s < batch.seq; ++s)
-      for (int64_t b = 0; b < batch.batch; ++b) {
-        ids[b * batch.seq + s] = batch.ids[s * batch.batch + b];
-        labels[b * batch.seq + s] = batch.targets[s * batch.batch + b];
-      }
-    w.add_i32("batch.input_ids", {batch.batch, batch.seq}, ids);
-    w.add_i32("batch.labels", {batch.batch, batch.seq}, labels);
-    w.add_f32("loss", {1}, {loss});
-    w.set_metadata("format", kFormat);
-    add_config(w, model.config());
-    w.write(path);
-  }
+  const std::vector<NamedHostTensor> grads = stage_gradients(comm, model);
+  if (comm.rank() == 0) write_gradients(path, grads, model.config(), batch, loss);
   comm.barrier();
+}
+
+void dump_gradients(const std::string& path, Communicator& tp, Communicator& pp, const Gpt& model,
+                    const Batch& batch, float loss) {
+  if (pp.size() == 1) return dump_gradients(path, tp, model, batch, loss);
+  const std::vector<NamedHostTensor> grads = stage_gradients(tp, model);
+  if (tp.rank() == 0) {  // the TP groups' rank 0s: one PP group, every stage
+    const std::vector<NamedHostTensor> all =
+        gather_to_first_stage(pp, model.params().front().value.device(), grads);
+    if (pp.rank() == 0) write_gradients(path, all, model.config(), batch, loss);
+    pp.barrier();
+  }
+  tp.barrier();  // nobody reads the file before it is complete
 }
 
 }  // namespace tp

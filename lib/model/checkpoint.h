@@ -126,4 +126,11 @@ GptConfig config_from_checkpoint(const std::string& path);
 void dump_gradients(const std::string& path, Communicator& comm, const Gpt& model,
                     const Batch& batch, float loss);
 
+/// The same for one stage of a pipeline (`pp` its PP group): every stage's gradients go to the
+/// first stage, whose TP rank 0 writes the one file (the tied wte's gradient, summed between the
+/// first and last stage and the same on both, once). Collective over `tp` and, on the TP rank 0s,
+/// over `pp`; with pp.size() = 1 it is the call above.
+void dump_gradients(const std::string& path, Communicator& tp, Communicator& pp, const Gpt& model,
+                    const Batch& batch, float loss);
+
 }  // namespace tp

@@ -28,4 +28,12 @@ struct EvalSlice {
 double held_out_loss(Gpt& model, const TokenSource& source, int64_t batches, int64_t batch,
                      int64_t seq, uint64_t seed, const EvalSlice& slice = {});
 
+/// The same for one pipeline stage (`model` built with this rank's StageLayout, `pp` its PP
+/// group): each held-out (micro-)batch goes forward through the stages, stage s receiving stage
+/// s − 1's output and sending its own to s + 1 (no backward, nothing kept), and the last stage's
+/// mean loss is broadcast over `pp`. Collective over the TP group and `pp`; with pp.size() = 1 it
+/// is the call above. Equal to it on the whole model up to fp32 rounding (the same forward, cut).
+double held_out_loss(Gpt& model, Communicator& pp, const TokenSource& source, int64_t batches,
+                     int64_t batch, int64_t seq, uint64_t seed, const EvalSlice& slice = {});
+
 }  // namespace tp

@@ -17,6 +17,7 @@
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
 #include "model/checkpoint_meta.h"
+#include "parallel/pipeline_parallel.h"
 
 namespace tp {
 
@@ -346,14 +347,14 @@ std::string hf_export_problem(const GptConfig& c) {
   return all;
 }
 
-void export_hf(const std::string& dir, Communicator& comm, const Gpt& model, Dtype dtype) {
-  const GptConfig& c = model.config();
+namespace {
+// Every rank checks the folder before the collective, so a bad --hf fails everywhere at once.
+// The error of creating the folder is kept apart from is_directory's own (which would turn a
+// read-only file system's EROFS into "no such file").
+void check_export_folder(const std::string& dir, const GptConfig& c) {
   const std::string cannot = hf_export_problem(c);
   TP_CHECK_INPUT(cannot.empty(), "cannot export to ", dir,
                  " as a Hugging Face GPT-2: this model has ", cannot);
-  // Every rank checks the folder before the collective, so a bad --hf fails everywhere at once.
-  // The error of creating the folder is kept apart from is_directory's own (which would turn a
-  // read-only file system's EROFS into "no such file").
   std::error_code made, seen;
   fs::create_directories(dir, made);
   TP_CHECK_INPUT(fs::is_directory(dir, seen), "cannot create the export folder ", dir, ": ",
@@ -362,18 +363,48 @@ void export_hf(const std::string& dir, Communicator& comm, const Gpt& model, Dty
   const int denied = ::access(dir.c_str(), W_OK | X_OK) == 0 ? 0 : errno;
   TP_CHECK_INPUT(denied == 0, "cannot write into the export folder ", dir, ": ", errno_text(denied),
                  "; give --export-hf (tp_export: --hf) a folder that can be written");
+}
+
+// model.safetensors and config.json from the gathered weights (by name: a name met twice is
+// written once).
+void write_export(const std::string& dir, const std::map<std::string, StoredTensor>& weights,
+                  const GptConfig& c, Dtype dtype) {
+  safetensors::Writer w;
+  const safetensors::DType stored =
+      dtype == Dtype::bf16 ? safetensors::DType::BF16 : safetensors::DType::F32;
+  for (const auto& [name, t] : weights) w.add_float(name, stored, t.shape, t.values);
+  w.set_metadata("format", "pt");  // what transformers' loader looks for
+  w.write((fs::path(dir) / "model.safetensors").string());
+  const std::string cfg = (fs::path(dir) / "config.json").string();
+  write_file_atomic(cfg, hf_config_json(c, dtype), "the export's " + cfg);
+}
+}  // namespace
+
+void export_hf(const std::string& dir, Communicator& comm, const Gpt& model, Dtype dtype) {
+  check_export_folder(dir, model.config());
   const auto weights = gather_stored_weights(comm, model);
-  if (comm.rank() == 0) {
-    safetensors::Writer w;
-    const safetensors::DType stored =
-        dtype == Dtype::bf16 ? safetensors::DType::BF16 : safetensors::DType::F32;
-    for (const auto& [name, t] : weights) w.add_float(name, stored, t.shape, t.values);
-    w.set_metadata("format", "pt");  // what transformers' loader looks for
-    w.write((fs::path(dir) / "model.safetensors").string());
-    const std::string cfg = (fs::path(dir) / "config.json").string();
-    write_file_atomic(cfg, hf_config_json(c, dtype), "the export's " + cfg);
-  }
+  if (comm.rank() == 0) write_export(dir, weights, model.config(), dtype);
   comm.barrier();
+}
+
+void export_hf(const std::string& dir, Communicator& tp, Communicator& pp, const Gpt& model,
+               Dtype dtype) {
+  if (pp.size() == 1) return export_hf(dir, tp, model, dtype);
+  check_export_folder(dir, model.config());
+  const auto stage = gather_stored_weights(tp, model);
+  if (tp.rank() == 0) {  // the TP groups' rank 0s: one PP group, every stage
+    std::vector<NamedHostTensor> mine;
+    for (const auto& [name, t] : stage) mine.push_back({name, t.shape, t.values});
+    const std::vector<NamedHostTensor> all =
+        gather_to_first_stage(pp, model.params().front().value.device(), mine);
+    if (pp.rank() == 0) {
+      std::map<std::string, StoredTensor> weights;
+      for (const NamedHostTensor& t : all) weights.emplace(t.name, StoredTensor{t.shape, t.values});
+      write_export(dir, weights, model.config(), dtype);
+    }
+    pp.barrier();
+  }
+  tp.barrier();  // nobody reads the export before it is complete
 }
 
 }  // namespace tp

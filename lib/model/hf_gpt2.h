@@ -72,6 +72,13 @@ void load_model_file(const ModelFile& file, Communicator& comm, Gpt& model);
 void export_hf(const std::string& dir, Communicator& comm, const Gpt& model,
                Dtype dtype = Dtype::f32);
 
+/// The same for one stage of a pipeline (`pp` its PP group, `tp` its TP group): each stage gathers
+/// its weights over `tp`, the TP rank 0s send them to the first stage, and its TP rank 0 writes the
+/// one export (the tied wte that the first and last stage both hold, once). Collective over `tp`
+/// and, on the TP rank 0s, over `pp`; with pp.size() = 1 it is export_hf above.
+void export_hf(const std::string& dir, Communicator& tp, Communicator& pp, const Gpt& model,
+               Dtype dtype = Dtype::f32);
+
 /// Why a model of `cfg` cannot be written as GPT-2 ("--act swiglu (GPT-2 has a GeLU MLP)", ...),
 /// or "" when it can.
 std::string hf_export_problem(const GptConfig& cfg);
