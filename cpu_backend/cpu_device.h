@@ -66,6 +66,9 @@ class CpuDevice : public Device {
   // kernels/activation.cpp
   void do_gelu_forward(Tensor& y, const Tensor& x) override;
   void do_gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) override;
+  void do_bias_gelu_forward(Tensor& y, const Tensor& x, const Tensor& bias) override;
+  void do_bias_gelu_backward(Tensor& dx, Tensor& dbias, const Tensor& dy, const Tensor& x,
+                             const Tensor& bias) override;
   void do_swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u) override;
   void do_swiglu_backward(Tensor& dg, Tensor& du, const Tensor& dy, const Tensor& g,
                           const Tensor& u) override;

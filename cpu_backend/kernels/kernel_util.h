@@ -47,6 +47,15 @@ void sum_rows_block(int64_t rows, int64_t c0, int64_t c1, double* acc, F f) {
     for (int64_t c = c0; c < c1; ++c) acc[c - c0] += f(r, c);
 }
 
+// Thread `me` of `nt`'s columns [c0, c1) of [0, cols): a range of whole kColBlock blocks, for the
+// row sums that walk the rows in order per thread (every column summed by one thread, rows in
+// order, so the bits do not depend on nt). Empty (c0 = c1) for a thread left without a block.
+inline void column_range(int64_t cols, int64_t nt, int64_t me, int64_t& c0, int64_t& c1) {
+  const int64_t nblocks = (cols + kColBlock - 1) / kColBlock, per = (nblocks + nt - 1) / nt;
+  c0 = std::min(cols, me * per * kColBlock);
+  c1 = std::min(cols, (me + 1) * per * kColBlock);
+}
+
 // The bits of a float and back (std::bit_cast in C++20).
 inline uint32_t float_bits(float x) {
   uint32_t b;
