@@ -2,16 +2,57 @@
 // LayerNorm and RMSNorm. The math is in core/device.h; the GPU's are in gpu_backend/kernels/norm.cu.
 //
 // Row statistics are f64 sums (simd lanes), x̂ is formed in f32. The parameter gradients (dw, db)
-// are sums over the rows: each block of kColBlock columns is summed by one thread, rows in order
-// (cpu::sum_rows_block), so they do not depend on the thread count.
-#include <algorithm>
+// are f64 sums over the rows: each column is summed by one thread, rows in order, so they do not
+// depend on the thread count; each thread walks the rows of its range of column blocks
+// (cpu::column_range) in one pass for dw and db, the loop over its columns vectorised (cloned per
+// vector width, TP_CPU_CLONES: per-column sums have no lane order). The row reductions (the
+// statistics, dx's two means) stay unclone: their simd lanes fix the order of their sums.
+#include <omp.h>
+
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "cpu_device.h"
 #include "kernels/kernel_util.h"
 
 namespace tp {
+
+namespace {
+// dw[c] += Σ_r dy[r, c] x̂[r, c] and (db non-null) db[c] += Σ_r dy[r, c], in f64, rows in order,
+// x̂ = (x − mean[r]) rstd[r] (pmean null: RMSNorm's x̂ = x rstd[r]).
+TP_CPU_CLONES void norm_param_grads_loop(float* pdw, float* pdb, const float* pdy, const float* px,
+                                         const float* pmean, const float* prstd, int64_t rows,
+                                         int64_t h, bool parallel) {
+#pragma omp parallel if (parallel)
+  {
+    int64_t c0, c1;
+    cpu::column_range(h, omp_get_num_threads(), omp_get_thread_num(), c0, c1);
+    const size_t width = static_cast<size_t>(c1 - c0);
+    std::vector<double> sw(width, 0.0), sb(width, 0.0);
+    double* psw = sw.data();
+    double* psb = sb.data();
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = px + r * h;
+      const float* dyr = pdy + r * h;
+      const float m = pmean != nullptr ? pmean[r] : 0.0f, rs = prstd[r];
+      if (pmean != nullptr) {
+#pragma omp simd
+        for (int64_t c = c0; c < c1; ++c) {
+          psw[c - c0] += static_cast<double>(dyr[c]) * ((xr[c] - m) * rs);
+          psb[c - c0] += double{dyr[c]};
+        }
+      } else {
+#pragma omp simd
+        for (int64_t c = c0; c < c1; ++c) psw[c - c0] += static_cast<double>(dyr[c]) * (xr[c] * rs);
+      }
+    }
+    for (int64_t c = c0; c < c1; ++c) pdw[c] += static_cast<float>(psw[c - c0]);
+    if (pdb != nullptr)
+      for (int64_t c = c0; c < c1; ++c) pdb[c] += static_cast<float>(psb[c - c0]);
+  }
+}
+}  // namespace
 
 void CpuDevice::do_layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
                                      const Tensor& w, const Tensor& b, float eps) {
@@ -56,20 +97,7 @@ void CpuDevice::do_layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const 
   float* pdb = db.data();
   const bool parallel = rows * h > cpu::kParallelMin;
 
-  // dw, db: each block of columns summed over the rows in order by one thread.
-  const int64_t nblocks = (h + cpu::kColBlock - 1) / cpu::kColBlock;
-#pragma omp parallel for if (parallel)
-  for (int64_t blk = 0; blk < nblocks; ++blk) {
-    const int64_t c0 = blk * cpu::kColBlock, c1 = std::min(h, c0 + cpu::kColBlock);
-    double acc[cpu::kColBlock];
-    cpu::sum_rows_block(rows, c0, c1, acc, [&](int64_t r, int64_t c) {
-      return static_cast<double>(pdy[r * h + c]) * ((px[r * h + c] - pmean[r]) * prstd[r]);
-    });
-    for (int64_t c = c0; c < c1; ++c) pdw[c] += static_cast<float>(acc[c - c0]);
-    cpu::sum_rows_block(rows, c0, c1, acc,
-                        [&](int64_t r, int64_t c) { return double{pdy[r * h + c]}; });
-    for (int64_t c = c0; c < c1; ++c) pdb[c] += static_cast<float>(acc[c - c0]);
-  }
+  norm_param_grads_loop(pdw, pdb, pdy, px, pmean, prstd, rows, h, parallel);
 
   // dx: one row per iteration.
 #pragma omp parallel for if (parallel)
@@ -127,16 +155,7 @@ void CpuDevice::do_rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, co
   float* pdw = dw.data();
   const bool parallel = rows * h > cpu::kParallelMin;
 
-  const int64_t nblocks = (h + cpu::kColBlock - 1) / cpu::kColBlock;
-#pragma omp parallel for if (parallel)
-  for (int64_t blk = 0; blk < nblocks; ++blk) {
-    const int64_t c0 = blk * cpu::kColBlock, c1 = std::min(h, c0 + cpu::kColBlock);
-    double acc[cpu::kColBlock];
-    cpu::sum_rows_block(rows, c0, c1, acc, [&](int64_t r, int64_t c) {
-      return static_cast<double>(pdy[r * h + c]) * (px[r * h + c] * prstd[r]);
-    });
-    for (int64_t c = c0; c < c1; ++c) pdw[c] += static_cast<float>(acc[c - c0]);
-  }
+  norm_param_grads_loop(pdw, nullptr, pdy, px, nullptr, prstd, rows, h, parallel);
 
 #pragma omp parallel for if (parallel)
   for (int64_t r = 0; r < rows; ++r) {
