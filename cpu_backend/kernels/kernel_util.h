@@ -1,13 +1,14 @@
 // kernel_util.h — what the CPU backend's kernels/ files share: the size below which a loop runs on
-// one thread, the column-block row sum of the parameter gradients, and a vectorisable e^x.
+// one thread, each thread's columns of the parameter gradients' row sums, a fixed-lane f64 sum,
+// the per-vector-width clones, and a vectorisable e^x.
 //
 // Determinism: results are bit-identical for any OpenMP thread count. Every output element is
 // computed by one thread in a fixed order: sums over rows (dw, db, dwte, dwpe) are parallelised over
-// the output (columns, positions), never split across threads, and the `omp simd` reductions (norm
-// statistics, Σ x², the softmax sums) add in vector lanes, an order the compiled code fixes. The
-// attention's GEMMs are thread-independent too (kernels/attention.cpp says how). Not
-// thread-independent: the plain GEMMs (CpuDevice::gemm), where OpenBLAS splits one call across its
-// threads.
+// the output (columns, positions), never split across threads; the norm statistics add in
+// lane_sum's fixed lanes, and the other `omp simd` reductions (Σ x², the softmax sums) in vector
+// lanes, an order the compiled code fixes. The attention's GEMMs are thread-independent too
+// (kernels/attention.cpp says how). Not thread-independent: the plain GEMMs (CpuDevice::gemm),
+// where OpenBLAS splits one call across its threads.
 #pragma once
 
 #include <algorithm>
@@ -45,6 +46,30 @@ inline void column_range(int64_t cols, int64_t nt, int64_t me, int64_t& c0, int6
   const int64_t nblocks = (cols + kColBlock - 1) / kColBlock, per = (nblocks + nt - 1) / nt;
   c0 = std::min(cols, me * per * kColBlock);
   c1 = std::min(cols, (me + 1) * per * kColBlock);
+}
+
+// Σ_c f(c) over c in [0, n), in f64, in kLanes fixed partial sums: lane j adds the c ≡ j (mod
+// kLanes) in order, then the lanes are added pairwise (j + kLanes/2 into j, halving). One order for
+// any vector width, so a cloned loop (TP_CPU_CLONES) gives the baseline's bits; where an
+// `omp simd reduction` lets the compiler pick the lanes (their count and so the bits would differ
+// per clone). GCC vectorises the lane loop: 16 doubles are two AVX-512 or four AVX2 vectors.
+// Always inlined: a copy of its own would be compiled for the baseline only, not for the clone that
+// calls it.
+constexpr int kLanes = 16;
+template <typename F>
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+inline double
+lane_sum(int64_t n, F f) {
+  double acc[kLanes] = {};
+  int64_t c = 0;
+  for (; c + kLanes <= n; c += kLanes)
+    for (int j = 0; j < kLanes; ++j) acc[j] += f(c + j);
+  for (int j = 0; c + j < n; ++j) acc[j] += f(c + j);
+  for (int w = kLanes / 2; w > 0; w /= 2)
+    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+  return acc[0];
 }
 
 // The bits of a float and back (std::bit_cast in C++20).
