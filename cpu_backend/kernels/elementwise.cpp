@@ -1,6 +1,10 @@
 // elementwise.cpp — the CPU backend's elementwise kernels: fill, scale, axpy, mul (dropout's
 // forward and backward), add_bias and its backward (the bias gradient, a column sum). The math of
 // each is in core/device.h; the GPU's are in gpu_backend/kernels/elementwise.cu.
+//
+// Not cloned per vector width (TP_CPU_CLONES): one or two flops per element read, so memory sets
+// the pace, not the lanes; they run in the baseline's 4 lanes (SSE2) at 0.13-0.28 ns per element
+// over 1 Mi elements (1 thread, the bench machine), the cloned GeLU's 0.7.
 #include <omp.h>
 
 #include <cstdint>
