@@ -72,7 +72,7 @@ void CpuDevice::deallocate(void* ptr) {
   if (cached_bytes_ + rounded > cap) {
     // Over the cap: give back blocks of other sizes first, then this one if still needed.
     for (auto it = cache_.begin(); it != cache_.end() && cached_bytes_ + rounded > cap; ++it)
-      while (!it->second.empty() && cached_bytes_ + rounded > cap) {
+      while (it->first != rounded && !it->second.empty() && cached_bytes_ + rounded > cap) {
         std::free(static_cast<char*>(it->second.back()) - kHeader);
         it->second.pop_back();
         cached_bytes_ -= it->first;

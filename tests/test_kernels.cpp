@@ -14,6 +14,9 @@
 // Gradients that are written (dx, dq, …) are pre-filled with NaN, so a kernel that accumulated
 // into them would fail; parameter gradients are checked to accumulate.
 //
+// The fused bias + GeLU is also checked bit for bit against add_bias + gelu (its contract), and the
+// CPU device's cache of freed blocks (reuse and cap) is checked here, beside the kernels it feeds.
+//
 // Last, the checks belong to tp::Device, not to a backend: a device whose do_* methods check
 // nothing still rejects bad arguments before any do_* runs, and gets what the checks worked out.
 #include <gtest/gtest.h>
@@ -31,6 +34,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/tensor.h"
+#include "cpu_device.h"
 #include "test_util.h"
 
 namespace {
@@ -228,6 +232,37 @@ TEST(KernelSumSquares, MatchesDoubleSumAndIsThreadIndependent) {
   with_threads(2, [&] { two = device().sum_squares(X); });
   EXPECT_NEAR(one, want, 1e-12 * want);  // double accumulation: far tighter than a float sum
   EXPECT_EQ(one, two);
+}
+
+// ---- the CPU device's memory --------------------------------------------------------------------
+
+// A freed block comes back for the next allocation of its (64-byte rounded) size, 64-byte aligned;
+// the cache holds at most max(64 MiB, the most bytes handed out at once), giving back other sizes'
+// blocks first.
+TEST(CpuDeviceMemory, AFreedBlockIsReusedForItsSizeAndTheCacheIsCapped) {
+  tp::CpuDevice dev;
+  void* a = dev.allocate(1000);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 64, 0u);
+  dev.deallocate(a);
+  EXPECT_EQ(dev.cached_bytes(), 1024u);
+  void* b = dev.allocate(1000);
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(dev.cached_bytes(), 0u);
+  void* c = dev.allocate(5000);  // another size: a new block
+  EXPECT_NE(c, b);
+  dev.deallocate(b);
+  dev.deallocate(c);
+  EXPECT_EQ(dev.cached_bytes(), 1024u + 5056u);
+
+  constexpr size_t kMiB = size_t{1} << 20;
+  std::vector<void*> big;
+  for (int i = 0; i < 3; ++i) big.push_back(dev.allocate(40 * kMiB));  // 120 MiB at once: the cap
+  for (void* p : big) dev.deallocate(p);
+  EXPECT_EQ(dev.cached_bytes(), 120 * kMiB)
+      << "the small blocks are given back to make room for the third big one";
+  void* d = dev.allocate(kMiB);
+  dev.deallocate(d);  // 121 MiB would exceed the cap: a 40 MiB block is given back
+  EXPECT_EQ(dev.cached_bytes(), 81 * kMiB);
 }
 
 // ---- dropout ----------------------------------------------------------------------------------
