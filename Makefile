@@ -194,9 +194,13 @@ $(BUILD)/obj/lib/%.o: lib/%.cpp | deps
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) $(INC_LIB) -c $< -o $@
 
+# -ffp-contract=off: a·b + c stays two roundings in the kernels' AVX-512 clones too
+# (cpu_backend/kernels/kernel_util.h, TP_CPU_CLONES), so every clone gives the same bits;
+# -fno-math-errno: std::sqrt (AdamW's) vectorises, as no errno is set (nothing reads it).
+CPU_KERNEL_FLAGS := -ffp-contract=off -fno-math-errno
 $(BUILD)/obj/cpu_backend/%.o: cpu_backend/%.cpp | deps
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) $(INC_CPU) -c $< -o $@
+	$(CXX) $(CXXFLAGS) $(CPU_KERNEL_FLAGS) $(INC_CPU) -c $< -o $@
 
 $(BUILD)/obj/mpi/%.o: mpi/%.cpp | deps
 	@mkdir -p $(dir $@)

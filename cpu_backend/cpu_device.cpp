@@ -4,6 +4,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -21,14 +22,69 @@ std::string CpuDevice::name() const {
 
 bool CpuDevice::takes_bf16(const std::string& kernel) const { return kernel != "adamw_step"; }
 
-void* CpuDevice::allocate(size_t bytes) {
-  const size_t rounded = (bytes + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, rounded);
-  TP_CHECK(p != nullptr, "out of host memory allocating ", bytes, " bytes");
-  return p;
+// A block is [header of kHeader bytes: its size][the caller's bytes], 64-byte aligned; the size
+// lets deallocate file it under its size in the cache.
+namespace {
+constexpr size_t kHeader = 64;
+constexpr size_t kMinCache = size_t{64} << 20;
+}  // namespace
+
+CpuDevice::~CpuDevice() {
+  for (auto& [size, blocks] : cache_)
+    for (void* b : blocks) std::free(static_cast<char*>(b) - kHeader);
 }
 
-void CpuDevice::deallocate(void* ptr) { std::free(ptr); }
+size_t CpuDevice::cached_bytes() const {
+  const std::lock_guard<std::mutex> lock(cache_mutex_);
+  return cached_bytes_;
+}
+
+void* CpuDevice::allocate(size_t bytes) {
+  const size_t rounded = (bytes + 63) / 64 * 64;
+  {
+    const std::lock_guard<std::mutex> lock(cache_mutex_);
+    auto it = cache_.find(rounded);
+    if (it != cache_.end() && !it->second.empty()) {
+      void* p = it->second.back();
+      it->second.pop_back();
+      cached_bytes_ -= rounded;
+      live_bytes_ += rounded;
+      peak_live_ = std::max(peak_live_, live_bytes_);
+      return p;
+    }
+  }
+  void* base = std::aligned_alloc(64, rounded + kHeader);
+  TP_CHECK(base != nullptr, "out of host memory allocating ", bytes, " bytes");
+  *static_cast<size_t*>(base) = rounded;
+  const std::lock_guard<std::mutex> lock(cache_mutex_);
+  live_bytes_ += rounded;
+  peak_live_ = std::max(peak_live_, live_bytes_);
+  return static_cast<char*>(base) + kHeader;
+}
+
+void CpuDevice::deallocate(void* ptr) {
+  if (ptr == nullptr) return;
+  char* base = static_cast<char*>(ptr) - kHeader;
+  const size_t rounded = *reinterpret_cast<size_t*>(base);
+  const std::lock_guard<std::mutex> lock(cache_mutex_);
+  live_bytes_ -= rounded;
+  const size_t cap = std::max(kMinCache, peak_live_);
+  if (cached_bytes_ + rounded > cap) {
+    // Over the cap: give back blocks of other sizes first, then this one if still needed.
+    for (auto it = cache_.begin(); it != cache_.end() && cached_bytes_ + rounded > cap; ++it)
+      while (it->first != rounded && !it->second.empty() && cached_bytes_ + rounded > cap) {
+        std::free(static_cast<char*>(it->second.back()) - kHeader);
+        it->second.pop_back();
+        cached_bytes_ -= it->first;
+      }
+    if (cached_bytes_ + rounded > cap) {
+      std::free(base);
+      return;
+    }
+  }
+  cache_[rounded].push_back(ptr);
+  cached_bytes_ += rounded;
+}
 
 void CpuDevice::copy_from_host(void* dst, const void* src, size_t bytes) {
   std::memcpy(dst, src, bytes);

@@ -610,7 +610,8 @@ def precision_rows(table, build, steps, tmp, reps):
                   note="widen-compute-round around the fp32 kernels; a ratio < 1 is the conversions' cost")
 # The step's kernels, grouped: what --trace's spans are called (Device's kernel names) → the row.
 KERNEL_GROUPS = [("GEMMs", ("gemm",)), ("attention (forward + backward)", ("attention_forward", "attention_backward")),
-                 ("GeLU / SwiGLU", ("gelu_forward", "gelu_backward", "swiglu_forward", "swiglu_backward")),
+                 ("GeLU / SwiGLU (bias + GeLU fused)", ("gelu_forward", "gelu_backward", "bias_gelu_forward",
+                                                        "bias_gelu_backward", "swiglu_forward", "swiglu_backward")),
                  ("LayerNorm / RMSNorm", ("layernorm_forward", "layernorm_backward", "rmsnorm_forward",
                                           "rmsnorm_backward")),
                  ("AdamW (+ the gradient norm's sums, the zeroing)", ("adamw_step", "sum_squares", "fill")),

@@ -376,6 +376,22 @@ TEST(GpuActivations, GeluAndSwiglu) {
   EXPECT_CLOSE(du, kFp32);
 }
 
+// The GPU runs the fused bias + GeLU through Device's default (add_bias, gelu, add_bias_backward);
+// the CPU its one-pass kernel: the same numbers within the activations' bound.
+TEST(GpuActivations, BiasGeluFused) {
+  REQUIRE_GPU();
+  const Shape s{67, 96};
+  Pair x = rnd("bg.x", s, 4.0f), b = rnd("bg.b", Shape{96}), dy = rnd("bg.dy", s), y = out(s),
+       dx = out(s), db = rnd("bg.db", Shape{96});
+  cpu().bias_gelu_forward(y.cpu, x.cpu, b.cpu);
+  gpu().bias_gelu_forward(y.gpu, x.gpu, b.gpu);
+  EXPECT_CLOSE(y, kFp32);
+  cpu().bias_gelu_backward(dx.cpu, db.cpu, dy.cpu, x.cpu, b.cpu);
+  gpu().bias_gelu_backward(dx.gpu, db.gpu, dy.gpu, x.gpu, b.gpu);
+  EXPECT_CLOSE(dx, kFp32);
+  EXPECT_CLOSE(db, kFp32);
+}
+
 TEST(GpuNorms, LayerNormAndRmsNormForwardBackward) {
   REQUIRE_GPU();
   for (const int64_t h : {48, 257, 4096}) {

@@ -14,6 +14,9 @@
 // Gradients that are written (dx, dq, …) are pre-filled with NaN, so a kernel that accumulated
 // into them would fail; parameter gradients are checked to accumulate.
 //
+// The fused bias + GeLU is also checked bit for bit against add_bias + gelu (its contract), and the
+// CPU device's cache of freed blocks (reuse and cap) is checked here, beside the kernels it feeds.
+//
 // Last, the checks belong to tp::Device, not to a backend: a device whose do_* methods check
 // nothing still rejects bad arguments before any do_* runs, and gets what the checks worked out.
 #include <gtest/gtest.h>
@@ -32,6 +35,7 @@
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "kernels/attention.h"
+#include "cpu_device.h"
 #include "test_util.h"
 
 namespace {
@@ -231,6 +235,37 @@ TEST(KernelSumSquares, MatchesDoubleSumAndIsThreadIndependent) {
   EXPECT_EQ(one, two);
 }
 
+// ---- the CPU device's memory --------------------------------------------------------------------
+
+// A freed block comes back for the next allocation of its (64-byte rounded) size, 64-byte aligned;
+// the cache holds at most max(64 MiB, the most bytes handed out at once), giving back other sizes'
+// blocks first.
+TEST(CpuDeviceMemory, AFreedBlockIsReusedForItsSizeAndTheCacheIsCapped) {
+  tp::CpuDevice dev;
+  void* a = dev.allocate(1000);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 64, 0u);
+  dev.deallocate(a);
+  EXPECT_EQ(dev.cached_bytes(), 1024u);
+  void* b = dev.allocate(1000);
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(dev.cached_bytes(), 0u);
+  void* c = dev.allocate(5000);  // another size: a new block
+  EXPECT_NE(c, b);
+  dev.deallocate(b);
+  dev.deallocate(c);
+  EXPECT_EQ(dev.cached_bytes(), 1024u + 5056u);
+
+  constexpr size_t kMiB = size_t{1} << 20;
+  std::vector<void*> big;
+  for (int i = 0; i < 3; ++i) big.push_back(dev.allocate(40 * kMiB));  // 120 MiB at once: the cap
+  for (void* p : big) dev.deallocate(p);
+  EXPECT_EQ(dev.cached_bytes(), 120 * kMiB)
+      << "the small blocks are given back to make room for the third big one";
+  void* d = dev.allocate(kMiB);
+  dev.deallocate(d);  // 121 MiB would exceed the cap: a 40 MiB block is given back
+  EXPECT_EQ(dev.cached_bytes(), 81 * kMiB);
+}
+
 // ---- dropout ----------------------------------------------------------------------------------
 
 TEST(KernelDropout, ZeroProbabilityGivesAllOnes) {
@@ -293,6 +328,100 @@ TEST(KernelGelu, ForwardMatchesReferenceAndBackwardMatchesFiniteDifferences) {
   Tensor dY = on_device(Shape{3, 11}, to_f(R)), dX = filled(Shape{3, 11}, kNaN);
   device().gelu_backward(dX, dY, X);
   EXPECT_LE(rel_error(dX.to_host(), to_f(fd_grad(gelu_ref, to_d(x), R))), kGradTol);
+}
+
+// GeLU(x + b) in double, b broadcast over the rows of x: (rows, cols).
+Vec bias_gelu_ref(const Vec& x, const Vec& b) {
+  Vec z(x.size());
+  for (size_t i = 0; i < x.size(); ++i) z[i] = x[i] + b[i % b.size()];
+  return gelu_ref(z);
+}
+
+TEST(KernelBiasGelu, ForwardMatchesReferenceAndBackwardMatchesFiniteDifferences) {
+  const int64_t rows = 5, cols = 70;  // two column blocks of the bias sums, the second ragged
+  const auto x = random_scaled("bg_x", rows * cols, 3.0f), b = random_scaled("bg_b", cols, 1.0f);
+  const Vec R = to_d(random_vector("bg_R", rows * cols));
+  Tensor X = on_device(Shape{rows, cols}, x), B = on_device(Shape{cols}, b);
+  Tensor Y = filled(Shape{rows, cols}, kNaN);
+  device().bias_gelu_forward(Y, X, B);
+  EXPECT_LE(rel_error(Y.to_host(), to_f(bias_gelu_ref(to_d(x), to_d(b)))), kForwardTol);
+
+  const std::vector<float> db0 = random_vector("bg_db0", cols);  // dbias accumulates onto this
+  Tensor dY = on_device(Shape{rows, cols}, to_f(R)), dX = filled(Shape{rows, cols}, kNaN);
+  Tensor dB = on_device(Shape{cols}, db0);
+  device().bias_gelu_backward(dX, dB, dY, X, B);
+  const Vec xd = to_d(x), bd = to_d(b);
+  const Vec want_dx = fd_grad([&](const Vec& xx) { return bias_gelu_ref(xx, bd); }, xd, R);
+  Vec want_db = fd_grad([&](const Vec& bb) { return bias_gelu_ref(xd, bb); }, bd, R);
+  EXPECT_LE(rel_error(dX.to_host(), to_f(want_dx)), kGradTol);
+  std::vector<float> got_db = dB.to_host();
+  for (int64_t c = 0; c < cols; ++c) got_db[c] -= db0[c];
+  EXPECT_LE(rel_error(got_db, to_f(want_db)), kGradTol);
+}
+
+// The fused kernels give the bits of add_bias + gelu_forward and gelu_backward + add_bias_backward
+// (the same arithmetic per element, the bias sums in the same order), at 1 and 2 threads, on a
+// shape above the one-thread size and with a ragged column block.
+TEST(KernelBiasGelu, BitwiseEqualToTheUnfusedKernelsAtAnyThreadCount) {
+  const int64_t rows = 131, cols = 200;
+  const auto x = random_scaled("bgu_x", rows * cols, 4.0f), b = random_scaled("bgu_b", cols, 1.0f);
+  const auto dy = random_vector("bgu_dy", rows * cols), db0 = random_vector("bgu_db0", cols);
+  Tensor X = on_device(Shape{rows, cols}, x), B = on_device(Shape{cols}, b);
+  Tensor dY = on_device(Shape{rows, cols}, dy);
+
+  Tensor Z = on_device(Shape{rows, cols}, x);  // the unfused: x + b kept, then GeLU
+  device().add_bias(Z, B);
+  Tensor Y0(device(), Shape{rows, cols}), dX0(device(), Shape{rows, cols});
+  Tensor dB0 = on_device(Shape{cols}, db0);
+  device().gelu_forward(Y0, Z);
+  device().gelu_backward(dX0, dY, Z);
+  device().add_bias_backward(dB0, dX0);
+  for (const int threads : {1, 2}) {
+    with_threads(threads, [&] {
+      Tensor Y = filled(Shape{rows, cols}, kNaN), dX = filled(Shape{rows, cols}, kNaN);
+      Tensor dB = on_device(Shape{cols}, db0);
+      device().bias_gelu_forward(Y, X, B);
+      device().bias_gelu_backward(dX, dB, dY, X, B);
+      EXPECT_EQ(Y.to_host(), Y0.to_host()) << threads << " threads";
+      EXPECT_EQ(dX.to_host(), dX0.to_host()) << threads << " threads";
+      EXPECT_EQ(dB.to_host(), dB0.to_host()) << threads << " threads";
+    });
+  }
+  Tensor bad(device(), Shape{cols - 1});
+  Tensor Y(device(), Shape{rows, cols});
+  EXPECT_THROW(device().bias_gelu_forward(Y, X, bad), tp::Error);
+  EXPECT_THROW(device().bias_gelu_backward(Y, bad, dY, X, B), tp::Error);
+}
+
+// bf16 (the Device front's stand-ins): x and y in bf16 give the f32 kernel on the widened x, its
+// output rounded once; the bias and its gradient stay f32.
+TEST(KernelBiasGelu, TakesBf16ThroughTheStandIns) {
+  const int64_t rows = 9, cols = 40;
+  const auto x = random_scaled("bgb_x", rows * cols, 3.0f), b = random_scaled("bgb_b", cols, 1.0f);
+  const auto dy = random_vector("bgb_dy", rows * cols);
+  Tensor X16(device(), Shape{rows, cols}, tp::Dtype::bf16),
+      dY16(device(), Shape{rows, cols}, tp::Dtype::bf16);
+  X16.copy_from_host(x);
+  dY16.copy_from_host(dy);
+  Tensor X(device(), Shape{rows, cols}), dY(device(), Shape{rows, cols});
+  device().convert(X16, X);  // exact
+  device().convert(dY16, dY);
+  Tensor B = on_device(Shape{cols}, b);
+  Tensor Y16(device(), Shape{rows, cols}, tp::Dtype::bf16),
+      dX16(device(), Shape{rows, cols}, tp::Dtype::bf16);
+  Tensor dB16 = filled(Shape{cols}, 0.0f), dB = filled(Shape{cols}, 0.0f);
+  device().bias_gelu_forward(Y16, X16, B);
+  device().bias_gelu_backward(dX16, dB16, dY16, X16, B);
+  Tensor Y(device(), Shape{rows, cols}), dX(device(), Shape{rows, cols});
+  device().bias_gelu_forward(Y, X, B);
+  device().bias_gelu_backward(dX, dB, dY, X, B);
+  Tensor Yr(device(), Shape{rows, cols}, tp::Dtype::bf16),
+      dXr(device(), Shape{rows, cols}, tp::Dtype::bf16);
+  device().convert(Y, Yr);
+  device().convert(dX, dXr);
+  EXPECT_EQ(Y16.to_host(), Yr.to_host());
+  EXPECT_EQ(dX16.to_host(), dXr.to_host());
+  EXPECT_EQ(dB16.to_host(), dB.to_host());  // from the f32 dx, before its rounding
 }
 
 TEST(KernelSwiGLU, ForwardMatchesReferenceAndBackwardMatchesFiniteDifferences) {
@@ -1330,6 +1459,8 @@ TEST(DeviceChecks, EveryKernelRejectsATensorOfAnotherDeviceBeforeTheBackendRuns)
       [&] { dev.mul(x, other, x); }, [&] { dev.sum_squares(other); },
       [&] { dev.dropout_mask(other, key, index, 0.1f); }, [&] { dev.gelu_forward(x, other); },
       [&] { dev.gelu_backward(x, x, other); }, [&] { dev.swiglu_forward(x, x, other); },
+      [&] { dev.bias_gelu_forward(x, other, x); },
+      [&] { dev.bias_gelu_backward(x, x, x, other, x); },
       [&] { dev.swiglu_backward(x, x, x, x, other); },
       [&] { dev.layernorm_forward(x, x, x, x, x, other, 1e-5f); },
       [&] { dev.layernorm_backward(x, x, x, x, x, x, x, other); },

@@ -1,8 +1,11 @@
 // activation.cpp — the CPU backend's MLP activations, each forward beside its backward: GeLU
-// (tanh approximation) and SwiGLU. The math is in core/device.h; the GPU's are in
+// (tanh approximation), bias + GeLU fused, and SwiGLU. The math is in core/device.h; the GPU's are in
 // gpu_backend/kernels/activation.cu.
+#include <omp.h>
+
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "cpu_device.h"
 #include "kernels/kernel_util.h"
@@ -33,29 +36,69 @@ inline float silu_sigmoid(float g) {
   return 1.0f / (1.0f + cpu::exp_small(-cpu::clamp_abs(g, 88.0f)));
 }
 
-// The loops, each a free function so that it can be cloned per vector width (TP_CPU_CLONES).
+// GeLU(x) and GeLU'(x), the one definition the plain and the fused (bias + GeLU) loops share, so
+// that both give the same bits.
+inline float gelu_value(float x) { return x / (1.0f + gelu_exp(x)); }
+inline float gelu_grad(float x) {
+  const float e = gelu_exp(x);
+  const float sig = 1.0f / (1.0f + e);
+  return sig + 2.0f * x * (e * sig * sig) * kGeluA * (1.0f + 3.0f * kGeluC * x * x);
+}
+
+// The loops, each a free function so that it can be cloned per vector width (TP_CPU_CLONES). The
+// `if` applies to `parallel` only: a bare `if` on `parallel for simd` applies to the simd part as
+// well (OpenMP 5), and a tensor below kParallelMin then ran one element at a time.
 TP_CPU_CLONES void gelu_forward_loop(float* py, const float* px, int64_t n) {
-#pragma omp parallel for simd if (n > cpu::kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    const float xi = px[i];
-    py[i] = xi / (1.0f + gelu_exp(xi));
-  }
+#pragma omp parallel for simd if (parallel : n > cpu::kParallelMin)
+  for (int64_t i = 0; i < n; ++i) py[i] = gelu_value(px[i]);
 }
 
 TP_CPU_CLONES void gelu_backward_loop(float* pdx, const float* pdy, const float* px, int64_t n) {
-#pragma omp parallel for simd if (n > cpu::kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    const float xi = px[i];
-    const float e = gelu_exp(xi);
-    const float sig = 1.0f / (1.0f + e);
-    const float grad =
-        sig + 2.0f * xi * (e * sig * sig) * kGeluA * (1.0f + 3.0f * kGeluC * xi * xi);
-    pdx[i] = pdy[i] * grad;
+#pragma omp parallel for simd if (parallel : n > cpu::kParallelMin)
+  for (int64_t i = 0; i < n; ++i) pdx[i] = pdy[i] * gelu_grad(px[i]);
+}
+
+// y = GeLU(x + b), row by row: one read of x, one write of y (add_bias + gelu_forward read and
+// wrote x + b once more in between).
+TP_CPU_CLONES void bias_gelu_forward_loop(float* py, const float* px, const float* pb, int64_t rows,
+                                          int64_t cols) {
+#pragma omp parallel for if (rows * cols > cpu::kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = px + r * cols;
+    float* yr = py + r * cols;
+#pragma omp simd
+    for (int64_t c = 0; c < cols; ++c) yr[c] = gelu_value(xr[c] + pb[c]);
+  }
+}
+
+// dx = dy ⊙ GeLU'(x + b) and db += Σ_r dx, one pass. Each thread takes a range of whole kColBlock
+// column blocks and walks its rows in order, adding each dx[r, c] to a float sum per column: the
+// order of add_bias_backward (a float sum per column, rows in order, then added to db), so the
+// bits are the unfused ones and do not depend on the thread count.
+TP_CPU_CLONES void bias_gelu_backward_loop(float* pdx, float* pdb, const float* pdy,
+                                           const float* px, const float* pb, int64_t rows,
+                                           int64_t cols) {
+#pragma omp parallel if (rows * cols > cpu::kParallelMin)
+  {
+    int64_t c0, c1;
+    cpu::column_range(cols, omp_get_num_threads(), omp_get_thread_num(), c0, c1);
+    std::vector<float> sum(static_cast<size_t>(c1 - c0), 0.0f);
+    float* ps = sum.data();
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t o = r * cols;
+#pragma omp simd
+      for (int64_t c = c0; c < c1; ++c) {
+        const float g = pdy[o + c] * gelu_grad(px[o + c] + pb[c]);
+        pdx[o + c] = g;
+        ps[c - c0] += g;
+      }
+    }
+    for (int64_t c = c0; c < c1; ++c) pdb[c] += ps[c - c0];
   }
 }
 
 TP_CPU_CLONES void swiglu_forward_loop(float* py, const float* pg, const float* pu, int64_t n) {
-#pragma omp parallel for simd if (n > cpu::kParallelMin)
+#pragma omp parallel for simd if (parallel : n > cpu::kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float sig = silu_sigmoid(pg[i]);
     py[i] = pg[i] * sig * pu[i];
@@ -64,7 +107,7 @@ TP_CPU_CLONES void swiglu_forward_loop(float* py, const float* pg, const float* 
 
 TP_CPU_CLONES void swiglu_backward_loop(float* pdg, float* pdu, const float* pdy, const float* pg,
                                         const float* pu, int64_t n) {
-#pragma omp parallel for simd if (n > cpu::kParallelMin)
+#pragma omp parallel for simd if (parallel : n > cpu::kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float gi = pg[i], ui = pu[i], dyi = pdy[i];  // read all before writing (no aliasing rule)
     const float sig = silu_sigmoid(gi);
@@ -80,6 +123,16 @@ void CpuDevice::do_gelu_forward(Tensor& y, const Tensor& x) {
 
 void CpuDevice::do_gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) {
   gelu_backward_loop(dx.data(), dy.data(), x.data(), x.numel());
+}
+
+void CpuDevice::do_bias_gelu_forward(Tensor& y, const Tensor& x, const Tensor& bias) {
+  bias_gelu_forward_loop(y.data(), x.data(), bias.data(), x.rows(), x.cols());
+}
+
+void CpuDevice::do_bias_gelu_backward(Tensor& dx, Tensor& dbias, const Tensor& dy, const Tensor& x,
+                                      const Tensor& bias) {
+  bias_gelu_backward_loop(dx.data(), dbias.data(), dy.data(), x.data(), bias.data(), x.rows(),
+                          x.cols());
 }
 
 void CpuDevice::do_swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u) {

@@ -1,32 +1,34 @@
 // kernel_util.h — what the CPU backend's kernels/ files share: the size below which a loop runs on
-// one thread, the column-block row sum of the parameter gradients, and a vectorisable e^x.
+// one thread, each thread's columns of the parameter gradients' row sums, a fixed-lane f64 sum,
+// the per-vector-width clones, and a vectorisable e^x.
 //
 // Determinism: results are bit-identical for any OpenMP thread count. Every output element is
 // computed by one thread in a fixed order: sums over rows (dw, db, dwte, dwpe) are parallelised over
-// the output (columns, positions), never split across threads, and the `omp simd` reductions (norm
-// statistics, Σ x², the softmax sums) add in vector lanes, an order the compiled code fixes. The
-// attention's GEMMs are thread-independent too (kernels/attention.cpp says how). Not
-// thread-independent: the plain GEMMs (CpuDevice::gemm), where OpenBLAS splits one call across its
-// threads.
+// the output (columns, positions), never split across threads; the norm statistics add in
+// lane_sum's fixed lanes, and the other `omp simd` reductions (Σ x², the softmax sums) in vector
+// lanes, an order the compiled code fixes. The attention's GEMMs are thread-independent too
+// (kernels/attention.cpp says how). Not thread-independent: the plain GEMMs (CpuDevice::gemm),
+// where OpenBLAS splits one call across its threads.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 
-// TP_CPU_CLONES before an elementwise kernel's loop function: GCC compiles it twice, for AVX2 and
-// for the build's baseline (x86-64: SSE2, 4 floats a vector), and the program picks one for the
-// CPU when it loads (target_clones, an ifunc; Linux x86-64 with GCC, elsewhere the baseline
-// alone). The Makefile sets no -march, so without it every loop ran 4 lanes wide. Both clones give
-// the same bits: the loops are elementwise (no lane-order sums: the reductions stay unclone), and
-// GCC's avx2 target does not include FMA, so a·b + c stays two roundings. An AVX-512 clone is left
-// out on purpose: GCC's avx512f target implies FMA and would fuse a·b + c (other bits on AVX-512
-// machines), and an optimize("fp-contract=off") attribute stops the inline helpers (exp_small)
-// from being inlined into the clone, which then no longer vectorises. Virtual functions cannot be
-// multiversioned, so each CpuDevice kernel calls a free function.
+// TP_CPU_CLONES before an elementwise kernel's loop function: GCC compiles it three times, for
+// AVX-512 (16 floats a vector), AVX2 (8) and the build's baseline (x86-64: SSE2, 4), and the
+// program picks one for the CPU when it loads (target_clones, an ifunc; Linux x86-64 with GCC,
+// elsewhere the baseline alone). The Makefile sets no -march, so without it every loop ran 4 lanes
+// wide. All clones give the same bits: the loops are elementwise (no lane-order sums: the
+// reductions stay unclone), and the Makefile compiles cpu_backend/ with -ffp-contract=off, so the
+// AVX-512 clone (whose target implies FMA) keeps a·b + c two roundings like the others. (An
+// optimize("fp-contract=off") attribute instead would stop the inline helpers, exp_small, from
+// being inlined into the clone, which then no longer vectorises.) Measured on the bench machine
+// (a Xeon with AVX-512): GeLU 0.80 ns per element with AVX2, 0.58 with AVX-512, at 64 Ki elements.
+// Virtual functions cannot be multiversioned, so each CpuDevice kernel calls a free function.
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
     !defined(TP_NO_CPU_CLONES)
-#define TP_CPU_CLONES __attribute__((target_clones("avx2", "default")))
+#define TP_CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define TP_CPU_CLONES
 #endif
@@ -35,16 +37,39 @@ namespace tp {
 namespace cpu {
 
 constexpr int64_t kParallelMin = 1 << 14;  // below this much work, one thread is faster
-constexpr int64_t kColBlock = 64;          // columns per thread in the column-parallel row sums
+constexpr int64_t kColBlock = 64;          // the unit of a thread's columns in the row sums
 
-// acc[c] (c in [c0, c1)) = Σ_r f(r, c), rows in order; one call per column block, so the result
-// does not depend on the thread that runs it.
+// Thread `me` of `nt`'s columns [c0, c1) of [0, cols): a range of whole kColBlock blocks, for the
+// row sums that walk the rows in order per thread (every column summed by one thread, rows in
+// order, so the bits do not depend on nt). Empty (c0 = c1) for a thread left without a block.
+inline void column_range(int64_t cols, int64_t nt, int64_t me, int64_t& c0, int64_t& c1) {
+  const int64_t nblocks = (cols + kColBlock - 1) / kColBlock, per = (nblocks + nt - 1) / nt;
+  c0 = std::min(cols, me * per * kColBlock);
+  c1 = std::min(cols, (me + 1) * per * kColBlock);
+}
+
+// Σ_c f(c) over c in [0, n), in f64, in kLanes fixed partial sums: lane j adds the c ≡ j (mod
+// kLanes) in order, then the lanes are added pairwise (j + kLanes/2 into j, halving). One order for
+// any vector width, so a cloned loop (TP_CPU_CLONES) gives the baseline's bits; where an
+// `omp simd reduction` lets the compiler pick the lanes (their count and so the bits would differ
+// per clone). GCC vectorises the lane loop: 16 doubles are two AVX-512 or four AVX2 vectors.
+// Always inlined: a copy of its own would be compiled for the baseline only, not for the clone that
+// calls it.
+constexpr int kLanes = 16;
 template <typename F>
-void sum_rows_block(int64_t rows, int64_t c0, int64_t c1, double* acc, F f) {
-  for (int64_t c = c0; c < c1; ++c) acc[c - c0] = 0.0;
-  for (int64_t r = 0; r < rows; ++r)
-#pragma omp simd
-    for (int64_t c = c0; c < c1; ++c) acc[c - c0] += f(r, c);
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+inline double
+lane_sum(int64_t n, F f) {
+  double acc[kLanes] = {};
+  int64_t c = 0;
+  for (; c + kLanes <= n; c += kLanes)
+    for (int j = 0; j < kLanes; ++j) acc[j] += f(c + j);
+  for (int j = 0; c + j < n; ++j) acc[j] += f(c + j);
+  for (int w = kLanes / 2; w > 0; w /= 2)
+    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+  return acc[0];
 }
 
 // The bits of a float and back (std::bit_cast in C++20).

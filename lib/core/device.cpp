@@ -234,6 +234,47 @@ void Device::gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) {
       dy, x);
 }
 
+void Device::bias_gelu_forward(Tensor& y, const Tensor& x, const Tensor& bias) {
+  checks::check_bias_gelu_forward(*this, y, x, bias);
+  const ScopedSpan span(timeline_, SpanKind::Kernel, "bias_gelu_forward");
+  run_kernel(
+      *this, "bias_gelu_forward",
+      [&](Tensor& y_, const Tensor& x_, const Tensor& bias_) {
+    do_bias_gelu_forward(y_, x_, bias_);
+      },
+      y, x, bias);
+}
+
+void Device::bias_gelu_backward(Tensor& dx, Tensor& dbias, const Tensor& dy, const Tensor& x,
+                                const Tensor& bias) {
+  checks::check_bias_gelu_backward(*this, dx, dbias, dy, x, bias);
+  const ScopedSpan span(timeline_, SpanKind::Kernel, "bias_gelu_backward");
+  run_kernel(
+      *this, "bias_gelu_backward",
+      [&](Tensor& dx_, Tensor& dbias_, const Tensor& dy_, const Tensor& x_, const Tensor& bias_) {
+    do_bias_gelu_backward(dx_, dbias_, dy_, x_, bias_);
+      },
+      dx, dbias, dy, x, bias);
+}
+
+// The fused kernels' default: the unfused do_* on f32 tensors (run_kernel widened any bf16 ones),
+// x + bias formed in a temporary.
+void Device::do_bias_gelu_forward(Tensor& y, const Tensor& x, const Tensor& bias) {
+  Tensor z(*this, x.shape());
+  if (x.numel() > 0) copy(z.raw(), x.raw(), x.bytes());
+  do_add_bias(z, bias);
+  do_gelu_forward(y, z);
+}
+
+void Device::do_bias_gelu_backward(Tensor& dx, Tensor& dbias, const Tensor& dy, const Tensor& x,
+                                   const Tensor& bias) {
+  Tensor z(*this, x.shape());
+  if (x.numel() > 0) copy(z.raw(), x.raw(), x.bytes());
+  do_add_bias(z, bias);
+  do_gelu_backward(dx, dy, z);
+  do_add_bias_backward(dbias, dx);
+}
+
 void Device::swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u) {
   checks::check_swiglu_forward(*this, y, g, u);
   const ScopedSpan span(timeline_, SpanKind::Kernel, "swiglu_forward");

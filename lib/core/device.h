@@ -221,6 +221,17 @@ class Device {
   /// dx = dy ⊙ GeLU'(x),
   ///   GeLU'(x) = 0.5 (1 + tanh z) + 0.5 x (1 − tanh² z) · √(2/π) (1 + 3 · 0.044715 x²)
   void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x);
+  /// Bias + GeLU in one pass (the MLP's up projection, whose GEMM leaves out its bias):
+  ///   y[r, :] = GeLU(x[r, :] + bias[:])      x, y: (rows, n), bias: (n)
+  /// The same numbers as add_bias then gelu_forward (the sum is rounded to f32 once in both),
+  /// without writing and reading x + bias in between. Optional in effect: the default do_* runs
+  /// those two kernels (a backend without its own fused kernel gets the same numbers).
+  void bias_gelu_forward(Tensor& y, const Tensor& x, const Tensor& bias);
+  /// bias_gelu_forward's backward, with z = x + bias recomputed (x is kept without the bias):
+  ///   dx = dy ⊙ GeLU'(z)   (written),   dbias[:] += Σ_r dx[r, :]   (accumulated)
+  /// The same numbers as gelu_backward on z then add_bias_backward on dx.
+  void bias_gelu_backward(Tensor& dx, Tensor& dbias, const Tensor& dy, const Tensor& x,
+                          const Tensor& bias);
   /// SwiGLU, σ(g) = 1 / (1 + e^−g), silu(g) = g σ(g):
   ///   y = silu(g) ⊙ u
   void swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u);
@@ -351,6 +362,11 @@ class Device {
                                float p) = 0;
   virtual void do_gelu_forward(Tensor& y, const Tensor& x) = 0;
   virtual void do_gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) = 0;
+  /// Default: add_bias then gelu_forward on a copy (a backend overrides it with one pass).
+  virtual void do_bias_gelu_forward(Tensor& y, const Tensor& x, const Tensor& bias);
+  /// Default: add_bias on a copy of x, gelu_backward, add_bias_backward.
+  virtual void do_bias_gelu_backward(Tensor& dx, Tensor& dbias, const Tensor& dy, const Tensor& x,
+                                     const Tensor& bias);
   virtual void do_swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u) = 0;
   virtual void do_swiglu_backward(Tensor& dg, Tensor& du, const Tensor& dy, const Tensor& g,
                                   const Tensor& u) = 0;

@@ -173,6 +173,25 @@ void check_gelu_backward(const Device& dev, const Tensor& dx, const Tensor& dy, 
   check_same_numel("gelu_backward", "dy", dy, "x", x);
 }
 
+void check_bias_gelu_forward(const Device& dev, const Tensor& y, const Tensor& x,
+                             const Tensor& bias) {
+  check_all_on(dev, "bias_gelu_forward", y, x, bias);
+  check_same_numel("bias_gelu_forward", "y", y, "x", x);
+  TP_CHECK(bias.numel() == x.cols(), "bias_gelu_forward: bias of ", bias.numel(), " for rows of ",
+           x.cols());
+}
+
+void check_bias_gelu_backward(const Device& dev, const Tensor& dx, const Tensor& dbias,
+                              const Tensor& dy, const Tensor& x, const Tensor& bias) {
+  check_all_on(dev, "bias_gelu_backward", dx, dbias, dy, x, bias);
+  check_same_numel("bias_gelu_backward", "dx", dx, "x", x);
+  check_same_numel("bias_gelu_backward", "dy", dy, "x", x);
+  TP_CHECK(dx.cols() == x.cols(), "bias_gelu_backward: dx of ", dx.cols(), " columns for x of ",
+           x.cols());
+  TP_CHECK(bias.numel() == x.cols() && dbias.numel() == x.cols(), "bias_gelu_backward: bias of ",
+           bias.numel(), " and dbias of ", dbias.numel(), " for rows of ", x.cols());
+}
+
 void check_swiglu_forward(const Device& dev, const Tensor& y, const Tensor& g, const Tensor& u) {
   check_all_on(dev, "swiglu_forward", y, g, u);
   check_same_numel("swiglu_forward", "y", y, "g", g);

@@ -112,6 +112,11 @@ void check_dropout_mask(const Device& dev, const Tensor& mask, float p);
 
 void check_gelu_forward(const Device& dev, const Tensor& y, const Tensor& x);
 void check_gelu_backward(const Device& dev, const Tensor& dx, const Tensor& dy, const Tensor& x);
+/// bias_gelu_*: x, y, dx, dy the same numel, bias and dbias one per column of x.
+void check_bias_gelu_forward(const Device& dev, const Tensor& y, const Tensor& x,
+                             const Tensor& bias);
+void check_bias_gelu_backward(const Device& dev, const Tensor& dx, const Tensor& dbias,
+                              const Tensor& dy, const Tensor& x, const Tensor& bias);
 void check_swiglu_forward(const Device& dev, const Tensor& y, const Tensor& g, const Tensor& u);
 void check_swiglu_backward(const Device& dev, const Tensor& dg, const Tensor& du, const Tensor& dy,
                            const Tensor& g, const Tensor& u);

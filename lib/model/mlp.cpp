@@ -9,6 +9,7 @@ ParallelMLP::ParallelMLP(Device& device, Communicator& comm, const std::string& 
     : device_(device),
       comm_(comm),
       swiglu_(cfg.activation() == Activation::SwiGlu),
+      fused_bias_gelu_(!swiglu_ && cfg.compute_dtype() == Dtype::f32),
       overlap_(cfg.overlap),
       fc1_(device, comm, prefix + ".c_fc", cfg.hidden, cfg.inner(), Bias::With, ColumnOutput::Split,
            cfg.sp),
@@ -24,6 +25,7 @@ ParallelMLP::ParallelMLP(Device& device, Communicator& comm, const std::string& 
     l->set_overlap(overlap_);
     l->set_compute_dtype(cfg.compute_dtype());
   }
+  fc1_.set_skip_bias_add(fused_bias_gelu_);  // the bias goes into bias_gelu (forward, backward)
 }
 
 void ParallelMLP::observe(MemoryLedger* ledger, int64_t layer) {
@@ -44,6 +46,8 @@ Tensor ParallelMLP::forward(const Tensor& x_in) {
   if (swiglu_) {
     const Tensor& gate = saved_.keep(gate_out_, outs[1]);
     device_.swiglu_forward(act, gate, up);  // silu(X G_r) ⊙ X U_r, local
+  } else if (fused_bias_gelu_) {
+    device_.bias_gelu_forward(act, up, fc1_.compute_bias());  // GeLU(X U_r + b_r), local
   } else {
     device_.gelu_forward(act, up);  // GeLU(X U_r), local: elementwise
   }
@@ -59,6 +63,8 @@ Tensor ParallelMLP::backward(const Tensor& dy) {
   if (swiglu_) {
     dgate = Tensor(device_, up.shape(), dact.dtype());
     device_.swiglu_backward(dgate, dup, dact, gate_out_.get(), up);
+  } else if (fused_bias_gelu_) {
+    device_.bias_gelu_backward(dup, fc1_.dbias, dact, up, fc1_.compute_bias());  // and db_r
   } else {
     device_.gelu_backward(dup, dact, up);
   }
@@ -72,6 +78,8 @@ Tensor ParallelMLP::forward_inference(const Tensor& x) {
   Tensor act(device_, up.shape(), up.dtype());
   if (swiglu_)
     device_.swiglu_forward(act, gate_.forward(x, Keep::Nothing), up);  // silu(X G_r) ⊙ X U_r
+  else if (fused_bias_gelu_)
+    device_.bias_gelu_forward(act, up, fc1_.compute_bias());  // GeLU(X U_r + b_r)
   else
     device_.gelu_forward(act, up);          // GeLU(X U_r)
   return fc2_.forward(act, Keep::Nothing);  // Σ_r act_r B_r: g's all-reduce

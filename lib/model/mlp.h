@@ -33,6 +33,9 @@ namespace tp {
 /// are reduce-scattered back to s/t tokens. Only the local shard of the input is kept; backward
 /// all-gathers it again to form fc1's weight gradient.
 ///
+/// GeLU's bias is fused (f32): fc1 returns X A_r without b_r (skip_bias_add) and the activation
+/// is bias_gelu_forward; backward's bias_gelu_backward takes db_r in the same pass.
+///
 /// cfg.overlap (parallel/collective_matmul.h): async all-reduces (SP: reduce-scatters) dX while
 /// fc1's weight gradient is computed, and under SP starts the input's re-gather when backward
 /// begins; ring (SP) replaces each all-gather + GEMM and GEMM + reduce-scatter by a ring of blocks.
@@ -54,6 +57,10 @@ class ParallelMLP {
   Device& device_;
   Communicator& comm_;
   bool swiglu_;
+  // GeLU in f32: fc1 skips its bias add, and bias_gelu_forward / _backward take it in the same
+  // pass (the same numbers as add_bias + gelu). bf16 keeps the two kernels and their two rounding
+  // points (docs/model.md, "Precision").
+  bool fused_bias_gelu_;
   Overlap overlap_;
   ColumnParallelLinear fc1_;   // up: (h, ffn) split by columns
   ColumnParallelLinear gate_;  // SwiGLU gate (unused for GeLU)

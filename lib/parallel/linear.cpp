@@ -126,7 +126,7 @@ Tensor ColumnParallelLinear::forward_whole(const Tensor& x_in, bool keep) {
     input_.reset();
   Tensor y(device_, x.shape().with(x.ndim() - 1, out_local_), x.dtype());
   device_.gemm(false, false, 1.0f, x, compute_weight(), 0.0f, y);  // Y_r = X A_r
-  if (has_bias()) device_.add_bias(y, compute_bias());             //     + b_r
+  if (adds_bias()) device_.add_bias(y, compute_bias());            //     + b_r
   return gather_output_ ? gather_from_tp_region_forward(comm_, y) : y;
 }
 
@@ -171,7 +171,7 @@ std::vector<Tensor> ColumnParallelLinear::forward_shared(
       }
     });
     for (size_t i = 0; i < group.size(); ++i)
-      if (group[i]->has_bias()) dev.add_bias(ys[i], group[i]->compute_bias());
+      if (group[i]->adds_bias()) dev.add_bias(ys[i], group[i]->compute_bias());
     return ys;
   }
   // All-gather my s/t tokens into the whole sequence; the layers keep nothing more.
@@ -267,7 +267,7 @@ Tensor ColumnParallelLinear::backward_shared(const std::vector<ColumnParallelLin
         group[i]->weight_grad(dys[i].view(c * n, (c + 1) * n), x_c, /*with_bias=*/false);
         });
     for (size_t i = 0; i < group.size(); ++i)
-      if (group[i]->has_bias()) dev.add_bias_backward(group[i]->dbias, dys[i]);
+      if (group[i]->adds_bias()) dev.add_bias_backward(group[i]->dbias, dys[i]);
     return dx;
   }
   Tensor dx = input_grads(0, rows);
@@ -312,8 +312,8 @@ void ColumnParallelLinear::weight_grad(const Tensor& dy_in, const Tensor& input,
   const Tensor dy = local_dy(dy_in);
   TP_CHECK(dy.rows() == input.rows() && input.cols() == in_, name_, ".backward: dy ",
            dy.shape().str(), " does not match the input ", input.shape().str());
-  device_.gemm(true, false, 1.0f, input, dy, 1.0f, dweight);          // dA_r += Xᵀ dY_r
-  if (has_bias() && with_bias) device_.add_bias_backward(dbias, dy);  // db_r += Σ dY_r
+  device_.gemm(true, false, 1.0f, input, dy, 1.0f, dweight);           // dA_r += Xᵀ dY_r
+  if (adds_bias() && with_bias) device_.add_bias_backward(dbias, dy);  // db_r += Σ dY_r
 }
 
 void ColumnParallelLinear::collect_params(ParamList& out, float weight_std) const {

@@ -139,6 +139,10 @@ class ColumnParallelLinear : public ParallelLinearBase {
   /// ".input_shard"; the attention names its group's "<block>.attn.input_shard").
   void set_input_shard_name(const std::string& name) { input_shard_ = SavedTensor(name); }
 
+  /// Megatron's skip_bias_add: forward returns X A_r without b_r and backward leaves dbias alone,
+  /// for a caller that fuses the bias into what follows (the MLP's bias + GeLU kernel), adding
+  /// b_r forward and accumulating dbias backward itself. Default false.
+  void set_skip_bias_add(bool skip) { skip_bias_add_ = skip; }
   int64_t out_local() const { return out_local_; }
   int64_t first_column() const { return col0_; }  ///< global index of this rank's first column
   /// Appends the weight (in, out; split by columns) and bias (out; split by columns) as Params
@@ -162,8 +166,12 @@ class ColumnParallelLinear : public ParallelLinearBase {
   /// ring, whose bias gradient is taken once over all rows).
   void weight_grad(const Tensor& dy, const Tensor& input, bool with_bias = true);
 
+  /// The bias is added here (forward) and its gradient taken here (backward): not skip_bias_add.
+  bool adds_bias() const { return has_bias() && !skip_bias_add_; }
+
   bool gather_output_;
   bool sequence_parallel_;
+  bool skip_bias_add_ = false;
   int64_t out_local_, col0_;
   SavedTensor input_shard_;  ///< sequence parallelism: this rank's tokens of X, (N/t, in)
   Pending input_gather_;     ///< prefetch_input's all-gather of the shard, in flight
