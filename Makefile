@@ -68,6 +68,22 @@ CXXFLAGS := -std=c++17 -O2 -Wall -Wextra -fopenmp -MMD -MP \
 LDFLAGS  := -fopenmp $(SAN_FLAGS) $(LDFLAGS_EXTRA)
 # The CPU backend's GEMM: CBLAS from OpenBLAS (scripts/install-deps.sh installs and reports it).
 BLAS_LIBS ?= -lopenblas
+# The CPU backend's bf16 GEMM through oneDNN (optional: cpu_backend/onednn_gemm.h): built when
+# dnnl.hpp and libdnnl are found (Debian's libdnnl-dev, which scripts/install-deps.sh installs);
+# NO_ONEDNN=1 skips it (bf16 GEMMs then run as cblas_sgemm on f32 stand-ins). Only
+# cpu_backend/onednn_gemm.cpp sees TP_HAVE_ONEDNN; $(BUILD)/onednn records the choice for it.
+ifeq ($(NO_ONEDNN),1)
+  ONEDNN := no: NO_ONEDNN=1
+else ifeq ($(shell echo '\#include <dnnl.hpp>' | $(CXX) -E -x c++ - >/dev/null 2>&1 && $(CXX) -print-file-name=libdnnl.so | grep -q / && echo yes),yes)
+  ONEDNN := yes
+else
+  ONEDNN := no: dnnl.hpp or libdnnl.so not found (libdnnl-dev)
+endif
+ifeq ($(ONEDNN),yes)
+  ONEDNN_DEFS := -DTP_HAVE_ONEDNN
+  ONEDNN_LIBS := -ldnnl
+endif
+ONEDNN_STAMP := $(BUILD)/onednn
 # lib/text's Unicode character classes: ICU's common library (scripts/install-deps.sh checks it).
 ICU_LIBS ?= -licuuc
 
@@ -120,7 +136,7 @@ else
   GPU_BACKEND := yes
 endif
 
-export MPICXX MPIEXEC NP BUILD NO_CUDA NVCC BLAS_LIBS ICU_LIBS SANITIZE
+export MPICXX MPIEXEC NP BUILD NO_CUDA NVCC BLAS_LIBS ICU_LIBS SANITIZE NO_ONEDNN
 
 LIB_SRC     := $(wildcard lib/*/*.cpp)
 LESSON_SRC  := $(wildcard lessons/*.cpp)
@@ -167,7 +183,7 @@ else
   GPU_LDLIBS :=
 endif
 # The link line: objects and archives of the rule ($^ without the stamp), then the GPU libraries.
-LINK = $(MPICXX) $(LDFLAGS) $(filter-out $(GPU_STAMP),$^) $(BLAS_LIBS) $(ICU_LIBS) -o $@
+LINK = $(MPICXX) $(LDFLAGS) $(filter-out $(GPU_STAMP),$^) $(BLAS_LIBS) $(ONEDNN_LIBS) $(ICU_LIBS) -o $@
 # What every program links below its own objects, top layer first: the launcher, the CPU backend,
 # the GPU backend (or its stub), MPI, lib.
 BACKENDS = $(LIBTP_LAUNCHER) $(LIBTP_CPU) $(GPU_LINK) $(LIBTP_MPI) $(LIBTP) $(GPU_STAMP)
@@ -221,6 +237,17 @@ $(BUILD)/obj/tests/%.o: tests/%.cpp | deps
 $(GPU_STAMP): FORCE
 	@mkdir -p $(dir $@)
 	@echo "$(GPU_BACKEND)" | cmp -s - $@ || echo "$(GPU_BACKEND)" > $@
+
+# The oneDNN GEMM: its one source compiled with TP_HAVE_ONEDNN when found, rebuilt when that changes.
+$(ONEDNN_STAMP): FORCE
+	@mkdir -p $(dir $@)
+	@echo "$(ONEDNN)" | cmp -s - $@ || { echo "$(ONEDNN)" > $@; \
+	  case "$(ONEDNN)" in yes) echo "✓ oneDNN found: the CPU's bf16 GEMM can use it";; \
+	  *) echo "· $(patsubst no: %,%,$(ONEDNN)): CPU bf16 GEMMs run as sgemm on f32 stand-ins";; esac; }
+
+$(BUILD)/obj/cpu_backend/onednn_gemm.o: cpu_backend/onednn_gemm.cpp $(ONEDNN_STAMP) | deps
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) $(INC_CPU) $(ONEDNN_DEFS) -c $< -o $@
 
 # ---- GPU backend objects: .cu through nvcc, .cpp (gpu_entry, the NCCL communicator) through mpicxx --
 # The .cu files (gpu_backend/*.cu, gpu_backend/kernels/*.cu) see lib/ and their own folder only (no

@@ -10,12 +10,15 @@
 //
 // bf16 (--precision bf16): every kernel but adamw_step takes bf16 tensors, none natively: the
 // Device front widens them to f32 (exact), runs the f32 kernel and rounds each output once
-// (core/device.h, "Dtypes"). The GEMM is cblas_sgemm on widened operands: Debian's OpenBLAS
-// exports no bf16 GEMM (`nm -D libopenblas.so` lists no sbgemm, only the CPU probe
-// support_avx512_bf16). adamw_step stays f32: it updates the fp32 master weights and moments.
+// (core/device.h, "Dtypes"), but the GEMM where oneDNN is on: Debian's OpenBLAS exports no bf16
+// GEMM (`nm -D libopenblas.so` lists no sbgemm, only the CPU probe support_avx512_bf16), so a bf16
+// GEMM is either oneDNN's bf16 matmul (onednn_gemm.h: bf16 A and B, f32 accumulation; chosen where
+// the CPU has AVX512-BF16 or AMX, or by TP_CPU_BF16_GEMM) or cblas_sgemm on widened operands.
+// adamw_step stays f32: it updates the fp32 master weights and moments.
 #pragma once
 
 #include "core/device.h"
+#include "onednn_gemm.h"
 
 namespace tp {
 
@@ -29,6 +32,10 @@ class CpuDevice : public Device {
   bool host_accessible() const override { return true; }
   /// Every kernel but adamw_step (widened by the Device front, see above).
   bool takes_bf16(const std::string& kernel) const override;
+  /// "gemm" when the oneDNN bf16 GEMM is on (onednn_gemm.h: choose_bf16_gemm), else none.
+  bool native_bf16(const std::string& kernel) const override;
+  /// The bf16 GEMM's line ("oneDNN (avx512_core_amx)", "sgemm on f32 stand-ins (...)").
+  const std::string& bf16_gemm_note() const { return bf16_gemm_.note; }
 
   void* allocate(size_t bytes) override;
   void deallocate(void* ptr) override;
@@ -112,6 +119,9 @@ class CpuDevice : public Device {
   // kernels/adamw.cpp
   void do_adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWParams& h,
                      int64_t step) override;
+
+ private:
+  cpu::Bf16GemmChoice bf16_gemm_;  // made once, when the device is
 };
 
 }  // namespace tp
