@@ -160,7 +160,7 @@ std::string onednn_gemm_impl(bool, bool, int64_t, int64_t, int64_t, float, int64
 Bf16GemmChoice choose_bf16_gemm() {
   const char* env = std::getenv("TP_CPU_BF16_GEMM");
   const std::string want = env && *env ? env : "auto";
-  TP_CHECK(want == "auto" || want == "onednn" || want == "sgemm", "TP_CPU_BF16_GEMM=", want,
+  TP_CHECK_INPUT(want == "auto" || want == "onednn" || want == "sgemm", "TP_CPU_BF16_GEMM=", want,
            " is not a CPU bf16 GEMM; use onednn, sgemm or auto");
   const std::string standin = "sgemm on f32 stand-ins";
   if (want == "sgemm") return {Bf16Gemm::sgemm, standin + " (TP_CPU_BF16_GEMM=sgemm)"};
@@ -172,7 +172,7 @@ Bf16GemmChoice choose_bf16_gemm() {
   return {Bf16Gemm::sgemm,
           standin + " (oneDNN's ISA " + isa_name(isa) + " has no native bf16: it would emulate)"};
 #else
-  TP_CHECK(want != "onednn",
+  TP_CHECK_INPUT(want != "onednn",
            "TP_CPU_BF16_GEMM=onednn, but this build has no oneDNN; install libdnnl-dev and rebuild "
            "(make), or use TP_CPU_BF16_GEMM=sgemm");
   return {Bf16Gemm::sgemm, standin + " (built without oneDNN)"};
