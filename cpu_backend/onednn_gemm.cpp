@@ -161,7 +161,7 @@ Bf16GemmChoice choose_bf16_gemm() {
   const char* env = std::getenv("TP_CPU_BF16_GEMM");
   const std::string want = env && *env ? env : "auto";
   TP_CHECK_INPUT(want == "auto" || want == "onednn" || want == "sgemm", "TP_CPU_BF16_GEMM=", want,
-           " is not a CPU bf16 GEMM; use onednn, sgemm or auto");
+                 " is not a CPU bf16 GEMM; use onednn, sgemm or auto");
   const std::string standin = "sgemm on f32 stand-ins";
   if (want == "sgemm") return {Bf16Gemm::sgemm, standin + " (TP_CPU_BF16_GEMM=sgemm)"};
 #ifdef TP_HAVE_ONEDNN
@@ -172,9 +172,10 @@ Bf16GemmChoice choose_bf16_gemm() {
   return {Bf16Gemm::sgemm,
           standin + " (oneDNN's ISA " + isa_name(isa) + " has no native bf16: it would emulate)"};
 #else
-  TP_CHECK_INPUT(want != "onednn",
-           "TP_CPU_BF16_GEMM=onednn, but this build has no oneDNN; install libdnnl-dev and rebuild "
-           "(make), or use TP_CPU_BF16_GEMM=sgemm");
+  TP_CHECK_INPUT(
+      want != "onednn",
+      "TP_CPU_BF16_GEMM=onednn, but this build has no oneDNN; install libdnnl-dev and rebuild "
+      "(make), or use TP_CPU_BF16_GEMM=sgemm");
   return {Bf16Gemm::sgemm, standin + " (built without oneDNN)"};
 #endif
 }
