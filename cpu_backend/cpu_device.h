@@ -3,7 +3,7 @@
 // It implements the memory calls and the do_* half of every kernel (core/device.h): the public
 // kernel has checked the arguments before a do_* runs, so the kernels here only compute.
 // Files: cpu_device.cpp (memory, copies, GEMM, the column copy), blas.cpp (cblas_sgemm and
-// OpenBLAS's threads), and kernels/<stem>.cpp, one per concept with the GPU's stems
+// OpenBLAS's threads), onednn_gemm.cpp (the bf16 GEMM through oneDNN), and kernels/<stem>.cpp, one per concept with the GPU's stems
 // (gpu_backend/kernels/<stem>.cu): convert, elementwise, rng, reduce, activation, norm, attention,
 // embedding, cross_entropy, adamw; kernels/kernel_util.h is what they share. The math of every
 // kernel is in core/device.h.
