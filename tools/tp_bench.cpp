@@ -28,7 +28,8 @@
 //    values: RESULT gemm_bf16 lines, the same #wrong test (the sums are fp32 in both).
 //    Threads (--suite threads): each rank in turn runs GEMMs while the others sleep, and reports
 //    its CPU time over wall time — the cores its OpenMP + BLAS threads really use, which the thread
-//    rule keeps at cores ÷ ranks on the node.
+//    rule keeps at cores ÷ ranks on the node (fp32 and bf16 GEMMs alternately, so oneDNN's
+//    threads are held to it too).
 // 2. Collectives, nccl-tests style, 4 KiB … 64 MiB: the library call against the bare MPI call on
 //    the same buffers (alternating samples, medians), time per call, algbw = bytes / time, and
 //    busbw = algbw · 2(t − 1)/t for all-reduce, · (t − 1)/t for all-gather and reduce-scatter: the
@@ -337,6 +338,10 @@ void bench_threads(Context& ctx) {
   Tensor a(dev, Shape{512, 512}), b(dev, Shape{512, 512}), c(dev, Shape{512, 512});
   dev.fill(a, 0.5f);
   dev.fill(b, 0.25f);
+  // And the bf16 GEMM (oneDNN where it is on: its OpenMP threads must keep the same budget).
+  Tensor a16(dev, a.shape(), Dtype::bf16), b16(dev, b.shape(), Dtype::bf16);
+  dev.convert(a, a16);
+  dev.convert(b, b16);
   auto wait_sleeping = [&] {
     MPI_Request req = MPI_REQUEST_NULL;
     MPI_Ibarrier(mpi->handle(), &req);
@@ -347,7 +352,10 @@ void bench_threads(Context& ctx) {
   for (int turn = 0; turn < ctx.world.size(); ++turn) {
     if (turn == ctx.world.rank()) {
       const double w0 = now(), c0 = cpu_seconds();
-      while (now() - w0 < 0.3) dev.gemm(false, false, 1.0f, a, b, 0.0f, c);
+      while (now() - w0 < 0.3) {
+        dev.gemm(false, false, 1.0f, a, b, 0.0f, c);
+        dev.gemm(false, false, 1.0f, a16, b16, 0.0f, c);
+      }
       busy = (cpu_seconds() - c0) / (now() - w0);
     }
     wait_sleeping();
