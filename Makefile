@@ -31,7 +31,7 @@
 # Overridable: MPICXX (the MPI C++ compiler wrapper), MPIEXEC (the launcher), NP (the rank counts
 # the MPI tests run under), BUILD (the output folder), CXXFLAGS_EXTRA / LDFLAGS_EXTRA, BLAS_LIBS
 # (default -lopenblas; e.g. "-L$(brew --prefix openblas)/lib -lopenblas" with CXXFLAGS_EXTRA
-# "-I$(brew --prefix openblas)/include" on macOS).
+# "-I$(brew --prefix openblas)/include" on macOS). NO_ONEDNN=1: build without the oneDNN bf16 GEMM.
 #   make test MPICXX=mpicxx.openmpi MPIEXEC=mpirun.openmpi BUILD=build-openmpi NP="1 2"
 #
 # GPU backend (gpu_backend/): built whenever nvcc is found, with cuBLAS and NCCL; nothing needs a
