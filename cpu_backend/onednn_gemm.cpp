@@ -12,6 +12,7 @@
 
 #include <dnnl.hpp>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <tuple>
 #endif
@@ -36,7 +37,7 @@ struct Entry {
 struct Onednn {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
-  std::map<Key, Entry> cache;
+  std::map<Key, std::shared_ptr<const Entry>> cache;
   std::mutex mutex;
 };
 
@@ -80,11 +81,18 @@ Entry make_entry(const Key& key) {
   return e;
 }
 
-Entry& entry(const Key& key) {
+// A program has a few dozen GEMM shapes; one that keeps making new ones (a growing sequence)
+// starts the cache afresh past this many, rather than holding every primitive forever.
+constexpr size_t kMaxPrimitives = 512;
+
+std::shared_ptr<const Entry> entry(const Key& key) {
   Onednn& o = onednn();
   const std::lock_guard<std::mutex> lock(o.mutex);
   auto it = o.cache.find(key);
-  if (it == o.cache.end()) it = o.cache.emplace(key, make_entry(key)).first;
+  if (it == o.cache.end()) {
+    if (o.cache.size() >= kMaxPrimitives) o.cache.clear();
+    it = o.cache.emplace(key, std::make_shared<const Entry>(make_entry(key))).first;
+  }
   return it->second;
 }
 
@@ -126,21 +134,21 @@ bool onednn_gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float a
                       void* c, bool c_bf16, int64_t ldc) {
   if (m <= 0 || n <= 0) return true;
   if (k <= 0) return false;
-  Entry& e = entry(key_of(ta, tb, m, n, k, alpha, lda, ldb, beta, c_bf16, ldc));
-  if (!e.ok) return false;
+  const auto e = entry(key_of(ta, tb, m, n, k, alpha, lda, ldb, beta, c_bf16, ldc));
+  if (!e->ok) return false;
   Onednn& o = onednn();
-  dnnl::memory am(e.a, o.engine, const_cast<uint16_t*>(a));
-  dnnl::memory bm(e.b, o.engine, const_cast<uint16_t*>(b));
-  dnnl::memory cm(e.c, o.engine, c);
-  e.prim.execute(o.stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+  dnnl::memory am(e->a, o.engine, const_cast<uint16_t*>(a));
+  dnnl::memory bm(e->b, o.engine, const_cast<uint16_t*>(b));
+  dnnl::memory cm(e->c, o.engine, c);
+  e->prim.execute(o.stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
   o.stream.wait();
   return true;
 }
 
 std::string onednn_gemm_impl(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                              int64_t lda, int64_t ldb, float beta, bool c_bf16, int64_t ldc) {
-  const Entry& e = entry(key_of(ta, tb, m, n, k, alpha, lda, ldb, beta, c_bf16, ldc));
-  return e.ok ? e.impl : "";
+  const auto e = entry(key_of(ta, tb, m, n, k, alpha, lda, ldb, beta, c_bf16, ldc));
+  return e->ok ? e->impl : "";
 }
 
 #else  // no oneDNN in this build
