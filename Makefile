@@ -70,20 +70,12 @@ LDFLAGS  := -fopenmp $(SAN_FLAGS) $(LDFLAGS_EXTRA)
 BLAS_LIBS ?= -lopenblas
 # The CPU backend's bf16 GEMM through oneDNN (optional: cpu_backend/onednn_gemm.h): built when
 # dnnl.hpp and libdnnl are found (Debian's libdnnl-dev, which scripts/install-deps.sh installs);
-# NO_ONEDNN=1 skips it (bf16 GEMMs then run as cblas_sgemm on f32 stand-ins). Only
-# cpu_backend/onednn_gemm.cpp sees TP_HAVE_ONEDNN; $(BUILD)/onednn records the choice for it.
-ifeq ($(NO_ONEDNN),1)
-  ONEDNN := no: NO_ONEDNN=1
-else ifeq ($(shell echo '\#include <dnnl.hpp>' | $(CXX) -E -x c++ - >/dev/null 2>&1 && $(CXX) -print-file-name=libdnnl.so | grep -q / && echo yes),yes)
-  ONEDNN := yes
-else
-  ONEDNN := no: dnnl.hpp or libdnnl.so not found (libdnnl-dev)
-endif
-ifeq ($(ONEDNN),yes)
-  ONEDNN_DEFS := -DTP_HAVE_ONEDNN
-  ONEDNN_LIBS := -ldnnl
-endif
+# NO_ONEDNN=1 skips it (bf16 GEMMs then run as cblas_sgemm on f32 stand-ins). Found after deps
+# has run (so a first build on a fresh machine has it), $(BUILD)/onednn records the answer; only
+# cpu_backend/onednn_gemm.cpp sees TP_HAVE_ONEDNN, and the link adds -ldnnl when it says yes.
 ONEDNN_STAMP := $(BUILD)/onednn
+ONEDNN_YES   = [ "$$(cat $(ONEDNN_STAMP) 2>/dev/null)" = yes ]
+ONEDNN_LIBS  = $$($(ONEDNN_YES) && echo -ldnnl)
 # lib/text's Unicode character classes: ICU's common library (scripts/install-deps.sh checks it).
 ICU_LIBS ?= -licuuc
 
@@ -239,15 +231,19 @@ $(GPU_STAMP): FORCE
 	@echo "$(GPU_BACKEND)" | cmp -s - $@ || echo "$(GPU_BACKEND)" > $@
 
 # The oneDNN GEMM: its one source compiled with TP_HAVE_ONEDNN when found, rebuilt when that changes.
-$(ONEDNN_STAMP): FORCE
+$(ONEDNN_STAMP): FORCE | deps
 	@mkdir -p $(dir $@)
-	@echo "$(ONEDNN)" | cmp -s - $@ || { echo "$(ONEDNN)" > $@; \
-	  case "$(ONEDNN)" in yes) echo "✓ oneDNN found: the CPU's bf16 GEMM can use it";; \
-	  *) echo "· $(patsubst no: %,%,$(ONEDNN)): CPU bf16 GEMMs run as sgemm on f32 stand-ins";; esac; }
+	@if [ "$(NO_ONEDNN)" = 1 ]; then d="no: NO_ONEDNN=1"; \
+	elif echo '#include <dnnl.hpp>' | $(CXX) -E -x c++ - >/dev/null 2>&1 && \
+	     $(CXX) -print-file-name=libdnnl.so | grep -q /; then d=yes; \
+	else d="no: dnnl.hpp or libdnnl.so not found (libdnnl-dev)"; fi; \
+	echo "$$d" | cmp -s - $@ || { echo "$$d" > $@; case "$$d" in \
+	  yes) echo "✓ oneDNN found: the CPU's bf16 GEMM can use it";; \
+	  *) echo "· $${d#no: }: CPU bf16 GEMMs run as sgemm on f32 stand-ins";; esac; }
 
 $(BUILD)/obj/cpu_backend/onednn_gemm.o: cpu_backend/onednn_gemm.cpp $(ONEDNN_STAMP) | deps
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) $(INC_CPU) $(ONEDNN_DEFS) -c $< -o $@
+	$(CXX) $(CXXFLAGS) $(INC_CPU) $$($(ONEDNN_YES) && echo -DTP_HAVE_ONEDNN) -c $< -o $@
 
 # ---- GPU backend objects: .cu through nvcc, .cpp (gpu_entry, the NCCL communicator) through mpicxx --
 # The .cu files (gpu_backend/*.cu, gpu_backend/kernels/*.cu) see lib/ and their own folder only (no
