@@ -31,7 +31,7 @@
 # Overridable: MPICXX (the MPI C++ compiler wrapper), MPIEXEC (the launcher), NP (the rank counts
 # the MPI tests run under), BUILD (the output folder), CXXFLAGS_EXTRA / LDFLAGS_EXTRA, BLAS_LIBS
 # (default -lopenblas; e.g. "-L$(brew --prefix openblas)/lib -lopenblas" with CXXFLAGS_EXTRA
-# "-I$(brew --prefix openblas)/include" on macOS).
+# "-I$(brew --prefix openblas)/include" on macOS). NO_ONEDNN=1: build without the oneDNN bf16 GEMM.
 #   make test MPICXX=mpicxx.openmpi MPIEXEC=mpirun.openmpi BUILD=build-openmpi NP="1 2"
 #
 # GPU backend (gpu_backend/): built whenever nvcc is found, with cuBLAS and NCCL; nothing needs a
@@ -68,6 +68,14 @@ CXXFLAGS := -std=c++17 -O2 -Wall -Wextra -fopenmp -MMD -MP \
 LDFLAGS  := -fopenmp $(SAN_FLAGS) $(LDFLAGS_EXTRA)
 # The CPU backend's GEMM: CBLAS from OpenBLAS (scripts/install-deps.sh installs and reports it).
 BLAS_LIBS ?= -lopenblas
+# The CPU backend's bf16 GEMM through oneDNN (optional: cpu_backend/onednn_gemm.h): built when
+# dnnl.hpp and libdnnl are found (Debian's libdnnl-dev, which scripts/install-deps.sh installs);
+# NO_ONEDNN=1 skips it (bf16 GEMMs then run as cblas_sgemm on f32 stand-ins). Found after deps
+# has run (so a first build on a fresh machine has it), $(BUILD)/onednn records the answer; only
+# cpu_backend/onednn_gemm.cpp sees TP_HAVE_ONEDNN, and the link adds -ldnnl when it says yes.
+ONEDNN_STAMP := $(BUILD)/onednn
+ONEDNN_YES   = [ "$$(cat $(ONEDNN_STAMP) 2>/dev/null)" = yes ]
+ONEDNN_LIBS  = $$($(ONEDNN_YES) && echo -ldnnl)
 # lib/text's Unicode character classes: ICU's common library (scripts/install-deps.sh checks it).
 ICU_LIBS ?= -licuuc
 
@@ -120,7 +128,7 @@ else
   GPU_BACKEND := yes
 endif
 
-export MPICXX MPIEXEC NP BUILD NO_CUDA NVCC BLAS_LIBS ICU_LIBS SANITIZE
+export MPICXX MPIEXEC NP BUILD NO_CUDA NVCC BLAS_LIBS ICU_LIBS SANITIZE NO_ONEDNN
 
 LIB_SRC     := $(wildcard lib/*/*.cpp)
 LESSON_SRC  := $(wildcard lessons/*.cpp)
@@ -167,7 +175,7 @@ else
   GPU_LDLIBS :=
 endif
 # The link line: objects and archives of the rule ($^ without the stamp), then the GPU libraries.
-LINK = $(MPICXX) $(LDFLAGS) $(filter-out $(GPU_STAMP),$^) $(BLAS_LIBS) $(ICU_LIBS) -o $@
+LINK = $(MPICXX) $(LDFLAGS) $(filter-out $(GPU_STAMP),$^) $(BLAS_LIBS) $(ONEDNN_LIBS) $(ICU_LIBS) -o $@
 # What every program links below its own objects, top layer first: the launcher, the CPU backend,
 # the GPU backend (or its stub), MPI, lib.
 BACKENDS = $(LIBTP_LAUNCHER) $(LIBTP_CPU) $(GPU_LINK) $(LIBTP_MPI) $(LIBTP) $(GPU_STAMP)
@@ -225,6 +233,21 @@ $(BUILD)/obj/tests/%.o: tests/%.cpp | deps
 $(GPU_STAMP): FORCE
 	@mkdir -p $(dir $@)
 	@echo "$(GPU_BACKEND)" | cmp -s - $@ || echo "$(GPU_BACKEND)" > $@
+
+# The oneDNN GEMM: its one source compiled with TP_HAVE_ONEDNN when found, rebuilt when that changes.
+$(ONEDNN_STAMP): FORCE | deps
+	@mkdir -p $(dir $@)
+	@if [ "$(NO_ONEDNN)" = 1 ]; then d="no: NO_ONEDNN=1"; \
+	elif echo '#include <dnnl.hpp>' | $(CXX) -E -x c++ - >/dev/null 2>&1 && \
+	     $(CXX) -print-file-name=libdnnl.so | grep -q /; then d=yes; \
+	else d="no: dnnl.hpp or libdnnl.so not found (libdnnl-dev)"; fi; \
+	echo "$$d" | cmp -s - $@ || { echo "$$d" > $@; case "$$d" in \
+	  yes) echo "✓ oneDNN found: the CPU's bf16 GEMM can use it";; \
+	  *) echo "· $${d#no: }: CPU bf16 GEMMs run as sgemm on f32 stand-ins";; esac; }
+
+$(BUILD)/obj/cpu_backend/onednn_gemm.o: cpu_backend/onednn_gemm.cpp $(ONEDNN_STAMP) | deps
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) $(INC_CPU) $$($(ONEDNN_YES) && echo -DTP_HAVE_ONEDNN) -c $< -o $@
 
 # ---- GPU backend objects: .cu through nvcc, .cpp (gpu_entry, the NCCL communicator) through mpicxx --
 # The .cu files (gpu_backend/*.cu, gpu_backend/kernels/*.cu) see lib/ and their own folder only (no

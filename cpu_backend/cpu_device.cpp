@@ -14,13 +14,18 @@
 
 namespace tp {
 
-CpuDevice::CpuDevice() { cpu::set_blas_threads(omp_get_max_threads()); }
+CpuDevice::CpuDevice() : bf16_gemm_(cpu::choose_bf16_gemm()) {
+  cpu::set_blas_threads(omp_get_max_threads());
+}
 
 std::string CpuDevice::name() const {
   return "cpu (openmp x" + std::to_string(omp_get_max_threads()) + ")";
 }
 
 bool CpuDevice::takes_bf16(const std::string& kernel) const { return kernel != "adamw_step"; }
+bool CpuDevice::native_bf16(const std::string& kernel) const {
+  return kernel == "gemm" && bf16_gemm_.path == cpu::Bf16Gemm::onednn;
+}
 
 // A block is [header of kHeader bytes: its size][the caller's bytes], 64-byte aligned; the size
 // lets deallocate file it under its size in the cache.
@@ -94,10 +99,30 @@ void CpuDevice::copy_to_host(void* dst, const void* src, size_t bytes) {
 }
 void CpuDevice::copy(void* dst, const void* src, size_t bytes) { std::memmove(dst, src, bytes); }
 
+// All f32: cblas_sgemm. A bf16 tensor reaches here only with the oneDNN path on (native_bf16):
+// bf16 A and B go to oneDNN; a case it refuses, or an f32 input meeting a bf16 one, runs as the
+// Device front's stand-in would (core/device.h, "Dtypes"): bf16 widened, sgemm, a bf16 C rounded
+// back once.
 void CpuDevice::do_gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
                         float beta, Tensor& c, const GemmDims& dims) {
-  cpu::sgemm(trans_a, trans_b, dims.m, dims.n, dims.k, alpha, a.data(), a.cols(), b.data(),
-             b.cols(), beta, c.data(), c.cols());
+  const auto bf16 = [](const Tensor& t) { return t.dtype() == Dtype::bf16; };
+  if (bf16(a) && bf16(b) &&
+      cpu::onednn_gemm_bf16(trans_a, trans_b, dims.m, dims.n, dims.k, alpha,
+                            static_cast<const uint16_t*>(a.raw()), a.cols(),
+                            static_cast<const uint16_t*>(b.raw()), b.cols(), beta, c.raw(), bf16(c),
+                            c.cols()))
+    return;
+  const auto wide = [&](const Tensor& t) {
+    if (!bf16(t)) return t;
+    Tensor w(*this, t.shape());
+    convert(t, w);
+    return w;
+  };
+  const Tensor wa = wide(a), wb = wide(b);
+  Tensor wc = wide(c);
+  cpu::sgemm(trans_a, trans_b, dims.m, dims.n, dims.k, alpha, wa.data(), a.cols(), wb.data(),
+             b.cols(), beta, wc.data(), c.cols());
+  if (bf16(c)) convert(wc, c);
 }
 
 void CpuDevice::do_copy_columns(const Tensor& src, int64_t src_col, Tensor& dst, int64_t dst_col,

@@ -3,16 +3,18 @@
 // It implements the memory calls and the do_* half of every kernel (core/device.h): the public
 // kernel has checked the arguments before a do_* runs, so the kernels here only compute.
 // Files: cpu_device.cpp (memory, copies, GEMM, the column copy), blas.cpp (cblas_sgemm and
-// OpenBLAS's threads), and kernels/<stem>.cpp, one per concept with the GPU's stems
+// OpenBLAS's threads), onednn_gemm.cpp (the bf16 GEMM through oneDNN), and kernels/<stem>.cpp, one per concept with the GPU's stems
 // (gpu_backend/kernels/<stem>.cu): convert, elementwise, rng, reduce, activation, norm, attention,
 // embedding, cross_entropy, adamw; kernels/kernel_util.h is what they share. The math of every
 // kernel is in core/device.h.
 //
 // bf16 (--precision bf16): every kernel but adamw_step takes bf16 tensors, none natively: the
 // Device front widens them to f32 (exact), runs the f32 kernel and rounds each output once
-// (core/device.h, "Dtypes"). The GEMM is cblas_sgemm on widened operands: Debian's OpenBLAS
-// exports no bf16 GEMM (`nm -D libopenblas.so` lists no sbgemm, only the CPU probe
-// support_avx512_bf16). adamw_step stays f32: it updates the fp32 master weights and moments.
+// (core/device.h, "Dtypes"), but the GEMM where oneDNN is on: Debian's OpenBLAS exports no bf16
+// GEMM (`nm -D libopenblas.so` lists no sbgemm, only the CPU probe support_avx512_bf16), so a bf16
+// GEMM is either oneDNN's bf16 matmul (onednn_gemm.h: bf16 A and B, f32 accumulation; chosen where
+// the CPU has AVX512-BF16 or AMX, or by TP_CPU_BF16_GEMM) or cblas_sgemm on widened operands.
+// adamw_step stays f32: it updates the fp32 master weights and moments.
 #pragma once
 
 #include <mutex>
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "onednn_gemm.h"
 
 namespace tp {
 
@@ -41,6 +44,10 @@ class CpuDevice : public Device {
   bool host_accessible() const override { return true; }
   /// Every kernel but adamw_step (widened by the Device front, see above).
   bool takes_bf16(const std::string& kernel) const override;
+  /// "gemm" when the oneDNN bf16 GEMM is on (onednn_gemm.h: choose_bf16_gemm), else none.
+  bool native_bf16(const std::string& kernel) const override;
+  /// The bf16 GEMM's line ("oneDNN (avx512_core_amx)", "sgemm on f32 stand-ins (...)").
+  const std::string& bf16_gemm_note() const { return bf16_gemm_.note; }
 
   void* allocate(size_t bytes) override;
   void deallocate(void* ptr) override;
@@ -135,6 +142,7 @@ class CpuDevice : public Device {
   std::unordered_map<size_t, std::vector<void*>> cache_;  // block size → freed blocks
   size_t cached_bytes_ = 0;
   size_t live_bytes_ = 0, peak_live_ = 0;  // blocks handed out now, and the most there were
+  cpu::Bf16GemmChoice bf16_gemm_;  // made once, when the device is
 };
 
 }  // namespace tp

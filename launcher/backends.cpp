@@ -9,6 +9,7 @@
 #include "core/simulated_link.h"
 #include "cpu_device.h"
 #include "gpu_entry.h"
+#include "launcher.h"
 #include "mpi_communicator.h"
 
 namespace tp {
@@ -128,6 +129,11 @@ std::unique_ptr<Communicator> with_link(const std::string& link,
   const std::optional<Link> parsed = parse_link(link);
   if (!parsed) return comm;
   return std::make_unique<SimulatedLink>(std::move(comm), *parsed);
+}
+
+std::string bf16_gemm_path(const Device& device) {
+  if (const auto* cpu = dynamic_cast<const CpuDevice*>(&device)) return cpu->bf16_gemm_note();
+  return device.native_bf16("gemm") ? "native (" + device.backend() + ")" : "f32 stand-ins";
 }
 
 }  // namespace tp

@@ -73,4 +73,9 @@ int agreed_stop_signal();
 /// error (rank 0 prints it, naming the flag, the path, the problem and the rank that saw it).
 void check_output_paths(const std::vector<std::pair<std::string, std::string>>& flag_paths);
 
+/// How `device` computes a GEMM of bf16 tensors, for a startup log (tp_train: "bf16 GEMM: oneDNN
+/// (avx512_core_amx)"): the CPU's choice (cpu_backend/onednn_gemm.h), else "native" or "f32
+/// stand-ins" (Device::native_bf16). In backends.cpp.
+std::string bf16_gemm_path(const Device& device);
+
 }  // namespace tp

@@ -42,7 +42,10 @@ and repeated: 3 times, 5 for the overlap and the strong-scaling rows (--quick or
      (N − 1)/(m + N − 1) = 20 %. No goal: two ranks on a loaded CPU wait in MPI spinning, so the
      ratio says how far from the ideal pipe this machine is, not how good the schedule is.
   8. Precision: tp_train --precision bf16 against fp32 tokens/s, t = 1 and t = 2 (one thread per
-     rank), interleaved. No goal (a report): the CPU widens bf16 around its fp32 kernels.
+     rank), interleaved. No goal (a report): the CPU's bf16 GEMM is oneDNN's bf16 matmul where the
+     CPU has AVX512-BF16/AMX (else sgemm on widened operands), the other kernels widen bf16 around
+     their fp32 code. Suite 1's run also times the same layer GEMMs in bf16 against fp32 (one row,
+     "GEMM bf16": the geometric mean of the per-GEMM ratios).
   9. The step's breakdown (tp_train --trace of the benchmark model, t = 1, one thread): each kernel
      group's share of the traced compute spans, and the share outside the GEMMs (no goal: where the
      rest of the step goes).
@@ -67,6 +70,7 @@ import os
 import platform
 import re
 import shlex
+import math
 import statistics
 import subprocess
 import sys
@@ -269,6 +273,9 @@ def gemm_rows(table, build, reps, info):
         runs.append(results(text))
         for key, val in re.findall(r"^INFO (\S+) (.*)$", text, re.M):
             info[key] = val.strip()
+        m = re.search(r"^# bf16 GEMM \((.*)\): ", text, re.M)
+        if m:
+            info["bf16_gemm"] = m.group(1)
         m = re.search(r"^tp_bench on \d+ ranks, [^,]*, \S+ \((.*)\)$", text, re.M)
         if m:
             info["mpi"] = m.group(1)
@@ -284,6 +291,20 @@ def gemm_rows(table, build, reps, info):
         table.add("GEMM (1 thread)", name, f"{med([v[0] for v in per_run]):.1f} GFLOP/s",
                   f"cblas_sgemm {med([v[2] for v in per_run]):.1f} GFLOP/s", [v[3] for v in per_run],
                   at_least(0.95), f"#wrong {w} (of {samples} sampled × {plural(len(per_run), 'run')})", wrong=w)
+    # The same GEMMs with bf16 A, B into f32 C (the CPU's bf16 GEMM: oneDNN where the CPU has native
+    # bf16, else sgemm on f32 stand-ins) against the fp32 Device::gemm: one row, per run the
+    # geometric mean of the per-GEMM ratios. No goal: a report of what --precision bf16's GEMMs gain.
+    bf16 = {name: v for (suite, name), v in res.items() if suite == "gemm_bf16" and not name.endswith(".wrong")}
+    if bf16:
+        w = sum(int(x[0]) for (suite, name), v in res.items() if suite == "gemm_bf16" and name.endswith(".wrong")
+                for x in v)
+        wrong += w
+        nruns = min(len(v) for v in bf16.values())
+        geo = [math.exp(statistics.fmean(math.log(v[r][3]) for v in bf16.values())) for r in range(nruns)]
+        table.add("GEMM bf16 (1 thread)", f"bf16 Device::gemm / fp32 Device::gemm, {len(bf16)} layer GEMMs (geometric mean)",
+                  f"{med([statistics.fmean(v[r][0] for v in bf16.values()) for r in range(nruns)]):.1f} GFLOP/s mean",
+                  f"fp32 {med([statistics.fmean(v[r][2] for v in bf16.values()) for r in range(nruns)]):.1f} GFLOP/s mean",
+                  geo, None, f"{info.get('bf16_gemm', 'bf16 GEMM')}; #wrong {w}", wrong=w)
     return wrong
 
 
@@ -598,8 +619,9 @@ def pipeline_rows(table, build, reps):
                   note="CPU ranks spin while they wait; no goal")
 def precision_rows(table, build, steps, tmp, reps):
     """--precision bf16 against fp32, tokens/s of tp_train, at t = 1 and t = 2 (1 thread per rank),
-    interleaved within each round. No goal: the CPU widens every bf16 kernel to fp32 (OpenBLAS has
-    no bf16 GEMM), so bf16 pays its conversions and saves only memory and bytes on the wire."""
+    interleaved within each round. No goal: the CPU widens every bf16 kernel but the GEMM to fp32,
+    and its GEMM is oneDNN's bf16 matmul where the CPU has AVX512-BF16/AMX (else sgemm on widened
+    operands too), so the ratio is the GEMMs' gain against the conversions' cost."""
     for np in (1, 2):
         fp32, bf16 = [], []
         for _ in range(reps):
@@ -607,7 +629,7 @@ def precision_rows(table, build, steps, tmp, reps):
             bf16.append(train_tokens(build, np, 1, steps, tmp, f"p{np}_bf16", ("--precision", "bf16")))
         table.add("precision (CPU)", f"t = {np}: --precision bf16 tokens/s vs fp32 (1 thread/rank)",
                   f"{med(bf16):.0f} tok/s", f"fp32 {med(fp32):.0f} tok/s", [b / f for b, f in zip(bf16, fp32)],
-                  note="widen-compute-round around the fp32 kernels; a ratio < 1 is the conversions' cost")
+                  note="GEMMs as the GEMM bf16 row says; the other kernels widen-compute-round around fp32")
 # The step's kernels, grouped: what --trace's spans are called (Device's kernel names) → the row.
 KERNEL_GROUPS = [("GEMMs", ("gemm",)), ("attention (forward + backward)", ("attention_forward", "attention_backward")),
                  ("GeLU / SwiGLU (bias + GeLU fused)", ("gelu_forward", "gelu_backward", "bias_gelu_forward",

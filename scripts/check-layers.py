@@ -52,12 +52,16 @@ PUBLIC = {
 # System headers a layer must not include: only the layers that talk MPI or CUDA may.
 MPI_HEADERS = {"mpi.h"}
 CUDA_HEADERS = {"cuda_runtime.h", "cublas_v2.h", "nccl.h", "cuda_bf16.h", "cuda.h", "library_types.h"}
+# oneDNN (the CPU's optional bf16 GEMM) stays inside cpu_backend/onednn_gemm.cpp's layer.
+ONEDNN_HEADERS = {"dnnl.hpp", "dnnl.h"}
 FORBIDDEN = {
     "core": MPI_HEADERS | CUDA_HEADERS, "io": MPI_HEADERS | CUDA_HEADERS, "text": MPI_HEADERS | CUDA_HEADERS,
     "parallel": MPI_HEADERS | CUDA_HEADERS, "model": MPI_HEADERS | CUDA_HEADERS,
     "cpu_backend": MPI_HEADERS | CUDA_HEADERS, "mpi": CUDA_HEADERS, "launcher": CUDA_HEADERS,
     "lessons": MPI_HEADERS | CUDA_HEADERS, "tools": CUDA_HEADERS,  # tp_bench times bare MPI calls
 }
+for _layer in ("core", "io", "text", "parallel", "model", "mpi", "gpu_backend", "launcher", "lessons", "tools"):
+    FORBIDDEN[_layer] = FORBIDDEN.get(_layer, set()) | ONEDNN_HEADERS
 # Where a quoted include that is not beside its file is looked for (the -I roots of the build).
 ROOTS = ["lib", "cpu_backend", "mpi", "gpu_backend", "launcher", "lessons", "tests", "tests/cuda_emu/include"]
 SOURCES = (".h", ".cpp", ".cu", ".cuh")
@@ -113,8 +117,9 @@ def check(root):
         where = f"{src}:{n}: #include {'<' if kind == '<' else chr(34)}{target}{'>' if kind == '<' else chr(34)}"
         if kind == "<":
             if os.path.basename(target) in FORBIDDEN.get(here, set()):
-                problems.append(f"{where}: {here} must not include <{target}> (only the layers that talk "
-                                f"{'MPI' if target in MPI_HEADERS else 'CUDA'} may)")
+                who = ("cpu_backend/ may (the optional oneDNN GEMM)" if target in ONEDNN_HEADERS else
+                       f"the layers that talk {'MPI' if target in MPI_HEADERS else 'CUDA'} may")
+                problems.append(f"{where}: {here} must not include <{target}> (only {who})")
             continue
         if isinstance(dst, list):
             problems.append(f"{where}: " + ("names no file of the project" if not dst else

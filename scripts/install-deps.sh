@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # install-deps.sh — checks what the build needs and installs what is missing.
 #
-#   scripts/install-deps.sh          MPI (mpicxx + mpirun), OpenMP, GoogleTest, nlohmann-json, ICU
+#   scripts/install-deps.sh          MPI (mpicxx + mpirun), OpenMP, GoogleTest, nlohmann-json, ICU,
+#                                    OpenBLAS; oneDNN where apt-get has it (optional: NO_ONEDNN=1 skips)
 #   scripts/install-deps.sh --docs   the same, plus Doxygen, Graphviz (the pictures) and MathJax 2
 #                                    (the formulas; Debian's libjs-mathjax, copied into docs/html
 #                                    so the pages need no network; MATHJAX_DIR says where it is)
@@ -43,7 +44,7 @@ gpu_line() {
 }
 
 cache=${DEPS_CACHE:-}
-if [ -n "$cache" ] && [ -f "$cache" ] && [ "$(head -1 "$cache")" = "$MPICXX $MPIEXEC $docs gpu-line-apart blas" ] &&
+if [ -n "$cache" ] && [ -f "$cache" ] && [ "$(head -1 "$cache")" = "$MPICXX $MPIEXEC $docs gpu-line-apart blas onednn${NO_ONEDNN:-}" ] &&
    command -v "$MPICXX" >/dev/null 2>&1 && command -v "$MPIEXEC" >/dev/null 2>&1; then
   tail -n +2 "$cache"
   gpu_line
@@ -81,6 +82,12 @@ have_openblas() {
   local cxx=$MPICXX; command -v "$cxx" >/dev/null 2>&1 || cxx=c++
   # shellcheck disable=SC2086
   "$cxx" ${CXXFLAGS_EXTRA:-} "$tmp/blas.cpp" -o "$tmp/blas" ${BLAS_LIBS:--lopenblas} >/dev/null 2>&1 && "$tmp/blas"
+}
+# oneDNN (optional): the CPU's bf16 GEMM where the CPU has AVX512-BF16/AMX (cpu_backend/onednn_gemm.h).
+have_onednn() {
+  printf '#include <dnnl.hpp>\nint main(){return dnnl::version()->major>=2?0:1;}\n' > "$tmp/dnnl.cpp"
+  local cxx=$MPICXX; command -v "$cxx" >/dev/null 2>&1 || cxx=c++
+  "$cxx" -std=c++17 "$tmp/dnnl.cpp" -o "$tmp/dnnl" -ldnnl >/dev/null 2>&1 && "$tmp/dnnl"
 }
 have_doxygen() { command -v doxygen >/dev/null 2>&1; }
 have_dot()     { command -v dot >/dev/null 2>&1; }
@@ -143,6 +150,17 @@ if [ -n "$need" ]; then
   fi
 fi
 
+# oneDNN is optional: installed where apt-get has it (NO_ONEDNN=1: not asked); a failure only
+# means the CPU's bf16 GEMMs run as sgemm on f32 stand-ins.
+if [ "${NO_ONEDNN:-}" != 1 ] && ! have_onednn && command -v apt-get >/dev/null 2>&1; then
+  sudo=""; [ "$(id -u)" != 0 ] && sudo="sudo"
+  if [ -z "$sudo" ] || command -v sudo >/dev/null 2>&1; then
+    echo "installing Debian packages: libdnnl-dev (optional)"
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends libdnnl-dev >"$tmp/apt-dnnl.log" 2>&1 ||
+      echo "· libdnnl-dev could not be installed (see apt-get); continuing without oneDNN"
+  fi
+fi
+
 # ---- report -------------------------------------------------------------------------------------
 report() {
 status=0
@@ -172,6 +190,12 @@ if have_openblas; then
 else
   echo "✗ OpenBLAS not found: the CPU GEMM needs cblas_sgemm (Debian: libopenblas-openmp-dev; Homebrew: openblas)"; status=1
 fi
+if [ "${NO_ONEDNN:-}" = 1 ]; then echo "· NO_ONEDNN=1: CPU bf16 GEMMs run as sgemm on f32 stand-ins"
+elif have_onednn; then
+  printf '#include <cstdio>\n#include <dnnl.hpp>\nint main(){auto v=dnnl::version();std::printf("%%d.%%d.%%d",v->major,v->minor,v->patch);}\n' > "$tmp/dv.cpp"
+  "${MPICXX}" "$tmp/dv.cpp" -o "$tmp/dv" -ldnnl >/dev/null 2>&1
+  echo "✓ oneDNN $("$tmp/dv" 2>/dev/null) for the CPU's bf16 GEMM (optional)"
+else echo "· oneDNN not found (optional, libdnnl-dev): CPU bf16 GEMMs run as sgemm on f32 stand-ins"; fi
 if [ $docs = 1 ]; then
   if have_doxygen; then echo "✓ Doxygen $(doxygen --version)"; else echo "✗ Doxygen not found"; status=1; fi
   if have_dot; then echo "✓ Graphviz dot"; else echo "✗ Graphviz dot not found (graphviz)"; status=1; fi
@@ -187,6 +211,6 @@ cat "$tmp/report"
 gpu_line
 if [ $status = 0 ] && [ -n "$cache" ]; then
   mkdir -p "$(dirname "$cache")"
-  { echo "$MPICXX $MPIEXEC $docs gpu-line-apart blas"; cat "$tmp/report"; } >"$cache"
+  { echo "$MPICXX $MPIEXEC $docs gpu-line-apart blas onednn${NO_ONEDNN:-}"; cat "$tmp/report"; } >"$cache"
 fi
 exit $status

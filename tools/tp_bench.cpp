@@ -23,9 +23,13 @@
 //    fp32 rounding scale of the sum, which no choice of OpenBLAS kernels comes near, and which a
 //    missing or misplaced term exceeds). Before the layers, the ceiling: the best GFLOP/s of
 //    cblas_sgemm at the square sizes 512, 1024 and 1536, at the same thread count.
+//    Then the same GEMMs in bf16 (bf16 A and B into f32 C, the CPU's bf16 GEMM: oneDNN where the
+//    CPU has native bf16, else sgemm on f32 stand-ins) against the fp32 Device::gemm on the same
+//    values: RESULT gemm_bf16 lines, the same #wrong test (the sums are fp32 in both).
 //    Threads (--suite threads): each rank in turn runs GEMMs while the others sleep, and reports
 //    its CPU time over wall time — the cores its OpenMP + BLAS threads really use, which the thread
-//    rule keeps at cores ÷ ranks on the node.
+//    rule keeps at cores ÷ ranks on the node (fp32 and bf16 GEMMs alternately, so oneDNN's
+//    threads are held to it too).
 // 2. Collectives, nccl-tests style, 4 KiB … 64 MiB: the library call against the bare MPI call on
 //    the same buffers (alternating samples, medians), time per call, algbw = bytes / time, and
 //    busbw = algbw · 2(t − 1)/t for all-reduce, · (t − 1)/t for all-gather and reduce-scatter: the
@@ -244,6 +248,41 @@ double sgemm_ceiling(Context& ctx) {
   return best;
 }
 
+// The same GEMMs with bf16 A and B into an f32 C (--precision bf16's GEMMs: f32 accumulation),
+// through Device::gemm (the CPU's bf16 GEMM: oneDNN or sgemm on stand-ins, bf16_gemm_path),
+// against the fp32 Device::gemm on the same values; interleaved, as above. RESULT gemm_bf16.
+void bench_gemm_bf16(Context& ctx, const std::vector<GemmCase>& cases, double tol, int samples) {
+  Device& dev = ctx.device;
+  log0(ctx.world, "# bf16 GEMM (", bf16_gemm_path(dev),
+       "): bf16 A, B into f32 C vs the fp32 Device::gemm on the same values, ",
+       omp_get_max_threads(), " thread(s)");
+  log0(ctx.world,
+       "#                 layer      m      n      k      bf16 GFLOP/s   fp32 GFLOP/s   ratio   "
+       "#wrong");
+  for (const GemmCase& g : cases) {
+    GemmOperands op(dev, g);
+    Tensor a16(dev, op.a.shape(), Dtype::bf16), b16(dev, op.b.shape(), Dtype::bf16);
+    dev.convert(op.a, a16);
+    dev.convert(op.b, b16);
+    dev.convert(a16, op.a);  // the fp32 operands hold the bf16 values: the same product
+    dev.convert(b16, op.b);
+    Tensor c2(dev, Shape{g.m, g.n});
+    const auto [bf16, fp32] =
+        paired_median([&] { dev.gemm(g.ta, g.tb, 1.0f, a16, b16, 0.0f, op.c); },
+                      [&] { dev.gemm(g.ta, g.tb, 1.0f, op.a, op.b, 0.0f, c2); });
+    const int wrong = sampled_wrong(g, op.a, op.b, op.c, tol, samples);
+    const double flop = 2.0 * g.m * g.n * g.k;
+    char line[200];
+    std::snprintf(line, sizeof line, "%23s %6lld %6lld %6lld %17.2f %14.2f %7.3f %8d",
+                  g.name.c_str(), static_cast<long long>(g.m), static_cast<long long>(g.n),
+                  static_cast<long long>(g.k), flop / bf16 / 1e9, flop / fp32 / 1e9, fp32 / bf16,
+                  wrong);
+    log0(ctx.world, line);
+    result(ctx, "gemm_bf16", g.name, flop / bf16 / 1e9, "GFLOP/s", flop / fp32 / 1e9, fp32 / bf16);
+    result(ctx, "gemm_bf16", g.name + ".wrong", wrong, "count", samples, 0);
+  }
+}
+
 void bench_gemm(Context& ctx) {
   Device& dev = ctx.device;
   constexpr double kTol = 1e-5;  // #wrong: |c - dot| > kTol · Σ_p |a_ip b_pj| (fp32 rounding scale)
@@ -282,6 +321,7 @@ void bench_gemm(Context& ctx) {
            direct / project);
     result(ctx, "gemm", g.name + ".wrong", wrong, "count", kSamples, 0);
   }
+  bench_gemm_bf16(ctx, cases, kTol, kSamples);
 }
 
 // ---- threads: ranks × BLAS threads within the cores ----------------------------------------------
@@ -307,6 +347,10 @@ void bench_threads(Context& ctx) {
   Tensor a(dev, Shape{512, 512}), b(dev, Shape{512, 512}), c(dev, Shape{512, 512});
   dev.fill(a, 0.5f);
   dev.fill(b, 0.25f);
+  // And the bf16 GEMM (oneDNN where it is on: its OpenMP threads must keep the same budget).
+  Tensor a16(dev, a.shape(), Dtype::bf16), b16(dev, b.shape(), Dtype::bf16);
+  dev.convert(a, a16);
+  dev.convert(b, b16);
   auto wait_sleeping = [&] {
     MPI_Request req = MPI_REQUEST_NULL;
     MPI_Ibarrier(mpi->handle(), &req);
@@ -317,7 +361,10 @@ void bench_threads(Context& ctx) {
   for (int turn = 0; turn < ctx.world.size(); ++turn) {
     if (turn == ctx.world.rank()) {
       const double w0 = now(), c0 = cpu_seconds();
-      while (now() - w0 < 0.3) dev.gemm(false, false, 1.0f, a, b, 0.0f, c);
+      while (now() - w0 < 0.3) {
+        dev.gemm(false, false, 1.0f, a, b, 0.0f, c);
+        dev.gemm(false, false, 1.0f, a16, b16, 0.0f, c);
+      }
       busy = (cpu_seconds() - c0) / (now() - w0);
     }
     wait_sleeping();

@@ -589,6 +589,7 @@ void log_run(Context& ctx, const Plan& plan, ProcessGrid& grid, const Gpt& model
   log0(world, "tp_train: t = ", tp.size(), " (", world.name(), ", ", ctx.device.name(), ")");
   if (dp > 1 || grid.pp_size() > 1) log0(world, "grid: ", grid.describe());
   log0(world, "model: ", cfg.str(), ", ", n_params, " parameters");
+  if (cfg.precision == Precision::Bf16) log0(world, "bf16 GEMM: ", bf16_gemm_path(ctx.device));
   log0(world, "data: ", source.describe());
   if (model.padded_vocab() != cfg.vocab)
     log0(world, "vocabulary ", cfg.vocab, " padded to ", model.padded_vocab(), " (",
