@@ -142,7 +142,7 @@ class CpuDevice : public Device {
   std::unordered_map<size_t, std::vector<void*>> cache_;  // block size → freed blocks
   size_t cached_bytes_ = 0;
   size_t live_bytes_ = 0, peak_live_ = 0;  // blocks handed out now, and the most there were
-  cpu::Bf16GemmChoice bf16_gemm_;  // made once, when the device is
+  cpu::Bf16GemmChoice bf16_gemm_;          // made once, when the device is
 };
 
 }  // namespace tp

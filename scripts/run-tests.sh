@@ -403,8 +403,9 @@ WITHIN=20 expect "--skip-nonfinite skips and counts" 0 "--skip-nonfinite: skippe
 mkfifo "$tmp/fifo"
 WITHIN=10 expect "--data on a FIFO" 2 "data file $tmp/fifo is a FIFO, not a regular file" 2 "${tt[@]}" --data "$tmp/fifo"
 expect "--data on a folder" 2 "data file $tmp is a folder, not a regular file" 2 "${tt[@]}" --data "$tmp"
-# An allocation that cannot succeed names what it was for and the flags that size it.
-expect "out of memory" 2 "for the model (about" 1 "${tt[@]}" --ffn 2147483647
+# A run that cannot fit this host is refused before anything is allocated, naming the largest
+# part of the preflight's peak and the flags that size it.
+expect "out of memory" 2 "activations the largest part) but this host has" 1 "${tt[@]}" --ffn 2147483647
 # Step counters: step + --steps must stay countable (a checkpoint at step 2^63 - 1 is refused).
 expect "--steps overflowing" 2 "passes the last step this --batch/--seq can number" 1 "${tt[@]}" --steps 9223372036854775807
 python3 - "$tmp/ck.safetensors" "$tmp/ck_max.safetensors" <<'PY'

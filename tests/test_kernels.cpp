@@ -34,8 +34,8 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/tensor.h"
-#include "kernels/attention.h"
 #include "cpu_device.h"
+#include "kernels/attention.h"
 #include "test_util.h"
 
 namespace {

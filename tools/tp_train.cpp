@@ -713,11 +713,14 @@ void check_memory_budget(const Options& o, const Plan& plan, int world_size) {
     const int64_t host = host_memory_bytes();
     if (o.get_text("backend") == "gpu" || host <= 0) return;
     const MemoryEstimate e = estimate_memory(plan.cfg, plan.seq, plan.batch, memory_choice(plan));
-    TP_CHECK_INPUT(!e.problems.empty() || e.peak.total() <= host, "the model needs ",
-                   mib(e.peak.total()), " per rank (the preflight's peak, ", e.peak.largest(),
-                   " the largest part) but this host has ", mib(host),
-                   " of memory in all; use a smaller model, more ranks (a larger t or more hosts), "
-                   "or --memory-budget MiB to find the options that fit");
+    const std::string largest = e.peak.largest();
+    TP_CHECK_INPUT(!e.problems.empty() || e.peak.total() <= host, "the run needs ",
+                   mib(e.peak.total()), " per rank (the preflight's peak, ", largest,
+                   " the largest part) but this host has ", mib(host), " of memory in all; reduce ",
+                   largest == "activations"
+                       ? "--batch or --seq, or add --recompute / --micro-batches"
+                       : "--hidden, --ffn, --layers or --vocab",
+                   ", use more ranks, or give --memory-budget MiB to find the options that fit");
     return;
   }
   const BudgetVerdict v =
