@@ -718,7 +718,7 @@ void check_memory_budget(const Options& o, const Plan& plan, int world_size) {
                    mib(e.peak.total()), " per rank (the preflight's peak, ", largest,
                    " the largest part) but this host has ", mib(host), " of memory in all; reduce ",
                    largest == "activations"
-                       ? "--batch or --seq, or add --recompute / --micro-batches"
+                       ? "--batch, --seq or the model's sizes, or add --recompute"
                        : "--hidden, --ffn, --layers or --vocab",
                    ", use more ranks, or give --memory-budget MiB to find the options that fit");
     return;
