@@ -68,7 +68,7 @@ expect "--batch 2^62" 2 "one step's activations would hold about" 1 "${tt[@]}" -
 expect "tp_preflight --hidden 2^31-1" 2 "more than any machine holds" 1 "$BUILD/bin/tp_preflight" --hidden 2147483647 --heads 1
 # Large but countable: refused before any tensor is allocated (the preflight peak against the
 # host memory), the line names positive sizes.
-expect "a model too big for memory" 2 "MiB of memory in all; use a smaller model" 1 "${tt[@]}" --hidden 1048576 --heads 1 --layers 1 --seq 16 --batch 1
+expect "a model too big for memory" 2 "MiB of memory in all; reduce --hidden, --ffn, --layers or --vocab" 1 "${tt[@]}" --hidden 1048576 --heads 1 --layers 1 --seq 16 --batch 1
 for name in "--hidden 2^63-1" "--pad-vocab-multiple 2^62" "--hidden 2^31-1 --heads 1" "--batch 2^62" "a model too big for memory"; do
   log=$logs/check_${name// /_}.log
   if grep -qE 'GptConfig|negative dimension|about -|padded_vocab' "$log"; then
