@@ -6,7 +6,9 @@
 #include <chrono>
 #include <climits>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdio>
+#include <ctime>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -123,6 +125,15 @@ struct Transfer {
 
 }  // namespace
 
+namespace {
+// This thread's CPU time (CLOCK_THREAD_CPUTIME_ID): time it ran, without time it was preempted.
+std::chrono::nanoseconds thread_cpu_now() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
+}
+}  // namespace
+
 // The progress thread of one communicator (see the header): tests what is outstanding, sleeps
 // kPollInterval unless there is a reason to test again at once, and marks each Transfer done when
 // all its requests have completed.
@@ -172,7 +183,8 @@ class ProgressThread {
     pthread_setname_np(pthread_self(), "tp-progress");  // shows in top -H, /proc/self/task/*/comm
 #endif
     std::vector<Transfer*> active;
-    bool hurry = false;  // test again without sleeping: MPI just had work, or a caller waits
+    bool hurry = false;       // test again without sleeping: MPI just had work, or a caller waits
+    uint8_t recent_slow = 0;  // the last eight tests, 1 = slow (took more than kWorked…)
     // Since when MPI has had nothing to do (no chunk moved, nothing completed or arrived): after
     // kIdle the sleeps grow, an eighth of that time up to kMaxPoll, and a waiting caller no longer
     // makes the thread hurry (a stopped peer must not keep a core busy: mpi_wait.h).
@@ -202,16 +214,25 @@ class ProgressThread {
       for (size_t i = 0; i < active.size();) {
         Transfer* t = active[i];
         int flag = 0;
-        const auto start = std::chrono::steady_clock::now();
+        // The test's length in this thread's CPU time, not wall time: a virtual machine's vCPU
+        // may be descheduled for milliseconds in the middle of an empty test (steal), which in
+        // wall time read as work and kept the thread spinning for a late peer (measured: 100 %
+        // of a core in a 300 ms wait on a host with 4.6 ms scheduling gaps).
+        const auto start = thread_cpu_now();
         const int rc = MPI_Testall(t->count, t->requests, &flag, MPI_STATUSES_IGNORE);
         const auto end = std::chrono::steady_clock::now();
         // After a long idle, only a test that clearly moved data counts as work: on a loaded
-        // machine an empty test sometimes takes a few µs (preempted), and must not keep the thread
-        // spinning for a stopped peer.
-        if (end - start > (long_idle ? kWorkedAfterIdle : kWorked)) {
-          hurry = true;
-          idle_since = end;
-        }
+        // machine an empty test sometimes takes a few µs, and must not keep the thread spinning
+        // for a stopped peer.
+        // A slow test makes the thread test again at once; it restarts the idle clock only when
+        // three of the last eight tests were slow. An interrupt or a page fault makes one empty
+        // test in a few hundred slow (measured: 1 in 235 above 2 µs on a noisy host), and with a
+        // caller waiting, each such test restarting the clock kept the thread spinning through a
+        // 300 ms wait for a late peer; a transfer that moves data makes most tests slow.
+        const bool slow = thread_cpu_now() - start > (long_idle ? kWorkedAfterIdle : kWorked);
+        recent_slow = static_cast<uint8_t>(recent_slow << 1 | (slow ? 1 : 0));
+        if (slow) hurry = true;
+        if (slow && __builtin_popcount(recent_slow) >= 3) idle_since = end;
         if (rc == MPI_SUCCESS && !flag) {
           hurry = hurry || (t->waiting.load() && !long_idle);
           ++i;
