@@ -216,8 +216,7 @@ class ProgressThread {
         int flag = 0;
         // The test's length in this thread's CPU time, not wall time: a virtual machine's vCPU
         // may be descheduled for milliseconds in the middle of an empty test (steal), which in
-        // wall time read as work and kept the thread spinning for a late peer (measured: 100 %
-        // of a core in a 300 ms wait on a host with 4.6 ms scheduling gaps).
+        // wall time would read as work.
         const auto start = thread_cpu_now();
         const int rc = MPI_Testall(t->count, t->requests, &flag, MPI_STATUSES_IGNORE);
         const auto end = std::chrono::steady_clock::now();
