@@ -14,7 +14,8 @@
 
 namespace tp {
 
-CpuDevice::CpuDevice() : bf16_gemm_(cpu::choose_bf16_gemm()) {
+CpuDevice::CpuDevice()
+    : bf16_gemm_(cpu::choose_bf16_gemm()), packed_gemm_(cpu::choose_packed_gemm()) {
   cpu::set_blas_threads(omp_get_max_threads());
 }
 
@@ -123,6 +124,42 @@ void CpuDevice::do_gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a
   cpu::sgemm(trans_a, trans_b, dims.m, dims.n, dims.k, alpha, wa.data(), a.cols(), wb.data(),
              b.cols(), beta, wc.data(), c.cols());
   if (bf16(c)) convert(wc, c);
+}
+
+namespace {
+// B in oneDNN's layout for its f32 matmul, beside B itself (the fallback for a GEMM whose kernel
+// wants another layout).
+class OnednnPackedB : public PackedGemmB {
+ public:
+  OnednnPackedB(const Tensor& b, bool trans_b, int64_t m,
+                std::shared_ptr<const cpu::F32PackedLayout> layout, Tensor storage)
+      : PackedGemmB(b, trans_b, m), layout(std::move(layout)), storage(std::move(storage)) {}
+  bool packed() const override { return true; }
+  std::shared_ptr<const cpu::F32PackedLayout> layout;
+  Tensor storage;  // (bytes / 4): the packed B
+};
+}  // namespace
+
+std::shared_ptr<const PackedGemmB> CpuDevice::do_pack_gemm_b(const Tensor& b, bool trans_b,
+                                                             int64_t m) {
+  const int64_t k = trans_b ? b.cols() : b.rows(), n = trans_b ? b.rows() : b.cols();
+  auto layout = packed_gemm_ ? cpu::onednn_f32_layout(trans_b, m, n, k, b.cols()) : nullptr;
+  if (!layout) return Device::do_pack_gemm_b(b, trans_b, m);
+  const size_t bytes = cpu::onednn_f32_packed_bytes(*layout);
+  Tensor storage(*this, Shape{static_cast<int64_t>((bytes + sizeof(float) - 1) / sizeof(float))});
+  cpu::onednn_f32_pack(*layout, b.data(), storage.raw());
+  return std::make_shared<const OnednnPackedB>(b, trans_b, m, std::move(layout),
+                                               std::move(storage));
+}
+
+void CpuDevice::do_gemm_packed(bool trans_a, float alpha, const Tensor& a, const PackedGemmB& b,
+                               float beta, Tensor& c, const GemmDims& dims) {
+  const auto* p = dynamic_cast<const OnednnPackedB*>(&b);
+  if (p != nullptr &&
+      cpu::onednn_f32_gemm_packed(*p->layout, trans_a, dims.m, alpha, a.data(), a.cols(),
+                                  p->storage.raw(), beta, c.data(), c.cols()))
+    return;
+  do_gemm(trans_a, b.trans_b(), alpha, a, b.b(), beta, c, dims);  // a layout this A cannot read
 }
 
 void CpuDevice::do_copy_columns(const Tensor& src, int64_t src_col, Tensor& dst, int64_t dst_col,

@@ -2,7 +2,7 @@
 //
 // It implements the memory calls and the do_* half of every kernel (core/device.h): the public
 // kernel has checked the arguments before a do_* runs, so the kernels here only compute.
-// Files: cpu_device.cpp (memory, copies, GEMM, the column copy), blas.cpp (cblas_sgemm and
+// Files: cpu_device.cpp (memory, copies, GEMM and the packed-B GEMM, the column copy), blas.cpp (cblas_sgemm and
 // OpenBLAS's threads), onednn_gemm.cpp (the bf16 GEMM through oneDNN), and kernels/<stem>.cpp, one per concept with the GPU's stems
 // (gpu_backend/kernels/<stem>.cu): convert, elementwise, rng, reduce, activation, norm, attention,
 // embedding, cross_entropy, adamw; kernels/kernel_util.h is what they share. The math of every
@@ -62,6 +62,12 @@ class CpuDevice : public Device {
   // cpu_device.cpp: GEMM and the column copy.
   void do_gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
                float beta, Tensor& c, const GemmDims& dims) override;
+  /// f32 B in oneDNN's matmul layout where it has a brgemm kernel (onednn_gemm.h), the packed
+  /// copy a Tensor of this device (counted in memory()); else the default (b itself).
+  std::shared_ptr<const PackedGemmB> do_pack_gemm_b(const Tensor& b, bool trans_b,
+                                                    int64_t m) override;
+  void do_gemm_packed(bool trans_a, float alpha, const Tensor& a, const PackedGemmB& b, float beta,
+                      Tensor& c, const GemmDims& dims) override;
   void do_copy_columns(const Tensor& src, int64_t src_col, Tensor& dst, int64_t dst_col,
                        int64_t ncols) override;
 
@@ -143,6 +149,7 @@ class CpuDevice : public Device {
   size_t cached_bytes_ = 0;
   size_t live_bytes_ = 0, peak_live_ = 0;  // blocks handed out now, and the most there were
   cpu::Bf16GemmChoice bf16_gemm_;          // made once, when the device is
+  bool packed_gemm_;                       // TP_CPU_PACKED_GEMM (onednn_gemm.h), read then too
 };
 
 }  // namespace tp

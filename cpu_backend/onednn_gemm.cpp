@@ -1,5 +1,6 @@
-// onednn_gemm.cpp — bf16 matmul through oneDNN with a primitive cache, and the choice of the CPU's
-// bf16 GEMM (onednn_gemm.h). Without TP_HAVE_ONEDNN only the choice is compiled (always sgemm).
+// onednn_gemm.cpp — bf16 matmul through oneDNN with a primitive cache, the f32 matmul on a B packed
+// once, and the choice of the CPU's bf16 GEMM (onednn_gemm.h). Without TP_HAVE_ONEDNN only the
+// choices are compiled (always sgemm, never packed).
 #include "onednn_gemm.h"
 
 #include <cstdlib>
@@ -53,6 +54,37 @@ dnnl::memory::desc matrix(int64_t rows, int64_t cols, int64_t ld, bool trans,
   return dnnl::memory::desc(dims{rows, cols}, dt, trans ? dims{1, ld} : dims{ld, 1});
 }
 
+// alpha as oneDNN's output scale, beta as its sum post-op.
+dnnl::primitive_attr scaling(float alpha, float beta) {
+  dnnl::primitive_attr attr;
+  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+  if (beta != 0.0f) {
+    dnnl::post_ops ops;
+    ops.append_sum(beta);
+    attr.set_post_ops(ops);
+  }
+  return attr;
+}
+
+// The matmul of e.a, e.b (or weights `any` when given: oneDNN picks their layout), e.c into e;
+// false when oneDNN refuses the case or offers only its reference kernel, a triple loop that the
+// stand-in (OpenBLAS) beats by far. Returns pd's weights desc in *chosen when asked.
+bool make_matmul(Entry& e, float alpha, float beta, const dnnl::memory::desc* weights,
+                 dnnl::memory::desc* chosen = nullptr) {
+  try {
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e.a, weights ? *weights : e.b, e.c),
+                                          scaling(alpha, beta), onednn().engine);
+    e.impl = pd.impl_info_str();
+    if (e.impl.rfind("ref", 0) == 0) return false;
+    if (chosen != nullptr) *chosen = pd.weights_desc();
+    e.prim = dnnl::matmul(pd);
+    e.ok = true;
+  } catch (const dnnl::error&) {
+    e.impl.clear();
+  }
+  return e.ok;
+}
+
 Entry make_entry(const Key& key) {
   const auto [ta, tb, m, n, k, lda, ldb, ldc, c_bf16, alpha, beta, threads] = key;
   (void)threads;
@@ -61,23 +93,7 @@ Entry make_entry(const Key& key) {
   e.a = matrix(m, k, lda, ta, dt::bf16);
   e.b = matrix(k, n, ldb, tb, dt::bf16);
   e.c = matrix(m, n, ldc, false, c_bf16 ? dt::bf16 : dt::f32);
-  dnnl::primitive_attr attr;
-  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-  if (beta != 0.0f) {
-    dnnl::post_ops ops;
-    ops.append_sum(beta);
-    attr.set_post_ops(ops);
-  }
-  try {
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e.a, e.b, e.c), attr, onednn().engine);
-    e.impl = pd.impl_info_str();
-    // The reference kernel is a triple loop: the stand-in (OpenBLAS) is far faster.
-    if (e.impl.rfind("ref", 0) == 0) return e;
-    e.prim = dnnl::matmul(pd);
-    e.ok = true;
-  } catch (const dnnl::error&) {
-    e.impl.clear();
-  }
+  make_matmul(e, alpha, beta, nullptr);
   return e;
 }
 
@@ -151,7 +167,131 @@ std::string onednn_gemm_impl(bool ta, bool tb, int64_t m, int64_t n, int64_t k, 
   return e->ok ? e->impl : "";
 }
 
+// ---- f32 with B packed once ----------------------------------------------------------------------
+
+struct F32PackedLayout {
+  int64_t n = 0, k = 0;
+  dnnl::memory::desc plain, packed;  // B as stored, and in the layout oneDNN chose
+  dnnl::reorder reorder;             // plain → packed
+  // The matmuls that read B in this layout: (trans_a, m, lda, ldc, alpha, beta, threads) → entry.
+  using GemmKey = std::tuple<bool, int64_t, int64_t, int64_t, float, float, int>;
+  mutable std::map<GemmKey, std::shared_ptr<const Entry>> gemms;
+  mutable std::mutex mutex;
+};
+
+namespace {
+using LayoutKey = std::tuple<bool, int64_t, int64_t, int64_t, int64_t, int>;
+struct Layouts {
+  std::map<LayoutKey, std::shared_ptr<const F32PackedLayout>> cache;  // nullptr: not packed
+  std::map<LayoutKey, std::string> impl;
+  std::mutex mutex;
+};
+Layouts& layouts() {
+  static Layouts l;
+  return l;
+}
+
+std::shared_ptr<const F32PackedLayout> make_layout(const LayoutKey& key, std::string& impl) {
+  const auto [tb, m, n, k, ldb, threads] = key;
+  (void)threads;
+  using dt = dnnl::memory::data_type;
+  Entry probe;
+  probe.a = matrix(m, k, k, false, dt::f32);
+  probe.c = matrix(m, n, n, false, dt::f32);
+  const dnnl::memory::desc any(dnnl::memory::dims{k, n}, dt::f32, dnnl::memory::format_tag::any);
+  auto layout = std::make_shared<F32PackedLayout>();
+  layout->n = n;
+  layout->k = k;
+  layout->plain = matrix(k, n, ldb, tb, dt::f32);
+  const bool ok = make_matmul(probe, 1.0f, 0.0f, &any, &layout->packed);
+  impl = probe.impl;
+  // Only a brgemm kernel reads a layout of its own; a plain one gains nothing from a reorder.
+  if (!ok || impl.rfind("brg", 0) != 0 || layout->packed == layout->plain) return nullptr;
+  const Onednn& o = onednn();
+  layout->reorder = dnnl::reorder(
+      dnnl::reorder::primitive_desc(o.engine, layout->plain, o.engine, layout->packed));
+  return layout;
+}
+}  // namespace
+
+std::shared_ptr<const F32PackedLayout> onednn_f32_layout(bool tb, int64_t m, int64_t n, int64_t k,
+                                                         int64_t ldb, std::string* impl) {
+  if (m <= 0 || n <= 0 || k <= 0) return nullptr;
+  const LayoutKey key{tb, m, n, k, ldb, omp_get_max_threads()};
+  Layouts& l = layouts();
+  const std::lock_guard<std::mutex> lock(l.mutex);
+  auto it = l.cache.find(key);
+  if (it == l.cache.end()) {
+    if (l.cache.size() >= kMaxPrimitives) {
+      l.cache.clear();
+      l.impl.clear();
+    }
+    std::string name;
+    it = l.cache.emplace(key, make_layout(key, name)).first;
+    l.impl[key] = name;
+  }
+  if (impl != nullptr) *impl = l.impl[key];
+  return it->second;
+}
+
+size_t onednn_f32_packed_bytes(const F32PackedLayout& layout) { return layout.packed.get_size(); }
+
+void onednn_f32_pack(const F32PackedLayout& layout, const float* b, void* packed) {
+  Onednn& o = onednn();
+  dnnl::memory from(layout.plain, o.engine, const_cast<float*>(b));
+  dnnl::memory to(layout.packed, o.engine, packed);
+  layout.reorder.execute(o.stream, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
+  o.stream.wait();
+}
+
+bool onednn_f32_gemm_packed(const F32PackedLayout& layout, bool ta, int64_t m, float alpha,
+                            const float* a, int64_t lda, const void* packed, float beta, float* c,
+                            int64_t ldc) {
+  if (m <= 0) return true;
+  const F32PackedLayout::GemmKey key{ta, m, lda, ldc, alpha, beta, omp_get_max_threads()};
+  std::shared_ptr<const Entry> e;
+  {
+    const std::lock_guard<std::mutex> lock(layout.mutex);
+    auto it = layout.gemms.find(key);
+    if (it == layout.gemms.end()) {
+      using dt = dnnl::memory::data_type;
+      auto made = std::make_shared<Entry>();
+      made->a = matrix(m, layout.k, lda, ta, dt::f32);
+      made->c = matrix(m, layout.n, ldc, false, dt::f32);
+      const dnnl::memory::desc any(dnnl::memory::dims{layout.k, layout.n}, dt::f32,
+                                   dnnl::memory::format_tag::any);
+      dnnl::memory::desc chosen;
+      // This A's kernel must read B in the layout it was packed in.
+      made->ok = make_matmul(*made, alpha, beta, &any, &chosen) && chosen == layout.packed;
+      if (layout.gemms.size() >= kMaxPrimitives) layout.gemms.clear();
+      it = layout.gemms.emplace(key, std::move(made)).first;
+    }
+    e = it->second;
+  }
+  if (!e->ok) return false;
+  Onednn& o = onednn();
+  dnnl::memory am(e->a, o.engine, const_cast<float*>(a));
+  dnnl::memory bm(layout.packed, o.engine, const_cast<void*>(packed));
+  dnnl::memory cm(e->c, o.engine, c);
+  e->prim.execute(o.stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+  o.stream.wait();
+  return true;
+}
+
 #else  // no oneDNN in this build
+
+struct F32PackedLayout {};
+std::shared_ptr<const F32PackedLayout> onednn_f32_layout(bool, int64_t, int64_t, int64_t, int64_t,
+                                                         std::string* impl) {
+  if (impl != nullptr) impl->clear();
+  return nullptr;
+}
+size_t onednn_f32_packed_bytes(const F32PackedLayout&) { return 0; }
+void onednn_f32_pack(const F32PackedLayout&, const float*, void*) {}
+bool onednn_f32_gemm_packed(const F32PackedLayout&, bool, int64_t, float, const float*, int64_t,
+                            const void*, float, float*, int64_t) {
+  return false;
+}
 
 bool have_onednn() { return false; }
 bool onednn_gemm_bf16(bool, bool, int64_t, int64_t, int64_t, float, const uint16_t*, int64_t,
@@ -164,6 +304,15 @@ std::string onednn_gemm_impl(bool, bool, int64_t, int64_t, int64_t, float, int64
 }
 
 #endif
+
+bool choose_packed_gemm() {
+  const char* env = std::getenv("TP_CPU_PACKED_GEMM");
+  const std::string want = env && *env ? env : "auto";
+  TP_CHECK_INPUT(want == "auto" || want == "off", "TP_CPU_PACKED_GEMM=", want,
+                 " is not a choice; use auto (pack a ring's weight for oneDNN where it has a "
+                 "brgemm kernel) or off (cblas_sgemm on every block)");
+  return want == "auto" && have_onednn();
+}
 
 Bf16GemmChoice choose_bf16_gemm() {
   const char* env = std::getenv("TP_CPU_BF16_GEMM");

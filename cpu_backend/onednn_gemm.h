@@ -18,9 +18,20 @@
 // avx512_core_bf16: AVX512-BF16 or AMX), else the stand-in (bf16 widened to f32, cblas_sgemm,
 // rounded back): below that ISA oneDNN emulates bf16 and the stand-in wins (docs/model.md,
 // "Precision", has the measurements).
+//
+// The f32 GEMM with B packed once (the ring's t row blocks against one weight, core/device.h:
+// Device::pack_gemm_b): OpenBLAS packs B into its kernel's panels on every call, so t GEMMs of
+// N/t rows pack the weight t times where one GEMM of N rows packs it once. oneDNN's f32 matmul
+// takes its weights in a layout of its own choosing (memory::format_tag::any): one reorder into it
+// (onednn_f32_pack), then every block's matmul reads the packed weight directly. Taken only where
+// oneDNN picks a brgemm kernel that wants a layout other than the plain one (AVX-512 and up; on an
+// AVX2 CPU oneDNN 2.6 runs a plain jit gemm, and there nothing is gained): else
+// onednn_f32_layout answers nullptr and the caller stays on cblas_sgemm. TP_CPU_PACKED_GEMM=off
+// (choose_packed_gemm) turns it off; auto (the default) takes it where it is.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace tp::cpu {
@@ -53,5 +64,32 @@ bool onednn_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
 std::string onednn_gemm_impl(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                              float alpha, int64_t lda, int64_t ldb, float beta, bool c_bf16,
                              int64_t ldc);
+
+/// Whether the CPU device packs a ring's weight for oneDNN (above): TP_CPU_PACKED_GEMM=auto (the
+/// default: where oneDNN has a brgemm kernel) or off. A bad value throws tp::Error naming the fix.
+bool choose_packed_gemm();
+
+/// The layout oneDNN's f32 matmul chooses for a B against A blocks of m rows (opaque).
+struct F32PackedLayout;
+
+/// The layout for op(B) (k, n) stored with row stride ldb ((n, k) when trans_b), against A of m
+/// rows (plain, row stride k), alpha 1, beta 0; nullptr when packing does not pay here (no oneDNN
+/// in the build, no brgemm kernel for the case, a plain layout chosen, an empty size). impl, if
+/// given, gets oneDNN's kernel name ("brg:avx512_core"; "" when oneDNN refused).
+std::shared_ptr<const F32PackedLayout> onednn_f32_layout(bool trans_b, int64_t m, int64_t n,
+                                                         int64_t k, int64_t ldb,
+                                                         std::string* impl = nullptr);
+/// Bytes of one B in `layout`.
+size_t onednn_f32_packed_bytes(const F32PackedLayout& layout);
+/// Reorders B (as described to onednn_f32_layout) into `packed`: onednn_f32_packed_bytes of them,
+/// 64-byte aligned.
+void onednn_f32_pack(const F32PackedLayout& layout, const float* b, void* packed);
+/// C = alpha op(A) op(B) + beta C with op(B) packed in `layout` (C: (m, n), row stride ldc; A
+/// (m, k), or stored (k, m) when trans_a, row stride lda). m may differ from the layout's. Returns
+/// false, having touched nothing, when oneDNN's kernel for this A, alpha and beta would want B in
+/// another layout or is its reference one: the caller runs sgemm on the plain B.
+bool onednn_f32_gemm_packed(const F32PackedLayout& layout, bool trans_a, int64_t m, float alpha,
+                            const float* a, int64_t lda, const void* packed, float beta, float* c,
+                            int64_t ldc);
 
 }  // namespace tp::cpu

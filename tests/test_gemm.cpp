@@ -117,18 +117,7 @@ TEST(Gemm, ShapeMismatchIsAnError) {
 
 // C with env TP_CPU_BF16_GEMM=value set while it is made (restored after).
 std::unique_ptr<tp::CpuDevice> cpu_device_with(const char* value) {
-  const char* old = std::getenv("TP_CPU_BF16_GEMM");
-  const std::string saved = old ? old : "";
-  setenv("TP_CPU_BF16_GEMM", value, 1);
-  std::unique_ptr<tp::CpuDevice> dev;
-  try {
-    dev = std::make_unique<tp::CpuDevice>();
-  } catch (...) {
-    old ? setenv("TP_CPU_BF16_GEMM", saved.c_str(), 1) : unsetenv("TP_CPU_BF16_GEMM");
-    throw;
-  }
-  old ? setenv("TP_CPU_BF16_GEMM", saved.c_str(), 1) : unsetenv("TP_CPU_BF16_GEMM");
-  return dev;
+  return tp::testing::cpu_device_with_env("TP_CPU_BF16_GEMM", value);
 }
 
 std::vector<float> rounded_bf16(std::vector<float> v) {

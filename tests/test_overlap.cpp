@@ -3,11 +3,13 @@
 //   1. The ring primitives (parallel/collective_matmul.h): ring_all_gather_each hands every block
 //      to f exactly once, with its contents; ring_reduce_scatter equals Σ over ranks of each
 //      rank's block, and the library's reduce_scatter; ring_gather_each_reduce_scatter (both rings
-//      in shared steps, P computed whole first) visits every block once and sums as the second.
+//      in shared steps, P computed whole first) visits every block once and sums as the second,
+//      also when X's blocks are received into one buffer (x_whole).
 //   2. The whole model at t = np, SP on and off, GeLU and SwiGLU: --overlap async gives the loss and
 //      every gradient of --overlap none bit for bit (it only reorders independent GEMMs around the
 //      same collectives); --overlap ring (SP) to 1e-6 relative (the weight gradient's k-sum is split
-//      into t blocks and the reduce-scatter adds in ring order).
+//      into t blocks at t > 2, the reduce-scatter adds in ring order, and on a CPU with oneDNN's
+//      brgemm the blocks' GEMMs run on a packed weight, summing in oneDNN's order).
 //      Both also against t = 1 at the model tests' tolerances. --overlap chunked (plain TP, with
 //      dropout) gives none's numbers bit for bit, in kChunkedBlocks calls per all-reduce.
 #include <gtest/gtest.h>
@@ -136,6 +138,43 @@ TEST(Ring, GatherEachReduceScatterEqualsBothRings) {
   });
   EXPECT_EQ(got.to_host(), ring.to_host());
   EXPECT_EQ(got.shape().str(), (Shape{n, h}).str());
+}
+
+// With x_whole (the column-parallel backward at t = 2): X's blocks arrive into one (t·n, h) buffer,
+// f sees its views in the same order, and when the last f runs the buffer holds all of X; the
+// reduce-scatter is the one without it, bit for bit.
+TEST(Ring, GatherEachReduceScatterIntoOneBufferHoldsXAtTheLastBlock) {
+  Communicator& c = world();
+  const int t = c.size(), r = c.rank();
+  const int64_t n = 4, h = 3;
+  const Tensor local = Tensor::from_host(device(), Shape{n, h}, numbered_block(r, n * h));
+  std::vector<float> x_all;
+  for (int q = 0; q < t; ++q) {
+    const auto b = numbered_block(q, n * h);
+    x_all.insert(x_all.end(), b.begin(), b.end());
+  }
+  const auto p = tp::testing::random_vector("whole" + std::to_string(r), t * n * h);
+  auto whole = [&] { return Tensor::from_host(device(), Shape{t * n, h}, p); };
+  const Tensor x_whole(device(), Shape{t * n, h});
+  std::vector<int> seen(t, 0), order, order_plain;
+  int calls = 0;
+  const auto check = check_each_block(seen, n * h);
+  const Tensor got = ring_gather_each_reduce_scatter(
+      c, local, whole,
+      [&](int block, const Tensor& x) {
+    check(block, x);
+    order.push_back(block);
+    if (++calls == t) {
+      EXPECT_EQ(x_whole.to_host(), x_all) << "X is whole at the last block";
+    }
+      },
+      x_whole);
+  EXPECT_EQ(seen, std::vector<int>(t, 1));
+  const Tensor plain = ring_gather_each_reduce_scatter(
+      c, local, whole, [&](int block, const Tensor&) { order_plain.push_back(block); });
+  EXPECT_EQ(order, order_plain);
+  EXPECT_EQ(got.to_host(), plain.to_host());
+  EXPECT_EQ(local.to_host(), numbered_block(r, n * h)) << "the local block is only read";
 }
 
 // ---- 2. the model ---------------------------------------------------------------------------------

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <string>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -15,6 +17,22 @@ namespace tp::testing {
 
 Device& device() {
   static CpuDevice dev;
+  return dev;
+}
+
+std::unique_ptr<CpuDevice> cpu_device_with_env(const char* name, const char* value) {
+  const char* old = std::getenv(name);
+  const std::string saved = old ? old : "";
+  auto restore = [&] { old ? setenv(name, saved.c_str(), 1) : unsetenv(name); };
+  value ? setenv(name, value, 1) : unsetenv(name);
+  std::unique_ptr<CpuDevice> dev;
+  try {
+    dev = std::make_unique<CpuDevice>();
+  } catch (...) {
+    restore();
+    throw;
+  }
+  restore();
   return dev;
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -9,10 +10,18 @@
 #include "core/device.h"
 #include "core/host.h"
 
+namespace tp {
+class CpuDevice;
+}
+
 namespace tp::testing {
 
 /// The CPU device every test uses.
 Device& device();
+/// A fresh CPU device made while the environment variable `name` is `value` (nullptr: unset),
+/// restored afterwards: the backend's choices it reads when made (TP_CPU_BF16_GEMM,
+/// TP_CPU_PACKED_GEMM). Throws what the constructor throws.
+std::unique_ptr<CpuDevice> cpu_device_with_env(const char* name, const char* value);
 /// All ranks of the job (defined by mpi_main.cpp; MPI tests only).
 Communicator& world();
 

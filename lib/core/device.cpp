@@ -157,6 +157,35 @@ void Device::gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, cons
       a, b, c);
 }
 
+std::shared_ptr<const PackedGemmB> Device::pack_gemm_b(const Tensor& b, bool trans_b, int64_t m) {
+  checks::check_on(*this, b, "pack_gemm_b");
+  TP_CHECK(m >= 0, "pack_gemm_b: m=", m, " rows must not be negative");
+  if (b.dtype() != Dtype::f32) return std::make_shared<const PackedGemmB>(b, trans_b, m);
+  const ScopedSpan span(timeline_, SpanKind::Kernel, "pack_gemm_b");
+  return do_pack_gemm_b(b, trans_b, m);
+}
+
+void Device::gemm_packed(bool trans_a, float alpha, const Tensor& a, const PackedGemmB& b,
+                         float beta, Tensor& c) {
+  if (!b.packed() || any_bf16(a, b.b(), c)) {
+    gemm(trans_a, b.trans_b(), alpha, a, b.b(), beta, c);
+    return;
+  }
+  const GemmDims dims = checks::check_gemm(*this, trans_a, b.trans_b(), a, b.b(), c);
+  const ScopedSpan span(timeline_, SpanKind::Kernel, "gemm");
+  do_gemm_packed(trans_a, alpha, a, b, beta, c, dims);
+}
+
+std::shared_ptr<const PackedGemmB> Device::do_pack_gemm_b(const Tensor& b, bool trans_b,
+                                                          int64_t m) {
+  return std::make_shared<const PackedGemmB>(b, trans_b, m);
+}
+
+void Device::do_gemm_packed(bool trans_a, float alpha, const Tensor& a, const PackedGemmB& b,
+                            float beta, Tensor& c, const GemmDims& dims) {
+  do_gemm(trans_a, b.trans_b(), alpha, a, b.b(), beta, c, dims);
+}
+
 void Device::add_bias(Tensor& y, const Tensor& bias) {
   checks::check_add_bias(*this, y, bias);
   const ScopedSpan span(timeline_, SpanKind::Kernel, "add_bias");

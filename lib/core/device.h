@@ -80,6 +80,27 @@ struct GemmDims {
   int64_t m = 0, n = 0, k = 0;
 };
 
+/// A GEMM's B operand prepared once for several GEMMs that share it (Device::pack_gemm_b): the t
+/// row blocks of a ring against one weight. This base holds b itself (the same memory: a Tensor is
+/// a handle), so Device::gemm_packed is Device::gemm on it; a backend's subclass may also hold b
+/// in its GEMM's own layout, made once, so that the blocks' GEMMs skip the per-call pack.
+class PackedGemmB {
+ public:
+  /// op(B) = b, or bᵀ when trans_b; m is the rows of the A blocks it will meet.
+  PackedGemmB(const Tensor& b, bool trans_b, int64_t m) : b_(b), trans_b_(trans_b), m_(m) {}
+  virtual ~PackedGemmB() = default;
+  const Tensor& b() const { return b_; }
+  bool trans_b() const { return trans_b_; }
+  int64_t m() const { return m_; }
+  /// True when a backend holds b in its own layout (this base: false).
+  virtual bool packed() const { return false; }
+
+ private:
+  Tensor b_;
+  bool trans_b_;
+  int64_t m_;
+};
+
 /// Hyper-parameters of one AdamW update (see Device::adamw_step).
 struct AdamWParams {
   float lr = 1e-3f;
@@ -180,6 +201,19 @@ class Device {
   /// with a transpose flag (beta = 1 to accumulate).
   void gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b, float beta,
             Tensor& c);
+  /// The same B in several GEMMs (the t row blocks of a ring, lib/parallel/collective_matmul.h):
+  /// pack_gemm_b prepares op(B) once for A blocks of m rows; gemm_packed is then gemm with it,
+  ///   C = alpha · op(A) op(B) + beta · C,
+  /// the same checks and the same math (to float rounding: a backend's packed kernel may sum in
+  /// another order than its gemm). Contract: b must not change while the pack is alive (the pack
+  /// may be a copy in another layout). An A of another row count than m, or trans_a, is allowed:
+  /// where the packed layout does not fit that GEMM, the backend runs gemm on b. bf16 operands
+  /// always run as gemm. Default (GPU, the CUDA emulator: cuBLAS does not repack per call): the
+  /// pack is b itself. The CPU backend packs into oneDNN's f32 matmul layout where oneDNN has a
+  /// brgemm kernel for it (cpu_backend/onednn_gemm.h; TP_CPU_PACKED_GEMM=off turns it off).
+  std::shared_ptr<const PackedGemmB> pack_gemm_b(const Tensor& b, bool trans_b, int64_t m);
+  void gemm_packed(bool trans_a, float alpha, const Tensor& a, const PackedGemmB& b, float beta,
+                   Tensor& c);
 
   // ---- bias (stem: elementwise) --------------------------------------------------------------
   /// y[r, :] += bias[:] for every row r.   y: (rows, n), bias: (n)
@@ -350,6 +384,12 @@ class Device {
   virtual void do_axpy(float alpha, const Tensor& x, Tensor& y) = 0;
   virtual void do_gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
                        float beta, Tensor& c, const GemmDims& dims) = 0;
+  /// Default: a PackedGemmB holding b (gemm_packed is then gemm). Only f32 b reaches it.
+  virtual std::shared_ptr<const PackedGemmB> do_pack_gemm_b(const Tensor& b, bool trans_b,
+                                                            int64_t m);
+  /// Called for a pack whose packed() is true, with f32 a and c; default: do_gemm on b.b().
+  virtual void do_gemm_packed(bool trans_a, float alpha, const Tensor& a, const PackedGemmB& b,
+                              float beta, Tensor& c, const GemmDims& dims);
   virtual void do_add_bias(Tensor& y, const Tensor& bias) = 0;
   virtual void do_add_bias_backward(Tensor& dbias, const Tensor& dy) = 0;
   virtual void do_copy_columns(const Tensor& src, int64_t src_col, Tensor& dst, int64_t dst_col,

@@ -78,11 +78,30 @@ Tensor ring_reduce_scatter(Communicator& comm, const std::function<Tensor(int)>&
 
 Tensor ring_gather_each_reduce_scatter(Communicator& comm, const Tensor& local,
                                        const std::function<Tensor()>& whole,
-                                       const std::function<void(int, const Tensor&)>& f) {
+                                       const std::function<void(int, const Tensor&)>& f,
+                                       const Tensor& x_whole) {
   const int t = comm.size(), r = comm.rank();
+  const int64_t rows = local.ndim() >= 1 ? local.dim(0) : 1;
+  if (x_whole.defined()) {
+    TP_CHECK(x_whole.dtype() == local.dtype() && x_whole.numel() == t * local.numel() &&
+                 x_whole.ndim() >= 1 && x_whole.dim(0) == t * rows,
+             "ring_gather_each_reduce_scatter: x_whole ", x_whole.shape().str(), " is not ", t,
+             " blocks of ", local.shape().str());
+    Tensor mine = x_whole.view(r * rows, (r + 1) * rows);
+    if (local.numel() > 0) local.device().copy(mine.raw(), local.raw(), local.bytes());
+  }
+  // X's block c arrives into block c of x_whole, or (none given) into one of two buffers in turn:
+  // the one being received into is never the one being sent or worked on.
+  Tensor gathered[2];
+  auto into = [&](int s, int c) -> Tensor {
+    if (x_whole.defined()) return x_whole.view(c * rows, (c + 1) * rows);
+    Tensor& b = gathered[s % 2];
+    if (!b.defined()) b = Tensor(local.device(), local.shape(), local.dtype());
+    return b;
+  };
   if (t == 1) {
     Tensor p = whole();
-    f(0, local);
+    f(0, x_whole.defined() ? x_whole : local);
     return p;
   }
   const int next = (r + 1) % t, prev = (r - 1 + t) % t;
@@ -91,15 +110,14 @@ Tensor ring_gather_each_reduce_scatter(Communicator& comm, const Tensor& local,
     return comm.send_recv_async(send, next, recv, prev);
   };
   // The all-gather as in ring_all_gather_each: step s passes on block (r − s) mod t and receives
-  // block (r − s − 1) mod t, into two buffers in turn.
-  Tensor held = local, gathered[2];
-  gathered[0] = Tensor(local.device(), local.shape(), local.dtype());
-  std::unique_ptr<Work> gather = start("ring all-gather", held, gathered[0]);
+  // block (r − s − 1) mod t.
+  Tensor held = local, arrived = into(0, (r - 1 + t) % t);
+  std::unique_ptr<Work> gather = start("ring all-gather", held, arrived);
   const Tensor p = whole();  // (t·n, …): under the first block's transfer
   TP_CHECK(p.ndim() >= 1 && p.dim(0) % t == 0, "ring_gather_each_reduce_scatter: P ",
            p.shape().str(), " does not split into ", t, " blocks of rows");
   const int64_t n = p.dim(0) / t;
-  f(r, local);
+  f(r, x_whole.defined() ? x_whole.view(r * rows, (r + 1) * rows) : local);
   // The reduce-scatter as in ring_reduce_scatter: step s sends the running sum of block
   // d = (r − s − 1) mod t (at s = 0 P's own; after that P's plus what arrived, added in place) and
   // receives that of block d − 1; after step t − 2 the sum of block r is P's plus what arrived.
@@ -107,11 +125,10 @@ Tensor ring_gather_each_reduce_scatter(Communicator& comm, const Tensor& local,
   std::unique_ptr<Work> reduce;
   for (int s = 0; s + 1 < t; ++s) {
     gather->wait();
-    held = gathered[s % 2];
+    held = arrived;
     if (s + 2 < t) {
-      Tensor& into = gathered[(s + 1) % 2];
-      if (!into.defined()) into = Tensor(local.device(), local.shape(), local.dtype());
-      gather = start("ring all-gather", held, into);  // block (r − s − 2) arrives meanwhile
+      arrived = into(s + 1, (r - s - 2 + 2 * t) % t);
+      gather = start("ring all-gather", held, arrived);  // block (r − s − 2) arrives meanwhile
     } else {
       gather.reset();
     }

@@ -89,10 +89,13 @@ Tensor ring_reduce_scatter(Communicator& comm, const std::function<Tensor(int bl
 /// What it saves against ring_all_gather_each + ring_reduce_scatter: P is one GEMM per weight over
 /// all rows instead of t GEMMs of N/t rows, each of which packs the whole weight again (a BLAS's
 /// fixed cost per call). t − 1 send-recv steps of each ring; at t > 2 one step of each is in flight
-/// at a time.
+/// at a time. x_whole, if defined, is a (t·n, …) buffer that X's blocks are received into (views,
+/// no copy; the local block is copied into block r): f's blocks are then its views, and once the
+/// last f has begun it holds all of X, so that f may compute over all rows at its last call (the
+/// column-parallel backward at t = 2: dA = Xᵀ dY once, under the reduce-scatter).
 Tensor ring_gather_each_reduce_scatter(
     Communicator& comm, const Tensor& local, const std::function<Tensor()>& whole,
-    const std::function<void(int block, const Tensor& x_block)>& f);
+    const std::function<void(int block, const Tensor& x_block)>& f, const Tensor& x_whole = {});
 
 /// The row blocks chunked overlap cuts a GEMM of `rows` rows into: kChunkedBlocks of them (fewer
 /// when there are fewer rows), as equal as the rows allow.

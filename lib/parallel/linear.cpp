@@ -11,6 +11,30 @@ int64_t local_size(const std::string& layer, const char* dim, int64_t global, in
   check_divisible(layer + "." + dim, global, t);
   return global / t;
 }
+
+// A ring's weight, op(W) = W or Wᵀ, for its t GEMMs of `rows` rows each: packed once, on first use
+// (so under the ring's first transfer where the ring starts one before its first GEMM), for the
+// blocks to skip the per-call pack of a BLAS (Device::pack_gemm_b). At t = 1 the one GEMM is
+// none's own: not packed, the same numbers as none.
+class RingWeight {
+ public:
+  RingWeight(Device& dev, const Communicator& comm, const Tensor& w, bool trans, int64_t rows)
+      : dev_(dev), w_(w), trans_(trans), rows_(rows), pack_(comm.size() > 1) {}
+  const PackedGemmB& get() {
+    if (!packed_)
+      packed_ = pack_ ? dev_.pack_gemm_b(w_, trans_, rows_)
+                      : std::make_shared<const PackedGemmB>(w_, trans_, rows_);
+    return *packed_;
+  }
+
+ private:
+  Device& dev_;
+  Tensor w_;
+  bool trans_;
+  int64_t rows_;
+  bool pack_;
+  std::shared_ptr<const PackedGemmB> packed_;
+};
 }  // namespace
 
 // ---- ParallelLinearBase -------------------------------------------------------------------------
@@ -159,15 +183,16 @@ std::vector<Tensor> ColumnParallelLinear::forward_shared(
     TP_CHECK(x_in.cols() == lead.in_, lead.name_, ".forward: input ", x_in.shape().str(),
              " should end in in=", lead.in_);
     const int64_t n = x_in.rows();
+    std::vector<RingWeight> weights;  // each A_i packed once for its t blocks
     for (ColumnParallelLinear* l : group) {
       l->input_.reset();
       ys.emplace_back(dev, Shape{n * comm.size(), l->out_local_}, x_in.dtype());
+      weights.emplace_back(dev, comm, l->compute_weight(), false, n);
     }
     ring_all_gather_each(comm, x_in, [&](int c, const Tensor& x_c) {
       for (size_t i = 0; i < group.size(); ++i) {
         Tensor y_c = ys[i].view(c * n, (c + 1) * n);
-        dev.gemm(false, false, 1.0f, x_c, group[i]->compute_weight(), 0.0f,
-                 y_c);  // rows of block c: X_c A_i
+        dev.gemm_packed(false, 1.0f, x_c, weights[i].get(), 0.0f, y_c);  // block c's rows: X_c A_i
       }
     });
     for (size_t i = 0; i < group.size(); ++i)
@@ -256,16 +281,31 @@ Tensor ColumnParallelLinear::backward_shared(const std::vector<ColumnParallelLin
   const Tensor& x_local = lead.input_shard_.get();
   if (overlap == Overlap::Ring) {
     // dX = Σ_i dY_i A_iᵀ over all rows at once (one GEMM per weight) while X's first block
-    // travels; then a ring reduce-scatter of its blocks, sharing the steps of X's ring all-gather:
-    // each arriving block's Xᵀ dY term of dA_i under both transfers. The bias gradients once, over
-    // all rows.
+    // travels; then a ring reduce-scatter of its blocks, sharing the steps of X's ring all-gather.
+    // At t = 2 X's other block arrives into one (N, in) buffer and dA_i = Xᵀ dY_i is one GEMM
+    // over all rows under the reduce-scatter (none's GEMM: the same numbers, no k-split; the two
+    // transfers each under one of the two halves of the compute). At t > 2 that would leave the
+    // gather's later steps with nothing under them: each arriving block's Xᵀ dY term of dA_i runs
+    // under both transfers instead. The bias gradients once, over all rows.
     const int64_t n = x_local.rows();
+    const int t = comm.size();
+    const bool whole_x = t == 2;
+    const Tensor x_whole =
+        whole_x ? Tensor(dev, x_local.shape().with(0, t * n), x_local.dtype()) : Tensor();
+    int blocks_seen = 0;
     Tensor dx = ring_gather_each_reduce_scatter(
         comm, x_local, [&] { return input_grads(0, rows); },
         [&](int c, const Tensor& x_c) {
+      if (whole_x) {
+        if (++blocks_seen == t)  // every block of X is in x_whole now
+          for (size_t i = 0; i < group.size(); ++i)
+            group[i]->weight_grad(dys[i], x_whole, /*with_bias=*/false);
+        return;
+      }
       for (size_t i = 0; i < group.size(); ++i)
         group[i]->weight_grad(dys[i].view(c * n, (c + 1) * n), x_c, /*with_bias=*/false);
-        });
+        },
+        x_whole);
     for (size_t i = 0; i < group.size(); ++i)
       if (group[i]->adds_bias()) dev.add_bias_backward(group[i]->dbias, dys[i]);
     return dx;
@@ -380,9 +420,10 @@ Tensor RowParallelLinear::forward(const Tensor& x, Keep keep_mode) {
     // Σ_r X_r A_r, block d of rows for rank d: each block's GEMM while the running sums travel.
     check_divisible(name_ + ": the sequence dimension", x_r.rows(), comm_.size());
     const int64_t n = x_r.rows() / comm_.size();
+    RingWeight w(device_, comm_, compute_weight(), false, n);  // packed once for the t blocks
     y = ring_reduce_scatter(comm_, [&](int d) {
       Tensor block(device_, Shape{n, out_}, x_r.dtype());
-      device_.gemm(false, false, 1.0f, x_r.view(d * n, (d + 1) * n), compute_weight(), 0.0f, block);
+      device_.gemm_packed(false, 1.0f, x_r.view(d * n, (d + 1) * n), w.get(), 0.0f, block);
       return block;
     });
   } else {
@@ -404,9 +445,10 @@ Tensor RowParallelLinear::backward(const Tensor& dy_in) {
              ".backward: dy ", dy_in.shape().str(), " does not match the forward output");
     const int64_t n = dy_in.rows();
     Tensor dx(device_, x_r.shape(), x_r.dtype());
+    RingWeight wt(device_, comm_, compute_weight(), true, n);  // A_rᵀ packed once for the t blocks
     ring_all_gather_each(comm_, dy_in, [&](int c, const Tensor& dy_c) {
       Tensor dx_c = dx.view(c * n, (c + 1) * n);
-      device_.gemm(false, true, 1.0f, dy_c, compute_weight(), 0.0f, dx_c);                 // dX_r
+      device_.gemm_packed(false, 1.0f, dy_c, wt.get(), 0.0f, dx_c);                        // dX_r
       device_.gemm(true, false, 1.0f, x_r.view(c * n, (c + 1) * n), dy_c, 1.0f, dweight);  // dA_r
     });
     if (has_bias()) device_.add_bias_backward(dbias, dy_in);  // my tokens (summed over the group)
