@@ -22,9 +22,13 @@
 //
 //           The column-parallel backward runs both rings at once (ring_gather_each_reduce_scatter):
 //           dX is computed whole while X's first block travels, its blocks reduce-scattered while X's
-//           blocks arrive for the dA terms. A BLAS packs a GEMM's whole weight on every call, so t
-//           GEMMs of N/t rows cost t packs where one GEMM costs one; the blocks of the other rings
-//           (forward, and the row-parallel backward's dX) are what the overlap needs, and pay it.
+//           blocks arrive for the dA terms (at t = 2: X received into one buffer and dA = Xᵀ dY one
+//           GEMM over all rows, under the reduce-scatter). A BLAS packs a GEMM's whole weight on
+//           every call, so t GEMMs of N/t rows would cost t packs where one GEMM costs one: the
+//           blocks of the other rings (forward, and the row-parallel backward's dX) run through
+//           Device::pack_gemm_b / gemm_packed instead, the weight packed once per ring for its t
+//           blocks (the CPU: oneDNN's f32 matmul on a weight reordered once into its own layout,
+//           where oneDNN has a brgemm kernel; lib/parallel/linear.cpp, cpu_backend/onednn_gemm.h).
 //
 //           This is the decomposition of Wang et al., "Overlap Communication with Dependent
 //           Computation via Decomposition in Large Deep Learning Models" (ASPLOS 2023), which
@@ -44,8 +48,9 @@
 // reorders independent GEMMs, and for chunked where the GEMM rounds a row the same whatever the
 // block's size (OpenBLAS at the lesson's sizes, not its small-matrix kernels) and the all-reduce
 // adds a block's elements in the order it adds the whole's (always at t ≤ 2; MPICH at t ≤ 4);
-// test_overlap checks the first and states the bound where it fails; for ring, the weight gradient's k-sum is split into t blocks and the
-// reduce-scatter adds in ring order, so results agree to float rounding (tests state the bound).
+// test_overlap checks the first and states the bound where it fails; for ring, the weight gradient's k-sum is split into t blocks (t > 2),
+// the reduce-scatter adds in ring order and the blocks' GEMMs on a packed weight may sum in another
+// order than the BLAS, so results agree to float rounding (tests state the bound).
 //
 // Shape legend: N = tokens (rows, sequence-major), t = comm.size(), r = comm.rank(); a block is
 // N/t consecutive rows, block r = this rank's sequence shard.
