@@ -1,11 +1,9 @@
 // activation.cpp — the CPU backend's MLP activations, each forward beside its backward: GeLU
 // (tanh approximation), bias + GeLU fused, and SwiGLU. The math is in core/device.h; the GPU's are in
 // gpu_backend/kernels/activation.cu.
-#include <omp.h>
 
 #include <cmath>
 #include <cstdint>
-#include <vector>
 
 #include "cpu_device.h"
 #include "kernels/kernel_util.h"
@@ -71,30 +69,18 @@ TP_CPU_CLONES void bias_gelu_forward_loop(float* py, const float* px, const floa
   }
 }
 
-// dx = dy ⊙ GeLU'(x + b) and db += Σ_r dx, one pass. Each thread takes a range of whole kColBlock
-// column blocks and walks its rows in order, adding each dx[r, c] to a float sum per column: the
-// order of add_bias_backward (a float sum per column, rows in order, then added to db), so the
-// bits are the unfused ones and do not depend on the thread count.
+// dx = dy ⊙ GeLU'(x + b) and db += Σ_r dx, one pass, in add_bias_backward's walk (cpu::column_sums:
+// a float sum per column, rows in order, then added to db), so the bits are the unfused ones and do
+// not depend on the thread count.
 TP_CPU_CLONES void bias_gelu_backward_loop(float* pdx, float* pdb, const float* pdy,
                                            const float* px, const float* pb, int64_t rows,
                                            int64_t cols) {
 #pragma omp parallel if (rows * cols > cpu::kParallelMin)
-  {
-    int64_t c0, c1;
-    cpu::column_range(cols, omp_get_num_threads(), omp_get_thread_num(), c0, c1);
-    std::vector<float> sum(static_cast<size_t>(c1 - c0), 0.0f);
-    float* ps = sum.data();
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t o = r * cols;
-#pragma omp simd
-      for (int64_t c = c0; c < c1; ++c) {
-        const float g = pdy[o + c] * gelu_grad(px[o + c] + pb[c]);
-        pdx[o + c] = g;
-        ps[c - c0] += g;
-      }
-    }
-    for (int64_t c = c0; c < c1; ++c) pdb[c] += ps[c - c0];
-  }
+  cpu::column_sums(pdb, rows, cols, [&](int64_t i, int64_t c) {
+    const float g = pdy[i] * gelu_grad(px[i] + pb[c]);
+    pdx[i] = g;
+    return g;
+  });
 }
 
 TP_CPU_CLONES void swiglu_forward_loop(float* py, const float* pg, const float* pu, int64_t n) {

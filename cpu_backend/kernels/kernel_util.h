@@ -11,9 +11,12 @@
 // where OpenBLAS splits one call across its threads.
 #pragma once
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 // TP_CPU_CLONES before an elementwise kernel's loop function: GCC compiles it three times, for
 // AVX-512 (16 floats a vector), AVX2 (8) and the build's baseline (x86-64: SSE2, 4), and the
@@ -46,6 +49,31 @@ inline void column_range(int64_t cols, int64_t nt, int64_t me, int64_t& c0, int6
   const int64_t nblocks = (cols + kColBlock - 1) / kColBlock, per = (nblocks + nt - 1) / nt;
   c0 = std::min(cols, me * per * kColBlock);
   c1 = std::min(cols, (me + 1) * per * kColBlock);
+}
+
+// The bias gradient's column sums, called by every thread of a parallel region: db[c] += Σ_r
+// term(r · cols + c, c) over the rows r of a rows × cols matrix, for this thread's columns
+// (column_range), in a float sum per column, rows in order. So each column is summed by one thread
+// in one order, and the bits do not depend on the thread count. `term` gives the element (and may
+// write beside it: the fused bias + GeLU's dx). add_bias_backward's and the fused bias + GeLU
+// backward's walk (kernels/elementwise.cpp, activation.cpp). Always inlined, for the clone that
+// calls it (as lane_sum); the loop over the columns vectorises.
+template <typename F>
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+inline void
+column_sums(float* pdb, int64_t rows, int64_t cols, F term) {
+  int64_t c0, c1;
+  column_range(cols, omp_get_num_threads(), omp_get_thread_num(), c0, c1);
+  std::vector<float> sum(static_cast<size_t>(c1 - c0), 0.0f);
+  float* ps = sum.data();
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t o = r * cols;
+#pragma omp simd
+    for (int64_t c = c0; c < c1; ++c) ps[c - c0] += term(o + c, c);
+  }
+  for (int64_t c = c0; c < c1; ++c) pdb[c] += ps[c - c0];
 }
 
 // Σ_c f(c) over c in [0, n), in f64, in kLanes fixed partial sums: lane j adds the c ≡ j (mod
