@@ -580,6 +580,123 @@ TEST(KernelRMSNorm, BackwardIsThreadIndependent) {
   EXPECT_EQ(dw[0], dw[1]);
 }
 
+// ---- residual add + norm, fused ----------------------------------------------------------------
+
+// A CpuDevice without its fused add + norm: the Device's default do_* (the two kernels), which the
+// GPU backend runs.
+class UnfusedAddNormCpu final : public tp::CpuDevice {
+ protected:
+  void do_add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
+                                const Tensor& r, const Tensor& w, const Tensor& b,
+                                float eps) override {
+    Device::do_add_layernorm_forward(s, y, mean, rstd, x, r, w, b, eps);
+  }
+  void do_add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& r,
+                              const Tensor& w, float eps) override {
+    Device::do_add_rmsnorm_forward(s, y, rstd, x, r, w, eps);
+  }
+};
+
+// s = x + r and the norm of s against the double reference (the sum in double too), and bitwise
+// equal to the unfused pair (axpy on a copy of x, then the norm) at 1 and 2 threads, and to the
+// Device's default do_* (the unfused pair inside one call).
+TEST(KernelAddNorm, MatchesTheReferenceAndIsBitwiseTheUnfusedPairAtAnyThreadCount) {
+  const int64_t rows = 203, h = 130;  // 26390 elements: above the parallel threshold
+  const auto x = random_scaled("an_x", rows * h, 2.0f), r = random_scaled("an_r", rows * h, 1.5f);
+  const auto w = random_vector("an_w", h), b = random_vector("an_b", h);
+  Vec sum_d(x.size());
+  for (size_t i = 0; i < x.size(); ++i) sum_d[i] = double{x[i]} + double{r[i]};
+  for (const bool rms : {false, true}) {
+    const std::string tag = rms ? "rmsnorm" : "layernorm";
+    const NormRef ref = rms ? rmsnorm_ref(sum_d, to_d(w), rows, h, 1e-5)
+                            : layernorm_ref(sum_d, to_d(w), to_d(b), rows, h, 1e-5);
+    auto run = [&](tp::Device& dev, bool fused, std::vector<float> out[4]) {
+      Tensor X = Tensor::from_host(dev, Shape{rows, h}, x),
+             R = Tensor::from_host(dev, Shape{rows, h}, r);
+      Tensor W = Tensor::from_host(dev, Shape{h}, w), B = Tensor::from_host(dev, Shape{h}, b);
+      const std::vector<float> nan_rows(rows * h, kNaN), nan_stats(rows, kNaN);
+      Tensor S = Tensor::from_host(dev, Shape{rows, h}, nan_rows);
+      Tensor Y = Tensor::from_host(dev, Shape{rows, h}, nan_rows);
+      Tensor mean = Tensor::from_host(dev, Shape{rows}, nan_stats);
+      Tensor rstd = Tensor::from_host(dev, Shape{rows}, nan_stats);
+      if (fused && rms) {
+        dev.add_rmsnorm_forward(S, Y, rstd, X, R, W, 1e-5f);
+      } else if (fused) {
+        dev.add_layernorm_forward(S, Y, mean, rstd, X, R, W, B, 1e-5f);
+      } else {
+        S = X.clone();
+        dev.axpy(1.0f, R, S);
+        if (rms)
+          dev.rmsnorm_forward(Y, rstd, S, W, 1e-5f);
+        else
+          dev.layernorm_forward(Y, mean, rstd, S, W, B, 1e-5f);
+      }
+      out[0] = S.to_host();
+      out[1] = Y.to_host();
+      out[2] = rms ? std::vector<float>() : mean.to_host();
+      out[3] = rstd.to_host();
+    };
+    std::vector<float> want[4];
+    run(device(), false, want);
+    EXPECT_LE(rel_error(want[0], to_f(sum_d)), 1e-7) << tag;  // x + r rounded once
+    EXPECT_LE(rel_error(want[1], to_f(ref.y)), kForwardTol) << tag;
+    EXPECT_LE(rel_error(want[3], to_f(ref.rstd)), kForwardTol) << tag;
+    if (!rms) {
+      EXPECT_LE(rel_error(want[2], to_f(ref.mean)), kForwardTol) << tag;
+    }
+    UnfusedAddNormCpu unfused_dev;
+    for (const int threads : {1, 2}) {
+      with_threads(threads, [&] {
+        std::vector<float> got[4], dflt[4];
+        run(device(), true, got);
+        run(unfused_dev, true, dflt);
+        for (int i = 0; i < 4; ++i) {
+          EXPECT_EQ(got[i], want[i]) << tag << ", output " << i << ", " << threads << " threads";
+          EXPECT_EQ(dflt[i], want[i])
+              << tag << ", the default, output " << i << ", " << threads << " threads";
+        }
+      });
+    }
+  }
+}
+
+// With bf16 activations the front runs the two public kernels: s is rounded to bf16 before the
+// norm reads it, as unfused; and a shape mismatch is one error.
+TEST(KernelAddNorm, Bf16RoundsTheSumAsUnfusedAndBadShapesAreErrors) {
+  const int64_t rows = 7, h = 48;
+  auto bf16 = [&](const std::vector<float>& v) {
+    Tensor t(device(), Shape{rows, h}, tp::Dtype::bf16);
+    t.copy_from_host(v);
+    return t;
+  };
+  const Tensor X = bf16(random_scaled("anb_x", rows * h, 2.0f));
+  const Tensor R = bf16(random_scaled("anb_r", rows * h, 2.0f));
+  Tensor W = on_device(Shape{h}, random_vector("anb_w", h));
+  Tensor B = on_device(Shape{h}, random_vector("anb_b", h));
+  Tensor S(device(), Shape{rows, h}, tp::Dtype::bf16), Y(device(), Shape{rows, h}, tp::Dtype::bf16);
+  Tensor mean(device(), Shape{rows}), rstd(device(), Shape{rows});
+  device().add_layernorm_forward(S, Y, mean, rstd, X, R, W, B, 1e-5f);
+  Tensor S0 = X.clone(), Y0(device(), Shape{rows, h}, tp::Dtype::bf16);
+  Tensor mean0(device(), Shape{rows}), rstd0(device(), Shape{rows});
+  device().axpy(1.0f, R, S0);
+  device().layernorm_forward(Y0, mean0, rstd0, S0, W, B, 1e-5f);
+  EXPECT_EQ(S.to_host(), S0.to_host());
+  EXPECT_EQ(Y.to_host(), Y0.to_host());
+  EXPECT_EQ(rstd.to_host(), rstd0.to_host());
+  device().add_rmsnorm_forward(S, Y, rstd, X, R, W, 1e-5f);
+  device().rmsnorm_forward(Y0, rstd0, S0, W, 1e-5f);
+  EXPECT_EQ(S.to_host(), S0.to_host());
+  EXPECT_EQ(Y.to_host(), Y0.to_host());
+
+  Tensor short_r(device(), Shape{rows - 1, h}), Sf(device(), Shape{rows, h}),
+      Yf(device(), Shape{rows, h}), Xf(device(), Shape{rows, h});
+  EXPECT_THROW(device().add_layernorm_forward(Sf, Yf, mean, rstd, Xf, short_r, W, B, 1e-5f),
+               tp::Error);
+  EXPECT_THROW(device().add_rmsnorm_forward(Sf, Yf, rstd, Xf, short_r, W, 1e-5f), tp::Error);
+  Tensor long_w(device(), Shape{h + 1});
+  EXPECT_THROW(device().add_rmsnorm_forward(Sf, Yf, rstd, Xf, Xf, long_w, 1e-5f), tp::Error);
+}
+
 // ---- attention --------------------------------------------------------------------------------
 
 AttentionShape attn_shape(int64_t S, int64_t B, int64_t nh, int64_t nkv, int64_t hd) {

@@ -36,6 +36,14 @@
 #define TP_CPU_CLONES
 #endif
 
+// TP_CPU_INLINE before a helper that a cloned loop calls: always inlined, so that it is compiled
+// into each clone (a copy of its own would be compiled for the baseline only).
+#if defined(__GNUC__)
+#define TP_CPU_INLINE __attribute__((always_inline))
+#else
+#define TP_CPU_INLINE
+#endif
+
 namespace tp {
 namespace cpu {
 
@@ -59,11 +67,7 @@ inline void column_range(int64_t cols, int64_t nt, int64_t me, int64_t& c0, int6
 // backward's walk (kernels/elementwise.cpp, activation.cpp). Always inlined, for the clone that
 // calls it (as lane_sum); the loop over the columns vectorises.
 template <typename F>
-#if defined(__GNUC__)
-__attribute__((always_inline))
-#endif
-inline void
-column_sums(float* pdb, int64_t rows, int64_t cols, F term) {
+TP_CPU_INLINE inline void column_sums(float* pdb, int64_t rows, int64_t cols, F term) {
   int64_t c0, c1;
   column_range(cols, omp_get_num_threads(), omp_get_thread_num(), c0, c1);
   std::vector<float> sum(static_cast<size_t>(c1 - c0), 0.0f);
@@ -85,11 +89,7 @@ column_sums(float* pdb, int64_t rows, int64_t cols, F term) {
 // calls it.
 constexpr int kLanes = 16;
 template <typename F>
-#if defined(__GNUC__)
-__attribute__((always_inline))
-#endif
-inline double
-lane_sum(int64_t n, F f) {
+TP_CPU_INLINE inline double lane_sum(int64_t n, F f) {
   double acc[kLanes] = {};
   int64_t c = 0;
   for (; c + kLanes <= n; c += kLanes)

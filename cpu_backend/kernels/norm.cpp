@@ -1,5 +1,5 @@
 // norm.cpp — the CPU backend's norms over the last dim of each row, forward beside backward:
-// LayerNorm and RMSNorm. The math is in core/device.h; the GPU's are in gpu_backend/kernels/norm.cu.
+// LayerNorm and RMSNorm, and each fused with the residual add before it (add_layernorm_forward). The math is in core/device.h; the GPU's are in gpu_backend/kernels/norm.cu.
 //
 // Row statistics (μ, σ², dx's two means) are f64 sums in cpu::lane_sum's fixed lanes, x̂ is formed
 // in f32. The parameter gradients (dw, db) are f64 sums over the rows: each column is summed by one
@@ -53,26 +53,58 @@ TP_CPU_CLONES void norm_param_grads_loop(float* pdw, float* pdb, const float* pd
   }
 }
 
-// LayerNorm forward of rows × h: y, mean, rstd (device.h).
+// LayerNorm forward of one row of h: y, *mean, *rstd (device.h). Always inlined, as cpu::lane_sum,
+// into the plain and the fused (residual add + norm) loops: one code for both, so the same bits.
+TP_CPU_INLINE inline void layernorm_row(float* yr, float* mean, float* rstd, const float* xr,
+                                        const float* pw, const float* pb, int64_t h, float eps) {
+  const double mu =
+      cpu::lane_sum(h, [&](int64_t c) { return double{xr[c]}; }) / static_cast<double>(h);
+  const double ss = cpu::lane_sum(h, [&](int64_t c) {
+    const double d = xr[c] - mu;
+    return d * d;
+  });
+  const float m = static_cast<float>(mu);
+  const float rs = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(h) + eps));
+#pragma omp simd
+  for (int64_t c = 0; c < h; ++c) yr[c] = (xr[c] - m) * rs * pw[c] + pb[c];
+  *mean = m;
+  *rstd = rs;
+}
+
+// RMSNorm forward of one row of h: y, *rstd (inlined, as layernorm_row).
+TP_CPU_INLINE inline void rmsnorm_row(float* yr, float* rstd, const float* xr, const float* pw,
+                                      int64_t h, float eps) {
+  const double ss = cpu::lane_sum(h, [&](int64_t c) { return static_cast<double>(xr[c]) * xr[c]; });
+  const float rs = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(h) + eps));
+#pragma omp simd
+  for (int64_t c = 0; c < h; ++c) yr[c] = xr[c] * rs * pw[c];
+  *rstd = rs;
+}
+
+// s = x + r of one row of h, in axpy's arithmetic (x + 1 · r is x + r): the fused loops' add.
+TP_CPU_INLINE inline void add_row(float* sr, const float* xr, const float* rr, int64_t h) {
+#pragma omp simd
+  for (int64_t c = 0; c < h; ++c) sr[c] = xr[c] + rr[c];
+}
+
+// LayerNorm forward of rows × h: y, mean, rstd.
 TP_CPU_CLONES void layernorm_forward_loop(float* py, float* pmean, float* prstd, const float* px,
                                           const float* pw, const float* pb, int64_t rows, int64_t h,
                                           float eps) {
 #pragma omp parallel for if (rows * h > cpu::kParallelMin)
+  for (int64_t r = 0; r < rows; ++r)
+    layernorm_row(py + r * h, pmean + r, prstd + r, px + r * h, pw, pb, h, eps);
+}
+
+// s = x + res, then LayerNorm of s, row by row: s is normalised while its row is in cache (the
+// unfused pair wrote s, then read it again). The same bits as axpy then layernorm_forward_loop.
+TP_CPU_CLONES void add_layernorm_forward_loop(float* ps, float* py, float* pmean, float* prstd,
+                                              const float* px, const float* pres, const float* pw,
+                                              const float* pb, int64_t rows, int64_t h, float eps) {
+#pragma omp parallel for if (rows * h > cpu::kParallelMin)
   for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = px + r * h;
-    const double mu =
-        cpu::lane_sum(h, [&](int64_t c) { return double{xr[c]}; }) / static_cast<double>(h);
-    const double ss = cpu::lane_sum(h, [&](int64_t c) {
-      const double d = xr[c] - mu;
-      return d * d;
-    });
-    const float m = static_cast<float>(mu);
-    const float rs = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(h) + eps));
-    float* yr = py + r * h;
-#pragma omp simd
-    for (int64_t c = 0; c < h; ++c) yr[c] = (xr[c] - m) * rs * pw[c] + pb[c];
-    pmean[r] = m;
-    prstd[r] = rs;
+    add_row(ps + r * h, px + r * h, pres + r * h, h);
+    layernorm_row(py + r * h, pmean + r, prstd + r, ps + r * h, pw, pb, h, eps);
   }
 }
 
@@ -104,15 +136,17 @@ TP_CPU_CLONES void norm_dx_loop(float* pdx, const float* pdy, const float* px, c
 TP_CPU_CLONES void rmsnorm_forward_loop(float* py, float* prstd, const float* px, const float* pw,
                                         int64_t rows, int64_t h, float eps) {
 #pragma omp parallel for if (rows * h > cpu::kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) rmsnorm_row(py + r * h, prstd + r, px + r * h, pw, h, eps);
+}
+
+// s = x + res, then RMSNorm of s, row by row (as add_layernorm_forward_loop).
+TP_CPU_CLONES void add_rmsnorm_forward_loop(float* ps, float* py, float* prstd, const float* px,
+                                            const float* pres, const float* pw, int64_t rows,
+                                            int64_t h, float eps) {
+#pragma omp parallel for if (rows * h > cpu::kParallelMin)
   for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = px + r * h;
-    const double ss =
-        cpu::lane_sum(h, [&](int64_t c) { return static_cast<double>(xr[c]) * xr[c]; });
-    const float rs = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(h) + eps));
-    float* yr = py + r * h;
-#pragma omp simd
-    for (int64_t c = 0; c < h; ++c) yr[c] = xr[c] * rs * pw[c];
-    prstd[r] = rs;
+    add_row(ps + r * h, px + r * h, pres + r * h, h);
+    rmsnorm_row(py + r * h, prstd + r, ps + r * h, pw, h, eps);
   }
 }
 }  // namespace
@@ -121,6 +155,13 @@ void CpuDevice::do_layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, cons
                                      const Tensor& w, const Tensor& b, float eps) {
   layernorm_forward_loop(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), x.rows(),
                          x.cols(), eps);
+}
+
+void CpuDevice::do_add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd,
+                                         const Tensor& x, const Tensor& r, const Tensor& w,
+                                         const Tensor& b, float eps) {
+  add_layernorm_forward_loop(s.data(), y.data(), mean.data(), rstd.data(), x.data(), r.data(),
+                             w.data(), b.data(), x.rows(), x.cols(), eps);
 }
 
 void CpuDevice::do_layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy,
@@ -135,6 +176,12 @@ void CpuDevice::do_layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const 
 void CpuDevice::do_rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w,
                                    float eps) {
   rmsnorm_forward_loop(y.data(), rstd.data(), x.data(), w.data(), x.rows(), x.cols(), eps);
+}
+
+void CpuDevice::do_add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& x,
+                                       const Tensor& r, const Tensor& w, float eps) {
+  add_rmsnorm_forward_loop(s.data(), y.data(), rstd.data(), x.data(), r.data(), w.data(), x.rows(),
+                           x.cols(), eps);
 }
 
 void CpuDevice::do_rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,

@@ -345,6 +345,52 @@ void Device::rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Te
 
 // ---- attention ----------------------------------------------------------------------------------
 
+// The fused residual add + norm: the checks of axpy (x, r and s on this device, one size) and of
+// the norm on s. With a bf16 tensor, the two public kernels (s rounded before the norm reads it).
+void Device::add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd,
+                                   const Tensor& x, const Tensor& r, const Tensor& w,
+                                   const Tensor& b, float eps) {
+  checks::check_add_norm(*this, "add_layernorm_forward", s, x, r);
+  if (any_bf16(s, y, x, r, w, b)) {
+    if (x.numel() > 0) copy(s.raw(), x.raw(), x.bytes());
+    axpy(1.0f, r, s);
+    layernorm_forward(y, mean, rstd, s, w, b, eps);
+    return;
+  }
+  checks::check_layernorm_forward(*this, y, mean, rstd, s, w, b);
+  const ScopedSpan span(timeline_, SpanKind::Kernel, "add_layernorm_forward");
+  do_add_layernorm_forward(s, y, mean, rstd, x, r, w, b, eps);
+}
+
+void Device::add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& x,
+                                 const Tensor& r, const Tensor& w, float eps) {
+  checks::check_add_norm(*this, "add_rmsnorm_forward", s, x, r);
+  if (any_bf16(s, y, x, r, w)) {
+    if (x.numel() > 0) copy(s.raw(), x.raw(), x.bytes());
+    axpy(1.0f, r, s);
+    rmsnorm_forward(y, rstd, s, w, eps);
+    return;
+  }
+  checks::check_rmsnorm_forward(*this, y, rstd, s, w);
+  const ScopedSpan span(timeline_, SpanKind::Kernel, "add_rmsnorm_forward");
+  do_add_rmsnorm_forward(s, y, rstd, x, r, w, eps);
+}
+
+void Device::do_add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd,
+                                      const Tensor& x, const Tensor& r, const Tensor& w,
+                                      const Tensor& b, float eps) {
+  if (x.numel() > 0) copy(s.raw(), x.raw(), x.bytes());
+  do_axpy(1.0f, r, s);
+  do_layernorm_forward(y, mean, rstd, s, w, b, eps);
+}
+
+void Device::do_add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& x,
+                                    const Tensor& r, const Tensor& w, float eps) {
+  if (x.numel() > 0) copy(s.raw(), x.raw(), x.bytes());
+  do_axpy(1.0f, r, s);
+  do_rmsnorm_forward(y, rstd, s, w, eps);
+}
+
 void Device::attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
                                const Tensor& v, const AttentionShape& shape) {
   checks::check_attention_forward(*this, out, probs, q, k, v, shape);
