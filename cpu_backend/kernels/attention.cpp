@@ -211,30 +211,37 @@ TP_ATTN_INLINE float lane_max(const Lanes& m) {
 
 // One row of causal softmax in place: row[t] = e^(row[t] − m) / Σ_{u<n} e^(row[u] − m) for
 // t < n, m = max_{t<n} row[t]; row[t] = 0 for n ≤ t < len (len ≥ n rounded up to kLanes).
-// By whole chunks of kLanes elements, the lanes past n set to −inf first (their e^x is 0), so
-// there is no scalar tail; the sum is in double, element t in lane t mod kLanes. A NaN is never
-// the max (x > m is false), as with std::max(m, x).
+// By whole chunks of kLanes elements; in the last one the lanes past n are set to −inf in
+// registers for the max and their e^x to 0 (what e^(−inf − m) gives), so there is no scalar tail
+// (and no scalar stores for a vector load to wait on). e^x and its sum in one pass; the sum in
+// double, element t in lane t mod kLanes. A NaN is never the max (x > m is false), as with
+// std::max(m, x).
 template <int W>
 TP_ATTN_INLINE void causal_softmax_row(float* row, int64_t n, int64_t len) {
-  const int64_t nc = round_up(n, kLanes);
-  std::fill(row + n, row + nc, -INFINITY);  // e^(−inf − m) = 0: no masks below
+  const int64_t nc = round_up(n, kLanes), last = nc - kLanes;
+  Lanes lane = {};
+  for (int l = 0; l < kLanes; ++l) lane[l] = static_cast<float>(l);
+  const auto live = lane < static_cast<float>(n - last);  // the last chunk's lanes t < n
   Lanes m = -INFINITY + Lanes{}, x;
-  for (int64_t t = 0; t < nc; t += kLanes) {
+  for (int64_t t = 0; t < last; t += kLanes) {
     load(x, row + t);
     m = x > m ? x : m;
   }
+  load(x, row + last);
+  x = live ? x : -INFINITY + Lanes{};
+  m = x > m ? x : m;
   const float maxv = lane_max(m);
-  for (int64_t t = 0; t < nc; t += kLanes)
-    for (int l = 0; l < kLanes; ++l)
-      row[t + l] = cpu::exp_small(cpu::clamp_abs(row[t + l] - maxv, 88.0f));
   LaneSums sum[2] = {};
   for (int64_t t = 0; t < nc; t += kLanes) {
     load(x, row + t);
-    add_lanes(sum, x);
+    Lanes e;
+    for (int l = 0; l < kLanes; ++l) e[l] = cpu::exp_small(cpu::clamp_abs(x[l] - maxv, 88.0f));
+    if (t == last) e = live ? e : Lanes{};
+    store(row + t, e);
+    add_lanes(sum, e);
   }
   const float inv = static_cast<float>(1.0 / lane_sum(sum));
   for (int64_t t = 0; t < nc; t += kLanes) {
-    Lanes x;
     load(x, row + t);
     store(row + t, x * inv);
   }
@@ -306,22 +313,27 @@ TP_ATTN_INLINE void attend_pair(float* out, float* probs, const float* q, int64_
   copy_rows<W>(qp, d.hdp, q, ldq, d.n, d.hd);
   copy_transposed(kt, d.kr, k, ldk, d.keys, d.hd);
   copy_rows<W>(vp, d.hdp, v, ldk, d.keys, d.hd);
+  // The score rows are probs' own when it has no padding (keys a multiple of kPad, the row
+  // stride kr) and whole tiles of rows (n a multiple of R: the tile writes R rows): the softmax
+  // is then written once, where it is kept. Else they are a buffer, copied into probs.
+  const bool direct = probs != nullptr && d.keys == d.kr && d.n % R == 0;
   for (int64_t i0 = 0; i0 < d.n; i0 += R) {
     const int64_t rows = std::min<int64_t>(R, d.n - i0);
     const int64_t keys = d.past + i0 + rows;  // the tile's rows read keys [0, keys)
     const int64_t cols = round_up(keys, kPad);
+    float* st = direct ? probs + i0 * d.kr : sc;  // the tile's score rows, row stride kr
     // scores = scale · Q[i0:i0+R] Kᵀ[:, :keys], the softmax of each row, out = P V[:keys]
-    tile_row<W, R>(sc, d.kr, qp + i0 * d.hdp, d.hdp, 1, kt, d.kr, d.hd, cols, scale, false);
+    tile_row<W, R>(st, d.kr, qp + i0 * d.hdp, d.hdp, 1, kt, d.kr, d.hd, cols, scale, false);
     for (int64_t r = 0; r < rows; ++r) {
-      float* row = sc + r * d.kr;
-      causal_softmax_row<W>(row, d.past + i0 + r + 1, cols);
-      if (probs) {
+      float* row = st + r * d.kr;
+      causal_softmax_row<W>(row, d.past + i0 + r + 1, direct ? d.kr : cols);
+      if (probs && !direct) {
         float* prow = probs + (i0 + r) * d.keys;
         copy_rows<W>(prow, 0, row, 0, 1, keys);
         zero<W>(prow + keys, d.keys - keys);
       }
     }
-    tile_row<W, R>(ob, d.hdp, sc, d.kr, 1, vp, d.hdp, keys, d.hd, 1.0f, false);
+    tile_row<W, R>(ob, d.hdp, st, d.kr, 1, vp, d.hdp, keys, d.hd, 1.0f, false);
     copy_rows<W>(out + i0 * ldq, ldq, ob, d.hdp, rows, d.hd);
   }
 }
