@@ -38,12 +38,14 @@ namespace tp {
 // from the dS rows, then dk, dv as Σ_s dS[s, t]·Q[s], Σ_s P[s, t]·dout[s] over s ≥ t.
 // Operands are first copied into zero-padded per-thread panels (K and V transposed where the
 // kernel reads them by columns). What stays scalar: the transposes, the copies' last hd mod W
-// columns, the −inf fill of a softmax row's last chunk, and the trees that add a row's max and Σ
-// across the lanes.
+// columns, and the trees that add a row's max and Σ across the lanes. Where probs has no padding
+// (S a multiple of kPad), the forward's score rows are probs' own rows: no copy of P.
 //
 // Order of the sums: every output element is one running sum over the reduction index in
 // increasing order (hd for the scores and dP, keys for out and dq, queries for dk and dv), each
-// step a fused multiply-add where the CPU has FMA. The same bits for any OpenMP thread count (one
+// step a fused multiply-add where the CPU has FMA (multiply_add: explicit, since -ffp-contract=off
+// forbids the compiler to fuse; until it was explicit these steps were two roundings on every
+// CPU). The same bits for any OpenMP thread count (one
 // (b, j) or (b, g) pair runs whole on one thread), at every t (a head's numbers do not depend on
 // the others), and on AVX-512 and AVX2 machines alike (the vector width changes which columns
 // share a register, not any element's sum); a CPU without AVX2 and FMA (the baseline path) rounds
@@ -54,6 +56,9 @@ namespace tp {
 // backward, and 0.57×, 0.68× at (512, 2, 8, 64). The AVX2 variant (R = 4; 8 rows spill) run on
 // the same machine is only 0.95–0.98× forward, 0.90–0.98× backward of that version with
 // OPENBLAS_CORETYPE=Haswell: OpenBLAS's AVX2 GEMMs beat these tiles, the vectorised softmax wins.
+// Then (the same shapes, AVX-512, min of 30 calls each, interleaved, loaded machine): the softmax
+// without scalar masking stores and with P written in place, forward 2.09–2.21 → 1.76–1.79 ms;
+// the explicit FMA, forward 1.73–1.79 → 1.47–1.55 ms, backward 2.62–2.67 → 2.10–2.21 ms.
 namespace {
 constexpr int64_t kRows = 8;  // rows of a register tile, at most (AVX-512: 8; else 4)
 constexpr int64_t kPad = 32;  // panel widths are multiples of this: 2 vectors of the widest ISA
@@ -79,6 +84,20 @@ TP_ATTN_INLINE void store(float* p, const V& v) {
   std::memcpy(p, &v, sizeof v);
 }
 
+// acc += x · b, lane by lane: one fused multiply-add (one rounding) where the variant has FMA
+// (W > 4: the AVX2 + FMA and AVX-512 targets, where GCC turns the fmaf lanes into one vfmadd),
+// else a product and a sum (the baseline, SSE2). Written out because the Makefile compiles the
+// CPU backend with -ffp-contract=off (for the cloned elementwise loops, kernel_util.h), which
+// kept a · b + c two instructions and two roundings here too.
+template <int W, typename V>
+TP_ATTN_INLINE void multiply_add(V& acc, float x, const V& b) {
+  if constexpr (W > 4) {
+    for (int l = 0; l < W; ++l) acc[l] = __builtin_fmaf(x, b[l], acc[l]);
+  } else {
+    acc += x * b;
+  }
+}
+
 // The register tile: for r < kRows and c < 2W,
 //   c[r·ldc + c] (+)= alpha · Σ_{e<k} a(r, e) · b[e·ldb + c],   a(r, e) = a[r·ar + e·ae],
 // the sum in increasing e (add: c + alpha·sum; else alpha·sum). a is read at kRows rows and b at
@@ -101,8 +120,8 @@ TP_ATTN_INLINE void tile(float* c, int64_t ldc, const float* a, int64_t ar, int6
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const float x = ak[r * ar];
-      acc[r][0] += x * b0;
-      acc[r][1] += x * b1;
+      multiply_add<W>(acc[r][0], x, b0);
+      multiply_add<W>(acc[r][1], x, b1);
     }
   }
 #pragma GCC unroll 8
