@@ -122,23 +122,36 @@ inline float clamp_abs(float x, float lim) {
   return bits_float(m | (b & kSign));
 }
 
+// a · b + c: one rounding (a fused multiply-add, correctly rounded: the same bits on every CPU)
+// when kFused, else two. Fused, a loop vectorises to vfmadd only where the target has FMA (the
+// AVX-512 and x86-64-v3 clones of TP_CPU_CLONES_FMA); elsewhere it is a call to fmaf per element.
+template <bool kFused>
+TP_CPU_INLINE inline float madd(float a, float b, float c) {
+  if constexpr (kFused)
+    return __builtin_fmaf(a, b, c);
+  else
+    return a * b + c;
+}
+
 // e^x for |x| ≤ 88, within 1 ulp (0 where e^x is below the smallest normal float, e^−87.3; NaN
 // gives NaN), in arithmetic the compiler vectorises, where std::exp is a library call per element:
 // x = n ln2 + r with |r| ≤ ln2/2 (ln2 in two parts, so r is exact), e^r by the Cephes expf
 // polynomial, 2^n built as exponent bits. Adding 1.5 · 2^23 rounds x / ln2 to the integer n and
-// leaves n in the low bits of the sum.
+// leaves n in the low bits of the sum. kFused: each a · b + c one fused multiply-add (madd), for
+// the loops cloned with TP_CPU_CLONES_FMA; else two roundings, the arithmetic of every clone.
+template <bool kFused = false>
 inline float exp_small(float x) {
   constexpr float kShift = 12582912.0f;  // 1.5 · 2^23
-  const float shifted = x * 1.44269504088896341f + kShift;
+  const float shifted = madd<kFused>(x, 1.44269504088896341f, kShift);
   const float n = shifted - kShift;
-  const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+  const float r = madd<kFused>(n, 2.12194440e-4f, madd<kFused>(n, -0.693359375f, x));
   float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  p = madd<kFused>(p, r, 1.3981999507e-3f);
+  p = madd<kFused>(p, r, 8.3334519073e-3f);
+  p = madd<kFused>(p, r, 4.1665795894e-2f);
+  p = madd<kFused>(p, r, 1.6666665459e-1f);
+  p = madd<kFused>(p, r, 5.0000001201e-1f);
+  p = madd<kFused>(p * r, r, r) + 1.0f;
   const uint32_t biased = float_bits(shifted) - float_bits(kShift) + 127;  // n + 127, in [0, 254]
   return p * bits_float(biased << 23);
 }
