@@ -1,5 +1,6 @@
 // norm.cpp — the CPU backend's norms over the last dim of each row, forward beside backward:
-// LayerNorm and RMSNorm, and each fused with the residual add before it (add_layernorm_forward). The math is in core/device.h; the GPU's are in gpu_backend/kernels/norm.cu.
+// LayerNorm and RMSNorm, and each fused with the residual add before it (add_layernorm_forward).
+// The math is in core/device.h; the GPU's are in gpu_backend/kernels/norm.cu.
 //
 // Row statistics (μ, σ², dx's two means) are f64 sums in cpu::lane_sum's fixed lanes, x̂ is formed
 // in f32. The parameter gradients (dw, db) are f64 sums over the rows: each column is summed by one
@@ -7,6 +8,7 @@
 // (cpu::column_range) in one pass for dw and db. So every sum has one order, whatever the thread
 // count and the vector width: the loops are cloned per vector width (TP_CPU_CLONES), 16 lanes with
 // AVX-512, where the `omp simd` reductions they replace had to stay in the baseline's 2 doubles.
+// On one thread the backward is one pass (norm_backward_one_pass), the same sums in the same order.
 #include <omp.h>
 
 #include <cmath>
@@ -19,38 +21,98 @@
 namespace tp {
 
 namespace {
-// dw[c] += Σ_r dy[r, c] x̂[r, c] and (db non-null) db[c] += Σ_r dy[r, c], in f64, rows in order,
-// x̂ = (x − mean[r]) rstd[r] (pmean null: RMSNorm's x̂ = x rstd[r]).
+// Row r's terms of the parameter gradients for columns [c0, c1): sw[c − c0] += dy x̂ and (pmean
+// non-null) sb[c − c0] += dy, in f64, x̂ = (x − mean[r]) rstd[r] (pmean null: RMSNorm's x̂ =
+// x rstd[r]). Inlined into both backward loops below, one code, so the same bits.
+TP_CPU_INLINE inline void param_grads_row(double* psw, double* psb, const float* dyr,
+                                          const float* xr, const float* pmean, float rs, int64_t r,
+                                          int64_t c0, int64_t c1) {
+  if (pmean != nullptr) {
+    const float m = pmean[r];
+#pragma omp simd
+    for (int64_t c = c0; c < c1; ++c) {
+      psw[c - c0] += static_cast<double>(dyr[c]) * ((xr[c] - m) * rs);
+      psb[c - c0] += double{dyr[c]};
+    }
+  } else {
+#pragma omp simd
+    for (int64_t c = c0; c < c1; ++c) psw[c - c0] += static_cast<double>(dyr[c]) * (xr[c] * rs);
+  }
+}
+
+// dw[c] += sw[c − c0], db[c] += sb[c − c0] (pdb non-null) for c in [c0, c1).
+TP_CPU_INLINE inline void add_param_grads(float* pdw, float* pdb, const double* psw,
+                                          const double* psb, int64_t c0, int64_t c1) {
+  for (int64_t c = c0; c < c1; ++c) pdw[c] += static_cast<float>(psw[c - c0]);
+  if (pdb != nullptr)
+    for (int64_t c = c0; c < c1; ++c) pdb[c] += static_cast<float>(psb[c - c0]);
+}
+
+// Row r's dx (pmean null: RMSNorm's, x̂ = x rstd, no mean(g) term), inlined as param_grads_row.
+TP_CPU_INLINE inline void dx_row(float* dxr, const float* dyr, const float* xr, const float* pw,
+                                 const float* pmean, float rs, int64_t r, int64_t h) {
+  const float m = pmean != nullptr ? pmean[r] : 0.0f;
+  const double sum_g =
+      pmean != nullptr ? cpu::lane_sum(h, [&](int64_t c) { return double{dyr[c] * pw[c]}; }) : 0.0;
+  const double sum_gx = cpu::lane_sum(
+      h, [&](int64_t c) { return static_cast<double>(dyr[c] * pw[c]) * ((xr[c] - m) * rs); });
+  const float mean_g = static_cast<float>(sum_g / static_cast<double>(h));
+  const float mean_gx = static_cast<float>(sum_gx / static_cast<double>(h));
+#pragma omp simd
+  for (int64_t c = 0; c < h; ++c) {
+    const float xhat = (xr[c] - m) * rs;
+    dxr[c] = rs * (dyr[c] * pw[c] - mean_g - xhat * mean_gx);
+  }
+}
+
+// dw[c] += Σ_r dy[r, c] x̂[r, c] and (db non-null) db[c] += Σ_r dy[r, c], in f64, rows in order.
 TP_CPU_CLONES void norm_param_grads_loop(float* pdw, float* pdb, const float* pdy, const float* px,
                                          const float* pmean, const float* prstd, int64_t rows,
-                                         int64_t h, bool parallel) {
-#pragma omp parallel if (parallel)
+                                         int64_t h) {
+#pragma omp parallel
   {
     int64_t c0, c1;
     cpu::column_range(h, omp_get_num_threads(), omp_get_thread_num(), c0, c1);
     const size_t width = static_cast<size_t>(c1 - c0);
     std::vector<double> sw(width, 0.0), sb(width, 0.0);
-    double* psw = sw.data();
-    double* psb = sb.data();
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* xr = px + r * h;
-      const float* dyr = pdy + r * h;
-      const float m = pmean != nullptr ? pmean[r] : 0.0f, rs = prstd[r];
-      if (pmean != nullptr) {
-#pragma omp simd
-        for (int64_t c = c0; c < c1; ++c) {
-          psw[c - c0] += static_cast<double>(dyr[c]) * ((xr[c] - m) * rs);
-          psb[c - c0] += double{dyr[c]};
-        }
-      } else {
-#pragma omp simd
-        for (int64_t c = c0; c < c1; ++c) psw[c - c0] += static_cast<double>(dyr[c]) * (xr[c] * rs);
-      }
-    }
-    for (int64_t c = c0; c < c1; ++c) pdw[c] += static_cast<float>(psw[c - c0]);
-    if (pdb != nullptr)
-      for (int64_t c = c0; c < c1; ++c) pdb[c] += static_cast<float>(psb[c - c0]);
+    for (int64_t r = 0; r < rows; ++r)
+      param_grads_row(sw.data(), sb.data(), pdy + r * h, px + r * h, pmean, prstd[r], r, c0, c1);
+    add_param_grads(pdw, pdb, sw.data(), sb.data(), c0, c1);
   }
+}
+
+// dx, one row per iteration.
+TP_CPU_CLONES void norm_dx_loop(float* pdx, const float* pdy, const float* px, const float* pw,
+                                const float* pmean, const float* prstd, int64_t rows, int64_t h) {
+#pragma omp parallel for
+  for (int64_t r = 0; r < rows; ++r)
+    dx_row(pdx + r * h, pdy + r * h, px + r * h, pw, pmean, prstd[r], r, h);
+}
+
+// The backward on one thread in one pass over dy and x (the two loops above read both twice):
+// row by row, its parameter-gradient terms for every column, then its dx. Each column's sum
+// still adds the rows in order, so the bits are those of the two loops.
+TP_CPU_CLONES void norm_backward_one_pass(float* pdx, float* pdw, float* pdb, const float* pdy,
+                                          const float* px, const float* pw, const float* pmean,
+                                          const float* prstd, int64_t rows, int64_t h) {
+  std::vector<double> sw(static_cast<size_t>(h), 0.0), sb(static_cast<size_t>(h), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    param_grads_row(sw.data(), sb.data(), pdy + r * h, px + r * h, pmean, prstd[r], r, 0, h);
+    dx_row(pdx + r * h, pdy + r * h, px + r * h, pw, pmean, prstd[r], r, h);
+  }
+  add_param_grads(pdw, pdb, sw.data(), sb.data(), 0, h);
+}
+
+// The norms' backward: one pass where it runs on one thread, else the two loops, each parallel.
+void norm_backward(float* pdx, float* pdw, float* pdb, const float* pdy, const float* px,
+                   const float* pw, const float* pmean, const float* prstd, int64_t rows,
+                   int64_t h) {
+  if (rows * h <= cpu::kParallelMin || omp_get_max_threads() == 1) {
+    norm_backward_one_pass(pdx, pdw, pdb, pdy, px, pw, pmean, prstd, rows, h);
+    return;
+  }
+  norm_param_grads_loop(pdw, pdb, pdy, px, pmean, prstd, rows, h);
+  norm_dx_loop(pdx, pdy, px, pw, pmean, prstd, rows, h);
 }
 
 // LayerNorm forward of one row of h: y, *mean, *rstd (device.h). Always inlined, as cpu::lane_sum,
@@ -108,30 +170,6 @@ TP_CPU_CLONES void add_layernorm_forward_loop(float* ps, float* py, float* pmean
   }
 }
 
-// LayerNorm's dx, one row per iteration (pmean null: RMSNorm's, x̂ = x rstd, no mean(g) term).
-TP_CPU_CLONES void norm_dx_loop(float* pdx, const float* pdy, const float* px, const float* pw,
-                                const float* pmean, const float* prstd, int64_t rows, int64_t h) {
-#pragma omp parallel for if (rows * h > cpu::kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = px + r * h;
-    const float* dyr = pdy + r * h;
-    const float m = pmean != nullptr ? pmean[r] : 0.0f, rs = prstd[r];
-    const double sum_g = pmean != nullptr
-                             ? cpu::lane_sum(h, [&](int64_t c) { return double{dyr[c] * pw[c]}; })
-                             : 0.0;
-    const double sum_gx = cpu::lane_sum(
-        h, [&](int64_t c) { return static_cast<double>(dyr[c] * pw[c]) * ((xr[c] - m) * rs); });
-    const float mean_g = static_cast<float>(sum_g / static_cast<double>(h));
-    const float mean_gx = static_cast<float>(sum_gx / static_cast<double>(h));
-    float* dxr = pdx + r * h;
-#pragma omp simd
-    for (int64_t c = 0; c < h; ++c) {
-      const float xhat = (xr[c] - m) * rs;
-      dxr[c] = rs * (dyr[c] * pw[c] - mean_g - xhat * mean_gx);
-    }
-  }
-}
-
 // RMSNorm forward of rows × h: y, rstd.
 TP_CPU_CLONES void rmsnorm_forward_loop(float* py, float* prstd, const float* px, const float* pw,
                                         int64_t rows, int64_t h, float eps) {
@@ -167,10 +205,8 @@ void CpuDevice::do_add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Ten
 void CpuDevice::do_layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy,
                                       const Tensor& x, const Tensor& w, const Tensor& mean,
                                       const Tensor& rstd) {
-  const int64_t rows = x.rows(), h = x.cols();
-  norm_param_grads_loop(dw.data(), db.data(), dy.data(), x.data(), mean.data(), rstd.data(), rows,
-                        h, rows * h > cpu::kParallelMin);
-  norm_dx_loop(dx.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(), rows, h);
+  norm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(),
+                rstd.data(), x.rows(), x.cols());
 }
 
 void CpuDevice::do_rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w,
@@ -186,10 +222,8 @@ void CpuDevice::do_add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const
 
 void CpuDevice::do_rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
                                     const Tensor& w, const Tensor& rstd) {
-  const int64_t rows = x.rows(), h = x.cols();
-  norm_param_grads_loop(dw.data(), nullptr, dy.data(), x.data(), nullptr, rstd.data(), rows, h,
-                        rows * h > cpu::kParallelMin);
-  norm_dx_loop(dx.data(), dy.data(), x.data(), w.data(), nullptr, rstd.data(), rows, h);
+  norm_backward(dx.data(), dw.data(), nullptr, dy.data(), x.data(), w.data(), nullptr, rstd.data(),
+                x.rows(), x.cols());
 }
 
 }  // namespace tp
