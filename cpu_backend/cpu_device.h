@@ -102,6 +102,11 @@ class CpuDevice : public Device {
                                 float eps) override;
   void do_add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& r,
                               const Tensor& w, float eps) override;
+  void do_layernorm_backward_add(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dres,
+                                 const Tensor& dy, const Tensor& x, const Tensor& w,
+                                 const Tensor& mean, const Tensor& rstd) override;
+  void do_rmsnorm_backward_add(Tensor& dx, Tensor& dw, const Tensor& dres, const Tensor& dy,
+                               const Tensor& x, const Tensor& w, const Tensor& rstd) override;
   void do_layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x,
                              const Tensor& w, const Tensor& mean, const Tensor& rstd) override;
   void do_rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w,

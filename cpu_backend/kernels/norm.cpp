@@ -48,9 +48,11 @@ TP_CPU_INLINE inline void add_param_grads(float* pdw, float* pdb, const double* 
     for (int64_t c = c0; c < c1; ++c) pdb[c] += static_cast<float>(psb[c - c0]);
 }
 
-// Row r's dx (pmean null: RMSNorm's, x̂ = x rstd, no mean(g) term), inlined as param_grads_row.
-TP_CPU_INLINE inline void dx_row(float* dxr, const float* dyr, const float* xr, const float* pw,
-                                 const float* pmean, float rs, int64_t r, int64_t h) {
+// Row r's dx (pmean null: RMSNorm's, x̂ = x rstd, no mean(g) term), inlined as param_grads_row;
+// with resr non-null, resr + dx (the backward_add kernels: axpy's sum, dres + 1 · dx).
+TP_CPU_INLINE inline void dx_row(float* dxr, const float* resr, const float* dyr, const float* xr,
+                                 const float* pw, const float* pmean, float rs, int64_t r,
+                                 int64_t h) {
   const float m = pmean != nullptr ? pmean[r] : 0.0f;
   const double sum_g =
       pmean != nullptr ? cpu::lane_sum(h, [&](int64_t c) { return double{dyr[c] * pw[c]}; }) : 0.0;
@@ -58,10 +60,18 @@ TP_CPU_INLINE inline void dx_row(float* dxr, const float* dyr, const float* xr, 
       h, [&](int64_t c) { return static_cast<double>(dyr[c] * pw[c]) * ((xr[c] - m) * rs); });
   const float mean_g = static_cast<float>(sum_g / static_cast<double>(h));
   const float mean_gx = static_cast<float>(sum_gx / static_cast<double>(h));
+  if (resr != nullptr) {
 #pragma omp simd
-  for (int64_t c = 0; c < h; ++c) {
-    const float xhat = (xr[c] - m) * rs;
-    dxr[c] = rs * (dyr[c] * pw[c] - mean_g - xhat * mean_gx);
+    for (int64_t c = 0; c < h; ++c) {
+      const float xhat = (xr[c] - m) * rs;
+      dxr[c] = resr[c] + rs * (dyr[c] * pw[c] - mean_g - xhat * mean_gx);
+    }
+  } else {
+#pragma omp simd
+    for (int64_t c = 0; c < h; ++c) {
+      const float xhat = (xr[c] - m) * rs;
+      dxr[c] = rs * (dyr[c] * pw[c] - mean_g - xhat * mean_gx);
+    }
   }
 }
 
@@ -81,38 +91,43 @@ TP_CPU_CLONES void norm_param_grads_loop(float* pdw, float* pdb, const float* pd
   }
 }
 
-// dx, one row per iteration.
-TP_CPU_CLONES void norm_dx_loop(float* pdx, const float* pdy, const float* px, const float* pw,
-                                const float* pmean, const float* prstd, int64_t rows, int64_t h) {
+// dx (pres non-null: dres + dx), one row per iteration.
+TP_CPU_CLONES void norm_dx_loop(float* pdx, const float* pres, const float* pdy, const float* px,
+                                const float* pw, const float* pmean, const float* prstd,
+                                int64_t rows, int64_t h) {
 #pragma omp parallel for
   for (int64_t r = 0; r < rows; ++r)
-    dx_row(pdx + r * h, pdy + r * h, px + r * h, pw, pmean, prstd[r], r, h);
+    dx_row(pdx + r * h, pres != nullptr ? pres + r * h : nullptr, pdy + r * h, px + r * h, pw,
+           pmean, prstd[r], r, h);
 }
 
 // The backward on one thread in one pass over dy and x (the two loops above read both twice):
 // row by row, its parameter-gradient terms for every column, then its dx. Each column's sum
 // still adds the rows in order, so the bits are those of the two loops.
-TP_CPU_CLONES void norm_backward_one_pass(float* pdx, float* pdw, float* pdb, const float* pdy,
-                                          const float* px, const float* pw, const float* pmean,
-                                          const float* prstd, int64_t rows, int64_t h) {
+TP_CPU_CLONES void norm_backward_one_pass(float* pdx, float* pdw, float* pdb, const float* pres,
+                                          const float* pdy, const float* px, const float* pw,
+                                          const float* pmean, const float* prstd, int64_t rows,
+                                          int64_t h) {
   std::vector<double> sw(static_cast<size_t>(h), 0.0), sb(static_cast<size_t>(h), 0.0);
   for (int64_t r = 0; r < rows; ++r) {
     param_grads_row(sw.data(), sb.data(), pdy + r * h, px + r * h, pmean, prstd[r], r, 0, h);
-    dx_row(pdx + r * h, pdy + r * h, px + r * h, pw, pmean, prstd[r], r, h);
+    dx_row(pdx + r * h, pres != nullptr ? pres + r * h : nullptr, pdy + r * h, px + r * h, pw,
+           pmean, prstd[r], r, h);
   }
   add_param_grads(pdw, pdb, sw.data(), sb.data(), 0, h);
 }
 
-// The norms' backward: one pass where it runs on one thread, else the two loops, each parallel.
-void norm_backward(float* pdx, float* pdw, float* pdb, const float* pdy, const float* px,
-                   const float* pw, const float* pmean, const float* prstd, int64_t rows,
-                   int64_t h) {
+// The norms' backward (pres non-null: dx = dres + the norm's dx): one pass where it runs on one
+// thread, else the two loops, each parallel.
+void norm_backward(float* pdx, float* pdw, float* pdb, const float* pres, const float* pdy,
+                   const float* px, const float* pw, const float* pmean, const float* prstd,
+                   int64_t rows, int64_t h) {
   if (rows * h <= cpu::kParallelMin || omp_get_max_threads() == 1) {
-    norm_backward_one_pass(pdx, pdw, pdb, pdy, px, pw, pmean, prstd, rows, h);
+    norm_backward_one_pass(pdx, pdw, pdb, pres, pdy, px, pw, pmean, prstd, rows, h);
     return;
   }
   norm_param_grads_loop(pdw, pdb, pdy, px, pmean, prstd, rows, h);
-  norm_dx_loop(pdx, pdy, px, pw, pmean, prstd, rows, h);
+  norm_dx_loop(pdx, pres, pdy, px, pw, pmean, prstd, rows, h);
 }
 
 // LayerNorm forward of one row of h: y, *mean, *rstd (device.h). Always inlined, as cpu::lane_sum,
@@ -205,8 +220,15 @@ void CpuDevice::do_add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Ten
 void CpuDevice::do_layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy,
                                       const Tensor& x, const Tensor& w, const Tensor& mean,
                                       const Tensor& rstd) {
-  norm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(),
-                rstd.data(), x.rows(), x.cols());
+  norm_backward(dx.data(), dw.data(), db.data(), nullptr, dy.data(), x.data(), w.data(),
+                mean.data(), rstd.data(), x.rows(), x.cols());
+}
+
+void CpuDevice::do_layernorm_backward_add(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dres,
+                                          const Tensor& dy, const Tensor& x, const Tensor& w,
+                                          const Tensor& mean, const Tensor& rstd) {
+  norm_backward(dx.data(), dw.data(), db.data(), dres.data(), dy.data(), x.data(), w.data(),
+                mean.data(), rstd.data(), x.rows(), x.cols());
 }
 
 void CpuDevice::do_rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w,
@@ -222,8 +244,15 @@ void CpuDevice::do_add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const
 
 void CpuDevice::do_rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
                                     const Tensor& w, const Tensor& rstd) {
-  norm_backward(dx.data(), dw.data(), nullptr, dy.data(), x.data(), w.data(), nullptr, rstd.data(),
-                x.rows(), x.cols());
+  norm_backward(dx.data(), dw.data(), nullptr, nullptr, dy.data(), x.data(), w.data(), nullptr,
+                rstd.data(), x.rows(), x.cols());
+}
+
+void CpuDevice::do_rmsnorm_backward_add(Tensor& dx, Tensor& dw, const Tensor& dres,
+                                        const Tensor& dy, const Tensor& x, const Tensor& w,
+                                        const Tensor& rstd) {
+  norm_backward(dx.data(), dw.data(), nullptr, dres.data(), dy.data(), x.data(), w.data(), nullptr,
+                rstd.data(), x.rows(), x.cols());
 }
 
 }  // namespace tp

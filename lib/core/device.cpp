@@ -391,6 +391,56 @@ void Device::do_add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const Te
   do_rmsnorm_forward(y, rstd, s, w, eps);
 }
 
+// The norm's backward added to the residual's gradient: the checks of the norm's backward and of
+// the add (dx, dres: one shape, on this device). With a bf16 tensor, the two public kernels.
+void Device::layernorm_backward_add(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dres,
+                                    const Tensor& dy, const Tensor& x, const Tensor& w,
+                                    const Tensor& mean, const Tensor& rstd) {
+  checks::check_add_norm(*this, "layernorm_backward_add", dx, dres, dy);
+  if (any_bf16(dx, dw, db, dres, dy, x, w)) {
+    Tensor t(*this, dy.shape(), dy.dtype());
+    layernorm_backward(t, dw, db, dy, x, w, mean, rstd);
+    if (dres.numel() > 0) copy(dx.raw(), dres.raw(), dres.bytes());
+    axpy(1.0f, t, dx);
+    return;
+  }
+  checks::check_layernorm_backward(*this, dx, dw, db, dy, x, w, mean, rstd);
+  const ScopedSpan span(timeline_, SpanKind::Kernel, "layernorm_backward_add");
+  do_layernorm_backward_add(dx, dw, db, dres, dy, x, w, mean, rstd);
+}
+
+void Device::rmsnorm_backward_add(Tensor& dx, Tensor& dw, const Tensor& dres, const Tensor& dy,
+                                  const Tensor& x, const Tensor& w, const Tensor& rstd) {
+  checks::check_add_norm(*this, "rmsnorm_backward_add", dx, dres, dy);
+  if (any_bf16(dx, dw, dres, dy, x, w)) {
+    Tensor t(*this, dy.shape(), dy.dtype());
+    rmsnorm_backward(t, dw, dy, x, w, rstd);
+    if (dres.numel() > 0) copy(dx.raw(), dres.raw(), dres.bytes());
+    axpy(1.0f, t, dx);
+    return;
+  }
+  checks::check_rmsnorm_backward(*this, dx, dw, dy, x, w, rstd);
+  const ScopedSpan span(timeline_, SpanKind::Kernel, "rmsnorm_backward_add");
+  do_rmsnorm_backward_add(dx, dw, dres, dy, x, w, rstd);
+}
+
+void Device::do_layernorm_backward_add(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dres,
+                                       const Tensor& dy, const Tensor& x, const Tensor& w,
+                                       const Tensor& mean, const Tensor& rstd) {
+  Tensor t(*this, dy.shape());
+  do_layernorm_backward(t, dw, db, dy, x, w, mean, rstd);
+  if (dres.numel() > 0) copy(dx.raw(), dres.raw(), dres.bytes());
+  do_axpy(1.0f, t, dx);
+}
+
+void Device::do_rmsnorm_backward_add(Tensor& dx, Tensor& dw, const Tensor& dres, const Tensor& dy,
+                                     const Tensor& x, const Tensor& w, const Tensor& rstd) {
+  Tensor t(*this, dy.shape());
+  do_rmsnorm_backward(t, dw, dy, x, w, rstd);
+  if (dres.numel() > 0) copy(dx.raw(), dres.raw(), dres.bytes());
+  do_axpy(1.0f, t, dx);
+}
+
 void Device::attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
                                const Tensor& v, const AttentionShape& shape) {
   checks::check_attention_forward(*this, out, probs, q, k, v, shape);

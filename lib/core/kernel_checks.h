@@ -131,8 +131,9 @@ void check_rmsnorm_forward(const Device& dev, const Tensor& y, const Tensor& rst
 void check_rmsnorm_backward(const Device& dev, const Tensor& dx, const Tensor& dw, const Tensor& dy,
                             const Tensor& x, const Tensor& w, const Tensor& rstd);
 
-/// The residual add of a fused add + norm (add_layernorm_forward, add_rmsnorm_forward): s, x, r on
-/// this device, one shape, s and x of one dtype (the dtypes are the two unfused kernels' to check).
+/// The residual add of a fused add + norm: s = x + r (add_layernorm_forward, add_rmsnorm_forward;
+/// the backward's dx = dres + the norm's, layernorm_backward_add: s = dx, x = dres, r = dy): s, x,
+/// r on this device, one shape, s and x of one dtype (the dtypes are the unfused kernels' to check).
 void check_add_norm(const Device& dev, const char* what, const Tensor& s, const Tensor& x,
                     const Tensor& r);
 

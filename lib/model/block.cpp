@@ -88,8 +88,9 @@ Tensor TransformerBlock::backward(const Tensor& dx2) {
     inner_.release();
     forward_parts(input_.get(), seq_, batch_, seed_, step_);
   }
-  Tensor dx1 = add(device_, dx2, ln_2_.backward(mlp_.backward(drop_mlp_.backward(dx2))));
-  Tensor dx = add(device_, dx1, ln_1_.backward(attn_.backward(drop_attn_.backward(dx1))));
+  // dx1 = dx2 + ln_2's dx, dx = dx1 + ln_1's dx: each residual add joined to the norm's backward
+  Tensor dx1 = ln_2_.backward_add(dx2, mlp_.backward(drop_mlp_.backward(dx2)));
+  Tensor dx = ln_1_.backward_add(dx1, attn_.backward(drop_attn_.backward(dx1)));
   if (recompute_ == Recompute::Full) {
     inner_.release();  // the rerun's activations are freed block by block
     input_.reset();

@@ -77,6 +77,17 @@ Tensor Norm::backward(const Tensor& dy) {
   return dx;
 }
 
+Tensor Norm::backward_add(const Tensor& dres, const Tensor& dy) {
+  Tensor dx(device_, dres.shape(), dres.dtype());
+  const Tensor& w = compute_tensor(weight, weight_copy_);
+  if (rms_)
+    device_.rmsnorm_backward_add(dx, dweight, dres, dy, x_.get(), w, rstd_.get());
+  else
+    device_.layernorm_backward_add(dx, dweight, dbias, dres, dy, x_.get(), w, mean_.get(),
+                                   rstd_.get());
+  return dx;
+}
+
 void Norm::collect_params(ParamList& out) const {
   Param w;
   w.name = name_ + ".weight";

@@ -35,6 +35,9 @@ class Norm {
                      Keep keep_mode = Keep::ForBackward);
   /// dy: (N, h) → dx: (N, h); dweight (and dbias) accumulate.
   Tensor backward(const Tensor& dy);
+  /// dres + backward(dy) in one kernel (the residual's gradient joined with the norm's): the same
+  /// bits as the add of the two. dres, dy: (N, h).
+  Tensor backward_add(const Tensor& dres, const Tensor& dy);
   void collect_params(ParamList& out) const;
   bool is_rms() const { return rms_; }
   /// Record what forward keeps in `ledger` under block `layer`.
