@@ -1,12 +1,13 @@
 // kernel_util.h — what the CPU backend's kernels/ files share: the size below which a loop runs on
-// one thread, each thread's columns of the parameter gradients' row sums, a fixed-lane f64 sum,
-// the per-vector-width clones, and a vectorisable e^x.
+// one thread, each thread's columns of the parameter gradients' row sums (and the bias's column
+// sums), a fixed-lane f64 sum, the per-vector-width clones, an optional fused multiply-add and a
+// vectorisable e^x.
 //
 // Determinism: results are bit-identical for any OpenMP thread count. Every output element is
 // computed by one thread in a fixed order: sums over rows (dw, db, dwte, dwpe) are parallelised over
-// the output (columns, positions), never split across threads; the norm statistics add in
-// lane_sum's fixed lanes, and the other `omp simd` reductions (Σ x², the softmax sums) in vector
-// lanes, an order the compiled code fixes. The attention's GEMMs are thread-independent too
+// the output (columns, positions), never split across threads; the norm statistics and Σ x² add
+// in lane_sum's fixed lanes, and the other `omp simd` reductions in vector lanes, an order the
+// compiled code fixes. The attention's GEMMs are thread-independent too
 // (kernels/attention.cpp says how). Not thread-independent: the plain GEMMs (CpuDevice::gemm),
 // where OpenBLAS splits one call across its threads.
 #pragma once
@@ -27,7 +28,8 @@
 // AVX-512 clone (whose target implies FMA) keeps a·b + c two roundings like the others. (An
 // optimize("fp-contract=off") attribute instead would stop the inline helpers, exp_small, from
 // being inlined into the clone, which then no longer vectorises.) Measured on the bench machine
-// (a Xeon with AVX-512): GeLU 0.80 ns per element with AVX2, 0.58 with AVX-512, at 64 Ki elements.
+// (a Xeon with AVX-512): GeLU 0.80 ns per element with AVX2, 0.58 with AVX-512, at 64 Ki elements
+// (before GeLU's fused multiply-adds: kernels/activation.cpp, TP_CPU_CLONES_FMA).
 // Virtual functions cannot be multiversioned, so each CpuDevice kernel calls a free function.
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
     !defined(TP_NO_CPU_CLONES)
