@@ -103,6 +103,16 @@ class CpuDevice : public Device {
   // kernels/norm.cpp
   void do_layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& w,
                             const Tensor& b, float eps) override;
+  void do_add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
+                                const Tensor& r, const Tensor& w, const Tensor& b,
+                                float eps) override;
+  void do_add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& r,
+                              const Tensor& w, float eps) override;
+  void do_layernorm_backward_add(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dres,
+                                 const Tensor& dy, const Tensor& x, const Tensor& w,
+                                 const Tensor& mean, const Tensor& rstd) override;
+  void do_rmsnorm_backward_add(Tensor& dx, Tensor& dw, const Tensor& dres, const Tensor& dy,
+                               const Tensor& x, const Tensor& w, const Tensor& rstd) override;
   void do_layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x,
                              const Tensor& w, const Tensor& mean, const Tensor& rstd) override;
   void do_rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w,

@@ -635,7 +635,8 @@ KERNEL_GROUPS = [("GEMMs", ("gemm",)), ("attention (forward + backward)", ("atte
                  ("GeLU / SwiGLU (bias + GeLU fused)", ("gelu_forward", "gelu_backward", "bias_gelu_forward",
                                                         "bias_gelu_backward", "swiglu_forward", "swiglu_backward")),
                  ("LayerNorm / RMSNorm", ("layernorm_forward", "layernorm_backward", "rmsnorm_forward",
-                                          "rmsnorm_backward")),
+                                          "rmsnorm_backward", "add_layernorm_forward", "add_rmsnorm_forward",
+                                          "layernorm_backward_add", "rmsnorm_backward_add")),
                  ("AdamW (+ the gradient norm's sums, the zeroing)", ("adamw_step", "sum_squares", "fill")),
                  ("bias and residual", ("add_bias", "add_bias_backward", "axpy"))]
 

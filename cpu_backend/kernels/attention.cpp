@@ -37,13 +37,15 @@ namespace tp {
 // Backward, per (b, g): dP tile by tile, the softmax backward on it (dS kept for the group), dq
 // from the dS rows, then dk, dv as Σ_s dS[s, t]·Q[s], Σ_s P[s, t]·dout[s] over s ≥ t.
 // Operands are first copied into zero-padded per-thread panels (K and V transposed where the
-// kernel reads them by columns). What stays scalar: the transposes, the copies' last hd mod W
-// columns, the −inf fill of a softmax row's last chunk, and the trees that add a row's max and Σ
-// across the lanes.
+// kernel reads them by columns; the transposes by 8 × 8 blocks in registers). What stays scalar:
+// the transposes' and the copies' edges (S, hd mod 8; hd mod W), and the trees that add a row's max and Σ across the lanes. Where probs has no padding
+// (S a multiple of kPad), the forward's score rows are probs' own rows: no copy of P.
 //
 // Order of the sums: every output element is one running sum over the reduction index in
 // increasing order (hd for the scores and dP, keys for out and dq, queries for dk and dv), each
-// step a fused multiply-add where the CPU has FMA. The same bits for any OpenMP thread count (one
+// step a fused multiply-add where the CPU has FMA (multiply_add: explicit, since -ffp-contract=off
+// forbids the compiler to fuse; until it was explicit these steps were two roundings on every
+// CPU). The same bits for any OpenMP thread count (one
 // (b, j) or (b, g) pair runs whole on one thread), at every t (a head's numbers do not depend on
 // the others), and on AVX-512 and AVX2 machines alike (the vector width changes which columns
 // share a register, not any element's sum); a CPU without AVX2 and FMA (the baseline path) rounds
@@ -54,6 +56,10 @@ namespace tp {
 // backward, and 0.57×, 0.68× at (512, 2, 8, 64). The AVX2 variant (R = 4; 8 rows spill) run on
 // the same machine is only 0.95–0.98× forward, 0.90–0.98× backward of that version with
 // OPENBLAS_CORETYPE=Haswell: OpenBLAS's AVX2 GEMMs beat these tiles, the vectorised softmax wins.
+// Then (the same shapes, AVX-512, min of 30 calls each, interleaved, loaded machine): the softmax
+// without scalar masking stores and with P written in place, forward 2.09–2.21 → 1.76–1.79 ms;
+// the explicit FMA, forward 1.73–1.79 → 1.47–1.55 ms, backward 2.62–2.67 → 2.10–2.21 ms; the
+// transposes by 8 × 8 blocks, forward 1.59 → 1.46–1.53 ms, backward 2.25–2.28 → 2.16–2.23 ms.
 namespace {
 constexpr int64_t kRows = 8;  // rows of a register tile, at most (AVX-512: 8; else 4)
 constexpr int64_t kPad = 32;  // panel widths are multiples of this: 2 vectors of the widest ISA
@@ -79,6 +85,20 @@ TP_ATTN_INLINE void store(float* p, const V& v) {
   std::memcpy(p, &v, sizeof v);
 }
 
+// acc += x · b, lane by lane: one fused multiply-add (one rounding) where the variant has FMA
+// (W > 4: the AVX2 + FMA and AVX-512 targets, where GCC turns the fmaf lanes into one vfmadd),
+// else a product and a sum (the baseline, SSE2). Written out because the Makefile compiles the
+// CPU backend with -ffp-contract=off (for the cloned elementwise loops, kernel_util.h), which
+// kept a · b + c two instructions and two roundings here too.
+template <int W, typename V>
+TP_ATTN_INLINE void multiply_add(V& acc, float x, const V& b) {
+  if constexpr (W > 4) {
+    for (int l = 0; l < W; ++l) acc[l] = __builtin_fmaf(x, b[l], acc[l]);
+  } else {
+    acc += x * b;
+  }
+}
+
 // The register tile: for r < kRows and c < 2W,
 //   c[r·ldc + c] (+)= alpha · Σ_{e<k} a(r, e) · b[e·ldb + c],   a(r, e) = a[r·ar + e·ae],
 // the sum in increasing e (add: c + alpha·sum; else alpha·sum). a is read at kRows rows and b at
@@ -101,8 +121,8 @@ TP_ATTN_INLINE void tile(float* c, int64_t ldc, const float* a, int64_t ar, int6
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const float x = ak[r * ar];
-      acc[r][0] += x * b0;
-      acc[r][1] += x * b1;
+      multiply_add<W>(acc[r][0], x, b0);
+      multiply_add<W>(acc[r][1], x, b1);
     }
   }
 #pragma GCC unroll 8
@@ -148,15 +168,43 @@ TP_ATTN_INLINE void copy_rows(float* dst, int64_t ldd, const float* src, int64_t
     for (; c < cols; ++c) d[c] = s[c];
   }
 }
-TP_ATTN_INLINE void copy_transposed(float* dst, int64_t ldd, const float* src, int64_t lds,
-                                    int64_t rows, int64_t cols) {
-  constexpr int64_t kBlock = 16;  // rows at a time: each dst row gets 16 floats in a run
-  for (int64_t r0 = 0; r0 < rows; r0 += kBlock) {
-    const int64_t r1 = std::min(rows, r0 + kBlock);
-    for (int64_t c = 0; c < cols; ++c)
-      for (int64_t r = r0; r < r1; ++r) dst[c * ldd + r] = src[r * lds + c];
+typedef float F8 __attribute__((vector_size(8 * sizeof(float))));
+
+// An 8 × 8 block in registers, dst[c·ldd + r] = src[r·lds + c] for r, c < 8: three rounds of
+// shuffles (pairs of rows interleaved, then pairs of pairs, then the halves), 8 vector loads and
+// 8 vector stores where the scalar loop stored 64 floats one by one.
+TP_ATTN_INLINE void transpose8(float* dst, int64_t ldd, const float* src, int64_t lds) {
+  F8 r[8], t[8], u[8];
+  for (int i = 0; i < 8; ++i) load(r[i], src + i * lds);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = __builtin_shufflevector(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+    t[i + 1] = __builtin_shufflevector(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+  }
+  for (int i = 0; i < 8; i += 4)
+    for (int j = 0; j < 2; ++j) {
+      u[i + 2 * j] = __builtin_shufflevector(t[i + j], t[i + j + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+      u[i + 2 * j + 1] =
+          __builtin_shufflevector(t[i + j], t[i + j + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+    }
+  for (int i = 0; i < 4; ++i) {
+    const F8 lo = __builtin_shufflevector(u[i], u[i + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+    const F8 hi = __builtin_shufflevector(u[i], u[i + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+    store(dst + i * ldd, lo);
+    store(dst + (i + 4) * ldd, hi);
   }
 }
+
+// By 8 × 8 blocks (transpose8), the edges scalar.
+TP_ATTN_INLINE void copy_transposed(float* dst, int64_t ldd, const float* src, int64_t lds,
+                                    int64_t rows, int64_t cols) {
+  const int64_t rows8 = rows / 8 * 8, cols8 = cols / 8 * 8;
+  for (int64_t r0 = 0; r0 < rows8; r0 += 8)
+    for (int64_t c0 = 0; c0 < cols8; c0 += 8)
+      transpose8(dst + c0 * ldd + r0, ldd, src + r0 * lds + c0, lds);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = r < rows8 ? cols8 : 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
+}
+
 // x[0, n) = 0, W floats a step.
 template <int W>
 TP_ATTN_INLINE void zero(float* x, int64_t n) {
@@ -211,30 +259,37 @@ TP_ATTN_INLINE float lane_max(const Lanes& m) {
 
 // One row of causal softmax in place: row[t] = e^(row[t] − m) / Σ_{u<n} e^(row[u] − m) for
 // t < n, m = max_{t<n} row[t]; row[t] = 0 for n ≤ t < len (len ≥ n rounded up to kLanes).
-// By whole chunks of kLanes elements, the lanes past n set to −inf first (their e^x is 0), so
-// there is no scalar tail; the sum is in double, element t in lane t mod kLanes. A NaN is never
-// the max (x > m is false), as with std::max(m, x).
+// By whole chunks of kLanes elements; in the last one the lanes past n are set to −inf in
+// registers for the max and their e^x to 0 (what e^(−inf − m) gives), so there is no scalar tail
+// (and no scalar stores for a vector load to wait on). e^x and its sum in one pass; the sum in
+// double, element t in lane t mod kLanes. A NaN is never the max (x > m is false), as with
+// std::max(m, x).
 template <int W>
 TP_ATTN_INLINE void causal_softmax_row(float* row, int64_t n, int64_t len) {
-  const int64_t nc = round_up(n, kLanes);
-  std::fill(row + n, row + nc, -INFINITY);  // e^(−inf − m) = 0: no masks below
+  const int64_t nc = round_up(n, kLanes), last = nc - kLanes;
+  Lanes lane = {};
+  for (int l = 0; l < kLanes; ++l) lane[l] = static_cast<float>(l);
+  const auto live = lane < static_cast<float>(n - last);  // the last chunk's lanes t < n
   Lanes m = -INFINITY + Lanes{}, x;
-  for (int64_t t = 0; t < nc; t += kLanes) {
+  for (int64_t t = 0; t < last; t += kLanes) {
     load(x, row + t);
     m = x > m ? x : m;
   }
+  load(x, row + last);
+  x = live ? x : -INFINITY + Lanes{};
+  m = x > m ? x : m;
   const float maxv = lane_max(m);
-  for (int64_t t = 0; t < nc; t += kLanes)
-    for (int l = 0; l < kLanes; ++l)
-      row[t + l] = cpu::exp_small(cpu::clamp_abs(row[t + l] - maxv, 88.0f));
   LaneSums sum[2] = {};
   for (int64_t t = 0; t < nc; t += kLanes) {
     load(x, row + t);
-    add_lanes(sum, x);
+    Lanes e;
+    for (int l = 0; l < kLanes; ++l) e[l] = cpu::exp_small(cpu::clamp_abs(x[l] - maxv, 88.0f));
+    if (t == last) e = live ? e : Lanes{};
+    store(row + t, e);
+    add_lanes(sum, e);
   }
   const float inv = static_cast<float>(1.0 / lane_sum(sum));
   for (int64_t t = 0; t < nc; t += kLanes) {
-    Lanes x;
     load(x, row + t);
     store(row + t, x * inv);
   }
@@ -306,22 +361,27 @@ TP_ATTN_INLINE void attend_pair(float* out, float* probs, const float* q, int64_
   copy_rows<W>(qp, d.hdp, q, ldq, d.n, d.hd);
   copy_transposed(kt, d.kr, k, ldk, d.keys, d.hd);
   copy_rows<W>(vp, d.hdp, v, ldk, d.keys, d.hd);
+  // The score rows are probs' own when it has no padding (keys a multiple of kPad, the row
+  // stride kr) and whole tiles of rows (n a multiple of R: the tile writes R rows): the softmax
+  // is then written once, where it is kept. Else they are a buffer, copied into probs.
+  const bool direct = probs != nullptr && d.keys == d.kr && d.n % R == 0;
   for (int64_t i0 = 0; i0 < d.n; i0 += R) {
     const int64_t rows = std::min<int64_t>(R, d.n - i0);
     const int64_t keys = d.past + i0 + rows;  // the tile's rows read keys [0, keys)
     const int64_t cols = round_up(keys, kPad);
+    float* st = direct ? probs + i0 * d.kr : sc;  // the tile's score rows, row stride kr
     // scores = scale · Q[i0:i0+R] Kᵀ[:, :keys], the softmax of each row, out = P V[:keys]
-    tile_row<W, R>(sc, d.kr, qp + i0 * d.hdp, d.hdp, 1, kt, d.kr, d.hd, cols, scale, false);
+    tile_row<W, R>(st, d.kr, qp + i0 * d.hdp, d.hdp, 1, kt, d.kr, d.hd, cols, scale, false);
     for (int64_t r = 0; r < rows; ++r) {
-      float* row = sc + r * d.kr;
-      causal_softmax_row<W>(row, d.past + i0 + r + 1, cols);
-      if (probs) {
+      float* row = st + r * d.kr;
+      causal_softmax_row<W>(row, d.past + i0 + r + 1, direct ? d.kr : cols);
+      if (probs && !direct) {
         float* prow = probs + (i0 + r) * d.keys;
         copy_rows<W>(prow, 0, row, 0, 1, keys);
         zero<W>(prow + keys, d.keys - keys);
       }
     }
-    tile_row<W, R>(ob, d.hdp, sc, d.kr, 1, vp, d.hdp, keys, d.hd, 1.0f, false);
+    tile_row<W, R>(ob, d.hdp, st, d.kr, 1, vp, d.hdp, keys, d.hd, 1.0f, false);
     copy_rows<W>(out + i0 * ldq, ldq, ob, d.hdp, rows, d.hd);
   }
 }

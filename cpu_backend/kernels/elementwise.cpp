@@ -5,10 +5,7 @@
 // Not cloned per vector width (TP_CPU_CLONES): one or two flops per element read, so memory sets
 // the pace, not the lanes; they run in the baseline's 4 lanes (SSE2) at 0.13-0.28 ns per element
 // over 1 Mi elements (1 thread, the bench machine), the cloned GeLU's 0.7.
-#include <omp.h>
-
 #include <cstdint>
-#include <vector>
 
 #include "cpu_device.h"
 #include "kernels/kernel_util.h"
@@ -62,22 +59,10 @@ void CpuDevice::do_add_bias_backward(Tensor& dbias, const Tensor& dy) {
   float* pdb = dbias.data();
   const float* pdy = dy.data();
   const int64_t rows = dy.rows(), cols = dy.cols();
-  // A float sum per column, rows in order, each column summed by one thread (the result does not
-  // depend on threads): each thread walks the rows of its range of column blocks
-  // (cpu::column_range), reading dy row after row; the loop over the columns vectorises.
+  // A float sum per column, rows in order, each column summed by one thread (cpu::column_sums: the
+  // result does not depend on threads), reading dy row after row.
 #pragma omp parallel if (rows * cols > cpu::kParallelMin)
-  {
-    int64_t c0, c1;
-    cpu::column_range(cols, omp_get_num_threads(), omp_get_thread_num(), c0, c1);
-    std::vector<float> sum(static_cast<size_t>(c1 - c0), 0.0f);
-    float* ps = sum.data();
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* row = pdy + r * cols;
-#pragma omp simd
-      for (int64_t c = c0; c < c1; ++c) ps[c - c0] += row[c];
-    }
-    for (int64_t c = c0; c < c1; ++c) pdb[c] += ps[c - c0];
-  }
+  cpu::column_sums(pdb, rows, cols, [&](int64_t i, int64_t) { return pdy[i]; });
 }
 
 }  // namespace tp

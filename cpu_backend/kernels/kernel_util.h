@@ -1,19 +1,23 @@
 // kernel_util.h — what the CPU backend's kernels/ files share: the size below which a loop runs on
-// one thread, each thread's columns of the parameter gradients' row sums, a fixed-lane f64 sum,
-// the per-vector-width clones, and a vectorisable e^x.
+// one thread, each thread's columns of the parameter gradients' row sums (and the bias's column
+// sums), a fixed-lane f64 sum, the per-vector-width clones, an optional fused multiply-add and a
+// vectorisable e^x.
 //
 // Determinism: results are bit-identical for any OpenMP thread count. Every output element is
 // computed by one thread in a fixed order: sums over rows (dw, db, dwte, dwpe) are parallelised over
-// the output (columns, positions), never split across threads; the norm statistics add in
-// lane_sum's fixed lanes, and the other `omp simd` reductions (Σ x², the softmax sums) in vector
-// lanes, an order the compiled code fixes. The attention's GEMMs are thread-independent too
+// the output (columns, positions), never split across threads; the norm statistics and Σ x² add
+// in lane_sum's fixed lanes, and the other `omp simd` reductions in vector lanes, an order the
+// compiled code fixes. The attention's GEMMs are thread-independent too
 // (kernels/attention.cpp says how). Not thread-independent: the plain GEMMs (CpuDevice::gemm),
 // where OpenBLAS splits one call across its threads.
 #pragma once
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 // TP_CPU_CLONES before an elementwise kernel's loop function: GCC compiles it three times, for
 // AVX-512 (16 floats a vector), AVX2 (8) and the build's baseline (x86-64: SSE2, 4), and the
@@ -24,13 +28,22 @@
 // AVX-512 clone (whose target implies FMA) keeps a·b + c two roundings like the others. (An
 // optimize("fp-contract=off") attribute instead would stop the inline helpers, exp_small, from
 // being inlined into the clone, which then no longer vectorises.) Measured on the bench machine
-// (a Xeon with AVX-512): GeLU 0.80 ns per element with AVX2, 0.58 with AVX-512, at 64 Ki elements.
+// (a Xeon with AVX-512): GeLU 0.80 ns per element with AVX2, 0.58 with AVX-512, at 64 Ki elements
+// (before GeLU's fused multiply-adds: kernels/activation.cpp, TP_CPU_CLONES_FMA).
 // Virtual functions cannot be multiversioned, so each CpuDevice kernel calls a free function.
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
     !defined(TP_NO_CPU_CLONES)
 #define TP_CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define TP_CPU_CLONES
+#endif
+
+// TP_CPU_INLINE before a helper that a cloned loop calls: always inlined, so that it is compiled
+// into each clone (a copy of its own would be compiled for the baseline only).
+#if defined(__GNUC__)
+#define TP_CPU_INLINE __attribute__((always_inline))
+#else
+#define TP_CPU_INLINE
 #endif
 
 namespace tp {
@@ -48,6 +61,27 @@ inline void column_range(int64_t cols, int64_t nt, int64_t me, int64_t& c0, int6
   c1 = std::min(cols, (me + 1) * per * kColBlock);
 }
 
+// The bias gradient's column sums, called by every thread of a parallel region: db[c] += Σ_r
+// term(r · cols + c, c) over the rows r of a rows × cols matrix, for this thread's columns
+// (column_range), in a float sum per column, rows in order. So each column is summed by one thread
+// in one order, and the bits do not depend on the thread count. `term` gives the element (and may
+// write beside it: the fused bias + GeLU's dx). add_bias_backward's and the fused bias + GeLU
+// backward's walk (kernels/elementwise.cpp, activation.cpp). Always inlined, for the clone that
+// calls it (as lane_sum); the loop over the columns vectorises.
+template <typename F>
+TP_CPU_INLINE inline void column_sums(float* pdb, int64_t rows, int64_t cols, F term) {
+  int64_t c0, c1;
+  column_range(cols, omp_get_num_threads(), omp_get_thread_num(), c0, c1);
+  std::vector<float> sum(static_cast<size_t>(c1 - c0), 0.0f);
+  float* ps = sum.data();
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t o = r * cols;
+#pragma omp simd
+    for (int64_t c = c0; c < c1; ++c) ps[c - c0] += term(o + c, c);
+  }
+  for (int64_t c = c0; c < c1; ++c) pdb[c] += ps[c - c0];
+}
+
 // Σ_c f(c) over c in [0, n), in f64, in kLanes fixed partial sums: lane j adds the c ≡ j (mod
 // kLanes) in order, then the lanes are added pairwise (j + kLanes/2 into j, halving). One order for
 // any vector width, so a cloned loop (TP_CPU_CLONES) gives the baseline's bits; where an
@@ -57,11 +91,7 @@ inline void column_range(int64_t cols, int64_t nt, int64_t me, int64_t& c0, int6
 // calls it.
 constexpr int kLanes = 16;
 template <typename F>
-#if defined(__GNUC__)
-__attribute__((always_inline))
-#endif
-inline double
-lane_sum(int64_t n, F f) {
+TP_CPU_INLINE inline double lane_sum(int64_t n, F f) {
   double acc[kLanes] = {};
   int64_t c = 0;
   for (; c + kLanes <= n; c += kLanes)
@@ -94,23 +124,36 @@ inline float clamp_abs(float x, float lim) {
   return bits_float(m | (b & kSign));
 }
 
+// a · b + c: one rounding (a fused multiply-add, correctly rounded: the same bits on every CPU)
+// when kFused, else two. Fused, a loop vectorises to vfmadd only where the target has FMA (the
+// AVX-512 and x86-64-v3 clones of TP_CPU_CLONES_FMA); elsewhere it is a call to fmaf per element.
+template <bool kFused>
+TP_CPU_INLINE inline float madd(float a, float b, float c) {
+  if constexpr (kFused)
+    return __builtin_fmaf(a, b, c);
+  else
+    return a * b + c;
+}
+
 // e^x for |x| ≤ 88, within 1 ulp (0 where e^x is below the smallest normal float, e^−87.3; NaN
 // gives NaN), in arithmetic the compiler vectorises, where std::exp is a library call per element:
 // x = n ln2 + r with |r| ≤ ln2/2 (ln2 in two parts, so r is exact), e^r by the Cephes expf
 // polynomial, 2^n built as exponent bits. Adding 1.5 · 2^23 rounds x / ln2 to the integer n and
-// leaves n in the low bits of the sum.
+// leaves n in the low bits of the sum. kFused: each a · b + c one fused multiply-add (madd), for
+// the loops cloned with TP_CPU_CLONES_FMA; else two roundings, the arithmetic of every clone.
+template <bool kFused = false>
 inline float exp_small(float x) {
   constexpr float kShift = 12582912.0f;  // 1.5 · 2^23
-  const float shifted = x * 1.44269504088896341f + kShift;
+  const float shifted = madd<kFused>(x, 1.44269504088896341f, kShift);
   const float n = shifted - kShift;
-  const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+  const float r = madd<kFused>(n, 2.12194440e-4f, madd<kFused>(n, -0.693359375f, x));
   float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  p = madd<kFused>(p, r, 1.3981999507e-3f);
+  p = madd<kFused>(p, r, 8.3334519073e-3f);
+  p = madd<kFused>(p, r, 4.1665795894e-2f);
+  p = madd<kFused>(p, r, 1.6666665459e-1f);
+  p = madd<kFused>(p, r, 5.0000001201e-1f);
+  p = madd<kFused>(p * r, r, r) + 1.0f;
   const uint32_t biased = float_bits(shifted) - float_bits(kShift) + 127;  // n + 127, in [0, 254]
   return p * bits_float(biased << 23);
 }

@@ -374,6 +374,102 @@ void Device::rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Te
 
 // ---- attention ----------------------------------------------------------------------------------
 
+// The fused residual add + norm: the checks of axpy (x, r and s on this device, one size) and of
+// the norm on s. With a bf16 tensor, the two public kernels (s rounded before the norm reads it).
+void Device::add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd,
+                                   const Tensor& x, const Tensor& r, const Tensor& w,
+                                   const Tensor& b, float eps) {
+  checks::check_add_norm(*this, "add_layernorm_forward", s, x, r);
+  if (any_bf16(s, y, x, r, w, b)) {
+    if (x.numel() > 0) copy(s.raw(), x.raw(), x.bytes());
+    axpy(1.0f, r, s);
+    layernorm_forward(y, mean, rstd, s, w, b, eps);
+    return;
+  }
+  checks::check_layernorm_forward(*this, y, mean, rstd, s, w, b);
+  const ScopedSpan span(timeline_, SpanKind::Kernel, "add_layernorm_forward");
+  do_add_layernorm_forward(s, y, mean, rstd, x, r, w, b, eps);
+}
+
+void Device::add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& x,
+                                 const Tensor& r, const Tensor& w, float eps) {
+  checks::check_add_norm(*this, "add_rmsnorm_forward", s, x, r);
+  if (any_bf16(s, y, x, r, w)) {
+    if (x.numel() > 0) copy(s.raw(), x.raw(), x.bytes());
+    axpy(1.0f, r, s);
+    rmsnorm_forward(y, rstd, s, w, eps);
+    return;
+  }
+  checks::check_rmsnorm_forward(*this, y, rstd, s, w);
+  const ScopedSpan span(timeline_, SpanKind::Kernel, "add_rmsnorm_forward");
+  do_add_rmsnorm_forward(s, y, rstd, x, r, w, eps);
+}
+
+void Device::do_add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd,
+                                      const Tensor& x, const Tensor& r, const Tensor& w,
+                                      const Tensor& b, float eps) {
+  if (x.numel() > 0) copy(s.raw(), x.raw(), x.bytes());
+  do_axpy(1.0f, r, s);
+  do_layernorm_forward(y, mean, rstd, s, w, b, eps);
+}
+
+void Device::do_add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& x,
+                                    const Tensor& r, const Tensor& w, float eps) {
+  if (x.numel() > 0) copy(s.raw(), x.raw(), x.bytes());
+  do_axpy(1.0f, r, s);
+  do_rmsnorm_forward(y, rstd, s, w, eps);
+}
+
+// The norm's backward added to the residual's gradient: the checks of the norm's backward and of
+// the add (dx, dres: one shape, on this device). With a bf16 tensor, the two public kernels.
+void Device::layernorm_backward_add(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dres,
+                                    const Tensor& dy, const Tensor& x, const Tensor& w,
+                                    const Tensor& mean, const Tensor& rstd) {
+  checks::check_add_norm(*this, "layernorm_backward_add", dx, dres, dy);
+  if (any_bf16(dx, dw, db, dres, dy, x, w)) {
+    Tensor t(*this, dy.shape(), dy.dtype());
+    layernorm_backward(t, dw, db, dy, x, w, mean, rstd);
+    if (dres.numel() > 0) copy(dx.raw(), dres.raw(), dres.bytes());
+    axpy(1.0f, t, dx);
+    return;
+  }
+  checks::check_layernorm_backward(*this, dx, dw, db, dy, x, w, mean, rstd);
+  const ScopedSpan span(timeline_, SpanKind::Kernel, "layernorm_backward_add");
+  do_layernorm_backward_add(dx, dw, db, dres, dy, x, w, mean, rstd);
+}
+
+void Device::rmsnorm_backward_add(Tensor& dx, Tensor& dw, const Tensor& dres, const Tensor& dy,
+                                  const Tensor& x, const Tensor& w, const Tensor& rstd) {
+  checks::check_add_norm(*this, "rmsnorm_backward_add", dx, dres, dy);
+  if (any_bf16(dx, dw, dres, dy, x, w)) {
+    Tensor t(*this, dy.shape(), dy.dtype());
+    rmsnorm_backward(t, dw, dy, x, w, rstd);
+    if (dres.numel() > 0) copy(dx.raw(), dres.raw(), dres.bytes());
+    axpy(1.0f, t, dx);
+    return;
+  }
+  checks::check_rmsnorm_backward(*this, dx, dw, dy, x, w, rstd);
+  const ScopedSpan span(timeline_, SpanKind::Kernel, "rmsnorm_backward_add");
+  do_rmsnorm_backward_add(dx, dw, dres, dy, x, w, rstd);
+}
+
+void Device::do_layernorm_backward_add(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dres,
+                                       const Tensor& dy, const Tensor& x, const Tensor& w,
+                                       const Tensor& mean, const Tensor& rstd) {
+  Tensor t(*this, dy.shape());
+  do_layernorm_backward(t, dw, db, dy, x, w, mean, rstd);
+  if (dres.numel() > 0) copy(dx.raw(), dres.raw(), dres.bytes());
+  do_axpy(1.0f, t, dx);
+}
+
+void Device::do_rmsnorm_backward_add(Tensor& dx, Tensor& dw, const Tensor& dres, const Tensor& dy,
+                                     const Tensor& x, const Tensor& w, const Tensor& rstd) {
+  Tensor t(*this, dy.shape());
+  do_rmsnorm_backward(t, dw, dy, x, w, rstd);
+  if (dres.numel() > 0) copy(dx.raw(), dres.raw(), dres.bytes());
+  do_axpy(1.0f, t, dx);
+}
+
 void Device::attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
                                const Tensor& v, const AttentionShape& shape) {
   checks::check_attention_forward(*this, out, probs, q, k, v, shape);

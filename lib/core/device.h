@@ -290,6 +290,32 @@ class Device {
   void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
                         const Tensor& rstd);
 
+  /// Residual add + LayerNorm in one pass (a block's x1 = x + a, then ln_2(x1)):
+  ///   s = x + r   (written, rounded to f32 once),   then y, mean, rstd = layernorm_forward(s)
+  /// The same numbers as s = x, axpy(1, r, s), layernorm_forward(y, mean, rstd, s, w, b, eps),
+  /// without reading s back from memory. x, r, s, y: (rows, h), s distinct from x and r. Optional
+  /// in effect: the default do_* runs those two kernels; with a bf16 tensor the front runs the two
+  /// public kernels (s is rounded to bf16 before the norm reads it, as unfused).
+  void add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
+                             const Tensor& r, const Tensor& w, const Tensor& b, float eps);
+  /// Residual add + RMSNorm, as add_layernorm_forward: s = x + r, then rmsnorm_forward(y, rstd, s).
+  void add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& r,
+                           const Tensor& w, float eps);
+
+  /// The norm's backward added to the residual's gradient, in one pass (a block's
+  /// dx1 = dx2 + ln_2's dx, the backward of x1 + mlp(ln_2(x1))):
+  ///   dx = dres + (layernorm_backward's dx)   (written),   dw, db as layernorm_backward
+  /// The same numbers as layernorm_backward into a temporary t, then dx = dres, axpy(1, t, dx).
+  /// dres, dx: (rows, h), dx distinct from dres and dy. Optional in effect as
+  /// add_layernorm_forward: the default do_* runs the two kernels; with a bf16 tensor the front
+  /// runs the two public kernels (t rounded to bf16 as unfused).
+  void layernorm_backward_add(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dres,
+                              const Tensor& dy, const Tensor& x, const Tensor& w,
+                              const Tensor& mean, const Tensor& rstd);
+  /// RMSNorm's, as layernorm_backward_add: dx = dres + (rmsnorm_backward's dx), dw accumulates.
+  void rmsnorm_backward_add(Tensor& dx, Tensor& dw, const Tensor& dres, const Tensor& dy,
+                            const Tensor& x, const Tensor& w, const Tensor& rstd);
+
   // ---- attention (stem: attention) -----------------------------------------------------------
   /// Causal softmax attention for every (batch b, query head j): query head j reads key/value
   /// head g = j / (nh / nkv). q: (S·B, nh·hd), k, v: (S·B, nkv·hd), out: (S·B, nh·hd), row s·B + b;
@@ -419,6 +445,20 @@ class Device {
                                   float eps) = 0;
   virtual void do_rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
                                    const Tensor& w, const Tensor& rstd) = 0;
+  /// Default: x copied into s, do_axpy, do_layernorm_forward (a backend overrides it with one pass).
+  virtual void do_add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd,
+                                        const Tensor& x, const Tensor& r, const Tensor& w,
+                                        const Tensor& b, float eps);
+  /// Default: x copied into s, do_axpy, do_rmsnorm_forward.
+  virtual void do_add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& x,
+                                      const Tensor& r, const Tensor& w, float eps);
+  /// Default: do_layernorm_backward into a temporary, dres copied into dx, do_axpy.
+  virtual void do_layernorm_backward_add(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dres,
+                                         const Tensor& dy, const Tensor& x, const Tensor& w,
+                                         const Tensor& mean, const Tensor& rstd);
+  /// Default: do_rmsnorm_backward into a temporary, dres copied into dx, do_axpy.
+  virtual void do_rmsnorm_backward_add(Tensor& dx, Tensor& dw, const Tensor& dres, const Tensor& dy,
+                                       const Tensor& x, const Tensor& w, const Tensor& rstd);
   virtual void do_attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
                                     const Tensor& v, const AttentionShape& shape) = 0;
   virtual void do_attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,

@@ -248,6 +248,16 @@ void check_rmsnorm_forward(const Device& dev, const Tensor& y, const Tensor& rst
            " rows");
 }
 
+void check_add_norm(const Device& dev, const char* what, const Tensor& s, const Tensor& x,
+                    const Tensor& r) {
+  check_placed(dev, s, what);
+  check_placed(dev, x, what);
+  check_placed(dev, r, what);
+  TP_CHECK(s.shape() == x.shape() && r.shape() == x.shape(), what, ": s ", s.shape().str(), ", x ",
+           x.shape().str(), " and r ", r.shape().str(), " should have one shape");
+  TP_CHECK(s.dtype() == x.dtype(), what, ": s and x differ in dtype");
+}
+
 void check_rmsnorm_backward(const Device& dev, const Tensor& dx, const Tensor& dw, const Tensor& dy,
                             const Tensor& x, const Tensor& w, const Tensor& rstd) {
   check_all_on(dev, "rmsnorm_backward", dx, dw, dy, x, w, rstd);

@@ -131,6 +131,12 @@ void check_rmsnorm_forward(const Device& dev, const Tensor& y, const Tensor& rst
 void check_rmsnorm_backward(const Device& dev, const Tensor& dx, const Tensor& dw, const Tensor& dy,
                             const Tensor& x, const Tensor& w, const Tensor& rstd);
 
+/// The residual add of a fused add + norm: s = x + r (add_layernorm_forward, add_rmsnorm_forward;
+/// the backward's dx = dres + the norm's, layernorm_backward_add: s = dx, x = dres, r = dy): s, x,
+/// r on this device, one shape, s and x of one dtype (the dtypes are the unfused kernels' to check).
+void check_add_norm(const Device& dev, const char* what, const Tensor& s, const Tensor& x,
+                    const Tensor& r);
+
 void check_attention_forward(const Device& dev, const Tensor& out, const Tensor& probs,
                              const Tensor& q, const Tensor& k, const Tensor& v,
                              const AttentionShape& sh);

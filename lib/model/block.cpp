@@ -53,16 +53,19 @@ Tensor TransformerBlock::forward_parts(const Tensor& x, int64_t seq, int64_t bat
                                        int64_t step) {
   const int64_t row0 = sp_ ? comm_.rank() * x.rows() : 0;  // my first token row, for the masks
   Tensor a = drop_attn_.forward(attn_.forward(ln_1_.forward(x), seq, batch), seed, step, row0);
-  Tensor x1 = add(device_, x, a);
-  Tensor m = drop_mlp_.forward(mlp_.forward(ln_2_.forward(x1)), seed, step, row0);
+  Tensor x1;  // x + a, written by ln_2's fused residual add (the norm reads it while in cache)
+  const Tensor n2 = ln_2_.forward_add(x, a, x1);
+  Tensor m = drop_mlp_.forward(mlp_.forward(n2), seed, step, row0);
   return add(device_, x1, m);
 }
 
 Tensor TransformerBlock::forward_cached(const Tensor& x, LayerKvCache& cache, int64_t past,
                                         int64_t batch) {
-  Tensor x1 =
-      add(device_, x, attn_.forward_cached(ln_1_.forward(x, Keep::Nothing), cache, past, batch));
-  return add(device_, x1, mlp_.forward_inference(ln_2_.forward(x1, Keep::Nothing)));
+  Tensor x1;
+  const Tensor n2 = ln_2_.forward_add(
+      x, attn_.forward_cached(ln_1_.forward(x, Keep::Nothing), cache, past, batch), x1,
+      Keep::Nothing);
+  return add(device_, x1, mlp_.forward_inference(n2));
 }
 
 void TransformerBlock::observe(MemoryLedger* ledger) {
@@ -85,8 +88,9 @@ Tensor TransformerBlock::backward(const Tensor& dx2) {
     inner_.release();
     forward_parts(input_.get(), seq_, batch_, seed_, step_);
   }
-  Tensor dx1 = add(device_, dx2, ln_2_.backward(mlp_.backward(drop_mlp_.backward(dx2))));
-  Tensor dx = add(device_, dx1, ln_1_.backward(attn_.backward(drop_attn_.backward(dx1))));
+  // dx1 = dx2 + ln_2's dx, dx = dx1 + ln_1's dx: each residual add joined to the norm's backward
+  Tensor dx1 = ln_2_.backward_add(dx2, mlp_.backward(drop_mlp_.backward(dx2)));
+  Tensor dx = ln_1_.backward_add(dx1, attn_.backward(drop_attn_.backward(dx1)));
   if (recompute_ == Recompute::Full) {
     inner_.release();  // the rerun's activations are freed block by block
     input_.reset();

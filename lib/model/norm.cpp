@@ -46,6 +46,27 @@ Tensor Norm::forward(const Tensor& x, Keep keep_mode) {
   return y;
 }
 
+Tensor Norm::forward_add(const Tensor& x, const Tensor& r, Tensor& sum, Keep keep_mode) {
+  const bool keep = keep_mode == Keep::ForBackward;
+  sum = Tensor(device_, x.shape(), x.dtype());
+  Tensor y(device_, x.shape(), x.dtype());
+  const Tensor &w = compute_tensor(weight, weight_copy_), &b = compute_tensor(bias, bias_copy_);
+  Tensor rstd(device_, Shape{x.rows()});
+  if (keep)
+    saved_.keep(x_, sum);  // a handle: the kernel below fills it
+  else
+    for (SavedTensor* slot : {&x_, &mean_, &rstd_}) slot->reset();
+  if (rms_) {
+    device_.add_rmsnorm_forward(sum, y, rstd, x, r, w, eps_);
+  } else {
+    Tensor mean(device_, Shape{x.rows()});
+    device_.add_layernorm_forward(sum, y, mean, rstd, x, r, w, b, eps_);
+    if (keep) saved_.keep(mean_, mean);
+  }
+  if (keep) saved_.keep(rstd_, rstd);
+  return y;
+}
+
 Tensor Norm::backward(const Tensor& dy) {
   Tensor dx(device_, dy.shape(), dy.dtype());
   const Tensor& w = compute_tensor(weight, weight_copy_);
@@ -53,6 +74,17 @@ Tensor Norm::backward(const Tensor& dy) {
     device_.rmsnorm_backward(dx, dweight, dy, x_.get(), w, rstd_.get());
   else
     device_.layernorm_backward(dx, dweight, dbias, dy, x_.get(), w, mean_.get(), rstd_.get());
+  return dx;
+}
+
+Tensor Norm::backward_add(const Tensor& dres, const Tensor& dy) {
+  Tensor dx(device_, dres.shape(), dres.dtype());
+  const Tensor& w = compute_tensor(weight, weight_copy_);
+  if (rms_)
+    device_.rmsnorm_backward_add(dx, dweight, dres, dy, x_.get(), w, rstd_.get());
+  else
+    device_.layernorm_backward_add(dx, dweight, dbias, dres, dy, x_.get(), w, mean_.get(),
+                                   rstd_.get());
   return dx;
 }
 

@@ -29,8 +29,15 @@ class Norm {
        bool sequence_parallel = false);
   /// x: (N, h) → y: (N, h). Saves x and the row statistics, unless keep is Keep::Nothing (inference).
   Tensor forward(const Tensor& x, Keep keep_mode = Keep::ForBackward);
+  /// The residual add before the norm fused into it: sum = x + r (written), returns norm(sum), as
+  /// forward(sum) (saving sum; the same bits as the add then forward). x, r, sum, y: (N, h).
+  Tensor forward_add(const Tensor& x, const Tensor& r, Tensor& sum,
+                     Keep keep_mode = Keep::ForBackward);
   /// dy: (N, h) → dx: (N, h); dweight (and dbias) accumulate.
   Tensor backward(const Tensor& dy);
+  /// dres + backward(dy) in one kernel (the residual's gradient joined with the norm's): the same
+  /// bits as the add of the two. dres, dy: (N, h).
+  Tensor backward_add(const Tensor& dres, const Tensor& dy);
   void collect_params(ParamList& out) const;
   bool is_rms() const { return rms_; }
   /// Record what forward keeps in `ledger` under block `layer`.
