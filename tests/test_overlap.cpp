@@ -225,6 +225,18 @@ bool gemm_rows_invariant(const GptConfig& cfg, int t, int64_t rows) {
   return true;
 }
 
+// True when the ring's row blocks (rows / t each) run on a weight packed by the device
+// (Device::pack_gemm_b) at cfg's layer shapes: their GEMMs are then another library's than none's.
+bool ring_packs(const GptConfig& cfg, int t, int64_t rows) {
+  const int64_t h = cfg.hidden;
+  for (const Shape& s :
+       {Shape{h, h / t}, Shape{h, cfg.inner() / t}, Shape{h / t, h}, Shape{cfg.inner() / t, h}}) {
+    const Tensor w = Tensor::from_host(device(), s, std::vector<float>(s.numel(), 0.0f));
+    if (device().pack_gemm_b(w, false, rows / t)->packed()) return true;
+  }
+  return false;
+}
+
 // cfg against the same config with --overlap none at t = np, and against t = 1.
 void expect_same_as_none(const GptConfig& cfg) {
   GptConfig plain = cfg;
@@ -250,9 +262,16 @@ void expect_same_as_none(const GptConfig& cfg) {
   if (mode == Overlap::Chunked && !chunked_exact)
     std::cout << "[ note ] this BLAS rounds a row by its block's size here: chunked to 1e-6\n";
   const bool exact = mode == Overlap::Async || chunked_exact || world().size() == 1;
+  const bool two_gemms =
+      mode == Overlap::Ring && world().size() > 1 && ring_packs(cfg, world().size(), 2 * cfg.seq);
+  const double tol = two_gemms ? 2e-6 : 1e-6;
   // Against --overlap none at the same t: bitwise for async, for chunked where the GEMM's rows do
   // not depend on the block (gemm_rows_invariant; and ring at t = 1: one block), else 1e-6 (the
-  // ring splits the weight gradient's k-sum into t blocks; chunked's BLAS rounds by size).
+  // ring splits the row-parallel weight gradient's k-sum into t blocks; chunked's BLAS rounds by
+  // size). Where the ring's blocks run on a packed weight (Device::pack_gemm_b: oneDNN's f32
+  // brgemm on this CPU) and none's GEMMs on OpenBLAS, the two libraries round differently as well:
+  // 2e-6 then (measured 1.01e-6, transformer.h.1.attn.q.bias at t = 2, with OpenBLAS forced to
+  // its Sandybridge kernels against oneDNN's AVX-512 ones; below 1e-6 with the native kernels).
   double bias_scale = 0;  // the key bias's gradient is float noise: measured against q/v biases
   for (const Param& p : base.params())
     if (p.name.find(".q.bias") != std::string::npos || p.name.find(".v.bias") != std::string::npos)
@@ -260,7 +279,7 @@ void expect_same_as_none(const GptConfig& cfg) {
   if (exact)
     EXPECT_EQ(loss[0], loss[1]);
   else
-    EXPECT_LE(std::abs(loss[0] - loss[1]), 1e-6 * std::abs(loss[1]));
+    EXPECT_LE(std::abs(loss[0] - loss[1]), tol * std::abs(loss[1]));
   for (size_t i = 0; i < model.params().size(); ++i) {
     const Param &p = model.params()[i], &q = base.params()[i];
     const std::vector<float> g = gather_global(world(), p, p.grad),
@@ -270,7 +289,7 @@ void expect_same_as_none(const GptConfig& cfg) {
     else if (exact)
       EXPECT_EQ(g, w) << p.name;
     else
-      EXPECT_LE(rel_error(g, w), 1e-6) << p.name;
+      EXPECT_LE(rel_error(g, w), tol) << p.name;
   }
   // And both against t = 1 at the model tests' tolerances.
   EXPECT_LE(std::abs(loss[0] - loss[2]), kLossTol * std::abs(loss[2]));
