@@ -48,9 +48,10 @@
 // reorders independent GEMMs, and for chunked where the GEMM rounds a row the same whatever the
 // block's size (OpenBLAS at the lesson's sizes, not its small-matrix kernels) and the all-reduce
 // adds a block's elements in the order it adds the whole's (always at t ≤ 2; MPICH at t ≤ 4);
-// test_overlap checks the first and states the bound where it fails; for ring, the weight gradient's k-sum is split into t blocks (t > 2),
-// the reduce-scatter adds in ring order and the blocks' GEMMs on a packed weight may sum in another
-// order than the BLAS, so results agree to float rounding (tests state the bound).
+// test_overlap checks the first and states the bound where it fails. For ring, the weight
+// gradients' k-sums are split into t blocks (column-parallel at t > 2, row-parallel at every
+// t > 1), the reduce-scatter adds in ring order and the blocks' GEMMs on a packed weight may sum
+// in another order than the BLAS, so results agree to float rounding (tests state the bound).
 //
 // Shape legend: N = tokens (rows, sequence-major), t = comm.size(), r = comm.rank(); a block is
 // N/t consecutive rows, block r = this rank's sequence shard.
