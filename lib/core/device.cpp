@@ -381,7 +381,7 @@ void Device::add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& r
                                    const Tensor& b, float eps) {
   checks::check_add_norm(*this, "add_layernorm_forward", s, x, r);
   if (any_bf16(s, y, x, r, w, b)) {
-    if (x.numel() > 0) copy(s.raw(), x.raw(), x.bytes());
+    s.copy_from(x);
     axpy(1.0f, r, s);
     layernorm_forward(y, mean, rstd, s, w, b, eps);
     return;
@@ -395,7 +395,7 @@ void Device::add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const Tenso
                                  const Tensor& r, const Tensor& w, float eps) {
   checks::check_add_norm(*this, "add_rmsnorm_forward", s, x, r);
   if (any_bf16(s, y, x, r, w)) {
-    if (x.numel() > 0) copy(s.raw(), x.raw(), x.bytes());
+    s.copy_from(x);
     axpy(1.0f, r, s);
     rmsnorm_forward(y, rstd, s, w, eps);
     return;
@@ -408,14 +408,14 @@ void Device::add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const Tenso
 void Device::do_add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd,
                                       const Tensor& x, const Tensor& r, const Tensor& w,
                                       const Tensor& b, float eps) {
-  if (x.numel() > 0) copy(s.raw(), x.raw(), x.bytes());
+  s.copy_from(x);
   do_axpy(1.0f, r, s);
   do_layernorm_forward(y, mean, rstd, s, w, b, eps);
 }
 
 void Device::do_add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& x,
                                     const Tensor& r, const Tensor& w, float eps) {
-  if (x.numel() > 0) copy(s.raw(), x.raw(), x.bytes());
+  s.copy_from(x);
   do_axpy(1.0f, r, s);
   do_rmsnorm_forward(y, rstd, s, w, eps);
 }
@@ -429,7 +429,7 @@ void Device::layernorm_backward_add(Tensor& dx, Tensor& dw, Tensor& db, const Te
   if (any_bf16(dx, dw, db, dres, dy, x, w)) {
     Tensor t(*this, dy.shape(), dy.dtype());
     layernorm_backward(t, dw, db, dy, x, w, mean, rstd);
-    if (dres.numel() > 0) copy(dx.raw(), dres.raw(), dres.bytes());
+    dx.copy_from(dres);
     axpy(1.0f, t, dx);
     return;
   }
@@ -444,7 +444,7 @@ void Device::rmsnorm_backward_add(Tensor& dx, Tensor& dw, const Tensor& dres, co
   if (any_bf16(dx, dw, dres, dy, x, w)) {
     Tensor t(*this, dy.shape(), dy.dtype());
     rmsnorm_backward(t, dw, dy, x, w, rstd);
-    if (dres.numel() > 0) copy(dx.raw(), dres.raw(), dres.bytes());
+    dx.copy_from(dres);
     axpy(1.0f, t, dx);
     return;
   }
@@ -458,7 +458,7 @@ void Device::do_layernorm_backward_add(Tensor& dx, Tensor& dw, Tensor& db, const
                                        const Tensor& mean, const Tensor& rstd) {
   Tensor t(*this, dy.shape());
   do_layernorm_backward(t, dw, db, dy, x, w, mean, rstd);
-  if (dres.numel() > 0) copy(dx.raw(), dres.raw(), dres.bytes());
+  dx.copy_from(dres);
   do_axpy(1.0f, t, dx);
 }
 
@@ -466,7 +466,7 @@ void Device::do_rmsnorm_backward_add(Tensor& dx, Tensor& dw, const Tensor& dres,
                                      const Tensor& x, const Tensor& w, const Tensor& rstd) {
   Tensor t(*this, dy.shape());
   do_rmsnorm_backward(t, dw, dy, x, w, rstd);
-  if (dres.numel() > 0) copy(dx.raw(), dres.raw(), dres.bytes());
+  dx.copy_from(dres);
   do_axpy(1.0f, t, dx);
 }
 
