@@ -223,9 +223,10 @@ int main(int argc, char** argv) {
                  extra > 0
                      ? num(extra / 1e6, "%.2f M") + num(100.0 * extra / step_flops, " (+%.0f%%)")
                      : "0",
-                 // bf16 rows to 4 decimals: bf16's rounding magnifies a BLAS kernel's last digit
-                 // into the 5th (OPENBLAS_CORETYPE=Sandybridge moves it by 2e-5).
-                 num(m.loss, r.choice.precision == bf16 ? "%.4f" : "%.5f")});
+                 // bf16 rows to 3 decimals: bf16's rounding carries the GEMMs' order of summation
+                 // into the 4th (the first bf16 row: 3.8245 on an Intel CPU with AMX, 3.8242 on an
+                 // AMD one with AVX512-BF16 alone).
+                 num(m.loss, r.choice.precision == bf16 ? "%.3f" : "%.5f")});
       for (const auto& [part, a, b] :
            {std::tuple{"weights", m.peak.weights, m.formula.weights},
             std::tuple{"gradients", m.peak.grads, m.formula.grads},
