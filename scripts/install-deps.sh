@@ -111,6 +111,16 @@ missing() {  # prints the Debian packages still needed
   echo "${pkgs[@]:-}"
 }
 
+# A wrapper told to call a compiler that is not there (MPICH_CXX or OMPI_CXX) compiles nothing, and
+# every check below would then read as a missing library (and try to install it): say so first.
+if have_mpi && [ -n "${MPICH_CXX:-}${OMPI_CXX:-}" ]; then
+  printf 'int main(){return 0;}\n' > "$tmp/cc.cpp"
+  if ! "$MPICXX" "$tmp/cc.cpp" -o "$tmp/cc" >"$tmp/cc.log" 2>&1; then
+    echo "✗ $MPICXX cannot compile a C++ program with${MPICH_CXX:+ MPICH_CXX=$MPICH_CXX}${OMPI_CXX:+ OMPI_CXX=$OMPI_CXX}: $(head -1 "$tmp/cc.log"); install that compiler, or unset the variable"
+    exit 1
+  fi
+fi
+
 need=$(missing)
 [ $check = 1 ] && { [ -z "$need" ]; exit; }
 if [ -n "$need" ]; then

@@ -292,6 +292,14 @@ log=$logs/check_as_typed.log
 if timeout 120 "$MPIEXEC" -np 4 "$BUILD/bin/tp_train" --steps 2 --hidden 32 --seq 16 --batch 2 </dev/null >"$log" 2>&1; then
   pass 1; echo "✓ as typed: $MPIEXEC -np 4 $BUILD/bin/tp_train … (no mpirun flags) ran"
 else fail "as typed: $MPIEXEC -np 4 $BUILD/bin/tp_train failed without mpirun flags (see $log)"; fi
+# The dependency check (make's first step) under a wrapper told to call a compiler that is not
+# there: one line naming the variable, exit 1, before any library reads as missing.
+log=$logs/check_deps_no_compiler.log
+MPICH_CXX=tp-no-such-compiler OMPI_CXX=tp-no-such-compiler DEPS_CACHE= timeout 60 scripts/install-deps.sh --check >"$log" 2>&1
+rc=$?
+if [ "$rc" = 1 ] && [ "$(wc -l <"$log")" = 1 ] && grep -q "cannot compile a C++ program with.*tp-no-such-compiler" "$log"; then
+  pass 1; echo "✓ make's dependency check, the compiler the MPI wrapper names missing: exit 1, says: $(cat "$log")"
+else fail "the dependency check with MPICH_CXX/OMPI_CXX naming no compiler: exit $rc, expected 1 and one line (see $log)"; fi
 
 # 5. Training: the same loss curve at every t, a resume across t, and bad input to tp_train.
 tmp=$BUILD/test-tmp
