@@ -50,6 +50,11 @@ class Norm {
   Tensor weight, bias, dweight, dbias;  ///< (h); bias only for LayerNorm
 
  private:
+  /// forward and forward_add: r and sum null, or the residual and the sum the fused kernel writes.
+  Tensor forward_body(const Tensor& x, const Tensor* r, Tensor* sum, Keep keep_mode);
+  /// backward and backward_add: dres null, or the residual's gradient joined to dx.
+  Tensor backward_body(const Tensor* dres, const Tensor& dy);
+
   Device& device_;
   std::string name_;
   bool rms_;
