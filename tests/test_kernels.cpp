@@ -752,9 +752,9 @@ TEST(KernelAddNorm, BackwardAddIsTheNormsDxPlusTheResidualsBitwise) {
   }
 }
 
-// With bf16 activations the front runs the two public kernels: s is rounded to bf16 before the
-// norm reads it, and the backward's dx before it is added, as unfused; a shape mismatch is an
-// error.
+// With bf16 activations the front runs the Device's default do_* (whatever the backend), each of
+// its kernels on its own stand-ins: s is rounded to bf16 before the norm reads it, and the
+// backward's dx before it is added, as unfused; a shape mismatch is an error.
 TEST(KernelAddNorm, Bf16RoundsAsUnfusedAndBadShapesAreErrors) {
   const int64_t rows = 7, h = 48;
   auto bf16 = [&](const std::vector<float>& v) {
@@ -795,6 +795,13 @@ TEST(KernelAddNorm, Bf16RoundsAsUnfusedAndBadShapesAreErrors) {
   EXPECT_EQ(dX.to_host(), dX0.to_host());
   EXPECT_EQ(dW.to_host(), dW0.to_host());
   EXPECT_EQ(dB.to_host(), dB0.to_host());
+  device().rmsnorm_forward(Y0, rstd1, S0, W, 1e-5f);
+  device().rmsnorm_backward_add(dX, dW, R, X, S0, W, rstd1);
+  device().rmsnorm_backward(t, dW0, X, S0, W, rstd1);
+  dX0 = R.clone();
+  device().axpy(1.0f, t, dX0);
+  EXPECT_EQ(dX.to_host(), dX0.to_host());
+  EXPECT_EQ(dW.to_host(), dW0.to_host());
 
   Tensor short_r(device(), Shape{rows - 1, h}), Sf(device(), Shape{rows, h}),
       Yf(device(), Shape{rows, h}), Xf(device(), Shape{rows, h});

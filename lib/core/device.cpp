@@ -141,6 +141,10 @@ void Device::scale(Tensor& x, float alpha) {
 void Device::axpy(float alpha, const Tensor& x, Tensor& y) {
   checks::check_axpy(*this, x, y);
   const ScopedSpan span(timeline_, SpanKind::Kernel, "axpy");
+  run_axpy(alpha, x, y);
+}
+
+void Device::run_axpy(float alpha, const Tensor& x, Tensor& y) {
   run_kernel(
       *this, "axpy", [&](const Tensor& x_, Tensor& y_) { do_axpy(alpha, x_, y_); }, x, y);
 }
@@ -329,6 +333,11 @@ void Device::layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tens
                                const Tensor& w, const Tensor& b, float eps) {
   checks::check_layernorm_forward(*this, y, mean, rstd, x, w, b);
   const ScopedSpan span(timeline_, SpanKind::Kernel, "layernorm_forward");
+  run_layernorm_forward(y, mean, rstd, x, w, b, eps);
+}
+
+void Device::run_layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
+                                   const Tensor& w, const Tensor& b, float eps) {
   run_kernel(
       *this, "layernorm_forward",
       [&](Tensor& y_, Tensor& mean_, Tensor& rstd_, const Tensor& x_, const Tensor& w_,
@@ -341,6 +350,12 @@ void Device::layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor
                                 const Tensor& rstd) {
   checks::check_layernorm_backward(*this, dx, dw, db, dy, x, w, mean, rstd);
   const ScopedSpan span(timeline_, SpanKind::Kernel, "layernorm_backward");
+  run_layernorm_backward(dx, dw, db, dy, x, w, mean, rstd);
+}
+
+void Device::run_layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy,
+                                    const Tensor& x, const Tensor& w, const Tensor& mean,
+                                    const Tensor& rstd) {
   run_kernel(
       *this, "layernorm_backward",
       [&](Tensor& dx_, Tensor& dw_, Tensor& db_, const Tensor& dy_, const Tensor& x_,
@@ -353,6 +368,11 @@ void Device::layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor
 void Device::rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps) {
   checks::check_rmsnorm_forward(*this, y, rstd, x, w);
   const ScopedSpan span(timeline_, SpanKind::Kernel, "rmsnorm_forward");
+  run_rmsnorm_forward(y, rstd, x, w, eps);
+}
+
+void Device::run_rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w,
+                                 float eps) {
   run_kernel(
       *this, "rmsnorm_forward",
       [&](Tensor& y_, Tensor& rstd_, const Tensor& x_, const Tensor& w_) {
@@ -365,6 +385,11 @@ void Device::rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Te
                               const Tensor& w, const Tensor& rstd) {
   checks::check_rmsnorm_backward(*this, dx, dw, dy, x, w, rstd);
   const ScopedSpan span(timeline_, SpanKind::Kernel, "rmsnorm_backward");
+  run_rmsnorm_backward(dx, dw, dy, x, w, rstd);
+}
+
+void Device::run_rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
+                                  const Tensor& w, const Tensor& rstd) {
   run_kernel(
       *this, "rmsnorm_backward",
       [&](Tensor& dx_, Tensor& dw_, const Tensor& dy_, const Tensor& x_, const Tensor& w_,
@@ -372,103 +397,101 @@ void Device::rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Te
       dx, dw, dy, x, w, rstd);
 }
 
-// ---- attention ----------------------------------------------------------------------------------
+// ---- residual add + norm, fused -----------------------------------------------------------------
 
-// The fused residual add + norm: the checks of axpy (x, r and s on this device, one size) and of
-// the norm on s. With a bf16 tensor, the two public kernels (s rounded before the norm reads it).
+// The checks of the add (x, r and s on this device, one shape; axpy's dtypes) and of the norm on
+// s. An f32 call runs the backend's do_* (its one pass, or the default below); a call with a bf16
+// tensor runs the default, Device's own whatever the backend, whose steps round as unfused.
 void Device::add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd,
                                    const Tensor& x, const Tensor& r, const Tensor& w,
                                    const Tensor& b, float eps) {
   checks::check_add_norm(*this, "add_layernorm_forward", s, x, r);
-  if (any_bf16(s, y, x, r, w, b)) {
-    s.copy_from(x);
-    axpy(1.0f, r, s);
-    layernorm_forward(y, mean, rstd, s, w, b, eps);
-    return;
-  }
+  checks::check_axpy(*this, r, s);
   checks::check_layernorm_forward(*this, y, mean, rstd, s, w, b);
   const ScopedSpan span(timeline_, SpanKind::Kernel, "add_layernorm_forward");
-  do_add_layernorm_forward(s, y, mean, rstd, x, r, w, b, eps);
+  if (any_bf16(s, y, x, r, w, b))
+    Device::do_add_layernorm_forward(s, y, mean, rstd, x, r, w, b, eps);
+  else
+    do_add_layernorm_forward(s, y, mean, rstd, x, r, w, b, eps);
 }
 
 void Device::add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& x,
                                  const Tensor& r, const Tensor& w, float eps) {
   checks::check_add_norm(*this, "add_rmsnorm_forward", s, x, r);
-  if (any_bf16(s, y, x, r, w)) {
-    s.copy_from(x);
-    axpy(1.0f, r, s);
-    rmsnorm_forward(y, rstd, s, w, eps);
-    return;
-  }
+  checks::check_axpy(*this, r, s);
   checks::check_rmsnorm_forward(*this, y, rstd, s, w);
   const ScopedSpan span(timeline_, SpanKind::Kernel, "add_rmsnorm_forward");
-  do_add_rmsnorm_forward(s, y, rstd, x, r, w, eps);
-}
-
-void Device::do_add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd,
-                                      const Tensor& x, const Tensor& r, const Tensor& w,
-                                      const Tensor& b, float eps) {
-  s.copy_from(x);
-  do_axpy(1.0f, r, s);
-  do_layernorm_forward(y, mean, rstd, s, w, b, eps);
-}
-
-void Device::do_add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& x,
-                                    const Tensor& r, const Tensor& w, float eps) {
-  s.copy_from(x);
-  do_axpy(1.0f, r, s);
-  do_rmsnorm_forward(y, rstd, s, w, eps);
+  if (any_bf16(s, y, x, r, w))
+    Device::do_add_rmsnorm_forward(s, y, rstd, x, r, w, eps);
+  else
+    do_add_rmsnorm_forward(s, y, rstd, x, r, w, eps);
 }
 
 // The norm's backward added to the residual's gradient: the checks of the norm's backward and of
-// the add (dx, dres: one shape, on this device). With a bf16 tensor, the two public kernels.
+// the add (dx, dres: one shape, on this device; axpy's dtypes for dy's t into dx). The do_* as
+// the forward's: the default for a call with a bf16 tensor.
 void Device::layernorm_backward_add(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dres,
                                     const Tensor& dy, const Tensor& x, const Tensor& w,
                                     const Tensor& mean, const Tensor& rstd) {
   checks::check_add_norm(*this, "layernorm_backward_add", dx, dres, dy);
-  if (any_bf16(dx, dw, db, dres, dy, x, w)) {
-    Tensor t(*this, dy.shape(), dy.dtype());
-    layernorm_backward(t, dw, db, dy, x, w, mean, rstd);
-    dx.copy_from(dres);
-    axpy(1.0f, t, dx);
-    return;
-  }
+  checks::check_axpy(*this, dy, dx);
   checks::check_layernorm_backward(*this, dx, dw, db, dy, x, w, mean, rstd);
   const ScopedSpan span(timeline_, SpanKind::Kernel, "layernorm_backward_add");
-  do_layernorm_backward_add(dx, dw, db, dres, dy, x, w, mean, rstd);
+  if (any_bf16(dx, dw, db, dres, dy, x, w))
+    Device::do_layernorm_backward_add(dx, dw, db, dres, dy, x, w, mean, rstd);
+  else
+    do_layernorm_backward_add(dx, dw, db, dres, dy, x, w, mean, rstd);
 }
 
 void Device::rmsnorm_backward_add(Tensor& dx, Tensor& dw, const Tensor& dres, const Tensor& dy,
                                   const Tensor& x, const Tensor& w, const Tensor& rstd) {
   checks::check_add_norm(*this, "rmsnorm_backward_add", dx, dres, dy);
-  if (any_bf16(dx, dw, dres, dy, x, w)) {
-    Tensor t(*this, dy.shape(), dy.dtype());
-    rmsnorm_backward(t, dw, dy, x, w, rstd);
-    dx.copy_from(dres);
-    axpy(1.0f, t, dx);
-    return;
-  }
+  checks::check_axpy(*this, dy, dx);
   checks::check_rmsnorm_backward(*this, dx, dw, dy, x, w, rstd);
   const ScopedSpan span(timeline_, SpanKind::Kernel, "rmsnorm_backward_add");
-  do_rmsnorm_backward_add(dx, dw, dres, dy, x, w, rstd);
+  if (any_bf16(dx, dw, dres, dy, x, w))
+    Device::do_rmsnorm_backward_add(dx, dw, dres, dy, x, w, rstd);
+  else
+    do_rmsnorm_backward_add(dx, dw, dres, dy, x, w, rstd);
+}
+
+// The fused kernels' default, the unfused kernels in turn, each through its run_* (run_kernel on
+// the do_*, with no second check or span): on f32 tensors each step is the do_* itself; with a
+// bf16 tensor each step widens and rounds as its public kernel does, so s (or the norm's dx t) is
+// rounded to bf16 before the next step reads it — the unfused pair's bits on either dtype.
+void Device::do_add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd,
+                                      const Tensor& x, const Tensor& r, const Tensor& w,
+                                      const Tensor& b, float eps) {
+  s.copy_from(x);
+  run_axpy(1.0f, r, s);
+  run_layernorm_forward(y, mean, rstd, s, w, b, eps);
+}
+
+void Device::do_add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& x,
+                                    const Tensor& r, const Tensor& w, float eps) {
+  s.copy_from(x);
+  run_axpy(1.0f, r, s);
+  run_rmsnorm_forward(y, rstd, s, w, eps);
 }
 
 void Device::do_layernorm_backward_add(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dres,
                                        const Tensor& dy, const Tensor& x, const Tensor& w,
                                        const Tensor& mean, const Tensor& rstd) {
-  Tensor t(*this, dy.shape());
-  do_layernorm_backward(t, dw, db, dy, x, w, mean, rstd);
+  Tensor t(*this, dy.shape(), dy.dtype());
+  run_layernorm_backward(t, dw, db, dy, x, w, mean, rstd);
   dx.copy_from(dres);
-  do_axpy(1.0f, t, dx);
+  run_axpy(1.0f, t, dx);
 }
 
 void Device::do_rmsnorm_backward_add(Tensor& dx, Tensor& dw, const Tensor& dres, const Tensor& dy,
                                      const Tensor& x, const Tensor& w, const Tensor& rstd) {
-  Tensor t(*this, dy.shape());
-  do_rmsnorm_backward(t, dw, dy, x, w, rstd);
+  Tensor t(*this, dy.shape(), dy.dtype());
+  run_rmsnorm_backward(t, dw, dy, x, w, rstd);
   dx.copy_from(dres);
-  do_axpy(1.0f, t, dx);
+  run_axpy(1.0f, t, dx);
 }
+
+// ---- attention ----------------------------------------------------------------------------------
 
 void Device::attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
                                const Tensor& v, const AttentionShape& shape) {

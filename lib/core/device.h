@@ -294,8 +294,9 @@ class Device {
   ///   s = x + r   (written, rounded to f32 once),   then y, mean, rstd = layernorm_forward(s)
   /// The same numbers as s = x, axpy(1, r, s), layernorm_forward(y, mean, rstd, s, w, b, eps),
   /// without reading s back from memory. x, r, s, y: (rows, h), s distinct from x and r. Optional
-  /// in effect: the default do_* runs those two kernels; with a bf16 tensor the front runs the two
-  /// public kernels (s is rounded to bf16 before the norm reads it, as unfused).
+  /// in effect: the default do_* runs those two kernels; with a bf16 tensor the front runs that
+  /// default on any backend, each kernel on its own stand-ins (s is rounded to bf16 before the
+  /// norm reads it, as unfused).
   void add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
                              const Tensor& r, const Tensor& w, const Tensor& b, float eps);
   /// Residual add + RMSNorm, as add_layernorm_forward: s = x + r, then rmsnorm_forward(y, rstd, s).
@@ -307,8 +308,8 @@ class Device {
   ///   dx = dres + (layernorm_backward's dx)   (written),   dw, db as layernorm_backward
   /// The same numbers as layernorm_backward into a temporary t, then dx = dres, axpy(1, t, dx).
   /// dres, dx: (rows, h), dx distinct from dres and dy. Optional in effect as
-  /// add_layernorm_forward: the default do_* runs the two kernels; with a bf16 tensor the front
-  /// runs the two public kernels (t rounded to bf16 as unfused).
+  /// add_layernorm_forward: the default do_* runs the two kernels, and runs for any call with a
+  /// bf16 tensor (t rounded to bf16 as unfused).
   void layernorm_backward_add(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dres,
                               const Tensor& dy, const Tensor& x, const Tensor& w,
                               const Tensor& mean, const Tensor& rstd);
@@ -445,18 +446,19 @@ class Device {
                                   float eps) = 0;
   virtual void do_rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
                                    const Tensor& w, const Tensor& rstd) = 0;
-  /// Default: x copied into s, do_axpy, do_layernorm_forward (a backend overrides it with one pass).
+  /// Default: x copied into s, axpy, layernorm_forward, each run_kernel on its do_* (a backend
+  /// overrides it with one pass, for f32 calls: the front runs the default for bf16 ones).
   virtual void do_add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd,
                                         const Tensor& x, const Tensor& r, const Tensor& w,
                                         const Tensor& b, float eps);
-  /// Default: x copied into s, do_axpy, do_rmsnorm_forward.
+  /// Default: x copied into s, axpy, rmsnorm_forward (as do_add_layernorm_forward).
   virtual void do_add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& x,
                                       const Tensor& r, const Tensor& w, float eps);
-  /// Default: do_layernorm_backward into a temporary, dres copied into dx, do_axpy.
+  /// Default: layernorm_backward into a temporary, dres copied into dx, axpy (as above).
   virtual void do_layernorm_backward_add(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dres,
                                          const Tensor& dy, const Tensor& x, const Tensor& w,
                                          const Tensor& mean, const Tensor& rstd);
-  /// Default: do_rmsnorm_backward into a temporary, dres copied into dx, do_axpy.
+  /// Default: rmsnorm_backward into a temporary, dres copied into dx, axpy (as above).
   virtual void do_rmsnorm_backward_add(Tensor& dx, Tensor& dw, const Tensor& dres, const Tensor& dy,
                                        const Tensor& x, const Tensor& w, const Tensor& rstd);
   virtual void do_attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
@@ -493,6 +495,19 @@ class Device {
   [[noreturn]] void unsupported(const char* kernel) const;
 
  private:
+  // The unfused kernels the fused add + norm defaults are made of, past their check and span:
+  // run_kernel on the do_* (direct on f32 tensors, else on stand-ins). The public kernel of the
+  // same name is its check, its span and this; the defaults call these, so an f32 call records
+  // one span (the fused kernel's) and a bf16 one rounds at each step as the public kernels do.
+  void run_axpy(float alpha, const Tensor& x, Tensor& y);
+  void run_layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
+                             const Tensor& w, const Tensor& b, float eps);
+  void run_layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x,
+                              const Tensor& w, const Tensor& mean, const Tensor& rstd);
+  void run_rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps);
+  void run_rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
+                            const Tensor& w, const Tensor& rstd);
+
   MemoryStats memory_;
   Timeline* timeline_ = nullptr;
 };
