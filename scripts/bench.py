@@ -707,8 +707,38 @@ def header(info, load_before, load_after, seconds, reps, reps_long, steps):
              f"- load average (1 min): {load_before:.2f} before, {load_after:.2f} after",
              f"- runs per row: {reps} ({reps_long} for the overlap and strong-scaling rows), interleaved; "
              f"tp_train {steps} steps per run; the whole bench took {seconds // 60:.0f} min {seconds % 60:.0f} s"]
+    held = held_below_avx512(forced, cpu_flags())
+    if held:
+        lines.insert(2, held)
     warning = quiet_warning(load_before)
     return ([warning, ""] if warning else []) + lines
+
+
+def cpu_flags():
+    """The CPU's feature flags (/proc/cpuinfo's first "flags" line), or an empty set."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+AVX512_CORES = ("skylakex", "cooperlake", "sapphirerapids")  # OpenBLAS's kernels that use AVX-512
+
+
+def held_below_avx512(forced, flags):
+    """A header line when OPENBLAS_CORETYPE holds OpenBLAS to kernels without AVX-512 on a CPU that
+    has it (some machines' environments set Haswell), else "": then the GEMM rows and the sgemm
+    ceiling are the forced kernels', while oneDNN (the ring's packed blocks, bf16) still runs
+    AVX-512, so the ring-against-none rows compare two instruction sets."""
+    if not forced or forced.lower() in AVX512_CORES or not {"avx512f", "avx512bw", "avx512vl"} <= flags:
+        return ""
+    return (f"- note: OPENBLAS_CORETYPE={forced} holds OpenBLAS to kernels without AVX-512 on a CPU that has "
+            "it: the fp32 GEMMs and the ceiling are those kernels', while oneDNN (the ring's packed blocks, "
+            "bf16) still uses AVX-512; unset it for OpenBLAS's own pick")
 
 
 # ---- --selftest ---------------------------------------------------------------------------------
@@ -721,6 +751,11 @@ def selftest():
         checks.append((what, got == want, got, want))
 
     check("median of an odd count", spread([3.0, 1.0, 2.0]), (2.0, 1.0, 3.0))
+    avx512 = {"avx2", "avx512f", "avx512bw", "avx512vl"}
+    check("Haswell forced on an AVX-512 CPU is named", held_below_avx512("Haswell", avx512) != "", True)
+    check("SkylakeX forced on an AVX-512 CPU is not", held_below_avx512("SKYLAKEX", avx512), "")
+    check("nothing forced is not", held_below_avx512(None, avx512), "")
+    check("Haswell forced on an AVX2 CPU is not", held_below_avx512("Haswell", {"avx2"}), "")
     check("median of an even count", spread([1.0, 4.0, 2.0, 3.0]), (2.5, 1.0, 4.0))
     g = at_least(0.95)
     check("≥: every run above → ✓", g.judge([0.96, 1.02, 0.99]), "✓")
