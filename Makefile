@@ -174,8 +174,13 @@ else
   GPU_LINK   := $(BUILD)/obj/launcher/no_gpu.o
   GPU_LDLIBS :=
 endif
-# The link line: objects and archives of the rule ($^ without the stamp), then the GPU libraries.
-LINK = $(MPICXX) $(LDFLAGS) $(filter-out $(GPU_STAMP),$^) $(BLAS_LIBS) $(ONEDNN_LIBS) $(ICU_LIBS) -o $@
+# The MPI that $(MPICXX) compiles against (where the wrapper leads, and what it runs): the objects
+# it compiles depend on $(MPI_STAMP), which changes (only) when that does, so an existing build is
+# rebuilt, not mixed, when the wrapper moves to another MPI (Debian's mpicxx moves to Open MPI when
+# Open MPI is installed beside MPICH).
+MPI_STAMP := $(BUILD)/mpi-impl
+# The link line: objects and archives of the rule ($^ without the stamps), then the GPU libraries.
+LINK = $(MPICXX) $(LDFLAGS) $(filter-out $(GPU_STAMP) $(MPI_STAMP),$^) $(BLAS_LIBS) $(ONEDNN_LIBS) $(ICU_LIBS) -o $@
 # What every program links below its own objects, top layer first: the launcher, the CPU backend,
 # the GPU backend (or its stub), MPI, lib.
 BACKENDS = $(LIBTP_LAUNCHER) $(LIBTP_CPU) $(GPU_LINK) $(LIBTP_MPI) $(LIBTP) $(GPU_STAMP)
@@ -210,11 +215,11 @@ $(BUILD)/obj/cpu_backend/%.o: cpu_backend/%.cpp | deps
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) $(CPU_KERNEL_FLAGS) $(INC_CPU) -c $< -o $@
 
-$(BUILD)/obj/mpi/%.o: mpi/%.cpp | deps
+$(BUILD)/obj/mpi/%.o: mpi/%.cpp $(MPI_STAMP) | deps
 	@mkdir -p $(dir $@)
 	$(MPICXX) $(CXXFLAGS) $(INC_MPI) -c $< -o $@
 
-$(BUILD)/obj/launcher/%.o: launcher/%.cpp | deps
+$(BUILD)/obj/launcher/%.o: launcher/%.cpp $(MPI_STAMP) | deps
 	@mkdir -p $(dir $@)
 	$(MPICXX) $(CXXFLAGS) $(INC_LAUNCHER) -c $< -o $@
 
@@ -222,17 +227,22 @@ $(BUILD)/obj/lessons/%.o: lessons/%.cpp | deps
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) $(INC_LESSON) -c $< -o $@
 
-$(BUILD)/obj/tools/%.o: tools/%.cpp | deps
+$(BUILD)/obj/tools/%.o: tools/%.cpp $(MPI_STAMP) | deps
 	@mkdir -p $(dir $@)
 	$(MPICXX) $(CXXFLAGS) $(INC_TOOL) -c $< -o $@
 
-$(BUILD)/obj/tests/%.o: tests/%.cpp | deps
+$(BUILD)/obj/tests/%.o: tests/%.cpp $(MPI_STAMP) | deps
 	@mkdir -p $(dir $@)
 	$(MPICXX) $(CXXFLAGS) $(INC_TEST) -c $< -o $@
 
 $(GPU_STAMP): FORCE
 	@mkdir -p $(dir $@)
 	@echo "$(GPU_BACKEND)" | cmp -s - $@ || echo "$(GPU_BACKEND)" > $@
+
+$(MPI_STAMP): FORCE
+	@mkdir -p $(dir $@)
+	@m="$$(readlink -f "$$(command -v $(MPICXX))" 2>/dev/null): $$($(MPICXX) -show 2>/dev/null || $(MPICXX) --showme 2>/dev/null)"; \
+	echo "$$m" | cmp -s - $@ || { [ -f $@ ] && echo "· $(MPICXX) now compiles against another MPI: rebuilding what it compiled"; echo "$$m" > $@; }
 
 # The oneDNN GEMM: its one source compiled with TP_HAVE_ONEDNN when found, rebuilt when that changes.
 $(ONEDNN_STAMP): FORCE | deps
@@ -261,7 +271,7 @@ $(BUILD)/obj/gpu_backend/%.o: gpu_backend/%.cu | deps
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -MF $(@:.o=.d) -c $< -o $@
 
-$(BUILD)/obj/gpu_backend/%.o: gpu_backend/%.cpp | deps
+$(BUILD)/obj/gpu_backend/%.o: gpu_backend/%.cpp $(MPI_STAMP) | deps
 	@mkdir -p $(dir $@)
 	$(MPICXX) $(CXXFLAGS) $(INC_GPU) $(CUDA_INC) -c $< -o $@
 
@@ -342,15 +352,15 @@ $(EMU)/src/selftest.cpp: tests/cuda_emu/selftest.cu scripts/cuda-emu-translate.p
 	@mkdir -p $(dir $@)
 	perl scripts/cuda-emu-translate.pl $< > $@.tmp && mv $@.tmp $@
 
-$(BUILD)/obj/emu/%.o: $(EMU)/src/%.cpp | deps
+$(BUILD)/obj/emu/%.o: $(EMU)/src/%.cpp $(MPI_STAMP) | deps
 	@mkdir -p $(dir $@)
 	$(MPICXX) $(EMU_CXXFLAGS) -c $< -o $@
 
-$(BUILD)/obj/emu/%.o: gpu_backend/%.cpp | deps
+$(BUILD)/obj/emu/%.o: gpu_backend/%.cpp $(MPI_STAMP) | deps
 	@mkdir -p $(dir $@)
 	$(MPICXX) $(EMU_CXXFLAGS) -c $< -o $@
 
-$(BUILD)/obj/emu/%.o: tests/cuda_emu/%.cpp | deps
+$(BUILD)/obj/emu/%.o: tests/cuda_emu/%.cpp $(MPI_STAMP) | deps
 	@mkdir -p $(dir $@)
 	$(MPICXX) $(EMU_CXXFLAGS) -c $< -o $@
 

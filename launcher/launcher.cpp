@@ -6,11 +6,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 
 #include "backends.h"
@@ -78,6 +80,52 @@ std::string output_path_problem(const std::string& flag, const std::string& path
   return "";
 }
 
+// A launcher's count of the processes it started, from the variable it gives each one (Open MPI's
+// mpirun: OMPI_COMM_WORLD_SIZE; MPICH's Hydra and other PMI launchers: PMI_SIZE), and that
+// process's number; 0 and -1 when the variable is not set.
+struct Launched {
+  const char* variable;
+  long size = 0, rank = -1;
+};
+
+Launched launched_by(const char* size_var, const char* rank_var) {
+  Launched l{size_var};
+  if (const char* s = std::getenv(size_var)) l.size = std::strtol(s, nullptr, 10);
+  if (const char* r = std::getenv(rank_var)) l.rank = std::strtol(r, nullptr, 10);
+  return l;
+}
+
+// A program built with one MPI and started by another's mpirun (Debian's mpirun moves to Open MPI
+// when it is installed beside MPICH) initialises each process alone: a world of one rank, however
+// many the launcher started, and every one of them would go on as rank 0 of 1 (a lesson printing
+// "runs on 3 ranks, not 1" three times). Found here and said once, naming both MPIs and the fix;
+// "" when the world is as large as the launcher says, or no launcher says.
+std::string foreign_launcher_problem(int world_size, int* launcher_rank) {
+  if (world_size != 1) return "";
+  for (const Launched& l : {launched_by("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"),
+                            launched_by("PMI_SIZE", "PMI_RANK")}) {
+    if (l.size <= 1) continue;
+    *launcher_rank = static_cast<int>(l.rank);
+    char version[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+    int len = 0;
+    MPI_Get_library_version(version, &len);
+    std::string mine(version, static_cast<size_t>(std::max(0, len)));
+    mine = mine.substr(0, mine.find_first_of("\n,"));  // "MPICH Version:\t4.0.2", "Open MPI v4.1.4"
+    for (size_t at; (at = mine.find(" Version:")) != std::string::npos;) mine.erase(at, 9);
+    std::replace(mine.begin(), mine.end(), '\t', ' ');
+    const bool open_mpi = std::string(l.variable) == "OMPI_COMM_WORLD_SIZE";
+    return "the launcher started " + std::to_string(l.size) + " processes (" + l.variable + "=" +
+           std::to_string(l.size) + ": " +
+           (open_mpi ? "Open MPI's mpirun" : "a PMI launcher such as MPICH's") +
+           "), but this program is built with " + mine +
+           " and each process sees a world of 1 rank: start it with the mpirun of the MPI it was "
+           "built with (Debian: " +
+           (open_mpi ? "mpirun.mpich" : "mpirun.openmpi") +
+           "), or rebuild it with the other (README, \"Run one lesson\")";
+  }
+  return "";
+}
+
 }  // namespace
 
 void check_output_paths(const std::vector<std::pair<std::string, std::string>>& flag_paths) {
@@ -109,6 +157,14 @@ int run_program(int argc, char** argv, Options& options, const Program& program)
   int provided = MPI_THREAD_SINGLE;
   if (!initialized) MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);  // MPI errors become tp::Error
+  int world_size = 1, launcher_rank = -1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  if (const std::string problem = foreign_launcher_problem(world_size, &launcher_rank);
+      !problem.empty()) {
+    if (launcher_rank <= 0) std::fprintf(stderr, "error: %s\n", problem.c_str());
+    MPI_Finalize();
+    return 2;
+  }
 
   int rank = 0, local_rank = 0, local_size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

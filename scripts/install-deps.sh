@@ -44,7 +44,11 @@ gpu_line() {
 }
 
 cache=${DEPS_CACHE:-}
-if [ -n "$cache" ] && [ -f "$cache" ] && [ "$(head -1 "$cache")" = "$MPICXX $MPIEXEC $docs gpu-line-apart blas onednn${NO_ONEDNN:-}" ] &&
+# The report is kept for these names and where they lead now (Debian's mpicxx and mpirun move to
+# Open MPI when it is installed beside MPICH: the same names, another MPI).
+where() { readlink -f "$(command -v "$1")" 2>/dev/null; }
+cache_key="$MPICXX $MPIEXEC $docs gpu-line-apart blas onednn${NO_ONEDNN:-} $(where "$MPICXX") $(where "$MPIEXEC")"
+if [ -n "$cache" ] && [ -f "$cache" ] && [ "$(head -1 "$cache")" = "$cache_key" ] &&
    command -v "$MPICXX" >/dev/null 2>&1 && command -v "$MPIEXEC" >/dev/null 2>&1; then
   tail -n +2 "$cache"
   gpu_line
@@ -221,6 +225,6 @@ cat "$tmp/report"
 gpu_line
 if [ $status = 0 ] && [ -n "$cache" ]; then
   mkdir -p "$(dirname "$cache")"
-  { echo "$MPICXX $MPIEXEC $docs gpu-line-apart blas onednn${NO_ONEDNN:-}"; cat "$tmp/report"; } >"$cache"
+  { echo "$cache_key"; cat "$tmp/report"; } >"$cache"
 fi
 exit $status

@@ -292,6 +292,17 @@ log=$logs/check_as_typed.log
 if timeout 120 "$MPIEXEC" -np 4 "$BUILD/bin/tp_train" --steps 2 --hidden 32 --seq 16 --batch 2 </dev/null >"$log" 2>&1; then
   pass 1; echo "✓ as typed: $MPIEXEC -np 4 $BUILD/bin/tp_train … (no mpirun flags) ran"
 else fail "as typed: $MPIEXEC -np 4 $BUILD/bin/tp_train failed without mpirun flags (see $log)"; fi
+# Started by another MPI's launcher (Open MPI installed beside MPICH takes over Debian's mpirun):
+# each process is a world of one; one line naming both, exit 2. Simulated for an MPICH build by
+# the variable Open MPI's mpirun gives each process (a real Open MPI launch needs Open MPI).
+if "$MPICXX" -show 2>/dev/null | grep -qi mpich; then
+  log=$logs/check_foreign_launcher.log
+  OMPI_COMM_WORLD_SIZE=3 OMPI_COMM_WORLD_RANK=0 timeout 60 "$BUILD/bin/lesson_02_column_parallel" </dev/null >"$log" 2>&1
+  rc=$?
+  if [ "$rc" = 2 ] && [ "$(grep -c 'error:' "$log")" = 1 ] && grep -q "started 3 processes (OMPI_COMM_WORLD_SIZE=3: Open MPI's mpirun), but this program is built with MPICH" "$log"; then
+    pass 1; echo "✓ started by Open MPI's mpirun (simulated) with an MPICH build: exit 2, says: $(cat "$log")"
+  else fail "an MPICH build under Open MPI's launcher variables (simulated): exit $rc, expected 2 and one line (see $log)"; fi
+fi
 # The dependency check (make's first step) under a wrapper told to call a compiler that is not
 # there: one line naming the variable, exit 1, before any library reads as missing.
 log=$logs/check_deps_no_compiler.log
