@@ -38,10 +38,16 @@ bool set_in_environment(const Choice& c) {
 // MPI_T is initialised once and stays so until MPI_Finalize: MPICH 4.0.2 cannot initialise it a
 // second time after MPI_T_finalize (the variables' names are gone, MPI_T_cvar_get_num crashes),
 // which would break any later user of the tool interface in this process (a profiler, a test).
+// It asks for the thread level MPI already runs at: Open MPI 4.1 takes MPI_T_init_thread's level
+// as the process's own, so asking for MPI_THREAD_SINGLE after MPI_Init_thread(MULTIPLE) made
+// MPI_Query_thread answer SINGLE from then on (every communicator made later ran without its
+// progress thread, and MPI stopped guarding itself for the one already running).
 bool tool_interface() {
   static const bool ok = [] {
-    int provided = 0;
-    return MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) == MPI_SUCCESS;
+    int initialized = 0, level = MPI_THREAD_SINGLE, provided = 0;
+    MPI_Initialized(&initialized);
+    if (initialized) MPI_Query_thread(&level);
+    return MPI_T_init_thread(level, &provided) == MPI_SUCCESS;
   }();
   return ok;
 }

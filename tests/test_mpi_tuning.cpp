@@ -3,6 +3,7 @@
 // correctly on both sides of MPICH's 512 KiB switch, fp32 and bf16, blocking and async, on the
 // world and on split groups. Runs under mpirun -np 1, 2, 3, 4; values are small integers, exact.
 #include <gtest/gtest.h>
+#include <mpi.h>
 
 #include <cstdlib>
 #include <string>
@@ -55,6 +56,21 @@ TEST(MpiTuning, TheVariableHoldsTheChoice) {
   ASSERT_TRUE(mpi::read_algorithm_variable(variable, v));
   EXPECT_EQ(v.value, mpi::choice_value(v, choice));
   EXPECT_GT(v.value, 0);
+}
+
+// The tool interface keeps the thread level MPI runs at: Open MPI 4.1 takes MPI_T_init_thread's
+// level as the process's own, and MPI_T_init_thread(MPI_THREAD_SINGLE) once made MPI_Query_thread
+// answer SINGLE after the test main's (and tp::run_program's) MPI_Init_thread(MULTIPLE): every
+// communicator made afterwards (MpiCommunicator reads the level) ran without its progress thread,
+// and MPI stopped guarding itself for the one running. MPICH and Open MPI both provide MULTIPLE.
+TEST(MpiTuning, TheToolInterfaceKeepsTheThreadLevel) {
+  world();
+  mpi_collective_tuning();  // the tool interface is initialised by now
+  mpi::AlgorithmVariable v;
+  mpi::read_algorithm_variable(kVariable, v);
+  int level = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&level);
+  EXPECT_EQ(level, MPI_THREAD_MULTIPLE) << mpi_library_version();
 }
 
 // full[i] = (rank + 1) · (i mod 7 + 1): the sum over t ranks is (i mod 7 + 1) · t(t + 1)/2 (at most
