@@ -45,8 +45,10 @@ ranks=$(for p in $(descendants "$job"); do [ "$(ps -o comm= -p "$p")" = tp_train
 if [ -n "$ranks" ]; then kill -9 $ranks 2>/dev/null; fi
 wait "$job"; rc=$?
 newest=$(ls "$rs/ck" | grep -c '^checkpoint-step.*\.safetensors$')
-if [ -n "$ranks" ] && [ "$rc" != 0 ] && [ "$newest" -ge 1 ] && [ "$newest" -le 3 ]; then
-  pass 1; echo "✓ a run killed with kill -9 after step 20's checkpoint (exit $rc) left $newest checkpoints (--keep 3)"
+# At most --keep + 1: a save writes the new file before it removes the oldest (so that --keep valid
+# files exist at every moment), and a kill between the two leaves one more (seen under Open MPI).
+if [ -n "$ranks" ] && [ "$rc" != 0 ] && [ "$newest" -ge 1 ] && [ "$newest" -le 4 ]; then
+  pass 1; echo "✓ a run killed with kill -9 after step 20's checkpoint (exit $rc) left $newest checkpoints (--keep 3, + 1 if killed between a save and its prune)"
 else fail "the run to kill: ranks '$ranks', exit $rc, $newest checkpoints (see $logs/resume_killed.log)"; fi
 cp -r "$rs/ck" "$rs/ck_t1"; cp -r "$rs/ck" "$rs/ck_bad"
 start=$(ls "$rs/ck" | sed -n 's/^checkpoint-step0*\([0-9][0-9]*\)\.safetensors$/\1/p' | sort -n | tail -1)
