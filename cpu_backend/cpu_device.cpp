@@ -25,7 +25,12 @@ std::string CpuDevice::name() const {
 
 bool CpuDevice::takes_bf16(const std::string& kernel) const { return kernel != "adamw_step"; }
 bool CpuDevice::native_bf16(const std::string& kernel) const {
-  return kernel == "gemm" && bf16_gemm_.path == cpu::Bf16Gemm::onednn;
+  if (kernel == "gemm") return bf16_gemm_.path == cpu::Bf16Gemm::onednn;
+  // The kernels that read and write bf16 in their loops (kernels/kernel_util.h, "storage").
+  static const char* const kNative[] = {
+      "axpy",          "add_bias",          "add_bias_backward", "gelu_forward",
+      "gelu_backward", "bias_gelu_forward", "bias_gelu_backward"};
+  return std::find(std::begin(kNative), std::end(kNative), kernel) != std::end(kNative);
 }
 
 // A block is [header of kHeader bytes: its size][the caller's bytes], 64-byte aligned; the size

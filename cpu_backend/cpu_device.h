@@ -8,9 +8,12 @@
 // embedding, cross_entropy, adamw; kernels/kernel_util.h is what they share. The math of every
 // kernel is in core/device.h.
 //
-// bf16 (--precision bf16): every kernel but adamw_step takes bf16 tensors, none natively: the
-// Device front widens them to f32 (exact), runs the f32 kernel and rounds each output once
-// (core/device.h, "Dtypes"), but the GEMM where oneDNN is on: Debian's OpenBLAS exports no bf16
+// bf16 (--precision bf16): every kernel but adamw_step takes bf16 tensors. The elementwise ones of
+// the step (axpy, add_bias and its backward, GeLU and bias + GeLU, forward and backward) read and
+// write bf16 in their loops (native_bf16; kernels/kernel_util.h, "storage"), with the bits of the
+// stand-in path the others take: the Device front widens them to f32 (exact), runs the f32 kernel
+// and rounds each output once (core/device.h, "Dtypes"). The GEMM is native where oneDNN is on:
+// Debian's OpenBLAS exports no bf16
 // GEMM (`nm -D libopenblas.so` lists no sbgemm, only the CPU probe support_avx512_bf16), so a bf16
 // GEMM is either oneDNN's bf16 matmul (onednn_gemm.h: bf16 A and B, f32 accumulation; chosen where
 // the CPU has AVX512-BF16 or AMX, or by TP_CPU_BF16_GEMM) or cblas_sgemm on widened operands.
@@ -42,9 +45,10 @@ class CpuDevice : public Device {
   ~CpuDevice() override;
   std::string name() const override;
   bool host_accessible() const override { return true; }
-  /// Every kernel but adamw_step (widened by the Device front, see above).
+  /// Every kernel but adamw_step (those native_bf16 does not name widened by the front, see above).
   bool takes_bf16(const std::string& kernel) const override;
-  /// "gemm" when the oneDNN bf16 GEMM is on (onednn_gemm.h: choose_bf16_gemm), else none.
+  /// "gemm" when the oneDNN bf16 GEMM is on (onednn_gemm.h: choose_bf16_gemm), and the elementwise
+  /// kernels above; every other kernel runs on the front's stand-ins.
   bool native_bf16(const std::string& kernel) const override;
   /// The bf16 GEMM's line ("oneDNN (avx512_core_amx)", "sgemm on f32 stand-ins (...)").
   const std::string& bf16_gemm_note() const { return bf16_gemm_.note; }

@@ -72,10 +72,10 @@ struct Step {
   }
 };
 
-// One forward/backward of `cfg` on `comm` from the seed's weights; the global gradients.
-// Collective over comm (gathered).
-Step one_step(Communicator& comm, const GptConfig& cfg) {
-  Gpt model(device(), comm, cfg);
+// One forward/backward of `cfg` on `comm` (and `dev`) from the seed's weights; the global
+// gradients. Collective over comm (gathered).
+Step one_step(Communicator& comm, const GptConfig& cfg, Device& dev = device()) {
+  Gpt model(dev, comm, cfg);
   model.init(kSeed);
   model.zero_grad();
   const Batch b = markov_batch(cfg.vocab, 1, 2, cfg.seq);
@@ -135,6 +135,37 @@ INSTANTIATE_TEST_SUITE_P(Precision, Bf16AtEveryT,
                          [](const ::testing::TestParamInfo<PrecisionCase>& i) {
   return std::string(std::get<0>(i.param) ? "sp_" : "nosp_") + std::get<1>(i.param);
 });
+
+// The CPU's native bf16 kernels (CpuDevice::native_bf16) against the same model with every kernel
+// but the GEMM on the Device front's stand-ins: the loss and every gradient of one bf16 step at
+// t = np bit for bit, the kernels' contract (tests/test_cpu_bf16.cpp) over a whole forward and
+// backward, plain, with SP, and with the other paths (SwiGLU, RMSNorm, GQA, untied head, dropout).
+class StandInCpuDevice : public CpuDevice {
+ public:
+  bool native_bf16(const std::string& kernel) const override {
+    return kernel == "gemm" && CpuDevice::native_bf16(kernel);
+  }
+};
+
+TEST(Bf16NativeCpu, StepIsBitForBitTheStandInPath) {
+  StandInCpuDevice stand_in;
+  for (int c = 0; c < 3; ++c) {
+    GptConfig cfg = tiny(Precision::Bf16, c == 1);
+    if (c == 2) {
+      cfg.tied = false;
+      cfg.act = Activation::SwiGlu;
+      cfg.norm = NormKind::RmsNorm;
+      cfg.kv_heads = 6;
+      cfg.dropout = 0.1f;
+    }
+    if (!cfg.problems(world().size()).empty()) continue;  // not a valid split at this np
+    const Step nat = one_step(world(), cfg), ref = one_step(world(), cfg, stand_in);
+    EXPECT_EQ(nat.loss, ref.loss) << "case " << c;
+    ASSERT_EQ(nat.grads.size(), ref.grads.size());
+    for (size_t i = 0; i < nat.grads.size(); ++i)
+      EXPECT_EQ(nat.grads[i], ref.grads[i]) << nat.names[i] << " case " << c;
+  }
+}
 
 TEST(Bf16Training, TracksFp32FromTheSameWeightsWithinOnePercent) {
   const AdamWParams hp{3e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f};

@@ -29,7 +29,8 @@ constexpr float kGeluC = 0.044715f;
 // 0.72 ms against the unfused arithmetic (two roundings per a · b + c).
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
     !defined(TP_NO_CPU_CLONES)
-#define TP_CPU_CLONES_FMA __attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
+#define TP_CPU_CLONES_FMA \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define TP_CPU_CLONES_FMA
 #endif
@@ -61,40 +62,48 @@ TP_CPU_INLINE inline float gelu_grad(float x) {
 // TP_CPU_CLONES_FMA for GeLU's). The `if` applies to `parallel` only: a bare `if` on `parallel
 // for simd` applies to the simd part as well (OpenMP 5), and a tensor below kParallelMin then ran
 // one element at a time.
-TP_CPU_CLONES_FMA void gelu_forward_loop(float* py, const float* px, int64_t n) {
+//
+// The GeLU loops are templates on their tensors' element types (float, or uint16_t for bf16: read
+// and written in the loop, kernel_util.h "storage"), so a bf16 call does the f32 call's arithmetic
+// on the widened values and rounds each output once, the stand-in path's bits in one pass.
+template <typename Y, typename X>
+TP_CPU_CLONES_FMA void gelu_forward_loop(Y* py, const X* px, int64_t n) {
 #pragma omp parallel for simd if (parallel : n > cpu::kParallelMin)
-  for (int64_t i = 0; i < n; ++i) py[i] = gelu_value(px[i]);
+  for (int64_t i = 0; i < n; ++i) cpu::store(py, i, gelu_value(cpu::load(px, i)));
 }
 
-TP_CPU_CLONES_FMA void gelu_backward_loop(float* pdx, const float* pdy, const float* px,
-                                          int64_t n) {
+template <typename DX, typename DY, typename X>
+TP_CPU_CLONES_FMA void gelu_backward_loop(DX* pdx, const DY* pdy, const X* px, int64_t n) {
 #pragma omp parallel for simd if (parallel : n > cpu::kParallelMin)
-  for (int64_t i = 0; i < n; ++i) pdx[i] = pdy[i] * gelu_grad(px[i]);
+  for (int64_t i = 0; i < n; ++i)
+    cpu::store(pdx, i, cpu::load(pdy, i) * gelu_grad(cpu::load(px, i)));
 }
 
 // y = GeLU(x + b), row by row: one read of x, one write of y (add_bias + gelu_forward read and
 // wrote x + b once more in between).
-TP_CPU_CLONES_FMA void bias_gelu_forward_loop(float* py, const float* px, const float* pb,
-                                              int64_t rows, int64_t cols) {
+template <typename Y, typename X, typename B>
+TP_CPU_CLONES_FMA void bias_gelu_forward_loop(Y* py, const X* px, const B* pb, int64_t rows,
+                                              int64_t cols) {
 #pragma omp parallel for if (rows * cols > cpu::kParallelMin)
   for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = px + r * cols;
-    float* yr = py + r * cols;
+    const X* xr = px + r * cols;
+    Y* yr = py + r * cols;
 #pragma omp simd
-    for (int64_t c = 0; c < cols; ++c) yr[c] = gelu_value(xr[c] + pb[c]);
+    for (int64_t c = 0; c < cols; ++c)
+      cpu::store(yr, c, gelu_value(cpu::load(xr, c) + cpu::load(pb, c)));
   }
 }
 
 // dx = dy ⊙ GeLU'(x + b) and db += Σ_r dx, one pass, in add_bias_backward's walk (cpu::column_sums:
 // a float sum per column, rows in order, then added to db), so the bits are the unfused ones and do
-// not depend on the thread count.
-TP_CPU_CLONES_FMA void bias_gelu_backward_loop(float* pdx, float* pdb, const float* pdy,
-                                               const float* px, const float* pb, int64_t rows,
-                                               int64_t cols) {
+// not depend on the thread count. db sums dx before a bf16 dx's rounding, as on the stand-ins.
+template <typename DX, typename DB, typename DY, typename X, typename B>
+TP_CPU_CLONES_FMA void bias_gelu_backward_loop(DX* pdx, DB* pdb, const DY* pdy, const X* px,
+                                               const B* pb, int64_t rows, int64_t cols) {
 #pragma omp parallel if (rows * cols > cpu::kParallelMin)
   cpu::column_sums(pdb, rows, cols, [&](int64_t i, int64_t c) {
-    const float g = pdy[i] * gelu_grad(px[i] + pb[c]);
-    pdx[i] = g;
+    const float g = cpu::load(pdy, i) * gelu_grad(cpu::load(px, i) + cpu::load(pb, c));
+    cpu::store(pdx, i, g);
     return g;
   });
 }
@@ -120,21 +129,25 @@ TP_CPU_CLONES void swiglu_backward_loop(float* pdg, float* pdu, const float* pdy
 }  // namespace
 
 void CpuDevice::do_gelu_forward(Tensor& y, const Tensor& x) {
-  gelu_forward_loop(y.data(), x.data(), x.numel());
+  cpu::typed([&](auto* py, auto* px) { gelu_forward_loop(py, px, x.numel()); }, y, x);
 }
 
 void CpuDevice::do_gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) {
-  gelu_backward_loop(dx.data(), dy.data(), x.data(), x.numel());
+  cpu::typed([&](auto* pdx, auto* pdy, auto* px) { gelu_backward_loop(pdx, pdy, px, x.numel()); },
+             dx, dy, x);
 }
 
 void CpuDevice::do_bias_gelu_forward(Tensor& y, const Tensor& x, const Tensor& bias) {
-  bias_gelu_forward_loop(y.data(), x.data(), bias.data(), x.rows(), x.cols());
+  cpu::typed(
+      [&](auto* py, auto* px, auto* pb) { bias_gelu_forward_loop(py, px, pb, x.rows(), x.cols()); },
+      y, x, bias);
 }
 
 void CpuDevice::do_bias_gelu_backward(Tensor& dx, Tensor& dbias, const Tensor& dy, const Tensor& x,
                                       const Tensor& bias) {
-  bias_gelu_backward_loop(dx.data(), dbias.data(), dy.data(), x.data(), bias.data(), x.rows(),
-                          x.cols());
+  cpu::typed([&](auto* pdx, auto* pdb, auto* pdy, auto* px,
+                 auto* pb) { bias_gelu_backward_loop(pdx, pdb, pdy, px, pb, x.rows(), x.cols()); },
+             dx, dbias, dy, x, bias);
 }
 
 void CpuDevice::do_swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u) {

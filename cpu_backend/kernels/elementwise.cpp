@@ -2,9 +2,13 @@
 // forward and backward), add_bias and its backward (the bias gradient, a column sum). The math of
 // each is in core/device.h; the GPU's are in gpu_backend/kernels/elementwise.cu.
 //
-// Not cloned per vector width (TP_CPU_CLONES): one or two flops per element read, so memory sets
-// the pace, not the lanes; they run in the baseline's 4 lanes (SSE2) at 0.13-0.28 ns per element
-// over 1 Mi elements (1 thread, the bench machine), the cloned GeLU's 0.7.
+// fill, scale and mul are not cloned per vector width (TP_CPU_CLONES): one or two flops per element
+// read, so memory sets the pace, not the lanes; they run in the baseline's 4 lanes (SSE2) at
+// 0.13-0.28 ns per element over 1 Mi elements (1 thread, the bench machine), the cloned GeLU's 0.7.
+// axpy, add_bias and add_bias_backward read and write bf16 themselves (native_bf16; kernel_util.h,
+// "storage"): loop templates on the element types, cloned, since a bf16 store's rounding is a few
+// integer operations per element that SSE2 lacks the instructions to vectorise well (no unsigned
+// 32 → 16-bit pack), and the f32 call is the same template on floats.
 #include <cstdint>
 
 #include "cpu_device.h"
@@ -26,14 +30,6 @@ void CpuDevice::do_scale(Tensor& x, float alpha) {
   for (int64_t i = 0; i < n; ++i) p[i] *= alpha;
 }
 
-void CpuDevice::do_axpy(float alpha, const Tensor& x, Tensor& y) {
-  const float* px = x.data();
-  float* py = y.data();
-  const int64_t n = x.numel();
-#pragma omp parallel for simd if (parallel : n > cpu::kParallelMin)
-  for (int64_t i = 0; i < n; ++i) py[i] += alpha * px[i];
-}
-
 void CpuDevice::do_mul(const Tensor& x, const Tensor& m, Tensor& y) {
   const float* px = x.data();
   const float* pm = m.data();
@@ -43,26 +39,44 @@ void CpuDevice::do_mul(const Tensor& x, const Tensor& m, Tensor& y) {
   for (int64_t i = 0; i < n; ++i) py[i] = px[i] * pm[i];
 }
 
-void CpuDevice::do_add_bias(Tensor& y, const Tensor& bias) {
-  float* py = y.data();
-  const float* pb = bias.data();
-  const int64_t rows = y.rows(), cols = y.cols();
+namespace {
+// y += alpha x (the residual adds, and the fused add + norm's unfused steps).
+template <typename X, typename Y>
+TP_CPU_CLONES void axpy_loop(float alpha, const X* px, Y* py, int64_t n) {
+#pragma omp parallel for simd if (parallel : n > cpu::kParallelMin)
+  for (int64_t i = 0; i < n; ++i) cpu::store(py, i, cpu::load(py, i) + alpha * cpu::load(px, i));
+}
+
+template <typename Y, typename B>
+TP_CPU_CLONES void add_bias_loop(Y* py, const B* pb, int64_t rows, int64_t cols) {
 #pragma omp parallel for if (rows * cols > cpu::kParallelMin)
   for (int64_t r = 0; r < rows; ++r) {
-    float* yr = py + r * cols;
+    Y* yr = py + r * cols;
 #pragma omp simd
-    for (int64_t c = 0; c < cols; ++c) yr[c] += pb[c];
+    for (int64_t c = 0; c < cols; ++c) cpu::store(yr, c, cpu::load(yr, c) + cpu::load(pb, c));
   }
 }
 
-void CpuDevice::do_add_bias_backward(Tensor& dbias, const Tensor& dy) {
-  float* pdb = dbias.data();
-  const float* pdy = dy.data();
-  const int64_t rows = dy.rows(), cols = dy.cols();
-  // A float sum per column, rows in order, each column summed by one thread (cpu::column_sums: the
-  // result does not depend on threads), reading dy row after row.
+// A float sum per column, rows in order, each column summed by one thread (cpu::column_sums: the
+// result does not depend on threads), reading dy row after row.
+template <typename DB, typename DY>
+TP_CPU_CLONES void add_bias_backward_loop(DB* pdb, const DY* pdy, int64_t rows, int64_t cols) {
 #pragma omp parallel if (rows * cols > cpu::kParallelMin)
-  cpu::column_sums(pdb, rows, cols, [&](int64_t i, int64_t) { return pdy[i]; });
+  cpu::column_sums(pdb, rows, cols, [&](int64_t i, int64_t) { return cpu::load(pdy, i); });
+}
+}  // namespace
+
+void CpuDevice::do_axpy(float alpha, const Tensor& x, Tensor& y) {
+  cpu::typed([&](auto* px, auto* py) { axpy_loop(alpha, px, py, x.numel()); }, x, y);
+}
+
+void CpuDevice::do_add_bias(Tensor& y, const Tensor& bias) {
+  cpu::typed([&](auto* py, auto* pb) { add_bias_loop(py, pb, y.rows(), y.cols()); }, y, bias);
+}
+
+void CpuDevice::do_add_bias_backward(Tensor& dbias, const Tensor& dy) {
+  cpu::typed([&](auto* pdb, auto* pdy) { add_bias_backward_loop(pdb, pdy, dy.rows(), dy.cols()); },
+             dbias, dy);
 }
 
 }  // namespace tp

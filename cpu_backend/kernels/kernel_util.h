@@ -1,7 +1,7 @@
 // kernel_util.h — what the CPU backend's kernels/ files share: the size below which a loop runs on
 // one thread, each thread's columns of the parameter gradients' row sums (and the bias's column
-// sums), a fixed-lane f64 sum, the per-vector-width clones, an optional fused multiply-add and a
-// vectorisable e^x.
+// sums), a fixed-lane f64 sum, the per-vector-width clones, an optional fused multiply-add, a
+// vectorisable e^x, and the bf16 loads and stores of the kernels that read bf16 themselves.
 //
 // Determinism: results are bit-identical for any OpenMP thread count. Every output element is
 // computed by one thread in a fixed order: sums over rows (dw, db, dwte, dwpe) are parallelised over
@@ -17,7 +17,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
+
+#include "core/tensor.h"
 
 // TP_CPU_CLONES before an elementwise kernel's loop function: GCC compiles it three times, for
 // AVX-512 (16 floats a vector), AVX2 (8) and the build's baseline (x86-64: SSE2, 4), and the
@@ -29,11 +32,14 @@
 // optimize("fp-contract=off") attribute instead would stop the inline helpers, exp_small, from
 // being inlined into the clone, which then no longer vectorises.) Measured on the bench machine
 // (a Xeon with AVX-512): GeLU 0.80 ns per element with AVX2, 0.58 with AVX-512, at 64 Ki elements
-// (before GeLU's fused multiply-adds: kernels/activation.cpp, TP_CPU_CLONES_FMA).
+// (before GeLU's fused multiply-adds: kernels/activation.cpp, TP_CPU_CLONES_FMA). The AVX-512
+// clone is x86-64-v4 (AVX-512 F with BW, DQ and VL, every AVX-512 CPU since Skylake-SP), not F
+// alone: the bf16 loops' 16-bit lanes (the stores' 32 → 16-bit narrowing) need BW, and without it
+// GCC leaves those loops scalar in the AVX-512 clone.
 // Virtual functions cannot be multiversioned, so each CpuDevice kernel calls a free function.
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
     !defined(TP_NO_CPU_CLONES)
-#define TP_CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define TP_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #else
 #define TP_CPU_CLONES
 #endif
@@ -49,6 +55,50 @@
 namespace tp {
 namespace cpu {
 
+// ---- storage: f32 or bf16 (--precision bf16) ---------------------------------------------------
+// A kernel that reads bf16 itself (CpuDevice::native_bf16) is a loop template on each tensor's
+// element type, float or uint16_t (bf16's bits), called through typed(): load() gives a float (a
+// bf16 widened exactly), the arithmetic is the f32 kernel's own, and store() rounds to bf16 once.
+// So a bf16 call gives the bits of the Device front's stand-in path (widen every bf16 tensor into a
+// full-size f32 copy, run the f32 kernel, round each output back; core/device.h, "Dtypes") in one
+// pass over memory instead of three or four, and the f32 kernel is the same template on floats.
+
+TP_CPU_INLINE inline float load(const float* p, int64_t i) { return p[i]; }
+TP_CPU_INLINE inline float load(const uint16_t* p, int64_t i) {
+  const uint32_t u = static_cast<uint32_t>(p[i]) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+TP_CPU_INLINE inline void store(float* p, int64_t i, float v) { p[i] = v; }
+// core/dtype.h's float_to_bf16_bits (nearest, ties to even; a NaN stays a quiet NaN) written as a
+// select instead of an early return, so that the loops around it vectorise: the same bits.
+TP_CPU_INLINE inline void store(uint16_t* p, int64_t i, float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof u);
+  const uint32_t nearest = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, quiet = (u >> 16) | 0x40u;
+  const uint32_t r = (u & 0x7fffffffu) > 0x7f800000u ? quiet : nearest;
+  p[i] = static_cast<uint16_t>(r);
+}
+
+// Calls f(p...) with each tensor's elements as a typed pointer: float* for f32, uint16_t* for bf16
+// (const for a const Tensor; nullptr for an undefined one). One instance of f per mix of dtypes, so
+// each loop is compiled for the types it reads, with no per-element test of a dtype.
+template <typename F>
+inline void typed(F&& f) {
+  f();
+}
+template <typename F, typename T, typename... Ts>
+inline void typed(F&& f, T& t, Ts&... rest) {
+  constexpr bool kConst = std::is_const_v<T>;
+  using Bits = std::conditional_t<kConst, const uint16_t, uint16_t>;
+  using Float = std::conditional_t<kConst, const float, float>;
+  if (t.defined() && t.dtype() == Dtype::bf16)
+    typed([&](auto*... ps) { f(static_cast<Bits*>(t.raw()), ps...); }, rest...);
+  else
+    typed([&](auto*... ps) { f(static_cast<Float*>(t.raw()), ps...); }, rest...);
+}
+
 constexpr int64_t kParallelMin = 1 << 14;  // below this much work, one thread is faster
 constexpr int64_t kColBlock = 64;          // the unit of a thread's columns in the row sums
 
@@ -63,13 +113,14 @@ inline void column_range(int64_t cols, int64_t nt, int64_t me, int64_t& c0, int6
 
 // The bias gradient's column sums, called by every thread of a parallel region: db[c] += Σ_r
 // term(r · cols + c, c) over the rows r of a rows × cols matrix, for this thread's columns
-// (column_range), in a float sum per column, rows in order. So each column is summed by one thread
+// (column_range), in a float sum per column, rows in order (a bf16 db: widened, the sum added,
+// rounded once, as the stand-in path does). So each column is summed by one thread
 // in one order, and the bits do not depend on the thread count. `term` gives the element (and may
 // write beside it: the fused bias + GeLU's dx). add_bias_backward's and the fused bias + GeLU
 // backward's walk (kernels/elementwise.cpp, activation.cpp). Always inlined, for the clone that
 // calls it (as lane_sum); the loop over the columns vectorises.
-template <typename F>
-TP_CPU_INLINE inline void column_sums(float* pdb, int64_t rows, int64_t cols, F term) {
+template <typename F, typename DB = float>
+TP_CPU_INLINE inline void column_sums(DB* pdb, int64_t rows, int64_t cols, F term) {
   int64_t c0, c1;
   column_range(cols, omp_get_num_threads(), omp_get_thread_num(), c0, c1);
   std::vector<float> sum(static_cast<size_t>(c1 - c0), 0.0f);
@@ -79,7 +130,7 @@ TP_CPU_INLINE inline void column_sums(float* pdb, int64_t rows, int64_t cols, F 
 #pragma omp simd
     for (int64_t c = c0; c < c1; ++c) ps[c - c0] += term(o + c, c);
   }
-  for (int64_t c = c0; c < c1; ++c) pdb[c] += ps[c - c0];
+  for (int64_t c = c0; c < c1; ++c) store(pdb, c, load(pdb, c) + ps[c - c0]);
 }
 
 // Σ_c f(c) over c in [0, n), in f64, in kLanes fixed partial sums: lane j adds the c ≡ j (mod
@@ -141,8 +192,11 @@ TP_CPU_INLINE inline float madd(float a, float b, float c) {
 // polynomial, 2^n built as exponent bits. Adding 1.5 · 2^23 rounds x / ln2 to the integer n and
 // leaves n in the low bits of the sum. kFused: each a · b + c one fused multiply-add (madd), for
 // the loops cloned with TP_CPU_CLONES_FMA; else two roundings, the arithmetic of every clone.
+// Always inlined (TP_CPU_INLINE): one call left in a loop stops it from vectorising, and GCC's
+// inliner stopped inlining it once the bf16 loop templates (kernel_util.h, "storage") gave it
+// dozens of callers.
 template <bool kFused = false>
-inline float exp_small(float x) {
+TP_CPU_INLINE inline float exp_small(float x) {
   constexpr float kShift = 12582912.0f;  // 1.5 · 2^23
   const float shifted = madd<kFused>(x, 1.44269504088896341f, kShift);
   const float n = shifted - kShift;
