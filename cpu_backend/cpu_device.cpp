@@ -27,9 +27,17 @@ bool CpuDevice::takes_bf16(const std::string& kernel) const { return kernel != "
 bool CpuDevice::native_bf16(const std::string& kernel) const {
   if (kernel == "gemm") return bf16_gemm_.path == cpu::Bf16Gemm::onednn;
   // The kernels that read and write bf16 in their loops (kernels/kernel_util.h, "storage").
-  static const char* const kNative[] = {
-      "axpy",          "add_bias",          "add_bias_backward", "gelu_forward",
-      "gelu_backward", "bias_gelu_forward", "bias_gelu_backward"};
+  static const char* const kNative[] = {"axpy",
+                                        "add_bias",
+                                        "add_bias_backward",
+                                        "gelu_forward",
+                                        "gelu_backward",
+                                        "bias_gelu_forward",
+                                        "bias_gelu_backward",
+                                        "layernorm_forward",
+                                        "layernorm_backward",
+                                        "rmsnorm_forward",
+                                        "rmsnorm_backward"};
   return std::find(std::begin(kNative), std::end(kNative), kernel) != std::end(kNative);
 }
 

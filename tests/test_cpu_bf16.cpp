@@ -89,7 +89,7 @@ const Shape kShapes[] = {Shape{1, 1},  Shape{1, 17},  Shape{5, 1},
 // One tensor of a call: its shape (from the call's rows × cols) and values. Written outputs start as
 // NaN, so that a kernel that failed to write one fails the comparison.
 struct Arg {
-  enum Kind { Matrix, Row } kind;  // (rows, cols), or (cols) for a bias
+  enum Kind { Matrix, Row, Column } kind;  // (rows, cols); (cols): a bias; (rows): a statistic
   const char* name;
   float scale;  // input values in [-scale, scale); 0: a written output (NaN)
 };
@@ -121,7 +121,9 @@ void expect_stand_in_bits(const char* kernel, const std::vector<Arg>& args, cons
       for (int j = 0; j < n; ++j) {
         const Dtype d = (mask >> j & 1) ? Dtype::bf16 : Dtype::f32;
         tag += std::string(" ") + args[j].name + ":" + tp::dtype_name(d);
-        const Shape shape = args[j].kind == Arg::Row ? Shape{s[1]} : s;
+        const Shape shape = args[j].kind == Arg::Row      ? Shape{s[1]}
+                            : args[j].kind == Arg::Column ? Shape{s[0]}
+                                                          : s;
         const std::vector<float> v =
             args[j].scale == 0
                 ? std::vector<float>(static_cast<size_t>(shape.numel()),
@@ -179,6 +181,57 @@ TEST(CpuBf16Native, BiasGeluForwardAndBackwardAreTheStandInPathBitForBit) {
                         {Arg::Row, "b", 1.0f}},
                        [](Device& dev, std::vector<Tensor>& t) {
     dev.bias_gelu_backward(t[0], t[1], t[2], t[3], t[4]);
+  });
+}
+
+// The statistics (mean, rstd) are f32 in the model but any dtype here, as the parameters and their
+// gradients; the backward reads arbitrary statistics (NaN and negative ones too): its contract
+// is bits for every input, not only for the forward's outputs.
+constexpr float kEps = 1e-5f;
+
+TEST(CpuBf16Native, LayerNormForwardAndBackwardAreTheStandInPathBitForBit) {
+  expect_stand_in_bits("layernorm_forward",
+                       {{Arg::Matrix, "y", 0.0f},
+                        {Arg::Column, "mean", 0.0f},
+                        {Arg::Column, "rstd", 0.0f},
+                        {Arg::Matrix, "x", 3.0f},
+                        {Arg::Row, "w", 2.0f},
+                        {Arg::Row, "b", 1.0f}},
+                       [](Device& dev, std::vector<Tensor>& t) {
+    dev.layernorm_forward(t[0], t[1], t[2], t[3], t[4], t[5], kEps);
+  });
+  expect_stand_in_bits("layernorm_backward",
+                       {{Arg::Matrix, "dx", 0.0f},
+                        {Arg::Row, "dw", 1.0f},
+                        {Arg::Row, "db", 1.0f},
+                        {Arg::Matrix, "dy", 2.0f},
+                        {Arg::Matrix, "x", 3.0f},
+                        {Arg::Row, "w", 2.0f},
+                        {Arg::Column, "mean", 1.0f},
+                        {Arg::Column, "rstd", 4.0f}},
+                       [](Device& dev, std::vector<Tensor>& t) {
+    dev.layernorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]);
+  });
+}
+
+TEST(CpuBf16Native, RmsNormForwardAndBackwardAreTheStandInPathBitForBit) {
+  expect_stand_in_bits("rmsnorm_forward",
+                       {{Arg::Matrix, "y", 0.0f},
+                        {Arg::Column, "rstd", 0.0f},
+                        {Arg::Matrix, "x", 3.0f},
+                        {Arg::Row, "w", 2.0f}},
+                       [](Device& dev, std::vector<Tensor>& t) {
+    dev.rmsnorm_forward(t[0], t[1], t[2], t[3], kEps);
+  });
+  expect_stand_in_bits("rmsnorm_backward",
+                       {{Arg::Matrix, "dx", 0.0f},
+                        {Arg::Row, "dw", 1.0f},
+                        {Arg::Matrix, "dy", 2.0f},
+                        {Arg::Matrix, "x", 3.0f},
+                        {Arg::Row, "w", 2.0f},
+                        {Arg::Column, "rstd", 4.0f}},
+                       [](Device& dev, std::vector<Tensor>& t) {
+    dev.rmsnorm_backward(t[0], t[1], t[2], t[3], t[4], t[5]);
   });
 }
 

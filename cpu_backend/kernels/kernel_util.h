@@ -99,6 +99,35 @@ inline void typed(F&& f, T& t, Ts&... rest) {
     typed([&](auto*... ps) { f(static_cast<Float*>(t.raw()), ps...); }, rest...);
 }
 
+// A short tensor (a norm's weight, bias, statistics or parameter gradient: h or rows elements) as
+// f32 for a kernel's loops: its own memory when it is f32, else a copy widened into a host buffer
+// (no Device allocation), rounded back into the tensor once by round_back() when it is an output.
+// A call pays h or rows elements for it, not the activations' rows × h, and the loops stay one
+// instance per mix of the activations' dtypes; the bits are the stand-in path's (exact widening,
+// one rounding of each output). An undefined tensor gives nullptr.
+class SmallF32 {
+ public:
+  explicit SmallF32(const Tensor& t) : t_(t), bf16_(t.defined() && t.dtype() == Dtype::bf16) {
+    if (!bf16_) return;
+    const auto* p = static_cast<const uint16_t*>(t.raw());
+    wide_.resize(static_cast<size_t>(t.numel()));
+    for (int64_t i = 0; i < t.numel(); ++i) wide_[static_cast<size_t>(i)] = load(p, i);
+  }
+  float* data() { return bf16_ ? wide_.data() : own(); }
+  const float* data() const { return bf16_ ? wide_.data() : own(); }
+  void round_back() {
+    if (!bf16_) return;
+    auto* p = static_cast<uint16_t*>(t_.raw());
+    for (int64_t i = 0; i < t_.numel(); ++i) store(p, i, wide_[static_cast<size_t>(i)]);
+  }
+
+ private:
+  float* own() const { return t_.defined() ? static_cast<float*>(t_.raw()) : nullptr; }
+  const Tensor& t_;
+  bool bf16_;
+  std::vector<float> wide_;
+};
+
 constexpr int64_t kParallelMin = 1 << 14;  // below this much work, one thread is faster
 constexpr int64_t kColBlock = 64;          // the unit of a thread's columns in the row sums
 

@@ -9,6 +9,14 @@
 // count and the vector width: the loops are cloned per vector width (TP_CPU_CLONES), 16 lanes with
 // AVX-512, where the `omp simd` reductions they replace had to stay in the baseline's 2 doubles.
 // On one thread the backward is one pass (norm_backward_one_pass), the same sums in the same order.
+//
+// bf16 (native_bf16): the plain norms' loops are templates on the activations' element types (x,
+// y; dy, dx: kernel_util.h, "storage"), so a bf16 call reads and writes them itself, with the f32
+// arithmetic and one rounding per stored element, the stand-in path's bits. The per-column and
+// per-row vectors (w, b, dw, db, mean, rstd: h or rows elements) go through cpu::SmallF32, an f32
+// view, widened into a host buffer when bf16, so the loops stay one instance per activation dtype
+// mix. The fused add + norm kernels stay f32: the Device front runs a bf16 call of those as the
+// unfused steps (core/device.cpp).
 #include <omp.h>
 
 #include <cmath>
@@ -24,19 +32,22 @@ namespace {
 // Row r's terms of the parameter gradients for columns [c0, c1): sw[c − c0] += dy x̂ and (pmean
 // non-null) sb[c − c0] += dy, in f64, x̂ = (x − mean[r]) rstd[r] (pmean null: RMSNorm's x̂ =
 // x rstd[r]). Inlined into both backward loops below, one code, so the same bits.
-TP_CPU_INLINE inline void param_grads_row(double* psw, double* psb, const float* dyr,
-                                          const float* xr, const float* pmean, float rs, int64_t r,
-                                          int64_t c0, int64_t c1) {
+template <typename DY, typename X>
+TP_CPU_INLINE inline void param_grads_row(double* psw, double* psb, const DY* dyr, const X* xr,
+                                          const float* pmean, float rs, int64_t r, int64_t c0,
+                                          int64_t c1) {
+  using cpu::load;
   if (pmean != nullptr) {
     const float m = pmean[r];
 #pragma omp simd
     for (int64_t c = c0; c < c1; ++c) {
-      psw[c - c0] += static_cast<double>(dyr[c]) * ((xr[c] - m) * rs);
-      psb[c - c0] += double{dyr[c]};
+      psw[c - c0] += static_cast<double>(load(dyr, c)) * ((load(xr, c) - m) * rs);
+      psb[c - c0] += double{load(dyr, c)};
     }
   } else {
 #pragma omp simd
-    for (int64_t c = c0; c < c1; ++c) psw[c - c0] += static_cast<double>(dyr[c]) * (xr[c] * rs);
+    for (int64_t c = c0; c < c1; ++c)
+      psw[c - c0] += static_cast<double>(load(dyr, c)) * (load(xr, c) * rs);
   }
 }
 
@@ -50,33 +61,38 @@ TP_CPU_INLINE inline void add_param_grads(float* pdw, float* pdb, const double* 
 
 // Row r's dx (pmean null: RMSNorm's, x̂ = x rstd, no mean(g) term), inlined as param_grads_row;
 // with resr non-null, resr + dx (the backward_add kernels: axpy's sum, dres + 1 · dx).
-TP_CPU_INLINE inline void dx_row(float* dxr, const float* resr, const float* dyr, const float* xr,
+template <typename DX, typename DY, typename X>
+TP_CPU_INLINE inline void dx_row(DX* dxr, const float* resr, const DY* dyr, const X* xr,
                                  const float* pw, const float* pmean, float rs, int64_t r,
                                  int64_t h) {
+  using cpu::load;
   const float m = pmean != nullptr ? pmean[r] : 0.0f;
   const double sum_g =
-      pmean != nullptr ? cpu::lane_sum(h, [&](int64_t c) { return double{dyr[c] * pw[c]}; }) : 0.0;
-  const double sum_gx = cpu::lane_sum(
-      h, [&](int64_t c) { return static_cast<double>(dyr[c] * pw[c]) * ((xr[c] - m) * rs); });
+      pmean != nullptr ? cpu::lane_sum(h, [&](int64_t c) { return double{load(dyr, c) * pw[c]}; })
+                       : 0.0;
+  const double sum_gx = cpu::lane_sum(h, [&](int64_t c) {
+    return static_cast<double>(load(dyr, c) * pw[c]) * ((load(xr, c) - m) * rs);
+  });
   const float mean_g = static_cast<float>(sum_g / static_cast<double>(h));
   const float mean_gx = static_cast<float>(sum_gx / static_cast<double>(h));
   if (resr != nullptr) {
 #pragma omp simd
     for (int64_t c = 0; c < h; ++c) {
-      const float xhat = (xr[c] - m) * rs;
-      dxr[c] = resr[c] + rs * (dyr[c] * pw[c] - mean_g - xhat * mean_gx);
+      const float xhat = (load(xr, c) - m) * rs;
+      cpu::store(dxr, c, resr[c] + rs * (load(dyr, c) * pw[c] - mean_g - xhat * mean_gx));
     }
   } else {
 #pragma omp simd
     for (int64_t c = 0; c < h; ++c) {
-      const float xhat = (xr[c] - m) * rs;
-      dxr[c] = rs * (dyr[c] * pw[c] - mean_g - xhat * mean_gx);
+      const float xhat = (load(xr, c) - m) * rs;
+      cpu::store(dxr, c, rs * (load(dyr, c) * pw[c] - mean_g - xhat * mean_gx));
     }
   }
 }
 
 // dw[c] += Σ_r dy[r, c] x̂[r, c] and (db non-null) db[c] += Σ_r dy[r, c], in f64, rows in order.
-TP_CPU_CLONES void norm_param_grads_loop(float* pdw, float* pdb, const float* pdy, const float* px,
+template <typename DY, typename X>
+TP_CPU_CLONES void norm_param_grads_loop(float* pdw, float* pdb, const DY* pdy, const X* px,
                                          const float* pmean, const float* prstd, int64_t rows,
                                          int64_t h) {
 #pragma omp parallel
@@ -92,7 +108,8 @@ TP_CPU_CLONES void norm_param_grads_loop(float* pdw, float* pdb, const float* pd
 }
 
 // dx (pres non-null: dres + dx), one row per iteration.
-TP_CPU_CLONES void norm_dx_loop(float* pdx, const float* pres, const float* pdy, const float* px,
+template <typename DX, typename DY, typename X>
+TP_CPU_CLONES void norm_dx_loop(DX* pdx, const float* pres, const DY* pdy, const X* px,
                                 const float* pw, const float* pmean, const float* prstd,
                                 int64_t rows, int64_t h) {
 #pragma omp parallel for
@@ -104,8 +121,9 @@ TP_CPU_CLONES void norm_dx_loop(float* pdx, const float* pres, const float* pdy,
 // The backward on one thread in one pass over dy and x (the two loops above read both twice):
 // row by row, its parameter-gradient terms for every column, then its dx. Each column's sum
 // still adds the rows in order, so the bits are those of the two loops.
-TP_CPU_CLONES void norm_backward_one_pass(float* pdx, float* pdw, float* pdb, const float* pres,
-                                          const float* pdy, const float* px, const float* pw,
+template <typename DX, typename DY, typename X>
+TP_CPU_CLONES void norm_backward_one_pass(DX* pdx, float* pdw, float* pdb, const float* pres,
+                                          const DY* pdy, const X* px, const float* pw,
                                           const float* pmean, const float* prstd, int64_t rows,
                                           int64_t h) {
   std::vector<double> sw(static_cast<size_t>(h), 0.0), sb(static_cast<size_t>(h), 0.0);
@@ -119,9 +137,10 @@ TP_CPU_CLONES void norm_backward_one_pass(float* pdx, float* pdw, float* pdb, co
 
 // The norms' backward (pres non-null: dx = dres + the norm's dx): one pass where it runs on one
 // thread, else the two loops, each parallel.
-void norm_backward(float* pdx, float* pdw, float* pdb, const float* pres, const float* pdy,
-                   const float* px, const float* pw, const float* pmean, const float* prstd,
-                   int64_t rows, int64_t h) {
+template <typename DX, typename DY, typename X>
+void norm_backward(DX* pdx, float* pdw, float* pdb, const float* pres, const DY* pdy, const X* px,
+                   const float* pw, const float* pmean, const float* prstd, int64_t rows,
+                   int64_t h) {
   if (rows * h <= cpu::kParallelMin || omp_get_max_threads() == 1) {
     norm_backward_one_pass(pdx, pdw, pdb, pres, pdy, px, pw, pmean, prstd, rows, h);
     return;
@@ -132,29 +151,36 @@ void norm_backward(float* pdx, float* pdw, float* pdb, const float* pres, const 
 
 // LayerNorm forward of one row of h: y, *mean, *rstd (device.h). Always inlined, as cpu::lane_sum,
 // into the plain and the fused (residual add + norm) loops: one code for both, so the same bits.
-TP_CPU_INLINE inline void layernorm_row(float* yr, float* mean, float* rstd, const float* xr,
+template <typename Y, typename X>
+TP_CPU_INLINE inline void layernorm_row(Y* yr, float* mean, float* rstd, const X* xr,
                                         const float* pw, const float* pb, int64_t h, float eps) {
+  using cpu::load;
   const double mu =
-      cpu::lane_sum(h, [&](int64_t c) { return double{xr[c]}; }) / static_cast<double>(h);
+      cpu::lane_sum(h, [&](int64_t c) { return double{load(xr, c)}; }) / static_cast<double>(h);
   const double ss = cpu::lane_sum(h, [&](int64_t c) {
-    const double d = xr[c] - mu;
+    const double d = load(xr, c) - mu;
     return d * d;
   });
   const float m = static_cast<float>(mu);
   const float rs = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(h) + eps));
 #pragma omp simd
-  for (int64_t c = 0; c < h; ++c) yr[c] = (xr[c] - m) * rs * pw[c] + pb[c];
+  for (int64_t c = 0; c < h; ++c) cpu::store(yr, c, (load(xr, c) - m) * rs * pw[c] + pb[c]);
   *mean = m;
   *rstd = rs;
 }
 
 // RMSNorm forward of one row of h: y, *rstd (inlined, as layernorm_row).
-TP_CPU_INLINE inline void rmsnorm_row(float* yr, float* rstd, const float* xr, const float* pw,
-                                      int64_t h, float eps) {
-  const double ss = cpu::lane_sum(h, [&](int64_t c) { return static_cast<double>(xr[c]) * xr[c]; });
+template <typename Y, typename X>
+TP_CPU_INLINE inline void rmsnorm_row(Y* yr, float* rstd, const X* xr, const float* pw, int64_t h,
+                                      float eps) {
+  using cpu::load;
+  const double ss = cpu::lane_sum(h, [&](int64_t c) {
+    const float v = load(xr, c);
+    return static_cast<double>(v) * v;
+  });
   const float rs = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(h) + eps));
 #pragma omp simd
-  for (int64_t c = 0; c < h; ++c) yr[c] = xr[c] * rs * pw[c];
+  for (int64_t c = 0; c < h; ++c) cpu::store(yr, c, load(xr, c) * rs * pw[c]);
   *rstd = rs;
 }
 
@@ -165,7 +191,8 @@ TP_CPU_INLINE inline void add_row(float* sr, const float* xr, const float* rr, i
 }
 
 // LayerNorm forward of rows × h: y, mean, rstd.
-TP_CPU_CLONES void layernorm_forward_loop(float* py, float* pmean, float* prstd, const float* px,
+template <typename Y, typename X>
+TP_CPU_CLONES void layernorm_forward_loop(Y* py, float* pmean, float* prstd, const X* px,
                                           const float* pw, const float* pb, int64_t rows, int64_t h,
                                           float eps) {
 #pragma omp parallel for if (rows * h > cpu::kParallelMin)
@@ -186,7 +213,8 @@ TP_CPU_CLONES void add_layernorm_forward_loop(float* ps, float* py, float* pmean
 }
 
 // RMSNorm forward of rows × h: y, rstd.
-TP_CPU_CLONES void rmsnorm_forward_loop(float* py, float* prstd, const float* px, const float* pw,
+template <typename Y, typename X>
+TP_CPU_CLONES void rmsnorm_forward_loop(Y* py, float* prstd, const X* px, const float* pw,
                                         int64_t rows, int64_t h, float eps) {
 #pragma omp parallel for if (rows * h > cpu::kParallelMin)
   for (int64_t r = 0; r < rows; ++r) rmsnorm_row(py + r * h, prstd + r, px + r * h, pw, h, eps);
@@ -206,8 +234,16 @@ TP_CPU_CLONES void add_rmsnorm_forward_loop(float* ps, float* py, float* prstd, 
 
 void CpuDevice::do_layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
                                      const Tensor& w, const Tensor& b, float eps) {
-  layernorm_forward_loop(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), x.rows(),
-                         x.cols(), eps);
+  cpu::SmallF32 m(mean), rs(rstd);
+  const cpu::SmallF32 pw(w), pb(b);
+  cpu::typed(
+      [&](auto* py, auto* px) {
+    layernorm_forward_loop(py, m.data(), rs.data(), px, pw.data(), pb.data(), x.rows(), x.cols(),
+                           eps);
+      },
+      y, x);
+  m.round_back();
+  rs.round_back();
 }
 
 void CpuDevice::do_add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd,
@@ -220,8 +256,16 @@ void CpuDevice::do_add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Ten
 void CpuDevice::do_layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy,
                                       const Tensor& x, const Tensor& w, const Tensor& mean,
                                       const Tensor& rstd) {
-  norm_backward(dx.data(), dw.data(), db.data(), nullptr, dy.data(), x.data(), w.data(),
-                mean.data(), rstd.data(), x.rows(), x.cols());
+  cpu::SmallF32 pdw(dw), pdb(db);
+  const cpu::SmallF32 pw(w), m(mean), rs(rstd);
+  cpu::typed(
+      [&](auto* pdx, auto* pdy, auto* px) {
+    norm_backward(pdx, pdw.data(), pdb.data(), nullptr, pdy, px, pw.data(), m.data(), rs.data(),
+                  x.rows(), x.cols());
+      },
+      dx, dy, x);
+  pdw.round_back();
+  pdb.round_back();
 }
 
 void CpuDevice::do_layernorm_backward_add(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dres,
@@ -233,7 +277,14 @@ void CpuDevice::do_layernorm_backward_add(Tensor& dx, Tensor& dw, Tensor& db, co
 
 void CpuDevice::do_rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w,
                                    float eps) {
-  rmsnorm_forward_loop(y.data(), rstd.data(), x.data(), w.data(), x.rows(), x.cols(), eps);
+  cpu::SmallF32 rs(rstd);
+  const cpu::SmallF32 pw(w);
+  cpu::typed(
+      [&](auto* py, auto* px) {
+    rmsnorm_forward_loop(py, rs.data(), px, pw.data(), x.rows(), x.cols(), eps);
+      },
+      y, x);
+  rs.round_back();
 }
 
 void CpuDevice::do_add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& x,
@@ -244,8 +295,15 @@ void CpuDevice::do_add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const
 
 void CpuDevice::do_rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
                                     const Tensor& w, const Tensor& rstd) {
-  norm_backward(dx.data(), dw.data(), nullptr, nullptr, dy.data(), x.data(), w.data(), nullptr,
-                rstd.data(), x.rows(), x.cols());
+  cpu::SmallF32 pdw(dw);
+  const cpu::SmallF32 pw(w), rs(rstd);
+  cpu::typed(
+      [&](auto* pdx, auto* pdy, auto* px) {
+    norm_backward(pdx, pdw.data(), nullptr, nullptr, pdy, px, pw.data(), nullptr, rs.data(),
+                  x.rows(), x.cols());
+      },
+      dx, dy, x);
+  pdw.round_back();
 }
 
 void CpuDevice::do_rmsnorm_backward_add(Tensor& dx, Tensor& dw, const Tensor& dres,
