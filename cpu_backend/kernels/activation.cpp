@@ -101,7 +101,7 @@ template <typename DX, typename DB, typename DY, typename X, typename B>
 TP_CPU_CLONES_FMA void bias_gelu_backward_loop(DX* pdx, DB* pdb, const DY* pdy, const X* px,
                                                const B* pb, int64_t rows, int64_t cols) {
 #pragma omp parallel if (rows * cols > cpu::kParallelMin)
-  cpu::column_sums(pdb, rows, cols, [&](int64_t i, int64_t c) {
+  cpu::column_sums(pdb, rows, cols, [&](int64_t i, int64_t c) TP_CPU_INLINE {
     const float g = cpu::load(pdy, i) * gelu_grad(cpu::load(px, i) + cpu::load(pb, c));
     cpu::store(pdx, i, g);
     return g;

@@ -62,7 +62,8 @@ TP_CPU_CLONES void add_bias_loop(Y* py, const B* pb, int64_t rows, int64_t cols)
 template <typename DB, typename DY>
 TP_CPU_CLONES void add_bias_backward_loop(DB* pdb, const DY* pdy, int64_t rows, int64_t cols) {
 #pragma omp parallel if (rows * cols > cpu::kParallelMin)
-  cpu::column_sums(pdb, rows, cols, [&](int64_t i, int64_t) { return cpu::load(pdy, i); });
+  cpu::column_sums(pdb, rows, cols,
+                   [&](int64_t i, int64_t) TP_CPU_INLINE { return cpu::load(pdy, i); });
 }
 }  // namespace
 

@@ -68,9 +68,10 @@ TP_CPU_INLINE inline void dx_row(DX* dxr, const float* resr, const DY* dyr, cons
   using cpu::load;
   const float m = pmean != nullptr ? pmean[r] : 0.0f;
   const double sum_g =
-      pmean != nullptr ? cpu::lane_sum(h, [&](int64_t c) { return double{load(dyr, c) * pw[c]}; })
-                       : 0.0;
-  const double sum_gx = cpu::lane_sum(h, [&](int64_t c) {
+      pmean != nullptr
+          ? cpu::lane_sum(h, [&](int64_t c) TP_CPU_INLINE { return double{load(dyr, c) * pw[c]}; })
+          : 0.0;
+  const double sum_gx = cpu::lane_sum(h, [&](int64_t c) TP_CPU_INLINE {
     return static_cast<double>(load(dyr, c) * pw[c]) * ((load(xr, c) - m) * rs);
   });
   const float mean_g = static_cast<float>(sum_g / static_cast<double>(h));
@@ -155,9 +156,9 @@ template <typename Y, typename X>
 TP_CPU_INLINE inline void layernorm_row(Y* yr, float* mean, float* rstd, const X* xr,
                                         const float* pw, const float* pb, int64_t h, float eps) {
   using cpu::load;
-  const double mu =
-      cpu::lane_sum(h, [&](int64_t c) { return double{load(xr, c)}; }) / static_cast<double>(h);
-  const double ss = cpu::lane_sum(h, [&](int64_t c) {
+  const double mu = cpu::lane_sum(h, [&](int64_t c) TP_CPU_INLINE { return double{load(xr, c)}; }) /
+                    static_cast<double>(h);
+  const double ss = cpu::lane_sum(h, [&](int64_t c) TP_CPU_INLINE {
     const double d = load(xr, c) - mu;
     return d * d;
   });
@@ -174,7 +175,7 @@ template <typename Y, typename X>
 TP_CPU_INLINE inline void rmsnorm_row(Y* yr, float* rstd, const X* xr, const float* pw, int64_t h,
                                       float eps) {
   using cpu::load;
-  const double ss = cpu::lane_sum(h, [&](int64_t c) {
+  const double ss = cpu::lane_sum(h, [&](int64_t c) TP_CPU_INLINE {
     const float v = load(xr, c);
     return static_cast<double>(v) * v;
   });
