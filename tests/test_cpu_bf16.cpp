@@ -188,27 +188,30 @@ TEST(CpuBf16Native, BiasGeluForwardAndBackwardAreTheStandInPathBitForBit) {
 // gradients; the backward reads arbitrary statistics (NaN and negative ones too): its contract
 // is bits for every input, not only for the forward's outputs.
 constexpr float kEps = 1e-5f;
+// The norms' shared arguments: x, w, dy, dw and rstd as inputs.
+const Arg kX{Arg::Matrix, "x", 3.0f}, kW{Arg::Row, "w", 2.0f}, kDy{Arg::Matrix, "dy", 2.0f},
+    kDw{Arg::Row, "dw", 1.0f}, kRstd{Arg::Column, "rstd", 4.0f};
 
 TEST(CpuBf16Native, LayerNormForwardAndBackwardAreTheStandInPathBitForBit) {
   expect_stand_in_bits("layernorm_forward",
                        {{Arg::Matrix, "y", 0.0f},
                         {Arg::Column, "mean", 0.0f},
                         {Arg::Column, "rstd", 0.0f},
-                        {Arg::Matrix, "x", 3.0f},
-                        {Arg::Row, "w", 2.0f},
+                        kX,
+                        kW,
                         {Arg::Row, "b", 1.0f}},
                        [](Device& dev, std::vector<Tensor>& t) {
     dev.layernorm_forward(t[0], t[1], t[2], t[3], t[4], t[5], kEps);
   });
   expect_stand_in_bits("layernorm_backward",
                        {{Arg::Matrix, "dx", 0.0f},
-                        {Arg::Row, "dw", 1.0f},
+                        kDw,
                         {Arg::Row, "db", 1.0f},
-                        {Arg::Matrix, "dy", 2.0f},
-                        {Arg::Matrix, "x", 3.0f},
-                        {Arg::Row, "w", 2.0f},
+                        kDy,
+                        kX,
+                        kW,
                         {Arg::Column, "mean", 1.0f},
-                        {Arg::Column, "rstd", 4.0f}},
+                        kRstd},
                        [](Device& dev, std::vector<Tensor>& t) {
     dev.layernorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]);
   });
@@ -216,20 +219,11 @@ TEST(CpuBf16Native, LayerNormForwardAndBackwardAreTheStandInPathBitForBit) {
 
 TEST(CpuBf16Native, RmsNormForwardAndBackwardAreTheStandInPathBitForBit) {
   expect_stand_in_bits("rmsnorm_forward",
-                       {{Arg::Matrix, "y", 0.0f},
-                        {Arg::Column, "rstd", 0.0f},
-                        {Arg::Matrix, "x", 3.0f},
-                        {Arg::Row, "w", 2.0f}},
+                       {{Arg::Matrix, "y", 0.0f}, {Arg::Column, "rstd", 0.0f}, kX, kW},
                        [](Device& dev, std::vector<Tensor>& t) {
     dev.rmsnorm_forward(t[0], t[1], t[2], t[3], kEps);
   });
-  expect_stand_in_bits("rmsnorm_backward",
-                       {{Arg::Matrix, "dx", 0.0f},
-                        {Arg::Row, "dw", 1.0f},
-                        {Arg::Matrix, "dy", 2.0f},
-                        {Arg::Matrix, "x", 3.0f},
-                        {Arg::Row, "w", 2.0f},
-                        {Arg::Column, "rstd", 4.0f}},
+  expect_stand_in_bits("rmsnorm_backward", {{Arg::Matrix, "dx", 0.0f}, kDw, kDy, kX, kW, kRstd},
                        [](Device& dev, std::vector<Tensor>& t) {
     dev.rmsnorm_backward(t[0], t[1], t[2], t[3], t[4], t[5]);
   });
