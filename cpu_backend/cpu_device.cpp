@@ -27,7 +27,10 @@ bool CpuDevice::takes_bf16(const std::string& kernel) const { return kernel != "
 bool CpuDevice::native_bf16(const std::string& kernel) const {
   if (kernel == "gemm") return bf16_gemm_.path == cpu::Bf16Gemm::onednn;
   // The kernels that read and write bf16 in their loops (kernels/kernel_util.h, "storage").
-  static const char* const kNative[] = {"axpy",
+  static const char* const kNative[] = {"fill",
+                                        "scale",
+                                        "mul",
+                                        "axpy",
                                         "add_bias",
                                         "add_bias_backward",
                                         "gelu_forward",

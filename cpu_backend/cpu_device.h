@@ -8,15 +8,15 @@
 // embedding, cross_entropy, adamw; kernels/kernel_util.h is what they share. The math of every
 // kernel is in core/device.h.
 //
-// bf16 (--precision bf16): every kernel but adamw_step takes bf16 tensors. The elementwise ones of
-// the step (axpy, add_bias and its backward, GeLU and bias + GeLU, forward and backward) read and
-// write bf16 in their loops (native_bf16; kernels/kernel_util.h, "storage"), with the bits of the
-// stand-in path the others take: the Device front widens them to f32 (exact), runs the f32 kernel
-// and rounds each output once (core/device.h, "Dtypes"). The GEMM is native where oneDNN is on:
-// Debian's OpenBLAS exports no bf16
-// GEMM (`nm -D libopenblas.so` lists no sbgemm, only the CPU probe support_avx512_bf16), so a bf16
-// GEMM is either oneDNN's bf16 matmul (onednn_gemm.h: bf16 A and B, f32 accumulation; chosen where
-// the CPU has AVX512-BF16 or AMX, or by TP_CPU_BF16_GEMM) or cblas_sgemm on widened operands.
+// bf16 (--precision bf16): every kernel but adamw_step takes bf16 tensors. The elementwise ones
+// (fill, scale, mul, axpy, add_bias and its backward, GeLU and bias + GeLU, forward and backward)
+// and the plain norms (LayerNorm, RMSNorm, forward and backward) read and write bf16 in their loops
+// (native_bf16; kernels/kernel_util.h, "storage"), with the bits of the stand-in path the others
+// take: the Device front widens them to f32 (exact), runs the f32 kernel and rounds each output
+// once (core/device.h, "Dtypes"). The GEMM is native where oneDNN is on: Debian's OpenBLAS exports
+// no bf16 GEMM (`nm -D libopenblas.so` lists no sbgemm, only the CPU probe support_avx512_bf16), so
+// a bf16 GEMM is either oneDNN's bf16 matmul (onednn_gemm.h: bf16 A and B, f32 accumulation; chosen
+// where the CPU has AVX512-BF16 or AMX, or by TP_CPU_BF16_GEMM) or cblas_sgemm on widened operands.
 // adamw_step stays f32: it updates the fp32 master weights and moments.
 #pragma once
 

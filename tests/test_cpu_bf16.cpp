@@ -1,4 +1,4 @@
-// test_cpu_bf16.cpp — the CPU's native bf16 kernels against the stand-in path, bit for bit (serial).
+// test_cpu_bf16.cpp — the CPU's native bf16 kernels against the stand-in path, bit for bit.
 //
 // A kernel the CPU reads and writes bf16 in (CpuDevice::native_bf16; kernels/kernel_util.h,
 // "storage") promises the bits of the Device front's stand-in path: every bf16 tensor widened
@@ -7,11 +7,12 @@
 // answers false for every kernel but the GEMM (StandInCpuDevice), so the front widens and rounds.
 // Each kernel runs on both devices from the same inputs, for every mix of dtypes of its tensors
 // (the model's bf16 activations with f32 statistics and weight gradients, and the others), on odd
-// shapes (one element, a row of 1, widths that are no multiple of a vector, one above the size where
-// the loops go parallel), with NaN, ±inf, ±0, subnormals, the largest float (which rounds up to
-// inf in bf16) and values whose result falls exactly halfway between two bf16 numbers (ties to
-// even); every output must match bit for bit (a NaN as a NaN: bits_of says why). The native call must also allocate nothing (no
-// stand-in copies), which shows the native loop ran, while the reference call does.
+// shapes (one element, a row of 1, widths that are no multiple of a vector, one above the size
+// where the loops go parallel), with NaN, ±inf, ±0, subnormals, the largest float (which rounds up
+// to inf in bf16) and values whose result falls exactly halfway between two bf16 numbers (ties to
+// even); every output must match bit for bit (a NaN as a NaN: bits_of says why). The native call
+// must also allocate nothing (no stand-in copies), which shows the native loop ran, while the
+// reference call does. Serial (test_serial).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -86,8 +87,8 @@ std::vector<float> awkward(const std::string& name, int64_t n, float a) {
 const Shape kShapes[] = {Shape{1, 1},  Shape{1, 17},  Shape{5, 1},
                          Shape{3, 33}, Shape{37, 65}, Shape{130, 129}};
 
-// One tensor of a call: its shape (from the call's rows × cols) and values. Written outputs start as
-// NaN, so that a kernel that failed to write one fails the comparison.
+// One tensor of a call: its shape (from the call's rows × cols) and values. Written outputs start
+// as NaN, so that a kernel that failed to write one fails the comparison.
 struct Arg {
   enum Kind { Matrix, Row, Column } kind;  // (rows, cols); (cols): a bias; (rows): a statistic
   const char* name;
@@ -142,6 +143,20 @@ void expect_stand_in_bits(const char* kernel, const std::vector<Arg>& args, cons
         EXPECT_EQ(bits_of(nat[j]), bits_of(ref[j])) << tag << " " << args[j].name;
     }
   }
+}
+
+TEST(CpuBf16Native, FillScaleAndMulAreTheStandInPathBitForBit) {
+  for (const float v : {1.3f, from_bits(0x3f808000u)})  // the second a tie: 1 + 2^−8
+    expect_stand_in_bits("fill", {{Arg::Matrix, "x", 0.0f}},
+                         [&](Device& dev, std::vector<Tensor>& t) { dev.fill(t[0], v); });
+  expect_stand_in_bits("scale", {{Arg::Matrix, "x", 3.0f}},
+                       [](Device& dev, std::vector<Tensor>& t) { dev.scale(t[0], -0.37f); });
+  expect_stand_in_bits(
+      "mul", {{Arg::Matrix, "x", 3.0f}, {Arg::Matrix, "m", 2.0f}, {Arg::Matrix, "y", 0.0f}},
+      [](Device& dev, std::vector<Tensor>& t) {
+    dev.mul(t[0], t[1], t[2]);
+    dev.mul(t[2], t[1], t[2]);  // y may alias x
+      });
 }
 
 TEST(CpuBf16Native, AxpyIsTheStandInPathBitForBit) {
