@@ -393,9 +393,10 @@ TEST(KernelBiasGelu, BitwiseEqualToTheUnfusedKernelsAtAnyThreadCount) {
   EXPECT_THROW(device().bias_gelu_backward(Y, bad, dY, X, B), tp::Error);
 }
 
-// bf16 (the Device front's stand-ins): x and y in bf16 give the f32 kernel on the widened x, its
-// output rounded once; the bias and its gradient stay f32.
-TEST(KernelBiasGelu, TakesBf16ThroughTheStandIns) {
+// bf16 (native on the CPU, bit for bit the Device front's stand-ins: tests/test_cpu_bf16.cpp): x
+// and y in bf16 give the f32 kernel on the widened x, its output rounded once; the bias and its
+// gradient stay f32.
+TEST(KernelBiasGelu, TakesBf16AsTheF32KernelOnTheWidenedInput) {
   const int64_t rows = 9, cols = 40;
   const auto x = random_scaled("bgb_x", rows * cols, 3.0f), b = random_scaled("bgb_b", cols, 1.0f);
   const auto dy = random_vector("bgb_dy", rows * cols);
@@ -753,7 +754,8 @@ TEST(KernelAddNorm, BackwardAddIsTheNormsDxPlusTheResidualsBitwise) {
 }
 
 // With bf16 activations the front runs the Device's default do_* (whatever the backend), each of
-// its kernels on its own stand-ins: s is rounded to bf16 before the norm reads it, and the
+// its kernels rounding as on its own stand-ins (the CPU's axpy and norms now read bf16 themselves,
+// with those bits): s is rounded to bf16 before the norm reads it, and the
 // backward's dx before it is added, as unfused; a shape mismatch is an error.
 TEST(KernelAddNorm, Bf16RoundsAsUnfusedAndBadShapesAreErrors) {
   const int64_t rows = 7, h = 48;
