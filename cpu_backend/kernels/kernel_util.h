@@ -20,6 +20,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/tensor.h"
 
 // TP_CPU_CLONES before an elementwise kernel's loop function: GCC compiles it three times, for
@@ -66,23 +67,12 @@ namespace cpu {
 // full-size f32 copy, run the f32 kernel, round each output back; core/device.h, "Dtypes") in one
 // pass over memory instead of three or four, and the f32 kernel is the same template on floats.
 
+// The bit work is core/dtype.h's (exact widening; nearest, ties to even, a NaN kept quiet, as a
+// select so that the loops around it vectorise).
 TP_CPU_INLINE inline float load(const float* p, int64_t i) { return p[i]; }
-TP_CPU_INLINE inline float load(const uint16_t* p, int64_t i) {
-  const uint32_t u = static_cast<uint32_t>(p[i]) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
+TP_CPU_INLINE inline float load(const uint16_t* p, int64_t i) { return bf16_bits_to_float(p[i]); }
 TP_CPU_INLINE inline void store(float* p, int64_t i, float v) { p[i] = v; }
-// core/dtype.h's float_to_bf16_bits (nearest, ties to even; a NaN stays a quiet NaN) written as a
-// select instead of an early return, so that the loops around it vectorise: the same bits.
-TP_CPU_INLINE inline void store(uint16_t* p, int64_t i, float v) {
-  uint32_t u;
-  std::memcpy(&u, &v, sizeof u);
-  const uint32_t nearest = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, quiet = (u >> 16) | 0x40u;
-  const uint32_t r = (u & 0x7fffffffu) > 0x7f800000u ? quiet : nearest;
-  p[i] = static_cast<uint16_t>(r);
-}
+TP_CPU_INLINE inline void store(uint16_t* p, int64_t i, float v) { p[i] = float_to_bf16_bits(v); }
 
 // Calls f(p...) with each tensor's elements as a typed pointer: float* for f32, uint16_t* for bf16
 // (const for a const Tensor; nullptr for an undefined one). One instance of f per mix of dtypes, so

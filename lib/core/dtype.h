@@ -29,12 +29,13 @@ inline float bf16_bits_to_float(uint16_t bits) {
 }
 
 /// float → bf16 bits, round to nearest even (a carry may bump the exponent, up to ±inf); NaN stays
-/// a quiet NaN.
+/// a quiet NaN. A select, not an early return, so that a loop of it vectorises (the CPU's convert
+/// and its kernels that store bf16 themselves, cpu_backend/kernels/kernel_util.h).
 inline uint16_t float_to_bf16_bits(float f) {
   uint32_t u;
   std::memcpy(&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  const uint32_t nearest = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, quiet = (u >> 16) | 0x40u;
+  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet : nearest);
 }
 
 /// The float nearest to x among bf16 values (what a store to bf16 and a load back gives).
