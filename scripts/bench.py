@@ -675,14 +675,22 @@ def breakdown_rows(table, build, tmp, reps):
 
 # ---- the header -----------------------------------------------------------------------------------
 
-def cpu_model():
+def cpuinfo(field):
+    """The value of /proc/cpuinfo's first line for `field` ("model name", "flags"), or None."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
             for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip() + " (/proc/cpuinfo)"
+                if line.startswith(field):
+                    return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return None
+
+
+def cpu_model():
+    model = cpuinfo("model name")
+    if model:
+        return model + " (/proc/cpuinfo)"
     return (platform.processor() or platform.machine() or "unknown CPU") + " (platform)"
 
 
@@ -715,15 +723,8 @@ def header(info, load_before, load_after, seconds, reps, reps_long, steps):
 
 
 def cpu_flags():
-    """The CPU's feature flags (/proc/cpuinfo's first "flags" line), or an empty set."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
+    """The CPU's feature flags (/proc/cpuinfo), or an empty set."""
+    return set((cpuinfo("flags") or "").split())
 
 
 AVX512_CORES = ("skylakex", "cooperlake", "sapphirerapids")  # OpenBLAS's kernels that use AVX-512
