@@ -15,7 +15,11 @@
 //   Open MPI: coll_libnbc_iallreduce_algorithm = ring
 //     Open MPI 4.1's libnbc picks a binomial tree (a reduce, then a broadcast) for every in-place
 //     MPI_Iallreduce and for any on fewer than 4 ranks: at np 2, 16 MiB took 1.4-1.6x the
-//     blocking MPI_Allreduce; the ring, 0.9-1.0x (a loaded machine, medians of 9).
+//     blocking MPI_Allreduce; the ring, 0.9-1.0x (a loaded machine, medians of 9). The ring
+//     starts each of its t segments at another rank, so at t >= 3 the order an element is summed
+//     in depends on its place in the message: an all-reduce cut into row blocks (--overlap
+//     chunked) then differs from the whole's in the last bits, which the binomial tree's one
+//     order never does (tests/test_overlap.cpp probes it: all_reduce_rows_invariant).
 //
 // A choice the user made stands: when the variable is set in the environment (MPICH: the
 // MPIR_CVAR_, MPICH_ or MPIR_PARAM_ prefix, `=auto` restores MPICH's own choice; Open MPI:
