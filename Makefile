@@ -22,6 +22,8 @@
 #                 without the GPU backend and the CUDA emulator; a sanitizer report anywhere fails
 #   make sanitize-quick  CI's short sanitizer run (ASan + UBSan) in build-san/: serial tests, MPI
 #                 tests at np 2, three short tp_train runs (--sp, --save/--load, --dp); ~4 min on 2 cores
+#   make openmpi-quick  CI's short run under Open MPI (mpicxx.openmpi) in build-openmpi/: the same
+#                 checks unsanitized, the MPI tests at np 1 2 3 4
 #   make fuzz     libFuzzer on the safetensors reader, checkpoint metadata, option parser [FUZZ_SECONDS=60]
 #   make format   clang-format every source file in place (.clang-format; make test checks it)
 #   make compile_commands  build/compile_commands.json for editors (clangd finds it in build/)
@@ -187,7 +189,7 @@ LINK = $(MPICXX) $(LDFLAGS) $(filter-out $(GPU_STAMP) $(MPI_STAMP),$^) $(BLAS_LI
 BACKENDS = $(LIBTP_LAUNCHER) $(LIBTP_CPU) $(GPU_LINK) $(LIBTP_MPI) $(LIBTP) $(GPU_STAMP)
 
 .PHONY: all lessons tests tools run test docs bench clean deps gpu-check gpu-emu help format fuzz \
-        lesson-pages lesson-check sanitize-quick compile_commands FORCE
+        lesson-pages lesson-check sanitize-quick openmpi-quick compile_commands FORCE
 # Keep the objects that only pattern rules mention (make would delete them as intermediates).
 # Only these: a bare .SECONDARY would also stop a missing archive from being rebuilt.
 .SECONDARY: $(patsubst %,$(BUILD)/obj/lessons/%/main.o,$(LESSONS)) \
@@ -465,6 +467,21 @@ sanitize-quick:
 	@$(MAKE) --no-print-directory SANITIZE=$(SAN_QUICK) BUILD=$(SAN_QUICK_BUILD) \
 	  $(addprefix $(SAN_QUICK_BUILD)/bin/,test_serial test_mpi tp_train)
 	@SANITIZE=$(SAN_QUICK) BUILD=$(SAN_QUICK_BUILD) scripts/sanitize-quick.sh
+
+# ---- Open MPI: CI's short run under the other MPI, make openmpi-quick ------------------------------
+# sanitize-quick's checks unsanitized under Open MPI (mpicxx.openmpi, mpirun.openmpi: Debian's
+# names, which stay when mpicxx and mpirun lead to MPICH), in build-openmpi/, with the MPI tests at
+# np 1 2 3 4: a few minutes on 2 cores (its build is most of it). OMPI_MPICXX / OMPI_MPIEXEC name
+# others. `make test MPICXX=mpicxx.openmpi MPIEXEC=mpirun.openmpi BUILD=build-openmpi` is the full
+# run.
+OMPI_MPICXX  ?= mpicxx.openmpi
+OMPI_MPIEXEC ?= mpirun.openmpi
+openmpi-quick:
+	@command -v $(OMPI_MPICXX) >/dev/null && command -v $(OMPI_MPIEXEC) >/dev/null || \
+	  { echo "make openmpi-quick needs Open MPI's $(OMPI_MPICXX) and $(OMPI_MPIEXEC): apt-get install openmpi-bin libopenmpi-dev (then update-alternatives --set mpirun /usr/bin/mpirun.mpich and --set mpi /usr/bin/mpicc.mpich keep MPICH the default)"; exit 1; }
+	@$(MAKE) --no-print-directory MPICXX=$(OMPI_MPICXX) MPIEXEC=$(OMPI_MPIEXEC) BUILD=build-openmpi \
+	  $(addprefix build-openmpi/bin/,test_serial test_mpi tp_train)
+	@SANITIZE= QUICK_NP="1 2 3 4" MPIEXEC=$(OMPI_MPIEXEC) BUILD=build-openmpi scripts/sanitize-quick.sh
 
 docs:
 	@scripts/install-deps.sh --docs
