@@ -471,7 +471,8 @@ sanitize-quick:
 # ---- Open MPI: CI's short run under the other MPI, make openmpi-quick ------------------------------
 # sanitize-quick's checks unsanitized under Open MPI (mpicxx.openmpi, mpirun.openmpi: Debian's
 # names, which stay when mpicxx and mpirun lead to MPICH), in build-openmpi/, with the MPI tests at
-# np 1 2 3 4: a few minutes on 2 cores (its build is most of it). OMPI_MPICXX / OMPI_MPIEXEC name
+# np 1 2 3 4: a few minutes on 2 cores (its build is most of it; without the GPU backend, which
+# the MPI communicator does not touch: NO_CUDA=1). OMPI_MPICXX / OMPI_MPIEXEC name
 # others. `make test MPICXX=mpicxx.openmpi MPIEXEC=mpirun.openmpi BUILD=build-openmpi` is the full
 # run.
 OMPI_MPICXX  ?= mpicxx.openmpi
@@ -480,7 +481,7 @@ openmpi-quick:
 	@command -v $(OMPI_MPICXX) >/dev/null && command -v $(OMPI_MPIEXEC) >/dev/null || \
 	  { echo "make openmpi-quick needs Open MPI's $(OMPI_MPICXX) and $(OMPI_MPIEXEC): apt-get install openmpi-bin libopenmpi-dev (then update-alternatives --set mpirun /usr/bin/mpirun.mpich and --set mpi /usr/bin/mpicc.mpich keep MPICH the default)"; exit 1; }
 	@$(MAKE) --no-print-directory MPICXX=$(OMPI_MPICXX) MPIEXEC=$(OMPI_MPIEXEC) BUILD=build-openmpi \
-	  $(addprefix build-openmpi/bin/,test_serial test_mpi tp_train)
+	  NO_CUDA=1 $(addprefix build-openmpi/bin/,test_serial test_mpi tp_train)
 	@SANITIZE= QUICK_NP="1 2 3 4" MPIEXEC=$(OMPI_MPIEXEC) BUILD=build-openmpi scripts/sanitize-quick.sh
 
 docs:

@@ -498,7 +498,7 @@ def training_rows(table, build, steps, tmp, reps_long, reps, info):
                 f"{float(c.get('check_grad_rel', 'nan')):.1e}")
     ours = {1: [], 2: []}
     theirs = {1: [], 2: []}
-    scaled = {(): [], ("--sp",): []}
+    scaled = {(): [], ("--sp",): [], ("--overlap", "none"): []}
     twice = []
     for r in range(reps_long):
         ours[1].append(train_tokens(build, 1, 1, steps, tmp, "t1_1"))
@@ -543,6 +543,16 @@ def training_rows(table, build, steps, tmp, reps_long, reps, info):
                   f"{med(ours[2]):.0f} tok/s", f"1 thread: {med(ours[1][:len(ours[2])]):.0f} tok/s",
                   [a / b for a, b in zip(ours[2], ours[1])], None,
                   "one process, no collectives: what two cores give this step")
+    # tp_train's default --overlap async against none at t = 2, in the same rounds: what the
+    # progress thread's overlap gains (or costs) here. With every core computing (ranks × threads
+    # = cores) it has no core of its own, and its wake-ups take the compute threads' (README, "On
+    # another CPU": none was faster in 20 of 28 pairs on a 2-core EPYC).
+    none = scaled[("--overlap", "none")]
+    if none:
+        table.add("strong scaling", "reference: t = 2 --overlap async (the default) vs none (1 thread/rank)",
+                  f"{med(scaled[()][:len(none)]):.0f} tok/s", f"none: {med(none):.0f} tok/s",
+                  [a / b for a, b in zip(scaled[()], none)], None,
+                  "above 1: the backward's all-reduces hidden under the weight-gradient GEMMs pay")
     if twice:
         table.add("strong scaling", "reference: two t = 1 runs at once vs one alone (1 thread each)",
                   f"{med(twice):.0f} tok/s each", f"alone: {med(ours[1][:len(twice)]):.0f} tok/s",
