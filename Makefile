@@ -472,14 +472,18 @@ sanitize-quick:
 # sanitize-quick's checks unsanitized under Open MPI (mpicxx.openmpi, mpirun.openmpi: Debian's
 # names, which stay when mpicxx and mpirun lead to MPICH), in build-openmpi/, with the MPI tests at
 # np 1 2 3 4: a few minutes on 2 cores (its build is most of it; without the GPU backend, which
-# the MPI communicator does not touch: NO_CUDA=1). OMPI_MPICXX / OMPI_MPIEXEC name
-# others. `make test MPICXX=mpicxx.openmpi MPIEXEC=mpirun.openmpi BUILD=build-openmpi` is the full
+# the MPI communicator does not touch: NO_CUDA=1). The objects no MPI header reaches (lib/,
+# cpu_backend/, most tests) are taken from $(BUILD) when it has them up to date
+# (scripts/seed-build.sh): only the rest is compiled against Open MPI. OMPI_MPICXX / OMPI_MPIEXEC
+# name others. `make test MPICXX=mpicxx.openmpi MPIEXEC=mpirun.openmpi BUILD=build-openmpi` is the full
 # run.
 OMPI_MPICXX  ?= mpicxx.openmpi
 OMPI_MPIEXEC ?= mpirun.openmpi
 openmpi-quick:
 	@command -v $(OMPI_MPICXX) >/dev/null && command -v $(OMPI_MPIEXEC) >/dev/null || \
 	  { echo "make openmpi-quick needs Open MPI's $(OMPI_MPICXX) and $(OMPI_MPIEXEC): apt-get install openmpi-bin libopenmpi-dev (then update-alternatives --set mpirun /usr/bin/mpirun.mpich and --set mpi /usr/bin/mpicc.mpich keep MPICH the default)"; exit 1; }
+	@$(MAKE) --no-print-directory MPICXX=$(OMPI_MPICXX) BUILD=build-openmpi NO_CUDA=1 build-openmpi/mpi-impl
+	@$(if $(SAN_FLAGS),:,scripts/seed-build.sh $(BUILD) build-openmpi)
 	@$(MAKE) --no-print-directory MPICXX=$(OMPI_MPICXX) MPIEXEC=$(OMPI_MPIEXEC) BUILD=build-openmpi \
 	  NO_CUDA=1 $(addprefix build-openmpi/bin/,test_serial test_mpi tp_train)
 	@SANITIZE= QUICK_NP="1 2 3 4" MPIEXEC=$(OMPI_MPIEXEC) BUILD=build-openmpi scripts/sanitize-quick.sh
