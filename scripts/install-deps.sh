@@ -8,6 +8,9 @@
 #                                    so the pages need no network; MATHJAX_DIR says where it is)
 #   scripts/install-deps.sh --check  installs nothing, prints nothing: exit 0 when nothing is
 #                                    missing (scripts/offline-deps.sh asks this)
+#   scripts/install-deps.sh --openmpi   Debian only: Open MPI beside MPICH (openmpi-bin,
+#                                    libopenmpi-dev) for make openmpi-quick, with mpicxx and mpirun
+#                                    set back to MPICH (installing Open MPI moves them to itself)
 #   NO_CUDA=1 scripts/install-deps.sh   the GPU line says the GPU backend is skipped
 #   DEPS_CACHE=FILE scripts/install-deps.sh
 #                                    reuse the report in FILE when it was made for the same MPICXX
@@ -22,9 +25,51 @@
 set -u
 MPICXX=${MPICXX:-mpicxx}
 MPIEXEC=${MPIEXEC:-mpirun}
-docs=0 check=0
+docs=0 check=0 openmpi=0
 [ "${1:-}" = "--docs" ] && docs=1
 [ "${1:-}" = "--check" ] && check=1
+[ "${1:-}" = "--openmpi" ] && openmpi=1
+
+# apt_install LOG PKG...: apt-get install (through sudo when not root), once more after an
+# apt-get update when the package lists are stale; the log's tail and a ✗ line when it fails.
+apt_install() {
+  local log=$1 sudo=""; shift
+  if [ "$(id -u)" != 0 ]; then
+    command -v sudo >/dev/null 2>&1 || { echo "✗ need root or sudo to run: apt-get install -y $*"; return 1; }
+    sudo="sudo"
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get install -y -q --no-install-recommends "$@" >"$log" 2>&1 && return 0
+  $sudo apt-get update -q >"$log" 2>&1
+  $sudo apt-get install -y -q --no-install-recommends "$@" >>"$log" 2>&1 ||
+    { tail -20 "$log"; echo "✗ apt-get install $* failed (log above)"; return 1; }
+}
+
+# --openmpi: Open MPI beside MPICH, for make openmpi-quick. Debian's Open MPI takes over the mpi
+# and mpirun alternatives (mpicxx, mpicc, mpirun lead to it) when it installs; where MPICH is
+# installed too, both are set back to MPICH at once, so everything else keeps building and running
+# MPICH, and Open MPI stays reachable as mpicxx.openmpi / mpirun.openmpi.
+if [ $openmpi = 1 ]; then
+  command -v apt-get >/dev/null 2>&1 ||
+    { echo "✗ --openmpi installs Debian's Open MPI (apt-get); elsewhere install Open MPI and pass OMPI_MPICXX, OMPI_MPIEXEC to make openmpi-quick"; exit 1; }
+  log=$(mktemp)
+  if ! command -v mpicxx.openmpi >/dev/null 2>&1 || ! command -v mpirun.openmpi >/dev/null 2>&1; then
+    echo "installing Debian packages: openmpi-bin libopenmpi-dev"
+    apt_install "$log" openmpi-bin libopenmpi-dev || exit 1
+  fi
+  rm -f "$log"
+  sudo=""; [ "$(id -u)" != 0 ] && sudo="sudo"
+  for alt in mpi:/usr/bin/mpicc.mpich mpirun:/usr/bin/mpirun.mpich; do
+    name=${alt%%:*} target=${alt#*:}
+    [ -x "$target" ] || continue
+    [ "$(readlink -f "/etc/alternatives/$name")" = "$(readlink -f "$target")" ] ||
+      $sudo update-alternatives --quiet --set "$name" "$target" || exit 1
+  done
+  lead=$(readlink -f "$(command -v mpirun)" 2>/dev/null)
+  mpicxx -show 2>/dev/null | grep -qi mpich && lead=MPICH
+  echo "✓ $(mpicxx.openmpi --showme:version 2>&1 | grep -o 'Open MPI [0-9.]*' | head -1) as mpicxx.openmpi and mpirun.openmpi; mpicxx and mpirun: ${lead:-none}"
+  exit 0
+fi
 
 # The GPU backend line: never cached (NO_CUDA or NVCC may change between calls), never fatal.
 gpu_line() {
@@ -129,20 +174,9 @@ need=$(missing)
 [ $check = 1 ] && { [ -z "$need" ]; exit; }
 if [ -n "$need" ]; then
   if command -v apt-get >/dev/null 2>&1; then
-    sudo=""
-    if [ "$(id -u)" != 0 ]; then
-      command -v sudo >/dev/null 2>&1 || { echo "✗ need root or sudo to run: apt-get install -y $need"; exit 1; }
-      sudo="sudo"
-    fi
     echo "installing Debian packages: $need"
-    export DEBIAN_FRONTEND=noninteractive
     # shellcheck disable=SC2086
-    if ! $sudo apt-get install -y -q --no-install-recommends $need >"$tmp/apt.log" 2>&1; then
-      $sudo apt-get update -q >"$tmp/apt.log" 2>&1
-      # shellcheck disable=SC2086
-      $sudo apt-get install -y -q --no-install-recommends $need >>"$tmp/apt.log" 2>&1 ||
-        { tail -20 "$tmp/apt.log"; echo "✗ apt-get install $need failed (log above)"; exit 1; }
-    fi
+    apt_install "$tmp/apt.log" $need || exit 1
   else
     echo "✗ missing: MPI, GoogleTest, nlohmann-json, OpenBLAS or Doxygen, and this is not a Debian/Ubuntu system. Install them with:"
     case "$(uname -s)" in

@@ -22,6 +22,7 @@ to=${2:?usage: seed-build.sh FROM TO}
 # up_to_date D O: O is newer than every prerequisite its dependency file D lists.
 up_to_date() {
   local dep
+  # shellcheck disable=SC2013  # the .d lists file names separated by spaces: words, not lines
   for dep in $(sed -e '1s/^[^:]*://' -e 's/\\$//' -e '/^[^ ].*:$/d' "$1"); do
     [ "$dep" -nt "$2" ] && return 1
   done
@@ -31,7 +32,7 @@ n=0
 while IFS= read -r d; do
   o=${d%.d}.o
   rel=${o#"$from"/}
-  [ -f "$o" ] && [ ! -e "$to/$rel" ] || continue
+  if [ ! -f "$o" ] || [ -e "$to/$rel" ]; then continue; fi
   grep -qE '(^|[ /])mpi\.h' "$d" && continue
   up_to_date "$d" "$o" || continue
   mkdir -p "$(dirname "$to/$rel")"
