@@ -725,7 +725,7 @@ def header(info, load_before, load_after, seconds, reps, reps_long, steps):
              f"- load average (1 min): {load_before:.2f} before, {load_after:.2f} after",
              f"- runs per row: {reps} ({reps_long} for the overlap and strong-scaling rows), interleaved; "
              f"tp_train {steps} steps per run; the whole bench took {seconds // 60:.0f} min {seconds % 60:.0f} s"]
-    held = held_below_avx512(forced, cpu_flags())
+    held = held_below_avx512(forced, cpu_flags(), info.get("blas_core"))
     if held:
         lines.insert(2, held)
     warning = quiet_warning(load_before)
@@ -740,16 +740,26 @@ def cpu_flags():
 AVX512_CORES = ("skylakex", "cooperlake", "sapphirerapids")  # OpenBLAS's kernels that use AVX-512
 
 
-def held_below_avx512(forced, flags):
-    """A header line when OPENBLAS_CORETYPE holds OpenBLAS to kernels without AVX-512 on a CPU that
-    has it (some machines' environments set Haswell), else "": then the GEMM rows and the sgemm
-    ceiling are the forced kernels', while oneDNN (the ring's packed blocks, bf16) still runs
-    AVX-512, so the ring-against-none rows compare two instruction sets."""
-    if not forced or forced.lower() in AVX512_CORES or not {"avx512f", "avx512bw", "avx512vl"} <= flags:
+def held_below_avx512(forced, flags, core=None):
+    """A header line when OpenBLAS runs kernels without AVX-512 on a CPU that has it, else "": held
+    there by OPENBLAS_CORETYPE (some machines' environments set Haswell), or, unforced, because the
+    OpenBLAS is older than the CPU (Debian 12's 0.3.21 takes a 2-core Xeon of model 207, Emerald
+    Rapids, for a Prescott: SSE3 kernels, a quarter of SkylakeX's one-thread ceiling there). Then
+    the GEMM rows and the sgemm ceiling are those kernels', while oneDNN (the ring's packed blocks,
+    bf16) still runs AVX-512, so the ring-against-none rows compare two instruction sets."""
+    if not {"avx512f", "avx512bw", "avx512vl"} <= flags:
         return ""
-    return (f"- note: OPENBLAS_CORETYPE={forced} holds OpenBLAS to kernels without AVX-512 on a CPU that has "
-            "it: the fp32 GEMMs and the ceiling are those kernels', while oneDNN (the ring's packed blocks, "
-            "bf16) still uses AVX-512; unset it for OpenBLAS's own pick")
+    tail = ("the fp32 GEMMs and the ceiling are those kernels', while oneDNN (the ring's packed blocks, "
+            "bf16) still uses AVX-512")
+    if forced:
+        if forced.lower() in AVX512_CORES:
+            return ""
+        return (f"- note: OPENBLAS_CORETYPE={forced} holds OpenBLAS to kernels without AVX-512 on a CPU that "
+                f"has it: {tail}; unset it for OpenBLAS's own pick")
+    if not core or core.lower() in AVX512_CORES or core.lower().startswith("unknown"):
+        return ""
+    return (f"- note: OpenBLAS does not know this CPU and runs its {core} kernels on it, without AVX-512: "
+            f"{tail}; OPENBLAS_CORETYPE=SkylakeX gives it its AVX-512 kernels")
 
 
 # ---- --selftest ---------------------------------------------------------------------------------
@@ -766,6 +776,10 @@ def selftest():
     check("Haswell forced on an AVX-512 CPU is named", held_below_avx512("Haswell", avx512) != "", True)
     check("SkylakeX forced on an AVX-512 CPU is not", held_below_avx512("SKYLAKEX", avx512), "")
     check("nothing forced is not", held_below_avx512(None, avx512), "")
+    check("nothing forced, OpenBLAS's own pick SkylakeX, is not", held_below_avx512(None, avx512, "SkylakeX"), "")
+    check("nothing forced, Prescott picked on an AVX-512 CPU is named",
+          "Prescott kernels" in held_below_avx512(None, avx512, "Prescott"), True)
+    check("nothing forced, Prescott on an AVX2 CPU is not", held_below_avx512(None, {"avx2"}, "Prescott"), "")
     check("Haswell forced on an AVX2 CPU is not", held_below_avx512("Haswell", {"avx2"}), "")
     check("median of an even count", spread([1.0, 4.0, 2.0, 3.0]), (2.5, 1.0, 4.0))
     g = at_least(0.95)

@@ -6,7 +6,9 @@
 //   <key> TAB <GFLOP/s>
 // keyed by the CPU's model name and the OpenBLAS kernels in use (openblas_get_corename(): the
 // same CPU under OPENBLAS_CORETYPE=Haswell has another ceiling). No cache folder (no HOME), an
-// unreadable or unwritable file: measured again, never an error.
+// unreadable or unwritable file: measured again, never an error. A value measured while the
+// machine was busy reads low; tp_train measures again after a run whose MFU passed 100 % and
+// stores the higher one.
 #pragma once
 
 #include <string>

@@ -4,7 +4,8 @@
 # 1. Bad input: --eval-every without held-out data, one line, exit 2. 2. The held-out loss at
 # t = 2, and at tp 2 × dp 2 with micro-batches, against t = 1 within 1e-4 (same_curve on
 # val_loss), in --log-json and in the --plot picture;
-# every progress line has GFLOP/s per rank and MFU, and the header names the peak.
+# every progress line has GFLOP/s per rank and MFU, and the header names the peak. 3. A low cached
+# sgemm ceiling is measured again after a run over 100 % MFU.
 
 vl=$tmp/validation
 rm -rf "$vl"; mkdir -p "$vl"
@@ -41,3 +42,17 @@ mfu=$(grep -c '^step .* | loss .* GFLOP/s/rank, MFU [0-9.e+-]*%$' "$logs/validat
 if [ "$steps" = 10 ] && [ "$mfu" = 10 ] && grep -q "^MFU: model FLOPs per token 6·N + 12·L·h·S = .* peak per rank" "$logs/validation_t2.log"; then
   pass 1; echo "✓ every progress line has FLOP/s per rank and MFU: $(grep '^step    10 | loss' "$logs/validation_t2.log" | sed 's/.*exposed comm[^|]*| //')"
 else fail "$mfu of $steps progress lines show MFU, or no MFU header (see $logs/validation_t2.log)"; fi
+# A cached sgemm ceiling that reads low (measured while the machine was busy) is measured again
+# after a run whose MFU passed 100 %, and the higher value replaces it.
+pk=$vl/cache
+XDG_CACHE_HOME=$pk run_mpi 1 "${train[@]}" --steps 1 >"$logs/peak_measure.log" 2>&1
+pfile=$pk/tp-from-scratch/sgemm-peak.txt
+if [ -s "$pfile" ]; then
+  sed -i 's/\t.*/\t0.01/' "$pfile"
+  XDG_CACHE_HOME=$pk run_mpi 1 "${train[@]}" --steps 2 >"$logs/peak_recheck.log" 2>&1
+  again=$(cut -f2 "$pfile")
+  if grep -q "^note: MFU reached .* against a one-thread sgemm ceiling of 0.01 GFLOP/s.*cached for the next run" "$logs/peak_recheck.log" &&
+    awk -v g="$again" 'BEGIN { exit !(g > 0.01) }'; then
+    pass 1; echo "✓ a low cached sgemm ceiling (0.01 GFLOP/s) is measured again after the run: $again GFLOP/s cached"
+  else fail "a cached ceiling of 0.01 GFLOP/s was not measured again and replaced (cache: $again; see $logs/peak_recheck.log)"; fi
+else fail "tp_train did not cache its sgemm ceiling in $pfile (see $logs/peak_measure.log)"; fi
