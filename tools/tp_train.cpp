@@ -323,7 +323,7 @@ std::string blas_kernel_note() {
 // After the run, on rank 0: a step whose model FLOP/s beat the CPU peak (MFU over 100 %) shows the
 // cached one-thread ceiling is low. It is measured once, over a second or two, so a measurement
 // taken while the machine was busy (a parallel build, other ranks) stays low for every later run;
-// seen on a 2-core Xeon, 107 GFLOP/s cached against 138 quiet, MFU 105 %. Measured again now
+// seen on a 2-core Xeon, 107 GFLOP/s cached against 147 quiet, MFU 105 %. Measured again now
 // (after the run, so no step is disturbed), and the higher value cached.
 void recheck_peak(Communicator& world, const Peak& peak, double best_mfu) {
   if (world.rank() != 0 || peak.cache_key.empty() || best_mfu <= 1.0) return;
