@@ -1,12 +1,15 @@
-// blas.cpp — cblas_sgemm behind tp::cpu::sgemm, and OpenBLAS's thread control (blas.h).
+// blas.cpp — cblas_sgemm (or oneDNN's f32 matmul: onednn_gemm.h, f32_gemm) behind tp::cpu::sgemm,
+// and OpenBLAS's thread control (blas.h).
 #include "blas.h"
 
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <climits>
 
 #include "core/error.h"
+#include "onednn_gemm.h"
 
 // OpenBLAS's own extension, declared here so that this file does not depend on which cblas.h the
 // system's alternatives point at (OpenBLAS's declares it, netlib's does not).
@@ -34,6 +37,9 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
     }
     return;
   }
+  if (f32_gemm().onednn && !omp_in_parallel() &&
+      onednn_gemm_f32(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
+    return;
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, as_int(m, "m"), as_int(n, "n"), as_int(k, "k"),
               alpha, a, as_int(lda, "lda"), b, as_int(ldb, "ldb"), beta, c, as_int(ldc, "ldc"));

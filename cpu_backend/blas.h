@@ -6,6 +6,9 @@
 // block of a larger matrix (one attention head's columns of q) is passed without a copy. The
 // naive reference the tests compare it with is tp::host_gemm (lib/core/host.h).
 //
+// Where OpenBLAS runs kernels without AVX-512 on an AVX-512 CPU it does not know, oneDNN's f32
+// matmul takes the call instead (onednn_gemm.h, f32_gemm; TP_CPU_F32_GEMM chooses).
+//
 // Threads: OpenBLAS runs a GEMM on set_blas_threads() threads, which the CPU device sets to its
 // OpenMP thread count (cores of the node ÷ ranks on it, launcher/node.h), so ranks × BLAS threads
 // never exceed the cores. Called inside an OpenMP parallel region (the attention loops over
@@ -16,9 +19,9 @@
 
 namespace tp::cpu {
 
-/// C = alpha op(A) op(B) + beta C through cblas_sgemm. Empty shapes are handled here (m or n = 0:
-/// nothing; k = 0: C = beta C, beta = 0 overwriting C even when it holds NaN), since CBLAS rejects
-/// leading dimensions below 1.
+/// C = alpha op(A) op(B) + beta C through cblas_sgemm (or oneDNN: f32_gemm). Empty shapes are
+/// handled here (m or n = 0: nothing; k = 0: C = beta C, beta = 0 overwriting C even when it holds
+/// NaN), since CBLAS rejects leading dimensions below 1.
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 

@@ -16,6 +16,7 @@ namespace tp {
 
 CpuDevice::CpuDevice()
     : bf16_gemm_(cpu::choose_bf16_gemm()), packed_gemm_(cpu::choose_packed_gemm()) {
+  cpu::f32_gemm();  // a bad TP_CPU_F32_GEMM fails here, not in the first GEMM
   cpu::set_blas_threads(omp_get_max_threads());
 }
 
@@ -116,10 +117,10 @@ void CpuDevice::copy_to_host(void* dst, const void* src, size_t bytes) {
 }
 void CpuDevice::copy(void* dst, const void* src, size_t bytes) { std::memmove(dst, src, bytes); }
 
-// All f32: cblas_sgemm. A bf16 tensor reaches here only with the oneDNN path on (native_bf16):
-// bf16 A and B go to oneDNN; a case it refuses, or an f32 input meeting a bf16 one, runs as the
-// Device front's stand-in would (core/device.h, "Dtypes"): bf16 widened, sgemm, a bf16 C rounded
-// back once.
+// All f32: cpu::sgemm (cblas_sgemm, or oneDNN where OpenBLAS does not know the CPU: blas.h). A bf16
+// tensor reaches here only with the oneDNN path on (native_bf16): bf16 A and B go to oneDNN; a case
+// it refuses, or an f32 input meeting a bf16 one, runs as the Device front's stand-in would
+// (core/device.h, "Dtypes"): bf16 widened, sgemm, a bf16 C rounded back once.
 void CpuDevice::do_gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
                         float beta, Tensor& c, const GemmDims& dims) {
   const auto bf16 = [](const Tensor& t) { return t.dtype() == Dtype::bf16; };

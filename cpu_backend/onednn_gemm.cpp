@@ -3,6 +3,8 @@
 // choices are compiled (always sgemm, never packed).
 #include "onednn_gemm.h"
 
+#include <strings.h>
+
 #include <cstdlib>
 #include <string>
 
@@ -23,9 +25,10 @@ namespace tp::cpu {
 #ifdef TP_HAVE_ONEDNN
 namespace {
 
-// What makes one primitive: transposes, sizes, strides, C's dtype, alpha and beta (bit patterns),
-// and the thread count it was made for.
-using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool,
+// What makes one primitive: transposes, sizes, strides, the dtypes (bf16 A and B into an f32 or
+// bf16 C, or all f32), alpha and beta (bit patterns), and the thread count it was made for.
+enum class Types { bf16_f32, bf16_bf16, f32 };
+using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, Types,
                        float, float, int>;
 
 struct Entry {
@@ -86,13 +89,14 @@ bool make_matmul(Entry& e, float alpha, float beta, const dnnl::memory::desc* we
 }
 
 Entry make_entry(const Key& key) {
-  const auto [ta, tb, m, n, k, lda, ldb, ldc, c_bf16, alpha, beta, threads] = key;
+  const auto [ta, tb, m, n, k, lda, ldb, ldc, types, alpha, beta, threads] = key;
   (void)threads;
   using dt = dnnl::memory::data_type;
+  const dt ab = types == Types::f32 ? dt::f32 : dt::bf16;
   Entry e;
-  e.a = matrix(m, k, lda, ta, dt::bf16);
-  e.b = matrix(k, n, ldb, tb, dt::bf16);
-  e.c = matrix(m, n, ldc, false, c_bf16 ? dt::bf16 : dt::f32);
+  e.a = matrix(m, k, lda, ta, ab);
+  e.b = matrix(k, n, ldb, tb, ab);
+  e.c = matrix(m, n, ldc, false, types == Types::bf16_bf16 ? dt::bf16 : dt::f32);
   make_matmul(e, alpha, beta, nullptr);
   return e;
 }
@@ -113,8 +117,22 @@ std::shared_ptr<const Entry> entry(const Key& key) {
 }
 
 Key key_of(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, int64_t lda, int64_t ldb,
-           float beta, bool c_bf16, int64_t ldc) {
-  return Key{ta, tb, m, n, k, lda, ldb, ldc, c_bf16, alpha, beta, omp_get_max_threads()};
+           float beta, Types types, int64_t ldc) {
+  return Key{ta, tb, m, n, k, lda, ldb, ldc, types, alpha, beta, omp_get_max_threads()};
+}
+
+Types bf16_types(bool c_bf16) { return c_bf16 ? Types::bf16_bf16 : Types::bf16_f32; }
+
+// C = alpha op(A) op(B) + beta C for the entry; false when oneDNN refused it.
+bool execute(const Entry& e, const void* a, const void* b, void* c) {
+  if (!e.ok) return false;
+  Onednn& o = onednn();
+  dnnl::memory am(e.a, o.engine, const_cast<void*>(a));
+  dnnl::memory bm(e.b, o.engine, const_cast<void*>(b));
+  dnnl::memory cm(e.c, o.engine, c);
+  e.prim.execute(o.stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+  o.stream.wait();
+  return true;
 }
 
 std::string isa_name(dnnl::cpu_isa isa) {
@@ -150,20 +168,19 @@ bool onednn_gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float a
                       void* c, bool c_bf16, int64_t ldc) {
   if (m <= 0 || n <= 0) return true;
   if (k <= 0) return false;
-  const auto e = entry(key_of(ta, tb, m, n, k, alpha, lda, ldb, beta, c_bf16, ldc));
-  if (!e->ok) return false;
-  Onednn& o = onednn();
-  dnnl::memory am(e->a, o.engine, const_cast<uint16_t*>(a));
-  dnnl::memory bm(e->b, o.engine, const_cast<uint16_t*>(b));
-  dnnl::memory cm(e->c, o.engine, c);
-  e->prim.execute(o.stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
-  o.stream.wait();
-  return true;
+  return execute(*entry(key_of(ta, tb, m, n, k, alpha, lda, ldb, beta, bf16_types(c_bf16), ldc)), a,
+                 b, c);
+}
+
+bool onednn_gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                     int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0 || k <= 0) return false;
+  return execute(*entry(key_of(ta, tb, m, n, k, alpha, lda, ldb, beta, Types::f32, ldc)), a, b, c);
 }
 
 std::string onednn_gemm_impl(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                              int64_t lda, int64_t ldb, float beta, bool c_bf16, int64_t ldc) {
-  const auto e = entry(key_of(ta, tb, m, n, k, alpha, lda, ldb, beta, c_bf16, ldc));
+  const auto e = entry(key_of(ta, tb, m, n, k, alpha, lda, ldb, beta, bf16_types(c_bf16), ldc));
   return e->ok ? e->impl : "";
 }
 
@@ -302,8 +319,62 @@ std::string onednn_gemm_impl(bool, bool, int64_t, int64_t, int64_t, float, int64
                              bool, int64_t) {
   return "";
 }
+bool onednn_gemm_f32(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
+                     const float*, int64_t, float, float*, int64_t) {
+  return false;
+}
 
 #endif
+
+namespace {
+// OpenBLAS's own extension (blas.cpp has the same reason to declare it here).
+extern "C" char* openblas_get_corename(void);
+
+bool cpu_has_avx512() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+#else
+  return false;
+#endif
+}
+}  // namespace
+
+F32GemmChoice choose_f32_gemm() {
+  const char* env = std::getenv("TP_CPU_F32_GEMM");
+  const std::string want = env && *env ? env : "auto";
+  TP_CHECK_INPUT(want == "auto" || want == "openblas" || want == "onednn", "TP_CPU_F32_GEMM=", want,
+                 " is not a CPU f32 GEMM; use openblas, onednn or auto");
+  const std::string core = openblas_get_corename();
+  const std::string blas = "OpenBLAS (" + core + " kernels";
+  if (want == "openblas") return {false, blas + ", TP_CPU_F32_GEMM=openblas)"};
+#ifdef TP_HAVE_ONEDNN
+  const std::string isa = isa_name(dnnl::get_effective_cpu_isa());
+  if (want == "onednn") return {true, "oneDNN (" + isa + ", TP_CPU_F32_GEMM=onednn)"};
+  const char* forced = std::getenv("OPENBLAS_CORETYPE");
+  if (forced && *forced) return {false, blas + ", OPENBLAS_CORETYPE=" + forced + ")"};
+  bool wide = false;
+  for (const char* name : {"skylakex", "cooperlake", "sapphirerapids"})
+    wide = wide || strcasecmp(core.c_str(), name) == 0;
+  const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+  const bool dnnl512 = (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & avx512) == avx512;
+  if (!wide && cpu_has_avx512() && dnnl512)
+    return {true, "oneDNN (" + isa + "; OpenBLAS's own pick, " + core +
+                      ", has no AVX-512 on this AVX-512 CPU)"};
+  return {false, blas + ")"};
+#else
+  TP_CHECK_INPUT(
+      want != "onednn",
+      "TP_CPU_F32_GEMM=onednn, but this build has no oneDNN; install libdnnl-dev and rebuild "
+      "(make), or use TP_CPU_F32_GEMM=openblas");
+  return {false, blas + ")"};
+#endif
+}
+
+const F32GemmChoice& f32_gemm() {
+  static const F32GemmChoice choice = choose_f32_gemm();
+  return choice;
+}
 
 bool choose_packed_gemm() {
   const char* env = std::getenv("TP_CPU_PACKED_GEMM");

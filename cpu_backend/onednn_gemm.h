@@ -28,6 +28,16 @@
 // AVX2 CPU oneDNN 2.6 runs a plain jit gemm, and there nothing is gained): else
 // onednn_f32_layout answers nullptr and the caller stays on cblas_sgemm. TP_CPU_PACKED_GEMM=off
 // (choose_packed_gemm) turns it off; auto (the default) takes it where it is.
+//
+// The plain f32 GEMM (f32_gemm): cblas_sgemm, except where OpenBLAS runs kernels without AVX-512
+// on a CPU that has it because it does not know the CPU (OpenBLAS 0.3.21 runs a Xeon of model 207,
+// Emerald Rapids, on its Prescott SSE3 kernels) — there oneDNN's brgemm runs the f32 GEMMs. Measured
+// on that Xeon, one thread, the benchmark model's GEMM shapes (1024 x 768 x 256 ... 256 x 1024 x
+// 1024): oneDNN 117-159 GFLOP/s, OpenBLAS's Prescott kernels 28-32, its SkylakeX kernels
+// (OPENBLAS_CORETYPE=SkylakeX) 101-151. TP_CPU_F32_GEMM=auto|openblas|onednn (default auto: oneDNN
+// only in that case, and never when OPENBLAS_CORETYPE chose the kernels). Calls from inside an
+// OpenMP parallel region (the attention's per-head GEMMs) stay on cblas_sgemm: the process shares
+// one oneDNN stream.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +57,25 @@ struct Bf16GemmChoice {
   std::string note;
 };
 Bf16GemmChoice choose_bf16_gemm();
+
+/// The f32 GEMM this process uses (read once: TP_CPU_F32_GEMM, OpenBLAS's kernels, oneDNN's ISA)
+/// and a line naming it ("OpenBLAS (SkylakeX kernels)", "oneDNN (avx512_core; OpenBLAS's own pick,
+/// Prescott, has no AVX-512 on this AVX-512 CPU)"). A bad value, or onednn in a build without
+/// oneDNN, throws tp::Error naming the fix.
+struct F32GemmChoice {
+  bool onednn = false;
+  std::string note;
+};
+const F32GemmChoice& f32_gemm();
+/// The choice itself, made anew from the environment on each call (f32_gemm keeps the first).
+F32GemmChoice choose_f32_gemm();
+
+/// C = alpha op(A) op(B) + beta C, all f32, through oneDNN (the layout as blas.h's sgemm). Returns
+/// false, having touched nothing, when oneDNN has no optimised kernel for it or the build has no
+/// oneDNN; m, n, k > 0.
+bool onednn_gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                     const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                     int64_t ldc);
 
 /// True when this build has the oneDNN path (TP_HAVE_ONEDNN).
 bool have_onednn();

@@ -136,4 +136,10 @@ std::string bf16_gemm_path(const Device& device) {
   return device.native_bf16("gemm") ? "native (" + device.backend() + ")" : "f32 stand-ins";
 }
 
+std::string f32_gemm_path(const Device& device, bool* onednn) {
+  const bool cpu = dynamic_cast<const CpuDevice*>(&device) != nullptr;
+  if (onednn != nullptr) *onednn = cpu && cpu::f32_gemm().onednn;
+  return cpu ? cpu::f32_gemm().note : "";
+}
+
 }  // namespace tp

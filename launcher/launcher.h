@@ -78,4 +78,9 @@ void check_output_paths(const std::vector<std::pair<std::string, std::string>>& 
 /// stand-ins" (Device::native_bf16). In backends.cpp.
 std::string bf16_gemm_path(const Device& device);
 
+/// How the CPU device runs an f32 GEMM ("OpenBLAS (SkylakeX kernels)", or oneDNN where OpenBLAS
+/// does not know the CPU: cpu_backend/onednn_gemm.h, f32_gemm); "" on another device. Whether it
+/// is oneDNN in *onednn when given. In backends.cpp.
+std::string f32_gemm_path(const Device& device, bool* onednn = nullptr);
+
 }  // namespace tp

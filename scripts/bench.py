@@ -714,9 +714,10 @@ def header(info, load_before, load_after, seconds, reps, reps_long, steps):
     core += f" (OPENBLAS_CORETYPE={forced})" if forced else " (openblas_get_corename; OPENBLAS_CORETYPE unset)"
     ceiling = info.get("ceiling") or []
     ceil = (f"{med(ceiling):.1f} GFLOP/s (median of {plural(len(ceiling), 'run')}, {min(ceiling):.1f}–{max(ceiling):.1f}; "
-            f"best cblas_sgemm at 512³, 1024³, 1536³)" if ceiling else "not measured")
+            f"best {ceiling_of(info)} at 512³, 1024³, 1536³)" if ceiling else "not measured")
     lines = [f"- machine: {os.cpu_count()} cores, {cpu_model()}",
              f"- OpenBLAS kernels: {core}; build: {info.get('blas_config', '?')}",
+             f"- the project's f32 GEMMs: {info.get('f32_gemm', '?')} (TP_CPU_F32_GEMM)",
              f"- one-thread sgemm ceiling: {ceil}",
              f"- MPI: {info.get('mpi', '?')}; PyTorch: {info.get('torch', 'not run')}",
              "- checks, by stated tolerances (not digits): GEMM #wrong = sampled elements off a double-precision "
@@ -725,11 +726,21 @@ def header(info, load_before, load_after, seconds, reps, reps_long, steps):
              f"- load average (1 min): {load_before:.2f} before, {load_after:.2f} after",
              f"- runs per row: {reps} ({reps_long} for the overlap and strong-scaling rows), interleaved; "
              f"tp_train {steps} steps per run; the whole bench took {seconds // 60:.0f} min {seconds % 60:.0f} s"]
-    held = held_below_avx512(forced, cpu_flags(), info.get("blas_core"))
+    held = held_below_avx512(forced, cpu_flags(), info.get("blas_core"), on_onednn(info))
     if held:
         lines.insert(2, held)
     warning = quiet_warning(load_before)
     return ([warning, ""] if warning else []) + lines
+
+
+def on_onednn(info):
+    """True when tp_bench said the project's f32 GEMMs run on oneDNN (INFO f32_gemm)."""
+    return info.get("f32_gemm", "").startswith("oneDNN")
+
+
+def ceiling_of(info):
+    """What the ceiling was the best of: cblas_sgemm, and Device::gemm where that is oneDNN's."""
+    return "of cblas_sgemm and Device::gemm" if on_onednn(info) else "cblas_sgemm"
 
 
 def cpu_flags():
@@ -740,13 +751,15 @@ def cpu_flags():
 AVX512_CORES = ("skylakex", "cooperlake", "sapphirerapids")  # OpenBLAS's kernels that use AVX-512
 
 
-def held_below_avx512(forced, flags, core=None):
+def held_below_avx512(forced, flags, core=None, onednn=False):
     """A header line when OpenBLAS runs kernels without AVX-512 on a CPU that has it, else "": held
     there by OPENBLAS_CORETYPE (some machines' environments set Haswell), or, unforced, because the
     OpenBLAS is older than the CPU (Debian 12's 0.3.21 takes a 2-core Xeon of model 207, Emerald
     Rapids, for a Prescott: SSE3 kernels, a quarter of SkylakeX's one-thread ceiling there). Then
     the GEMM rows and the sgemm ceiling are those kernels', while oneDNN (the ring's packed blocks,
-    bf16) still runs AVX-512, so the ring-against-none rows compare two instruction sets."""
+    bf16) still runs AVX-512, so the ring-against-none rows compare two instruction sets. Unforced,
+    the project runs its f32 GEMMs on oneDNN there (onednn: TP_CPU_F32_GEMM=auto), and the line
+    says that only the cblas column is OpenBLAS's slow kernels'."""
     if not {"avx512f", "avx512bw", "avx512vl"} <= flags:
         return ""
     tail = ("the fp32 GEMMs and the ceiling are those kernels', while oneDNN (the ring's packed blocks, "
@@ -758,6 +771,10 @@ def held_below_avx512(forced, flags, core=None):
                 f"has it: {tail}; unset it for OpenBLAS's own pick")
     if not core or core.lower() in AVX512_CORES or core.lower().startswith("unknown"):
         return ""
+    if onednn:
+        return (f"- note: OpenBLAS does not know this CPU and runs its {core} kernels on it, without AVX-512, "
+                "so the project's f32 GEMMs run on oneDNN's AVX-512 matmul (TP_CPU_F32_GEMM=auto); the GEMM "
+                "suite's cblas column is OpenBLAS's own kernels")
     return (f"- note: OpenBLAS does not know this CPU and runs its {core} kernels on it, without AVX-512: "
             f"{tail}; OPENBLAS_CORETYPE=SkylakeX gives it its AVX-512 kernels")
 
@@ -779,6 +796,10 @@ def selftest():
     check("nothing forced, OpenBLAS's own pick SkylakeX, is not", held_below_avx512(None, avx512, "SkylakeX"), "")
     check("nothing forced, Prescott picked on an AVX-512 CPU is named",
           "Prescott kernels" in held_below_avx512(None, avx512, "Prescott"), True)
+    check("nothing forced, Prescott with the f32 GEMMs on oneDNN says so",
+          "run on oneDNN" in held_below_avx512(None, avx512, "Prescott", True), True)
+    check("the ceiling names Device::gemm when it is oneDNN's",
+          ceiling_of({"f32_gemm": "oneDNN (avx512_core_bf16; ...)"}), "of cblas_sgemm and Device::gemm")
     check("nothing forced, Prescott on an AVX2 CPU is not", held_below_avx512(None, {"avx2"}, "Prescott"), "")
     check("Haswell forced on an AVX2 CPU is not", held_below_avx512("Haswell", {"avx2"}), "")
     check("median of an even count", spread([1.0, 4.0, 2.0, 3.0]), (2.5, 1.0, 4.0))

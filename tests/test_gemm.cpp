@@ -61,6 +61,83 @@ TEST_P(GemmShapes, MatchesReferenceForAllTransposesAndScalings) {
         compare(GetParam(), ta, tb, alpha, beta);
 }
 
+// oneDNN's f32 matmul called directly (the CPU's f32 GEMM where OpenBLAS does not know an AVX-512
+// CPU: onednn_gemm.h, f32_gemm), on sub-blocks of larger stored matrices (row strides above the
+// columns), against the same reference and tolerance.
+TEST_P(GemmShapes, OnednnF32MatchesReferenceOnStridedBlocks) {
+  if (!tp::cpu::have_onednn()) GTEST_SKIP() << "built without oneDNN";
+  const Case c = GetParam();
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (auto [alpha, beta] : {std::pair{1.0f, 0.0f}, {0.5f, 2.0f}, {-1.5f, 1.0f}}) {
+        const int64_t ar = ta ? c.k : c.m, ac = ta ? c.m : c.k, br = tb ? c.n : c.k,
+                      bc = tb ? c.k : c.n, lda = ac + 3, ldb = bc + 5, ldc = c.n + 2;
+        const auto a = random_vector("oA", ar * lda), b = random_vector("oB", br * ldb);
+        const auto c0 = random_vector("oC", c.m * ldc);
+        std::vector<float> got = c0, want = c0;
+        const bool ran = tp::cpu::onednn_gemm_f32(ta, tb, c.m, c.n, c.k, alpha, a.data(), lda,
+                                                  b.data(), ldb, beta, got.data(), ldc);
+        if (!ran) {  // refused: nothing touched, and the caller runs cblas_sgemm
+          EXPECT_EQ(got, c0);
+          continue;
+        }
+        tp::host_gemm(ta, tb, c.m, c.n, c.k, alpha, a.data(), lda, b.data(), ldb, beta, want.data(),
+                      ldc);
+        EXPECT_LE(rel_error(got, want), 1e-5) << c.m << "x" << c.n << "x" << c.k << " ta=" << ta
+                                              << " tb=" << tb << " alpha=" << alpha;
+        for (int64_t i = 0; i < c.m; ++i)  // the padding columns of C are not written
+          for (int64_t j = c.n; j < ldc; ++j)
+            EXPECT_EQ(got[i * ldc + j], c0[i * ldc + j]) << "C padding at " << i << "," << j;
+      }
+}
+
+// The f32 GEMM's choice (TP_CPU_F32_GEMM): a bad name is refused naming the choices; openblas
+// keeps OpenBLAS; a forced OPENBLAS_CORETYPE keeps it under auto; onednn takes oneDNN where built.
+TEST(F32GemmChoice, FollowsTheEnvironment) {
+  const auto with = [](const char* name, const char* value, auto body) {
+    const char* old = std::getenv(name);
+    const std::string saved = old ? old : "";
+    if (value)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
+    body();
+    if (old)
+      setenv(name, saved.c_str(), 1);
+    else
+      unsetenv(name);
+  };
+  with("TP_CPU_F32_GEMM", "cublas", [] {
+    try {
+      tp::cpu::choose_f32_gemm();
+      ADD_FAILURE() << "TP_CPU_F32_GEMM=cublas was accepted";
+    } catch (const tp::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(
+                    "TP_CPU_F32_GEMM=cublas is not a CPU f32 GEMM; use openblas, onednn or auto"),
+                std::string::npos)
+          << e.what();
+    }
+  });
+  with("TP_CPU_F32_GEMM", "openblas", [] {
+    const auto c = tp::cpu::choose_f32_gemm();
+    EXPECT_FALSE(c.onednn);
+    EXPECT_EQ(c.note.rfind("OpenBLAS (", 0), 0u) << c.note;
+  });
+  with("TP_CPU_F32_GEMM", nullptr, [&] {
+    with("OPENBLAS_CORETYPE", "Haswell", [] {
+      const auto c = tp::cpu::choose_f32_gemm();
+      EXPECT_FALSE(c.onednn) << c.note;
+      EXPECT_NE(c.note.find("OPENBLAS_CORETYPE=Haswell"), std::string::npos) << c.note;
+    });
+  });
+  if (tp::cpu::have_onednn())
+    with("TP_CPU_F32_GEMM", "onednn", [] {
+      const auto c = tp::cpu::choose_f32_gemm();
+      EXPECT_TRUE(c.onednn);
+      EXPECT_EQ(c.note.rfind("oneDNN (", 0), 0u) << c.note;
+    });
+}
+
 // Odd shapes, edge tiles, and shapes past OpenBLAS's blocking along each dimension.
 INSTANTIATE_TEST_SUITE_P(Cpu, GemmShapes,
                          ::testing::Values(Case{1, 1, 1}, Case{3, 5, 7}, Case{1, 13, 2},

@@ -13,16 +13,19 @@
 // first name the OpenBLAS kernels in use and its build (scripts/bench.py's header):
 //   INFO blas_core <openblas_get_corename()>        e.g. Haswell, SkylakeX (OPENBLAS_CORETYPE)
 //   INFO blas_config <openblas_get_config()>
+//   INFO f32_gemm <f32_gemm_path()>                 OpenBLAS (SkylakeX kernels), oneDNN (...)
 //
 // 1. GEMM on the CPU (--suite gemm): Device::gemm (the project: the argument checks, then
-//    cblas_sgemm) against cblas_sgemm called directly on the same buffers, at every GEMM of the
-//    linear layers and the head of tp_train's default model and of make bench's model (forward,
-//    input gradient, weight gradient); samples of the two alternate, and the ratio of their medians
-//    is the result (absolute times mean little on a shared machine). #wrong: among 1024 sampled
-//    elements, those off a double-precision dot product by more than 1e-5 · Σ_p |a_ip b_pj| (the
-//    fp32 rounding scale of the sum, which no choice of OpenBLAS kernels comes near, and which a
-//    missing or misplaced term exceeds). Before the layers, the ceiling: the best GFLOP/s of
-//    cblas_sgemm at the square sizes 512, 1024 and 1536, at the same thread count.
+//    cblas_sgemm, or oneDNN's f32 matmul where OpenBLAS runs kernels without AVX-512 on a CPU that
+//    has it: cpu_backend/onednn_gemm.h, f32_gemm) against cblas_sgemm called directly on the same
+//    buffers, at every GEMM of the linear layers and the head of tp_train's default model and of
+//    make bench's model (forward, input gradient, weight gradient); samples of the two alternate,
+//    and the ratio of their medians is the result (absolute times mean little on a shared machine).
+//    #wrong: among 1024 sampled elements, those off a double-precision dot product by more than
+//    1e-5 · Σ_p |a_ip b_pj| (the fp32 rounding scale of the sum, which no choice of OpenBLAS
+//    kernels comes near, and which a missing or misplaced term exceeds). Before the layers, the
+//    ceiling: the best GFLOP/s of cblas_sgemm (and of Device::gemm where that is oneDNN's) at the
+//    square sizes 512, 1024 and 1536, at the same thread count.
 //    Then the same GEMMs in bf16 (bf16 A and B into f32 C, the CPU's bf16 GEMM: oneDNN where the
 //    CPU has native bf16, else sgemm on f32 stand-ins) against the fp32 Device::gemm on the same
 //    values: RESULT gemm_bf16 lines, the same #wrong test (the sums are fp32 in both).
@@ -235,14 +238,20 @@ struct GemmOperands {
   }
 };
 
-// What this machine's sgemm can do at this thread count: the best GFLOP/s of cblas_sgemm at three
-// large square sizes (each the best of 5 calls after a warm-up).
+// What this machine's f32 GEMM can do at this thread count: the best GFLOP/s of cblas_sgemm at three
+// large square sizes (each the best of 5 calls after a warm-up), and of Device::gemm too where the
+// CPU device runs its f32 GEMMs on oneDNN (f32_gemm_path), so that no row reads above its ceiling.
 double sgemm_ceiling(Context& ctx) {
+  bool onednn = false;
+  f32_gemm_path(ctx.device, &onednn);
   double best = 0;
   for (int64_t n : {512, 1024, 1536}) {
     const GemmCase g{"square", false, false, n, n, n};
     GemmOperands op(ctx.device, g);
-    const double secs = best_time(5, [&] { direct_sgemm(g, op.a, op.b, op.c); });
+    double secs = best_time(5, [&] { direct_sgemm(g, op.a, op.b, op.c); });
+    if (onednn)
+      secs = std::min(
+          secs, best_time(5, [&] { ctx.device.gemm(false, false, 1.0f, op.a, op.b, 0.0f, op.c); }));
     best = std::max(best, 2.0 * n * n * n / secs / 1e9);
   }
   return best;
@@ -288,15 +297,19 @@ void bench_gemm(Context& ctx) {
   constexpr double kTol = 1e-5;  // #wrong: |c - dot| > kTol · Σ_p |a_ip b_pj| (fp32 rounding scale)
   constexpr int kSamples = 1024;
   const int threads = omp_get_max_threads();
+  bool onednn = false;
+  const std::string path = f32_gemm_path(dev, &onednn);
   const double ceiling = sgemm_ceiling(ctx);
-  log0(ctx.world, "# sgemm ceiling, ", threads,
-       " thread(s): best cblas_sgemm at 512^3, 1024^3, 1536^3: ", ceiling, " GFLOP/s");
+  log0(ctx.world, "# sgemm ceiling, ", threads, " thread(s): best ",
+       onednn ? "of cblas_sgemm and Device::gemm" : "cblas_sgemm",
+       " at 512^3, 1024^3, 1536^3: ", ceiling, " GFLOP/s");
   result(ctx, "gemm", "ceiling", ceiling, "GFLOP/s", threads, 0);
   // The models: tp_train's defaults (h 64, s 64, b 8, V 256) and the benchmark model of
   // `make bench` (h 256, s 128, b 8, V 256).
   std::vector<GemmCase> cases = model_gemms("default", 64 * 8, 64, 256, 256);
   for (const GemmCase& g : model_gemms("bench", 128 * 8, 256, 1024, 256)) cases.push_back(g);
-  log0(ctx.world, "# GEMM: Device::gemm vs cblas_sgemm called directly, ", threads,
+  log0(ctx.world, "# GEMM: Device::gemm (", path.empty() ? dev.backend() : path,
+       ") vs cblas_sgemm called directly, ", threads,
        " thread(s); median of interleaved samples; #wrong of ", kSamples,
        " sampled elements off a double-precision dot product by > ", kTol, " sum |a b|");
   log0(ctx.world,
@@ -650,6 +663,7 @@ int main(int argc, char** argv) {
     if (!gpu) {
       log0(ctx.world, "INFO blas_core ", openblas_get_corename());
       log0(ctx.world, "INFO blas_config ", openblas_get_config());
+      log0(ctx.world, "INFO f32_gemm ", f32_gemm_path(ctx.device));
     }
     std::string suite = ctx.options.get_text("suite");
     if (suite == "auto") suite = gpu ? "all" : "cpu";

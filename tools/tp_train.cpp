@@ -194,21 +194,33 @@ std::string fmt_g(double v) {
   return buf;
 }
 
-// The best GFLOP/s of one OpenBLAS thread's sgemm at 512³ and 1024³ (best of 3 after a warm-up).
-double one_thread_sgemm_gflops() {
-  const int before = openblas_get_num_threads();
+// The best GFLOP/s of one thread's f32 GEMM at 512³ and 1024³ (best of 3 after a warm-up): OpenBLAS's
+// cblas_sgemm, or Device::gemm where the CPU device runs its f32 GEMMs on oneDNN instead
+// (f32_gemm_path: an OpenBLAS that does not know an AVX-512 CPU).
+double one_thread_sgemm_gflops(Device& device) {
+  bool onednn = false;
+  f32_gemm_path(device, &onednn);
+  const int before = openblas_get_num_threads(), omp_before = omp_get_max_threads();
   openblas_set_num_threads(1);
+  omp_set_num_threads(1);
   double best = 0;
   for (int n : {512, 1024}) {
     std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(a.size(), 0.25f), c(a.size());
+    const Tensor ta = Tensor::from_host(device, Shape{n, n}, a),
+                 tb = Tensor::from_host(device, Shape{n, n}, b);
+    Tensor tc(device, Shape{n, n});
     for (int rep = 0; rep < 4; ++rep) {
       const double t0 = now();
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(),
-                  n, 0.0f, c.data(), n);
+      if (onednn)
+        device.gemm(false, false, 1.0f, ta, tb, 0.0f, tc);
+      else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(),
+                    n, 0.0f, c.data(), n);
       if (rep > 0) best = std::max(best, 2.0 * n * n * n / (now() - t0) / 1e9);
     }
   }
   openblas_set_num_threads(before);
+  omp_set_num_threads(omp_before);
   return best;
 }
 
@@ -234,6 +246,14 @@ double device_gemm_gflops(Device& device) {
     if (slowest > 0.05) break;
   }
   return best;
+}
+
+// The peak cache's BLAS part of the key: OpenBLAS's kernels, and "+ oneDNN f32" when the f32 GEMMs
+// run on oneDNN instead (a different ceiling on the same machine).
+std::string blas_core_key(const Device& device) {
+  bool onednn = false;
+  f32_gemm_path(device, &onednn);
+  return std::string(openblas_get_corename()) + (onednn ? " + oneDNN f32" : "");
 }
 
 struct Peak {
@@ -262,11 +282,11 @@ Peak run_peak(Context& ctx) {
   if (ctx.world.rank() == 0) {
     if (cpu) {
       const std::string path = peak_cache_path(),
-                        key = peak_cache_key(cpu_model_name(), openblas_get_corename());
+                        key = peak_cache_key(cpu_model_name(), blas_core_key(ctx.device));
       gflops = cached_peak(path, key);
       note = "cached in " + path;
       if (gflops <= 0) {
-        gflops = one_thread_sgemm_gflops();
+        gflops = one_thread_sgemm_gflops(ctx.device);
         note = store_peak(path, key, gflops) ? "measured now, cached in " + path
                                              : "measured now (no cache)";
       }
@@ -301,14 +321,19 @@ Peak run_peak(Context& ctx) {
 // 5,100 with OPENBLAS_CORETYPE=Haswell (AVX2). On a 2-core Xeon of model 207 (Emerald Rapids),
 // which Debian 12's OpenBLAS 0.3.21 does not know and runs on its Prescott (SSE3) kernels:
 // 830-1,490 tokens/s, against 3,770-5,380 with OPENBLAS_CORETYPE=SkylakeX (3.6-4.5x, interleaved).
-std::string blas_kernel_note() {
+std::string blas_kernel_note(const Device& device) {
 #if defined(__x86_64__) && defined(__GNUC__)
   const std::string core = openblas_get_corename();
-  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
-      !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512dq"))
-    return "";
+  bool onednn = false;
+  const std::string path = f32_gemm_path(device, &onednn);
+  bool narrow = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   for (const char* wide : {"skylakex", "cooperlake", "sapphirerapids"})
-    if (strcasecmp(core.c_str(), wide) == 0) return "";
+    narrow = narrow && strcasecmp(core.c_str(), wide) != 0;
+  if (onednn)
+    return "note: f32 GEMMs: " + path + "; TP_CPU_F32_GEMM=openblas keeps OpenBLAS" +
+           (narrow ? ", OPENBLAS_CORETYPE=SkylakeX gives it its AVX-512 kernels" : "");
+  if (!narrow) return "";
   const char* forced = std::getenv("OPENBLAS_CORETYPE");
   return "note: OpenBLAS runs its " + core + " kernels" +
          (forced ? " (OPENBLAS_CORETYPE=" + std::string(forced) + ")" : std::string()) +
@@ -325,9 +350,9 @@ std::string blas_kernel_note() {
 // taken while the machine was busy (a parallel build, other ranks) stays low for every later run;
 // seen on a 2-core Xeon, 107 GFLOP/s cached against 147 quiet, MFU 105 %. Measured again now
 // (after the run, so no step is disturbed), and the higher value cached.
-void recheck_peak(Communicator& world, const Peak& peak, double best_mfu) {
+void recheck_peak(Communicator& world, Device& device, const Peak& peak, double best_mfu) {
   if (world.rank() != 0 || peak.cache_key.empty() || best_mfu <= 1.0) return;
-  const double now_gflops = one_thread_sgemm_gflops();
+  const double now_gflops = one_thread_sgemm_gflops(device);
   const bool higher = now_gflops > peak.thread_gflops;
   const bool stored = higher && store_peak(peak.cache_path, peak.cache_key, now_gflops);
   char pct[16];
@@ -1054,7 +1079,7 @@ int train(Context& ctx) {
   const TokenFlops flops = token_flops(cfg, seq);
   log_flops(world, cfg, seq, peak);
   if (o.get_text("backend") != "gpu")
-    if (const std::string note = blas_kernel_note(); !note.empty()) log0(world, note);
+    if (const std::string note = blas_kernel_note(ctx.device); !note.empty()) log0(world, note);
   for (const std::string& note : plan.resume_notes) log0(world, "--resume: ", note);
 
   // Rank 0 writes the outputs; every write is checked (core/output_file.h): a full disk or a
@@ -1177,7 +1202,7 @@ int train(Context& ctx) {
                 step, steps - traced_from);
   if (std::isfinite(source->loss_floor()))
     log0(world, "loss floor of this data: ", source->loss_floor(), " nats");
-  recheck_peak(world, peak, best_mfu);
+  recheck_peak(world, ctx.device, peak, best_mfu);
   write_plot(world, plot, *source, plot_steps, plot_losses, plot_val_steps, plot_val_losses);
   log_peak_memory(ctx.device, world);
   if (skipped > 0)
