@@ -25,7 +25,9 @@ and repeated: 3 times, 5 for the overlap and the strong-scaling rows (--quick or
   5. Training tokens/s of the benchmark model (tp_train) against its PyTorch eager twin
      (scripts/bench_gpt_torch.py, after checking that the twin computes the same loss and
      gradients from the same weights and batch, within its stated tolerances) at 1 and 2 threads,
-     each tp_train run next to the PyTorch run it is divided by. Goals (issue 25) ≥ 1.5× at 1
+     each tp_train run next to the PyTorch run it is divided by (PyTorch's GEMMs are OpenBLAS's:
+     where the project left OpenBLAS for oneDNN, PyTorch runs with OPENBLAS_CORETYPE=SkylakeX,
+     torch_env). Goals (issue 25) ≥ 1.5× at 1
      thread, ≥ 1.3× at 2; and the model's FLOP/s at 1 thread (the issue's FLOPs per token) against
      the one-thread sgemm ceiling, goal ≥ 0.80. Both show their MFU: tp_train's from its --log-json,
      PyTorch's at the same model FLOPs per token and peak (tp_train's header: 6·N + 12·L·h·S). Strong scaling in the same rounds: tp_train at
@@ -232,9 +234,10 @@ def mpi_cmd(np, *args):
     return [mpiexec, *flags, "-np", str(np), *args]
 
 
-def run(cmd, threads=None, timeout=1800):
-    """stdout+stderr of cmd (with OMP_NUM_THREADS when given); raises on a non-zero exit."""
-    env = dict(os.environ)
+def run(cmd, threads=None, timeout=1800, extra_env=None):
+    """stdout+stderr of cmd (with OMP_NUM_THREADS when given, and extra_env); raises on a non-zero
+    exit."""
+    env = dict(os.environ, **(extra_env or {}))
     if threads is not None:
         env["OMP_NUM_THREADS"] = str(threads)
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT,
@@ -469,9 +472,20 @@ def torch_python():
     return None
 
 
+def torch_env(forced, flags, core, onednn):
+    """The environment PyTorch's runs get on top of the bench's: where OpenBLAS does not know this
+    AVX-512 CPU and the project's f32 GEMMs left it for oneDNN (held_below_avx512), Debian's
+    PyTorch, whose GEMMs are OpenBLAS's (BLAS_INFO=generic), would otherwise run the slow kernels
+    the project stepped around: OPENBLAS_CORETYPE=SkylakeX gives it OpenBLAS's best (measured on a
+    Xeon of model 207, torch.mm 1024³ at one thread: 25 GFLOP/s on Prescott's, 94 on SkylakeX's)."""
+    if held_below_avx512(forced, flags, core, onednn) and onednn and not forced:
+        return {"OPENBLAS_CORETYPE": "SkylakeX"}
+    return {}
+
+
 def torch_tokens(py, threads, steps, info):
     out = run([py, "scripts/bench_gpt_torch.py", *MODEL, "--threads", str(threads), "--steps", str(steps)],
-              threads=threads)
+              threads=threads, extra_env=info.get("torch_env"))
     m = re.search(r"^# PyTorch (\S+)", out, re.M)
     if m:
         info["torch"] = m.group(1)
@@ -484,6 +498,8 @@ def training_rows(table, build, steps, tmp, reps_long, reps, info):
     (the first `reps` rounds), t = 2, t = 2 with --sp; each ratio is taken within its round."""
     py = torch_python()
     note = ""
+    info["torch_env"] = torch_env(os.environ.get("OPENBLAS_CORETYPE"), cpu_flags(), info.get("blas_core"),
+                                  on_onednn(info))
     if py is None:
         note = "no Python with torch found (Debian: apt-get install python3-torch)"
     else:
@@ -496,6 +512,9 @@ def training_rows(table, build, steps, tmp, reps_long, reps, info):
         note = (f"same model within 1e-6 (loss) and 1e-5 (gradients): loss rel diff "
                 f"{float(c.get('check_loss_rel', 'nan')):.1e}, largest gradient rel diff "
                 f"{float(c.get('check_grad_rel', 'nan')):.1e}")
+        if info["torch_env"]:
+            note += "; PyTorch with " + " ".join(f"{k}={v}" for k, v in info["torch_env"].items()) + \
+                " (OpenBLAS's AVX-512 kernels: its own pick here has none)"
     ours = {1: [], 2: []}
     theirs = {1: [], 2: []}
     scaled = {(): [], ("--sp",): [], ("--overlap", "none"): []}
@@ -800,6 +819,10 @@ def selftest():
           "run on oneDNN" in held_below_avx512(None, avx512, "Prescott", True), True)
     check("the ceiling names Device::gemm when it is oneDNN's",
           ceiling_of({"f32_gemm": "oneDNN (avx512_core_bf16; ...)"}), "of cblas_sgemm and Device::gemm")
+    check("PyTorch gets OpenBLAS's AVX-512 kernels where the project left OpenBLAS for oneDNN",
+          torch_env(None, avx512, "Prescott", True), {"OPENBLAS_CORETYPE": "SkylakeX"})
+    check("... and nothing where OpenBLAS picked them itself", torch_env(None, avx512, "SkylakeX", False), {})
+    check("... nor where OPENBLAS_CORETYPE was set for both", torch_env("Haswell", avx512, "Haswell", False), {})
     check("nothing forced, Prescott on an AVX2 CPU is not", held_below_avx512(None, {"avx2"}, "Prescott"), "")
     check("Haswell forced on an AVX2 CPU is not", held_below_avx512("Haswell", {"avx2"}), "")
     check("median of an even count", spread([1.0, 4.0, 2.0, 3.0]), (2.5, 1.0, 4.0))
