@@ -11,8 +11,10 @@
 //
 // Threads: OpenBLAS runs a GEMM on set_blas_threads() threads, which the CPU device sets to its
 // OpenMP thread count (cores of the node ÷ ranks on it, launcher/node.h), so ranks × BLAS threads
-// never exceed the cores. Called inside an OpenMP parallel region (the attention loops over
-// heads), the OpenMP build of OpenBLAS runs each call on the calling thread alone.
+// never exceed the cores. Called inside an OpenMP parallel region (no kernel of the project does
+// that today: the attention has its own tiles, kernels/attention.cpp), the OpenMP build of
+// OpenBLAS runs each call on the calling thread alone, and the call stays on OpenBLAS even where
+// f32_gemm is oneDNN (the process shares one oneDNN stream).
 #pragma once
 
 #include <cstdint>

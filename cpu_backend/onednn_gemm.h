@@ -35,9 +35,9 @@
 // on that Xeon, one thread, the benchmark model's GEMM shapes (1024 x 768 x 256 ... 256 x 1024 x
 // 1024): oneDNN 117-159 GFLOP/s, OpenBLAS's Prescott kernels 28-32, its SkylakeX kernels
 // (OPENBLAS_CORETYPE=SkylakeX) 101-151. TP_CPU_F32_GEMM=auto|openblas|onednn (default auto: oneDNN
-// only in that case, and never when OPENBLAS_CORETYPE chose the kernels). Calls from inside an
-// OpenMP parallel region (the attention's per-head GEMMs) stay on cblas_sgemm: the process shares
-// one oneDNN stream.
+// only in that case, and never when OPENBLAS_CORETYPE chose the kernels). A call from inside an
+// OpenMP parallel region (none in the project today) stays on cblas_sgemm: the process shares one
+// oneDNN stream.
 #pragma once
 
 #include <cstdint>
