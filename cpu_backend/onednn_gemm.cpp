@@ -396,6 +396,14 @@ Bf16GemmChoice choose_bf16_gemm() {
   const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
   if (want == "onednn")
     return {Bf16Gemm::onednn, "oneDNN (" + isa_name(isa) + ", TP_CPU_BF16_GEMM=onednn)"};
+  // AVX512-BF16 without AMX where the f32 GEMMs are oneDNN's too (f32_gemm): there oneDNN's bf16
+  // brgemm ran at about half its f32 one (a Xeon of model 207 without AMX exposed, one thread, the
+  // bench model's shapes: 79-89 against 149-172 GFLOP/s, B packed or not), so the stand-in, whose
+  // sgemm is that f32 matmul, is the faster of the two.
+  const bool amx = isa == dnnl::cpu_isa::avx512_core_amx;
+  if (native_bf16_isa(isa) && !amx && f32_gemm().onednn)
+    return {Bf16Gemm::sgemm, standin + " (oneDNN's f32 matmul; its " + isa_name(isa) +
+                                 " bf16 one runs at about half that rate without AMX)"};
   if (native_bf16_isa(isa)) return {Bf16Gemm::onednn, "oneDNN (" + isa_name(isa) + ")"};
   return {Bf16Gemm::sgemm,
           standin + " (oneDNN's ISA " + isa_name(isa) + " has no native bf16: it would emulate)"};

@@ -17,7 +17,8 @@
 // oneDNN where the CPU has a native bf16 ISA (dnnl::get_effective_cpu_isa() at or above
 // avx512_core_bf16: AVX512-BF16 or AMX), else the stand-in (bf16 widened to f32, cblas_sgemm,
 // rounded back): below that ISA oneDNN emulates bf16 and the stand-in wins (docs/model.md,
-// "Precision", has the measurements).
+// "Precision", has the measurements). One exception: AVX512-BF16 without AMX where the f32 GEMMs
+// run on oneDNN too (f32_gemm below), since there its bf16 matmul ran at half its f32 one.
 //
 // The f32 GEMM with B packed once (the ring's t row blocks against one weight, core/device.h:
 // Device::pack_gemm_b): OpenBLAS packs B into its kernel's panels on every call, so t GEMMs of
