@@ -348,10 +348,10 @@ F32GemmChoice choose_f32_gemm() {
   const std::string core = openblas_get_corename();
   const std::string blas = "OpenBLAS (" + core + " kernels";
   if (want == "openblas") return {false, blas + ", TP_CPU_F32_GEMM=openblas)"};
+  const char* forced = std::getenv("OPENBLAS_CORETYPE");
 #ifdef TP_HAVE_ONEDNN
   const std::string isa = isa_name(dnnl::get_effective_cpu_isa());
   if (want == "onednn") return {true, "oneDNN (" + isa + ", TP_CPU_F32_GEMM=onednn)"};
-  const char* forced = std::getenv("OPENBLAS_CORETYPE");
   if (forced && *forced) return {false, blas + ", OPENBLAS_CORETYPE=" + forced + ")"};
   bool wide = false;
   for (const char* name : {"skylakex", "cooperlake", "sapphirerapids"})
@@ -367,6 +367,7 @@ F32GemmChoice choose_f32_gemm() {
       want != "onednn",
       "TP_CPU_F32_GEMM=onednn, but this build has no oneDNN; install libdnnl-dev and rebuild "
       "(make), or use TP_CPU_F32_GEMM=openblas");
+  if (forced && *forced) return {false, blas + ", OPENBLAS_CORETYPE=" + forced + ")"};
   return {false, blas + ")"};
 #endif
 }
