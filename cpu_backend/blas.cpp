@@ -4,6 +4,7 @@
 
 #include <cblas.h>
 #include <omp.h>
+#include <strings.h>
 
 #include <algorithm>
 #include <climits>
@@ -14,6 +15,7 @@
 // OpenBLAS's own extension, declared here so that this file does not depend on which cblas.h the
 // system's alternatives point at (OpenBLAS's declares it, netlib's does not).
 extern "C" void openblas_set_num_threads(int num_threads);
+extern "C" char* openblas_get_corename(void);
 
 namespace tp::cpu {
 
@@ -46,5 +48,19 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
 }
 
 void set_blas_threads(int threads) { openblas_set_num_threads(std::max(1, threads)); }
+
+bool openblas_lacks_avx512() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+      !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512dq"))
+    return false;
+  const char* core = openblas_get_corename();
+  for (const char* wide : {"skylakex", "cooperlake", "sapphirerapids"})
+    if (strcasecmp(core, wide) == 0) return false;
+  return true;
+#else
+  return false;
+#endif
+}
 
 }  // namespace tp::cpu

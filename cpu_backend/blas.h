@@ -30,4 +30,9 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
 /// The threads OpenBLAS uses for one call from outside a parallel region (at least 1).
 void set_blas_threads(int threads);
 
+/// True when the CPU has AVX-512 (F, BW, VL and DQ) and the OpenBLAS kernels in use have none
+/// (openblas_get_corename is not SkylakeX, Cooperlake or SapphireRapids): OPENBLAS_CORETYPE held
+/// them back, or the OpenBLAS is older than the CPU.
+bool openblas_lacks_avx512();
+
 }  // namespace tp::cpu

@@ -3,11 +3,10 @@
 // choices are compiled (always sgemm, never packed).
 #include "onednn_gemm.h"
 
-#include <strings.h>
-
 #include <cstdlib>
 #include <string>
 
+#include "blas.h"
 #include "core/error.h"
 
 #ifdef TP_HAVE_ONEDNN
@@ -326,19 +325,8 @@ bool onednn_gemm_f32(bool, bool, int64_t, int64_t, int64_t, float, const float*,
 
 #endif
 
-namespace {
 // OpenBLAS's own extension (blas.cpp has the same reason to declare it here).
 extern "C" char* openblas_get_corename(void);
-
-bool cpu_has_avx512() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-#else
-  return false;
-#endif
-}
-}  // namespace
 
 F32GemmChoice choose_f32_gemm() {
   const char* env = std::getenv("TP_CPU_F32_GEMM");
@@ -353,12 +341,9 @@ F32GemmChoice choose_f32_gemm() {
   const std::string isa = isa_name(dnnl::get_effective_cpu_isa());
   if (want == "onednn") return {true, "oneDNN (" + isa + ", TP_CPU_F32_GEMM=onednn)"};
   if (forced && *forced) return {false, blas + ", OPENBLAS_CORETYPE=" + forced + ")"};
-  bool wide = false;
-  for (const char* name : {"skylakex", "cooperlake", "sapphirerapids"})
-    wide = wide || strcasecmp(core.c_str(), name) == 0;
   const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
   const bool dnnl512 = (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & avx512) == avx512;
-  if (!wide && cpu_has_avx512() && dnnl512)
+  if (openblas_lacks_avx512() && dnnl512)
     return {true, "oneDNN (" + isa + "; OpenBLAS's own pick, " + core +
                       ", has no AVX-512 on this AVX-512 CPU)"};
   return {false, blas + ")"};

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "blas.h"
 #include "core/error.h"
 #include "core/simulated_link.h"
 #include "cpu_device.h"
@@ -141,5 +142,7 @@ std::string f32_gemm_path(const Device& device, bool* onednn) {
   if (onednn != nullptr) *onednn = cpu && cpu::f32_gemm().onednn;
   return cpu ? cpu::f32_gemm().note : "";
 }
+
+bool openblas_lacks_avx512() { return cpu::openblas_lacks_avx512(); }
 
 }  // namespace tp

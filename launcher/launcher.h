@@ -83,4 +83,8 @@ std::string bf16_gemm_path(const Device& device);
 /// is oneDNN in *onednn when given. In backends.cpp.
 std::string f32_gemm_path(const Device& device, bool* onednn = nullptr);
 
+/// True when the CPU has AVX-512 and the OpenBLAS kernels in use have none
+/// (cpu_backend/blas.h: cpu::openblas_lacks_avx512). In backends.cpp.
+bool openblas_lacks_avx512();
+
 }  // namespace tp

@@ -35,7 +35,6 @@
 // the GPU's measured GEMM ceiling; or --peak-tflops).
 #include <cblas.h>
 #include <omp.h>
-#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -322,14 +321,10 @@ Peak run_peak(Context& ctx) {
 // which Debian 12's OpenBLAS 0.3.21 does not know and runs on its Prescott (SSE3) kernels:
 // 830-1,490 tokens/s, against 3,770-5,380 with OPENBLAS_CORETYPE=SkylakeX (3.6-4.5x, interleaved).
 std::string blas_kernel_note(const Device& device) {
-#if defined(__x86_64__) && defined(__GNUC__)
   const std::string core = openblas_get_corename();
   bool onednn = false;
   const std::string path = f32_gemm_path(device, &onednn);
-  bool narrow = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-  for (const char* wide : {"skylakex", "cooperlake", "sapphirerapids"})
-    narrow = narrow && strcasecmp(core.c_str(), wide) != 0;
+  const bool narrow = openblas_lacks_avx512();
   if (onednn)
     return "note: f32 GEMMs: " + path + "; TP_CPU_F32_GEMM=openblas keeps OpenBLAS" +
            (narrow ? ", OPENBLAS_CORETYPE=SkylakeX gives it its AVX-512 kernels" : "");
@@ -340,9 +335,6 @@ std::string blas_kernel_note(const Device& device) {
          " on a CPU with AVX-512, where its SkylakeX ones are faster (1.7x tokens/s measured "
          "against Haswell's on an AMD EPYC, 3.6-4.5x against Prescott's on a Xeon): " +
          (forced ? "unset OPENBLAS_CORETYPE" : "run with OPENBLAS_CORETYPE=SkylakeX");
-#else
-  return "";
-#endif
 }
 
 // After the run, on rank 0: a step whose model FLOP/s beat the CPU peak (MFU over 100 %) shows the
