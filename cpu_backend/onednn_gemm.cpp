@@ -328,7 +328,8 @@ bool onednn_gemm_f32(bool, bool, int64_t, int64_t, int64_t, float, const float*,
 // OpenBLAS's own extension (blas.cpp has the same reason to declare it here).
 extern "C" char* openblas_get_corename(void);
 
-F32GemmChoice choose_f32_gemm() {
+namespace {
+F32GemmChoice pick_f32_gemm() {
   const char* env = std::getenv("TP_CPU_F32_GEMM");
   const std::string want = env && *env ? env : "auto";
   TP_CHECK_INPUT(want == "auto" || want == "openblas" || want == "onednn", "TP_CPU_F32_GEMM=", want,
@@ -355,6 +356,14 @@ F32GemmChoice choose_f32_gemm() {
   if (forced && *forced) return {false, blas + ", OPENBLAS_CORETYPE=" + forced + ")"};
   return {false, blas + ")"};
 #endif
+}
+
+}  // namespace
+
+F32GemmChoice choose_f32_gemm() {
+  F32GemmChoice choice = pick_f32_gemm();
+  choice.openblas_lacks_avx512 = openblas_lacks_avx512();
+  return choice;
 }
 
 const F32GemmChoice& f32_gemm() {

@@ -66,6 +66,7 @@ Bf16GemmChoice choose_bf16_gemm();
 struct F32GemmChoice {
   bool onednn = false;
   std::string note;
+  bool openblas_lacks_avx512 = false;  // blas.h: cpu::openblas_lacks_avx512, for the layers above
 };
 const F32GemmChoice& f32_gemm();
 /// The choice itself, made anew from the environment on each call (f32_gemm keeps the first).

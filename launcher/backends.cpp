@@ -5,7 +5,6 @@
 #include <string>
 #include <vector>
 
-#include "blas.h"
 #include "core/error.h"
 #include "core/simulated_link.h"
 #include "cpu_device.h"
@@ -143,6 +142,6 @@ std::string f32_gemm_path(const Device& device, bool* onednn) {
   return cpu ? cpu::f32_gemm().note : "";
 }
 
-bool openblas_lacks_avx512() { return cpu::openblas_lacks_avx512(); }
+bool openblas_lacks_avx512() { return cpu::f32_gemm().openblas_lacks_avx512; }
 
 }  // namespace tp

@@ -84,7 +84,8 @@ std::string bf16_gemm_path(const Device& device);
 std::string f32_gemm_path(const Device& device, bool* onednn = nullptr);
 
 /// True when the CPU has AVX-512 and the OpenBLAS kernels in use have none
-/// (cpu_backend/blas.h: cpu::openblas_lacks_avx512). In backends.cpp.
+/// (cpu_backend/blas.h: cpu::openblas_lacks_avx512, read once with the f32 GEMM's choice,
+/// cpu::f32_gemm). In backends.cpp.
 bool openblas_lacks_avx512();
 
 }  // namespace tp
