@@ -75,6 +75,7 @@
 #include "model/train.h"
 #include "observe/alpha_beta.h"
 #include "observe/peak_cache.h"
+#include "observe/step_log.h"
 #include "observe/svg_plot.h"
 #include "observe/timeline.h"
 #include "observe/timer.h"
@@ -387,6 +388,7 @@ struct Plan {
   std::vector<int64_t> pp_layers;         // --pp-layers (empty: an even split)
   StepOptions step_opts;                  // --micro-batches, --zero, --schedule
   std::vector<std::string> resume_notes;  // --resume auto: the newer checkpoints it skipped
+  bool resumed = false;  // --resume took a checkpoint: --steps is the step the run ends at
 };
 
 // --resume auto | auto-or-fresh: the newest valid checkpoint of --save's series (or --save itself;
@@ -448,7 +450,10 @@ Plan plan_run(const Options& o, int world_size) {
   // to --load is taken as --init-from (it holds no optimizer state and no step).
   std::string &init_from = r.init_from = o.get_text("init-from"),
               &load = r.load = o.get_text("load");
-  if (!o.get_text("resume").empty()) load = resume_path(o, r.resume_notes, problems);
+  if (!o.get_text("resume").empty()) {
+    load = resume_path(o, r.resume_notes, problems);
+    r.resumed = !load.empty();
+  }
   if (o.get_int("save-every") > 0 && o.get_text("save").empty())
     problems.push_back("--save-every " + std::to_string(o.get_int("save-every")) +
                        " needs --save DIR/ or --save FILE: the folder or the stem of the "
@@ -654,11 +659,11 @@ bool audit_gradients(Context& ctx, const Plan& plan, ProcessGrid& grid, Gpt& mod
 
 // What this run is: the grid, the model, the data, the batch and the steps.
 void log_run(Context& ctx, const Plan& plan, ProcessGrid& grid, const Gpt& model,
-             const TokenSource& source, float lr, int64_t step) {
+             const TokenSource& source, float lr, int64_t step, int64_t steps) {
   Communicator& world = ctx.world;
   Communicator& tp = grid.tp();
   const GptConfig& cfg = plan.cfg;
-  const int64_t seq = plan.seq, steps = plan.steps, batch = plan.batch;
+  const int64_t seq = plan.seq, batch = plan.batch;
   const int dp = plan.dp;
   int64_t n_params = 0;
   for (const Param& p : model.params())
@@ -699,12 +704,18 @@ void write_trace(Device& device, Communicator& world, Timeline& timeline, const 
 
 // Rank 0's output files, opened (--log-json) or given a placeholder (--plot, --trace: written at
 // the end) before the first step, so that a full disk or a read-only file system stops the run now.
+// A resumed run (`resumed_at` >= 0) first cuts the log back to its checkpoint (observe/step_log.h).
 OutputFile open_outputs(Communicator& world, const std::string& log_json, const std::string& plot,
-                        const std::string& trace, int64_t steps) {
+                        const std::string& trace, int64_t steps, int64_t resumed_at) {
   OutputFile json;
   if (world.rank() == 0) {
-    if (!log_json.empty())
-      json = OutputFile(log_json, "--log-json " + log_json, OutputFile::Mode::Append);
+    const std::string what = "--log-json " + log_json;
+    if (!log_json.empty() && resumed_at >= 0)
+      if (const LogCut cut = cut_step_log(log_json, resumed_at, what); cut.cut > 0)
+        log0(world, what, ": cut ", cut.cut, " line", cut.cut == 1 ? "" : "s", " past step ",
+             resumed_at,
+             ", the checkpoint this run resumes (the interrupted run's steps, done again now)");
+    if (!log_json.empty()) json = OutputFile(log_json, what, OutputFile::Mode::Append);
     const std::string note =
         svg_placeholder("tp_train writes this file when it ends (it stays so if the run stopped)");
     if (!plot.empty() && steps > 0) write_text_file(plot, note, "--plot " + plot);
@@ -1020,13 +1031,29 @@ int64_t start_from(Communicator& world, Communicator& tp, const Plan& plan, Gpt&
   return step;
 }
 
+// --steps N: the steps to run now. From --load (or fresh) N more; a run that --resume took a
+// checkpoint for ends at step N, so the command that started the run, given again after a crash,
+// finishes it where the uninterrupted run would have (Megatron's --train-iters, nanoGPT's
+// max_iters count the same way).
+int64_t steps_to_run(Communicator& world, const Plan& plan, int64_t start) {
+  if (!plan.resumed) return plan.steps;
+  const int64_t left = std::max<int64_t>(0, plan.steps - start);
+  if (left == 0)
+    log0(world, "--resume: the run is at step ", start, " and --steps ", plan.steps,
+         " ends it there: nothing left to train");
+  else
+    log0(world, "--resume: --steps ", plan.steps, " is the step the run ends at: ", left,
+         " more from step ", start);
+  return left;
+}
+
 int train(Context& ctx) {
   const Options& o = ctx.options;
   Communicator& world = ctx.world;
   Plan plan = plan_run(o, world.size());
   check_memory_budget(o, plan, world.size());
   GptConfig& cfg = plan.cfg;
-  const int64_t seq = plan.seq, steps = plan.steps, batch = plan.batch;
+  const int64_t seq = plan.seq, batch = plan.batch;
   const uint64_t seed = plan.seed;
   const std::string &data = plan.data, &load = plan.load, &export_dir = plan.export_dir;
   const int dp = plan.dp;
@@ -1065,8 +1092,9 @@ int train(Context& ctx) {
   check_save_space(CheckpointSeries(o.get_text("save")).final_path(0), world, ctx.device,
                    model);  // before training, not after
   int64_t step = start_from(world, tp, plan, model, opt);
+  const int64_t steps = steps_to_run(world, plan, step);
   shard_optimizer(world, grid, plan, model, opt);
-  log_run(ctx, plan, grid, model, *source, hp.lr, step);
+  log_run(ctx, plan, grid, model, *source, hp.lr, step, steps);
   const Peak peak = run_peak(ctx);
   const TokenFlops flops = token_flops(cfg, seq);
   log_flops(world, cfg, seq, peak);
@@ -1079,7 +1107,7 @@ int train(Context& ctx) {
   // --plot and --trace are written at the end, so their files get a placeholder now, which finds
   // those faults before the first step.
   const std::string plot = o.get_text("plot"), log_json = o.get_text("log-json");
-  OutputFile json = open_outputs(world, log_json, plot, trace, steps);
+  OutputFile json = open_outputs(world, log_json, plot, trace, steps, plan.resumed ? step : -1);
   std::vector<double> plot_steps, plot_losses;  // --plot (checked with the other output paths)
   std::vector<double> plot_val_steps, plot_val_losses;  // --eval-every's points
   if (o.get_flag("audit-grads")) {
@@ -1201,10 +1229,11 @@ int train(Context& ctx) {
     log0(world, "--skip-nonfinite: skipped ", skipped, " of ", steps,
          " steps with a non-finite loss or gradient norm (the first at step ", first_skipped, ")");
   // (A folder's end-of-run file is the series' file of the last step: written already when
-  // --save-every divides it.)
-  if (saved_step != step || CheckpointSeries(o.get_text("save")).final_path(step) !=
-                                CheckpointSeries(o.get_text("save")).path_for(step))
-    save_at_end(world, grid, o, model, opt, step, load);
+  // --save-every divides it; and a resumed run with nothing left to train loaded it.)
+  const CheckpointSeries series(o.get_text("save"));
+  const bool written = (saved_step == step && series.final_path(step) == series.path_for(step)) ||
+                       (steps == 0 && plan.resumed && series.final_path(step) == load);
+  if (!written) save_at_end(world, grid, o, model, opt, step, load);
   if (!export_dir.empty()) {
     const Dtype dtype = o.get_text("export-dtype") == "bf16" ? Dtype::bf16 : Dtype::f32;
     // DP replicas hold the same weights; pipeline stages send theirs to the first stage.
@@ -1246,8 +1275,9 @@ int main(int argc, char** argv) {
       .min(1)
       .fits_int()
       .integer("steps", 50,
-               "steps to run from where the run starts (fresh or --load; 0: just --save the "
-               "initial weights)")
+               "steps to run: from a fresh start or --load, N more (0: just --save the initial "
+               "weights); with --resume, the step the run ends at (the same command finishes "
+               "the same run)")
       .non_negative()
       .real("lr", 1e-3, "peak learning rate (constant unless --warmup / --decay-steps)")
       .positive()
