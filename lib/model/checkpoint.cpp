@@ -198,32 +198,47 @@ void add_each_once(safetensors::Writer& w, const std::vector<NamedHostTensor>& t
 // The file: the tensors (a name met twice, the tied wte of two pipeline stages, is written once),
 // the step and the configuration.
 void write_checkpoint(const std::string& path, const std::vector<NamedHostTensor>& tensors,
-                      const Gpt& model, const AdamW& opt, int64_t step) {
+                      const Gpt& model, const AdamW& opt, int64_t step,
+                      const CheckpointOrigin& origin) {
   safetensors::Writer w;
   add_each_once(w, tensors);
   w.set_metadata("format", kFormat);
   w.set_metadata("step", std::to_string(step));
   w.set_metadata("adam_steps", std::to_string(opt.steps()));
   add_config(w, model.config());
+  if (!origin.run_id.empty()) w.set_metadata("run_id", origin.run_id);
+  if (!origin.tokens.empty()) w.set_metadata("tokens", origin.tokens);
   w.write(path);
 }
 }  // namespace
 
+CheckpointOrigin checkpoint_origin(const std::string& path) {
+  CheckpointOrigin out;
+  try {
+    const safetensors::File f = safetensors::File::open(path);
+    if (f.has_metadata("run_id")) out.run_id = f.metadata("run_id");
+    if (f.has_metadata("tokens")) out.tokens = f.metadata("tokens");
+  } catch (const Error&) {
+    // Unreadable: it records nothing this run can rely on.
+  }
+  return out;
+}
+
 void save_checkpoint(const std::string& path, Communicator& comm, const Gpt& model,
-                     const AdamW& opt, int64_t step) {
+                     const AdamW& opt, int64_t step, const CheckpointOrigin& origin) {
   const std::vector<NamedHostTensor> tensors = checkpoint_tensors(comm, model, opt);
-  if (comm.rank() == 0) write_checkpoint(path, tensors, model, opt, step);
+  if (comm.rank() == 0) write_checkpoint(path, tensors, model, opt, step, origin);
   comm.barrier();  // nobody reads the file before it is complete
 }
 
 void save_checkpoint(const std::string& path, Communicator& tp, Communicator& pp, const Gpt& model,
-                     const AdamW& opt, int64_t step) {
-  if (pp.size() == 1) return save_checkpoint(path, tp, model, opt, step);
+                     const AdamW& opt, int64_t step, const CheckpointOrigin& origin) {
+  if (pp.size() == 1) return save_checkpoint(path, tp, model, opt, step, origin);
   const std::vector<NamedHostTensor> tensors = checkpoint_tensors(tp, model, opt);
   if (tp.rank() == 0) {  // the TP groups' rank 0s: one PP group, every stage
     const std::vector<NamedHostTensor> all =
         gather_to_first_stage(pp, model.params().front().value.device(), tensors);
-    if (pp.rank() == 0) write_checkpoint(path, all, model, opt, step);
+    if (pp.rank() == 0) write_checkpoint(path, all, model, opt, step, origin);
     pp.barrier();
   }
   tp.barrier();  // nobody reads the file before it is complete
