@@ -306,6 +306,10 @@ TEST(CheckpointSeries, AnotherRunsSeriesIsRefusedUnlessReplaced) {
   EXPECT_TRUE(series.holds(series.path_for(4)));
   EXPECT_TRUE(series.holds(dir + "./" + fs::path(series.path_for(4)).filename().string()));
   EXPECT_FALSE(series.holds(dir + "elsewhere.safetensors"));
+  // An edited run_id that is not of the kind written here is none: never printed, never matched.
+  save_tiny(dir + "odd.safetensors", 1, "two\nlines");
+  EXPECT_EQ(checkpoint_origin(dir + "odd.safetensors").run_id, "");
+  EXPECT_EQ(checkpoint_origin(dir + "missing.safetensors").run_id, "");
 }
 
 // N counts what token_flops says: every parameter of a t = 1 model but wpe (and, untied, wte's

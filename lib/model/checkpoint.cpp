@@ -1,5 +1,7 @@
 #include "model/checkpoint.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <map>
 #include <sstream>
@@ -212,16 +214,24 @@ void write_checkpoint(const std::string& path, const std::vector<NamedHostTensor
 }
 }  // namespace
 
+CheckpointOrigin checkpoint_origin(const safetensors::File& f) {
+  const auto word = [&](const char* key) -> std::string {
+    const std::string v = f.has_metadata(key) ? f.metadata(key) : "";
+    const bool ok =
+        v.size() <= 64 && std::all_of(v.begin(), v.end(), [](char c) {
+          return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+        });
+    return ok ? v : "";
+  };
+  return {word("run_id"), word("tokens")};
+}
+
 CheckpointOrigin checkpoint_origin(const std::string& path) {
-  CheckpointOrigin out;
   try {
-    const safetensors::File f = safetensors::File::open(path);
-    if (f.has_metadata("run_id")) out.run_id = f.metadata("run_id");
-    if (f.has_metadata("tokens")) out.tokens = f.metadata("tokens");
+    return checkpoint_origin(safetensors::File::open(path));
   } catch (const Error&) {
-    // Unreadable: it records nothing this run can rely on.
+    return {};  // unreadable: it records nothing this run can rely on
   }
-  return out;
 }
 
 void save_checkpoint(const std::string& path, Communicator& comm, const Gpt& model,

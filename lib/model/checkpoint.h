@@ -66,8 +66,11 @@ struct CheckpointOrigin {
   std::string run_id, tokens;
 };
 
-/// The origin recorded in `path`'s metadata; empty values where it records none (a file of an
-/// older version) or its header cannot be read.
+/// The origin recorded in `f`'s metadata; empty values where it records none (a file of an
+/// older version) or one that is not of the kind written here (up to 64 of [0-9A-Za-z._-]: a
+/// value from an edited file is never printed or matched).
+CheckpointOrigin checkpoint_origin(const safetensors::File& f);
+/// The same for the file `path`; empty values when its header cannot be read.
 CheckpointOrigin checkpoint_origin(const std::string& path);
 
 /// Writes `path` (collective: every rank must call it). `step` = training steps done.

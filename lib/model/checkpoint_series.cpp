@@ -48,7 +48,7 @@ SeriesEntry read_entry(const std::string& path, int64_t name_step) {
       return e;
     }
     e.step = metadata_count(f, "step", 0);
-    if (f.has_metadata("run_id")) e.run_id = f.metadata("run_id");
+    e.run_id = checkpoint_origin(f).run_id;
   } catch (const Error& err) {
     e.unreadable = err.what();
   }
@@ -159,7 +159,7 @@ std::vector<SeriesEntry> CheckpointSeries::candidates() const {
     try {
       const safetensors::File f = safetensors::File::open(save_);
       out.push_back({save_, f.has_metadata("step") ? metadata_count(f, "step", 0) : 0,
-                     f.has_metadata("run_id") ? f.metadata("run_id") : "", ""});
+                     checkpoint_origin(f).run_id, ""});
     } catch (const Error& e) {
       out.push_back({save_, -1, "", e.what()});  // named as skipped when nothing newer is valid
     }

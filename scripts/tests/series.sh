@@ -66,6 +66,17 @@ if [ $rc = 0 ] && grep -q "^run id $other_id (continued from $se/cont/checkpoint
   pass 1; echo "✓ --load of a file of the series continues run $other_id (its files pruned by --keep 2)"
 else fail "--load of a file of the series: exit $rc, or not run $other_id, or not pruned (see $logs/series_load.log)"; fi
 
+# --resume auto of a series from before run ids: it continues (a new run id), and never deletes
+# the old files (--keep counts only its own).
+cp -r "$se/old" "$se/old_res"
+run_mpi 1 "${train[@]}" --steps 2 --save "$se/old_res/" --save-every 1 --keep 1 --resume auto \
+  >"$logs/series_old_resume.log" 2>&1
+rc=$?
+if [ $rc = 0 ] && grep -q "^run id .* (new)" "$logs/series_old_resume.log" && has_files "$se/old_res" 2 4 6 8 &&
+   ! has_files "$se/old_res" 7; then
+  pass 1; echo "✓ --resume auto of files without a run id: a new run id; the old files stay, its own are pruned"
+else fail "--resume auto of files without a run id: exit $rc, or the old files were touched: $(ls "$se/old_res" | tr '\n' ' ') (see $logs/series_old_resume.log)"; fi
+
 # 3. --replace-series: one line saying what it will delete; the files go after its first save.
 cp -r "$se/other" "$se/repl"
 run_mpi 1 "${train[@]}" --steps 2 --save "$se/repl/" --save-every 1 --keep 5 --replace-series \
