@@ -38,6 +38,7 @@ other_id=$(sed -n 's/^run id \([^ ]*\) (new)$/\1/p' "$logs/series_other.log")
 if [ -n "$other_id" ] && has_files "$se/other" 2 4 6; then
   pass 1; echo "✓ a fresh run prints its run id ($other_id) and writes steps 2, 4, 6"
 else fail "no 'run id ... (new)' line or no steps 2, 4, 6 (see $logs/series_other.log)"; fi
+cp -r "$se/other" "$se/base"  # the copies below start from it: each check stands alone
 
 # 1. A fresh run on it is refused (one line naming the run and its newest step), and deletes nothing
 #    (expect checks every file under $tmp: before the fix it deleted all three at its first save).
@@ -45,7 +46,7 @@ expect "a fresh run on another run's series" 2 \
   "--save $se/other/ holds run $other_id up to step 6 (3 files, steps 2..6); give --resume auto to continue it" 2 \
   "${train[@]}" --steps 2 --save "$se/other/" --save-every 1
 # Files from before run ids (no run_id): another run's too.
-cp -r "$se/other" "$se/old"
+cp -r "$se/base" "$se/old"
 for f in "$se"/old/*.safetensors; do meta "$f" run_id; done
 expect "a fresh run on a series from before run ids" 2 \
   "--save $se/old/ holds checkpoints written before run ids (no run_id) up to step 6" 2 \
@@ -57,7 +58,7 @@ expect "an empty --resume= (an unset variable)" 2 "--resume= is empty (an unset 
   "${tt[@]}" --save "$se/other/" --save-every 1 --resume=
 
 # 2. --load of one of its files continues the run: its id, and its own later steps pruned by --keep.
-cp -r "$se/other" "$se/cont"
+cp -r "$se/base" "$se/cont"
 run_mpi 1 "${train[@]}" --steps 2 --save "$se/cont/" --save-every 1 --keep 2 \
   --load "$se/cont/checkpoint-step000004.safetensors" >"$logs/series_load.log" 2>&1
 rc=$?
@@ -75,10 +76,10 @@ rc=$?
 if [ $rc = 0 ] && grep -q "^run id .* (new)" "$logs/series_old_resume.log" && has_files "$se/old_res" 2 4 6 8 &&
    ! has_files "$se/old_res" 7; then
   pass 1; echo "✓ --resume auto of files without a run id: a new run id; the old files stay, its own are pruned"
-else fail "--resume auto of files without a run id: exit $rc, or the old files were touched: $(ls "$se/old_res" | tr '\n' ' ') (see $logs/series_old_resume.log)"; fi
+else fail "--resume auto of files without a run id: exit $rc, or the old files were touched: $(cd "$se/old_res" && echo *) (see $logs/series_old_resume.log)"; fi
 
 # 3. --replace-series: one line saying what it will delete; the files go after its first save.
-cp -r "$se/other" "$se/repl"
+cp -r "$se/base" "$se/repl"
 run_mpi 1 "${train[@]}" --steps 2 --save "$se/repl/" --save-every 1 --keep 5 --replace-series \
   >"$logs/series_replace.log" 2>&1
 rc=$?
@@ -92,11 +93,11 @@ else fail "--replace-series: exit $rc, or its note / deletion at the first save 
 
 # 4. --resume auto: a newest file it cannot read is skipped and kept (not removed as "past this
 #    run's step"); a file named step 50 holding step 2 is not taken for the newest.
-cp -r "$se/other" "$se/skip"
+cp -r "$se/base" "$se/skip"
 if [ "$(id -u)" = 0 ]; then printf 'unreadable' >"$se/skip/checkpoint-step000008.safetensors"  # root reads any file
-else cp "$se/other/checkpoint-step000006.safetensors" "$se/skip/checkpoint-step000008.safetensors"
+else cp "$se/base/checkpoint-step000006.safetensors" "$se/skip/checkpoint-step000008.safetensors"
   chmod 000 "$se/skip/checkpoint-step000008.safetensors"; fi
-cp "$se/other/checkpoint-step000002.safetensors" "$se/skip/checkpoint-step000050.safetensors"
+cp "$se/base/checkpoint-step000002.safetensors" "$se/skip/checkpoint-step000050.safetensors"
 run_mpi 1 "${train[@]}" --steps 1 --save "$se/skip/" --save-every 1 --keep 10 --resume auto \
   >"$logs/series_skip.log" 2>&1
 rc=$?
@@ -104,7 +105,7 @@ if [ $rc = 0 ] && grep -q "^--resume: skipped $se/skip/checkpoint-step000008.saf
    grep -q "loaded $se/skip/checkpoint-step000006.safetensors at step 6" "$logs/series_skip.log" &&
    has_files "$se/skip" 2 4 6 7 8 50; then
   pass 1; echo "✓ --resume auto takes step 6 (not the file named step 50 holding step 2), skips and keeps the unreadable step 8"
-else fail "--resume auto: exit $rc, or it took the wrong file, or deleted what it skipped: $(ls "$se/skip" | tr '\n' ' ') (see $logs/series_skip.log)"; fi
+else fail "--resume auto: exit $rc, or it took the wrong file, or deleted what it skipped: $(cd "$se/skip" && echo *) (see $logs/series_skip.log)"; fi
 chmod 600 "$se/skip/checkpoint-step000008.safetensors"
 
 # 5. A folder it cannot list is an error naming the errno, not "no checkpoint" or a fresh start.
