@@ -298,6 +298,11 @@ TEST(CheckpointSeries, AnotherRunsSeriesIsRefusedUnlessReplaced) {
       << own.note;
   own = check_series_owner(dir, "theirs", ForeignSeries::Refuse);
   EXPECT_EQ(own.problem + own.note, "");
+  fs::create_directories(dir + "one");
+  save_tiny(CheckpointSeries(dir + "one/").path_for(3), 3, "theirs");
+  own = check_series_owner(dir + "one/", "mine", ForeignSeries::Refuse);
+  EXPECT_NE(own.problem.find("holds run theirs up to step 3 (1 file, step 3);"), std::string::npos)
+      << own.problem;
   save_tiny(series.path_for(6), 6, "");  // written before run ids
   own = check_series_owner(dir, "theirs", ForeignSeries::Refuse);
   EXPECT_NE(own.problem.find("holds checkpoints written before run ids (no run_id) up to step 6"),

@@ -426,6 +426,8 @@ std::string resume_path(const Options& o, std::vector<std::string>& notes,
 // Who this run is (model/checkpoint_series.h): the run id of the checkpoint it continues (--resume,
 // --load), else a new one; a run that does not continue --save's series may not save into a
 // series of another run (unless --replace-series); a file trained on BPE ids does not go on bytes.
+// A new id differs between ranks (time, pid): world rank 0's is the run's, as rank 0 writes every
+// file and prunes; the refusal compares files against an id none of them carries, on every rank.
 void plan_origin(const Options& o, Plan& r, std::vector<std::string>& problems) {
   const std::string& from = r.load.empty() ? r.init_from : r.load;
   const CheckpointOrigin file = from.empty() ? CheckpointOrigin{} : checkpoint_origin(from);

@@ -266,9 +266,11 @@ SeriesOwnership check_series_owner(const std::string& save, const std::string& r
   const SeriesEntry& newest = foreign.back();
   const std::string whose = newest.run_id.empty() ? "checkpoints written before run ids (no run_id)"
                                                   : "run " + newest.run_id;
-  const std::string files =
-      std::to_string(foreign.size()) + (foreign.size() == 1 ? " file" : " files") + ", steps " +
-      std::to_string(foreign.front().step) + ".." + std::to_string(newest.step);
+  const std::string files = foreign.size() == 1
+                                ? "1 file, step " + std::to_string(newest.step)
+                                : std::to_string(foreign.size()) + " files, steps " +
+                                      std::to_string(foreign.front().step) + ".." +
+                                      std::to_string(newest.step);
   if (mode == ForeignSeries::Refuse)
     out.problem = "--save " + save + " holds " + whose + " up to step " +
                   std::to_string(newest.step) + " (" + files +
