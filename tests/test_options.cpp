@@ -245,3 +245,25 @@ TEST(Options, AnEmptyPathIsRefusedNotTakenAsNoFile) {
   EXPECT_EQ(o.get_text("save"), "run.safetensors");
   EXPECT_EQ(o.get_text("plot"), "build/loss.svg");  // a path's default is used when not given
 }
+
+// A text option declared non_empty() (tp_train's --resume) refuses `--resume=` the same way.
+TEST(Options, ANonEmptyTextRefusesAnEmptyValue) {
+  for (const std::vector<const char*>& args :
+       {std::vector<const char*>{"--resume="}, {"--resume", ""}}) {
+    Options o("prog", "Resume.");
+    o.text("resume", "", "a mode").non_empty();
+    try {
+      parse(o, args);
+      ADD_FAILURE() << "no error for " << args[0] << " " << (args.size() > 1 ? args[1] : "");
+    } catch (const tp::Error& e) {
+      EXPECT_EQ(e.exit_code(), 2);
+      EXPECT_NE(std::string(e.what()).find("--resume= is empty (an unset variable?); give a value"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  Options o("prog", "Resume.");
+  o.text("resume", "", "a mode").non_empty();
+  parse(o, {"--resume=auto"});
+  EXPECT_EQ(o.get_text("resume"), "auto");
+}

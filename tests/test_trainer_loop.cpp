@@ -90,15 +90,42 @@ TEST(CheckpointSeries, ListsOnlyItsOwnFilesByStep) {
 }
 
 TEST(CheckpointSeries, PruningKeepsTheNewestAndDropsLaterSteps) {
-  const std::vector<SeriesEntry> all = {{"a", 100}, {"b", 200}, {"c", 300}, {"d", 400}, {"e", 500}};
-  EXPECT_EQ(steps_of(series_to_delete(all, 500, 3)), (std::vector<int64_t>{100, 200}));
-  EXPECT_EQ(steps_of(series_to_delete(all, 500, 10)), (std::vector<int64_t>{}));
+  std::vector<SeriesEntry> all;
+  for (int64_t step : {100, 200, 300, 400, 500}) all.push_back({"f", step, "r", ""});
+  const auto valid = [](const std::string&) -> std::string { return ""; };
+  EXPECT_EQ(steps_of(series_to_delete(all, {500, 3, "r"}, +valid)),
+            (std::vector<int64_t>{100, 200}));
+  EXPECT_EQ(steps_of(series_to_delete(all, {500, 10, "r"}, +valid)), (std::vector<int64_t>{}));
   // Resumed at 300 (400 and 500 were bad) and saved 300 again: the later steps go.
-  EXPECT_EQ(steps_of(series_to_delete(all, 300, 2)), (std::vector<int64_t>{400, 500, 100}));
+  EXPECT_EQ(steps_of(series_to_delete(all, {300, 2, "r"}, +valid)),
+            (std::vector<int64_t>{400, 500, 100}));
+}
+
+// Issue 39: a run deletes only its own files. Another run's (or one without a run id, written
+// before run ids) stay unless --replace-series (Replace); a file whose header could not be read
+// stays always; a later step of this run that is not valid stays for --resume auto to name.
+TEST(CheckpointSeries, PruningDeletesOnlyThisRunsReadableFiles) {
+  const std::vector<SeriesEntry> all = {{"theirs", 2, "other", ""},  {"old", 4, "", ""},
+                                        {"mine1", 5, "me", ""},      {"mine2", 6, "me", ""},
+                                        {"locked", 7, "", "EACCES"}, {"mine_bad", 9, "me", ""},
+                                        {"mine_later", 8, "me", ""}};
+  const auto bad = [](const std::string& p) -> std::string {
+    return p == "mine_bad" ? "it fails its checksum" : "";
+  };
+  std::vector<std::string> paths;
+  for (const SeriesEntry& e : series_to_delete(all, {6, 1, "me"}, +bad)) paths.push_back(e.path);
+  EXPECT_EQ(paths, (std::vector<std::string>{"mine_later", "mine1"}));
+  paths.clear();
+  for (const SeriesEntry& e : series_to_delete(all, {6, 1, "me", ForeignSeries::Replace}, +bad))
+    paths.push_back(e.path);
+  EXPECT_EQ(paths, (std::vector<std::string>{"theirs", "old", "mine_later", "mine1"}));
+  // A run without an id (none can be: tp_train always has one) deletes nothing of anyone's.
+  EXPECT_TRUE(series_to_delete(all, {6, 0, ""}, +bad).empty());
 }
 
 TEST(CheckpointSeries, ResumeTakesTheNewestValidAndNamesTheSkipped) {
-  const std::vector<SeriesEntry> cands = {{"n3", 300}, {"n2", 200}, {"n1", 100}};
+  const std::vector<SeriesEntry> cands = {
+      {"n3", 300, "", ""}, {"n2", 200, "", ""}, {"n1", 100, "", ""}};
   const auto bad_n3 = [](const std::string& p) -> std::string {
     return p == "n3" ? "it is cut short" : "";
   };
@@ -180,6 +207,115 @@ TEST(CheckpointSeries, AFileProblemNamesTruncationAndCorruption) {
   EXPECT_NE(p_cut.find(cut), std::string::npos) << p_cut;
   EXPECT_NE(p_flip.find("checksum"), std::string::npos) << p_flip;
   EXPECT_NE(checkpoint_file_problem(dir + "/missing.safetensors"), "");
+}
+
+// A tiny real checkpoint at `path` holding `step`, written by run `run_id`.
+void save_tiny(const std::string& path, int64_t step, const std::string& run_id) {
+  SerialCommunicator solo;
+  Gpt model(device(), solo, tp::testing::tiny_gpt_config(1));
+  model.init(5);
+  AdamW opt(device(), model.params(), AdamWParams{});
+  save_checkpoint(path, solo, model, opt, step, {run_id, "bytes"});
+}
+
+// Issue 39: the series is ordered by the step in each file's metadata, not by its name; a file
+// whose header cannot be read keeps its name's step, is marked, and --resume auto skips it.
+TEST(CheckpointSeries, OrdersByTheMetadataStepAndMarksUnreadableFiles) {
+  const std::string dir = fresh_dir();
+  const CheckpointSeries series(dir);
+  save_tiny(series.path_for(50), 2, "r1");  // named step 50, holds step 2
+  save_tiny(series.path_for(6), 6, "r1");
+  touch(series.path_for(90), "not a checkpoint");
+  EXPECT_EQ(checkpoint_origin(series.path_for(6)).run_id, "r1");
+  EXPECT_EQ(checkpoint_origin(series.path_for(6)).tokens, "bytes");
+  const auto listed = series.list();
+  ASSERT_EQ(listed.size(), 3u);
+  EXPECT_EQ(steps_of(listed), (std::vector<int64_t>{2, 6, 90}));
+  EXPECT_EQ(listed[0].path, series.path_for(50));
+  EXPECT_EQ(listed[0].run_id, "r1");
+  EXPECT_EQ(listed[1].unreadable, "");
+  EXPECT_NE(listed[2].unreadable, "");
+  const ResumeDecision d = resume_decision("auto", dir);
+  EXPECT_EQ(d.path, series.path_for(6)) << d.problem;
+  ASSERT_EQ(d.notes.size(), 1u);
+  EXPECT_EQ(d.notes[0].rfind("skipped " + series.path_for(90), 0), 0u) << d.notes[0];
+  // After this run (r1) saves step 6 again, neither the unreadable file nor the misnamed one of
+  // step 2 (kept by --keep 2) is deleted.
+  EXPECT_TRUE(series_to_delete(listed, {6, 2, "r1"}).empty());
+}
+
+// Issue 39: a folder that cannot be listed is an error naming the errno, for the listing and for
+// --resume (auto-or-fresh does not start fresh beside files it cannot see).
+TEST(CheckpointSeries, AFolderThatCannotBeListedIsAnErrorNamingTheErrno) {
+  const std::string dir = fresh_dir();
+  touch(dir + "/plain");  // --save plain/: a file where the folder should be
+  fs::create_symlink("loop", dir + "/loop");
+  std::vector<std::pair<std::string, std::string>> cases = {{dir + "/plain/", "ENOTDIR"},
+                                                            {dir + "/loop/", "ELOOP"}};
+  if (::geteuid() != 0) {  // root lists any folder
+    fs::create_directories(dir + "/locked");
+    fs::permissions(dir + "/locked", fs::perms::none);
+    cases.push_back({dir + "/locked", "EACCES"});
+  }
+  for (const auto& [save, errno_name] : cases) {
+    try {
+      (void)CheckpointSeries(save).list();
+      ADD_FAILURE() << "no error listing " << save;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("cannot list the folder"), std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find(errno_name), std::string::npos) << e.what();
+    }
+    for (const char* mode : {"auto", "auto-or-fresh"}) {
+      const ResumeDecision d = resume_decision(mode, save);
+      EXPECT_NE(d.problem.find(errno_name), std::string::npos) << mode << ": " << d.problem;
+      EXPECT_TRUE(d.notes.empty()) << mode;
+    }
+    EXPECT_NE(check_series_owner(save, "me", ForeignSeries::Refuse).problem.find(errno_name),
+              std::string::npos);
+  }
+  if (::geteuid() != 0) fs::permissions(dir + "/locked", fs::perms::owner_all);
+  EXPECT_TRUE(CheckpointSeries(dir + "/missing/").list().empty());  // not there yet: no files
+}
+
+// Issue 39: a fresh run on another run's series is refused with one line naming the run and its
+// newest step; --replace-series (Replace) turns it into a note; its own files, and files it cannot
+// read, refuse nothing.
+TEST(CheckpointSeries, AnotherRunsSeriesIsRefusedUnlessReplaced) {
+  const std::string dir = fresh_dir() + "/";
+  const CheckpointSeries series(dir);
+  save_tiny(series.path_for(2), 2, "theirs");
+  save_tiny(series.path_for(4), 4, "theirs");
+  touch(series.path_for(8), "unreadable");
+  SeriesOwnership own = check_series_owner(dir, "mine", ForeignSeries::Refuse);
+  EXPECT_EQ(own.problem, "--save " + dir +
+                             " holds run theirs up to step 4 (2 files, steps 2..4); give --resume "
+                             "auto to continue it, --replace-series to delete it when this run "
+                             "writes its first checkpoint, or another --save");
+  own = check_series_owner(dir, "mine", ForeignSeries::Replace);
+  EXPECT_EQ(own.problem, "");
+  EXPECT_NE(own.note.find("deletes run theirs in " + dir + " (2 files, steps 2..4)"),
+            std::string::npos)
+      << own.note;
+  own = check_series_owner(dir, "theirs", ForeignSeries::Refuse);
+  EXPECT_EQ(own.problem + own.note, "");
+  fs::create_directories(dir + "one");
+  save_tiny(CheckpointSeries(dir + "one/").path_for(3), 3, "theirs");
+  own = check_series_owner(dir + "one/", "mine", ForeignSeries::Refuse);
+  EXPECT_NE(own.problem.find("holds run theirs up to step 3 (1 file, step 3);"), std::string::npos)
+      << own.problem;
+  save_tiny(series.path_for(6), 6, "");  // written before run ids
+  own = check_series_owner(dir, "theirs", ForeignSeries::Refuse);
+  EXPECT_NE(own.problem.find("holds checkpoints written before run ids (no run_id) up to step 6"),
+            std::string::npos)
+      << own.problem;
+  EXPECT_TRUE(series.holds(series.path_for(4)));
+  EXPECT_TRUE(series.holds(dir + "./" + fs::path(series.path_for(4)).filename().string()));
+  EXPECT_FALSE(series.holds(dir + "elsewhere.safetensors"));
+  // An edited run_id that is not of the kind written here is none: never printed, never matched.
+  save_tiny(dir + "odd.safetensors", 1, "two\nlines");
+  EXPECT_EQ(checkpoint_origin(dir + "odd.safetensors").run_id, "");
+  EXPECT_EQ(checkpoint_origin(dir + "missing.safetensors").run_id, "");
 }
 
 // N counts what token_flops says: every parameter of a t = 1 model but wpe (and, untied, wte's

@@ -135,14 +135,28 @@ auto allocating(const std::string& what, const std::string& flags, Make make) {
 }
 
 // After a save at `step` into --save's series (model/checkpoint_series.h): rank 0 deletes what
-// --keep does not keep, and names the files of later steps it deletes (an abandoned longer run's,
-// which a later --resume auto must not take).
-void prune_series(Communicator& world, const Options& o, int64_t step) {
+// --keep does not keep of this run's files, and names the files of later steps it deletes (an
+// abandoned longer attempt's, which a later --resume auto must not take) and, with
+// --replace-series, each file of another run. Never throws: a folder it cannot list is a warning.
+void prune_series(Communicator& world, const Options& o, int64_t step,
+                  const CheckpointOrigin& origin) {
   const CheckpointSeries series(o.get_text("save"));
   if (series.empty() || world.rank() != 0) return;
-  for (const SeriesEntry& e :
-       series_to_delete(series.list(), step, static_cast<int>(o.get_int("keep")))) {
-    if (e.step > step)
+  const PruneRule rule{
+      step, static_cast<int>(o.get_int("keep")), origin.run_id,
+      o.get_flag("replace-series") ? ForeignSeries::Replace : ForeignSeries::Refuse};
+  std::vector<SeriesEntry> entries;
+  try {
+    entries = series.list();
+  } catch (const Error& e) {
+    log0(world, "warning: nothing pruned: ", e.what());
+    return;
+  }
+  for (const SeriesEntry& e : series_to_delete(entries, rule)) {
+    if (e.run_id != origin.run_id)
+      log0(world, "removed ", e.path, ": step ", e.step, " of ",
+           e.run_id.empty() ? "a run without a run id" : "run " + e.run_id, " (--replace-series)");
+    else if (e.step > step)
       log0(world, "removed ", e.path, ": step ", e.step, " is past this run's step ", step,
            " (a run that went further before this one resumed earlier)");
     std::remove(e.path.c_str());
@@ -152,16 +166,16 @@ void prune_series(Communicator& world, const Options& o, int64_t step) {
 // --save-every N: after step `step` (steps done), when N divides it, the series' file of the step.
 // Returns true when it wrote one.
 bool periodic_save(Communicator& world, ProcessGrid& grid, const Options& o, const Gpt& model,
-                   AdamW& opt, int64_t step) {
+                   AdamW& opt, const CheckpointOrigin& origin, int64_t step) {
   const int64_t every = o.get_int("save-every");
   if (every <= 0 || step % every != 0) return false;
   const std::string path = CheckpointSeries(o.get_text("save")).path_for(step);
   const bool sharded = opt.sharded();
   if (sharded) opt.unshard(model.params());  // --zero 1: the file holds them whole
-  if (grid.dp_rank() == 0) save_checkpoint(path, grid.tp(), grid.pp(), model, opt, step);
+  if (grid.dp_rank() == 0) save_checkpoint(path, grid.tp(), grid.pp(), model, opt, step, origin);
   if (sharded) opt.shard_over(grid.dp(), model.params());  // and training goes on sharded
   world.barrier();
-  prune_series(world, o, step);
+  prune_series(world, o, step, origin);
   log0(world, "saved ", path, " at step ", step);
   return true;
 }
@@ -169,16 +183,17 @@ bool periodic_save(Communicator& world, ProcessGrid& grid, const Options& o, con
 // Every rank got (or was told of) SIGINT/SIGTERM and stands at the same step boundary: write an
 // emergency checkpoint when --save is given, then end with 128 + the signal on every rank.
 [[noreturn]] void stop_after_signal(Communicator& world, ProcessGrid& grid, const Options& o,
-                                    const Gpt& model, AdamW& opt, int64_t step, int sig) {
+                                    const Gpt& model, AdamW& opt, const CheckpointOrigin& origin,
+                                    int64_t step, int sig) {
   const std::string name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal";
   const std::string save = CheckpointSeries(o.get_text("save")).final_path(step);
   std::string said = "no checkpoint written (no --save)";
   if (!save.empty()) {
     // DP replicas hold the same weights and moments: DP rank 0's TP group writes the file.
     if (opt.sharded()) opt.unshard(model.params());  // --zero 1: the file holds them whole
-    if (grid.dp_rank() == 0) save_checkpoint(save, grid.tp(), grid.pp(), model, opt, step);
+    if (grid.dp_rank() == 0) save_checkpoint(save, grid.tp(), grid.pp(), model, opt, step, origin);
     world.barrier();
-    prune_series(world, o, step);
+    prune_series(world, o, step, origin);
     said = "emergency checkpoint " + save + " saved at step " + std::to_string(step) +
            " (resume with --load " + save + " or --resume auto)";
   }
@@ -388,6 +403,8 @@ struct Plan {
   std::vector<int64_t> pp_layers;         // --pp-layers (empty: an even split)
   StepOptions step_opts;                  // --micro-batches, --zero, --schedule
   std::vector<std::string> resume_notes;  // --resume auto: the newer checkpoints it skipped
+  CheckpointOrigin origin;                // this run's id and tokens, in every file it writes
+  std::vector<std::string> origin_notes;  // the run id line; --replace-series' line
   bool resumed = false;  // --resume took a checkpoint: --steps is the step the run ends at
 };
 
@@ -406,6 +423,34 @@ std::string resume_path(const Options& o, std::vector<std::string>& notes,
   notes = d.notes;
   if (!d.problem.empty()) problems.push_back(d.problem);
   return d.path;
+}
+
+// Who this run is (model/checkpoint_series.h): the run id of the checkpoint it continues (--resume,
+// --load), else a new one; a run that does not continue --save's series may not save into a
+// series of another run (unless --replace-series); a file trained on BPE ids does not go on bytes.
+// A new id differs between ranks (time, pid): world rank 0's is the run's, as rank 0 writes every
+// file and prunes; the refusal compares files against an id none of them carries, on every rank.
+void plan_origin(const Options& o, Plan& r, std::vector<std::string>& problems) {
+  const std::string& from = r.load.empty() ? r.init_from : r.load;
+  const CheckpointOrigin file = from.empty() ? CheckpointOrigin{} : checkpoint_origin(from);
+  const bool inherit = !r.load.empty() && !file.run_id.empty();
+  r.origin.run_id = inherit ? file.run_id : new_run_id();
+  r.origin.tokens = r.data.empty() ? "markov" : r.tokenizer ? "gpt2-bpe" : "bytes";
+  r.origin_notes = {"run id " + r.origin.run_id +
+                    (inherit ? " (continued from " + r.load + ")" : " (new)")};
+  if (file.tokens == "gpt2-bpe" && !r.data.empty() && !r.tokenizer)
+    problems.push_back(from + " was trained on GPT-2 BPE ids (--tokenizer), but --data " + r.data +
+                       " would be read as bytes: give --tokenizer DIR, the one it was trained "
+                       "with");
+  const std::string& save = o.get_text("save");
+  const CheckpointSeries series(save);
+  const ForeignSeries mode =
+      o.get_flag("replace-series") ? ForeignSeries::Replace : ForeignSeries::Refuse;
+  const bool continues = !o.get_text("resume").empty() || (!r.load.empty() && series.holds(r.load));
+  if (series.empty() || (continues && mode == ForeignSeries::Refuse)) return;
+  const SeriesOwnership own = check_series_owner(save, r.origin.run_id, mode);
+  if (!own.problem.empty()) problems.push_back(own.problem);
+  if (!own.note.empty()) r.origin_notes.push_back(own.note);
 }
 
 Plan plan_run(const Options& o, int world_size) {
@@ -477,6 +522,7 @@ Plan plan_run(const Options& o, int world_size) {
                          std::to_string(data_vocab) +
                          ": give the tokenizer the model was trained with (or no --tokenizer)");
   }
+  plan_origin(o, r, problems);
   const int pp = r.pp = o.get_int32("pp");
   const auto grid_problems = ProcessGrid::problems(world_size, dp, pp);
   for (const auto& p : grid_problems) problems.push_back(p);
@@ -590,14 +636,15 @@ void write_plot(Communicator& world, const std::string& plot, const TokenSource&
 
 // --save at the end of the run; a failed write names what is still intact.
 void save_at_end(Communicator& world, ProcessGrid& grid, const Options& o, const Gpt& model,
-                 AdamW& opt, int64_t step, const std::string& load) {
+                 AdamW& opt, const CheckpointOrigin& origin, int64_t step,
+                 const std::string& load) {
   Communicator& tp = grid.tp();
   if (!o.get_text("save").empty()) {
     const std::string save = CheckpointSeries(o.get_text("save")).final_path(step);
     try {
       // Every DP replica holds the same weights and moments: DP rank 0's TP group writes the file.
       if (opt.sharded()) opt.unshard(model.params());  // --zero 1: the file holds them whole
-      if (grid.dp_rank() == 0) save_checkpoint(save, tp, grid.pp(), model, opt, step);
+      if (grid.dp_rank() == 0) save_checkpoint(save, tp, grid.pp(), model, opt, step, origin);
       world.barrier();
     } catch (const Error& e) {
       // The write is atomic (temporary file, then rename): whatever was at `save` is untouched.
@@ -610,7 +657,7 @@ void save_at_end(Communicator& world, ProcessGrid& grid, const Options& o, const
                           : "no checkpoint of this run exists; its steps are lost";
       throw Error(detail::str_cat(e.what(), "; ", where), e.exit_code());
     }
-    prune_series(world, o, step);
+    prune_series(world, o, step, origin);
     log0(world, "saved ", save, " at step ", step);
   }
 }
@@ -1101,6 +1148,7 @@ int train(Context& ctx) {
   if (o.get_text("backend") != "gpu")
     if (const std::string note = blas_kernel_note(ctx.device); !note.empty()) log0(world, note);
   for (const std::string& note : plan.resume_notes) log0(world, "--resume: ", note);
+  for (const std::string& note : plan.origin_notes) log0(world, note);
 
   // Rank 0 writes the outputs; every write is checked (core/output_file.h): a full disk or a
   // read-only file system stops the run at once with errno, not silently, and not after training.
@@ -1145,7 +1193,7 @@ int train(Context& ctx) {
   for (int64_t i = 0; i < steps; ++i, ++step) {
     set_current_step(step + 1);
     if (const int sig = agreed_stop_signal())
-      stop_after_signal(world, grid, o, model, opt, step, sig);
+      stop_after_signal(world, grid, o, model, opt, plan.origin, step, sig);
     const bool tracing = !trace.empty() && i >= traced_from;
     if (!tracing || i == traced_from) timeline.clear();
     ctx.device.set_timeline(tracing ? &timeline : nullptr);
@@ -1172,7 +1220,7 @@ int train(Context& ctx) {
     if (!r.nonfinite.empty()) {
       non_finite_step(world, r, step, skip_nonfinite);
       if (skipped++ == 0) first_skipped = step + 1;
-      if (periodic_save(world, grid, o, model, opt, step + 1)) saved_step = step + 1;
+      if (periodic_save(world, grid, o, model, opt, plan.origin, step + 1)) saved_step = step + 1;
       continue;
     }
     plot_steps.push_back(static_cast<double>(step + 1));
@@ -1204,7 +1252,7 @@ int train(Context& ctx) {
       plot_val_losses.push_back(n.val_loss);
     }
     if (json.is_open()) json.write(json_line(n) + "\n");
-    if (periodic_save(world, grid, o, model, opt, step + 1)) saved_step = step + 1;
+    if (periodic_save(world, grid, o, model, opt, plan.origin, step + 1)) saved_step = step + 1;
   }
   tp.set_timeline(nullptr);
   grid.dp().set_timeline(nullptr);
@@ -1212,7 +1260,7 @@ int train(Context& ctx) {
   ctx.device.set_timeline(nullptr);
   json.close();  // checked: a deferred write error (NFS, a full disk) surfaces here
   if (const int sig = agreed_stop_signal())
-    stop_after_signal(world, grid, o, model, opt, step, sig);
+    stop_after_signal(world, grid, o, model, opt, plan.origin, step, sig);
   if (!trace.empty() && steps > 0)
     write_trace(ctx.device, world, timeline, trace,
                 world.name() + ", t = " + std::to_string(tp.size()) +
@@ -1233,7 +1281,7 @@ int train(Context& ctx) {
   const CheckpointSeries series(o.get_text("save"));
   const bool written = (saved_step == step && series.final_path(step) == series.path_for(step)) ||
                        (steps == 0 && plan.resumed && series.final_path(step) == load);
-  if (!written) save_at_end(world, grid, o, model, opt, step, load);
+  if (!written) save_at_end(world, grid, o, model, opt, plan.origin, step, load);
   if (!export_dir.empty()) {
     const Dtype dtype = o.get_text("export-dtype") == "bf16" ? Dtype::bf16 : Dtype::f32;
     // DP replicas hold the same weights; pipeline stages send theirs to the first stage.
@@ -1359,6 +1407,11 @@ int main(int argc, char** argv) {
             "auto: resume from the newest valid checkpoint of --save (its series or the file; a "
             "bad newer one is named and skipped), exit 2 when there is none; auto-or-fresh: the "
             "same, or start fresh when there is none")
+      .non_empty()
+      .flag("replace-series",
+            "a run that does not continue --save's series (no --resume, no --load of one of its "
+            "files) refuses to start when it holds another run's checkpoints; with this flag it "
+            "starts and deletes them once its own first checkpoint is written")
       .path("load", "",
             "resume from this checkpoint (weights, optimizer state, step; the shape from the "
             "file unless given)")

@@ -112,6 +112,11 @@ Options& Options::path(const std::string& name, const std::string& fallback,
   return *this;
 }
 
+Options& Options::non_empty() {
+  last_of("non_empty", Type::Text).non_empty = true;
+  return *this;
+}
+
 Options& Options::fits_int() {
   Option& o = last_of("fits_int", Type::Int);
   int64_t v = 0;
@@ -188,8 +193,9 @@ void Options::assign(const std::string& name, Option& opt, const std::string& va
       break;
     }
     case Type::Text:
-      TP_CHECK_INPUT(!opt.is_path || !value.empty(), "--", name,
-                     "= is empty (an unset variable?); give a path, or leave --", name, " out");
+      TP_CHECK_INPUT(!(opt.is_path || opt.non_empty) || !value.empty(), "--", name,
+                     "= is empty (an unset variable?); give ", opt.is_path ? "a path" : "a value",
+                     ", or leave --", name, " out");
       if (!opt.choices.empty()) {
         bool ok = false;
         for (const auto& c : opt.choices) ok = ok || c == value;

@@ -11,7 +11,8 @@
 // is refused, not run as dp 2), reals are doubles unless declared with as_float() (then a value
 // that is 0 or Inf as a float, `--lr 1e-50`, is refused, and the range is checked on the float).
 // A path option (path()) given with an empty value, `--save=` (often an unset shell variable), is
-// refused instead of silently meaning "no file". Every message shows the value as typed.
+// refused instead of silently meaning "no file"; so is a text option declared non_empty()
+// (`--resume=`). Every message shows the value as typed.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +40,10 @@ class Options {
   /// A file or folder name: like text(), but an empty value given on the command line is refused
   /// ("--save= is empty; give a path, or omit --save to go without").
   Options& path(const std::string& name, const std::string& fallback, const std::string& help);
+
+  /// The text option declared last refuses an empty value given on the command line, as path()
+  /// does ("--resume= is empty (an unset variable?); give a value, or leave --resume out").
+  Options& non_empty();
 
   /// The integer option declared last is stored in an int: values outside int's range are
   /// refused (read it with get_int32).
@@ -83,10 +88,11 @@ class Options {
     std::vector<std::string> choices;
     bool has_lo = false, lo_open = false, has_hi = false, hi_open = false;
     double lo = 0, hi = 0;
-    bool given = false;     // set on the command line
-    bool is_path = false;   // path(): an empty given value is refused
-    bool is_int32 = false;  // fits_int()
-    bool is_float = false;  // as_float()
+    bool given = false;      // set on the command line
+    bool is_path = false;    // path(): an empty given value is refused
+    bool non_empty = false;  // non_empty(): the same for a text option
+    bool is_int32 = false;   // fits_int()
+    bool is_float = false;   // as_float()
   };
   Option& last(const char* what);
   Option& last_of(const char* what, Type type);

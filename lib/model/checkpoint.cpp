@@ -1,5 +1,7 @@
 #include "model/checkpoint.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <map>
 #include <sstream>
@@ -198,32 +200,55 @@ void add_each_once(safetensors::Writer& w, const std::vector<NamedHostTensor>& t
 // The file: the tensors (a name met twice, the tied wte of two pipeline stages, is written once),
 // the step and the configuration.
 void write_checkpoint(const std::string& path, const std::vector<NamedHostTensor>& tensors,
-                      const Gpt& model, const AdamW& opt, int64_t step) {
+                      const Gpt& model, const AdamW& opt, int64_t step,
+                      const CheckpointOrigin& origin) {
   safetensors::Writer w;
   add_each_once(w, tensors);
   w.set_metadata("format", kFormat);
   w.set_metadata("step", std::to_string(step));
   w.set_metadata("adam_steps", std::to_string(opt.steps()));
   add_config(w, model.config());
+  if (!origin.run_id.empty()) w.set_metadata("run_id", origin.run_id);
+  if (!origin.tokens.empty()) w.set_metadata("tokens", origin.tokens);
   w.write(path);
 }
 }  // namespace
 
+CheckpointOrigin checkpoint_origin(const safetensors::File& f) {
+  const auto word = [&](const char* key) -> std::string {
+    const std::string v = f.has_metadata(key) ? f.metadata(key) : "";
+    const bool ok =
+        v.size() <= 64 && std::all_of(v.begin(), v.end(), [](char c) {
+          return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+        });
+    return ok ? v : "";
+  };
+  return {word("run_id"), word("tokens")};
+}
+
+CheckpointOrigin checkpoint_origin(const std::string& path) {
+  try {
+    return checkpoint_origin(safetensors::File::open(path));
+  } catch (const Error&) {
+    return {};  // unreadable: it records nothing this run can rely on
+  }
+}
+
 void save_checkpoint(const std::string& path, Communicator& comm, const Gpt& model,
-                     const AdamW& opt, int64_t step) {
+                     const AdamW& opt, int64_t step, const CheckpointOrigin& origin) {
   const std::vector<NamedHostTensor> tensors = checkpoint_tensors(comm, model, opt);
-  if (comm.rank() == 0) write_checkpoint(path, tensors, model, opt, step);
+  if (comm.rank() == 0) write_checkpoint(path, tensors, model, opt, step, origin);
   comm.barrier();  // nobody reads the file before it is complete
 }
 
 void save_checkpoint(const std::string& path, Communicator& tp, Communicator& pp, const Gpt& model,
-                     const AdamW& opt, int64_t step) {
-  if (pp.size() == 1) return save_checkpoint(path, tp, model, opt, step);
+                     const AdamW& opt, int64_t step, const CheckpointOrigin& origin) {
+  if (pp.size() == 1) return save_checkpoint(path, tp, model, opt, step, origin);
   const std::vector<NamedHostTensor> tensors = checkpoint_tensors(tp, model, opt);
   if (tp.rank() == 0) {  // the TP groups' rank 0s: one PP group, every stage
     const std::vector<NamedHostTensor> all =
         gather_to_first_stage(pp, model.params().front().value.device(), tensors);
-    if (pp.rank() == 0) write_checkpoint(path, all, model, opt, step);
+    if (pp.rank() == 0) write_checkpoint(path, all, model, opt, step, origin);
     pp.barrier();
   }
   tp.barrier();  // nobody reads the file before it is complete

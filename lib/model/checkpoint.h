@@ -15,7 +15,9 @@
 //   lm_head.weight (V, h)                                        (untied head only)
 //   optimizer.exp_avg.<name>, optimizer.exp_avg_sq.<name>        (AdamW moments, same shapes)
 // Metadata: format, step (training steps done), adam_steps, the model configuration and
-// config_crc32c (its checksum; model/checkpoint_meta.h), crc32c.<tensor> (each tensor's checksum).
+// config_crc32c (its checksum; model/checkpoint_meta.h), crc32c.<tensor> (each tensor's checksum),
+// and who wrote it (CheckpointOrigin): run_id, tokens. Files written before run_id existed have
+// none; model/checkpoint_series.h treats them as another run's.
 //
 // Saving gathers every shard (an all-gather per split tensor) and rank 0 writes the file atomically
 // (temporary file, then rename). Loading: every rank reads the file, checks it against the
@@ -56,15 +58,30 @@ class CheckpointClaim {
   std::unique_ptr<safetensors::SaveLock> lock_;
 };
 
+/// Who wrote a checkpoint, in its metadata (an empty value is not written):
+///   run_id  the run: new for a fresh run, inherited from the checkpoint a run resumes; tp_train
+///           deletes only files of its own run (model/checkpoint_series.h)
+///   tokens  what the ids were: "bytes" (--data), "gpt2-bpe" (--data --tokenizer), "markov"
+struct CheckpointOrigin {
+  std::string run_id, tokens;
+};
+
+/// The origin recorded in `f`'s metadata; empty values where it records none (a file of an
+/// older version) or one that is not of the kind written here (up to 64 of [0-9A-Za-z._-]: a
+/// value from an edited file is never printed or matched).
+CheckpointOrigin checkpoint_origin(const safetensors::File& f);
+/// The same for the file `path`; empty values when its header cannot be read.
+CheckpointOrigin checkpoint_origin(const std::string& path);
+
 /// Writes `path` (collective: every rank must call it). `step` = training steps done.
 void save_checkpoint(const std::string& path, Communicator& comm, const Gpt& model,
-                     const AdamW& opt, int64_t step);
+                     const AdamW& opt, int64_t step, const CheckpointOrigin& origin = {});
 
 /// The same for one stage of a pipeline (`pp` its PP group): every stage's tensors go to the first
 /// stage, whose TP rank 0 writes the one global file; collective over `tp` and, on the TP rank 0s,
 /// over `pp`. Loading needs nothing of the kind: each stage reads its own tensors.
 void save_checkpoint(const std::string& path, Communicator& tp, Communicator& pp, const Gpt& model,
-                     const AdamW& opt, int64_t step);
+                     const AdamW& opt, int64_t step, const CheckpointOrigin& origin = {});
 
 /// What load_checkpoint found.
 struct LoadedCheckpoint {

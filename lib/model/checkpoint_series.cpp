@@ -2,10 +2,15 @@
 
 #include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <random>
 
 #include "core/error.h"
 #include "io/safetensors.h"
@@ -33,7 +38,36 @@ bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
+// The step and run id in the header of series file `path` (`name_step`: the step in its name).
+SeriesEntry read_entry(const std::string& path, int64_t name_step) {
+  SeriesEntry e{path, name_step, "", ""};
+  try {
+    const safetensors::File f = safetensors::File::open(path);
+    if (f.metadata("format") != kCheckpointFormat) {
+      e.unreadable = "it is not a checkpoint of tp_train";
+      return e;
+    }
+    e.step = metadata_count(f, "step", 0);
+    e.run_id = checkpoint_origin(f).run_id;
+  } catch (const Error& err) {
+    e.unreadable = err.what();
+  }
+  return e;
+}
+
 }  // namespace
+
+std::string new_run_id() {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  ::gmtime_r(&now, &utc);
+  char when[32];
+  std::strftime(when, sizeof when, "%Y%m%d-%H%M%S", &utc);
+  char id[80];
+  std::snprintf(id, sizeof id, "%s-%x-%04x", when, static_cast<unsigned>(::getpid()),
+                static_cast<unsigned>(std::random_device{}() & 0xffff));
+  return id;
+}
 
 CheckpointSeries::CheckpointSeries(const std::string& save) : save_(save) {
   if (save.empty()) return;
@@ -86,18 +120,37 @@ std::vector<SeriesEntry> CheckpointSeries::list() const {
   std::vector<SeriesEntry> out;
   if (empty()) return out;
   DIR* dir = ::opendir(folder_.c_str());
-  if (dir == nullptr) return out;
+  if (dir == nullptr) {
+    const int err = errno;
+    TP_CHECK_INPUT(err == ENOENT, "--save ", save_, ": cannot list the folder ", folder_, ": ",
+                   std::strerror(err), " (", ::strerrorname_np(err),
+                   "); its checkpoints cannot be found or kept apart: fix the folder or give "
+                   "another --save");
+    return out;
+  }
+  std::vector<std::pair<std::string, int64_t>> named;
   while (const dirent* e = ::readdir(dir)) {
     const int64_t step = step_of(e->d_name);
     // The stem without its file name: "" (the working folder), "/", "runs/" ...
     const std::string path = stem_.substr(0, stem_.size() - base_.size()) + e->d_name;
-    if (step >= 0 && is_regular_file(path)) out.push_back({path, step});
+    if (step >= 0 && is_regular_file(path)) named.emplace_back(path, step);
   }
   ::closedir(dir);
+  for (const auto& [path, step] : named) out.push_back(read_entry(path, step));
   std::sort(out.begin(), out.end(), [](const SeriesEntry& a, const SeriesEntry& b) {
     return a.step != b.step ? a.step < b.step : a.path < b.path;
   });
   return out;
+}
+
+bool CheckpointSeries::holds(const std::string& path) const {
+  struct stat a {
+  }, b{};
+  if (::stat(path.c_str(), &a) != 0) return false;
+  for (const SeriesEntry& e : candidates())
+    if (::stat(e.path.c_str(), &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+      return true;
+  return false;
 }
 
 std::vector<SeriesEntry> CheckpointSeries::candidates() const {
@@ -105,9 +158,10 @@ std::vector<SeriesEntry> CheckpointSeries::candidates() const {
   if (save_is_file_ && is_regular_file(save_)) {
     try {
       const safetensors::File f = safetensors::File::open(save_);
-      out.push_back({save_, f.has_metadata("step") ? metadata_count(f, "step", 0) : 0});
-    } catch (const Error&) {
-      out.push_back({save_, -1});  // named as skipped when nothing newer is valid
+      out.push_back({save_, f.has_metadata("step") ? metadata_count(f, "step", 0) : 0,
+                     checkpoint_origin(f).run_id, ""});
+    } catch (const Error& e) {
+      out.push_back({save_, -1, "", e.what()});  // named as skipped when nothing newer is valid
     }
   }
   // Newest first; at equal steps the series' file before the end-of-run file.
@@ -167,7 +221,13 @@ ResumeDecision resume_decision(const std::string& mode, const std::string& save,
     return out;
   }
   const CheckpointSeries series(save);
-  const std::vector<SeriesEntry> candidates = series.candidates();
+  std::vector<SeriesEntry> candidates;
+  try {
+    candidates = series.candidates();
+  } catch (const Error& e) {
+    out.problem = e.what();  // an unlistable folder: not "no checkpoint", not a fresh start
+    return out;
+  }
   const ResumeChoice choice = choose_resume(candidates, problem);
   out.notes = choice.skipped;
   out.path = choice.chosen.path;
@@ -191,11 +251,53 @@ ResumeDecision resume_decision(const std::string& mode, const std::string& save,
   return out;
 }
 
-std::vector<SeriesEntry> series_to_delete(const std::vector<SeriesEntry>& entries, int64_t step,
-                                          int keep) {
+SeriesOwnership check_series_owner(const std::string& save, const std::string& run_id,
+                                   ForeignSeries mode) {
+  SeriesOwnership out;
+  std::vector<SeriesEntry> foreign;
+  try {
+    for (const SeriesEntry& e : CheckpointSeries(save).list())
+      if (e.unreadable.empty() && (e.run_id.empty() || e.run_id != run_id)) foreign.push_back(e);
+  } catch (const Error& e) {
+    out.problem = e.what();
+    return out;
+  }
+  if (foreign.empty()) return out;
+  const SeriesEntry& newest = foreign.back();
+  const std::string whose = newest.run_id.empty() ? "checkpoints written before run ids (no run_id)"
+                                                  : "run " + newest.run_id;
+  const std::string files = foreign.size() == 1
+                                ? "1 file, step " + std::to_string(newest.step)
+                                : std::to_string(foreign.size()) + " files, steps " +
+                                      std::to_string(foreign.front().step) + ".." +
+                                      std::to_string(newest.step);
+  if (mode == ForeignSeries::Refuse)
+    out.problem = "--save " + save + " holds " + whose + " up to step " +
+                  std::to_string(newest.step) + " (" + files +
+                  "); give --resume auto to continue it, --replace-series to delete it when "
+                  "this run writes its first checkpoint, or another --save";
+  else
+    out.note = "--replace-series: the first checkpoint of this run deletes " + whose + " in " +
+               save + " (" + files + ")";
+  return out;
+}
+
+std::vector<SeriesEntry> series_to_delete(const std::vector<SeriesEntry>& entries,
+                                          const PruneRule& rule,
+                                          std::string (*problem)(const std::string&)) {
   std::vector<SeriesEntry> out, older;
-  for (const SeriesEntry& e : entries) (e.step > step ? out : older).push_back(e);
-  const size_t k = static_cast<size_t>(std::max(keep, 0));
+  for (const SeriesEntry& e : entries) {
+    if (!e.unreadable.empty()) continue;  // never: it may be anyone's
+    const bool own = !rule.run_id.empty() && e.run_id == rule.run_id;
+    if (!own) {
+      if (rule.foreign == ForeignSeries::Replace) out.push_back(e);
+    } else if (e.step <= rule.step) {
+      older.push_back(e);
+    } else if (problem(e.path).empty()) {
+      out.push_back(e);  // a bad one is left for the reader: --resume auto names and skips it
+    }
+  }
+  const size_t k = static_cast<size_t>(std::max(rule.keep, 0));
   if (older.size() > k) out.insert(out.end(), older.begin(), older.end() - static_cast<long>(k));
   return out;
 }

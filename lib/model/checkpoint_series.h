@@ -10,6 +10,15 @@
 // is not a member of the series. A file that is a member can still be bad (cut short by a copy, a
 // flipped bit): the resume takes the newest file that opens, whose metadata agrees with its tensors
 // and whose every tensor matches its checksum, and names each newer one it skipped.
+//
+// Whose files: every file records the run that wrote it (metadata run_id, model/checkpoint.h); a
+// resumed run (--resume, --load) keeps the id of the file it resumed. A run deletes only files of
+// its own id (--keep, and the steps past its own of a longer attempt it resumed before the end of);
+// files of other runs, files without an id (written before run ids existed) and files whose
+// header cannot be read are never deleted. A fresh run whose --save holds such a series refuses to
+// start, unless told to replace it (ForeignSeries::Replace: --replace-series), and then deletes
+// them only after its own first checkpoint is written. Files are ordered by the step in their
+// metadata, not by their names.
 #pragma once
 
 #include <cstdint>
@@ -21,8 +30,13 @@ namespace tp {
 /// One checkpoint of a series (or the end-of-run file), with the step it holds.
 struct SeriesEntry {
   std::string path;
-  int64_t step = 0;
+  int64_t step = 0;        ///< from its metadata; from its name when `unreadable`
+  std::string run_id;      ///< metadata run_id ("" for none)
+  std::string unreadable;  ///< why its header gave no step, or "" (it did)
 };
+
+/// A new run id: the start time, the process id and a random part ("20261206-014215-1a2b-9f3c").
+std::string new_run_id();
 
 class CheckpointSeries {
  public:
@@ -45,9 +59,13 @@ class CheckpointSeries {
   std::string claim_path() const;
   /// The step in a series file's name, or -1 when `name` (a file name, no folder) is not one.
   int64_t step_of(const std::string& name) const;
-  /// The series' files in the folder, by step, oldest first (only regular files named exactly
-  /// "<stem base>-step<digits>.safetensors").
+  /// The series' files in the folder, by the step in their metadata, oldest first (only regular
+  /// files named exactly "<stem base>-step<digits>.safetensors"; each one's header is read). A
+  /// folder that exists but cannot be listed is a bad-input error naming the errno; a folder
+  /// that does not exist (yet) has no files.
   std::vector<SeriesEntry> list() const;
+  /// Whether `path` is one of the candidates() (the same file, however it is spelled).
+  bool holds(const std::string& path) const;
   /// The resume candidates, newest first: the series, and PATH itself when it names an existing
   /// file (its step from its metadata; left out when it does not open).
   std::vector<SeriesEntry> candidates() const;
@@ -86,10 +104,34 @@ ResumeDecision resume_decision(
     const std::string& mode, const std::string& save,
     std::string (*problem)(const std::string&) = checkpoint_file_problem);
 
-/// The files of `entries` (oldest first, as list() gives them) to delete after step `step` was
-/// saved so that `keep` remain: those of a step above `step` (left by an abandoned longer run,
-/// which a later --resume auto must not take) and all but the `keep` newest of the others.
-std::vector<SeriesEntry> series_to_delete(const std::vector<SeriesEntry>& entries, int64_t step,
-                                          int keep);
+/// What a run does with files of other runs in its --save series (see the top).
+enum class ForeignSeries { Refuse, Replace };
+
+/// Whether a run `run_id` may save to `save`: `problem`, the one line that refuses it when the
+/// series holds readable files of another run (or of none: older files) and `mode` is Refuse (or
+/// the folder cannot be listed); with Replace, `note`, the line that says which files its first
+/// checkpoint will delete. Both "" when the series holds none.
+struct SeriesOwnership {
+  std::string problem, note;
+};
+SeriesOwnership check_series_owner(const std::string& save, const std::string& run_id,
+                                   ForeignSeries mode);
+
+/// The pruning after step `step` was saved by run `run_id`.
+struct PruneRule {
+  int64_t step = 0;
+  int keep = 0;  ///< --keep: how many of this run's files at or below `step` stay
+  std::string run_id;
+  ForeignSeries foreign = ForeignSeries::Refuse;  ///< Replace: other runs' readable files go too
+};
+
+/// The files of `entries` (oldest first, as list() gives them) to delete: of this run's files, those
+/// of a step above rule.step (left by an abandoned longer attempt, which a later --resume auto
+/// must not take; only when they are valid: `problem` is checkpoint_file_problem) and all but the
+/// `keep` newest of the others; with Replace, every readable file of another run. Unreadable files
+/// and (with Refuse) other runs' files are never in it.
+std::vector<SeriesEntry> series_to_delete(
+    const std::vector<SeriesEntry>& entries, const PruneRule& rule,
+    std::string (*problem)(const std::string&) = checkpoint_file_problem);
 
 }  // namespace tp
