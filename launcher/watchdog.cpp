@@ -9,8 +9,10 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -29,6 +31,7 @@
 
 #include "core/progress.h"
 #include "launcher.h"
+#include "life_line.h"
 #include "mpi_util.h"
 #include "mpi_wait.h"
 
@@ -41,8 +44,10 @@ constexpr int64_t kSecond = 1000000000;
 // is given up (rank 0; the others a second later, in case rank 0 is the one that is stuck).
 constexpr int64_t kStopGrace = 2 * kSecond;
 constexpr int64_t kStopBackstop = 5 * kSecond;
-// Two ends of ranks of one node closer than this are ordered by what the ranks were doing.
+// Two ends of ranks of one node closer than this are ordered by what the ranks were doing, when
+// some rank has no life line (life_line.h); with every rank's, only ends seen at the same moment.
 constexpr int64_t kTie = kSecond / 20;
+int64_t g_tie_ns = kTie;
 // The default --stall-timeout: the larger of kMinStall and kStallSteps × the slowest step so far.
 constexpr int64_t kMinStall = 60 * kSecond;
 constexpr int64_t kStallSteps = 10;
@@ -80,6 +85,7 @@ struct Header {
   int32_t stop_signal = 0, stop_agreed = 0;
   int64_t stop_ns = 0;
   char host[64] = {};
+  char life_name[48] = {};  // the watchdog's socket for the ranks' life lines (life_line.h)
 };
 
 Header g_header_fallback;
@@ -91,8 +97,9 @@ int g_rank = 0;
 int g_local = 0;
 volatile sig_atomic_t g_stop_signal = 0;  // SIGINT/SIGTERM seen (graceful stop enabled)
 int64_t g_stop_seen_ns = 0;               // when a wait first saw g_stop_signal
-int g_watchdog_sock = -1;                 // local rank 0: our end of the socket to the watchdog
-pid_t g_watchdog_pid = -1;                // local rank 0: the watchdog process
+int g_life_line = -1;  // this rank's connection to the watchdog, open until the end (life_line.h)
+int g_watchdog_sock = -1;   // local rank 0: our end of the socket to the watchdog
+pid_t g_watchdog_pid = -1;  // local rank 0: the watchdog process
 bool g_watchdog_warned = false;
 int64_t g_watchdog_checked_ns = 0;
 
@@ -262,6 +269,15 @@ void describe_stall(Line& line, const Slot* slots, int count, const bool* stalle
 }
 
 void on_fatal_signal(int sig) {
+  // A transport that aborts because a peer of this node died (UCX raises SIGABRT, with its own
+  // backtrace, when the connection to a killed rank breaks) is not the death to name: then this
+  // rank says nothing, and the watchdog names the rank whose life line ended first.
+  for (int i = 0; i < g_header->local_size; ++i)
+    if (&g_slots[i] != g_slot && g_slots[i].pid > 0 && life_line::process_ending(g_slots[i].pid)) {
+      std::signal(sig, SIG_DFL);
+      ::raise(sig);
+      return;
+    }
   g_slot->crashed = 1;
   Line line;
   line << "rank " << g_rank << " (pid " << static_cast<int64_t>(::getpid()) << "): fatal signal "
@@ -347,12 +363,14 @@ void report_stall(const Slot* slots, int count, int64_t stale, int64_t limit, bo
 }
 
 // Whether rank slot `a` died before rank slot `b` by what the watchdog saw: the earlier end, when
-// they are more than kTie apart; closer (a SIGKILLed rank with much memory takes longer to end
-// than the bystander the launcher kills as soon as its sockets close), one outside any collective (the others wait in one for it when
-// the launcher kills them), then the one that moved last the longest ago.
+// they are more than g_tie_ns apart (with every rank's life line, any two ends seen apart are in
+// their true order: life_line.h); else, without life lines, where a SIGKILLed rank with much
+// memory can end after the bystander the launcher kills as soon as its sockets close, and for
+// two ends seen at once: the one outside any collective (the others wait in one for it when the
+// launcher kills them), then the one that moved last the longest ago.
 bool died_before(const Slot* slots, const int64_t* died_ns, int a, int b) {
   const int64_t apart = died_ns[a] - died_ns[b];
-  if (apart > kTie || apart < -kTie) return apart < 0;
+  if (apart > g_tie_ns || apart < -g_tie_ns) return apart < 0;
   if ((slots[a].depth <= 0) != (slots[b].depth <= 0)) return slots[a].depth <= 0;
   return slots[a].progress_ns < slots[b].progress_ns;
 }
@@ -375,8 +393,9 @@ struct Report {
 };
 
 // The watchdog's state, allocated before the fork (the child of a threaded process must not
-// allocate). fds: [0] the socket from local rank 0, [1, count] a pidfd per rank of the node, then
-// on the hub its listening socket and one connection per other node, elsewhere the hub's.
+// allocate). fds: [0] the socket from local rank 0, [1, count] a pidfd per rank of the node,
+// [count + 1, 2 count] their life lines (life_line.h), then on the hub its listening socket and one
+// connection per other node, elsewhere the hub's.
 struct Watch {
   std::vector<pollfd> fds;
   std::vector<int64_t> died_ns;  // per rank of the node: CLOCK_REALTIME of its end, 0: alive
@@ -388,6 +407,7 @@ struct Watch {
   int peer_begin = 0;       // first index of the peer sockets in fds
   bool told_quiet = false;  // kQuiet sent
   bool peer_quiet = false;  // kQuiet heard
+  int life_listener = -1;   // where the life lines wait to be accepted
 };
 Watch* g_watch = nullptr;
 
@@ -441,7 +461,7 @@ void announce_local_deaths(Watch& w) {
 }
 
 // This node's deaths into w.deaths, in died_before's order: the first keeps the time it was seen,
-// the others within kTie of it follow it by a nanosecond each.
+// the others within the tie (g_tie_ns) of it follow it by a nanosecond each.
 void collect_local_deaths(Watch& w) {
   const int count = g_header->local_size;
   const int64_t* died = w.died_ns.data();
@@ -458,7 +478,7 @@ void collect_local_deaths(Watch& w) {
     r.rank = g_slots[i].rank;
     r.pid = g_slots[i].pid;
     r.crashed = g_slots[i].crashed;
-    r.died_ns = died[i] - earliest <= kTie ? earliest + before : died[i];
+    r.died_ns = died[i] - earliest <= g_tie_ns ? earliest + before : died[i];
     r.step = g_slots[i].step;
     copy_field(r.host, sizeof r.host, g_header->host);
   }
@@ -531,13 +551,26 @@ void serve_peers(Watch& w) {
   }
 }
 
+// The life lines order deaths by when the watchdog sees them end, so it should see them when they
+// end: on a busy node (ranks on every core) a watchdog of normal priority may wake late and see
+// two ends at once, a tie. It asks to run first: round-robin real-time priority where it may (it
+// sleeps in poll nearly always and takes no time from the ranks), else the highest nice it may
+// have; unprivileged, neither is granted, and nothing changes.
+void run_first() {
+  sched_param param{};
+  param.sched_priority = sched_get_priority_min(SCHED_RR);
+  if (::sched_setscheduler(0, SCHED_RR, &param) == 0) return;
+  for (int nice = -20; nice < 0; ++nice)
+    if (::setpriority(PRIO_PROCESS, 0, nice) == 0) return;
+}
+
 // The watchdog process: polls the socket from local rank 0, a pidfd per rank of the node and the
 // other nodes' sockets; every 100 ms looks for a stall.
 [[noreturn]] void watchdog_main(int sock, Watch& w) {
   ::setsid();  // out of the rank's process group: signals meant for the ranks miss it
   for (int s : {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGQUIT}) std::signal(s, SIG_IGN);
   for (int fd = 0; fd < 4096; ++fd) {
-    bool keep = fd == 2 || fd == sock;
+    bool keep = fd == 2 || fd == sock || fd == w.life_listener;
     for (size_t i = static_cast<size_t>(w.peer_begin); i < w.fds.size(); ++i)
       keep = keep || w.fds[i].fd == fd;
     if (!keep) ::close(fd);
@@ -549,6 +582,10 @@ void serve_peers(Watch& w) {
     const int fd = static_cast<int>(::syscall(SYS_pidfd_open, g_slots[i].pid, 0));
     w.fds[static_cast<size_t>(i) + 1] = {fd, static_cast<short>(fd >= 0 ? POLLIN : 0), 0};
   }
+  pollfd* lines = &w.fds[static_cast<size_t>(count) + 1];
+  if (w.life_listener >= 0 && life_line::accept_all(w.life_listener, lines, count) == count)
+    g_tie_ns = 0;
+  run_first();
   int64_t first_death = 0;  // CLOCK_MONOTONIC: when a rank of this node was first seen ended
   for (;;) {
     for (pollfd& p : w.fds) p.revents = 0;
@@ -567,13 +604,15 @@ void serve_peers(Watch& w) {
     for (int i = 0; i < count; ++i) crashed = crashed || g_slots[i].crashed != 0;
     if (g_header->quiet || crashed) tell_quiet(w);
     if (ready > 0) serve_peers(w);
-    for (int i = 0; ready > 0 && i < count; ++i) {
-      pollfd& p = w.fds[static_cast<size_t>(i) + 1];
-      if (p.fd < 0 || p.revents == 0) continue;
-      w.died_ns[static_cast<size_t>(i)] = real;
-      p.fd = -1;  // poll ignores it from now on
-      if (first_death == 0) first_death = now;
-    }
+    // A rank's end: its life line's end of file, or its pidfd (whichever is seen first).
+    for (int i = 0; ready > 0 && i < count; ++i)
+      for (pollfd* p : {&w.fds[static_cast<size_t>(i) + 1], &lines[i]}) {
+        if (p->fd < 0 || p->revents == 0) continue;
+        if (p == &lines[i] && !life_line::ended(p->fd)) continue;
+        p->fd = -1;  // poll ignores it from now on
+        if (w.died_ns[static_cast<size_t>(i)] == 0) w.died_ns[static_cast<size_t>(i)] = real;
+        if (first_death == 0) first_death = now;
+      }
     if (first_death != 0) {
       if (g_header->quiet || w.peer_quiet || crashed) quiet_exit(w);
       announce_local_deaths(w);
@@ -829,6 +868,7 @@ void start_watchdog(MPI_Comm comm) {
   }
   Header* header = static_cast<Header*>(page);
   Slot* slots = reinterpret_cast<Slot*>(header + 1);
+  int life_listener = -1;
   if (g_local == 0) {
     new (header) Header();
     header->local_size = local_size;
@@ -836,6 +876,7 @@ void start_watchdog(MPI_Comm comm) {
     header->stall_timeout_ns = g_header->stall_timeout_ns;
     if (::gethostname(header->host, sizeof header->host - 1) != 0)
       copy_field(header->host, sizeof header->host, "?");
+    life_listener = life_line::listen_for(local_size, header->life_name, sizeof header->life_name);
   }
   MPI_Barrier(node);  // the header is written before the slots
   slots[g_local] = *g_slot;
@@ -843,6 +884,8 @@ void start_watchdog(MPI_Comm comm) {
   g_slots = slots;
   g_slot = &slots[g_local];
   MPI_Barrier(node);  // every slot is written before the watchdog starts
+  g_life_line = life_line::connect_to(g_header->life_name, g_local);
+  MPI_Barrier(node);  // every life line waits to be accepted before the watchdog starts
   MPI_Comm_free(&node);
   set_progress_monitor(&g_monitor);
 
@@ -852,9 +895,10 @@ void start_watchdog(MPI_Comm comm) {
   int world_size = 1;
   MPI_Comm_size(comm, &world_size);
   w->hub = g_rank == 0;
-  w->peer_begin = local_size + 1;
-  w->fds.assign(static_cast<size_t>(local_size) + 1 + (nodes > 1 ? (w->hub ? nodes : 1) : 0),
+  w->peer_begin = 2 * local_size + 1;
+  w->fds.assign(static_cast<size_t>(w->peer_begin) + (nodes > 1 ? (w->hub ? nodes : 1) : 0),
                 pollfd{-1, POLLIN, 0});
+  w->life_listener = life_listener;
   w->died_ns.assign(static_cast<size_t>(local_size), 0);
   w->reported.assign(static_cast<size_t>(local_size), 0);
   w->stalled.assign(static_cast<size_t>(local_size), 0);
@@ -872,6 +916,7 @@ void start_watchdog(MPI_Comm comm) {
     watchdog_main(socks[0], *w);
   }
   ::close(socks[0]);
+  if (life_listener >= 0) ::close(life_listener);  // the watchdog's now
   for (size_t i = static_cast<size_t>(w->peer_begin); i < w->fds.size(); ++i)
     if (w->fds[i].fd >= 0) ::close(w->fds[i].fd);  // the watchdog's now
   delete w;

@@ -14,9 +14,11 @@
 //     through core/progress.h) and when it last moved (entered or left a collective, or began a
 //     step);
 //   - on each node, local rank 0 forks a small watchdog process (outside the launcher's process
-//     list, so nobody kills it) that holds a pidfd of every rank of the node and reads the page.
-//     When one ends before the job has finished it waits 0.3 s for the launcher's kills, then
-//     prints one line "rank R (pid P, host H) ended before the job finished (killed or crashed)
+//     list, so nobody kills it) that holds a pidfd and a life line (a socket whose end of file
+//     comes when the rank's files close: launcher/life_line.h, which says why this orders deaths
+//     truly) of every rank of the node, and reads the page; it runs at real-time priority where
+//     it may, to see each end when it happens. When one ends before the job has finished it
+//     waits for the launcher's kills, then prints one line "rank R (pid P, host H) ended before the job finished (killed or crashed)
 //     at step N; ranks 0, 2 ended by the launcher afterwards" (first death first) and exits.
 //     Normal ends tell it first (finish_watchdog), and a rank that ends the job with its own
 //     message silences it (silence_watchdog).

@@ -88,6 +88,21 @@ same_curve() {  # [TOL=T] same_curve NAME A.json B.json [FIRST_STEP_OF_B]: relat
 tt=("$BUILD/bin/tp_train" --steps 1)
 ld=("${train[@]}" --steps 1 --load)
 
+# The ranks of a running mpirun in rank order (MPICH: mpiexec → hydra_pmi_proxy → ranks, with
+# PMI_RANK in their environment; Open MPI: mpirun → ranks, OMPI_COMM_WORLD_RANK).
+stall_ranks() {
+  local launcher=$1 kids p
+  kids=$(pgrep -P "$launcher")
+  case "$(ps -o comm= -p "$(echo "$kids" | head -1)" 2>/dev/null)" in
+    hydra_pmi_prox*) kids=$(for p in $kids; do pgrep -P "$p"; done) ;;
+  esac
+  for p in $kids; do
+    echo "$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | sed -n 's/^\(PMI_RANK\|OMPI_COMM_WORLD_RANK\)=//p' | head -1) $p"
+  done | awk 'NF == 2' | sort -n | awk '{print $2}'
+}
+# stall_wait_step LOG: until the run's first "step " line (at most 20 s).
+stall_wait_step() { for _ in $(seq 200); do grep -q "^step " "$1" && return 0; sleep 0.1; done; return 1; }
+
 # summary: the failures, then the last line "N passed, M failed"; exit status 0 when none failed.
 summary() {
   echo

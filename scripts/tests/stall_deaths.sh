@@ -1,0 +1,33 @@
+# stall_deaths.sh — when a rank is killed, the watchdog names that rank, not a bystander the
+# launcher killed after it (launcher/life_line.h). Sourced by scripts/run-tests.sh (pass, fail,
+# stall_ranks, stall_wait_step, $logs, $BUILD in scope).
+#
+# Each rank of np 4 in turn is SIGKILLed a few steps into tp_train, at tp 4 and at tp 2 × pp 2:
+# the first "ended before the job finished" line must name it, every time (8 kills; before the
+# life lines 6 of 16 such kills were named right on 2 busy cores).
+deaths_right=0 deaths_wrong=()
+for grid in "" "--pp 2"; do
+  for victim in 0 1 2 3; do
+    log=$logs/death_np4_${grid:+pp2_}rank$victim.log
+    # shellcheck disable=SC2086  # $grid is empty or two words
+    "$MPIEXEC" $MPI_FLAGS -np 4 "$BUILD/bin/tp_train" --steps 1000000 --log-every 1 --hidden 48 \
+      --heads 12 --seq 16 --batch 4 $grid </dev/null >"$log" 2>&1 &
+    job=$!
+    stall_wait_step "$log"
+    pid=$(stall_ranks "$job" | sed -n "$((victim + 1))p")
+    [ -n "$pid" ] && kill -9 "$pid"
+    for _ in $(seq 300); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$job" 2>/dev/null
+    wait "$job" 2>/dev/null
+    first=$(grep -m1 "ended before the job finished" "$log")
+    case "$first" in
+      "rank $victim (pid $pid, "*) deaths_right=$((deaths_right + 1)) ;;
+      *) deaths_wrong+=("rank $victim (pid ${pid:-none}) ${grid:-tp 4}: ${first:-no line} ($log)") ;;
+    esac
+  done
+done
+if [ ${#deaths_wrong[@]} = 0 ]; then
+  pass 1; echo "✓ SIGKILL of each rank of np 4 at tp 4 and tp 2 × pp 2: the killed rank named $deaths_right of 8 times"
+else
+  for w in "${deaths_wrong[@]}"; do fail "SIGKILL of $w"; done
+fi
