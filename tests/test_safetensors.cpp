@@ -454,7 +454,7 @@ TEST(SafetensorsWrite, NotARegularFileSymlinksAndLeftovers) {
     ADD_FAILURE() << "no error writing onto a FIFO";
   } catch (const tp::Error& e) {
     EXPECT_EQ(e.exit_code(), 2);
-    EXPECT_NE(std::string(e.what()).find("is a FIFO (named pipe); give --save the path of a file"),
+    EXPECT_NE(std::string(e.what()).find("is a FIFO (named pipe); give the path of a file"),
               std::string::npos)
         << e.what();
   }
