@@ -158,7 +158,7 @@ CheckpointClaim::CheckpointClaim(const std::string& path, Communicator& comm, De
       safetensors::check_save_target(path, 0);  // a device (/dev/full), a FIFO, a folder: now
       lock_ = std::make_unique<safetensors::SaveLock>(path);
     } catch (const Error& e) {
-      refused = "--save " + path + ": " + e.what();
+      refused = std::string("--save: ") + e.what();
     }
   }
   refuse_unless_empty(refused, comm, device);
@@ -348,7 +348,7 @@ void check_save_space(const std::string& path, Communicator& comm, Device& devic
     try {
       safetensors::check_save_target(path, files * checkpoint_bytes(model));
     } catch (const Error& e) {
-      problem = "--save " + path + ": " + e.what();
+      problem = std::string("--save: ") + e.what();
       if (files > 1)
         problem += " (room for " + std::to_string(files) + " files: --keep + 1 with --save-every)";
     }

@@ -88,7 +88,7 @@ int64_t checkpoint_bytes(const Gpt& model);
 /// checkpoints of `model` (--save-every's --keep + 1: a save writes the new file before it prunes
 /// the oldest): safetensors::check_save_target with files × checkpoint_bytes (statvfs of its
 /// folder), so the folder exists and can be written. Collective over `comm`: rank 0 looks, and
-/// every rank throws the same bad-input error, "--save PATH: ..." naming the size and free space.
+/// every rank throws the same bad-input error, "--save: ..." naming the path, size and free space.
 void check_save_space(const std::string& path, Communicator& comm, Device& device, const Gpt& model,
                       int64_t files = 1);
 

@@ -122,3 +122,21 @@ if [ "$rc" = 0 ] && [ ! -e "$d/checkpoint-step000002.safetensors.tmp.$dead" ] &&
   pass 1; echo "✓ leftovers of a killed save removed by the next save: $(grep -o 'removed.*' "$log" | cut -c1-160)"
 else fail "leftovers of a killed save: exit $rc; $(ls "$d" | tr '\n' ' ')left (see $log)"; fi
 kill "$live" 2>/dev/null; wait "$live" 2>/dev/null
+
+# 5. Room for --keep + 1 files, checked before training: a 1 MiB tmpfs (in a private mount
+#    namespace, as checkpoint.sh's full disk) takes one checkpoint of 620 KiB, not --keep 3 + 1.
+mnt=$tmp/savefail_fs
+mkdir -p "$mnt"
+if ! unshare -m sh -c "mount -t tmpfs -o size=1m tp_savefail_test '$mnt' && umount '$mnt'" >/dev/null 2>&1; then
+  echo "--keep room check skipped: no private tmpfs here (unshare -m and mount need CAP_SYS_ADMIN)"; skipped=$((skipped + 1))
+else
+  log=$logs/savefail_keep_room.log
+  SECONDS=0
+  unshare -m sh -c "mount -t tmpfs -o size=1m tp_savefail_test '$mnt' &&
+    exec timeout 60 $MPIEXEC $MPI_FLAGS -np 2 ${train[*]} --steps 8 --save '$mnt/' --save-every 2 --keep 3" </dev/null >"$log" 2>&1
+  rc=$?
+  if [ "$rc" = 2 ] && [ "$(grep -c 'error:' "$log")" = 1 ] && ! grep -q "^step " "$log" &&
+     grep -q "error: --save: cannot write checkpoint $mnt/checkpoint-step000000.safetensors: it needs .* free.*(room for 4 files: --keep + 1 with --save-every)" "$log"; then
+    pass 1; echo "✓ --save-every 2 --keep 3 on a 1 MiB file system: refused before training, says: $(grep -o 'error:.*' "$log" | cut -c1-200)"
+  else fail "--save-every 2 --keep 3 on a 1 MiB file system: exit $rc, not refused before training with room for 4 files (see $log)"; fi
+fi
