@@ -262,7 +262,7 @@ TEST(SafetensorsWrite, FailureRemovesTempFileAndNamesThePath) {
 }
 
 // A save that fails midway never touches the previous checkpoint at the path (tp_train relies on
-// it to say "the previous checkpoint X is intact; rerun with --load X"): here the temporary file
+// it to name the newest checkpoint of the run as intact): here the temporary file
 // cannot be created because a folder squats on its name.
 TEST(SafetensorsWrite, FailedSaveLeavesThePreviousFileIntact) {
   const std::string dir = fresh_dir(), path = dir + "/ckpt.safetensors";
@@ -454,7 +454,7 @@ TEST(SafetensorsWrite, NotARegularFileSymlinksAndLeftovers) {
     ADD_FAILURE() << "no error writing onto a FIFO";
   } catch (const tp::Error& e) {
     EXPECT_EQ(e.exit_code(), 2);
-    EXPECT_NE(std::string(e.what()).find("is a FIFO (named pipe); give --save the path of a file"),
+    EXPECT_NE(std::string(e.what()).find("is a FIFO (named pipe); give the path of a file"),
               std::string::npos)
         << e.what();
   }

@@ -45,6 +45,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <new>
@@ -52,6 +53,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/agreement.h"
 #include "core/error.h"
 #include "core/format.h"
 #include "core/log.h"
@@ -163,37 +165,69 @@ void prune_series(Communicator& world, const Options& o, int64_t step,
   }
 }
 
-// --save-every N: after step `step` (steps done), when N divides it, the series' file of the step.
-// Returns true when it wrote one.
-bool periodic_save(Communicator& world, ProcessGrid& grid, const Options& o, const Gpt& model,
-                   AdamW& opt, const CheckpointOrigin& origin, int64_t step) {
-  const int64_t every = o.get_int("save-every");
-  if (every <= 0 || step % every != 0) return false;
-  const std::string path = CheckpointSeries(o.get_text("save")).path_for(step);
+// Runs `write` on DP rank 0's ranks (DP replicas hold the same weights and moments), then every
+// rank agrees on its outcome (core/agreement.h): a failure on any rank ends every rank with that
+// rank's line, "<flag> <value>: <what failed, errno>; <what is intact>", exit 2, instead of the
+// failing rank alone while the others walk on into a collective nobody joins.
+void write_agreed(Context& ctx, ProcessGrid& grid, const std::string& flag, const std::string& load,
+                  const std::function<void()>& write) {
+  const std::string failed = agree_on_outcome(ctx.world, ctx.device, grid.dp_rank() == 0, write);
+  if (failed.empty()) return;
+  // Only rank 0's line is printed: only rank 0 looks for what survived.
+  const std::string intact =
+      ctx.world.rank() == 0
+          ? "; " + CheckpointSeries(ctx.options.get_text("save")).intact_note(load)
+          : "";
+  throw Error(flag + " " + ctx.options.get_text(flag.substr(2)) + ": " + failed + intact, 2);
+}
+
+// One save into --save's series (periodic, end-of-run, emergency) at `step`, to `path`: rank 0
+// first removes what killed saves left behind, then the file is written and agreed on, and rank 0
+// prunes what --keep does not keep.
+void save_to_series(Context& ctx, ProcessGrid& grid, const Gpt& model, AdamW& opt,
+                    const CheckpointOrigin& origin, int64_t step, const std::string& path,
+                    const std::string& load) {
+  Communicator& world = ctx.world;
+  if (world.rank() == 0) {
+    std::vector<std::string> gone;
+    try {
+      gone = CheckpointSeries(ctx.options.get_text("save")).remove_dead_leftovers();
+    } catch (const Error&) {  // rank 0 alone: the save's agreed outcome says what is wrong
+    }
+    std::string names;
+    for (const std::string& g : gone) names += (names.empty() ? "" : ", ") + g;
+    if (!gone.empty()) log0(world, "removed what killed saves left behind: ", names);
+  }
   const bool sharded = opt.sharded();
   if (sharded) opt.unshard(model.params());  // --zero 1: the file holds them whole
-  if (grid.dp_rank() == 0) save_checkpoint(path, grid.tp(), grid.pp(), model, opt, step, origin);
+  write_agreed(ctx, grid, "--save", load,
+               [&] { save_checkpoint(path, grid.tp(), grid.pp(), model, opt, step, origin); });
   if (sharded) opt.shard_over(grid.dp(), model.params());  // and training goes on sharded
-  world.barrier();
-  prune_series(world, o, step, origin);
+  prune_series(world, ctx.options, step, origin);
   log0(world, "saved ", path, " at step ", step);
+}
+
+// --save-every N: after step `step` (steps done), when N divides it, the series' file of the step.
+// Returns true when it wrote one.
+bool periodic_save(Context& ctx, ProcessGrid& grid, const Gpt& model, AdamW& opt,
+                   const CheckpointOrigin& origin, int64_t step, const std::string& load) {
+  const int64_t every = ctx.options.get_int("save-every");
+  if (every <= 0 || step % every != 0) return false;
+  save_to_series(ctx, grid, model, opt, origin, step,
+                 CheckpointSeries(ctx.options.get_text("save")).path_for(step), load);
   return true;
 }
 
 // Every rank got (or was told of) SIGINT/SIGTERM and stands at the same step boundary: write an
 // emergency checkpoint when --save is given, then end with 128 + the signal on every rank.
-[[noreturn]] void stop_after_signal(Communicator& world, ProcessGrid& grid, const Options& o,
-                                    const Gpt& model, AdamW& opt, const CheckpointOrigin& origin,
-                                    int64_t step, int sig) {
+[[noreturn]] void stop_after_signal(Context& ctx, ProcessGrid& grid, const Gpt& model, AdamW& opt,
+                                    const CheckpointOrigin& origin, int64_t step, int sig,
+                                    const std::string& load) {
   const std::string name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal";
-  const std::string save = CheckpointSeries(o.get_text("save")).final_path(step);
-  std::string said = "no checkpoint written (no --save)";
+  const std::string save = CheckpointSeries(ctx.options.get_text("save")).final_path(step);
+  std::string said = "no --save: nothing written";
   if (!save.empty()) {
-    // DP replicas hold the same weights and moments: DP rank 0's TP group writes the file.
-    if (opt.sharded()) opt.unshard(model.params());  // --zero 1: the file holds them whole
-    if (grid.dp_rank() == 0) save_checkpoint(save, grid.tp(), grid.pp(), model, opt, step, origin);
-    world.barrier();
-    prune_series(world, o, step, origin);
+    save_to_series(ctx, grid, model, opt, origin, step, save, load);
     said = "emergency checkpoint " + save + " saved at step " + std::to_string(step) +
            " (resume with --load " + save + " or --resume auto)";
   }
@@ -634,32 +668,11 @@ void write_plot(Communicator& world, const std::string& plot, const TokenSource&
   }
 }
 
-// --save at the end of the run; a failed write names what is still intact.
-void save_at_end(Communicator& world, ProcessGrid& grid, const Options& o, const Gpt& model,
-                 AdamW& opt, const CheckpointOrigin& origin, int64_t step,
-                 const std::string& load) {
-  Communicator& tp = grid.tp();
-  if (!o.get_text("save").empty()) {
-    const std::string save = CheckpointSeries(o.get_text("save")).final_path(step);
-    try {
-      // Every DP replica holds the same weights and moments: DP rank 0's TP group writes the file.
-      if (opt.sharded()) opt.unshard(model.params());  // --zero 1: the file holds them whole
-      if (grid.dp_rank() == 0) save_checkpoint(save, tp, grid.pp(), model, opt, step, origin);
-      world.barrier();
-    } catch (const Error& e) {
-      // The write is atomic (temporary file, then rename): whatever was at `save` is untouched.
-      struct stat st {};
-      const std::string where =
-          ::stat(save.c_str(), &st) == 0
-              ? "the previous checkpoint " + save + " is intact; rerun with --load " + save
-          : !load.empty() ? "the checkpoint this run started from, " + load +
-                                ", is intact; rerun with --load " + load
-                          : "no checkpoint of this run exists; its steps are lost";
-      throw Error(detail::str_cat(e.what(), "; ", where), e.exit_code());
-    }
-    prune_series(world, o, step, origin);
-    log0(world, "saved ", save, " at step ", step);
-  }
+// --save at the end of the run (a failed write names what is still intact: write_agreed).
+void save_at_end(Context& ctx, ProcessGrid& grid, const Gpt& model, AdamW& opt,
+                 const CheckpointOrigin& origin, int64_t step, const std::string& load) {
+  const std::string save = CheckpointSeries(ctx.options.get_text("save")).final_path(step);
+  if (!save.empty()) save_to_series(ctx, grid, model, opt, origin, step, save, load);
 }
 
 // --audit-grads: the same step at t = 1 on every rank, from the same weights, then compared;
@@ -1136,8 +1149,15 @@ int train(Context& ctx) {
       build(ctx.device, tp, cfg, pipeline_stage_layout(grid, cfg, plan.pp_layers), seed, hp);
   Gpt& model = *trainee.model;
   AdamW& opt = *trainee.opt;
-  check_save_space(CheckpointSeries(o.get_text("save")).final_path(0), world, ctx.device,
-                   model);  // before training, not after
+  // Before training, not after: with --save-every, room for --keep files and the next one (a save
+  // writes the new file before it prunes the oldest), or for as many as this run saves.
+  const int64_t save_every = o.get_int("save-every");
+  const int64_t files =
+      save_every > 0
+          ? std::min(std::max<int64_t>(o.get_int("keep"), 0), plan.steps / save_every) + 1
+          : 1;
+  check_save_space(CheckpointSeries(o.get_text("save")).final_path(0), world, ctx.device, model,
+                   files);
   int64_t step = start_from(world, tp, plan, model, opt);
   const int64_t steps = steps_to_run(world, plan, step);
   shard_optimizer(world, grid, plan, model, opt);
@@ -1193,7 +1213,7 @@ int train(Context& ctx) {
   for (int64_t i = 0; i < steps; ++i, ++step) {
     set_current_step(step + 1);
     if (const int sig = agreed_stop_signal())
-      stop_after_signal(world, grid, o, model, opt, plan.origin, step, sig);
+      stop_after_signal(ctx, grid, model, opt, plan.origin, step, sig, load);
     const bool tracing = !trace.empty() && i >= traced_from;
     if (!tracing || i == traced_from) timeline.clear();
     ctx.device.set_timeline(tracing ? &timeline : nullptr);
@@ -1220,7 +1240,7 @@ int train(Context& ctx) {
     if (!r.nonfinite.empty()) {
       non_finite_step(world, r, step, skip_nonfinite);
       if (skipped++ == 0) first_skipped = step + 1;
-      if (periodic_save(world, grid, o, model, opt, plan.origin, step + 1)) saved_step = step + 1;
+      if (periodic_save(ctx, grid, model, opt, plan.origin, step + 1, load)) saved_step = step + 1;
       continue;
     }
     plot_steps.push_back(static_cast<double>(step + 1));
@@ -1252,7 +1272,7 @@ int train(Context& ctx) {
       plot_val_losses.push_back(n.val_loss);
     }
     if (json.is_open()) json.write(json_line(n) + "\n");
-    if (periodic_save(world, grid, o, model, opt, plan.origin, step + 1)) saved_step = step + 1;
+    if (periodic_save(ctx, grid, model, opt, plan.origin, step + 1, load)) saved_step = step + 1;
   }
   tp.set_timeline(nullptr);
   grid.dp().set_timeline(nullptr);
@@ -1260,7 +1280,7 @@ int train(Context& ctx) {
   ctx.device.set_timeline(nullptr);
   json.close();  // checked: a deferred write error (NFS, a full disk) surfaces here
   if (const int sig = agreed_stop_signal())
-    stop_after_signal(world, grid, o, model, opt, plan.origin, step, sig);
+    stop_after_signal(ctx, grid, model, opt, plan.origin, step, sig, load);
   if (!trace.empty() && steps > 0)
     write_trace(ctx.device, world, timeline, trace,
                 world.name() + ", t = " + std::to_string(tp.size()) +
@@ -1281,12 +1301,12 @@ int train(Context& ctx) {
   const CheckpointSeries series(o.get_text("save"));
   const bool written = (saved_step == step && series.final_path(step) == series.path_for(step)) ||
                        (steps == 0 && plan.resumed && series.final_path(step) == load);
-  if (!written) save_at_end(world, grid, o, model, opt, plan.origin, step, load);
+  if (!written) save_at_end(ctx, grid, model, opt, plan.origin, step, load);
   if (!export_dir.empty()) {
     const Dtype dtype = o.get_text("export-dtype") == "bf16" ? Dtype::bf16 : Dtype::f32;
-    // DP replicas hold the same weights; pipeline stages send theirs to the first stage.
-    if (grid.dp_rank() == 0) export_hf(export_dir, tp, grid.pp(), model, dtype);
-    world.barrier();
+    // Pipeline stages send their weights to the first stage.
+    write_agreed(ctx, grid, "--export-hf", load,
+                 [&] { export_hf(export_dir, tp, grid.pp(), model, dtype); });
     log0(world, "exported a Hugging Face GPT-2 to ", export_dir,
          "/model.safetensors and config.json (weights only)");
   }

@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string_view>
@@ -334,32 +335,6 @@ const char* file_kind(mode_t mode) {
   return "not a regular file";
 }
 
-// Removes "<target>.tmp.<pid>" files that a killed save left behind (their process is gone), and
-// says so on stderr, naming each.
-void remove_leftovers(const std::string& target) {
-  const size_t slash = target.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : target.substr(0, slash + 1);
-  const std::string stem =
-      (slash == std::string::npos ? target : target.substr(slash + 1)) + ".tmp.";
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return;
-  while (const dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
-    if (name.compare(0, stem.size(), stem) != 0) continue;
-    const std::string digits = name.substr(stem.size());
-    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) continue;
-    const long pid = std::strtol(digits.c_str(), nullptr, 10);
-    const bool gone = pid == static_cast<long>(::getpid()) ||
-                      (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH);
-    if (!gone) continue;  // a save in progress in another process (SaveLock tells it apart)
-    const std::string full = (slash == std::string::npos ? "" : dir) + name;
-    if (std::remove(full.c_str()) == 0)
-      std::fprintf(stderr, "note: removed %s, left behind by a save that was killed (pid %ld)\n",
-                   full.c_str(), pid);
-  }
-  ::closedir(d);
-}
-
 // Paths this process holds a SaveLock on (flock locks belong to an open file, so a second lock
 // from the same process on a new descriptor would refuse itself).
 std::vector<std::string>& held_locks() {
@@ -409,6 +384,64 @@ SaveLock::~SaveLock() {
   ::close(fd_);
   auto& held = held_locks();
   held.erase(std::remove(held.begin(), held.end(), target_), held.end());
+}
+
+namespace {
+// The pid of a leftover's name ("….tmp.<pid>") or lock file (it holds its pid, perhaps with a
+// newline when a person wrote it), or -1.
+long pid_in(std::string digits) {
+  while (!digits.empty() && (digits.back() == '\n' || digits.back() == ' ')) digits.pop_back();
+  if (digits.empty() || digits.size() > 9 ||
+      digits.find_first_not_of("0123456789") != std::string::npos)
+    return -1;
+  return std::strtol(digits.c_str(), nullptr, 10);
+}
+
+// True when process `pid` has ended (and is not this one): its leftovers may go.
+bool ended(long pid) {
+  return pid > 0 && pid != static_cast<long>(::getpid()) &&
+         ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+}
+
+// Removes lock file `path` when nobody holds its lock and the process it names has ended; unlinked
+// while locked, as SaveLock's destructor does, so a process that opens it meanwhile retries.
+bool remove_dead_lock(const std::string& path, long* pid) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool removed = false;
+  if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+    char owner[16] = {0};
+    const ssize_t n = ::pread(fd, owner, sizeof owner - 1, 0);
+    *pid = pid_in(n > 0 ? std::string(owner, static_cast<size_t>(n)) : "");
+    removed = ended(*pid) && ::unlink(path.c_str()) == 0;
+  }
+  ::close(fd);  // also releases the lock
+  return removed;
+}
+}  // namespace
+
+std::vector<Leftover> remove_dead_leftovers(const std::string& folder,
+                                            const std::function<bool(const std::string&)>& member) {
+  std::vector<Leftover> removed;
+  DIR* d = ::opendir(folder.empty() ? "." : folder.c_str());
+  if (d == nullptr) return removed;
+  std::vector<std::string> names;
+  while (const dirent* e = ::readdir(d)) names.push_back(e->d_name);
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  for (const std::string& name : names) {
+    const std::string path = folder + name;
+    long pid = -1;
+    const size_t tmp = name.rfind(".tmp.");
+    if (tmp != std::string::npos && member(name.substr(0, tmp))) {
+      pid = pid_in(name.substr(tmp + 5));
+      if (ended(pid) && std::remove(path.c_str()) == 0) removed.push_back({path, pid});
+    } else if (name.size() > 5 && name.compare(name.size() - 5, 5, ".lock") == 0 &&
+               member(name.substr(0, name.size() - 5)) && remove_dead_lock(path, &pid)) {
+      removed.push_back({path, pid});
+    }
+  }
+  return removed;
 }
 
 namespace {
@@ -468,21 +501,28 @@ void check_save_target(const std::string& path, int64_t bytes) {
   if (::stat(target.c_str(), &st) == 0)
     TP_CHECK_INPUT(S_ISREG(st.st_mode), "cannot write checkpoint ", path, ": ",
                    target == path ? "it" : target, " is ", file_kind(st.st_mode),
-                   "; give --save the path of a file");
+                   "; give the path of a file");
   const std::string dir = folder_of(target);
   errno = 0;
   TP_CHECK_INPUT(::access(dir.c_str(), W_OK | X_OK) == 0, "cannot write checkpoint ", path,
                  ": its folder ", dir, ": ", errno_text(errno ? errno : EACCES));
   const std::string full = space_problem(dir, bytes);
   TP_CHECK_INPUT(full.empty(), "cannot write checkpoint ", path, ": ", full,
-                 "; free some space or give --save a path on another file system");
+                 "; free some space or give a path on another file system");
 }
 
 void Writer::write(const std::string& path) const {
   check_save_target(path, 0);
   const std::string target = save_target(path);
   const SaveLock lock(target);
-  remove_leftovers(target);
+  const size_t slash = target.rfind('/');
+  const std::string name = slash == std::string::npos ? target : target.substr(slash + 1);
+  const std::vector<Leftover> gone =
+      remove_dead_leftovers(slash == std::string::npos ? "" : target.substr(0, slash + 1),
+                            [&](const std::string& file) { return file == name; });
+  for (const Leftover& g : gone)
+    std::fprintf(stderr, "note: removed %s, left behind by a save that was killed (pid %ld)\n",
+                 g.path.c_str(), g.pid);
 
   json header = json::object();
   json meta = json::object();

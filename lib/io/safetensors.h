@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -106,8 +107,20 @@ class Writer {
 /// not exist yet, its folder is writable, and the folder's file system has `bytes` free (statvfs;
 /// the old file stays until the new one is complete, so its space does not count). Each problem
 /// is a bad-input error naming the path, e.g. "cannot write checkpoint /dev/full: it is a device;
-/// give --save the path of a file".
+/// give the path of a file" (the caller names the flag).
 void check_save_target(const std::string& path, int64_t bytes);
+
+/// Removes what saves killed mid-write left in `folder` ("" for the working folder, else ending
+/// in '/') beside the files whose names `member` accepts: "<name>.tmp.<pid>" (the partial data)
+/// and "<name>.lock" (its lock, holding the pid), when that process has ended and is not this one,
+/// and for a lock, when nobody holds it. Another live run's files are never touched. Returns each
+/// file removed and the pid it belonged to.
+struct Leftover {
+  std::string path;
+  long pid = 0;
+};
+std::vector<Leftover> remove_dead_leftovers(const std::string& folder,
+                                            const std::function<bool(const std::string&)>& member);
 
 /// A system error as one phrase with its name (core/output_file.h's, for the callers here).
 using tp::errno_text;

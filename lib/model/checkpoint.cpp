@@ -6,6 +6,7 @@
 #include <map>
 #include <sstream>
 
+#include "core/agreement.h"
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "model/checkpoint_meta.h"
@@ -143,13 +144,11 @@ std::vector<float> read_shard(const safetensors::File& f, const std::string& nam
   return shard_of(p, global, t);
 }
 
-// Collective: every rank throws the same bad-input error when rank 0 found `problem` (rank 0's
-// message is the one printed; the others carry `elsewhere`).
-void refuse_unless_empty(const std::string& problem, const std::string& elsewhere,
-                         Communicator& comm, Device& device) {
-  Tensor flag = Tensor::from_host(device, Shape{1}, {problem.empty() ? 0.0f : 1.0f});
-  comm.all_reduce(flag, ReduceOp::Max);
-  TP_CHECK_INPUT(flag.to_host()[0] == 0.0f, problem.empty() ? elsewhere : problem);
+// Collective: every rank throws the same bad-input error when a rank found `problem`: the lowest
+// such rank's, whatever it was (rank 0's line is the one printed, so it must be the real one).
+void refuse_unless_empty(const std::string& problem, Communicator& comm, Device& device) {
+  const std::string agreed = agree_on_problem(comm, device, problem);
+  TP_CHECK_INPUT(agreed.empty(), agreed);
 }
 
 }  // namespace
@@ -161,10 +160,10 @@ CheckpointClaim::CheckpointClaim(const std::string& path, Communicator& comm, De
       safetensors::check_save_target(path, 0);  // a device (/dev/full), a FIFO, a folder: now
       lock_ = std::make_unique<safetensors::SaveLock>(path);
     } catch (const Error& e) {
-      refused = e.what();
+      refused = std::string("--save: ") + e.what();
     }
   }
-  refuse_unless_empty(refused, "--save " + path + ": another run is saving to it", comm, device);
+  refuse_unless_empty(refused, comm, device);
 }
 
 namespace {
@@ -237,21 +236,26 @@ CheckpointOrigin checkpoint_origin(const std::string& path) {
 void save_checkpoint(const std::string& path, Communicator& comm, const Gpt& model,
                      const AdamW& opt, int64_t step, const CheckpointOrigin& origin) {
   const std::vector<NamedHostTensor> tensors = checkpoint_tensors(comm, model, opt);
-  if (comm.rank() == 0) write_checkpoint(path, tensors, model, opt, step, origin);
+  DeferredError write;  // a failed write still joins the barrier its peers wait in
+  if (comm.rank() == 0)
+    write.run([&] { write_checkpoint(path, tensors, model, opt, step, origin); });
   comm.barrier();  // nobody reads the file before it is complete
+  write.rethrow();
 }
 
 void save_checkpoint(const std::string& path, Communicator& tp, Communicator& pp, const Gpt& model,
                      const AdamW& opt, int64_t step, const CheckpointOrigin& origin) {
   if (pp.size() == 1) return save_checkpoint(path, tp, model, opt, step, origin);
   const std::vector<NamedHostTensor> tensors = checkpoint_tensors(tp, model, opt);
+  DeferredError write;   // a failed write still joins the barriers its peers wait in
   if (tp.rank() == 0) {  // the TP groups' rank 0s: one PP group, every stage
     const std::vector<NamedHostTensor> all =
         gather_to_first_stage(pp, model.params().front().value.device(), tensors);
-    if (pp.rank() == 0) write_checkpoint(path, all, model, opt, step, origin);
+    if (pp.rank() == 0) write.run([&] { write_checkpoint(path, all, model, opt, step, origin); });
     pp.barrier();
   }
   tp.barrier();  // nobody reads the file before it is complete
+  write.rethrow();
 }
 
 LoadedCheckpoint load_checkpoint(const std::string& path, Communicator& comm, Gpt& model,
@@ -362,18 +366,20 @@ int64_t checkpoint_bytes(const Gpt& model) {
   return bytes + 4096;  // the configuration metadata
 }
 
-void check_save_space(const std::string& path, Communicator& comm, Device& device,
-                      const Gpt& model) {
+void check_save_space(const std::string& path, Communicator& comm, Device& device, const Gpt& model,
+                      int64_t files) {
   if (path.empty()) return;
   std::string problem;
   if (comm.rank() == 0) {
     try {
-      safetensors::check_save_target(path, checkpoint_bytes(model));
+      safetensors::check_save_target(path, files * checkpoint_bytes(model));
     } catch (const Error& e) {
-      problem = e.what();
+      problem = std::string("--save: ") + e.what();
+      if (files > 1)
+        problem += " (room for " + std::to_string(files) + " files: --keep + 1 with --save-every)";
     }
   }
-  refuse_unless_empty(problem, "--save " + path + ": no room for the checkpoint", comm, device);
+  refuse_unless_empty(problem, comm, device);
 }
 
 namespace {

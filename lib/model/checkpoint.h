@@ -73,7 +73,9 @@ CheckpointOrigin checkpoint_origin(const safetensors::File& f);
 /// The same for the file `path`; empty values when its header cannot be read.
 CheckpointOrigin checkpoint_origin(const std::string& path);
 
-/// Writes `path` (collective: every rank must call it). `step` = training steps done.
+/// Writes `path` (collective: every rank must call it). `step` = training steps done. A failed
+/// write throws on the writing rank only, after it joined the barrier the others wait in: the
+/// caller agrees on the outcome (core/agreement.h).
 void save_checkpoint(const std::string& path, Communicator& comm, const Gpt& model,
                      const AdamW& opt, int64_t step, const CheckpointOrigin& origin = {});
 
@@ -99,12 +101,13 @@ std::string unverified_note(const std::string& path);
 /// header generously).
 int64_t checkpoint_bytes(const Gpt& model);
 
-/// Checks, before training, that `path` (--save; "" = nothing to check) can take the checkpoint of
-/// `model`: safetensors::check_save_target with checkpoint_bytes (statvfs of its folder). Collective
-/// over `comm`: rank 0 looks, and every rank throws the same bad-input error, rank 0's naming the
-/// path, the size and the free space.
-void check_save_space(const std::string& path, Communicator& comm, Device& device,
-                      const Gpt& model);
+/// Checks, before training, that `path` (--save; "" = nothing to check) can take `files`
+/// checkpoints of `model` (--save-every's --keep + 1: a save writes the new file before it prunes
+/// the oldest): safetensors::check_save_target with files × checkpoint_bytes (statvfs of its
+/// folder), so the folder exists and can be written. Collective over `comm`: rank 0 looks, and
+/// every rank throws the same bad-input error, "--save: ..." naming the path, size and free space.
+void check_save_space(const std::string& path, Communicator& comm, Device& device, const Gpt& model,
+                      int64_t files = 1);
 
 /// Loads `path` into `model` (and `opt`, when the file holds optimizer state). The file is first
 /// checked against itself (model/checkpoint_meta.h: the metadata against the tensors, adam_steps

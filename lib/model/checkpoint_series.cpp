@@ -90,6 +90,7 @@ void CheckpointSeries::create_folder() const {
 }
 
 std::string CheckpointSeries::path_for(int64_t step) const {
+  if (empty()) return "";  // no --save: nothing is written, so there is no path to check either
   char digits[32];
   std::snprintf(digits, sizeof digits, "%06" PRId64, step);
   return stem_ + kStepTag + digits + kExt;
@@ -168,6 +169,35 @@ std::vector<SeriesEntry> CheckpointSeries::candidates() const {
   std::stable_sort(out.begin(), out.end(),
                    [](const SeriesEntry& a, const SeriesEntry& b) { return a.step > b.step; });
   return out;
+}
+
+std::vector<std::string> CheckpointSeries::remove_dead_leftovers() const {
+  if (empty()) return {};
+  const std::string file = save_is_file_ ? save_.substr(save_.find_last_of('/') + 1) : "";
+  auto member = [&](const std::string& name) {
+    return step_of(name) >= 0 || (!file.empty() && name == file);
+  };
+  std::vector<std::string> out;
+  for (const safetensors::Leftover& l :
+       safetensors::remove_dead_leftovers(stem_.substr(0, stem_.size() - base_.size()), member))
+    out.push_back(l.path + " (pid " + std::to_string(l.pid) + ")");
+  return out;
+}
+
+std::string CheckpointSeries::intact_note(const std::string& load) const {
+  SeriesEntry newest;
+  try {
+    newest = choose_resume(candidates()).chosen;
+  } catch (const Error&) {  // a folder it cannot list (the save's own line says why)
+  }
+  if (!newest.path.empty())
+    return "the newest checkpoint of this run, " + newest.path + " (step " +
+           std::to_string(newest.step) + "), is intact; rerun with --resume auto or --load " +
+           newest.path;
+  if (!load.empty())
+    return "the checkpoint this run started from, " + load + ", is intact; rerun with --load " +
+           load;
+  return "no checkpoint of this run exists; its steps are lost";
 }
 
 std::string checkpoint_file_problem(const std::string& path) {

@@ -49,10 +49,10 @@ class CheckpointSeries {
   void create_folder() const;
   /// The folder: PATH itself when it is a folder, else the folder of the file ("." for none).
   const std::string& folder() const { return folder_; }
-  /// The path of step `step`'s file: "<stem>-step000200.safetensors".
+  /// The path of step `step`'s file: "<stem>-step000200.safetensors"; "" without --save.
   std::string path_for(int64_t step) const;
   /// Where the end-of-run and emergency saves go: PATH itself when it names a file, else the
-  /// series' file of `step`.
+  /// series' file of `step`; "" without --save (nothing is written, nothing checked).
   std::string final_path(int64_t step) const;
   /// The lock tp_train holds on the series for the run (CheckpointClaim): PATH for a file,
   /// "<folder>/checkpoint" for a folder.
@@ -66,6 +66,17 @@ class CheckpointSeries {
   std::vector<SeriesEntry> list() const;
   /// Whether `path` is one of the candidates() (the same file, however it is spelled).
   bool holds(const std::string& path) const;
+  /// Removes the leftovers of saves to the series (any step) or to PATH that a kill left behind,
+  /// "<file>.tmp.<pid>" and "<file>.lock" of processes that have ended
+  /// (safetensors::remove_dead_leftovers); returns "<path> (pid P)" for each. A pid is looked up
+  /// on this host only; what keeps a live run on another host out is the run's claim on the
+  /// series (CheckpointClaim): no second run saves into it.
+  std::vector<std::string> remove_dead_leftovers() const;
+  /// What a failed save leaves to resume from, as one phrase for its error line: the newest valid
+  /// checkpoint of the series or PATH ("the newest checkpoint of this run, F (step N), is intact;
+  /// rerun with --resume auto or --load F"), else `load` (the file this run started from), else
+  /// that there is none.
+  std::string intact_note(const std::string& load) const;
   /// The resume candidates, newest first: the series, and PATH itself when it names an existing
   /// file (its step from its metadata; left out when it does not open).
   std::vector<SeriesEntry> candidates() const;

@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/agreement.h"
 #include "core/error.h"
 #include "core/output_file.h"
 #include "io/safetensors.h"
@@ -383,8 +384,10 @@ void write_export(const std::string& dir, const std::map<std::string, StoredTens
 void export_hf(const std::string& dir, Communicator& comm, const Gpt& model, Dtype dtype) {
   check_export_folder(dir, model.config());
   const auto weights = gather_stored_weights(comm, model);
-  if (comm.rank() == 0) write_export(dir, weights, model.config(), dtype);
+  DeferredError write;  // a failed write still joins the barrier its peers wait in
+  if (comm.rank() == 0) write.run([&] { write_export(dir, weights, model.config(), dtype); });
   comm.barrier();
+  write.rethrow();
 }
 
 void export_hf(const std::string& dir, Communicator& tp, Communicator& pp, const Gpt& model,
@@ -392,6 +395,7 @@ void export_hf(const std::string& dir, Communicator& tp, Communicator& pp, const
   if (pp.size() == 1) return export_hf(dir, tp, model, dtype);
   check_export_folder(dir, model.config());
   const auto stage = gather_stored_weights(tp, model);
+  DeferredError write;   // a failed write still joins the barriers its peers wait in
   if (tp.rank() == 0) {  // the TP groups' rank 0s: one PP group, every stage
     std::vector<NamedHostTensor> mine;
     for (const auto& [name, t] : stage) mine.push_back({name, t.shape, t.values});
@@ -400,11 +404,12 @@ void export_hf(const std::string& dir, Communicator& tp, Communicator& pp, const
     if (pp.rank() == 0) {
       std::map<std::string, StoredTensor> weights;
       for (const NamedHostTensor& t : all) weights.emplace(t.name, StoredTensor{t.shape, t.values});
-      write_export(dir, weights, model.config(), dtype);
+      write.run([&] { write_export(dir, weights, model.config(), dtype); });
     }
     pp.barrier();
   }
   tp.barrier();  // nobody reads the export before it is complete
+  write.rethrow();
 }
 
 }  // namespace tp

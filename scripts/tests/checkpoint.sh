@@ -36,7 +36,7 @@ else
 fi
 
 # --save on a device: refused before the first step, not after training.
-WITHIN=5 expect "--save onto the full device" 2 "cannot write checkpoint /dev/full: it is a device; give --save the path of a file" 2 "${tt[@]}" --save /dev/full
+WITHIN=5 expect "--save onto the full device" 2 "--save: cannot write checkpoint /dev/full: it is a device; give the path of a file" 2 "${tt[@]}" --save /dev/full
 
 # A full disk, on a tmpfs in a private mount namespace (unshare -m: nothing outside sees it; it
 # vanishes with the namespace): too small for the checkpoint is refused up front (statvfs); a disk
