@@ -173,9 +173,10 @@ void write_agreed(Context& ctx, ProcessGrid& grid, const std::string& flag, cons
                   const std::function<void()>& write) {
   const std::string failed = agree_on_outcome(ctx.world, ctx.device, grid.dp_rank() == 0, write);
   if (failed.empty()) return;
-  // Only rank 0's line is printed: only rank 0 looks for what survived.
+  // Only rank 0's line is printed: only rank 0 looks for what survived (a checkpoint, when what
+  // failed was one, or an export of one).
   const std::string intact =
-      ctx.world.rank() == 0
+      ctx.world.rank() == 0 && flag != "--dump-grads"
           ? "; " + CheckpointSeries(ctx.options.get_text("save")).intact_note(load)
           : "";
   throw Error(flag + " " + ctx.options.get_text(flag.substr(2)) + ": " + failed + intact, 2);
@@ -1229,9 +1230,9 @@ int train(Context& ctx) {
       if (!dump) return;
       // The gradients and loss are the whole batch's here (averaged over dp): one TP group
       // writes them with the whole batch.
-      if (grid.dp_rank() == 0)
+      write_agreed(ctx, grid, "--dump-grads", "", [&] {
         dump_gradients(o.get_text("dump-grads"), tp, grid.pp(), model, b, loss);
-      world.barrier();
+      });
       log0(world, "wrote gradients of step ", step, " to ", o.get_text("dump-grads"));
         },
         step_opts);

@@ -420,21 +420,26 @@ std::vector<NamedHostTensor> stage_gradients(Communicator& tp, const Gpt& model)
 void dump_gradients(const std::string& path, Communicator& comm, const Gpt& model,
                     const Batch& batch, float loss) {
   const std::vector<NamedHostTensor> grads = stage_gradients(comm, model);
-  if (comm.rank() == 0) write_gradients(path, grads, model.config(), batch, loss);
+  DeferredError write;  // a failed write still joins the barrier its peers wait in
+  if (comm.rank() == 0)
+    write.run([&] { write_gradients(path, grads, model.config(), batch, loss); });
   comm.barrier();
+  write.rethrow();
 }
 
 void dump_gradients(const std::string& path, Communicator& tp, Communicator& pp, const Gpt& model,
                     const Batch& batch, float loss) {
   if (pp.size() == 1) return dump_gradients(path, tp, model, batch, loss);
   const std::vector<NamedHostTensor> grads = stage_gradients(tp, model);
+  DeferredError write;   // a failed write still joins the barriers its peers wait in
   if (tp.rank() == 0) {  // the TP groups' rank 0s: one PP group, every stage
     const std::vector<NamedHostTensor> all =
         gather_to_first_stage(pp, model.params().front().value.device(), grads);
-    if (pp.rank() == 0) write_gradients(path, all, model.config(), batch, loss);
+    if (pp.rank() == 0) write.run([&] { write_gradients(path, all, model.config(), batch, loss); });
     pp.barrier();
   }
   tp.barrier();  // nobody reads the file before it is complete
+  write.rethrow();
 }
 
 }  // namespace tp

@@ -142,7 +142,8 @@ void load_stored_weights(const safetensors::File& file,
 GptConfig config_from_checkpoint(const std::string& path);
 
 /// Writes every global gradient (names prefixed "grad."), the batch ("batch.input_ids",
-/// "batch.labels": int32 (B, S)) and the loss ("loss": f32 (1)) to `path` (collective).
+/// "batch.labels": int32 (B, S)) and the loss ("loss": f32 (1)) to `path` (collective). A failed
+/// write throws on the writing rank only, after the barriers: the caller agrees on the outcome.
 void dump_gradients(const std::string& path, Communicator& comm, const Gpt& model,
                     const Batch& batch, float loss);
 

@@ -140,3 +140,10 @@ else
     pass 1; echo "✓ --save-every 2 --keep 3 on a 1 MiB file system: refused before training, says: $(grep -o 'error:.*' "$log" | cut -c1-200)"
   else fail "--save-every 2 --keep 3 on a 1 MiB file system: exit $rc, not refused before training with room for 4 files (see $log)"; fi
 fi
+
+# 6. --dump-grads written by one rank that fails (a device): before its write took part in the
+#    agreement, the writer ended alone and the others hung in the next step's collectives.
+for np in 2 4; do
+  WITHIN=20 expect "--dump-grads to a device, np $np" 2 "error: --dump-grads /dev/full: cannot write" $np \
+    "${train[@]}" --steps 2 --dump-grads /dev/full
+done
