@@ -120,6 +120,7 @@ int main(int argc, char** argv) {
             {"token", "text"})
       .flag("bench", "time encoding stdin instead of printing ids (MB/s on one thread)")
       .integer("passes", 5, "--bench: passes, each from an empty cache; the best is reported")
-      .positive();
+      .min(1)
+      .max(1000);
   return run_program(argc, argv, o, tokenize);
 }

@@ -70,6 +70,7 @@
 #include "model/hf_gpt2.h"
 #include "model/memory.h"
 #include "model/memory_budget.h"
+#include "model/pipeline_plan.h"
 #include "model/preflight.h"
 #include "model/schedule.h"
 #include "model/train.h"
@@ -89,6 +90,10 @@ namespace {
 // and page faults) unless it is the only one: every kernel and collective of a step is a span, a
 // few hundred per step of the default model, and a chart of more steps is no easier to read.
 constexpr int64_t kTraceSteps = 3;
+
+// The largest step count a flag takes (--warmup, --save-every, --eval-every, ...): 10^9 steps is
+// 11 days at a millisecond a step; a larger number is a typo, not a plan.
+constexpr int64_t kMaxSteps = 1000000000;
 
 // run.json → run.svg (any other name gets ".svg" appended).
 std::string svg_path(const std::string& json_path) {
@@ -262,6 +267,8 @@ struct Peak {
   // --peak-tflops gave the peak or on the GPU (recheck_peak below).
   std::string cache_path, cache_key;
   double thread_gflops = 0;
+  bool given =
+      false;  // --peak-tflops: an MFU above 100 % warns once (a measured peak is rechecked)
 };
 
 // --peak-tflops X, else on the CPU the one-thread sgemm ceiling (cached per machine:
@@ -272,6 +279,7 @@ Peak run_peak(Context& ctx) {
   const double given = ctx.options.get_real("peak-tflops");
   if (given > 0) {
     p.flops = given * 1e12;
+    p.given = true;
     p.what = "--peak-tflops " + fmt_g(given) + " per rank";
     return p;
   }
@@ -1163,6 +1171,11 @@ int train(Context& ctx) {
     StepNumbers n{step + 1, loss,    norm, lr,        static_cast<double>(batch * seq) / secs,
                   comm,     exposed, secs, tp.size(), dp};
     set_utilisation(n, flops, static_cast<double>(batch * seq), world.size(), peak.flops);
+    if (peak.given && n.mfu > 1.0 && best_mfu <= 1.0)  // the first step past 100 %: once
+      log0(world, "warning: MFU ", fmt_g(100.0 * n.mfu), " % at step ", step + 1,
+           ": no rank computes faster than its peak, so --peak-tflops ", fmt_g(peak.flops / 1e12),
+           " is below this machine's; give its real peak or leave "
+           "--peak-tflops out to measure it");
     best_mfu = std::max(best_mfu, n.mfu);
     if (i % every == 0 || i + 1 == steps) log0(world, progress_line(n, is_simulated(tp)));
     if (predict && i == std::min<int64_t>(1, steps - 1))
@@ -1254,8 +1267,10 @@ int main(int argc, char** argv) {
       .as_float()
       .integer("warmup", 0, "linear warm-up over the first N steps (absolute step numbers)")
       .non_negative()
+      .max(kMaxSteps)
       .integer("decay-steps", 0, "cosine decay to 10% of lr, ending at absolute step N (0 = none)")
       .non_negative()
+      .max(kMaxSteps)
       .real("weight-decay", 0.0, "AdamW decoupled weight decay on matrices")
       .non_negative()
       .as_float()
@@ -1297,16 +1312,10 @@ int main(int argc, char** argv) {
             "MiB per rank: before building the model, stop (exit 2) when the preflight's peak "
             "per rank is above it, naming the cheapest option that fits; checked against the "
             "memory ledger after step 1 (0 = no budget)")
-      .non_negative()
-      .integer("pp", 1,
-               "pipeline stages: np = tp × dp × pp; stage s holds a contiguous range of blocks "
-               "(the first also the embeddings, the last ln_f, the head and the loss)")
       .min(1)
-      .fits_int()
-      .text("schedule", "afab",
-            "pipeline schedule with --pp: afab (all forwards, then all backwards) or 1f1b "
-            "(needs --micro-batches >= --pp)")
-      .text("pp-layers", "", "blocks per stage with --pp, e.g. 3,5 (default: an even split)")
+      .zero_means_off();
+  declare_pipeline_options(o);  // --pp, --schedule: tp_preflight's too
+  o.text("pp-layers", "", "blocks per stage with --pp, e.g. 3,5 (default: an even split)")
       .integer("pad-vocab-multiple", 1, "pad the vocabulary to a multiple of this times t")
       .min(1)
       .flag("audit-grads",
@@ -1323,8 +1332,11 @@ int main(int argc, char** argv) {
                "also save every N steps to --save's series, <stem>-stepNNNNNN.safetensors "
                "(atomically; 0 = only at the end)")
       .non_negative()
+      .max(kMaxSteps)
       .integer("keep", 3, "--save-every: keep the newest K files of the series")
       .min(1)
+      .max(1000)
+      .fits_int()
       .text("resume", "",
             "auto: resume from the newest valid checkpoint of --save (its series or the file; a "
             "bad newer one is named and skipped), exit 2 when there is none; auto-or-fresh: the "
@@ -1359,7 +1371,8 @@ int main(int argc, char** argv) {
             "the peak TFLOP/s of one rank that MFU divides by (0: on the CPU the one-thread sgemm "
             "ceiling, measured once per machine and cached, times the threads; on the GPU the "
             "measured fp32 GEMM ceiling)")
-      .non_negative()
+      .min(1e-3)
+      .zero_means_off()
       .real("val-fraction", 0.05,
             "--data: hold out the last fraction of the file for validation (the Markov data has "
             "its own held-out stream)")
@@ -1369,9 +1382,12 @@ int main(int argc, char** argv) {
                "every N steps (and at the last) print the mean loss over --eval-batches held-out "
                "batches, forward only, no dropout (0 = never)")
       .non_negative()
+      .max(kMaxSteps)
       .integer("eval-batches", 4, "--eval-every: held-out batches of --batch sequences")
       .min(1)
+      .max(10000)
       .integer("log-every", 10, "print a progress line every N steps")
-      .min(1);
+      .min(1)
+      .max(kMaxSteps);
   return run_program(argc, argv, o, train);
 }
