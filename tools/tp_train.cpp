@@ -1102,8 +1102,17 @@ int train(Context& ctx) {
   if (predict) {
     link = measure_alpha_beta(tp, ctx.device);
     log0(world, predict_prefix, "measured ", link.str(), " on ", tp.name());
-  } else if (o.get_flag("predict")) {
-    log0(world, "predict: t = 1 moves no data; nothing to predict");
+  } else if (o.get_flag("predict")) {  // t = 1: what moves is outside the TP group, unpredicted
+    const std::string pp = plan.pp > 1 ? "the stages' activation sends (--pp " +
+                                             std::to_string(plan.pp) + ")"
+                                       : "",
+                      dp = plan.dp > 1 ? "the replicas' gradient all-reduce (--dp " +
+                                             std::to_string(plan.dp) + ")"
+                                       : "";
+    log0(world, "predict: t = 1 has no tensor-parallel collective",
+         pp.empty() && dp.empty() ? " and moves no data; nothing to predict"
+                                  : "; --predict covers only those, not " + pp +
+                                        (pp.empty() || dp.empty() ? "" : " or ") + dp);
   }
   const int64_t every = std::max<int64_t>(1, o.get_int("log-every"));
   const float clip = static_cast<float>(o.get_real("clip"));
@@ -1371,7 +1380,7 @@ int main(int argc, char** argv) {
             "the peak TFLOP/s of one rank that MFU divides by (0: on the CPU the one-thread sgemm "
             "ceiling, measured once per machine and cached, times the threads; on the GPU the "
             "measured fp32 GEMM ceiling)")
-      .min(1e-3)
+      .min(1e-6)  // 1 MFLOP/s: below, the MFU is a meaningless number
       .zero_means_off()
       .real("val-fraction", 0.05,
             "--data: hold out the last fraction of the file for validation (the Markov data has "

@@ -33,7 +33,7 @@ else fail "tp_train --help lacks a bound of --keep, --eval-batches, --memory-bud
 expect "--memory-budget 1e-300 (not off)" 2 "--memory-budget=1e-300: must be 0 or >= 1" 1 \
   "${tt[@]}" --memory-budget 1e-300
 expect "--stall-timeout 0.001" 2 "--stall-timeout=0.001: must be 0 or >= 1" 1 "${tt[@]}" --stall-timeout 0.001
-expect "--peak-tflops 1e-300" 2 "--peak-tflops=1e-300: must be 0 or >= 0.001" 1 "${tt[@]}" --peak-tflops 1e-300
+expect "--peak-tflops 1e-300" 2 "--peak-tflops=1e-300: must be 0 or >= 1e-06" 1 "${tt[@]}" --peak-tflops 1e-300
 
 # 3. tp_preflight refuses what tp_train refuses, with the same words (one declaration of --pp and
 # --schedule, lib/model/pipeline_plan.h) and the same defaults: --pp 2 plans tp_train's afab.
@@ -47,10 +47,62 @@ expect "tp_preflight --pp 2 on tp_train's defaults" 0 "# problems: 0" 1 "$BUILD/
 expect "tp_train --schedule wrong (the preflight's words)" 2 "--schedule=afb: expected one of afab, 1f1b" 1 \
   "${tt[@]}" --schedule afb
 
-# 4. A given --peak-tflops below what the run reaches: MFU past 100 % warns once, naming the flag.
+# 4. A given --peak-tflops below what the run reaches (10 MFLOP/s: any machine, however busy): MFU
+# past 100 % warns once, naming the flag.
 name="--peak-tflops below the machine's"
 expect "$name" 0 "is below this machine's; give its real peak or leave --peak-tflops out" 1 \
-  "${train[@]}" --steps 4 --log-every 1 --peak-tflops 0.001
+  "${train[@]}" --steps 4 --log-every 1 --peak-tflops 1e-5
 n=$(grep -c 'warning: MFU' "$logs/check_${name// /_}.log")
 if [ "$n" = 1 ]; then pass 1; echo "✓ $name: one warning in 4 steps"
 else fail "$name: $n warnings in 4 steps, not 1 (see $logs/check_${name// /_}.log)"; fi
+
+# 5. tp_tokenize checks its writes and ends quietly on a closed pipe. A byte-level vocabulary with
+# no merges (GPT-2's 256 byte tokens and <|endoftext|>) is all it needs.
+btok=$tmp/bounds_tok
+mkdir -p "$btok"
+python3 - "$btok" <<'PY'
+import json, sys
+bs = [*range(33, 127), *range(161, 173), *range(174, 256)]
+alphabet = dict(zip(bs, bs))
+alphabet.update({b: 256 + i for i, b in enumerate(b for b in range(256) if b not in bs)})
+vocab = {chr(alphabet[b]): b for b in range(256)}
+vocab["<|endoftext|>"] = 256
+json.dump(vocab, open(sys.argv[1] + "/vocab.json", "w"))
+open(sys.argv[1] + "/merges.txt", "w").write("#version: 0.2\n")
+del vocab[chr(alphabet[ord("q")])]  # one byte token missing: <|endoftext|>'s id 256 is past the end
+import os; os.makedirs(sys.argv[1] + "/nobyte", exist_ok=True)
+json.dump(vocab, open(sys.argv[1] + "/nobyte/vocab.json", "w"))
+open(sys.argv[1] + "/nobyte/merges.txt", "w").write("#version: 0.2\n")
+PY
+log=$logs/check_tp_tokenize_dev_full.log
+"$BUILD/bin/tp_tokenize" --tokenizer "$btok" <README.md >/dev/full 2>"$log"
+rc=$?
+if [ $rc != 0 ] && [ "$(grep -c 'error:' "$log")" = 1 ] && grep -q 'cannot write stdout: No space left on device (ENOSPC)' "$log"; then
+  pass 1; echo "✓ tp_tokenize > /dev/full: exit $rc, says: $(head -1 "$log")"
+else fail "tp_tokenize > /dev/full: exit $rc, not one line naming ENOSPC (see $log)"; fi
+log=$logs/check_tp_tokenize_closed_pipe.log
+"$BUILD/bin/tp_tokenize" --tokenizer "$btok" <README.md 2>"$log" | head -1 >/dev/null
+rc=${PIPESTATUS[0]}
+sleep 2  # the watchdog's line would come after 0.3 s (later on a busy machine)
+if [ "$rc" = 141 ] && [ ! -s "$log" ]; then pass 1; echo "✓ tp_tokenize | head -1: exit 141, nothing on stderr"
+else fail "tp_tokenize | head -1: exit $rc (141 expected), stderr: $(head -1 "$log") (see $log)"; fi
+
+# 6. A --tokenizer that is not a folder is named with its errno, not "has neither vocab.json".
+ln -sfn bounds_loop "$tmp/bounds_loop"  # points at itself
+expect "--tokenizer missing" 2 "tokenizer folder $tmp/bounds_none: No such file or directory (ENOENT)" 1 \
+  "$BUILD/bin/tp_tokenize" --tokenizer "$tmp/bounds_none"
+expect "--tokenizer a symlink loop" 2 "tokenizer folder $tmp/bounds_loop: Too many levels of symbolic links (ELOOP)" 1 \
+  "$BUILD/bin/tp_tokenize" --tokenizer "$tmp/bounds_loop"
+expect "--tokenizer a file" 2 "tokenizer folder $btok/vocab.json: Not a directory (ENOTDIR)" 1 \
+  "$BUILD/bin/tp_tokenize" --tokenizer "$btok/vocab.json"
+expect "a vocabulary without the byte q" 2 "nobyte/vocab.json has no token for the byte 113" 1 \
+  "$BUILD/bin/tp_tokenize" --tokenizer "$btok/nobyte"
+rm -f "$tmp/bounds_loop"
+
+# 7. --predict at t = 1 with --pp 2 says what it does not cover, not "nothing to predict".
+expect "--predict at t = 1 with --pp 2" 0 "predict: t = 1 has no tensor-parallel collective; --predict covers only those, not the stages' activation sends (--pp 2)" 2 \
+  "${tt[@]}" --pp 2 --predict
+
+# 8. Lesson 15's --svg where it cannot go: refused before the lesson runs.
+expect "lesson 15 --svg into a missing folder" 2 "--svg $tmp/bounds_none/x_afab.svg: the folder $tmp/bounds_none does not exist" 4 \
+  "$BUILD/bin/lesson_15_pipeline_parallel" --svg "$tmp/bounds_none/x_"
