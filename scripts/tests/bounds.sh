@@ -106,3 +106,9 @@ expect "--predict at t = 1 with --pp 2" 0 "predict: t = 1 has no tensor-parallel
 # 8. Lesson 15's --svg where it cannot go: refused before the lesson runs.
 expect "lesson 15 --svg into a missing folder" 2 "--svg $tmp/bounds_none/x_afab.svg: the folder $tmp/bounds_none does not exist" 4 \
   "$BUILD/bin/lesson_15_pipeline_parallel" --svg "$tmp/bounds_none/x_"
+
+# 9. The other tools' counts: tp_bench's sizes, lesson 13's steps, tp_export's --heads.
+expect "tp_bench --hidden 2^40" 2 "--hidden=1099511627776: must be in [1, 65536]" 1 "$BUILD/bin/tp_bench" --hidden 1099511627776
+expect "lesson 13 --steps 2^40" 2 "--steps=1099511627776: must be in [2, 100000]" 4 \
+  "$BUILD/bin/lesson_13_train_gpt" --steps 1099511627776
+expect "tp_export --heads -3" 2 "--heads=-3: must be >= 0" 1 "$BUILD/bin/tp_export" --load "$tmp/none.safetensors" --hf "$tmp/bounds_hf" --heads -3
