@@ -896,8 +896,11 @@ double validation_loss(const Options& o, ProcessGrid& grid, Device& device, Gpt&
   const int64_t per_replica = plan.batch / plan.dp;
   const EvalSlice slice{grid.dp_rank() * per_replica, per_replica, plan.step_opts.micro_batches};
   // With --pp the held-out batches go forward through the stages (model/evaluate.h).
-  const double mine = held_out_loss(model, grid.pp(), source, o.get_int("eval-batches"), plan.batch,
-                                    plan.seq, plan.seed, slice);
+  // A SIGTERM is agreed after each held-out batch (every rank runs the same batches), so a long
+  // evaluation ends within a batch; the step loop then stops the run.
+  const double mine =
+      held_out_loss(model, grid.pp(), source, o.get_int("eval-batches"), plan.batch, plan.seq,
+                    plan.seed, slice, [] { return agreed_stop_signal() != 0; });
   if (plan.dp == 1) return mine;
   Tensor v = Tensor::from_host(device, Shape{1}, {static_cast<float>(mine)});
   grid.dp().all_reduce(v);

@@ -112,3 +112,25 @@ expect "tp_bench --hidden 2^40" 2 "--hidden=1099511627776: must be in [1, 65536]
 expect "lesson 13 --steps 2^40" 2 "--steps=1099511627776: must be in [2, 100000]" 4 \
   "$BUILD/bin/lesson_13_train_gpt" --steps 1099511627776
 expect "tp_export --heads -3" 2 "--heads=-3: must be >= 0" 1 "$BUILD/bin/tp_export" --load "$tmp/none.safetensors" --hf "$tmp/bounds_hf" --heads -3
+
+# 10. A SIGTERM during a long evaluation (10000 held-out batches, minutes here) stops the run within
+# seconds: the ranks agree on the signal after each held-out batch, not only at step boundaries.
+ev=$tmp/bounds_eval
+mkdir -p "$ev"
+log=$logs/check_sigterm_during_evaluation.log
+"$MPIEXEC" $MPI_FLAGS -np 2 "$BUILD/bin/tp_train" --steps 3 --log-every 1 --eval-every 1 --eval-batches 10000 \
+  --save "$ev/" >"$log" 2>&1 </dev/null &
+job=$!
+for _ in $(seq 1 150); do grep -q '^step  *1 ' "$log" && break; sleep 0.2; done
+sleep 1  # inside the evaluation of step 1
+SECONDS=0
+kill -TERM "$job"
+( sleep 30; kill -TERM "$job"; sleep 5; kill -KILL "$job" ) 2>/dev/null &  # a second TERM kills
+guard=$!
+wait "$job"
+rc=$?
+kill "$guard" 2>/dev/null; wait "$guard" 2>/dev/null
+if [ "$rc" = 143 ] && [ "$SECONDS" -le 10 ] && grep -q 'stopped by SIGTERM before step 2' "$log"; then
+  pass 1; echo "✓ SIGTERM during a 10000-batch evaluation: exit 143 after ${SECONDS}s"
+else fail "SIGTERM during a 10000-batch evaluation: exit $rc after ${SECONDS}s (at most 10 s and 143 expected; see $log)"; fi
+rm -rf "$ev"
