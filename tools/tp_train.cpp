@@ -144,8 +144,7 @@ auto allocating(const std::string& what, const std::string& flags, Make make) {
 void prune_series(Communicator& world, const Options& o, int64_t step) {
   const CheckpointSeries series(o.get_text("save"));
   if (series.empty() || world.rank() != 0) return;
-  for (const SeriesEntry& e :
-       series_to_delete(series.list(), step, static_cast<int>(o.get_int("keep")))) {
+  for (const SeriesEntry& e : series_to_delete(series.list(), step, o.get_int32("keep"))) {
     if (e.step > step)
       log0(world, "removed ", e.path, ": step ", e.step, " is past this run's step ", step,
            " (a run that went further before this one resumed earlier)");

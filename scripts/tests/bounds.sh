@@ -41,6 +41,16 @@ for pp in 0 -1; do
   expect "tp_preflight --pp $pp" 2 "error: --pp=$pp: must be in [1, 1024]" 1 "$BUILD/bin/tp_preflight" --pp "$pp"
   expect "tp_train --pp $pp (the same words)" 2 "error: --pp=$pp: must be in [1, 1024]" 1 "${tt[@]}" --pp "$pp"
 done
+# The flags both tools take: the same error line, word for word.
+for args in "--pp 0" "--pp 2000" "--schedule gpipe" "--zero 2" "--zero -1" "--micro-batches 0" \
+  "--micro-batches 4294967297"; do
+  # shellcheck disable=SC2086  # each case is several words
+  a=$("$BUILD/bin/tp_preflight" $args 2>&1 | grep error:)
+  # shellcheck disable=SC2086
+  b=$(run_mpi 2 "${tt[@]}" --dp 2 $args 2>&1 | grep error:)
+  if [ -n "$a" ] && [ "$a" = "$b" ]; then pass 1; echo "✓ $args: tp_preflight and tp_train say: $a"
+  else fail "$args: tp_preflight says '$a', tp_train '$b'"; fi
+done
 expect "tp_preflight --model= (not the default model)" 2 "--model=: expected one of gpt2-small" 1 \
   "$BUILD/bin/tp_preflight" --model=
 expect "tp_preflight --pp 2 on tp_train's defaults" 0 "# problems: 0" 1 "$BUILD/bin/tp_preflight" --pp 2
