@@ -179,7 +179,8 @@ int run_program(int argc, char** argv, Options& options, const Program& program)
             "seconds without progress on any rank (one waits in a collective, nobody moves) "
             "before the job ends naming the stalled rank; unset: the larger of 60 and 10 x the "
             "slowest step so far; 0: no check")
-      .non_negative();
+      .min(1)
+      .zero_means_off();
   options.flag("check-collectives",
                "before each collective the ranks agree on its fingerprint (op, size, dtype, root, "
                "label); a mismatch ends the job with one line naming it, exit 2 (also "

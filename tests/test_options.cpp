@@ -116,6 +116,22 @@ TEST(Options, ProgrammingErrorsAreNotBadInput) {
 
 }  // namespace
 
+// Parses each {argument, needle} alone into a fresh make() and expects a bad-input error (exit 2)
+// whose message contains the needle.
+template <typename Make>
+void expect_each_refused(Make make, const std::vector<std::pair<const char*, const char*>>& bad) {
+  for (const auto& [arg, needle] : bad) {
+    Options o = make();
+    try {
+      parse(o, {arg});
+      ADD_FAILURE() << "no error for " << arg;
+    } catch (const tp::Error& e) {
+      EXPECT_EQ(e.exit_code(), 2) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Options, RangesAreCheckedAndShown) {
   auto ranged = [] {
     Options o("prog", "Ranges.");
@@ -136,16 +152,7 @@ TEST(Options, RangesAreCheckedAndShown) {
       {"--lr=nan", "expected a finite number"}, {"--lr=inf", "expected a finite number"},
       {"--dropout=1", "must be in [0, 1)"},     {"--dropout=-0.1", "must be in [0, 1)"},
       {"--batch=0", "--batch=0: must be >= 1"}, {"--warmup=-5", "must be >= 0"}};
-  for (const auto& [arg, needle] : bad) {
-    Options o = ranged();
-    try {
-      parse(o, {arg});
-      ADD_FAILURE() << "no error for " << arg;
-    } catch (const tp::Error& e) {
-      EXPECT_EQ(e.exit_code(), 2) << e.what();
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-  }
+  expect_each_refused(ranged, bad);
 }
 
 TEST(Options, DashHIsHelp) {
@@ -266,4 +273,29 @@ TEST(Options, ANonEmptyTextRefusesAnEmptyValue) {
   o.text("resume", "", "a mode").non_empty();
   parse(o, {"--resume=auto"});
   EXPECT_EQ(o.get_text("resume"), "auto");
+}
+
+// issue 39: a value that turns an option off (0) is accepted beside a range that starts at the
+// smallest meaningful value; anything between is refused, and --help says both.
+TEST(Options, ZeroMeansOffBesideTheSmallestMeaningfulValue) {
+  auto budget = [] {
+    Options o("prog", "Off values.");
+    o.real("memory-budget", 0, "MiB per rank (0 = no budget)").min(1).zero_means_off();
+    o.integer("keep", 3, "files kept").min(1).max(1000).fits_int();
+    return o;
+  };
+  for (const char* ok : {"--memory-budget=0", "--memory-budget=1", "--memory-budget=4096"}) {
+    Options o = budget();
+    EXPECT_NO_THROW(parse(o, {ok})) << ok;
+  }
+  const std::vector<std::pair<const char*, const char*>> bad = {
+      {"--memory-budget=1e-300", "--memory-budget=1e-300: must be 0 or >= 1"},
+      {"--memory-budget=0.5", "must be 0 or >= 1"},
+      {"--memory-budget=-1", "must be 0 or >= 1"},
+      {"--keep=4294967297", "--keep=4294967297: must be in [1, 1000]"},
+      {"--keep=1001", "must be in [1, 1000]"}};
+  expect_each_refused(budget, bad);
+  const std::string h = budget().help();
+  EXPECT_NE(h.find("(default: 0; 0 or >= 1)"), std::string::npos) << h;
+  EXPECT_NE(h.find("(default: 3; in [1, 1000])"), std::string::npos) << h;
 }

@@ -232,3 +232,27 @@ TEST(Text, LoadsAFolderInEitherNaming) {
   EXPECT_EQ(exit_code_of([&] { Tokenizer::load(dir.string()); }), 2);  // ids not 0..n-1
   fs::remove_all(dir);
 }
+
+// issue 39: a --tokenizer that is missing, loops or is a file is named with its errno, not taken for
+// a folder without the files.
+TEST(Text, AFolderThatIsNotOneIsNamedWithItsErrno) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("tp_test_text_errno_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "file") << "x";
+  fs::create_symlink("loop", dir / "loop");
+  const std::pair<fs::path, const char*> cases[] = {
+      {dir / "missing", "(ENOENT)"}, {dir / "loop", "(ELOOP)"}, {dir / "file", "(ENOTDIR)"}};
+  for (const auto& [path, name] : cases) {
+    try {
+      Tokenizer::load(path.string());
+      ADD_FAILURE() << "no error for " << path;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.exit_code(), 2) << e.what();
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find("has neither"), std::string::npos) << e.what();
+    }
+  }
+  fs::remove_all(dir);
+}

@@ -463,5 +463,24 @@ TEST(HeldOut, ValidationLossMatchesSingleDeviceWithoutDropout) {
   EXPECT_NEAR(halves, ref, 1e-6 * std::abs(ref));
 }
 
+// issue 39: the stop question is asked after each held-out batch; a yes ends the evaluation at
+// once (a SIGTERM need not wait for --eval-batches batches) and the loss is NaN, not a mean of part.
+TEST(HeldOut, AStopEndsTheEvaluationAfterTheBatchThatAskedIt) {
+  const GptConfig cfg = tp::testing::tiny_gpt_config(2);
+  const MarkovSource src(cfg.vocab, 4);
+  Gpt model(device(), world(), cfg);
+  model.init(tp::testing::kSeed);
+  int asked = 0;
+  const double stopped = held_out_loss(model, src, 1000, 4, cfg.seq, tp::testing::kSeed, {},
+                                       [&asked] { return ++asked == 2; });
+  EXPECT_EQ(asked, 2);
+  EXPECT_TRUE(std::isnan(stopped));
+  asked = 0;
+  const double whole = held_out_loss(model, src, 3, 4, cfg.seq, tp::testing::kSeed, {},
+                                     [&asked] { return ++asked > 3; });
+  EXPECT_EQ(asked, 3);
+  EXPECT_EQ(whole, held_out_loss(model, src, 3, 4, cfg.seq, tp::testing::kSeed));
+}
+
 }  // namespace
 }  // namespace tp

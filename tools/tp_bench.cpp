@@ -643,13 +643,16 @@ int main(int argc, char** argv) {
       "collectives, one transformer block, memory-bound kernels.");
   opts.text("suite", "auto", "what to measure: auto (cpu: gemm + collectives; gpu: all)",
             {"auto", "gemm", "threads", "collectives", "block", "memory", "all", "none"});
+  // Bounds past any model measured here (h = 65536 is 4x the largest GPT), before a product wraps.
   opts.integer("hidden", 4096, "h for the GPU GEMM shapes, the block and the memory kernels")
-      .min(1);
+      .min(1)
+      .max(1 << 16);
   opts.integer("tokens", 8192, "rows of the GPU GEMM shapes and the memory kernels (s·b = 2048·4)")
-      .min(1);
-  opts.integer("seq", 2048, "block: sequence length").min(1);
-  opts.integer("batch", 1, "block: batch").min(1);
-  opts.integer("heads", 32, "block: attention heads").min(1);
+      .min(1)
+      .max(1 << 20);
+  opts.integer("seq", 2048, "block: sequence length").min(1).max(1 << 20);
+  opts.integer("batch", 1, "block: batch").min(1).max(1 << 16);
+  opts.integer("heads", 32, "block: attention heads").min(1).max(1 << 16);
   opts.text("precision", "fp32",
             "block: fp32, or bf16 mixed precision (tp_train's --precision: bf16 weight copies, "
             "activations and gradients of activations)",

@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
   o.path("load", "", "the checkpoint to read (tp_train --save)")
       .path("hf", "", "the folder to write model.safetensors and config.json to")
       .integer("heads", 0, "attention heads, for a hub file without config.json beside it")
+      .non_negative()
       .text("export-dtype", "f32", "the dtype of the tensors written: f32, or bf16 (rounded)",
             {"f32", "bf16"});
   return run_program(argc, argv, o, run);

@@ -221,6 +221,7 @@ int main(int argc, char** argv) {
             "--prompt is encoded with it and the output printed as text")
       .text("prompt-ids", "", "the prompt as token ids, e.g. \"3 1 4\" (models with V != 256)")
       .integer("tokens", 64, "how many tokens to generate")
+      .max(1 << 20)
       .real("temperature", 0.0, "0: greedy (argmax); > 0: sample from softmax(logits / T)")
       .as_float()
       .integer("top-k", 0, "sample among the k most likely tokens only (0: all)")

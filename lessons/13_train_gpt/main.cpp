@@ -565,8 +565,10 @@ int main(int argc, char** argv) {
     o.integer("steps", 20,
               "training steps at each t (the step times are the median of all but the first)")
         .min(2)
+        .max(100000)
         .integer("sp-steps", 5, "training steps of the sequence-parallel run (step 5; <= --steps)")
         .min(2)
+        .max(100000)
         .flag("spin", "wait in MPI's blocking calls (they poll the core) instead of sleeping")
         .integer("seq", 64, "sequence length S (divisible by the largest t, for SP)")
         .min(1)

@@ -81,6 +81,10 @@ int main(int argc, char** argv) {
     Communicator& world = L.world();
     const int N = L.size(), m = 8;
     const uint64_t seed = 15;
+    // The charts are written last: a place they cannot go is found now, not after the lesson ran.
+    const std::string prefix = L.options().get_text("svg");
+    if (!prefix.empty())
+      check_output_paths({{"--svg", prefix + "afab.svg"}, {"--svg", prefix + "1f1b.svg"}});
 
     // 1. The stages.
     L.step("The stages: np " + std::to_string(N) + " = pp " + std::to_string(N) +
@@ -140,7 +144,6 @@ int main(int argc, char** argv) {
     std::map<std::string, const Param*> ref_by_name;
     for (const Param& p : ref.params()) ref_by_name[p.name] = &p;
 
-    const std::string prefix = L.options().get_text("svg");
     int step_no = 2;
     for (Schedule sched : {Schedule::Afab, Schedule::OneFOneB}) {
       const std::string name = schedule_name(sched);

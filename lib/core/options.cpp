@@ -148,8 +148,18 @@ Options& Options::max(double hi, bool open) {
   return *this;
 }
 
-// "> 0", ">= 1", "in [0, 1)", or "" when unbounded.
+Options& Options::zero_means_off() {
+  last("zero_means_off").zero_off = true;
+  return *this;
+}
+
+// "> 0", ">= 1", "in [0, 1)", "0 or >= 1", or "" when unbounded.
 std::string Options::range_text(const Option& o) {
+  if (o.zero_off) {
+    Option bounds = o;
+    bounds.zero_off = false;
+    return "0 or " + range_text(bounds);
+  }
   auto num = [&o](double v) {
     return o.type == Type::Int ? std::to_string(static_cast<long long>(v)) : shortest(v);
   };
@@ -205,6 +215,7 @@ void Options::assign(const std::string& name, Option& opt, const std::string& va
   }
   if (opt.type == Type::Int || opt.type == Type::Real) {
     auto in_range = [&opt](double v) {
+      if (opt.zero_off && v == 0.0) return true;
       const bool low_ok = !opt.has_lo || (opt.lo_open ? v > opt.lo : v >= opt.lo);
       const bool high_ok = !opt.has_hi || (opt.hi_open ? v < opt.hi : v <= opt.hi);
       return low_ok && high_ok;

@@ -58,6 +58,10 @@ class Options {
   Options& min(double lo, bool open = false);
   /// The value must be <= `hi` (or < `hi` when `open` is true).
   Options& max(double hi, bool open = false);
+  /// 0 is accepted besides the range of the option declared last: it turns the option off
+  /// (`--memory-budget 0`), while a value between 0 and the smallest meaningful one
+  /// (`--memory-budget 1e-300` MiB) is refused. --help shows "0 or >= 1".
+  Options& zero_means_off();
   /// Shorthands: > 0, and >= 0.
   Options& positive() { return min(0, true); }
   Options& non_negative() { return min(0); }
@@ -93,6 +97,7 @@ class Options {
     bool non_empty = false;  // non_empty(): the same for a text option
     bool is_int32 = false;   // fits_int()
     bool is_float = false;   // as_float()
+    bool zero_off = false;   // zero_means_off()
   };
   Option& last(const char* what);
   Option& last_of(const char* what, Type type);

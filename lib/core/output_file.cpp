@@ -18,7 +18,8 @@ std::string errno_text(int err) {
       {EFBIG, "EFBIG"},     {EACCES, "EACCES"}, {EPERM, "EPERM"},   {ENOENT, "ENOENT"},
       {ENOTDIR, "ENOTDIR"}, {EISDIR, "EISDIR"}, {EEXIST, "EEXIST"}, {ENAMETOOLONG, "ENAMETOOLONG"},
       {EPIPE, "EPIPE"},     {EBADF, "EBADF"},   {EINVAL, "EINVAL"}, {ENXIO, "ENXIO"},
-      {EMFILE, "EMFILE"},   {EXDEV, "EXDEV"},   {EBUSY, "EBUSY"},   {ETXTBSY, "ETXTBSY"}};
+      {EMFILE, "EMFILE"},   {EXDEV, "EXDEV"},   {EBUSY, "EBUSY"},   {ETXTBSY, "ETXTBSY"},
+      {ELOOP, "ELOOP"}};
   std::string s = std::strerror(err);
   for (const auto& [code, name] : kNames)
     if (code == err) return s + " (" + name + ")";

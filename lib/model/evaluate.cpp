@@ -1,6 +1,7 @@
 #include "model/evaluate.h"
 
 #include <functional>
+#include <limits>
 
 #include "core/error.h"
 
@@ -9,9 +10,9 @@ namespace tp {
 namespace {
 
 // The mean over held-out batches 0 .. batches-1 (or `slice` of each) of `forward`'s loss, with the
-// model in evaluation mode (dropout off) throughout.
+// model in evaluation mode (dropout off) throughout; NaN when `stop` ended it early.
 double mean_held_out(Gpt& model, const TokenSource& source, int64_t batches, int64_t batch,
-                     int64_t seq, const EvalSlice& slice,
+                     int64_t seq, const EvalSlice& slice, const StopEvaluation& stop,
                      const std::function<double(const Batch&)>& forward) {
   const int64_t count = slice.count > 0 ? slice.count : batch;
   TP_CHECK(
@@ -26,6 +27,10 @@ double mean_held_out(Gpt& model, const TokenSource& source, int64_t batches, int
       const Batch whole = source.held_out_batch(i, batch, seq);
       for (int j = 0; j < slice.micro; ++j)
         sum += forward(each == batch ? whole : batch_slice(whole, slice.first + j * each, each));
+      if (stop && stop()) {
+        sum = std::numeric_limits<double>::quiet_NaN();
+        break;
+      }
     }
   } catch (...) {
     model.set_training(true);
@@ -38,20 +43,22 @@ double mean_held_out(Gpt& model, const TokenSource& source, int64_t batches, int
 }  // namespace
 
 double held_out_loss(Gpt& model, const TokenSource& source, int64_t batches, int64_t batch,
-                     int64_t seq, uint64_t seed, const EvalSlice& slice) {
-  return mean_held_out(model, source, batches, batch, seq, slice,
+                     int64_t seq, uint64_t seed, const EvalSlice& slice,
+                     const StopEvaluation& stop) {
+  return mean_held_out(model, source, batches, batch, seq, slice, stop,
                        [&](const Batch& b) { return model.forward(b, seed, /*step=*/0); });
 }
 
 double held_out_loss(Gpt& model, Communicator& pp, const TokenSource& source, int64_t batches,
-                     int64_t batch, int64_t seq, uint64_t seed, const EvalSlice& slice) {
-  if (pp.size() == 1) return held_out_loss(model, source, batches, batch, seq, seed, slice);
+                     int64_t batch, int64_t seq, uint64_t seed, const EvalSlice& slice,
+                     const StopEvaluation& stop) {
+  if (pp.size() == 1) return held_out_loss(model, source, batches, batch, seq, seed, slice, stop);
   const int s = pp.rank(), last = pp.size() - 1;
   Device& device = model.params().front().value.device();
   const GptConfig& cfg = model.config();
   CommLedger::Scope scope(pp.ledger(), "eval");
   const double mean =
-      mean_held_out(model, source, batches, batch, seq, slice, [&](const Batch& b) -> double {
+      mean_held_out(model, source, batches, batch, seq, slice, stop, [&](const Batch& b) -> double {
         Tensor input;
         if (s > 0) {  // the previous stage's output: (S·B, h), under SP this rank's 1/t of the rows
           const int64_t n = b.seq * b.batch;

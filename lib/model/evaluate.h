@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "model/data.h"
 #include "model/gpt.h"
@@ -22,11 +23,17 @@ struct EvalSlice {
   int micro = 1;
 };
 
+/// Asked after each held-out batch whether to stop (tp_train: a SIGTERM agreed by every rank, so a
+/// long evaluation does not keep the job waiting); true ends the evaluation, which returns NaN.
+/// Every rank of the call must get the same answer after the same batch (a collective answer).
+using StopEvaluation = std::function<bool()>;
+
 /// Mean loss of `model` over held-out batches 0 .. batches-1 of `source` (B = batch, S = seq), or
 /// over `slice` of each. Nothing is updated: the gradients are left as they were (no backward
 /// runs); dropout is off during it and on again after.
 double held_out_loss(Gpt& model, const TokenSource& source, int64_t batches, int64_t batch,
-                     int64_t seq, uint64_t seed, const EvalSlice& slice = {});
+                     int64_t seq, uint64_t seed, const EvalSlice& slice = {},
+                     const StopEvaluation& stop = {});
 
 /// The same for one pipeline stage (`model` built with this rank's StageLayout, `pp` its PP
 /// group): each held-out (micro-)batch goes forward through the stages, stage s receiving stage
@@ -34,6 +41,7 @@ double held_out_loss(Gpt& model, const TokenSource& source, int64_t batches, int
 /// mean loss is broadcast over `pp`. Collective over the TP group and `pp`; with pp.size() = 1 it
 /// is the call above. Equal to it on the whole model up to fp32 rounding (the same forward, cut).
 double held_out_loss(Gpt& model, Communicator& pp, const TokenSource& source, int64_t batches,
-                     int64_t batch, int64_t seq, uint64_t seed, const EvalSlice& slice = {});
+                     int64_t batch, int64_t seq, uint64_t seed, const EvalSlice& slice = {},
+                     const StopEvaluation& stop = {});
 
 }  // namespace tp

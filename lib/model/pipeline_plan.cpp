@@ -73,6 +73,19 @@ PpSchedule parse_pp_schedule(const std::string& name) {
 
 const char* pp_schedule_name(PpSchedule s) { return s == PpSchedule::Afab ? "afab" : "1f1b"; }
 
+void declare_pipeline_options(Options& o) {
+  o.integer("pp", 1,
+            "pipeline stages: np = tp × dp × pp; stage s holds a contiguous range of blocks (the "
+            "first also the embeddings, the last ln_f, the head and the loss)")
+      .min(1)
+      .max(1024)
+      .fits_int()
+      .text("schedule", "afab",
+            "pipeline schedule with --pp: afab (all forwards, then all backwards) or 1f1b "
+            "(needs --micro-batches >= --pp)",
+            {"afab", "1f1b"});
+}
+
 double pipeline_bubble(int stages, int micro_batches) {
   return static_cast<double>(stages - 1) / static_cast<double>(micro_batches + stages - 1);
 }

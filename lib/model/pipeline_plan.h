@@ -44,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "core/options.h"
 #include "core/simulated_link.h"
 #include "model/preflight.h"
 
@@ -55,6 +56,11 @@ enum class PpSchedule { Afab, OneFOneB };
 PpSchedule parse_pp_schedule(const std::string& name);
 /// The name parse_pp_schedule takes.
 const char* pp_schedule_name(PpSchedule s);
+
+/// --pp and --schedule, declared once for tp_train and tp_preflight, so both take the same values
+/// with the same words and the same defaults: --pp in [1, 1024] (an int), --schedule afab
+/// (default) or 1f1b.
+void declare_pipeline_options(Options& o);
 
 /// The bubble of N stages and m micro-batches: (N − 1) / (m + N − 1).
 double pipeline_bubble(int stages, int micro_batches);

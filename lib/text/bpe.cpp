@@ -5,12 +5,15 @@
 #include <unicode/uchar.h>
 
 #include <sys/stat.h>
+
+#include <cerrno>
 #include <climits>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/output_file.h"
 
 namespace tp::text {
 
@@ -262,6 +265,13 @@ Tokenizer::Tokenizer(std::vector<std::string> tokens,
 }
 
 Tokenizer Tokenizer::load(const std::string& dir) {
+  // A folder that is missing, loops (symlinks) or is a file is named with its errno, not taken
+  // for a folder without the files.
+  struct stat st {};
+  const int err = ::stat(dir.c_str(), &st) != 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+  TP_CHECK_INPUT(err == 0, "tokenizer folder ", dir, ": ", errno_text(err),
+                 "; give the folder that holds GPT-2's vocab.json + merges.txt or encoder.json + "
+                 "vocab.bpe");
   std::string vocab_path, merges_path;
   for (const auto& [v, m] : {std::pair<const char*, const char*>{"vocab.json", "merges.txt"},
                              {"encoder.json", "vocab.bpe"}}) {
@@ -287,11 +297,25 @@ Tokenizer Tokenizer::load(const std::string& dir) {
   std::vector<std::string> tokens(vocab.size());
   std::vector<bool> seen(vocab.size(), false);
   std::string bytes;
+  // A missing byte token leaves a gap in the ids that the check below would blame on whichever
+  // token holds an id past the end (GPT-2's <|endoftext|>): when the ids are wrong, a missing byte
+  // is named first.
+  auto check_every_byte = [&vocab, &vocab_path] {
+    std::vector<bool> has_byte(256, false);
+    std::string b1;
+    for (const auto& item : vocab.items())
+      if (alphabet_to_bytes(item.key(), b1) && b1.size() == 1)
+        has_byte[static_cast<unsigned char>(b1[0])] = true;
+    for (int b = 0; b < 256; ++b)
+      TP_CHECK_INPUT(has_byte[b], vocab_path, " has no token for the byte ", b,
+                     ": it is not a byte-level BPE vocabulary (GPT-2's has all 256)");
+  };
   for (const auto& [spelled, id] : vocab.items()) {
-    TP_CHECK_INPUT(id.is_number_integer() && id.get<int64_t>() >= 0 &&
+    const bool id_ok = id.is_number_integer() && id.get<int64_t>() >= 0 &&
                        id.get<int64_t>() < static_cast<int64_t>(tokens.size()) &&
-                       !seen[id.get<size_t>()],
-                   vocab_path, ": token \"", spelled, "\" has id ", id.dump(),
+                       !seen[id.get<size_t>()];
+    if (!id_ok) check_every_byte();
+    TP_CHECK_INPUT(id_ok, vocab_path, ": token \"", spelled, "\" has id ", id.dump(),
                    "; the ids must be 0..", tokens.size() - 1, ", each once");
     TP_CHECK_INPUT(alphabet_to_bytes(spelled, bytes), vocab_path, ": token \"", spelled,
                    "\" has a character outside GPT-2's byte alphabet");

@@ -21,7 +21,7 @@ if run_mpi 4 "${tt[@]}" --dp 2 --precision bf16 --memory-budget 2.1 >"$logs/budg
   pass 1; echo "✓ --precision bf16 --memory-budget 2.1 at tp 2 × dp 2: $(grep -o 'step 1 held.*' "$logs/budget_bf16.log")"
 else fail "--precision bf16 --memory-budget 2.1: not within the budget (see $logs/budget_bf16.log)"; fi
 expect "--memory-budget: too small for any option" 2 "no option fits (the smallest of" \
-  2 "${tt[@]}" --memory-budget 0.5
+  2 "${tt[@]}" --memory-budget 1  # the smallest budget taken (1 MiB)
 if run_mpi 4 "${tt[@]}" --dp 2 --memory-budget 3 >"$logs/budget_fits.log" 2>&1 &&
   grep -q "memory-budget: step 1 held 2.7 MiB per rank (ledger) of 3.0 MiB" "$logs/budget_fits.log"; then
   pass 1; echo "✓ --memory-budget 3 at tp 2 × dp 2: $(grep -o 'step 1 held.*' "$logs/budget_fits.log")"

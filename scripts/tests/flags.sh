@@ -48,12 +48,12 @@ expect "--link 0,1e-300 (the delay would vanish)" 2 "--link=0,1e-300: β = 1e-30
 expect "--decay-steps below --warmup" 2 "--decay-steps=5 must be above --warmup=10" 1 "${tt[@]}" --warmup 10 --decay-steps 5
 expect "--decay-steps equal to --warmup" 2 "--decay-steps=10 must be above --warmup=10" 1 "${tt[@]}" --warmup 10 --decay-steps 10
 
-# 6. Lesson flags agree with their help: lesson 13 says >= 2 and refuses 1 with that range.
+# 6. Lesson flags agree with their help: lesson 13 says [2, 100000] and refuses 1 with that range.
 log=$logs/check_lesson13_help.log
 run_mpi 1 "$BUILD/bin/lesson_13_train_gpt" --help >"$log" 2>&1
-if grep -q -- '--steps=N .*(default: 20; >= 2)' "$log" && grep -q -- '--sp-steps=N .*(default: 5; >= 2)' "$log"; then
-  pass 1; echo "✓ lesson 13's help: --steps and --sp-steps >= 2, the range it checks"
-else fail "lesson 13's --help does not state --steps/--sp-steps >= 2 (see $log)"; fi
+if grep -q -- '--steps=N .*(default: 20; in \[2, 100000\])' "$log" && grep -q -- '--sp-steps=N .*(default: 5; in \[2, 100000\])' "$log"; then
+  pass 1; echo "✓ lesson 13's help: --steps and --sp-steps in [2, 100000], the range it checks"
+else fail "lesson 13's --help does not state --steps/--sp-steps in [2, 100000] (see $log)"; fi
 expect "lesson 13 --sp-steps above --steps" 2 "--sp-steps=9 must be at most --steps=4" 4 \
   "$BUILD/bin/lesson_13_train_gpt" --steps 4 --sp-steps 9
 

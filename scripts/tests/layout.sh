@@ -11,7 +11,7 @@ expect "tp_preflight --pp: more stages than blocks" 2 \
   "${pf[@]}" --layers 2 --pp 3 --micro-batches 4
 expect "tp_preflight --pp: 1F1B with m < N" 2 \
   "--micro-batches=2 < --pp=4: 1F1B fills the pipeline with N = 4 micro-batches" 1 \
-  "${pf[@]}" --layers 4 --pp 4 --micro-batches 2
+  "${pf[@]}" --layers 4 --pp 4 --micro-batches 2 --schedule 1f1b
 expect "tp_preflight --pp: AFAB accepts m < N" 0 "bubble (N - 1)/(m + N - 1) = 3/5" 1 \
   "${pf[@]}" --layers 4 --pp 4 --micro-batches 2 --schedule afab
 expect "tp_preflight --pp: an unknown schedule" 2 "--schedule=gpipe: expected one of afab, 1f1b" 1 \
@@ -22,7 +22,7 @@ expect "tp_preflight --pp: a batch that does not split" 2 \
 expect "tp_preflight --pp: more GPUs than the job" 2 \
   "tp x pp x dp = 8 x 4 x 4 = 128 GPUs, but the job has 8 nodes x 8 GPUs = 64" 1 \
   "${pf[@]}" --model llama2-70b -t 8 --pp 4 --dp 4 --micro-batches 8 --batch 32 --nodes 8 --gpus-per-node 8
-l70=(--model llama2-70b -t 8 --pp 4 --dp 2 --micro-batches 8 --batch 16 --nodes 8 --gpus-per-node 8)
+l70=(--model llama2-70b -t 8 --pp 4 --schedule 1f1b --dp 2 --micro-batches 8 --batch 16 --nodes 8 --gpus-per-node 8)
 expect "tp_preflight --pp: 70B bubble on 8 x 8 GPUs" 0 "bubble (N - 1)/(m + N - 1) = 3/11 = 27.3 %" 1 \
   "${pf[@]}" "${l70[@]}"
 expect "tp_preflight --pp: 70B links on 8 x 8 GPUs" 0 \

@@ -15,7 +15,7 @@ expect "--pp: more stages than blocks" 2 "--pp=4 stages for 2 blocks: every stag
   "${tt[@]}" --layers 2 --pp 4
 expect "--schedule 1f1b with m < N" 2 "--schedule 1f1b with --micro-batches=1 < --pp=2" 2 \
   "${tt[@]}" --pp 2 --schedule 1f1b
-expect "--schedule unknown" 2 "--schedule=gpipe is not a pipeline schedule; choose afab or 1f1b" 2 \
+expect "--schedule unknown" 2 "--schedule=gpipe: expected one of afab, 1f1b" 2 \
   "${tt[@]}" --pp 2 --schedule gpipe
 expect "--pp-layers not summing to L" 2 "--pp-layers lists 2 stages of 3 blocks in all, but --pp=2 and --layers=2" 2 \
   "${tt[@]}" --pp 2 --pp-layers 2,1
