@@ -1,13 +1,11 @@
-// watchdog.cpp — fatal-signal lines, the per-node watchdog process, the stall detector, graceful
-// SIGINT/SIGTERM (see watchdog.h). Everything a signal handler or the forked watchdog runs is
+// watchdog.cpp — fatal-signal lines, the per-node watchdog process and the stall detector (see
+// watchdog.h; the shared page: node_page.h, several nodes: watchdog_peers.h, SIGINT/SIGTERM:
+// graceful_stop.h). Everything a signal handler or the forked watchdog runs is
 // async-signal-safe: system calls (write, poll, read, kill, clock_gettime, _exit) and the number
 // formatting below, no allocation and no stdio.
 #include "watchdog.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -30,20 +28,20 @@
 #include <vector>
 
 #include "core/progress.h"
+#include "graceful_stop.h"
 #include "launcher.h"
 #include "life_line.h"
 #include "mpi_util.h"
 #include "mpi_wait.h"
+#include "node_page.h"
+#include "watchdog_peers.h"
 
 namespace tp {
 
+using namespace watch;
+
 namespace {
 
-constexpr int64_t kSecond = 1000000000;
-// A stop signal while this rank waits for a peer that makes no progress: after this long, the wait
-// is given up (rank 0; the others a second later, in case rank 0 is the one that is stuck).
-constexpr int64_t kStopGrace = 2 * kSecond;
-constexpr int64_t kStopBackstop = 5 * kSecond;
 // Two ends of ranks of one node closer than this are ordered by what the ranks were doing, when
 // some rank has no life line (life_line.h); with every rank's, only ends seen at the same moment.
 constexpr int64_t kTie = kSecond / 20;
@@ -52,221 +50,11 @@ int64_t g_tie_ns = kTie;
 constexpr int64_t kMinStall = 60 * kSecond;
 constexpr int64_t kStallSteps = 10;
 
-int64_t now_ns() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * kSecond + ts.tv_nsec;
-}
-
-// What one rank shows its node: written by that rank only, read by the watchdog and by the other
-// ranks of the node (plain stores: a torn read matters only for a moment, and the readers act on
-// states that have lasted seconds).
-struct Slot {
-  int32_t rank = 0, pid = 0;
-  int32_t depth = 0;        // > 0: inside a collective
-  int32_t group_size = 0;   // of the collective entered last
-  int64_t progress_ns = 0;  // CLOCK_MONOTONIC of the last call entered or left, or step
-  int64_t step = -1;
-  int64_t step_start_ns = 0;
-  int64_t slowest_step_ns = 0;
-  int32_t crashed = 0;  // set by the fatal-signal handler, which names the rank itself
-  char op[32] = {};
-  char label[64] = {};
-};
-
-// The node's page: a header, then one Slot per local rank.
-struct Header {
-  int64_t stall_timeout_ns = -1;  // > 0: fixed; 0: off; < 0: the default rule
-  int32_t quiet = 0;  // the job is ending with its own message: the watchdog says nothing
-  int32_t local_size = 1;
-  int32_t nodes = 1;  // nodes of the job
-  // SIGINT/SIGTERM (graceful stop enabled) seen by a rank of the node, and when; `stop_agreed`:
-  // the ranks have agreed on it at a step boundary (agreed_stop_signal), and stop by themselves.
-  int32_t stop_signal = 0, stop_agreed = 0;
-  int64_t stop_ns = 0;
-  char host[64] = {};
-  char life_name[48] = {};  // the watchdog's socket for the ranks' life lines (life_line.h)
-};
-
-Header g_header_fallback;
-Slot g_slot_fallback;
-Header* g_header = &g_header_fallback;
-Slot* g_slots = &g_slot_fallback;  // the node's slots (local_size of them)
-Slot* g_slot = &g_slot_fallback;   // this rank's
-int g_rank = 0;
-int g_local = 0;
-volatile sig_atomic_t g_stop_signal = 0;  // SIGINT/SIGTERM seen (graceful stop enabled)
-int64_t g_stop_seen_ns = 0;               // when a wait first saw g_stop_signal
 int g_life_line = -1;  // this rank's connection to the watchdog, open until the end (life_line.h)
 int g_watchdog_sock = -1;   // local rank 0: our end of the socket to the watchdog
 pid_t g_watchdog_pid = -1;  // local rank 0: the watchdog process
 bool g_watchdog_warned = false;
 int64_t g_watchdog_checked_ns = 0;
-
-// A line built without allocation: text and decimal numbers.
-struct Line {
-  char buf[512];
-  size_t n = 0;
-  Line& operator<<(const char* s) {
-    while (*s && n < sizeof buf - 1) buf[n++] = *s++;
-    return *this;
-  }
-  Line& operator<<(int64_t v) {
-    char tmp[24];
-    int k = 0;
-    const bool neg = v < 0;
-    uint64_t u = neg ? 0 - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
-    do tmp[k++] = static_cast<char>('0' + u % 10);
-    while ((u /= 10) != 0);
-    if (neg) tmp[k++] = '-';
-    while (k > 0 && n < sizeof buf - 1) buf[n++] = tmp[--k];
-    return *this;
-  }
-  Line& operator<<(int v) { return *this << static_cast<int64_t>(v); }
-  /// Nanoseconds as seconds with one decimal: "3.1 s".
-  Line& seconds(int64_t ns) {
-    const int64_t tenths = (ns + kSecond / 20) / (kSecond / 10);
-    return *this << tenths / 10 << "." << tenths % 10 << " s";
-  }
-  /// A fixed-size field of the shared page, up to its first NUL.
-  Line& field(const char* s, size_t size) {
-    for (size_t i = 0; i < size && s[i] && n < sizeof buf - 1; ++i) buf[n++] = s[i];
-    return *this;
-  }
-  void write_to(int fd) {
-    buf[n++] = '\n';
-    for (size_t done = 0; done < n;) {
-      const ssize_t w = ::write(fd, buf + done, n - done);
-      if (w <= 0) break;
-      done += static_cast<size_t>(w);
-    }
-  }
-};
-
-void copy_field(char* dst, size_t size, const char* src) {
-  size_t i = 0;
-  for (; i + 1 < size && src[i]; ++i) dst[i] = src[i];
-  dst[i] = '\0';
-}
-
-const char* signal_name(int sig) {
-  switch (sig) {
-    case SIGSEGV:
-      return "SIGSEGV (segmentation fault)";
-    case SIGBUS:
-      return "SIGBUS (bus error)";
-    case SIGFPE:
-      return "SIGFPE (arithmetic exception)";
-    case SIGILL:
-      return "SIGILL (illegal instruction)";
-    case SIGABRT:
-      return "SIGABRT (abort)";
-    case SIGINT:
-      return "SIGINT";
-    case SIGTERM:
-      return "SIGTERM";
-    case SIGKILL:
-      return "SIGKILL";
-    default:
-      return "a signal";
-  }
-}
-
-void sleep_ms(long ms) {
-  timespec ts{ms / 1000, (ms % 1000) * 1000000L};
-  while (::nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
-
-// The state letter of process `pid` in /proc/PID/stat ('R', 'S', 'T' stopped, 't' traced, 'Z'),
-// or 0 when it cannot be read.
-char process_state(int pid) {
-  char path[40];
-  Line p;
-  p << "/proc/" << static_cast<int64_t>(pid) << "/stat";
-  p.buf[p.n] = '\0';
-  std::memcpy(path, p.buf, std::min(sizeof path, p.n + 1));
-  path[sizeof path - 1] = '\0';
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  char buf[512];
-  const ssize_t got = ::read(fd, buf, sizeof buf - 1);
-  ::close(fd);
-  if (got <= 0) return 0;
-  buf[got] = '\0';
-  const char* close_paren = std::strrchr(buf, ')');  // the command name may hold spaces
-  return close_paren != nullptr && close_paren[1] == ' ' ? close_paren[2] : 0;
-}
-
-bool is_stopped(int pid) {
-  const char s = process_state(pid);
-  return s == 'T' || s == 't';
-}
-
-// The ranks of the node that hold the others up (a stall, or a stop signal that cannot be agreed
-// on): stopped processes and ranks outside any collective while others wait in one; when every
-// rank is inside a collective, the one that moved last the longest ago. Sets `stalled[i]`; returns
-// how many, and the index of a rank that waits (for the collective it waits in), or -1.
-int find_stalled(const Slot* slots, int count, bool* stalled, int* waiter) {
-  int found = 0;
-  *waiter = -1;
-  for (int i = 0; i < count; ++i) {
-    stalled[i] = is_stopped(slots[i].pid) || slots[i].depth <= 0;
-    found += stalled[i] ? 1 : 0;
-    if (!stalled[i] && *waiter < 0) *waiter = i;
-  }
-  if (*waiter < 0) return 0;  // nobody waits: nothing holds anyone up on this node
-  if (found == 0) {
-    int oldest = 0;
-    for (int i = 1; i < count; ++i)
-      if (slots[i].progress_ns < slots[oldest].progress_ns) oldest = i;
-    stalled[oldest] = true;
-    found = 1;
-    if (*waiter == oldest) *waiter = oldest == 0 ? (count > 1 ? 1 : -1) : 0;
-  }
-  return found;
-}
-
-// "rank 1 (pid 42, host h, stopped by a signal, at step 3, outside any collective)", for each
-// stalled rank, then "; ranks 0, 2 wait for it in all_reduce (3 ranks, 'label')".
-void describe_stall(Line& line, const Slot* slots, int count, const bool* stalled, int waiter) {
-  bool first = true;
-  for (int i = 0; i < count; ++i) {
-    if (!stalled[i]) continue;
-    const Slot& s = slots[i];
-    line << (first ? "rank " : ", rank ") << s.rank << " (pid " << s.pid << ", host ";
-    line.field(g_header->host, sizeof g_header->host);
-    if (is_stopped(s.pid)) line << ", stopped by a signal";
-    if (s.step >= 0) line << ", at step " << s.step;
-    if (s.depth <= 0) {
-      line << ", outside any collective";
-    } else {
-      line << ", in ";
-      line.field(s.op, sizeof s.op);
-    }
-    line << ")";
-    first = false;
-  }
-  if (waiter < 0) return;
-  int waiting = 0;
-  for (int i = 0; i < count; ++i) waiting += stalled[i] ? 0 : 1;
-  line << (waiting == 1 ? "; rank " : "; ranks ");
-  first = true;
-  for (int i = 0; i < count; ++i) {
-    if (stalled[i]) continue;
-    line << (first ? "" : ", ") << slots[i].rank;
-    first = false;
-  }
-  const Slot& w = slots[waiter];
-  line << (waiting == 1 ? " waits" : " wait") << " in ";
-  line.field(w.op, sizeof w.op);
-  line << " (a group of " << w.group_size << " ranks";
-  if (w.label[0] != '\0') {
-    line << ", '";
-    line.field(w.label, sizeof w.label) << "'";
-  }
-  line << ")";
-}
 
 void on_fatal_signal(int sig) {
   // A transport that aborts because a peer of this node died (UCX raises SIGABRT, with its own
@@ -290,23 +78,6 @@ void on_fatal_signal(int sig) {
   ::raise(sig);
 }
 
-void on_stop_signal(int sig) {
-  if (g_stop_signal != 0) {  // the second one: stop now
-    std::signal(sig, SIG_DFL);
-    ::raise(sig);
-    return;
-  }
-  g_stop_signal = sig;
-  if (g_header->stop_ns == 0) g_header->stop_ns = now_ns();
-  g_header->stop_signal = sig;
-  if (g_rank == 0) {
-    Line line;
-    line << "rank 0: " << signal_name(sig)
-         << " received: stopping at the next step boundary (send it again to stop now)";
-    line.write_to(2);
-  }
-}
-
 // ---- the watchdog process ------------------------------------------------------------------------
 
 // The stall rule: the timeout now in force (0: off).
@@ -317,10 +88,6 @@ int64_t stall_limit(const Slot* slots, int count) {
   for (int i = 0; i < count; ++i) slowest = std::max<int64_t>(slowest, slots[i].slowest_step_ns);
   return std::max(kMinStall, kStallSteps * slowest);
 }
-
-struct Watch;
-[[noreturn]] void quiet_exit(Watch& w);
-extern Watch* g_watch;
 
 // One line naming what holds the job up, then the stalled ranks are killed (the launcher ends the
 // others). Returns without a word when nobody on this node waits in a collective.
@@ -373,91 +140,6 @@ bool died_before(const Slot* slots, const int64_t* died_ns, int a, int b) {
   if (apart > g_tie_ns || apart < -g_tie_ns) return apart < 0;
   if ((slots[a].depth <= 0) != (slots[b].depth <= 0)) return slots[a].depth <= 0;
   return slots[a].progress_ns < slots[b].progress_ns;
-}
-
-// The watchdogs of a job on several nodes share what they see over TCP: the hub (world rank 0's
-// node's watchdog) accepts one connection from every other node's watchdog and forwards what each
-// sends to the others. A death is reported at once, with the time it was seen; each watchdog
-// that saw a death waits kDecide for the others' reports, and only the one whose death came first
-// prints the line (the others' ranks were ended by the launcher). The line must be out quickly:
-// MPICH's proxies, which forward each node's output, are gone soon after the launcher's kills.
-constexpr int32_t kDeath = 1;  // a rank of the sender's node ended
-constexpr int32_t kQuiet = 2;  // the job ends normally or with its own message: say nothing
-constexpr int64_t kDecide = kSecond / 20;
-struct Report {
-  int32_t kind = 0;
-  int32_t rank = 0, pid = 0, crashed = 0;
-  int64_t died_ns = 0;  // CLOCK_REALTIME; ties within one node already broken (died_before)
-  int64_t step = -1;
-  char host[64] = {};
-};
-
-// The watchdog's state, allocated before the fork (the child of a threaded process must not
-// allocate). fds: [0] the socket from local rank 0, [1, count] a pidfd per rank of the node,
-// [count + 1, 2 count] their life lines (life_line.h), then on the hub its listening socket and one
-// connection per other node, elsewhere the hub's.
-struct Watch {
-  std::vector<pollfd> fds;
-  std::vector<int64_t> died_ns;  // per rank of the node: CLOCK_REALTIME of its end, 0: alive
-  std::vector<char> reported;    // per rank of the node: in `deaths` already
-  std::vector<char> stalled;
-  std::vector<Report> deaths;  // every node's deaths heard of (world size)
-  size_t ndeaths = 0;
-  bool hub = false;         // this is world rank 0's node
-  int peer_begin = 0;       // first index of the peer sockets in fds
-  bool told_quiet = false;  // kQuiet sent
-  bool peer_quiet = false;  // kQuiet heard
-  int life_listener = -1;   // where the life lines wait to be accepted
-};
-Watch* g_watch = nullptr;
-
-int64_t realtime_ns() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * kSecond + ts.tv_nsec;
-}
-
-// Sends `r` to every peer socket but `except` (the hub's listening socket is never written).
-void send_peers(Watch& w, const Report& r, size_t except) {
-  for (size_t i = static_cast<size_t>(w.peer_begin); i < w.fds.size(); ++i) {
-    if (i == except || (w.hub && i == static_cast<size_t>(w.peer_begin)) || w.fds[i].fd < 0)
-      continue;
-    // MSG_NOSIGNAL: a peer that is gone is no reason to die here.
-    if (::send(w.fds[i].fd, &r, sizeof r, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof r)) {
-    }
-  }
-}
-
-// Tells the other nodes' watchdogs to say nothing (once).
-void tell_quiet(Watch& w) {
-  if (w.told_quiet) return;
-  w.told_quiet = true;
-  Report r;
-  r.kind = kQuiet;
-  send_peers(w, r, w.fds.size());
-}
-
-[[noreturn]] void quiet_exit(Watch& w) {
-  tell_quiet(w);
-  ::_exit(0);
-}
-
-// Tells the peers of this node's new deaths at once, with the times they were seen (for their
-// decision; this node's own is made from its slots, collect_local_deaths).
-void announce_local_deaths(Watch& w) {
-  for (int i = 0; i < g_header->local_size; ++i) {
-    if (w.died_ns[static_cast<size_t>(i)] == 0 || w.reported[static_cast<size_t>(i)]) continue;
-    w.reported[static_cast<size_t>(i)] = 1;
-    Report r;
-    r.kind = kDeath;
-    r.rank = g_slots[i].rank;
-    r.pid = g_slots[i].pid;
-    r.crashed = g_slots[i].crashed;
-    r.died_ns = w.died_ns[static_cast<size_t>(i)];
-    r.step = g_slots[i].step;
-    copy_field(r.host, sizeof r.host, g_header->host);
-    send_peers(w, r, w.fds.size());
-  }
 }
 
 // This node's deaths into w.deaths, in died_before's order: the first keeps the time it was seen,
@@ -522,33 +204,6 @@ void collect_local_deaths(Watch& w) {
   line << "; the job ends";
   line.write_to(2);
   ::_exit(0);
-}
-
-// The other nodes' sockets: the hub accepts connections and forwards what it reads; every
-// watchdog keeps the deaths and notes "quiet".
-void serve_peers(Watch& w) {
-  const size_t begin = static_cast<size_t>(w.peer_begin);
-  for (size_t i = begin; i < w.fds.size(); ++i) {
-    if (w.fds[i].fd < 0 || w.fds[i].revents == 0) continue;
-    if (w.hub && i == begin) {  // the listening socket: the next node
-      const int c = ::accept(w.fds[i].fd, nullptr, nullptr);
-      for (size_t j = begin + 1; c >= 0 && j < w.fds.size(); ++j)
-        if (w.fds[j].fd < 0) {
-          w.fds[j] = {c, POLLIN, 0};
-          break;
-        }
-      continue;
-    }
-    Report r;
-    if (::recv(w.fds[i].fd, &r, sizeof r, MSG_WAITALL) != static_cast<ssize_t>(sizeof r)) {
-      ::close(w.fds[i].fd);  // end of file: that watchdog is gone
-      w.fds[i].fd = -1;
-      continue;
-    }
-    if (w.hub) send_peers(w, r, i);
-    if (r.kind == kQuiet) w.peer_quiet = true;
-    if (r.kind == kDeath && w.ndeaths < w.deaths.size()) w.deaths[w.ndeaths++] = r;
-  }
 }
 
 // The life lines order deaths by when the watchdog sees them end, so it should see them when they
@@ -646,8 +301,6 @@ void run_first() {
   }
 }
 
-// ---- the ranks' side -----------------------------------------------------------------------------
-
 // Local rank 0: one warning line when the watchdog has gone or stopped (at most once a second).
 void check_watchdog(int64_t now) {
   if (g_watchdog_pid <= 0 || g_watchdog_warned || now - g_watchdog_checked_ns < kSecond) return;
@@ -670,39 +323,6 @@ void check_watchdog(int64_t now) {
   std::fflush(stderr);
 }
 
-// A stop signal arrived while this rank waits for a peer that does not come: the step boundary
-// where every rank would agree on it is never reached. One line (rank 0 after kStopGrace; rank r
-// r seconds later, in case rank 0 is the one that is stuck), then the job ends with 128 + the
-// signal.
-[[noreturn]] void stop_while_waiting(int sig, int64_t waited) {
-  if (g_header->quiet) {  // another rank of the node has said why, and is ending the job
-    sleep_ms(2000);
-    MPI_Abort(MPI_COMM_WORLD, 128 + sig);
-    ::_exit(128 + sig);
-  }
-  Line line;
-  line << "rank " << g_rank << ": stopped by " << signal_name(sig) << " while waiting in ";
-  line.field(g_slot->op, sizeof g_slot->op) << " for ";
-  line.seconds(waited) << "; ";
-  std::vector<char> stalled(static_cast<size_t>(g_header->local_size));
-  int waiter = -1;
-  if (find_stalled(g_slots, g_header->local_size, reinterpret_cast<bool*>(stalled.data()),
-                   &waiter) > 0) {
-    line << "held up by ";
-    describe_stall(line, g_slots, g_header->local_size, reinterpret_cast<bool*>(stalled.data()),
-                   -1);
-    line << "; ";
-  } else {
-    line << "a rank on another node makes no progress; ";
-  }
-  line << "no checkpoint written (an emergency checkpoint needs every rank); the job ends";
-  g_header->quiet = 1;
-  line.write_to(2);
-  sleep_ms(200);  // let the launcher forward the line
-  MPI_Abort(MPI_COMM_WORLD, 128 + sig);
-  ::_exit(128 + sig);
-}
-
 // The progress monitor of this process: this rank's slot of the node's page.
 class NodeMonitor : public ProgressMonitor {
  public:
@@ -721,63 +341,13 @@ class NodeMonitor : public ProgressMonitor {
     if (g_slot->depth > 0) --g_slot->depth;
     g_slot->progress_ns = now_ns();
   }
-  void waiting() override {
-    const int sig = g_stop_signal;
-    if (sig == 0) return;
-    const int64_t now = now_ns();
-    if (g_stop_seen_ns == 0) g_stop_seen_ns = now;
-    // Rank 0 speaks first; the others later by rank (rank 0 may be the one that is stuck).
-    const int64_t grace = kStopGrace + std::min(g_rank, 4) * kSecond;
-    if (now - g_stop_seen_ns > grace && now - waiting_since_ > grace)
-      stop_while_waiting(sig, now - waiting_since_);
-  }
+  void waiting() override { stop_if_hopeless(waiting_since_); }
 
  private:
   int64_t waiting_since_ = 0;
 };
 
 NodeMonitor g_monitor;
-
-// Collective over `comm`: world rank 0 opens a listening TCP socket for its watchdog (the hub) and
-// tells every rank where; local rank 0 of every other node connects to it. Best effort: a node
-// that cannot connect prints its own lines, as on one node.
-void connect_watchdogs(MPI_Comm comm, Watch& w) {
-  char where[96] = {};  // "host port"
-  if (g_rank == 0) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_ANY);
-    socklen_t len = sizeof addr;
-    if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-        ::listen(fd, 256) == 0 &&
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-      std::snprintf(where, sizeof where, "%s %d", g_header->host, ntohs(addr.sin_port));
-      w.fds[static_cast<size_t>(w.peer_begin)] = {fd, POLLIN, 0};
-    } else if (fd >= 0) {
-      ::close(fd);
-    }
-  }
-  MPI_Bcast(where, sizeof where, MPI_CHAR, 0, comm);
-  if (g_local != 0 || g_rank == 0 || where[0] == '\0') return;
-  char host[80] = {}, port[16] = {};
-  if (std::sscanf(where, "%79s %15s", host, port) != 2) return;
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (::getaddrinfo(host, port, &hints, &found) != 0) return;
-  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
-    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) continue;
-    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
-      w.fds[static_cast<size_t>(w.peer_begin)] = {fd, POLLIN, 0};
-      break;
-    }
-    ::close(fd);
-  }
-  ::freeaddrinfo(found);
-}
 
 }  // namespace
 
@@ -790,25 +360,6 @@ void set_current_step(int64_t step) {
   g_slot->step = step;
   g_slot->progress_ns = now;
   if (g_local == 0) check_watchdog(now);
-}
-
-void enable_graceful_stop() {
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  for (int s : {SIGINT, SIGTERM}) ::sigaction(s, &sa, nullptr);
-}
-
-int agreed_stop_signal() {
-  int sig = g_stop_signal, size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  ProgressScope scope("the stop-signal agreement", size, "");
-  MPI_Request req = MPI_REQUEST_NULL;
-  mpi::check(MPI_Iallreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req),
-             "MPI_Iallreduce");
-  mpi::wait_all(1, &req, "MPI_Iallreduce");
-  if (sig != 0) g_header->stop_agreed = 1;
-  return sig;
 }
 
 void set_stall_timeout(double seconds, bool automatic) {
