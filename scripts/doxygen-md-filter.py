@@ -14,7 +14,8 @@ textbook's pages:
                   GitHub (whose anchor is the heading's text as a slug), becomes @ref to that heading,
                   and every heading of a docs/ page gets the explicit id it needs (its page and
                   slug: training_long_runs_checkpoints_resume_validation), as Doxygen leaves such a
-                  link as it is;
+                  link as it is; a heading's `code spans` lose their backticks there (Doxygen 1.9
+                  would print the <tt> tags);
   a lesson page   (lessons/NN_name/README.md, beside a main.cpp): introduction → results → the
                   program: the "## The program" section (what main.cpp does) moves after the
                   results, followed by a "Classes used" line (every class of lib/ that main.cpp
@@ -190,10 +191,10 @@ def section_links(lines, path):
             out.append(line)
             continue
         m = None if in_code else HEADING.match(line)
-        if m:
+        if m:  # Doxygen 1.9 shows a `span` in a heading as "<tt>…</tt>": the heading without them
             label = next(order)
-            if not EXPLICIT_ID.search(m.group(2)):
-                line = "%s%s {#%s}\n" % (m.group(1), m.group(2), label)
+            text = m.group(2).replace("`", "")
+            line = "%s%s\n" % (m.group(1), text) if EXPLICIT_ID.search(text) else "%s%s {#%s}\n" % (m.group(1), text, label)
         if not in_code:
             def ref(mm):
                 target = os.path.realpath(os.path.join(here, mm.group(2))) if mm.group(2) else path

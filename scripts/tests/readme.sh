@@ -42,20 +42,25 @@ while [ "$(wc -l <"$readme_tmp/README.md")" -le 250 ]; do echo >>"$readme_tmp/RE
 readme_broken "a README over 250 lines" "more than 250"
 rm -rf "$readme_tmp"
 
-# The flags docs/training.md names, against the programs' --help.
+# The flags docs/training.md names, against the programs' --help: in its prose, and in the command
+# lines of its code blocks (not in the programs' output pasted there).
 readme_help=$tmp/readme_help.txt
 : >"$readme_help"
-for tool in tp_train tp_generate tp_preflight tp_tokenize tp_export; do
+for tool in tp_train tp_generate tp_preflight tp_tokenize tp_export tp_bench; do
   [ -x "$BUILD/bin/$tool" ] && "$BUILD/bin/$tool" --help >>"$readme_help" 2>&1
 done
-if [ ! -s "$readme_help" ]; then
+if ! grep -q '^usage: tp_train' "$readme_help"; then
   echo "· README: the tools are not built ($BUILD/bin/tp_train), so the flags of docs/training.md are not checked"
 else
-  # Outside the tools: mpirun's, srun's and Open MPI's flags the page shows in launch lines.
-  readme_missing=$(grep -o -- '--[a-z][a-z0-9-]*' docs/training.md | sort -u | while read -r flag; do
-    case $flag in --oversubscribe | --bind-to | --allow-run-as-root | --mpi | --mca | --prefix) continue ;; esac
-    grep -q -- "^ *$flag\b" "$readme_help" || echo "$flag"
-  done | tr '\n' ' ')
+  # Not the tools': mpirun's, srun's, Open MPI's, update-alternatives', install-deps.sh's and
+  # Megatron's flags the page names, and --help itself.
+  readme_missing=$(awk '/^ *(```|~~~)/ { code = !code; next }
+                        !code || /build\/bin\/|^ *(mpirun|make|srun) / { print }' docs/training.md |
+    grep -o -- '--[a-z][a-z0-9-]*' | sort -u | while read -r flag; do
+      case $flag in --oversubscribe | --bind-to | --allow-run-as-root | --mpi | --mca | --prefix | \
+        --display | --openmpi | --train-iters | --help) continue ;; esac
+      grep -q -- "^ *$flag\b" "$readme_help" || echo "$flag"
+    done | tr '\n' ' ')
   if [ -z "$readme_missing" ]; then
     pass 1; echo "✓ README: every --flag docs/training.md names is in a program's --help"
   else
