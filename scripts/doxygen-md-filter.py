@@ -15,7 +15,7 @@ textbook's pages:
                   and every heading of a docs/ page gets the explicit id it needs (its page and
                   slug: training_long_runs_checkpoints_resume_validation), as Doxygen leaves such a
                   link as it is; a heading's `code spans` lose their backticks there (Doxygen 1.9
-                  would print the <tt> tags);
+                  would print the <tt> tags), their -- kept as two dashes (\\--);
   a lesson page   (lessons/NN_name/README.md, beside a main.cpp): introduction → results → the
                   program: the "## The program" section (what main.cpp does) moves after the
                   results, followed by a "Classes used" line (every class of lib/ that main.cpp
@@ -193,7 +193,7 @@ def section_links(lines, path):
         m = None if in_code else HEADING.match(line)
         if m:  # Doxygen 1.9 shows a `span` in a heading as "<tt>…</tt>": the heading without them
             label = next(order)
-            text = m.group(2).replace("`", "")
+            text = re.sub(r"`([^`]*)`", lambda c: c.group(1).replace("--", "\\--"), m.group(2))
             line = "%s%s\n" % (m.group(1), text) if EXPLICIT_ID.search(text) else "%s%s {#%s}\n" % (m.group(1), text, label)
         if not in_code:
             def ref(mm):
