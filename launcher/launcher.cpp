@@ -121,7 +121,7 @@ std::string foreign_launcher_problem(int world_size, int* launcher_rank) {
            " and each process sees a world of 1 rank: start it with the mpirun of the MPI it was "
            "built with (Debian: " +
            (open_mpi ? "mpirun.mpich" : "mpirun.openmpi") +
-           "), or rebuild it with the other (README, \"Run one lesson\")";
+           "), or rebuild it with the other (docs/training.md, \"Launching\")";
   }
   return "";
 }

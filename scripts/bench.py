@@ -564,8 +564,8 @@ def training_rows(table, build, steps, tmp, reps_long, reps, info):
                   "one process, no collectives: what two cores give this step")
     # tp_train's default --overlap async against none at t = 2, in the same rounds: what the
     # progress thread's overlap gains (or costs) here. With every core computing (ranks × threads
-    # = cores) it has no core of its own, and its wake-ups take the compute threads' (README, "On
-    # another CPU": none was faster in 20 of 28 pairs on a 2-core EPYC).
+    # = cores) it has no core of its own, and its wake-ups take the compute threads' (docs/performance.md,
+    # "2-core AMD EPYC, family 25 (Zen 4)": none was faster in 20 of 28 pairs on a 2-core EPYC).
     none = scaled[("--overlap", "none")]
     if none:
         table.add("strong scaling", "reference: t = 2 --overlap async (the default) vs none (1 thread/rank)",

@@ -10,6 +10,12 @@ textbook's pages:
   docs/mainpage.md  the line "<!-- the course -->" becomes the course: every lesson of
                   lessons/lessons.txt in order, its title (the page's first line), its one-line idea
                   (the "idea" column of lessons/README.md);
+  docs/*.md       a link to a heading, [text](page.md#its-anchor) or [text](#its-anchor), written for
+                  GitHub (whose anchor is the heading's text as a slug), becomes @ref to that heading,
+                  and every heading of a docs/ page gets the explicit id it needs (its page and
+                  slug: training_long_runs_checkpoints_resume_validation), as Doxygen leaves such a
+                  link as it is; a heading's `code spans` lose their backticks there (Doxygen 1.9
+                  would print the <tt> tags), their -- kept as two dashes (\\--);
   a lesson page   (lessons/NN_name/README.md, beside a main.cpp): introduction → results → the
                   program: the "## The program" section (what main.cpp does) moves after the
                   results, followed by a "Classes used" line (every class of lib/ that main.cpp
@@ -130,6 +136,76 @@ def citations(lines):
     return out
 
 
+# ---- links to headings ----------------------------------------------------------------------------
+# GitHub names a heading's anchor by its text: lowercased, markdown and punctuation dropped, spaces
+# turned into hyphens (scripts/check-links.py checks every such link with the same rule). Doxygen
+# gives a heading no such id, so the docs/ pages' headings get one ({#page_slug}) and the links to
+# them become @ref.
+HEADING = re.compile(r"^(#{1,6}\s+)(.*?)\s*$")
+EXPLICIT_ID = re.compile(r"\{#([\w-]+)\}\s*$")
+SECTION_LINK = re.compile(r"\[((?:[^\[\]]|\[[^\]]*\])*)\]\(([\w./-]*?\.md)?#([\w-]+)\)")
+
+
+def github_slug(text):
+    text = EXPLICIT_ID.sub("", text).strip()
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text).replace("`", "").lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def heading_ids(path):
+    """({GitHub anchor: Doxygen id}, [Doxygen id of each heading, in order]) for a docs/ page (code
+    blocks skipped). A repeated heading's anchor gets -1, -2, … as on GitHub."""
+    page = os.path.splitext(os.path.basename(path))[0]
+    ids, order, seen, in_code = {}, [], {}, False
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                if FENCE.match(line):
+                    in_code = not in_code
+                m = None if in_code else HEADING.match(line)
+                if m:
+                    slug = github_slug(m.group(2))
+                    if slug in seen:
+                        seen[slug] += 1
+                        slug = "%s-%d" % (slug, seen[slug] - 1)
+                    else:
+                        seen[slug] = 1
+                    ex = EXPLICIT_ID.search(m.group(2))
+                    ids[slug] = ex.group(1) if ex else page + "_" + slug.replace("-", "_")
+                    if ex:
+                        ids[ex.group(1)] = ex.group(1)
+                    order.append(ids[slug])
+    except OSError:
+        pass
+    return ids, order
+
+
+def section_links(lines, path):
+    here = os.path.dirname(path)
+    own, order = heading_ids(path)
+    order = iter(order)
+    out, in_code = [], False
+    for line in lines:
+        if FENCE.match(line):
+            in_code = not in_code
+            out.append(line)
+            continue
+        m = None if in_code else HEADING.match(line)
+        if m:  # Doxygen 1.9 shows a `span` in a heading as "<tt>…</tt>": the heading without them
+            label = next(order)
+            text = re.sub(r"`([^`]*)`", lambda c: c.group(1).replace("--", "\\--"), m.group(2))
+            line = "%s%s\n" % (m.group(1), text) if EXPLICIT_ID.search(text) else "%s%s {#%s}\n" % (m.group(1), text, label)
+        if not in_code:
+            def ref(mm):
+                target = os.path.realpath(os.path.join(here, mm.group(2))) if mm.group(2) else path
+                ids = own if target == path else heading_ids(target)[0]
+                label = ids.get(mm.group(3))
+                return '@ref %s "%s"' % (label, quote(mm.group(1))) if label else mm.group(0)
+            line = SECTION_LINK.sub(ref, line)
+        out.append(line)
+    return out
+
+
 # ---- the pages ------------------------------------------------------------------------------------
 def course():
     idea = ideas()
@@ -222,6 +298,8 @@ def main():
         lines = lesson_page(lines, real)
     elif real == os.path.realpath(os.path.join(ROOT, "docs", "mainpage.md")):
         lines = [x for line in lines for x in (course() if line.strip() == "<!-- the course -->" else [line])]
+    if os.path.dirname(real) == os.path.realpath(os.path.join(ROOT, "docs")):
+        lines = section_links(lines, real)
     sys.stdout.write("".join(formulas(citations(lines))))
 
 
