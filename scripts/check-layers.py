@@ -31,14 +31,16 @@ LAYERS = [
     ("parallel", ["lib/parallel"], ["core"], "parallel/\\nregion ops, parallel linears,\\nvocab-parallel units"),
     ("text", ["lib/text"], ["core"], "text/\\nGPT-2 BPE tokenizer"),
     ("model", ["lib/model"], ["core", "io", "parallel"], "model/\\nlayers, GPT, AdamW, data,\\ncheckpoints"),
+    ("train", ["lib/train"], ["core", "io", "parallel", "text", "model"],
+     "train/\\nrun plan, step report,\\ncheckpoint lifecycle, options"),
     ("cpu_backend", ["cpu_backend"], ["core"], "cpu_backend/\\nCpuDevice (OpenMP)"),
     ("mpi", ["mpi"], ["core"], "mpi/\\nMpiCommunicator"),
     ("gpu_backend", ["gpu_backend"], ["core", "mpi"], "gpu_backend/\\nCudaDevice, NcclCommunicator"),
     ("launcher", ["launcher"], ["core", "cpu_backend", "gpu_backend", "mpi"], "launcher/\\nrun_program, --backend, --comm"),
     ("lessons", ["lessons"], ["core", "io", "parallel", "text", "model", "launcher"], "lessons/\\nlesson.h, NN_name/main.cpp"),
-    ("tools", ["tools"], ["core", "io", "parallel", "text", "model", "launcher", "mpi"], "tools/\\ntp_train, tp_preflight, tp_bench"),
+    ("tools", ["tools"], ["core", "io", "parallel", "text", "model", "train", "launcher", "mpi"], "tools/\\ntp_train, tp_preflight, tp_bench"),
     ("cuda_emu", ["tests/cuda_emu"], [], "tests/cuda_emu/\\nCUDA, cuBLAS, NCCL on the CPU"),
-    ("tests", ["tests"], ["core", "io", "parallel", "text", "model", "cpu_backend", "mpi", "gpu_backend", "launcher"],
+    ("tests", ["tests"], ["core", "io", "parallel", "text", "model", "train", "cpu_backend", "mpi", "gpu_backend", "launcher"],
      "tests/"),
 ]
 LAYER_FOLDERS = {name: folders for name, folders, _, _ in LAYERS}
@@ -57,10 +59,11 @@ ONEDNN_HEADERS = {"dnnl.hpp", "dnnl.h"}
 FORBIDDEN = {
     "core": MPI_HEADERS | CUDA_HEADERS, "io": MPI_HEADERS | CUDA_HEADERS, "text": MPI_HEADERS | CUDA_HEADERS,
     "parallel": MPI_HEADERS | CUDA_HEADERS, "model": MPI_HEADERS | CUDA_HEADERS,
+    "train": MPI_HEADERS | CUDA_HEADERS,
     "cpu_backend": MPI_HEADERS | CUDA_HEADERS, "mpi": CUDA_HEADERS, "launcher": CUDA_HEADERS,
     "lessons": MPI_HEADERS | CUDA_HEADERS, "tools": CUDA_HEADERS,  # tp_bench times bare MPI calls
 }
-for _layer in ("core", "io", "text", "parallel", "model", "mpi", "gpu_backend", "launcher", "lessons", "tools"):
+for _layer in ("core", "io", "text", "parallel", "model", "train", "mpi", "gpu_backend", "launcher", "lessons", "tools"):
     FORBIDDEN[_layer] = FORBIDDEN.get(_layer, set()) | ONEDNN_HEADERS
 # Where a quoted include that is not beside its file is looked for (the -I roots of the build).
 ROOTS = ["lib", "cpu_backend", "mpi", "gpu_backend", "launcher", "lessons", "tests", "tests/cuda_emu/include"]

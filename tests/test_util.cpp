@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -18,6 +19,15 @@ namespace tp::testing {
 Device& device() {
   static CpuDevice dev;
   return dev;
+}
+
+std::string empty_test_folder(const std::string& prefix) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / (prefix + info->name());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string() + "/";
 }
 
 std::unique_ptr<CpuDevice> cpu_device_with_env(const char* name, const char* value) {

@@ -25,6 +25,10 @@ std::unique_ptr<CpuDevice> cpu_device_with_env(const char* name, const char* val
 /// All ranks of the job (defined by mpi_main.cpp; MPI tests only).
 Communicator& world();
 
+/// An empty folder of the running test's own under GoogleTest's TempDir, "<prefix><test name>/"
+/// (with the slash: a --save folder), emptied first when an earlier run left it.
+std::string empty_test_folder(const std::string& prefix);
+
 /// n values from the counter-based RNG keyed by (seed, name): uniform in [-1, 1).
 std::vector<float> random_vector(const std::string& name, int64_t n, uint64_t seed = 1234);
 

@@ -84,19 +84,14 @@
 #include "observe/timer.h"
 #include "parallel/process_grid.h"
 #include "text/bpe.h"
+#include "train/checkpoint_lifecycle.h"
+#include "train/run_plan.h"
+#include "train/step_report.h"
+#include "train/train_options.h"
 
 using namespace tp;
 
 namespace {
-
-// --trace records the last kTraceSteps steps, never the first (it pays for first-touch allocations
-// and page faults) unless it is the only one: every kernel and collective of a step is a span, a
-// few hundred per step of the default model, and a chart of more steps is no easier to read.
-constexpr int64_t kTraceSteps = 3;
-
-// The largest step count a flag takes (--warmup, --save-every, --eval-every, ...): 10^9 steps is
-// 11 days at a millisecond a step; a larger number is a typo, not a plan.
-constexpr int64_t kMaxSteps = 1000000000;
 
 // run.json → run.svg (any other name gets ".svg" appended).
 std::string svg_path(const std::string& json_path) {
@@ -141,113 +136,7 @@ auto allocating(const std::string& what, const std::string& flags, Make make) {
   }
 }
 
-// After a save at `step` into --save's series (model/checkpoint_series.h): rank 0 deletes what
-// --keep does not keep of this run's files, and names the files of later steps it deletes (an
-// abandoned longer attempt's, which a later --resume auto must not take) and, with
-// --replace-series, each file of another run. Never throws: a folder it cannot list is a warning.
-void prune_series(Communicator& world, const Options& o, int64_t step,
-                  const CheckpointOrigin& origin) {
-  const CheckpointSeries series(o.get_text("save"));
-  if (series.empty() || world.rank() != 0) return;
-  const PruneRule rule{
-      step, o.get_int32("keep"), origin.run_id,
-      o.get_flag("replace-series") ? ForeignSeries::Replace : ForeignSeries::Refuse};
-  std::vector<SeriesEntry> entries;
-  try {
-    entries = series.list();
-  } catch (const Error& e) {
-    log0(world, "warning: nothing pruned: ", e.what());
-    return;
-  }
-  for (const SeriesEntry& e : series_to_delete(entries, rule)) {
-    if (e.run_id != origin.run_id)
-      log0(world, "removed ", e.path, ": step ", e.step, " of ",
-           e.run_id.empty() ? "a run without a run id" : "run " + e.run_id, " (--replace-series)");
-    else if (e.step > step)
-      log0(world, "removed ", e.path, ": step ", e.step, " is past this run's step ", step,
-           " (a run that went further before this one resumed earlier)");
-    std::remove(e.path.c_str());
-  }
-}
-
-// Runs `write` on DP rank 0's ranks (DP replicas hold the same weights and moments), then every
-// rank agrees on its outcome (core/agreement.h): a failure on any rank ends every rank with that
-// rank's line, "<flag> <value>: <what failed, errno>; <what is intact>", exit 2, instead of the
-// failing rank alone while the others walk on into a collective nobody joins.
-void write_agreed(Context& ctx, ProcessGrid& grid, const std::string& flag, const std::string& load,
-                  const std::function<void()>& write) {
-  const std::string failed = agree_on_outcome(ctx.world, ctx.device, grid.dp_rank() == 0, write);
-  if (failed.empty()) return;
-  // Only rank 0's line is printed: only rank 0 looks for what survived (a checkpoint, when what
-  // failed was one, or an export of one).
-  const std::string intact =
-      ctx.world.rank() == 0 && flag != "--dump-grads"
-          ? "; " + CheckpointSeries(ctx.options.get_text("save")).intact_note(load)
-          : "";
-  throw Error(flag + " " + ctx.options.get_text(flag.substr(2)) + ": " + failed + intact, 2);
-}
-
-// One save into --save's series (periodic, end-of-run, emergency) at `step`, to `path`: rank 0
-// first removes what killed saves left behind, then the file is written and agreed on, and rank 0
-// prunes what --keep does not keep.
-void save_to_series(Context& ctx, ProcessGrid& grid, const Gpt& model, AdamW& opt,
-                    const CheckpointOrigin& origin, int64_t step, const std::string& path,
-                    const std::string& load) {
-  Communicator& world = ctx.world;
-  if (world.rank() == 0) {
-    std::vector<std::string> gone;
-    try {
-      gone = CheckpointSeries(ctx.options.get_text("save")).remove_dead_leftovers();
-    } catch (const Error&) {  // rank 0 alone: the save's agreed outcome says what is wrong
-    }
-    std::string names;
-    for (const std::string& g : gone) names += (names.empty() ? "" : ", ") + g;
-    if (!gone.empty()) log0(world, "removed what killed saves left behind: ", names);
-  }
-  const bool sharded = opt.sharded();
-  if (sharded) opt.unshard(model.params());  // --zero 1: the file holds them whole
-  write_agreed(ctx, grid, "--save", load,
-               [&] { save_checkpoint(path, grid.tp(), grid.pp(), model, opt, step, origin); });
-  if (sharded) opt.shard_over(grid.dp(), model.params());  // and training goes on sharded
-  prune_series(world, ctx.options, step, origin);
-  log0(world, "saved ", path, " at step ", step);
-}
-
-// --save-every N: after step `step` (steps done), when N divides it, the series' file of the step.
-// Returns true when it wrote one.
-bool periodic_save(Context& ctx, ProcessGrid& grid, const Gpt& model, AdamW& opt,
-                   const CheckpointOrigin& origin, int64_t step, const std::string& load) {
-  const int64_t every = ctx.options.get_int("save-every");
-  if (every <= 0 || step % every != 0) return false;
-  save_to_series(ctx, grid, model, opt, origin, step,
-                 CheckpointSeries(ctx.options.get_text("save")).path_for(step), load);
-  return true;
-}
-
-// Every rank got (or was told of) SIGINT/SIGTERM and stands at the same step boundary: write an
-// emergency checkpoint when --save is given, then end with 128 + the signal on every rank.
-[[noreturn]] void stop_after_signal(Context& ctx, ProcessGrid& grid, const Gpt& model, AdamW& opt,
-                                    const CheckpointOrigin& origin, int64_t step, int sig,
-                                    const std::string& load) {
-  const std::string name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal";
-  const std::string save = CheckpointSeries(ctx.options.get_text("save")).final_path(step);
-  std::string said = "no --save: nothing written";
-  if (!save.empty()) {
-    save_to_series(ctx, grid, model, opt, origin, step, save, load);
-    said = "emergency checkpoint " + save + " saved at step " + std::to_string(step) +
-           " (resume with --load " + save + " or --resume auto)";
-  }
-  throw Error(detail::str_cat("stopped by ", name, " before step ", step + 1, ": ", said),
-              128 + sig);
-}
-
 // ---- MFU: the peak a rank's model FLOP/s are divided by (model/flops.h has the FLOPs) ----------
-
-std::string fmt_g(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.4g", v);
-  return buf;
-}
 
 // The best GFLOP/s of one thread's f32 GEMM at 512³ and 1024³ (best of 3 after a warm-up): OpenBLAS's
 // cblas_sgemm, or Device::gemm where the CPU device runs its f32 GEMMs on oneDNN instead
@@ -417,210 +306,6 @@ void recheck_peak(Communicator& world, Device& device, const Peak& peak, double 
                 : ", kept");
 }
 
-// The header's MFU line: the formula, N, and the peak.
-void log_flops(Communicator& world, const GptConfig& cfg, int64_t seq, const Peak& peak) {
-  const TokenFlops f = token_flops(cfg, seq);
-  log0(world, "MFU: model FLOPs per token 6·N + 12·L·h·S = ", fmt_g(f.model),
-       " (PaLM, appendix B; N = ", f.n, ": the blocks, ln_f and the LM head",
-       cfg.tied ? " (tied wte)" : "", ", not wpe", cfg.tied ? "" : " nor wte's lookup",
-       "), of the global model over ", world.size(), " rank(s)",
-       f.hardware != f.model
-           ? "; HFU adds --recompute " + std::string(recompute_name(cfg.recompute)) +
-                 "'s forward: " + fmt_g(f.hardware)
-           : std::string(),
-       "; peak per rank ", fmt_g(peak.flops / 1e9), " GFLOP/s = ", peak.what);
-}
-
-// What train() runs, read from the flags (and the model file they name) and checked: every
-// problem at once, before anything allocates or communicates.
-struct Plan {
-  GptConfig cfg;
-  int64_t seq = 0;  // the length of a training sequence (cfg.seq: the position table)
-  int64_t steps = 0, batch = 0, warmup = 0, decay_steps = 0;
-  uint64_t seed = 0;
-  std::string data, init_from, load, export_dir;
-  std::shared_ptr<text::Tokenizer> tokenizer;  // --tokenizer: --data's text as its ids
-  ModelFile file;
-  int dp = 1, t = 1;                      // t: the TP group's size
-  int pp = 1;                             // --pp: pipeline stages
-  std::vector<int64_t> pp_layers;         // --pp-layers (empty: an even split)
-  StepOptions step_opts;                  // --micro-batches, --zero, --schedule
-  std::vector<std::string> resume_notes;  // --resume auto: the newer checkpoints it skipped
-  CheckpointOrigin origin;                // this run's id and tokens, in every file it writes
-  std::vector<std::string> origin_notes;  // the run id line; --replace-series' line
-  bool resumed = false;  // --resume took a checkpoint: --steps is the step the run ends at
-};
-
-// --resume auto | auto-or-fresh: the newest valid checkpoint of --save's series (or --save itself;
-// model/checkpoint_series.h), or "" to start fresh. Every rank looks (the same files: no
-// communication yet); a bad newer file is skipped with a note, none at all is a problem.
-std::string resume_path(const Options& o, std::vector<std::string>& notes,
-                        std::vector<std::string>& problems) {
-  const std::string mode = o.get_text("resume");
-  if (mode.empty()) return "";
-  if (!o.get_text("load").empty() || !o.get_text("init-from").empty()) {
-    problems.push_back("give --resume " + mode + " or --load/--init-from, not both");
-    return "";
-  }
-  ResumeDecision d = resume_decision(mode, o.get_text("save"));
-  notes = d.notes;
-  if (!d.problem.empty()) problems.push_back(d.problem);
-  return d.path;
-}
-
-// Who this run is (model/checkpoint_series.h): the run id of the checkpoint it continues (--resume,
-// --load), else a new one; a run that does not continue --save's series may not save into a
-// series of another run (unless --replace-series); a file trained on BPE ids does not go on bytes.
-// A new id differs between ranks (time, pid): world rank 0's is the run's, as rank 0 writes every
-// file and prunes; the refusal compares files against an id none of them carries, on every rank.
-void plan_origin(const Options& o, Plan& r, std::vector<std::string>& problems) {
-  const std::string& from = r.load.empty() ? r.init_from : r.load;
-  const CheckpointOrigin file = from.empty() ? CheckpointOrigin{} : checkpoint_origin(from);
-  const bool inherit = !r.load.empty() && !file.run_id.empty();
-  r.origin.run_id = inherit ? file.run_id : new_run_id();
-  r.origin.tokens = r.data.empty() ? "markov" : r.tokenizer ? "gpt2-bpe" : "bytes";
-  r.origin_notes = {"run id " + r.origin.run_id +
-                    (inherit ? " (continued from " + r.load + ")" : " (new)")};
-  if (file.tokens == "gpt2-bpe" && !r.data.empty() && !r.tokenizer)
-    problems.push_back(from + " was trained on GPT-2 BPE ids (--tokenizer), but --data " + r.data +
-                       " would be read as bytes: give --tokenizer DIR, the one it was trained "
-                       "with");
-  const std::string& save = o.get_text("save");
-  const CheckpointSeries series(save);
-  const ForeignSeries mode =
-      o.get_flag("replace-series") ? ForeignSeries::Replace : ForeignSeries::Refuse;
-  const bool continues = !o.get_text("resume").empty() || (!r.load.empty() && series.holds(r.load));
-  if (series.empty() || (continues && mode == ForeignSeries::Refuse)) return;
-  const SeriesOwnership own = check_series_owner(save, r.origin.run_id, mode);
-  if (!own.problem.empty()) problems.push_back(own.problem);
-  if (!own.note.empty()) r.origin_notes.push_back(own.note);
-}
-
-Plan plan_run(const Options& o, int world_size) {
-  Plan r;
-  GptConfig& cfg = r.cfg;
-  cfg = config_from_flags(o);
-  cfg.precision = parse_precision(o.get_text("precision"));  // never from a file: it holds fp32
-  int64_t& seq = r.seq;
-  seq = cfg.seq;  // the length of a training sequence (cfg.seq: the position table)
-  const int64_t steps = r.steps = o.get_int("steps"), batch = r.batch = o.get_int("batch");
-  r.seed = static_cast<uint64_t>(o.get_int("seed"));
-  const std::string& data = r.data = o.get_text("data");
-  const int dp = r.dp = o.get_int32("dp");
-  // Check every flag before anything allocates or communicates; report all problems at once.
-  std::vector<std::string> problems;
-  if (steps < 0) problems.push_back("--steps=" + std::to_string(steps) + " must be 0 or more");
-  const int64_t warmup = r.warmup = o.get_int("warmup"),
-                decay_steps = r.decay_steps = o.get_int("decay-steps");
-  if (decay_steps != 0 && decay_steps <= warmup)
-    problems.push_back("--decay-steps=" + std::to_string(decay_steps) +
-                       " must be above --warmup=" + std::to_string(warmup) +
-                       " (the cosine decay runs from the end of warm-up to step N), or 0 for no "
-                       "decay");
-  // --tokenizer DIR: --data's text as GPT-2 BPE ids (lib/text/bpe.h); V is the tokenizer's.
-  const std::string tokenizer_dir = o.get_text("tokenizer");
-  if (!tokenizer_dir.empty()) {
-    r.tokenizer = std::make_shared<text::Tokenizer>(text::Tokenizer::load(tokenizer_dir));
-    if (data.empty())
-      problems.push_back("--tokenizer " + tokenizer_dir +
-                         " encodes a text file: give it with --data FILE");
-  }
-  const int64_t data_vocab = r.tokenizer ? r.tokenizer->vocab_size() : 256;
-  if (!data.empty() && cfg.vocab != 0 && cfg.vocab != data_vocab)
-    problems.push_back(
-        r.tokenizer
-            ? "the tokenizer in " + tokenizer_dir + " has V = " + std::to_string(data_vocab) +
-                  "; drop --vocab=" + std::to_string(cfg.vocab) +
-                  " (the vocabulary comes from the tokenizer)"
-            : "--data uses byte tokens (V = 256); drop --vocab=" + std::to_string(cfg.vocab));
-  if (cfg.vocab == 0) cfg.vocab = data.empty() ? 256 : data_vocab;
-  // --init-from F (weights only), or --load F: the shape from the file. A Hugging Face file given
-  // to --load is taken as --init-from (it holds no optimizer state and no step).
-  std::string &init_from = r.init_from = o.get_text("init-from"),
-              &load = r.load = o.get_text("load");
-  if (!o.get_text("resume").empty()) {
-    load = resume_path(o, r.resume_notes, problems);
-    r.resumed = !load.empty();
-  }
-  if (o.get_int("save-every") > 0 && o.get_text("save").empty())
-    problems.push_back("--save-every " + std::to_string(o.get_int("save-every")) +
-                       " needs --save DIR/ or --save FILE: the folder or the stem of the "
-                       "checkpoints");
-  ModelFile& file = r.file;
-  if (!init_from.empty() && !load.empty())
-    problems.push_back("give --init-from (weights only) or --load (resume), not both");
-  else if (!init_from.empty() || !load.empty()) {
-    file = inspect_model_file(init_from.empty() ? load : init_from,
-                              o.given("heads") ? o.get_int("heads") : 0);
-    if (file.hub && !load.empty()) std::swap(init_from, load);
-    shape_from_file(file, o,
-                    init_from.empty() ? FileShape::FlagsOverride : FileShape::FlagsMustAgree, cfg,
-                    seq, problems);
-    if (!data.empty() && !r.tokenizer && cfg.vocab < 256)
-      problems.push_back("--data uses byte tokens (ids 0..255), but " + file.path +
-                         " has a vocabulary of " + std::to_string(cfg.vocab));
-    if (r.tokenizer && cfg.vocab != data_vocab)
-      problems.push_back(file.path + " has a vocabulary of " + std::to_string(cfg.vocab) +
-                         ", the tokenizer in " + tokenizer_dir + " one of " +
-                         std::to_string(data_vocab) +
-                         ": give the tokenizer the model was trained with (or no --tokenizer)");
-  }
-  plan_origin(o, r, problems);
-  const int pp = r.pp = o.get_int32("pp");
-  const auto grid_problems = ProcessGrid::problems(world_size, dp, pp);
-  for (const auto& p : grid_problems) problems.push_back(p);
-  const int t = r.t = grid_problems.empty() ? world_size / dp / pp : world_size;  // TP group size
-  if (grid_problems.empty() && batch >= 1 && batch % dp != 0)
-    problems.push_back("--batch=" + std::to_string(batch) + " is not divisible by --dp=" +
-                       std::to_string(dp) + ": every DP rank takes batch/dp sequences");
-  r.step_opts = {o.get_int32("micro-batches"), o.get_int32("zero")};
-  r.step_opts.schedule = parse_schedule(o.get_text("schedule"));
-  r.pp_layers = parse_pp_layers(o.get_text("pp-layers"));
-  const StepOptions& step_opts = r.step_opts;
-  // --pp: the stages (parallel/pipeline_parallel.h) and what does not combine with them yet.
-  if (pp > 1 || !r.pp_layers.empty())
-    for (const auto& p : pipeline_problems(cfg.layers, pp, step_opts.micro_batches,
-                                           step_opts.schedule, r.pp_layers))
-      problems.push_back(p);
-  if (pp > 1) {
-    const std::pair<bool, const char*> refused[] = {
-        {o.get_flag("audit-grads"), "--audit-grads"},
-        {o.get_real("memory-budget") > 0, "--memory-budget"}};
-    for (const auto& [given, flag] : refused)
-      if (given)
-        problems.push_back(std::string(flag) + " with --pp=" + std::to_string(pp) +
-                           ": not implemented for pipeline stages; drop it or use --pp 1");
-  }
-  if (grid_problems.empty() && batch >= 1 && batch % dp == 0)
-    for (const auto& p : step_option_problems(step_opts, dp, batch, dp > 1 ? 0.0f : cfg.dropout))
-      problems.push_back(p);
-  if (step_opts.zero == 1 && !o.get_text("dump-grads").empty())
-    problems.push_back(
-        "--dump-grads with --zero 1: each replica holds only its 1/dp of the "
-        "averaged gradients; dump them with --zero 0");
-  if (dp > 1 && cfg.dropout != 0.0f)
-    problems.push_back(
-        "--dropout with --dp > 1: the masks are keyed by the row of each DP "
-        "rank's own slice, so the run would not match --dp 1; use --dropout 0");
-  if (cfg.sp && seq != cfg.seq && seq % t != 0)
-    problems.push_back("--seq=" + std::to_string(seq) + " is not divisible by t=" +
-                       std::to_string(t) + ", which sequence parallelism needs");
-  const std::string& export_dir = r.export_dir = o.get_text("export-hf");
-  if (!export_dir.empty() && !hf_export_problem(cfg).empty())
-    problems.push_back("--export-hf: GPT-2 cannot hold this model: " + hf_export_problem(cfg));
-  // The preflight's checks (lib/model/preflight.h; tp_preflight prints the same), one line each,
-  // for the TP group: with --dp, t is ranks / dp, and the messages say so where they name t.
-  PreflightInput pre;
-  pre.model = cfg;
-  pre.batch = batch;
-  pre.t = t;
-  if (dp > 1) pre.t_label = "the TP group: ranks / --dp";
-  if (pp > 1) pre.t_label = "the TP group: ranks / (--dp · --pp)";
-  for (const std::string& p : preflight(pre).problems) problems.push_back(p);
-  TP_CHECK_INPUT(problems.empty(), problems_message(problems));
-  return r;
-}
-
 // --data FILE --tokenizer DIR: the whole file read and encoded (every rank the same ids).
 std::unique_ptr<TokenSource> tokenized_source(const std::string& path, text::Tokenizer& tokenizer,
                                               int64_t seq, uint64_t seed) {
@@ -675,13 +360,6 @@ void write_plot(Communicator& world, const std::string& plot, const TokenSource&
     }
     log0(world, "loss curve of steps ", plot_steps.front(), "..", plot_steps.back(), ": ", plot);
   }
-}
-
-// --save at the end of the run (a failed write names what is still intact: write_agreed).
-void save_at_end(Context& ctx, ProcessGrid& grid, const Gpt& model, AdamW& opt,
-                 const CheckpointOrigin& origin, int64_t step, const std::string& load) {
-  const std::string save = CheckpointSeries(ctx.options.get_text("save")).final_path(step);
-  if (!save.empty()) save_to_series(ctx, grid, model, opt, origin, step, save, load);
 }
 
 // --audit-grads: the same step at t = 1 on every rank, from the same weights, then compared;
@@ -837,54 +515,6 @@ void check_activation_memory(Communicator& world, const Gpt& model, const GptCon
        " bytes (formula", cfg.sp ? ", with SP" : "", ")");
 }
 
-// --memory-budget MiB (issue 22): before anything is built, the preflight's peak per rank against
-// the budget; over it, one line naming the largest part and the cheapest option that fits
-// (model/memory_budget.h), exit 2.
-MemoryChoice memory_choice(const Plan& plan) {
-  return {plan.t,
-          plan.dp,
-          plan.cfg.recompute,
-          plan.step_opts.micro_batches,
-          plan.step_opts.zero,
-          plan.cfg.precision};
-}
-
-int64_t memory_budget_bytes(const Options& o) {
-  return static_cast<int64_t>(o.get_real("memory-budget") * 1048576.0);
-}
-
-// This host's memory in bytes (sysconf), 0 when the system does not say.
-int64_t host_memory_bytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
-}
-
-void check_memory_budget(const Options& o, const Plan& plan, int world_size) {
-  const int64_t budget = memory_budget_bytes(o);
-  if (budget <= 0) {
-    // Without a budget, on the CPU: a run whose preflight peak per rank is more than this whole
-    // host holds stops here, before a tensor is allocated, instead of at the first allocation that
-    // fails after the ones before it were initialised (seconds for a 1 GiB embedding). Only a rank
-    // that could not fit even alone on the host is refused: how many ranks share a host, and what
-    // else runs there, is not known here (the allocator's own check still catches those).
-    const int64_t host = host_memory_bytes();
-    if (o.get_text("backend") == "gpu" || host <= 0) return;
-    const MemoryEstimate e = estimate_memory(plan.cfg, plan.seq, plan.batch, memory_choice(plan));
-    const std::string largest = e.peak.largest();
-    TP_CHECK_INPUT(!e.problems.empty() || e.peak.total() <= host, "the run needs ",
-                   mib(e.peak.total()), " per rank (the preflight's peak, ", largest,
-                   " the largest part) but this host has ", mib(host), " of memory in all; reduce ",
-                   largest == "activations"
-                       ? "--batch, --seq or the model's sizes, or add --recompute"
-                       : "--hidden, --ffn, --layers or --vocab",
-                   ", use more ranks, or give --memory-budget MiB to find the options that fit");
-    return;
-  }
-  const BudgetVerdict v =
-      fit_memory_budget(plan.cfg, plan.seq, plan.batch, world_size, memory_choice(plan), budget);
-  TP_CHECK_INPUT(v.fits, v.message);
-}
-
 // After the first step: the same peak from what the run holds (the parameters and gradients,
 // AdamW's state, the memory ledger's kept activations and one block's rerun) against the budget.
 void check_measured_budget(Communicator& world, const Options& o, const Plan& plan,
@@ -946,18 +576,6 @@ void log_pipeline(Device& device, Communicator& world, ProcessGrid& grid, const 
   log0(world, line);
 }
 
-// One step's numbers, as the progress line and --log-json print them.
-struct StepNumbers {
-  int64_t step;  // 1-based
-  float loss;
-  double norm;
-  float lr;
-  double tok_s, comm, exposed, secs;
-  int t, dp;
-  double flops_rank = 0, mfu = 0, hfu = -1;  // model FLOP/s per rank, MFU, HFU (-1: = MFU)
-  double val_loss = std::numeric_limits<double>::quiet_NaN();  // --eval-every's steps only
-};
-
 // --eval-every: the held-out loss (model/evaluate.h) after this step, when it is an evaluation
 // step (every N, and the last); NaN otherwise. Each DP replica runs its slice of every held-out
 // batch (in --micro-batches forwards, like training) and the replicas average.
@@ -977,63 +595,6 @@ double validation_loss(const Options& o, ProcessGrid& grid, Device& device, Gpt&
   Tensor v = Tensor::from_host(device, Shape{1}, {static_cast<float>(mine)});
   grid.dp().all_reduce(v);
   return v.to_host()[0] / plan.dp;
-}
-
-// The line an evaluation step prints: the held-out loss beside the step's training loss and the
-// data's floor.
-std::string validation_line(const StepNumbers& n, const TokenSource& source, int64_t batches,
-                            int64_t batch) {
-  char line[200];
-  std::snprintf(line, sizeof line,
-                "step %5lld | val loss %.6f | train loss %.6f | floor %s | %lld held-out batches "
-                "of %lld",
-                static_cast<long long>(n.step), n.val_loss, n.loss,
-                std::isfinite(source.loss_floor()) ? fmt_g(source.loss_floor()).c_str() : "unknown",
-                static_cast<long long>(batches), static_cast<long long>(batch));
-  return line;
-}
-
-// The step's FLOP/s per rank, MFU and HFU (model/flops.h) into `n`.
-void set_utilisation(StepNumbers& n, const TokenFlops& f, double tokens, int ranks, double peak) {
-  n.flops_rank = flops_per_rank(f.model, tokens, n.secs, ranks);
-  n.mfu = peak > 0 ? n.flops_rank / peak : 0;
-  n.hfu = f.hardware != f.model && peak > 0
-              ? flops_per_rank(f.hardware, tokens, n.secs, ranks) / peak
-              : -1;
-}
-
-std::string progress_line(const StepNumbers& n, bool simulated) {
-  char line[200], mfu[96];
-  std::snprintf(line, sizeof line,
-                "step %5lld | loss %.6f | grad norm %.4f | lr %.3g | %.0f tok/s | exposed comm "
-                "%4.1f%%%s",
-                static_cast<long long>(n.step), n.loss, n.norm, n.lr, n.tok_s,
-                100.0 * n.exposed / n.secs, simulated ? " (simulated link)" : "");
-  std::snprintf(mfu, sizeof mfu, " | %.3g GFLOP/s/rank, MFU %.3g%%", n.flops_rank / 1e9,
-                100.0 * n.mfu);
-  std::string out = std::string(line) + mfu;
-  if (n.hfu >= 0) {
-    std::snprintf(mfu, sizeof mfu, ", HFU %.3g%%", 100.0 * n.hfu);
-    out += mfu;
-  }
-  return out;
-}
-
-std::string json_line(const StepNumbers& n) {
-  char line[400];
-  std::snprintf(line, sizeof line,
-                "{\"step\": %lld, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, "
-                "\"tokens_per_s\": %.6g, "
-                "\"comm_s\": %.6g, \"exposed_s\": %.6g, \"compute_s\": %.6g, \"t\": %d, "
-                "\"dp\": %d, \"flops_per_rank\": %.6g, \"mfu\": %.6g, \"hfu\": %.6g",
-                static_cast<long long>(n.step), n.loss, n.norm, n.lr, n.tok_s, n.comm, n.exposed,
-                n.secs - n.comm, n.t, n.dp, n.flops_rank, n.mfu, n.hfu >= 0 ? n.hfu : n.mfu);
-  std::string out = line;
-  if (std::isfinite(n.val_loss)) {
-    std::snprintf(line, sizeof line, ", \"val_loss\": %.9g", n.val_loss);
-    out += line;
-  }
-  return out + "}";
 }
 
 // Every output path on every rank, before anything is allocated or trained: a bad path costs
@@ -1103,22 +664,6 @@ int64_t start_from(Communicator& world, Communicator& tp, const Plan& plan, Gpt&
   return step;
 }
 
-// --steps N: the steps to run now. From --load (or fresh) N more; a run that --resume took a
-// checkpoint for ends at step N, so the command that started the run, given again after a crash,
-// finishes it where the uninterrupted run would have (Megatron's --train-iters, nanoGPT's
-// max_iters count the same way).
-int64_t steps_to_run(Communicator& world, const Plan& plan, int64_t start) {
-  if (!plan.resumed) return plan.steps;
-  const int64_t left = std::max<int64_t>(0, plan.steps - start);
-  if (left == 0)
-    log0(world, "--resume: the run is at step ", start, " and --steps ", plan.steps,
-         " ends it there: nothing left to train");
-  else
-    log0(world, "--resume: --steps ", plan.steps, " is the step the run ends at: ", left,
-         " more from step ", start);
-  return left;
-}
-
 int train(Context& ctx) {
   const Options& o = ctx.options;
   Communicator& world = ctx.world;
@@ -1171,12 +716,15 @@ int train(Context& ctx) {
   check_save_space(CheckpointSeries(o.get_text("save")).final_path(0), world, ctx.device, model,
                    files);
   int64_t step = start_from(world, tp, plan, model, opt);
-  const int64_t steps = steps_to_run(world, plan, step);
+  CheckpointLifecycle checkpoints(world, ctx.device, o, grid, model, opt, plan.origin, load);
+  std::string steps_note;
+  const int64_t steps = steps_to_run(plan, step, steps_note);
+  if (!steps_note.empty()) log0(world, steps_note);
   shard_optimizer(world, grid, plan, model, opt);
   log_run(ctx, plan, grid, model, *source, hp.lr, step, steps);
   const Peak peak = run_peak(ctx);
   const TokenFlops flops = token_flops(cfg, seq);
-  log_flops(world, cfg, seq, peak);
+  log0(world, flops_line(cfg, seq, world.size(), peak.flops, peak.what));
   if (o.get_text("backend") != "gpu")
     if (const std::string note = blas_kernel_note(ctx.device); !note.empty()) log0(world, note);
   for (const std::string& note : plan.resume_notes) log0(world, "--resume: ", note);
@@ -1233,8 +781,7 @@ int train(Context& ctx) {
   double best_mfu = 0;      // recheck_peak
   for (int64_t i = 0; i < steps; ++i, ++step) {
     set_current_step(step + 1);
-    if (const int sig = agreed_stop_signal())
-      stop_after_signal(ctx, grid, model, opt, plan.origin, step, sig, load);
+    if (const int sig = agreed_stop_signal()) checkpoints.stop_after_signal(step, sig);
     const bool tracing = !trace.empty() && i >= traced_from;
     if (!tracing || i == traced_from) timeline.clear();
     ctx.device.set_timeline(tracing ? &timeline : nullptr);
@@ -1250,7 +797,7 @@ int train(Context& ctx) {
       if (!dump) return;
       // The gradients and loss are the whole batch's here (averaged over dp): one TP group
       // writes them with the whole batch.
-      write_agreed(ctx, grid, "--dump-grads", "", [&] {
+      checkpoints.write_agreed("--dump-grads", [&] {
         dump_gradients(o.get_text("dump-grads"), tp, grid.pp(), model, b, loss);
       });
       log0(world, "wrote gradients of step ", step, " to ", o.get_text("dump-grads"));
@@ -1261,7 +808,7 @@ int train(Context& ctx) {
     if (!r.nonfinite.empty()) {
       non_finite_step(world, r, step, skip_nonfinite);
       if (skipped++ == 0) first_skipped = step + 1;
-      if (periodic_save(ctx, grid, model, opt, plan.origin, step + 1, load)) saved_step = step + 1;
+      if (checkpoints.periodic_save(step + 1)) saved_step = step + 1;
       continue;
     }
     plot_steps.push_back(static_cast<double>(step + 1));
@@ -1298,15 +845,14 @@ int train(Context& ctx) {
       plot_val_losses.push_back(n.val_loss);
     }
     if (json.is_open()) json.write(json_line(n) + "\n");
-    if (periodic_save(ctx, grid, model, opt, plan.origin, step + 1, load)) saved_step = step + 1;
+    if (checkpoints.periodic_save(step + 1)) saved_step = step + 1;
   }
   tp.set_timeline(nullptr);
   grid.dp().set_timeline(nullptr);
   grid.pp().set_timeline(nullptr);
   ctx.device.set_timeline(nullptr);
   json.close();  // checked: a deferred write error (NFS, a full disk) surfaces here
-  if (const int sig = agreed_stop_signal())
-    stop_after_signal(ctx, grid, model, opt, plan.origin, step, sig, load);
+  if (const int sig = agreed_stop_signal()) checkpoints.stop_after_signal(step, sig);
   if (!trace.empty() && steps > 0)
     write_trace(ctx.device, world, timeline, trace,
                 world.name() + ", t = " + std::to_string(tp.size()) +
@@ -1327,12 +873,12 @@ int train(Context& ctx) {
   const CheckpointSeries series(o.get_text("save"));
   const bool written = (saved_step == step && series.final_path(step) == series.path_for(step)) ||
                        (steps == 0 && plan.resumed && series.final_path(step) == load);
-  if (!written) save_at_end(ctx, grid, model, opt, plan.origin, step, load);
+  if (!written) checkpoints.save_at_end(step);
   if (!export_dir.empty()) {
     const Dtype dtype = o.get_text("export-dtype") == "bf16" ? Dtype::bf16 : Dtype::f32;
     // Pipeline stages send their weights to the first stage.
-    write_agreed(ctx, grid, "--export-hf", load,
-                 [&] { export_hf(export_dir, tp, grid.pp(), model, dtype); });
+    checkpoints.write_agreed("--export-hf",
+                             [&] { export_hf(export_dir, tp, grid.pp(), model, dtype); });
     log0(world, "exported a Hugging Face GPT-2 to ", export_dir,
          "/model.safetensors and config.json (weights only)");
   }
@@ -1346,165 +892,6 @@ int main(int argc, char** argv) {
       "tp_train",
       "Trains a small GPT with tensor parallelism over the ranks of mpirun (t = -np), or on a "
       "tp × dp × pp grid with --dp and --pp (t = -np / (dp · pp)).");
-  o.integer("layers", 2, "transformer blocks L")
-      .min(1)
-      .integer("hidden", 64, "hidden size h")
-      .min(1)
-      .integer("heads", 4, "attention heads (divisible by t)")
-      .min(1)
-      .integer("kv-heads", 0, "key/value heads for GQA; 0 = heads")
-      .non_negative()
-      .integer("ffn", 0, "MLP inner size; 0 = 4 h")
-      .non_negative()
-      .integer("vocab", 0,
-               "vocabulary V; 0 = 256 (the Markov data's default, and bytes for --data)")
-      .non_negative()
-      .integer("seq", 64, "sequence length = size of the position table")
-      .min(1)
-      .integer("batch", 8, "sequences per step")
-      .min(1)
-      .integer("dp", 1,
-               "data-parallel replicas: np = tp × dp; each TP group of np/dp adjacent ranks takes "
-               "batch/dp sequences and the gradients are averaged over the replicas")
-      .min(1)
-      .fits_int()
-      .integer("steps", 50,
-               "steps to run: from a fresh start or --load, N more (0: just --save the initial "
-               "weights); with --resume, the step the run ends at (the same command finishes "
-               "the same run)")
-      .non_negative()
-      .max(kMaxSteps)
-      .real("lr", 1e-3, "peak learning rate (constant unless --warmup / --decay-steps)")
-      .positive()
-      .as_float()
-      .integer("warmup", 0, "linear warm-up over the first N steps (absolute step numbers)")
-      .non_negative()
-      .max(kMaxSteps)
-      .integer("decay-steps", 0, "cosine decay to 10% of lr, ending at absolute step N (0 = none)")
-      .non_negative()
-      .max(kMaxSteps)
-      .real("weight-decay", 0.0, "AdamW decoupled weight decay on matrices")
-      .non_negative()
-      .as_float()
-      .real("clip", 1.0, "clip the global gradient norm to this (0 = no clipping)")
-      .non_negative()
-      .as_float()
-      .integer("seed", 1234, "seed of the initial weights, the data and dropout")
-      .real("dropout", 0.0, "dropout probability (embedding and both residual branches)")
-      .min(0)
-      .max(1, true)
-      .as_float()
-      .text("act", "gelu", "MLP activation", {"gelu", "swiglu"})
-      .text("norm", "layernorm", "normalisation", {"layernorm", "rmsnorm"})
-      .flag("untie", "give the LM head its own weight instead of tying it to wte")
-      .flag("sp", "sequence parallelism: between the TP regions each rank keeps seq/t tokens")
-      .text("overlap", "async",
-            "overlap communication with compute: none, async (backward's all-reduce under the "
-            "weight-gradient GEMMs), ring (collective matmul; needs --sp), chunked (row blocks of "
-            "the GEMMs, each block's all-reduce under the next block's GEMM; without --sp)",
-            {"none", "async", "ring", "chunked"})
-      .text("recompute", "none",
-            "activation recomputation: none, selective (the attention probabilities are "
-            "recomputed in backward), full (each block keeps its input and reruns its forward)",
-            {"none", "selective", "full"})
-      .text("precision", "fp32",
-            "fp32, or bf16 mixed precision: bf16 weight copies, activations and TP collectives "
-            "over fp32 master weights, AdamW state, weight gradients and statistics",
-            {"fp32", "bf16"})
-      .integer("micro-batches", 1,
-               "gradient accumulation: each replica runs its batch/dp sequences as m micro-batches "
-               "and steps once")
-      .min(1)
-      .fits_int()
-      .integer("zero", 0,
-               "ZeRO stage on the dp axis: 0, or 1 (AdamW's moments sharded over the replicas)")
-      .non_negative()
-      .fits_int()
-      .real("memory-budget", 0,
-            "MiB per rank: before building the model, stop (exit 2) when the preflight's peak "
-            "per rank is above it, naming the cheapest option that fits; checked against the "
-            "memory ledger after step 1 (0 = no budget)")
-      .min(1)
-      .zero_means_off();
-  declare_pipeline_options(o);  // --pp, --schedule: tp_preflight's too
-  o.text("pp-layers", "", "blocks per stage with --pp, e.g. 3,5 (default: an even split)")
-      .integer("pad-vocab-multiple", 1, "pad the vocabulary to a multiple of this times t")
-      .min(1)
-      .flag("audit-grads",
-            "before training, check every replicated gradient against t = 1 and across ranks")
-      .path("data", "", "train on the bytes of this file (V = 256) instead of the Markov data")
-      .path("tokenizer", "",
-            "with --data: train on the file's GPT-2 BPE ids (a folder with vocab.json + "
-            "merges.txt or encoder.json + vocab.bpe; V = its vocabulary, 50257)")
-      .path("save", "",
-            "write a checkpoint (safetensors) here at the end; a folder (existing, or ending in "
-            "/) gets DIR/checkpoint-stepNNNNNN.safetensors, and --save-every's files go beside "
-            "(FILE-stepNNNNNN.safetensors)")
-      .integer("save-every", 0,
-               "also save every N steps to --save's series, <stem>-stepNNNNNN.safetensors "
-               "(atomically; 0 = only at the end)")
-      .non_negative()
-      .max(kMaxSteps)
-      .integer("keep", 3, "--save-every: keep the newest K files of the series")
-      .min(1)
-      .max(1000)
-      .fits_int()
-      .text("resume", "",
-            "auto: resume from the newest valid checkpoint of --save (its series or the file; a "
-            "bad newer one is named and skipped), exit 2 when there is none; auto-or-fresh: the "
-            "same, or start fresh when there is none")
-      .non_empty()
-      .flag("replace-series",
-            "a run that does not continue --save's series (no --resume, no --load of one of its "
-            "files) refuses to start when it holds another run's checkpoints; with this flag it "
-            "starts and deletes them once its own first checkpoint is written")
-      .path("load", "",
-            "resume from this checkpoint (weights, optimizer state, step; the shape from the "
-            "file unless given)")
-      .path("init-from", "",
-            "start from the weights of this file, AdamW fresh at step 0: a GPT-2 in the Hugging "
-            "Face layout (F32/F16/BF16; the shape from the file, heads from config.json beside "
-            "it or --heads) or a checkpoint; --seq may be shorter than its position table")
-      .path("export-hf", "",
-            "at the end, write DIR/model.safetensors and DIR/config.json that transformers loads "
-            "as GPT2LMHeadModel")
-      .text("export-dtype", "f32",
-            "the dtype --export-hf writes: f32, or bf16 (the fp32 weights rounded)",
-            {"f32", "bf16"})
-      .flag("skip-nonfinite",
-            "skip (and count) a step whose loss or gradient norm is NaN/Inf instead of stopping "
-            "the run with exit 3")
-      .path("dump-grads", "",
-            "after the first backward, write every global gradient, the batch and the loss here")
-      .path("log-json", "", "append one JSON object per step to this file")
-      .flag("predict",
-            "measure the link's α and β at the start, and after the first warm step print each "
-            "collective's α–β prediction against its measured time, per op and per label")
-      .path("trace", "",
-            "write a timeline of the last " + std::to_string(kTraceSteps) +
-                " steps here (Chrome/Perfetto JSON) and beside it as SVG")
-      .path("plot", "", "write the loss curve of this run here (SVG)")
-      .real("peak-tflops", 0,
-            "the peak TFLOP/s of one rank that MFU divides by (0: on the CPU the one-thread sgemm "
-            "ceiling, measured once per machine and cached, times the threads; on the GPU the "
-            "measured fp32 GEMM ceiling)")
-      .min(1e-6)  // 1 MFLOP/s: below, the MFU is a meaningless number
-      .zero_means_off()
-      .real("val-fraction", 0.05,
-            "--data: hold out the last fraction of the file for validation (the Markov data has "
-            "its own held-out stream)")
-      .min(0)
-      .max(1, true)
-      .integer("eval-every", 0,
-               "every N steps (and at the last) print the mean loss over --eval-batches held-out "
-               "batches, forward only, no dropout (0 = never)")
-      .non_negative()
-      .max(kMaxSteps)
-      .integer("eval-batches", 4, "--eval-every: held-out batches of --batch sequences")
-      .min(1)
-      .max(10000)
-      .integer("log-every", 10, "print a progress line every N steps")
-      .min(1)
-      .max(kMaxSteps);
+  declare_train_options(o);
   return run_program(argc, argv, o, train);
 }
