@@ -15,21 +15,13 @@
 #include "model/checkpoint_series.h"
 #include "model_test_helpers.h"
 #include "test_util.h"
-#include "train/train_options.h"
+#include "train_test_helpers.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using tp::CheckpointLifecycle;
 using tp::Options;
-
-Options parsed(std::vector<const char*> args) {
-  Options o("tp_train", "test");
-  tp::declare_train_options(o);
-  args.insert(args.begin(), "tp_train");
-  o.parse(static_cast<int>(args.size()), args.data());
-  return o;
-}
 
 // The steps of the series' files in `dir`, oldest first.
 std::vector<int64_t> steps_in(const std::string& dir) {
@@ -60,7 +52,8 @@ struct OneRankRun {
 
 TEST(CheckpointLifecycle, PeriodicSavesKeepTheNewest) {
   const std::string dir = tp::testing::empty_test_folder("tp_lifecycle_");
-  OneRankRun run(parsed({"--save", dir.c_str(), "--save-every", "2", "--keep", "2"}));
+  OneRankRun run(
+      tp::testing::train_options({"--save", dir.c_str(), "--save-every", "2", "--keep", "2"}));
   std::vector<int64_t> saved;
   for (int64_t step = 1; step <= 7; ++step)
     if (run.checkpoints.periodic_save(step)) saved.push_back(step);
@@ -72,14 +65,14 @@ TEST(CheckpointLifecycle, PeriodicSavesKeepTheNewest) {
 
 TEST(CheckpointLifecycle, NoSaveEveryNoPeriodicFile) {
   const std::string dir = tp::testing::empty_test_folder("tp_lifecycle_");
-  OneRankRun run(parsed({"--save", dir.c_str()}));
+  OneRankRun run(tp::testing::train_options({"--save", dir.c_str()}));
   EXPECT_FALSE(run.checkpoints.periodic_save(2));
   EXPECT_TRUE(steps_in(dir).empty());
 }
 
 TEST(CheckpointLifecycle, ASignalWritesAnEmergencyCheckpoint) {
   const std::string dir = tp::testing::empty_test_folder("tp_lifecycle_");
-  OneRankRun run(parsed({"--save", dir.c_str()}));
+  OneRankRun run(tp::testing::train_options({"--save", dir.c_str()}));
   try {
     run.checkpoints.stop_after_signal(3, SIGTERM);
   } catch (const tp::Error& e) {
@@ -95,7 +88,7 @@ TEST(CheckpointLifecycle, ASignalWritesAnEmergencyCheckpoint) {
 }
 
 TEST(CheckpointLifecycle, ASignalWithoutSaveWritesNothing) {
-  OneRankRun run(parsed({}));
+  OneRankRun run(tp::testing::train_options({}));
   try {
     run.checkpoints.stop_after_signal(0, SIGINT);
   } catch (const tp::Error& e) {
@@ -108,7 +101,7 @@ TEST(CheckpointLifecycle, ASignalWithoutSaveWritesNothing) {
 
 TEST(CheckpointLifecycle, AFailedWriteIsOneLineNamingTheFlag) {
   const std::string dir = tp::testing::empty_test_folder("tp_lifecycle_");
-  OneRankRun run(parsed({"--save", dir.c_str()}));
+  OneRankRun run(tp::testing::train_options({"--save", dir.c_str()}));
   try {
     run.checkpoints.write_agreed("--save", [] { throw tp::Error("the disk is full", 1); });
   } catch (const tp::Error& e) {

@@ -9,22 +9,12 @@
 
 #include "core/error.h"
 #include "test_util.h"
-#include "train/train_options.h"
+#include "train_test_helpers.h"
 
 namespace {
 
 using tp::Options;
 using tp::Plan;
-
-// tp_train's options (and the launcher's --backend, which the host-memory check reads), parsed.
-Options parsed(std::vector<const char*> args) {
-  Options o("tp_train", "test");
-  tp::declare_train_options(o);
-  o.text("backend", "cpu", "device backend", {"cpu", "gpu"});
-  args.insert(args.begin(), "tp_train");
-  o.parse(static_cast<int>(args.size()), args.data());
-  return o;
-}
 
 // plan_run's error message (exit 2), or a test failure when it plans without one.
 std::string plan_problem(const Options& o, int world_size) {
@@ -43,7 +33,7 @@ bool contains(const std::string& text, const std::string& part) {
 }
 
 TEST(RunPlan, DefaultsPlanTheMarkovRun) {
-  const Plan p = tp::plan_run(parsed({}), 2);
+  const Plan p = tp::plan_run(tp::testing::train_options({}), 2);
   EXPECT_EQ(p.t, 2);
   EXPECT_EQ(p.dp, 1);
   EXPECT_EQ(p.pp, 1);
@@ -59,37 +49,43 @@ TEST(RunPlan, DefaultsPlanTheMarkovRun) {
 }
 
 TEST(RunPlan, GridSplitsTheRanks) {
-  const Plan p = tp::plan_run(parsed({"--dp", "2", "--pp", "2", "--micro-batches", "2"}), 8);
+  const Plan p = tp::plan_run(
+      tp::testing::train_options({"--dp", "2", "--pp", "2", "--micro-batches", "2"}), 8);
   EXPECT_EQ(p.t, 2);  // 8 ranks / (dp 2 · pp 2)
   EXPECT_EQ(p.dp, 2);
   EXPECT_EQ(p.pp, 2);
 }
 
 TEST(RunPlan, SeveralBadFlagsGiveEveryProblemAtOnce) {
-  const std::string m = plan_problem(parsed({"--warmup", "10", "--decay-steps", "5", "--save-every",
-                                             "10", "--batch", "7", "--dp", "2"}),
-                                     4);
+  const std::string m =
+      plan_problem(tp::testing::train_options({"--warmup", "10", "--decay-steps", "5",
+                                               "--save-every", "10", "--batch", "7", "--dp", "2"}),
+                   4);
   EXPECT_TRUE(contains(m, "--decay-steps=5 must be above --warmup=10")) << m;
   EXPECT_TRUE(contains(m, "--save-every 10 needs --save")) << m;
   EXPECT_TRUE(contains(m, "--batch=7 is not divisible by --dp=2")) << m;
 }
 
 TEST(RunPlan, RefusesWhatDoesNotCombine) {
-  const std::string m = plan_problem(
-      parsed({"--dp", "2", "--dropout", "0.1", "--zero", "1", "--dump-grads", "g"}), 2);
+  const std::string m =
+      plan_problem(tp::testing::train_options(
+                       {"--dp", "2", "--dropout", "0.1", "--zero", "1", "--dump-grads", "g"}),
+                   2);
   EXPECT_TRUE(contains(m, "--dropout with --dp > 1")) << m;
   EXPECT_TRUE(contains(m, "--dump-grads with --zero 1")) << m;
 }
 
 TEST(RunPlan, ResumeAutoWithAnEmptyFolderIsAProblem) {
   const std::string dir = tp::testing::empty_test_folder("tp_run_plan_");
-  const std::string m = plan_problem(parsed({"--resume", "auto", "--save", dir.c_str()}), 1);
+  const std::string m =
+      plan_problem(tp::testing::train_options({"--resume", "auto", "--save", dir.c_str()}), 1);
   EXPECT_TRUE(contains(m, "--resume auto: no checkpoint in")) << m;
 }
 
 TEST(RunPlan, ResumeAutoOrFreshWithAnEmptyFolderStartsFresh) {
   const std::string dir = tp::testing::empty_test_folder("tp_run_plan_");
-  const Plan p = tp::plan_run(parsed({"--resume", "auto-or-fresh", "--save", dir.c_str()}), 1);
+  const Plan p = tp::plan_run(
+      tp::testing::train_options({"--resume", "auto-or-fresh", "--save", dir.c_str()}), 1);
   EXPECT_FALSE(p.resumed);
   EXPECT_TRUE(p.load.empty());
   ASSERT_EQ(p.resume_notes.size(), 1u);
@@ -101,8 +97,10 @@ TEST(RunPlan, ResumeAutoOrFreshWithAnEmptyFolderStartsFresh) {
 
 TEST(RunPlan, ResumeWithLoadIsRefused) {
   const std::string dir = tp::testing::empty_test_folder("tp_run_plan_");
-  const std::string m = plan_problem(
-      parsed({"--resume", "auto", "--save", dir.c_str(), "--load", "x.safetensors"}), 1);
+  const std::string m =
+      plan_problem(tp::testing::train_options(
+                       {"--resume", "auto", "--save", dir.c_str(), "--load", "x.safetensors"}),
+                   1);
   EXPECT_TRUE(contains(m, "give --resume auto or --load/--init-from, not both")) << m;
 }
 
@@ -122,9 +120,9 @@ TEST(RunPlan, StepsAfterAResumeCountToTheEndStep) {
 }
 
 TEST(RunPlan, MemoryBudget) {
-  const Options o = parsed({"--memory-budget", "1"});
+  const Options o = tp::testing::train_options({"--memory-budget", "1"});
   EXPECT_EQ(tp::memory_budget_bytes(o), 1048576);
-  EXPECT_EQ(tp::memory_budget_bytes(parsed({})), 0);
+  EXPECT_EQ(tp::memory_budget_bytes(tp::testing::train_options({})), 0);
   const Plan p = tp::plan_run(o, 1);
   const tp::MemoryChoice c = tp::memory_choice(p);
   EXPECT_EQ(c.t, 1);
@@ -135,7 +133,7 @@ TEST(RunPlan, MemoryBudget) {
   } catch (const tp::Error& e) {
     EXPECT_EQ(e.exit_code(), 2) << e.what();
   }
-  const Options roomy = parsed({"--memory-budget", "100000"});
+  const Options roomy = tp::testing::train_options({"--memory-budget", "100000"});
   EXPECT_NO_THROW(tp::check_memory_budget(roomy, tp::plan_run(roomy, 1), 1));
 }
 

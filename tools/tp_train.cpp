@@ -35,106 +35,44 @@
 // the GPU's measured GEMM ceiling; or --peak-tflops).
 #include <cblas.h>
 #include <omp.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <functional>
-#include <limits>
 #include <memory>
-#include <new>
 #include <string>
-#include <tuple>
 #include <vector>
 
-#include "core/agreement.h"
 #include "core/error.h"
-#include "core/format.h"
 #include "core/log.h"
-#include "core/output_file.h"
 #include "core/simulated_link.h"
 #include "launcher.h"
 #include "model/adamw.h"
-#include "model/audit.h"
-#include "model/checkpoint.h"
 #include "model/checkpoint_series.h"
 #include "model/data.h"
-#include "model/evaluate.h"
-#include "model/file_shape.h"
 #include "model/flops.h"
 #include "model/gpt.h"
 #include "model/hf_gpt2.h"
-#include "model/memory.h"
-#include "model/memory_budget.h"
-#include "model/pipeline_plan.h"
-#include "model/preflight.h"
 #include "model/schedule.h"
 #include "model/train.h"
 #include "observe/alpha_beta.h"
 #include "observe/peak_cache.h"
-#include "observe/step_log.h"
-#include "observe/svg_plot.h"
 #include "observe/timeline.h"
 #include "observe/timer.h"
 #include "parallel/process_grid.h"
-#include "text/bpe.h"
 #include "train/checkpoint_lifecycle.h"
+#include "train/run_checks.h"
+#include "train/run_log.h"
+#include "train/run_outputs.h"
 #include "train/run_plan.h"
 #include "train/step_report.h"
 #include "train/train_options.h"
+#include "train/trainee.h"
 
 using namespace tp;
 
 namespace {
-
-// run.json → run.svg (any other name gets ".svg" appended).
-std::string svg_path(const std::string& json_path) {
-  const std::string ext = ".json";
-  if (json_path.size() > ext.size() &&
-      json_path.compare(json_path.size() - ext.size(), ext.size(), ext) == 0)
-    return json_path.substr(0, json_path.size() - ext.size()) + ".svg";
-  return json_path + ".svg";
-}
-
-// What to check up front for --export-hf DIR (launcher.h's check_output_paths checks files): its
-// config.json when DIR exists, else the first missing folder on the way to DIR, which export_hf
-// creates; a read-only or missing parent is found before training, not after.
-std::string export_probe(std::string dir) {
-  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-  struct stat st {};
-  if (::stat(dir.c_str(), &st) == 0) return dir + "/config.json";
-  for (;;) {
-    const size_t slash = dir.find_last_of('/');
-    const std::string parent = slash == std::string::npos ? "."
-                               : slash == 0               ? "/"
-                                                          : dir.substr(0, slash);
-    if (parent == dir || ::stat(parent.c_str(), &st) == 0) return dir;
-    dir = parent;
-  }
-}
-
-// Runs `make`, turning an allocation failure into one line that names what was being allocated,
-// about how big it is and the flags that size it.
-template <typename Make>
-auto allocating(const std::string& what, const std::string& flags, Make make) {
-  try {
-    return make();
-  } catch (const std::bad_alloc&) {
-    TP_CHECK_INPUT(false, "out of memory allocating ", what, ": reduce ", flags);
-  } catch (const Error& e) {
-    // The device's own "out of host/GPU memory allocating N bytes": the same sizes on every rank,
-    // so treated as bad input (one line from rank 0), with what was being allocated.
-    const std::string m = e.what();
-    if (e.on_every_rank() || m.rfind("out of ", 0) != 0) throw;
-    TP_CHECK_INPUT(false, m, " for ", what, ": reduce ", flags);
-  }
-}
 
 // ---- MFU: the peak a rank's model FLOP/s are divided by (model/flops.h has the FLOPs) ----------
 
@@ -306,364 +244,6 @@ void recheck_peak(Communicator& world, Device& device, const Peak& peak, double 
                 : ", kept");
 }
 
-// --data FILE --tokenizer DIR: the whole file read and encoded (every rank the same ids).
-std::unique_ptr<TokenSource> tokenized_source(const std::string& path, text::Tokenizer& tokenizer,
-                                              int64_t seq, uint64_t seed) {
-  TextSource readable(path, seq, seed);  // the file's checks: exists, regular, long enough
-  std::ifstream in(path, std::ios::binary);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  TP_CHECK_INPUT(in.good() || in.eof(), "cannot read data file ", path);
-  return std::make_unique<IdSource>(
-      tokenizer.encode(bytes), tokenizer.vocab_size(), seq, seed,
-      path + " as GPT-2 BPE tokens (" + std::to_string(bytes.size()) + " bytes)");
-}
-
-// Peak device memory of every rank, in MiB (gathered for the report, after training).
-void log_peak_memory(Device& device, Communicator& world) {
-  Tensor mine = Tensor::from_host(device, Shape{2},
-                                  {static_cast<float>(device.memory().peak / 1048576.0),
-                                   static_cast<float>(device.memory().largest / 1048576.0)});
-  Tensor all(device, Shape{world.size(), 2});
-  world.all_gather(mine, all);
-  const std::vector<float> v = all.to_host();
-  std::string line;
-  char buf[96];
-  for (int r = 0; r < world.size(); ++r) {
-    std::snprintf(buf, sizeof buf, "%srank %d %.2f MiB (largest tensor %.2f MiB)", r ? ", " : "", r,
-                  v[2 * r], v[2 * r + 1]);
-    line += buf;
-  }
-  log0(world, "peak device memory: ", line);
-}
-
-// --plot: the loss curve (and the data's floor), written by rank 0.
-void write_plot(Communicator& world, const std::string& plot, const TokenSource& source,
-                const std::vector<double>& plot_steps, const std::vector<double>& plot_losses,
-                const std::vector<double>& val_steps, const std::vector<double>& val_losses) {
-  if (!plot.empty() && !plot_steps.empty()) {  // (every step skipped: no curve)
-    if (world.rank() == 0) {
-      std::vector<PlotSeries> series = {{(val_steps.empty() ? "" : "train, ") +
-                                             std::string("t = ") + std::to_string(world.size()),
-                                         plot_steps, plot_losses, "#1f77b4", false}};
-      if (!val_steps.empty())
-        series.push_back({"validation (held out)", val_steps, val_losses, "#d62728", false});
-      if (std::isfinite(source.loss_floor()))
-        series.push_back({"loss floor",
-                          {plot_steps.front(), plot_steps.back()},
-                          {source.loss_floor(), source.loss_floor()},
-                          "#888888",
-                          true});
-      write_text_file(plot,
-                      svg_line_plot("tp_train: training loss, t = " + std::to_string(world.size()),
-                                    "step", "loss (nats)", series),
-                      "--plot " + plot);
-    }
-    log0(world, "loss curve of steps ", plot_steps.front(), "..", plot_steps.back(), ": ", plot);
-  }
-}
-
-// --audit-grads: the same step at t = 1 on every rank, from the same weights, then compared;
-// false when a replicated gradient differs.
-bool audit_gradients(Context& ctx, const Plan& plan, ProcessGrid& grid, Gpt& model,
-                     const AdamWParams& hp, TokenSource& source, int64_t step) {
-  Communicator& world = ctx.world;
-  Communicator& tp = grid.tp();
-  const GptConfig& cfg = plan.cfg;
-  const int64_t batch = plan.batch, seq = plan.seq;
-  const uint64_t seed = plan.seed;
-  const int dp = plan.dp;
-  const ModelFile& file = plan.file;
-  const std::string &init_from = plan.init_from, &load = plan.load;
-  SerialCommunicator solo;
-  GptConfig one = cfg;
-  one.sp = false;
-  one.overlap = Overlap::None;
-  Gpt reference(ctx.device, solo, one);
-  reference.init(seed);
-  AdamW ref_opt(ctx.device, reference.params(), hp);
-  if (!init_from.empty()) load_model_file(file, solo, reference);
-  if (!load.empty()) load_checkpoint(load, solo, reference, ref_opt);
-  // Each TP group audits its own DP slice.
-  const Batch whole = source.batch(step, batch, seq);
-  const Batch b = dp == 1 ? whole : batch_slice(whole, grid.dp_rank() * (batch / dp), batch / dp);
-  for (Gpt* m : {&model, &reference}) {
-    m->zero_grad();
-    m->forward(b, seed, step);
-    m->backward();
-    m->finish_gradients();
-  }
-  // bf16: t = np and t = 1 round differently at the TP sums; tests/test_precision.cpp's bound.
-  const double rtol = cfg.precision == Precision::Bf16 ? 0.05 : 1e-4;
-  const auto problems = audit_replicated_gradients(tp, model, reference, rtol);
-  int64_t replicated = 0;
-  for (const Param& p : model.params()) replicated += p.split == Split::Replicated;
-  for (const auto& p : problems) log0(world, "audit: ", p);
-  log0(world, "audit: ", replicated - static_cast<int64_t>(problems.size()), " of ", replicated,
-       " replicated gradients identical on every rank and equal to t = 1",
-       problems.empty() ? "" : " — FAILED");
-  return problems.empty();
-}
-
-// What this run is: the grid, the model, the data, the batch and the steps.
-void log_run(Context& ctx, const Plan& plan, ProcessGrid& grid, const Gpt& model,
-             const TokenSource& source, float lr, int64_t step, int64_t steps) {
-  Communicator& world = ctx.world;
-  Communicator& tp = grid.tp();
-  const GptConfig& cfg = plan.cfg;
-  const int64_t seq = plan.seq, batch = plan.batch;
-  const int dp = plan.dp;
-  int64_t n_params = 0;
-  for (const Param& p : model.params())
-    n_params += p.ckpt_rows > 0 ? p.ckpt_rows * p.cols() : p.shape.numel();
-  log0(world, "tp_train: t = ", tp.size(), " (", world.name(), ", ", ctx.device.name(), ")");
-  if (dp > 1 || grid.pp_size() > 1) log0(world, "grid: ", grid.describe());
-  log0(world, "model: ", cfg.str(), ", ", n_params, " parameters");
-  if (cfg.precision == Precision::Bf16) log0(world, "bf16 GEMM: ", bf16_gemm_path(ctx.device));
-  log0(world, "data: ", source.describe());
-  if (model.padded_vocab() != cfg.vocab)
-    log0(world, "vocabulary ", cfg.vocab, " padded to ", model.padded_vocab(), " (",
-         model.padded_vocab() / tp.size(),
-         " rows per rank); the padding is never looked up, never wins the softmax, and is not "
-         "saved");
-  if (seq < cfg.seq)
-    log0(world, "sequences of ", seq, " tokens; the position table holds ", cfg.seq);
-  log0(world, "batch ", batch, " x seq ", seq, " = ", batch * seq, " tokens/step",
-       dp > 1 ? " (" + std::to_string(batch / dp) +
-                    " sequences on each of dp = " + std::to_string(dp) + " replicas)"
-              : std::string(),
-       ", lr ", lr, ", steps ", step, " -> ", step + steps);
-}
-
-// --trace: every rank's spans to rank 0, one trace for Perfetto and one chart, of the steps
-// (step - traced) + 1 .. step.
-void write_trace(Device& device, Communicator& world, Timeline& timeline, const std::string& trace,
-                 const std::string& title, int64_t step, int64_t traced) {
-  timeline.gather(world, device);
-  if (world.rank() == 0) {
-    timeline.write_trace_json(trace, "--trace " + trace);
-    timeline.set_title(title);
-    timeline.write_svg(svg_path(trace), "--trace (its SVG) " + svg_path(trace));
-  }
-  log0(world, "trace of steps ", step - traced + 1, "..", step, " (", timeline.spans().size(),
-       " spans of ", world.size(), " ranks): ", trace, " (open in https://ui.perfetto.dev) and ",
-       svg_path(trace));
-}
-
-// Rank 0's output files, opened (--log-json) or given a placeholder (--plot, --trace: written at
-// the end) before the first step, so that a full disk or a read-only file system stops the run now.
-// A resumed run (`resumed_at` >= 0) first cuts the log back to its checkpoint (observe/step_log.h).
-OutputFile open_outputs(Communicator& world, const std::string& log_json, const std::string& plot,
-                        const std::string& trace, int64_t steps, int64_t resumed_at) {
-  OutputFile json;
-  if (world.rank() == 0) {
-    const std::string what = "--log-json " + log_json;
-    if (!log_json.empty() && resumed_at >= 0)
-      if (const LogCut cut = cut_step_log(log_json, resumed_at, what); cut.cut > 0)
-        log0(world, what, ": cut ", cut.cut, " line", cut.cut == 1 ? "" : "s", " past step ",
-             resumed_at,
-             ", the checkpoint this run resumes (the interrupted run's steps, done again now)");
-    if (!log_json.empty()) json = OutputFile(log_json, what, OutputFile::Mode::Append);
-    const std::string note =
-        svg_placeholder("tp_train writes this file when it ends (it stays so if the run stopped)");
-    if (!plot.empty() && steps > 0) write_text_file(plot, note, "--plot " + plot);
-    if (!trace.empty() && steps > 0) {
-      write_text_file(trace, "{\"traceEvents\": []}\n", "--trace " + trace);
-      write_text_file(svg_path(trace), note, "--trace (its SVG) " + svg_path(trace));
-    }
-  }
-  return json;
-}
-
-// A step whose loss or gradient norm is not finite (the same on every rank: train_step): all
-// stop here with one line, or with --skip-nonfinite all skip the update and say so.
-void non_finite_step(Communicator& world, const StepResult& r, int64_t step, bool skip_nonfinite) {
-  // The same on every rank (train_step): all stop here, or all skip the update.
-  const double bad = r.nonfinite == "loss" ? r.loss : r.grad_norm;
-  const std::string what = std::string(r.nonfinite == "loss" ? "the loss" : "the gradient norm") +
-                           " is " +
-                           (std::isnan(bad) ? "NaN"
-                            : bad > 0       ? "+Inf"
-                                            : "-Inf");
-  if (!skip_nonfinite)
-    throw Error(detail::str_cat("step ", step + 1, ": ", what, ", first non-finite tensor: ",
-                                r.nonfinite, "; no update made and nothing saved (lower --lr, ",
-                                "set --clip, or pass --skip-nonfinite to skip such steps)"),
-                Error::kNonFinite);
-  log0(world, "step ", step + 1, ": skipped (", what, ", first non-finite tensor: ", r.nonfinite,
-       ")");
-}
-
-// --zero 1: AdamW's moments sharded over the DP replicas (after a load, which reads them whole).
-void shard_optimizer(Communicator& world, ProcessGrid& grid, const Plan& plan, const Gpt& model,
-                     AdamW& opt) {
-  if (plan.step_opts.zero != 1 || opt.sharded()) return;
-  const int64_t whole = opt.state_bytes();
-  opt.shard_over(grid.dp(), model.params());
-  log0(world, "--zero 1: AdamW's moments on each rank: ", opt.state_bytes(),
-       " bytes (2 · 4 · ⌈P/dp⌉", ", P = ", whole / 8,
-       " parameter elements of this TP rank) instead of ", whole);
-}
-
-// What a block keeps for backward, measured by the memory ledger, against the formula.
-void check_activation_memory(Communicator& world, const Gpt& model, const GptConfig& cfg,
-                             int64_t seq, int64_t batch, int t) {
-  const int64_t measured = model.memory().layer_bytes(0),
-                formula = block_activation_bytes(cfg, seq, batch, t);
-  TP_CHECK(measured == formula, "activation memory of block 0: the ledger has ", measured,
-           " bytes but the formula (lib/model/memory.h) gives ", formula);
-  log0(world, "activations kept per block on each rank: ", measured, " bytes (ledger) = ", formula,
-       " bytes (formula", cfg.sp ? ", with SP" : "", ")");
-}
-
-// After the first step: the same peak from what the run holds (the parameters and gradients,
-// AdamW's state, the memory ledger's kept activations and one block's rerun) against the budget.
-void check_measured_budget(Communicator& world, const Options& o, const Plan& plan,
-                           const Gpt& model, const AdamW& opt) {
-  const int64_t budget = memory_budget_bytes(o);
-  if (budget <= 0) return;
-  int64_t states = opt.state_bytes();
-  for (const Param& p : model.params())  // the fp32 master, its bf16 copy (if any), the gradient
-    states += static_cast<int64_t>(p.value.bytes() + p.grad.bytes() +
-                                   (p.compute.defined() ? p.compute.bytes() : 0));
-  const int64_t micro = plan.batch / plan.dp / plan.step_opts.micro_batches;
-  const int64_t peak = states + model.memory().total_bytes() +
-                       recompute_rerun_bytes(plan.cfg, plan.seq, micro, plan.t);
-  TP_CHECK_INPUT(peak <= budget, "--memory-budget=", mib(budget), " per rank: step 1 held ",
-                 mib(peak), " per rank (model states ", mib(states), ", activations ",
-                 mib(peak - states),
-                 " by the memory ledger); raise the budget or add --recompute / --micro-batches");
-  log0(world, "--memory-budget: step 1 held ", mib(peak), " per rank (ledger) of ", mib(budget));
-}
-
-// --pp: each stage's schedule as it ran, its activations in flight against the formula, and the
-// measured bubble against (N − 1)/(m + N − 1) (rank 0 prints what every stage's TP rank 0 sent).
-void log_pipeline(Device& device, Communicator& world, ProcessGrid& grid, const Plan& plan,
-                  const PipelineRecord& record) {
-  const int n = grid.pp_size(), m = plan.step_opts.micro_batches;
-  const Schedule sched = plan.step_opts.schedule;
-  // Per rank: stage, in flight, bubble, peak bytes, then its ops as ±(micro + 1) (+: forward).
-  const int64_t width = 4 + 2 * static_cast<int64_t>(m);
-  std::vector<float> row = {
-      static_cast<float>(grid.pp_rank()), static_cast<float>(record.peak_in_flight),
-      static_cast<float>(record.bubble()), static_cast<float>(record.peak_activation_bytes)};
-  for (const PipelineRecord::Span& sp : record.ops)
-    row.push_back(static_cast<float>(sp.op.forward ? sp.op.micro + 1 : -(sp.op.micro + 1)));
-  row.resize(static_cast<size_t>(width), 0.0f);
-  Tensor all(device, Shape{world.size(), width});
-  world.all_gather(Tensor::from_host(device, Shape{width}, row), all);
-  const std::vector<float> v = all.to_host();
-  log0(world, "pipeline: --schedule ", schedule_name(sched), ", ", n, " stages, m = ", m,
-       " micro-batches (stage s of TP rank 0, DP replica 0):");
-  double bubble = 0;
-  for (int s = 0; s < n; ++s) {
-    const float* r = &v[static_cast<size_t>(grid.world_rank(0, 0, s) * width)];
-    std::string ops;
-    for (int64_t k = 4; k < width; ++k)
-      ops += (k > 4 ? " " : "") + std::string(r[k] > 0 ? "F" : "B") +
-             std::to_string(static_cast<int>(std::fabs(r[k])) - 1);
-    char line[160];
-    std::snprintf(line, sizeof line,
-                  "in flight %d (formula %d), activations kept %.0f bytes, idle %.1f %%",
-                  static_cast<int>(r[1]), in_flight_formula(sched, n, s, m), r[3], 100.0 * r[2]);
-    log0(world, "  stage ", s, ": ", ops, " | ", line);
-    bubble += r[2] / n;
-  }
-  char line[160];
-  std::snprintf(line, sizeof line,
-                "pipeline bubble: %.1f %% measured (mean idle share of the stages) vs (N - 1)/(m + "
-                "N - 1) = %.1f %%",
-                100.0 * bubble, 100.0 * bubble_formula(n, m));
-  log0(world, line);
-}
-
-// --eval-every: the held-out loss (model/evaluate.h) after this step, when it is an evaluation
-// step (every N, and the last); NaN otherwise. Each DP replica runs its slice of every held-out
-// batch (in --micro-batches forwards, like training) and the replicas average.
-double validation_loss(const Options& o, ProcessGrid& grid, Device& device, Gpt& model,
-                       const TokenSource& source, const Plan& plan, int64_t step, bool last) {
-  const int64_t every = o.get_int("eval-every");
-  if (every <= 0 || (step % every != 0 && !last)) return std::numeric_limits<double>::quiet_NaN();
-  const int64_t per_replica = plan.batch / plan.dp;
-  const EvalSlice slice{grid.dp_rank() * per_replica, per_replica, plan.step_opts.micro_batches};
-  // With --pp the held-out batches go forward through the stages (model/evaluate.h).
-  // A SIGTERM is agreed after each held-out batch (every rank runs the same batches), so a long
-  // evaluation ends within a batch; the step loop then stops the run.
-  const double mine =
-      held_out_loss(model, grid.pp(), source, o.get_int("eval-batches"), plan.batch, plan.seq,
-                    plan.seed, slice, [] { return agreed_stop_signal() != 0; });
-  if (plan.dp == 1) return mine;
-  Tensor v = Tensor::from_host(device, Shape{1}, {static_cast<float>(mine)});
-  grid.dp().all_reduce(v);
-  return v.to_host()[0] / plan.dp;
-}
-
-// Every output path on every rank, before anything is allocated or trained: a bad path costs
-// seconds, not the run.
-void check_outputs(const Options& o, const std::string& trace, const std::string& export_dir) {
-  check_output_paths({{"--save", CheckpointSeries(o.get_text("save")).final_path(0)},
-                      {"--dump-grads", o.get_text("dump-grads")},
-                      {"--log-json", o.get_text("log-json")},
-                      {"--trace", trace},
-                      {"--trace (its SVG)", trace.empty() ? "" : svg_path(trace)},
-                      {"--plot", o.get_text("plot")},
-                      {"--export-hf", export_dir.empty() ? "" : export_probe(export_dir)}});
-}
-
-// The model (initialised from `seed`) and its optimizer on this rank's TP group; running out of
-// memory is one line naming what and the flags that size it.
-struct Trainee {
-  std::unique_ptr<Gpt> model;
-  std::unique_ptr<AdamW> opt;
-};
-
-Trainee build(Device& device, Communicator& tp, const GptConfig& cfg, const StageLayout& stage,
-              uint64_t seed, const AdamWParams& hp) {
-  // The size of weights and gradients (fp32) per rank, roughly, for an out-of-memory message.
-  const double h = static_cast<double>(cfg.hidden), ffn = cfg.ffn ? cfg.ffn : 4.0 * h;
-  const double weights = 4.0 *
-                         (static_cast<double>(cfg.layers) * (4 * h * h + 3 * h * ffn) +
-                          static_cast<double>(cfg.vocab + cfg.seq) * h) /
-                         tp.size();
-  auto model_ptr =
-      allocating("the model (about " + gib(2 * weights) + " of weights and gradients per rank)",
-                 "--hidden/--layers/--ffn/--vocab/--seq or add ranks",
-                 [&] { return std::make_unique<Gpt>(device, tp, cfg, stage); });
-  model_ptr->init(seed);
-  auto opt_ptr = allocating("AdamW's moments (about " + gib(2 * weights) + " per rank)",
-                            "--hidden/--layers/--ffn/--vocab or add ranks", [&] {
-                              return std::make_unique<AdamW>(device, model_ptr->params(), hp);
-                            });
-  return {std::move(model_ptr), std::move(opt_ptr)};
-}
-
-// --init-from (weights, step 0) or --load (weights, moments and the step): the step to start at.
-int64_t start_from(Communicator& world, Communicator& tp, const Plan& plan, Gpt& model,
-                   AdamW& opt) {
-  const std::string &init_from = plan.init_from, &load = plan.load;
-  const ModelFile& file = plan.file;
-  int64_t step = 0;
-  if (!init_from.empty()) {
-    load_model_file(file, tp, model);
-    log0(world, "initialised from ", init_from, ": ", file.describe(),
-         "; AdamW starts fresh at step 0");
-    if (!file.checksums) log0(world, unverified_note(init_from));
-  } else if (!load.empty()) {
-    const LoadedCheckpoint loaded = load_checkpoint(load, tp, model, opt);
-    step = loaded.step;
-    log0(world, "loaded ", load, " at step ", step,
-         loaded.optimizer_state ? " (with optimizer state)"
-                                : " (no optimizer state: AdamW starts fresh)");
-    if (!loaded.checksums) log0(world, unverified_note(load));
-  }
-  // Step counters: the data's sample index (step · batch + b) · (seq + 1) must not overflow.
-  const int64_t last_step = std::numeric_limits<int64_t>::max() / plan.batch / (plan.cfg.seq + 1);
-  TP_CHECK_INPUT(step <= last_step && plan.steps <= last_step - step, "step ", step,
-                 load.empty() ? "" : " (from --load " + load + ")", " + --steps=", plan.steps,
-                 " passes the last step this --batch/--seq can number, ", last_step,
-                 "; use fewer --steps or a checkpoint with a sane step count");
-  return step;
-}
-
 int train(Context& ctx) {
   const Options& o = ctx.options;
   Communicator& world = ctx.world;
@@ -672,22 +252,17 @@ int train(Context& ctx) {
   GptConfig& cfg = plan.cfg;
   const int64_t seq = plan.seq, batch = plan.batch;
   const uint64_t seed = plan.seed;
-  const std::string &data = plan.data, &load = plan.load, &export_dir = plan.export_dir;
+  const std::string &load = plan.load, &export_dir = plan.export_dir;
   const int dp = plan.dp;
 
   const std::string trace = o.get_text("trace");
   CheckpointSeries(o.get_text("save")).create_folder();  // --save DIR/ (every rank: idempotent)
-  check_outputs(o, trace, export_dir);
+  check_output_paths(run_output_paths(o, trace, export_dir));
   // --save is this run's until it ends: a second run saving to the same file is refused now, not
   // silently overwritten at the end (lib/model/checkpoint.h).
   const CheckpointClaim claim(CheckpointSeries(o.get_text("save")).claim_path(), world, ctx.device);
 
-  const std::unique_ptr<TokenSource> source =
-      allocating("the data", "the --data file or --vocab", [&]() -> std::unique_ptr<TokenSource> {
-        if (data.empty()) return std::make_unique<MarkovSource>(cfg.vocab, seed);
-        if (plan.tokenizer) return tokenized_source(data, *plan.tokenizer, seq, seed);
-        return std::make_unique<TextSource>(data, seq, seed, o.get_real("val-fraction"));
-      });
+  const std::unique_ptr<TokenSource> source = token_source(plan, o.get_real("val-fraction"));
 
   TP_CHECK_INPUT(o.get_int("eval-every") == 0 || source->has_held_out(), "--eval-every ",
                  o.get_int("eval-every"), " needs held-out data and there is none (",
@@ -721,7 +296,8 @@ int train(Context& ctx) {
   const int64_t steps = steps_to_run(plan, step, steps_note);
   if (!steps_note.empty()) log0(world, steps_note);
   shard_optimizer(world, grid, plan, model, opt);
-  log_run(ctx, plan, grid, model, *source, hp.lr, step, steps);
+  log_run(world, ctx.device, plan, grid, model, *source, hp.lr, step, steps,
+          cfg.precision == Precision::Bf16 ? bf16_gemm_path(ctx.device) : "");
   const Peak peak = run_peak(ctx);
   const TokenFlops flops = token_flops(cfg, seq);
   log0(world, flops_line(cfg, seq, world.size(), peak.flops, peak.what));
@@ -739,7 +315,7 @@ int train(Context& ctx) {
   std::vector<double> plot_steps, plot_losses;  // --plot (checked with the other output paths)
   std::vector<double> plot_val_steps, plot_val_losses;  // --eval-every's points
   if (o.get_flag("audit-grads")) {
-    if (!audit_gradients(ctx, plan, grid, model, hp, *source, step)) return 1;
+    if (!audit_gradients(world, ctx.device, plan, grid, model, hp, *source, step)) return 1;
     model.zero_grad();
   }
   // --predict: α and β of the live communicator now; the report after the first warm step (the
@@ -837,8 +413,8 @@ int train(Context& ctx) {
     if (predict && i == std::min<int64_t>(1, steps - 1))
       log0(world, predict_prefix, "step ", step + 1, ":\n",
            prediction_report(tp.ledger(), mark, tp.ledger().size(), link, predict_prefix));
-    n.val_loss =
-        validation_loss(o, grid, ctx.device, model, *source, plan, step + 1, i + 1 == steps);
+    n.val_loss = validation_loss(o, grid, ctx.device, model, *source, plan, step + 1,
+                                 i + 1 == steps, [] { return agreed_stop_signal() != 0; });
     if (std::isfinite(n.val_loss)) {
       log0(world, validation_line(n, *source, o.get_int("eval-batches"), batch));
       plot_val_steps.push_back(static_cast<double>(step + 1));
