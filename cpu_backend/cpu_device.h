@@ -53,6 +53,21 @@ class CpuDevice : public Device {
   /// The bf16 GEMM's line ("oneDNN (avx512_core_amx)", "sgemm on f32 stand-ins (...)").
   const std::string& bf16_gemm_note() const { return bf16_gemm_.note; }
 
+  // ---- The peak MFU divides by: the one-thread sgemm probe (peak_probe.cpp) -------------------
+  /// The best GFLOP/s of one thread's f32 GEMM at 512³ and 1024³ (best of 3 after a warm-up):
+  /// OpenBLAS's cblas_sgemm, or this device's gemm where it runs its f32 GEMMs on oneDNN instead
+  /// (cpu::f32_gemm: an OpenBLAS that does not know an AVX-512 CPU).
+  double one_thread_sgemm_gflops();
+  /// The peak cache's BLAS part of the key (observe/peak_cache.h): OpenBLAS's kernels, and
+  /// "+ oneDNN f32" when the f32 GEMMs run on oneDNN instead (a different ceiling on the same
+  /// machine).
+  std::string blas_core_key() const;
+  /// "" when OpenBLAS runs its best kernels for this CPU, else a line saying why the GEMMs are
+  /// slower than they could be and the variable that changes it (see peak_probe.cpp).
+  std::string blas_kernel_note() const;
+  /// The OpenMP threads of this rank: the peak is one thread's ceiling times these.
+  int threads() const;
+
   void* allocate(size_t bytes) override;
   void deallocate(void* ptr) override;
   void copy_from_host(void* dst, const void* host_src, size_t bytes) override;

@@ -88,4 +88,36 @@ std::string f32_gemm_path(const Device& device, bool* onednn = nullptr);
 /// cpu::f32_gemm). In backends.cpp.
 bool openblas_lacks_avx512();
 
+// ---- MFU: the peak a rank's model FLOP/s are divided by (model/flops.h has the FLOPs) ----------
+// In peak.cpp; the CPU's probe is the CPU device's (cpu_backend/peak_probe.cpp).
+
+/// The peak per rank, and where it came from.
+struct Peak {
+  double flops = 0;  // per rank, FLOP/s
+  std::string what;  // for the header
+  // On the CPU, where the one-thread ceiling came from (rank 0): its cache file and key, "" when
+  // --peak-tflops gave the peak or on the GPU (recheck_peak below).
+  std::string cache_path, cache_key;
+  double thread_gflops = 0;
+  bool given =
+      false;  // --peak-tflops: an MFU above 100 % warns once (a measured peak is rechecked)
+};
+
+/// --peak-tflops X, else on the CPU the one-thread sgemm ceiling (cached per machine:
+/// observe/peak_cache.h) times the threads of a rank, on the GPU the measured fp32 GEMM ceiling.
+/// Rank 0 measures, every rank gets its value.
+Peak run_peak(Context& ctx);
+
+/// After the run, on rank 0: a step whose model FLOP/s beat the CPU peak (MFU over 100 %) shows
+/// the cached one-thread ceiling is low. It is measured once, over a second or two, so a
+/// measurement taken while the machine was busy (a parallel build, other ranks) stays low for
+/// every later run; seen on a 2-core Xeon, 107 GFLOP/s cached against 147 quiet, MFU 105 %.
+/// Measured again now (after the run, so no step is disturbed), and the higher value cached.
+void recheck_peak(Communicator& world, Device& device, const Peak& peak, double best_mfu);
+
+/// A CPU with AVX-512 whose OpenBLAS runs kernels without it (OPENBLAS_CORETYPE, or an OpenBLAS
+/// too old to know the CPU): a line saying so and what to set, since the GEMMs are most of a CPU
+/// step (the measurements: cpu_backend/peak_probe.cpp); "" when not, or on another device.
+std::string blas_kernel_note(const Device& device);
+
 }  // namespace tp

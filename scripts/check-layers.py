@@ -65,6 +65,11 @@ FORBIDDEN = {
 }
 for _layer in ("core", "io", "text", "parallel", "model", "train", "mpi", "gpu_backend", "launcher", "lessons", "tools"):
     FORBIDDEN[_layer] = FORBIDDEN.get(_layer, set()) | ONEDNN_HEADERS
+# The CPU's BLAS and OpenMP stay in cpu_backend/ (and launcher/node.cpp's thread count): lib/ asks
+# the device (tools/tp_bench.cpp still calls OpenBLAS itself, so tools/ is not on this list yet).
+BLAS_OMP_HEADERS = {"cblas.h", "omp.h"}
+for _layer in ("core", "io", "text", "parallel", "model", "train", "mpi", "lessons"):
+    FORBIDDEN[_layer] = FORBIDDEN[_layer] | BLAS_OMP_HEADERS
 # Where a quoted include that is not beside its file is looked for (the -I roots of the build).
 ROOTS = ["lib", "cpu_backend", "mpi", "gpu_backend", "launcher", "lessons", "tests", "tests/cuda_emu/include"]
 SOURCES = (".h", ".cpp", ".cu", ".cuh")

@@ -24,6 +24,9 @@ TEST(Format, ScientificAndFixed) {
   EXPECT_EQ(tp::fixed(2.346, 2), "2.35");
   EXPECT_EQ(tp::fixed(5.123456789, 5), "5.12346");
   EXPECT_EQ(tp::fixed(7.0, 0), "7");
+  EXPECT_EQ(tp::fmt_g(0.5), "0.5");
+  EXPECT_EQ(tp::fmt_g(3.14159), "3.142");
+  EXPECT_EQ(tp::fmt_g(12346.0), "1.235e+04");
 }
 
 TEST(Format, BinaryUnits) {

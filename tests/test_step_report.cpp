@@ -21,12 +21,6 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-TEST(StepReport, FmtGKeepsFourDigits) {
-  EXPECT_EQ(tp::fmt_g(0.5), "0.5");
-  EXPECT_EQ(tp::fmt_g(12346.0), "1.235e+04");
-  EXPECT_EQ(tp::fmt_g(3.14159), "3.142");
-}
-
 TEST(StepReport, UtilisationAgainstThePeak) {
   StepNumbers n = numbers();
   tp::TokenFlops f;

@@ -32,10 +32,7 @@
 // Its last columns are the model FLOP/s per rank and the MFU (HFU with --recompute): the global
 // model's 6·N + 12·L·h·S FLOPs per token (model/flops.h) over all ranks, divided by the peak the
 // header names (the one-thread sgemm ceiling × threads, cached per machine: observe/peak_cache.h;
-// the GPU's measured GEMM ceiling; or --peak-tflops).
-#include <cblas.h>
-#include <omp.h>
-
+// the GPU's measured GEMM ceiling; or --peak-tflops: launcher.h's run_peak).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -57,7 +54,6 @@
 #include "model/schedule.h"
 #include "model/train.h"
 #include "observe/alpha_beta.h"
-#include "observe/peak_cache.h"
 #include "observe/timeline.h"
 #include "observe/timer.h"
 #include "parallel/process_grid.h"
@@ -73,176 +69,6 @@
 using namespace tp;
 
 namespace {
-
-// ---- MFU: the peak a rank's model FLOP/s are divided by (model/flops.h has the FLOPs) ----------
-
-// The best GFLOP/s of one thread's f32 GEMM at 512³ and 1024³ (best of 3 after a warm-up): OpenBLAS's
-// cblas_sgemm, or Device::gemm where the CPU device runs its f32 GEMMs on oneDNN instead
-// (f32_gemm_path: an OpenBLAS that does not know an AVX-512 CPU).
-double one_thread_sgemm_gflops(Device& device) {
-  bool onednn = false;
-  f32_gemm_path(device, &onednn);
-  const int before = openblas_get_num_threads(), omp_before = omp_get_max_threads();
-  openblas_set_num_threads(1);
-  omp_set_num_threads(1);
-  double best = 0;
-  for (int n : {512, 1024}) {
-    std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(a.size(), 0.25f), c(a.size());
-    const Tensor ta = Tensor::from_host(device, Shape{n, n}, a),
-                 tb = Tensor::from_host(device, Shape{n, n}, b);
-    Tensor tc(device, Shape{n, n});
-    for (int rep = 0; rep < 4; ++rep) {
-      const double t0 = now();
-      if (onednn)
-        device.gemm(false, false, 1.0f, ta, tb, 0.0f, tc);
-      else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(),
-                    n, 0.0f, c.data(), n);
-      if (rep > 0) best = std::max(best, 2.0 * n * n * n / (now() - t0) / 1e9);
-    }
-  }
-  openblas_set_num_threads(before);
-  omp_set_num_threads(omp_before);
-  return best;
-}
-
-// The best GFLOP/s of Device::gemm (fp32) at n³ for n = 256, 512, ... 4096 (best of 3 after a
-// warm-up each), stopping at the first size whose call takes over 50 ms (a slow device, or the
-// CUDA emulator): the GPU's measured fp32 GEMM ceiling.
-double device_gemm_gflops(Device& device) {
-  double best = 0;
-  for (int64_t n = 256; n <= 4096; n *= 2) {
-    Tensor a(device, Shape{n, n}), b(device, Shape{n, n}), c(device, Shape{n, n});
-    device.fill(a, 0.5f);
-    device.fill(b, 0.25f);
-    double slowest = 0;
-    for (int rep = 0; rep < 4; ++rep) {
-      device.synchronize();
-      const double t0 = now();
-      device.gemm(false, false, 1.0f, a, b, 0.0f, c);
-      device.synchronize();
-      const double secs = now() - t0;
-      slowest = std::max(slowest, secs);
-      if (rep > 0) best = std::max(best, 2.0 * static_cast<double>(n * n * n) / secs / 1e9);
-    }
-    if (slowest > 0.05) break;
-  }
-  return best;
-}
-
-// The peak cache's BLAS part of the key: OpenBLAS's kernels, and "+ oneDNN f32" when the f32 GEMMs
-// run on oneDNN instead (a different ceiling on the same machine).
-std::string blas_core_key(const Device& device) {
-  bool onednn = false;
-  f32_gemm_path(device, &onednn);
-  return std::string(openblas_get_corename()) + (onednn ? " + oneDNN f32" : "");
-}
-
-struct Peak {
-  double flops = 0;  // per rank, FLOP/s
-  std::string what;  // for the header
-  // On the CPU, where the one-thread ceiling came from (rank 0): its cache file and key, "" when
-  // --peak-tflops gave the peak or on the GPU (recheck_peak below).
-  std::string cache_path, cache_key;
-  double thread_gflops = 0;
-  bool given =
-      false;  // --peak-tflops: an MFU above 100 % warns once (a measured peak is rechecked)
-};
-
-// --peak-tflops X, else on the CPU the one-thread sgemm ceiling (cached per machine:
-// observe/peak_cache.h) times the threads of a rank, on the GPU the measured fp32 GEMM ceiling.
-// Rank 0 measures, every rank gets its value.
-Peak run_peak(Context& ctx) {
-  Peak p;
-  const double given = ctx.options.get_real("peak-tflops");
-  if (given > 0) {
-    p.flops = given * 1e12;
-    p.given = true;
-    p.what = "--peak-tflops " + fmt_g(given) + " per rank";
-    return p;
-  }
-  const bool cpu = ctx.options.get_text("backend") != "gpu";
-  std::string note;
-  double gflops = 0;
-  if (ctx.world.rank() == 0) {
-    if (cpu) {
-      const std::string path = peak_cache_path(),
-                        key = peak_cache_key(cpu_model_name(), blas_core_key(ctx.device));
-      gflops = cached_peak(path, key);
-      note = "cached in " + path;
-      if (gflops <= 0) {
-        gflops = one_thread_sgemm_gflops(ctx.device);
-        note = store_peak(path, key, gflops) ? "measured now, cached in " + path
-                                             : "measured now (no cache)";
-      }
-      note = key + ", " + note;
-      p.cache_path = path;
-      p.cache_key = key;
-    } else {
-      gflops = device_gemm_gflops(ctx.device);
-    }
-  }
-  Tensor v = Tensor::from_host(ctx.device, Shape{1}, {static_cast<float>(gflops)});
-  ctx.world.broadcast(v, 0);
-  gflops = v.to_host()[0];
-  if (cpu) {
-    const int threads = omp_get_max_threads();
-    p.thread_gflops = gflops;
-    p.flops = gflops * 1e9 * threads;
-    p.what = std::to_string(threads) + " thread(s) × " + fmt_g(gflops) +
-             " GFLOP/s (one-thread sgemm ceiling; " + note + ")";
-  } else {
-    p.flops = gflops * 1e9;
-    p.what = "the measured fp32 GEMM ceiling of " + ctx.device.name() +
-             " (Device::gemm, n³ up to 4096³)";
-  }
-  return p;
-}
-
-// A CPU with AVX-512 whose OpenBLAS runs kernels without it, OPENBLAS_CORETYPE=Haswell set by the
-// environment (some machines' do) or an OpenBLAS too old to know the CPU: "" when neither, else a
-// line saying so, since the GEMMs are most of a CPU step. Measured on a 2-core AMD EPYC (Zen 5),
-// one thread, make bench's model: 8,600 tokens/s on OpenBLAS's own pick (Cooperlake, AVX-512),
-// 5,100 with OPENBLAS_CORETYPE=Haswell (AVX2). On a 2-core Xeon of model 207 (Emerald Rapids),
-// which Debian 12's OpenBLAS 0.3.21 does not know and runs on its Prescott (SSE3) kernels:
-// 830-1,490 tokens/s, against 3,770-5,380 with OPENBLAS_CORETYPE=SkylakeX (3.6-4.5x, interleaved).
-std::string blas_kernel_note(const Device& device) {
-  const std::string core = openblas_get_corename();
-  bool onednn = false;
-  const std::string path = f32_gemm_path(device, &onednn);
-  const bool narrow = openblas_lacks_avx512();
-  if (onednn)
-    return "note: f32 GEMMs: " + path + "; TP_CPU_F32_GEMM=openblas keeps OpenBLAS" +
-           (narrow ? ", OPENBLAS_CORETYPE=SkylakeX gives it its AVX-512 kernels" : "");
-  if (!narrow) return "";
-  const char* forced = std::getenv("OPENBLAS_CORETYPE");
-  return "note: OpenBLAS runs its " + core + " kernels" +
-         (forced ? " (OPENBLAS_CORETYPE=" + std::string(forced) + ")" : std::string()) +
-         " on a CPU with AVX-512, where its SkylakeX ones are faster (1.7x tokens/s measured "
-         "against Haswell's on an AMD EPYC, 3.6-4.5x against Prescott's on a Xeon): " +
-         (forced ? "unset OPENBLAS_CORETYPE" : "run with OPENBLAS_CORETYPE=SkylakeX");
-}
-
-// After the run, on rank 0: a step whose model FLOP/s beat the CPU peak (MFU over 100 %) shows the
-// cached one-thread ceiling is low. It is measured once, over a second or two, so a measurement
-// taken while the machine was busy (a parallel build, other ranks) stays low for every later run;
-// seen on a 2-core Xeon, 107 GFLOP/s cached against 147 quiet, MFU 105 %. Measured again now
-// (after the run, so no step is disturbed), and the higher value cached.
-void recheck_peak(Communicator& world, Device& device, const Peak& peak, double best_mfu) {
-  if (world.rank() != 0 || peak.cache_key.empty() || best_mfu <= 1.0) return;
-  const double now_gflops = one_thread_sgemm_gflops(device);
-  const bool higher = now_gflops > peak.thread_gflops;
-  const bool stored = higher && store_peak(peak.cache_path, peak.cache_key, now_gflops);
-  char pct[16];
-  std::snprintf(pct, sizeof pct, "%.3g", 100.0 * best_mfu);
-  log0(world, "note: MFU reached ", pct, " % against a one-thread sgemm ceiling of ",
-       fmt_g(peak.thread_gflops), " GFLOP/s, so that ceiling was measured on a busy machine (or ",
-       "OpenBLAS's sgemm is not this CPU's fastest GEMM); measured again now: ", fmt_g(now_gflops),
-       " GFLOP/s",
-       stored   ? ", cached for the next run"
-       : higher ? " (not cached)"
-                : ", kept");
-}
 
 int train(Context& ctx) {
   const Options& o = ctx.options;

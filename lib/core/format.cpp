@@ -47,4 +47,10 @@ std::string fixed(double x, int digits) {
   return buf;
 }
 
+std::string fmt_g(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", x);
+  return buf;
+}
+
 }  // namespace tp

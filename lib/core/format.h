@@ -29,4 +29,7 @@ std::string sci(double x, int digits = 2);
 /// x with `digits` after the point: fixed(2.346, 2) = "2.35".
 std::string fixed(double x, int digits);
 
+/// x in 4 significant digits, printf's %.4g: "0.5", "3.142", "1.235e+04".
+std::string fmt_g(double x);
+
 }  // namespace tp

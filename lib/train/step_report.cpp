@@ -9,12 +9,6 @@
 
 namespace tp {
 
-std::string fmt_g(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.4g", v);
-  return buf;
-}
-
 // The line an evaluation step prints: the held-out loss beside the step's training loss and the
 // data's floor.
 std::string validation_line(const StepNumbers& n, const TokenSource& source, int64_t batches,

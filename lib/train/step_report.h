@@ -10,14 +10,12 @@
 #include <limits>
 #include <string>
 
+#include "core/format.h"  // fmt_g
 #include "model/config.h"
 #include "model/data.h"
 #include "model/flops.h"
 
 namespace tp {
-
-/// A number in 4 significant digits, printf's %.4g ("1.235e+04", "0.5").
-std::string fmt_g(double v);
 
 /// One step's numbers, as the progress line and --log-json print them.
 struct StepNumbers {
