@@ -190,23 +190,6 @@ std::string space_problem(const std::string& dir, int64_t bytes) {
          " has " + human_bytes(avail) + " free";
 }
 
-// Writes all `size` bytes to `fd` (write(2) may write fewer, or be interrupted), adding what it
-// wrote to `written`; false with errno set when it fails.
-bool write_all(int fd, const char* data, size_t size, int64_t& written) {
-  while (size > 0) {
-    const ssize_t n = ::write(fd, data, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      if (n == 0) errno = EIO;
-      return false;
-    }
-    data += n;
-    size -= static_cast<size_t>(n);
-    written += n;
-  }
-  return true;
-}
-
 }  // namespace
 
 void check_save_target(const std::string& path, int64_t bytes) {
@@ -237,34 +220,24 @@ void write(const std::string& path, const std::vector<std::string_view>& pieces)
   for (const Leftover& g : gone)
     std::fprintf(stderr, "note: removed %s, left behind by a save that was killed (pid %ld)\n",
                  g.path.c_str(), g.pid);
+
+  // Every system call is checked where it happens (core/output_file.h's replace_file), and its
+  // failure is one line naming the call, the file, how far the write got and errno; the temporary
+  // file is then removed and `path` is untouched. fsync before the rename, so a crash cannot leave
+  // a renamed file with missing data. The temporary name carries the pid: a leftover of a killed
+  // save names its process, so remove_dead_leftovers knows when it may go.
+  const std::string tmp = target + ".tmp." + std::to_string(static_cast<long>(::getpid()));
   int64_t total = 0;
   for (const std::string_view& piece : pieces) total += static_cast<int64_t>(piece.size());
-
-  // Every system call is checked where it happens, and its failure is one line naming the call,
-  // the file, how far the write got and errno; the temporary file is then removed and `path` is
-  // untouched. fsync before the rename, so a crash cannot leave a renamed file with missing data.
-  const std::string tmp = target + ".tmp." + std::to_string(static_cast<long>(::getpid()));
-  int fd = -1;
-  int64_t written = 0;
-  auto fail = [&](const std::string& what) {
-    const int err = errno;
-    if (fd >= 0) ::close(fd);
-    ::unlink(tmp.c_str());
-    TP_CHECK(false, "cannot write checkpoint ", path, ": ", what, " ", tmp, " failed",
-             what == "write to"
+  replace_file(target, tmp, pieces, [&](ReplaceStep step, int err, int64_t written) {
+    const char* const kCalls[] = {"creating", "write to", "fsync of", "close of", "renaming"};
+    TP_CHECK(false, "cannot write checkpoint ", path, ": ", kCalls[static_cast<int>(step)], " ",
+             tmp, " failed",
+             step == ReplaceStep::Write
                  ? " after " + std::to_string(written) + " of " + std::to_string(total) + " bytes"
                  : std::string(),
              ": ", errno_text(err));
-  };
-  fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail("creating");
-  for (const std::string_view& piece : pieces)
-    if (!write_all(fd, piece.data(), piece.size(), written)) fail("write to");
-  if (::fsync(fd) != 0) fail("fsync of");
-  const int closing = fd;
-  fd = -1;
-  if (::close(closing) != 0) fail("close of");
-  if (std::rename(tmp.c_str(), target.c_str()) != 0) fail("renaming");
+  });
   // The rename is durable once the folder is synced; a file system that cannot sync a folder
   // (EINVAL) has nothing to lose here.
   const int dir_fd = ::open(folder_of(target).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
