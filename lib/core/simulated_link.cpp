@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -122,7 +123,7 @@ std::string SimulatedLink::name() const {
 
 // A receive completes when the message has arrived: it is charged the send's time (α + N/β).
 Clock::time_point SimulatedLink::deadline(const Forwarded& call) const {
-  const char* op = std::string(call.op) == "recv" ? "send" : call.op;
+  const char* op = std::strcmp(call.op, "recv") == 0 ? "send" : call.op;
   const double s = predict_seconds(op, size(), bytes_of(*call.buffer), link_.model);
   return Clock::now() +
          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
