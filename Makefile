@@ -440,14 +440,16 @@ bench: $(BUILD)/bin/tp_bench $(BUILD)/bin/tp_train $(BUILD)/bin/lesson_11_overla
 FUZZ_CXX   ?= clang++
 FUZZ_FLAGS := -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
               -Ilib
-$(BUILD)/fuzz/fuzz_safetensors: tests/fuzz/fuzz_safetensors.cpp lib/io/safetensors.cpp lib/io/crc32c.cpp lib/core/output_file.cpp lib/core/error.cpp
+$(BUILD)/fuzz/fuzz_safetensors: tests/fuzz/fuzz_safetensors.cpp lib/io/safetensors.cpp lib/io/durable_write.cpp \
+                                 lib/io/crc32c.cpp lib/core/output_file.cpp lib/core/error.cpp
 	@mkdir -p $(dir $@)
 	$(FUZZ_CXX) $(FUZZ_FLAGS) $^ -o $@
 $(BUILD)/fuzz/fuzz_options: tests/fuzz/fuzz_options.cpp lib/core/options.cpp lib/core/error.cpp
 	@mkdir -p $(dir $@)
 	$(FUZZ_CXX) $(FUZZ_FLAGS) $^ -o $@
 $(BUILD)/fuzz/fuzz_checkpoint_meta: tests/fuzz/fuzz_checkpoint_meta.cpp lib/model/checkpoint_meta.cpp \
-                                     lib/io/safetensors.cpp lib/io/crc32c.cpp lib/core/output_file.cpp lib/core/error.cpp
+                                     lib/io/safetensors.cpp lib/io/durable_write.cpp lib/io/crc32c.cpp \
+                                     lib/core/output_file.cpp lib/core/error.cpp
 	@mkdir -p $(dir $@)
 	$(FUZZ_CXX) $(FUZZ_FLAGS) $^ -o $@
 fuzz: $(BUILD)/fuzz/fuzz_safetensors $(BUILD)/fuzz/fuzz_options $(BUILD)/fuzz/fuzz_checkpoint_meta \

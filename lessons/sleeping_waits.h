@@ -4,10 +4,9 @@
 #pragma once
 
 #include <memory>
-#include <string>
 
-#include "core/communicator.h"
 #include "core/device.h"
+#include "core/forwarding_communicator.h"
 #include "core/tensor.h"
 
 namespace tp::lesson {
@@ -24,49 +23,34 @@ void quiet_barrier(Device& dev, Communicator& sync);
 // laptop) the pollers take the cores from the ranks that still compute, and every collective
 // costs the OS's scheduling slices. Sleeping gives the core back. The numbers are the same (the
 // same collectives, recorded in this communicator's ledger); only the waiting changes.
-class SleepingWaits : public Communicator {
+class SleepingWaits : public ForwardingCommunicator {
  public:
   explicit SleepingWaits(std::unique_ptr<Communicator> inner)
-      : Communicator(inner->rank(), inner->size()), inner_(std::move(inner)) {}
-  std::string name() const override { return inner_->name(); }
+      : ForwardingCommunicator(std::move(inner)) {}
 
  protected:
+  // The blocking collectives that have an asynchronous form wait by napping; the rest (broadcast,
+  // all-reduce max, barrier, point to point, the *_async calls) are forwarded as they are.
   void do_all_reduce(Tensor& x, ReduceOp op) override {
-    if (op == ReduceOp::Max || size() == 1) return inner_->all_reduce(x, op);  // no async max
-    nap(inner_->all_reduce_async(x));
+    if (op == ReduceOp::Max || size() == 1) return ForwardingCommunicator::do_all_reduce(x, op);
+    nap(inner().all_reduce_async(x));
   }
   void do_all_gather(const Tensor& shard, Tensor& full) override {
-    nap(inner_->all_gather_async(shard, full));
+    nap(inner().all_gather_async(shard, full));
   }
   void do_reduce_scatter(const Tensor& full, Tensor& shard) override {
-    nap(inner_->reduce_scatter_async(full, shard));
+    nap(inner().reduce_scatter_async(full, shard));
   }
-  void do_broadcast(Tensor& x, int root) override { inner_->broadcast(x, root); }
   void do_send_recv(const Tensor& send, int to, Tensor& recv, int from) override {
-    nap(inner_->send_recv_async(send, to, recv, from));
+    nap(inner().send_recv_async(send, to, recv, from));
   }
-  void do_barrier() override { inner_->barrier(); }
-  std::unique_ptr<Work> do_all_reduce_async(Tensor& x) override {
-    return inner_->all_reduce_async(x);
-  }
-  std::unique_ptr<Work> do_all_gather_async(const Tensor& shard, Tensor& full) override {
-    return inner_->all_gather_async(shard, full);
-  }
-  std::unique_ptr<Work> do_reduce_scatter_async(const Tensor& full, Tensor& shard) override {
-    return inner_->reduce_scatter_async(full, shard);
-  }
-  std::unique_ptr<Work> do_send_recv_async(const Tensor& send, int to, Tensor& recv,
-                                           int from) override {
-    return inner_->send_recv_async(send, to, recv, from);
-  }
-  std::unique_ptr<Communicator> do_split(int color, int key) override {
-    return std::make_unique<SleepingWaits>(inner_->split(color, key));
+  std::unique_ptr<Communicator> decorate(std::unique_ptr<Communicator> child) override {
+    return std::make_unique<SleepingWaits>(std::move(child));
   }
 
  private:
   /// Waits for `work`, testing it with sleeps of 10 µs doubling up to 200 µs in between.
   static void nap(std::unique_ptr<Work> work);
-  std::unique_ptr<Communicator> inner_;
 };
 
 }  // namespace tp::lesson

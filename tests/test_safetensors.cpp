@@ -24,7 +24,9 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/output_file.h"
 #include "io/crc32c.h"
+#include "io/durable_write.h"
 #include "io/safetensors.h"
 #include "model/checkpoint_meta.h"
 
@@ -499,7 +501,7 @@ TEST(SafetensorsWrite, ASecondSaverIsRefused) {
   ASSERT_EQ(::pipe(done), 0);
   const pid_t child = ::fork();
   if (child == 0) {  // holds the lock until the parent says so
-    const st::SaveLock lock(path);
+    const tp::durable::SaveLock lock(path);
     char c = 'x';
     if (::write(ready[1], &c, 1) != 1) ::_exit(1);
     if (::read(done[0], &c, 1) != 1) ::_exit(1);
@@ -524,7 +526,7 @@ TEST(SafetensorsWrite, ASecondSaverIsRefused) {
   EXPECT_TRUE(fs::exists(path));
   EXPECT_FALSE(fs::exists(path + ".lock"));
   {
-    const st::SaveLock mine(path);
+    const tp::durable::SaveLock mine(path);
     sample_writer().write(path);  // the same process may save under its own lock
   }
 }
@@ -839,7 +841,7 @@ TEST(SafetensorsWrite, SaveTargetsAreCheckedUpFront) {
   const std::string dir = fresh_dir();
   auto refused = [](const std::string& path, int64_t bytes, const std::string& needle) {
     try {
-      st::check_save_target(path, bytes);
+      tp::durable::check_save_target(path, bytes);
       ADD_FAILURE() << "no error for " << path;
     } catch (const tp::Error& e) {
       EXPECT_EQ(e.exit_code(), 2) << e.what();
@@ -849,9 +851,9 @@ TEST(SafetensorsWrite, SaveTargetsAreCheckedUpFront) {
   refused("/dev/full", 0, "cannot write checkpoint /dev/full: it is a device");
   refused(dir + "/ck.safetensors", int64_t{1} << 62,
           "but its folder " + dir + "/ has ");  // 4 EiB: no disk has that much free
-  EXPECT_NO_THROW(st::check_save_target(dir + "/ck.safetensors", 1 << 20));
-  EXPECT_NE(st::errno_text(ENOSPC).find("(ENOSPC)"), std::string::npos);
-  EXPECT_NE(st::errno_text(EROFS).find("Read-only file system (EROFS)"), std::string::npos);
+  EXPECT_NO_THROW(tp::durable::check_save_target(dir + "/ck.safetensors", 1 << 20));
+  EXPECT_NE(tp::errno_text(ENOSPC).find("(ENOSPC)"), std::string::npos);
+  EXPECT_NE(tp::errno_text(EROFS).find("Read-only file system (EROFS)"), std::string::npos);
   // A save that fails is one line with errno: /dev/full refuses every write with ENOSPC; a
   // Writer aimed at it through a symbolic link is refused before writing (it is a device).
   fs::create_symlink("/dev/full", dir + "/link.safetensors");

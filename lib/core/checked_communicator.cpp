@@ -116,30 +116,28 @@ CheckedCommunicator::CheckedCommunicator(std::unique_ptr<Communicator> inner, De
 
 CheckedCommunicator::CheckedCommunicator(std::unique_ptr<Communicator> inner, Device& device,
                                          int world_rank, int world_size)
-    : Communicator(inner->rank(), inner->size()),
-      inner_(std::move(inner)),
+    : ForwardingCommunicator(std::move(inner)),
       device_(device),
       world_rank_(world_rank),
       world_size_(world_size) {}
 
-std::string CheckedCommunicator::name() const { return "checked " + inner_->name(); }
+std::string CheckedCommunicator::name() const { return "checked " + inner().name(); }
 
-void CheckedCommunicator::agree(const char* op, int64_t elements, Dtype dtype, int root,
-                                bool labelled) {
+void CheckedCommunicator::agree(const Forwarded& call) {
   Fingerprint mine;
   mine.sequence = ++sequence_;
-  mine.elements = elements;
-  mine.root = root;
+  mine.elements = call.buffer != nullptr ? call.buffer->numel() : 0;
+  mine.root = call.root;
   mine.world_rank = world_rank_;
-  mine.dtype = static_cast<uint8_t>(dtype);
-  copy_text(mine.op, sizeof mine.op, op);
-  if (labelled && ledger().size() > 0)
+  mine.dtype = static_cast<uint8_t>(call.buffer != nullptr ? call.buffer->dtype() : Dtype::f32);
+  copy_text(mine.op, sizeof mine.op, call.op);
+  if (call.buffer != nullptr && ledger().size() > 0)  // a barrier has no ledger record
     copy_text(mine.label, sizeof mine.label, ledger().records().back().label);
   if (size() == 1) return;
 
   const Tensor send = Tensor::from_host(device_, Shape{kRecordFloats}, encode(mine));
   Tensor gathered(device_, Shape{kRecordFloats * size()});
-  inner_->all_gather(send, gathered);
+  inner().all_gather(send, gathered);
   const std::vector<float> floats = gathered.to_host();
   std::vector<Fingerprint> all;
   bool same = true;
@@ -154,70 +152,22 @@ void CheckedCommunicator::agree(const char* op, int64_t elements, Dtype dtype, i
   throw Error(line, 2, Error::ThisRankOnly{});
 }
 
-void CheckedCommunicator::do_all_reduce(Tensor& x, ReduceOp op) {
-  agree(op == ReduceOp::Max ? "all_reduce_max" : "all_reduce", x.numel(), x.dtype(), -1, true);
-  inner_->all_reduce(x, op);
+// Point to point is passed through (see the header).
+
+void CheckedCommunicator::around(const Forwarded& call, const std::function<void()>& run) {
+  if (!call.point_to_point) agree(call);
+  run();
 }
 
-void CheckedCommunicator::do_all_gather(const Tensor& shard, Tensor& full) {
-  agree("all_gather", full.numel(), full.dtype(), -1, true);
-  inner_->all_gather(shard, full);
+std::unique_ptr<Work> CheckedCommunicator::around_async(
+    const Forwarded& call, const std::function<std::unique_ptr<Work>()>& issue) {
+  if (!call.point_to_point) agree(call);
+  return issue();
 }
 
-void CheckedCommunicator::do_reduce_scatter(const Tensor& full, Tensor& shard) {
-  agree("reduce_scatter", full.numel(), full.dtype(), -1, true);
-  inner_->reduce_scatter(full, shard);
-}
-
-void CheckedCommunicator::do_broadcast(Tensor& x, int root) {
-  agree("broadcast", x.numel(), x.dtype(), root, true);
-  inner_->broadcast(x, root);
-}
-
-void CheckedCommunicator::do_barrier() {
-  agree("barrier", 0, Dtype::f32, -1, false);
-  inner_->barrier();
-}
-
-std::unique_ptr<Work> CheckedCommunicator::do_all_reduce_async(Tensor& x) {
-  agree("all_reduce", x.numel(), x.dtype(), -1, true);
-  return inner_->all_reduce_async(x);
-}
-
-std::unique_ptr<Work> CheckedCommunicator::do_all_gather_async(const Tensor& shard, Tensor& full) {
-  agree("all_gather", full.numel(), full.dtype(), -1, true);
-  return inner_->all_gather_async(shard, full);
-}
-
-std::unique_ptr<Work> CheckedCommunicator::do_reduce_scatter_async(const Tensor& full,
-                                                                   Tensor& shard) {
-  agree("reduce_scatter", full.numel(), full.dtype(), -1, true);
-  return inner_->reduce_scatter_async(full, shard);
-}
-
-// Point to point and split: passed through (see the header).
-
-void CheckedCommunicator::do_send_recv(const Tensor& send, int to, Tensor& recv, int from) {
-  inner_->send_recv(send, to, recv, from);
-}
-
-std::unique_ptr<Work> CheckedCommunicator::do_send_recv_async(const Tensor& send, int to,
-                                                              Tensor& recv, int from) {
-  return inner_->send_recv_async(send, to, recv, from);
-}
-
-void CheckedCommunicator::do_send(const Tensor& x, int to) { inner_->send(x, to); }
-void CheckedCommunicator::do_recv(Tensor& x, int from) { inner_->recv(x, from); }
-std::unique_ptr<Work> CheckedCommunicator::do_send_async(const Tensor& x, int to) {
-  return inner_->send_async(x, to);
-}
-std::unique_ptr<Work> CheckedCommunicator::do_recv_async(Tensor& x, int from) {
-  return inner_->recv_async(x, from);
-}
-
-std::unique_ptr<Communicator> CheckedCommunicator::do_split(int color, int key) {
+std::unique_ptr<Communicator> CheckedCommunicator::decorate(std::unique_ptr<Communicator> child) {
   return std::unique_ptr<Communicator>(
-      new CheckedCommunicator(inner_->split(color, key), device_, world_rank_, world_size_));
+      new CheckedCommunicator(std::move(child), device_, world_rank_, world_size_));
 }
 
 bool check_collectives_from_environment() {

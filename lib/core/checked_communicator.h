@@ -60,14 +60,14 @@
 #include <memory>
 #include <string>
 
-#include "core/communicator.h"
+#include "core/forwarding_communicator.h"
 
 namespace tp {
 
 class Device;
 
 /// `inner` with every collective's fingerprint agreed first (see the top of this file).
-class CheckedCommunicator : public Communicator {
+class CheckedCommunicator : public ForwardingCommunicator {
  public:
   /// Seconds a rank other than the group's rank 0 waits before throwing a sub-group's mismatch.
   static constexpr double kOthersWait = 5.0;
@@ -76,37 +76,25 @@ class CheckedCommunicator : public Communicator {
   CheckedCommunicator(std::unique_ptr<Communicator> inner, Device& device);
   /// "checked mpi (MPICH 4.0.2)"
   std::string name() const override;
-  /// The communicator underneath (its ledger holds the checks' all-gathers).
-  Communicator& inner() { return *inner_; }
   /// The collectives checked so far.
   int64_t checked() const { return sequence_; }
 
  protected:
-  void do_all_reduce(Tensor& x, ReduceOp op) override;
-  void do_all_gather(const Tensor& shard, Tensor& full) override;
-  void do_reduce_scatter(const Tensor& full, Tensor& shard) override;
-  void do_broadcast(Tensor& x, int root) override;
-  void do_send_recv(const Tensor& send, int to, Tensor& recv, int from) override;
-  void do_barrier() override;
-  std::unique_ptr<Work> do_all_reduce_async(Tensor& x) override;
-  std::unique_ptr<Work> do_all_gather_async(const Tensor& shard, Tensor& full) override;
-  std::unique_ptr<Work> do_reduce_scatter_async(const Tensor& full, Tensor& shard) override;
-  std::unique_ptr<Work> do_send_recv_async(const Tensor& send, int to, Tensor& recv,
-                                           int from) override;
-  std::unique_ptr<Communicator> do_split(int color, int key) override;
-  void do_send(const Tensor& x, int to) override;
-  void do_recv(Tensor& x, int from) override;
-  std::unique_ptr<Work> do_send_async(const Tensor& x, int to) override;
-  std::unique_ptr<Work> do_recv_async(Tensor& x, int from) override;
+  /// A collective: agree, then run it; point to point: run it.
+  void around(const Forwarded& call, const std::function<void()>& run) override;
+  /// The same, at the issue; the Work is the inner one's.
+  std::unique_ptr<Work> around_async(const Forwarded& call,
+                                     const std::function<std::unique_ptr<Work>()>& issue) override;
+  /// A sub-group is checked too, its mismatches named by world ranks.
+  std::unique_ptr<Communicator> decorate(std::unique_ptr<Communicator> child) override;
 
  private:
   CheckedCommunicator(std::unique_ptr<Communicator> inner, Device& device, int world_rank,
                       int world_size);
-  /// The ranks agree on this call (op, N, dtype, root; the label is the last ledger record's when
-  /// `labelled`), or every rank of the group throws the mismatch line.
-  void agree(const char* op, int64_t elements, Dtype dtype, int root, bool labelled);
+  /// The ranks agree on `call` (op, N, dtype, root; the label is the last ledger record's, except
+  /// for a barrier), or every rank of the group throws the mismatch line.
+  void agree(const Forwarded& call);
 
-  std::unique_ptr<Communicator> inner_;
   Device& device_;
   int world_rank_;
   int world_size_;

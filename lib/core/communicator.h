@@ -26,7 +26,8 @@
 // Optional operations. An operation not every backend has (today: send / recv) has a default
 // do_* that fails with one line naming the backend and the operation ("mpi (MPICH 4.0.2)
 // communicator: send not supported"), as c10d's Backend does, so adding an operation touches
-// this interface and the backends that implement it, not every subclass.
+// this interface, the backends that implement it and core/forwarding_communicator (which carries
+// it through every decorator), not every subclass.
 //
 // Dtypes. Every operation takes f32 or bf16 tensors (core/dtype.h); the two buffers of one call
 // have the same dtype. The ledger counts the tensor's element size (2 B for bf16), so the α–β

@@ -41,15 +41,21 @@ int open_for_writing(const std::string& path, const std::string& what, int flags
   return fd;
 }
 
-void write_all(int fd, const std::string& text, const std::string& what) {
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+// Writes all `size` bytes to `fd` (write(2) may write fewer, or be interrupted), adding what it
+// wrote to `written`; false with errno set when it fails.
+bool write_all(int fd, const char* data, size_t size, int64_t& written) {
+  while (size > 0) {
+    const ssize_t n = ::write(fd, data, size);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail(what, "write", errno);
-    if (n == 0) fail(what, "write", EIO);  // no progress: treat as an I/O error
-    done += static_cast<size_t>(n);
+    if (n <= 0) {
+      if (n == 0) errno = EIO;  // no progress: treat as an I/O error
+      return false;
+    }
+    data += n;
+    size -= static_cast<size_t>(n);
+    written += n;
   }
+  return true;
 }
 
 void close_checked(int fd, const std::string& what) {
@@ -79,7 +85,8 @@ OutputFile& OutputFile::operator=(OutputFile&& other) noexcept {
 
 void OutputFile::write(const std::string& text) {
   TP_CHECK(fd_ >= 0, what_, ": write to a closed file");
-  write_all(fd_, text, what_);
+  int64_t written = 0;
+  if (!write_all(fd_, text.data(), text.size(), written)) fail(what_, "write", errno);
 }
 
 void OutputFile::close() {
@@ -95,22 +102,43 @@ void write_file(const std::string& path, const std::string& text, const std::str
 
 void write_file_atomic(const std::string& path, const std::string& text, const std::string& what) {
   const std::string w = what.empty() ? path : what, tmp = path + ".tmp";
-  try {
-    const int fd = open_for_writing(tmp, w, O_TRUNC);
-    try {
-      write_all(fd, text, w);
-      if (::fsync(fd) != 0 && errno != EINVAL) fail(w, "fsync of " + tmp, errno);
-    } catch (...) {
-      ::close(fd);
-      throw;
+  replace_file(path, tmp, {text}, [&](ReplaceStep step, int err, int64_t) {
+    switch (step) {
+      case ReplaceStep::Create:
+        fail(w, "opening " + tmp, err);
+      case ReplaceStep::Write:
+        fail(w, "write", err);
+      case ReplaceStep::Fsync:
+        fail(w, "fsync of " + tmp, err);
+      case ReplaceStep::Close:
+        fail(w, "close", err);
+      case ReplaceStep::Rename:
+        fail(w, "renaming " + tmp + " onto " + path, err);
     }
-    close_checked(fd, w);
-    if (std::rename(tmp.c_str(), path.c_str()) != 0)
-      fail(w, "renaming " + tmp + " onto " + path, errno);
-  } catch (...) {
+  });
+}
+
+void replace_file(const std::string& path, const std::string& tmp,
+                  const std::vector<std::string_view>& pieces, const ReplaceFailure& fail) {
+  int fd = -1;
+  int64_t written = 0;
+  auto failed = [&](ReplaceStep step) {
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
     ::unlink(tmp.c_str());
-    throw;
-  }
+    fail(step, err, written);
+    throw Error(detail::str_cat("replacing ", path, " failed: ", errno_text(err)), 1);  // unreached
+  };
+  do {
+    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) failed(ReplaceStep::Create);
+  for (const std::string_view& piece : pieces)
+    if (!write_all(fd, piece.data(), piece.size(), written)) failed(ReplaceStep::Write);
+  if (::fsync(fd) != 0 && errno != EINVAL) failed(ReplaceStep::Fsync);
+  // close() is not retried after EINTR on Linux: the descriptor is released either way.
+  if (::close(std::exchange(fd, -1)) != 0 && errno != EINTR) failed(ReplaceStep::Close);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) failed(ReplaceStep::Rename);
 }
 
 }  // namespace tp

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -114,99 +115,38 @@ SimulatedLink::SimulatedLink(std::unique_ptr<Communicator> inner, Link link)
 
 SimulatedLink::SimulatedLink(std::unique_ptr<Communicator> inner, Link link,
                              Clock::duration lateness)
-    : Communicator(inner->rank(), inner->size()),
-      inner_(std::move(inner)),
-      link_(std::move(link)),
-      lateness_(lateness) {}
+    : ForwardingCommunicator(std::move(inner)), link_(std::move(link)), lateness_(lateness) {}
 
 std::string SimulatedLink::name() const {
-  return "simulated " + link_.str() + " over " + inner_->name();
+  return "simulated " + link_.str() + " over " + inner().name();
 }
 
-Clock::time_point SimulatedLink::deadline(const char* op, int64_t bytes) const {
-  const double s = predict_seconds(op, size(), bytes, link_.model);
+// A receive completes when the message has arrived: it is charged the send's time (α + N/β).
+Clock::time_point SimulatedLink::deadline(const Forwarded& call) const {
+  const char* op = std::strcmp(call.op, "recv") == 0 ? "send" : call.op;
+  const double s = predict_seconds(op, size(), bytes_of(*call.buffer), link_.model);
   return Clock::now() +
          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
 }
 
-void SimulatedLink::sleep_until(Clock::time_point deadline) const {
-  sleep_then_yield(deadline, lateness_);
-}
-
-void SimulatedLink::blocking(const char* op, int64_t bytes, const std::function<void()>& call) {
-  const auto due = deadline(op, bytes);
-  call();
-  sleep_until(due);
-}
-
 // Each call: the deadline from now, the real call, then the wait (blocking) or a Work that waits.
 
-void SimulatedLink::do_all_reduce(Tensor& x, ReduceOp op) {
-  blocking(op == ReduceOp::Max ? "all_reduce_max" : "all_reduce", bytes_of(x),
-           [&] { inner_->all_reduce(x, op); });
+void SimulatedLink::around(const Forwarded& call, const std::function<void()>& run) {
+  if (call.buffer == nullptr) return run();  // a barrier moves no data
+  const auto due = deadline(call);
+  run();
+  sleep_then_yield(due, lateness_);
 }
 
-void SimulatedLink::do_all_gather(const Tensor& shard, Tensor& full) {
-  blocking("all_gather", bytes_of(full), [&] { inner_->all_gather(shard, full); });
+std::unique_ptr<Work> SimulatedLink::around_async(
+    const Forwarded& call, const std::function<std::unique_ptr<Work>()>& issue) {
+  const auto due = deadline(call);
+  return std::make_unique<DelayedWork>(issue(), due, lateness_);
 }
 
-void SimulatedLink::do_reduce_scatter(const Tensor& full, Tensor& shard) {
-  blocking("reduce_scatter", bytes_of(full), [&] { inner_->reduce_scatter(full, shard); });
-}
-
-void SimulatedLink::do_broadcast(Tensor& x, int root) {
-  blocking("broadcast", bytes_of(x), [&] { inner_->broadcast(x, root); });
-}
-
-void SimulatedLink::do_send_recv(const Tensor& send, int to, Tensor& recv, int from) {
-  blocking("send_recv", bytes_of(send), [&] { inner_->send_recv(send, to, recv, from); });
-}
-
-// A receive completes when the message has arrived: it is charged the send's time (α + N/β).
-void SimulatedLink::do_send(const Tensor& x, int to) {
-  blocking("send", bytes_of(x), [&] { inner_->send(x, to); });
-}
-
-void SimulatedLink::do_recv(Tensor& x, int from) {
-  blocking("send", bytes_of(x), [&] { inner_->recv(x, from); });
-}
-
-std::unique_ptr<Work> SimulatedLink::do_all_reduce_async(Tensor& x) {
-  const auto due = deadline("all_reduce", bytes_of(x));
-  return std::make_unique<DelayedWork>(inner_->all_reduce_async(x), due, lateness_);
-}
-
-std::unique_ptr<Work> SimulatedLink::do_all_gather_async(const Tensor& shard, Tensor& full) {
-  const auto due = deadline("all_gather", bytes_of(full));
-  return std::make_unique<DelayedWork>(inner_->all_gather_async(shard, full), due, lateness_);
-}
-
-std::unique_ptr<Work> SimulatedLink::do_reduce_scatter_async(const Tensor& full, Tensor& shard) {
-  const auto due = deadline("reduce_scatter", bytes_of(full));
-  return std::make_unique<DelayedWork>(inner_->reduce_scatter_async(full, shard), due, lateness_);
-}
-
-std::unique_ptr<Work> SimulatedLink::do_send_recv_async(const Tensor& send, int to, Tensor& recv,
-                                                        int from) {
-  const auto due = deadline("send_recv", bytes_of(send));
-  return std::make_unique<DelayedWork>(inner_->send_recv_async(send, to, recv, from), due,
-                                       lateness_);
-}
-
-std::unique_ptr<Work> SimulatedLink::do_send_async(const Tensor& x, int to) {
-  const auto due = deadline("send", bytes_of(x));
-  return std::make_unique<DelayedWork>(inner_->send_async(x, to), due, lateness_);
-}
-
-std::unique_ptr<Work> SimulatedLink::do_recv_async(Tensor& x, int from) {
-  const auto due = deadline("send", bytes_of(x));
-  return std::make_unique<DelayedWork>(inner_->recv_async(x, from), due, lateness_);
-}
-
-std::unique_ptr<Communicator> SimulatedLink::do_split(int color, int key) {
+std::unique_ptr<Communicator> SimulatedLink::decorate(std::unique_ptr<Communicator> child) {
   // The private constructor: the sub-communicator reuses the measured lateness.
-  return std::unique_ptr<Communicator>(
-      new SimulatedLink(inner_->split(color, key), link_, lateness_));
+  return std::unique_ptr<Communicator>(new SimulatedLink(std::move(child), link_, lateness_));
 }
 
 bool is_simulated(const Communicator& comm) {

@@ -60,7 +60,7 @@
 #include <optional>
 #include <string>
 
-#include "core/communicator.h"
+#include "core/forwarding_communicator.h"
 #include "observe/alpha_beta.h"
 
 namespace tp {
@@ -80,44 +80,28 @@ struct Link {
 std::optional<Link> parse_link(const std::string& text);
 
 /// The Communicator `inner` as if its ranks were joined by `link` (see the top of this file).
-class SimulatedLink : public Communicator {
+class SimulatedLink : public ForwardingCommunicator {
  public:
   SimulatedLink(std::unique_ptr<Communicator> inner, Link link);
   /// "simulated ib (α 5 µs, β 50 GB/s) over mpi (MPICH 4.0.2)"
   std::string name() const override;
   const Link& link() const { return link_; }
-  /// The real communicator underneath (it keeps its own ledger).
-  Communicator& inner() { return *inner_; }
 
  protected:
-  void do_all_reduce(Tensor& x, ReduceOp op) override;
-  void do_all_gather(const Tensor& shard, Tensor& full) override;
-  void do_reduce_scatter(const Tensor& full, Tensor& shard) override;
-  void do_broadcast(Tensor& x, int root) override;
-  void do_send_recv(const Tensor& send, int to, Tensor& recv, int from) override;
-  void do_barrier() override { inner_->barrier(); }
-  std::unique_ptr<Work> do_all_reduce_async(Tensor& x) override;
-  std::unique_ptr<Work> do_all_gather_async(const Tensor& shard, Tensor& full) override;
-  std::unique_ptr<Work> do_reduce_scatter_async(const Tensor& full, Tensor& shard) override;
-  std::unique_ptr<Work> do_send_recv_async(const Tensor& send, int to, Tensor& recv,
-                                           int from) override;
-  std::unique_ptr<Communicator> do_split(int color, int key) override;
-  void do_send(const Tensor& x, int to) override;
-  void do_recv(Tensor& x, int from) override;
-  std::unique_ptr<Work> do_send_async(const Tensor& x, int to) override;
-  std::unique_ptr<Work> do_recv_async(Tensor& x, int from) override;
+  /// The deadline from now, the inner call, then the sleep until the deadline (barrier: the call).
+  void around(const Forwarded& call, const std::function<void()>& run) override;
+  /// The deadline from now, and a Work that waits for the inner one, then for the deadline.
+  std::unique_ptr<Work> around_async(const Forwarded& call,
+                                     const std::function<std::unique_ptr<Work>()>& issue) override;
+  /// A sub-group is joined by the same link.
+  std::unique_ptr<Communicator> decorate(std::unique_ptr<Communicator> child) override;
 
  private:
   using Clock = std::chrono::steady_clock;
   SimulatedLink(std::unique_ptr<Communicator> inner, Link link, Clock::duration lateness);
-  /// When a call of `op` on `bytes` (the ledger's N) that starts now may complete.
-  Clock::time_point deadline(const char* op, int64_t bytes) const;
-  /// Sleeps until `deadline` (see "Sleeping" above).
-  void sleep_until(Clock::time_point deadline) const;
-  /// A blocking call of `op` on `bytes`: the deadline from now, `call` (the inner call), the wait.
-  void blocking(const char* op, int64_t bytes, const std::function<void()>& call);
+  /// When `call` (of the ledger's N bytes), starting now, may complete.
+  Clock::time_point deadline(const Forwarded& call) const;
 
-  std::unique_ptr<Communicator> inner_;
   Link link_;
   Clock::duration lateness_;  ///< how late sleep_until wakes this thread, measured once
 };

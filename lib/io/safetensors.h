@@ -14,16 +14,14 @@
 // The header of a file being read is untrusted input: tp::safetensors::File::open validates all of
 // it and reports any problem as a one-line bad-input tp::Error (exit code 2) naming the file, the
 // tensor and the problem. Every tensor a Writer writes carries a CRC-32C checksum in the metadata,
-// checked on every read.
+// checked on every read. This file is the format only: Writer::write hands the bytes to
+// io/durable_write.h, which saves them crash-safe (the lock, a temporary file, fsync, rename).
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <string>
 #include <vector>
-
-#include "core/output_file.h"
 
 namespace tp::safetensors {
 
@@ -75,20 +73,12 @@ class Writer {
   /// Sets (or replaces) one "__metadata__" string. Keys "crc32c.*" are reserved (the checksums).
   void set_metadata(const std::string& key, const std::string& value);
 
-  /// Writes the file: first to `path` + ".tmp.<pid>" (written, fsync'ed, closed), then
-  /// std::rename onto `path` (and the folder fsync'ed), so a reader never sees a half-written
-  /// checkpoint. Tensors are laid out in name order; the metadata gets "crc32c.<name>", the
-  /// CRC-32C of each tensor's bytes (io/crc32c.h), which File verifies on every read. Any failed
-  /// system call (open, write, fsync, close, rename) is a tp::Error (exit code 1) at once, naming
-  /// the call, the path, how many bytes were written and errno ("No space left on device
-  /// (ENOSPC)"); the temporary file is then removed and whatever was at `path` is untouched.
-  ///
-  /// What `path` may be: a regular file (replaced) or nothing yet (created); a symbolic link is
-  /// followed and the file it names is replaced the same way, so the link keeps pointing at the
-  /// new data; a directory, FIFO, device or socket is refused (bad input). While it writes it
-  /// holds a SaveLock on the path (another process saving there is refused, not silently
-  /// overwritten), and first removes "<path>.tmp.<pid>" files of saves that were killed (their
-  /// process is gone), naming each on stderr.
+  /// Writes the file, crash-safe: durable::write (io/durable_write.h) saves the bytes to
+  /// `path` + ".tmp.<pid>", fsyncs them and renames them onto `path`, under a SaveLock, so a
+  /// reader never sees a half-written checkpoint and a failed save (a tp::Error naming the call,
+  /// the path and errno) leaves whatever was at `path` untouched. Tensors are laid out in name
+  /// order; the metadata gets "crc32c.<name>", the CRC-32C of each tensor's bytes (io/crc32c.h),
+  /// which File verifies on every read.
   void write(const std::string& path) const;
 
  private:
@@ -100,47 +90,6 @@ class Writer {
            const void* data, size_t count);
   std::map<std::string, Entry> tensors_;
   std::map<std::string, std::string> metadata_;
-};
-
-/// Checks, before anything is written, that a file of `bytes` bytes can be saved at `path` (0: do
-/// not look at the space): the path (or the file a symbolic link names) is a regular file or does
-/// not exist yet, its folder is writable, and the folder's file system has `bytes` free (statvfs;
-/// the old file stays until the new one is complete, so its space does not count). Each problem
-/// is a bad-input error naming the path, e.g. "cannot write checkpoint /dev/full: it is a device;
-/// give the path of a file" (the caller names the flag).
-void check_save_target(const std::string& path, int64_t bytes);
-
-/// Removes what saves killed mid-write left in `folder` ("" for the working folder, else ending
-/// in '/') beside the files whose names `member` accepts: "<name>.tmp.<pid>" (the partial data)
-/// and "<name>.lock" (its lock, holding the pid), when that process has ended and is not this one,
-/// and for a lock, when nobody holds it. Another live run's files are never touched. Returns each
-/// file removed and the pid it belonged to.
-struct Leftover {
-  std::string path;
-  long pid = 0;
-};
-std::vector<Leftover> remove_dead_leftovers(const std::string& folder,
-                                            const std::function<bool(const std::string&)>& member);
-
-/// A system error as one phrase with its name (core/output_file.h's, for the callers here).
-using tp::errno_text;
-
-/// An exclusive claim on a save path, for as long as the object lives: a second process that
-/// tries to save to the same file (say, a second run started with the same --save) gets a
-/// bad-input error naming the holder's pid instead of silently overwriting the first run's
-/// result. Implemented with flock(2) on "<path>.lock" (removed again by the destructor), on the
-/// file a symbolic link names. A process may take it more than once (Writer::write inside a run
-/// that already holds it).
-class SaveLock {
- public:
-  explicit SaveLock(const std::string& path);
-  ~SaveLock();
-  SaveLock(const SaveLock&) = delete;
-  SaveLock& operator=(const SaveLock&) = delete;
-
- private:
-  std::string target_, lock_path_;
-  int fd_ = -1;
 };
 
 /// A safetensors file opened for reading. open() reads and validates the whole header; tensor data

@@ -157,8 +157,8 @@ CheckpointClaim::CheckpointClaim(const std::string& path, Communicator& comm, De
   std::string refused;
   if (comm.rank() == 0 && !path.empty()) {
     try {
-      safetensors::check_save_target(path, 0);  // a device (/dev/full), a FIFO, a folder: now
-      lock_ = std::make_unique<safetensors::SaveLock>(path);
+      durable::check_save_target(path, 0);  // a device (/dev/full), a FIFO, a folder: now
+      lock_ = std::make_unique<durable::SaveLock>(path);
     } catch (const Error& e) {
       refused = std::string("--save: ") + e.what();
     }
@@ -372,7 +372,7 @@ void check_save_space(const std::string& path, Communicator& comm, Device& devic
   std::string problem;
   if (comm.rank() == 0) {
     try {
-      safetensors::check_save_target(path, files * checkpoint_bytes(model));
+      durable::check_save_target(path, files * checkpoint_bytes(model));
     } catch (const Error& e) {
       problem = std::string("--save: ") + e.what();
       if (files > 1)

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "core/communicator.h"
+#include "io/durable_write.h"
 #include "io/safetensors.h"
 #include "model/adamw.h"
 #include "model/gpt.h"
@@ -47,7 +48,7 @@ namespace tp {
 inline constexpr const char* kCheckpointFormat = "tp-from-scratch-gpt/1";
 
 /// A run's claim on its --save path, held from the start of the run to its end (collective over
-/// `comm`): rank 0 takes a safetensors::SaveLock on it, and when another process holds it (a second
+/// `comm`): rank 0 takes a durable::SaveLock on it, and when another process holds it (a second
 /// run saving to the same file) every rank throws the same bad-input error at once; rank 0's names
 /// the other process. The claim also covers the saves the run makes itself.
 class CheckpointClaim {
@@ -55,7 +56,7 @@ class CheckpointClaim {
   CheckpointClaim(const std::string& path, Communicator& comm, Device& device);
 
  private:
-  std::unique_ptr<safetensors::SaveLock> lock_;
+  std::unique_ptr<durable::SaveLock> lock_;
 };
 
 /// Who wrote a checkpoint, in its metadata (an empty value is not written):
@@ -103,7 +104,7 @@ int64_t checkpoint_bytes(const Gpt& model);
 
 /// Checks, before training, that `path` (--save; "" = nothing to check) can take `files`
 /// checkpoints of `model` (--save-every's --keep + 1: a save writes the new file before it prunes
-/// the oldest): safetensors::check_save_target with files × checkpoint_bytes (statvfs of its
+/// the oldest): durable::check_save_target with files × checkpoint_bytes (statvfs of its
 /// folder), so the folder exists and can be written. Collective over `comm`: rank 0 looks, and
 /// every rank throws the same bad-input error, "--save: ..." naming the path, size and free space.
 void check_save_space(const std::string& path, Communicator& comm, Device& device, const Gpt& model,

@@ -13,6 +13,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "io/durable_write.h"
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
 #include "model/checkpoint_meta.h"
@@ -178,8 +179,8 @@ std::vector<std::string> CheckpointSeries::remove_dead_leftovers() const {
     return step_of(name) >= 0 || (!file.empty() && name == file);
   };
   std::vector<std::string> out;
-  for (const safetensors::Leftover& l :
-       safetensors::remove_dead_leftovers(stem_.substr(0, stem_.size() - base_.size()), member))
+  for (const durable::Leftover& l :
+       durable::remove_dead_leftovers(stem_.substr(0, stem_.size() - base_.size()), member))
     out.push_back(l.path + " (pid " + std::to_string(l.pid) + ")");
   return out;
 }

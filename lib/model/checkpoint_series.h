@@ -68,7 +68,7 @@ class CheckpointSeries {
   bool holds(const std::string& path) const;
   /// Removes the leftovers of saves to the series (any step) or to PATH that a kill left behind,
   /// "<file>.tmp.<pid>" and "<file>.lock" of processes that have ended
-  /// (safetensors::remove_dead_leftovers); returns "<path> (pid P)" for each. A pid is looked up
+  /// (durable::remove_dead_leftovers); returns "<path> (pid P)" for each. A pid is looked up
   /// on this host only; what keeps a live run on another host out is the run's claim on the
   /// series (CheckpointClaim): no second run saves into it.
   std::vector<std::string> remove_dead_leftovers() const;

@@ -91,7 +91,9 @@ if [ $rc != 0 ] && [ "$(grep -c 'error:' "$log")" = 1 ] && grep -q 'cannot write
   pass 1; echo "✓ tp_tokenize > /dev/full: exit $rc, says: $(head -1 "$log")"
 else fail "tp_tokenize > /dev/full: exit $rc, not one line naming ENOSPC (see $log)"; fi
 log=$logs/check_tp_tokenize_closed_pipe.log
-"$BUILD/bin/tp_tokenize" --tokenizer "$btok" <README.md 2>"$log" | head -1 >/dev/null
+# (1 MB of text: its ids overflow the pipe's buffer, so a write meets the closed pipe.)
+yes 'tensor parallelism from scratch' | head -c 1000000 >"$btok/input.txt"
+"$BUILD/bin/tp_tokenize" --tokenizer "$btok" <"$btok/input.txt" 2>"$log" | head -1 >/dev/null
 rc=${PIPESTATUS[0]}
 sleep 2  # the watchdog's line would come after 0.3 s (later on a busy machine)
 if [ "$rc" = 141 ] && [ ! -s "$log" ]; then pass 1; echo "✓ tp_tokenize | head -1: exit 141, nothing on stderr"
