@@ -14,7 +14,13 @@ for grid in "" "--pp 2"; do
       --heads 12 --seq 16 --batch 4 $grid </dev/null >"$log" 2>&1 &
     job=$!
     stall_wait_step "$log"
-    pid=$(stall_ranks "$job" | sed -n "$((victim + 1))p")
+    pids=""  # all four ranks listed (on a busy machine one may not be readable at first)
+    for _ in $(seq 50); do
+      pids=$(stall_ranks "$job")
+      [ "$(echo "$pids" | grep -c .)" = 4 ] && break
+      sleep 0.1
+    done
+    pid=$(echo "$pids" | sed -n "$((victim + 1))p")
     [ -n "$pid" ] && kill -9 "$pid"
     for _ in $(seq 300); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
     kill -9 "$job" 2>/dev/null
