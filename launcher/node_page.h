@@ -31,7 +31,7 @@ struct Slot {
   int64_t step = -1;
   int64_t step_start_ns = 0;
   int64_t slowest_step_ns = 0;
-  int32_t crashed = 0;  // set by the fatal-signal handler, which names the rank itself
+  int32_t crashed = 0;  // set by the fatal-signal handler: kNamedItself or kAfterPeer
   char op[32] = {};
   char label[64] = {};
 };
@@ -49,6 +49,12 @@ struct Header {
   char host[64] = {};
   char life_name[48] = {};  // the watchdog's socket for the ranks' life lines (life_line.h)
 };
+
+/// Slot::crashed: the fatal-signal handler named the rank itself (the watchdog says nothing), or
+/// the rank died of a fatal signal after a peer of its node began to exit (a transport's abort on
+/// the broken connection: not the death to name).
+constexpr int32_t kNamedItself = 1;
+constexpr int32_t kAfterPeer = 2;
 
 /// The node's page (a fallback of one slot until start_watchdog maps the shared one), this rank's
 /// slot, and this rank's world and node-local rank.
