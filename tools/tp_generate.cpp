@@ -53,14 +53,12 @@ std::vector<int32_t> parse_ids(const std::string& text, int64_t vocab) {
   return ids;
 }
 
-int generate_main(Context& ctx) {
-  const Options& o = ctx.options;
-  Communicator& world = ctx.world;
+// Every flag checked before anything is read or communicated; all problems reported at once.
+void check_flags(const Options& o) {
   const std::string path = o.get_text("load");
   const int64_t tokens = o.get_int("tokens"), top_k = o.get_int("top-k");
   const double temperature = o.get_real("temperature");
   const std::string prompt = o.get_text("prompt"), prompt_ids = o.get_text("prompt-ids");
-  // Check every flag before anything is read or communicated; report all problems at once.
   std::vector<std::string> problems;
   if (path.empty()) problems.push_back("--load is required: a checkpoint from tp_train --save");
   if (tokens < 1) problems.push_back("--tokens=" + std::to_string(tokens) + " must be at least 1");
@@ -78,6 +76,62 @@ int generate_main(Context& ctx) {
     for (size_t i = 0; i < problems.size(); ++i) all += (i ? "; " : "") + problems[i];
     TP_CHECK_INPUT(false, all);
   }
+}
+
+// After the text: the dropped prompt, prefill and decode speeds, the refills, log p of what was
+// generated, and (t > 1) the collectives each token cost against their count.
+void report(Communicator& world, const GptConfig& cfg, const GenerateStats& st, size_t calls,
+            const Options& o) {
+  const int64_t tokens = o.get_int("tokens"), top_k = o.get_int("top-k");
+  const double temperature = o.get_real("temperature");
+  const int t = world.size();
+  if (st.prompt_dropped > 0)
+    log0(world, "the prompt's first ", st.prompt_dropped,
+         " tokens were dropped: the position "
+         "table holds ",
+         cfg.seq);
+  char line[256];
+  std::snprintf(line, sizeof line, "prefill: %lld tokens in %.2f ms = %.0f tokens/s%s",
+                static_cast<long long>(st.prefill_tokens), 1e3 * st.prefill_seconds,
+                st.prefill_tokens / std::max(st.prefill_seconds, 1e-9),
+                st.refills ? " (the prompt and the window refills)" : "");
+  log0(world, line);
+  std::snprintf(line, sizeof line,
+                "decode:  %lld tokens in %.2f ms = %.0f tokens/s (%.3f ms/token)",
+                static_cast<long long>(st.decode_tokens), 1e3 * st.decode_seconds,
+                st.decode_tokens / std::max(st.decode_seconds, 1e-9),
+                1e3 * st.decode_seconds / std::max<int64_t>(st.decode_tokens, 1));
+  log0(world, line);
+  if (st.refills > 0)
+    log0(world, "window refills: ", st.refills,
+         " (each time the cache filled the position table of ", cfg.seq, ", its last ",
+         std::max<int64_t>(1, cfg.seq / 2), " tokens were prefilled again)");
+  const double mean_nll = st.nll / std::max<int64_t>(st.decode_tokens, 1);
+  std::snprintf(line, sizeof line,
+                "generated tokens under the model: mean -log p = %.4f nats (perplexity %.3f)",
+                mean_nll, std::exp(mean_nll));
+  log0(world, line);
+  if (t > 1) {
+    // Each token: one forward (the prompt's prefill, a decode step or a window refill) with the
+    // embedding's all-reduce and two per block; the sampler's two one-float all-reduces (top-k:
+    // one all-gather of 2k floats); log p's three one-float all-reduces.
+    const bool topk_path = temperature > 0 && top_k > 0 && top_k < cfg.vocab;
+    const int64_t per_token = 1 + 2 * cfg.layers + (topk_path ? 1 : 2) + 3;
+    log0(world, "collectives: ", calls, " on each rank",
+         calls == static_cast<size_t>(per_token * tokens) ? " = " : " (expected ", tokens,
+         " tokens x (1 + 2 x ", cfg.layers, " for the forward + ", topk_path ? 1 : 2,
+         " sampling + 3 log p)", calls == static_cast<size_t>(per_token * tokens) ? "" : ")");
+  }
+}
+
+int generate_main(Context& ctx) {
+  const Options& o = ctx.options;
+  Communicator& world = ctx.world;
+  const std::string path = o.get_text("load");
+  const int64_t tokens = o.get_int("tokens"), top_k = o.get_int("top-k");
+  const double temperature = o.get_real("temperature");
+  const std::string prompt = o.get_text("prompt"), prompt_ids = o.get_text("prompt-ids");
+  check_flags(o);
 
   // A checkpoint of this project, or a Hugging Face GPT-2 file (hub layout; heads from the
   // config.json beside it): lib/model/hf_gpt2.h.
@@ -166,43 +220,7 @@ int generate_main(Context& ctx) {
   const size_t calls = world.ledger().size() - mark;
   if (world.rank() == 0) std::printf("\n");
   log0(world, "----");
-  if (st.prompt_dropped > 0)
-    log0(world, "the prompt's first ", st.prompt_dropped,
-         " tokens were dropped: the position "
-         "table holds ",
-         cfg.seq);
-  char line[256];
-  std::snprintf(line, sizeof line, "prefill: %lld tokens in %.2f ms = %.0f tokens/s%s",
-                static_cast<long long>(st.prefill_tokens), 1e3 * st.prefill_seconds,
-                st.prefill_tokens / std::max(st.prefill_seconds, 1e-9),
-                st.refills ? " (the prompt and the window refills)" : "");
-  log0(world, line);
-  std::snprintf(line, sizeof line,
-                "decode:  %lld tokens in %.2f ms = %.0f tokens/s (%.3f ms/token)",
-                static_cast<long long>(st.decode_tokens), 1e3 * st.decode_seconds,
-                st.decode_tokens / std::max(st.decode_seconds, 1e-9),
-                1e3 * st.decode_seconds / std::max<int64_t>(st.decode_tokens, 1));
-  log0(world, line);
-  if (st.refills > 0)
-    log0(world, "window refills: ", st.refills,
-         " (each time the cache filled the position table of ", cfg.seq, ", its last ",
-         std::max<int64_t>(1, cfg.seq / 2), " tokens were prefilled again)");
-  const double mean_nll = st.nll / std::max<int64_t>(st.decode_tokens, 1);
-  std::snprintf(line, sizeof line,
-                "generated tokens under the model: mean -log p = %.4f nats (perplexity %.3f)",
-                mean_nll, std::exp(mean_nll));
-  log0(world, line);
-  if (t > 1) {
-    // Each token: one forward (the prompt's prefill, a decode step or a window refill) with the
-    // embedding's all-reduce and two per block; the sampler's two one-float all-reduces (top-k:
-    // one all-gather of 2k floats); log p's three one-float all-reduces.
-    const bool topk_path = temperature > 0 && top_k > 0 && top_k < cfg.vocab;
-    const int64_t per_token = 1 + 2 * cfg.layers + (topk_path ? 1 : 2) + 3;
-    log0(world, "collectives: ", calls, " on each rank",
-         calls == static_cast<size_t>(per_token * tokens) ? " = " : " (expected ", tokens,
-         " tokens x (1 + 2 x ", cfg.layers, " for the forward + ", topk_path ? 1 : 2,
-         " sampling + 3 log p)", calls == static_cast<size_t>(per_token * tokens) ? "" : ")");
-  }
+  report(world, cfg, st, calls, o);
   return 0;
 }
 

@@ -331,7 +331,10 @@ void Writer::write(const std::string& path) const {
 // ---------------------------------------------------------------------------------------------
 // File
 
-File File::open(const std::string& path) {
+namespace {
+
+// The header of the file at `path`: its JSON text, after the 8-byte length that must fit the file.
+std::string read_header_text(const std::string& path, int64_t& file_size) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0)
     TP_CHECK_INPUT(false, "cannot open checkpoint ", path, ": ", std::strerror(errno));
@@ -341,7 +344,7 @@ File File::open(const std::string& path) {
   if (!in)
     TP_CHECK_INPUT(false, "cannot open checkpoint ", path, ": ",
                    std::strerror(errno ? errno : EIO));
-  const auto file_size = static_cast<int64_t>(st.st_size);
+  file_size = static_cast<int64_t>(st.st_size);
 
   TP_CHECK_INPUT(
       file_size >= 8, "checkpoint ", path, " is ", file_size,
@@ -361,9 +364,12 @@ File File::open(const std::string& path) {
   in.read(text.data(), static_cast<std::streamsize>(n));
   TP_CHECK_INPUT(static_cast<uint64_t>(in.gcount()) == n, "cannot read checkpoint ", path,
                  ": the file ended inside the header");
+  return text;
+}
 
-  // nlohmann keeps the last of two equal keys; a header with a duplicated key is refused instead
-  // (two tensors of one name: which is meant?). One set of seen keys per open object.
+// The header text parsed: a JSON object with no key twice (nlohmann keeps the last of two equal
+// keys; a header with a duplicated key is refused instead: two tensors of one name, which is meant?).
+json parse_header(const std::string& path, const std::string& text) {
   json header;
   try {
     header = json::parse(text);
@@ -373,19 +379,84 @@ File File::open(const std::string& path) {
   }
   TP_CHECK_INPUT(header.is_object(), "checkpoint ", path, ": the header is a JSON ",
                  json_type(header), ", not an object");
-  // nlohmann keeps the last of two equal keys; a header with a duplicated key is refused instead
-  // (two tensors of one name: which is meant?).
   const std::string duplicate = duplicate_key(text, header);
   TP_CHECK_INPUT(duplicate.empty(), "checkpoint ", path, ": the header names ", duplicate,
                  " twice (a corrupt or hand-edited file)");
+  return header;
+}
+
+// The shape of one tensor entry (`where` names it in errors); its element count in `numel`.
+std::vector<int64_t> parse_shape(const std::string& where, const json& shape, DType dtype,
+                                 int64_t& numel) {
+  TP_CHECK_INPUT(shape.is_array(), where, ": shape is a JSON ", json_type(shape), ", not an array");
+  std::vector<int64_t> dims;
+  numel = 1;
+  for (const json& d : shape) {
+    TP_CHECK_INPUT(d.is_number_integer(), where, ": shape ", shape.dump(), " holds a JSON ",
+                   json_type(d), ", not an integer");
+    TP_CHECK_INPUT(d.is_number_unsigned() || d.get<int64_t>() >= 0, where, ": shape ", shape.dump(),
+                   " has a negative dim");
+    int64_t dim = 0;
+    TP_CHECK_INPUT(as_nonneg_int(d, dim), where, ": shape ", shape.dump(),
+                   " overflows the element count");
+    TP_CHECK_INPUT(dim == 0 || numel <= kMaxInt64 / dim, where, ": shape ", shape.dump(),
+                   " overflows the element count");
+    numel *= dim;
+    dims.push_back(dim);
+  }
+  TP_CHECK_INPUT(numel <= kMaxInt64 / dtype_size(dtype), where, ": shape ", shape.dump(),
+                 " overflows the byte count");
+  return dims;
+}
+
+// One tensor entry of the header: its dtype, shape and [begin, end) in the data section (of
+// `data_size` bytes), the span exactly the bytes the dtype and shape need.
+TensorInfo parse_entry(const std::string& path, const std::string& where, const json& value,
+                       int64_t data_size, int64_t& begin, int64_t& end) {
+  TP_CHECK_INPUT(value.is_object(), where, ": entry is a JSON ", json_type(value),
+                 ", not an object");
+  for (const char* key : {"dtype", "shape", "data_offsets"})
+    TP_CHECK_INPUT(value.contains(key), where, ": entry lacks \"", key, "\"");
+
+  TensorInfo info;
+  const json& dtype = value.at("dtype");
+  TP_CHECK_INPUT(dtype.is_string(), where, ": dtype is a JSON ", json_type(dtype),
+                 ", not a string");
+  TP_CHECK_INPUT(parse_dtype(dtype.get<std::string>(), info.dtype), where, ": dtype ",
+                 quote(dtype.get<std::string>()),
+                 " is not supported (supported: F32, F16, BF16, I32)");
+  const json& shape = value.at("shape");
+  int64_t numel = 1;
+  info.shape = parse_shape(where, shape, info.dtype, numel);
+
+  const json& off = value.at("data_offsets");
+  TP_CHECK_INPUT(off.is_array() && off.size() == 2, where, ": data_offsets ", off.dump(),
+                 " is not an array [begin, end]");
+  TP_CHECK_INPUT(as_nonneg_int(off[0], begin) && as_nonneg_int(off[1], end), where,
+                 ": data_offsets ", off.dump(), " must be two non-negative integers");
+  TP_CHECK_INPUT(begin <= end, where, ": data_offsets [", begin, ", ", end, "] have begin > end");
+  TP_CHECK_INPUT(end <= data_size, where, ": data_offsets [", begin, ", ", end,
+                 "] lie outside the ", data_size, "-byte data section of file ", path,
+                 " (truncated?)");
+  const int64_t want = numel * dtype_size(info.dtype);
+  TP_CHECK_INPUT(end - begin == want, where, ": data_offsets [", begin, ", ", end, "] span ",
+                 end - begin, " bytes, but ", dtype_name(info.dtype), " shape ", shape.dump(),
+                 " needs ", want);
+  return info;
+}
+
+}  // namespace
+
+File File::open(const std::string& path) {
+  int64_t file_size = 0;
+  const std::string text = read_header_text(path, file_size);
+  const json header = parse_header(path, text);
 
   File f;
   f.path_ = path;
-  f.data_start_ = 8 + static_cast<int64_t>(n);
+  f.data_start_ = 8 + static_cast<int64_t>(text.size());
   const int64_t data_size = file_size - f.data_start_;
-
   for (const auto& [name, value] : header.items()) {
-    const std::string where = "checkpoint " + path + ": tensor " + quote(name);
     if (name == kMetadataKey) {
       TP_CHECK_INPUT(value.is_object(), "checkpoint ", path, ": __metadata__ is a JSON ",
                      json_type(value), ", not an object of strings");
@@ -396,60 +467,23 @@ File File::open(const std::string& path) {
       }
       continue;
     }
-    TP_CHECK_INPUT(value.is_object(), where, ": entry is a JSON ", json_type(value),
-                   ", not an object");
-    for (const char* key : {"dtype", "shape", "data_offsets"})
-      TP_CHECK_INPUT(value.contains(key), where, ": entry lacks \"", key, "\"");
-
     Entry e;
-    const json& dtype = value.at("dtype");
-    TP_CHECK_INPUT(dtype.is_string(), where, ": dtype is a JSON ", json_type(dtype),
-                   ", not a string");
-    TP_CHECK_INPUT(parse_dtype(dtype.get<std::string>(), e.info.dtype), where, ": dtype ",
-                   quote(dtype.get<std::string>()),
-                   " is not supported (supported: F32, F16, BF16, I32)");
-
-    const json& shape = value.at("shape");
-    TP_CHECK_INPUT(shape.is_array(), where, ": shape is a JSON ", json_type(shape),
-                   ", not an array");
-    int64_t numel = 1;
-    for (const json& d : shape) {
-      TP_CHECK_INPUT(d.is_number_integer(), where, ": shape ", shape.dump(), " holds a JSON ",
-                     json_type(d), ", not an integer");
-      TP_CHECK_INPUT(d.is_number_unsigned() || d.get<int64_t>() >= 0, where, ": shape ",
-                     shape.dump(), " has a negative dim");
-      int64_t dim = 0;
-      TP_CHECK_INPUT(as_nonneg_int(d, dim), where, ": shape ", shape.dump(),
-                     " overflows the element count");
-      TP_CHECK_INPUT(dim == 0 || numel <= kMaxInt64 / dim, where, ": shape ", shape.dump(),
-                     " overflows the element count");
-      numel *= dim;
-      e.info.shape.push_back(dim);
-    }
-    TP_CHECK_INPUT(numel <= kMaxInt64 / dtype_size(e.info.dtype), where, ": shape ", shape.dump(),
-                   " overflows the byte count");
-
-    const json& off = value.at("data_offsets");
-    TP_CHECK_INPUT(off.is_array() && off.size() == 2, where, ": data_offsets ", off.dump(),
-                   " is not an array [begin, end]");
-    TP_CHECK_INPUT(as_nonneg_int(off[0], e.begin) && as_nonneg_int(off[1], e.end), where,
-                   ": data_offsets ", off.dump(), " must be two non-negative integers");
-    TP_CHECK_INPUT(e.begin <= e.end, where, ": data_offsets [", e.begin, ", ", e.end,
-                   "] have begin > end");
-    TP_CHECK_INPUT(e.end <= data_size, where, ": data_offsets [", e.begin, ", ", e.end,
-                   "] lie outside the ", data_size, "-byte data section of file ", path,
-                   " (truncated?)");
-    const int64_t want = numel * dtype_size(e.info.dtype);
-    TP_CHECK_INPUT(e.end - e.begin == want, where, ": data_offsets [", e.begin, ", ", e.end,
-                   "] span ", e.end - e.begin, " bytes, but ", dtype_name(e.info.dtype), " shape ",
-                   shape.dump(), " needs ", want);
+    e.info = parse_entry(path, "checkpoint " + path + ": tensor " + quote(name), value, data_size,
+                         e.begin, e.end);
     f.tensors_.emplace(name, std::move(e));
   }
-  // The tensors must tile the data section exactly: sorted by offset, each starts where the one
-  // before ended, the first at 0 and the last at the end of the file. This catches overlapping
-  // tensors, gaps, and a header length that is off (every tensor would be shifted).
+  f.check_tiling(data_size, text.size());
+  f.read_checksums();
+  return f;
+}
+
+// The tensors must tile the data section exactly: sorted by offset, each starts where the one
+// before ended, the first at 0 and the last at the end of the file. This catches overlapping
+// tensors, gaps, and a header length that is off (every tensor would be shifted).
+void File::check_tiling(int64_t data_size, uint64_t header_bytes) const {
+  const std::string& path = path_;
   std::vector<std::pair<const std::string*, const Entry*>> order;
-  for (const auto& kv : f.tensors_) order.emplace_back(&kv.first, &kv.second);
+  for (const auto& kv : tensors_) order.emplace_back(&kv.first, &kv.second);
   std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
     return a.second->begin != b.second->begin ? a.second->begin < b.second->begin
                                               : a.second->end < b.second->end;
@@ -470,32 +504,34 @@ File File::open(const std::string& path) {
   TP_CHECK_INPUT(covered == data_size, "checkpoint ", path, ": the data section has ",
                  data_size - covered, " bytes after the last tensor",
                  previous ? " " + quote(*previous) : std::string(),
-                 " that belong to no tensor: the header length (", n,
+                 " that belong to no tensor: the header length (", header_bytes,
                  ") is wrong or the file was appended to");
+}
 
-  // The checksums (metadata "crc32c.<tensor>", written by Writer): each names a tensor of the file
-  // and is 8 hex digits; a file has one for every tensor or none (hub files, older checkpoints).
+// The checksums (metadata "crc32c.<tensor>", written by Writer): each names a tensor of the file
+// and is 8 hex digits; a file has one for every tensor or none (hub files, older checkpoints).
+void File::read_checksums() {
+  const std::string& path = path_;
   size_t checksums = 0;
-  for (const auto& [key, value] : f.metadata_) {
+  for (const auto& [key, value] : metadata_) {
     if (key.compare(0, kChecksumPrefix.size(), kChecksumPrefix) != 0) continue;
     const std::string name = key.substr(kChecksumPrefix.size());
-    const auto it = f.tensors_.find(name);
-    TP_CHECK_INPUT(it != f.tensors_.end(), "checkpoint ", path, ": metadata ", quote(key),
+    const auto it = tensors_.find(name);
+    TP_CHECK_INPUT(it != tensors_.end(), "checkpoint ", path, ": metadata ", quote(key),
                    " is the checksum of a tensor the file does not have (a corrupt file)");
     TP_CHECK_INPUT(parse_crc32c_hex(value, it->second.crc), "checkpoint ", path, ": metadata ",
                    quote(key), "=", quote(value), " is not a checksum (8 hex digits)");
     it->second.has_crc = true;
     ++checksums;
   }
-  if (checksums > 0 && checksums != f.tensors_.size()) {
-    for (const auto& [name, e] : f.tensors_)
+  if (checksums > 0 && checksums != tensors_.size()) {
+    for (const auto& [name, e] : tensors_)
       TP_CHECK_INPUT(e.has_crc, "checkpoint ", path, ": tensor ", quote(name),
-                     " has no checksum although ", checksums, " of its ", f.tensors_.size(),
+                     " has no checksum although ", checksums, " of its ", tensors_.size(),
                      " tensors have one (metadata ", quote(kChecksumPrefix + name),
                      " was removed: a corrupt or hand-edited file)");
   }
-  f.checksums_ = checksums > 0;
-  return f;
+  checksums_ = checksums > 0;
 }
 
 bool File::has(const std::string& name) const { return tensors_.count(name) != 0; }

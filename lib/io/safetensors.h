@@ -139,6 +139,9 @@ class File {
   const Entry& entry(const std::string& name) const;
   const Entry& typed_entry(const std::string& name, DType want) const;
   void read_bytes(const std::string& name, const Entry& e, void* out) const;
+  // Parts of open(): the tensors tile the data section; the checksums name tensors, all or none.
+  void check_tiling(int64_t data_size, uint64_t header_bytes) const;
+  void read_checksums();
 
   std::string path_;
   int64_t data_start_ = 0;  // 8 + header length

@@ -58,27 +58,14 @@ void plan_origin(const Options& o, Plan& r, std::vector<std::string>& problems) 
   if (!own.note.empty()) r.origin_notes.push_back(own.note);
 }
 
-Plan plan_run(const Options& o, int world_size) {
-  Plan r;
+namespace {
+
+// The vocabulary (bytes, or --tokenizer's BPE ids) and, with --init-from F or --load F (or the
+// checkpoint --resume found), the model's shape from the file.
+void plan_vocab_and_file(const Options& o, Plan& r, std::vector<std::string>& problems) {
   GptConfig& cfg = r.cfg;
-  cfg = config_from_flags(o);
-  cfg.precision = parse_precision(o.get_text("precision"));  // never from a file: it holds fp32
   int64_t& seq = r.seq;
-  seq = cfg.seq;  // the length of a training sequence (cfg.seq: the position table)
-  const int64_t steps = r.steps = o.get_int("steps"), batch = r.batch = o.get_int("batch");
-  r.seed = static_cast<uint64_t>(o.get_int("seed"));
-  const std::string& data = r.data = o.get_text("data");
-  const int dp = r.dp = o.get_int32("dp");
-  // Check every flag before anything allocates or communicates; report all problems at once.
-  std::vector<std::string> problems;
-  if (steps < 0) problems.push_back("--steps=" + std::to_string(steps) + " must be 0 or more");
-  const int64_t warmup = r.warmup = o.get_int("warmup"),
-                decay_steps = r.decay_steps = o.get_int("decay-steps");
-  if (decay_steps != 0 && decay_steps <= warmup)
-    problems.push_back("--decay-steps=" + std::to_string(decay_steps) +
-                       " must be above --warmup=" + std::to_string(warmup) +
-                       " (the cosine decay runs from the end of warm-up to step N), or 0 for no "
-                       "decay");
+  const std::string& data = r.data;
   // --tokenizer DIR: --data's text as GPT-2 BPE ids (lib/text/bpe.h); V is the tokenizer's.
   const std::string tokenizer_dir = o.get_text("tokenizer");
   if (!tokenizer_dir.empty()) {
@@ -127,6 +114,32 @@ Plan plan_run(const Options& o, int world_size) {
                          std::to_string(data_vocab) +
                          ": give the tokenizer the model was trained with (or no --tokenizer)");
   }
+}
+
+}  // namespace
+
+Plan plan_run(const Options& o, int world_size) {
+  Plan r;
+  GptConfig& cfg = r.cfg;
+  cfg = config_from_flags(o);
+  cfg.precision = parse_precision(o.get_text("precision"));  // never from a file: it holds fp32
+  int64_t& seq = r.seq;
+  seq = cfg.seq;  // the length of a training sequence (cfg.seq: the position table)
+  const int64_t steps = r.steps = o.get_int("steps"), batch = r.batch = o.get_int("batch");
+  r.seed = static_cast<uint64_t>(o.get_int("seed"));
+  r.data = o.get_text("data");
+  const int dp = r.dp = o.get_int32("dp");
+  // Check every flag before anything allocates or communicates; report all problems at once.
+  std::vector<std::string> problems;
+  if (steps < 0) problems.push_back("--steps=" + std::to_string(steps) + " must be 0 or more");
+  const int64_t warmup = r.warmup = o.get_int("warmup"),
+                decay_steps = r.decay_steps = o.get_int("decay-steps");
+  if (decay_steps != 0 && decay_steps <= warmup)
+    problems.push_back("--decay-steps=" + std::to_string(decay_steps) +
+                       " must be above --warmup=" + std::to_string(warmup) +
+                       " (the cosine decay runs from the end of warm-up to step N), or 0 for no "
+                       "decay");
+  plan_vocab_and_file(o, r, problems);
   plan_origin(o, r, problems);
   const int pp = r.pp = o.get_int32("pp");
   const auto grid_problems = ProcessGrid::problems(world_size, dp, pp);

@@ -7,7 +7,10 @@
 
 namespace tp {
 
-void declare_train_options(Options& o) {
+namespace {
+
+// The model: blocks, widths, heads, vocabulary, sequence length.
+void declare_model_shape(Options& o) {
   o.integer("layers", 2, "transformer blocks L")
       .min(1)
       .integer("hidden", 64, "hidden size h")
@@ -22,8 +25,12 @@ void declare_train_options(Options& o) {
                "vocabulary V; 0 = 256 (the Markov data's default, and bytes for --data)")
       .non_negative()
       .integer("seq", 64, "sequence length = size of the position table")
-      .min(1)
-      .integer("batch", 8, "sequences per step")
+      .min(1);
+}
+
+// The batch, the replicas, the steps and the optimiser.
+void declare_optimisation(Options& o) {
+  o.integer("batch", 8, "sequences per step")
       .min(1)
       .integer("dp", 1,
                "data-parallel replicas: np = tp × dp; each TP group of np/dp adjacent ranks takes "
@@ -55,8 +62,12 @@ void declare_train_options(Options& o) {
       .real("dropout", 0.0, "dropout probability (embedding and both residual branches)")
       .min(0)
       .max(1, true)
-      .as_float()
-      .text("act", "gelu", "MLP activation", {"gelu", "swiglu"})
+      .as_float();
+}
+
+// How the layers compute and split: activation, norm, SP, overlap, recomputation, precision, micro-batches, ZeRO, the memory budget, the pipeline.
+void declare_layer_forms(Options& o) {
+  o.text("act", "gelu", "MLP activation", {"gelu", "swiglu"})
       .text("norm", "layernorm", "normalisation", {"layernorm", "rmsnorm"})
       .flag("untie", "give the LM head its own weight instead of tying it to wte")
       .flag("sp", "sequence parallelism: between the TP regions each rank keeps seq/t tokens")
@@ -93,8 +104,12 @@ void declare_train_options(Options& o) {
       .integer("pad-vocab-multiple", 1, "pad the vocabulary to a multiple of this times t")
       .min(1)
       .flag("audit-grads",
-            "before training, check every replicated gradient against t = 1 and across ranks")
-      .path("data", "", "train on the bytes of this file (V = 256) instead of the Markov data")
+            "before training, check every replicated gradient against t = 1 and across ranks");
+}
+
+// The data, the checkpoints (save, resume, load, export) and what to do with a bad step.
+void declare_data_and_checkpoints(Options& o) {
+  o.path("data", "", "train on the bytes of this file (V = 256) instead of the Markov data")
       .path("tokenizer", "",
             "with --data: train on the file's GPT-2 BPE ids (a folder with vocab.json + "
             "merges.txt or encoder.json + vocab.bpe; V = its vocabulary, 50257)")
@@ -137,8 +152,12 @@ void declare_train_options(Options& o) {
             "skip (and count) a step whose loss or gradient norm is NaN/Inf instead of stopping "
             "the run with exit 3")
       .path("dump-grads", "",
-            "after the first backward, write every global gradient, the batch and the loss here")
-      .path("log-json", "", "append one JSON object per step to this file")
+            "after the first backward, write every global gradient, the batch and the loss here");
+}
+
+// What the run reports: the JSON log, the link prediction, the timeline, the plot, MFU, evaluation, progress lines.
+void declare_reports(Options& o) {
+  o.path("log-json", "", "append one JSON object per step to this file")
       .flag("predict",
             "measure the link's α and β at the start, and after the first warm step print each "
             "collective's α–β prediction against its measured time, per op and per label")
@@ -168,6 +187,16 @@ void declare_train_options(Options& o) {
       .integer("log-every", 10, "print a progress line every N steps")
       .min(1)
       .max(kMaxSteps);
+}
+
+}  // namespace
+
+void declare_train_options(Options& o) {
+  declare_model_shape(o);
+  declare_optimisation(o);
+  declare_layer_forms(o);
+  declare_data_and_checkpoints(o);
+  declare_reports(o);
 }
 
 }  // namespace tp
