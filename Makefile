@@ -3,7 +3,10 @@
 #   make run      install what is missing, build, run every lesson (each under mpirun), the whole
 #                 tour in lessons/lessons.txt's order; ends with one summary line per lesson
 #   make test     install what is missing, build, run every test and every lesson (and compare each
-#                 lesson's output with its page); the last line is "N passed, M failed"
+#                 lesson's output with its page); ends with each group's time (about 10 min on 2
+#                 cores) and the line "N passed, M failed"
+#   make check    the inner loop (about 3 min on 2 cores): layers and format, the serial tests, the
+#                 MPI tests at np 2, every lesson and its page; the same last line
 #   make          build everything into build/ (build/bin, build/lib)
 #   make lessons  build the lessons only
 #   make bench    GEMM, threads, collectives, overlap, training vs PyTorch: each ratio interleaved and
@@ -193,7 +196,7 @@ LINK = $(MPICXX) $(LDFLAGS) $(filter-out $(GPU_STAMP) $(MPI_STAMP),$^) $(BLAS_LI
 # the GPU backend (or its stub), MPI, lib.
 BACKENDS = $(LIBTP_LAUNCHER) $(LIBTP_CPU) $(GPU_LINK) $(LIBTP_MPI) $(LIBTP) $(GPU_STAMP)
 
-.PHONY: all lessons tests tools run test docs bench clean deps gpu-check gpu-emu help format fuzz \
+.PHONY: all lessons tests tools run test check docs bench clean deps gpu-check gpu-emu help format fuzz \
         lesson-pages lesson-check sanitize-quick openmpi-quick compile_commands FORCE
 # Keep the objects that only pattern rules mention (make would delete them as intermediates).
 # Only these: a bare .SECONDARY would also stop a missing archive from being rebuilt.
@@ -419,6 +422,11 @@ lesson-pages: lessons
 
 test: all
 	@scripts/run-tests.sh
+
+# The inner loop's tier (about 3 minutes on 2 cores): layers and format, the serial tests, the MPI
+# tests at np 2 (NP="..." to choose), every lesson and its page; make test runs everything.
+check: all
+	@TIER=check NP="$(if $(filter command line environment,$(origin NP)),$(NP),2)" scripts/run-tests.sh
 
 # On a machine with a GPU: build, GPU tests, every lesson with --backend gpu against the CPU, and
 # the timings (GEMM, one block against PyTorch, memory-bound kernels); logs under $OUT when set.

@@ -29,6 +29,10 @@ set -u
 cd "$(dirname "$0")/.." || exit 2
 . scripts/common.sh
 NP=${NP:-1 2 3 4}
+# TIER=check (make check): the inner loop, about 3 minutes on 2 cores: the layers and format, the
+# serial tests, the MPI tests (at np 2 from make check), every lesson and its page. Not the wrong-
+# include build probes, the GPU and emulator tests, the tools' end-to-end runs (sections 4 to 8b).
+TIER=${TIER:-all}
 logs=$BUILD/test-logs
 mkdir -p "$logs"
 : >"$logs/.started"  # the logs newer than this are this run's (the sanitizer scan, section 6)
@@ -37,16 +41,18 @@ mkdir -p "$logs"
 # against the build as it is; for working on one topic, not for CI.
 if [ -n "${PARTS:-}" ]; then
   rm -rf "$tmp"; mkdir -p "$tmp"
-  for part in $PARTS; do echo "-- scripts/tests/$part"; . "scripts/tests/$part"; done
+  for part in $PARTS; do group "scripts/tests/$part"; . "scripts/tests/$part"; done
   summary; exit
 fi
 
+group "0. layers and format"
 # 0. The layers (docs/architecture.md): the include graph goes only downwards and matches the
 # picture; and it can fail: a copy of the tree with a wrong include is refused by the script, and by
 # the build's own include paths (lib/ cannot see <mpi.h>, cpu_backend/ cannot see the GPU backend).
 layers_log=$logs/check_layers.log
 if python3 scripts/check-layers.py >"$layers_log" 2>&1; then pass 1; cat "$layers_log"
 else fail "layers: $(grep -c '^✗' "$layers_log") wrong includes or picture edges (see $layers_log)"; cat "$layers_log"; fi
+if [ "$TIER" != check ]; then
 wrong=$BUILD/test-tmp/layers
 rm -rf "$wrong"; mkdir -p "$wrong/build"
 cp -r Makefile scripts lib cpu_backend mpi gpu_backend launcher lessons tools tests docs "$wrong"/
@@ -71,6 +77,7 @@ for probe in lib/core/probe cpu_backend/probe; do
     fail "layers: $probe.cpp failed to build for another reason (see $logs/check_layers_build.log)"
   fi
 done
+fi
 
 # The style: every source as .clang-format says (make format fixes it).
 if scripts/check-format.sh >"$logs/check_format.log" 2>&1; then
@@ -79,9 +86,11 @@ else
   fail "format: $(grep -c '^✗' "$logs/check_format.log") files differ from .clang-format (make format; see $logs/check_format.log)"
 fi
 
+group "1. serial tests"
 # 1. Serial tests.
 serial test_serial "$BUILD/bin/test_serial"
 
+group "2. MPI tests at np $NP"
 # 2. MPI tests at every rank count.
 for np in $NP; do
   log=$logs/test_mpi.np$np.log
@@ -89,6 +98,8 @@ for np in $NP; do
   tally "test_mpi -np $np" "$log" $?
 done
 
+if [ "$TIER" != check ]; then
+group "2b. GPU tests"
 # 2b. GPU tests. $BUILD/gpu-backend (written by the Makefile) says whether this build has the GPU
 # backend ("yes" or "no: <why>"); test_gpu's rank 0 says whether it found a device ("tp-gpu:
 # device <name>" or "tp-gpu: skipped: <why>"). Without a device every test skips: one line says why,
@@ -120,6 +131,7 @@ else
   done
 fi
 
+group "2c. GPU tests on the CUDA emulator"
 # 2c. The GPU tests on the CUDA emulator (tests/cuda_emu/include/cuda_emu.h): the GPU backend's
 # kernels, cuBLAS calls and NCCL protocol run on the CPU, on every machine. np 1 and 2 give each
 # rank its own emulated GPU (NCCL over MPI); the collectives again at np 2 on one shared GPU, where
@@ -139,7 +151,9 @@ log=$logs/test_gpu_emu.np2.shared.log
 TP_EMU_SHARED_GPU=1 run_mpi 2 "$BUILD/emu/bin/test_gpu" --gtest_filter='GpuCollectives.*' >"$log" 2>&1
 tally "GPU collectives on the CUDA emulator -np 2, one shared GPU" "$log" $?
 fi
+fi  # TIER != check
 
+group "3. lessons and their pages"
 # 3. Every lesson at its rank count.
 while read -r name np; do
   log=$logs/lesson_$name.log
@@ -175,6 +189,12 @@ else
   fail "lesson rank counts disagree with lessons/lessons.txt (see $logs/check_lessons.log)"; cat "$logs/check_lessons.log"
 fi
 
+if [ "$TIER" = check ]; then
+  echo "make check: the inner loop's tier; make test runs the whole suite"
+  summary; exit
+fi
+
+group "4. bad input and failures"
 # 4. Bad input and failures: exit code, one clear line, no hang.
 expect "wrong rank count" 2 "mpirun -np 3 build/bin/lesson_02_column_parallel" 2 "$BUILD/bin/lesson_02_column_parallel"
 expect "unknown flag" 2 "unknown option --stpe" 3 "$BUILD/bin/lesson_02_column_parallel" --stpe
@@ -250,6 +270,7 @@ if [ "$rc" = 1 ] && [ "$(wc -l <"$log")" = 1 ] && grep -q "cannot compile a C++ 
   pass 1; echo "✓ make's dependency check, the compiler the MPI wrapper names missing: exit 1, says: $(cat "$log")"
 else fail "the dependency check with MPICH_CXX/OMPI_CXX naming no compiler: exit $rc, expected 1 and one line (see $log)"; fi
 
+group "5. training"
 # 5. Training: the same loss curve at every t, a resume across t, and bad input to tp_train.
 rm -rf "$tmp"; mkdir -p "$tmp"
 for np in 1 2 3 4; do
@@ -384,6 +405,7 @@ else
   fail "SIGTERM to mpirun: exit $rc, no emergency checkpoint or it does not load (see $logs/train_sigterm.log)"
 fi
 
+group "6. Hugging Face files"
 # 6. Hugging Face GPT-2 files: tp_train --init-from a hub-layout file (F32 with config.json, F16
 # with --heads) at t = 1 and 2 against an independent GPT-2 in torch (loss and every gradient), and
 # --export-hf (and transformers' GPT2LMHeadModel on the export, when installed).
@@ -400,6 +422,7 @@ python3 -c 'import json, sys; h = json.dumps({"foo": {"dtype": "F32", "shape": [
 sys.stdout.buffer.write(len(h).to_bytes(8, "little") + h + bytes(4))' >"$tmp/garbage_tensors.safetensors"
 expect "not a model file" 2 "is neither a checkpoint of this project (no \"format\"" 2 "${tt[@]}" --init-from "$tmp/garbage_tensors.safetensors"
 
+group "7. generation"
 # 7. Generation: from the checkpoint saved at t = 2, the same tokens at t = 1, 2, 3 (greedy and
 #    top-k sampling), and bad input to tp_generate.
 gen=("$BUILD/bin/tp_generate" --load "$tmp/ck.safetensors" --prompt "TP" --tokens 24)
@@ -423,6 +446,7 @@ expect "tp_generate without a checkpoint" 2 "--load is required" 2 "$BUILD/bin/t
 expect "tp_generate, a prompt id outside the vocabulary" 2 "--prompt-ids: '300' is not a token id in [0, 256)" 2 \
   "$BUILD/bin/tp_generate" --load "$tmp/ck.safetensors" --prompt-ids "7 300"
 
+group "8. more bad input, corrupt checkpoints"
 # 8. More bad input (issue 14): every tool, and checkpoint files corrupted the ways real files get
 #    corrupted. Each case: its exit code, one line naming the problem, within 10 s, no file changed.
 python3 - "$tmp/ck.safetensors" "$tmp" <<'PY'
@@ -509,7 +533,7 @@ expect "lesson 13: a flag out of range" 2 "--steps=1: must be in [2, 100000]" 4 
 # expect, pass, fail, run_mpi, $tmp, $logs and the train/tt/ld command arrays defined above.
 for part in scripts/tests/*.sh; do
   [ -e "$part" ] || continue
-  echo "-- $part"
+  group "8b. $part"
   . "$part"
 done
 
@@ -517,6 +541,7 @@ done
 # exit code was not what a check looked at (a leak found at exit after the last test passed, a
 # finding in a run that was meant to fail). One failure per log, with the report's first line.
 if [ -n "$SANITIZE" ]; then
+  group "9. sanitizer reports"
   report='ERROR: (Address|Leak)Sanitizer|runtime error:|WARNING: .*Sanitizer'
   # Not a finding: ASan saying an impossible allocation returned null (allocator_may_return_null,
   # scripts/common.sh), which the out-of-memory check provokes on purpose.

@@ -6,6 +6,20 @@ failures=()
 
 pass() { passed=$((passed + $1)); }
 fail() { failed=$((failed + 1)); failures+=("$1"); echo "✗ $1"; }
+# group NAME: the checks from here on belong to NAME (a numbered section of run-tests.sh or one
+# scripts/tests/ part); summary prints each group's checks and seconds, then the total.
+group_names=() group_seconds=() group_checks=() group_start='' group_passed=0 group_failed=0
+group() {
+  group_end
+  group_names+=("$1"); group_start=$SECONDS; group_passed=$passed; group_failed=$failed
+  echo "== $1"
+}
+group_end() {
+  [ -n "$group_start" ] || return 0
+  group_seconds+=($((SECONDS - group_start)))
+  group_checks+=($((passed - group_passed + failed - group_failed)))
+  group_start=''
+}
 run_mpi() { local np=$1; shift; timeout "${TIMEOUT:-300}" "$MPIEXEC" $MPI_FLAGS -np "$np" "$@" </dev/null; }
 # tally NAME LOG RC: counts the "tp-tests: np=N passed=P failed=F skipped=S" line an MPI test binary
 # (tests/mpi_main.cpp) prints last; a missing line means it crashed or timed out.
@@ -105,7 +119,17 @@ stall_wait_step() { for _ in $(seq 200); do grep -q "^step " "$1" && return 0; s
 
 # summary: the failures, then the last line "N passed, M failed"; exit status 0 when none failed.
 summary() {
+  group_end
   echo
+  if [ ${#group_names[@]} -gt 0 ]; then
+    local i total=0
+    echo "time per group (seconds, checks):"
+    for i in "${!group_names[@]}"; do
+      printf '  %5d s  %5d  %s\n' "${group_seconds[$i]}" "${group_checks[$i]}" "${group_names[$i]}"
+      total=$((total + group_seconds[i]))
+    done
+    printf '  %5d s         total (%d min %02d s)\n' "$total" $((total / 60)) $((total % 60))
+  fi
   for f in "${failures[@]:+${failures[@]}}"; do echo "failed: $f"; done
   echo "$passed passed, $failed failed$([ "$skipped" != 0 ] && echo ", $skipped skipped")"
   [ "$failed" = 0 ]
