@@ -148,7 +148,7 @@ SERIAL_TEST := tests/test_gemm.cpp tests/test_rng.cpp tests/test_options.cpp tes
                tests/test_kernels.cpp tests/test_safetensors.cpp tests/test_plot.cpp \
                tests/test_text.cpp tests/test_format.cpp tests/test_packed_gemm.cpp \
                tests/test_cpu_bf16.cpp tests/test_step_log.cpp \
-               tests/test_run_plan.cpp tests/test_step_report.cpp \
+               tests/test_run_plan.cpp tests/test_train_flags.cpp tests/test_step_report.cpp \
                tests/test_checkpoint_lifecycle.cpp tests/test_run_outputs.cpp \
                tests/test_peak_probe.cpp
 # test_gpu.cpp is its own MPI binary (GPU against CPU); it builds in every build and skips when
