@@ -455,7 +455,7 @@ $(BUILD)/fuzz/fuzz_safetensors: tests/fuzz/fuzz_safetensors.cpp lib/io/safetenso
 $(BUILD)/fuzz/fuzz_options: tests/fuzz/fuzz_options.cpp lib/core/options.cpp lib/core/error.cpp
 	@mkdir -p $(dir $@)
 	$(FUZZ_CXX) $(FUZZ_FLAGS) $^ -o $@
-$(BUILD)/fuzz/fuzz_checkpoint_meta: tests/fuzz/fuzz_checkpoint_meta.cpp lib/model/checkpoint_meta.cpp \
+$(BUILD)/fuzz/fuzz_checkpoint_meta: tests/fuzz/fuzz_checkpoint_meta.cpp lib/model/checkpoint_meta.cpp lib/model/presets.cpp \
                                      lib/io/safetensors.cpp lib/io/durable_write.cpp lib/io/crc32c.cpp \
                                      lib/core/output_file.cpp lib/core/error.cpp
 	@mkdir -p $(dir $@)

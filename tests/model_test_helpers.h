@@ -25,6 +25,7 @@
 #include "model/adamw.h"
 #include "model/data.h"
 #include "model/gpt.h"
+#include "model/presets.h"
 #include "model/train.h"
 #include "observe/comm_ledger.h"
 #include "parallel/param.h"
@@ -36,34 +37,8 @@ constexpr double kTol = 1e-5;      // one forward/backward in fp32, split sums r
 constexpr double kLossTol = 1e-6;  // the mean loss of one step
 constexpr uint64_t kSeed = 77;
 
-// The small model most model tests use: L = 2, h = 48, nh = 12 (head_dim 4, MHA), ffn = 96,
-// V = 64, position table `seq`: every size divides by t = 1, 2, 3, 4.
-inline GptConfig small_gpt_config(int64_t seq) {
-  GptConfig c;
-  c.layers = 2;
-  c.hidden = 48;
-  c.heads = 12;
-  c.kv_heads = 12;
-  c.ffn = 96;
-  c.vocab = 64;
-  c.seq = seq;
-  return c;
-}
-
-// The smallest model whose every split size and sequence divide by t = 1, 2, 3, 4: h = 24,
-// nh = nkv = 12 (hd 2), ffn 48, V = 32, S = 12; init_std 0.1 so that attention is far from uniform.
-inline GptConfig tiny_gpt_config(int64_t layers) {
-  GptConfig c;
-  c.layers = layers;
-  c.hidden = 24;
-  c.heads = 12;
-  c.kv_heads = 12;
-  c.ffn = 48;
-  c.vocab = 32;
-  c.seq = 12;
-  c.init_std = 0.1f;
-  return c;
-}
+// The model shapes the tests share are named in lib/model/presets.h: tp::tiny_gpt (L, h = 24,
+// S = 12), tp::small_gpt (L = 2, h = 48, S given), tp::mini_gpt (L = 1, h = 16, S = 4).
 
 inline bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&

@@ -53,7 +53,7 @@ TEST(Agreement, OutcomeOfAnActionOnOneRank) {
 // Rank 0 writes; its target is a folder, so only rank 0's write fails: every rank must come back
 // (rank 0 after the barrier the others wait in) and hear the same message.
 TEST(Agreement, FailedCheckpointWriteIsHeardOnEveryRank) {
-  const GptConfig cfg = tp::testing::small_gpt_config(8);
+  const GptConfig cfg = tp::small_gpt(8);
   Gpt model(device(), world(), cfg);
   model.init(1);
   AdamW opt(device(), model.params(), AdamWParams{});

@@ -36,7 +36,7 @@ struct OneRankRun {
   explicit OneRankRun(Options options)
       : o(std::move(options)),
         grid(solo, tp::GridAxes{1, 1}),
-        model(tp::testing::device(), grid.tp(), tp::testing::tiny_gpt_config(1)),
+        model(tp::testing::device(), grid.tp(), tp::tiny_gpt(1)),
         opt(tp::testing::device(), model.params(), tp::AdamWParams{}),
         checkpoints(solo, tp::testing::device(), o, grid, model, opt,
                     tp::CheckpointOrigin{"test-run", "markov"}, "") {

@@ -40,10 +40,7 @@
 namespace {
 
 using namespace tp;
-using tp::testing::device;
-using tp::testing::random_vector;
-using tp::testing::rel_error;
-using tp::testing::world;
+using namespace tp::testing;  // test_util.h, model_test_helpers.h
 
 constexpr uint64_t kSeed = 99;
 constexpr double kLogitTol = 1e-5;
@@ -51,7 +48,7 @@ constexpr double kLogitTol = 1e-5;
 // L = 2, h = 48, nh = 12 (head_dim 4), ffn = 96, V = 64 (padded to 66 at t = 3): every size
 // divides by 1, 2, 3, 4. init_std 0.1 so that attention and the logits are far from uniform.
 GptConfig gen_config() {
-  GptConfig c = tp::testing::small_gpt_config(12);
+  GptConfig c = tp::small_gpt(12);
   c.init_std = 0.1f;
   return c;
 }

@@ -24,6 +24,7 @@
 #include "model/adamw.h"
 #include "model/data.h"
 #include "model/gpt.h"
+#include "model/presets.h"
 #include "model/train.h"
 #include "node.h"
 #include "parallel/process_grid.h"
@@ -131,13 +132,7 @@ TEST(Grid, PipelineAxisForEveryPpThatDividesNp) {
 TEST(Grid, TrainStepRefusesMoreStagesThanBlocks) {
   if (world().size() == 1) GTEST_SKIP() << "pp > 1 needs two ranks";
   ProcessGrid grid(world(), GridAxes{1, world().size()});
-  GptConfig g;
-  g.layers = 1;
-  g.hidden = 16;
-  g.heads = 2;
-  g.ffn = 32;
-  g.vocab = 16;
-  g.seq = 4;
+  const GptConfig g = mini_gpt();  // L = 1 < pp
   Gpt model(device(), grid.tp(), g);
   model.init(5);
   AdamWParams hp;
@@ -202,17 +197,6 @@ TEST(Grid, RefusesDpThatDoesNotDivideNp) {
 
 namespace {
 
-GptConfig tiny() {
-  GptConfig g;
-  g.layers = 1;
-  g.hidden = 16;
-  g.heads = 2;
-  g.ffn = 32;
-  g.vocab = 16;  // divisible by every tp used here: no padding rows
-  g.seq = 4;
-  return g;
-}
-
 // dp 2 where np is even (np 2: tp 1 × dp 2; np 4: tp 2 × dp 2), else all ranks DP (tp 1).
 int dp_for(int np) { return np % 2 == 0 ? 2 : np; }
 
@@ -223,7 +207,7 @@ TEST(GridTraining, DpTrainsLikeOneDeviceOnTheSameGlobalBatch) {
   ProcessGrid grid(world(), dp);
   SerialCommunicator solo;
   ProcessGrid one_grid(solo, 1);
-  const GptConfig g = tiny();
+  const GptConfig g = mini_gpt();
   Gpt model(device(), grid.tp(), g), one(device(), solo, g);
   model.init(5);
   one.init(5);
@@ -270,7 +254,7 @@ TEST(GridTraining, RefusesABatchNotDivisibleByDpAndDropoutWithDp) {
   const int np = world().size(), dp = dp_for(np);
   if (dp == 1) GTEST_SKIP() << "needs dp > 1";
   ProcessGrid grid(world(), dp);
-  GptConfig g = tiny();
+  GptConfig g = mini_gpt();
   Gpt model(device(), grid.tp(), g);
   model.init(5);
   AdamW opt(device(), model.params(), AdamWParams{});

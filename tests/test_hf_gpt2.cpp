@@ -47,12 +47,8 @@ using tp::testing::world;
 // in GPT-2 (config.json's n_inner null), 16 positions of which the batches use 8, V = 64 (padded
 // to 66 at t = 3).
 GptConfig gpt2_config() {
-  GptConfig c;
-  c.layers = 2;
-  c.hidden = 48;
-  c.heads = 12;
-  c.vocab = 64;
-  c.seq = 16;
+  GptConfig c = small_gpt(16);  // L = 2, h = 48, nh = 12, V = 64
+  c.ffn = 0;                    // 4h
   return c;
 }
 constexpr int64_t kBatchSeq = 8, kBatch = 2;

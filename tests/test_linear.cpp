@@ -16,10 +16,7 @@
 namespace {
 
 using namespace tp;
-using tp::testing::device;
-using tp::testing::random_vector;
-using tp::testing::rel_error;
-using tp::testing::world;
+using namespace tp::testing;  // test_util.h, model_test_helpers.h
 
 constexpr double kTol = 1e-5;
 constexpr uint64_t kSeed = 2024;

@@ -35,11 +35,8 @@ using namespace tp;
 using tp::testing::device;
 using tp::testing::world;
 
-GptConfig budget_config() {
-  GptConfig g = tp::testing::tiny_gpt_config(2);
-  g.init_std = 0.1f;
-  return g;
-}
+// The tiny GPT of model/presets.h, two blocks (init_std 0.1).
+GptConfig budget_config() { return tiny_gpt(2); }
 
 int64_t local_elements(const ParamList& params) {
   int64_t n = 0;

@@ -33,6 +33,7 @@
 #include "model/data.h"
 #include "model/gpt.h"
 #include "model/memory.h"
+#include "model/presets.h"
 #include "model/train.h"
 #include "parallel/data_parallel.h"
 #include "parallel/process_grid.h"
@@ -47,14 +48,9 @@ namespace {
 // L = 2, h = 24, nh = 12 (hd 2), ffn 48, V = 16 (padded at t = 3), S = 8: every split size
 // divides by t = 1..4.
 GptConfig stack_config() {
-  GptConfig g;
-  g.layers = 2;
-  g.hidden = 24;
-  g.heads = 12;
-  g.ffn = 48;
+  GptConfig g = tiny_gpt(2);  // model/presets.h
   g.vocab = 16;
   g.seq = 8;
-  g.init_std = 0.1f;
   return g;
 }
 

@@ -52,25 +52,10 @@
 namespace {
 
 using namespace tp;
-using tp::testing::device;
-using tp::testing::random_vector;
-using tp::testing::rel_error;
-using tp::testing::world;
-
-using tp::testing::expect_collectives;
-using tp::testing::expect_grads_match;
-using tp::testing::expect_same_init;
-using tp::testing::ExpectedCollective;
-using tp::testing::is_key_bias;
-using tp::testing::kLossTol;
-using tp::testing::kSeed;
-using tp::testing::kTol;
-using tp::testing::markov_batch;
-using tp::testing::norm2;
-using tp::testing::Trainer;
+using namespace tp::testing;  // test_util.h, model_test_helpers.h
 
 // hidden 48, heads 12 (head_dim 4), kv_heads 12 (MHA), ffn 96: every size divides by 1, 2, 3, 4.
-GptConfig base_config() { return tp::testing::small_gpt_config(8); }
+GptConfig base_config() { return tp::small_gpt(8); }
 
 // Layer tests: every weight and bias (biases start at zero in a model) drawn from N(0, 0.3), so
 // every term of the forward and backward is exercised with O(1) activations.
@@ -371,15 +356,11 @@ TEST(ModelGpt, UntiedSwigluRmsNormGqaDropoutMatchesSingleDevice) {
 
 // ---- 6. 50-step loss curves ---------------------------------------------------------------------
 
+// The tiny GPT (model/presets.h) with one block and S = 8, at the default init_std.
 GptConfig tiny_config() {
-  GptConfig c;
-  c.layers = 1;
-  c.hidden = 24;
-  c.heads = 12;
-  c.kv_heads = 12;
-  c.ffn = 48;
-  c.vocab = 32;
+  GptConfig c = tiny_gpt(1);
   c.seq = 8;
+  c.init_std = GptConfig{}.init_std;
   return c;
 }
 

@@ -35,14 +35,7 @@
 namespace {
 
 using namespace tp;
-using tp::testing::device;
-using tp::testing::expect_grads_match;
-using tp::testing::is_key_bias;
-using tp::testing::kLossTol;
-using tp::testing::kSeed;
-using tp::testing::kTol;
-using tp::testing::markov_batch;
-using tp::testing::world;
+using namespace tp::testing;  // test_util.h, model_test_helpers.h
 
 // ---- 1. the ring primitives -----------------------------------------------------------------------
 
@@ -183,7 +176,7 @@ TEST(Ring, GatherEachReduceScatterIntoOneBufferHoldsXAtTheLastBlock) {
 
 // L = 2 of the tiny model (model_test_helpers.h): the backward of one block overlaps the next
 // block's, and every split divides by t = 1, 2, 3, 4.
-GptConfig small_config() { return tp::testing::tiny_gpt_config(2); }
+GptConfig small_config() { return tp::tiny_gpt(2); }
 
 using OverlapCase = std::tuple<bool, Activation, Overlap>;  // sp, act, overlap
 

@@ -110,7 +110,7 @@ std::vector<Layout> layouts(int np) {
 }
 
 GptConfig pipeline_config(const Layout& l) {
-  GptConfig g = tp::testing::tiny_gpt_config(4);  // L = 4: pp 4 gives one block per stage
+  GptConfig g = tp::tiny_gpt(4);  // L = 4: pp 4 gives one block per stage
   g.tied = l.tied;
   g.sp = l.sp;
   g.dropout = l.dropout;
@@ -302,7 +302,7 @@ TEST(PipelineParallel, TrainStepRefusesWhatDoesNotCombine) {
   const int np = world().size();
   if (np != 2 && np != 4) GTEST_SKIP() << "needs np 2 or 4 (pp 2)";
   ProcessGrid grid(world(), GridAxes{np / 2, 2});
-  GptConfig g = tp::testing::tiny_gpt_config(2);
+  GptConfig g = tp::tiny_gpt(2);
   AdamWParams hp;
   Stage st(grid, g, hp);
   const Batch b = tp::testing::markov_batch(g.vocab, 0, 4 * grid.dp_size(), g.seq);
@@ -325,7 +325,7 @@ TEST(PipelineParallel, TimelineLabelsEachMicroBatchsForwardAndBackward) {
   const int np = world().size();
   if (np != 2 && np != 4) GTEST_SKIP() << "needs np 2 or 4 (pp 2)";
   ProcessGrid grid(world(), GridAxes{1, 2});
-  const GptConfig g = tp::testing::tiny_gpt_config(2);
+  const GptConfig g = tp::tiny_gpt(2);
   AdamWParams hp;
   Stage st(grid, g, hp);
   StepOptions opts;
@@ -455,7 +455,7 @@ TEST(PipelineParallel, Zero1EqualsPlainDataParallelOnEachStage) {
   for (const float clip : {0.0f, 0.5f}) {
     SCOPED_TRACE("clip " + std::to_string(clip));
     ProcessGrid grid(world(), GridAxes{2, 2});
-    const GptConfig g = tp::testing::tiny_gpt_config(2);
+    const GptConfig g = tp::tiny_gpt(2);
     AdamWParams hp;
     hp.lr = 1e-2f;
     hp.weight_decay = 0.1f;

@@ -42,10 +42,7 @@
 namespace {
 
 using namespace tp;
-using tp::testing::device;
-using tp::testing::kSeed;
-using tp::testing::markov_batch;
-using tp::testing::world;
+using namespace tp::testing;  // test_util.h, model_test_helpers.h
 
 constexpr double kU = 1.0 / 256;       // bf16's unit roundoff, 2^−8
 constexpr double kGradBound = 0.05;    // ‖g − g₁‖/‖g₁‖, see the top of this file
@@ -54,7 +51,7 @@ constexpr double kTrackBound = 0.01;   // bf16 vs fp32 loss, every step (1 %)
 constexpr int kTrackSteps = 200;
 
 GptConfig tiny(Precision precision, bool sp = false, const std::string& overlap = "none") {
-  GptConfig c = tp::testing::tiny_gpt_config(2);
+  GptConfig c = tp::tiny_gpt(2);
   c.precision = precision;
   c.sp = sp;
   c.overlap = parse_overlap(overlap);

@@ -31,6 +31,7 @@
 #include "model/memory.h"
 #include "model/memory_budget.h"
 #include "model/preflight.h"
+#include "model/presets.h"
 #include "model_test_helpers.h"
 #include "test_util.h"
 

@@ -27,15 +27,12 @@
 namespace {
 
 using namespace tp;
-using tp::testing::device;
-using tp::testing::kSeed;
-using tp::testing::markov_batch;
-using tp::testing::world;
+using namespace tp::testing;  // test_util.h, model_test_helpers.h
 
 // L = 2 of the tiny model (model_test_helpers.h: every split divides by t = 1, 2, 3, 4), with
 // dropout 0.1 everywhere.
 GptConfig recompute_config() {
-  GptConfig c = tp::testing::tiny_gpt_config(2);
+  GptConfig c = tp::tiny_gpt(2);
   c.dropout = 0.1f;
   return c;
 }

@@ -37,20 +37,10 @@
 namespace {
 
 using namespace tp;
-using tp::testing::device;
-using tp::testing::expect_collectives;
-using tp::testing::expect_grads_match;
-using tp::testing::expect_same_init;
-using tp::testing::ExpectedCollective;
-using tp::testing::kLossTol;
-using tp::testing::kSeed;
-using tp::testing::kTol;
-using tp::testing::markov_batch;
-using tp::testing::Trainer;
-using tp::testing::world;
+using namespace tp::testing;  // test_util.h, model_test_helpers.h
 
 // L = 1 of the tiny model (model_test_helpers.h): every split divides by t = 1, 2, 3, 4.
-GptConfig small_config() { return tp::testing::tiny_gpt_config(1); }
+GptConfig small_config() { return tp::tiny_gpt(1); }
 constexpr int64_t kBatch = 2;  // N = S·B = 24 tokens
 
 // The t = 1 reference of `cfg`: no SP, unpadded vocabulary.

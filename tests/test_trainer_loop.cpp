@@ -184,7 +184,7 @@ TEST(CheckpointSeries, ResumeDecisionForEachMode) {
 TEST(CheckpointSeries, AFileProblemNamesTruncationAndCorruption) {
   const std::string dir = fresh_dir();
   SerialCommunicator solo;
-  GptConfig cfg = tp::testing::tiny_gpt_config(1);
+  GptConfig cfg = tp::tiny_gpt(1);
   Gpt model(device(), solo, cfg);
   model.init(5);
   AdamW opt(device(), model.params(), AdamWParams{});
@@ -212,7 +212,7 @@ TEST(CheckpointSeries, AFileProblemNamesTruncationAndCorruption) {
 // A tiny real checkpoint at `path` holding `step`, written by run `run_id`.
 void save_tiny(const std::string& path, int64_t step, const std::string& run_id) {
   SerialCommunicator solo;
-  Gpt model(device(), solo, tp::testing::tiny_gpt_config(1));
+  Gpt model(device(), solo, tp::tiny_gpt(1));
   model.init(5);
   AdamW opt(device(), model.params(), AdamWParams{});
   save_checkpoint(path, solo, model, opt, step, {run_id, "bytes"});
@@ -325,7 +325,7 @@ TEST(Flops, NIsTheModelsMatrixParametersAndThePaLMFormula) {
   for (Activation act : {Activation::Gelu, Activation::SwiGlu})
     for (NormKind norm : {NormKind::LayerNorm, NormKind::RmsNorm})
       for (bool tied : {true, false}) {
-        GptConfig cfg = tp::testing::tiny_gpt_config(2);
+        GptConfig cfg = tp::tiny_gpt(2);
         cfg.act = act;
         cfg.norm = norm;
         cfg.tied = tied;
@@ -340,7 +340,7 @@ TEST(Flops, NIsTheModelsMatrixParametersAndThePaLMFormula) {
         EXPECT_DOUBLE_EQ(f.model, 6.0 * static_cast<double>(f.n) + 12.0 * 2 * 24 * 10);
         EXPECT_DOUBLE_EQ(f.hardware, f.model);
       }
-  GptConfig cfg = tp::testing::tiny_gpt_config(3);
+  GptConfig cfg = tp::tiny_gpt(3);
   const TokenFlops none = token_flops(cfg, 12);
   cfg.recompute = Recompute::Selective;
   EXPECT_DOUBLE_EQ(token_flops(cfg, 12).hardware, none.model + 4.0 * 3 * 24 * 12);
@@ -442,7 +442,7 @@ TEST(HeldOut, MarkovHeldOutStreamIsTheChainButNotTheTrainingSequences) {
 // a model built with dropout 0.1 evaluates as one built without it, and its training forward
 // still drops (the loss differs).
 TEST(HeldOut, ValidationLossMatchesSingleDeviceWithoutDropout) {
-  GptConfig cfg = tp::testing::tiny_gpt_config(2);
+  GptConfig cfg = tp::tiny_gpt(2);
   cfg.dropout = 0.1f;
   GptConfig plain = cfg;
   plain.dropout = 0.0f;
@@ -466,7 +466,7 @@ TEST(HeldOut, ValidationLossMatchesSingleDeviceWithoutDropout) {
 // issue 39: the stop question is asked after each held-out batch; a yes ends the evaluation at
 // once (a SIGTERM need not wait for --eval-batches batches) and the loss is NaN, not a mean of part.
 TEST(HeldOut, AStopEndsTheEvaluationAfterTheBatchThatAskedIt) {
-  const GptConfig cfg = tp::testing::tiny_gpt_config(2);
+  const GptConfig cfg = tp::tiny_gpt(2);
   const MarkovSource src(cfg.vocab, 4);
   Gpt model(device(), world(), cfg);
   model.init(tp::testing::kSeed);

@@ -30,10 +30,7 @@
 namespace {
 
 using namespace tp;
-using tp::testing::device;
-using tp::testing::random_vector;
-using tp::testing::rel_error;
-using tp::testing::world;
+using namespace tp::testing;  // test_util.h, model_test_helpers.h
 
 constexpr double kTol = 1e-6;
 constexpr int64_t kV = 11, kH = 5, kN = 12;

@@ -24,6 +24,7 @@
 #include "model/memory_budget.h"
 #include "model/pipeline_plan.h"
 #include "model/preflight.h"
+#include "model/presets.h"
 
 using namespace tp;
 

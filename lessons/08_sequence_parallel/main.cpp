@@ -45,6 +45,7 @@
 #include "model/layers.h"
 #include "model/memory.h"
 #include "model/preflight.h"
+#include "model/presets.h"
 #include "observe/comm_ledger.h"
 #include "parallel/mappings.h"
 

@@ -45,6 +45,7 @@
 #include "model/gpt.h"
 #include "model/memory.h"
 #include "model/memory_budget.h"
+#include "model/presets.h"
 #include "model/train.h"
 #include "observe/comm_ledger.h"
 #include "parallel/process_grid.h"
@@ -62,13 +63,7 @@ constexpr double kBf16Tolerance = 1e-2;  // bf16 against fp32: tests/test_precis
 // L = 2, h = 48, 12 heads (hd 4), ffn 96, V = 64, S = 32: the s²-term of the attention
 // probabilities is a visible part of the activations, and every size divides by t = 1, 2, 4.
 GptConfig lesson_config() {
-  GptConfig c;
-  c.layers = 2;
-  c.hidden = 48;
-  c.heads = 12;
-  c.ffn = 96;
-  c.vocab = 64;
-  c.seq = 32;
+  GptConfig c = small_gpt(32);  // the tests' small GPT (model/presets.h)
   c.init_std = 0.1f;
   return c;
 }

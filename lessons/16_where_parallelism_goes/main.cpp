@@ -40,6 +40,7 @@
 #include "model/gpt.h"
 #include "model/pipeline_plan.h"
 #include "model/preflight.h"
+#include "model/presets.h"
 #include "model/train.h"
 #include "observe/alpha_beta.h"
 #include "observe/timer.h"  // now()

@@ -71,55 +71,45 @@ std::string checksum_of(const std::string& text) {
   return crc32c_hex(crc32c(text.data(), text.size()));
 }
 
-// The keys of `f` checked against its tensors; with `all`, every configuration key must be there.
-// Returns what it read (absent keys keep GptConfig's defaults).
-GptConfig check(const safetensors::File& f, bool all) {
-  const std::string& path = f.path();
-  const Facts x = facts_of(f);
-  GptConfig c;
-  auto have = [&](const char* key) {
-    if (all)
-      TP_CHECK_INPUT(f.has_metadata(key), "checkpoint ", path, " has no '", key,
-                     "' in its metadata; the model's sizes are read from files written by "
-                     "tp_train --save");
-    return f.has_metadata(key);
-  };
-  auto count = [&](const char* key, int64_t& out) {
-    if (!have(key)) return false;
-    out = metadata_count(f, key, 1);
-    return true;
-  };
-  auto agree =
-      [&](const char* key, int64_t value, bool known, int64_t truth, const std::string& evidence) {
-    if (known && value != truth)
-      contradicts(f, key, std::to_string(value),
-                  evidence + ", so " + key + "=" + std::to_string(truth));
-  };
-  if (count("vocab", c.vocab))
-    agree("vocab", c.vocab, x.wte, x.vocab,
-          "tensor transformer.wte.weight has " + std::to_string(x.vocab) + " rows");
-  if (count("hidden", c.hidden))
-    agree("hidden", c.hidden, x.wte, x.hidden,
-          "tensor transformer.wte.weight has " + std::to_string(x.hidden) + " columns");
-  if (count("seq", c.seq))
-    agree("seq", c.seq, x.wpe, x.seq,
-          "tensor transformer.wpe.weight has " + std::to_string(x.seq) + " rows");
-  if (count("layers", c.layers))
-    agree("layers", c.layers, x.wte, x.layers,
-          x.layers == 0
-              ? std::string("it has no block transformer.h.0")
-              : "it has blocks transformer.h.0 .. transformer.h." + std::to_string(x.layers - 1));
-  int64_t ffn = 0;
-  if (count("ffn", ffn)) {
-    c.ffn = ffn;
-    agree("ffn", ffn, x.fc, x.ffn,
-          "tensor transformer.h.0.mlp.c_fc.weight has " + std::to_string(x.ffn) + " columns");
+// The keys of a checkpoint checked against its tensors, one group of keys at a time; with `all`,
+// every configuration key must be there. What a step reads goes into the GptConfig it is given
+// (absent keys keep GptConfig's defaults).
+class MetadataCheck {
+ public:
+  MetadataCheck(const safetensors::File& file, bool all_keys)
+      : f(file), path(file.path()), all(all_keys), x(facts_of(file)) {}
+
+  // vocab, hidden, seq, layers and ffn against the shapes of wte, wpe, the blocks and c_fc.
+  void sizes(GptConfig& c) const {
+    if (count("vocab", c.vocab))
+      agree("vocab", c.vocab, x.wte, x.vocab,
+            "tensor transformer.wte.weight has " + std::to_string(x.vocab) + " rows");
+    if (count("hidden", c.hidden))
+      agree("hidden", c.hidden, x.wte, x.hidden,
+            "tensor transformer.wte.weight has " + std::to_string(x.hidden) + " columns");
+    if (count("seq", c.seq))
+      agree("seq", c.seq, x.wpe, x.seq,
+            "tensor transformer.wpe.weight has " + std::to_string(x.seq) + " rows");
+    if (count("layers", c.layers))
+      agree("layers", c.layers, x.wte, x.layers,
+            x.layers == 0
+                ? std::string("it has no block transformer.h.0")
+                : "it has blocks transformer.h.0 .. transformer.h." + std::to_string(x.layers - 1));
+    int64_t ffn = 0;
+    if (count("ffn", ffn)) {
+      c.ffn = ffn;
+      agree("ffn", ffn, x.fc, x.ffn,
+            "tensor transformer.h.0.mlp.c_fc.weight has " + std::to_string(x.ffn) + " columns");
+    }
   }
-  const bool heads_given = count("heads", c.heads);
-  int64_t kv = 0;
-  const bool kv_given = count("kv_heads", kv);
-  if (kv_given) c.kv_heads = kv;
-  if (heads_given) {
+
+  // heads and kv_heads against hidden and c_attn's q | k | v columns.
+  void heads(GptConfig& c) const {
+    const bool heads_given = count("heads", c.heads);
+    int64_t kv = 0;
+    const bool kv_given = count("kv_heads", kv);
+    if (kv_given) c.kv_heads = kv;
+    if (!heads_given) return;
     const int64_t h = x.wte ? x.hidden : c.hidden;
     if (x.wte && h % c.heads != 0)
       contradicts(f, "heads", std::to_string(c.heads),
@@ -144,11 +134,91 @@ GptConfig check(const safetensors::File& f, bool all) {
                      " (every key/value head serves heads/kv_heads query heads); the file is "
                      "damaged or was edited (load another checkpoint)");
   }
+
+  // act, norm and tied against the tensors that only one of their values has.
+  void kinds(GptConfig& c) const {
+    one_of("act", c.act, Activation::Gelu, Activation::SwiGlu, activation_name,
+           kT + "h.0.mlp.c_gate.weight", true);
+    one_of("norm", c.norm, NormKind::LayerNorm, NormKind::RmsNorm, norm_name, kT + "h.0.ln_1.bias",
+           false);
+    if (have("tied")) {
+      const std::string tied = f.metadata("tied");
+      TP_CHECK_INPUT(tied == "true" || tied == "false", "checkpoint ", path,
+                     ": metadata tied=", tied,
+                     " is not true or false; the file is damaged or was edited");
+      c.tied = tied == "true";
+      if (x.wte && !c.tied && !x.head)
+        contradicts(f, "tied", tied, "it has no lm_head.weight, so tied=true");
+    }
+  }
+
+  // The checksum over the configuration: what the shapes cannot say (heads, for multi-head
+  // attention) it pins down.
+  void checksum() const {
+    bool every_key = f.has_metadata(kConfigChecksum);
+    for (const char* key : kConfigKeys) every_key = every_key && f.has_metadata(key);
+    if (!every_key) return;
+    const std::string written = f.metadata(kConfigChecksum);
+    uint32_t unused = 0;
+    TP_CHECK_INPUT(parse_crc32c_hex(written, unused), "checkpoint ", path, ": metadata ",
+                   kConfigChecksum, "=", written, " is not a checksum (8 hex digits)");
+    auto with = [&](const std::string& heads, const std::string& kv_heads) {
+      return checksum_of(canonical([&](const char* key) {
+        const std::string k = key;
+        return k == "heads" ? heads : k == "kv_heads" ? kv_heads : f.metadata(key);
+      }));
+    };
+    if (with(f.metadata("heads"), f.metadata("kv_heads")) == written) return;
+    // Which heads (with the kv_heads c_attn's ratio gives) was it saved with?
+    if (x.wte && x.attn && x.attn_shape.size() == 2 && x.attn_shape[0] == x.hidden &&
+        x.hidden > 0) {
+      const int64_t h = x.hidden, kv_cols = (x.attn_shape[1] - h) / 2;
+      for (int64_t d = 1; d <= h; ++d) {
+        if (h % d != 0 || kv_cols % (h / d) != 0) continue;
+        const int64_t k = kv_cols / (h / d);
+        if (k < 1 || d % k != 0) continue;
+        if (with(std::to_string(d), std::to_string(k)) != written) continue;
+        TP_CHECK_INPUT(false, "checkpoint ", path, ": metadata heads=", f.metadata("heads"),
+                       ", kv_heads=", f.metadata("kv_heads"),
+                       " were changed after the file was saved: its ", kConfigChecksum, "=",
+                       written, " fits heads=", d, ", kv_heads=", k,
+                       " (the tensors' shapes allow any heads that divides hidden ", h,
+                       "); set them back or load another checkpoint");
+      }
+    }
+    std::string values;
+    for (const char* key : kConfigKeys)
+      values += (values.empty() ? "" : ", ") + std::string(key) + "=" + f.metadata(key);
+    TP_CHECK_INPUT(false, "checkpoint ", path, ": its configuration metadata (", values,
+                   ") does not match its ", kConfigChecksum, "=", written,
+                   ": a value was changed after the file was saved; load another checkpoint");
+  }
+
+ private:
+  bool have(const char* key) const {
+    if (all)
+      TP_CHECK_INPUT(f.has_metadata(key), "checkpoint ", path, " has no '", key,
+                     "' in its metadata; the model's sizes are read from files written by "
+                     "tp_train --save");
+    return f.has_metadata(key);
+  }
+  bool count(const char* key, int64_t& out) const {
+    if (!have(key)) return false;
+    out = metadata_count(f, key, 1);
+    return true;
+  }
+  void agree(const char* key, int64_t value, bool known, int64_t truth,
+             const std::string& evidence) const {
+    if (known && value != truth)
+      contradicts(f, key, std::to_string(value),
+                  evidence + ", so " + key + "=" + std::to_string(truth));
+  }
   // act and norm: one of two words, the second exactly when the tensors say so (`tensor` there,
   // or not there, as `there_means_second`).
   // The words are the *_name of the two enum values (what add_config writes).
-  auto one_of = [&](const char* key, auto& out, auto first_kind, auto second_kind, auto name,
-                    const std::string& tensor, bool there_means_second) {
+  template <typename Kind, typename Name>
+  void one_of(const char* key, Kind& out, Kind first_kind, Kind second_kind, Name name,
+              const std::string& tensor, bool there_means_second) const {
     if (!have(key)) return;
     const std::string word = f.metadata(key), first = name(first_kind), second = name(second_kind);
     TP_CHECK_INPUT(word == first || word == second, "checkpoint ", path, ": metadata ", key, "=",
@@ -160,58 +230,21 @@ GptConfig check(const safetensors::File& f, bool all) {
       contradicts(f, key, word,
                   std::string(there ? "it has " : "it has no ") + tensor + ", so " + key + "=" +
                       (is_second ? second : first));
-  };
-  one_of("act", c.act, Activation::Gelu, Activation::SwiGlu, activation_name,
-         kT + "h.0.mlp.c_gate.weight", true);
-  one_of("norm", c.norm, NormKind::LayerNorm, NormKind::RmsNorm, norm_name, kT + "h.0.ln_1.bias",
-         false);
-  if (have("tied")) {
-    const std::string tied = f.metadata("tied");
-    TP_CHECK_INPUT(tied == "true" || tied == "false", "checkpoint ", path, ": metadata tied=", tied,
-                   " is not true or false; the file is damaged or was edited");
-    c.tied = tied == "true";
-    if (x.wte && !c.tied && !x.head)
-      contradicts(f, "tied", tied, "it has no lm_head.weight, so tied=true");
   }
 
-  // The checksum over the configuration: what the shapes cannot say (heads, for multi-head
-  // attention) it pins down.
-  bool every_key = f.has_metadata(kConfigChecksum);
-  for (const char* key : kConfigKeys) every_key = every_key && f.has_metadata(key);
-  if (!every_key) return c;
-  const std::string written = f.metadata(kConfigChecksum);
-  uint32_t unused = 0;
-  TP_CHECK_INPUT(parse_crc32c_hex(written, unused), "checkpoint ", path, ": metadata ",
-                 kConfigChecksum, "=", written, " is not a checksum (8 hex digits)");
-  auto with = [&](const std::string& heads, const std::string& kv_heads) {
-    return checksum_of(canonical([&](const char* key) {
-      const std::string k = key;
-      return k == "heads" ? heads : k == "kv_heads" ? kv_heads : f.metadata(key);
-    }));
-  };
-  if (with(f.metadata("heads"), f.metadata("kv_heads")) == written) return c;
-  // Which heads (with the kv_heads c_attn's ratio gives) was it saved with?
-  if (x.wte && x.attn && x.attn_shape.size() == 2 && x.attn_shape[0] == x.hidden && x.hidden > 0) {
-    const int64_t h = x.hidden, kv_cols = (x.attn_shape[1] - h) / 2;
-    for (int64_t d = 1; d <= h; ++d) {
-      if (h % d != 0 || kv_cols % (h / d) != 0) continue;
-      const int64_t k = kv_cols / (h / d);
-      if (k < 1 || d % k != 0) continue;
-      if (with(std::to_string(d), std::to_string(k)) != written) continue;
-      TP_CHECK_INPUT(false, "checkpoint ", path, ": metadata heads=", f.metadata("heads"),
-                     ", kv_heads=", f.metadata("kv_heads"),
-                     " were changed after the file was saved: its ", kConfigChecksum, "=", written,
-                     " fits heads=", d, ", kv_heads=", k,
-                     " (the tensors' shapes allow any heads that divides hidden ", h,
-                     "); set them back or load another checkpoint");
-    }
-  }
-  std::string values;
-  for (const char* key : kConfigKeys)
-    values += (values.empty() ? "" : ", ") + std::string(key) + "=" + f.metadata(key);
-  TP_CHECK_INPUT(false, "checkpoint ", path, ": its configuration metadata (", values,
-                 ") does not match its ", kConfigChecksum, "=", written,
-                 ": a value was changed after the file was saved; load another checkpoint");
+  const safetensors::File& f;
+  const std::string path;
+  const bool all;
+  const Facts x;
+};
+
+GptConfig check(const safetensors::File& f, bool all) {
+  const MetadataCheck meta(f, all);
+  GptConfig c;
+  meta.sizes(c);
+  meta.heads(c);
+  meta.kinds(c);
+  meta.checksum();
   return c;
 }
 

@@ -105,9 +105,10 @@ std::vector<std::pair<int, int>> stage_blocks(int layers, int stages) {
   return out;
 }
 
-PipelinePlan plan_pipeline(const PipelineInput& in) {
-  PipelinePlan p;
-  p.in = in;
+namespace {
+
+// The layout's own problems: sizes, the 1F1B fill, the batch split and the job's GPUs.
+void check_layout(const PipelineInput& in, PipelinePlan& p) {
   const int N = in.pp, D = in.dp, m = in.micro_batches, t = in.base.t;
   const GptConfig& model = in.base.model;
   auto problem = [&](bool ok, const std::string& msg) {
@@ -116,7 +117,7 @@ PipelinePlan plan_pipeline(const PipelineInput& in) {
   problem(N >= 1, printf_str("--pp=%d must be at least 1", N));
   problem(D >= 1, printf_str("--dp=%d must be at least 1", D));
   problem(m >= 1, printf_str("--micro-batches=%d must be at least 1", m));
-  if (!p.problems.empty()) return p;
+  if (!p.problems.empty()) return;
   problem(
       N <= model.layers,
       printf_str("--pp=%d is more stages than the model's %lld blocks (each stage holds at "
@@ -145,22 +146,16 @@ PipelinePlan plan_pipeline(const PipelineInput& in) {
                      "= %lld; lower one of them or add nodes",
                      t, N, D, static_cast<long long>(world), in.base.nodes, in.base.gpus_per_node,
                      static_cast<long long>(gpus)));
-  if (!p.problems.empty()) return p;
+}
 
-  // The TP part: the preflight of one micro-batch at t (its problems are the layout's too).
-  p.micro_batch = in.base.batch / dm;
-  PreflightInput one = in.base;
-  one.batch = p.micro_batch;
-  p.tp = preflight(one);
-  if (!p.tp.problems.empty()) {
-    p.problems = p.tp.problems;
-    return p;
-  }
-  const GptConfig& c = p.tp.cfg;
-  const int64_t d = in.base.dtype_bytes, b = p.micro_batch, S = c.seq;
-  p.bubble = pipeline_bubble(N, m);
+// Whether each kind of group lies inside one node.
+struct GroupsInside {
+  bool tp = false, dp = false, pp = false;
+};
 
-  // Placement: G ranks per node in ProcessGrid's order; unknown G: each TP group is one node.
+// Placement: G ranks per node in ProcessGrid's order; unknown G: each TP group is one node.
+GroupsInside place_groups(const PipelineInput& in, PipelinePlan& p) {
+  const int N = in.pp, D = in.dp, t = in.base.t;
   int G = in.base.gpus_per_node;
   if (G <= 0) {
     G = t;
@@ -172,74 +167,114 @@ PipelinePlan plan_pipeline(const PipelineInput& in) {
   // r = (pp_rank · D + dp_rank) · t + tp_rank. TP group g: ranks g·t … g·t + t − 1. DP group
   // (pp_rank, tp_rank): pp_rank·t·D + tp_rank, stride t, D ranks. PP group (dp_rank, tp_rank):
   // dp_rank·t + tp_rank, stride t·D, N ranks.
-  const int64_t tD = static_cast<int64_t>(t) * D;
-  const bool tp_in = groups_inside_nodes(world / t, t - 1, G, [&](int64_t g) { return g * t; });
-  const bool dp_in = groups_inside_nodes(static_cast<int64_t>(N) * t, (D - 1) * int64_t{t}, G,
-                                         [&](int64_t g) { return (g / t) * tD + g % t; });
-  const bool pp_in = groups_inside_nodes(tD, (N - 1) * tD, G, [&](int64_t g) { return g; });
+  const int64_t tD = static_cast<int64_t>(t) * D, world = tD * N;
+  GroupsInside inside;
+  inside.tp = groups_inside_nodes(world / t, t - 1, G, [&](int64_t g) { return g * t; });
+  inside.dp = groups_inside_nodes(static_cast<int64_t>(N) * t, (D - 1) * int64_t{t}, G,
+                                  [&](int64_t g) { return (g / t) * tD + g % t; });
+  inside.pp = groups_inside_nodes(tD, (N - 1) * tD, G, [&](int64_t g) { return g; });
+  return inside;
+}
 
-  // Parameters of one block, and the once-only tensors, on one rank.
+// Parameters of one block, and the once-only tensors, on one rank.
+struct RankParams {
   int64_t per_block = 0, wte = 0, wpe = 0, ln_f = 0, lm_head = 0;
-  for (const PreflightTensor& x : p.tp.tensors) {
+};
+
+RankParams rank_params(const Preflight& tp) {
+  RankParams r;
+  for (const PreflightTensor& x : tp.tensors) {
     const int64_t n = x.local.numel();
     if (x.per_layer)
-      per_block += n;
+      r.per_block += n;
     else if (x.name == "transformer.wte.weight")
-      wte = n;
+      r.wte = n;
     else if (x.name == "transformer.wpe.weight")
-      wpe = n;
+      r.wpe = n;
     else if (x.name.rfind("transformer.ln_f.", 0) == 0)
-      ln_f += n;
+      r.ln_f += n;
     else
-      lm_head += n;
+      r.lm_head += n;
   }
+  return r;
+}
+
+// Stage s of the plan, holding `blocks` (first, count): its memory, compute and traffic.
+StagePlan plan_stage(const PipelineInput& in, const PipelinePlan& p, int s,
+                     std::pair<int, int> blocks, const RankParams& r, const GroupsInside& inside) {
+  const int N = in.pp, D = in.dp, m = in.micro_batches, t = in.base.t;
+  const GptConfig& c = p.tp.cfg;
+  const int64_t d = in.base.dtype_bytes;
+  const std::vector<PlannedCollective>& coll = c.sp ? p.tp.collectives_sp : p.tp.collectives;
+  StagePlan st;
+  st.stage = s;
+  st.first_block = blocks.first;
+  st.blocks = blocks.second;
+  st.embeddings = s == 0;
+  st.head = s == N - 1;
+  st.params = r.per_block * st.blocks + (st.embeddings ? r.wte + r.wpe : 0) +
+              (st.head ? r.ln_f + (c.tied ? (st.embeddings ? 0 : r.wte) : r.lm_head) : 0);
+  st.weight_bytes = st.params * d;
+  st.grad_bytes = st.params * d;
+  st.adamw_bytes = st.params * 8 + (d < 4 ? st.params * 4 : 0);
+  st.in_flight = micro_batches_in_flight(in.schedule, N, s, m);
+  st.act_per_micro = block_activation_bytes(c, c.seq, p.micro_batch, t) * st.blocks;
+  st.activation_bytes = st.act_per_micro * st.in_flight;
+  st.activation_bytes_16 = static_cast<double>(st.in_flight) * st.blocks *
+                           (c.sp ? p.tp.act_k_sp_flash : p.tp.act_k_tp_flash);
+  st.logits_bytes = st.head ? p.tp.logits_bytes : 0;
+  st.total_bytes =
+      st.weight_bytes + st.grad_bytes + st.adamw_bytes + st.activation_bytes + st.logits_bytes;
+  st.compute_seconds = static_cast<double>(m) * st.blocks * p.tp.layer_compute;
+
+  st.tp = on_link(inside.tp);
+  for (const PlannedCollective& k : coll)
+    if (k.per_layer)
+      add_collective(st.tp, k.op, t, k.bytes, static_cast<int64_t>(k.count) * m * st.blocks);
+  st.pp = on_link(inside.pp);
+  const int64_t sends = (s < N - 1 ? m : 0) + (s > 0 ? m : 0);
+  add_collective(st.pp, "send", 2, p.pp_message, sends);
+  st.dp = on_link(inside.dp);
+  add_collective(st.dp, "all_reduce", D, st.params * d, 1);
+  st.tied = on_link(inside.pp);
+  if (c.tied && N > 1 && (st.embeddings || st.head))
+    add_collective(st.tied, "all_reduce", 2, r.wte * d, 1);
+  return st;
+}
+
+}  // namespace
+
+PipelinePlan plan_pipeline(const PipelineInput& in) {
+  PipelinePlan p;
+  p.in = in;
+  const int N = in.pp, m = in.micro_batches, t = in.base.t;
+  check_layout(in, p);
+  if (!p.problems.empty()) return p;
+
+  // The TP part: the preflight of one micro-batch at t (its problems are the layout's too).
+  p.micro_batch = in.base.batch / (static_cast<int64_t>(in.dp) * m);
+  PreflightInput one = in.base;
+  one.batch = p.micro_batch;
+  p.tp = preflight(one);
+  if (!p.tp.problems.empty()) {
+    p.problems = p.tp.problems;
+    return p;
+  }
+  const GptConfig& c = p.tp.cfg;
+  p.bubble = pipeline_bubble(N, m);
+  const GroupsInside inside = place_groups(in, p);
+  const RankParams params = rank_params(p.tp);
 
   // One micro-batch's traffic of one block on TP, and of one message between stages.
-  const std::vector<PlannedCollective>& coll = c.sp ? p.tp.collectives_sp : p.tp.collectives;
-  for (const PlannedCollective& k : coll)
+  for (const PlannedCollective& k : c.sp ? p.tp.collectives_sp : p.tp.collectives)
     if (k.per_layer) p.layer_tp_bytes += k.count * ring_wire_bytes(k.op, t, k.bytes);
-  p.pp_message = S * b * c.hidden * d / (c.sp ? t : 1);
-  const int64_t act_block = block_activation_bytes(c, S, b, t);
-  const double layer_compute = p.tp.layer_compute;
+  p.pp_message = c.seq * p.micro_batch * c.hidden * in.base.dtype_bytes / (c.sp ? t : 1);
 
   const auto split = stage_blocks(static_cast<int>(c.layers), N);
   double slowest = 0;
   for (int s = 0; s < N; ++s) {
-    StagePlan st;
-    st.stage = s;
-    st.first_block = split[s].first;
-    st.blocks = split[s].second;
-    st.embeddings = s == 0;
-    st.head = s == N - 1;
-    st.params = per_block * st.blocks + (st.embeddings ? wte + wpe : 0) +
-                (st.head ? ln_f + (c.tied ? (st.embeddings ? 0 : wte) : lm_head) : 0);
-    st.weight_bytes = st.params * d;
-    st.grad_bytes = st.params * d;
-    st.adamw_bytes = st.params * 8 + (d < 4 ? st.params * 4 : 0);
-    st.in_flight = micro_batches_in_flight(in.schedule, N, s, m);
-    st.act_per_micro = act_block * st.blocks;
-    st.activation_bytes = st.act_per_micro * st.in_flight;
-    st.activation_bytes_16 = static_cast<double>(st.in_flight) * st.blocks *
-                             (c.sp ? p.tp.act_k_sp_flash : p.tp.act_k_tp_flash);
-    st.logits_bytes = st.head ? p.tp.logits_bytes : 0;
-    st.total_bytes =
-        st.weight_bytes + st.grad_bytes + st.adamw_bytes + st.activation_bytes + st.logits_bytes;
-    st.compute_seconds = static_cast<double>(m) * st.blocks * layer_compute;
-    slowest = std::max(slowest, st.compute_seconds);
-
-    st.tp = on_link(tp_in);
-    for (const PlannedCollective& k : coll)
-      if (k.per_layer)
-        add_collective(st.tp, k.op, t, k.bytes, static_cast<int64_t>(k.count) * m * st.blocks);
-    st.pp = on_link(pp_in);
-    const int64_t sends = (s < N - 1 ? m : 0) + (s > 0 ? m : 0);
-    add_collective(st.pp, "send", 2, p.pp_message, sends);
-    st.dp = on_link(dp_in);
-    add_collective(st.dp, "all_reduce", D, st.params * d, 1);
-    st.tied = on_link(pp_in);
-    if (c.tied && N > 1 && (st.embeddings || st.head))
-      add_collective(st.tied, "all_reduce", 2, wte * d, 1);
-    p.stages.push_back(st);
+    p.stages.push_back(plan_stage(in, p, s, split[s], params, inside));
+    slowest = std::max(slowest, p.stages.back().compute_seconds);
   }
   p.step_seconds = slowest / (1.0 - p.bubble);
   return p;

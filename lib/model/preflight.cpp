@@ -167,11 +167,10 @@ std::vector<PlannedCollective> step_collectives(const GptConfig& c, int64_t batc
   return out;
 }
 
-Preflight preflight(const PreflightInput& in) {
-  Preflight p;
-  p.in = in;
-  p.cfg = in.model;
-  const int t = in.t;
+namespace {
+
+// The problems of the input itself: each one stops the preflight before it divides by t.
+void check_input(const PreflightInput& in, Preflight& p) {
   auto problem = [&](bool ok, const std::string& msg) {
     if (!ok) p.problems.push_back(msg);
   };
@@ -180,12 +179,16 @@ Preflight preflight(const PreflightInput& in) {
   problem(in.flops > 0, "the FLOP rate must be positive");
   problem(in.nodes >= 0 && in.gpus_per_node >= 0,
           "--nodes and --gpus-per-node must be positive (or 0: not given)");
-  problem(t >= 1, "t=" + std::to_string(t) + " must be at least 1");
+  problem(in.t >= 1, "t=" + std::to_string(in.t) + " must be at least 1");
   problem(in.micro_batches >= 1 && in.batch % std::max(1, in.micro_batches) == 0,
           format("--micro-batches=%d does not divide --batch=%lld (the sequences of one TP group)",
                  in.micro_batches, static_cast<long long>(in.batch)));
-  if (t < 1) return p;  // every further check divides by t
+}
 
+// The model at t (t >= 1): KV-head replication where asked, the configuration's own problems and
+// whether one step's activations can be counted at all.
+void check_model(const PreflightInput& in, Preflight& p) {
+  const int t = in.t;
   // KV-head replication: with nkv | t and nh | t each rank can hold one KV head, stored on t/nkv
   // ranks; per rank that is the model with nkv = t.
   const int64_t kv = in.model.kv();
@@ -199,26 +202,31 @@ Preflight preflight(const PreflightInput& in) {
                       " query heads); the shards and memory below count the copies");
   }
   for (const std::string& m : p.cfg.problems(t, in.t_label)) p.problems.push_back(m);
-  if (p.problems.empty()) {
-    // The largest activations of a step, in floating point: they must stay countable (64-bit
-    // byte counts below, and the allocations themselves).
-    const GptConfig& c = p.cfg;
-    const double n = static_cast<double>(in.batch) * static_cast<double>(c.seq);
-    const double most =
-        std::max({n * static_cast<double>(c.hidden), n * static_cast<double>(c.inner()),
-                  n * static_cast<double>(c.padded_vocab(t)),
-                  n * static_cast<double>(c.seq) * static_cast<double>(c.heads)});
-    problem(in.batch <= GptConfig::kMaxSize && most <= GptConfig::kMaxElements,
-            format("--batch=%lld x seq=%lld: one step's activations would hold about %.3g values, "
-                   "more than any machine holds; reduce --batch or --seq",
-                   static_cast<long long>(in.batch), static_cast<long long>(c.seq), most));
-  }
+  if (!p.problems.empty()) return;
+  // The largest activations of a step, in floating point: they must stay countable (64-bit
+  // byte counts below, and the allocations themselves).
+  const GptConfig& c = p.cfg;
+  const double n = static_cast<double>(in.batch) * static_cast<double>(c.seq);
+  const double most =
+      std::max({n * static_cast<double>(c.hidden), n * static_cast<double>(c.inner()),
+                n * static_cast<double>(c.padded_vocab(t)),
+                n * static_cast<double>(c.seq) * static_cast<double>(c.heads)});
+  if (!(in.batch <= GptConfig::kMaxSize && most <= GptConfig::kMaxElements))
+    p.problems.push_back(
+        format("--batch=%lld x seq=%lld: one step's activations would hold about %.3g values, "
+               "more than any machine holds; reduce --batch or --seq",
+               static_cast<long long>(in.batch), static_cast<long long>(c.seq), most));
+}
 
+// The job: enough GPUs for t (a problem), idle ones and TP groups across nodes (warnings).
+void check_job(const PreflightInput& in, Preflight& p) {
+  const int t = in.t;
   const int64_t gpus = static_cast<int64_t>(in.nodes) * in.gpus_per_node;
-  problem(gpus == 0 || t <= gpus,
-          format("t=%d needs %d GPUs but the job has %d nodes x %d GPUs = %lld; lower t or add "
-                 "nodes",
-                 t, t, in.nodes, in.gpus_per_node, static_cast<long long>(gpus)));
+  if (!(gpus == 0 || t <= gpus))
+    p.problems.push_back(
+        format("t=%d needs %d GPUs but the job has %d nodes x %d GPUs = %lld; lower t or add "
+               "nodes",
+               t, t, in.nodes, in.gpus_per_node, static_cast<long long>(gpus)));
   if (gpus > 0 && t <= gpus && gpus % t != 0)
     p.warnings.push_back(format("%lld GPUs do not split into TP groups of %d: %lld stay idle",
                                 static_cast<long long>(gpus), t, static_cast<long long>(gpus % t)));
@@ -228,9 +236,12 @@ Preflight preflight(const PreflightInput& in) {
         "layer crosses the inter-node link (InfiniBand below); keep t <= %d and put data or "
         "pipeline parallelism across nodes",
         t, in.gpus_per_node, (t + in.gpus_per_node - 1) / in.gpus_per_node, in.gpus_per_node));
-  if (!p.problems.empty()) return p;
+}
 
+// The padded vocabulary, every shard, the parameters and the model states' bytes per rank.
+void count_parameters(const PreflightInput& in, Preflight& p) {
   const GptConfig& c = p.cfg;
+  const int t = in.t;
   p.padded_vocab = c.padded_vocab(t);
   if (p.padded_vocab != c.vocab)
     p.notes.push_back(format(
@@ -241,7 +252,6 @@ Preflight preflight(const PreflightInput& in) {
         static_cast<long long>(c.pad_vocab_multiple * t),
         static_cast<long long>(p.padded_vocab / t), c.tied ? "" : " and lm_head"));
 
-  // Shards and parameters.
   p.tensors = model_tensors(c, t, p.padded_vocab);
   for (const PreflightTensor& x : p.tensors)
     p.params_per_rank += x.local.numel() * (x.per_layer ? c.layers : 1);
@@ -260,15 +270,28 @@ Preflight preflight(const PreflightInput& in) {
   // ⌈P/dp⌉ of the flattened parameters.
   const int64_t dp = std::max(1, in.zero_dp), owned = (P + dp - 1) / dp;
   p.adamw_bytes = owned * 8 + (d < 4 ? owned * 4 : 0);
+}
 
-  // Activations per layer.
-  const int64_t S = c.seq, B = in.batch, N = S * B;
-  GptConfig plain = c, with_sp = c;
-  plain.sp = false;
-  with_sp.sp = true;
-  if (d < 4) plain.precision = with_sp.precision = Precision::Bf16;  // 2-byte activations
-  p.act_impl_tp = block_activation_bytes(plain, S, B, t);
-  p.act_impl_sp = block_activation_bytes(with_sp, S, B, t);
+// The model without and with sequence parallelism, its activations in d-byte values.
+GptConfig without_sp(const Preflight& p) {
+  GptConfig g = p.cfg;
+  g.sp = false;
+  if (p.in.dtype_bytes < 4) g.precision = Precision::Bf16;  // 2-byte activations
+  return g;
+}
+GptConfig with_sp(const Preflight& p) {
+  GptConfig g = without_sp(p);
+  g.sp = true;
+  return g;
+}
+
+// Activations per layer (this implementation's and Korthikanti et al.'s), logits and the peak.
+void count_activations(const PreflightInput& in, Preflight& p) {
+  const GptConfig& c = p.cfg;
+  const int t = in.t;
+  const int64_t S = c.seq, B = in.batch, N = S * B, d = in.dtype_bytes;
+  p.act_impl_tp = block_activation_bytes(without_sp(p), S, B, t);
+  p.act_impl_sp = block_activation_bytes(with_sp(p), S, B, t);
   const double sbh = static_cast<double>(N) * static_cast<double>(c.hidden);
   const double scores = 5.0 * static_cast<double>(c.heads) * S * S * B;  // 5 a s² b
   p.act_k_none_flash = 34.0 * sbh;
@@ -280,11 +303,18 @@ Preflight preflight(const PreflightInput& in) {
   p.logits_bytes = N * (p.padded_vocab / t) * 4;
   GptConfig peak_cfg = c;  // the peak in the precision the bytes per value name
   peak_cfg.precision = d < 4 ? Precision::Bf16 : Precision::Fp32;
-  p.peak = memory_peak(peak_cfg, S, B / std::max(1, in.micro_batches), t, P, dp);
+  const int64_t dp = std::max(1, in.zero_dp);
+  p.peak = memory_peak(peak_cfg, S, B / std::max(1, in.micro_batches), t, p.params_per_rank, dp);
+}
 
-  // Collectives, compute and the links.
-  p.collectives = step_collectives(plain, B, t, d);
-  p.collectives_sp = step_collectives(with_sp, B, t, d);
+// The collectives of a step, the compute of a layer, their times on each link, and the warning
+// when communication is too large a share of the step.
+void time_communication(const PreflightInput& in, Preflight& p) {
+  const GptConfig& c = p.cfg;
+  const int t = in.t;
+  const int64_t B = in.batch, N = c.seq * B, d = in.dtype_bytes;
+  p.collectives = step_collectives(without_sp(p), B, t, d);
+  p.collectives_sp = step_collectives(with_sp(p), B, t, d);
   p.layer_compute =
       6.0 * static_cast<double>(p.params_per_layer) * static_cast<double>(N) / t / in.flops;
   for (const char* name : {"nvlink", "ib"}) {
@@ -312,6 +342,22 @@ Preflight preflight(const PreflightInput& in) {
         "with the tokens, so a larger batch does not help; the share grows with t and falls with "
         "h: use the smallest t that fits, or overlap (tp_train --overlap)",
         100.0 * share, time_str(fast).c_str(), time_str(p.layer_compute).c_str(), in.flops / 1e12));
+}
+
+}  // namespace
+
+Preflight preflight(const PreflightInput& in) {
+  Preflight p;
+  p.in = in;
+  p.cfg = in.model;
+  check_input(in, p);
+  if (in.t < 1) return p;  // every further check divides by t
+  check_model(in, p);
+  check_job(in, p);
+  if (!p.problems.empty()) return p;
+  count_parameters(in, p);
+  count_activations(in, p);
+  time_communication(in, p);
   return p;
 }
 
@@ -325,14 +371,14 @@ std::string problems_message(const std::vector<std::string>& problems) {
   return all;
 }
 
-std::string preflight_report(const Preflight& p) {
-  std::ostringstream os;
+namespace {
+
+// The input, then the problems, warnings and notes.
+void report_checks(std::ostream& os, const Preflight& p) {
   const PreflightInput& in = p.in;
-  const GptConfig& c = p.cfg;
-  const int t = in.t;
   os << "model: " << in.model.str() << "\n";
   os << "step: batch " << in.batch << " x seq " << in.model.seq << " = " << in.batch * in.model.seq
-     << " tokens, t = " << t << ", " << in.dtype_bytes << " bytes per value";
+     << " tokens, t = " << in.t << ", " << in.dtype_bytes << " bytes per value";
   if (in.nodes > 0 || in.gpus_per_node > 0)
     os << ", " << in.nodes << " nodes x " << in.gpus_per_node << " GPUs";
   os << "\n";
@@ -342,11 +388,11 @@ std::string preflight_report(const Preflight& p) {
   for (const auto& m : p.warnings) os << "  ! " << m << "\n";
   if (!p.notes.empty()) os << "# notes\n";
   for (const auto& m : p.notes) os << "  · " << m << "\n";
-  if (!p.problems.empty()) {
-    os << "\nshards, memory and time are left out until the problems are fixed\n";
-    return os.str();
-  }
+}
 
+// The shard of every tensor and the parameter counts.
+void report_shards(std::ostream& os, const Preflight& p) {
+  const GptConfig& c = p.cfg;
   os << "\n# shards: every rank holds the same shapes (this project's GPT: weights stored [in, "
         "out], biases, learned positions)\n";
   std::vector<std::string> names;
@@ -368,7 +414,13 @@ std::string preflight_report(const Preflight& p) {
   os << "  parameters: " << count_str(p.params_total) << " in the model, "
      << count_str(p.params_per_rank) << " held by each rank (replicated ones and padding rows "
      << "included)\n";
+}
 
+// The memory of one rank: model states, activations both ways, logits and the peak.
+void report_memory(std::ostream& os, const Preflight& p) {
+  const PreflightInput& in = p.in;
+  const GptConfig& c = p.cfg;
+  const int t = p.in.t;
   const int64_t L = c.layers;
   const bool fp32 = in.dtype_bytes >= 4;
   // This implementation's activations in either precision (bf16: 2 B values, fp32 statistics and
@@ -419,28 +471,38 @@ std::string preflight_report(const Preflight& p) {
                bytes_str(static_cast<double>(p.peak.grads)).c_str(),
                bytes_str(static_cast<double>(p.peak.optimizer)).c_str(),
                bytes_str(static_cast<double>(p.peak.activations)).c_str(), p.peak.largest());
+}
 
-  auto collectives = [&](const std::vector<PlannedCollective>& list, const char* title) {
-    os << "\n# collectives of one step, " << title << " (N = " << in.batch * c.seq
-       << " tokens; per rank under the ring model)\n";
-    if (list.empty()) {
-      os << "  none at t = 1\n";
-      return;
-    }
-    double per_layer = 0, once = 0;
-    for (const PlannedCollective& k : list) {
-      const double wire = k.count * ring_wire_bytes(k.op, t, k.bytes);
-      (k.per_layer ? per_layer : once) += wire;
-      os << format("  %-14s %-15s %d x %-10s sends %10s  %s%s\n", k.pass.c_str(), k.op.c_str(),
-                   k.count, mib_str(static_cast<double>(k.bytes)).c_str(), mib_str(wire).c_str(),
-                   k.per_layer ? "per layer: " : "", k.why.c_str());
-    }
-    os << "  per rank: " << mib_str(per_layer) << " per layer, " << mib_str(per_layer * L)
-       << " for " << L << " layers, + " << mib_str(once) << " once per step\n";
-  };
-  collectives(p.collectives, "plain TP");
-  collectives(p.collectives_sp, "TP + SP");
+// One list of collectives (plain TP or TP + SP) and its bytes per rank.
+void report_collectives(std::ostream& os, const Preflight& p,
+                        const std::vector<PlannedCollective>& list, const char* title) {
+  const PreflightInput& in = p.in;
+  const GptConfig& c = p.cfg;
+  const int t = in.t;
+  const int64_t L = c.layers;
+  os << "\n# collectives of one step, " << title << " (N = " << in.batch * c.seq
+     << " tokens; per rank under the ring model)\n";
+  if (list.empty()) {
+    os << "  none at t = 1\n";
+    return;
+  }
+  double per_layer = 0, once = 0;
+  for (const PlannedCollective& k : list) {
+    const double wire = k.count * ring_wire_bytes(k.op, t, k.bytes);
+    (k.per_layer ? per_layer : once) += wire;
+    os << format("  %-14s %-15s %d x %-10s sends %10s  %s%s\n", k.pass.c_str(), k.op.c_str(),
+                 k.count, mib_str(static_cast<double>(k.bytes)).c_str(), mib_str(wire).c_str(),
+                 k.per_layer ? "per layer: " : "", k.why.c_str());
+  }
+  os << "  per rank: " << mib_str(per_layer) << " per layer, " << mib_str(per_layer * L) << " for "
+     << L << " layers, + " << mib_str(once) << " once per step\n";
+}
 
+// The time of a layer: compute, and communication on each link.
+void report_time(std::ostream& os, const Preflight& p) {
+  const PreflightInput& in = p.in;
+  const GptConfig& c = p.cfg;
+  const int t = p.in.t;
   const int64_t ar_bytes = in.batch * c.seq * c.hidden * in.dtype_bytes;
   os << "\n# time per layer, forward + backward, one rank\n";
   os << format("  compute: 6 x %s parameters x %lld tokens / t = %.3g FLOP at %.0f TFLOPS: %s\n",
@@ -484,44 +546,23 @@ std::string preflight_report(const Preflight& p) {
   } else {
     os << "  t = 1: nothing to communicate\n";
   }
-  return os.str();
 }
 
-GptConfig model_preset(const std::string& name) {
-  GptConfig c;
-  auto set = [&](int64_t L, int64_t h, int64_t nh, int64_t nkv, int64_t f, int64_t V, int64_t S,
-                 Activation act, NormKind norm, bool tied) {
-    c.layers = L;
-    c.hidden = h;
-    c.heads = nh;
-    c.kv_heads = nkv;
-    c.ffn = f;
-    c.vocab = V;
-    c.seq = S;
-    c.act = act;
-    c.norm = norm;
-    c.tied = tied;
-  };
-  if (name == "gpt2-small")
-    set(12, 768, 12, 12, 3072, 50257, 1024, Activation::Gelu, NormKind::LayerNorm, true);
-  else if (name == "gpt2-medium")
-    set(24, 1024, 16, 16, 4096, 50257, 1024, Activation::Gelu, NormKind::LayerNorm, true);
-  else if (name == "qwen3-8b")  // [A3]'s model, at its 8K-token sample
-    set(36, 4096, 32, 8, 12288, 151936, 8192, Activation::SwiGlu, NormKind::RmsNorm, false);
-  else if (name == "llama2-7b")
-    set(32, 4096, 32, 32, 11008, 32000, 4096, Activation::SwiGlu, NormKind::RmsNorm, false);
-  else if (name == "llama2-70b")
-    set(80, 8192, 64, 8, 28672, 32000, 4096, Activation::SwiGlu, NormKind::RmsNorm, false);
-  else {
-    std::string names;
-    for (const auto& n : model_preset_names()) names += (names.empty() ? "" : ", ") + n;
-    TP_CHECK_INPUT(false, "--model=", name, ": expected one of ", names);
+}  // namespace
+
+std::string preflight_report(const Preflight& p) {
+  std::ostringstream os;
+  report_checks(os, p);
+  if (!p.problems.empty()) {
+    os << "\nshards, memory and time are left out until the problems are fixed\n";
+    return os.str();
   }
-  return c;
-}
-
-std::vector<std::string> model_preset_names() {
-  return {"gpt2-small", "gpt2-medium", "qwen3-8b", "llama2-7b", "llama2-70b"};
+  report_shards(os, p);
+  report_memory(os, p);
+  report_collectives(os, p, p.collectives, "plain TP");
+  report_collectives(os, p, p.collectives_sp, "TP + SP");
+  report_time(os, p);
+  return os.str();
 }
 
 }  // namespace tp

@@ -184,10 +184,4 @@ std::string preflight_report(const Preflight& p);
 /// problem on a line of its own, aligned under the first (a single problem: just it).
 std::string problems_message(const std::vector<std::string>& problems);
 
-/// The named model shapes tp_preflight --model knows: "gpt2-small", "gpt2-medium", "qwen3-8b",
-/// "llama2-7b", "llama2-70b". Throws a bad-input tp::Error naming them for any other name.
-GptConfig model_preset(const std::string& name);
-/// Their names, for --help.
-std::vector<std::string> model_preset_names();
-
 }  // namespace tp

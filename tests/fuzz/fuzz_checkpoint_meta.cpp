@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "model/checkpoint_meta.h"
+#include "model/presets.h"
 
 namespace {
 
@@ -35,13 +36,9 @@ const std::string& scratch_path() {
 
 // The tiny checkpoint's configuration, as save_checkpoint records it.
 tp::GptConfig truth() {
-  tp::GptConfig c;
+  tp::GptConfig c = tp::mini_gpt();  // nh 2, ffn 32, V 16, S 4
   c.layers = 2;
   c.hidden = 8;
-  c.heads = 2;
-  c.ffn = 32;
-  c.vocab = 16;
-  c.seq = 4;
   return c;
 }
 
