@@ -144,17 +144,14 @@ MPI_SRC     := $(wildcard mpi/*.cpp)
 # no_gpu.cpp is not in libtp_launcher.a: each program links either it or libtp_gpu.a (GPU_LINK below).
 LAUNCHER_SRC := $(filter-out launcher/no_gpu.cpp,$(wildcard launcher/*.cpp))
 LESSONS     := $(patsubst lessons/%/main.cpp,%,$(wildcard lessons/*/main.cpp))
-SERIAL_TEST := tests/test_gemm.cpp tests/test_rng.cpp tests/test_options.cpp tests/test_tensor.cpp \
-               tests/test_kernels.cpp tests/test_safetensors.cpp tests/test_plot.cpp \
-               tests/test_text.cpp tests/test_format.cpp tests/test_packed_gemm.cpp \
-               tests/test_cpu_bf16.cpp tests/test_step_log.cpp \
-               tests/test_run_plan.cpp tests/test_train_flags.cpp tests/test_step_report.cpp \
-               tests/test_checkpoint_lifecycle.cpp tests/test_run_outputs.cpp \
-               tests/test_peak_probe.cpp
-# test_gpu.cpp is its own MPI binary (GPU against CPU); it builds in every build and skips when
-# --backend gpu has no device.
-GPU_TEST    := tests/test_gpu.cpp
-MPI_TEST    := $(filter-out $(SERIAL_TEST) $(GPU_TEST) tests/test_util.cpp,$(wildcard tests/test_*.cpp)) tests/mpi_main.cpp
+# tests/<layer>/test_<concept>.cpp, the layer of lib/ (or the backend, mpi/, launcher/) it tests: one
+# ending in _mpi.cpp runs under mpirun in test_mpi (tests/mpi_main.cpp), any other in test_serial
+# (no MPI). tests/gpu_backend/test_gpu.cpp is its own MPI binary (GPU against CPU); it builds in every
+# build and skips when --backend gpu has no device.
+LAYER_TESTS := $(filter-out tests/cuda_emu/% tests/fuzz/%,$(wildcard tests/*/test_*.cpp))
+GPU_TEST    := tests/gpu_backend/test_gpu.cpp
+SERIAL_TEST := $(filter-out %_mpi.cpp $(GPU_TEST),$(LAYER_TESTS))
+MPI_TEST    := $(filter %_mpi.cpp,$(LAYER_TESTS)) tests/mpi_main.cpp
 
 obj = $(patsubst %.cpp,$(BUILD)/obj/%.o,$(1))
 

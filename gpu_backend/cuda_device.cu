@@ -117,7 +117,7 @@ void CudaDevice::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 bool CudaDevice::takes_bf16(const std::string& kernel) const { return kernel != "adamw_step"; }
 // Native: every kernel the training step calls (kernels/*.cu read and write bf16 through gpu::In /
 // gpu::Out, kernel_util.cuh; the attention through f32 staging, kernels/attention.cu), each bit
-// for bit what the stand-in path gives (tests/test_gpu.cpp, GpuBf16Native). Only
+// for bit what the stand-in path gives (tests/gpu_backend/test_gpu.cpp, GpuBf16Native). Only
 // attention_cached_forward (generation's; no training step calls it) stays on the front's
 // stand-ins.
 bool CudaDevice::native_bf16(const std::string& kernel) const {

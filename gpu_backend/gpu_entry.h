@@ -18,7 +18,7 @@ namespace tp {
 std::unique_ptr<Device> make_gpu_device(const DeviceOptions& options);
 /// The same CUDA device, but every kernel except the GEMM answers native_bf16 = false, so the
 /// Device front runs it in bf16 on f32 stand-ins (core/device.h, "Dtypes"): the reference the GPU
-/// tests hold the native bf16 kernels to, bit for bit (tests/test_gpu.cpp). Not for training.
+/// tests hold the native bf16 kernels to, bit for bit (tests/gpu_backend/test_gpu.cpp). Not for training.
 std::unique_ptr<Device> make_gpu_device_on_stand_ins(const DeviceOptions& options);
 /// An NCCL communicator over the ranks of `comm` for tensors on `device` (a CUDA device),
 /// bootstrapped through MPI. Several ranks on one GPU is a bad-input error suggesting --comm mpi.

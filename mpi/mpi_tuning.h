@@ -19,7 +19,7 @@
 //     starts each of its t segments at another rank, so at t >= 3 the order an element is summed
 //     in depends on its place in the message: an all-reduce cut into row blocks (--overlap
 //     chunked) then differs from the whole's in the last bits, which the binomial tree's one
-//     order never does (tests/test_overlap.cpp probes it: all_reduce_rows_invariant).
+//     order never does (tests/parallel/test_overlap_mpi.cpp probes it: all_reduce_rows_invariant).
 //
 // A choice the user made stands: when the variable is set in the environment (MPICH: the
 // MPIR_CVAR_, MPICH_ or MPIR_PARAM_ prefix, `=auto` restores MPICH's own choice; Open MPI:

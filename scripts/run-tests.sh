@@ -325,7 +325,7 @@ same_curve "--vocab 50257: t = 3 (padded to 50259) vs t = 1" "$tmp/v1.json" "$tm
 head -c 100 "$tmp/ck.safetensors" >"$tmp/truncated.safetensors"
 printf '\x10\x00\x00\x00\x00\x00\x00\x00{"a": [1, 2,    ' >"$tmp/garbage.safetensors"
 printf 'x' >"$tmp/tiny.txt"
-# The words of every other refused flag are unit tests (tests/test_train_flags.cpp, no MPI); these
+# The words of every other refused flag are unit tests (tests/train/test_train_flags.cpp, no MPI); these
 # two are the whole run: exit 2 and one line from rank 0 at 4 and 2 ranks, within seconds.
 expect "heads not divisible by t" 2 "heads=6 is not divisible by t=4" 4 "${tt[@]}" --hidden 48 --heads 6
 expect "several config problems at once" 2 "4 problems: hidden=50 is not divisible by heads=4" 2 "${tt[@]}" --hidden 50 --heads 4 --ffn 7 --kv-heads 3

@@ -10,7 +10,7 @@
 # make openmpi-quick runs the same checks unsanitized (SANITIZE set but empty) under Open MPI, on
 # the build-openmpi/ of mpicxx.openmpi, with the MPI tests at np 1 2 3 4 (QUICK_NP, default 2):
 # CI's one pass under the other MPI, where MPICH's make test never looks (Open MPI has found bugs
-# MPICH hid: mpi/mpi_tuning.h, tests/test_overlap.cpp's all_reduce_rows_invariant).
+# MPICH hid: mpi/mpi_tuning.h, tests/parallel/test_overlap_mpi.cpp's all_reduce_rows_invariant).
 set -u
 cd "$(dirname "$0")/.." || exit 2
 export SANITIZE=${SANITIZE-address,undefined}

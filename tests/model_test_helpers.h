@@ -1,4 +1,4 @@
-// model_test_helpers.h — what the model tests (test_model.cpp, test_sp_vocab.cpp) share: the
+// model_test_helpers.h — what the model tests (test_model_mpi.cpp, test_sp_vocab_mpi.cpp) share: the
 // tolerances, the t = np against t = 1 comparisons of parameters and gradients, the Markov batch
 // and a training loop over tp::train_step.
 //

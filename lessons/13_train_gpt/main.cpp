@@ -541,7 +541,7 @@ int main(int argc, char** argv) {
       L.say(beside.str());
       // The bound: bf16 rounds each stored value by at most u = 2^−8 (0.4 %) and these errors are
       // independent, so the loss, a mean over tokens and logits, moves far less; over the steps
-      // AdamW's fp32 masters keep the two runs on one path. tests/test_precision.cpp holds 1 %
+      // AdamW's fp32 masters keep the two runs on one path. tests/model/test_precision_mpi.cpp holds 1 %
       // over 200 steps at L = 2 (measured 3.1e-3); the same 1 % here.
       const double bf16_tol = 0.01;
       const double w = worst_rel(bf.loss, fp.loss);

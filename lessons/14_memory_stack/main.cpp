@@ -16,7 +16,7 @@
 //      computes again) and by FORMULA (lib/model/memory.h), checked equal to the byte; the bytes
 //      each rank sends per step (CommLedger); the extra compute of recomputation (FLOPs, formula);
 //      the loss after 5 steps, unchanged within 1e-4 relative in fp32 and within 1e-2 of fp32's
-//      in bf16 (a different rounding: tests/test_precision.cpp tracks bf16 within 1 % of fp32).
+//      in bf16 (a different rounding: tests/model/test_precision_mpi.cpp tracks bf16 within 1 % of fp32).
 //   3. The articles' statements it can check: mixed precision does not halve the model states
 //      (16 -> 18 B per parameter with the bf16 copy: weights 4 + 2, gradients 4, AdamW 8) but
 //      halves the activations (but for the f32 statistics and masks) and the bytes on the wire (but
@@ -58,7 +58,8 @@ constexpr int kSteps = 5;
 constexpr int64_t kBatch = 8;
 constexpr uint64_t kSeed = 14;
 constexpr double kFp32Tolerance = 1e-4;  // TP, micro-batches, ZeRO-1 move sums only
-constexpr double kBf16Tolerance = 1e-2;  // bf16 against fp32: tests/test_precision.cpp's 1 %
+constexpr double kBf16Tolerance =
+    1e-2;  // bf16 against fp32: tests/model/test_precision_mpi.cpp's 1 %
 
 // L = 2, h = 48, 12 heads (hd 4), ffn 96, V = 64, S = 32: the s²-term of the attention
 // probabilities is a visible part of the activations, and every size divides by t = 1, 2, 4.

@@ -19,7 +19,7 @@ namespace tp {
 /// ranks of `comm` and with `reference`, the same model at t = 1 after the same step. Returns one
 /// line per parameter that fails, naming the likely bug; empty when every gradient passes.
 /// `rtol`: relative tolerance ‖a − b‖ / ‖b‖ (fp32 rounding of a different summation order; under
-/// --precision bf16 tp_train passes 0.05, the bound of tests/test_precision.cpp).
+/// --precision bf16 tp_train passes 0.05, the bound of tests/model/test_precision_mpi.cpp).
 std::vector<std::string> audit_replicated_gradients(Communicator& comm, const Gpt& model,
                                                     const Gpt& reference, double rtol = 1e-4);
 

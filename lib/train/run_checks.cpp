@@ -41,7 +41,7 @@ bool audit_gradients(Communicator& world, Device& device, const Plan& plan, Proc
     m->backward();
     m->finish_gradients();
   }
-  // bf16: t = np and t = 1 round differently at the TP sums; tests/test_precision.cpp's bound.
+  // bf16: t = np and t = 1 round differently at the TP sums; tests/model/test_precision_mpi.cpp's bound.
   const double rtol = cfg.precision == Precision::Bf16 ? 0.05 : 1e-4;
   const auto problems = audit_replicated_gradients(tp, model, reference, rtol);
   int64_t replicated = 0;

@@ -2,7 +2,7 @@
 // before anything allocates or communicates: every problem at once, one line each.
 //
 // No communicator here: the plan is the same on every rank (the same flags, the same files), so it
-// is built and checked by each rank alone, and unit-tested without MPI (tests/test_run_plan.cpp).
+// is built and checked by each rank alone, and unit-tested without MPI (tests/train/test_run_plan.cpp).
 #pragma once
 
 #include <cstdint>

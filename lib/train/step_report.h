@@ -3,7 +3,7 @@
 // model FLOP/s are divided by; model/flops.h counts them).
 //
 // Each line is a string built from one step's numbers (StepNumbers), so the format is tested
-// without a run (tests/test_step_report.cpp) and tp_train only prints it on rank 0.
+// without a run (tests/train/test_step_report.cpp) and tp_train only prints it on rank 0.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,7 @@
 // train_options.h — tp_train's flags: the option table (its names, defaults, ranges and help).
 //
 // Declared here rather than in tools/tp_train.cpp so that the run plan's tests
-// (tests/test_run_plan.cpp) parse the same flags tp_train does.
+// (tests/train/test_run_plan.cpp) parse the same flags tp_train does.
 #pragma once
 
 #include <cstdint>

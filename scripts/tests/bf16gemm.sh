@@ -17,7 +17,7 @@ if [ "$(cat "$BUILD/onednn" 2>/dev/null)" = yes ]; then
   if grep -q "^bf16 GEMM: oneDNN (" "$logs/bf16gemm_onednn.log" && grep -q "^bf16 GEMM: sgemm on f32 stand-ins" "$logs/bf16gemm_sgemm.log"; then
     pass 1; echo "✓ tp_train names the bf16 GEMM: $(grep -o '^bf16 GEMM: .*' "$logs/bf16gemm_onednn.log" | head -1)"
   else fail "tp_train --precision bf16 does not name its bf16 GEMM (see $logs/bf16gemm_onednn.log)"; fi
-  # Bound: t = 2 against t = 1 in bf16 differ by 1.5e-4 in the loss after one step (test_precision.cpp,
+  # Bound: t = 2 against t = 1 in bf16 differ by 1.5e-4 in the loss after one step (test_precision_mpi.cpp,
   # the same kind of flipped roundings); 20 AdamW steps on this small model grow it a few times.
   TOL=1e-3 same_curve "20-step bf16 loss curve at t = 2, oneDNN GEMM vs sgemm stand-in" \
     "$tmp/bf16gemm_sgemm.json" "$tmp/bf16gemm_onednn.json"

@@ -7,7 +7,7 @@
 # its writes and ends quietly on a closed pipe.
 
 # 1. Counts: refused beyond their bound, in one line, within seconds (tp_train's --eval-batches,
-# --keep, --warmup, --decay-steps, --save-every, --eval-every, --log-every: tests/test_train_flags.cpp).
+# --keep, --warmup, --decay-steps, --save-every, --eval-every, --log-every: tests/train/test_train_flags.cpp).
 expect "--keep 2^32+1 (not kept as 1)" 2 "--keep=4294967297: must be in [1, 1000]" 1 \
   "${tt[@]}" --save "$tmp/bounds/" --save-every 1 --keep 4294967297
 expect "tp_tokenize --passes 2^32+1" 2 "--passes=4294967297: must be in [1, 1000]" 1 \
@@ -24,7 +24,7 @@ if grep -q -- '--keep=N .*(default: 3; in \[1, 1000\])' "$log" &&
 else fail "tp_train --help lacks a bound of --keep, --eval-batches, --memory-budget or --stall-timeout (see $log)"; fi
 
 # 2. Reals below their smallest meaningful value: refused, not "off" or a busy loop.
-# (--memory-budget 1e-300 and --peak-tflops 1e-300: tests/test_train_flags.cpp; --stall-timeout is
+# (--memory-budget 1e-300 and --peak-tflops 1e-300: tests/train/test_train_flags.cpp; --stall-timeout is
 # the launcher's.)
 expect "--stall-timeout 0.001" 2 "--stall-timeout=0.001: must be 0 or >= 1" 1 "${tt[@]}" --stall-timeout 0.001
 

@@ -8,7 +8,7 @@
 # Each case: exit code, the message, at most one "error:" line, within 10 s, no file changed.
 
 # 1. An empty value for a path flag (an unset $CKPT) is an error, on every tool (tp_train's other
-# path flags: tests/test_train_flags.cpp).
+# path flags: tests/train/test_train_flags.cpp).
 expect "--save= is empty" 2 "error: --save= is empty (an unset variable?); give a path, or leave --save out" 2 \
   "${tt[@]}" "--save="
 expect "tp_generate --load=" 2 "--load= is empty" 1 "$BUILD/bin/tp_generate" --load= --prompt "TP"
@@ -16,14 +16,14 @@ expect "tp_export --hf=" 2 "--hf= is empty" 1 "$BUILD/bin/tp_export" --load "$tm
 expect "lesson 13 --plot=" 2 "--plot= is empty" 4 "$BUILD/bin/lesson_13_train_gpt" --plot=
 
 # 2. Integers in the type they are stored in: no cast after the check (tp_train's: in
-# tests/test_train_flags.cpp).
+# tests/train/test_train_flags.cpp).
 expect "tp_preflight --tp 4294967297" 2 "--tp=4294967297: out of range of the 32-bit int" 1 "$BUILD/bin/tp_preflight" --tp 4294967297
 expect "tp_preflight -t 4294967297" 2 "--tp=4294967297: out of range" 1 "$BUILD/bin/tp_preflight" -t 4294967297
 expect "tp_preflight --nodes 4294967297" 2 "--nodes=4294967297: out of range" 1 "$BUILD/bin/tp_preflight" --nodes 4294967297
 expect "tp_preflight --gpus-per-node 4294967304" 2 "--gpus-per-node=4294967304: out of range" 1 \
   "$BUILD/bin/tp_preflight" --gpus-per-node 4294967304
 
-# 3. Reals as the float they become, shown as typed (tp_train's: tests/test_train_flags.cpp).
+# 3. Reals as the float they become, shown as typed (tp_train's: tests/train/test_train_flags.cpp).
 expect "tp_generate --temperature 1e-50" 2 "--temperature=1e-50: is 0 as a 32-bit float" 1 \
   "$BUILD/bin/tp_generate" --load "$tmp/ck.safetensors" --prompt "TP" --temperature 1e-50
 
@@ -33,7 +33,7 @@ expect "lesson 07 --link 1e9,1" 2 "which keeps a run finite" 2 "$BUILD/bin/lesso
 expect "--link 0,1e-300 (the delay would vanish)" 2 "--link=0,1e-300: β = 1e-300 GB/s is outside the [0.1," 2 \
   "${tt[@]}" --link 0,1e-300
 
-# 5. --decay-steps at or below --warmup is an error, not ignored: tests/test_train_flags.cpp.
+# 5. --decay-steps at or below --warmup is an error, not ignored: tests/train/test_train_flags.cpp.
 
 # 6. Lesson flags agree with their help: lesson 13 says [2, 100000] and refuses 1 with that range.
 log=$logs/check_lesson13_help.log
@@ -46,7 +46,7 @@ expect "lesson 13 --sp-steps above --steps" 2 "--sp-steps=9 must be at most --st
 
 # 7. Sizes no machine holds: one line in flag terms, no internal names, nothing wraps.
 # (tp_train's --hidden 2^63-1, --pad-vocab-multiple 2^62, --hidden 2^31-1 and --batch 2^62, and that
-# their lines name no internal type: tests/test_train_flags.cpp.)
+# their lines name no internal type: tests/train/test_train_flags.cpp.)
 expect "tp_preflight --hidden 2^31-1" 2 "more than any machine holds" 1 "$BUILD/bin/tp_preflight" --hidden 2147483647 --heads 1
 # Large but countable: refused before any tensor is allocated (the preflight peak against the
 # host memory), the line names positive sizes.

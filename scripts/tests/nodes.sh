@@ -8,7 +8,7 @@
 # through MPICH's network module instead of shared memory: a real transport, on the same cores and
 # the same memory. Checked here at np 4 (and np 2 for the thread rule):
 #   - every rank's node, node-local rank and OpenMP threads are what launcher/node.h's rule says
-#     (tests/test_node.cpp, NodeLayout.*, told the placement by TP_EXPECT_NODES);
+#     (tests/launcher/test_node_mpi.cpp, NodeLayout.*, told the placement by TP_EXPECT_NODES);
 #   - tp_train warns when a TP group spans the two nodes and says nothing when each stays inside one;
 #   - tp 2 × dp 2 across the two hosts (TP inside each, DP between) trains the one-node curve;
 #   - a rank SIGKILLed on the second node is named by that node's watchdog (launcher/watchdog.h)

@@ -3,14 +3,14 @@
 #
 # Bad input: an unknown precision is one line, exit 2. (A backend lacking a bf16 kernel the step
 # needs is refused when the model is built, in one line, exit 2; both backends of this build take
-# every one, so that refusal is tested with a device that lacks one: tests/test_precision.cpp.)
+# every one, so that refusal is tested with a device that lacks one: tests/model/test_precision_mpi.cpp.)
 # Then at np 2: a bf16 run tracks the fp32 run within 1 % of the loss at every step, with and
 # without SP (tp_train checks the ledger's bf16 activation bytes against the formula on its first
 # step), a bf16 checkpoint (the fp32 master) resumes under fp32 at t = 1 on the bf16 curve, and
 # tp_generate --precision bf16 reads it into a bf16 key/value cache.
 
 expect "--precision with an unknown name" 2 "--precision=fp16" 2 "${tt[@]}" --precision fp16
-# --audit-grads under bf16 compares t = 2 with t = 1 at the bf16 bound (0.05, test_precision.cpp).
+# --audit-grads under bf16 compares t = 2 with t = 1 at the bf16 bound (0.05, test_precision_mpi.cpp).
 WITHIN=30 expect "--audit-grads --precision bf16 --sp" 0 "15 of 15 replicated gradients identical on every rank" 2 \
   "${train[@]}" --steps 1 --audit-grads --precision bf16 --sp
 
