@@ -37,6 +37,7 @@
 #include <map>
 #include <string>
 
+#include "core/comm_ledger.h"
 #include "core/host.h"
 #include "lesson.h"
 #include "model/audit.h"
@@ -45,7 +46,6 @@
 #include "model/layers.h"
 #include "model/memory.h"
 #include "model/preflight.h"
-#include "observe/comm_ledger.h"
 #include "parallel/mappings.h"
 
 using namespace tp;

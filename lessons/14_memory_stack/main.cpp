@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "core/comm_ledger.h"
 #include "core/error.h"
 #include "lesson.h"
 #include "model/adamw.h"
@@ -46,7 +47,6 @@
 #include "model/memory.h"
 #include "model/memory_budget.h"
 #include "model/train.h"
-#include "observe/comm_ledger.h"
 #include "parallel/process_grid.h"
 
 using namespace tp;
