@@ -67,9 +67,13 @@ endif
 BUILD   ?= build
 
 # OMPI/MPICH_SKIP_MPICXX: we use the C API; Open MPI's deprecated C++ bindings header warns.
-CXXFLAGS := -std=c++17 -O2 -Wall -Wextra -fopenmp -MMD -MP \
+CXXFLAGS := -std=c++17 -O2 -Wall -Wextra -MMD -MP \
             -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX $(SAN_FLAGS) $(CXXFLAGS_EXTRA)
-LDFLAGS  := -fopenmp $(SAN_FLAGS) $(LDFLAGS_EXTRA)
+# OpenMP only where it runs: the CPU backend's kernels, the launcher's thread count (launcher/node)
+# and the tests that set it. lib/ has no `#pragma omp` and is compiled without it; the link takes
+# -fopenmp since every program links the CPU backend (libgomp).
+OPENMP   := -fopenmp
+LDFLAGS  := $(OPENMP) $(SAN_FLAGS) $(LDFLAGS_EXTRA)
 # The CPU backend's GEMM: CBLAS from OpenBLAS (scripts/install-deps.sh installs and reports it).
 BLAS_LIBS ?= -lopenblas
 # The CPU backend's bf16 GEMM through oneDNN (optional: cpu_backend/onednn_gemm.h): built when
@@ -85,7 +89,7 @@ ICU_LIBS ?= -licuuc
 
 # ---- The layers, and what each may see ------------------------------------------------------------
 # Each folder is compiled with the include paths of the layers below it and nothing else, so an
-# include that crosses a layer the wrong way is a compile error (scripts/check-layers.sh checks the
+# include that crosses a layer the wrong way is a compile error (scripts/check-layers.py checks the
 # same rule on the sources, and that docs/architecture.md's picture matches it):
 #
 #   lib/          the math, the layers, the model        $(CXX)     -Ilib
@@ -95,7 +99,8 @@ ICU_LIBS ?= -licuuc
 #                                                        (.cpp: NCCL bootstraps over MPI)
 #   launcher/     run_program, --backend/--comm          $(MPICXX)  -Ilib -Icpu_backend -Igpu_backend -Impi
 #   lessons/      lesson.h + the lessons                 $(CXX)     -Ilib -Ilauncher -Ilessons
-#   tools/        tp_train, tp_bench (bare MPI calls)    $(MPICXX)  -Ilib -Ilauncher -Impi
+#   tools/        tp_train, tp_bench (bare MPI calls)    $(MPICXX)  -Ilib -Ilauncher -Impi -Icpu_backend
+#                                                        (cpu_direct.h: tp_bench's direct sgemm)
 #   tests/        everything (they test the backends)    $(MPICXX)
 #
 # lib/ gets the plain C++ compiler and no MPI include path: <mpi.h> there does not compile. A
@@ -106,7 +111,7 @@ INC_MPI      := -Ilib
 INC_GPU      := -Ilib -Impi
 INC_LAUNCHER := -Ilib -Icpu_backend -Igpu_backend -Impi
 INC_LESSON   := -Ilib -Ilauncher -Ilessons
-INC_TOOL     := -Ilib -Ilauncher -Impi
+INC_TOOL     := -Ilib -Ilauncher -Impi -Icpu_backend
 INC_TEST     := -Ilib -Ilauncher -Impi -Icpu_backend -Igpu_backend -Itests
 
 # ---- GPU backend: found or not -------------------------------------------------------------------
@@ -221,7 +226,7 @@ $(BUILD)/obj/lib/%.o: lib/%.cpp | deps
 CPU_KERNEL_FLAGS := -ffp-contract=off -fno-math-errno
 $(BUILD)/obj/cpu_backend/%.o: cpu_backend/%.cpp | deps
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) $(CPU_KERNEL_FLAGS) $(INC_CPU) -c $< -o $@
+	$(CXX) $(CXXFLAGS) $(OPENMP) $(CPU_KERNEL_FLAGS) $(INC_CPU) -c $< -o $@
 
 $(BUILD)/obj/mpi/%.o: mpi/%.cpp $(MPI_STAMP) | deps
 	@mkdir -p $(dir $@)
@@ -229,7 +234,7 @@ $(BUILD)/obj/mpi/%.o: mpi/%.cpp $(MPI_STAMP) | deps
 
 $(BUILD)/obj/launcher/%.o: launcher/%.cpp $(MPI_STAMP) | deps
 	@mkdir -p $(dir $@)
-	$(MPICXX) $(CXXFLAGS) $(INC_LAUNCHER) -c $< -o $@
+	$(MPICXX) $(CXXFLAGS) $(OPENMP) $(INC_LAUNCHER) -c $< -o $@
 
 $(BUILD)/obj/lessons/%.o: lessons/%.cpp | deps
 	@mkdir -p $(dir $@)
@@ -241,7 +246,7 @@ $(BUILD)/obj/tools/%.o: tools/%.cpp $(MPI_STAMP) | deps
 
 $(BUILD)/obj/tests/%.o: tests/%.cpp $(MPI_STAMP) | deps
 	@mkdir -p $(dir $@)
-	$(MPICXX) $(CXXFLAGS) $(INC_TEST) -c $< -o $@
+	$(MPICXX) $(CXXFLAGS) $(OPENMP) $(INC_TEST) -c $< -o $@
 
 $(GPU_STAMP): FORCE
 	@mkdir -p $(dir $@)
@@ -265,7 +270,7 @@ $(ONEDNN_STAMP): FORCE | deps
 
 $(BUILD)/obj/cpu_backend/onednn_gemm.o: cpu_backend/onednn_gemm.cpp $(ONEDNN_STAMP) | deps
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) $(INC_CPU) $$($(ONEDNN_YES) && echo -DTP_HAVE_ONEDNN) -c $< -o $@
+	$(CXX) $(CXXFLAGS) $(OPENMP) $(INC_CPU) $$($(ONEDNN_YES) && echo -DTP_HAVE_ONEDNN) -c $< -o $@
 
 # ---- GPU backend objects: .cu through nvcc, .cpp (gpu_entry, the NCCL communicator) through mpicxx --
 # The .cu files (gpu_backend/*.cu, gpu_backend/kernels/*.cu) see lib/ and their own folder only (no

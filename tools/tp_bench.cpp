@@ -56,9 +56,7 @@
 // 5. Memory-bound kernels (--suite memory): LayerNorm, GeLU and add (axpy) forward, and their
 //    backward, in GB/s of compulsory traffic, against Device::copy (device-to-device) bandwidth
 //    measured on the same buffers.
-#include <cblas.h>
 #include <mpi.h>
-#include <omp.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -73,6 +71,7 @@
 #include <vector>
 
 #include "core/log.h"
+#include "cpu_direct.h"
 #include "launcher.h"
 #include "model/config.h"
 #include "model/gpt.h"
@@ -215,12 +214,11 @@ std::vector<GemmCase> model_gemms(const std::string& model, int64_t n, int64_t h
   return out;
 }
 
-// op(A) op(B) straight into OpenBLAS, on the project's buffers (row-major, as Device::gemm).
+// op(A) op(B) straight into OpenBLAS (cpu_backend/cpu_direct.h), on the project's buffers
+// (row-major, as Device::gemm).
 void direct_sgemm(const GemmCase& g, const Tensor& a, const Tensor& b, Tensor& c) {
-  cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans, g.tb ? CblasTrans : CblasNoTrans,
-              static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k), 1.0f, a.data(),
-              static_cast<int>(a.cols()), b.data(), static_cast<int>(b.cols()), 0.0f, c.data(),
-              static_cast<int>(c.cols()));
+  cpu::direct_sgemm(g.ta, g.tb, g.m, g.n, g.k, 1.0f, a.data(), a.cols(), b.data(), b.cols(), 0.0f,
+                    c.data(), c.cols());
 }
 
 // A and B of a GEMM case, uniform in [-1, 1), and room for C.
@@ -264,7 +262,7 @@ void bench_gemm_bf16(Context& ctx, const std::vector<GemmCase>& cases, double to
   Device& dev = ctx.device;
   log0(ctx.world, "# bf16 GEMM (", bf16_gemm_path(dev),
        "): bf16 A, B into f32 C vs the fp32 Device::gemm on the same values, ",
-       omp_get_max_threads(), " thread(s)");
+       cpu::openmp_threads(), " thread(s)");
   log0(ctx.world,
        "#                 layer      m      n      k      bf16 GFLOP/s   fp32 GFLOP/s   ratio   "
        "#wrong");
@@ -296,7 +294,7 @@ void bench_gemm(Context& ctx) {
   Device& dev = ctx.device;
   constexpr double kTol = 1e-5;  // #wrong: |c - dot| > kTol · Σ_p |a_ip b_pj| (fp32 rounding scale)
   constexpr int kSamples = 1024;
-  const int threads = omp_get_max_threads();
+  const int threads = cpu::openmp_threads();
   bool onednn = false;
   const std::string path = f32_gemm_path(dev, &onednn);
   const double ceiling = sgemm_ceiling(ctx);
@@ -356,7 +354,7 @@ void bench_threads(Context& ctx) {
   if (mpi == nullptr) return;  // the turn-taking needs MPI's nonblocking barrier
   // The node's cores (not this rank's affinity mask, which a binding launcher may have narrowed).
   const int cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)),
-            threads = omp_get_max_threads();
+            threads = cpu::openmp_threads();
   Tensor a(dev, Shape{512, 512}), b(dev, Shape{512, 512}), c(dev, Shape{512, 512});
   dev.fill(a, 0.5f);
   dev.fill(b, 0.25f);
@@ -664,8 +662,8 @@ int main(int argc, char** argv) {
     // The kernels OpenBLAS picked for this CPU (or OPENBLAS_CORETYPE forced): they decide the
     // CPU GEMMs' speed and their last bits.
     if (!gpu) {
-      log0(ctx.world, "INFO blas_core ", openblas_get_corename());
-      log0(ctx.world, "INFO blas_config ", openblas_get_config());
+      log0(ctx.world, "INFO blas_core ", cpu::openblas_core());
+      log0(ctx.world, "INFO blas_config ", cpu::openblas_config());
       log0(ctx.world, "INFO f32_gemm ", f32_gemm_path(ctx.device));
     }
     std::string suite = ctx.options.get_text("suite");
