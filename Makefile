@@ -167,7 +167,11 @@ LIBTP_LAUNCHER := $(BUILD)/lib/libtp_launcher.a
 # lessons/lesson.cpp sits above the launcher (it calls tp::run_program): its own archive, linked first.
 LIBTP_LESSON := $(BUILD)/lib/libtp_lesson.a
 LESSON_BINS := $(patsubst %,$(BUILD)/bin/lesson_%,$(LESSONS))
-TOOL_BINS   := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(wildcard tools/tp_*.cpp))
+TOOL_BINS   := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(wildcard tools/tp_*.cpp)) $(BUILD)/bin/tp_bench
+# tp_bench is a folder: its driver (main.cpp), what the suites share (bench.cpp) and one file per
+# suite, each registering itself (tools/tp_bench/bench.h); all of them linked as objects, so that
+# every suite's registration runs.
+BENCH_OBJ   := $(patsubst tools/%.cpp,$(BUILD)/obj/tools/%.o,$(wildcard tools/tp_bench/*.cpp))
 TEST_BINS   := $(BUILD)/bin/test_serial $(BUILD)/bin/test_mpi $(BUILD)/bin/fail_one_rank $(BUILD)/bin/test_gpu \
                $(BUILD)/bin/collective_mismatch \
                $(if $(SAN_FLAGS),,$(BUILD)/emu/bin/test_gpu $(BUILD)/emu/bin/lesson_01_block_matmul $(BUILD)/emu/bin/emu_selftest \
@@ -340,6 +344,10 @@ $(BUILD)/bin/tp_%: $(BUILD)/obj/tools/tp_%.o $(BACKENDS)
 	@mkdir -p $(dir $@)
 	$(LINK) $(GPU_LDLIBS)
 
+$(BUILD)/bin/tp_bench: $(BENCH_OBJ) $(BACKENDS)
+	@mkdir -p $(dir $@)
+	$(LINK) $(GPU_LDLIBS)
+
 # ---- The CUDA emulator build (tests/cuda_emu/include/cuda_emu.h says what it models) -------------
 # The GPU backend compiled by g++ against CPU versions of the CUDA runtime, cuBLAS and NCCL (NCCL
 # over MPI): every kernel runs on the CPU, one fiber per CUDA thread, with guarded device memory
@@ -398,6 +406,10 @@ $(EMU)/bin/emu_selftest: $(BUILD)/obj/emu/selftest.o $(EMU_RT_OBJ)
 	$(LINK) -lgtest_main -lgtest -pthread
 
 $(EMU)/bin/tp_%: $(BUILD)/obj/tools/tp_%.o $(EMU_BACKENDS)
+	@mkdir -p $(dir $@)
+	$(LINK)
+
+$(EMU)/bin/tp_bench: $(BENCH_OBJ) $(EMU_BACKENDS)
 	@mkdir -p $(dir $@)
 	$(LINK)
 
