@@ -70,9 +70,13 @@ endif
 BUILD   ?= build
 
 # OMPI/MPICH_SKIP_MPICXX: we use the C API; Open MPI's deprecated C++ bindings header warns.
-CXXFLAGS := -std=c++17 -O2 -Wall -Wextra -fopenmp -MMD -MP \
+CXXFLAGS := -std=c++17 -O2 -Wall -Wextra -MMD -MP \
             -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX $(SAN_FLAGS) $(CXXFLAGS_EXTRA)
-LDFLAGS  := -fopenmp $(SAN_FLAGS) $(LDFLAGS_EXTRA)
+# OpenMP only where it runs: the CPU backend's kernels, the launcher's thread count (launcher/node)
+# and the tests that set it. lib/ has no `#pragma omp` and is compiled without it; the link takes
+# -fopenmp since every program links the CPU backend (libgomp).
+OPENMP   := -fopenmp
+LDFLAGS  := $(OPENMP) $(SAN_FLAGS) $(LDFLAGS_EXTRA)
 # The CPU backend's GEMM: CBLAS from OpenBLAS (scripts/install-deps.sh installs and reports it).
 BLAS_LIBS ?= -lopenblas
 # The CPU backend's bf16 GEMM through oneDNN (optional: cpu_backend/onednn_gemm.h): built when
@@ -88,7 +92,7 @@ ICU_LIBS ?= -licuuc
 
 # ---- The layers, and what each may see ------------------------------------------------------------
 # Each folder is compiled with the include paths of the layers below it and nothing else, so an
-# include that crosses a layer the wrong way is a compile error (scripts/check-layers.sh checks the
+# include that crosses a layer the wrong way is a compile error (scripts/check-layers.py checks the
 # same rule on the sources, and that docs/architecture.md's picture matches it):
 #
 #   lib/          the math, the layers, the model        $(CXX)     -Ilib
@@ -98,7 +102,8 @@ ICU_LIBS ?= -licuuc
 #                                                        (.cpp: NCCL bootstraps over MPI)
 #   launcher/     run_program, --backend/--comm          $(MPICXX)  -Ilib -Icpu_backend -Igpu_backend -Impi
 #   lessons/      lesson.h + the lessons                 $(CXX)     -Ilib -Ilauncher -Ilessons
-#   tools/        tp_train, tp_bench (bare MPI calls)    $(MPICXX)  -Ilib -Ilauncher -Impi
+#   tools/        tp_train, tp_bench (bare MPI calls)    $(MPICXX)  -Ilib -Ilauncher -Impi -Icpu_backend
+#                                                        (cpu_direct.h: tp_bench's direct sgemm)
 #   tests/        everything (they test the backends)    $(MPICXX)
 #
 # lib/ gets the plain C++ compiler and no MPI include path: <mpi.h> there does not compile. A
@@ -109,7 +114,7 @@ INC_MPI      := -Ilib
 INC_GPU      := -Ilib -Impi
 INC_LAUNCHER := -Ilib -Icpu_backend -Igpu_backend -Impi
 INC_LESSON   := -Ilib -Ilauncher -Ilessons
-INC_TOOL     := -Ilib -Ilauncher -Impi
+INC_TOOL     := -Ilib -Ilauncher -Impi -Icpu_backend
 INC_TEST     := -Ilib -Ilauncher -Impi -Icpu_backend -Igpu_backend -Itests
 
 # ---- GPU backend: found or not -------------------------------------------------------------------
@@ -162,7 +167,11 @@ LIBTP_LAUNCHER := $(BUILD)/lib/libtp_launcher.a
 # lessons/lesson.cpp sits above the launcher (it calls tp::run_program): its own archive, linked first.
 LIBTP_LESSON := $(BUILD)/lib/libtp_lesson.a
 LESSON_BINS := $(patsubst %,$(BUILD)/bin/lesson_%,$(LESSONS))
-TOOL_BINS   := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(wildcard tools/tp_*.cpp))
+TOOL_BINS   := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(wildcard tools/tp_*.cpp)) $(BUILD)/bin/tp_bench
+# tp_bench is a folder: its driver (main.cpp), what the suites share (bench.cpp) and one file per
+# suite, each registering itself (tools/tp_bench/bench.h); all of them linked as objects, so that
+# every suite's registration runs.
+BENCH_OBJ   := $(patsubst tools/%.cpp,$(BUILD)/obj/tools/%.o,$(wildcard tools/tp_bench/*.cpp))
 TEST_BINS   := $(BUILD)/bin/test_serial $(BUILD)/bin/test_mpi $(BUILD)/bin/fail_one_rank $(BUILD)/bin/test_gpu \
                $(BUILD)/bin/collective_mismatch \
                $(if $(SAN_FLAGS),,$(BUILD)/emu/bin/test_gpu $(BUILD)/emu/bin/lesson_01_block_matmul $(BUILD)/emu/bin/emu_selftest \
@@ -221,7 +230,7 @@ $(BUILD)/obj/lib/%.o: lib/%.cpp | deps
 CPU_KERNEL_FLAGS := -ffp-contract=off -fno-math-errno
 $(BUILD)/obj/cpu_backend/%.o: cpu_backend/%.cpp | deps
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) $(CPU_KERNEL_FLAGS) $(INC_CPU) -c $< -o $@
+	$(CXX) $(CXXFLAGS) $(OPENMP) $(CPU_KERNEL_FLAGS) $(INC_CPU) -c $< -o $@
 
 $(BUILD)/obj/mpi/%.o: mpi/%.cpp $(MPI_STAMP) | deps
 	@mkdir -p $(dir $@)
@@ -229,7 +238,7 @@ $(BUILD)/obj/mpi/%.o: mpi/%.cpp $(MPI_STAMP) | deps
 
 $(BUILD)/obj/launcher/%.o: launcher/%.cpp $(MPI_STAMP) | deps
 	@mkdir -p $(dir $@)
-	$(MPICXX) $(CXXFLAGS) $(INC_LAUNCHER) -c $< -o $@
+	$(MPICXX) $(CXXFLAGS) $(OPENMP) $(INC_LAUNCHER) -c $< -o $@
 
 $(BUILD)/obj/lessons/%.o: lessons/%.cpp | deps
 	@mkdir -p $(dir $@)
@@ -241,7 +250,7 @@ $(BUILD)/obj/tools/%.o: tools/%.cpp $(MPI_STAMP) | deps
 
 $(BUILD)/obj/tests/%.o: tests/%.cpp $(MPI_STAMP) | deps
 	@mkdir -p $(dir $@)
-	$(MPICXX) $(CXXFLAGS) $(INC_TEST) -c $< -o $@
+	$(MPICXX) $(CXXFLAGS) $(OPENMP) $(INC_TEST) -c $< -o $@
 
 $(GPU_STAMP): FORCE
 	@mkdir -p $(dir $@)
@@ -265,7 +274,7 @@ $(ONEDNN_STAMP): FORCE | deps
 
 $(BUILD)/obj/cpu_backend/onednn_gemm.o: cpu_backend/onednn_gemm.cpp $(ONEDNN_STAMP) | deps
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) $(INC_CPU) $$($(ONEDNN_YES) && echo -DTP_HAVE_ONEDNN) -c $< -o $@
+	$(CXX) $(CXXFLAGS) $(OPENMP) $(INC_CPU) $$($(ONEDNN_YES) && echo -DTP_HAVE_ONEDNN) -c $< -o $@
 
 # ---- GPU backend objects: .cu through nvcc, .cpp (gpu_entry, the NCCL communicator) through mpicxx --
 # The .cu files (gpu_backend/*.cu, gpu_backend/kernels/*.cu) see lib/ and their own folder only (no
@@ -335,6 +344,10 @@ $(BUILD)/bin/tp_%: $(BUILD)/obj/tools/tp_%.o $(BACKENDS)
 	@mkdir -p $(dir $@)
 	$(LINK) $(GPU_LDLIBS)
 
+$(BUILD)/bin/tp_bench: $(BENCH_OBJ) $(BACKENDS)
+	@mkdir -p $(dir $@)
+	$(LINK) $(GPU_LDLIBS)
+
 # ---- The CUDA emulator build (tests/cuda_emu/include/cuda_emu.h says what it models) -------------
 # The GPU backend compiled by g++ against CPU versions of the CUDA runtime, cuBLAS and NCCL (NCCL
 # over MPI): every kernel runs on the CPU, one fiber per CUDA thread, with guarded device memory
@@ -393,6 +406,10 @@ $(EMU)/bin/emu_selftest: $(BUILD)/obj/emu/selftest.o $(EMU_RT_OBJ)
 	$(LINK) -lgtest_main -lgtest -pthread
 
 $(EMU)/bin/tp_%: $(BUILD)/obj/tools/tp_%.o $(EMU_BACKENDS)
+	@mkdir -p $(dir $@)
+	$(LINK)
+
+$(EMU)/bin/tp_bench: $(BENCH_OBJ) $(EMU_BACKENDS)
 	@mkdir -p $(dir $@)
 	$(LINK)
 

@@ -1,5 +1,5 @@
 // blas.cpp — cblas_sgemm (or oneDNN's f32 matmul: onednn_gemm.h, f32_gemm) behind tp::cpu::sgemm,
-// and OpenBLAS's thread control (blas.h).
+// and OpenBLAS's thread control (blas.h); the direct sgemm and the thread count (cpu_direct.h).
 #include "blas.h"
 
 #include <cblas.h>
@@ -10,12 +10,14 @@
 #include <climits>
 
 #include "core/error.h"
+#include "cpu_direct.h"
 #include "onednn_gemm.h"
 
 // OpenBLAS's own extension, declared here so that this file does not depend on which cblas.h the
 // system's alternatives point at (OpenBLAS's declares it, netlib's does not).
 extern "C" void openblas_set_num_threads(int num_threads);
 extern "C" char* openblas_get_corename(void);
+extern "C" char* openblas_get_config(void);
 
 namespace tp::cpu {
 
@@ -42,10 +44,22 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
   if (f32_gemm().onednn && !omp_in_parallel() &&
       onednn_gemm_f32(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
     return;
+  direct_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void direct_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                  const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                  int64_t ldc) {
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, as_int(m, "m"), as_int(n, "n"), as_int(k, "k"),
               alpha, a, as_int(lda, "lda"), b, as_int(ldb, "ldb"), beta, c, as_int(ldc, "ldc"));
 }
+
+int openmp_threads() { return omp_get_max_threads(); }
+
+const char* openblas_core() { return openblas_get_corename(); }
+
+const char* openblas_config() { return openblas_get_config(); }
 
 void set_blas_threads(int threads) { openblas_set_num_threads(std::max(1, threads)); }
 

@@ -6,11 +6,11 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/simulated_link.h"
 #include "cpu_device.h"
 #include "gpu_entry.h"
 #include "launcher.h"
 #include "mpi_communicator.h"
+#include "observe/simulated_link.h"
 
 namespace tp {
 

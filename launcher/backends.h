@@ -9,7 +9,7 @@
 //   --tf32, --dtype      GPU GEMM precision (DeviceOptions)
 //   --link none|nvlink|ib|10gbe|α_us,β_GBps
 //                        none (the default) = the communicator itself; otherwise a SimulatedLink
-//                        over it (lib/core/simulated_link.h, a teaching tool): every collective
+//                        over it (lib/observe/simulated_link.h, a teaching tool): every collective
 //                        takes at least the α–β ring model's time on that interconnect
 #pragma once
 

@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "core/comm_ledger.h"
 #include "core/host.h"
 #include "core/log.h"
 #include "launcher.h"
-#include "observe/comm_ledger.h"
 
 namespace tp::lesson {
 

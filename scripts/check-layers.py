@@ -26,27 +26,28 @@ import sys
 
 # Layers, bottom first: name, folders, the layers it may include (besides itself), label.
 LAYERS = [
-    ("core", ["lib/core", "lib/observe"], [], "core/ + observe/\\nTensor, Device, Communicator,\\nledgers, RNG, options"),
+    ("core", ["lib/core"], [], "core/\\nTensor, Device, Communicator,\\nCommLedger, SpanSink, RNG, options"),
+    ("observe", ["lib/observe"], ["core"], "observe/\\nTimeline, memory ledger, α–β,\\nsimulated link, SVG"),
     ("io", ["lib/io"], ["core"], "io/\\nsafetensors"),
-    ("parallel", ["lib/parallel"], ["core"], "parallel/\\nregion ops, parallel linears,\\nvocab-parallel units"),
+    ("parallel", ["lib/parallel"], ["core", "observe"], "parallel/\\nregion ops, parallel linears,\\nvocab-parallel units"),
     ("text", ["lib/text"], ["core"], "text/\\nGPT-2 BPE tokenizer"),
-    ("model", ["lib/model"], ["core", "io", "parallel"], "model/\\nlayers, GPT, AdamW, data,\\ncheckpoints"),
-    ("train", ["lib/train"], ["core", "io", "parallel", "text", "model"],
+    ("model", ["lib/model"], ["core", "observe", "io", "parallel"], "model/\\nlayers, GPT, AdamW, data,\\ncheckpoints"),
+    ("train", ["lib/train"], ["core", "observe", "io", "parallel", "text", "model"],
      "train/\\nrun plan, step report,\\ncheckpoint lifecycle, options"),
-    ("cpu_backend", ["cpu_backend"], ["core"], "cpu_backend/\\nCpuDevice (OpenMP)"),
+    ("cpu_backend", ["cpu_backend"], ["core", "observe"], "cpu_backend/\\nCpuDevice (OpenMP)"),
     ("mpi", ["mpi"], ["core"], "mpi/\\nMpiCommunicator"),
     ("gpu_backend", ["gpu_backend"], ["core", "mpi"], "gpu_backend/\\nCudaDevice, NcclCommunicator"),
-    ("launcher", ["launcher"], ["core", "cpu_backend", "gpu_backend", "mpi"], "launcher/\\nrun_program, --backend, --comm"),
-    ("lessons", ["lessons"], ["core", "io", "parallel", "text", "model", "launcher"], "lessons/\\nlesson.h, NN_name/main.cpp"),
-    ("tools", ["tools"], ["core", "io", "parallel", "text", "model", "train", "launcher", "mpi"], "tools/\\ntp_train, tp_preflight, tp_bench"),
+    ("launcher", ["launcher"], ["core", "observe", "cpu_backend", "gpu_backend", "mpi"], "launcher/\\nrun_program, --backend, --comm"),
+    ("lessons", ["lessons"], ["core", "observe", "io", "parallel", "text", "model", "launcher"], "lessons/\\nlesson.h, NN_name/main.cpp"),
+    ("tools", ["tools"], ["core", "observe", "io", "parallel", "text", "model", "train", "launcher", "mpi", "cpu_backend"], "tools/\\ntp_train, tp_preflight, tp_bench"),
     ("cuda_emu", ["tests/cuda_emu"], [], "tests/cuda_emu/\\nCUDA, cuBLAS, NCCL on the CPU"),
-    ("tests", ["tests"], ["core", "io", "parallel", "text", "model", "train", "cpu_backend", "mpi", "gpu_backend", "launcher"],
+    ("tests", ["tests"], ["core", "observe", "io", "parallel", "text", "model", "train", "cpu_backend", "mpi", "gpu_backend", "launcher"],
      "tests/"),
 ]
 LAYER_FOLDERS = {name: folders for name, folders, _, _ in LAYERS}
 # What a layer shows the layers above it (tests see everything: they test the internals).
 PUBLIC = {
-    "cpu_backend": {"cpu_backend/cpu_device.h"},
+    "cpu_backend": {"cpu_backend/cpu_device.h", "cpu_backend/cpu_direct.h"},
     "mpi": {"mpi/mpi_communicator.h", "mpi/mpi_util.h", "mpi/mpi_wait.h"},
     "gpu_backend": {"gpu_backend/gpu_entry.h"},
     "launcher": {"launcher/launcher.h"},
@@ -57,18 +58,18 @@ CUDA_HEADERS = {"cuda_runtime.h", "cublas_v2.h", "nccl.h", "cuda_bf16.h", "cuda.
 # oneDNN (the CPU's optional bf16 GEMM) stays inside cpu_backend/onednn_gemm.cpp's layer.
 ONEDNN_HEADERS = {"dnnl.hpp", "dnnl.h"}
 FORBIDDEN = {
-    "core": MPI_HEADERS | CUDA_HEADERS, "io": MPI_HEADERS | CUDA_HEADERS, "text": MPI_HEADERS | CUDA_HEADERS,
+    "core": MPI_HEADERS | CUDA_HEADERS, "observe": MPI_HEADERS | CUDA_HEADERS, "io": MPI_HEADERS | CUDA_HEADERS, "text": MPI_HEADERS | CUDA_HEADERS,
     "parallel": MPI_HEADERS | CUDA_HEADERS, "model": MPI_HEADERS | CUDA_HEADERS,
     "train": MPI_HEADERS | CUDA_HEADERS,
     "cpu_backend": MPI_HEADERS | CUDA_HEADERS, "mpi": CUDA_HEADERS, "launcher": CUDA_HEADERS,
     "lessons": MPI_HEADERS | CUDA_HEADERS, "tools": CUDA_HEADERS,  # tp_bench times bare MPI calls
 }
-for _layer in ("core", "io", "text", "parallel", "model", "train", "mpi", "gpu_backend", "launcher", "lessons", "tools"):
+for _layer in ("core", "observe", "io", "text", "parallel", "model", "train", "mpi", "gpu_backend", "launcher", "lessons", "tools"):
     FORBIDDEN[_layer] = FORBIDDEN.get(_layer, set()) | ONEDNN_HEADERS
 # The CPU's BLAS and OpenMP stay in cpu_backend/ (and launcher/node.cpp's thread count): lib/ asks
-# the device (tools/tp_bench.cpp still calls OpenBLAS itself, so tools/ is not on this list yet).
+# the device, tools/tp_bench the CPU backend's cpu_direct.h (its direct sgemm, its thread count).
 BLAS_OMP_HEADERS = {"cblas.h", "omp.h"}
-for _layer in ("core", "io", "text", "parallel", "model", "train", "mpi", "lessons"):
+for _layer in ("core", "observe", "io", "text", "parallel", "model", "train", "mpi", "lessons", "tools"):
     FORBIDDEN[_layer] = FORBIDDEN[_layer] | BLAS_OMP_HEADERS
 # Where a quoted include that is not beside its file is looked for (the -I roots of the build).
 ROOTS = ["lib", "cpu_backend", "mpi", "gpu_backend", "launcher", "lessons", "tests", "tests/cuda_emu/include"]
@@ -126,6 +127,8 @@ def check(root):
         if kind == "<":
             if os.path.basename(target) in FORBIDDEN.get(here, set()):
                 who = ("cpu_backend/ may (the optional oneDNN GEMM)" if target in ONEDNN_HEADERS else
+                       "cpu_backend/ and launcher/ may; tools/ ask "
+                       "cpu_backend/cpu_direct.h" if os.path.basename(target) in BLAS_OMP_HEADERS else
                        f"the layers that talk {'MPI' if target in MPI_HEADERS else 'CUDA'} may")
                 problems.append(f"{where}: {here} must not include <{target}> (only {who})")
             continue

@@ -21,13 +21,13 @@
 #include <string>
 #include <vector>
 
+#include "core/comm_ledger.h"
 #include "core/communicator.h"
 #include "model/adamw.h"
 #include "model/data.h"
 #include "model/gpt.h"
 #include "model/presets.h"
 #include "model/train.h"
-#include "observe/comm_ledger.h"
 #include "parallel/param.h"
 #include "test_util.h"
 
@@ -143,7 +143,7 @@ struct ExpectedCollective {
   std::string label;
 };
 
-// The ring-model bytes one rank sends, written out independently of lib/observe/comm_ledger.cpp:
+// The ring-model bytes one rank sends, written out independently of lib/core/comm_ledger.cpp:
 // all-reduce (sum or max) 2(t − 1)/t · 4N, all-gather and reduce-scatter (t − 1)/t · 4N.
 inline double expected_wire_bytes(const std::string& op, int t, int64_t elements) {
   const double share = static_cast<double>(t - 1) / t, bytes = 4.0 * static_cast<double>(elements);

@@ -43,7 +43,6 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "core/simulated_link.h"
 #include "launcher.h"
 #include "model/adamw.h"
 #include "model/checkpoint_series.h"
@@ -54,6 +53,7 @@
 #include "model/schedule.h"
 #include "model/train.h"
 #include "observe/alpha_beta.h"
+#include "observe/simulated_link.h"
 #include "observe/timeline.h"
 #include "observe/timer.h"
 #include "parallel/process_grid.h"

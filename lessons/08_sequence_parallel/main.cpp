@@ -37,6 +37,7 @@
 #include <map>
 #include <string>
 
+#include "core/comm_ledger.h"
 #include "core/host.h"
 #include "lesson.h"
 #include "model/audit.h"
@@ -46,7 +47,6 @@
 #include "model/memory.h"
 #include "model/preflight.h"
 #include "model/presets.h"
-#include "observe/comm_ledger.h"
 #include "parallel/mappings.h"
 
 using namespace tp;

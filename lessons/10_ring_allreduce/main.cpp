@@ -20,7 +20,7 @@
 //
 // What is new since lesson 09: Communicator::send_recv (one ring step: send to one neighbour while
 // receiving from the other), the CommLedger's records read one by one with labels of our own
-// (CommLedger::Scope; ring_wire_bytes in lib/observe/comm_ledger.h), and the α–β model of a
+// (CommLedger::Scope; ring_wire_bytes in lib/core/comm_ledger.h), and the α–β model of a
 // collective's time.
 //
 // Run:  make lessons && mpirun -np 3 build/bin/lesson_10_ring_allreduce [--step]   (also -np 2, 4)
@@ -32,9 +32,9 @@
 #include <string>
 #include <vector>
 
+#include "core/comm_ledger.h"
 #include "core/host.h"
 #include "lesson.h"
-#include "observe/comm_ledger.h"
 #include "observe/timer.h"
 
 using namespace tp;

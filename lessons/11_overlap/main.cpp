@@ -37,10 +37,10 @@
 #include <vector>
 
 #include "core/format.h"
-#include "core/simulated_link.h"
 #include "lesson.h"
 #include "model/gpt.h"
 #include "observe/alpha_beta.h"
+#include "observe/simulated_link.h"
 #include "observe/timeline.h"
 #include "observe/timer.h"
 #include "parallel/collective_matmul.h"

@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "core/comm_ledger.h"
 #include "core/error.h"
 #include "lesson.h"
 #include "model/adamw.h"
@@ -47,7 +48,6 @@
 #include "model/memory_budget.h"
 #include "model/presets.h"
 #include "model/train.h"
-#include "observe/comm_ledger.h"
 #include "parallel/process_grid.h"
 
 using namespace tp;

@@ -4,7 +4,7 @@
 
 #include "core/error.h"
 #include "core/progress.h"
-#include "observe/timeline.h"
+#include "core/span_sink.h"
 
 namespace tp {
 
@@ -14,7 +14,7 @@ namespace {
 // seen (wait() returns, or test() first says true); the thread's time inside wait() is a Wait span.
 class TimedWork : public Work {
  public:
-  TimedWork(std::unique_ptr<Work> work, Timeline& timeline, Span collective)
+  TimedWork(std::unique_ptr<Work> work, SpanSink& timeline, Span collective)
       : work_(std::move(work)), timeline_(timeline), collective_(std::move(collective)) {}
   // Destroyed before its completion was seen: the backend's Work completes the collective as it
   // goes (each backend's does), and the thread waits for that.
@@ -57,7 +57,7 @@ class TimedWork : public Work {
   }
 
   std::unique_ptr<Work> work_;
-  Timeline& timeline_;
+  SpanSink& timeline_;
   Span collective_;
   bool seen_ = false;
 };
@@ -67,7 +67,7 @@ class TimedWork : public Work {
 // Work track() then wraps. The progress monitor (core/progress.h) sees the call from start to end.
 class CallTimer {
  public:
-  CallTimer(CommLedger& ledger, size_t index, Timeline* timeline)
+  CallTimer(CommLedger& ledger, size_t index, SpanSink* timeline)
       : ledger_(ledger),
         index_(index),
         timeline_(timeline),
@@ -113,7 +113,7 @@ class CallTimer {
 
   CommLedger& ledger_;
   size_t index_;
-  Timeline* timeline_;
+  SpanSink* timeline_;
   ProgressScope progress_;
   std::chrono::steady_clock::time_point start_;
   double span_start_;

@@ -35,8 +35,9 @@
 // bf16 once per combine of two partial sums, as NCCL does for ncclBfloat16; each backend's header
 // says how it gets there.
 //
-// With a Timeline set (set_timeline), the front end also records every call as spans: see
-// observe/timeline.h for which, and for the exposed communication they add up to.
+// With a Timeline set (set_timeline), the front end also records every call as spans, handed to a
+// SpanSink (core/span_sink.h): see observe/timeline.h for which, and for the exposed communication
+// they add up to.
 //
 // Layout transforms (gathering along the last dim, splitting heads) are not here: they live in
 // parallel/mappings and use Device::copy_columns around these contiguous moves.
@@ -46,12 +47,12 @@
 #include <string>
 #include <utility>
 
+#include "core/comm_ledger.h"
 #include "core/tensor.h"
-#include "observe/comm_ledger.h"
 
 namespace tp {
 
-class Timeline;
+class SpanSink;
 
 /// The reduction of all_reduce: sum (the default everywhere) or max (the vocabulary-parallel
 /// cross-entropy's row maximum).
@@ -123,13 +124,14 @@ class Communicator {
   void set_role(std::string role) { role_ = std::move(role); }
   const std::string& role() const { return role_; }
 
-  /// Records every collective from now on as a span of `timeline` (observe/timeline.h): a blocking
+  /// Records every collective from now on as a span of `timeline` (a SpanSink: observe/timeline.h's
+  /// Timeline): a blocking
   /// call as itself; an *_async call as its issue (a Wait span), and through the Work it returns,
   /// the wait (a Wait span) and the collective from issue to completion. nullptr (the default)
   /// records nothing. A communicator from split() starts without one. The timeline must outlive
   /// the Works issued while it was set.
-  void set_timeline(Timeline* timeline) { timeline_ = timeline; }
-  Timeline* timeline() const { return timeline_; }
+  void set_timeline(SpanSink* timeline) { timeline_ = timeline; }
+  SpanSink* timeline() const { return timeline_; }
 
  protected:
   virtual void do_all_reduce(Tensor& x, ReduceOp op) = 0;
@@ -166,7 +168,7 @@ class Communicator {
   int size_;
   CommLedger ledger_;
   std::string role_;
-  Timeline* timeline_ = nullptr;
+  SpanSink* timeline_ = nullptr;
 };
 
 /// The communicator of a single rank (t = 1): every collective is a copy or nothing.

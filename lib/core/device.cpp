@@ -1,6 +1,6 @@
 // device.cpp — the public Device kernels: each runs its argument check (core/kernel_checks.h)
 // once, then the backend's do_* with what the check worked out (GEMM sizes, real vocabulary
-// columns, host ids), as a span of the timeline when one is set (observe/timeline.h; the check is
+// columns, host ids), as a span of the timeline when one is set (core/span_sink.h; the check is
 // not in the span). The only place the checks are called from.
 #include "core/device.h"
 
@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "core/kernel_checks.h"
-#include "observe/timeline.h"
+#include "core/span_sink.h"
 
 namespace tp {
 

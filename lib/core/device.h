@@ -37,8 +37,9 @@
 // Statistics that need range stay f32 whatever the storage (mean, rstd, the cross-entropy's row
 // max, Σ e^x, target logit and loss).
 //
-// With a timeline set (set_timeline), each kernel is also recorded as a span (observe/timeline.h):
-// the kernel itself on the CPU, its launch on a GPU.
+// With a timeline set (set_timeline), each kernel is also recorded as a span (a SpanSink,
+// core/span_sink.h, such as observe/timeline.h's Timeline): the kernel itself on the CPU, its
+// launch on a GPU.
 //
 // Shape legend (one for the project: every shape comment here and in the backends' kernels/):
 //   S = sequence, B = batch, h = hidden, nh = query heads, nkv = key/value heads, hd = head dim,
@@ -63,7 +64,7 @@
 
 namespace tp {
 
-class Timeline;
+class SpanSink;
 
 /// Sizes of one causal attention call (see Device::attention_forward).
 struct AttentionShape {
@@ -148,10 +149,10 @@ class Device {
     memory_.peak = memory_.in_use > memory_.peak ? memory_.in_use : memory_.peak;
   }
 
-  /// Records every kernel from now on as a span of `timeline` (observe/timeline.h); nullptr (the
-  /// default) records nothing. The timeline must outlive its use here.
-  void set_timeline(Timeline* timeline) { timeline_ = timeline; }
-  Timeline* timeline() const { return timeline_; }
+  /// Records every kernel from now on as a span of `timeline` (a SpanSink: observe/timeline.h's
+  /// Timeline); nullptr (the default) records nothing. The timeline must outlive its use here.
+  void set_timeline(SpanSink* timeline) { timeline_ = timeline; }
+  SpanSink* timeline() const { return timeline_; }
 
   /// Human-readable name: "cpu (openmp x2)", "cuda:0 (H200)".
   virtual std::string name() const = 0;
@@ -509,7 +510,7 @@ class Device {
                             const Tensor& w, const Tensor& rstd);
 
   MemoryStats memory_;
-  Timeline* timeline_ = nullptr;
+  SpanSink* timeline_ = nullptr;
 };
 
 /// How to create a device (from the command line: --backend, --tf32, --dtype). The launcher makes

@@ -1,7 +1,7 @@
 // forwarding_communicator.h — the base of every Communicator that wraps another (a decorator): it
 // holds the inner communicator and forwards each operation to it, so that a decorator overrides
 // only what it changes. Three derive from it: CheckedCommunicator (core/checked_communicator.h:
-// the ranks agree on each collective first), SimulatedLink (core/simulated_link.h: each call takes
+// the ranks agree on each collective first), SimulatedLink (observe/simulated_link.h: each call takes
 // as long as a chosen interconnect would) and the lessons' SleepingWaits (lessons/sleeping_waits.h:
 // blocking calls wait by sleeping).
 //

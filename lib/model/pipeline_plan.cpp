@@ -5,11 +5,11 @@
 #include <functional>
 #include <sstream>
 
+#include "core/comm_ledger.h"
 #include "core/error.h"
 #include "core/format.h"
 #include "model/memory.h"
 #include "observe/alpha_beta.h"
-#include "observe/comm_ledger.h"
 
 namespace tp {
 

@@ -29,7 +29,7 @@
 //
 // Traffic of one step, bytes each rank sends (the ring model of observe/alpha_beta.h) and the
 // α–β time, on the link its group lies on: a group inside one node uses the NVLink preset, one
-// that spans nodes InfiniBand (core/simulated_link.h). Ranks are placed as ProcessGrid numbers
+// that spans nodes InfiniBand (observe/simulated_link.h). Ranks are placed as ProcessGrid numbers
 // them, r = (pp_rank · D + dp_rank) · t + tp_rank, G consecutive ranks per node:
 //   TP  the blocks' collectives (step_collectives, per layer) of each micro-batch:
 //       m · L_s · Σ ring bytes (the embedding's, head's and loss's few are left out)
@@ -45,8 +45,8 @@
 #include <vector>
 
 #include "core/options.h"
-#include "core/simulated_link.h"
 #include "model/preflight.h"
+#include "observe/simulated_link.h"
 
 namespace tp {
 

@@ -4,10 +4,10 @@
 #include <cstdio>
 #include <sstream>
 
+#include "core/comm_ledger.h"
 #include "core/error.h"
 #include "model/memory.h"
 #include "observe/alpha_beta.h"
-#include "observe/comm_ledger.h"
 
 namespace tp {
 

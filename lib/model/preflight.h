@@ -64,7 +64,7 @@
 //                         replicated parameters (one all-reduce), the gradient norm (one number)
 //
 // Time per layer: each collective by the α–β ring model (predict_seconds, observe/alpha_beta.h)
-// on the NVLink and InfiniBand presets (core/simulated_link.h); compute by 6·P_layer·N/t FLOPs
+// on the NVLink and InfiniBand presets (observe/simulated_link.h); compute by 6·P_layer·N/t FLOPs
 // (forward 2, backward 4 per parameter and token; attention's s² term not counted) at a stated
 // FLOP rate. [A3]'s example (Qwen3-8B, h = 4096, S = 8192, B = 1, bf16, t = 8): one
 // all-reduce of [1, 8192, 4096] · 2 bytes = 64 MiB sends 2 · 7/8 · 64 = 112 MiB per rank:
@@ -76,10 +76,10 @@
 #include <string>
 #include <vector>
 
-#include "core/simulated_link.h"
 #include "core/tensor.h"
 #include "model/config.h"
 #include "model/memory.h"
+#include "observe/simulated_link.h"
 #include "parallel/param.h"
 
 namespace tp {

@@ -27,9 +27,9 @@
 #include <cstdint>
 #include <string>
 
+#include "core/comm_ledger.h"
 #include "core/communicator.h"
 #include "core/device.h"
-#include "observe/comm_ledger.h"
 
 namespace tp {
 

@@ -30,15 +30,6 @@ void Timeline::record(Span span) {
   spans_.push_back(std::move(span));
 }
 
-void Timeline::record(SpanKind kind, const char* name, double start) {
-  Span s;
-  s.kind = kind;
-  s.name = name;
-  s.start = start;
-  s.end = now();
-  record(std::move(s));
-}
-
 std::vector<Span> Timeline::spans() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return spans_;

@@ -23,7 +23,9 @@
 //   hidden  = max(0, Σ collectives − exposed)              (communication under compute)
 //
 // Recording is off unless a timeline is set (Device::set_timeline, Communicator::set_timeline);
-// off, each kernel and collective costs a null-pointer test (ScopedSpan, CallTimer). On the CPU a
+// off, each kernel and collective costs a null-pointer test (ScopedSpan, CallTimer). The fronts in
+// core/ see a timeline only as a SpanSink (core/span_sink.h: Span, SpanKind, the clock and record()),
+// so core/ does not include this layer. On the CPU a
 // kernel is synchronous, so its span is the kernel; on a GPU it is the launch (the host enqueues
 // and returns), and a collective's span is its enqueue too (NCCL never blocks the host). Host spans
 // show where a GPU run's host thread spends its time, not when the GPU computes.
@@ -38,33 +40,12 @@
 #include <string>
 #include <vector>
 
+#include "core/span_sink.h"
+
 namespace tp {
 
 class Communicator;
 class Device;
-
-/// What a span is (and so the row it is drawn on: Kernel and Wait on "compute", Collective on
-/// "communication", Phase on "pipeline").
-enum class SpanKind { Kernel, Collective, Wait, Phase };
-
-/// One interval of one rank's time.
-struct Span {
-  SpanKind kind = SpanKind::Kernel;
-  std::string name;    ///< kernel ("gemm"), collective op ("all_reduce"), "wait all_reduce", …
-  double start = 0;    ///< seconds since the timeline's origin
-  double end = 0;      ///< seconds since the timeline's origin; end ≥ start
-  int64_t bytes = 0;   ///< collectives: bytes of the logical buffer (CommRecord::bytes)
-  bool async = false;  ///< collectives: issued by an *_async call (its span runs to completion)
-  std::string label;   ///< collectives: the CommLedger label ("f backward", …); may be empty
-  int rank = 0;        ///< the rank that recorded it (set by Timeline's constructor and gather)
-  double seconds() const { return end - start; }
-  /// The row: "compute" or "communication".
-  const char* track() const {
-    return kind == SpanKind::Collective ? "communication"
-           : kind == SpanKind::Phase    ? "pipeline"
-                                        : "compute";
-  }
-};
 
 /// Sums over a set of spans (see the formulas at the top of this file), in seconds.
 struct CommTotals {
@@ -74,8 +55,9 @@ struct CommTotals {
   double hidden = 0;         ///< max(0, communication − exposed)
 };
 
-/// The spans of one rank (or, on rank 0 after gather(), of every rank).
-class Timeline {
+/// The spans of one rank (or, on rank 0 after gather(), of every rank): the SpanSink
+/// (core/span_sink.h) that Device::set_timeline and Communicator::set_timeline take.
+class Timeline : public SpanSink {
  public:
   /// Starts the clock: the origin of every span is now. `rank` tags the spans recorded here.
   explicit Timeline(int rank = 0);
@@ -83,11 +65,11 @@ class Timeline {
   Timeline& operator=(const Timeline&) = delete;
 
   /// Seconds since the origin (steady clock).
-  double now() const;
+  double now() const override;
   /// Appends a span (its rank is set to this timeline's). Thread-safe.
-  void record(Span span);
-  /// Appends a span [start, now()) of `kind`. Thread-safe.
-  void record(SpanKind kind, const char* name, double start);
+  void record(Span span) override;
+  /// Appends a span [start, now()) of `kind` (SpanSink's). Thread-safe.
+  using SpanSink::record;
 
   /// A copy of the spans, in the order they were recorded (a span is recorded when it ends).
   std::vector<Span> spans() const;
@@ -127,27 +109,6 @@ class Timeline {
   std::string title_;
   mutable std::mutex mutex_;
   std::vector<Span> spans_;
-};
-
-/// Records one span [construction, destruction) when `timeline` is not null: what the public
-/// Device kernels use (ScopedSpan span(timeline_, SpanKind::Kernel, "gemm");).
-class ScopedSpan {
- public:
-  ScopedSpan(Timeline* timeline, SpanKind kind, const char* name)
-      : timeline_(timeline), name_(name), kind_(kind) {
-    if (timeline_ != nullptr) start_ = timeline_->now();
-  }
-  ~ScopedSpan() {
-    if (timeline_ != nullptr) timeline_->record(kind_, name_, start_);
-  }
-  ScopedSpan(const ScopedSpan&) = delete;
-  ScopedSpan& operator=(const ScopedSpan&) = delete;
-
- private:
-  Timeline* timeline_;
-  const char* name_;
-  SpanKind kind_;
-  double start_ = 0;
 };
 
 }  // namespace tp

@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "core/error.h"
-#include "observe/timeline.h"
+#include "core/span_sink.h"
 #include "observe/timer.h"
 
 namespace tp {
@@ -155,7 +155,7 @@ void run_schedule(Communicator& pp, Device& device, PipelineStage& stage, Schedu
   // One op: timed for the record, a Phase span on the device's timeline.
   auto run = [&](PipelineOp op, const Tensor& in) {
     const double start = record ? now() - t0 : 0;
-    Timeline* timeline = device.timeline();
+    SpanSink* timeline = device.timeline();
     const double phase_start = timeline ? timeline->now() : 0;
     Tensor out = op.forward ? stage.forward(op.micro, in) : stage.backward(op.micro, in);
     if (timeline) {

@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
+#include "core/comm_ledger.h"
 #include "core/error.h"
 #include "model/memory.h"
 #include "model/pipeline_plan.h"
-#include "observe/comm_ledger.h"
 
 namespace {
 

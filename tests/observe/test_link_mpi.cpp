@@ -1,4 +1,4 @@
-// test_link_mpi.cpp — the simulated interconnect (core/simulated_link.h) and the α–β predictor
+// test_link_mpi.cpp — the simulated interconnect (observe/simulated_link.h) and the α–β predictor
 // (observe/alpha_beta.h): --link parsing, the ring formulas against hand values, the decorator's
 // delays (blocking and async), values and ledger records, and measure_alpha_beta recovering a
 // simulated link's α and β.
@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/simulated_link.h"
 #include "observe/alpha_beta.h"
+#include "observe/simulated_link.h"
 #include "test_util.h"
 
 namespace {

@@ -1,4 +1,4 @@
-#include "observe/comm_ledger.h"
+#include "core/comm_ledger.h"
 
 #include "core/error.h"
 

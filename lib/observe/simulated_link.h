@@ -9,7 +9,7 @@
 //
 // with steps the ring's messages per rank (all-reduce 2 (t − 1); all-gather, reduce-scatter and
 // broadcast t − 1; send-recv, send and recv 1) and wire_bytes the bytes each rank sends
-// (ring_wire_bytes in observe/comm_ledger.h; a recv is charged its message's α + N / β, the time
+// (ring_wire_bytes in core/comm_ledger.h; a recv is charged its message's α + N / β, the time
 // the data takes to arrive); at t = 1 it is 0. The real call runs first; then the thread sleeps until
 // start + model time, so the call costs max(real, model) — over shared memory the model dominates
 // for any link slower than memory. Each rank starts the clock at its own call: a rank that arrives

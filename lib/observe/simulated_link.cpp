@@ -1,4 +1,4 @@
-#include "core/simulated_link.h"
+#include "observe/simulated_link.h"
 
 #include <algorithm>
 #include <cmath>
