@@ -30,10 +30,11 @@
 // KV-cache attention; training does not call it).
 //
 // Dtypes (core/dtype.h). Every kernel below takes f32 tensors; a backend states a bf16 kernel by
-// answering takes_bf16(kernel) = true for it (a Kernel of core/kernel.h, the one list of them). Its do_* then either handles bf16 itself
-// (native_bf16(kernel) = true) or, by default, is run by the front on f32 stand-ins: each bf16
-// tensor widened exactly, the f32 kernel, each bf16 output rounded to nearest even once — the
-// rounding points of docs/model.md, "Precision". Tensors of both dtypes may meet in one call (a
+// answering takes_bf16(kernel) = true for it (a Kernel of core/kernel.h, the one list of them).
+// Its do_* then either handles bf16 itself (native_bf16(kernel) = true, which implies takes) or,
+// by default, is run by the front on f32 stand-ins: each bf16 tensor widened exactly, the f32
+// kernel, each bf16 output rounded to nearest even once — the rounding points of docs/model.md,
+// "Precision". Tensors of both dtypes may meet in one call (a
 // bf16 activation and an f32 weight gradient in a GEMM). The check refuses a bf16 tensor a backend
 // does not take with one line naming the backend and the kernel, exit 2 ("gpu: layernorm_forward
 // has no bf16 kernel"). The one kernel that takes both on every backend is convert (f32 ↔ bf16).
