@@ -24,25 +24,25 @@ std::string CpuDevice::name() const {
   return "cpu (openmp x" + std::to_string(omp_get_max_threads()) + ")";
 }
 
-bool CpuDevice::takes_bf16(const std::string& kernel) const { return kernel != "adamw_step"; }
-bool CpuDevice::native_bf16(const std::string& kernel) const {
-  if (kernel == "gemm") return bf16_gemm_.path == cpu::Bf16Gemm::onednn;
+bool CpuDevice::takes_bf16(Kernel kernel) const { return kernel != Kernel::adamw_step; }
+bool CpuDevice::native_bf16(Kernel kernel) const {
+  if (kernel == Kernel::gemm) return bf16_gemm_.path == cpu::Bf16Gemm::onednn;
   // The kernels that read and write bf16 in their loops (kernels/kernel_util.h, "storage").
-  static const char* const kNative[] = {"fill",
-                                        "scale",
-                                        "mul",
-                                        "axpy",
-                                        "add_bias",
-                                        "add_bias_backward",
-                                        "gelu_forward",
-                                        "gelu_backward",
-                                        "bias_gelu_forward",
-                                        "bias_gelu_backward",
-                                        "layernorm_forward",
-                                        "layernorm_backward",
-                                        "rmsnorm_forward",
-                                        "rmsnorm_backward"};
-  return std::find(std::begin(kNative), std::end(kNative), kernel) != std::end(kNative);
+  constexpr KernelSet kNative{Kernel::fill,
+                              Kernel::scale,
+                              Kernel::mul,
+                              Kernel::axpy,
+                              Kernel::add_bias,
+                              Kernel::add_bias_backward,
+                              Kernel::gelu_forward,
+                              Kernel::gelu_backward,
+                              Kernel::bias_gelu_forward,
+                              Kernel::bias_gelu_backward,
+                              Kernel::layernorm_forward,
+                              Kernel::layernorm_backward,
+                              Kernel::rmsnorm_forward,
+                              Kernel::rmsnorm_backward};
+  return kNative.contains(kernel);
 }
 
 // A block is [header of kHeader bytes: its size][the caller's bytes], 64-byte aligned; the size
@@ -119,28 +119,22 @@ void CpuDevice::copy(void* dst, const void* src, size_t bytes) { std::memmove(ds
 
 // All f32: cpu::sgemm (cblas_sgemm, or oneDNN where OpenBLAS does not know the CPU: blas.h). A bf16
 // tensor reaches here only with the oneDNN path on (native_bf16): bf16 A and B go to oneDNN; a case
-// it refuses, or an f32 input meeting a bf16 one, runs as the Device front's stand-in would
-// (core/device.h, "Dtypes"): bf16 widened, sgemm, a bf16 C rounded back once.
+// it refuses, or an f32 input meeting a bf16 one, runs on the Device front's stand-ins
+// (gemm_on_stand_ins: bf16 widened, this GEMM in f32, a bf16 C rounded back once).
 void CpuDevice::do_gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
                         float beta, Tensor& c, const GemmDims& dims) {
   const auto bf16 = [](const Tensor& t) { return t.dtype() == Dtype::bf16; };
-  if (bf16(a) && bf16(b) &&
-      cpu::onednn_gemm_bf16(trans_a, trans_b, dims.m, dims.n, dims.k, alpha,
-                            static_cast<const uint16_t*>(a.raw()), a.cols(),
-                            static_cast<const uint16_t*>(b.raw()), b.cols(), beta, c.raw(), bf16(c),
-                            c.cols()))
+  if (bf16(a) || bf16(b) || bf16(c)) {
+    if (!bf16(a) || !bf16(b) ||
+        !cpu::onednn_gemm_bf16(trans_a, trans_b, dims.m, dims.n, dims.k, alpha,
+                               static_cast<const uint16_t*>(a.raw()), a.cols(),
+                               static_cast<const uint16_t*>(b.raw()), b.cols(), beta, c.raw(),
+                               bf16(c), c.cols()))
+      gemm_on_stand_ins(trans_a, trans_b, alpha, a, b, beta, c, dims);
     return;
-  const auto wide = [&](const Tensor& t) {
-    if (!bf16(t)) return t;
-    Tensor w(*this, t.shape());
-    convert(t, w);
-    return w;
-  };
-  const Tensor wa = wide(a), wb = wide(b);
-  Tensor wc = wide(c);
-  cpu::sgemm(trans_a, trans_b, dims.m, dims.n, dims.k, alpha, wa.data(), a.cols(), wb.data(),
-             b.cols(), beta, wc.data(), c.cols());
-  if (bf16(c)) convert(wc, c);
+  }
+  cpu::sgemm(trans_a, trans_b, dims.m, dims.n, dims.k, alpha, a.data(), a.cols(), b.data(),
+             b.cols(), beta, c.data(), c.cols());
 }
 
 namespace {

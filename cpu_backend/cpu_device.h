@@ -46,10 +46,10 @@ class CpuDevice : public Device {
   std::string name() const override;
   bool host_accessible() const override { return true; }
   /// Every kernel but adamw_step (those native_bf16 does not name widened by the front, see above).
-  bool takes_bf16(const std::string& kernel) const override;
-  /// "gemm" when the oneDNN bf16 GEMM is on (onednn_gemm.h: choose_bf16_gemm), and the elementwise
-  /// kernels above; every other kernel runs on the front's stand-ins.
-  bool native_bf16(const std::string& kernel) const override;
+  bool takes_bf16(Kernel kernel) const override;
+  /// Kernel::gemm when the oneDNN bf16 GEMM is on (onednn_gemm.h: choose_bf16_gemm), and the
+  /// elementwise kernels and norms above; every other kernel runs on the front's stand-ins.
+  bool native_bf16(Kernel kernel) const override;
   /// The bf16 GEMM's line ("oneDNN (avx512_core_amx)", "sgemm on f32 stand-ins (...)").
   const std::string& bf16_gemm_note() const { return bf16_gemm_.note; }
 

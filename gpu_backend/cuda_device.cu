@@ -114,14 +114,14 @@ void CudaDevice::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
 // ==== CudaDevice: GEMM ===========================================================================
 
-bool CudaDevice::takes_bf16(const std::string& kernel) const { return kernel != "adamw_step"; }
+bool CudaDevice::takes_bf16(Kernel kernel) const { return kernel != Kernel::adamw_step; }
 // Native: every kernel the training step calls (kernels/*.cu read and write bf16 through gpu::In /
 // gpu::Out, kernel_util.cuh; the attention through f32 staging, kernels/attention.cu), each bit
 // for bit what the stand-in path gives (tests/gpu_backend/test_gpu.cpp, GpuBf16Native). Only
 // attention_cached_forward (generation's; no training step calls it) stays on the front's
-// stand-ins.
-bool CudaDevice::native_bf16(const std::string& kernel) const {
-  return kernel != "attention_cached_forward";
+// stand-ins; adamw_step takes no bf16 at all.
+bool CudaDevice::native_bf16(Kernel kernel) const {
+  return takes_bf16(kernel) && kernel != Kernel::attention_cached_forward;
 }
 
 // Row-major C (m×n) is column-major Cᵀ, so C = α op(A) op(B) + β C is computed as the

@@ -36,8 +36,8 @@ class CudaDevice : public Device {
   /// (load → float, the f32 arithmetic, one rounding per store; kernels/kernel_util.cuh) — bit
   /// for bit what the Device front's widening gives (core/device.h, "Dtypes"), so the rounding
   /// points are the CPU backend's.
-  bool takes_bf16(const std::string& kernel) const override;
-  bool native_bf16(const std::string& kernel) const override;
+  bool takes_bf16(Kernel kernel) const override;
+  bool native_bf16(Kernel kernel) const override;
   int ordinal() const { return ordinal_; }
   cudaStream_t stream() const { return stream_; }  ///< every kernel of this device runs here
 

@@ -20,7 +20,7 @@ namespace {
 class StandInCudaDevice : public CudaDevice {
  public:
   using CudaDevice::CudaDevice;
-  bool native_bf16(const std::string& kernel) const override { return kernel == "gemm"; }
+  bool native_bf16(Kernel kernel) const override { return kernel == Kernel::gemm; }
 };
 
 int pick_gpu(const DeviceOptions& options) {

@@ -133,7 +133,7 @@ std::unique_ptr<Communicator> with_link(const std::string& link,
 
 std::string bf16_gemm_path(const Device& device) {
   if (const auto* cpu = dynamic_cast<const CpuDevice*>(&device)) return cpu->bf16_gemm_note();
-  return device.native_bf16("gemm") ? "native (" + device.backend() + ")" : "f32 stand-ins";
+  return device.native_bf16(Kernel::gemm) ? "native (" + device.backend() + ")" : "f32 stand-ins";
 }
 
 std::string f32_gemm_path(const Device& device, bool* onednn) {

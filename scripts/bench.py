@@ -659,7 +659,15 @@ def precision_rows(table, build, steps, tmp, reps):
         table.add("precision (CPU)", f"t = {np}: --precision bf16 tokens/s vs fp32 (1 thread/rank)",
                   f"{med(bf16):.0f} tok/s", f"fp32 {med(fp32):.0f} tok/s", [b / f for b, f in zip(bf16, fp32)],
                   note="GEMMs as the GEMM bf16 row says; the other kernels widen-compute-round around fp32")
-# The step's kernels, grouped: what --trace's spans are called (Device's kernel names) → the row.
+def device_kernels():
+    """The Device's kernel names, read from their one list (lib/core/kernel.h, TP_KERNELS' X(...) lines):
+    the names its timeline spans carry."""
+    with open(os.path.join(ROOT, "lib", "core", "kernel.h"), encoding="utf-8") as fh:
+        return re.findall(r"^\s*X\((\w+)\)", fh.read(), re.M)
+
+
+# The step's kernels, grouped: what --trace's spans are called (Device's kernel names) → the row. The
+# grouping is this table's; the names are lib/core/kernel.h's (the selftest checks each against it).
 KERNEL_GROUPS = [("GEMMs", ("gemm",)), ("attention (forward + backward)", ("attention_forward", "attention_backward")),
                  ("GeLU / SwiGLU (bias + GeLU fused)", ("gelu_forward", "gelu_backward", "bias_gelu_forward",
                                                         "bias_gelu_backward", "swiglu_forward", "swiglu_backward")),
@@ -894,6 +902,10 @@ def selftest():
     check("tp_train --pp's bubble line", BUBBLE_LINE.findall(
         "pipeline bubble: 69.3 % measured (mean idle share of the stages) vs (N - 1)/(m + N - 1) = 20.0 %"),
         [("69.3", "20.0")])
+    kernels = device_kernels()
+    check("lib/core/kernel.h lists the Device's kernels", (len(kernels), kernels[:2]), (39, ["convert", "fill"]))
+    check("every kernel KERNEL_GROUPS names is a Device kernel (lib/core/kernel.h)",
+          [n for _, names in KERNEL_GROUPS for n in names if n not in kernels], [])
     bad = [c for c in checks if not c[1]]
     for what, _, got, want in bad:
         print(f"✗ {what}: got {got!r}, want {want!r}")

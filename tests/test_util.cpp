@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "cpu_device.h"
+#include "model/gpt.h"
 
 namespace tp::testing {
 
@@ -269,6 +270,15 @@ void check_bf16_collectives(Communicator& c, Device& dev) {
     if (rec[i].op != "all_reduce_max") {  // expect_same_on_every_rank's f32 checks
       EXPECT_EQ(rec[i].bytes, 2 * rec[i].elements) << rec[i].op;
     }
+}
+
+void check_bf16_kernel_answers(const Device& dev) {
+  for (const Kernel k : kAllKernels) {
+    EXPECT_TRUE(!dev.native_bf16(k) || dev.takes_bf16(k))
+        << kernel_name(k) << ": native, not taken";
+    EXPECT_TRUE(!Gpt::bf16_kernels().contains(k) || dev.takes_bf16(k))
+        << dev.name() << " lacks " << kernel_name(k) << " in bf16";
+  }
 }
 
 }  // namespace tp::testing

@@ -53,6 +53,12 @@ void check_point_to_point(Communicator& c, Device& dev);
 /// unchanged; every bf16 ledger record counts 2 B per element, half of its f32 twin.
 void check_bf16_collectives(Communicator& c, Device& dev);
 
+/// What a backend answers about its bf16 kernels, checked as properties over every Kernel
+/// (core/kernel.h; EXPECT_* only): a kernel it runs natively in bf16 is one it takes in bf16, and
+/// it takes every kernel a --precision bf16 step calls with bf16 tensors (Gpt::bf16_kernels), so
+/// that a backend's list cannot drift from the model's.
+void check_bf16_kernel_answers(const Device& dev);
+
 /// The error bound of a sum of `terms` values computed by terms − 1 combines, each of which adds
 /// exactly (f32 holds the sum of two bf16 values to within f32's own rounding) and rounds once to
 /// a format of unit roundoff u (bf16: u = 2^−8, half an ulp relative to a value in [1, 2)):

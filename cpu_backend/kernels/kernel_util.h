@@ -63,9 +63,9 @@ namespace cpu {
 // A kernel that reads bf16 itself (CpuDevice::native_bf16) is a loop template on each tensor's
 // element type, float or uint16_t (bf16's bits), called through typed(): load() gives a float (a
 // bf16 widened exactly), the arithmetic is the f32 kernel's own, and store() rounds to bf16 once.
-// So a bf16 call gives the bits of the Device front's stand-in path (widen every bf16 tensor into a
-// full-size f32 copy, run the f32 kernel, round each output back; core/device.h, "Dtypes") in one
-// pass over memory instead of three or four, and the f32 kernel is the same template on floats.
+// So a bf16 call gives the bits of the Device front's stand-in path (the rule is written there,
+// core/device.cpp) in one pass over memory instead of three or four, and the f32 kernel is the
+// same template on floats.
 
 // The bit work is core/dtype.h's (exact widening; nearest, ties to even, a NaN kept quiet, as a
 // select so that the loops around it vectorise).
@@ -93,11 +93,12 @@ inline void typed(F&& f, T& t, Ts&... rest) {
 }
 
 // A short tensor (a norm's weight, bias, statistics or parameter gradient: h or rows elements) as
-// f32 for a kernel's loops: its own memory when it is f32, else a copy widened into a host buffer
-// (no Device allocation), rounded back into the tensor once by round_back() when it is an output.
-// A call pays h or rows elements for it, not the activations' rows × h, and the loops stay one
-// instance per mix of the activations' dtypes; the bits are the stand-in path's (exact widening,
-// one rounding of each output). An undefined tensor gives nullptr.
+// f32 for a native kernel's loops: its own memory when it is f32, else load() into a host buffer,
+// store()d back once by round_back() when it is an output — the front's stand-in in the kernel's
+// own terms, because a native kernel may not call the front (a Device allocation and a convert
+// span per call, inside the kernel's span). A call pays h or rows elements for it, not the
+// activations' rows × h, and the loops stay one instance per mix of the activations' dtypes. An
+// undefined tensor gives nullptr.
 class SmallF32 {
  public:
   explicit SmallF32(const Tensor& t) : t_(t), bf16_(t.defined() && t.dtype() == Dtype::bf16) {

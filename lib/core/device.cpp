@@ -1,7 +1,8 @@
 // device.cpp — the public Device kernels: each runs its argument check (core/kernel_checks.h)
 // once, then the backend's do_* with what the check worked out (GEMM sizes, real vocabulary
 // columns, host ids), as a span of the timeline when one is set (core/span_sink.h; the check is
-// not in the span). The only place the checks are called from.
+// not in the span). The only place the checks are called from. Each kernel names itself once
+// (a Kernel of core/kernel.h, in a Launch below) for its checks, its span and its bf16 rule.
 #include "core/device.h"
 
 #include <tuple>
@@ -85,19 +86,46 @@ bool any_bf16(const Tensor& t, const Ts&... rest) {
   return (t.defined() && t.dtype() == Dtype::bf16) || any_bf16(rest...);
 }
 
-// Runs fn(tensors...) — one do_* — directly when every tensor is f32 or the backend's do_* takes
-// bf16 natively, else on f32 stand-ins: widen, compute in f32, round each output once. This is
-// the rounding-point contract of a bf16 kernel (docs/model.md, "Precision").
+// fn(tensors...) — one do_* — on f32 stand-ins: widen every bf16 tensor, compute in f32, round
+// each output once. This is the rounding-point contract of a bf16 kernel (docs/model.md,
+// "Precision"), written here only: a backend's native bf16 kernel gives its bits in one pass.
 template <class Fn, class... Ts>
-void run_kernel(Device& dev, const char* kernel, Fn&& fn, Ts&... tensors) {
-  if (!any_bf16(tensors...) || dev.native_bf16(kernel)) {
-    fn(tensors...);
-    return;
-  }
+void on_stand_ins(Device& dev, Fn&& fn, Ts&... tensors) {
   std::tuple<StandIn<Ts>...> wide{StandIn<Ts>(dev, tensors)...};
   std::apply([&](auto&... w) { fn(w.get()...); }, wide);
   std::apply([&](auto&... w) { (w.finish(dev), ...); }, wide);
 }
+
+// Runs fn(tensors...) directly when every tensor is f32 or the backend's do_* takes bf16
+// natively (Device::native_bf16), else on stand-ins.
+template <class Fn, class... Ts>
+void run_kernel(Device& dev, Kernel kernel, Fn&& fn, Ts&... tensors) {
+  if (!any_bf16(tensors...) || dev.native_bf16(kernel))
+    fn(tensors...);
+  else
+    on_stand_ins(dev, fn, tensors...);
+}
+
+// One public kernel, named once: `const Launch kernel(*this, Kernel::fill);`, then its checks
+// (`kernel` is its Kernel for the checks that name it), then kernel.run(fn, tensors...): fn, the
+// do_* call, as a span named after the kernel on the timeline when one is set (the checks are not
+// in it), through run_kernel on `tensors`, handed to fn in order (stand-ins where run_kernel
+// widened them). With no tensors fn runs as it is: a kernel whose bf16 rule is inside fn.
+class Launch {
+ public:
+  Launch(Device& dev, Kernel kernel) : dev_(dev), kernel_(kernel) {}
+  operator Kernel() const { return kernel_; }  // NOLINT: the checks take the Kernel
+
+  template <class Fn, class... Ts>
+  void run(Fn&& fn, Ts&... tensors) const {
+    const ScopedSpan span(dev_.timeline(), SpanKind::Kernel, kernel_name(kernel_));
+    run_kernel(dev_, kernel_, fn, tensors...);
+  }
+
+ private:
+  Device& dev_;
+  Kernel kernel_;
+};
 }  // namespace
 
 // ---- dtypes --------------------------------------------------------------------------------------
@@ -107,77 +135,86 @@ std::string Device::backend() const {
   return n.substr(0, n.find_first_of(" ("));
 }
 
-bool Device::takes_bf16(const std::string&) const { return false; }
-bool Device::native_bf16(const std::string&) const { return false; }
+bool Device::takes_bf16(Kernel) const { return false; }
+bool Device::native_bf16(Kernel) const { return false; }
 
 void Device::convert(const Tensor& src, Tensor& dst) {
+  const Launch kernel(*this, Kernel::convert);
   checks::check_convert(*this, src, dst);
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "convert");
-  if (src.dtype() == dst.dtype()) {
-    if (src.numel() > 0) copy(dst.raw(), src.raw(), src.bytes());
-    return;
-  }
-  do_convert(src, dst);
+  kernel.run([&] {
+    if (src.dtype() != dst.dtype())
+      do_convert(src, dst);
+    else if (src.numel() > 0)
+      copy(dst.raw(), src.raw(), src.bytes());
+  });
 }
 
-void Device::do_convert(const Tensor&, Tensor&) { unsupported("convert"); }
+void Device::do_convert(const Tensor&, Tensor&) { unsupported(Kernel::convert); }
 
 // ---- elementwise, GEMM, bias, layout, initialisation --------------------------------------------
 
 void Device::fill(Tensor& x, float value) {
-  checks::check_on(*this, x, "fill");
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "fill");
-  run_kernel(
-      *this, "fill", [&](Tensor& x_) { do_fill(x_, value); }, x);
+  const Launch kernel(*this, Kernel::fill);
+  checks::check_on(*this, x, kernel);
+  kernel.run([&](auto& x_) { do_fill(x_, value); }, x);
 }
 
 void Device::scale(Tensor& x, float alpha) {
-  checks::check_on(*this, x, "scale");
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "scale");
-  run_kernel(
-      *this, "scale", [&](Tensor& x_) { do_scale(x_, alpha); }, x);
+  const Launch kernel(*this, Kernel::scale);
+  checks::check_on(*this, x, kernel);
+  kernel.run([&](auto& x_) { do_scale(x_, alpha); }, x);
 }
 
 void Device::axpy(float alpha, const Tensor& x, Tensor& y) {
+  const Launch kernel(*this, Kernel::axpy);
   checks::check_axpy(*this, x, y);
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "axpy");
-  run_axpy(alpha, x, y);
+  kernel.run([&] { run_axpy(alpha, x, y); });
 }
 
 void Device::run_axpy(float alpha, const Tensor& x, Tensor& y) {
   run_kernel(
-      *this, "axpy", [&](const Tensor& x_, Tensor& y_) { do_axpy(alpha, x_, y_); }, x, y);
+      *this, Kernel::axpy, [&](auto& x_, auto& y_) { do_axpy(alpha, x_, y_); }, x, y);
 }
 
 void Device::gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
                   float beta, Tensor& c) {
+  const Launch kernel(*this, Kernel::gemm);
   const GemmDims dims = checks::check_gemm(*this, trans_a, trans_b, a, b, c);
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "gemm");
-  run_kernel(
-      *this, "gemm",
-      [&](const Tensor& a_, const Tensor& b_, Tensor& c_) {
+  kernel.run([&](auto& a_, auto& b_,
+                 auto& c_) { do_gemm(trans_a, trans_b, alpha, a_, b_, beta, c_, dims); },
+             a, b, c);
+}
+
+void Device::gemm_on_stand_ins(bool trans_a, bool trans_b, float alpha, const Tensor& a,
+                               const Tensor& b, float beta, Tensor& c, const GemmDims& dims) {
+  on_stand_ins(
+      *this,
+      [&](auto& a_, auto& b_, auto& c_) {
     do_gemm(trans_a, trans_b, alpha, a_, b_, beta, c_, dims);
       },
       a, b, c);
 }
 
 std::shared_ptr<const PackedGemmB> Device::pack_gemm_b(const Tensor& b, bool trans_b, int64_t m) {
-  checks::check_on(*this, b, "pack_gemm_b");
+  const Launch kernel(*this, Kernel::pack_gemm_b);
+  checks::check_on(*this, b, kernel);
   TP_CHECK(m >= 0, "pack_gemm_b: m=", m, " rows must not be negative");
   if (b.dtype() != Dtype::f32) return std::make_shared<const PackedGemmB>(b, trans_b, m);
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "pack_gemm_b");
-  return do_pack_gemm_b(b, trans_b, m);
+  std::shared_ptr<const PackedGemmB> packed;
+  kernel.run([&] { packed = do_pack_gemm_b(b, trans_b, m); });
+  return packed;
 }
 
+// A packed GEMM is recorded as the GEMM it is (Kernel::gemm: its checks, its span).
 void Device::gemm_packed(bool trans_a, float alpha, const Tensor& a, const PackedGemmB& b,
                          float beta, Tensor& c) {
   if (!b.packed() || any_bf16(a, b.b(), c)) {
     gemm(trans_a, b.trans_b(), alpha, a, b.b(), beta, c);
     return;
   }
+  const Launch kernel(*this, Kernel::gemm);
   const GemmDims dims = checks::check_gemm(*this, trans_a, b.trans_b(), a, b.b(), c);
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "gemm");
-  do_gemm_packed(trans_a, alpha, a, b, beta, c, dims);
+  kernel.run([&] { do_gemm_packed(trans_a, alpha, a, b, beta, c, dims); });
 }
 
 std::shared_ptr<const PackedGemmB> Device::do_pack_gemm_b(const Tensor& b, bool trans_b,
@@ -191,103 +228,80 @@ void Device::do_gemm_packed(bool trans_a, float alpha, const Tensor& a, const Pa
 }
 
 void Device::add_bias(Tensor& y, const Tensor& bias) {
+  const Launch kernel(*this, Kernel::add_bias);
   checks::check_add_bias(*this, y, bias);
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "add_bias");
-  run_kernel(
-      *this, "add_bias", [&](Tensor& y_, const Tensor& bias_) { do_add_bias(y_, bias_); }, y, bias);
+  kernel.run([&](auto& y_, auto& bias_) { do_add_bias(y_, bias_); }, y, bias);
 }
 
 void Device::add_bias_backward(Tensor& dbias, const Tensor& dy) {
+  const Launch kernel(*this, Kernel::add_bias_backward);
   checks::check_add_bias_backward(*this, dbias, dy);
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "add_bias_backward");
-  run_kernel(
-      *this, "add_bias_backward",
-      [&](Tensor& dbias_, const Tensor& dy_) { do_add_bias_backward(dbias_, dy_); }, dbias, dy);
+  kernel.run([&](auto& dbias_, auto& dy_) { do_add_bias_backward(dbias_, dy_); }, dbias, dy);
 }
 
 void Device::copy_columns(const Tensor& src, int64_t src_col, Tensor& dst, int64_t dst_col,
                           int64_t ncols) {
+  const Launch kernel(*this, Kernel::copy_columns);
   checks::check_copy_columns(*this, src, src_col, dst, dst_col, ncols);
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "copy_columns");
-  run_kernel(
-      *this, "copy_columns",
-      [&](const Tensor& src_, Tensor& dst_) {
-    do_copy_columns(src_, src_col, dst_, dst_col, ncols);
-      },
-      src, dst);
+  kernel.run([&](auto& src_, auto& dst_) { do_copy_columns(src_, src_col, dst_, dst_col, ncols); },
+             src, dst);
 }
 
 void Device::fill_random(Tensor& x, const RngKey& key, const GlobalIndex& index,
                          const Distribution& dist) {
-  checks::check_on(*this, x, "fill_random");
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "fill_random");
-  run_kernel(
-      *this, "fill_random", [&](Tensor& x_) { do_fill_random(x_, key, index, dist); }, x);
+  const Launch kernel(*this, Kernel::fill_random);
+  checks::check_on(*this, x, kernel);
+  kernel.run([&](auto& x_) { do_fill_random(x_, key, index, dist); }, x);
 }
 
 void Device::mul(const Tensor& x, const Tensor& m, Tensor& y) {
+  const Launch kernel(*this, Kernel::mul);
   checks::check_mul(*this, x, m, y);
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "mul");
-  run_kernel(
-      *this, "mul", [&](const Tensor& x_, const Tensor& m_, Tensor& y_) { do_mul(x_, m_, y_); }, x,
-      m, y);
+  kernel.run([&](auto& x_, auto& m_, auto& y_) { do_mul(x_, m_, y_); }, x, m, y);
 }
 
 double Device::sum_squares(const Tensor& x) {
-  checks::check_on(*this, x, "sum_squares");
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "sum_squares");
+  const Launch kernel(*this, Kernel::sum_squares);
+  checks::check_on(*this, x, kernel);
   double result = 0;
-  run_kernel(
-      *this, "sum_squares", [&](const Tensor& x_) { result = do_sum_squares(x_); }, x);
+  kernel.run([&](auto& x_) { result = do_sum_squares(x_); }, x);
   return result;
 }
 
 void Device::dropout_mask(Tensor& mask, const RngKey& key, const GlobalIndex& index, float p) {
+  const Launch kernel(*this, Kernel::dropout_mask);
   checks::check_dropout_mask(*this, mask, p);
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "dropout_mask");
-  run_kernel(
-      *this, "dropout_mask", [&](Tensor& mask_) { do_dropout_mask(mask_, key, index, p); }, mask);
+  kernel.run([&](auto& mask_) { do_dropout_mask(mask_, key, index, p); }, mask);
 }
 
 // ---- activations and norms ----------------------------------------------------------------------
 
 void Device::gelu_forward(Tensor& y, const Tensor& x) {
+  const Launch kernel(*this, Kernel::gelu_forward);
   checks::check_gelu_forward(*this, y, x);
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "gelu_forward");
-  run_kernel(
-      *this, "gelu_forward", [&](Tensor& y_, const Tensor& x_) { do_gelu_forward(y_, x_); }, y, x);
+  kernel.run([&](auto& y_, auto& x_) { do_gelu_forward(y_, x_); }, y, x);
 }
 
 void Device::gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) {
+  const Launch kernel(*this, Kernel::gelu_backward);
   checks::check_gelu_backward(*this, dx, dy, x);
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "gelu_backward");
-  run_kernel(
-      *this, "gelu_backward",
-      [&](Tensor& dx_, const Tensor& dy_, const Tensor& x_) { do_gelu_backward(dx_, dy_, x_); }, dx,
-      dy, x);
+  kernel.run([&](auto& dx_, auto& dy_, auto& x_) { do_gelu_backward(dx_, dy_, x_); }, dx, dy, x);
 }
 
 void Device::bias_gelu_forward(Tensor& y, const Tensor& x, const Tensor& bias) {
+  const Launch kernel(*this, Kernel::bias_gelu_forward);
   checks::check_bias_gelu_forward(*this, y, x, bias);
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "bias_gelu_forward");
-  run_kernel(
-      *this, "bias_gelu_forward",
-      [&](Tensor& y_, const Tensor& x_, const Tensor& bias_) {
-    do_bias_gelu_forward(y_, x_, bias_);
-      },
-      y, x, bias);
+  kernel.run([&](auto& y_, auto& x_, auto& bias_) { do_bias_gelu_forward(y_, x_, bias_); }, y, x,
+             bias);
 }
 
 void Device::bias_gelu_backward(Tensor& dx, Tensor& dbias, const Tensor& dy, const Tensor& x,
                                 const Tensor& bias) {
+  const Launch kernel(*this, Kernel::bias_gelu_backward);
   checks::check_bias_gelu_backward(*this, dx, dbias, dy, x, bias);
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "bias_gelu_backward");
-  run_kernel(
-      *this, "bias_gelu_backward",
-      [&](Tensor& dx_, Tensor& dbias_, const Tensor& dy_, const Tensor& x_, const Tensor& bias_) {
-    do_bias_gelu_backward(dx_, dbias_, dy_, x_, bias_);
-      },
-      dx, dbias, dy, x, bias);
+  kernel.run([&](auto& dx_, auto& dbias_, auto& dy_, auto& x_,
+                 auto& bias_) { do_bias_gelu_backward(dx_, dbias_, dy_, x_, bias_); },
+             dx, dbias, dy, x, bias);
 }
 
 // The fused kernels' default: the unfused do_* on f32 tensors (run_kernel widened any bf16 ones),
@@ -309,73 +323,66 @@ void Device::do_bias_gelu_backward(Tensor& dx, Tensor& dbias, const Tensor& dy, 
 }
 
 void Device::swiglu_forward(Tensor& y, const Tensor& g, const Tensor& u) {
+  const Launch kernel(*this, Kernel::swiglu_forward);
   checks::check_swiglu_forward(*this, y, g, u);
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "swiglu_forward");
-  run_kernel(
-      *this, "swiglu_forward",
-      [&](Tensor& y_, const Tensor& g_, const Tensor& u_) { do_swiglu_forward(y_, g_, u_); }, y, g,
-      u);
+  kernel.run([&](auto& y_, auto& g_, auto& u_) { do_swiglu_forward(y_, g_, u_); }, y, g, u);
 }
 
 void Device::swiglu_backward(Tensor& dg, Tensor& du, const Tensor& dy, const Tensor& g,
                              const Tensor& u) {
+  const Launch kernel(*this, Kernel::swiglu_backward);
   checks::check_swiglu_backward(*this, dg, du, dy, g, u);
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "swiglu_backward");
-  run_kernel(
-      *this, "swiglu_backward",
-      [&](Tensor& dg_, Tensor& du_, const Tensor& dy_, const Tensor& g_, const Tensor& u_) {
-    do_swiglu_backward(dg_, du_, dy_, g_, u_);
-      },
-      dg, du, dy, g, u);
+  kernel.run([&](auto& dg_, auto& du_, auto& dy_, auto& g_,
+                 auto& u_) { do_swiglu_backward(dg_, du_, dy_, g_, u_); },
+             dg, du, dy, g, u);
 }
 
 void Device::layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
                                const Tensor& w, const Tensor& b, float eps) {
+  const Launch kernel(*this, Kernel::layernorm_forward);
   checks::check_layernorm_forward(*this, y, mean, rstd, x, w, b);
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "layernorm_forward");
-  run_layernorm_forward(y, mean, rstd, x, w, b, eps);
+  kernel.run([&] { run_layernorm_forward(y, mean, rstd, x, w, b, eps); });
 }
 
 void Device::run_layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
                                    const Tensor& w, const Tensor& b, float eps) {
   run_kernel(
-      *this, "layernorm_forward",
-      [&](Tensor& y_, Tensor& mean_, Tensor& rstd_, const Tensor& x_, const Tensor& w_,
-          const Tensor& b_) { do_layernorm_forward(y_, mean_, rstd_, x_, w_, b_, eps); },
+      *this, Kernel::layernorm_forward,
+      [&](auto& y_, auto& mean_, auto& rstd_, auto& x_, auto& w_, auto& b_) {
+    do_layernorm_forward(y_, mean_, rstd_, x_, w_, b_, eps);
+      },
       y, mean, rstd, x, w, b);
 }
 
 void Device::layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy,
                                 const Tensor& x, const Tensor& w, const Tensor& mean,
                                 const Tensor& rstd) {
+  const Launch kernel(*this, Kernel::layernorm_backward);
   checks::check_layernorm_backward(*this, dx, dw, db, dy, x, w, mean, rstd);
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "layernorm_backward");
-  run_layernorm_backward(dx, dw, db, dy, x, w, mean, rstd);
+  kernel.run([&] { run_layernorm_backward(dx, dw, db, dy, x, w, mean, rstd); });
 }
 
 void Device::run_layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy,
                                     const Tensor& x, const Tensor& w, const Tensor& mean,
                                     const Tensor& rstd) {
   run_kernel(
-      *this, "layernorm_backward",
-      [&](Tensor& dx_, Tensor& dw_, Tensor& db_, const Tensor& dy_, const Tensor& x_,
-          const Tensor& w_, const Tensor& mean_, const Tensor& rstd_) {
-    do_layernorm_backward(dx_, dw_, db_, dy_, x_, w_, mean_, rstd_);
-      },
+      *this, Kernel::layernorm_backward,
+      [&](auto& dx_, auto& dw_, auto& db_, auto& dy_, auto& x_, auto& w_, auto& mean_,
+          auto& rstd_) { do_layernorm_backward(dx_, dw_, db_, dy_, x_, w_, mean_, rstd_); },
       dx, dw, db, dy, x, w, mean, rstd);
 }
 
 void Device::rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps) {
+  const Launch kernel(*this, Kernel::rmsnorm_forward);
   checks::check_rmsnorm_forward(*this, y, rstd, x, w);
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "rmsnorm_forward");
-  run_rmsnorm_forward(y, rstd, x, w, eps);
+  kernel.run([&] { run_rmsnorm_forward(y, rstd, x, w, eps); });
 }
 
 void Device::run_rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w,
                                  float eps) {
   run_kernel(
-      *this, "rmsnorm_forward",
-      [&](Tensor& y_, Tensor& rstd_, const Tensor& x_, const Tensor& w_) {
+      *this, Kernel::rmsnorm_forward,
+      [&](auto& y_, auto& rstd_, auto& x_, auto& w_) {
     do_rmsnorm_forward(y_, rstd_, x_, w_, eps);
       },
       y, rstd, x, w);
@@ -383,17 +390,18 @@ void Device::run_rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const
 
 void Device::rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
                               const Tensor& w, const Tensor& rstd) {
+  const Launch kernel(*this, Kernel::rmsnorm_backward);
   checks::check_rmsnorm_backward(*this, dx, dw, dy, x, w, rstd);
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "rmsnorm_backward");
-  run_rmsnorm_backward(dx, dw, dy, x, w, rstd);
+  kernel.run([&] { run_rmsnorm_backward(dx, dw, dy, x, w, rstd); });
 }
 
 void Device::run_rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
                                   const Tensor& w, const Tensor& rstd) {
   run_kernel(
-      *this, "rmsnorm_backward",
-      [&](Tensor& dx_, Tensor& dw_, const Tensor& dy_, const Tensor& x_, const Tensor& w_,
-          const Tensor& rstd_) { do_rmsnorm_backward(dx_, dw_, dy_, x_, w_, rstd_); },
+      *this, Kernel::rmsnorm_backward,
+      [&](auto& dx_, auto& dw_, auto& dy_, auto& x_, auto& w_, auto& rstd_) {
+    do_rmsnorm_backward(dx_, dw_, dy_, x_, w_, rstd_);
+      },
       dx, dw, dy, x, w, rstd);
 }
 
@@ -405,26 +413,30 @@ void Device::run_rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, cons
 void Device::add_layernorm_forward(Tensor& s, Tensor& y, Tensor& mean, Tensor& rstd,
                                    const Tensor& x, const Tensor& r, const Tensor& w,
                                    const Tensor& b, float eps) {
-  checks::check_add_norm(*this, "add_layernorm_forward", s, x, r);
+  const Launch kernel(*this, Kernel::add_layernorm_forward);
+  checks::check_add_norm(*this, kernel, s, x, r);
   checks::check_axpy(*this, r, s);
   checks::check_layernorm_forward(*this, y, mean, rstd, s, w, b);
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "add_layernorm_forward");
-  if (any_bf16(s, y, x, r, w, b))
-    Device::do_add_layernorm_forward(s, y, mean, rstd, x, r, w, b, eps);
-  else
-    do_add_layernorm_forward(s, y, mean, rstd, x, r, w, b, eps);
+  kernel.run([&] {
+    if (any_bf16(s, y, x, r, w, b))
+      Device::do_add_layernorm_forward(s, y, mean, rstd, x, r, w, b, eps);
+    else
+      do_add_layernorm_forward(s, y, mean, rstd, x, r, w, b, eps);
+  });
 }
 
 void Device::add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const Tensor& x,
                                  const Tensor& r, const Tensor& w, float eps) {
-  checks::check_add_norm(*this, "add_rmsnorm_forward", s, x, r);
+  const Launch kernel(*this, Kernel::add_rmsnorm_forward);
+  checks::check_add_norm(*this, kernel, s, x, r);
   checks::check_axpy(*this, r, s);
   checks::check_rmsnorm_forward(*this, y, rstd, s, w);
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "add_rmsnorm_forward");
-  if (any_bf16(s, y, x, r, w))
-    Device::do_add_rmsnorm_forward(s, y, rstd, x, r, w, eps);
-  else
-    do_add_rmsnorm_forward(s, y, rstd, x, r, w, eps);
+  kernel.run([&] {
+    if (any_bf16(s, y, x, r, w))
+      Device::do_add_rmsnorm_forward(s, y, rstd, x, r, w, eps);
+    else
+      do_add_rmsnorm_forward(s, y, rstd, x, r, w, eps);
+  });
 }
 
 // The norm's backward added to the residual's gradient: the checks of the norm's backward and of
@@ -433,26 +445,30 @@ void Device::add_rmsnorm_forward(Tensor& s, Tensor& y, Tensor& rstd, const Tenso
 void Device::layernorm_backward_add(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dres,
                                     const Tensor& dy, const Tensor& x, const Tensor& w,
                                     const Tensor& mean, const Tensor& rstd) {
-  checks::check_add_norm(*this, "layernorm_backward_add", dx, dres, dy);
+  const Launch kernel(*this, Kernel::layernorm_backward_add);
+  checks::check_add_norm(*this, kernel, dx, dres, dy);
   checks::check_axpy(*this, dy, dx);
   checks::check_layernorm_backward(*this, dx, dw, db, dy, x, w, mean, rstd);
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "layernorm_backward_add");
-  if (any_bf16(dx, dw, db, dres, dy, x, w))
-    Device::do_layernorm_backward_add(dx, dw, db, dres, dy, x, w, mean, rstd);
-  else
-    do_layernorm_backward_add(dx, dw, db, dres, dy, x, w, mean, rstd);
+  kernel.run([&] {
+    if (any_bf16(dx, dw, db, dres, dy, x, w))
+      Device::do_layernorm_backward_add(dx, dw, db, dres, dy, x, w, mean, rstd);
+    else
+      do_layernorm_backward_add(dx, dw, db, dres, dy, x, w, mean, rstd);
+  });
 }
 
 void Device::rmsnorm_backward_add(Tensor& dx, Tensor& dw, const Tensor& dres, const Tensor& dy,
                                   const Tensor& x, const Tensor& w, const Tensor& rstd) {
-  checks::check_add_norm(*this, "rmsnorm_backward_add", dx, dres, dy);
+  const Launch kernel(*this, Kernel::rmsnorm_backward_add);
+  checks::check_add_norm(*this, kernel, dx, dres, dy);
   checks::check_axpy(*this, dy, dx);
   checks::check_rmsnorm_backward(*this, dx, dw, dy, x, w, rstd);
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "rmsnorm_backward_add");
-  if (any_bf16(dx, dw, dres, dy, x, w))
-    Device::do_rmsnorm_backward_add(dx, dw, dres, dy, x, w, rstd);
-  else
-    do_rmsnorm_backward_add(dx, dw, dres, dy, x, w, rstd);
+  kernel.run([&] {
+    if (any_bf16(dx, dw, dres, dy, x, w))
+      Device::do_rmsnorm_backward_add(dx, dw, dres, dy, x, w, rstd);
+    else
+      do_rmsnorm_backward_add(dx, dw, dres, dy, x, w, rstd);
+  });
 }
 
 // The fused kernels' default, the unfused kernels in turn, each through its run_* (run_kernel on
@@ -495,52 +511,42 @@ void Device::do_rmsnorm_backward_add(Tensor& dx, Tensor& dw, const Tensor& dres,
 
 void Device::attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
                                const Tensor& v, const AttentionShape& shape) {
+  const Launch kernel(*this, Kernel::attention_forward);
   checks::check_attention_forward(*this, out, probs, q, k, v, shape);
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "attention_forward");
-  run_kernel(
-      *this, "attention_forward",
-      [&](Tensor& out_, Tensor& probs_, const Tensor& q_, const Tensor& k_, const Tensor& v_) {
-    do_attention_forward(out_, probs_, q_, k_, v_, shape);
-      },
-      out, probs, q, k, v);
+  kernel.run([&](auto& out_, auto& probs_, auto& q_, auto& k_,
+                 auto& v_) { do_attention_forward(out_, probs_, q_, k_, v_, shape); },
+             out, probs, q, k, v);
 }
 
 void Device::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
                                 const Tensor& q, const Tensor& k, const Tensor& v,
                                 const Tensor& probs, const AttentionShape& shape) {
+  const Launch kernel(*this, Kernel::attention_backward);
   checks::check_attention_backward(*this, dq, dk, dv, dout, q, k, v, probs, shape);
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "attention_backward");
-  run_kernel(
-      *this, "attention_backward",
-      [&](Tensor& dq_, Tensor& dk_, Tensor& dv_, const Tensor& dout_, const Tensor& q_,
-          const Tensor& k_, const Tensor& v_, const Tensor& probs_) {
-    do_attention_backward(dq_, dk_, dv_, dout_, q_, k_, v_, probs_, shape);
-      },
+  kernel.run(
+      [&](auto& dq_, auto& dk_, auto& dv_, auto& dout_, auto& q_, auto& k_, auto& v_,
+          auto& probs_) { do_attention_backward(dq_, dk_, dv_, dout_, q_, k_, v_, probs_, shape); },
       dq, dk, dv, dout, q, k, v, probs);
 }
 
 void Device::attention_cached_forward(Tensor& out, const Tensor& q, const Tensor& k,
                                       const Tensor& v, int64_t past, const AttentionShape& shape) {
+  const Launch kernel(*this, Kernel::attention_cached_forward);
   checks::check_attention_cached_forward(*this, out, q, k, v, past, shape);
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "attention_cached_forward");
-  run_kernel(
-      *this, "attention_cached_forward",
-      [&](Tensor& out_, const Tensor& q_, const Tensor& k_, const Tensor& v_) {
-    do_attention_cached_forward(out_, q_, k_, v_, past, shape);
-      },
-      out, q, k, v);
+  kernel.run([&](auto& out_, auto& q_, auto& k_,
+                 auto& v_) { do_attention_cached_forward(out_, q_, k_, v_, past, shape); },
+             out, q, k, v);
 }
 
 // ---- vocabulary-parallel embedding and loss -----------------------------------------------------
 
 void Device::embedding_shard_forward(Tensor& out, const Tensor& ids, const Tensor& wte_shard,
                                      int64_t first_id) {
-  checks::check_embedding_shard(*this, "embedding_shard_forward", out, ids, wte_shard, first_id,
+  const Launch kernel(*this, Kernel::embedding_shard_forward);
+  checks::check_embedding_shard(*this, kernel, out, ids, wte_shard, first_id,
                                 host_values(*this, ids));
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "embedding_shard_forward");
-  run_kernel(
-      *this, "embedding_shard_forward",
-      [&](Tensor& out_, const Tensor& ids_, const Tensor& wte_shard_) {
+  kernel.run(
+      [&](auto& out_, auto& ids_, auto& wte_shard_) {
     do_embedding_shard_forward(out_, ids_, wte_shard_, first_id);
       },
       out, ids, wte_shard);
@@ -548,55 +554,45 @@ void Device::embedding_shard_forward(Tensor& out, const Tensor& ids, const Tenso
 
 void Device::embedding_shard_backward(Tensor& dwte_shard, const Tensor& dout, const Tensor& ids,
                                       int64_t first_id) {
-  const HostValues host_ids = checks::check_embedding_shard(
-      *this, "embedding_shard_backward", dout, ids, dwte_shard, first_id, host_values(*this, ids));
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "embedding_shard_backward");
-  run_kernel(
-      *this, "embedding_shard_backward",
-      [&](Tensor& dwte_shard_, const Tensor& dout_, const Tensor& ids_) {
+  const Launch kernel(*this, Kernel::embedding_shard_backward);
+  const HostValues host_ids = checks::check_embedding_shard(*this, kernel, dout, ids, dwte_shard,
+                                                            first_id, host_values(*this, ids));
+  kernel.run(
+      [&](auto& dwte_shard_, auto& dout_, auto& ids_) {
     do_embedding_shard_backward(dwte_shard_, dout_, ids_, first_id, host_ids.data());
       },
       dwte_shard, dout, ids);
 }
 
 void Device::position_forward(Tensor& x, const Tensor& wpe, int64_t batch, int64_t row0) {
-  checks::check_position(*this, "position_forward", x, wpe, batch, row0);
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "position_forward");
-  run_kernel(
-      *this, "position_forward",
-      [&](Tensor& x_, const Tensor& wpe_) { do_position_forward(x_, wpe_, batch, row0); }, x, wpe);
+  const Launch kernel(*this, Kernel::position_forward);
+  checks::check_position(*this, kernel, x, wpe, batch, row0);
+  kernel.run([&](auto& x_, auto& wpe_) { do_position_forward(x_, wpe_, batch, row0); }, x, wpe);
 }
 
 void Device::position_backward(Tensor& dwpe, const Tensor& dx, int64_t batch, int64_t row0) {
-  checks::check_position(*this, "position_backward", dx, dwpe, batch, row0);
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "position_backward");
-  run_kernel(
-      *this, "position_backward",
-      [&](Tensor& dwpe_, const Tensor& dx_) { do_position_backward(dwpe_, dx_, batch, row0); },
-      dwpe, dx);
+  const Launch kernel(*this, Kernel::position_backward);
+  checks::check_position(*this, kernel, dx, dwpe, batch, row0);
+  kernel.run([&](auto& dwpe_, auto& dx_) { do_position_backward(dwpe_, dx_, batch, row0); }, dwpe,
+             dx);
 }
 
 void Device::vocab_max(Tensor& row_max, const Tensor& logits, const VocabShard& shard) {
+  const Launch kernel(*this, Kernel::vocab_max);
   const int64_t real_cols = checks::check_vocab_max(*this, row_max, logits, shard);
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "vocab_max");
-  run_kernel(
-      *this, "vocab_max",
-      [&](Tensor& row_max_, const Tensor& logits_) {
-    do_vocab_max(row_max_, logits_, shard, real_cols);
-      },
+  kernel.run(
+      [&](auto& row_max_, auto& logits_) { do_vocab_max(row_max_, logits_, shard, real_cols); },
       row_max, logits);
 }
 
 void Device::vocab_sum_exp_target(Tensor& sum_exp, Tensor& target_logit, const Tensor& logits,
                                   const Tensor& row_max, const Tensor& targets,
                                   const VocabShard& shard) {
+  const Launch kernel(*this, Kernel::vocab_sum_exp_target);
   const int64_t real_cols = checks::check_vocab_sum_exp_target(
       *this, sum_exp, target_logit, logits, row_max, targets, shard, host_values(*this, targets));
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "vocab_sum_exp_target");
-  run_kernel(
-      *this, "vocab_sum_exp_target",
-      [&](Tensor& sum_exp_, Tensor& target_logit_, const Tensor& logits_, const Tensor& row_max_,
-          const Tensor& targets_) {
+  kernel.run(
+      [&](auto& sum_exp_, auto& target_logit_, auto& logits_, auto& row_max_, auto& targets_) {
     do_vocab_sum_exp_target(sum_exp_, target_logit_, logits_, row_max_, targets_, shard, real_cols);
       },
       sum_exp, target_logit, logits, row_max, targets);
@@ -604,25 +600,21 @@ void Device::vocab_sum_exp_target(Tensor& sum_exp, Tensor& target_logit, const T
 
 void Device::vocab_loss(Tensor& loss, const Tensor& row_max, const Tensor& sum_exp,
                         const Tensor& target_logit) {
+  const Launch kernel(*this, Kernel::vocab_loss);
   checks::check_vocab_loss(*this, loss, row_max, sum_exp, target_logit);
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "vocab_loss");
-  run_kernel(
-      *this, "vocab_loss",
-      [&](Tensor& loss_, const Tensor& row_max_, const Tensor& sum_exp_,
-          const Tensor& target_logit_) { do_vocab_loss(loss_, row_max_, sum_exp_, target_logit_); },
-      loss, row_max, sum_exp, target_logit);
+  kernel.run([&](auto& loss_, auto& row_max_, auto& sum_exp_,
+                 auto& target_logit_) { do_vocab_loss(loss_, row_max_, sum_exp_, target_logit_); },
+             loss, row_max, sum_exp, target_logit);
 }
 
 void Device::vocab_softmax_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
                                     const Tensor& sum_exp, const Tensor& targets,
                                     const VocabShard& shard, float scale) {
+  const Launch kernel(*this, Kernel::vocab_softmax_backward);
   const int64_t real_cols = checks::check_vocab_softmax_backward(
       *this, dlogits, logits, row_max, sum_exp, targets, shard, host_values(*this, targets));
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "vocab_softmax_backward");
-  run_kernel(
-      *this, "vocab_softmax_backward",
-      [&](Tensor& dlogits_, const Tensor& logits_, const Tensor& row_max_, const Tensor& sum_exp_,
-          const Tensor& targets_) {
+  kernel.run(
+      [&](auto& dlogits_, auto& logits_, auto& row_max_, auto& sum_exp_, auto& targets_) {
     do_vocab_softmax_backward(dlogits_, logits_, row_max_, sum_exp_, targets_, shard, scale,
                               real_cols);
       },
@@ -633,23 +625,20 @@ void Device::vocab_softmax_backward(Tensor& dlogits, const Tensor& logits, const
 
 void Device::adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWParams& h,
                         int64_t step) {
+  const Launch kernel(*this, Kernel::adamw_step);
   checks::check_adamw_step(*this, p, g, m, v, step);
-  const ScopedSpan span(timeline_, SpanKind::Kernel, "adamw_step");
-  run_kernel(
-      *this, "adamw_step",
-      [&](Tensor& p_, const Tensor& g_, Tensor& m_, Tensor& v_) {
-    do_adamw_step(p_, g_, m_, v_, h, step);
-      },
-      p, g, m, v);
+  kernel.run(
+      [&](auto& p_, auto& g_, auto& m_, auto& v_) { do_adamw_step(p_, g_, m_, v_, h, step); }, p, g,
+      m, v);
 }
 
-void Device::unsupported(const char* kernel) const {
-  throw Error(name() + " device: " + kernel + " not supported");
+void Device::unsupported(Kernel kernel) const {
+  throw Error(name() + " device: " + kernel_name(kernel) + " not supported");
 }
 
 void Device::do_attention_cached_forward(Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                          int64_t, const AttentionShape&) {
-  unsupported("attention_cached_forward");
+  unsupported(Kernel::attention_cached_forward);
 }
 
 }  // namespace tp

@@ -16,6 +16,9 @@
 //     do_gemm(ta, tb, α, A, B, β, C, dims);
 //   }
 //
+// (device.cpp writes each as one call of a helper that takes the Kernel, core/kernel.h, so that
+// the kernel is named once for its check, its timeline span and its bf16 rule.)
+//
 // A backend implements the do_* methods only, so it cannot skip a check, and every backend rejects
 // the same arguments with the same message. Memory (allocate, the copies), synchronize(), name()
 // and host_accessible() have no arguments to check and stay plain virtuals.
@@ -27,10 +30,11 @@
 // KV-cache attention; training does not call it).
 //
 // Dtypes (core/dtype.h). Every kernel below takes f32 tensors; a backend states a bf16 kernel by
-// answering takes_bf16(kernel) = true for it. Its do_* then either handles bf16 itself
-// (native_bf16(kernel) = true) or, by default, is run by the front on f32 stand-ins: each bf16
-// tensor widened exactly, the f32 kernel, each bf16 output rounded to nearest even once — the
-// rounding points of docs/model.md, "Precision". Tensors of both dtypes may meet in one call (a
+// answering takes_bf16(kernel) = true for it (a Kernel of core/kernel.h, the one list of them).
+// Its do_* then either handles bf16 itself (native_bf16(kernel) = true, which implies takes) or,
+// by default, is run by the front on f32 stand-ins: each bf16 tensor widened exactly, the f32
+// kernel, each bf16 output rounded to nearest even once — the rounding points of docs/model.md,
+// "Precision". Tensors of both dtypes may meet in one call (a
 // bf16 activation and an f32 weight gradient in a GEMM). The check refuses a bf16 tensor a backend
 // does not take with one line naming the backend and the kernel, exit 2 ("gpu: layernorm_forward
 // has no bf16 kernel"). The one kernel that takes both on every backend is convert (f32 ↔ bf16).
@@ -59,6 +63,7 @@
 #include <memory>
 #include <string>
 
+#include "core/kernel.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 
@@ -160,13 +165,13 @@ class Device {
   virtual bool host_accessible() const = 0;
   /// The first word of name(), for one-line messages: "cpu", "cuda:0".
   std::string backend() const;
-  /// True when this backend's `kernel` (a public kernel's name, "layernorm_forward") takes bf16
-  /// tensors as well as f32. Default: none does (convert is not asked: it always takes both).
-  virtual bool takes_bf16(const std::string& kernel) const;
+  /// True when this backend's `kernel` (Kernel::layernorm_forward) takes bf16 tensors as well as
+  /// f32. Default: none does (convert is not asked: it always takes both).
+  virtual bool takes_bf16(Kernel kernel) const;
   /// True when this backend's do_<kernel> handles bf16 tensors itself. Otherwise (the default) a
   /// kernel it takes in bf16 runs its f32 do_* on stand-ins: every bf16 tensor widened to f32
   /// (exact), the kernel computed in f32, every bf16 output rounded back once (device.cpp).
-  virtual bool native_bf16(const std::string& kernel) const;
+  virtual bool native_bf16(Kernel kernel) const;
 
   // ---- memory (plain virtuals: nothing to check) ----------------------------------------------
   virtual void* allocate(size_t bytes) = 0;
@@ -493,7 +498,12 @@ class Device {
   virtual void do_adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWParams& h,
                              int64_t step) = 0;
   /// Throws "<name()> device: <kernel> not supported" (an optional kernel's default).
-  [[noreturn]] void unsupported(const char* kernel) const;
+  [[noreturn]] void unsupported(Kernel kernel) const;
+  /// do_gemm on f32 stand-ins of its bf16 operands (the front's widening, device.cpp): for a
+  /// backend whose native bf16 GEMM declines a call (the CPU's oneDNN path: an f32 operand, or a
+  /// case oneDNN refuses), so that the stand-in rule is written once, in the front.
+  void gemm_on_stand_ins(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
+                         float beta, Tensor& c, const GemmDims& dims);
 
  private:
   // The unfused kernels the fused add + norm defaults are made of, past their check and span:

@@ -13,17 +13,19 @@ void check_placed(const Device& dev, const Tensor& t, const char* what) {
   TP_CHECK(&t.device() == &dev, what, ": tensor lives on another device");
 }
 
-void check_on(const Device& dev, const Tensor& t, const char* what) {
+void check_on(const Device& dev, const Tensor& t, Kernel kernel) {
+  const char* what = kernel_name(kernel);
   check_placed(dev, t, what);
   // Exit 2: a dtype comes from the run's configuration (the same on every rank), not from a bug.
-  TP_CHECK_INPUT(t.dtype() == Dtype::f32 || dev.takes_bf16(what), dev.backend(), ": ", what,
+  TP_CHECK_INPUT(t.dtype() == Dtype::f32 || dev.takes_bf16(kernel), dev.backend(), ": ", what,
                  " has no bf16 kernel; run it in f32 (convert the tensor with Device::convert)");
 }
 
 void check_convert(const Device& dev, const Tensor& src, const Tensor& dst) {
-  check_placed(dev, src, "convert");
-  check_placed(dev, dst, "convert");
-  check_same_numel("convert", "src", src, "dst", dst);
+  const char* what = kernel_name(Kernel::convert);
+  check_placed(dev, src, what);
+  check_placed(dev, dst, what);
+  check_same_numel(what, "src", src, "dst", dst);
 }
 
 void check_same_numel(const char* what, const char* a_name, const Tensor& a, const char* b_name,
@@ -49,9 +51,10 @@ int64_t real_columns(const char* what, const VocabShard& shard, int64_t cols) {
   return std::clamp<int64_t>(shard.vocab - shard.first, 0, cols);
 }
 
-void check_attention(const Device& dev, const char* what, const AttentionShape& sh, const Tensor& q,
+void check_attention(const Device& dev, Kernel kernel, const AttentionShape& sh, const Tensor& q,
                      const Tensor& k, const Tensor& v, const Tensor& probs) {
-  check_all_on(dev, what, q, k, v, probs);
+  const char* what = kernel_name(kernel);
+  check_all_on(dev, kernel, q, k, v, probs);
   TP_CHECK(sh.seq > 0 && sh.batch > 0 && sh.heads > 0 && sh.kv_heads > 0 && sh.head_dim > 0, what,
            ": sizes must be positive (S=", sh.seq, " B=", sh.batch, " nh=", sh.heads,
            " nkv=", sh.kv_heads, " hd=", sh.head_dim, ")");
@@ -68,9 +71,10 @@ void check_attention(const Device& dev, const char* what, const AttentionShape& 
            probs.shape().str(), " should hold B·nh·S·S = ", sh.batch * sh.heads * sh.seq * sh.seq);
 }
 
-void check_position(const Device& dev, const char* what, const Tensor& x, const Tensor& wpe,
+void check_position(const Device& dev, Kernel kernel, const Tensor& x, const Tensor& wpe,
                     int64_t batch, int64_t row0) {
-  check_all_on(dev, what, x, wpe);
+  const char* what = kernel_name(kernel);
+  check_all_on(dev, kernel, x, wpe);
   TP_CHECK(batch > 0, what, ": batch=", batch, " must be > 0");
   TP_CHECK(row0 >= 0, what, ": row0=", row0, " must be ≥ 0");
   const int64_t rows = x.rows(), h = x.cols();
@@ -83,17 +87,17 @@ void check_position(const Device& dev, const char* what, const Tensor& x, const 
 // ---- memory, GEMM, bias, layout, elementwise -----------------------------------------------------
 
 void check_axpy(const Device& dev, const Tensor& x, const Tensor& y) {
-  check_on(dev, x, "axpy");
-  check_on(dev, y, "axpy");
+  check_on(dev, x, Kernel::axpy);
+  check_on(dev, y, Kernel::axpy);
   TP_CHECK(x.numel() == y.numel(), "axpy: x ", x.shape().str(), " and y ", y.shape().str(),
            " differ in size");
 }
 
 GemmDims check_gemm(const Device& dev, bool trans_a, bool trans_b, const Tensor& a, const Tensor& b,
                     const Tensor& c) {
-  check_on(dev, a, "gemm");
-  check_on(dev, b, "gemm");
-  check_on(dev, c, "gemm");
+  check_on(dev, a, Kernel::gemm);
+  check_on(dev, b, Kernel::gemm);
+  check_on(dev, c, Kernel::gemm);
   const int64_t m = trans_a ? a.cols() : a.rows();
   const int64_t k = trans_a ? a.rows() : a.cols();
   const int64_t kb = trans_b ? b.cols() : b.rows();
@@ -106,22 +110,22 @@ GemmDims check_gemm(const Device& dev, bool trans_a, bool trans_b, const Tensor&
 }
 
 void check_add_bias(const Device& dev, const Tensor& y, const Tensor& bias) {
-  check_on(dev, y, "add_bias");
-  check_on(dev, bias, "add_bias");
+  check_on(dev, y, Kernel::add_bias);
+  check_on(dev, bias, Kernel::add_bias);
   TP_CHECK(bias.numel() == y.cols(), "add_bias: bias of ", bias.numel(), " for rows of ", y.cols());
 }
 
 void check_add_bias_backward(const Device& dev, const Tensor& dbias, const Tensor& dy) {
-  check_on(dev, dbias, "add_bias_backward");
-  check_on(dev, dy, "add_bias_backward");
+  check_on(dev, dbias, Kernel::add_bias_backward);
+  check_on(dev, dy, Kernel::add_bias_backward);
   TP_CHECK(dbias.numel() == dy.cols(), "add_bias_backward: dbias of ", dbias.numel(),
            " for rows of ", dy.cols());
 }
 
 void check_copy_columns(const Device& dev, const Tensor& src, int64_t src_col, const Tensor& dst,
                         int64_t dst_col, int64_t ncols) {
-  check_on(dev, src, "copy_columns");
-  check_on(dev, dst, "copy_columns");
+  check_on(dev, src, Kernel::copy_columns);
+  check_on(dev, dst, Kernel::copy_columns);
   TP_CHECK(src.rows() == dst.rows(), "copy_columns: ", src.rows(), " source rows, ", dst.rows(),
            " destination rows");
   TP_CHECK(ncols >= 0 && src_col >= 0 && dst_col >= 0 && src_col + ncols <= src.cols() &&
@@ -150,32 +154,32 @@ void check_copy_columns(const Device& dev, const Tensor& src, int64_t src_col, c
 }
 
 void check_mul(const Device& dev, const Tensor& x, const Tensor& m, const Tensor& y) {
-  check_all_on(dev, "mul", x, m, y);
+  check_all_on(dev, Kernel::mul, x, m, y);
   check_same_numel("mul", "x", x, "m", m);
   check_same_numel("mul", "x", x, "y", y);
 }
 
 void check_dropout_mask(const Device& dev, const Tensor& mask, float p) {
-  check_on(dev, mask, "dropout_mask");
+  check_on(dev, mask, Kernel::dropout_mask);
   TP_CHECK(p >= 0.0f && p < 1.0f, "dropout_mask: p=", p, " must be in [0, 1)");
 }
 
 // ---- activations ---------------------------------------------------------------------------------
 
 void check_gelu_forward(const Device& dev, const Tensor& y, const Tensor& x) {
-  check_all_on(dev, "gelu_forward", y, x);
+  check_all_on(dev, Kernel::gelu_forward, y, x);
   check_same_numel("gelu_forward", "y", y, "x", x);
 }
 
 void check_gelu_backward(const Device& dev, const Tensor& dx, const Tensor& dy, const Tensor& x) {
-  check_all_on(dev, "gelu_backward", dx, dy, x);
+  check_all_on(dev, Kernel::gelu_backward, dx, dy, x);
   check_same_numel("gelu_backward", "dx", dx, "x", x);
   check_same_numel("gelu_backward", "dy", dy, "x", x);
 }
 
 void check_bias_gelu_forward(const Device& dev, const Tensor& y, const Tensor& x,
                              const Tensor& bias) {
-  check_all_on(dev, "bias_gelu_forward", y, x, bias);
+  check_all_on(dev, Kernel::bias_gelu_forward, y, x, bias);
   check_same_numel("bias_gelu_forward", "y", y, "x", x);
   TP_CHECK(bias.numel() == x.cols(), "bias_gelu_forward: bias of ", bias.numel(), " for rows of ",
            x.cols());
@@ -183,7 +187,7 @@ void check_bias_gelu_forward(const Device& dev, const Tensor& y, const Tensor& x
 
 void check_bias_gelu_backward(const Device& dev, const Tensor& dx, const Tensor& dbias,
                               const Tensor& dy, const Tensor& x, const Tensor& bias) {
-  check_all_on(dev, "bias_gelu_backward", dx, dbias, dy, x, bias);
+  check_all_on(dev, Kernel::bias_gelu_backward, dx, dbias, dy, x, bias);
   check_same_numel("bias_gelu_backward", "dx", dx, "x", x);
   check_same_numel("bias_gelu_backward", "dy", dy, "x", x);
   TP_CHECK(dx.cols() == x.cols(), "bias_gelu_backward: dx of ", dx.cols(), " columns for x of ",
@@ -193,14 +197,14 @@ void check_bias_gelu_backward(const Device& dev, const Tensor& dx, const Tensor&
 }
 
 void check_swiglu_forward(const Device& dev, const Tensor& y, const Tensor& g, const Tensor& u) {
-  check_all_on(dev, "swiglu_forward", y, g, u);
+  check_all_on(dev, Kernel::swiglu_forward, y, g, u);
   check_same_numel("swiglu_forward", "y", y, "g", g);
   check_same_numel("swiglu_forward", "u", u, "g", g);
 }
 
 void check_swiglu_backward(const Device& dev, const Tensor& dg, const Tensor& du, const Tensor& dy,
                            const Tensor& g, const Tensor& u) {
-  check_all_on(dev, "swiglu_backward", dg, du, dy, g, u);
+  check_all_on(dev, Kernel::swiglu_backward, dg, du, dy, g, u);
   check_same_numel("swiglu_backward", "dg", dg, "g", g);
   check_same_numel("swiglu_backward", "du", du, "g", g);
   check_same_numel("swiglu_backward", "dy", dy, "g", g);
@@ -212,7 +216,7 @@ void check_swiglu_backward(const Device& dev, const Tensor& dg, const Tensor& du
 void check_layernorm_forward(const Device& dev, const Tensor& y, const Tensor& mean,
                              const Tensor& rstd, const Tensor& x, const Tensor& w,
                              const Tensor& b) {
-  check_all_on(dev, "layernorm_forward", y, mean, rstd, x, w, b);
+  check_all_on(dev, Kernel::layernorm_forward, y, mean, rstd, x, w, b);
   const int64_t rows = x.rows(), h = x.cols();
   TP_CHECK(y.rows() == rows && y.cols() == h, "layernorm_forward: y ", y.shape().str(), " for x ",
            x.shape().str());
@@ -225,7 +229,7 @@ void check_layernorm_forward(const Device& dev, const Tensor& y, const Tensor& m
 void check_layernorm_backward(const Device& dev, const Tensor& dx, const Tensor& dw,
                               const Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w,
                               const Tensor& mean, const Tensor& rstd) {
-  check_all_on(dev, "layernorm_backward", dx, dw, db, dy, x, w, mean, rstd);
+  check_all_on(dev, Kernel::layernorm_backward, dx, dw, db, dy, x, w, mean, rstd);
   const int64_t rows = x.rows(), h = x.cols();
   TP_CHECK(dx.rows() == rows && dx.cols() == h && dy.rows() == rows && dy.cols() == h,
            "layernorm_backward: dx ", dx.shape().str(), " and dy ", dy.shape().str(), " for x ",
@@ -239,7 +243,7 @@ void check_layernorm_backward(const Device& dev, const Tensor& dx, const Tensor&
 
 void check_rmsnorm_forward(const Device& dev, const Tensor& y, const Tensor& rstd, const Tensor& x,
                            const Tensor& w) {
-  check_all_on(dev, "rmsnorm_forward", y, rstd, x, w);
+  check_all_on(dev, Kernel::rmsnorm_forward, y, rstd, x, w);
   const int64_t rows = x.rows(), h = x.cols();
   TP_CHECK(y.rows() == rows && y.cols() == h, "rmsnorm_forward: y ", y.shape().str(), " for x ",
            x.shape().str());
@@ -248,8 +252,9 @@ void check_rmsnorm_forward(const Device& dev, const Tensor& y, const Tensor& rst
            " rows");
 }
 
-void check_add_norm(const Device& dev, const char* what, const Tensor& s, const Tensor& x,
+void check_add_norm(const Device& dev, Kernel kernel, const Tensor& s, const Tensor& x,
                     const Tensor& r) {
+  const char* what = kernel_name(kernel);
   check_placed(dev, s, what);
   check_placed(dev, x, what);
   check_placed(dev, r, what);
@@ -260,7 +265,7 @@ void check_add_norm(const Device& dev, const char* what, const Tensor& s, const 
 
 void check_rmsnorm_backward(const Device& dev, const Tensor& dx, const Tensor& dw, const Tensor& dy,
                             const Tensor& x, const Tensor& w, const Tensor& rstd) {
-  check_all_on(dev, "rmsnorm_backward", dx, dw, dy, x, w, rstd);
+  check_all_on(dev, Kernel::rmsnorm_backward, dx, dw, dy, x, w, rstd);
   const int64_t rows = x.rows(), h = x.cols();
   TP_CHECK(dx.rows() == rows && dx.cols() == h && dy.rows() == rows && dy.cols() == h,
            "rmsnorm_backward: dx ", dx.shape().str(), " and dy ", dy.shape().str(), " for x ",
@@ -276,8 +281,8 @@ void check_rmsnorm_backward(const Device& dev, const Tensor& dx, const Tensor& d
 void check_attention_forward(const Device& dev, const Tensor& out, const Tensor& probs,
                              const Tensor& q, const Tensor& k, const Tensor& v,
                              const AttentionShape& sh) {
-  check_attention(dev, "attention_forward", sh, q, k, v, probs);
-  check_on(dev, out, "attention_forward");
+  check_attention(dev, Kernel::attention_forward, sh, q, k, v, probs);
+  check_on(dev, out, Kernel::attention_forward);
   TP_CHECK(out.rows() == q.rows() && out.cols() == q.cols(), "attention_forward: out ",
            out.shape().str(), " should match q ", q.shape().str());
 }
@@ -286,8 +291,8 @@ void check_attention_backward(const Device& dev, const Tensor& dq, const Tensor&
                               const Tensor& dv, const Tensor& dout, const Tensor& q,
                               const Tensor& k, const Tensor& v, const Tensor& probs,
                               const AttentionShape& sh) {
-  check_attention(dev, "attention_backward", sh, q, k, v, probs);
-  check_all_on(dev, "attention_backward", dq, dk, dv, dout);
+  check_attention(dev, Kernel::attention_backward, sh, q, k, v, probs);
+  check_all_on(dev, Kernel::attention_backward, dq, dk, dv, dout);
   TP_CHECK(dq.rows() == q.rows() && dq.cols() == q.cols() && dout.rows() == q.rows() &&
                dout.cols() == q.cols(),
            "attention_backward: dq ", dq.shape().str(), " and dout ", dout.shape().str(),
@@ -301,8 +306,9 @@ void check_attention_backward(const Device& dev, const Tensor& dq, const Tensor&
 void check_attention_cached_forward(const Device& dev, const Tensor& out, const Tensor& q,
                                     const Tensor& k, const Tensor& v, int64_t past,
                                     const AttentionShape& sh) {
-  const char* what = "attention_cached_forward";
-  check_all_on(dev, what, out, q, k, v);
+  constexpr Kernel kernel = Kernel::attention_cached_forward;
+  const char* what = kernel_name(kernel);
+  check_all_on(dev, kernel, out, q, k, v);
   TP_CHECK(sh.seq > 0 && sh.batch > 0 && sh.heads > 0 && sh.kv_heads > 0 && sh.head_dim > 0, what,
            ": sizes must be positive (n=", sh.seq, " B=", sh.batch, " nh=", sh.heads,
            " nkv=", sh.kv_heads, " hd=", sh.head_dim, ")");
@@ -324,8 +330,9 @@ void check_attention_cached_forward(const Device& dev, const Tensor& out, const 
 
 int64_t check_vocab_max(const Device& dev, const Tensor& row_max, const Tensor& logits,
                         const VocabShard& shard) {
-  const char* what = "vocab_max";
-  check_all_on(dev, what, row_max, logits);
+  constexpr Kernel kernel = Kernel::vocab_max;
+  const char* what = kernel_name(kernel);
+  check_all_on(dev, kernel, row_max, logits);
   const int64_t real = real_columns(what, shard, logits.cols());
   check_rows(what, "row_max", row_max, logits);
   return real;
@@ -333,8 +340,9 @@ int64_t check_vocab_max(const Device& dev, const Tensor& row_max, const Tensor& 
 
 void check_vocab_loss(const Device& dev, const Tensor& loss, const Tensor& row_max,
                       const Tensor& sum_exp, const Tensor& target_logit) {
-  const char* what = "vocab_loss";
-  check_all_on(dev, what, loss, row_max, sum_exp, target_logit);
+  constexpr Kernel kernel = Kernel::vocab_loss;
+  const char* what = kernel_name(kernel);
+  check_all_on(dev, kernel, loss, row_max, sum_exp, target_logit);
   check_same_numel(what, "loss", loss, "row_max", row_max);
   check_same_numel(what, "loss", loss, "sum_exp", sum_exp);
   check_same_numel(what, "loss", loss, "target_logit", target_logit);
@@ -344,7 +352,7 @@ void check_vocab_loss(const Device& dev, const Tensor& loss, const Tensor& row_m
 
 void check_adamw_step(const Device& dev, const Tensor& p, const Tensor& g, const Tensor& m,
                       const Tensor& v, int64_t step) {
-  check_all_on(dev, "adamw_step", p, g, m, v);
+  check_all_on(dev, Kernel::adamw_step, p, g, m, v);
   check_same_numel("adamw_step", "p", p, "g", g);
   check_same_numel("adamw_step", "p", p, "m", m);
   check_same_numel("adamw_step", "p", p, "v", v);

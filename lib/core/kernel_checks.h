@@ -27,15 +27,15 @@ namespace tp::checks {
 /// `t` is defined and lives on `dev`; `what` names the kernel in the message.
 void check_placed(const Device& dev, const Tensor& t, const char* what);
 
-/// check_placed, and `t` has a dtype kernel `what` takes on `dev`: f32, or bf16 where
-/// dev.takes_bf16(what). Every kernel's check goes through it, so no kernel sees a dtype it does
-/// not state.
-void check_on(const Device& dev, const Tensor& t, const char* what);
+/// check_placed (named by kernel_name(kernel)), and `t` has a dtype `kernel` takes on `dev`: f32,
+/// or bf16 where dev.takes_bf16(kernel). Every kernel's check goes through it, so no kernel sees a
+/// dtype it does not state.
+void check_on(const Device& dev, const Tensor& t, Kernel kernel);
 
 /// check_on for each of `ts`, in order.
 template <typename... Ts>
-void check_all_on(const Device& dev, const char* what, const Ts&... ts) {
-  (check_on(dev, ts, what), ...);
+void check_all_on(const Device& dev, Kernel kernel, const Ts&... ts) {
+  (check_on(dev, ts, kernel), ...);
 }
 
 /// `a` and `b` (named a_name, b_name in the message) have the same number of elements.
@@ -56,22 +56,22 @@ void check_rows(const char* what, const char* name, const Tensor& t, const Tenso
 int64_t real_columns(const char* what, const VocabShard& shard, int64_t cols);
 
 /// The sizes of an attention call, and q, k, v, probs against them.
-void check_attention(const Device& dev, const char* what, const AttentionShape& sh, const Tensor& q,
+void check_attention(const Device& dev, Kernel kernel, const AttentionShape& sh, const Tensor& q,
                      const Tensor& k, const Tensor& v, const Tensor& probs);
 
 /// position_forward / position_backward: batch > 0, row0 ≥ 0, and wpe has the columns of x and
 /// a row for every position that rows [row0, row0 + rows of x) read or write.
-void check_position(const Device& dev, const char* what, const Tensor& x, const Tensor& wpe,
+void check_position(const Device& dev, Kernel kernel, const Tensor& x, const Tensor& wpe,
                     int64_t batch, int64_t row0);
 
 /// embedding_shard_forward / _backward: out is (numel of ids, cols of wte_shard), first_id ≥ 0 and
 /// every id a token. `read_host()` returns the ids in host memory, indexable by row; it is called
 /// after the shape checks, and what it returned is returned (embedding_shard_backward uses it).
 template <typename ReadHost>
-auto check_embedding_shard(const Device& dev, const char* what, const Tensor& out,
-                           const Tensor& ids, const Tensor& wte_shard, int64_t first_id,
-                           ReadHost read_host) {
-  check_all_on(dev, what, out, ids, wte_shard);
+auto check_embedding_shard(const Device& dev, Kernel kernel, const Tensor& out, const Tensor& ids,
+                           const Tensor& wte_shard, int64_t first_id, ReadHost read_host) {
+  const char* what = kernel_name(kernel);
+  check_all_on(dev, kernel, out, ids, wte_shard);
   const int64_t n = ids.numel(), h = wte_shard.cols();
   TP_CHECK(first_id >= 0, what, ": first_id=", first_id, " must be ≥ 0");
   TP_CHECK(out.rows() == n && out.cols() == h, what, ": ", out.shape().str(), " should be ", n, "x",
@@ -134,7 +134,7 @@ void check_rmsnorm_backward(const Device& dev, const Tensor& dx, const Tensor& d
 /// The residual add of a fused add + norm: s = x + r (add_layernorm_forward, add_rmsnorm_forward;
 /// the backward's dx = dres + the norm's, layernorm_backward_add: s = dx, x = dres, r = dy): s, x,
 /// r on this device, one shape, s and x of one dtype (the dtypes are the unfused kernels' to check).
-void check_add_norm(const Device& dev, const char* what, const Tensor& s, const Tensor& x,
+void check_add_norm(const Device& dev, Kernel kernel, const Tensor& s, const Tensor& x,
                     const Tensor& r);
 
 void check_attention_forward(const Device& dev, const Tensor& out, const Tensor& probs,
@@ -160,8 +160,9 @@ int64_t check_vocab_sum_exp_target(const Device& dev, const Tensor& sum_exp,
                                    const Tensor& target_logit, const Tensor& logits,
                                    const Tensor& row_max, const Tensor& targets,
                                    const VocabShard& shard, ReadHost read_host) {
-  const char* what = "vocab_sum_exp_target";
-  check_all_on(dev, what, sum_exp, target_logit, logits, row_max, targets);
+  constexpr Kernel kernel = Kernel::vocab_sum_exp_target;
+  const char* what = kernel_name(kernel);
+  check_all_on(dev, kernel, sum_exp, target_logit, logits, row_max, targets);
   const int64_t real = real_columns(what, shard, logits.cols());
   check_rows(what, "sum_exp", sum_exp, logits);
   check_rows(what, "target_logit", target_logit, logits);
@@ -180,8 +181,9 @@ int64_t check_vocab_softmax_backward(const Device& dev, const Tensor& dlogits, c
                                      const Tensor& row_max, const Tensor& sum_exp,
                                      const Tensor& targets, const VocabShard& shard,
                                      ReadHost read_host) {
-  const char* what = "vocab_softmax_backward";
-  check_all_on(dev, what, dlogits, logits, row_max, sum_exp, targets);
+  constexpr Kernel kernel = Kernel::vocab_softmax_backward;
+  const char* what = kernel_name(kernel);
+  check_all_on(dev, kernel, dlogits, logits, row_max, sum_exp, targets);
   const int64_t n = logits.rows(), cols = logits.cols();
   TP_CHECK(dlogits.rows() == n && dlogits.cols() == cols, what, ": dlogits ", dlogits.shape().str(),
            " should match logits ", logits.shape().str());

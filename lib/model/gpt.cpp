@@ -12,42 +12,43 @@ std::vector<float> as_float(const std::vector<int32_t>& v) {
   return std::vector<float>(v.begin(), v.end());
 }
 
-// The kernels a --precision bf16 step (and generation) hands bf16 tensors; the optimizer, the
-// gradient norm and initialisation see f32 only.
-constexpr const char* kBf16Kernels[] = {"gemm",
-                                        "add_bias",
-                                        "add_bias_backward",
-                                        "axpy",
-                                        "mul",
-                                        "gelu_forward",
-                                        "gelu_backward",
-                                        "swiglu_forward",
-                                        "swiglu_backward",
-                                        "layernorm_forward",
-                                        "layernorm_backward",
-                                        "rmsnorm_forward",
-                                        "rmsnorm_backward",
-                                        "attention_forward",
-                                        "attention_backward",
-                                        "embedding_shard_forward",
-                                        "embedding_shard_backward",
-                                        "position_forward",
-                                        "position_backward",
-                                        "vocab_max",
-                                        "vocab_sum_exp_target",
-                                        "vocab_softmax_backward"};
-
 // Bad input before anything runs: a backend without a bf16 kernel the step needs is named in one
 // line (the same on every rank: the backend comes from the command line).
 void check_bf16_kernels(const Device& device) {
   std::string missing;
-  for (const char* k : kBf16Kernels)
-    if (!device.takes_bf16(k)) missing += (missing.empty() ? "" : ", ") + std::string(k);
+  for (const Kernel k : kAllKernels)
+    if (Gpt::bf16_kernels().contains(k) && !device.takes_bf16(k))
+      missing += (missing.empty() ? "" : ", ") + std::string(kernel_name(k));
   TP_CHECK_INPUT(missing.empty(), device.backend(),
                  ": --precision bf16 needs bf16 kernels this backend lacks (", missing,
                  "); use --precision fp32");
 }
 }  // namespace
+
+KernelSet Gpt::bf16_kernels() {
+  return {Kernel::gemm,
+          Kernel::add_bias,
+          Kernel::add_bias_backward,
+          Kernel::axpy,
+          Kernel::mul,
+          Kernel::gelu_forward,
+          Kernel::gelu_backward,
+          Kernel::swiglu_forward,
+          Kernel::swiglu_backward,
+          Kernel::layernorm_forward,
+          Kernel::layernorm_backward,
+          Kernel::rmsnorm_forward,
+          Kernel::rmsnorm_backward,
+          Kernel::attention_forward,
+          Kernel::attention_backward,
+          Kernel::embedding_shard_forward,
+          Kernel::embedding_shard_backward,
+          Kernel::position_forward,
+          Kernel::position_backward,
+          Kernel::vocab_max,
+          Kernel::vocab_sum_exp_target,
+          Kernel::vocab_softmax_backward};
+}
 
 Gpt::Gpt(Device& device, Communicator& comm, const GptConfig& cfg)
     : Gpt(device, comm, cfg, StageLayout{}) {}

@@ -78,6 +78,10 @@ struct KvCache {
 
 class Gpt {
  public:
+  /// The kernels a --precision bf16 step (and generation) hands bf16 tensors; the optimizer, the
+  /// gradient norm and initialisation see f32 only. The constructor refuses bf16 on a backend that
+  /// does not take each of them (Device::takes_bf16).
+  static KernelSet bf16_kernels();
   /// Validates cfg for t = comm.size() first (a bad-input error listing every problem).
   Gpt(Device& device, Communicator& comm, const GptConfig& cfg);
   /// One pipeline stage's part of the model: the parameters it holds and nothing else (their

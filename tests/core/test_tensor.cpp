@@ -141,8 +141,8 @@ TEST(Dtype, AnF32OnlyKernelRefusesBf16WithOneLineNamingItAndTheBackend) {
   Tensor p(dev, Shape{8}, Dtype::bf16), g = Tensor::zeros(dev, Shape{8});
   Tensor m = Tensor::zeros(dev, Shape{8}), v = Tensor::zeros(dev, Shape{8});
   EXPECT_EQ(dev.backend(), "cpu");
-  EXPECT_FALSE(dev.takes_bf16("adamw_step"));
-  EXPECT_TRUE(dev.takes_bf16("layernorm_forward"));
+  EXPECT_FALSE(dev.takes_bf16(tp::Kernel::adamw_step));
+  EXPECT_TRUE(dev.takes_bf16(tp::Kernel::layernorm_forward));
   try {
     dev.adamw_step(p, g, m, v, AdamWParams{}, 1);
     ADD_FAILURE() << "adamw_step took bf16";

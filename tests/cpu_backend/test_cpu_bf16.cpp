@@ -32,6 +32,7 @@ namespace {
 
 using tp::Device;
 using tp::Dtype;
+using tp::Kernel;
 using tp::Shape;
 using tp::Tensor;
 using tp::testing::random_vector;
@@ -39,8 +40,8 @@ using tp::testing::random_vector;
 // The stand-in path on the CPU: the same device with only the GEMM native (as CpuDevice has it).
 class StandInCpuDevice : public tp::CpuDevice {
  public:
-  bool native_bf16(const std::string& kernel) const override {
-    return kernel == "gemm" && CpuDevice::native_bf16(kernel);
+  bool native_bf16(Kernel kernel) const override {
+    return kernel == Kernel::gemm && CpuDevice::native_bf16(kernel);
   }
 };
 
@@ -110,14 +111,15 @@ using Call = std::function<void(Device&, std::vector<Tensor>&)>;
 
 // Runs `call` on the native device and on the stand-in device for every shape and every mix of
 // the args' dtypes, and expects each tensor's bits to match.
-void expect_stand_in_bits(const char* kernel, const std::vector<Arg>& args, const Call& call) {
-  ASSERT_TRUE(native().native_bf16(kernel)) << kernel;
-  ASSERT_FALSE(stand_in().native_bf16(kernel)) << kernel;
+void expect_stand_in_bits(Kernel kernel, const std::vector<Arg>& args, const Call& call) {
+  const char* name = tp::kernel_name(kernel);
+  ASSERT_TRUE(native().native_bf16(kernel)) << name;
+  ASSERT_FALSE(stand_in().native_bf16(kernel)) << name;
   const int n = static_cast<int>(args.size());
   for (const Shape& s : kShapes) {
     for (int mask = 1; mask < (1 << n); ++mask) {  // bit j: args[j] is bf16 (0: all f32, no test)
       std::string tag =
-          std::string(kernel) + " " + std::to_string(s[0]) + "x" + std::to_string(s[1]) + " dtypes";
+          std::string(name) + " " + std::to_string(s[0]) + "x" + std::to_string(s[1]) + " dtypes";
       std::vector<Tensor> nat, ref;
       for (int j = 0; j < n; ++j) {
         const Dtype d = (mask >> j & 1) ? Dtype::bf16 : Dtype::f32;
@@ -129,7 +131,7 @@ void expect_stand_in_bits(const char* kernel, const std::vector<Arg>& args, cons
             args[j].scale == 0
                 ? std::vector<float>(static_cast<size_t>(shape.numel()),
                                      std::numeric_limits<float>::quiet_NaN())
-                : awkward(std::string(kernel) + args[j].name, shape.numel(), args[j].scale);
+                : awkward(std::string(name) + args[j].name, shape.numel(), args[j].scale);
         nat.push_back(Tensor::from_host(native(), shape, v, d));
         ref.push_back(Tensor::from_host(stand_in(), shape, v, d));
       }
@@ -147,12 +149,12 @@ void expect_stand_in_bits(const char* kernel, const std::vector<Arg>& args, cons
 
 TEST(CpuBf16Native, FillScaleAndMulAreTheStandInPathBitForBit) {
   for (const float v : {1.3f, from_bits(0x3f808000u)})  // the second a tie: 1 + 2^−8
-    expect_stand_in_bits("fill", {{Arg::Matrix, "x", 0.0f}},
+    expect_stand_in_bits(Kernel::fill, {{Arg::Matrix, "x", 0.0f}},
                          [&](Device& dev, std::vector<Tensor>& t) { dev.fill(t[0], v); });
-  expect_stand_in_bits("scale", {{Arg::Matrix, "x", 3.0f}},
+  expect_stand_in_bits(Kernel::scale, {{Arg::Matrix, "x", 3.0f}},
                        [](Device& dev, std::vector<Tensor>& t) { dev.scale(t[0], -0.37f); });
   expect_stand_in_bits(
-      "mul", {{Arg::Matrix, "x", 3.0f}, {Arg::Matrix, "m", 2.0f}, {Arg::Matrix, "y", 0.0f}},
+      Kernel::mul, {{Arg::Matrix, "x", 3.0f}, {Arg::Matrix, "m", 2.0f}, {Arg::Matrix, "y", 0.0f}},
       [](Device& dev, std::vector<Tensor>& t) {
     dev.mul(t[0], t[1], t[2]);
     dev.mul(t[2], t[1], t[2]);  // y may alias x
@@ -161,34 +163,34 @@ TEST(CpuBf16Native, FillScaleAndMulAreTheStandInPathBitForBit) {
 
 TEST(CpuBf16Native, AxpyIsTheStandInPathBitForBit) {
   for (const float alpha : {1.0f, -0.37f})
-    expect_stand_in_bits("axpy", {{Arg::Matrix, "x", 3.0f}, {Arg::Matrix, "y", 2.0f}},
+    expect_stand_in_bits(Kernel::axpy, {{Arg::Matrix, "x", 3.0f}, {Arg::Matrix, "y", 2.0f}},
                          [&](Device& dev, std::vector<Tensor>& t) { dev.axpy(alpha, t[0], t[1]); });
 }
 
 TEST(CpuBf16Native, AddBiasAndItsBackwardAreTheStandInPathBitForBit) {
-  expect_stand_in_bits("add_bias", {{Arg::Matrix, "y", 2.0f}, {Arg::Row, "b", 1.0f}},
+  expect_stand_in_bits(Kernel::add_bias, {{Arg::Matrix, "y", 2.0f}, {Arg::Row, "b", 1.0f}},
                        [](Device& dev, std::vector<Tensor>& t) { dev.add_bias(t[0], t[1]); });
   // db accumulates: it starts from values, not NaN.
   expect_stand_in_bits(
-      "add_bias_backward", {{Arg::Row, "db", 1.0f}, {Arg::Matrix, "dy", 2.0f}},
+      Kernel::add_bias_backward, {{Arg::Row, "db", 1.0f}, {Arg::Matrix, "dy", 2.0f}},
       [](Device& dev, std::vector<Tensor>& t) { dev.add_bias_backward(t[0], t[1]); });
 }
 
 TEST(CpuBf16Native, GeluForwardAndBackwardAreTheStandInPathBitForBit) {
-  expect_stand_in_bits("gelu_forward", {{Arg::Matrix, "y", 0.0f}, {Arg::Matrix, "x", 4.0f}},
+  expect_stand_in_bits(Kernel::gelu_forward, {{Arg::Matrix, "y", 0.0f}, {Arg::Matrix, "x", 4.0f}},
                        [](Device& dev, std::vector<Tensor>& t) { dev.gelu_forward(t[0], t[1]); });
   expect_stand_in_bits(
-      "gelu_backward",
+      Kernel::gelu_backward,
       {{Arg::Matrix, "dx", 0.0f}, {Arg::Matrix, "dy", 2.0f}, {Arg::Matrix, "x", 4.0f}},
       [](Device& dev, std::vector<Tensor>& t) { dev.gelu_backward(t[0], t[1], t[2]); });
 }
 
 TEST(CpuBf16Native, BiasGeluForwardAndBackwardAreTheStandInPathBitForBit) {
   expect_stand_in_bits(
-      "bias_gelu_forward",
+      Kernel::bias_gelu_forward,
       {{Arg::Matrix, "y", 0.0f}, {Arg::Matrix, "x", 4.0f}, {Arg::Row, "b", 1.0f}},
       [](Device& dev, std::vector<Tensor>& t) { dev.bias_gelu_forward(t[0], t[1], t[2]); });
-  expect_stand_in_bits("bias_gelu_backward",
+  expect_stand_in_bits(Kernel::bias_gelu_backward,
                        {{Arg::Matrix, "dx", 0.0f},
                         {Arg::Row, "db", 1.0f},
                         {Arg::Matrix, "dy", 2.0f},
@@ -208,7 +210,7 @@ const Arg kX{Arg::Matrix, "x", 3.0f}, kW{Arg::Row, "w", 2.0f}, kDy{Arg::Matrix, 
     kDw{Arg::Row, "dw", 1.0f}, kRstd{Arg::Column, "rstd", 4.0f};
 
 TEST(CpuBf16Native, LayerNormForwardAndBackwardAreTheStandInPathBitForBit) {
-  expect_stand_in_bits("layernorm_forward",
+  expect_stand_in_bits(Kernel::layernorm_forward,
                        {{Arg::Matrix, "y", 0.0f},
                         {Arg::Column, "mean", 0.0f},
                         {Arg::Column, "rstd", 0.0f},
@@ -218,7 +220,7 @@ TEST(CpuBf16Native, LayerNormForwardAndBackwardAreTheStandInPathBitForBit) {
                        [](Device& dev, std::vector<Tensor>& t) {
     dev.layernorm_forward(t[0], t[1], t[2], t[3], t[4], t[5], kEps);
   });
-  expect_stand_in_bits("layernorm_backward",
+  expect_stand_in_bits(Kernel::layernorm_backward,
                        {{Arg::Matrix, "dx", 0.0f},
                         kDw,
                         {Arg::Row, "db", 1.0f},
@@ -233,12 +235,13 @@ TEST(CpuBf16Native, LayerNormForwardAndBackwardAreTheStandInPathBitForBit) {
 }
 
 TEST(CpuBf16Native, RmsNormForwardAndBackwardAreTheStandInPathBitForBit) {
-  expect_stand_in_bits("rmsnorm_forward",
+  expect_stand_in_bits(Kernel::rmsnorm_forward,
                        {{Arg::Matrix, "y", 0.0f}, {Arg::Column, "rstd", 0.0f}, kX, kW},
                        [](Device& dev, std::vector<Tensor>& t) {
     dev.rmsnorm_forward(t[0], t[1], t[2], t[3], kEps);
   });
-  expect_stand_in_bits("rmsnorm_backward", {{Arg::Matrix, "dx", 0.0f}, kDw, kDy, kX, kW, kRstd},
+  expect_stand_in_bits(Kernel::rmsnorm_backward,
+                       {{Arg::Matrix, "dx", 0.0f}, kDw, kDy, kX, kW, kRstd},
                        [](Device& dev, std::vector<Tensor>& t) {
     dev.rmsnorm_backward(t[0], t[1], t[2], t[3], t[4], t[5]);
   });

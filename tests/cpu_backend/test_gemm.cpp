@@ -320,8 +320,8 @@ TEST(Bf16Gemm, OnednnEqualsStandInThroughTheDevice) {
   if (!onednn_bf16_here())
     GTEST_SKIP() << "built without oneDNN, or no oneDNN bf16 kernel on this CPU";
   auto onednn = cpu_device_with("onednn"), sgemm = cpu_device_with("sgemm");
-  EXPECT_TRUE(onednn->native_bf16("gemm"));
-  EXPECT_FALSE(sgemm->native_bf16("gemm"));
+  EXPECT_TRUE(onednn->native_bf16(tp::Kernel::gemm));
+  EXPECT_FALSE(sgemm->native_bf16(tp::Kernel::gemm));
   EXPECT_EQ(onednn->bf16_gemm_note().rfind("oneDNN (", 0), 0u) << onednn->bf16_gemm_note();
   const int64_t m = 96, n = 80, k = 256;
   for (bool ta : {false, true})

@@ -633,42 +633,20 @@ void on_both(const char* what, Fn&& fn) {
   EXPECT_GT(stand_in().memory().allocations, ref_before) << what << ": no stand-in was made";
 }
 
+// Which kernels are native, as properties of the two devices' answers over every Kernel: each
+// takes the model's bf16 kernels and runs natively only kernels it takes; the GPU runs every
+// kernel of the bf16 step natively (the tests below compare each with the stand-in path), the
+// reference only the GEMM.
 TEST(GpuBf16Native, WhichKernelsAreNative) {
   REQUIRE_GPU();
-  for (const char* k : {"gemm",
-                        "fill",
-                        "scale",
-                        "axpy",
-                        "mul",
-                        "sum_squares",
-                        "add_bias",
-                        "add_bias_backward",
-                        "copy_columns",
-                        "fill_random",
-                        "dropout_mask",
-                        "gelu_forward",
-                        "gelu_backward",
-                        "swiglu_forward",
-                        "swiglu_backward",
-                        "layernorm_forward",
-                        "layernorm_backward",
-                        "rmsnorm_forward",
-                        "rmsnorm_backward",
-                        "embedding_shard_forward",
-                        "embedding_shard_backward",
-                        "position_forward",
-                        "position_backward",
-                        "vocab_max",
-                        "vocab_sum_exp_target",
-                        "vocab_loss",
-                        "vocab_softmax_backward",
-                        "attention_forward",
-                        "attention_backward"}) {
-    EXPECT_TRUE(gpu().native_bf16(k)) << k;
-    EXPECT_EQ(stand_in().native_bf16(k), std::string(k) == "gemm") << k;
+  tp::testing::check_bf16_kernel_answers(gpu());
+  tp::testing::check_bf16_kernel_answers(stand_in());
+  for (const Kernel k : kAllKernels) {
+    EXPECT_TRUE(!Gpt::bf16_kernels().contains(k) || gpu().native_bf16(k)) << kernel_name(k);
+    EXPECT_EQ(stand_in().native_bf16(k), k == Kernel::gemm) << kernel_name(k);
   }
-  EXPECT_FALSE(gpu().native_bf16("attention_cached_forward"));  // generation only: stand-ins
-  EXPECT_FALSE(gpu().takes_bf16("adamw_step"));                 // the fp32 master's update
+  EXPECT_FALSE(gpu().native_bf16(Kernel::attention_cached_forward));  // generation: stand-ins
+  EXPECT_FALSE(gpu().takes_bf16(Kernel::adamw_step));                 // the fp32 master's update
 }
 
 TEST(GpuBf16Native, ElementwiseBiasColumnsAndRandomBitForBit) {

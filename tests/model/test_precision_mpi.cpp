@@ -139,8 +139,8 @@ INSTANTIATE_TEST_SUITE_P(Precision, Bf16AtEveryT,
 // backward, plain, with SP, and with the other paths (SwiGLU, RMSNorm, GQA, untied head, dropout).
 class StandInCpuDevice : public CpuDevice {
  public:
-  bool native_bf16(const std::string& kernel) const override {
-    return kernel == "gemm" && CpuDevice::native_bf16(kernel);
+  bool native_bf16(Kernel kernel) const override {
+    return kernel == Kernel::gemm && CpuDevice::native_bf16(kernel);
   }
 };
 
@@ -341,8 +341,8 @@ TEST(Bf16Config, PrecisionNamesParseAndAnUnknownOneIsBadInput) {
 // A CPU device that lacks one bf16 kernel, as a backend without it would.
 class NoBf16LayerNorm : public CpuDevice {
  public:
-  bool takes_bf16(const std::string& kernel) const override {
-    return kernel != "layernorm_forward" && CpuDevice::takes_bf16(kernel);
+  bool takes_bf16(Kernel kernel) const override {
+    return kernel != Kernel::layernorm_forward && CpuDevice::takes_bf16(kernel);
   }
 };
 
@@ -363,6 +363,14 @@ TEST(Bf16Config, ABackendLackingABf16KernelIsBadInputInOneLineBeforeAnythingRuns
         << msg;
   }
   EXPECT_NO_THROW(Gpt(dev, solo, tiny(Precision::Fp32)));  // fp32 needs none
+}
+
+// The CPU's answers over every Kernel (core/kernel.h): it takes every kernel of the model's bf16
+// step, natively only kernels it takes, the optimizer's update in f32 only.
+TEST(Bf16Config, TheCpuTakesEveryKernelOfTheBf16Step) {
+  tp::testing::check_bf16_kernel_answers(device());
+  tp::testing::check_bf16_kernel_answers(StandInCpuDevice());
+  EXPECT_FALSE(device().takes_bf16(Kernel::adamw_step));
 }
 
 }  // namespace
