@@ -18,18 +18,15 @@ import re
 import subprocess
 import sys
 
+from lesson_table import lessons
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 RUN = re.compile(r"mpirun(?:\.\w+)? -np (\d+) (?:\S*/)?build/bin/lesson_(\w+)")
 
 
 def table():
-    rows = {}
-    with open(os.path.join(ROOT, "lessons/lessons.txt"), encoding="utf-8") as fh:
-        for line in fh:
-            f = line.split()
-            if len(f) in (2, 3) and not line.startswith("#"):  # name, ranks [, launch]
-                rows[f[0]] = int(f[1])
-    return rows
+    """{name: ranks} from lessons/lessons.txt."""
+    return dict(lessons())
 
 
 def accepted(build, name):

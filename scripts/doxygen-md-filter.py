@@ -29,19 +29,11 @@ import os
 import re
 import sys
 
+from lesson_table import lessons
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 FENCE = re.compile(r"^\s*(```|~~~)")
 
-
-def lessons():
-    """[(name, ranks)] from lessons/lessons.txt, in order."""
-    rows = []
-    with open(os.path.join(ROOT, "lessons", "lessons.txt"), encoding="utf-8") as fh:
-        for line in fh:
-            f = line.split()
-            if len(f) in (2, 3) and not line.startswith("#"):  # name, ranks [, launch]
-                rows.append((f[0], f[1]))
-    return rows
 
 
 def page_id(name):

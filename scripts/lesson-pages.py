@@ -60,6 +60,8 @@ import subprocess
 import sys
 import time
 
+from lesson_table import lessons
+
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 BUILD = os.environ.get("BUILD", "build")
 
@@ -124,16 +126,6 @@ def nccl_timed_columns(names, units):
         if m.end() in ends:
             timed.add(ends.index(m.end()))
     return len(ends), timed
-
-
-def lessons():
-    rows = []
-    with open(os.path.join(ROOT, "lessons", "lessons.txt"), encoding="utf-8") as fh:
-        for line in fh:
-            f = line.split()
-            if len(f) in (2, 3) and not line.startswith("#"):  # name, ranks [, launch]
-                rows.append((f[0], int(f[1])))
-    return rows
 
 
 def page_path(name):

@@ -26,6 +26,7 @@
 #include "lesson.h"
 #include "model/data.h"
 #include "model/gpt.h"
+#include "model/presets.h"
 #include "model/train.h"
 #include "observe/svg_plot.h"
 
@@ -243,12 +244,7 @@ int main(int argc, char** argv) {
     const int64_t steps = 40;
     L.step("A tiny GPT, trained " + std::to_string(steps) + " steps at t = " + std::to_string(t) +
            " and at t = 1 in this same program.");
-    GptConfig g;
-    g.layers = 2;
-    g.hidden = 32;
-    g.heads = 4;
-    g.vocab = 32;
-    g.seq = 16;
+    const GptConfig g = lesson_gpt(/*layers=*/2, /*hidden=*/32, /*vocab=*/32, /*seq=*/16);
     MarkovSource data(g.vocab, 11);
     L.say("  model: ", g.str(), "; data: ", data.describe());
     Gpt tp_model(dev, world, g), one(dev, solo, g);

@@ -302,12 +302,7 @@ int main(int argc, char** argv) {
     L.step(
         "What one block keeps for backward, per rank: the MemoryLedger of a real Gpt, and the "
         "formula.");
-    GptConfig cfg;
-    cfg.layers = 1;
-    cfg.hidden = 32;
-    cfg.heads = 4;
-    cfg.vocab = 64;
-    cfg.seq = 8;
+    GptConfig cfg = lesson_gpt(/*layers=*/1, /*hidden=*/32, /*vocab=*/64, /*seq=*/8);
     cfg.dropout = 0.1f;
     const int64_t S = cfg.seq, B = 2, N = S * B;
     GptConfig cfg_sp = cfg;
@@ -458,12 +453,7 @@ int main(int argc, char** argv) {
     L.step(
         "Forget finish_gradients(): partial gradients of the replicated parameters, caught by the "
         "audit.");
-    GptConfig small;
-    small.layers = 1;
-    small.hidden = 16;
-    small.heads = 4;
-    small.vocab = 32;
-    small.seq = 8;
+    const GptConfig small = lesson_gpt(/*layers=*/1, /*hidden=*/16, /*vocab=*/32, /*seq=*/8);
     GptConfig small_sp = small;
     small_sp.sp = true;
     const Batch b5 = MarkovSource(small.vocab, 5).batch(0, 2, small.seq);

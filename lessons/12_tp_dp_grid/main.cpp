@@ -30,6 +30,7 @@
 #include "lesson.h"
 #include "model/data.h"
 #include "model/gpt.h"
+#include "model/presets.h"
 #include "model/train.h"
 #include "parallel/process_grid.h"
 
@@ -165,12 +166,7 @@ int main(int argc, char** argv) {
     L.step("A tiny GPT, " + std::to_string(steps) + " steps at tp " + std::to_string(tp) +
            " × dp " + std::to_string(dp) + " and at tp 1 × dp 1, on the same global batch of " +
            std::to_string(B) + " sequences.");
-    GptConfig g;
-    g.layers = 1;
-    g.hidden = 32;
-    g.heads = 4;
-    g.vocab = 32;
-    g.seq = 8;
+    const GptConfig g = lesson_gpt(/*layers=*/1, /*hidden=*/32, /*vocab=*/32, /*seq=*/8);
     MarkovSource data(g.vocab, 12);
     SerialCommunicator solo;
     ProcessGrid one_grid(solo, 1);

@@ -28,6 +28,7 @@
 #include "model/data.h"
 #include "model/gpt.h"
 #include "model/memory.h"
+#include "model/presets.h"
 #include "model/train.h"
 #include "observe/timeline.h"
 #include "parallel/pipeline_parallel.h"
@@ -90,13 +91,7 @@ int main(int argc, char** argv) {
     L.step("The stages: np " + std::to_string(N) + " = pp " + std::to_string(N) +
            ", a GPT of 8 blocks cut into " + std::to_string(N) + " stages.");
     ProcessGrid grid(world, GridAxes{1, N}, L.node_of_rank());
-    GptConfig g;
-    g.layers = 8;
-    g.hidden = 64;
-    g.heads = 4;
-    g.ffn = 256;
-    g.vocab = 64;
-    g.seq = 32;
+    const GptConfig g = lesson_gpt(/*layers=*/8, /*hidden=*/64, /*vocab=*/64, /*seq=*/32);
     const int64_t B = 2 * m;  // 2 sequences per micro-batch
     const StageLayout stage = pipeline_stage_layout(grid, g);
     L.say("  model: ", g.str(), "; batch ", B, " sequences = m ", m, " micro-batches of ", B / m);

@@ -121,15 +121,7 @@ Sent sent(const CommLedger& ledger, size_t from, size_t to) {
   return s;
 }
 
-GptConfig tiny_model() {
-  GptConfig g;
-  g.layers = 2;
-  g.hidden = 64;
-  g.heads = 4;
-  g.vocab = 64;
-  g.seq = 16;
-  return g;
-}
+GptConfig tiny_model() { return lesson_gpt(/*layers=*/2, /*hidden=*/64, /*vocab=*/64, /*seq=*/16); }
 
 // 6. The articles' layout for a 70B model, from the pipeline preflight.
 void seventy_b(lesson::Lesson& L) {

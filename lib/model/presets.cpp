@@ -4,77 +4,67 @@
 
 namespace tp {
 
-GptConfig model_preset(const std::string& name) {
-  GptConfig c;
-  auto set = [&](int64_t L, int64_t h, int64_t nh, int64_t nkv, int64_t f, int64_t V, int64_t S,
-                 Activation act, NormKind norm, bool tied) {
-    c.layers = L;
-    c.hidden = h;
-    c.heads = nh;
-    c.kv_heads = nkv;
-    c.ffn = f;
-    c.vocab = V;
-    c.seq = S;
-    c.act = act;
-    c.norm = norm;
-    c.tied = tied;
-  };
-  if (name == "gpt2-small")
-    set(12, 768, 12, 12, 3072, 50257, 1024, Activation::Gelu, NormKind::LayerNorm, true);
-  else if (name == "gpt2-medium")
-    set(24, 1024, 16, 16, 4096, 50257, 1024, Activation::Gelu, NormKind::LayerNorm, true);
-  else if (name == "qwen3-8b")  // [A3]'s model, at its 8K-token sample
-    set(36, 4096, 32, 8, 12288, 151936, 8192, Activation::SwiGlu, NormKind::RmsNorm, false);
-  else if (name == "llama2-7b")
-    set(32, 4096, 32, 32, 11008, 32000, 4096, Activation::SwiGlu, NormKind::RmsNorm, false);
-  else if (name == "llama2-70b")
-    set(80, 8192, 64, 8, 28672, 32000, 4096, Activation::SwiGlu, NormKind::RmsNorm, false);
-  else {
-    std::string names;
-    for (const auto& n : model_preset_names()) names += (names.empty() ? "" : ", ") + n;
-    TP_CHECK_INPUT(false, "--model=", name, ": expected one of ", names);
-  }
+GptConfig gpt_shape(int64_t layers, int64_t hidden, int64_t heads, int64_t kv_heads, int64_t ffn,
+                    int64_t vocab, int64_t seq) {
+  // GptConfig is an aggregate whose first seven fields are these, in this order (config.h);
+  // the rest keep their defaults.
+  return GptConfig{layers, hidden, heads, kv_heads, ffn, vocab, seq};
+}
+
+namespace {
+
+// The Llama family's choices over a shape: SwiGLU, RMSNorm, an LM head of its own. (GPT-2's
+// GeLU, LayerNorm and tied head are GptConfig's defaults.)
+GptConfig llama_like(GptConfig c) {
+  c.act = Activation::SwiGlu;
+  c.norm = NormKind::RmsNorm;
+  c.tied = false;
   return c;
 }
 
+struct Preset {
+  const char* name;
+  GptConfig config;
+};
+
+// One row a published model (presets.h has the legend); model_preset and --help read it.
+const Preset kPresets[] = {
+    {"gpt2-small", gpt_shape(12, 768, 12, 12, 3072, 50257, 1024)},
+    {"gpt2-medium", gpt_shape(24, 1024, 16, 16, 4096, 50257, 1024)},
+    {"qwen3-8b", llama_like(gpt_shape(36, 4096, 32, 8, 12288, 151936, 8192))},  // [A3], 8K tokens
+    {"llama2-7b", llama_like(gpt_shape(32, 4096, 32, 32, 11008, 32000, 4096))},
+    {"llama2-70b", llama_like(gpt_shape(80, 8192, 64, 8, 28672, 32000, 4096))},
+};
+
+}  // namespace
+
+GptConfig model_preset(const std::string& name) {
+  for (const Preset& p : kPresets)
+    if (name == p.name) return p.config;
+  std::string names;
+  for (const auto& n : model_preset_names()) names += (names.empty() ? "" : ", ") + n;
+  TP_CHECK_INPUT(false, "--model=", name, ": expected one of ", names);
+  return GptConfig{};  // not reached: TP_CHECK_INPUT(false, ...) throws
+}
+
 std::vector<std::string> model_preset_names() {
-  return {"gpt2-small", "gpt2-medium", "qwen3-8b", "llama2-7b", "llama2-70b"};
+  std::vector<std::string> names;
+  for (const Preset& p : kPresets) names.push_back(p.name);
+  return names;
 }
 
 GptConfig tiny_gpt(int64_t layers) {
-  GptConfig c;
-  c.layers = layers;
-  c.hidden = 24;
-  c.heads = 12;
-  c.kv_heads = 12;
-  c.ffn = 48;
-  c.vocab = 32;
-  c.seq = 12;
+  GptConfig c = gpt_shape(layers, 24, 12, 12, 48, 32, 12);
   c.init_std = 0.1f;
   return c;
 }
 
-GptConfig small_gpt(int64_t seq) {
-  GptConfig c;
-  c.layers = 2;
-  c.hidden = 48;
-  c.heads = 12;
-  c.kv_heads = 12;
-  c.ffn = 96;
-  c.vocab = 64;
-  c.seq = seq;
-  return c;
-}
+GptConfig small_gpt(int64_t seq) { return gpt_shape(2, 48, 12, 12, 96, 64, seq); }
 
-GptConfig mini_gpt() {
-  GptConfig c;
-  c.layers = 1;
-  c.hidden = 16;
-  c.heads = 2;
-  c.ffn = 32;
-  c.vocab = 16;
-  c.seq = 4;
-  return c;
+GptConfig mini_gpt() { return gpt_shape(1, 16, 2, 0, 32, 16, 4); }
+
+GptConfig lesson_gpt(int64_t layers, int64_t hidden, int64_t vocab, int64_t seq) {
+  return gpt_shape(layers, hidden, 4, 0, 0, vocab, seq);
 }
 
 }  // namespace tp

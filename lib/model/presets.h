@@ -16,6 +16,7 @@
 //   tiny_gpt       L    24    12  12   48     32      12    init_std 0.1
 //   small_gpt      2    48    12  12   96     64      S
 //   mini_gpt       1    16    2   2    32     16      4
+//   lesson_gpt     L    h     4   4    4h     V       S
 #pragma once
 
 #include <cstdint>
@@ -25,6 +26,12 @@
 #include "model/config.h"
 
 namespace tp {
+
+/// A GeLU, LayerNorm, tied GPT of the sizes given in the legend's order: L, h, nh, nkv, f, V, S
+/// (nkv = 0 means nh and f = 0 means 4h, as in GptConfig); every other field GptConfig's default.
+/// For a test's one-off shape; a shape that several programs use gets a name below.
+GptConfig gpt_shape(int64_t layers, int64_t hidden, int64_t heads, int64_t kv_heads, int64_t ffn,
+                    int64_t vocab, int64_t seq);
 
 /// The named model shapes tp_preflight --model knows: "gpt2-small", "gpt2-medium", "qwen3-8b",
 /// "llama2-7b", "llama2-70b". Throws a bad-input tp::Error naming them for any other name.
@@ -44,5 +51,10 @@ GptConfig small_gpt(int64_t seq = 8);
 /// A GPT of one block small enough for grid and checkpoint tests: h = 16, nh = 2, f = 32, V = 16
 /// (divisible by every t of a 4-rank job: no padding rows), S = 4.
 GptConfig mini_gpt();
+
+/// The small GPTs the lessons train beside one device in seconds: 4 heads (whole heads on each
+/// rank at t = 1, 2, 4), f = 4h, GeLU, LayerNorm, tied; L, h (32 in most lessons), V and S as
+/// the lesson's step needs them. A lesson prints the shape it uses (GptConfig::str()).
+GptConfig lesson_gpt(int64_t layers, int64_t hidden, int64_t vocab, int64_t seq);
 
 }  // namespace tp

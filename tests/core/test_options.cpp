@@ -24,15 +24,18 @@ void parse(Options& o, std::vector<const char*> args) {
   o.parse(static_cast<int>(args.size()), args.data());
 }
 
-// Parses `args` expecting a bad-input error whose message contains `needle`.
-void expect_bad_input(std::vector<const char*> args, const std::string& needle) {
-  Options o = make();
+// Parses `args` with the options `declare` makes, expecting a bad-input error (exit code 2) of
+// one line whose message contains `needle`.
+void expect_bad_input(std::vector<const char*> args, const std::string& needle,
+                      Options (*declare)() = make) {
+  Options o = declare();
   try {
     parse(o, args);
     ADD_FAILURE() << "no error for " << args[0];
   } catch (const tp::Error& e) {
     EXPECT_EQ(e.exit_code(), 2) << e.what();
     EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
   }
 }
 
@@ -179,15 +182,7 @@ Options typed() {
 }
 
 void expect_typed_bad(std::vector<const char*> args, const std::string& needle) {
-  Options o = typed();
-  try {
-    parse(o, args);
-    ADD_FAILURE() << "no error for " << args[0];
-  } catch (const tp::Error& e) {
-    EXPECT_EQ(e.exit_code(), 2) << e.what();
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
-  }
+  expect_bad_input(args, needle, typed);
 }
 
 TEST(Options, IntegersAreCheckedInTheTypeTheyAreStoredIn) {

@@ -29,6 +29,7 @@
 #include "io/durable_write.h"
 #include "io/safetensors.h"
 #include "model/checkpoint_meta.h"
+#include "model/presets.h"
 
 namespace {
 
@@ -947,16 +948,8 @@ struct FakeCheckpoint {
   }
 };
 
-tp::GptConfig small_config() {
-  tp::GptConfig c;
-  c.layers = 2;
-  c.hidden = 24;
-  c.heads = 6;
-  c.vocab = 40;
-  c.seq = 8;
-  c.ffn = 32;
-  return c;
-}
+// L = 2, h = 24, nh = 6, f = 32, V = 40, S = 8.
+tp::GptConfig small_config() { return tp::gpt_shape(2, 24, 6, 0, 32, 40, 8); }
 
 // Expects checked_checkpoint_config (and check_checkpoint_metadata) of the file to refuse it,
 // naming the file and `needle`, on one line.

@@ -6,11 +6,13 @@
 #include <vector>
 
 #include "core/error.h"
+#include "expect_bad_input.h"
 #include "model/data.h"
 
 namespace {
 
 using namespace tp;
+using tp::testing::expect_bad_input;
 
 // ids[i] = i: a row starting at offset o holds o, o + 1, ...
 std::vector<int32_t> counting(int32_t n) {
@@ -42,24 +44,11 @@ TEST(IdSource, RowsAreWindowsAndTargetsTheNextIds) {
 }
 
 TEST(IdSource, TooFewIdsOrAnIdOutsideTheVocabularyIsBadInput) {
-  try {
-    IdSource(counting(5), 50, 5, 7, "five ids");
-    FAIL() << "five ids make no sequence of 5 + 1";
-  } catch (const Error& e) {
-    EXPECT_TRUE(e.is_bad_input());
-    EXPECT_NE(std::string(e.what()).find("five ids has 5 tokens; one training sequence needs"),
-              std::string::npos)
-        << e.what();
-  }
-  try {
-    IdSource(counting(40), 30, 5, 7, "forty ids");
-    FAIL() << "id 30 is outside V = 30";
-  } catch (const Error& e) {
-    EXPECT_TRUE(e.is_bad_input());
-    EXPECT_NE(std::string(e.what()).find("token 30 is id 30, outside the vocabulary [0, 30)"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_bad_input([&] { IdSource(counting(5), 50, 5, 7, "five ids"); },
+                   "five ids has 5 tokens; one training sequence needs",
+                   "five ids (no sequence of 5 + 1)");
+  expect_bad_input([&] { IdSource(counting(40), 30, 5, 7, "forty ids"); },
+                   "token 30 is id 30, outside the vocabulary [0, 30)", "id 30 (outside V = 30)");
 }
 
 }  // namespace

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "expect_bad_input.h"
 #include "model/adamw.h"
 #include "model/data.h"
 #include "model/gpt.h"
@@ -41,6 +42,7 @@
 
 using namespace tp;
 using tp::testing::device;
+using tp::testing::expect_bad_input;
 using tp::testing::world;
 
 namespace {
@@ -223,14 +225,12 @@ TEST(MicroBatches, RefusesAnMThatDoesNotDivideTheReplicaBatch) {
   MarkovSource data(g.vocab, 5);
   StepOptions opts;
   opts.micro_batches = 4;
-  try {
+  expect_bad_input(
+      [&] {
     train_step(grid, device(), run.model, run.opt, data.batch(0, 6, g.seq), 5, 0, 1e-3f, 1.0f, {},
                opts);
-    ADD_FAILURE() << "m = 4 of 6 sequences was accepted";
-  } catch (const Error& e) {
-    EXPECT_TRUE(e.is_bad_input());
-    EXPECT_NE(std::string(e.what()).find("choose one of {1,2,3,6}"), std::string::npos) << e.what();
-  }
+      },
+      "choose one of {1,2,3,6}", "m = 4 of 6 sequences");
   EXPECT_FALSE(step_option_problems(StepOptions{1, 1}, 1, 6, 0.0f).empty());  // zero 1, dp 1
   EXPECT_FALSE(step_option_problems(StepOptions{2, 0}, 1, 6, 0.1f).empty());  // m 2 + dropout
   EXPECT_TRUE(step_option_problems(StepOptions{2, 1}, 2, 8, 0.0f).empty());
@@ -259,6 +259,15 @@ TEST_P(Zero1, TrainsLikePlainDataParallel) {
   const int64_t B = 2 * dp;
   // Bitwise where every sum has two terms (dp 2) and no norm enters the update (no clipping).
   const bool bitwise = dp == 2 && clip == 0.0f;
+  // The two replicas' weights agree: bit for bit, or within 1e-5 (relative, summed in double).
+  auto expect_same_weights = [&] {
+    if (bitwise)
+      EXPECT_TRUE(same_bits(local(zero.model.params(), false), local(plain.model.params(), false)));
+    else
+      EXPECT_LE(rel_error(local(zero.model.params(), false, true),
+                          local(plain.model.params(), false, true)),
+                1e-5);
+  };
   for (int64_t s = 0; s < 3; ++s) {
     const Batch b = data.batch(s, B, g.seq);
     const StepResult want =
@@ -284,14 +293,7 @@ TEST_P(Zero1, TrainsLikePlainDataParallel) {
       EXPECT_LT(want.clip, 1.0f) << "clipping must be active to test the norm";
     }
   }
-  const std::vector<float> wz = local(zero.model.params(), false),
-                           wp = local(plain.model.params(), false);
-  if (bitwise)
-    EXPECT_TRUE(same_bits(wz, wp));
-  else
-    EXPECT_LE(rel_error(local(zero.model.params(), false, true),
-                        local(plain.model.params(), false, true)),
-              1e-5);
+  expect_same_weights();
   // Checkpoints hold global tensors: unshard gathers the moments back (per parameter, this TP
   // rank's shard, as plain DP holds them), and the optimizer goes on sharded or not.
   zero.opt.unshard(zero.model.params());
@@ -305,14 +307,7 @@ TEST_P(Zero1, TrainsLikePlainDataParallel) {
   const Batch b = data.batch(3, B, g.seq);
   train_step(grid, device(), plain.model, plain.opt, b, 5, 3, hp.lr, clip, {}, opts);
   train_step(grid, device(), zero.model, zero.opt, b, 5, 3, hp.lr, clip);
-  const std::vector<float> az = local(zero.model.params(), false),
-                           ap = local(plain.model.params(), false);
-  if (bitwise)
-    EXPECT_TRUE(same_bits(az, ap));
-  else
-    EXPECT_LE(rel_error(local(zero.model.params(), false, true),
-                        local(plain.model.params(), false, true)),
-              1e-5);
+  expect_same_weights();
 }
 
 INSTANTIATE_TEST_SUITE_P(Zero1, Zero1, ::testing::Values(0.0f, 0.5f),

@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "model/memory.h"
 #include "model/pipeline_plan.h"
+#include "model/presets.h"
 
 namespace {
 
@@ -28,12 +29,7 @@ using namespace tp;
 
 PipelineInput small(int t, int pp, int dp, int m, PpSchedule s = PpSchedule::OneFOneB) {
   PipelineInput in;
-  in.base.model.layers = 5;
-  in.base.model.hidden = 48;
-  in.base.model.heads = 12;
-  in.base.model.ffn = 96;
-  in.base.model.vocab = 64;
-  in.base.model.seq = 12;
+  in.base.model = gpt_shape(5, 48, 12, 0, 96, 64, 12);  // L, h, nh, nkv, f, V, S
   in.base.batch = 8;
   in.base.t = t;
   in.pp = pp;
@@ -163,16 +159,7 @@ TEST(PipelinePlan, TrafficOnEachLinkIsItsFormula) {
 TEST(PipelinePlan, LinksFollowTheGridsRankOrder) {
   // The articles' 70B layout: tp 8 inside each node of 8 GPUs, pp 4 and dp 2 across nodes.
   PipelineInput in;
-  in.base.model.layers = 80;
-  in.base.model.hidden = 8192;
-  in.base.model.heads = 64;
-  in.base.model.kv_heads = 8;
-  in.base.model.ffn = 28672;
-  in.base.model.vocab = 32000;
-  in.base.model.seq = 4096;
-  in.base.model.act = Activation::SwiGlu;
-  in.base.model.norm = NormKind::RmsNorm;
-  in.base.model.tied = false;
+  in.base.model = model_preset("llama2-70b");
   in.base.batch = 16;
   in.base.dtype_bytes = 2;
   in.base.t = 8;

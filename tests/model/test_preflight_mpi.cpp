@@ -55,12 +55,7 @@ bool has_one(const std::vector<std::string>& list, const std::string& part) {
 
 PreflightInput small(int t) {
   PreflightInput in;
-  in.model.layers = 2;
-  in.model.hidden = 48;
-  in.model.heads = 12;
-  in.model.ffn = 96;
-  in.model.vocab = 64;
-  in.model.seq = 12;
+  in.model = gpt_shape(2, 48, 12, 0, 96, 64, 12);  // L, h, nh, nkv, f, V, S
   in.batch = 2;
   in.t = t;
   return in;

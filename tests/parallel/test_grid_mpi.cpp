@@ -21,6 +21,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "expect_bad_input.h"
 #include "model/adamw.h"
 #include "model/data.h"
 #include "model/gpt.h"
@@ -32,6 +33,7 @@
 
 using namespace tp;
 using tp::testing::device;
+using tp::testing::expect_bad_input;
 using tp::testing::world;
 
 namespace {
@@ -138,14 +140,9 @@ TEST(Grid, TrainStepRefusesMoreStagesThanBlocks) {
   AdamWParams hp;
   AdamW opt(device(), model.params(), hp);
   MarkovSource data(g.vocab, 5);
-  try {
-    train_step(grid, device(), model, opt, data.batch(0, 2, g.seq), 5, 0, hp.lr, 1.0f);
-    ADD_FAILURE() << "train_step accepted more pipeline stages than blocks";
-  } catch (const Error& e) {
-    EXPECT_TRUE(e.is_bad_input());
-    EXPECT_NE(std::string(e.what()).find("every stage needs at least one block"), std::string::npos)
-        << e.what();
-  }
+  expect_bad_input(
+      [&] { train_step(grid, device(), model, opt, data.batch(0, 2, g.seq), 5, 0, hp.lr, 1.0f); },
+      "every stage needs at least one block", "train_step with more pipeline stages than blocks");
 }
 
 TEST(Grid, NodeOfEachRankAgreesWithTheNodeLocalSplit) {
@@ -186,13 +183,8 @@ TEST(Grid, RefusesDpThatDoesNotDivideNp) {
   for (int bad : {0, -2, 8}) EXPECT_EQ(ProcessGrid::problems(4, bad).size(), 1u) << bad;
   // The constructor throws it as bad input (every rank the same, before any communication).
   const int np = world().size();
-  try {
-    ProcessGrid grid(world(), np + 1);
-    ADD_FAILURE() << "dp = np + 1 was accepted";
-  } catch (const Error& e) {
-    EXPECT_TRUE(e.is_bad_input());
-    EXPECT_NE(std::string(e.what()).find("np must equal tp × dp"), std::string::npos) << e.what();
-  }
+  expect_bad_input([&] { ProcessGrid grid(world(), np + 1); }, "np must equal tp × dp",
+                   "dp = np + 1");
 }
 
 namespace {
@@ -259,26 +251,21 @@ TEST(GridTraining, RefusesABatchNotDivisibleByDpAndDropoutWithDp) {
   model.init(5);
   AdamW opt(device(), model.params(), AdamWParams{});
   MarkovSource data(g.vocab, 5);
-  try {
+  expect_bad_input(
+      [&] {
     train_step(grid, device(), model, opt, data.batch(0, dp + 1, g.seq), 5, 0, 1e-3f, 1.0f);
-    ADD_FAILURE() << "batch " << dp + 1 << " at dp " << dp << " was accepted";
-  } catch (const Error& e) {
-    EXPECT_TRUE(e.is_bad_input());
-    EXPECT_NE(std::string(e.what()).find("is not divisible by dp=" + std::to_string(dp)),
-              std::string::npos)
-        << e.what();
-  }
+      },
+      "is not divisible by dp=" + std::to_string(dp),
+      "batch " + std::to_string(dp + 1) + " at dp " + std::to_string(dp));
   g.dropout = 0.1f;
   Gpt dropped(device(), grid.tp(), g);
   dropped.init(5);
   AdamW opt2(device(), dropped.params(), AdamWParams{});
-  try {
+  expect_bad_input(
+      [&] {
     train_step(grid, device(), dropped, opt2, data.batch(0, 2 * dp, g.seq), 5, 0, 1e-3f, 1.0f);
-    ADD_FAILURE() << "dropout with dp " << dp << " was accepted";
-  } catch (const Error& e) {
-    EXPECT_TRUE(e.is_bad_input());
-    EXPECT_NE(std::string(e.what()).find("dropout masks are keyed"), std::string::npos) << e.what();
-  }
+      },
+      "dropout masks are keyed", "dropout with dp " + std::to_string(dp));
 }
 
 TEST(GridTraining, BatchSliceTakesWholeSequences) {

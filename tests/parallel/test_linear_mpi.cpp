@@ -52,6 +52,19 @@ struct Reference {
   }
 };
 
+// A layer's global inputs: W (in, out) and b (out; empty without bias) as layer `name` draws them
+// at init, random X (n, in) and dY (n, out); and the single-device results from them.
+struct LinearCase {
+  std::vector<float> w, b, x, dy;
+  Reference ref;
+  LinearCase(const std::string& name, int64_t n, int64_t in, int64_t out, bool bias)
+      : w(global_param(name + ".weight", in * out)),
+        b(bias ? global_param(name + ".bias", out) : std::vector<float>{}),
+        x(random_vector("x", n * in)),
+        dy(random_vector("dy", n * out)),
+        ref(x, w, b, dy, n, in, out) {}
+};
+
 class ColumnParallel : public ::testing::TestWithParam<std::tuple<Bias, ColumnOutput>> {};
 
 TEST_P(ColumnParallel, MatchesSingleDevice) {
@@ -61,10 +74,7 @@ TEST_P(ColumnParallel, MatchesSingleDevice) {
   const int64_t n = 3, in = 5, out = 12, c = out / t;  // non-square; out divisible by 1..4
   ColumnParallelLinear layer(device(), world(), "fc", in, out, bias_mode, output);
   layer.init(kSeed, kInit);
-  const auto w = global_param("fc.weight", in * out);
-  const auto b = bias ? global_param("fc.bias", out) : std::vector<float>{};
-  const auto x = random_vector("x", n * in), dy = random_vector("dy", n * out);
-  const Reference ref(x, w, b, dy, n, in, out);
+  const auto& [w, b, x, dy, ref] = LinearCase("fc", n, in, out, bias);
 
   Tensor y = layer.forward(Tensor::from_host(device(), Shape{n, in}, x));
   const auto dy_in = gather ? dy : host_block(dy, out, 0, n, r * c, c);
@@ -94,10 +104,7 @@ TEST_P(RowParallel, MatchesSingleDevice) {
   const int64_t n = 3, in = 12, out = 5, k = in / t;
   RowParallelLinear layer(device(), world(), "proj", in, out, bias_mode, input);
   layer.init(kSeed, kInit);
-  const auto w = global_param("proj.weight", in * out);
-  const auto b = bias ? global_param("proj.bias", out) : std::vector<float>{};
-  const auto x = random_vector("x", n * in), dy = random_vector("dy", n * out);
-  const Reference ref(x, w, b, dy, n, in, out);
+  const auto& [w, b, x, dy, ref] = LinearCase("proj", n, in, out, bias);
 
   const auto x_in = input_is_parallel ? host_block(x, in, 0, n, r * k, k) : x;
   Tensor y = layer.forward(Tensor::from_host(device(), Shape{n, input_is_parallel ? k : in}, x_in));
