@@ -93,7 +93,7 @@ ICU_LIBS ?= -licuuc
 # ---- The layers, and what each may see ------------------------------------------------------------
 # Each folder is compiled with the include paths of the layers below it and nothing else, so an
 # include that crosses a layer the wrong way is a compile error (scripts/check-layers.py checks the
-# same rule on the sources, and that docs/architecture.md's picture matches it):
+# same rule on the sources, and make docs draws docs/architecture.md's layer picture and table from it):
 #
 #   lib/          the math, the layers, the model        $(CXX)     -Ilib
 #   cpu_backend/  CpuDevice (OpenMP, OpenBLAS)           $(CXX)     -Ilib -Icpu_backend

@@ -10,6 +10,9 @@ textbook's pages:
   docs/mainpage.md  the line "<!-- the course -->" becomes the course: every lesson of
                   lessons/lessons.txt in order, its title (the page's first line), its one-line idea
                   (the "idea" column of lessons/README.md);
+  docs/architecture.md  the line "<!-- the layers -->" becomes the layer picture and the layer table,
+                  drawn from the includes and the Makefile by scripts/check-layers.py (--dot, --table),
+                  never by hand;
   docs/*.md       a link to a heading, [text](page.md#its-anchor) or [text](#its-anchor), written for
                   GitHub (whose anchor is the heading's text as a slug), becomes @ref to that heading,
                   and every heading of a docs/ page gets the explicit id it needs (its page and
@@ -281,6 +284,16 @@ def lesson_page(lines, path):
     return out
 
 
+def layers():
+    """The layer picture (a \\dot block) and table, from scripts/check-layers.py over this tree."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("check_layers", os.path.join(ROOT, "scripts", "check-layers.py"))
+    cl = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cl)
+    _, edges = cl.check(ROOT)
+    return ["\\dot\n", cl.dot(edges) + "\n", "\\enddot\n", "\n", cl.table(ROOT, edges) + "\n"]
+
+
 def main():
     path = sys.argv[1]
     with open(path, encoding="utf-8") as fh:
@@ -290,6 +303,8 @@ def main():
         lines = lesson_page(lines, real)
     elif real == os.path.realpath(os.path.join(ROOT, "docs", "mainpage.md")):
         lines = [x for line in lines for x in (course() if line.strip() == "<!-- the course -->" else [line])]
+    elif real == os.path.realpath(os.path.join(ROOT, "docs", "architecture.md")):
+        lines = [x for line in lines for x in (layers() if line.strip() == "<!-- the layers -->" else [line])]
     if os.path.dirname(real) == os.path.realpath(os.path.join(ROOT, "docs")):
         lines = section_links(lines, real)
     sys.stdout.write("".join(formulas(citations(lines))))

@@ -46,12 +46,12 @@ if [ -n "${PARTS:-}" ]; then
 fi
 
 group "0. layers and format"
-# 0. The layers (docs/architecture.md): the include graph goes only downwards and matches the
-# picture; and it can fail: a copy of the tree with a wrong include is refused by the script, and by
+# 0. The layers (docs/architecture.md, whose picture make docs draws from them): the include graph
+# goes only downwards; and it can fail: a copy of the tree with a wrong include is refused by the script, and by
 # the build's own include paths (lib/ cannot see <mpi.h>, cpu_backend/ cannot see the GPU backend).
 layers_log=$logs/check_layers.log
 if python3 scripts/check-layers.py >"$layers_log" 2>&1; then pass 1; cat "$layers_log"
-else fail "layers: $(grep -c '^✗' "$layers_log") wrong includes or picture edges (see $layers_log)"; cat "$layers_log"; fi
+else fail "layers: $(grep -c '^✗' "$layers_log") wrong includes (see $layers_log)"; cat "$layers_log"; fi
 if [ "$TIER" != check ]; then
 wrong=$BUILD/test-tmp/layers
 rm -rf "$wrong"; mkdir -p "$wrong/build"

@@ -58,8 +58,9 @@ std::pair<double, double> paired_median(const std::function<void()>& f,
                                         const std::function<void()>& g, int samples = 15,
                                         int inner = 0);
 
-/// Prints (rank 0) the machine-readable line
-///   RESULT <suite> <name> <value> <unit> <reference value> <ratio>
+/// Prints (rank 0) the machine-readable line `RESULT suite name value unit reference ratio`
+/// (scripts/bench.py parses it): the suite and row names, the value and its unit, the reference's
+/// value on the same machine, and value / reference.
 void result(Context& ctx, const std::string& suite, const std::string& name, double value,
             const char* unit, double ref, double ratio);
 
