@@ -1,45 +1,38 @@
-// test_trainer_loop_mpi.cpp — what tp_train's loop is built from (issue 24): the periodic checkpoints'
-// series (names, listing, the newest valid one, pruning), the held-out data and its loss, the
-// model FLOPs per token behind MFU.
+// test_checkpoint_series.cpp — the periodic checkpoints' series of tp_train (model/checkpoint_series.h):
+// names for a folder and for a file, the listing by the step in each file's metadata, pruning only
+// this run's readable files, the newest valid file to resume from, a file's problem (cut short,
+// corrupt), a folder that cannot be listed, another run's series refused (serial).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
-#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "core/communicator.h"
 #include "core/error.h"
 #include "model/adamw.h"
 #include "model/checkpoint.h"
 #include "model/checkpoint_series.h"
-#include "model/data.h"
-#include "model/evaluate.h"
-#include "model/flops.h"
 #include "model/gpt.h"
-#include "model_test_helpers.h"
-#include "observe/peak_cache.h"
+#include "model/presets.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
 using tp::testing::device;
-using tp::testing::world;
 
 namespace tp {
 namespace {
 
-// A folder of this test and this rank (every rank of test_mpi runs every test).
+// This test's own empty folder (tests/test_util.h), without the trailing slash; the process id in
+// its name keeps two runs of test_serial at once apart.
 std::string fresh_dir() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  const fs::path dir = fs::path(::testing::TempDir()) /
-                       (std::string("tp_trainer_") + info->name() + "_rank" +
-                        std::to_string(world().rank()) + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir.string();
+  std::string dir = testing::empty_test_folder("tp_series_" + std::to_string(::getpid()) + "_");
+  dir.pop_back();
+  return dir;
 }
 
 void touch(const std::string& path, const std::string& text = "x") { std::ofstream(path) << text; }
@@ -316,170 +309,6 @@ TEST(CheckpointSeries, AnotherRunsSeriesIsRefusedUnlessReplaced) {
   save_tiny(dir + "odd.safetensors", 1, "two\nlines");
   EXPECT_EQ(checkpoint_origin(dir + "odd.safetensors").run_id, "");
   EXPECT_EQ(checkpoint_origin(dir + "missing.safetensors").run_id, "");
-}
-
-// N counts what token_flops says: every parameter of a t = 1 model but wpe (and, untied, wte's
-// lookup table), for each activation and norm; the FLOPs follow 6·N + 12·L·h·S, and the HFU terms.
-TEST(Flops, NIsTheModelsMatrixParametersAndThePaLMFormula) {
-  SerialCommunicator solo;
-  for (Activation act : {Activation::Gelu, Activation::SwiGlu})
-    for (NormKind norm : {NormKind::LayerNorm, NormKind::RmsNorm})
-      for (bool tied : {true, false}) {
-        GptConfig cfg = tp::tiny_gpt(2);
-        cfg.act = act;
-        cfg.norm = norm;
-        cfg.tied = tied;
-        cfg.kv_heads = 4;  // GQA: c_attn is h + 2·kv·hd wide
-        Gpt model(device(), solo, cfg);
-        int64_t all = 0;
-        for (const Param& p : model.params()) all += p.shape.numel();
-        const int64_t lookups = cfg.seq * cfg.hidden + (tied ? 0 : cfg.vocab * cfg.hidden);
-        const TokenFlops f = token_flops(cfg, 10);
-        EXPECT_EQ(f.n, all - lookups)
-            << activation_name(act) << " " << norm_name(norm) << " tied " << tied;
-        EXPECT_DOUBLE_EQ(f.model, 6.0 * static_cast<double>(f.n) + 12.0 * 2 * 24 * 10);
-        EXPECT_DOUBLE_EQ(f.hardware, f.model);
-      }
-  GptConfig cfg = tp::tiny_gpt(3);
-  const TokenFlops none = token_flops(cfg, 12);
-  cfg.recompute = Recompute::Selective;
-  EXPECT_DOUBLE_EQ(token_flops(cfg, 12).hardware, none.model + 4.0 * 3 * 24 * 12);
-  cfg.recompute = Recompute::Full;
-  const TokenFlops full = token_flops(cfg, 12);
-  EXPECT_DOUBLE_EQ(full.model, none.model);  // MFU does not count the implementation's rerun
-  EXPECT_DOUBLE_EQ(full.hardware,
-                   none.model + 2.0 * static_cast<double>(none.n_blocks) + 4.0 * 3 * 24 * 12);
-  EXPECT_LT(none.n_blocks, none.n);
-}
-
-// The global model's FLOPs are divided over the ranks: t ranks doing 1/t of the work each in the
-// same time as one rank doing all of it have the same FLOP/s per rank... divided by t.
-TEST(Flops, PerRankDividesTheGlobalModelsWork) {
-  EXPECT_DOUBLE_EQ(flops_per_rank(1e6, 512, 2.0, 1), 2.56e8);
-  EXPECT_DOUBLE_EQ(flops_per_rank(1e6, 512, 2.0, 4), 6.4e7);
-  EXPECT_DOUBLE_EQ(flops_per_rank(1e6, 512, 0.0, 4), 0.0);
-}
-
-// The peak cache keeps one line per key, replaces a key's value, and reads 0 for what it lacks.
-TEST(PeakCache, StoresOneValuePerMachineKey) {
-  const std::string path = fresh_dir() + "/sub/sgemm-peak.txt";
-  const std::string a = peak_cache_key("Xeon\tGold", "SkylakeX"),
-                    b = peak_cache_key("Xeon", "Haswell");
-  EXPECT_EQ(a, "Xeon Gold | openblas SkylakeX");
-  EXPECT_EQ(cached_peak(path, a), 0.0);
-  EXPECT_TRUE(store_peak(path, a, 150.5));
-  EXPECT_TRUE(store_peak(path, b, 70.25));
-  EXPECT_TRUE(store_peak(path, a, 148.0));
-  EXPECT_DOUBLE_EQ(cached_peak(path, a), 148.0);
-  EXPECT_DOUBLE_EQ(cached_peak(path, b), 70.25);
-  EXPECT_EQ(cached_peak(path, "Xeon"), 0.0);  // a prefix of a key is not the key
-  EXPECT_FALSE(store_peak("", a, 1.0));
-  EXPECT_NE(cpu_model_name(), "");
-}
-
-// --data's held-out tail: a file whose first 900 bytes are lower-case letters and whose last 100
-// (10 %) are upper-case. No training row holds an upper-case byte and every held-out row holds only
-// upper-case ones, over many steps.
-TEST(HeldOut, TextRowsNeverCrossTheSplit) {
-  const std::string path = fresh_dir() + "/text.txt";
-  std::string text;
-  for (int i = 0; i < 1000; ++i) text += static_cast<char>((i < 900 ? 'a' : 'A') + (i * 7) % 26);
-  std::ofstream(path, std::ios::binary) << text;
-  const TextSource src(path, 16, 3, 0.1);
-  ASSERT_TRUE(src.has_held_out());
-  EXPECT_NE(src.describe().find("the last 100 held out"), std::string::npos) << src.describe();
-  int64_t train_upper = 0, held_lower = 0;
-  for (int64_t i = 0; i < 200; ++i) {
-    const Batch t = src.batch(i, 8, 16), h = src.held_out_batch(i, 8, 16);
-    for (size_t k = 0; k < t.ids.size(); ++k) {
-      train_upper += (t.ids[k] < 'a') + (t.targets[k] < 'a');
-      held_lower += (h.ids[k] >= 'a') + (h.targets[k] >= 'a');
-    }
-  }
-  EXPECT_EQ(train_upper, 0);
-  EXPECT_EQ(held_lower, 0);
-  // Without a fraction (or with one too small for a row) nothing is held out, and training
-  // reaches the end of the file.
-  const TextSource all(path, 16, 3, 0.0);
-  EXPECT_FALSE(all.has_held_out());
-  int64_t upper = 0;
-  for (int64_t i = 0; i < 200; ++i)
-    for (int32_t id : all.batch(i, 8, 16).ids) upper += id < 'a';
-  EXPECT_GT(upper, 0);
-  const TextSource tiny(path, 16, 3, 0.01);  // 10 bytes < seq + 1
-  EXPECT_FALSE(tiny.has_held_out());
-  EXPECT_NE(tiny.describe().find("nothing held out"), std::string::npos) << tiny.describe();
-  EXPECT_THROW(tiny.held_out_batch(0, 1, 16), Error);
-}
-
-// The Markov data's held-out stream: the same chain (every transition one of the table's), other
-// sequences than any of the first 100 training steps'.
-TEST(HeldOut, MarkovHeldOutStreamIsTheChainButNotTheTrainingSequences) {
-  const MarkovSource src(64, 9);
-  ASSERT_TRUE(src.has_held_out());
-  const int64_t seq = 24, batch = 4;
-  std::set<std::vector<int32_t>> training;
-  auto rows = [&](const Batch& b) {
-    std::vector<std::vector<int32_t>> out(static_cast<size_t>(batch));
-    for (int64_t s = 0; s < seq; ++s)
-      for (int64_t r = 0; r < batch; ++r) out[r].push_back(b.ids[s * batch + r]);
-    return out;
-  };
-  for (int64_t i = 0; i < 100; ++i)
-    for (const auto& r : rows(src.batch(i, batch, seq))) training.insert(r);
-  for (int64_t i = 0; i < 10; ++i) {
-    const Batch h = src.held_out_batch(i, batch, seq);
-    for (size_t k = 0; k < h.ids.size(); ++k) {
-      const auto& succ = src.successors(h.ids[k]);
-      EXPECT_NE(std::find(succ.begin(), succ.end(), h.targets[k]), succ.end());
-    }
-    for (const auto& r : rows(h)) EXPECT_EQ(training.count(r), 0u);
-  }
-  EXPECT_NE(src.held_out_batch(0, batch, seq).ids, src.batch(0, batch, seq).ids);
-}
-
-// The validation loss at t = np equals t = 1 (the model tests' loss tolerance), with dropout off:
-// a model built with dropout 0.1 evaluates as one built without it, and its training forward
-// still drops (the loss differs).
-TEST(HeldOut, ValidationLossMatchesSingleDeviceWithoutDropout) {
-  GptConfig cfg = tp::tiny_gpt(2);
-  cfg.dropout = 0.1f;
-  GptConfig plain = cfg;
-  plain.dropout = 0.0f;
-  const MarkovSource src(cfg.vocab, 4);
-  SerialCommunicator solo;
-  Gpt tp_model(device(), world(), cfg), one(device(), solo, plain), one_drop(device(), solo, cfg);
-  for (Gpt* m : {&tp_model, &one, &one_drop}) m->init(tp::testing::kSeed);
-  const double at_t = held_out_loss(tp_model, src, 3, 4, cfg.seq, tp::testing::kSeed);
-  const double ref = held_out_loss(one, src, 3, 4, cfg.seq, tp::testing::kSeed);
-  EXPECT_NEAR(at_t, ref, tp::testing::kLossTol * std::abs(ref)) << "t = " << world().size();
-  EXPECT_EQ(held_out_loss(one_drop, src, 3, 4, cfg.seq, tp::testing::kSeed), ref);
-  const Batch b = src.held_out_batch(0, 4, cfg.seq);
-  EXPECT_NE(one_drop.forward(b, tp::testing::kSeed, 0), one.forward(b, tp::testing::kSeed, 0));
-  // A DP replica's slice in micro-batches: the two halves average to the whole.
-  const double halves = (held_out_loss(one, src, 3, 4, cfg.seq, 1, {0, 2, 2}) +
-                         held_out_loss(one, src, 3, 4, cfg.seq, 1, {2, 2, 1})) /
-                        2;
-  EXPECT_NEAR(halves, ref, 1e-6 * std::abs(ref));
-}
-
-// issue 39: the stop question is asked after each held-out batch; a yes ends the evaluation at
-// once (a SIGTERM need not wait for --eval-batches batches) and the loss is NaN, not a mean of part.
-TEST(HeldOut, AStopEndsTheEvaluationAfterTheBatchThatAskedIt) {
-  const GptConfig cfg = tp::tiny_gpt(2);
-  const MarkovSource src(cfg.vocab, 4);
-  Gpt model(device(), world(), cfg);
-  model.init(tp::testing::kSeed);
-  int asked = 0;
-  const double stopped = held_out_loss(model, src, 1000, 4, cfg.seq, tp::testing::kSeed, {},
-                                       [&asked] { return ++asked == 2; });
-  EXPECT_EQ(asked, 2);
-  EXPECT_TRUE(std::isnan(stopped));
-  asked = 0;
-  const double whole = held_out_loss(model, src, 3, 4, cfg.seq, tp::testing::kSeed, {},
-                                     [&asked] { return ++asked > 3; });
-  EXPECT_EQ(asked, 3);
-  EXPECT_EQ(whole, held_out_loss(model, src, 3, 4, cfg.seq, tp::testing::kSeed));
 }
 
 }  // namespace

@@ -1,0 +1,336 @@
+// test_kernels_attention.cpp — the CPU causal attention (cpu_backend/kernels/attention.cpp):
+// forward, backward and the forward over a key/value cache against a double reference and finite
+// differences (kernel_test_util.h) for GQA, MHA and MQA, thread independence, and every
+// instruction-set variant of the kernel (serial).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/error.h"
+#include "core/tensor.h"
+#include "cpu_backend/kernel_test_util.h"
+#include "kernels/attention.h"
+#include "test_util.h"
+
+namespace {
+
+using tp::AttentionShape;
+using tp::Shape;
+using tp::Tensor;
+using namespace tp::testing;  // test_util.h, cpu_backend/kernel_test_util.h
+
+// ---- double reference -------------------------------------------------------------------------
+
+struct AttnRef {
+  Vec out, probs;
+};
+
+// The definition, loop by loop: token (s, b) is row s·B + b; query head j reads kv head j/(nh/nkv).
+AttnRef attention_ref(const Vec& q, const Vec& k, const Vec& v, const AttentionShape& sh) {
+  const int64_t S = sh.seq, B = sh.batch, nh = sh.heads, nkv = sh.kv_heads, hd = sh.head_dim;
+  AttnRef r{Vec(q.size(), 0.0), Vec(B * nh * S * S, 0.0)};
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0; j < nh; ++j) {
+      const int64_t g = j / (nh / nkv);
+      for (int64_t s = 0; s < S; ++s) {
+        Vec score(s + 1);
+        double mx = -1e300;
+        for (int64_t t = 0; t <= s; ++t) {
+          double d = 0;
+          for (int64_t e = 0; e < hd; ++e)
+            d += q[(s * B + b) * nh * hd + j * hd + e] * k[(t * B + b) * nkv * hd + g * hd + e];
+          score[t] = sh.scale * d;
+          mx = std::max(mx, score[t]);
+        }
+        double sum = 0;
+        for (double& x : score) sum += (x = std::exp(x - mx));
+        for (int64_t t = 0; t <= s; ++t) {
+          const double p = score[t] / sum;
+          r.probs[((b * nh + j) * S + s) * S + t] = p;
+          for (int64_t e = 0; e < hd; ++e)
+            r.out[(s * B + b) * nh * hd + j * hd + e] += p * v[(t * B + b) * nkv * hd + g * hd + e];
+        }
+      }
+    }
+  return r;
+}
+
+// ---- attention --------------------------------------------------------------------------------
+
+AttentionShape attn_shape(int64_t S, int64_t B, int64_t nh, int64_t nkv, int64_t hd) {
+  return {S, B, nh, nkv, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
+}
+
+std::string attn_tag(const AttentionShape& s) {
+  return "S=" + std::to_string(s.seq) + " B=" + std::to_string(s.batch) +
+         " nh=" + std::to_string(s.heads) + " nkv=" + std::to_string(s.kv_heads) +
+         " hd=" + std::to_string(s.head_dim);
+}
+
+struct AttnCase {
+  AttentionShape sh;
+  std::vector<float> q, k, v;
+  Tensor Q, K, V, out, probs;
+  explicit AttnCase(const AttentionShape& s) : sh(s) {
+    const int64_t rows = s.seq * s.batch, qc = s.heads * s.head_dim, kc = s.kv_heads * s.head_dim;
+    const std::string tag = attn_tag(s);
+    q = random_scaled("q" + tag, rows * qc, 2.0f);  // peaked enough that softmax is not uniform
+    k = random_scaled("k" + tag, rows * kc, 2.0f);
+    v = random_vector("v" + tag, rows * kc);
+    Q = on_device(Shape{rows, qc}, q);
+    K = on_device(Shape{rows, kc}, k);
+    V = on_device(Shape{rows, kc}, v);
+    out = filled(Shape{rows, qc}, kNaN);
+    probs = filled(Shape{s.batch, s.heads, s.seq, s.seq}, kNaN);
+    device().attention_forward(out, probs, Q, K, V, sh);
+  }
+};
+
+const AttentionShape kAttnShapes[] = {
+    attn_shape(5, 2, 4, 2, 3),  // GQA: two query heads per kv head
+    attn_shape(5, 2, 3, 3, 4),  // MHA
+    attn_shape(4, 3, 4, 1, 2),  // MQA
+};
+
+TEST(KernelAttention, ForwardMatchesReferenceAndProbsAreCausal) {
+  for (const AttentionShape& sh : kAttnShapes) {
+    AttnCase c(sh);
+    const AttnRef ref = attention_ref(to_d(c.q), to_d(c.k), to_d(c.v), sh);
+    EXPECT_LE(rel_error(c.out.to_host(), to_f(ref.out)), kForwardTol) << attn_tag(sh);
+    const auto p = c.probs.to_host();
+    EXPECT_LE(rel_error(p, to_f(ref.probs)), kForwardTol) << attn_tag(sh);
+    const int64_t S = sh.seq;
+    for (int64_t row = 0; row < sh.batch * sh.heads * S; ++row) {
+      const int64_t s = row % S;
+      double sum = 0;
+      for (int64_t t = 0; t < S; ++t) {
+        if (t > s) {
+          EXPECT_EQ(p[row * S + t], 0.0f) << attn_tag(sh) << " row " << row << " t " << t;
+        }
+        sum += p[row * S + t];
+      }
+      EXPECT_NEAR(sum, 1.0, 1e-6) << attn_tag(sh) << " row " << row;
+    }
+  }
+}
+
+TEST(KernelAttention, BackwardMatchesFiniteDifferences) {
+  for (const AttentionShape& sh : kAttnShapes) {
+    AttnCase c(sh);
+    const Vec R = to_d(random_vector("R" + attn_tag(sh), c.Q.numel()));
+    Tensor dOut = on_device(c.Q.shape(), to_f(R));
+    Tensor dQ = filled(c.Q.shape(), kNaN), dK = filled(c.K.shape(), kNaN),
+           dV = filled(c.V.shape(), kNaN);
+    device().attention_backward(dQ, dK, dV, dOut, c.Q, c.K, c.V, c.probs, sh);
+    const Vec q = to_d(c.q), k = to_d(c.k), v = to_d(c.v);
+    const Vec want_dq = fd_grad([&](const Vec& x) { return attention_ref(x, k, v, sh).out; }, q, R);
+    const Vec want_dk = fd_grad([&](const Vec& x) { return attention_ref(q, x, v, sh).out; }, k, R);
+    const Vec want_dv = fd_grad([&](const Vec& x) { return attention_ref(q, k, x, sh).out; }, v, R);
+    EXPECT_LE(rel_error(dQ.to_host(), to_f(want_dq)), kGradTol) << attn_tag(sh);
+    EXPECT_LE(rel_error(dK.to_host(), to_f(want_dk)), kGradTol) << attn_tag(sh);
+    EXPECT_LE(rel_error(dV.to_host(), to_f(want_dv)), kGradTol) << attn_tag(sh);
+  }
+}
+
+TEST(KernelAttention, BackwardIsThreadIndependent) {
+  AttnCase c(attn_shape(64, 2, 4, 2, 16));  // B·nh·S²·hd ≈ 5e5: parallel
+  Tensor dOut = on_device(c.Q.shape(), random_vector("attn_thr_dout", c.Q.numel()));
+  std::vector<float> got[2][3];
+  for (int t = 1; t <= 2; ++t)
+    with_threads(t, [&] {
+      Tensor dQ(device(), c.Q.shape()), dK(device(), c.K.shape()), dV(device(), c.V.shape());
+      device().attention_backward(dQ, dK, dV, dOut, c.Q, c.K, c.V, c.probs, c.sh);
+      got[t - 1][0] = dQ.to_host();
+      got[t - 1][1] = dK.to_host();
+      got[t - 1][2] = dV.to_host();
+    });
+  EXPECT_EQ(got[0][0], got[1][0]);
+  EXPECT_EQ(got[0][1], got[1][1]);
+  EXPECT_EQ(got[0][2], got[1][2]);
+}
+
+// Attention over a key/value cache: the queries of positions [past, S) against keys [0, S) give
+// the full forward's rows of those positions, for a prefill (past = 0), a middle block and the
+// last position alone (decoding). The keys and values are views of the full ones' first rows.
+TEST(KernelAttention, CachedForwardMatchesForwardRows) {
+  for (const AttentionShape& sh : kAttnShapes) {
+    AttnCase c(sh);
+    const int64_t S = sh.seq, B = sh.batch;
+    const auto full = c.out.to_host();
+    for (int64_t past : {int64_t{0}, int64_t{2}, S - 1}) {
+      const int64_t n = S - past, qc = sh.heads * sh.head_dim;
+      AttentionShape part = sh;
+      part.seq = n;
+      Tensor out = filled(Shape{n * B, qc}, kNaN);
+      device().attention_cached_forward(out, c.Q.view(past * B, S * B), c.K, c.V, past, part);
+      const std::vector<float> want(full.begin() + past * B * qc, full.end());
+      EXPECT_LE(rel_error(out.to_host(), want), kForwardTol) << attn_tag(sh) << " past " << past;
+      // Keys past the last query's position are never read: a shorter cache gives the same rows.
+      if (past > 0) {
+        AttentionShape one = sh;
+        one.seq = 1;
+        Tensor out1 = filled(Shape{B, qc}, kNaN);
+        device().attention_cached_forward(out1, c.Q.view(past * B, (past + 1) * B),
+                                          c.K.view(0, (past + 1) * B), c.V.view(0, (past + 1) * B),
+                                          past, one);
+        const std::vector<float> want1(full.begin() + past * B * qc,
+                                       full.begin() + (past + 1) * B * qc);
+        EXPECT_LE(rel_error(out1.to_host(), want1), kForwardTol)
+            << attn_tag(sh) << " one at " << past;
+      }
+    }
+  }
+  // Bad sizes: k must hold past + n positions.
+  const AttentionShape sh = attn_shape(2, 1, 2, 2, 2);
+  Tensor q(device(), Shape{2, 4}), k(device(), Shape{3, 4}), v(device(), Shape{3, 4});
+  Tensor out(device(), Shape{2, 4});
+  EXPECT_THROW(device().attention_cached_forward(out, q, k, v, 2, sh), tp::Error);
+  EXPECT_THROW(device().attention_cached_forward(out, q, k, v, -1, sh), tp::Error);
+}
+
+TEST(KernelAttention, BadShapesAreErrors) {
+  AttentionShape sh = attn_shape(3, 2, 3, 2, 4);  // nh % nkv != 0
+  Tensor q(device(), Shape{6, 12}), k(device(), Shape{6, 8}), v(device(), Shape{6, 8});
+  Tensor out(device(), Shape{6, 12}), probs(device(), Shape{2, 3, 3, 3});
+  EXPECT_THROW(device().attention_forward(out, probs, q, k, v, sh), tp::Error);
+  sh = attn_shape(3, 2, 4, 2, 4);  // q is 6x12, not 6x16
+  EXPECT_THROW(device().attention_forward(out, probs, q, k, v, sh), tp::Error);
+}
+
+// ---- attention: the CPU kernel's instruction sets ----------------------------------------------
+// cpu_backend/kernels/attention.cpp is a register-tiled kernel built for AVX-512, AVX2 + FMA and
+// the baseline; each variant this CPU runs is checked against the double reference, on shapes
+// whose S and hd are not multiples of the tiles (tails in every loop), and the FMA variants,
+// which add every element in the same order, are checked to give the same bits.
+
+// The backward by its definition (core/device.h), in double, from the forward reference's P.
+struct AttnGrads {
+  Vec dq, dk, dv;
+};
+AttnGrads attention_backward_ref(const Vec& q, const Vec& k, const Vec& v, const Vec& dout,
+                                 const AttentionShape& sh) {
+  const int64_t S = sh.seq, B = sh.batch, nh = sh.heads, nkv = sh.kv_heads, hd = sh.head_dim;
+  const Vec P = attention_ref(q, k, v, sh).probs;
+  AttnGrads g{Vec(q.size(), 0.0), Vec(k.size(), 0.0), Vec(v.size(), 0.0)};
+  const auto qi = [&](int64_t s, int64_t b, int64_t j, int64_t e) {
+    return (s * B + b) * nh * hd + j * hd + e;
+  };
+  const auto ki = [&](int64_t t, int64_t b, int64_t h, int64_t e) {
+    return (t * B + b) * nkv * hd + h * hd + e;
+  };
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0; j < nh; ++j) {
+      const int64_t h = j / (nh / nkv);
+      for (int64_t s = 0; s < S; ++s) {
+        const double* p = &P[((b * nh + j) * S + s) * S];
+        Vec dp(s + 1, 0.0);
+        double r = 0;
+        for (int64_t t = 0; t <= s; ++t) {
+          for (int64_t e = 0; e < hd; ++e) dp[t] += dout[qi(s, b, j, e)] * v[ki(t, b, h, e)];
+          r += p[t] * dp[t];
+        }
+        for (int64_t t = 0; t <= s; ++t) {
+          const double ds = p[t] * (dp[t] - r);
+          for (int64_t e = 0; e < hd; ++e) {
+            g.dq[qi(s, b, j, e)] += sh.scale * ds * k[ki(t, b, h, e)];
+            g.dk[ki(t, b, h, e)] += sh.scale * ds * q[qi(s, b, j, e)];
+            g.dv[ki(t, b, h, e)] += p[t] * dout[qi(s, b, j, e)];
+          }
+        }
+      }
+    }
+  return g;
+}
+
+// Restores the default variant when a test ends, passed or not.
+struct AttnIsaGuard {
+  ~AttnIsaGuard() { tp::cpu::set_attention_isa(tp::cpu::attention_isas().front()); }
+};
+
+TEST(KernelAttentionIsa, EveryVariantMatchesTheReference) {
+  const std::vector<std::string> isas = tp::cpu::attention_isas();
+  ASSERT_FALSE(isas.empty());
+  EXPECT_EQ(isas.back(), "base");  // the baseline runs everywhere
+  const AttentionShape shapes[] = {
+      attn_shape(37, 2, 4, 2, 40),  // GQA; S, hd past the tiles and the panels' 32
+      attn_shape(70, 1, 3, 3, 16),  // MHA; three 32-key chunks, the last ragged
+      attn_shape(5, 2, 4, 2, 3),    // the kernel tests' smallest
+  };
+  AttnIsaGuard guard;
+  std::vector<std::vector<std::vector<float>>> got(isas.size());  // [isa][shape·5 + tensor]
+  for (size_t i = 0; i < isas.size(); ++i) {
+    tp::cpu::set_attention_isa(isas[i]);
+    for (const AttentionShape& sh : shapes) {
+      const std::string tag = isas[i] + " " + attn_tag(sh);
+      AttnCase c(sh);
+      const Vec q = to_d(c.q), k = to_d(c.k), v = to_d(c.v);
+      const AttnRef ref = attention_ref(q, k, v, sh);
+      EXPECT_LE(rel_error(c.out.to_host(), to_f(ref.out)), kForwardTol) << tag;
+      EXPECT_LE(rel_error(c.probs.to_host(), to_f(ref.probs)), kForwardTol) << tag;
+      const std::vector<float> r = random_vector("R" + attn_tag(sh), c.Q.numel());
+      Tensor dOut = on_device(c.Q.shape(), r);
+      Tensor dQ = filled(c.Q.shape(), kNaN), dK = filled(c.K.shape(), kNaN),
+             dV = filled(c.V.shape(), kNaN);
+      device().attention_backward(dQ, dK, dV, dOut, c.Q, c.K, c.V, c.probs, sh);
+      const AttnGrads want = attention_backward_ref(q, k, v, to_d(r), sh);
+      // the same bound as the forward: an analytic reference, no finite differences
+      EXPECT_LE(rel_error(dQ.to_host(), to_f(want.dq)), kForwardTol) << tag;
+      EXPECT_LE(rel_error(dK.to_host(), to_f(want.dk)), kForwardTol) << tag;
+      EXPECT_LE(rel_error(dV.to_host(), to_f(want.dv)), kForwardTol) << tag;
+      // the cached forward of the last S − 3 positions gives the forward's rows
+      const int64_t past = 3, n = sh.seq - past, qc = sh.heads * sh.head_dim;
+      AttentionShape part = sh;
+      part.seq = n;
+      Tensor cached = filled(Shape{n * sh.batch, qc}, kNaN);
+      device().attention_cached_forward(cached, c.Q.view(past * sh.batch, sh.seq * sh.batch), c.K,
+                                        c.V, past, part);
+      const std::vector<float> full = c.out.to_host();
+      const std::vector<float> rows(full.begin() + past * sh.batch * qc, full.end());
+      EXPECT_LE(rel_error(cached.to_host(), rows), kForwardTol) << tag << " cached";
+      for (Tensor* t : {&c.out, &c.probs, &dQ, &dK, &dV}) got[i].push_back(t->to_host());
+    }
+  }
+  // AVX-512 and AVX2 + FMA: each element is the same chain of fused multiply-adds.
+  std::vector<size_t> fma;
+  for (size_t i = 0; i < isas.size(); ++i)
+    if (isas[i] != "base") fma.push_back(i);
+  for (size_t f = 1; f < fma.size(); ++f)
+    for (size_t t = 0; t < got[fma[0]].size(); ++t)
+      EXPECT_EQ(got[fma[0]][t], got[fma[f]][t])
+          << isas[fma[0]] << " vs " << isas[fma[f]] << ", tensor " << t;
+}
+
+// The forward and the cached forward, like the backward above, give the same bits on 1 and 2
+// threads (one (b, j) pair runs whole on one thread).
+TEST(KernelAttentionIsa, ForwardIsThreadIndependent) {
+  const AttentionShape sh = attn_shape(64, 2, 4, 2, 16);
+  AttnCase c(sh);
+  std::vector<float> out[2], probs[2], cached[2];
+  const int64_t past = 40, n = sh.seq - past, B = sh.batch;
+  AttentionShape part = sh;
+  part.seq = n;
+  for (int t = 1; t <= 2; ++t)
+    with_threads(t, [&] {
+      Tensor o = filled(c.Q.shape(), kNaN), p = filled(c.probs.shape(), kNaN);
+      device().attention_forward(o, p, c.Q, c.K, c.V, sh);
+      Tensor oc = filled(Shape{n * B, sh.heads * sh.head_dim}, kNaN);
+      device().attention_cached_forward(oc, c.Q.view(past * B, sh.seq * B), c.K, c.V, past, part);
+      out[t - 1] = o.to_host();
+      probs[t - 1] = p.to_host();
+      cached[t - 1] = oc.to_host();
+    });
+  EXPECT_EQ(out[0], out[1]);
+  EXPECT_EQ(probs[0], probs[1]);
+  EXPECT_EQ(cached[0], cached[1]);
+}
+
+TEST(KernelAttentionIsa, UnknownVariantIsAnError) {
+  EXPECT_THROW(tp::cpu::set_attention_isa("avx9000"), tp::Error);
+}
+
+}  // namespace
