@@ -21,7 +21,7 @@
 #include "model/flops.h"
 #include "model/gpt.h"
 #include "model_test_helpers.h"
-#include "observe/peak_cache.h"
+#include "peak_cache.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
