@@ -1,5 +1,6 @@
-// blas.cpp — cblas_sgemm (or oneDNN's f32 matmul: onednn_gemm.h, f32_gemm) behind tp::cpu::sgemm,
-// and OpenBLAS's thread control (blas.h); the direct sgemm and the thread count (cpu_direct.h).
+// blas.cpp — cblas_sgemm (or oneDNN's f32 matmul, where gemm_choice.h's f32_gemm says) behind
+// tp::cpu::sgemm, and OpenBLAS's thread control (blas.h); the direct sgemm and the thread count
+// (cpu_direct.h).
 #include "blas.h"
 
 #include <cblas.h>
@@ -11,6 +12,7 @@
 
 #include "core/error.h"
 #include "cpu_direct.h"
+#include "gemm_choice.h"
 #include "onednn_gemm.h"
 
 // OpenBLAS's own extension, declared here so that this file does not depend on which cblas.h the

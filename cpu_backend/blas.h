@@ -7,7 +7,7 @@
 // naive reference the tests compare it with is tp::host_gemm (lib/core/host.h).
 //
 // Where OpenBLAS runs kernels without AVX-512 on an AVX-512 CPU it does not know, oneDNN's f32
-// matmul takes the call instead (onednn_gemm.h, f32_gemm; TP_CPU_F32_GEMM chooses).
+// matmul takes the call instead (onednn_gemm.h; gemm_choice.h, f32_gemm, says when).
 //
 // Threads: OpenBLAS runs a GEMM on set_blas_threads() threads, which the CPU device sets to its
 // OpenMP thread count (cores of the node ÷ ranks on it, launcher/node.h), so ranks × BLAS threads

@@ -11,6 +11,7 @@
 #include "blas.h"
 #include "core/error.h"
 #include "kernels/kernel_util.h"
+#include "onednn_gemm.h"
 
 namespace tp {
 

@@ -2,11 +2,13 @@
 //
 // It implements the memory calls and the do_* half of every kernel (core/device.h): the public
 // kernel has checked the arguments before a do_* runs, so the kernels here only compute.
-// Files: cpu_device.cpp (memory, copies, GEMM and the packed-B GEMM, the column copy), blas.cpp (cblas_sgemm and
-// OpenBLAS's threads), onednn_gemm.cpp (the bf16 GEMM through oneDNN), and kernels/<stem>.cpp, one per concept with the GPU's stems
-// (gpu_backend/kernels/<stem>.cu): convert, elementwise, rng, reduce, activation, norm, attention,
-// embedding, cross_entropy, adamw; kernels/kernel_util.h is what they share. The math of every
-// kernel is in core/device.h.
+// Files: cpu_device.cpp (memory, copies, GEMM and the packed-B GEMM, the column copy),
+// gemm_choice.cpp (which engine runs each GEMM: the policy and its environment variables),
+// blas.cpp (cblas_sgemm and OpenBLAS's threads), onednn_gemm.cpp (oneDNN's matmuls),
+// peak_probe.cpp (the peak MFU divides by), and kernels/<stem>.cpp, one per concept with the GPU's
+// stems (gpu_backend/kernels/<stem>.cu): convert, elementwise, rng, reduce, activation, norm,
+// attention, embedding, cross_entropy, adamw; kernels/kernel_util.h is what they share. The math
+// of every kernel is in core/device.h.
 //
 // bf16 (--precision bf16): every kernel but adamw_step takes bf16 tensors. The elementwise ones
 // (fill, scale, mul, axpy, add_bias and its backward, GeLU and bias + GeLU, forward and backward)
@@ -15,8 +17,8 @@
 // take: the Device front widens them to f32 (exact), runs the f32 kernel and rounds each output
 // once (core/device.h, "Dtypes"). The GEMM is native where oneDNN is on: Debian's OpenBLAS exports
 // no bf16 GEMM (`nm -D libopenblas.so` lists no sbgemm, only the CPU probe support_avx512_bf16), so
-// a bf16 GEMM is either oneDNN's bf16 matmul (onednn_gemm.h: bf16 A and B, f32 accumulation; chosen
-// where the CPU has AVX512-BF16 or AMX, or by TP_CPU_BF16_GEMM) or cblas_sgemm on widened operands.
+// a bf16 GEMM is either oneDNN's bf16 matmul (onednn_gemm.h: bf16 A and B, f32 accumulation) or
+// cblas_sgemm on widened operands, chosen when the device is made (gemm_choice.h).
 // adamw_step stays f32: it updates the fp32 master weights and moments.
 #pragma once
 
@@ -25,7 +27,7 @@
 #include <vector>
 
 #include "core/device.h"
-#include "onednn_gemm.h"
+#include "gemm_choice.h"
 
 namespace tp {
 
@@ -47,18 +49,26 @@ class CpuDevice : public Device {
   bool host_accessible() const override { return true; }
   /// Every kernel but adamw_step (those native_bf16 does not name widened by the front, see above).
   bool takes_bf16(Kernel kernel) const override;
-  /// Kernel::gemm when the oneDNN bf16 GEMM is on (onednn_gemm.h: choose_bf16_gemm), and the
+  /// Kernel::gemm when the oneDNN bf16 GEMM is on (gemm_choice.h: choose_bf16_gemm), and the
   /// elementwise kernels and norms above; every other kernel runs on the front's stand-ins.
   bool native_bf16(Kernel kernel) const override;
   /// The bf16 GEMM's line ("oneDNN (avx512_core_amx)", "sgemm on f32 stand-ins (...)").
   const std::string& bf16_gemm_note() const { return bf16_gemm_.note; }
 
   // ---- The peak MFU divides by: the one-thread sgemm probe (peak_probe.cpp) -------------------
+  /// One thread's sgemm ceiling (one_thread_sgemm_gflops), read from the per-machine cache
+  /// (peak_cache.h, keyed by the CPU and blas_core_key) or measured now and stored there.
+  PeakCeiling measure_peak() override;
+  /// The ceiling × this rank's threads, in words: "2 thread(s) × 150 GFLOP/s (one-thread sgemm
+  /// ceiling; <key>, cached in <path>)".
+  PeakFlops peak_flops(const PeakCeiling& ceiling) const override;
+  /// Measures one thread's ceiling again and stores it when above `was`.
+  double remeasure_peak(double was, bool* kept) override;
   /// The best GFLOP/s of one thread's f32 GEMM at 512³ and 1024³ (best of 3 after a warm-up):
   /// OpenBLAS's cblas_sgemm, or this device's gemm where it runs its f32 GEMMs on oneDNN instead
   /// (cpu::f32_gemm: an OpenBLAS that does not know an AVX-512 CPU).
   double one_thread_sgemm_gflops();
-  /// The peak cache's BLAS part of the key (observe/peak_cache.h): OpenBLAS's kernels, and
+  /// The peak cache's BLAS part of the key (cpu_backend/peak_cache.h): OpenBLAS's kernels, and
   /// "+ oneDNN f32" when the f32 GEMMs run on oneDNN instead (a different ceiling on the same
   /// machine).
   std::string blas_core_key() const;
@@ -178,7 +188,7 @@ class CpuDevice : public Device {
   size_t cached_bytes_ = 0;
   size_t live_bytes_ = 0, peak_live_ = 0;  // blocks handed out now, and the most there were
   cpu::Bf16GemmChoice bf16_gemm_;          // made once, when the device is
-  bool packed_gemm_;                       // TP_CPU_PACKED_GEMM (onednn_gemm.h), read then too
+  bool packed_gemm_;                       // TP_CPU_PACKED_GEMM (gemm_choice.h), read then too
 };
 
 }  // namespace tp

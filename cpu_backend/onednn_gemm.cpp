@@ -1,13 +1,9 @@
-// onednn_gemm.cpp — bf16 matmul through oneDNN with a primitive cache, the f32 matmul on a B packed
-// once, and the choice of the CPU's bf16 GEMM (onednn_gemm.h). Without TP_HAVE_ONEDNN only the
-// choices are compiled (always sgemm, never packed).
+// onednn_gemm.cpp — bf16 and f32 matmuls through oneDNN with a primitive cache, the f32 matmul on a
+// B packed once, and oneDNN's ISA (onednn_gemm.h). Without TP_HAVE_ONEDNN each entry answers
+// "not here" (false, nullptr, ""), so the callers stay on OpenBLAS.
 #include "onednn_gemm.h"
 
-#include <cstdlib>
 #include <string>
-
-#include "blas.h"
-#include "core/error.h"
 
 #ifdef TP_HAVE_ONEDNN
 #include <omp.h>
@@ -162,6 +158,17 @@ bool native_bf16_isa(dnnl::cpu_isa isa) {
 
 bool have_onednn() { return true; }
 
+OnednnIsa onednn_isa() {
+  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+  const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+  OnednnIsa o;
+  o.name = isa_name(isa);
+  o.avx512 = (static_cast<unsigned>(isa) & avx512) == avx512;
+  o.native_bf16 = native_bf16_isa(isa);
+  o.amx = isa == dnnl::cpu_isa::avx512_core_amx;
+  return o;
+}
+
 bool onednn_gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                       const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
                       void* c, bool c_bf16, int64_t ldc) {
@@ -310,6 +317,7 @@ bool onednn_f32_gemm_packed(const F32PackedLayout&, bool, int64_t, float, const 
 }
 
 bool have_onednn() { return false; }
+OnednnIsa onednn_isa() { return {}; }
 bool onednn_gemm_bf16(bool, bool, int64_t, int64_t, int64_t, float, const uint16_t*, int64_t,
                       const uint16_t*, int64_t, float, void*, bool, int64_t) {
   return false;
@@ -324,91 +332,5 @@ bool onednn_gemm_f32(bool, bool, int64_t, int64_t, int64_t, float, const float*,
 }
 
 #endif
-
-// OpenBLAS's own extension (blas.cpp has the same reason to declare it here).
-extern "C" char* openblas_get_corename(void);
-
-namespace {
-F32GemmChoice pick_f32_gemm() {
-  const char* env = std::getenv("TP_CPU_F32_GEMM");
-  const std::string want = env && *env ? env : "auto";
-  TP_CHECK_INPUT(want == "auto" || want == "openblas" || want == "onednn", "TP_CPU_F32_GEMM=", want,
-                 " is not a CPU f32 GEMM; use openblas, onednn or auto");
-  const std::string core = openblas_get_corename();
-  const std::string blas = "OpenBLAS (" + core + " kernels";
-  if (want == "openblas") return {false, blas + ", TP_CPU_F32_GEMM=openblas)"};
-  const char* forced = std::getenv("OPENBLAS_CORETYPE");
-#ifdef TP_HAVE_ONEDNN
-  const std::string isa = isa_name(dnnl::get_effective_cpu_isa());
-  if (want == "onednn") return {true, "oneDNN (" + isa + ", TP_CPU_F32_GEMM=onednn)"};
-  if (forced && *forced) return {false, blas + ", OPENBLAS_CORETYPE=" + forced + ")"};
-  const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
-  const bool dnnl512 = (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & avx512) == avx512;
-  if (openblas_lacks_avx512() && dnnl512)
-    return {true, "oneDNN (" + isa + "; OpenBLAS's own pick, " + core +
-                      ", has no AVX-512 on this AVX-512 CPU)"};
-  return {false, blas + ")"};
-#else
-  TP_CHECK_INPUT(
-      want != "onednn",
-      "TP_CPU_F32_GEMM=onednn, but this build has no oneDNN; install libdnnl-dev and rebuild "
-      "(make), or use TP_CPU_F32_GEMM=openblas");
-  if (forced && *forced) return {false, blas + ", OPENBLAS_CORETYPE=" + forced + ")"};
-  return {false, blas + ")"};
-#endif
-}
-
-}  // namespace
-
-F32GemmChoice choose_f32_gemm() {
-  F32GemmChoice choice = pick_f32_gemm();
-  choice.openblas_lacks_avx512 = openblas_lacks_avx512();
-  return choice;
-}
-
-const F32GemmChoice& f32_gemm() {
-  static const F32GemmChoice choice = choose_f32_gemm();
-  return choice;
-}
-
-bool choose_packed_gemm() {
-  const char* env = std::getenv("TP_CPU_PACKED_GEMM");
-  const std::string want = env && *env ? env : "auto";
-  TP_CHECK_INPUT(want == "auto" || want == "off", "TP_CPU_PACKED_GEMM=", want,
-                 " is not a choice; use auto (pack a ring's weight for oneDNN where it has a "
-                 "brgemm kernel) or off (cblas_sgemm on every block)");
-  return want == "auto" && have_onednn();
-}
-
-Bf16GemmChoice choose_bf16_gemm() {
-  const char* env = std::getenv("TP_CPU_BF16_GEMM");
-  const std::string want = env && *env ? env : "auto";
-  TP_CHECK_INPUT(want == "auto" || want == "onednn" || want == "sgemm", "TP_CPU_BF16_GEMM=", want,
-                 " is not a CPU bf16 GEMM; use onednn, sgemm or auto");
-  const std::string standin = "sgemm on f32 stand-ins";
-  if (want == "sgemm") return {Bf16Gemm::sgemm, standin + " (TP_CPU_BF16_GEMM=sgemm)"};
-#ifdef TP_HAVE_ONEDNN
-  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
-  if (want == "onednn")
-    return {Bf16Gemm::onednn, "oneDNN (" + isa_name(isa) + ", TP_CPU_BF16_GEMM=onednn)"};
-  // AVX512-BF16 without AMX where the f32 GEMMs are oneDNN's too (f32_gemm): there oneDNN's bf16
-  // brgemm ran at about half its f32 one (a Xeon of model 207 without AMX exposed, one thread, the
-  // bench model's shapes: 79-89 against 149-172 GFLOP/s, B packed or not), so the stand-in, whose
-  // sgemm is that f32 matmul, is the faster of the two.
-  const bool amx = isa == dnnl::cpu_isa::avx512_core_amx;
-  if (native_bf16_isa(isa) && !amx && f32_gemm().onednn)
-    return {Bf16Gemm::sgemm, standin + " (oneDNN's f32 matmul; its " + isa_name(isa) +
-                                 " bf16 one runs at about half that rate without AMX)"};
-  if (native_bf16_isa(isa)) return {Bf16Gemm::onednn, "oneDNN (" + isa_name(isa) + ")"};
-  return {Bf16Gemm::sgemm,
-          standin + " (oneDNN's ISA " + isa_name(isa) + " has no native bf16: it would emulate)"};
-#else
-  TP_CHECK_INPUT(
-      want != "onednn",
-      "TP_CPU_BF16_GEMM=onednn, but this build has no oneDNN; install libdnnl-dev and rebuild "
-      "(make), or use TP_CPU_BF16_GEMM=sgemm");
-  return {Bf16Gemm::sgemm, standin + " (built without oneDNN)"};
-#endif
-}
 
 }  // namespace tp::cpu

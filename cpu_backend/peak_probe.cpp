@@ -1,7 +1,7 @@
-// peak_probe.cpp — the CPU's side of the peak that MFU divides by (cpu_device.h): one thread's
-// sgemm ceiling, the BLAS kernels it ran on (the peak cache's key, observe/peak_cache.h), and a
-// note when those kernels are not the CPU's best. launcher/peak.cpp measures it on rank 0, caches
-// it per machine and multiplies it by the threads.
+// peak_probe.cpp — the CPU's answer to the peak that MFU divides by (cpu_device.h; core/device.h,
+// measure_peak): one thread's sgemm ceiling, kept per machine under a key naming the BLAS kernels it
+// ran on (peak_cache.h), times the threads of a rank; and a note when those kernels are not the
+// CPU's best. launcher/peak.cpp asks rank 0's device and broadcasts the value.
 #include <cblas.h>
 #include <omp.h>
 
@@ -10,10 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "core/format.h"
 #include "core/tensor.h"
 #include "cpu_device.h"
+#include "gemm_choice.h"
 #include "observe/timer.h"
-#include "onednn_gemm.h"
+#include "peak_cache.h"
 
 namespace tp {
 
@@ -41,6 +43,41 @@ double CpuDevice::one_thread_sgemm_gflops() {
   openblas_set_num_threads(before);
   omp_set_num_threads(omp_before);
   return best;
+}
+
+namespace {
+// This machine's key in the peak cache: the CPU and the f32 GEMM's engine (blas_core_key).
+std::string peak_key(const CpuDevice& cpu) {
+  return peak_cache_key(cpu_model_name(), cpu.blas_core_key());
+}
+}  // namespace
+
+PeakCeiling CpuDevice::measure_peak() {
+  const std::string path = peak_cache_path(), key = peak_key(*this);
+  PeakCeiling ceiling;
+  ceiling.remeasurable = true;
+  ceiling.gflops = cached_peak(path, key);
+  std::string note = "cached in " + path;
+  if (ceiling.gflops <= 0) {
+    ceiling.gflops = one_thread_sgemm_gflops();
+    note = store_peak(path, key, ceiling.gflops) ? "measured now, cached in " + path
+                                                 : "measured now (no cache)";
+  }
+  ceiling.source = key + ", " + note;
+  return ceiling;
+}
+
+PeakFlops CpuDevice::peak_flops(const PeakCeiling& ceiling) const {
+  const int n = threads();
+  return {ceiling.gflops * 1e9 * n, std::to_string(n) + " thread(s) × " + fmt_g(ceiling.gflops) +
+                                        " GFLOP/s (one-thread sgemm ceiling; " + ceiling.source +
+                                        ")"};
+}
+
+double CpuDevice::remeasure_peak(double was, bool* kept) {
+  const double now_gflops = one_thread_sgemm_gflops();
+  *kept = now_gflops > was && store_peak(peak_cache_path(), peak_key(*this), now_gflops);
+  return now_gflops;
 }
 
 std::string CpuDevice::blas_core_key() const {

@@ -144,4 +144,9 @@ std::string f32_gemm_path(const Device& device, bool* onednn) {
 
 bool openblas_lacks_avx512() { return cpu::f32_gemm().openblas_lacks_avx512; }
 
+std::string blas_kernel_note(const Device& device) {
+  const auto* cpu = dynamic_cast<const CpuDevice*>(&device);
+  return cpu ? cpu->blas_kernel_note() : "";
+}
+
 }  // namespace tp

@@ -74,12 +74,12 @@ int agreed_stop_signal();
 void check_output_paths(const std::vector<std::pair<std::string, std::string>>& flag_paths);
 
 /// How `device` computes a GEMM of bf16 tensors, for a startup log (tp_train: "bf16 GEMM: oneDNN
-/// (avx512_core_amx)"): the CPU's choice (cpu_backend/onednn_gemm.h), else "native" or "f32
+/// (avx512_core_amx)"): the CPU's choice (cpu_backend/gemm_choice.h), else "native" or "f32
 /// stand-ins" (Device::native_bf16). In backends.cpp.
 std::string bf16_gemm_path(const Device& device);
 
 /// How the CPU device runs an f32 GEMM ("OpenBLAS (SkylakeX kernels)", or oneDNN where OpenBLAS
-/// does not know the CPU: cpu_backend/onednn_gemm.h, f32_gemm); "" on another device. Whether it
+/// does not know the CPU: cpu_backend/gemm_choice.h, f32_gemm); "" on another device. Whether it
 /// is oneDNN in *onednn when given. In backends.cpp.
 std::string f32_gemm_path(const Device& device, bool* onednn = nullptr);
 
@@ -89,35 +89,37 @@ std::string f32_gemm_path(const Device& device, bool* onednn = nullptr);
 bool openblas_lacks_avx512();
 
 // ---- MFU: the peak a rank's model FLOP/s are divided by (model/flops.h has the FLOPs) ----------
-// In peak.cpp; the CPU's probe is the CPU device's (cpu_backend/peak_probe.cpp).
+// In peak.cpp; the measurement is the device's (core/device.h: Device::measure_peak).
 
 /// The peak per rank, and where it came from.
 struct Peak {
   double flops = 0;  // per rank, FLOP/s
   std::string what;  // for the header
-  // On the CPU, where the one-thread ceiling came from (rank 0): its cache file and key, "" when
-  // --peak-tflops gave the peak or on the GPU (recheck_peak below).
-  std::string cache_path, cache_key;
-  double thread_gflops = 0;
+  // The device's ceiling (rank 0's measure_peak, its gflops broadcast; empty under --peak-tflops):
+  // a remeasurable one (the CPU's cached one-thread ceiling) is rechecked by recheck_peak below.
+  PeakCeiling ceiling;
   bool given =
       false;  // --peak-tflops: an MFU above 100 % warns once (a measured peak is rechecked)
 };
 
-/// --peak-tflops X, else on the CPU the one-thread sgemm ceiling (cached per machine:
-/// observe/peak_cache.h) times the threads of a rank, on the GPU the measured fp32 GEMM ceiling.
-/// Rank 0 measures, every rank gets its value.
+/// --peak-tflops X, else the device's measured ceiling (Device::measure_peak, peak_flops): on the
+/// CPU the one-thread sgemm ceiling (cached per machine: cpu_backend/peak_cache.h) times the
+/// threads of a rank, on the GPU the measured fp32 GEMM ceiling. Rank 0 measures, every rank gets
+/// its value.
 Peak run_peak(Context& ctx);
 
 /// After the run, on rank 0: a step whose model FLOP/s beat the CPU peak (MFU over 100 %) shows
 /// the cached one-thread ceiling is low. It is measured once, over a second or two, so a
 /// measurement taken while the machine was busy (a parallel build, other ranks) stays low for
 /// every later run; seen on a 2-core Xeon, 107 GFLOP/s cached against 147 quiet, MFU 105 %.
-/// Measured again now (after the run, so no step is disturbed), and the higher value cached.
+/// Measured again now (after the run, so no step is disturbed: Device::remeasure_peak), and the
+/// higher value cached.
 void recheck_peak(Communicator& world, Device& device, const Peak& peak, double best_mfu);
 
 /// A CPU with AVX-512 whose OpenBLAS runs kernels without it (OPENBLAS_CORETYPE, or an OpenBLAS
 /// too old to know the CPU): a line saying so and what to set, since the GEMMs are most of a CPU
-/// step (the measurements: cpu_backend/peak_probe.cpp); "" when not, or on another device.
+/// step (the measurements: cpu_backend/peak_probe.cpp); "" when not, or on another device. In
+/// backends.cpp.
 std::string blas_kernel_note(const Device& device);
 
 }  // namespace tp

@@ -31,7 +31,7 @@
 // measured by a timeline on the world communicator that records every step.
 // Its last columns are the model FLOP/s per rank and the MFU (HFU with --recompute): the global
 // model's 6·N + 12·L·h·S FLOPs per token (model/flops.h) over all ranks, divided by the peak the
-// header names (the one-thread sgemm ceiling × threads, cached per machine: observe/peak_cache.h;
+// header names (the one-thread sgemm ceiling × threads, cached per machine: cpu_backend/peak_cache.h;
 // the GPU's measured GEMM ceiling; or --peak-tflops: launcher.h's run_peak).
 #include <algorithm>
 #include <cmath>

@@ -132,6 +132,21 @@ struct MemoryStats {
   int64_t allocations = 0;  ///< allocations made
 };
 
+/// The FLOP/s ceiling a device measures for MFU (Device::measure_peak).
+struct PeakCeiling {
+  double gflops = 0;   ///< GFLOP/s of f32 GEMMs: the device's, or (the CPU) one thread's
+  std::string source;  ///< where it came from, for the run header ("" where nothing to say)
+  /// Measured once and kept per machine (the CPU's cache): rechecked after a run whose MFU passed
+  /// 100 %, since a measurement taken on a busy machine stays low (Device::remeasure_peak).
+  bool remeasurable = false;
+};
+
+/// A rank's peak FLOP/s and the run header's words for it (Device::peak_flops).
+struct PeakFlops {
+  double flops = 0;
+  std::string what;
+};
+
 /// Memory and kernels of one rank. One per process; it must outlive every Tensor it allocated.
 class Device {
  public:
@@ -172,6 +187,22 @@ class Device {
   /// kernel it takes in bf16 runs its f32 do_* on stand-ins: every bf16 tensor widened to f32
   /// (exact), the kernel computed in f32, every bf16 output rounded back once (device.cpp).
   virtual bool native_bf16(Kernel kernel) const;
+
+  // ---- the peak MFU divides by (launcher/peak.cpp: rank 0 measures, every rank gets the value) ---
+  /// Measures this device's f32 GEMM ceiling (a second or two). Default, for any device (the
+  /// GPU's): the best GFLOP/s of gemm at n³ for n = 256, 512, ... 4096 (best of 3 after a warm-up
+  /// each), stopping at the first size whose call takes over 50 ms (a slow device, the CUDA
+  /// emulator); device_peak.cpp. The CPU backend measures one thread's sgemm instead and keeps it
+  /// per machine (cpu_backend/peak_probe.cpp).
+  virtual PeakCeiling measure_peak();
+  /// This rank's peak from `ceiling` (rank 0's measure_peak, its gflops broadcast to every rank)
+  /// and the header's words for it. Default: gflops itself, "the measured fp32 GEMM ceiling of
+  /// <name()> (Device::gemm, n³ up to 4096³)". The CPU: one thread's ceiling × its threads.
+  virtual PeakFlops peak_flops(const PeakCeiling& ceiling) const;
+  /// For a remeasurable ceiling (above) after a run whose MFU passed 100 %: measures again past any
+  /// cache and returns it; *kept says whether it replaced `was` where it is kept (only a higher
+  /// value does). Default: measure_peak()'s value, nothing kept.
+  virtual double remeasure_peak(double was, bool* kept);
 
   // ---- memory (plain virtuals: nothing to check) ----------------------------------------------
   virtual void* allocate(size_t bytes) = 0;

@@ -1,4 +1,4 @@
-# bf16gemm.sh — the CPU backend's bf16 GEMM (cpu_backend/onednn_gemm.h: oneDNN or sgemm on f32
+# bf16gemm.sh — the CPU backend's bf16 GEMM (cpu_backend/gemm_choice.h: oneDNN or sgemm on f32
 # stand-ins, TP_CPU_BF16_GEMM=onednn|sgemm|auto), sourced by scripts/run-tests.sh, section 8b.
 #
 # Bad input: an unknown TP_CPU_BF16_GEMM is one line, exit 2, and so is onednn in a build without

@@ -1,4 +1,4 @@
-# f32gemm.sh — the CPU backend's plain f32 GEMM (cpu_backend/onednn_gemm.h: f32_gemm; OpenBLAS's
+# f32gemm.sh — the CPU backend's plain f32 GEMM (cpu_backend/gemm_choice.h: f32_gemm; OpenBLAS's
 # cblas_sgemm, or oneDNN's f32 matmul where OpenBLAS runs kernels without AVX-512 on a CPU that has
 # it; TP_CPU_F32_GEMM=auto|openblas|onednn), sourced by scripts/run-tests.sh, section 8b.
 #

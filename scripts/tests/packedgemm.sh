@@ -1,5 +1,5 @@
 # packedgemm.sh — the ring's blocks on a weight packed once (core/device.h: Device::pack_gemm_b;
-# the CPU: oneDNN's f32 matmul, cpu_backend/onednn_gemm.h, TP_CPU_PACKED_GEMM=auto|off), sourced by
+# the CPU: oneDNN's f32 matmul, cpu_backend/gemm_choice.h, TP_CPU_PACKED_GEMM=auto|off), sourced by
 # scripts/run-tests.sh, section 8b.
 #
 # Bad input: an unknown TP_CPU_PACKED_GEMM is one line, exit 2. With oneDNN built in: the 10-step

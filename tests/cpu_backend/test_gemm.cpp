@@ -20,6 +20,7 @@
 #include "core/host.h"
 #include "core/tensor.h"
 #include "cpu_device.h"
+#include "gemm_choice.h"
 #include "onednn_gemm.h"
 #include "test_util.h"
 
@@ -62,7 +63,7 @@ TEST_P(GemmShapes, MatchesReferenceForAllTransposesAndScalings) {
 }
 
 // oneDNN's f32 matmul called directly (the CPU's f32 GEMM where OpenBLAS does not know an AVX-512
-// CPU: onednn_gemm.h, f32_gemm), on sub-blocks of larger stored matrices (row strides above the
+// CPU: gemm_choice.h, f32_gemm), on sub-blocks of larger stored matrices (row strides above the
 // columns), against the same reference and tolerance.
 TEST_P(GemmShapes, OnednnF32MatchesReferenceOnStridedBlocks) {
   if (!tp::cpu::have_onednn()) GTEST_SKIP() << "built without oneDNN";

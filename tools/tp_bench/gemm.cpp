@@ -2,7 +2,7 @@
 //
 // GEMM on the CPU (--suite gemm): Device::gemm (the project: the argument checks, then
 // cblas_sgemm, or oneDNN's f32 matmul where OpenBLAS runs kernels without AVX-512 on a CPU that
-// has it: cpu_backend/onednn_gemm.h, f32_gemm) against cblas_sgemm called directly on the same
+// has it: cpu_backend/gemm_choice.h, f32_gemm) against cblas_sgemm called directly on the same
 // buffers, at every GEMM of the linear layers and the head of tp_train's default model and of
 // make bench's model (forward, input gradient, weight gradient); samples of the two alternate,
 // and the ratio of their medians is the result (absolute times mean little on a shared machine).

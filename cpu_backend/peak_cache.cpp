@@ -1,4 +1,4 @@
-#include "observe/peak_cache.h"
+#include "peak_cache.h"
 
 #include <sys/stat.h>
 

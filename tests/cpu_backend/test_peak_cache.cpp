@@ -1,10 +1,10 @@
 // test_peak_cache.cpp — the file of measured peak FLOP/s, one line per machine key
-// (observe/peak_cache.h) (serial).
+// (cpu_backend/peak_cache.h) (serial).
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "observe/peak_cache.h"
+#include "peak_cache.h"
 #include "test_util.h"
 
 namespace tp {

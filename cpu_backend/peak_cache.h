@@ -1,14 +1,15 @@
 // peak_cache.h — the peak FLOP/s that MFU divides by, remembered per machine.
 //
-// On the CPU the peak is the one-thread sgemm ceiling (measured once: tp_train) times the threads
-// a rank runs. The measurement takes a second or two, so it is kept in a small text file,
-// $XDG_CACHE_HOME/tp-from-scratch/sgemm-peak.txt (or ~/.cache/…), one line per machine:
+// On the CPU the peak is the one-thread sgemm ceiling (measured once: CpuDevice::measure_peak,
+// peak_probe.cpp) times the threads a rank runs. The measurement takes a second or two, so it is
+// kept in a small text file, $XDG_CACHE_HOME/tp-from-scratch/sgemm-peak.txt (or ~/.cache/…),
+// one line per machine:
 //   <key> TAB <GFLOP/s>
 // keyed by the CPU's model name and the OpenBLAS kernels in use (openblas_get_corename(): the
 // same CPU under OPENBLAS_CORETYPE=Haswell has another ceiling). No cache folder (no HOME), an
 // unreadable or unwritable file: measured again, never an error. A value measured while the
 // machine was busy reads low; tp_train measures again after a run whose MFU passed 100 % and
-// stores the higher one.
+// stores the higher one (CpuDevice::remeasure_peak).
 #pragma once
 
 #include <string>
