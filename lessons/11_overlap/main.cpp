@@ -7,7 +7,8 @@
 //      costs almost nothing, so nothing would be left to hide. A simulated link (lib/core/
 //      simulated_link.h) makes each collective last steps·α + wire bytes/β, sleeping, not spinning;
 //      the lesson picks β from the α–β model so that the block's communication takes as long as its
-//      GEMMs, the regime where overlap matters (10 GbE between strong GPUs, says [A1]).
+//      GEMMs, the regime where overlap saves the most (comm ≈ compute: TP at t = 8 over
+//      InfiniBand, lesson 16; not [A1]'s 10 GbE, where the GEMMs cover about 1 % of it).
 //   2. Three ways to run the same block (--overlap, lib/parallel/collective_matmul.h):
 //        none   every collective blocks;
 //        async  backward starts dX's reduction and the input's re-gather early and computes the
@@ -23,7 +24,8 @@
 //      GEMM in front of each cut into row blocks, each block's all-reduce flying under the next
 //      block's GEMM. The numbers of none (bit for bit where the BLAS rounds a row the same in any
 //      block of rows; checked to 1e-6).
-//   4. Against [A1]'s "overlap cut the TP communication overhead by about 40 %".
+//   4. Against [A1]'s "overlap cut the TP communication overhead by about 40 %" and its "most on
+//      a 10 Gbps link": this block's bytes at 10 Gb/s against its GEMMs at an A100's rate.
 //
 // What is new since lesson 10: asynchronous collectives (Work), the overlap modes, the simulated
 // link, the α–β model used to size it, and the timeline.
@@ -49,6 +51,10 @@
 using namespace tp;
 
 namespace {
+
+// The GEMM rate of an A100 for [A1]'s "10 Gbps between A100s": its 312 TFLOP/s bf16 peak at the
+// third a GEMM of this block's size reaches.
+constexpr double kA100Flops = 100e12;
 
 std::string ms(double seconds) {
   char buf[32];
@@ -332,10 +338,26 @@ int main(int argc, char** argv) {
         "  async can hide only backward's reductions and re-gathers, behind the weight-gradient\n"
         "  GEMMs: the forward's four collectives stay in the way, so it hides well under half.\n"
         "  The ring hides forward and backward alike; what stays exposed is the first block of\n"
-        "  each ring (nothing to compute yet) and the last wait. How much of it a real run hides\n"
-        "  depends on the link against the compute, as [A1] says: the slower the link (10 "
-        "GbE)\n"
-        "  against strong GPUs, the more there is to hide; over NVLink little was exposed anyway.\n"
+        "  each ring (nothing to compute yet) and the last wait.");
+    // Overlap hides at most min(comm, compute): the saving peaks at comm ≈ compute (the link
+    // step 2 sized) and, as the link slows, stays at most the compute while comm grows. [A1]'s
+    // "10 Gbps between A100s" is far past that point for this block.
+    const double gemm_flops = 3.0 * 2.0 * static_cast<double>(tokens) *
+                              (4.0 * h * h + 2.0 * h * static_cast<double>(cfg.ffn)) / t;
+    const double gbe10 = static_cast<double>(wire) * 8.0 / 10e9, a100 = gemm_flops / kA100Flops;
+    L.say(
+        "  How much a real run hides depends on the link against the compute: overlap hides at\n"
+        "  most min(comm, compute), the most when they are equal (the link of step 2) and a\n"
+        "  falling share as the link slows. [A1]'s 10 Gbps between A100s: this block's ",
+        fixed(static_cast<double>(wire) / 1e6, 1), " MB per rank\n  and step take ", ms(gbe10),
+        " at 10 Gb/s, its GEMMs (", fixed(gemm_flops / 1e9, 2), " GFLOP per rank) ",
+        fixed(a100 * 1e6, 0), " µs at ", fixed(kA100Flops / 1e12, 0),
+        " TFLOP/s\n  (an A100's 312 bf16 peak at the third a small GEMM reaches): at most ",
+        pct(a100 / gbe10),
+        " of it can hide.\n  The regime this lesson simulates is TP at t = 8 over InfiniBand "
+        "(lesson 16: 9.68 ms of\n  all-reduces against 6.57 ms of compute per layer); over "
+        "NVLink little is exposed anyway.");
+    L.say(
         "  Where [A1] goes wrong: it starts a column-parallel layer's all-gather and runs\n"
         "  \"LayerNorm or other work that does not need the whole Y\" meanwhile. In Megatron TP "
         "the\n"

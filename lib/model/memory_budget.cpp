@@ -69,41 +69,44 @@ BudgetVerdict fit_memory_budget(const GptConfig& cfg, int64_t seq, int64_t globa
   v.fits = v.base.problems.empty() && v.base.peak.total() <= budget;
   if (v.fits || !v.base.problems.empty()) return v;
 
-  // Each kind's candidate values, the least change first: the larger t of this world (dp = world
-  // / t), bf16, selective then full, m ascending (the divisors of the batch), ZeRO-1.
+  // Each kind's candidate values, the least change first, the kinds in [A2] §5.3's order: bf16,
+  // selective then full, m ascending (the divisors of the batch), ZeRO-1, and a larger t of this
+  // world (dp = world / t) last: each step up in t adds communication on the critical path
+  // ([A3]: the smallest t that fits).
   using Apply = MemoryChoice (*)(MemoryChoice, int);
   struct Kind {
     std::vector<int> values;
     Apply apply;
   };
   std::vector<Kind> kinds(5);
-  for (int t = base.t + 1; t <= world; ++t)
-    if (world % t == 0) kinds[0].values.push_back(t);
-  kinds[0].apply = [](MemoryChoice c, int t) {
-    c.dp = c.t * c.dp / t;
-    c.t = t;
-    return c;
-  };
-  if (base.precision == Precision::Fp32) kinds[1].values.push_back(1);
-  kinds[1].apply = [](MemoryChoice c, int) {
+  if (base.precision == Precision::Fp32) kinds[0].values.push_back(1);
+  kinds[0].apply = [](MemoryChoice c, int) {
     c.precision = Precision::Bf16;
     return c;
   };
   for (Recompute r : {Recompute::Selective, Recompute::Full})
-    if (r > base.recompute) kinds[2].values.push_back(static_cast<int>(r));
-  kinds[2].apply = [](MemoryChoice c, int r) {
+    if (r > base.recompute) kinds[1].values.push_back(static_cast<int>(r));
+  kinds[1].apply = [](MemoryChoice c, int r) {
     c.recompute = static_cast<Recompute>(r);
     return c;
   };
   for (int m = base.micro_batches + 1; m <= global_batch && m <= 1 << 20; ++m)
-    if (global_batch % m == 0) kinds[3].values.push_back(m);  // (a replica's batch divides it)
-  kinds[3].apply = [](MemoryChoice c, int m) {
+    if (global_batch % m == 0) kinds[2].values.push_back(m);  // (a replica's batch divides it)
+  kinds[2].apply = [](MemoryChoice c, int m) {
     c.micro_batches = m;
     return c;
   };
-  if (base.zero == 0) kinds[4].values.push_back(1);
-  kinds[4].apply = [](MemoryChoice c, int z) {
+  if (base.zero == 0) kinds[3].values.push_back(1);
+  kinds[3].apply = [](MemoryChoice c, int z) {
     c.zero = z;
+    return c;
+  };
+  for (int t = base.t + 1; t <= world; ++t)
+    if (world % t == 0) kinds[4].values.push_back(t);
+  kinds[4].apply = [](MemoryChoice c, int t) {
+    c.dp = c.t * c.dp / t;
+    c.t = t;
+    if (c.dp == 1) c.zero = 0;  // stacked on ZeRO-1: nothing left to shard it over
     return c;
   };
 

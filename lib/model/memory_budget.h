@@ -3,15 +3,17 @@
 // from the preflight, and the cheapest change of them that fits, searched in the source articles'
 // order.
 //
-// The order ([A1]-[A3], Korthikanti et al.): a larger t (the same ranks as fewer, larger TP
-// groups: dp = world / t), then --precision bf16 (it halves the activations but adds a 2-byte
-// copy of the weights: 18 B per parameter of model states against fp32's 16, so it may not
-// save), then --recompute selective, then full, then --micro-batches m (m ascending, dividing the
-// batch per replica), then --zero 1 (only with dp > 1). One change of the run's choices is tried
-// first, in that order, and the first that fits is the answer; when none does, the changes are
-// stacked: each kind in the order above is tried at each of its values on
-// top of the previous kinds at their most saving value. A candidate must be a valid run (the
-// preflight's problems, step_option_problems, no dropout with dp > 1 as tp_train requires).
+// The order ([A2] §5.3: TP for the weights, then mixed precision, then recomputation, and a larger
+// TP last, since every step up in t adds communication; [A3]: the smallest t that fits): the run's
+// t as given, then --precision bf16 (it halves the activations but adds a 2-byte copy of the
+// weights: 18 B per parameter of model states against fp32's 16, so it may not save), then
+// --recompute selective, then full, then --micro-batches m (m ascending, dividing the batch per
+// replica), then --zero 1 (only with dp > 1), then a larger t (the same ranks as fewer, larger TP
+// groups: dp = world / t). One change of the run's choices is tried first, in that order, and the
+// first that fits is the answer; when none does, the changes are stacked: each kind in the order
+// above is tried at each of its values on top of the previous kinds at their most saving value
+// (a larger t that leaves dp = 1 drops ZeRO-1). A candidate must be a valid run (the preflight's
+// problems, step_option_problems, no dropout with dp > 1 as tp_train requires).
 #pragma once
 
 #include <cstdint>
@@ -63,8 +65,8 @@ BudgetVerdict fit_memory_budget(const GptConfig& cfg, int64_t seq, int64_t globa
                                 const MemoryChoice& base, int64_t budget_bytes);
 
 /// The memory-stack table (tp_preflight, lesson 14's formula column): `cfg` on `world` ranks
-/// (0: not given), `batch` sequences per TP group, the articles' order one row each and stacked:
-/// t = 1, 2, 4, ... up to `t` (dp = world / t where the world is given), then at `t` --precision
+/// (0: not given), `batch` sequences per TP group, one row each and stacked:
+/// t = 1, 2, 4, ... up to the `t` asked for (dp = world / t where the world is given), then at `t` --precision
 /// bf16, --recompute selective, full, --micro-batches `m` (when m > 1), --zero 1 over dp (when dp > 1). Each row's
 /// peak per rank (fp32 before the bf16 row, bf16 from it on), split into weights, gradients, optimizer state and activations; a row
 /// that is no valid run shows its first problem instead.

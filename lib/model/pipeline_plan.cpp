@@ -214,8 +214,11 @@ StagePlan plan_stage(const PipelineInput& in, const PipelinePlan& p, int s,
   st.head = s == N - 1;
   st.params = r.per_block * st.blocks + (st.embeddings ? r.wte + r.wpe : 0) +
               (st.head ? r.ln_f + (c.tied ? (st.embeddings ? 0 : r.wte) : r.lm_head) : 0);
+  // The library's model states (model/preflight.cpp, docs/model.md "Memory accounting"): d-byte
+  // weights, fp32 gradients, AdamW's fp32 moments and, under d < 4, the fp32 master: 16 B per
+  // parameter in fp32, 2 + 4 + 4 + 8 = 18 B in bf16.
   st.weight_bytes = st.params * d;
-  st.grad_bytes = st.params * d;
+  st.grad_bytes = st.params * 4;
   st.adamw_bytes = st.params * 8 + (d < 4 ? st.params * 4 : 0);
   st.in_flight = micro_batches_in_flight(in.schedule, N, s, m);
   st.act_per_micro = block_activation_bytes(c, c.seq, p.micro_batch, t) * st.blocks;

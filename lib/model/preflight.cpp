@@ -266,10 +266,12 @@ void count_parameters(const PreflightInput& in, Preflight& p) {
   // against fp32's 4 + 4 + 8 = 16: mixed precision saves activations and wire bytes, not states.
   p.weight_bytes = P * d;
   p.grad_bytes = P * 4;
-  // ZeRO-1 (AdamW::shard_over): each DP rank holds the moments (and master copy) of its
-  // ⌈P/dp⌉ of the flattened parameters.
+  // ZeRO-1 as this library does it (AdamW::shard_over): each DP rank holds AdamW's two moments
+  // of its ⌈P/dp⌉ of the flattened parameters; the fp32 master stays whole on every rank (it is
+  // the parameter itself): 6 + 4 + 8/dp B per parameter in bf16. The ZeRO paper's stage 1 shards
+  // the master too (2 + 2 + 12/dp); report_memory prints that figure beside it.
   const int64_t dp = std::max(1, in.zero_dp), owned = (P + dp - 1) / dp;
-  p.adamw_bytes = owned * 8 + (d < 4 ? owned * 4 : 0);
+  p.adamw_bytes = owned * 8 + (d < 4 ? P * 4 : 0);
 }
 
 // The model without and with sequence parallelism, its activations in d-byte values.
@@ -429,10 +431,23 @@ void report_memory(std::ostream& os, const Preflight& p) {
   os << "\n# memory per rank (GB = 10^9 bytes)\n";
   os << format("  %-52s %12s\n", "weights (P x d)", bytes_str(p.weight_bytes).c_str());
   os << format("  %-52s %12s\n", "gradients, fp32 (P x 4)", bytes_str(p.grad_bytes).c_str());
-  os << format("  %-52s %12s\n",
-               fp32 ? "AdamW exp_avg + exp_avg_sq (P x 8)"
-                    : "AdamW exp_avg + exp_avg_sq + fp32 master (P x 12)",
-               bytes_str(p.adamw_bytes).c_str());
+  // ZeRO-1 as this library shards it: the moments only (docs/model.md, "Memory accounting").
+  const int zero_dp = std::max(1, in.zero_dp);
+  const std::string sharded = format("8 x ceil(P/%d)", zero_dp);
+  const std::string adamw = zero_dp == 1
+                                ? (fp32 ? "AdamW exp_avg + exp_avg_sq (P x 8)"
+                                        : "AdamW exp_avg + exp_avg_sq + fp32 master (P x 12)")
+                                : (fp32 ? "AdamW exp_avg + exp_avg_sq (" + sharded + ")"
+                                        : "AdamW m, v (" + sharded + ") + fp32 master (P x 4)");
+  os << format("  %-52s %12s\n", adamw.c_str(), bytes_str(p.adamw_bytes).c_str());
+  if (zero_dp > 1) {
+    const int64_t owned = (p.params_per_rank + zero_dp - 1) / zero_dp;
+    os << "    (ZeRO-1 as this library shards it: the moments only"
+       << (fp32 ? ")\n"
+                : format(";\n     the ZeRO paper's stage 1 shards the fp32 master too: 12 x "
+                         "ceil(P/%d) = %s)\n",
+                         zero_dp, bytes_str(static_cast<double>(owned * 12)).c_str()));
+  }
   os << format("  activations, per layer and for all %lld layers:\n", static_cast<long long>(L));
   auto act = [&](const char* what, double per_layer) {
     os << format("    %-50s %12s %12s\n", what, bytes_str(per_layer).c_str(),

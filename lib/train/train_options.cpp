@@ -95,8 +95,10 @@ void declare_layer_forms(Options& o) {
       .fits_int()
       .real("memory-budget", 0,
             "MiB per rank: before building the model, stop (exit 2) when the preflight's peak "
-            "per rank is above it, naming the cheapest option that fits; checked against the "
-            "memory ledger after step 1 (0 = no budget)")
+            "per rank is above it, naming the first option that fits in the articles' order "
+            "(--precision bf16, --recompute, --micro-batches, --zero 1, and a larger t last: "
+            "each step up in t adds communication); checked against the memory ledger after "
+            "step 1 (0 = no budget)")
       .min(1)
       .zero_means_off();
   declare_pipeline_options(o);  // --pp, --schedule: tp_preflight's too

@@ -3,16 +3,16 @@
 # tp_train's default model at -np 4 --dp 2 (tp 2 × dp 2, batch 8) peaks at 2.7 MiB per rank
 # (weights, gradients, AdamW and activations in fp32; lib/model/memory_budget.h). Over a budget it
 # stops before building the model with one line naming the largest part and the cheapest option
-# that fits, searched in the articles' order (larger t, --precision bf16, --recompute
-# selective/full, --micro-batches, --zero 1); a budget below every option is one line too; each exit 2. Within it
+# that fits, searched in the articles' order (--precision bf16, --recompute selective/full,
+# --micro-batches, --zero 1, and a larger t last); a budget below every option is one line too; each exit 2. Within it
 # the run trains and checks the memory ledger's peak after step 1 against the budget. Then
 # tp_preflight's memory-stack table for llama2-70b on 8 × 8 GPUs and its bad input (exit 2).
 
 expect "--memory-budget: mixed precision fits" 2 \
   "activations the largest (weights 0.2 MiB, gradients 0.2 MiB, optimizer state 0.5 MiB, activations 1.8 MiB); the cheapest option that fits: --precision bf16 (2.0 MiB)" \
   4 "${tt[@]}" --dp 2 --memory-budget 2.5
-expect "--memory-budget: a run already in bf16 is offered a larger t first" 2 \
-  "precision=bf16 recompute=none micro-batches=1 zero=0) peaks at 2.0 MiB per rank, activations the largest (weights 0.4 MiB, gradients 0.2 MiB, optimizer state 0.5 MiB, activations 0.9 MiB); the cheapest option that fits: --dp 1 (t=4) (1.8 MiB)" \
+expect "--memory-budget: a run already in bf16 is offered recomputation before a larger t" 2 \
+  "precision=bf16 recompute=none micro-batches=1 zero=0) peaks at 2.0 MiB per rank, activations the largest (weights 0.4 MiB, gradients 0.2 MiB, optimizer state 0.5 MiB, activations 0.9 MiB); the cheapest option that fits: --recompute full (1.6 MiB)" \
   4 "${tt[@]}" --dp 2 --precision bf16 --memory-budget 1.9
 expect "--memory-budget: micro-batches fit" 2 "the cheapest option that fits: --micro-batches 2 (1.8 MiB)" \
   4 "${tt[@]}" --dp 2 --memory-budget 1.9

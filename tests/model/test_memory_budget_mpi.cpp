@@ -15,6 +15,7 @@
 // Runs under mpirun -np 1..4 (the search part is the same at every np).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -155,7 +156,7 @@ TEST(MemoryPeak, Bf16LedgerEqualsTheFormulaForEveryMode) {
 }
 
 // The budget search names --precision bf16 when it is the first change in the articles' order
-// that fits (after a larger t, before recomputation): one rank, activations the largest part.
+// that fits (before recomputation and a larger t): one rank, activations the largest part.
 TEST(MemoryBudget, NamesMixedPrecisionBeforeRecomputation) {
   GptConfig g = budget_config();
   const MemoryChoice base{1, 1, Recompute::None, 1, 0};
@@ -198,17 +199,11 @@ TEST(MemoryPeak, ZeroOneShardsTheOptimizerOnly) {
 
 namespace {
 
-// The articles' order, one change from `base`, by brute force (the search's first phase).
+// The articles' order ([A2] §5.3: mixed precision, recomputation, then a larger t last), one
+// change from `base`, by brute force (the search's first phase).
 std::vector<MemoryChoice> single_changes(const MemoryChoice& base, int world, int64_t batch) {
   std::vector<MemoryChoice> out;
-  for (int t = base.t + 1; t <= world; ++t)
-    if (world % t == 0) {
-      MemoryChoice c = base;
-      c.t = t;
-      c.dp = world / t;
-      out.push_back(c);
-    }
-  if (base.precision == Precision::Fp32) {  // mixed precision, after t
+  if (base.precision == Precision::Fp32) {
     MemoryChoice c = base;
     c.precision = Precision::Bf16;
     out.push_back(c);
@@ -226,6 +221,13 @@ std::vector<MemoryChoice> single_changes(const MemoryChoice& base, int world, in
   MemoryChoice z = base;
   z.zero = 1;
   out.push_back(z);
+  for (int t = base.t + 1; t <= world; ++t)  // a larger t, last
+    if (world % t == 0) {
+      MemoryChoice c = base;
+      c.t = t;
+      c.dp = world / t;
+      out.push_back(c);
+    }
   return out;
 }
 
@@ -275,6 +277,35 @@ TEST(MemoryBudget, TheFirstFittingChangeInTheArticlesOrder) {
       }
     }
   }
+}
+
+// [A2] §5.3 raises t last (each step up in t adds communication): with a budget both a larger t
+// and --precision bf16 meet, the search names bf16. Lesson 14's model, on 2 and 4 ranks.
+TEST(MemoryBudget, RaisesTLast) {
+  const GptConfig g = small_gpt(32);  // lesson 14's model
+  const int64_t B = 8;
+  for (int world_size : {2, 4}) {
+    const MemoryChoice base{1, world_size};
+    MemoryChoice half = base;
+    half.precision = Precision::Bf16;
+    const MemoryEstimate b = estimate_memory(g, g.seq, B, half),
+                         t2 = estimate_memory(g, g.seq, B, {2, world_size / 2});
+    ASSERT_TRUE(b.problems.empty() && t2.problems.empty());
+    const int64_t budget = std::max(b.peak.total(), t2.peak.total());
+    const BudgetVerdict v = fit_memory_budget(g, g.seq, B, world_size, base, budget);
+    ASSERT_TRUE(v.found) << v.message;
+    EXPECT_EQ(v.best.choice.str(), half.str()) << "world " << world_size;
+    EXPECT_NE(v.message.find("the cheapest option that fits: --precision bf16 ("),
+              std::string::npos)
+        << v.message;
+  }
+  // Lesson 14's numbers: half of t = 1's peak is met by t = 2 + bf16 as by t = 4 alone.
+  const int64_t budget = estimate_memory(g, g.seq, B, {1, 1}).peak.total() / 2;
+  EXPECT_LE(
+      estimate_memory(g, g.seq, B, {2, 1, Recompute::None, 1, 0, Precision::Bf16}).peak.total(),
+      budget);
+  EXPECT_LE(estimate_memory(g, g.seq, B, {4, 1}).peak.total(), budget);
+  EXPECT_GT(estimate_memory(g, g.seq, B, {2, 1}).peak.total(), budget);
 }
 
 TEST(MemoryBudget, StackedWhenNoSingleChangeFits) {

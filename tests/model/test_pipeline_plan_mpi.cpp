@@ -94,6 +94,7 @@ TEST(PipelinePlan, StageShardsAddUpToTheModel) {
           sum += s.params;
           blocks += s.blocks;
           EXPECT_EQ(s.weight_bytes, s.params * 4);
+          EXPECT_EQ(s.grad_bytes, s.params * 4);
           EXPECT_EQ(s.adamw_bytes, s.params * 8);  // fp32: no master copy
           EXPECT_EQ(s.in_flight, 8);               // AFAB keeps every micro-batch
           EXPECT_EQ(s.activation_bytes, 8 * s.blocks * block_activation_bytes(p.tp.cfg, 12, 1, t));
@@ -177,8 +178,13 @@ TEST(PipelinePlan, LinksFollowTheGridsRankOrder) {
   EXPECT_EQ(p.stages[0].blocks, 20);
   EXPECT_EQ(p.pp_message, int64_t{4096} * 8192 * 2);  // 64 MiB
   EXPECT_EQ(p.stages[3].tied.bytes, 0);               // untied
-  // bf16: fp32 master copy on top of the moments.
+  // bf16: 18 B per parameter as the library holds them (issue 41): 2-byte weights, fp32
+  // gradients, the fp32 master copy on top of the moments.
+  EXPECT_EQ(p.stages[1].weight_bytes, p.stages[1].params * 2);
+  EXPECT_EQ(p.stages[1].grad_bytes, p.stages[1].params * 4);
   EXPECT_EQ(p.stages[1].adamw_bytes, p.stages[1].params * 12);
+  EXPECT_EQ(p.stages[1].weight_bytes + p.stages[1].grad_bytes + p.stages[1].adamw_bytes,
+            p.stages[1].params * 18);
   // tp 16 on nodes of 8: the TP group crosses nodes; dp 2 × tp 4 on 8 GPUs: DP stays inside.
   in.base.t = 16;
   in.base.kv_replication = true;  // 8 KV heads at t = 16: two copies of each

@@ -420,6 +420,27 @@ TEST(PreflightShards, ZeroOneMomentsEqualTheShardedOptimizer) {
   }
 }
 
+// ZeRO-1 in bf16 (issue 41): the preflight prints this library's definition, the moments sharded
+// and the fp32 master whole (6 + 4 + 8/dp B per parameter), not the paper's (2 + 2 + 12/dp).
+TEST(PreflightShards, ZeroOneInBf16ShardsTheMomentsNotTheMaster) {
+  for (int dp : {1, 2, 4}) {
+    PreflightInput in = small(2);
+    in.dtype_bytes = 2;
+    in.zero_dp = dp;
+    const Preflight p = preflight(in);
+    ASSERT_TRUE(p.problems.empty());
+    const int64_t P = p.params_per_rank, owned = (P + dp - 1) / dp;
+    EXPECT_EQ(p.weight_bytes, 2 * P);
+    EXPECT_EQ(p.grad_bytes, 4 * P);
+    EXPECT_EQ(p.adamw_bytes, 8 * owned + 4 * P) << "dp=" << dp;
+    // The same model states as the memory stack's peak (model/memory.h): weights 6P with the
+    // master, optimizer 8 ⌈P/dp⌉.
+    EXPECT_EQ(p.weight_bytes + p.grad_bytes + p.adamw_bytes,
+              p.peak.weights + p.peak.grads + p.peak.optimizer);
+    if (dp == 1) EXPECT_EQ(p.weight_bytes + p.grad_bytes + p.adamw_bytes, 18 * P);
+  }
+}
+
 TEST(PreflightShards, EqualTheModelsAtEveryTAndRank) {
   for (int t : {1, 2, 3, 4}) {
     PreflightInput in = small(t);  // GeLU, LayerNorm, tied, V = 64 (padded to 66 at t = 3)
