@@ -437,7 +437,9 @@ TEST(PreflightShards, ZeroOneInBf16ShardsTheMomentsNotTheMaster) {
     // master, optimizer 8 ⌈P/dp⌉.
     EXPECT_EQ(p.weight_bytes + p.grad_bytes + p.adamw_bytes,
               p.peak.weights + p.peak.grads + p.peak.optimizer);
-    if (dp == 1) EXPECT_EQ(p.weight_bytes + p.grad_bytes + p.adamw_bytes, 18 * P);
+    if (dp == 1) {
+      EXPECT_EQ(p.weight_bytes + p.grad_bytes + p.adamw_bytes, 18 * P);
+    }
   }
 }
 
