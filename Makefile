@@ -9,6 +9,9 @@
 #                 MPI tests at np 2, every lesson and its page; the same last line
 #   make          build everything into build/ (build/bin, build/lib)
 #   make lessons  build the lessons only
+#   make exercise N=03  grade exercise 03 (exercises/README.md): its lesson or test run with your
+#                 exercises/03_*.cpp in place of the library's body; PASSED, or what differed and
+#                 hints. REFERENCE=1: the library's own body. make exercises: all of them
 #   make bench    GEMM, threads, collectives, overlap, training vs PyTorch: each ratio interleaved and
 #                 repeated (3 runs, 5 for overlap and scaling), median, spread, ✓ ✗ ~ (build/bench/);
 #                 ~4 min on a quiet 2-core machine; BENCH_QUICK=1: 3 runs everywhere
@@ -102,6 +105,7 @@ ICU_LIBS ?= -licuuc
 #                                                        (.cpp: NCCL bootstraps over MPI)
 #   launcher/     run_program, --backend/--comm          $(MPICXX)  -Ilib -Icpu_backend -Igpu_backend -Impi
 #   lessons/      lesson.h + the lessons                 $(CXX)     -Ilib -Ilauncher -Ilessons
+#   exercises/    one library function's body each       $(CXX)     -Ilib
 #   tools/        tp_train, tp_bench (bare MPI calls)    $(MPICXX)  -Ilib -Ilauncher -Impi -Icpu_backend
 #                                                        (cpu_direct.h: tp_bench's direct sgemm)
 #   tests/        everything (they test the backends)    $(MPICXX)
@@ -114,6 +118,7 @@ INC_MPI      := -Ilib
 INC_GPU      := -Ilib -Impi
 INC_LAUNCHER := -Ilib -Icpu_backend -Igpu_backend -Impi
 INC_LESSON   := -Ilib -Ilauncher -Ilessons
+INC_EXERCISE := -Ilib
 INC_TOOL     := -Ilib -Ilauncher -Impi -Icpu_backend
 INC_TEST     := -Ilib -Ilauncher -Impi -Icpu_backend -Igpu_backend -Itests
 
@@ -203,7 +208,8 @@ LINK = $(MPICXX) $(LDFLAGS) $(filter-out $(GPU_STAMP) $(MPI_STAMP),$^) $(BLAS_LI
 BACKENDS = $(LIBTP_LAUNCHER) $(LIBTP_CPU) $(GPU_LINK) $(LIBTP_MPI) $(LIBTP) $(GPU_STAMP)
 
 .PHONY: all lessons tests tools run test check docs bench clean deps gpu-check gpu-emu help format fuzz \
-        lesson-pages lesson-check sanitize-quick openmpi-quick compile_commands FORCE
+        lesson-pages lesson-check sanitize-quick openmpi-quick compile_commands exercise exercises \
+        exercise-bins FORCE
 # Keep the objects that only pattern rules mention (make would delete them as intermediates).
 # Only these: a bare .SECONDARY would also stop a missing archive from being rebuilt.
 .SECONDARY: $(patsubst %,$(BUILD)/obj/lessons/%/main.o,$(LESSONS)) \
@@ -347,6 +353,43 @@ $(BUILD)/bin/tp_%: $(BUILD)/obj/tools/tp_%.o $(BACKENDS)
 $(BUILD)/bin/tp_bench: $(BENCH_OBJ) $(BACKENDS)
 	@mkdir -p $(dir $@)
 	$(LINK) $(GPU_LDLIBS)
+
+# ---- Exercises: make exercise N=03 [REFERENCE=1], make exercises (exercises/README.md) ----------
+# Exercise NN is exercises/NN_<name>.cpp, the body of one library function to write. Two of its
+# lines say how it is graded: "// solution: lib/….cpp", the library file whose body it replaces
+# (kept there inside #if TP_EXERCISE != NN: lib/core/exercise.h), and "// grader: PROGRAM NP
+# [ARGS]", a lesson or test binary with its rank count and flags. $(BUILD)/exercises/NN/PROGRAM
+# is that program linked again with two objects ahead of the archives, the solution file compiled
+# without the body and the learner's file, so libtp.a's copy of the file is never pulled in:
+# nothing else is rebuilt. scripts/exercise.sh builds, runs and grades it (REFERENCE=1: the
+# program as built, the library's own body, which must pass).
+EXERCISES := $(patsubst exercises/%.cpp,%,$(wildcard exercises/[0-9][0-9]_*.cpp))
+ex_field = $(shell sed -n 's|^// $(2): *||p' exercises/$(1).cpp)
+# What a grader links besides the two objects: a lesson's, or a test binary's.
+ex_objs = $(if $(filter lesson_%,$(1)),$(BUILD)/obj/lessons/$(1:lesson_%=%)/main.o $(LIBTP_LESSON),$(call \
+            obj,$(if $(filter test_serial,$(1)),$(SERIAL_TEST),$(MPI_TEST)) tests/test_util.cpp))
+ex_libs = $(if $(filter test_serial,$(1)),-lgtest_main )$(if $(filter test_%,$(1)),-lgtest -pthread)
+define EXERCISE_RULES
+ex_dir_$(1)  := $(BUILD)/exercises/$(firstword $(subst _, ,$(1)))
+ex_prog_$(1) := $(firstword $(call ex_field,$(1),grader))
+$$(ex_dir_$(1))/solution.o: $(call ex_field,$(1),solution) | deps
+	@mkdir -p $$(@D)
+	$$(CXX) $$(CXXFLAGS) $$(INC_LIB) -DTP_EXERCISE=$(patsubst 0%,%,$(firstword $(subst _, ,$(1)))) -c $$< -o $$@
+$$(ex_dir_$(1))/exercise.o: exercises/$(1).cpp | deps
+	@mkdir -p $$(@D)
+	$$(CXX) $$(CXXFLAGS) -Wno-unused-parameter $$(INC_EXERCISE) -c $$< -o $$@
+$$(ex_dir_$(1))/$$(ex_prog_$(1)): $$(ex_dir_$(1))/exercise.o $$(ex_dir_$(1))/solution.o \
+    $$(call ex_objs,$$(ex_prog_$(1))) $$(BACKENDS)
+	$$(LINK) $$(call ex_libs,$$(ex_prog_$(1))) $$(GPU_LDLIBS)
+EXERCISE_BINS += $$(ex_dir_$(1))/$$(ex_prog_$(1))
+endef
+$(foreach e,$(EXERCISES),$(eval $(call EXERCISE_RULES,$(e))))
+
+exercise:
+	@scripts/exercise.sh $(if $(REFERENCE),--reference) $(N)
+exercises:
+	@scripts/exercise.sh $(if $(REFERENCE),--reference) --all
+exercise-bins: $(EXERCISE_BINS)
 
 # ---- The CUDA emulator build (tests/cuda_emu/include/cuda_emu.h says what it models) -------------
 # The GPU backend compiled by g++ against CPU versions of the CUDA runtime, cuBLAS and NCCL (NCCL
@@ -550,4 +593,4 @@ compile_commands:
 clean:
 	rm -rf $(BUILD) docs/html
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/exercises -name '*.d' 2>/dev/null)

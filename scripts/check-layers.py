@@ -42,6 +42,8 @@ LAYERS = [
     ("gpu_backend", ["gpu_backend"], ["core", "mpi"], "gpu_backend/\\nCudaDevice, NcclCommunicator"),
     ("launcher", ["launcher"], ["core", "observe", "cpu_backend", "gpu_backend", "mpi"], "launcher/\\nrun_program, --backend, --comm"),
     ("lessons", ["lessons"], ["core", "observe", "io", "parallel", "text", "model", "launcher"], "lessons/\\nlesson.h, NN_name/main.cpp"),
+    ("exercises", ["exercises"], ["core", "observe", "io", "parallel", "text", "model"],
+     "exercises/\\nNN_name.cpp: one library body each"),
     ("tools", ["tools"], ["core", "observe", "io", "parallel", "text", "model", "train", "launcher", "mpi", "cpu_backend"], "tools/\\ntp_train, tp_preflight, tp_bench"),
     ("cuda_emu", ["tests/cuda_emu"], [], "tests/cuda_emu/\\nCUDA, cuBLAS, NCCL on the CPU"),
     ("tests", ["tests"], ["core", "observe", "io", "parallel", "text", "model", "train", "cpu_backend", "mpi", "gpu_backend", "launcher"],
@@ -65,14 +67,14 @@ FORBIDDEN = {
     "parallel": MPI_HEADERS | CUDA_HEADERS, "model": MPI_HEADERS | CUDA_HEADERS,
     "train": MPI_HEADERS | CUDA_HEADERS,
     "cpu_backend": MPI_HEADERS | CUDA_HEADERS, "mpi": CUDA_HEADERS, "launcher": CUDA_HEADERS,
-    "lessons": MPI_HEADERS | CUDA_HEADERS, "tools": CUDA_HEADERS,  # tp_bench times bare MPI calls
+    "lessons": MPI_HEADERS | CUDA_HEADERS, "exercises": MPI_HEADERS | CUDA_HEADERS, "tools": CUDA_HEADERS,  # tp_bench times bare MPI calls
 }
-for _layer in ("core", "observe", "io", "text", "parallel", "model", "train", "mpi", "gpu_backend", "launcher", "lessons", "tools"):
+for _layer in ("core", "observe", "io", "text", "parallel", "model", "train", "mpi", "gpu_backend", "launcher", "lessons", "exercises", "tools"):
     FORBIDDEN[_layer] = FORBIDDEN.get(_layer, set()) | ONEDNN_HEADERS
 # The CPU's BLAS and OpenMP stay in cpu_backend/ (and launcher/node.cpp's thread count): lib/ asks
 # the device, tools/tp_bench the CPU backend's cpu_direct.h (its direct sgemm, its thread count).
 BLAS_OMP_HEADERS = {"cblas.h", "omp.h"}
-for _layer in ("core", "observe", "io", "text", "parallel", "model", "train", "mpi", "lessons", "tools"):
+for _layer in ("core", "observe", "io", "text", "parallel", "model", "train", "mpi", "lessons", "exercises", "tools"):
     FORBIDDEN[_layer] = FORBIDDEN[_layer] | BLAS_OMP_HEADERS
 # Where a quoted include that is not beside its file is looked for (the -I roots of the build).
 ROOTS = ["lib", "cpu_backend", "mpi", "gpu_backend", "launcher", "lessons", "tests", "tests/cuda_emu/include"]
@@ -183,7 +185,7 @@ def dot(edges):
 # of the rule, which refuses a wrong include at compile time.
 MAKE_INC = {"core": "INC_LIB", "observe": "INC_LIB", "io": "INC_LIB", "parallel": "INC_LIB", "text": "INC_LIB",
             "model": "INC_LIB", "train": "INC_LIB", "cpu_backend": "INC_CPU", "mpi": "INC_MPI",
-            "gpu_backend": "INC_GPU", "launcher": "INC_LAUNCHER", "lessons": "INC_LESSON",
+            "gpu_backend": "INC_GPU", "launcher": "INC_LAUNCHER", "lessons": "INC_LESSON", "exercises": "INC_EXERCISE",
             "tools": "INC_TOOL", "tests": "INC_TEST"}
 MARKER = "<!-- the layers -->"
 

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/exercise.h"
 
 namespace tp {
 
@@ -50,6 +51,7 @@ void ParallelAttention::observe(MemoryLedger* ledger, int64_t layer) {
     l->observe(ledger, layer);
 }
 
+#if TP_EXERCISE != 5  // exercises/05_attention_heads.cpp
 Tensor ParallelAttention::forward(const Tensor& x_in, int64_t seq, int64_t batch) {
   const int t = comm_.size();
   shape_ =
@@ -71,6 +73,7 @@ Tensor ParallelAttention::forward(const Tensor& x_in, int64_t seq, int64_t batch
     saved_.keep(probs_, probs);
   return proj_.forward(ctx);  // Σ_r ctx_r P_r: g's all-reduce (SP: reduce-scatter)
 }
+#endif
 
 Tensor ParallelAttention::backward(const Tensor& dy) {
   q_.prefetch_input();  // SP + async: X's re-gather runs under the projection's and attention's

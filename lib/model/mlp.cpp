@@ -2,6 +2,8 @@
 
 #include <vector>
 
+#include "core/exercise.h"
+
 namespace tp {
 
 ParallelMLP::ParallelMLP(Device& device, Communicator& comm, const std::string& prefix,
@@ -35,6 +37,7 @@ void ParallelMLP::observe(MemoryLedger* ledger, int64_t layer) {
   fc2_.observe(ledger, layer);
 }
 
+#if TP_EXERCISE != 4  // exercises/04_parallel_mlp.cpp
 Tensor ParallelMLP::forward(const Tensor& x_in) {
   // X U_r, X G_r: (N, ffn/t), no communication (SP: X all-gathered once for both; the layers keep
   // my s/t tokens only).
@@ -72,6 +75,7 @@ Tensor ParallelMLP::backward(const Tensor& dy) {
   if (swiglu_) return ColumnParallelLinear::backward_shared({&fc1_, &gate_}, {dup, dgate});
   return fc1_.backward(dup);
 }
+#endif
 
 Tensor ParallelMLP::forward_inference(const Tensor& x) {
   const Tensor up = fc1_.forward(x, Keep::Nothing);  // X U_r: (N, ffn/t), no communication

@@ -1,7 +1,9 @@
 #include "parallel/linear.h"
 
 #include "core/error.h"
+#include "core/exercise.h"
 #include "core/host.h"
+#include "parallel/linear_passes.h"
 #include "parallel/mappings.h"
 
 namespace tp {
@@ -337,15 +339,16 @@ Tensor ColumnParallelLinear::input_grad(const Tensor& dy_in) {
   return dx;
 }
 
-void ColumnParallelLinear::input_grad_into(const Tensor& dy_in, Tensor& dx) {
-  const Tensor dy = local_dy(dy_in);
-  device_.gemm(false, true, 1.0f, dy, compute_weight(), 0.0f, dx);  // dY_r A_rᵀ: one term of dX
-}
-
 void ColumnParallelLinear::weight_grad(const Tensor& dy) {
   TP_CHECK(input_.has_value(), name_,
            ".backward called before forward (or after forward(x, false))");
   weight_grad(dy, input_.get());
+}
+
+#if TP_EXERCISE != 2  // exercises/02_column_parallel_backward.cpp
+void ColumnParallelLinear::input_grad_into(const Tensor& dy_in, Tensor& dx) {
+  const Tensor dy = local_dy(dy_in);
+  device_.gemm(false, true, 1.0f, dy, compute_weight(), 0.0f, dx);  // dY_r A_rᵀ: one term of dX
 }
 
 void ColumnParallelLinear::weight_grad(const Tensor& dy_in, const Tensor& input, bool with_bias) {
@@ -355,10 +358,26 @@ void ColumnParallelLinear::weight_grad(const Tensor& dy_in, const Tensor& input,
   device_.gemm(true, false, 1.0f, input, dy, 1.0f, dweight);           // dA_r += Xᵀ dY_r
   if (adds_bias() && with_bias) device_.add_bias_backward(dbias, dy);  // db_r += Σ dY_r
 }
+#endif
 
 void ColumnParallelLinear::collect_params(ParamList& out, float weight_std) const {
   collect(out, Split::Columns, col0_, Split::Columns, col0_, weight_std);
 }
+
+// ---- The plain passes (linear_passes.h) --------------------------------------------------------
+
+#if TP_EXERCISE != 3  // exercises/03_row_parallel_forward.cpp
+Tensor row_parallel_forward(Device& device, Communicator& comm, const Tensor& x_r,
+                            const Tensor& a_r, const Tensor* bias, bool sequence_parallel) {
+  Tensor partial(device, x_r.shape().with(x_r.ndim() - 1, a_r.cols()), x_r.dtype());
+  device.gemm(false, false, 1.0f, x_r, a_r, 0.0f, partial);  // X_r A_r
+  // g: Σ_r X_r A_r (SP: the sum of my tokens only)
+  Tensor y = sequence_parallel ? reduce_scatter_to_sp_region_forward(comm, partial)
+                               : reduce_from_tp_region_forward(comm, partial);
+  if (bias) device.add_bias(y, *bias);  // + b, once
+  return y;
+}
+#endif
 
 // ---- RowParallelLinear --------------------------------------------------------------------------
 
@@ -427,10 +446,8 @@ Tensor RowParallelLinear::forward(const Tensor& x, Keep keep_mode) {
       return block;
     });
   } else {
-    Tensor partial(device_, x_r.shape().with(x_r.ndim() - 1, out_), x_r.dtype());
-    device_.gemm(false, false, 1.0f, x_r, compute_weight(), 0.0f, partial);       // X_r A_r
-    y = sequence_parallel_ ? reduce_scatter_to_sp_region_forward(comm_, partial)  // Σ_r, my tokens
-                           : reduce_from_tp_region_forward(comm_, partial);       // g: Σ_r X_r A_r
+    return row_parallel_forward(device_, comm_, x_r, compute_weight(),
+                                has_bias() ? &compute_bias() : nullptr, sequence_parallel_);
   }
   if (has_bias()) device_.add_bias(y, compute_bias());  // + b, once
   return y;

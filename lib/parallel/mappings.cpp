@@ -2,6 +2,7 @@
 
 #include "core/device.h"
 #include "core/error.h"
+#include "core/exercise.h"
 
 namespace tp {
 
@@ -127,21 +128,23 @@ const Region kReduceScatterToSpBackward{"reduce_scatter_to_sp_region.backward", 
 
 }  // namespace
 
+#if TP_EXERCISE != 1  // exercises/01_f_and_g.cpp
 Tensor copy_to_tp_region_forward(Communicator&, const Tensor& x) { return x; }
 Tensor copy_to_tp_region_backward(Communicator& comm, const Tensor& dy) {
   return kCopyToTpBackward(comm, dy, Mode::Blocking).wait();
 }
-Pending copy_to_tp_region_backward_async(Communicator& comm, const Tensor& dy) {
-  return kCopyToTpBackward(comm, dy, Mode::Started);
-}
-
 Tensor reduce_from_tp_region_forward(Communicator& comm, const Tensor& x) {
   return kReduceFromTpForward(comm, x, Mode::Blocking).wait();
+}
+Tensor reduce_from_tp_region_backward(Communicator&, const Tensor& dy) { return dy; }
+#endif
+
+Pending copy_to_tp_region_backward_async(Communicator& comm, const Tensor& dy) {
+  return kCopyToTpBackward(comm, dy, Mode::Started);
 }
 Pending reduce_from_tp_region_forward_async(Communicator& comm, const Tensor& x) {
   return kReduceFromTpForward(comm, x, Mode::Started);
 }
-Tensor reduce_from_tp_region_backward(Communicator&, const Tensor& dy) { return dy; }
 
 Tensor scatter_to_tp_region_forward(Communicator& comm, const Tensor& x) {
   return split_last_dim(comm, x);
@@ -164,24 +167,25 @@ Tensor scatter_to_sp_region_backward(Communicator& comm, const Tensor& dy) {
   return kScatterToSpBackward(comm, dy, Mode::Blocking).wait();
 }
 
+#if TP_EXERCISE != 7  // exercises/07_sp_regions.cpp
 Tensor gather_from_sp_region_forward(Communicator& comm, const Tensor& x) {
   return kGatherFromSpForward(comm, x, Mode::Blocking).wait();
 }
 Tensor gather_from_sp_region_backward(Communicator& comm, const Tensor& dy) {
   return kGatherFromSpBackward(comm, dy, Mode::Blocking).wait();
 }
-Pending gather_from_sp_region_forward_async(Communicator& comm, const Tensor& x) {
-  return kGatherFromSpForward(comm, x, Mode::Started);
-}
-Pending gather_from_sp_region_backward_async(Communicator& comm, const Tensor& dy) {
-  return kGatherFromSpBackward(comm, dy, Mode::Started);
-}
-
 Tensor reduce_scatter_to_sp_region_forward(Communicator& comm, const Tensor& x) {
   return kReduceScatterToSpForward(comm, x, Mode::Blocking).wait();
 }
 Tensor reduce_scatter_to_sp_region_backward(Communicator& comm, const Tensor& dy) {
   return kReduceScatterToSpBackward(comm, dy, Mode::Blocking).wait();
+}
+#endif
+Pending gather_from_sp_region_forward_async(Communicator& comm, const Tensor& x) {
+  return kGatherFromSpForward(comm, x, Mode::Started);
+}
+Pending gather_from_sp_region_backward_async(Communicator& comm, const Tensor& dy) {
+  return kGatherFromSpBackward(comm, dy, Mode::Started);
 }
 
 }  // namespace tp

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/exercise.h"
 #include "core/span_sink.h"
 #include "observe/timer.h"
 
@@ -77,6 +78,7 @@ std::vector<std::string> pipeline_problems(int64_t layers, int stages, int m, Sc
 
 std::string PipelineOp::label() const { return (forward ? "F" : "B") + std::to_string(micro); }
 
+#if TP_EXERCISE != 9  // exercises/09_one_f_one_b.cpp
 std::vector<PipelineOp> schedule_ops(Schedule schedule, int stages, int stage, int m) {
   std::vector<PipelineOp> ops;
   if (schedule == Schedule::Afab) {
@@ -95,6 +97,7 @@ std::vector<PipelineOp> schedule_ops(Schedule schedule, int stages, int stage, i
   for (; b < m; ++b) ops.push_back({false, b});
   return ops;
 }
+#endif
 
 int in_flight_formula(Schedule schedule, int stages, int stage, int m) {
   return schedule == Schedule::Afab ? m : std::min(stages - stage, m);
