@@ -17,7 +17,8 @@ namespace tp::lesson {
 // costs only the communicator's progress thread, which tests the request every ~50 µs and sleeps.
 void quiet_barrier(Device& dev, Communicator& sync);
 
-// The group's communicator, waiting without spinning: each blocking collective is issued in its
+// The group's communicator, waiting without spinning: each blocking collective (and each send and
+// receive: lesson 15's pipeline stages wait at their boundaries) is issued in its
 // asynchronous form and tested with short sleeps in between (10 µs, doubling up to 200 µs). A rank
 // in a blocking MPI call polls its core at 100 %; with more ranks than cores (4 on this 2-core
 // laptop) the pollers take the cores from the ranks that still compute, and every collective
@@ -29,8 +30,8 @@ class SleepingWaits : public ForwardingCommunicator {
       : ForwardingCommunicator(std::move(inner)) {}
 
  protected:
-  // The blocking collectives that have an asynchronous form wait by napping; the rest (broadcast,
-  // all-reduce max, barrier, point to point, the *_async calls) are forwarded as they are.
+  // The blocking calls that have an asynchronous form wait by napping; the rest (broadcast,
+  // all-reduce max, barrier, the *_async calls) are forwarded as they are.
   void do_all_reduce(Tensor& x, ReduceOp op) override {
     if (op == ReduceOp::Max || size() == 1) return ForwardingCommunicator::do_all_reduce(x, op);
     nap(inner().all_reduce_async(x));
@@ -44,6 +45,8 @@ class SleepingWaits : public ForwardingCommunicator {
   void do_send_recv(const Tensor& send, int to, Tensor& recv, int from) override {
     nap(inner().send_recv_async(send, to, recv, from));
   }
+  void do_send(const Tensor& x, int to) override { nap(inner().send_async(x, to)); }
+  void do_recv(Tensor& x, int from) override { nap(inner().recv_async(x, from)); }
   std::unique_ptr<Communicator> decorate(std::unique_ptr<Communicator> child) override {
     return std::make_unique<SleepingWaits>(std::move(child));
   }

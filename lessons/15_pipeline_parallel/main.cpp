@@ -12,7 +12,8 @@
 //      the same bubble, but stage s keeps at most N − s micro-batches.
 //   4. Both steps equal one device: the loss, the gradient norm and every gradient of every stage
 //      against a t = 1 step on the whole batch.
-//   5. The timeline pictures (SVG), one per schedule.
+//   5. The timeline pictures (SVG), one per schedule, and the ideal schedules drawn from p and m
+//      beside them (<prefix>ideal.svg); the Playbook's (p − 1)/m reconciled with (p − 1)/(m + p − 1).
 //
 // What is new since lesson 13: a third axis of the grid. lib/parallel/pipeline_parallel.h (the
 // schedules, run_schedule), the Gpt's stage (StageLayout, forward_stage / backward_stage in
@@ -30,9 +31,11 @@
 #include "model/memory.h"
 #include "model/presets.h"
 #include "model/train.h"
+#include "observe/svg_diagram.h"
 #include "observe/timeline.h"
 #include "parallel/pipeline_parallel.h"
 #include "parallel/process_grid.h"
+#include "sleeping_waits.h"
 
 using namespace tp;
 
@@ -71,6 +74,80 @@ std::vector<float> grads(const ParamList& params, size_t length) {
   return out;
 }
 
+// The schedule as the formula assumes it: every forward 1 time unit, every backward 2, transfers
+// free. Each stage runs schedule_ops in order; an op starts when the stage is free and its input
+// is there (F(s, k) after F(s - 1, k), B(s, k) after B(s + 1, k)). Returns each stage's ops with
+// their start and end.
+std::vector<std::vector<PipelineRecord::Span>> ideal_schedule(Schedule sched, int n, int m) {
+  std::vector<std::vector<PipelineOp>> order;
+  for (int s = 0; s < n; ++s) order.push_back(schedule_ops(sched, n, s, m));
+  std::vector<std::vector<PipelineRecord::Span>> out(static_cast<size_t>(n));
+  std::map<std::pair<int, int>, double> done;  // (stage, ±(k + 1): + forward, − backward) → end
+  for (bool placed = true; placed;) {
+    placed = false;
+    for (int s = 0; s < n; ++s) {
+      auto& row = out[static_cast<size_t>(s)];
+      if (row.size() == order[static_cast<size_t>(s)].size()) continue;
+      const PipelineOp op = order[static_cast<size_t>(s)][row.size()];
+      const int key = op.forward ? op.micro + 1 : -(op.micro + 1);
+      const int from = op.forward ? s - 1 : s + 1;
+      double ready = row.empty() ? 0.0 : row.back().end;
+      if (from >= 0 && from < n) {
+        const auto it = done.find({from, key});
+        if (it == done.end()) continue;  // its input is not computed yet
+        ready = std::max(ready, it->second);
+      }
+      row.push_back({op, ready, ready + (op.forward ? 1.0 : 2.0)});
+      done[{s, key}] = row.back().end;
+      placed = true;
+    }
+  }
+  return out;
+}
+
+// The idle share of a schedule: 1 − Σ op time / (stages × the step), the step from 0 to the last
+// op's end.
+double idle_share(const std::vector<std::vector<PipelineRecord::Span>>& stages) {
+  double busy = 0, step = 0;
+  for (const auto& row : stages)
+    for (const auto& op : row) {
+      busy += op.end - op.start;
+      step = std::max(step, op.end);
+    }
+  return 1.0 - busy / (step * static_cast<double>(stages.size()));
+}
+
+// The picture of both ideal schedules, one above the other: a row per stage, a box per op
+// (forwards blue, backwards orange, the micro-batch's number in it), white where the stage idles.
+void draw_ideal(const std::string& path, int n, int m) {
+  const double unit = 14, row = 22, left = 70;
+  SvgDiagram d(std::max(600.0, left + 3 * (m + n - 1) * unit + 20), 60,
+               "Ideal schedules from p = " + std::to_string(n) +
+                   " stages, m = " + std::to_string(m) + " micro-batches (F = 1 unit, B = 2)");
+  double y = 50;
+  for (Schedule sched : {Schedule::Afab, Schedule::OneFOneB}) {
+    const auto stages = ideal_schedule(sched, n, m);
+    d.text(left, y + 12,
+           std::string(sched == Schedule::Afab ? "AFAB" : "1F1B") +
+               ": bubble (white) = " + pct(idle_share(stages)) + " of each row",
+           "start", 13);
+    y += 20;
+    for (int s = 0; s < n; ++s) {
+      d.text(left - 8, y + row * s + 15, "stage " + std::to_string(s), "end");
+      d.box(left, y + row * s, 3 * (m + n - 1) * unit, row - 4, "white");
+      for (const auto& op : stages[static_cast<size_t>(s)])
+        d.box(left + op.start * unit, y + row * s, (op.end - op.start) * unit, row - 4,
+              op.op.forward ? "#9ecae1" : "#fdae6b", std::to_string(op.op.micro));
+    }
+    y += row * n + 14;
+  }
+  d.box(left, y, 14, 12, "#9ecae1");
+  d.text(left + 20, y + 10, "forward of micro-batch k");
+  d.box(left + 190, y, 14, 12, "#fdae6b");
+  d.text(left + 210, y + 10, "backward of micro-batch k");
+  d.write(path, "--svg " + path);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -85,12 +162,18 @@ int main(int argc, char** argv) {
     // The charts are written last: a place they cannot go is found now, not after the lesson ran.
     const std::string prefix = L.options().get_text("svg");
     if (!prefix.empty())
-      check_output_paths({{"--svg", prefix + "afab.svg"}, {"--svg", prefix + "1f1b.svg"}});
+      check_output_paths({{"--svg", prefix + "afab.svg"},
+                          {"--svg", prefix + "1f1b.svg"},
+                          {"--svg", prefix + "ideal.svg"}});
 
     // 1. The stages.
     L.step("The stages: np " + std::to_string(N) + " = pp " + std::to_string(N) +
            ", a GPT of 8 blocks cut into " + std::to_string(N) + " stages.");
-    ProcessGrid grid(world, GridAxes{1, N}, L.node_of_rank());
+    // The stages wait for their neighbours by sleeping (SleepingWaits): MPI's own waits spin for
+    // 2 ms before they nap, longer than one op here, so on a 2-core machine four spinning ranks
+    // would take the cores from the stage that computes and the bubble would be the scheduler's.
+    lesson::SleepingWaits quiet(world.split(0, world.rank()));
+    ProcessGrid grid(quiet, GridAxes{1, N}, L.node_of_rank());
     const GptConfig g = lesson_gpt(/*layers=*/8, /*hidden=*/64, /*vocab=*/64, /*seq=*/32);
     const int64_t B = 2 * m;  // 2 sequences per micro-batch
     const StageLayout stage = pipeline_stage_layout(grid, g);
@@ -139,7 +222,6 @@ int main(int argc, char** argv) {
     std::map<std::string, const Param*> ref_by_name;
     for (const Param& p : ref.params()) ref_by_name[p.name] = &p;
 
-    int step_no = 2;
     for (Schedule sched : {Schedule::Afab, Schedule::OneFOneB}) {
       const std::string name = schedule_name(sched);
       // 2 / 3. One step of the schedule.
@@ -147,7 +229,6 @@ int main(int argc, char** argv) {
                  ? "AFAB: all " + std::to_string(m) + " forwards, then all backwards."
                  : "1F1B: warm-up of N - s - 1 forwards, then one forward one backward, then the "
                    "cool-down.");
-      ++step_no;
       Gpt model(dev, grid.tp(), g, stage);
       model.init(seed);
       AdamW opt(dev, model.params(), hp);
@@ -172,12 +253,16 @@ int main(int argc, char** argv) {
           (stage.end_layer - stage.first_layer) * block_activation_bytes(g, g.seq, B / m, 1) +
           outside_blocks_bytes(g, stage, tokens);
       const int s = grid.pp_rank();
-      const Tensor mem =
-          Tensor::from_host(dev, Shape{4},
-                            {static_cast<float>(record.peak_in_flight),
-                             static_cast<float>(in_flight_formula(sched, N, s, m)),
-                             static_cast<float>(record.peak_activation_bytes),
-                             static_cast<float>(in_flight_formula(sched, N, s, m) * one)});
+      // And the stage's own clock: its step from the barrier before the first op to the one
+      // after the last (the same instants on every stage), and its idle share of that step.
+      // Each stage's share is read on its own clock, so no clocks are compared across ranks.
+      const Tensor mem = Tensor::from_host(
+          dev, Shape{6},
+          {static_cast<float>(record.peak_in_flight),
+           static_cast<float>(in_flight_formula(sched, N, s, m)),
+           static_cast<float>(record.peak_activation_bytes),
+           static_cast<float>(in_flight_formula(sched, N, s, m) * one),
+           static_cast<float>(record.seconds), static_cast<float>(record.bubble())});
       const auto mems = L.gather(mem);
 
       // What ran, from the timeline: every rank's Phase spans, in time order. The picture keeps
@@ -193,25 +278,22 @@ int main(int argc, char** argv) {
         }
       ops.gather(world, dev);
       std::vector<std::string> rows(static_cast<size_t>(N));
-      std::vector<double> busy(static_cast<size_t>(N), 0.0);
-      double first = 1e300, last = -1e300;
       for (const Span& sp : ops.spans())
         if (sp.kind == SpanKind::Phase) {
           std::string& r = rows[static_cast<size_t>(sp.rank)];
           r += (r.empty() ? "" : " ") + sp.name;
-          busy[static_cast<size_t>(sp.rank)] += sp.seconds();
-          first = std::min(first, sp.start);
-          last = std::max(last, sp.end);
         }
+      double bubble = 0, step = 0;
       if (L.is_root()) {
         lesson::Table table({"stage", "schedule as it ran (timeline)", "busy", "idle"});
-        double bubble = 0;
         for (int r = 0; r < N; ++r) {
-          const double idle = 1.0 - busy[static_cast<size_t>(r)] / (last - first);
+          const double seconds = mems[static_cast<size_t>(r)][4];
+          const double idle = mems[static_cast<size_t>(r)][5];
           bubble += idle / N;
+          step = std::max(step, seconds);
           char cell[64];  // a time on the row: the page check reads its shares as timings
-          std::snprintf(cell, sizeof cell, "%.1f ms, %s", 1e3 * busy[static_cast<size_t>(r)],
-                        pct(busy[static_cast<size_t>(r)] / (last - first)).c_str());
+          std::snprintf(cell, sizeof cell, "%.1f ms, %s", 1e3 * (1 - idle) * seconds,
+                        pct(1 - idle).c_str());
           table.add({std::to_string(r), rows[static_cast<size_t>(r)], cell, pct(idle)});
           L.check_true(name + ": stage " + std::to_string(r) + " ran the schedule's ops in order",
                        rows[static_cast<size_t>(r)] == ops_row(schedule_ops(sched, N, r, m)));
@@ -219,12 +301,21 @@ int main(int argc, char** argv) {
         L.say(table.str());
         char line[200];
         std::snprintf(line, sizeof line,
-                      "  step %.1f ms from the first op to the last; bubble (mean idle share) %s "
-                      "measured vs (N - 1)/(m + N - 1) = 3/11 = %s",
-                      1e3 * (last - first), pct(bubble).c_str(), pct(bubble_formula(N, m)).c_str());
+                      "  step %.1f ms (barrier to barrier); bubble (mean idle share) %s "
+                      "measured, %s of (N - 1)/(m + N - 1) = %d/%d = %s",
+                      1e3 * step, pct(bubble).c_str(), pct(bubble / bubble_formula(N, m)).c_str(),
+                      N - 1, m + N - 1, pct(bubble_formula(N, m)).c_str());
         L.say(line);
         L.check_true(name + ": the measured bubble is a share of the step (0..1)",
                      bubble > 0.0 && bubble < 1.0);
+        const double ideal = idle_share(ideal_schedule(sched, N, m));
+        std::snprintf(line, sizeof line,
+                      "  the ideal schedule (<prefix>ideal.svg: F = 1, B = 2, transfers free) "
+                      "idles %s: the formula",
+                      pct(ideal).c_str());
+        L.say(line);
+        L.check_true(name + ": the ideal schedule's idle share is (N - 1)/(m + N - 1)",
+                     std::fabs(ideal - bubble_formula(N, m)) < 1e-12);
         lesson::Table mt({"stage", "micro-batches in flight (ledger)", "formula",
                           "activations kept (ledger)", "formula"});
         for (int r = 0; r < N; ++r) {
@@ -276,21 +367,40 @@ int main(int argc, char** argv) {
       L.say("  loss ", got.loss, " (one device: ", want.loss, "), gradient norm ", got.grad_norm,
             " (one device: ", want.grad_norm, "); every gradient of every stage within 1e-5");
     }
-    (void)step_no;
 
     L.step("What the two schedules show.");
+    if (L.is_root() && !prefix.empty()) {
+      draw_ideal(prefix + "ideal.svg", N, m);
+      L.say("  the ideal schedules: ", prefix, "ideal.svg");
+    }
+    // The Ultra-Scale Playbook writes the bubble as (p − 1)/m: the same idle time, measured
+    // against the ideal step (m slots) instead of the whole one (m + p − 1).
+    const double playbook = static_cast<double>(N - 1) / m;
+    char line[240];
+    std::snprintf(
+        line, sizeof line,
+        "  The Playbook's bubble (p - 1)/m = %d/%d = %s is the same idle time against the\n"
+        "  ideal step (m slots) instead of the whole one (m + p - 1 slots): %.3f / %.3f "
+        "= %s.",
+        N - 1, m, pct(playbook).c_str(), playbook, 1 + playbook,
+        pct(playbook / (1 + playbook)).c_str());
+    L.say(line);
+    L.check_true("(p - 1)/m / (1 + (p - 1)/m) = (p - 1)/(m + p - 1)",
+                 std::fabs(playbook / (1 + playbook) - bubble_formula(N, m)) < 1e-12);
     L.say(
         "  Both schedules leave the same bubble: each stage waits (N - 1) forward and backward\n"
         "  slots for the pipe to fill and drain, out of m + N - 1, so only more micro-batches\n"
         "  (or interleaved stages) shrink it. What 1F1B changes is memory: a stage frees a\n"
         "  micro-batch's activations as soon as its backward ran, so stage s keeps at most N - s\n"
-        "  of them instead of all m. On this 2-core machine four ranks share two cores and a\n"
-        "  waiting rank spins in MPI, so the measured idle shares are not the formula's: the\n"
-        "  schedule rows, the memory and the numbers are what this lesson checks.");
+        "  of them instead of all m. The stages wait for each other by sleeping (SleepingWaits),\n"
+        "  so a waiting rank leaves its core to one that computes; what is left above the formula\n"
+        "  is each hand-off's wake-up and, on a machine with fewer cores than ranks, the ops that\n"
+        "  share a core.");
       },
       [](Options& o) {
-    o.text("svg", lesson::default_output("lesson_15_"),
-           "prefix of the two timeline charts (<prefix>afab.svg, <prefix>1f1b.svg; default: in "
-           "build/ when run from the repository, else in the folder it is run from); empty: none");
+    o.text(
+        "svg", lesson::default_output("lesson_15_"),
+        "prefix of the charts (<prefix>afab.svg, <prefix>1f1b.svg, <prefix>ideal.svg; default: in "
+        "build/ when run from the repository, else in the folder it is run from); empty: none");
   });
 }

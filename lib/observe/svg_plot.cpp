@@ -10,13 +10,14 @@
 
 namespace tp {
 
-namespace {
-std::string num(double v) {
+std::string svg_number(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.4g", v);
   return buf;
 }
 
+namespace {
+std::string num(double v) { return svg_number(v); }
 }  // namespace
 
 std::string xml_escape(const std::string& s) {

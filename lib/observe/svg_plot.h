@@ -27,6 +27,9 @@ std::vector<double> nice_ticks(double lo, double hi, int intervals = 5);
 std::string svg_line_plot(const std::string& title, const std::string& x_label,
                           const std::string& y_label, const std::vector<PlotSeries>& series);
 
+/// `v` as an SVG coordinate or size: 4 significant digits, no trailing zeros.
+std::string svg_number(double v);
+
 /// `s` as SVG / XML text or attribute value: < > & " as entities.
 std::string xml_escape(const std::string& s);
 
