@@ -22,8 +22,10 @@
 // kLossBound = u/4 ≈ 9.8e-4 (measured: at most 2.0e-4). fp32 at the same splits is 1e-5 (the model
 // tests), so the bound cannot pass by bf16 being off: test 1 also asserts that bf16 at t = 1
 // differs from fp32 at t = 1 by more than 1e-4 (measured 7.4e-3) and less than kGradBound.
-// Tracking: every one of kTrackSteps = 200 AdamW steps within 1 % of fp32's loss (measured: at
-// most 3.1e-3, np 1..4).
+// Tracking: every one of 200 AdamW steps within 1 % of fp32's loss (measured: at most 3.1e-3,
+// np 1..4); 50 steps at np 3 and 4 (track_steps), where 400 steps of ~20 collectives each on an
+// oversubscribed 2-core machine took 17–38 s of the suite's time (the gap grows over the steps, so
+// the first 50 hold it more easily; bf16 at every t against t = 1 is test 1's claim).
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -49,6 +51,7 @@ constexpr double kGradBound = 0.05;    // ‖g − g₁‖/‖g₁‖, see the t
 constexpr double kLossBound = kU / 4;  // |loss − loss₁| / loss₁
 constexpr double kTrackBound = 0.01;   // bf16 vs fp32 loss, every step (1 %)
 constexpr int kTrackSteps = 200;
+int track_steps(int ranks) { return ranks <= 2 ? kTrackSteps : kTrackSteps / 4; }
 
 GptConfig tiny(Precision precision, bool sp = false, const std::string& overlap = "none") {
   GptConfig c = tp::tiny_gpt(2);
@@ -171,7 +174,8 @@ TEST(Bf16Training, TracksFp32FromTheSameWeightsWithinOnePercent) {
   const MarkovSource data(tiny(Precision::Fp32).vocab, kSeed);
   double worst = 0;
   float first = 0, last_fp32 = 0, last_bf16 = 0;
-  for (int64_t s = 1; s <= kTrackSteps; ++s) {
+  const int steps = track_steps(world().size());
+  for (int64_t s = 1; s <= steps; ++s) {
     last_fp32 = fp32.step(data, s, 4);
     last_bf16 = bf16.step(data, s, 4);
     if (s == 1) first = last_fp32;
@@ -189,7 +193,7 @@ TEST(Bf16Training, TracksFp32FromTheSameWeightsWithinOnePercent) {
   }
   if (world().rank() == 0)
     std::printf("[ np %d ] %d steps: loss %.4f -> fp32 %.4f, bf16 %.4f; worst gap %.2e\n",
-                world().size(), kTrackSteps, first, last_fp32, last_bf16, worst);
+                world().size(), steps, first, last_fp32, last_bf16, worst);
 }
 
 // The ledger's bytes of block 0 by dtype against the formula, for one forward of cfg on comm.
