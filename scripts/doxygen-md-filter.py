@@ -24,7 +24,8 @@ textbook's pages:
                   results, followed by a "Classes used" line (every class of lib/ that main.cpp
                   names, linked) and the commented program itself, with line numbers (on GitHub
                   the page links main.cpp instead); previous / contents / next links at the top
-                  and the bottom.
+                  and the bottom; a folded answer of its "## Try it" (<details>…</details>)
+                  stays folded, its tags passed to the HTML as they are.
 
 Other files pass through unchanged (apart from the formulas). Prints the filtered text on stdout.
 """
@@ -258,6 +259,11 @@ def lesson_page(lines, path):
             in_code = not in_code
         if not in_code:
             line = line.replace("[main.cpp](main.cpp)", "main.cpp (below)")
+            # A folded answer ("## Try it"): Doxygen 1.9 closes <details> at the end of its first
+            # paragraph, so the answer would show unfolded; as raw HTML outside any paragraph the
+            # tags fold the whole answer, its code block included.
+            if line.startswith(("<details>", "</details>")):
+                line = "\\htmlonly[block]" + line.rstrip("\n") + "\\endhtmlonly\n"
             if line.startswith("## "):
                 sections.append([])
         sections[-1].append(line)
