@@ -13,20 +13,22 @@
 // What is new: everything (this is the first lesson): the Tensor, the Device that computes, the
 // Communicator that moves numbers, and two region ops from lib/parallel/mappings.h.
 //
-// Run:  make lessons && mpirun -np 2 build/bin/lesson_01_block_matmul [--step]
+// Run:  make lessons && mpirun -np 2 build/bin/lesson_01_block_matmul [--step] [--svg P]
 #include "core/host.h"
 #include "lesson.h"
 #include "parallel/mappings.h"
+#include "pictures.h"
 
 using namespace tp;
 
 int main(int argc, char** argv) {
-  return lesson::run(argc, argv, "lesson_01_block_matmul", "Lesson 01: block matrix multiplication",
-                     {2},
-                     [](lesson::Lesson& L) {
+  return lesson::run(
+      argc, argv, "lesson_01_block_matmul", "Lesson 01: block matrix multiplication", {2},
+      [](lesson::Lesson& L) {
     Device& dev = L.device();
     Communicator& world = L.world();
     const int r = L.rank();
+    const std::string svg = lesson::svg_path(L);  // drawn last, its path checked now
 
     // 1. The numbers, and the single-device answer.
     L.step("The numbers. Every rank builds X (1x2) and A (2x2); one device computes XA.");
@@ -99,5 +101,13 @@ int main(int argc, char** argv) {
     L.say(
         "Column split: no communication to compute, one all-gather to concatenate.\n"
         "Row split: each rank needs only its slice of X, and one all-reduce to sum.");
-  });
+    SvgDiagram d(540, 60, "Y = XA over t = 2 ranks: who holds which block");
+    double y = lesson::draw_rank_legend(d, 30, 40, L.size());
+    y = lesson::draw_split(d, y, {lesson::SplitBy::Columns, L.size(), 2, 2, "A"},
+                           "By columns of A: X whole, each rank some columns of Y");
+    lesson::draw_split(d, y, {lesson::SplitBy::Rows, L.size(), 2, 2, "A"},
+                       "By rows of A: each rank a slice of X and a partial sum of all of Y");
+    lesson::write_picture(L, d, svg);
+      },
+      [](Options& o) { lesson::svg_option(o, "lesson_01_splits.svg", "both splits"); });
 }

@@ -18,21 +18,24 @@
 // What is new since lesson 01: backward, the f operator, and ColumnParallelLinear from
 // lib/parallel/linear.h, checked against the same layer run on a single device (t = 1).
 //
-// Run:  make lessons && mpirun -np 3 build/bin/lesson_02_column_parallel [--step]
+// Run:  make lessons && mpirun -np 3 build/bin/lesson_02_column_parallel [--step] [--svg P]
 #include "core/host.h"
 #include "lesson.h"
 #include "parallel/linear.h"
 #include "parallel/mappings.h"
+#include "pictures.h"
 
 using namespace tp;
 
 int main(int argc, char** argv) {
-  return lesson::run(argc, argv, "lesson_02_column_parallel",
-                     "Lesson 02: column-parallel linear, forward and backward", {3},
-                     [](lesson::Lesson& L) {
+  return lesson::run(
+      argc, argv, "lesson_02_column_parallel",
+      "Lesson 02: column-parallel linear, forward and backward", {3},
+      [](lesson::Lesson& L) {
     Device& dev = L.device();
     Communicator& world = L.world();
     const int t = L.size();
+    const std::string svg = lesson::svg_path(L);  // drawn last, its path checked now
 
     // 1. The numbers, and the single-device reference: the same layer on one rank (t = 1).
     L.step("The numbers, and the answer from one device.");
@@ -163,5 +166,16 @@ int main(int argc, char** argv) {
         "  g (reduce_from_tp_region): forward all-reduce, backward identity    (exit; sums partial "
         "outputs)\n"
         "A column-parallel layer communicates only in backward, through f: one all-reduce of dX.");
-  });
+    SvgDiagram d(460, 60, "Column-parallel Y = XW over t = " + std::to_string(t) + " ranks");
+    double y = lesson::draw_rank_legend(d, 30, 40, t);
+    y = lesson::draw_split(d, y, {lesson::SplitBy::Columns, t, 2, 3, "W", false},
+                           "Forward: rank r holds column W_r = c_r and computes Y_r = X c_r");
+    lesson::draw_notes(
+        d, y,
+        {"No communication forward: the Y_r stay split (a row-parallel layer takes them).",
+         "Backward: dW_r = Xᵀ dY_r is complete on rank r, but X fed every column:",
+         "dX = Σ_r dY_r c_rᵀ, so f all-reduces the parts of dX."});
+    lesson::write_picture(L, d, svg);
+      },
+      [](Options& o) { lesson::svg_option(o, "lesson_02_column_split.svg", "the split"); });
 }

@@ -16,22 +16,25 @@
 // What is new since lesson 02: the g operator, a layer that communicates in forward instead of
 // backward, and a replicated parameter (the bias) next to a split one.
 //
-// Run:  make lessons && mpirun -np 2 build/bin/lesson_03_row_parallel [--step]   (also -np 1 or 4)
+// Run:  make lessons && mpirun -np 2 build/bin/lesson_03_row_parallel [--step] [--svg P]
+//       (also -np 1 or 4)
 #include "core/host.h"
 #include "lesson.h"
 #include "parallel/linear.h"
 #include "parallel/mappings.h"
+#include "pictures.h"
 
 using namespace tp;
 
 int main(int argc, char** argv) {
-  return lesson::run(argc, argv, "lesson_03_row_parallel",
-                     "Lesson 03: row-parallel linear, forward and backward, and the bias",
-                     {2, 1, 4},
-                     [](lesson::Lesson& L) {
+  return lesson::run(
+      argc, argv, "lesson_03_row_parallel",
+      "Lesson 03: row-parallel linear, forward and backward, and the bias", {2, 1, 4},
+      [](lesson::Lesson& L) {
     Device& dev = L.device();
     Communicator& world = L.world();
     const int r = L.rank(), t = L.size();
+    const std::string svg = lesson::svg_path(L);  // drawn last, its path checked now
 
     // 1. The numbers, and the single-device reference: the same layer on one rank (t = 1).
     L.step("The numbers, and the answer from one device.");
@@ -175,5 +178,17 @@ int main(int argc, char** argv) {
         "§3.1 writes this layer's input gradient as dY Wᵀ: rank r computes only its slice\n"
         "dX_r = dY W_rᵀ. [A2] §4.1 says the backward all-reduces dX as well: it issues no\n"
         "collective at all (step 6, checked).");
-  });
+    SvgDiagram d(560, 60, "Row-parallel Y = XW + b over t = " + std::to_string(t) + " ranks");
+    double y = lesson::draw_rank_legend(d, 30, 40, t);
+    y = lesson::draw_split(
+        d, y, {lesson::SplitBy::Rows, t, 4, 2, "W"},
+        "Forward: rank r holds rows W_r and X_r; g all-reduces the partial sums");
+    lesson::draw_notes(
+        d, y,
+        {"Then + b once, on the whole Y (b on every rank before the sum adds it t times).",
+         "Backward: g passes the whole dY to every rank; dX_r = dY W_rᵀ and",
+         "dW_r = X_rᵀ dY need no collective."});
+    lesson::write_picture(L, d, svg);
+      },
+      [](Options& o) { lesson::svg_option(o, "lesson_03_row_split.svg", "the split"); });
 }

@@ -14,11 +14,13 @@
 //      the bytes. Why the statistics (norms, softmax, the loss, the gradient norm) stay fp32.
 //   4. A tiny GPT trained for a few dozen steps at t = np and at t = 1 in the same program: the two
 //      loss curves agree to fp32 rounding, and an SVG plot of both is written (build/ by default).
+//   5. A picture of the block (--svg): where f and g sit, what each does forward and backward.
 //
 // What is new since lesson 06: whole blocks and a whole model (lib/model/gpt.h), AdamW with sharded
 // state (lib/model/adamw.h), and a training step (lib/model/train.h).
 //
-// Run:  make lessons && mpirun -np 2 build/bin/lesson_07_transformer_block [--step]   (also -np 1, 4)
+// Run:  make lessons && mpirun -np 2 build/bin/lesson_07_transformer_block [--step] [--svg P]
+//       (also -np 1, 4)
 #include <cmath>
 #include <cstdio>
 
@@ -29,8 +31,96 @@
 #include "model/presets.h"
 #include "model/train.h"
 #include "observe/svg_plot.h"
+#include "pictures.h"
 
 using namespace tp;
+
+namespace {
+
+// One element of the block's picture: a layer every rank computes whole, a layer split over the
+// ranks (its heads or columns), f, g, or the residual add.
+enum class Part { Whole, Split, F, G, Add };
+
+// The picture of one pre-norm block: its two halves, attention and MLP, each a row of parts from
+// left to right, with f where a half's input enters the split layers and g where their partial
+// sums leave; under each f and g what it does forward and backward.
+SvgDiagram draw_block(int t) {
+  const double h = 34, gap = 22, left = 30;
+  SvgDiagram d(900, 60,
+               "One transformer block at t = " + std::to_string(t) +
+                   ": where f and g sit, forward and backward");
+  const std::vector<std::vector<std::pair<std::string, Part>>> rows = {
+      {{"x", Part::Whole},
+       {"ln_1", Part::Whole},
+       {"f", Part::F},
+       {"QKV (column)", Part::Split},
+       {"attention, heads/t", Part::Split},
+       {"proj (row)", Part::Split},
+       {"g", Part::G},
+       {"+", Part::Add}},
+      {{"", Part::Whole},
+       {"ln_2", Part::Whole},
+       {"f", Part::F},
+       {"fc1 (column)", Part::Split},
+       {"GeLU", Part::Split},
+       {"fc2 (row)", Part::Split},
+       {"g", Part::G},
+       {"+", Part::Add}}};
+  double y = 70;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    d.text(left, y - 16, i == 0 ? "Attention half: x + attn(ln_1(x))" : "MLP half: + mlp(ln_2(x))",
+           "start", 13);
+    double x = left, residual_from = left;
+    for (size_t j = 0; j < rows[i].size(); ++j) {
+      const auto& [label, part] = rows[i][j];
+      const double w = part == Part::F || part == Part::G || part == Part::Add ? 30
+                       : part == Part::Split                                   ? 118
+                                                                               : 64;
+      if (j > 0) d.arrow(x - gap + 2, y + h / 2, x - 2, y + h / 2);
+      if (part == Part::Split) {
+        // A split layer: under its name a band per rank, each holding its heads or columns.
+        d.box(x, y, w, h, "white");
+        d.text(x + w / 2, y + 15, label, "middle", 11);
+        for (int r = 0; r < t; ++r)
+          d.box(x + r * w / t, y + h - 11, w / t, 11, lesson::rank_color(r));
+      } else if (part == Part::Whole && label.empty()) {
+        d.text(x + w / 2, y + h / 2 + 4, "from above", "middle", 10);
+      } else {
+        const bool fg = part == Part::F || part == Part::G;
+        d.box(x, y, w, h, fg ? "#fff3b0" : lesson::kWholeColor, label);
+      }
+      if (part == Part::F || part == Part::G) {
+        const bool f = part == Part::F;
+        d.text(x + w / 2, y + h + 14, f ? "fwd: identity" : "fwd: all-reduce", "middle", 10,
+               f ? "#555" : "#c0392b");
+        d.text(x + w / 2, y + h + 27, f ? "bwd: all-reduce" : "bwd: identity", "middle", 10,
+               f ? "#c0392b" : "#555");
+      }
+      if (part == Part::Add) {
+        // The residual: the half's input, around the half, into the add.
+        d.line(residual_from + 32, y, residual_from + 32, y - 8, "#888");
+        d.line(residual_from + 32, y - 8, x + w / 2, y - 8, "#888");
+        d.arrow(x + w / 2, y - 8, x + w / 2, y - 1, "#888");
+      }
+      x += w + gap;
+    }
+    y += h + 80;
+  }
+  const double ly = y - 40;
+  lesson::draw_rank_legend(d, left, ly, t);
+  lesson::draw_notes(
+      d, ly + 32,
+      {"f (copy_to_tp_region) before each half's first split layer: x feeds every rank, so in "
+       "backward the",
+       "ranks' parts of dx are added (all-reduce). g (reduce_from_tp_region) after its last: the "
+       "partial sums",
+       "are added in forward (all-reduce); every rank already has the whole dY in backward.",
+       "Per block: 2 all-reduces forward (g), 2 backward (f), each of b·s·h elements (step 2's "
+       "ledger)."});
+  return d;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   return lesson::run(
@@ -41,6 +131,7 @@ int main(int argc, char** argv) {
     Device& dev = L.device();
     Communicator& world = L.world();
     const int t = L.size();
+    const std::string svg = lesson::svg_path(L);  // drawn in step 2, its path checked now
 
     // 1. One block at t = np against the same block at t = 1.
     L.step("One transformer block: x + attn(ln_1(x)), then + mlp(ln_2(x)), at t = " +
@@ -118,6 +209,7 @@ int main(int argc, char** argv) {
     L.say("  ", others,
           " collectives besides these all-reduces: none of the \"several all-gathers\" per layer",
           " that [A2] §4.2\n  adds to them, and no all-to-all ([A1] §6).");
+    lesson::write_picture(L, draw_block(t), svg);
 
     // 3. The same formulas at a real size.
     L.step("At a real size: b·s·h = 8192 · 4096 in bf16 (2 bytes), per all-reduce and rank.");
@@ -299,6 +391,7 @@ int main(int argc, char** argv) {
     L.say("  wrote ", plot, " (the dashed t = 1 curve lies on the solid one)");
       },
       [](Options& o) {
+    lesson::svg_option(o, "lesson_07_fg.svg", "the block's f and g");
     o.path("plot", lesson::default_output("lesson_07_loss.svg"),
            "where to write the SVG plot of both loss curves (default: build/ when run from the "
            "repository, else the folder it is run from)");

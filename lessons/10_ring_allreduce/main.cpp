@@ -23,7 +23,11 @@
 // (CommLedger::Scope; ring_wire_bytes in lib/core/comm_ledger.h), and the α–β model of a
 // collective's time.
 //
-// Run:  make lessons && mpirun -np 3 build/bin/lesson_10_ring_allreduce [--step]   (also -np 2, 4)
+//   4. A picture of the ring's steps (--svg): which chunk each rank sends where, and what each
+//      chunk holds after every step.
+//
+// Run:  make lessons && mpirun -np 3 build/bin/lesson_10_ring_allreduce [--step] [--svg P]
+//       (also -np 2, 4)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -36,6 +40,7 @@
 #include "core/host.h"
 #include "lesson.h"
 #include "observe/timer.h"
+#include "pictures.h"
 
 using namespace tp;
 
@@ -127,6 +132,78 @@ std::string num(const char* format, double v) {
 
 // The α–β model of the ring: 2(t − 1) steps of latency α, and 2(t − 1)/t · N bytes at β per rank.
 // Illustrative round numbers (a few µs per message, a 200 Gb/s link), not a measurement.
+// The picture of the ring's steps: a row per step (the start, t − 1 of reduce-scatter, t − 1 of
+// all-gather), in it each rank's buffer as a column of t chunks labelled with the ranks whose
+// inputs it sums, and an arrow per send into the chunk it updated. Worked out from the same
+// rule as ring_reduce_scatter and ring_all_gather: in step s rank r receives chunk (r − s − 1)
+// (reduce-scatter: added) or (r − s) (all-gather: copied) mod t from rank r − 1.
+SvgDiagram draw_ring(int t) {
+  const double cw = 64, ch = 22, gap = 70, left = 40, row = t * ch + 44;
+  SvgDiagram d(
+      std::max(600.0, left + t * (cw + gap) + 40), 60,
+      "The ring all-reduce at t = " + std::to_string(t) + ": whose inputs each chunk sums");
+  for (int k = 0; k < t; ++k)
+    d.text(left + k * (cw + gap) + cw / 2, 50, "rank " + std::to_string(k), "middle", 13);
+  // held[k][c]: the set of ranks (a bit each) whose input chunk c of rank k sums.
+  std::vector<std::vector<unsigned>> held(t, std::vector<unsigned>(t));
+  for (int k = 0; k < t; ++k)
+    for (int c = 0; c < t; ++c) held[k][c] = 1u << k;
+  const unsigned all = (1u << t) - 1;
+  auto label = [&](unsigned set) {
+    if (set == all) return std::string("Σ");
+    std::string s;
+    for (int k = 0; k < t; ++k)
+      if (set & (1u << k)) s += (s.empty() ? "" : "+") + std::to_string(k);
+    return s;
+  };
+  double y = 62;
+  for (int step = -1; step < 2 * (t - 1); ++step) {
+    const bool reduce = step < t - 1;
+    const int s = reduce ? step : step - (t - 1);
+    std::vector<int> arrived(t, -1);  // the chunk rank k received in this step
+    if (step >= 0) {
+      const auto before = held;
+      for (int k = 0; k < t; ++k) {
+        const int c = mod(reduce ? k - s - 1 : k - s, t);
+        arrived[k] = c;
+        held[k][c] = reduce ? before[k][c] | before[mod(k - 1, t)][c] : before[mod(k - 1, t)][c];
+      }
+    }
+    d.text(left - 30, y + 12,
+           step < 0 ? "start: each rank its own input"
+                    : (reduce ? "reduce-scatter step " : "all-gather step ") + std::to_string(s) +
+                          (reduce ? ": add the chunk that arrives" : ": copy the finished chunk"),
+           "start", 12, "#333");
+    const double top = y + 22;
+    for (int k = 0; k < t; ++k) {
+      const double x = left + k * (cw + gap);
+      for (int c = 0; c < t; ++c) {
+        const unsigned set = held[k][c];
+        const std::string fill = set == all ? "#74c476" : (set == (1u << k) ? "white" : "#c7e9c0");
+        d.box(x, top + c * ch, cw, ch, fill, "c" + std::to_string(c) + ": " + label(set));
+      }
+      if (arrived[k] < 0) continue;
+      // The send from rank k − 1: from its right edge, or (rank 0) around from the last rank.
+      const double ay = top + arrived[k] * ch + ch / 2;
+      if (k > 0) {
+        d.arrow(x - gap + 6, ay, x - 3, ay, "#c0392b");
+      } else {
+        d.arrow(x - 34, ay, x - 3, ay, "#c0392b");
+        const double last = left + (t - 1) * (cw + gap) + cw;
+        d.line(last + 3, ay, last + 34, ay, "#c0392b", true);
+        d.text(last + 36, ay + 4, "to 0", "start", 10, "#c0392b");
+      }
+    }
+    y += row;
+  }
+  lesson::draw_notes(d, y,
+                     {"white: the rank's own input; light green: a partial sum; green (Σ): the sum "
+                      "over every rank.",
+                      "Red: this step's sends, rank r − 1 to rank r (the last rank to rank 0),",
+                      "one chunk of N/t bytes each: 2(t − 1) steps in all."});
+  return d;
+}
+
 constexpr double kAlpha = 5e-6;  // s per step
 constexpr double kBeta = 25e9;   // B/s
 double alpha_term(int t) { return 2.0 * (t - 1) * kAlpha; }
@@ -135,14 +212,15 @@ double beta_term(int t, double bytes) { return 2.0 * (t - 1) / t * bytes / kBeta
 }  // namespace
 
 int main(int argc, char** argv) {
-  return lesson::run(argc, argv, "lesson_10_ring_allreduce",
-                     "Lesson 10: the ring all-reduce, by hand", {3, 2, 4},
-                     [](lesson::Lesson& L) {
+  return lesson::run(
+      argc, argv, "lesson_10_ring_allreduce", "Lesson 10: the ring all-reduce, by hand", {3, 2, 4},
+      [](lesson::Lesson& L) {
     Device& dev = L.device();
     Communicator& world = L.world();
     const int r = L.rank(), t = L.size();
     const int w = 2;  // floats per chunk
     const int n = t * w;
+    const std::string svg = lesson::svg_path(L);  // drawn after step 3, its path checked now
 
     // 1. The numbers, and the single-device sum.
     L.step("The numbers: every rank's buffer is t = " + std::to_string(t) + " chunks of " +
@@ -230,6 +308,7 @@ int main(int argc, char** argv) {
     L.say(gather_table.str());
     L.check_ranks("hand ring = single-device sum", buf,
                   lesson::per_rank(t, [&](int) { return total; }));
+    lesson::write_picture(L, draw_ring(t), svg);
 
     // 4. The same numbers from the library, and what the ledger recorded for each.
     L.step("The library's all_reduce on the same inputs, and the ledger's records of both.");
@@ -442,5 +521,6 @@ int main(int argc, char** argv) {
           " µs per step; β ≈ the largest busbw = ", num("%.2f", best_busbw),
           " GB/s\n  (busbw = 2(t − 1)/t · N / T(N) = β · (1 − α share): it approaches β as N "
           "grows).");
-  });
+      },
+      [](Options& o) { lesson::svg_option(o, "lesson_10_ring.svg", "the ring's steps"); });
 }

@@ -1,0 +1,55 @@
+// pictures.h — the lessons' conceptual pictures that more than one lesson draws: a colour per rank,
+// its legend, and Y = XW split over t ranks by the columns or the rows of W (lessons 01–03), drawn
+// on observe/svg_diagram.h's canvas. A lesson's own picture (the ring's steps, f and g in a block)
+// sits in its main.cpp and uses the same colours.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "lesson.h"
+#include "observe/svg_diagram.h"
+
+namespace tp::lesson {
+
+/// Declares --svg: where the lesson writes its picture, `file` in build/ by default
+/// (default_output); `what` says what the picture shows, for --help.
+void svg_option(Options& o, const std::string& file, const std::string& what);
+/// --svg's path, checked on every rank up front (check_output_paths): a place the picture cannot
+/// go is found before the lesson runs, not after.
+std::string svg_path(Lesson& L);
+/// Writes `d` to `path` on rank 0 and prints "  picture: <path>".
+void write_picture(Lesson& L, const SvgDiagram& d, const std::string& path);
+
+/// The fill of rank r's blocks (a palette of eight, repeated beyond).
+std::string rank_color(int r);
+/// The fill of a block every rank holds whole (replicated).
+inline const char* kWholeColor = "#e0e0e0";
+
+/// Lines of text from the left margin, the first with its baseline at y, 16 apart; returns the y
+/// below them.
+double draw_notes(SvgDiagram& d, double y, const std::vector<std::string>& lines);
+
+/// A row of swatches at height y from x: "rank 0", …, "rank t−1", then "every rank (whole)".
+/// Returns the y below it.
+double draw_rank_legend(SvgDiagram& d, double x, double y, int t);
+
+/// How W is cut in a split matmul picture.
+enum class SplitBy { Columns, Rows };
+
+/// Y = XW with X (1 × in), W (in × out), cut over t ranks: a box per block, coloured by the rank
+/// that holds it.
+struct SplitPicture {
+  SplitBy by = SplitBy::Columns;
+  int t = 2;
+  int in = 2, out = 2;       // W's shape; the cut dimension must divide by t
+  std::string weight = "W";  // the weight's name: its blocks are W_0 … W_{t−1}
+  /// Also draw the collective that makes Y whole: the all-gather of the columns Y_r (column
+  /// split), the all-reduce of the partial sums P_r (row split: g).
+  bool combine = true;
+};
+
+/// Draws `s` with its heading at height y; returns the y below it.
+double draw_split(SvgDiagram& d, double y, const SplitPicture& s, const std::string& heading);
+
+}  // namespace tp::lesson
