@@ -119,4 +119,14 @@ double draw_split(SvgDiagram& d, double y, const SplitPicture& s, const std::str
   return y + height + 46;
 }
 
+void write_split_picture(Lesson& L, const std::string& path, double width, const std::string& title,
+                         const SplitPicture& s, const std::string& heading,
+                         const std::vector<std::string>& notes) {
+  SvgDiagram d(width, 60, title);
+  double y = draw_rank_legend(d, 30, 40, s.t);
+  y = draw_split(d, y, s, heading);
+  draw_notes(d, y, notes);
+  write_picture(L, d, path);
+}
+
 }  // namespace tp::lesson

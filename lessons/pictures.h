@@ -52,4 +52,10 @@ struct SplitPicture {
 /// Draws `s` with its heading at height y; returns the y below it.
 double draw_split(SvgDiagram& d, double y, const SplitPicture& s, const std::string& heading);
 
+/// One split as a whole picture (lessons 02 and 03): a canvas `width` wide with `title`, the rank
+/// legend, `s` under `heading`, then `notes`; written to `path` (write_picture).
+void write_split_picture(Lesson& L, const std::string& path, double width, const std::string& title,
+                         const SplitPicture& s, const std::string& heading,
+                         const std::vector<std::string>& notes);
+
 }  // namespace tp::lesson

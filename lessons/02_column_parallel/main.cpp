@@ -166,16 +166,13 @@ int main(int argc, char** argv) {
         "  g (reduce_from_tp_region): forward all-reduce, backward identity    (exit; sums partial "
         "outputs)\n"
         "A column-parallel layer communicates only in backward, through f: one all-reduce of dX.");
-    SvgDiagram d(460, 60, "Column-parallel Y = XW over t = " + std::to_string(t) + " ranks");
-    double y = lesson::draw_rank_legend(d, 30, 40, t);
-    y = lesson::draw_split(d, y, {lesson::SplitBy::Columns, t, 2, 3, "W", false},
-                           "Forward: rank r holds column W_r = c_r and computes Y_r = X c_r");
-    lesson::draw_notes(
-        d, y,
+    lesson::write_split_picture(
+        L, svg, 460, "Column-parallel Y = XW over t = " + std::to_string(t) + " ranks",
+        {lesson::SplitBy::Columns, t, 2, 3, "W", false},
+        "Forward: rank r holds column W_r = c_r and computes Y_r = X c_r",
         {"No communication forward: the Y_r stay split (a row-parallel layer takes them).",
          "Backward: dW_r = Xᵀ dY_r is complete on rank r, but X fed every column:",
          "dX = Σ_r dY_r c_rᵀ, so f all-reduces the parts of dX."});
-    lesson::write_picture(L, d, svg);
       },
       [](Options& o) { lesson::svg_option(o, "lesson_02_column_split.svg", "the split"); });
 }

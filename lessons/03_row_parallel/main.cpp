@@ -178,17 +178,13 @@ int main(int argc, char** argv) {
         "§3.1 writes this layer's input gradient as dY Wᵀ: rank r computes only its slice\n"
         "dX_r = dY W_rᵀ. [A2] §4.1 says the backward all-reduces dX as well: it issues no\n"
         "collective at all (step 6, checked).");
-    SvgDiagram d(560, 60, "Row-parallel Y = XW + b over t = " + std::to_string(t) + " ranks");
-    double y = lesson::draw_rank_legend(d, 30, 40, t);
-    y = lesson::draw_split(
-        d, y, {lesson::SplitBy::Rows, t, 4, 2, "W"},
-        "Forward: rank r holds rows W_r and X_r; g all-reduces the partial sums");
-    lesson::draw_notes(
-        d, y,
+    lesson::write_split_picture(
+        L, svg, 560, "Row-parallel Y = XW + b over t = " + std::to_string(t) + " ranks",
+        {lesson::SplitBy::Rows, t, 4, 2, "W"},
+        "Forward: rank r holds rows W_r and X_r; g all-reduces the partial sums",
         {"Then + b once, on the whole Y (b on every rank before the sum adds it t times).",
          "Backward: g passes the whole dY to every rank; dX_r = dY W_rᵀ and",
          "dW_r = X_rᵀ dY need no collective."});
-    lesson::write_picture(L, d, svg);
       },
       [](Options& o) { lesson::svg_option(o, "lesson_03_row_split.svg", "the split"); });
 }

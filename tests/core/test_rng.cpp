@@ -33,32 +33,30 @@ std::vector<float> fill(const Shape& shape, const RngKey& key, const GlobalIndex
   return t.to_host();
 }
 
-// A [rows, cols] parameter filled shard by shard (each rank fills only its own block) equals the
-// parameter filled whole, bit for bit, for every t that divides the split dimension.
-TEST(Philox, ColumnShardsAreBitIdenticalToTheWholeForEveryT) {
-  const int64_t rows = 5, cols = 12;
-  const RngKey key = RngKey::from(42, "transformer.h.0.mlp.c_fc.weight");
+// A [rows, cols] parameter filled shard by shard (each rank fills only its own block of columns,
+// or of rows) equals the parameter filled whole, bit for bit, for every t that divides the split
+// dimension.
+void expect_shards_match_the_whole(bool by_columns, int64_t rows, int64_t cols, const char* name) {
+  const RngKey key = RngKey::from(42, name);
   const auto whole = fill(Shape{rows, cols}, key, GlobalIndex::whole(cols));
   for (int t : {1, 2, 3, 4}) {
-    const int64_t c = cols / t;
+    const int64_t n = (by_columns ? cols : rows) / t;
     for (int r = 0; r < t; ++r) {
-      const auto shard = fill(Shape{rows, c}, key, GlobalIndex::columns(cols, r * c));
-      EXPECT_EQ(shard, host_block(whole, cols, 0, rows, r * c, c)) << "t=" << t << " rank=" << r;
+      const auto shard = by_columns ? fill(Shape{rows, n}, key, GlobalIndex::columns(cols, r * n))
+                                    : fill(Shape{n, cols}, key, GlobalIndex::rows(cols, r * n));
+      const auto want = by_columns ? host_block(whole, cols, 0, rows, r * n, n)
+                                   : host_block(whole, cols, r * n, n, 0, cols);
+      EXPECT_EQ(shard, want) << "t=" << t << " rank=" << r;
     }
   }
 }
 
+TEST(Philox, ColumnShardsAreBitIdenticalToTheWholeForEveryT) {
+  expect_shards_match_the_whole(true, 5, 12, "transformer.h.0.mlp.c_fc.weight");
+}
+
 TEST(Philox, RowShardsAreBitIdenticalToTheWholeForEveryT) {
-  const int64_t rows = 12, cols = 7;
-  const RngKey key = RngKey::from(42, "transformer.h.0.mlp.c_proj.weight");
-  const auto whole = fill(Shape{rows, cols}, key, GlobalIndex::whole(cols));
-  for (int t : {1, 2, 3, 4}) {
-    const int64_t k = rows / t;
-    for (int r = 0; r < t; ++r) {
-      const auto shard = fill(Shape{k, cols}, key, GlobalIndex::rows(cols, r * k));
-      EXPECT_EQ(shard, host_block(whole, cols, r * k, k, 0, cols)) << "t=" << t << " rank=" << r;
-    }
-  }
+  expect_shards_match_the_whole(false, 12, 7, "transformer.h.0.mlp.c_proj.weight");
 }
 
 TEST(Philox, DeviceFillMatchesTheReferenceFunctionAndIgnoresThreads) {

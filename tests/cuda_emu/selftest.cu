@@ -158,25 +158,24 @@ TEST_F(CudaEmuDeathTest, HostDereferenceOfDeviceMemory) {
   EXPECT_DEATH({ x[3] = 1.0f; }, "host code dereferenced device memory");
 }
 
-TEST_F(CudaEmuDeathTest, KernelWritesPastTheEnd) {
-  float* x = device_floats(1024);
+// write_kernel over n floats of x, which the emulator must stop with `message`.
+void expect_write_kernel_dies(float* x, int n, const char* message) {
   EXPECT_DEATH(
       {
-        write_kernel<<<1, 64>>>(x, 1025, 1.0f);
+        write_kernel<<<1, 64>>>(x, n, 1.0f);
         cudaDeviceSynchronize();
       },
-      "past the end of allocation");
+      message);
+}
+
+TEST_F(CudaEmuDeathTest, KernelWritesPastTheEnd) {
+  expect_write_kernel_dies(device_floats(1024), 1025, "past the end of allocation");
 }
 
 TEST_F(CudaEmuDeathTest, KernelUsesFreedMemory) {
   float* x = device_floats(64);
   cudaFree(x);
-  EXPECT_DEATH(
-      {
-        write_kernel<<<1, 64>>>(x, 64, 1.0f);
-        cudaDeviceSynchronize();
-      },
-      "already freed");
+  expect_write_kernel_dies(x, 64, "already freed");
 }
 
 TEST_F(CudaEmuDeathTest, BarrierNotReachedByEveryThread) {
