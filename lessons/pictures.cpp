@@ -60,6 +60,26 @@ double draw_rank_legend(SvgDiagram& d, double x, double y, int t) {
   return y + 24;
 }
 
+double draw_bar(SvgDiagram& d, double x, double y, double h, double scale,
+                const std::vector<BarPart>& parts) {
+  for (const BarPart& p : parts) {
+    const double w = p.value * scale;
+    if (w > 0) d.box(x, y, w, h, p.fill, p.label);
+    x += w;
+  }
+  return x;
+}
+
+double draw_swatches(SvgDiagram& d, double x, double y,
+                     const std::vector<std::pair<std::string, std::string>>& fill_name) {
+  for (const auto& [fill, name] : fill_name) {
+    d.box(x, y, 14, 12, fill);
+    d.text(x + 20, y + 10, name);
+    x += 36 + 6.0 * name.size();
+  }
+  return y + 24;
+}
+
 double draw_split(SvgDiagram& d, double y, const SplitPicture& s, const std::string& heading) {
   const bool cols = s.by == SplitBy::Columns;
   TP_CHECK((cols ? s.out : s.in) % s.t == 0, "draw_split: the cut dimension must divide by t");

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lesson.h"
@@ -33,6 +34,20 @@ double draw_notes(SvgDiagram& d, double y, const std::vector<std::string>& lines
 /// A row of swatches at height y from x: "rank 0", …, "rank t−1", then "every rank (whole)".
 /// Returns the y below it.
 double draw_rank_legend(SvgDiagram& d, double x, double y, int t);
+
+/// One part of a bar: `value` (ms, bytes, …) drawn value·scale wide, filled `fill`, `label` inside.
+struct BarPart {
+  double value;
+  std::string fill;
+  std::string label;
+};
+/// Boxes side by side from x at height y, each `h` high and its value·scale wide (a time line's
+/// row, a stack of byte counts); returns the x after the last.
+double draw_bar(SvgDiagram& d, double x, double y, double h, double scale,
+                const std::vector<BarPart>& parts);
+/// Swatches with their names in a row from x at height y; returns the y below them.
+double draw_swatches(SvgDiagram& d, double x, double y,
+                     const std::vector<std::pair<std::string, std::string>>& fill_name);
 
 /// How W is cut in a split matmul picture.
 enum class SplitBy { Columns, Rows };
