@@ -80,6 +80,16 @@ double draw_swatches(SvgDiagram& d, double x, double y,
   return y + 24;
 }
 
+double draw_chain(SvgDiagram& d, double x, double y, double h, const std::vector<ChainBox>& boxes,
+                  double gap) {
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    if (i > 0) d.arrow(x - gap + 2, y + h / 2, x - 2, y + h / 2);
+    d.box(x, y, boxes[i].w, h, boxes[i].fill, boxes[i].label);
+    x += boxes[i].w + gap;
+  }
+  return x - gap;
+}
+
 double draw_split(SvgDiagram& d, double y, const SplitPicture& s, const std::string& heading) {
   const bool cols = s.by == SplitBy::Columns;
   TP_CHECK((cols ? s.out : s.in) % s.t == 0, "draw_split: the cut dimension must divide by t");

@@ -49,6 +49,17 @@ double draw_bar(SvgDiagram& d, double x, double y, double h, double scale,
 double draw_swatches(SvgDiagram& d, double x, double y,
                      const std::vector<std::pair<std::string, std::string>>& fill_name);
 
+/// One box of a chain: its label, fill and width.
+struct ChainBox {
+  std::string label;
+  std::string fill;
+  double w;
+};
+/// Boxes left to right from x at height y, each `h` high, `gap` apart and joined by arrows (a
+/// rank's path through a layer); returns the x after the last.
+double draw_chain(SvgDiagram& d, double x, double y, double h, const std::vector<ChainBox>& boxes,
+                  double gap = 22);
+
 /// How W is cut in a split matmul picture.
 enum class SplitBy { Columns, Rows };
 

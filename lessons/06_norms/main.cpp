@@ -27,6 +27,7 @@
 #include "model/layers.h"
 #include "parallel/linear.h"
 #include "parallel/mappings.h"
+#include "pictures.h"
 
 using namespace tp;
 
@@ -74,15 +75,91 @@ std::string fmt_rel(double d) {
   return buf;
 }
 
+// What the lesson's runs computed, for its picture.
+struct NormPicture {
+  int t = 1;
+  int64_t n = 0, h = 0, k = 0;              // tokens, hidden size, hidden values per rank
+  std::string comm_replicated, comm_stats;  // step 5's and step 6's communication
+  double err_ln = 0, err_rms = 0;           // the slice-alone norms' relative errors (steps 3, 4)
+};
+
+// The picture: the replicated norm of plain TP (its input and weights whole on every rank, no
+// communication), the slice-alone mistake, the statistics all-reduce where the hidden dim is
+// split, and where the weight's gradient would need a sum.
+SvgDiagram draw_norms(const NormPicture& p) {
+  using lesson::ChainBox;
+  const std::string whole = lesson::kWholeColor, fg = "#fff3b0", bad = "#f4a6a6";
+  const std::string nh = std::to_string(p.n) + " × " + std::to_string(p.h),
+                    nk = std::to_string(p.n) + " × " + std::to_string(p.k);
+  const double left = 100, rh = 26;
+  SvgDiagram d(900, 60,
+               "A norm under TP at t = " + std::to_string(p.t) + ": " + std::to_string(p.n) +
+                   " tokens, h = " + std::to_string(p.h));
+  double y = lesson::draw_rank_legend(d, 30, 40, p.t) + 10;
+  auto panel = [&](const std::string& heading, auto row_boxes) {
+    d.text(30, y + 12, heading, "start", 13);
+    y += 24;
+    for (int r = 0; r < p.t; ++r, y += rh + 8) {
+      d.text(left - 10, y + 17, "rank " + std::to_string(r), "end", 11);
+      lesson::draw_chain(d, left, y, rh, row_boxes(r));
+    }
+  };
+  panel("Plain TP (step 5): after g the input is whole on every rank; the norm is replicated",
+        [&](int r) {
+    return std::vector<ChainBox>{
+        {"g", fg, 30},
+        {"X  " + nh, whole, 90},
+        {"Norm: w, b (" + std::to_string(p.h) + " each)", whole, 160},
+        {"Y  " + nh, whole, 90},
+        {"f", fg, 30},
+        {"W_" + std::to_string(r) + " (column)", lesson::rank_color(r), 110}};
+  });
+  y = lesson::draw_notes(
+          d, y + 6,
+          {"Forward: the same numbers on every rank, so the same result bit for bit; "
+           "communication: " +
+               p.comm_replicated + ".",
+           "Backward: f's all-reduce hands every rank the whole dY, so dw and db come out the same "
+           "everywhere: no sum."}) +
+      12;
+  panel("The mistake (steps 3, 4): each rank normalises its slice with the slice's own statistics",
+        [&](int r) {
+    return std::vector<ChainBox>{{"X_" + std::to_string(r) + "  " + nk, lesson::rank_color(r), 90},
+                                 {"Norm of the slice alone", bad, 170}};
+  });
+  y = lesson::draw_notes(d, y + 6,
+                         {"Gathered, off by " + fmt_rel(p.err_ln) + " (LayerNorm) and " +
+                          fmt_rel(p.err_rms) + " (RMSNorm) relative to one device."}) +
+      12;
+  panel(
+      "A split hidden dim done right (steps 6, 7): all-reduce the statistics, normalise the slice",
+      [&](int r) {
+    return std::vector<ChainBox>{{"X_" + std::to_string(r) + "  " + nk, lesson::rank_color(r), 90},
+                                 {"[Σx, Σx²] per token", lesson::rank_color(r), 190},
+                                 {"all-reduce", fg, 80},
+                                 {"normalise X_" + std::to_string(r), lesson::rank_color(r), 120}};
+      });
+  lesson::draw_notes(
+      d, y + 6,
+      {"Communication: " + p.comm_stats + " (RMSNorm: Σx² only, half of it).",
+       "Where a gradient sum is needed: under sequence parallelism (lesson 08) each rank holds its "
+       "own tokens,",
+       "so its dw and db cover those tokens only, and the ranks' parts are summed (all-reduce); "
+       "under plain TP, never."});
+  return d;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  return lesson::run(argc, argv, "lesson_06_norms",
-                     "Lesson 06: LayerNorm and RMSNorm under tensor parallelism", {2, 1, 4},
-                     [](lesson::Lesson& L) {
+  return lesson::run(
+      argc, argv, "lesson_06_norms", "Lesson 06: LayerNorm and RMSNorm under tensor parallelism",
+      {2, 1, 4},
+      [](lesson::Lesson& L) {
     Device& dev = L.device();
     Communicator& world = L.world();
     const int t = L.size();
+    const std::string svg = lesson::svg_path(L);  // drawn in step 8, its path checked now
 
     // 1. The numbers, and the single-device norms of the whole vectors (the device kernels).
     L.step("The numbers: two tokens with h = 8, and their LayerNorm and RMSNorm on one device.");
@@ -399,6 +476,8 @@ int main(int argc, char** argv) {
     L.step("Summary.");
     L.say(table.str());
     L.say(ways.str());
+    lesson::write_picture(L, draw_norms({t, n, h, k, comm_ln, comm_stats, d_ln_slice, d_rms_slice}),
+                          svg);
     L.say(
         "A norm divides by statistics of the whole hidden vector, so a rank that sees only its\n"
         "slice computes the wrong thing. Plain TP never asks it to: the norm comes after g, where\n"
@@ -412,5 +491,10 @@ int main(int argc, char** argv) {
         "(step 5, no communication), and a statistics all-reduce (steps 6-7) is only for a norm\n"
         "over a dimension that really is split. Its §6.3 broadcast before LayerNorm is not\n"
         "needed either: every rank computes the same result from the same numbers, bit for bit.");
+      },
+      [](Options& o) {
+    lesson::svg_option(o, "lesson_06_norms.svg",
+                       "the norm under TP: replicated, the slice-alone mistake, the statistics "
+                       "all-reduce");
   });
 }
