@@ -39,6 +39,7 @@
 #include "model/data.h"
 #include "model/gpt.h"
 #include "parallel/vocab_parallel.h"
+#include "pictures.h"
 
 using namespace tp;
 
@@ -59,6 +60,78 @@ const Param& param(const Gpt& model, const std::string& name) {
   return model.params().front();
 }
 
+// Step 2's numbers for the picture: the logits, who owns which columns, and per rank (rank 0's
+// gather) the three local numbers; the all-reduced ones and the loss, the same on every rank.
+struct CrossEntropyPicture {
+  int t = 1;
+  int64_t nt = 0, V = 0, Vp = 0, rows = 0;
+  std::vector<float> logits;  // (nt × V)
+  std::vector<int32_t> target;
+  std::vector<std::vector<float>> local[3];  // per rank: local max, Σ exp(x − max), target logit
+  std::vector<float> global[3], loss;        // after each all-reduce; the loss
+};
+
+// The logits split by vocabulary columns over the ranks (the target's cell outlined in red), and
+// under each rank's columns the three numbers it computes, then the all-reduce that combines them.
+SvgDiagram draw_cross_entropy(const CrossEntropyPicture& p) {
+  const double cw = 44, ch = 26, left = 150, top = 100;
+  SvgDiagram d(800, 60,
+               "Cross-entropy over logits split by vocabulary columns, t = " + std::to_string(p.t) +
+                   ": " + std::to_string(p.nt) + " tokens × V' = " + std::to_string(p.Vp));
+  lesson::draw_rank_legend(d, 30, 40, p.t);
+  for (int r = 0; r < p.t; ++r) {
+    const int64_t a = r * p.rows, b = std::min((r + 1) * p.rows, p.Vp) - 1;
+    d.text(left + (r + 0.5) * p.rows * cw, top - 8,
+           "rank " + std::to_string(r) + ": ids " + std::to_string(a) + "–" + std::to_string(b),
+           "middle", 11);
+  }
+  for (int64_t k = 0; k < p.nt; ++k) {
+    const double y = top + k * ch;
+    d.text(left - 8, y + 17,
+           "token " + std::to_string(k) + " (target " + std::to_string(p.target[k]) + ")", "end",
+           11);
+    for (int64_t j = 0; j < p.Vp; ++j) {
+      const double x = left + j * cw;
+      if (j < p.V)
+        d.box(x, y, cw, ch, lesson::rank_color(static_cast<int>(j / p.rows)),
+              lesson::fmt(p.logits[k * p.V + j]));
+      else
+        d.box(x, y, cw, ch, "white", "pad");
+      if (j == p.target[k]) {  // the target's logit: outlined
+        d.line(x + 1, y + 1, x + cw - 1, y + 1, "#c0392b");
+        d.line(x + 1, y + ch - 1, x + cw - 1, y + ch - 1, "#c0392b");
+        d.line(x + 1, y + 1, x + 1, y + ch - 1, "#c0392b");
+        d.line(x + cw - 1, y + 1, x + cw - 1, y + ch - 1, "#c0392b");
+      }
+    }
+  }
+  const double right = left + p.Vp * cw;
+  const char* what[3] = {"① max of my columns", "② Σ exp(x − max), mine", "③ target logit, or 0"};
+  const char* how[3] = {"all-reduce MAX", "all-reduce SUM", "all-reduce SUM"};
+  double y = top + p.nt * ch + 24;
+  d.text(left, y, "per token [token 0, token 1]: each rank's number, then the all-reduce", "start",
+         11, "#555");
+  y += 10;
+  for (int q = 0; q < 3; ++q, y += 34) {
+    d.text(left - 8, y + 17, what[q], "end", 11);
+    for (int r = 0; r < p.t; ++r)
+      d.box(left + r * p.rows * cw + 4, y, p.rows * cw - 8, ch, lesson::rank_color(r),
+            lesson::fmt(p.local[q][r]));
+    d.arrow(right + 6, y + ch / 2, right + 116, y + ch / 2);
+    d.text(right + 60, y + ch / 2 - 5, how[q], "middle", 10);
+    d.box(right + 120, y, 130, ch, lesson::kWholeColor, lesson::fmt(p.global[q]));
+  }
+  lesson::draw_notes(
+      d, y + 14,
+      {"On every rank: loss = log ② + ① − ③ = " + lesson::fmt(p.loss) +
+           "; the whole row of logits is never assembled.",
+       "Backward: softmax − one-hot of my columns needs only ① and ②, which every rank already "
+       "has: no communication.",
+       "The padding columns (V' − V = " + std::to_string(p.Vp - p.V) +
+           ") are skipped: they win no max and add nothing to the sum."});
+  return d;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -70,6 +143,7 @@ int main(int argc, char** argv) {
     Device& dev = L.device();
     Communicator& world = L.world();
     const int t = L.size();
+    const std::string svg = lesson::svg_path(L);  // drawn in step 5, its path checked now
     SerialCommunicator solo;
 
     lesson::Table table = L.rank_table();
@@ -186,7 +260,18 @@ int main(int argc, char** argv) {
     };
     // vocab_parallel_cross_entropy_forward runs the stages below in this order and calls `watch`
     // after each one: the lesson prints and checks every intermediate number as it is formed.
+    CrossEntropyPicture pic{t, nt, V, Vp, rows, logits, target, {}, {}, {}};
     auto watch = [&](CrossEntropyStage stage, const CrossEntropyStats& st) {
+      // For the picture: each rank's local numbers (gathered on rank 0), the all-reduced ones.
+      if (stage == CrossEntropyStage::LocalMax) pic.local[0] = L.gather(st.row_max);
+      if (stage == CrossEntropyStage::LocalSums) {
+        pic.local[1] = L.gather(st.sum_exp);
+        pic.local[2] = L.gather(st.target_logit);
+      }
+      if (stage == CrossEntropyStage::Max) pic.global[0] = st.row_max.to_host();
+      if (stage == CrossEntropyStage::SumExp) pic.global[1] = st.sum_exp.to_host();
+      if (stage == CrossEntropyStage::TargetLogit) pic.global[2] = st.target_logit.to_host();
+      if (stage == CrossEntropyStage::Loss) pic.loss = st.loss.to_host();
       switch (stage) {
         case CrossEntropyStage::LocalMax:
           L.report(table, "local max", st.row_max, m);
@@ -439,11 +524,16 @@ int main(int argc, char** argv) {
     // 5. Summary.
     L.step("Summary.");
     L.say(table.str());
+    if (L.is_root()) lesson::write_picture(L, draw_cross_entropy(pic), svg);  // rank 0's gathers
     L.say(
         "The embedding and the LM head are split by vocabulary rows, like any other weight. The "
         "lookup\n"
         "costs one all-reduce of the activations; the loss three all-reduces of one float per "
         "token;\n"
         "the backward of the loss nothing. Padding V to a multiple of t changes no number.");
-      });
+      },
+      [](Options& o) {
+    lesson::svg_option(o, "lesson_09_vocab_parallel.svg",
+                       "the logits split by vocabulary columns and the loss's three all-reduces");
+  });
 }
