@@ -51,6 +51,7 @@
 #include "model/presets.h"
 #include "model/train.h"
 #include "parallel/process_grid.h"
+#include "pictures.h"
 
 using namespace tp;
 
@@ -145,6 +146,50 @@ Measured run_row(Device& dev, Communicator& group, const Row& row) {
   return m;
 }
 
+// The stack as bars: one per row, its peak per rank split into weights, gradients, optimizer
+// state and activations (measured, step 2), against the budget's line.
+SvgDiagram draw_stack(const std::vector<Row>& rows, const std::vector<Measured>& got,
+                      int64_t budget) {
+  const char* fills[4] = {"#6baed6", "#fd8d3c", "#74c476", "#9e9ac8"};
+  const double left = 220, bh = 22, width = 520;
+  int64_t most = budget;
+  for (const Measured& m : got) most = std::max(most, m.peak.total());
+  const double scale = width / static_cast<double>(most);
+  SvgDiagram d(900, 60, "Peak bytes per rank, row by row, against a budget of " + kib(budget));
+  double y = lesson::draw_swatches(d, 30, 40,
+                                   {{fills[0], "weights"},
+                                    {fills[1], "gradients"},
+                                    {fills[2], "optimizer state (AdamW)"},
+                                    {fills[3], "activations"}}) +
+             10;
+  // The budget's line first, under the bars.
+  const double bx = left + static_cast<double>(budget) * scale,
+               bottom = y + static_cast<double>(rows.size()) * (bh + 10);
+  d.line(bx, y - 6, bx, bottom, "#c0392b", true);
+  for (size_t i = 0; i < rows.size(); ++i, y += bh + 10) {
+    const MemoryPeak& p = got[i].peak;
+    d.text(left - 8, y + 15, rows[i].name, "end", 11);
+    std::vector<lesson::BarPart> parts;
+    int64_t values[4] = {p.weights, p.grads, p.optimizer, p.activations};
+    for (int k = 0; k < 4; ++k) {
+      const double v = static_cast<double>(values[k]);
+      parts.push_back({v, fills[k], v * scale >= 64 ? kib(values[k]) : ""});
+    }
+    const double end = lesson::draw_bar(d, left, y, bh, scale, parts);
+    d.text(end + 6, y + 15, kib(p.total()) + (p.total() <= budget ? ", fits" : ""), "start", 11,
+           p.total() <= budget ? "#2c7a2c" : "#222");
+  }
+  d.text(bx, y + 14, "budget " + kib(budget) + " (half of t = 1's peak)", "middle", 11, "#c0392b");
+  lesson::draw_notes(
+      d, y + 36,
+      {"Every bar is measured (ledgers) and equals lib/model/memory.h's formula to the byte.",
+       "TP splits all four parts; bf16 grows the weights (a 2-byte copy beside the fp32 master) "
+       "and halves the activations;",
+       "recomputation and micro-batches shrink only the activations, ZeRO-1 only the optimizer "
+       "state."});
+  return d;
+}
+
 // The FLOPs one rank computes in a step's forward on its replica's `batch` sequences (kBatch /
 // dp): the GEMMs (2 per weight and token) and the attention core (QKᵀ and PV over the full s × s
 // square as the kernel computes it: 4·B·s²·h/t).
@@ -179,6 +224,7 @@ int main(int argc, char** argv) {
     Device& dev = L.device();
     Communicator& world = L.world();
     const GptConfig cfg = lesson_config();
+    const std::string svg = lesson::svg_path(L);  // drawn in step 2, its path checked now
 
     // 1. The rows, in the articles' order ([A2] §5.3: TP, mixed precision, recomputation, a
     //    larger t last) and stacked (bf16 from its row on).
@@ -277,6 +323,7 @@ int main(int argc, char** argv) {
     L.say("  t = 4 alone (fp32) fits too (", kib(t4.peak.total()), ") but sends ",
           kib(static_cast<int64_t>(t4.comm)), " per rank and step against ",
           kib(static_cast<int64_t>(fit.comm)), ": why the articles raise t last.");
+    lesson::write_picture(L, draw_stack(rows, got, budget), svg);
 
     // 3. The articles' statements.
     L.step("What the articles say, checked.");
@@ -354,5 +401,9 @@ int main(int argc, char** argv) {
                  refused.find("ZeRO-1 shards the optimizer state over the data-parallel") !=
                      std::string::npos);
     L.say("  tp_train --zero 1 at dp = 1 says: ", refused);
-      });
+      },
+      [](Options& o) {
+    lesson::svg_option(o, "lesson_14_memory_stack.svg",
+                       "the peak bytes per rank of each row, by part, against the budget");
+  });
 }
