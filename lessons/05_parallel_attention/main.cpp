@@ -26,16 +26,111 @@
 #include "lesson.h"
 #include "model/config.h"
 #include "model/layers.h"
+#include "pictures.h"
 
 using namespace tp;
 
+namespace {
+
+// What steps 1 and 2 computed, for the picture.
+struct HeadsPicture {
+  // Step 2's small attention at the run's t: per rank (gathered) its first query head, their
+  // count, its first KV head, their count; the shard shapes; the sizes.
+  int t = 1;
+  std::vector<std::vector<float>> held;
+  std::string wq, wk, wo;
+  int64_t h = 0, d = 0, heads = 0, kv = 0;
+  // Step 1's Qwen3-8B-like attention at tb ranks: query heads, KV heads, per rank, and shards.
+  int tb = 8;
+  int64_t big_heads = 0, big_kv = 0, nq = 0, nkv = 0, remote = 0;
+  std::string big_wq, big_wk, big_wo;
+};
+
+std::string head_range(const std::string& what, float first, float n) {
+  const int a = static_cast<int>(first), k = static_cast<int>(n);
+  return what + (k == 1 ? " " + std::to_string(a)
+                        : "s " + std::to_string(a) + "–" + std::to_string(a + k - 1));
+}
+
+// Each rank's path through the layer (its query and KV heads, local attention, its rows of W_O,
+// g), then the heads of the big configuration coloured by rank, each query head joined to the KV
+// head it reads.
+SvgDiagram draw_heads(const HeadsPicture& p) {
+  using lesson::ChainBox;
+  const std::string fg = "#fff3b0";
+  SvgDiagram d(900, 60,
+               "Attention split by heads at t = " + std::to_string(p.t) +
+                   ": column-parallel q, k, v, local attention, row-parallel W_O");
+  double y = lesson::draw_rank_legend(d, 30, 40, p.t) + 4;
+  d.text(30, y + 12,
+         "Step 2: h = " + std::to_string(p.h) + ", " + std::to_string(p.heads) + " query heads, " +
+             std::to_string(p.kv) + " KV heads of dim " + std::to_string(p.d),
+         "start", 13);
+  y += 24;
+  for (int r = 0; r < p.t; ++r, y += 40) {
+    const std::vector<float>& h = p.held[r];
+    const std::string c = lesson::rank_color(r);
+    d.text(90, y + 19, "rank " + std::to_string(r), "end", 11);
+    lesson::draw_chain(d, 100, y, 28,
+                       {{"x whole", lesson::kWholeColor, 60},
+                        {"f", fg, 26},
+                        {head_range("query head", h[0], h[1]) + ", W_Q " + p.wq, c, 215},
+                        {head_range("KV head", h[2], h[3]) + ", W_K, W_V " + p.wk, c, 205},
+                        {"attention, local", c, 100},
+                        {"W_O rows " + p.wo, c, 100},
+                        {"g", fg, 26}},
+                       14);
+  }
+  y = lesson::draw_notes(
+          d, y + 4,
+          {"f: identity forward, all-reduce of the q, k, v dX terms backward; g: all-reduce of "
+           "W_O's partial sums forward.",
+           "Attention itself moves nothing: a rank's query heads read only KV heads it holds."}) +
+      16;
+
+  // The big configuration: query heads in a row, KV heads under them, each line a "reads".
+  const int64_t group = p.big_heads / p.big_kv;
+  const double qw = 24, left = 30;
+  d.text(left, y + 12,
+         "Step 1: Qwen3-8B-like, " + std::to_string(p.big_heads) + " query heads and " +
+             std::to_string(p.big_kv) + " KV heads (GQA, " + std::to_string(group) +
+             " query heads per KV head) at t = " + std::to_string(p.tb),
+         "start", 13);
+  y = lesson::draw_rank_legend(d, left, y + 22, p.tb) + 4;
+  const double ky = y + 70;
+  for (int64_t j = 0; j < p.big_heads; ++j) {
+    const double x = left + 60 + j * qw;
+    const int64_t kv = j / group;
+    const double kx = left + 60 + (kv + 0.5) * group * qw;
+    d.line(x + qw / 2, y + 20, kx, ky, "#888");
+    d.box(x, y, qw, 20, lesson::rank_color(static_cast<int>(j / p.nq)), std::to_string(j));
+  }
+  for (int64_t k = 0; k < p.big_kv; ++k)
+    d.box(left + 60 + k * group * qw + 4, ky, group * qw - 8, 20,
+          lesson::rank_color(static_cast<int>(k / p.nkv)), "KV " + std::to_string(k));
+  d.text(left + 50, y + 14, "query", "end", 11);
+  d.text(left + 50, ky + 14, "KV", "end", 11);
+  lesson::draw_notes(d, ky + 40,
+                     {"Per rank: " + std::to_string(p.nq) + " query heads and " +
+                          std::to_string(p.nkv) + " KV head; W_Q " + p.big_wq + ", W_K and W_V " +
+                          p.big_wk + ", W_O " + p.big_wo + " (its query heads' rows).",
+                      "Query heads reading a KV head on another rank: " + std::to_string(p.remote) +
+                          ". Both head counts must divide by t."});
+  return d;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  return lesson::run(argc, argv, "lesson_05_parallel_attention",
-                     "Lesson 05: parallel attention, split by heads", {2, 1, 4},
-                     [](lesson::Lesson& L) {
+  return lesson::run(
+      argc, argv, "lesson_05_parallel_attention", "Lesson 05: parallel attention, split by heads",
+      {2, 1, 4},
+      [](lesson::Lesson& L) {
     Device& dev = L.device();
     Communicator& world = L.world();
     const int t = L.size();
+    const std::string svg = lesson::svg_path(L);  // drawn in step 4, its path checked now
+    HeadsPicture pic;
     auto f = [](int64_t v) { return static_cast<float>(v); };
     auto norm = [](const std::vector<float>& v) {  // ‖v‖₂
       double s = 0;
@@ -81,6 +176,15 @@ int main(int argc, char** argv) {
           "(r+1)) all read KV head r, so attention needs nothing from another rank (", remote,
           " of ", big.heads, " heads read a remote KV head)");
     L.check_fact("query heads whose KV head is on another rank", {f(remote)}, {0});
+    pic.tb = tb;
+    pic.big_heads = big.heads;
+    pic.big_kv = big.kv();
+    pic.nq = nq;
+    pic.nkv = nkv;
+    pic.remote = remote;
+    pic.big_wq = Shape{H, nq * hd}.str();
+    pic.big_wk = Shape{H, nkv * hd}.str();
+    pic.big_wo = Shape{nq * hd, H}.str();
     // (The shard shapes above are not counted as facts: nq·hd against heads·hd/t restates the
     // division that produced nq; step 2 runs the real module against t = 1.)
 
@@ -128,6 +232,15 @@ int main(int argc, char** argv) {
       heads.add({std::to_string(r), range(held[r][0], held[r][1]), range(held[r][2], held[r][3]),
                  wq.value.shape().str(), wk.value.shape().str(),
                  param(tp_params, "attn.c_proj.weight").value.shape().str()});
+    pic.t = t;
+    pic.held = held;
+    pic.wq = wq.value.shape().str();
+    pic.wk = wk.value.shape().str();
+    pic.wo = param(tp_params, "attn.c_proj.weight").value.shape().str();
+    pic.h = h;
+    pic.d = d;
+    pic.heads = cfg.heads;
+    pic.kv = cfg.kv();
     int64_t remote_small = 0;
     for (int64_t j = 0; j < cfg.heads; ++j)
       remote_small += (j / q_r) != (j / (cfg.heads / cfg.kv())) / kv_r;
@@ -233,6 +346,7 @@ int main(int argc, char** argv) {
     // 4. Summary.
     L.step("Summary.");
     L.say(table.str());
+    if (L.is_root()) lesson::write_picture(L, draw_heads(pic), svg);  // rank 0 has the gather
     L.say(
         "Attention splits by heads: q, k and v are column-parallel with whole heads on each rank "
         "(with GQA,\n"
@@ -251,5 +365,9 @@ int main(int argc, char** argv) {
         " all-gathers). An all-gather appears only with sequence parallelism (lesson 08),\n"
         "in front of the q, k, v projection, where it gathers the sequence-split input, not the "
         "scores.");
+      },
+      [](Options& o) {
+    lesson::svg_option(o, "lesson_05_parallel_attention.svg",
+                       "the heads split over the ranks, GQA's KV heads and W_O's row split");
   });
 }
