@@ -35,6 +35,7 @@
 #include "model/layers.h"
 #include "parallel/linear.h"
 #include "parallel/mappings.h"
+#include "pictures.h"
 
 using namespace tp;
 
@@ -88,6 +89,66 @@ void forget_allreduce(lesson::Lesson& L) {
                {1.0f});
 }
 
+// The shapes the run met, for the picture: X, A_r, H_r = X A_r (and GeLU of it), B_r, the term,
+// Z; and what the forward and the backward communicated.
+struct MlpPicture {
+  int t = 1;
+  int64_t h = 0, ffn = 0;
+  std::string x, a, hr, b, term, z;
+  std::string forward_comm, backward_comm;
+};
+
+// Each rank's path through the MLP with the shape at every point (f, fc1's columns, GeLU on its
+// own columns, fc2's rows, the partial term, g), then fc1's column split and fc2's row split drawn
+// as in lessons 02 and 03.
+SvgDiagram draw_mlp(const MlpPicture& p) {
+  const std::string fg = "#fff3b0", whole = lesson::kWholeColor;
+  SvgDiagram d(900, 60,
+               "The parallel MLP at t = " + std::to_string(p.t) +
+                   ": column-parallel fc1, GeLU on each rank's own columns, "
+                   "row-parallel fc2");
+  double y = lesson::draw_rank_legend(d, 30, 40, p.t) + 8;
+  for (int r = 0; r < p.t; ++r, y += 38) {
+    const std::string c = lesson::rank_color(r), i = std::to_string(r);
+    d.text(84, y + 18, "rank " + i, "end", 11);
+    lesson::draw_chain(d, 90, y, 26,
+                       {{"X " + p.x, whole, 62},
+                        {"f", fg, 24},
+                        {"A_" + i + " " + p.a, c, 66},
+                        {"X A_" + i + " " + p.hr, c, 84},
+                        {"GeLU", c, 46},
+                        {"B_" + i + " " + p.b, c, 66},
+                        {"term " + p.term, c, 82},
+                        {"g", fg, 24},
+                        {"Z " + p.z, whole, 62}},
+                       16);
+  }
+  y = lesson::draw_notes(
+          d, y + 6,
+          {"Forward: f is the identity, fc1 and GeLU and fc2 are local, g all-reduces the terms: " +
+               p.forward_comm + ".",
+           "Backward: g is the identity, fc2 and GeLU' are local, f all-reduces the dX terms: " +
+               p.backward_comm + "."}) +
+      8;
+  lesson::SplitPicture fc1;
+  fc1.by = lesson::SplitBy::Columns;
+  fc1.t = p.t;
+  fc1.in = static_cast<int>(p.h);
+  fc1.out = static_cast<int>(p.ffn);
+  fc1.weight = "A";
+  fc1.combine = false;  // the columns stay split: GeLU and fc2 use them where they are
+  y = lesson::draw_split(d, y, fc1, "fc1 by columns: each rank a few whole columns of X A");
+  lesson::SplitPicture fc2 = fc1;
+  fc2.by = lesson::SplitBy::Rows;
+  fc2.in = static_cast<int>(p.ffn);
+  fc2.out = static_cast<int>(p.h);
+  fc2.weight = "B";
+  fc2.combine = true;
+  y = lesson::draw_split(d, y, fc2,
+                         "fc2 by the same rows: its input X_r is GeLU(X A_r), already on rank r");
+  return d;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -100,6 +161,7 @@ int main(int argc, char** argv) {
     Communicator& world = L.world();
     const int t = L.size();
     const float one_if_tp = t > 1 ? 1.0f : 0.0f;  // collectives per pass: none at t = 1
+    const std::string svg = lesson::svg_path(L);  // drawn in step 10, its path checked now
     auto count_since = [&](size_t m) { return static_cast<float>(L.mark() - m); };
     auto dims = [](const Shape& s) {
       std::vector<float> d;
@@ -199,7 +261,18 @@ int main(int argc, char** argv) {
     Tensor Z = fc2.forward(G);
     L.report(table, "fc2 + g: Z = Σ terms", Z, m);
     L.check_ranks("Z", Z, lesson::per_rank(t, [&](int) { return z_ref; }));
-    L.say("  the whole forward: ", L.comm_since(m_fwd));
+    MlpPicture pic{t,
+                   h,
+                   ffn,
+                   X.shape().str(),
+                   fc1.weight.shape().str(),
+                   H.shape().str(),
+                   fc2.weight.shape().str(),
+                   term.shape().str(),
+                   Z.shape().str(),
+                   L.comm_since(m_fwd),
+                   ""};
+    L.say("  the whole forward: ", pic.forward_comm);
     L.check_fact("collectives in forward", {count_since(m_fwd)}, {one_if_tp});
 
     // 5. Backward mirrors it: g's backward is the identity, GeLU' is local, f all-reduces dX.
@@ -224,7 +297,8 @@ int main(int argc, char** argv) {
                   lesson::per_rank(t, [&](int i) { return my_cols(da_ref, h, i); }));
     L.check_ranks("dB_r", fc2.dweight,
                   lesson::per_rank(t, [&](int i) { return my_rows(db_ref, i); }));
-    L.say("  the whole backward: ", L.comm_since(m_bwd), "  (dA_r, dB_r: local, checked)");
+    pic.backward_comm = L.comm_since(m_bwd);
+    L.say("  the whole backward: ", pic.backward_comm, "  (dA_r, dB_r: local, checked)");
     L.check_fact("collectives in backward", {count_since(m_bwd)}, {one_if_tp});
 
     // 6. The wrong order: row-parallel first. Its outputs are partial sums, and ReLU of a sum is
@@ -365,6 +439,7 @@ int main(int argc, char** argv) {
     // 10. Summary.
     L.step("Summary.");
     L.say(table.str());
+    lesson::write_picture(L, draw_mlp(pic), svg);
     L.say(
         "Column first, row second: the activation (GeLU, SwiGLU) is elementwise, so each rank "
         "applies it to\n"
@@ -375,6 +450,9 @@ int main(int argc, char** argv) {
         "nonlinearity, and those must be summed before it.");
       },
       [](Options& o) {
+    lesson::svg_option(
+        o, "lesson_04_parallel_mlp.svg",
+        "the MLP's f, column-parallel fc1, GeLU, row-parallel fc2 and g with shapes");
     o.flag("forget-allreduce",
            "only show the bug: the last rank's fc2 skips g's all-reduce, under the collective "
            "checker");
