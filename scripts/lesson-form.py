@@ -6,8 +6,9 @@ For each lesson of lessons/lessons.txt (or the NAMEs given), lessons/NAME/README
 
   1. under its title "# Lesson NN: …", a Key-idea box: a blockquote of at most 4 lines of text
      that starts "> **Key idea.**" and holds "**What you should see.**";
-  2. an "## Introduction" of at most 400 words (words with a letter in them; fenced code is not
-     counted, tables are): what the learner needs before the program runs. Implementation notes go
+  2. an "## Introduction" of at most 400 words (words with a letter in them; fenced code and the
+     paragraph that links the lesson's exercises, "Exercise…:", are not counted, tables are): what
+     the learner needs before the program runs. Implementation notes go
      to "## Details", the sources' mistakes to "## Where the sources go wrong", after the Results;
   3. the sections in the course's order: Introduction, The program, Results, then any of What the
      numbers mean, Where the sources go wrong, Details, and "## Try it" last;
@@ -42,6 +43,7 @@ def sections(text):
 def words(body):
     """The words of a section with a letter in them, fenced code left out."""
     body = re.sub(r"^```.*?^```", "", body, flags=re.M | re.S)
+    body = "\n\n".join(p for p in re.split(r"\n\s*\n", body) if not re.match(r"\s*Exercises?:", p))
     return [w for w in body.split() if re.search(r"[A-Za-z]", w)]
 
 

@@ -19,7 +19,7 @@
 //      Timings vary from run to run; only the values, #wrong and the bytes are checked.
 //
 // What is new since lesson 09: Communicator::send_recv (one ring step: send to one neighbour while
-// receiving from the other), the CommLedger's records read one by one with labels of our own
+// receiving from the other) and the ring built from it (lib/parallel/ring_all_reduce.h; exercise 11), the CommLedger's records read one by one with labels of our own
 // (CommLedger::Scope; ring_wire_bytes in lib/core/comm_ledger.h), and the α–β model of a
 // collective's time.
 //
@@ -40,6 +40,7 @@
 #include "core/host.h"
 #include "lesson.h"
 #include "observe/timer.h"
+#include "parallel/ring_all_reduce.h"
 #include "pictures.h"
 
 using namespace tp;
@@ -47,48 +48,6 @@ using namespace tp;
 namespace {
 
 int mod(int a, int t) { return ((a % t) + t) % t; }
-
-// The ring all-reduce of buf: (t, c), t chunks of c floats, summed in place over the group, in
-// two halves. Rank r sends to r + 1 and receives from r − 1. scratch: (1, c), where a
-// reduce-scatter step receives before adding. after_step(s), when given, runs on every rank after
-// each step.
-using Observer = std::function<void(int s)>;
-
-Tensor chunk(const Tensor& buf, int c) {  // chunk c mod t: a view, (1, c)
-  const int t = static_cast<int>(buf.dim(0));
-  return buf.view(mod(c, t), mod(c, t) + 1);
-}
-
-// Reduce-scatter, t − 1 steps: in step s, send chunk r − s; add the chunk r − s − 1 that arrives.
-// Afterwards rank r holds the finished sum of chunk r + 1.
-void ring_reduce_scatter(Communicator& comm, Device& dev, Tensor& buf, Tensor& scratch,
-                         const Observer& after_step = {}) {
-  const int t = comm.size(), r = comm.rank();
-  CommLedger::Scope scope(comm.ledger(), "ring reduce-scatter");  // the label of its records
-  for (int s = 0; s < t - 1; ++s) {
-    comm.send_recv(chunk(buf, r - s), mod(r + 1, t), scratch, mod(r - 1, t));
-    Tensor mine = chunk(buf, r - s - 1);
-    dev.axpy(1.0f, scratch, mine);
-    if (after_step) after_step(s);
-  }
-}
-
-// All-gather, t − 1 steps: in step s, send the finished chunk r + 1 − s on; the finished chunk
-// r − s arrives in its place.
-void ring_all_gather(Communicator& comm, Tensor& buf, const Observer& after_step = {}) {
-  const int t = comm.size(), r = comm.rank();
-  CommLedger::Scope scope(comm.ledger(), "ring all-gather");
-  for (int s = 0; s < t - 1; ++s) {
-    Tensor arriving = chunk(buf, r - s);
-    comm.send_recv(chunk(buf, r + 1 - s), mod(r + 1, t), arriving, mod(r - 1, t));
-    if (after_step) after_step(s);
-  }
-}
-
-void ring_all_reduce(Communicator& comm, Device& dev, Tensor& buf, Tensor& scratch) {
-  ring_reduce_scatter(comm, dev, buf, scratch);
-  ring_all_gather(comm, buf);
-}
 
 // The closed forms. x_k, rank k's input, holds 10k + i at element i; chunk c is elements
 // [cw, (c + 1)w). sum_of(r, d, c): chunk c summed over the d + 1 ranks r, r − 1, …, r − d.
