@@ -152,7 +152,6 @@ int main(int argc, char** argv) {
     Communicator& world = L.world();
     const int t = L.size();
     const std::string svg = lesson::svg_path(L);  // drawn in step 3, its path checked now
-    SerialCommunicator solo;
 
     // 1. The bug SP invites, and the audit that catches it.
     L.step(
@@ -164,6 +163,7 @@ int main(int argc, char** argv) {
     const Batch b5 = MarkovSource(small.vocab, 5).batch(0, 2, small.seq);
     L.say("  model: ", small_sp.str(), ";  s = ", small.seq, ", b = 2: each rank holds ",
           small.seq / t, " positions of each sequence between the TP regions");
+    SerialCommunicator solo;  // t = 1, the reference
     Gpt sp_model(dev, world, small_sp), tp_model(dev, world, small), reference(dev, solo, small);
     for (Gpt* g : {&sp_model, &tp_model, &reference}) {
       g->init(5);
