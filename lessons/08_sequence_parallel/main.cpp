@@ -150,7 +150,7 @@ SvgDiagram draw_sp_block(int t) {
 int main(int argc, char** argv) {
   return lesson::run(
       argc, argv, "lesson_08_sequence_parallel",
-      "Lesson 08: sequence parallelism, the activations TP leaves whole split by tokens", {2, 1, 4},
+      "Lesson 08: sequence parallelism, the token-wise work split along the sequence", {2, 1, 4},
       [](lesson::Lesson& L) {
     Device& dev = L.device();
     Communicator& world = L.world();

@@ -161,9 +161,7 @@ SvgDiagram draw_memory_bars(const std::vector<Bar>& bars, int t) {
 int main(int argc, char** argv) {
   return lesson::run(
       argc, argv, "lesson_08b_activation_memory",
-      "Lesson 08b: activation memory under sequence parallelism, measured, by formula, and "
-      "Korthikanti's table",
-      {2, 1, 4},
+      "Lesson 08b: activation memory, what sequence parallelism saves", {2, 1, 4},
       [](lesson::Lesson& L) {
     Device& dev = L.device();
     Communicator& world = L.world();

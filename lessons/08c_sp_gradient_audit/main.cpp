@@ -145,8 +145,7 @@ SvgDiagram draw_audit(const std::vector<ParamRow>& params, const Pass (&tp)[3], 
 int main(int argc, char** argv) {
   return lesson::run(
       argc, argv, "lesson_08c_sp_gradient_audit",
-      "Lesson 08c: sequence parallelism's partial gradients, the audit, and what SP sends",
-      {2, 1, 4},
+      "Lesson 08c: the SP gradient audit, and what SP sends", {2, 1, 4},
       [](lesson::Lesson& L) {
     Device& dev = L.device();
     Communicator& world = L.world();
