@@ -1,9 +1,9 @@
-// Exercise 06 — the norms' weight gradients under sequence parallelism (lesson 08).
+// Exercise 06 — the norms' weight gradients under sequence parallelism (lessons 08, 08c).
 //
 // Under SP each rank runs LayerNorm (and the row-parallel biases, the position table) on its own
 // s/t tokens only. Their weights are replicated, so each rank's gradient is a *partial* sum over
 // its tokens: without one more sum over the ranks, every replica steps with a different gradient
-// and they drift apart (lesson 08's step 5 audits exactly this). The parameters that need it say so
+// and they drift apart (lesson 08c's step 1 audits exactly this). The parameters that need it say so
 // with Param::sequence_parallel_grad.
 // Write finish_gradients: one all-reduce for all of them (pack, sum, unpack). Shapes: each such
 // grad is (h) or (S, h); packed: (Σ numel).
@@ -13,7 +13,7 @@
 // (Tensor g = p.grad; g.copy_from(packed.view(at, at + n))).
 //
 // solution: lib/model/gpt.cpp
-// grader: lesson_08_sequence_parallel 2
+// grader: lesson_08c_sp_gradient_audit 2
 // if it fails: the norms' dγ, dβ are about 1/t of the one-device values: the all-reduce is missing.
 // if it fails: the split weights' gradients doubled: only params with sequence_parallel_grad are summed.
 #include "core/exercise.h"

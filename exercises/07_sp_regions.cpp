@@ -1,4 +1,5 @@
-// Exercise 07 — sequence parallelism's region ops: all-gather and reduce-scatter (lesson 08).
+// Exercise 07 — sequence parallelism's region ops: all-gather and reduce-scatter (lesson 08;
+// graded by lesson 08c, whose SP model runs all four ops forward and backward).
 //
 // Under SP the activations between the TP regions are split along the sequence (dim 0): rank r
 // keeps rows [r·s/t, (r+1)·s/t). Entering a TP region all-gathers them (the GEMM needs every
@@ -14,7 +15,7 @@
 // check_divisible("the sequence dimension", x.dim(0), t) refuses a bad s.
 //
 // solution: lib/parallel/mappings.cpp
-// grader: lesson_08_sequence_parallel 2
+// grader: lesson_08c_sp_gradient_audit 2
 // if it fails: a gradient is off by a factor of t: an all-gather's backward is a reduce-scatter.
 // if it fails: a collective count differs: each op communicates in one collective, labelled as above.
 #include "core/exercise.h"

@@ -9,7 +9,8 @@ textbook's pages:
                   its section of the sources page (@ref a1);
   docs/mainpage.md  the line "<!-- the course -->" becomes the course: every lesson of
                   lessons/lessons.txt in order, its title (the page's first line), its one-line idea
-                  (the "idea" column of lessons/README.md);
+                  (the "idea" column of lessons/README.md), its number of "Try it" problems and
+                  the exercises that belong to it (exercises/README.md's lesson column);
   docs/architecture.md  the line "<!-- the layers -->" becomes the layer picture and the layer table,
                   drawn from the includes and the Makefile by scripts/check-layers.py (--dot, --table),
                   never by hand;
@@ -203,14 +204,49 @@ def section_links(lines, path):
 
 
 # ---- the pages ------------------------------------------------------------------------------------
+def exercises_of():
+    """{lesson name: [exercise numbers]} from exercises/README.md's table (its lesson column)."""
+    out = {}
+    try:
+        with open(os.path.join(ROOT, "exercises", "README.md"), encoding="utf-8") as fh:
+            for line in fh:
+                m = re.match(r"\|\s*(\d\d)\s*\|(.*)\|\s*$", line)
+                if m:
+                    for name in re.findall(r"\.\./lessons/(\w+)/README\.md", m.group(2)):
+                        out.setdefault(name, []).append(m.group(1))
+    except OSError:
+        pass
+    return out
+
+
+def try_it_count(name):
+    """How many folded "Try it" problems the lesson's page has."""
+    with open(os.path.join(ROOT, "lessons", name, "README.md"), encoding="utf-8") as fh:
+        text = fh.read()
+    part = text.split("\n## Try it", 1)
+    return part[1].count("<details>") if len(part) == 2 else 0
+
+
 def course():
-    idea = ideas()
+    """The course on the main page: each lesson with its idea, its worked problems ("Try it") and
+    the exercises that belong to it."""
+    idea, exercises = ideas(), exercises_of()
     out = []
     for i, (name, np) in enumerate(lessons(), 1):
         t = title(name)
         line = f'{i}. @ref {page_id(name)} "{quote(t)}"'
         if name in idea:
             line += " — " + idea[name]
+        practice = []
+        n = try_it_count(name)
+        if n:
+            practice.append(f"Try it: {n} problems")
+        if name in exercises:
+            nums = exercises[name]
+            practice.append(('@ref exercises "exercise' + ("s" if len(nums) > 1 else "") + " " +
+                             ", ".join(nums) + '"'))
+        if practice:
+            line += " (" + "; ".join(practice) + ")"
         out.append(line + "\n")
     return out
 

@@ -19,7 +19,7 @@
 //   4. At a real size: 8192 tokens × 151936 ids (Qwen3) in fp32 are 4.98 GB of logits on one
 //      device, 0.62 GB per rank at t = 8.
 //
-// What is new since lesson 08: lib/parallel/vocab_parallel.h, the two units the model uses:
+// What is new since lesson 08c: lib/parallel/vocab_parallel.h, the two units the model uses:
 // VocabParallelEmbedding (forward_partial, then forward = the same + g) and
 // vocab_parallel_cross_entropy_forward / _backward, whose watcher shows every intermediate number;
 // below them the kernels of lib/core/device.h (embedding_shard_forward, vocab_max,

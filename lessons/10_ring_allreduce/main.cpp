@@ -19,12 +19,15 @@
 //      Timings vary from run to run; only the values, #wrong and the bytes are checked.
 //
 // What is new since lesson 09: Communicator::send_recv (one ring step: send to one neighbour while
-// receiving from the other), the CommLedger's records read one by one with labels of our own
+// receiving from the other) and the ring built from it (lib/parallel/ring_all_reduce.h; exercise 11), the CommLedger's records read one by one with labels of our own
 // (CommLedger::Scope; ring_wire_bytes in lib/core/comm_ledger.h), and the α–β model of a
 // collective's time.
 //
 //   4. A picture of the ring's steps (--svg): which chunk each rank sends where, and what each
 //      chunk holds after every step.
+//   5. [A4]'s two pieces of precision advice on the same t bf16 partial sums: widened to fp32,
+//      all-reduced and rounded once, or all-reduced in bf16 (every combine rounds, half the
+//      bytes); the error of each against the exact sum, and the bytes from the ledger.
 //
 // Run:  make lessons && mpirun -np 3 build/bin/lesson_10_ring_allreduce [--step] [--svg P]
 //       (also -np 2, 4)
@@ -37,9 +40,11 @@
 #include <vector>
 
 #include "core/comm_ledger.h"
+#include "core/dtype.h"
 #include "core/host.h"
 #include "lesson.h"
 #include "observe/timer.h"
+#include "parallel/ring_all_reduce.h"
 #include "pictures.h"
 
 using namespace tp;
@@ -47,48 +52,6 @@ using namespace tp;
 namespace {
 
 int mod(int a, int t) { return ((a % t) + t) % t; }
-
-// The ring all-reduce of buf: (t, c), t chunks of c floats, summed in place over the group, in
-// two halves. Rank r sends to r + 1 and receives from r − 1. scratch: (1, c), where a
-// reduce-scatter step receives before adding. after_step(s), when given, runs on every rank after
-// each step.
-using Observer = std::function<void(int s)>;
-
-Tensor chunk(const Tensor& buf, int c) {  // chunk c mod t: a view, (1, c)
-  const int t = static_cast<int>(buf.dim(0));
-  return buf.view(mod(c, t), mod(c, t) + 1);
-}
-
-// Reduce-scatter, t − 1 steps: in step s, send chunk r − s; add the chunk r − s − 1 that arrives.
-// Afterwards rank r holds the finished sum of chunk r + 1.
-void ring_reduce_scatter(Communicator& comm, Device& dev, Tensor& buf, Tensor& scratch,
-                         const Observer& after_step = {}) {
-  const int t = comm.size(), r = comm.rank();
-  CommLedger::Scope scope(comm.ledger(), "ring reduce-scatter");  // the label of its records
-  for (int s = 0; s < t - 1; ++s) {
-    comm.send_recv(chunk(buf, r - s), mod(r + 1, t), scratch, mod(r - 1, t));
-    Tensor mine = chunk(buf, r - s - 1);
-    dev.axpy(1.0f, scratch, mine);
-    if (after_step) after_step(s);
-  }
-}
-
-// All-gather, t − 1 steps: in step s, send the finished chunk r + 1 − s on; the finished chunk
-// r − s arrives in its place.
-void ring_all_gather(Communicator& comm, Tensor& buf, const Observer& after_step = {}) {
-  const int t = comm.size(), r = comm.rank();
-  CommLedger::Scope scope(comm.ledger(), "ring all-gather");
-  for (int s = 0; s < t - 1; ++s) {
-    Tensor arriving = chunk(buf, r - s);
-    comm.send_recv(chunk(buf, r + 1 - s), mod(r + 1, t), arriving, mod(r - 1, t));
-    if (after_step) after_step(s);
-  }
-}
-
-void ring_all_reduce(Communicator& comm, Device& dev, Tensor& buf, Tensor& scratch) {
-  ring_reduce_scatter(comm, dev, buf, scratch);
-  ring_all_gather(comm, buf);
-}
 
 // The closed forms. x_k, rank k's input, holds 10k + i at element i; chunk c is elements
 // [cw, (c + 1)w). sum_of(r, d, c): chunk c summed over the d + 1 ranks r, r − 1, …, r − d.
@@ -202,6 +165,88 @@ SvgDiagram draw_ring(int t) {
                       "Red: this step's sends, rank r − 1 to rank r (the last rank to rank 0),",
                       "one chunk of N/t bytes each: 2(t − 1) steps in all."});
   return d;
+}
+
+// Step 7: [A4]'s two pieces of precision advice on the same t bf16 partial sums, against their
+// exact sum: widened to fp32 and all-reduced, then rounded once ("cast to FP32 before the
+// all-reduce", §4.1), or all-reduced in bf16 ("communicate in FP16", §5.2), where every combine of
+// two partial sums rounds (communicator.h), t − 1 times in all.
+void precision_step(lesson::Lesson& L, Communicator& world, Device& dev) {
+  const int t = world.size(), r = world.rank();
+  const int64_t n = 3072;
+  auto partial = [](int k, int64_t i) {  // rank k's partial sum at element i: signs mixed
+    const uint32_t h = static_cast<uint32_t>(i) * 2654435761u + static_cast<uint32_t>(k) * 40503u;
+    return static_cast<float>((h >> 8) % 65536) / 32768.0f - 1.0f;
+  };
+  std::vector<float> mine(n), mine_bf16(n);
+  std::vector<double> exact(n, 0.0), exact_bf16(n, 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    mine[i] = partial(r, i);
+    mine_bf16[i] = round_to_bf16(mine[i]);
+    for (int k = 0; k < t; ++k) {
+      exact[i] += partial(k, i);
+      exact_bf16[i] += round_to_bf16(partial(k, i));
+    }
+  }
+  auto error = [&](const std::vector<float>& y, const std::vector<double>& e) {  // normwise
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; ++i) num += (y[i] - e[i]) * (y[i] - e[i]), den += e[i] * e[i];
+    return std::sqrt(num / den);
+  };
+  auto reduce = [&](Tensor& x) {  // x summed over the ranks; the ledger's bytes per rank
+    const size_t mk = L.mark();
+    world.all_reduce(x);
+    return world.ledger().wire_bytes_since(mk);
+  };
+  // fp32 partials, fp32 sum: the reference's own rounding only.
+  Tensor a = Tensor::from_host(dev, Shape{n}, mine);
+  const double bytes_a = reduce(a);
+  const std::vector<float> ya = a.to_host();
+  // bf16 partials widened to fp32, summed, the sum rounded to bf16 once.
+  Tensor b = Tensor::from_host(dev, Shape{n}, mine_bf16);
+  const double bytes_b = reduce(b);
+  Tensor b16(dev, Shape{n}, Dtype::bf16);
+  dev.convert(b, b16);
+  const std::vector<float> yb = b16.to_host();
+  // bf16 partials, bf16 all-reduce.
+  Tensor c16(dev, Shape{n}, Dtype::bf16);
+  c16.copy_from_host(mine_bf16);
+  const double bytes_c = reduce(c16);
+  const std::vector<float> yc = c16.to_host();
+  int64_t differ = 0;
+  for (int64_t i = 0; i < n; ++i) differ += yc[i] != yb[i];
+  const double ea = error(ya, exact), eb = error(yb, exact_bf16), ec = error(yc, exact_bf16);
+
+  lesson::Table table({"partial sums", "all-reduce", "sent per rank (ledger)", "error vs exact sum",
+                       "≠ rounded once"});
+  table.add({"fp32", "fp32", num("%.0f B", bytes_a), num("%.2e", ea), "-"});
+  table.add(
+      {"bf16 → fp32", "fp32, rounded once after", num("%.0f B", bytes_b), num("%.2e", eb), "0"});
+  table.add({"bf16", "bf16 (each combine rounds)", num("%.0f B", bytes_c), num("%.2e", ec),
+             std::to_string(differ) + " of " + std::to_string(n)});
+  L.say("  t = ", t, " partial sums of ", n,
+        " values each, held in bf16 (as a bf16 GEMM leaves a row-parallel layer's);\n"
+        "  the error is normwise, ‖y − exact‖ / ‖exact‖, against the exact (double) sum of the "
+        "same bf16 values.");
+  L.say(table.str());
+  const double u = std::ldexp(1.0, -8);
+  L.say("  bf16's unit roundoff is 2^−8 = ", num("%.2e", u), "; rounding once leaves ",
+        num("%.2f", eb / u),
+        " of it (normwise).\n"
+        "  The bf16 all-reduce rounds after every combine of two partial sums (how many an element "
+        "passes\n  through is the MPI algorithm's choice): ",
+        num("%.2f", eb > 0 ? ec / eb : 0.0), "× that error, ", differ, " of ", n,
+        " elements another bf16\n  value, for half the bytes. At t = 2 the two are the same "
+        "numbers: one combine, one rounding.");
+  L.check_true("the fp32 sum is exact to fp32 (error < 1e-6)", ea < 1e-6, num("%.2e", ea));
+  L.check_true("rounded once: error ≤ 2^−8", eb <= u, num("%.2e", eb));
+  L.check_true("the bf16 all-reduce sends half the bytes", 2 * bytes_c == bytes_b);
+  if (t == 2)
+    L.check_true("at t = 2 the bf16 all-reduce is the once-rounded sum", differ == 0,
+                 std::to_string(differ) + " differ");
+  else
+    L.check_true("at t ≥ 3 the bf16 all-reduce's error exceeds the once-rounded sum's", ec > eb,
+                 num("%.2e", ec) + " vs " + num("%.2e", eb));
 }
 
 constexpr double kAlpha = 5e-6;  // s per step
@@ -521,6 +566,12 @@ int main(int argc, char** argv) {
           " µs per step; β ≈ the largest busbw = ", num("%.2f", best_busbw),
           " GB/s\n  (busbw = 2(t − 1)/t · N / T(N) = β · (1 − α share): it approaches β as N "
           "grows).");
+
+    // 7. [A4]'s two pieces of precision advice, measured.
+    L.step(
+        "[A4]'s precision advice: \"cast to FP32 before the all-reduce\" (§4.1) against "
+        "\"communicate in FP16\" (§5.2).");
+    precision_step(L, world, dev);
       },
       [](Options& o) { lesson::svg_option(o, "lesson_10_ring.svg", "the ring's steps"); });
 }

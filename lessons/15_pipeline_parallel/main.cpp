@@ -371,7 +371,7 @@ int main(int argc, char** argv) {
     L.step("What the two schedules show.");
     if (L.is_root() && !prefix.empty()) {
       draw_ideal(prefix + "ideal.svg", N, m);
-      L.say("  the ideal schedules: ", prefix, "ideal.svg");
+      L.say("  picture: ", prefix, "ideal.svg");
     }
     // The Ultra-Scale Playbook writes the bubble as (p − 1)/m: the same idle time, measured
     // against the ideal step (m slots) instead of the whole one (m + p − 1).
