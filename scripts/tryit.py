@@ -169,7 +169,7 @@ def main():
                           f"{'was not caught' if kind in pages.CAUGHT or kind.startswith('no') else 'was caught'}")
                     bad += 1
         if found:
-            done.append(f"{name.split("_")[0]} ({len(found)})")
+            done.append(f"{name.split('_')[0]} ({len(found)})")
     total = sum(int(x.split("(")[1][:-1]) for x in done)
     tally = "; self-test: " + ", ".join(f"{k} ({v})" for k, v in counts.items()) if self else ""
     print(f"{'✓' if not bad else '✗'} Try it: {total} answers on {len(done)} lesson pages "
