@@ -175,11 +175,13 @@ std::vector<Placed> place_grid(const GridPicture& g, double x, double y,
   return at;
 }
 
+// The name of a group's links.
+const char* group_name(Group group) { return group == Group::Tp ? "TP" : "DP"; }
+
 // A link drawn 3 strokes wide from (x1, y1) to (x2, y2), with `label` beside its middle.
 void link(SvgDiagram& d, double x1, double y1, double x2, double y2, const std::string& color,
-          Group group) {
+          Group group, const std::string& label) {
   const bool dashed = group == Group::Dp;
-  const std::string label = dashed ? "DP" : "TP";
   const double len = std::max(1e-9, std::hypot(x2 - x1, y2 - y1));
   const double nx = -(y2 - y1) / len, ny = (x2 - x1) / len;  // the unit normal
   for (double o : {-1.2, 0.0, 1.2})
@@ -220,11 +222,11 @@ double draw_grid(SvgDiagram& d, double x, double y, const GridPicture& g) {
     const double bx = q.x + kRankW / 2, by = q.y + kRankH / 2;
     const double sx = bx > ax ? 1 : -1, sy = by > ay ? 1 : -1;
     if (std::fabs(by - ay) < 1)  // one row: right edge to left edge
-      link(d, ax + sx * kRankW / 2, ay, bx - sx * kRankW / 2, by, inside ? kInside : kAcross,
-           group);
+      link(d, ax + sx * kRankW / 2, ay, bx - sx * kRankW / 2, by, inside ? kInside : kAcross, group,
+           group_name(group));
     else  // another row or node: bottom edge to top edge
-      link(d, ax, ay + sy * kRankH / 2, bx, by - sy * kRankH / 2, inside ? kInside : kAcross,
-           group);
+      link(d, ax, ay + sy * kRankH / 2, bx, by - sy * kRankH / 2, inside ? kInside : kAcross, group,
+           group_name(group));
   };
   const int dp = np / g.tp;
   for (int dr = 0; dr < dp; ++dr)
@@ -252,8 +254,8 @@ void write_grid_picture(Lesson& L, const std::string& path, const std::string& t
   // The legend: the links' two kinds and two colours.
   double x = kLeft;
   for (const Group group : {Group::Tp, Group::Dp}) {
-    link(d, x, 46, x + 30, 46, "#444", group);
-    d.text(x + 36, 50, group == Group::Tp ? "TP group" : "DP group");
+    link(d, x, 46, x + 30, 46, "#444", group, "");
+    d.text(x + 36, 50, std::string(group_name(group)) + " group");
     x += 110;
   }
   for (const auto& [what, color] : {std::pair<const char*, const char*>{"inside a node", kInside},
