@@ -92,6 +92,31 @@ double worst_rel(const std::vector<double>& a, const std::vector<double>& b) {
   return w;
 }
 
+Setup a1_setup(const Options& o) {
+  Setup s;
+  s.steps = o.get_int("steps");
+  s.batch = o.get_int("batch");
+  s.cfg.layers = 12;
+  s.cfg.hidden = 512;
+  s.cfg.heads = 8;
+  s.cfg.ffn = 2048;
+  s.cfg.vocab = 256;
+  s.cfg.seq = o.get_int("seq");
+  return s;
+}
+
+void a1_options(Options& o, int64_t steps, const std::string& steps_help) {
+  o.integer("steps", steps, steps_help)
+      .min(2)
+      .max(100000)
+      .integer("seq", 64, "sequence length S (divisible by t under SP)")
+      .min(1)
+      .max(1 << 16)
+      .integer("batch", 4, "sequences per step")
+      .min(1)
+      .max(1 << 16);
+}
+
 double median_step(const Run& r) {
   return median(std::vector<double>(r.step_s.begin() + 1, r.step_s.end()));
 }

@@ -13,6 +13,7 @@
 #include "core/comm_ledger.h"
 #include "core/communicator.h"
 #include "core/device.h"
+#include "core/options.h"
 #include "model/config.h"
 
 namespace tp::lesson {
@@ -49,6 +50,12 @@ struct Setup {
   float lr = 3e-4f;
   int64_t warmup = 5;
 };
+
+/// [A1]'s model (12 layers, h = 512, MLP 2048, 8 heads, a vocabulary of 256) with the steps,
+/// the batch and the sequence length of --steps, --batch and --seq (declared by a1_options).
+Setup a1_setup(const Options& o);
+/// Declares --steps (default `steps`, described by `steps_help`), --seq and --batch.
+void a1_options(Options& o, int64_t steps, const std::string& steps_help);
 
 /// Trains a fresh model at `t` (with sequence parallelism when `sp`) for `steps` steps on ranks
 /// 0 … t − 1 of the world; the others wait in quiet_barrier over `sync`. Collective over the world.

@@ -128,16 +128,8 @@ int main(int argc, char** argv) {
     const int np = L.size();
     const Options& o = L.options();
     const std::string svg = lesson::svg_path(L);
-    Setup s;
-    s.steps = o.get_int("steps");
+    Setup s = lesson::a1_setup(o);
     s.spin = o.get_flag("spin");
-    s.batch = o.get_int("batch");
-    s.cfg.layers = 12;
-    s.cfg.hidden = 512;
-    s.cfg.heads = 8;
-    s.cfg.ffn = 2048;
-    s.cfg.vocab = 256;
-    s.cfg.seq = o.get_int("seq");
     std::vector<int> ts;
     for (int t = 1; t <= np; t *= 2) ts.push_back(t);
     const int T = ts.back();
@@ -400,17 +392,9 @@ int main(int argc, char** argv) {
       },
       [](Options& o) {
     lesson::svg_option(o, "lesson_13_block.svg", "what each rank holds of one block");
-    o.integer("steps", 20,
-              "training steps at each t (the step times are the median of all but the first)")
-        .min(2)
-        .max(100000)
-        .flag("spin", "wait in MPI's blocking calls (they poll the core) instead of sleeping")
-        .integer("seq", 64, "sequence length S")
-        .min(1)
-        .max(1 << 16)
-        .integer("batch", 4, "sequences per step")
-        .min(1)
-        .max(1 << 16)
+    lesson::a1_options(
+        o, 20, "training steps at each t (the step times are the median of all but the first)");
+    o.flag("spin", "wait in MPI's blocking calls (they poll the core) instead of sleeping")
         .text("precision", "fp32",
               "fp32; or bf16: one more run at the largest t in mixed precision, its loss curve "
               "beside fp32's",
