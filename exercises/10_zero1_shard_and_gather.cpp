@@ -1,4 +1,4 @@
-// Exercise 10 — ZeRO-1's shard and gather (lesson 12).
+// Exercise 10 — ZeRO-1's shard and gather (lesson 12b).
 //
 // ZeRO-1 splits the optimizer's state over the dp data-parallel replicas: the parameters, flattened
 // in order into one vector of `total` elements (padded with zeros to a multiple of dp), are cut into

@@ -1,6 +1,6 @@
 // pictures.h — the lessons' conceptual pictures that more than one lesson draws: a colour per rank,
-// its legend, and Y = XW split over t ranks by the columns or the rows of W (lessons 01–03), drawn
-// on observe/svg_diagram.h's canvas. A lesson's own picture (the ring's steps, f and g in a block)
+// its legend, Y = XW split over t ranks by the columns or the rows of W (lessons 01–03), and a
+// tp × dp grid of ranks on nodes (lessons 12 and 16), drawn on observe/svg_diagram.h's canvas. A lesson's own picture (the ring's steps, f and g in a block)
 // sits in its main.cpp and uses the same colours.
 #pragma once
 
@@ -83,5 +83,29 @@ double draw_split(SvgDiagram& d, double y, const SplitPicture& s, const std::str
 void write_split_picture(Lesson& L, const std::string& path, double width, const std::string& title,
                          const SplitPicture& s, const std::string& heading,
                          const std::vector<std::string>& notes);
+
+/// A tp × dp grid of ranks placed on nodes (lessons 12 and 16). A box per world rank inside the box
+/// of its node (nodes stacked, a node's ranks in world order, tp to a row), filled by its tp_rank
+/// (a DP group holds one shard: one colour) and labelled with its (tp_rank, dp_rank); each TP group
+/// and each DP group drawn as links between its members, solid (TP) or dashed (DP), green where the
+/// two ranks share a node and red where the link crosses nodes.
+struct GridPicture {
+  int tp = 2;
+  std::vector<int> node;       // the node of each world rank
+  std::vector<int> grid_rank;  // the grid rank of each world rank (empty: the world rank itself)
+  std::string heading;         // one line above the panel
+  std::string note;            // one line below it (empty: none)
+};
+
+/// The width a panel of `g` takes.
+double grid_width(const GridPicture& g);
+/// Draws `g` with its top left at (x, y); returns the y below it.
+double draw_grid(SvgDiagram& d, double x, double y, const GridPicture& g);
+
+/// Grid panels side by side under `title` and the links' legend, then `notes`; written to `path`
+/// (write_picture).
+void write_grid_picture(Lesson& L, const std::string& path, const std::string& title,
+                        const std::vector<GridPicture>& panels,
+                        const std::vector<std::string>& notes);
 
 }  // namespace tp::lesson

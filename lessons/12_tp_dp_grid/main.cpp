@@ -1,5 +1,5 @@
-// Lesson 12 — TP × DP: the ranks as a grid, data parallelism's gradient all-reduce, and where TP
-// belongs among the ways to split a 70B model.
+// Lesson 12 — TP × DP: the ranks as a grid, data parallelism's gradient all-reduce, and why TP
+// stays inside a node while DP and PP go across.
 //
 // What it shows:
 //   1. np 4 = tp 2 × dp 2: world rank r sits at (tp_rank, dp_rank) = (r mod 2, r div 2). TP groups
@@ -7,23 +7,23 @@
 //      {0, 2} {1, 3} (the same shard in both replicas). Each group is found by an all-reduce of
 //      one-hot rank vectors over the split communicators, and checked against the formula.
 //   2. Placement: every TP group must sit on one node (the node-local split, MPI_COMM_TYPE_SHARED).
-//      Here all ranks share one machine; the same check on a made-up 2-node placement warns.
+//      Here all ranks share one machine; the same check on made-up 2-node placements warns where
+//      it should. The picture: the grid on this run's node and on two nodes of two, placed in
+//      blocks and round-robin, its TP and DP links coloured by the link they take.
 //   3. A tiny GPT trained at tp 2 × dp 2 and at tp 1 × dp 1 on the same global batch: each DP rank
 //      takes half of the batch, and after backward the gradients (and the loss) are averaged over
 //      the DP group. Losses, final weights and gradients equal the single device's.
 //   4. The DP all-reduce in the DP communicator's CommLedger: one per step, of every gradient of
 //      the rank's TP shard (+ the loss), 2(dp − 1)/dp of its bytes sent per rank.
-//   5. The memory arithmetic of a 70B model with mixed-precision AdamW (16 bytes per parameter):
-//      what TP, DP and ZeRO-1/2/3 shard, and the per-GPU totals for (tp, dp) on 8 nodes of 8 GPUs.
-//   6. [A3]'s three walls that ZeRO hits above 70B, computed.
-//   7. Why TP stays inside a node and DP (and PP) go across: the per-layer all-reduce on NVLink vs
+//   5. Why TP stays inside a node and DP (and PP) go across: the per-layer all-reduce on NVLink vs
 //      InfiniBand, against the compute it would have to hide behind.
+// Memory (bytes per parameter, ZeRO-1/2/3, the three walls) is lesson 12b.
 //
 // What is new since lesson 11: a second dimension of parallelism. lib/parallel/process_grid.h
 // (ProcessGrid), lib/parallel/data_parallel.h (average_gradients) and tp::train_step on a grid
 // (lib/model/train.h), which tp_train runs with --dp.
 //
-// Run:  make lessons && mpirun -np 4 build/bin/lesson_12_tp_dp_grid [--step]
+// Run:  make lessons && mpirun -np 4 build/bin/lesson_12_tp_dp_grid [--step] [--svg FILE]
 #include <cmath>
 #include <cstdio>
 
@@ -33,6 +33,7 @@
 #include "model/presets.h"
 #include "model/train.h"
 #include "parallel/process_grid.h"
+#include "pictures.h"
 
 using namespace tp;
 
@@ -43,7 +44,6 @@ std::string num(double v, const char* format) {
   std::snprintf(buf, sizeof buf, format, v);
   return buf;
 }
-std::string gb(double bytes) { return num(bytes / 1e9, "%.1f GB"); }
 
 std::string group_str(const std::vector<int>& ranks) {
   std::string s = "{";
@@ -66,13 +66,12 @@ std::vector<float> to_float(const std::vector<int>& v) { return {v.begin(), v.en
 int main(int argc, char** argv) {
   return lesson::run(
       argc, argv, "lesson_12_tp_dp_grid",
-      "Lesson 12: a tp × dp grid, the DP gradient all-reduce, and where TP belongs in 3D "
-      "parallelism",
-      {4},
+      "Lesson 12: a tp × dp grid, the DP gradient all-reduce, and why TP stays inside a node", {4},
       [](lesson::Lesson& L) {
     Device& dev = L.device();
     Communicator& world = L.world();
     const int np = L.size(), dp = 2, tp = np / dp;
+    const std::string svg = lesson::svg_path(L);
 
     // 1. The grid.
     L.step("The grid: np " + std::to_string(np) + " = tp " + std::to_string(tp) + " × dp " +
@@ -160,6 +159,29 @@ int main(int argc, char** argv) {
         "  wherever the ranks are), only slowly (step 7), so the grid warns instead of refusing.");
     L.check_true("placement check: which placements warn", wrong.empty(), "wrong for " + wrong);
     L.check_true("this run (one node) does not warn", here.empty(), here);
+    // The picture: this run's grid, and the same grid on two nodes of two (cases 0 and 2 above).
+    std::vector<lesson::GridPicture> panels;
+    auto panel = [&](const std::string& heading, const std::vector<int>& nodes) {
+      const std::string w = ProcessGrid::placement_warning(tp, nodes);
+      panels.push_back(
+          {tp,
+           nodes,
+           {},
+           heading,
+           w.empty() ? "grid check: fine" : "grid check warns: " + w.substr(0, w.find(':'))});
+    };
+    panel("this run: one node", L.node_of_rank());
+    panel("2 nodes × 2, block placement", cases[0].nodes);
+    panel("2 nodes × 2, round-robin", cases[2].nodes);
+    lesson::write_grid_picture(
+        L, svg,
+        "tp " + std::to_string(tp) + " × dp " + std::to_string(dp) +
+            " on nodes: the same grid, three placements",
+        panels,
+        {"A rank's box: its world rank and grid coordinate; the fill is its tp_rank, the shard of",
+         "every split weight it holds (a DP group holds one shard, one colour). The TP links carry",
+         "4 all-reduces per layer on the critical path: green (inside a node) is where they "
+         "belong."});
 
     // 3. Training: tp × dp against one device on the same global batch.
     const int64_t steps = 3, B = 4;
@@ -260,96 +282,10 @@ int main(int argc, char** argv) {
                                     static_cast<float>(2.0 * (dp - 1) / dp * 4.0 * elements)),
                  1e-6);
 
-    // 5. 70B: what each scheme shards.
-    L.step(
-        "A 70B model with mixed-precision AdamW: bytes per parameter, and what each scheme "
-        "shards.");
-    const double P = 70e9;
-    const double w16 = 2, g16 = 2, master = 4, adam_m = 4, adam_v = 4;  // bytes per parameter
-    const double opt_state = master + adam_m + adam_v, per_param = w16 + g16 + opt_state;
-    lesson::Table bytes({"state", "bytes per parameter", "70B model", "sharded by"});
-    bytes.add({"weights (bf16)", lesson::fmt(w16), gb(w16 * P), "TP; ZeRO-3 (FSDP) also by dp"});
-    bytes.add({"gradients (bf16)", lesson::fmt(g16), gb(g16 * P), "TP; ZeRO-2 and -3 also by dp"});
-    bytes.add({"AdamW: fp32 master weights, m, v", lesson::fmt(opt_state), gb(opt_state * P),
-               "TP; ZeRO-1, -2 and -3 also by dp"});
-    bytes.add({"total", lesson::fmt(per_param), gb(per_param * P), ""});
-    L.say(bytes.str());
-    L.check_fact("16 bytes per parameter (2 + 2 + 4 + 4 + 4)", {static_cast<float>(per_param)},
-                 {16}, 0);
-    L.check_fact("70B × 16 B = 1120 GB", {static_cast<float>(per_param * P / 1e9)}, {1120}, 1e-6);
-    // Per GPU (weights, gradients and optimizer state only; activations come on top):
-    //   DP (replicate)  16 Ψ / tp
-    //   ZeRO-1          (2 + 2) Ψ / tp + 12 Ψ / (tp · dp)
-    //   ZeRO-2          2 Ψ / tp + (2 + 12) Ψ / (tp · dp)
-    //   ZeRO-3 (FSDP)   16 Ψ / (tp · dp)
-    const int gpus_per_node = 8, nodes = 8, gpus = gpus_per_node * nodes;
-    L.say("  per GPU on ", nodes, " nodes × ", gpus_per_node, " GPUs = ", gpus,
-          " GPUs (weights + gradients + AdamW; activations come on top):");
-    lesson::Table per_gpu({"tp", "dp", "TP group", "DP only", "ZeRO-1", "ZeRO-2", "ZeRO-3 (FSDP)",
-                           "fits 80 GB (ZeRO-1)"});
-    std::vector<float> z3_total, z1_at8;
-    for (int t : {1, 2, 4, 8}) {
-      const int d = gpus / t;
-      const double plain = per_param * P / t, z1 = (w16 + g16) * P / t + opt_state * P / (t * d),
-                   z2 = w16 * P / t + (g16 + opt_state) * P / (t * d), z3 = per_param * P / (t * d);
-      per_gpu.add({std::to_string(t), std::to_string(d),
-                   t <= gpus_per_node ? "one node" : "spans nodes", gb(plain), gb(z1), gb(z2),
-                   gb(z3), z1 <= 80e9 ? "yes" : "no"});
-      z3_total.push_back(static_cast<float>(z3 * gpus / 1e9));
-      if (t == 8) z1_at8.push_back(static_cast<float>(z1 / 1e9));
-    }
-    L.say(per_gpu.str());
-    L.say(
-        "  TP divides everything by tp (and the activations inside each layer too); ZeRO divides\n"
-        "  the states by dp at the cost of communication: ZeRO-1/2 about what DP already sends,\n"
-        "  ZeRO-3 half as much again (the weights are all-gathered in forward and in backward).");
-    L.check_fact("ZeRO-3: 64 GPUs × per-GPU share = the whole 1120 GB", z3_total,
-                 std::vector<float>(4, 1120.0f), 1e-6);
-    L.check_fact("ZeRO-1 at tp 8 × dp 8: 4 Ψ/8 + 12 Ψ/64 = 35 + 13.125 GB", z1_at8, {48.125f},
-                 1e-6);
-
-    // 6. The three walls.
-    L.step("[A3]'s three walls that ZeRO alone hits above 70B.");
-    // (a) Activations: ZeRO and DP do not split them. Korthikanti et al., 16-bit, FlashAttention
-    // (no s² term): 34·s·b·h bytes per layer on one device; TP + SP divides it by t.
-    const double s = 8192, h8 = 4096, layers8 = 36;
-    const double act_layer = 34 * s * 1 * h8, act_model = act_layer * layers8;
-    L.say(
-        "  1. Activations are not sharded by DP or ZeRO. An 8B model (h = 4096, 36 layers) on\n"
-        "     one 8K sequence keeps 34·s·h = ",
-        num(act_layer / 1e9, "%.2f GB"), " per layer (16-bit, FlashAttention),\n     ",
-        gb(act_model), " in all, at any dp; TP + SP at t = 8 divides it by 8: ", gb(act_model / 8),
-        ".");
-    L.check_fact("8B, 8K tokens: 1.14 GB per layer, 41 GB per model",
-                 {static_cast<float>(act_layer / 1e9), static_cast<float>(act_model / 1e9)},
-                 {1.1408f, 41.07f}, 1e-3);
-    // (b) DP is capped by the batch: Llama 3 405B, ~16M tokens per batch, 8K tokens per sequence.
-    const double batch_tokens = 16e6, seqs = batch_tokens / s, gpus405 = 16384;
-    L.say("  2. DP is capped by the batch. Llama 3 405B's batch of ~16M tokens is ",
-          num(seqs, "%.0f"), " sequences of 8K,\n     but it ran on ", num(gpus405, "%.0f"),
-          " GPUs: each replica must span ≥ ", num(gpus405 / seqs, "%.1f"),
-          " GPUs, so the model\n     itself has to be split (TP, PP).");
-    L.check_fact("≈ 2000 sequences per batch; ≥ 8 GPUs per replica",
-                 {static_cast<float>(seqs), static_cast<float>(gpus405 / seqs)},
-                 {1953.125f, 8.388608f}, 1e-6);
-    // (c) ZeRO-3 traffic vs compute: per step each GPU sends ~6Ψ bytes (bf16 all-gather of the
-    // weights in forward and again in backward, reduce-scatter of the gradients: 3 × 2Ψ).
-    const double ib = 50e9, flops = 400e12;
-    const double z3_bytes = 6 * P, z3_time = z3_bytes / ib, compute = 6 * P * s / flops;
-    L.say("  3. ZeRO-3's all-gathers are too slow. Each GPU sends 6Ψ = ", gb(z3_bytes),
-          " per step (the bf16\n     weights gathered in forward and again in backward, the "
-          "gradients reduce-scattered):\n     ",
-          num(z3_time, "%.1f"),
-          " s on InfiniBand (50 GB/s), while one 8K sequence takes\n"
-          "     6 · 70B · 8192 / 400 TFLOPS = ",
-          num(compute, "%.1f"), " s to compute: as long as the communication, hard to hide.");
-    L.check_fact("ZeRO-3: 420 GB, 8.4 s on IB vs 8.6 s of compute",
-                 {static_cast<float>(z3_bytes / 1e9), static_cast<float>(z3_time),
-                  static_cast<float>(compute)},
-                 {420.0f, 8.4f, 8.6016f}, 1e-4);
-
-    // 7. Why TP stays in the node.
+    // 5. Why TP stays in the node.
     L.step("Why TP stays inside a node, and DP and PP go across.");
+    // [A3]'s 8B model (h = 4096, 36 layers) on one 8K sequence; InfiniBand 50 GB/s, 400 TFLOPS.
+    const double s = 8192, h8 = 4096, layers8 = 36, ib = 50e9, flops = 400e12;
     // [A3]: 8B model at t = 8; each of the 4 all-reduces per layer is b·s·h = 8192 · 4096 in
     // bf16 = 64 MiB, and a rank sends 2(t − 1)/t of it.
     const int t8 = 8;
@@ -390,5 +326,10 @@ int main(int argc, char** argv) {
     L.check_fact("8B layer: 0.19B parameters, ~3 ms of compute at t = 8",
                  {static_cast<float>(layer_params / 1e9), static_cast<float>(compute_layer * 1e3)},
                  {0.1929f, 2.963f}, 1e-3);
-      });
+      },
+      [](Options& o) {
+    lesson::svg_option(
+        o, "lesson_12_grid.svg",
+        "the tp × dp grid on nodes, its TP and DP links coloured by the link they take");
+  });
 }

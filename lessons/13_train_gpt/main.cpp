@@ -1,166 +1,50 @@
-// Lesson 13 — [A1]'s experiment: a 12-layer GPT (h = 512, MLP 2048) trained at t = 1, 2 and 4,
-// and its two designs for the TP regions (plain TP against sequence parallelism) side by side.
+// Lesson 13 — [A1]'s experiment: a 12-layer GPT (h = 512, MLP 2048) trained at t = 1, 2 and 4.
 //
 // What it shows:
-//   1. The model of [A1]'s table, trained from the same initial weights on the same batches at
-//      t = 1, 2, 4 (1, 2, …, np), each on a sub-communicator of the world (world.split) while the
-//      ranks not in it wait without spinning. Per t: wall time and tokens/s, the peak device memory
-//      of each rank (and as % of t = 1), split into weights + gradients + AdamW state, the
-//      activations kept for backward and the rest, the final loss, and the three loss curves in one
-//      SVG.
-//   2. TP does not change the loss: the t = 2 and t = 4 curves equal t = 1 to fp32 rounding. The
+//   1. The model of [A1]'s table, and the picture: its shape, and what each rank holds of one
+//      block at the largest t (column-split, row-split and whole parameters, drawn to scale).
+//   2. The model trained from the same initial weights on the same batches at t = 1, 2, 4
+//      (1, 2, …, np), each on a sub-communicator of the world (world.split) while the ranks not in
+//      it wait without spinning. Per t: wall time and tokens/s, and each rank's CPU time.
+//   3. The peak device memory of each rank (and as % of t = 1), split into weights + gradients +
+//      AdamW state, the activations kept for backward and the rest.
+//   4. TP does not change the loss: the t = 2 and t = 4 curves equal t = 1 to fp32 rounding. The
 //      table of [A1] reports 2.625 at t = 1 and 2.324 at t = 4; that difference cannot come from TP.
-//   3. [A1] §4's two designs at the same t: identity forward + all-reduce backward at a region's
-//      entry (plain TP: f and g) against all-gather forward + reduce-scatter backward (sequence
-//      parallelism, --sp): time per step, bytes sent per step (CommLedger), activations kept per
-//      rank, peak memory, and the same loss.
+// [A1] §4's two designs of a TP region (plain TP against sequence parallelism) are lesson 13b.
 //
 // What is new since the earlier lessons: nothing in lib/. A whole training run per t in one
-// program, on sub-communicators of the world; the device's peak-memory counter
-// (Device::memory().peak, reset_peak()); and ranks that wait by sleeping, not by polling a core
-// (SleepingWaits, lessons/sleeping_waits.h; --spin for MPI's own blocking calls), which an oversubscribed laptop needs.
+// program, on sub-communicators of the world (lessons/train_runs.h); the device's peak-memory
+// counter (Device::memory().peak, reset_peak()); and ranks that wait by sleeping, not by polling
+// a core (SleepingWaits, lessons/sleeping_waits.h; --spin for MPI's own blocking calls), which an
+// oversubscribed laptop needs.
 //
 // Run:  make lessons && mpirun -np 4 build/bin/lesson_13_train_gpt [--steps 40] [--step]
 //       [--precision bf16: one more run at the largest t in bf16, its curve beside fp32's]
 //       (also -np 1, 2, 8: t = 1, 2, … up to np)
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <ctime>
-#include <map>
-#include <memory>
 #include <string>
-#include <thread>
-#include <utility>
 #include <vector>
 
 #include "core/format.h"
 #include "lesson.h"
 #include "model/data.h"
 #include "model/gpt.h"
-#include "model/memory.h"
-#include "model/schedule.h"
-#include "model/train.h"
 #include "observe/svg_plot.h"
 #include "observe/timer.h"
-#include "sleeping_waits.h"
+#include "pictures.h"
+#include "train_runs.h"
 
 using namespace tp;
+using lesson::Run;
+using lesson::Setup;
 
 namespace {
-
-// CPU seconds this process has used, every thread (MPI's progress thread included).
-double cpu_seconds() { return static_cast<double>(std::clock()) / CLOCKS_PER_SEC; }
 
 // Losses are printed to 5 decimals: fp32 sums in another order (another t, another BLAS kernel)
 // move a loss of about 5 by a few 1e-7, so a sixth decimal would show that rounding, not the curve.
 constexpr int kLossDecimals = 5;
-
-// One training run at one t, as this rank saw it.
-struct Run {
-  int t = 1;
-  bool sp = false;
-  bool member = false;           // this rank trained (rank < t)
-  std::vector<double> loss;      // per step
-  std::vector<double> step_s;    // wall seconds per step
-  double wall = 0;               // all steps, seconds
-  double cpu = 0;                // CPU seconds this rank used meanwhile (all its threads)
-  int64_t local_params = 0;      // parameters this rank holds
-  int64_t states = 0;            // their values, gradients and two AdamW moments: 16 B each
-  int64_t activations = 0;       // kept for backward by one forward (MemoryLedger)
-  int64_t block_formula_ok = 0;  // block 0's activations = block_activation_bytes()
-  int64_t peak = 0;              // the device's peak during the run, above what was in use before
-  double wire_per_step = 0;      // bytes sent per rank in one step (ring model, CommLedger)
-  std::map<std::string, int> ops_per_step;  // collectives of one step, by op
-  std::vector<CommRecord> step_records;     // the last step's collectives
-  double idle_wall = 0, idle_cpu = 0;       // ranks outside the group: seconds waited, CPU used
-};
-
-struct Setup {
-  GptConfig cfg;
-  int64_t steps = 0, sp_steps = 0, batch = 0;
-  bool spin = false;  // wait in MPI's blocking calls instead of SleepingWaits
-  uint64_t seed = 13;
-  float lr = 3e-4f;
-  int64_t warmup = 5;
-};
-
-// Trains a fresh model at `t` on ranks 0 … t − 1 of the world; the others wait (quiet_barrier).
-Run train_at(Device& dev, Communicator& world, Communicator& sync, const Setup& s, int t, bool sp,
-             int64_t steps) {
-  Run run;
-  run.t = t;
-  run.sp = sp;
-  run.member = world.rank() < t;
-  std::unique_ptr<Communicator> group = world.split(run.member ? 0 : 1, world.rank());
-  if (!s.spin) group = std::make_unique<lesson::SleepingWaits>(std::move(group));
-  const double t0 = now(), c0 = cpu_seconds();
-  if (run.member) {
-    GptConfig cfg = s.cfg;
-    cfg.sp = sp;
-    MarkovSource data(cfg.vocab, s.seed);
-    dev.reset_peak();
-    const int64_t base = dev.memory().in_use;
-    {
-      Gpt model(dev, *group, cfg);
-      model.init(s.seed);
-      AdamWParams hp;
-      hp.lr = s.lr;
-      AdamW opt(dev, model.params(), hp);
-      for (const Param& p : model.params()) run.local_params += p.value.numel();
-      run.states = 16 * run.local_params;  // value, gradient, exp_avg, exp_avg_sq: 4 B each
-      group->barrier();                    // start together (every rank of the group trains)
-      const double start = now(), cpu_start = cpu_seconds();
-      for (int64_t i = 0; i < steps; ++i) {
-        const Batch b = data.batch(i, s.batch, cfg.seq);
-        const size_t mark = group->ledger().size();
-        const double a = now();
-        const StepResult r = train_step(*group, dev, model, opt, b, s.seed, i,
-                                        learning_rate(LrSchedule{s.lr, s.warmup, 0}, i), 1.0f);
-        dev.synchronize();
-        run.step_s.push_back(now() - a);
-        run.loss.push_back(r.loss);
-        if (i + 1 == steps) {
-          run.wire_per_step = group->ledger().wire_bytes_since(mark);
-          for (size_t k = mark; k < group->ledger().size(); ++k) {
-            ++run.ops_per_step[group->ledger().records()[k].op];
-            run.step_records.push_back(group->ledger().records()[k]);
-          }
-          run.activations = model.memory().total_bytes();
-          run.block_formula_ok =
-              model.memory().layer_bytes(0) == block_activation_bytes(cfg, cfg.seq, s.batch, t);
-        }
-      }
-      run.wall = now() - start;
-      run.cpu = cpu_seconds() - cpu_start;
-    }
-    run.peak = dev.memory().peak - base;
-  }
-  lesson::quiet_barrier(dev, sync);
-  if (!run.member) {
-    run.idle_wall = now() - t0;
-    run.idle_cpu = cpu_seconds() - c0;
-  }
-  return run;
-}
-
-// The steps two loss curves share, as floats for L.check: {a's, b's}.
-std::pair<std::vector<float>, std::vector<float>> common_steps(const std::vector<double>& a,
-                                                               const std::vector<double>& b) {
-  const size_t n = std::min(a.size(), b.size());
-  return {std::vector<float>(a.begin(), a.begin() + n),
-          std::vector<float>(b.begin(), b.begin() + n)};
-}
-
-// The largest relative difference |a − b| / |b| over the steps.
-double worst_rel(const std::vector<double>& a, const std::vector<double>& b) {
-  double w = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
-    w = std::max(w, std::fabs(a[i] - b[i]) / std::fabs(b[i]));
-  return w;
-}
 
 // "ranks 1–3", "rank 1", "ranks 2–3".
 std::string ranks_from(int first, int last) {
@@ -168,42 +52,93 @@ std::string ranks_from(int first, int last) {
   return "ranks " + std::to_string(first) + "–" + std::to_string(last);
 }
 
+// The picture: the model's shape, and what each of t ranks holds of block 0's parameters, each
+// drawn to scale (8 elements a unit), cut as it is split and coloured by the rank that holds it.
+void draw_block_picture(lesson::Lesson& L, const std::string& path, const GptConfig& cfg,
+                        const ParamList& params, int t) {
+  SvgDiagram d(900, 60,
+               "[A1]'s GPT and what each of t = " + std::to_string(t) +
+                   " ranks holds of one block (to scale)");
+  double y = lesson::draw_rank_legend(d, 30, 40, t);
+  y = lesson::draw_notes(
+      d, y + 8,
+      {"model: wte (" + std::to_string(cfg.vocab) + " × " + std::to_string(cfg.hidden) +
+           ") + wpe → " + std::to_string(cfg.layers) +
+           " blocks (ln_1, attention, ln_2, MLP) → ln_f → head (tied to wte)",
+       "block 0's parameters; every block holds the same:"});
+  const double unit = 1.0 / 8, top = y + 6;
+  const std::string block = "transformer.h.0.";
+  double x = 30, row_h = 0;
+  std::vector<const Param*> vectors;
+  for (const Param& p : params) {
+    if (p.name.rfind(block, 0) != 0) continue;
+    if (p.shape.ndim() == 1) {
+      vectors.push_back(&p);
+      continue;
+    }
+    const double rows = static_cast<double>(p.shape[0]), cols = static_cast<double>(p.shape[1]);
+    const double w = cols * unit, h = rows * unit;
+    const std::string name = p.name.substr(block.size());
+    d.text(x, top + 12, name, "start", 11);
+    d.text(x, top + 26,
+           fixed(rows, 0) + " × " + fixed(cols, 0) +
+               (p.split == Split::Columns ? ", columns ÷ t"
+                : p.split == Split::Rows  ? ", rows ÷ t"
+                                          : ", whole"),
+           "start", 10);
+    for (int r = 0; r < t; ++r) {
+      if (p.split == Split::Columns)
+        d.box(x + r * w / t, top + 34, w / t, h, lesson::rank_color(r));
+      else if (p.split == Split::Rows)
+        d.box(x, top + 34 + r * h / t, w, h / t, lesson::rank_color(r));
+    }
+    if (p.split == Split::Replicated) d.box(x, top + 34, w, h, lesson::kWholeColor);
+    x += std::max(w, 112.0) + 14;
+    row_h = std::max(row_h, h + 34);
+  }
+  // The vectors (norms, biases): one bar each, cut as they are split.
+  y = top + row_h + 20;
+  for (const Param* p : vectors) {
+    const double w = static_cast<double>(p->shape[0]) * unit;
+    d.text(30, y + 9, p->name.substr(block.size()), "start", 10);
+    if (p->split == Split::Columns)
+      for (int r = 0; r < t; ++r) d.box(200 + r * w / t, y, w / t, 10, lesson::rank_color(r));
+    else
+      d.box(200, y, w, 10, lesson::kWholeColor);
+    y += 14;
+  }
+  lesson::draw_notes(
+      d, y + 10,
+      {"Attention's q, k, v and the MLP's first layer are split by columns (heads, hidden units),",
+       "the two output projections by rows; the norms and the row-parallel biases stay whole on",
+       "every rank: that, and the activations around the regions, is why memory falls less than "
+       "1/t."});
+  lesson::write_picture(L, d, path);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   return lesson::run(
-      argc, argv, "lesson_13_train_gpt",
-      "Lesson 13: [A1]'s 12-layer GPT trained at t = 1, 2, 4, and its two TP designs", {4, 1, 2, 8},
+      argc, argv, "lesson_13_train_gpt", "Lesson 13: [A1]'s 12-layer GPT trained at t = 1, 2, 4",
+      {4, 1, 2, 8},
       [](lesson::Lesson& L) {
     Device& dev = L.device();
     Communicator& world = L.world();
     const int np = L.size();
     const Options& o = L.options();
-    Setup s;
-    s.steps = o.get_int("steps");
-    s.sp_steps = o.get_int("sp-steps");
+    const std::string svg = lesson::svg_path(L);
+    Setup s = lesson::a1_setup(o);
     s.spin = o.get_flag("spin");
-    s.batch = o.get_int("batch");
-    s.cfg.layers = 12;
-    s.cfg.hidden = 512;
-    s.cfg.heads = 8;
-    s.cfg.ffn = 2048;
-    s.cfg.vocab = 256;
-    s.cfg.seq = o.get_int("seq");
     std::vector<int> ts;
     for (int t = 1; t <= np; t *= 2) ts.push_back(t);
     const int T = ts.back();
 
     // Every flag and every t checked before anything communicates; all problems at once.
     std::vector<std::string> problems;
-    if (s.sp_steps > s.steps)
-      problems.push_back("--sp-steps=" + std::to_string(s.sp_steps) +
-                         " must be at most --steps=" + std::to_string(s.steps));
     if (s.batch < 1)
       problems.push_back("--batch=" + std::to_string(s.batch) + " must be 1 or more");
-    GptConfig with_sp = s.cfg;
-    with_sp.sp = true;
-    for (const auto& p : (T > 1 ? with_sp : s.cfg).problems(T)) problems.push_back(p);
+    for (const auto& p : s.cfg.problems(T)) problems.push_back(p);
     if (!problems.empty()) {
       std::string all;
       for (size_t i = 0; i < problems.size(); ++i) all += (i ? "; " : "") + problems[i];
@@ -229,6 +164,7 @@ int main(int argc, char** argv) {
         n_params += p.shape.numel();
         if (p.split == Split::Replicated) replicated += p.shape.numel();
       }
+      draw_block_picture(L, svg, s.cfg, probe.params(), T);
     }
     L.say("  model: ", s.cfg.str(), ", ", n_params, " parameters (", replicated,
           " of them replicated under TP: norms, row-parallel biases, wpe)");
@@ -251,15 +187,12 @@ int main(int argc, char** argv) {
     L.say("  Each t runs on ranks 0 … t − 1 (world.split); the other ranks wait without spinning.");
 
     // 2. Train at each t: plain TP (identity + all-reduce at each region's entry).
-    L.step("Training at t = 1 … " + std::to_string(T) + " (plain TP), then at t = " +
-           std::to_string(T) + " with SP (step 5), each from the same weights.");
+    L.step("Training at t = 1 … " + std::to_string(T) + ", each from the same weights.");
     std::vector<Run> runs;
     for (int t : ts) {
-      runs.push_back(train_at(dev, world, *world.split(0, world.rank()), s, t, false, s.steps));
+      runs.push_back(
+          lesson::train_at(dev, world, *world.split(0, world.rank()), s, t, false, s.steps));
     }
-    // 3. Sequence parallelism at the largest t ([A1] §4's second design).
-    Run sp_run;
-    if (T > 1) sp_run = train_at(dev, world, *world.split(0, world.rank()), s, T, true, s.sp_steps);
     // --precision bf16 (off by default): the plain run at the largest t again in mixed precision,
     // on every rank here (the report below is rank 0's).
     const bool bf16 = parse_precision(o.get_text("precision")) == Precision::Bf16;
@@ -267,7 +200,7 @@ int main(int argc, char** argv) {
     if (bf16) {
       Setup half = s;
       half.cfg.precision = Precision::Bf16;
-      bf = train_at(dev, world, *world.split(0, world.rank()), half, T, false, s.steps);
+      bf = lesson::train_at(dev, world, *world.split(0, world.rank()), half, T, false, s.steps);
     }
 
     // What each rank saw, to rank 0.
@@ -282,7 +215,6 @@ int main(int argc, char** argv) {
     };
     std::vector<Seen> per_t;
     for (const Run& r : runs) per_t.push_back(seen(r));
-    const Seen sp_seen = T > 1 ? seen(sp_run) : Seen{};
     if (!L.is_root()) return;  // everything below is rank 0's report (and checks)
 
     const double tokens = static_cast<double>(s.batch * s.cfg.seq);
@@ -292,14 +224,10 @@ int main(int argc, char** argv) {
       all_runs.push_back(&runs[i]);
       all_seen.push_back(&per_t[i]);
     }
-    if (T > 1) {
-      all_runs.push_back(&sp_run);
-      all_seen.push_back(&sp_seen);
-    }
     for (size_t i = 0; i < all_runs.size(); ++i) {
       const Run& r = *all_runs[i];
       const Seen& w = *all_seen[i];
-      const double step = median(std::vector<double>(r.step_s.begin() + 1, r.step_s.end()));
+      const double step = lesson::median_step(r);
       char line[200];
       std::snprintf(line, sizeof line,
                     "  t = %d%s: %lld steps in %.1f s, median step %.3f s, %.0f tok/s", r.t,
@@ -364,7 +292,8 @@ int main(int argc, char** argv) {
         "  two AdamW moments are 16 B per parameter and shrink as 1/t, except the replicated "
         "ones;\n"
         "  the activations are divided by t only inside the TP regions (the norms' inputs, the\n"
-        "  residual stream and the logits' gathered input stay whole: step 5 splits them too).");
+        "  residual stream and the logits' gathered input stay whole: lesson 13b splits them "
+        "too).");
 
     // Losses.
     L.step("The loss at every t: TP must not change it.");
@@ -380,10 +309,10 @@ int main(int argc, char** argv) {
     L.say(curve.str());
     const double rtol = 1e-4;
     for (size_t i = 1; i < runs.size(); ++i) {
-      const double w = worst_rel(runs[i].loss, runs[0].loss);
+      const double w = lesson::worst_rel(runs[i].loss, runs[0].loss);
       L.say("  t = ", runs[i].t, " against t = 1: largest relative difference over ", s.steps,
             " steps ", sci(w), " (tolerance ", sci(rtol), ")");
-      const auto [got, want] = common_steps(runs[i].loss, runs[0].loss);
+      const auto [got, want] = lesson::common_steps(runs[i].loss, runs[0].loss);
       L.check("loss curve at t = " + std::to_string(runs[i].t) + " vs t = 1", got, want, rtol);
     }
     if (s.steps >= 20)
@@ -425,107 +354,7 @@ int main(int argc, char** argv) {
     }
     L.say("  wrote ", plot, " (the curves of every t in one picture; they lie on each other)");
 
-    // The two designs.
-    L.step("[A1] §4's two designs at t = " + std::to_string(T) +
-           ": identity + all-reduce (plain TP) vs all-gather + reduce-scatter (SP).");
-    if (T == 1) {
-      L.say("  t = 1 moves nothing; run with -np 2 or more to compare them.");
-      return;
-    }
-    const Run& plain = runs.back();
-    int64_t sp_peak = 0;
-    for (int k = 0; k < T; ++k) sp_peak = std::max(sp_peak, sp_seen.peak[k]);
-    auto ops = [](const Run& r) {
-      std::string s;
-      for (const auto& kv : r.ops_per_step) {
-        std::string op = kv.first;
-        std::replace(op.begin(), op.end(), '_', '-');
-        s += (s.empty() ? "" : ", ") + std::to_string(kv.second) + " " + op;
-      }
-      return s;
-    };
-    lesson::Table designs({"design", "a region's entry / exit, forward", "collectives per step",
-                           "sent per rank per step", "activations kept", "peak per rank",
-                           "loss at step " + std::to_string(s.sp_steps)});
-    const size_t k = static_cast<size_t>(s.sp_steps - 1);
-    designs.add({"plain TP", "identity / all-reduce", ops(plain), mib(plain.wire_per_step),
-                 mib(plain.activations), mib(peaks.back()), fixed(plain.loss[k], kLossDecimals)});
-    designs.add({"TP + SP (--sp)", "all-gather / reduce-scatter", ops(sp_run),
-                 mib(sp_run.wire_per_step), mib(sp_run.activations), mib(sp_peak),
-                 fixed(sp_run.loss[k], kLossDecimals)});
-    L.say(designs.str());
-    L.say("  plain TP, one step's collectives:");
-    L.say(lesson::ledger_table(plain.step_records).str());
-    L.say("  TP + SP, one step's collectives:");
-    L.say(lesson::ledger_table(sp_run.step_records).str());
-    // The ledger against the model: per block two regions, each entered and left once per pass,
-    // plus the embedding (its lookup is completed by an all-reduce, or a reduce-scatter under SP)
-    // and the head (its input enters a TP region); SP re-gathers each region's input in backward.
-    auto count = [](const Run& r, const std::string& op, int64_t elements) {
-      int n = 0;
-      for (const CommRecord& c : r.step_records) n += c.op == op && c.elements == elements;
-      return static_cast<float>(n);
-    };
-    const int64_t Lyr = s.cfg.layers, Nh = s.batch * s.cfg.seq * s.cfg.hidden;
-    const double ring = (T - 1.0) / T, act_bytes = 4.0 * static_cast<double>(Nh);
-    L.check_fact("plain TP: all-reduces of S·B·h per step = 4L + 2",
-                 {count(plain, "all_reduce", Nh)}, {static_cast<float>(4 * Lyr + 2)}, 0);
-    L.check_fact("SP: reduce-scatters of S·B·h per step = 4L + 2",
-                 {count(sp_run, "reduce_scatter", Nh)}, {static_cast<float>(4 * Lyr + 2)}, 0);
-    L.check_fact("SP: all-gathers of S·B·h per step = 6L + 2", {count(sp_run, "all_gather", Nh)},
-                 {static_cast<float>(6 * Lyr + 2)}, 0);
-    double plain_act = 0, sp_act = 0;
-    for (const CommRecord& c : plain.step_records)
-      if (c.elements == Nh) plain_act += c.wire_bytes;
-    for (const CommRecord& c : sp_run.step_records)
-      if (c.elements == Nh) sp_act += c.wire_bytes;
-    L.check_fact("plain TP: activation bytes sent = (4L + 2) · 2(t − 1)/t · 4·S·B·h",
-                 {static_cast<float>(plain_act)},
-                 {static_cast<float>((4 * Lyr + 2) * 2 * ring * act_bytes)}, 1e-6);
-    L.check_fact("SP: activation bytes sent = (10L + 4) · (t − 1)/t · 4·S·B·h",
-                 {static_cast<float>(sp_act)},
-                 {static_cast<float>((10 * Lyr + 4) * ring * act_bytes)}, 1e-6);
-    L.say(
-        "  activations moved per rank and step (ring model): plain TP (4L + 2) all-reduces · 2(t − "
-        "1)/t = ",
-        mib(plain_act), ", SP (10L + 4) halves · (t − 1)/t = ", mib(sp_act), ": ",
-        fixed(sp_act / plain_act, 2),
-        "× — the 2L re-gathers of each region's input in backward "
-        "(SP keeps only its shard) are the extra.");
-    const double w_sp = worst_rel(sp_run.loss, plain.loss),
-                 w_sp1 = worst_rel(sp_run.loss, runs[0].loss);
-    L.say("  TP + SP against plain TP: largest relative loss difference ", sci(w_sp),
-          "; against t = 1: ", sci(w_sp1), " (tolerance ", sci(rtol), ")");
-    L.check_true("SP loss curve vs plain TP at the same t", w_sp <= rtol);
-    const auto [sp_got, sp_want] = common_steps(sp_run.loss, runs[0].loss);
-    L.check("SP loss curve vs t = 1", sp_got, sp_want, rtol);
-    L.check_true("SP: block 0's activations = the formula (memory.h)", sp_seen.formula_ok[0]);
-    L.check_true("SP keeps fewer activations than plain TP",
-                 sp_run.activations < plain.activations);
-    const double sp_step =
-        median(std::vector<double>(sp_run.step_s.begin() + 1, sp_run.step_s.end()));
-    const double plain_step =
-        median(std::vector<double>(plain.step_s.begin() + 1, plain.step_s.end()));
-    char line[200];
-    std::snprintf(line, sizeof line,
-                  "  plain TP: median step %.3f s, %.0f tok/s, rank 0's CPU time %.3f s per step",
-                  plain_step, tokens / plain_step,
-                  plain.cpu / static_cast<double>(plain.loss.size()));
-    L.say(line);
-    std::snprintf(line, sizeof line,
-                  "  TP + SP:  median step %.3f s, %.0f tok/s, rank 0's CPU time %.3f s per step",
-                  sp_step, tokens / sp_step, sp_run.cpu / static_cast<double>(sp_run.loss.size()));
-    L.say(line);
-    L.say(
-        "  [A1] found identity + all-reduce better at small t and all-gather + reduce-scatter\n"
-        "  faster at t ≥ 4. Fewer bytes cannot be the reason: an all-reduce is a reduce-scatter\n"
-        "  plus an all-gather, so SP moves the same bytes at every region boundary, and here the\n"
-        "  re-gathers in backward on top. What SP buys is memory (the activations above, and so\n"
-        "  room for longer sequences or bigger batches) and norms, dropout and residual adds on\n"
-        "  s/t tokens instead of s. Whether its step is faster depends on the GPUs, the kernels\n"
-        "  and the link; the times above, of ranks sharing two laptop cores, cannot tell.");
-
-    // 5. --precision bf16 (off by default): the same run at the largest t in mixed precision.
+    // --precision bf16 (off by default): the same run at the largest t in mixed precision.
     if (bf16) {
       L.step("--precision bf16 at t = " + std::to_string(T) +
              ": bf16 weight copies, activations and TP collectives over fp32 masters.");
@@ -544,9 +373,9 @@ int main(int argc, char** argv) {
       // AdamW's fp32 masters keep the two runs on one path. tests/model/test_precision_mpi.cpp holds 1 %
       // over 200 steps at L = 2 (measured 3.1e-3); the same 1 % here.
       const double bf16_tol = 0.01;
-      const double w = worst_rel(bf.loss, fp.loss);
-      const double step_fp = median(std::vector<double>(fp.step_s.begin() + 1, fp.step_s.end()));
-      const double step_bf = median(std::vector<double>(bf.step_s.begin() + 1, bf.step_s.end()));
+      const double w = lesson::worst_rel(bf.loss, fp.loss);
+      const double step_fp = lesson::median_step(fp);
+      const double step_bf = lesson::median_step(bf);
       L.say("  bf16 against fp32 at t = ", T, ": largest relative difference over ", s.steps,
             " steps ", sci(w), " (tolerance ", sci(bf16_tol), "); activations kept by one forward ",
             kib_mib(static_cast<double>(bf.activations)), " against ",
@@ -562,20 +391,10 @@ int main(int argc, char** argv) {
     }
       },
       [](Options& o) {
-    o.integer("steps", 20,
-              "training steps at each t (the step times are the median of all but the first)")
-        .min(2)
-        .max(100000)
-        .integer("sp-steps", 5, "training steps of the sequence-parallel run (step 5; <= --steps)")
-        .min(2)
-        .max(100000)
-        .flag("spin", "wait in MPI's blocking calls (they poll the core) instead of sleeping")
-        .integer("seq", 64, "sequence length S (divisible by the largest t, for SP)")
-        .min(1)
-        .max(1 << 16)
-        .integer("batch", 4, "sequences per step")
-        .min(1)
-        .max(1 << 16)
+    lesson::svg_option(o, "lesson_13_block.svg", "what each rank holds of one block");
+    lesson::a1_options(
+        o, 20, "training steps at each t (the step times are the median of all but the first)");
+    o.flag("spin", "wait in MPI's blocking calls (they poll the core) instead of sleeping")
         .text("precision", "fp32",
               "fp32; or bf16: one more run at the largest t in mixed precision, its loss curve "
               "beside fp32's",

@@ -45,6 +45,7 @@
 #include "observe/alpha_beta.h"
 #include "observe/timer.h"  // now()
 #include "parallel/process_grid.h"
+#include "pictures.h"
 
 using namespace tp;
 
@@ -280,14 +281,15 @@ void seventy_b(lesson::Lesson& L) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return lesson::run(argc, argv, kBinary,
-                     "Lesson 16: where each parallelism goes — TP inside a node, DP and PP across",
-                     {4},
-                     [](lesson::Lesson& L) {
+  return lesson::run(
+      argc, argv, kBinary,
+      "Lesson 16: where each parallelism goes — TP inside a node, DP and PP across", {4},
+      [](lesson::Lesson& L) {
     Device& dev = L.device();
     Communicator& world = L.world();
     const std::vector<int>& node = L.node_of_rank();
     const int np = L.size(), dp = 2;
+    const std::string svg = lesson::svg_path(L);
 
     // 1. The nodes.
     L.step("The nodes of this launch (ranks that share memory, MPI_COMM_TYPE_SHARED).");
@@ -338,6 +340,21 @@ int main(int argc, char** argv) {
     L.check_true("B: TP across the nodes, DP inside", !b.tp_inside && b.dp_inside);
     L.check_true("the grid warns for B, not for A",
                  !warn.empty() && a.grid->placement_warning().empty());
+    // The picture: the two layouts on the two nodes (lesson 12's grid picture).
+    std::vector<lesson::GridPicture> panels;
+    for (const Layout* l : {&a, &b}) {
+      std::vector<int> grid_rank(static_cast<size_t>(np));
+      for (int i = 0; i < np; ++i)
+        grid_rank[static_cast<size_t>(l->order[static_cast<size_t>(i)])] = i;
+      panels.push_back({np / dp, node, grid_rank,
+                        "layout " + l->name + ": rank order " + group_str(l->order),
+                        l->name + ": " + l->what});
+    }
+    lesson::write_grid_picture(
+        L, svg, "tp 2 × dp 2 on two nodes, two rank orders: TP inside (A) or across (B)", panels,
+        {"The same grid on the same four ranks: only the order in which the grid numbers them",
+         "changes. A's TP links (4 all-reduces per layer) stay inside the nodes and its DP link",
+         "(one all-reduce per step) crosses; B sends every TP collective across."});
     // α and β of each kind of pair, measured on A's and B's TP groups (ping-pong, then 4 MiB).
     const AlphaBeta in_node = measure_alpha_beta(a.grid->tp(), dev, int64_t{4} << 20);
     const AlphaBeta across = measure_alpha_beta(b.grid->tp(), dev, int64_t{4} << 20);
@@ -484,5 +501,9 @@ int main(int argc, char** argv) {
     L.check_true("both layouts timed", med_a > 0 && med_b > 0);
 
     seventy_b(L);
+      },
+      [](Options& o) {
+    lesson::svg_option(o, "lesson_16_layouts.svg",
+                       "layouts A and B: the grid on the two nodes, links coloured by the link");
   });
 }
