@@ -18,6 +18,8 @@
 #                                   timings and rounding (scripts/lesson-pages.py check states the
 #                                   tolerances; make lesson-pages fixes it); and once that this check
 #                                   catches a changed value, count or word, and not a rounding (selftest)
+#   the pages' form                 scripts/lesson-form.py: each page's Key-idea box, introduction of
+#                                   ≤ 400 words, section order, picture and ≥ 2 Try it (and selftest)
 #   bad-input and failure checks    wrong rank count, unknown flag, --backend gpu without a GPU (or
 #                                   without the GPU backend), one rank failing: each must exit
 #                                   non-zero, quickly, with a clear line
@@ -187,6 +189,15 @@ if MPI_FLAGS=$MPI_FLAGS python3 scripts/check-lessons.py "$BUILD" >"$logs/check_
   pass 1; cat "$logs/check_lessons.log"
 else
   fail "lesson rank counts disagree with lessons/lessons.txt (see $logs/check_lessons.log)"; cat "$logs/check_lessons.log"
+fi
+
+# The course's page form (issue 41): a Key-idea box, an introduction of at most 400 words, the
+# sections in order, a conceptual picture shown, at least two Try it problems; and that the check
+# catches each of those broken.
+if python3 scripts/lesson-form.py >"$logs/lesson_form.log" 2>&1 && python3 scripts/lesson-form.py selftest >>"$logs/lesson_form.log" 2>&1; then
+  pass 1; tail -2 "$logs/lesson_form.log"
+else
+  fail "a lesson page lacks the course's form (see $logs/lesson_form.log)"; grep '^✗' "$logs/lesson_form.log" | head -10
 fi
 
 if [ "$TIER" = check ]; then
