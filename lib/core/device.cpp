@@ -509,24 +509,25 @@ void Device::do_rmsnorm_backward_add(Tensor& dx, Tensor& dw, const Tensor& dres,
 
 // ---- attention ----------------------------------------------------------------------------------
 
-void Device::attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
+void Device::attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k,
                                const Tensor& v, const AttentionShape& shape) {
   const Launch kernel(*this, Kernel::attention_forward);
-  checks::check_attention_forward(*this, out, probs, q, k, v, shape);
-  kernel.run([&](auto& out_, auto& probs_, auto& q_, auto& k_,
-                 auto& v_) { do_attention_forward(out_, probs_, q_, k_, v_, shape); },
-             out, probs, q, k, v);
+  checks::check_attention_forward(*this, out, lse, q, k, v, shape);
+  kernel.run([&](auto& out_, auto& lse_, auto& q_, auto& k_,
+                 auto& v_) { do_attention_forward(out_, lse_, q_, k_, v_, shape); },
+             out, lse, q, k, v);
 }
 
 void Device::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
                                 const Tensor& q, const Tensor& k, const Tensor& v,
-                                const Tensor& probs, const AttentionShape& shape) {
+                                const Tensor& out, const Tensor& lse,
+                                const AttentionShape& shape) {
   const Launch kernel(*this, Kernel::attention_backward);
-  checks::check_attention_backward(*this, dq, dk, dv, dout, q, k, v, probs, shape);
-  kernel.run(
-      [&](auto& dq_, auto& dk_, auto& dv_, auto& dout_, auto& q_, auto& k_, auto& v_,
-          auto& probs_) { do_attention_backward(dq_, dk_, dv_, dout_, q_, k_, v_, probs_, shape); },
-      dq, dk, dv, dout, q, k, v, probs);
+  checks::check_attention_backward(*this, dq, dk, dv, dout, q, k, v, out, lse, shape);
+  kernel.run([&](auto& dq_, auto& dk_, auto& dv_, auto& dout_, auto& q_, auto& k_, auto& v_,
+                 auto& out_,
+                 auto& lse_) { do_attention_backward(dq_, dk_, dv_, dout_, q_, k_, v_, out_, lse_, shape); },
+             dq, dk, dv, dout, q, k, v, out, lse);
 }
 
 void Device::attention_cached_forward(Tensor& out, const Tensor& q, const Tensor& k,

@@ -358,19 +358,25 @@ class Device {
   /// Causal softmax attention for every (batch b, query head j): query head j reads key/value
   /// head g = j / (nh / nkv). q: (S·B, nh·hd), k, v: (S·B, nkv·hd), out: (S·B, nh·hd), row s·B + b;
   /// Q_bj, K_bg, V_bg: (S, hd) are head j's (g's) columns at the rows of batch b. Per (b, j):
-  ///   P_bj   = softmax_causal(scale · Q_bj K_bgᵀ)   row s: softmax over t ≤ s, 0 for t > s
+  ///   X_bj   = scale · Q_bj K_bgᵀ                        (the scores, S × S)
+  ///   P_bj   = softmax_causal(X_bj)   row s: softmax over t ≤ s, 0 for t > s
   ///   out_bj = P_bj V_bg
-  /// probs: (B, nh, S, S), P saved for backward.
-  void attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
+  ///   lse_bj[s] = log Σ_{t ≤ s} e^(X_bj[s, t])           (natural log: the softmax's denominator)
+  /// lse: (B, nh, S), always f32. The S × S probabilities are not kept: lse is what backward needs
+  /// to recompute them, P[s, t] = e^(X[s, t] − lse[s]) (FlashAttention's saved statistic; ring
+  /// attention merges partial outputs by it).
+  void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k,
                          const Tensor& v, const AttentionShape& shape);
-  /// Per (b, j), with rowsum(X)_s = Σ_t X_st:
+  /// Per (b, j), with P recomputed from q, k and lse as above and D[s] = Σ_e dout[s, e]·out[s, e]
+  /// (= Σ_t P[s, t]·dP[s, t]: the softmax backward's row sum, from the forward's output):
   ///   dP    = dout_bj V_bgᵀ
-  ///   dS    = P ⊙ (dP − rowsum(dP ⊙ P))                 (the softmax backward)
+  ///   dS    = P ⊙ (dP − D)                                (the softmax backward)
   ///   dq_bj = scale · dS K_bg
   ///   dk_bg = scale · Σ_{j of g} dSᵀ Q_bj,   dv_bg = Σ_{j of g} P_bjᵀ dout_bj
-  /// dq, dk, dv written (=); dk, dv sum over the query heads that share a key/value head.
+  /// dq, dk, dv written (=); dk, dv sum over the query heads that share a key/value head. out and
+  /// lse are attention_forward's.
   void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q,
-                          const Tensor& k, const Tensor& v, const Tensor& probs,
+                          const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                           const AttentionShape& shape);
   /// Causal attention of new positions over a key/value cache (incremental decoding; inference
   /// only, so no probs are kept and no backward). q, out: (n·B, nh·hd), the queries of positions
@@ -498,11 +504,12 @@ class Device {
   /// Default: rmsnorm_backward into a temporary, dres copied into dx, axpy (as above).
   virtual void do_rmsnorm_backward_add(Tensor& dx, Tensor& dw, const Tensor& dres, const Tensor& dy,
                                        const Tensor& x, const Tensor& w, const Tensor& rstd);
-  virtual void do_attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
+  virtual void do_attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k,
                                     const Tensor& v, const AttentionShape& shape) = 0;
   virtual void do_attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
                                      const Tensor& q, const Tensor& k, const Tensor& v,
-                                     const Tensor& probs, const AttentionShape& shape) = 0;
+                                     const Tensor& out, const Tensor& lse,
+                                     const AttentionShape& shape) = 0;
   /// Optional (see the top of this file).
   virtual void do_attention_cached_forward(Tensor& out, const Tensor& q, const Tensor& k,
                                            const Tensor& v, int64_t past,

@@ -52,9 +52,9 @@ int64_t real_columns(const char* what, const VocabShard& shard, int64_t cols) {
 }
 
 void check_attention(const Device& dev, Kernel kernel, const AttentionShape& sh, const Tensor& q,
-                     const Tensor& k, const Tensor& v, const Tensor& probs) {
+                     const Tensor& k, const Tensor& v, const Tensor& lse) {
   const char* what = kernel_name(kernel);
-  check_all_on(dev, kernel, q, k, v, probs);
+  check_all_on(dev, kernel, q, k, v, lse);
   TP_CHECK(sh.seq > 0 && sh.batch > 0 && sh.heads > 0 && sh.kv_heads > 0 && sh.head_dim > 0, what,
            ": sizes must be positive (S=", sh.seq, " B=", sh.batch, " nh=", sh.heads,
            " nkv=", sh.kv_heads, " hd=", sh.head_dim, ")");
@@ -67,8 +67,10 @@ void check_attention(const Device& dev, Kernel kernel, const AttentionShape& sh,
            " should be ", rows, "x", sh.kv_heads * sh.head_dim);
   TP_CHECK(v.rows() == rows && v.cols() == sh.kv_heads * sh.head_dim, what, ": v ", v.shape().str(),
            " should be ", rows, "x", sh.kv_heads * sh.head_dim);
-  TP_CHECK(probs.numel() == sh.batch * sh.heads * sh.seq * sh.seq, what, ": probs ",
-           probs.shape().str(), " should hold B·nh·S·S = ", sh.batch * sh.heads * sh.seq * sh.seq);
+  TP_CHECK(lse.numel() == sh.batch * sh.heads * sh.seq, what, ": lse ", lse.shape().str(),
+           " should hold B·nh·S = ", sh.batch * sh.heads * sh.seq);
+  TP_CHECK(lse.dtype() == Dtype::f32, what, ": lse is ", dtype_name(lse.dtype()),
+           "; the log-sum-exp is always f32");
 }
 
 void check_position(const Device& dev, Kernel kernel, const Tensor& x, const Tensor& wpe,
@@ -278,10 +280,10 @@ void check_rmsnorm_backward(const Device& dev, const Tensor& dx, const Tensor& d
 
 // ---- attention -----------------------------------------------------------------------------------
 
-void check_attention_forward(const Device& dev, const Tensor& out, const Tensor& probs,
+void check_attention_forward(const Device& dev, const Tensor& out, const Tensor& lse,
                              const Tensor& q, const Tensor& k, const Tensor& v,
                              const AttentionShape& sh) {
-  check_attention(dev, Kernel::attention_forward, sh, q, k, v, probs);
+  check_attention(dev, Kernel::attention_forward, sh, q, k, v, lse);
   check_on(dev, out, Kernel::attention_forward);
   TP_CHECK(out.rows() == q.rows() && out.cols() == q.cols(), "attention_forward: out ",
            out.shape().str(), " should match q ", q.shape().str());
@@ -289,14 +291,14 @@ void check_attention_forward(const Device& dev, const Tensor& out, const Tensor&
 
 void check_attention_backward(const Device& dev, const Tensor& dq, const Tensor& dk,
                               const Tensor& dv, const Tensor& dout, const Tensor& q,
-                              const Tensor& k, const Tensor& v, const Tensor& probs,
-                              const AttentionShape& sh) {
-  check_attention(dev, Kernel::attention_backward, sh, q, k, v, probs);
-  check_all_on(dev, Kernel::attention_backward, dq, dk, dv, dout);
+                              const Tensor& k, const Tensor& v, const Tensor& out,
+                              const Tensor& lse, const AttentionShape& sh) {
+  check_attention(dev, Kernel::attention_backward, sh, q, k, v, lse);
+  check_all_on(dev, Kernel::attention_backward, dq, dk, dv, dout, out);
   TP_CHECK(dq.rows() == q.rows() && dq.cols() == q.cols() && dout.rows() == q.rows() &&
-               dout.cols() == q.cols(),
-           "attention_backward: dq ", dq.shape().str(), " and dout ", dout.shape().str(),
-           " should match q ", q.shape().str());
+               dout.cols() == q.cols() && out.rows() == q.rows() && out.cols() == q.cols(),
+           "attention_backward: dq ", dq.shape().str(), ", dout ", dout.shape().str(), " and out ",
+           out.shape().str(), " should match q ", q.shape().str());
   TP_CHECK(dk.rows() == k.rows() && dk.cols() == k.cols() && dv.rows() == v.rows() &&
                dv.cols() == v.cols(),
            "attention_backward: dk ", dk.shape().str(), " and dv ", dv.shape().str(),

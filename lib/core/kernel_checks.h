@@ -55,9 +55,9 @@ void check_rows(const char* what, const char* name, const Tensor& t, const Tenso
 /// with `cols` columns are real tokens, [real, cols) padding.
 int64_t real_columns(const char* what, const VocabShard& shard, int64_t cols);
 
-/// The sizes of an attention call, and q, k, v, probs against them.
+/// The sizes of an attention call, and q, k, v and the log-sum-exp lse (B·nh·S, f32) against them.
 void check_attention(const Device& dev, Kernel kernel, const AttentionShape& sh, const Tensor& q,
-                     const Tensor& k, const Tensor& v, const Tensor& probs);
+                     const Tensor& k, const Tensor& v, const Tensor& lse);
 
 /// position_forward / position_backward: batch > 0, row0 ≥ 0, and wpe has the columns of x and
 /// a row for every position that rows [row0, row0 + rows of x) read or write.
@@ -137,13 +137,13 @@ void check_rmsnorm_backward(const Device& dev, const Tensor& dx, const Tensor& d
 void check_add_norm(const Device& dev, Kernel kernel, const Tensor& s, const Tensor& x,
                     const Tensor& r);
 
-void check_attention_forward(const Device& dev, const Tensor& out, const Tensor& probs,
+void check_attention_forward(const Device& dev, const Tensor& out, const Tensor& lse,
                              const Tensor& q, const Tensor& k, const Tensor& v,
                              const AttentionShape& sh);
 void check_attention_backward(const Device& dev, const Tensor& dq, const Tensor& dk,
                               const Tensor& dv, const Tensor& dout, const Tensor& q,
-                              const Tensor& k, const Tensor& v, const Tensor& probs,
-                              const AttentionShape& sh);
+                              const Tensor& k, const Tensor& v, const Tensor& out,
+                              const Tensor& lse, const AttentionShape& sh);
 /// q, out: (n·B, nh·hd) with n = sh.seq; k, v: ((past + n)·B, nkv·hd); past ≥ 0.
 void check_attention_cached_forward(const Device& dev, const Tensor& out, const Tensor& q,
                                     const Tensor& k, const Tensor& v, int64_t past,
