@@ -22,7 +22,8 @@ namespace tp {
 
 // Causal attention, per batch b and query head j (kv head g = j / (nh / nkv)); the math is in
 // core/device.h. Q_bj, K_bg, V_bg, dout_bj are (S, hd) blocks of the inputs with row stride
-// B·nh·hd or B·nkv·hd; P_bj is probs[b, j], (S, S).
+// B·nh·hd or B·nkv·hd; lse_bj is lse[b, j], (S). No S × S tensor is kept between forward and
+// backward: the forward keeps each row's log-sum-exp, the backward recomputes P from it.
 //
 // The products are a register-blocked micro-kernel of this file, not BLAS: at these shapes
 // ((S, hd) = (128, 32) in the bench model) OpenBLAS's per-call overhead and packing left the
@@ -32,14 +33,16 @@ namespace tp {
 // [s0, s0 + R) read keys [0, s0 + R) only, key rows [t0, t0 + R) are reached from queries
 // [t0, S) only. The entries t > s inside a tile are computed and then replaced by zeros (P by
 // the softmax, dS by its loop), which the next product multiplies through.
-// Forward, per (b, j) and R-row tile: scores into a row buffer, the softmax on it (copied into
-// probs), out = P V from the same buffer: S·S scores pass through L1, nothing but probs goes out.
-// Backward, per (b, g): dP tile by tile, the softmax backward on it (dS kept for the group), dq
-// from the dS rows, then dk, dv as Σ_s dS[s, t]·Q[s], Σ_s P[s, t]·dout[s] over s ≥ t.
+// Forward, per (b, j) and R-row tile: scores into a row buffer, the softmax on it (its log-sum-exp
+// written to lse), out = P V from the same buffer: the S·S scores pass through L1 and go nowhere.
+// Backward, per (b, g): P recomputed tile by tile from the scores and lse (e^(x − lse)), dP tile
+// by tile, the softmax backward on it with the row sum D = Σ dout ⊙ out (dS kept for the group),
+// dq from the dS rows, then dk, dv as Σ_s dS[s, t]·Q[s], Σ_s P[s, t]·dout[s] over s ≥ t. The
+// per-thread P and dS panels are S × S scratch, made and dropped within the call.
 // Operands are first copied into zero-padded per-thread panels (K and V transposed where the
 // kernel reads them by columns; the transposes by 8 × 8 blocks in registers). What stays scalar:
-// the transposes' and the copies' edges (S, hd mod 8; hd mod W), and the trees that add a row's max and Σ across the lanes. Where probs has no padding
-// (S a multiple of kPad), the forward's score rows are probs' own rows: no copy of P.
+// the transposes' and the copies' edges (S, hd mod 8; hd mod W), the trees that add a row's max
+// and Σ across the lanes, and D's dot product over hd.
 //
 // Order of the sums: every output element is one running sum over the reduction index in
 // increasing order (hd for the scores and dP, keys for out and dq, queries for dk and dv), each
@@ -259,13 +262,14 @@ TP_ATTN_INLINE float lane_max(const Lanes& m) {
 
 // One row of causal softmax in place: row[t] = e^(row[t] − m) / Σ_{u<n} e^(row[u] − m) for
 // t < n, m = max_{t<n} row[t]; row[t] = 0 for n ≤ t < len (len ≥ n rounded up to kLanes).
+// Returns the row's log-sum-exp, m + log Σ (the sum in double, rounded to f32 once at the end).
 // By whole chunks of kLanes elements; in the last one the lanes past n are set to −inf in
 // registers for the max and their e^x to 0 (what e^(−inf − m) gives), so there is no scalar tail
 // (and no scalar stores for a vector load to wait on). e^x and its sum in one pass; the sum in
 // double, element t in lane t mod kLanes. A NaN is never the max (x > m is false), as with
 // std::max(m, x).
 template <int W>
-TP_ATTN_INLINE void causal_softmax_row(float* row, int64_t n, int64_t len) {
+TP_ATTN_INLINE float causal_softmax_row(float* row, int64_t n, int64_t len) {
   const int64_t nc = round_up(n, kLanes), last = nc - kLanes;
   Lanes lane = {};
   for (int l = 0; l < kLanes; ++l) lane[l] = static_cast<float>(l);
@@ -288,34 +292,43 @@ TP_ATTN_INLINE void causal_softmax_row(float* row, int64_t n, int64_t len) {
     store(row + t, e);
     add_lanes(sum, e);
   }
-  const float inv = static_cast<float>(1.0 / lane_sum(sum));
+  const double total = lane_sum(sum);
+  const float inv = static_cast<float>(1.0 / total);
   for (int64_t t = 0; t < nc; t += kLanes) {
     load(x, row + t);
     store(row + t, x * inv);
   }
   zero<W>(row + nc, len - nc);
+  return static_cast<float>(maxv + std::log(total));
 }
 
-// One row of the softmax backward in place: ds[t] = p[t] (dp[t] − Σ_{u<n} p[u] dp[u]) for t < n
-// (ds holds dp on entry, finite up to n rounded up to kLanes, where p is 0), ds[t] = 0 for
-// n ≤ t < len; the sum in double in kLanes lanes as in causal_softmax_row.
+// One row of P recomputed from its scores and the forward's log-sum-exp, in place:
+// row[t] = e^(row[t] − lse) for t < n, 0 for n ≤ t < len (by whole chunks of kLanes, the last
+// one's lanes past n set to 0, as causal_softmax_row does; len ≥ n rounded up to kLanes).
 template <int W>
-TP_ATTN_INLINE void softmax_backward_row(float* ds, const float* p, int64_t n, int64_t len) {
-  const int64_t nc = round_up(n, kLanes);
-  LaneSums acc[2] = {};
+TP_ATTN_INLINE void probs_from_lse_row(float* row, int64_t n, int64_t len, float lse) {
+  const int64_t nc = round_up(n, kLanes), last = nc - kLanes;
+  Lanes lane = {};
+  for (int l = 0; l < kLanes; ++l) lane[l] = static_cast<float>(l);
+  const auto live = lane < static_cast<float>(n - last);
   for (int64_t t = 0; t < nc; t += kLanes) {
-    Lanes x, pt;
-    load(x, ds + t);
-    load(pt, p + t);
-    const HalfLanes xl = __builtin_shufflevector(x, x, 0, 1, 2, 3, 4, 5, 6, 7);
-    const HalfLanes xh = __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15);
-    const HalfLanes pl = __builtin_shufflevector(pt, pt, 0, 1, 2, 3, 4, 5, 6, 7);
-    const HalfLanes ph = __builtin_shufflevector(pt, pt, 8, 9, 10, 11, 12, 13, 14, 15);
-    // the lanes past n add p·dp = 0 (p is 0 there)
-    acc[0] += __builtin_convertvector(pl, LaneSums) * __builtin_convertvector(xl, LaneSums);
-    acc[1] += __builtin_convertvector(ph, LaneSums) * __builtin_convertvector(xh, LaneSums);
+    Lanes x, e;
+    load(x, row + t);
+    for (int l = 0; l < kLanes; ++l) e[l] = cpu::exp_small(cpu::clamp_abs(x[l] - lse, 88.0f));
+    if (t == last) e = live ? e : Lanes{};
+    store(row + t, e);
   }
-  const float pdp = static_cast<float>(lane_sum(acc));
+  zero<W>(row + nc, len - nc);
+}
+
+// One row of the softmax backward in place: ds[t] = p[t] (dp[t] − d) for t < n, with d the row's
+// Σ_u p[u] dp[u], which backward takes from the forward's output (d = Σ_e dout[e]·out[e], the same
+// sum: attention_backward in core/device.h); ds holds dp on entry, finite up to n rounded up to
+// kLanes, where p is 0; ds[t] = 0 for n ≤ t < len.
+template <int W>
+TP_ATTN_INLINE void softmax_backward_row(float* ds, const float* p, int64_t n, int64_t len,
+                                         float pdp) {
+  const int64_t nc = round_up(n, kLanes);
   for (int64_t t = 0; t < nc; t += kLanes) {
     Lanes x, pt;
     load(x, ds + t);
@@ -348,9 +361,9 @@ int64_t forward_floats(const Dims& d) {
 }
 
 // One (b, j) pair: query row i (position past + i) attends to keys t ≤ past + i.
-// q, out: (n, hd) row stride ldq; k, v: (keys, hd) row stride ldk; probs (n, keys) or null.
+// q, out: (n, hd) row stride ldq; k, v: (keys, hd) row stride ldk; lse (n) or null.
 template <int W, int R>
-TP_ATTN_INLINE void attend_pair(float* out, float* probs, const float* q, int64_t ldq,
+TP_ATTN_INLINE void attend_pair(float* out, float* lse, const float* q, int64_t ldq,
                                 const float* k, const float* v, int64_t ldk, float scale,
                                 const Dims& d, float* ws) {
   float* qp = ws;                 // (nr, hdp)
@@ -361,48 +374,40 @@ TP_ATTN_INLINE void attend_pair(float* out, float* probs, const float* q, int64_
   copy_rows<W>(qp, d.hdp, q, ldq, d.n, d.hd);
   copy_transposed(kt, d.kr, k, ldk, d.keys, d.hd);
   copy_rows<W>(vp, d.hdp, v, ldk, d.keys, d.hd);
-  // The score rows are probs' own when it has no padding (keys a multiple of kPad, the row
-  // stride kr) and whole tiles of rows (n a multiple of R: the tile writes R rows): the softmax
-  // is then written once, where it is kept. Else they are a buffer, copied into probs.
-  const bool direct = probs != nullptr && d.keys == d.kr && d.n % R == 0;
   for (int64_t i0 = 0; i0 < d.n; i0 += R) {
     const int64_t rows = std::min<int64_t>(R, d.n - i0);
     const int64_t keys = d.past + i0 + rows;  // the tile's rows read keys [0, keys)
     const int64_t cols = round_up(keys, kPad);
-    float* st = direct ? probs + i0 * d.kr : sc;  // the tile's score rows, row stride kr
-    // scores = scale · Q[i0:i0+R] Kᵀ[:, :keys], the softmax of each row, out = P V[:keys]
-    tile_row<W, R>(st, d.kr, qp + i0 * d.hdp, d.hdp, 1, kt, d.kr, d.hd, cols, scale, false);
+    // scores = scale · Q[i0:i0+R] Kᵀ[:, :keys], the softmax of each row (its log-sum-exp kept),
+    // out = P V[:keys]; the R score rows pass through L1 and are never stored
+    tile_row<W, R>(sc, d.kr, qp + i0 * d.hdp, d.hdp, 1, kt, d.kr, d.hd, cols, scale, false);
     for (int64_t r = 0; r < rows; ++r) {
-      float* row = st + r * d.kr;
-      causal_softmax_row<W>(row, d.past + i0 + r + 1, direct ? d.kr : cols);
-      if (probs && !direct) {
-        float* prow = probs + (i0 + r) * d.keys;
-        copy_rows<W>(prow, 0, row, 0, 1, keys);
-        zero<W>(prow + keys, d.keys - keys);
-      }
+      const float l = causal_softmax_row<W>(sc + r * d.kr, d.past + i0 + r + 1, cols);
+      if (lse) lse[i0 + r] = l;
     }
-    tile_row<W, R>(ob, d.hdp, st, d.kr, 1, vp, d.hdp, keys, d.hd, 1.0f, false);
+    tile_row<W, R>(ob, d.hdp, sc, d.kr, 1, vp, d.hdp, keys, d.hd, 1.0f, false);
     copy_rows<W>(out + i0 * ldq, ldq, ob, d.hdp, rows, d.hd);
   }
 }
 
-// Backward panels: K (kr, hdp), Vᵀ (hd, kr), Q and dout (kr, hdp), P and dS (kr, kr), the dk and
-// dv sums (kr, hdp), the dq rows (kRows, hdp).
+// Backward panels: K (kr, hdp), Kᵀ and Vᵀ (hd, kr), Q and dout (kr, hdp), P and dS (kr, kr), the
+// dk and dv sums (kr, hdp), the dq rows (kRows, hdp).
 int64_t backward_floats(const Dims& d) {
-  return d.kr * d.hdp * 5 + d.hd * d.kr + 2 * d.kr * d.kr + kRows * d.hdp;
+  return d.kr * d.hdp * 5 + 2 * d.hd * d.kr + 2 * d.kr * d.kr + kRows * d.hdp;
 }
 
 // One (b, g) pair: its query heads j0 .. j0 + group − 1 in order, their dk, dv summed.
-// dq, dout, q: head j's (S, hd) at + (j − j0)·hd, row stride ldq; k, v, dk, dv: (S, hd) row
-// stride ldk; probs: head j's (S, S) at + (j − j0)·S².
+// dq, dout, q, out: head j's (S, hd) at + (j − j0)·hd, row stride ldq; k, v, dk, dv: (S, hd) row
+// stride ldk; lse: head j's (S) at + (j − j0)·S.
 template <int W, int R>
 TP_ATTN_INLINE void backward_group(float* dq, float* dk, float* dv, const float* dout,
                                    const float* q, const float* k, const float* v,
-                                   const float* probs, int64_t ldq, int64_t ldk, int64_t group,
-                                   float scale, const Dims& d, float* ws) {
+                                   const float* out, const float* lse, int64_t ldq, int64_t ldk,
+                                   int64_t group, float scale, const Dims& d, float* ws) {
   const int64_t S = d.n, kr = d.kr, hdp = d.hdp;
   float* kp = ws;               // (kr, hdp)
-  float* vt = kp + kr * hdp;    // (hd, kr)
+  float* kt = kp + kr * hdp;    // (hd, kr)
+  float* vt = kt + d.hd * kr;   // (hd, kr)
   float* qp = vt + d.hd * kr;   // (kr, hdp)
   float* dop = qp + kr * hdp;   // (kr, hdp)
   float* dkb = dop + kr * hdp;  // (kr, hdp)
@@ -411,24 +416,28 @@ TP_ATTN_INLINE void backward_group(float* dq, float* dk, float* dv, const float*
   float* ds = pb + kr * kr;     // (kr, kr)
   float* ob = ds + kr * kr;     // (kRows, hdp)
   copy_rows<W>(kp, hdp, k, ldk, S, d.hd);
+  copy_transposed(kt, kr, k, ldk, S, d.hd);
   copy_transposed(vt, kr, v, ldk, S, d.hd);
   for (int64_t jj = 0; jj < group; ++jj) {
-    // P's rows as the kernel reads them, zero past s up to kr: probs itself when S is a multiple
-    // of kPad (no pad), else a padded copy
-    const float* pj = probs + jj * S * S;
-    const bool direct = S == kr;
-    const float* pr = direct ? pj : pb;
+    const float* lj = lse + jj * S;
+    const float* oj = out + jj * d.hd;
     copy_rows<W>(qp, hdp, q + jj * d.hd, ldq, S, d.hd);
     copy_rows<W>(dop, hdp, dout + jj * d.hd, ldq, S, d.hd);
     for (int64_t s0 = 0; s0 < S; s0 += R) {
       const int64_t rows = std::min<int64_t>(R, S - s0), keys = s0 + rows;
-      // dP = dout[s0:s0+R] Vᵀ[:, :keys]; dS = P ⊙ (dP − rowsum(dP ⊙ P)); dq = scale · dS K
-      tile_row<W, R>(ds + s0 * kr, kr, dop + s0 * hdp, hdp, 1, vt, kr, d.hd, round_up(keys, kPad),
-                     1.0f, false);
+      const int64_t cols = round_up(keys, kPad);
+      // P recomputed: scores = scale · Q[s0:s0+R] Kᵀ[:, :keys], row s → e^(x − lse[s]), 0 past s
+      tile_row<W, R>(pb + s0 * kr, kr, qp + s0 * hdp, hdp, 1, kt, kr, d.hd, cols, scale, false);
+      // dP = dout[s0:s0+R] Vᵀ[:, :keys]; dS = P ⊙ (dP − D), D = Σ_e dout ⊙ out; dq = scale · dS K
+      tile_row<W, R>(ds + s0 * kr, kr, dop + s0 * hdp, hdp, 1, vt, kr, d.hd, cols, 1.0f, false);
       for (int64_t s = s0; s < s0 + rows; ++s) {
-        if (!direct) copy_rows<W>(pb + s * kr, 0, pj + s * S, 0, 1, S);  // the pad stays 0
-        softmax_backward_row<W>(ds + s * kr, pr + s * kr, s + 1,
-                                std::min(kr, round_up(s + 1, kLanes) + kLanes));
+        probs_from_lse_row<W>(pb + s * kr, s + 1, kr, lj[s]);
+        double dsum = 0.0;  // in increasing e, in double
+        for (int64_t e = 0; e < d.hd; ++e)
+          dsum += static_cast<double>(dout[jj * d.hd + s * ldq + e]) * oj[s * ldq + e];
+        softmax_backward_row<W>(ds + s * kr, pb + s * kr, s + 1,
+                                std::min(kr, round_up(s + 1, kLanes) + kLanes),
+                                static_cast<float>(dsum));
       }
       tile_row<W, R>(ob, hdp, ds + s0 * kr, kr, 1, kp, hdp, keys, d.hd, scale, false);
       copy_rows<W>(dq + jj * d.hd + s0 * ldq, ldq, ob, hdp, rows, d.hd);
@@ -437,7 +446,7 @@ TP_ATTN_INLINE void backward_group(float* dq, float* dk, float* dv, const float*
     for (int64_t t0 = 0; t0 < S; t0 += R) {
       tile_row<W, R>(dkb + t0 * hdp, hdp, ds + t0 * kr + t0, 1, kr, qp + t0 * hdp, hdp, S - t0,
                      d.hd, scale, jj > 0);
-      tile_row<W, R>(dvb + t0 * hdp, hdp, pr + t0 * kr + t0, 1, kr, dop + t0 * hdp, hdp, S - t0,
+      tile_row<W, R>(dvb + t0 * hdp, hdp, pb + t0 * kr + t0, 1, kr, dop + t0 * hdp, hdp, S - t0,
                      d.hd, 1.0f, jj > 0);
     }
   }
@@ -453,20 +462,21 @@ struct Kernels {
   void (*attend)(float*, float*, const float*, int64_t, const float*, const float*, int64_t, float,
                  const Dims&, float*);
   void (*backward)(float*, float*, float*, const float*, const float*, const float*, const float*,
-                   const float*, int64_t, int64_t, int64_t, float, const Dims&, float*);
+                   const float*, const float*, int64_t, int64_t, int64_t, float, const Dims&,
+                   float*);
 };
 
-#define TP_ATTN_KERNELS(SUFFIX, TARGET, W, R)                                                \
-  TARGET void attend_##SUFFIX(float* out, float* probs, const float* q, int64_t ldq,         \
-                              const float* k, const float* v, int64_t ldk, float scale,      \
-                              const Dims& d, float* ws) {                                    \
-    attend_pair<W, R>(out, probs, q, ldq, k, v, ldk, scale, d, ws);                          \
-  }                                                                                          \
-  TARGET void backward_##SUFFIX(float* dq, float* dk, float* dv, const float* dout,          \
-                                const float* q, const float* k, const float* v,              \
-                                const float* probs, int64_t ldq, int64_t ldk, int64_t group, \
-                                float scale, const Dims& d, float* ws) {                     \
-    backward_group<W, R>(dq, dk, dv, dout, q, k, v, probs, ldq, ldk, group, scale, d, ws);   \
+#define TP_ATTN_KERNELS(SUFFIX, TARGET, W, R)                                                  \
+  TARGET void attend_##SUFFIX(float* out, float* lse, const float* q, int64_t ldq,             \
+                              const float* k, const float* v, int64_t ldk, float scale,        \
+                              const Dims& d, float* ws) {                                      \
+    attend_pair<W, R>(out, lse, q, ldq, k, v, ldk, scale, d, ws);                              \
+  }                                                                                            \
+  TARGET void backward_##SUFFIX(float* dq, float* dk, float* dv, const float* dout,            \
+                                const float* q, const float* k, const float* v,                \
+                                const float* out, const float* lse, int64_t ldq, int64_t ldk,  \
+                                int64_t group, float scale, const Dims& d, float* ws) {        \
+    backward_group<W, R>(dq, dk, dv, dout, q, k, v, out, lse, ldq, ldk, group, scale, d, ws); \
   }
 
 TP_ATTN_KERNELS(base, , 4, 4)
@@ -521,7 +531,7 @@ void set_attention_isa(const std::string& isa) {
 }
 }  // namespace cpu
 
-void CpuDevice::do_attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
+void CpuDevice::do_attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k,
                                      const Tensor& v, const AttentionShape& sh) {
   const int64_t S = sh.seq, B = sh.batch, nh = sh.heads, hd = sh.head_dim;
   const int64_t group = nh / sh.kv_heads;
@@ -531,7 +541,7 @@ void CpuDevice::do_attention_forward(Tensor& out, Tensor& probs, const Tensor& q
   const float* pk = k.data();
   const float* pv = v.data();
   float* pout = out.data();
-  float* pp = probs.data();
+  float* pl = lse.data();
   const Dims d(S, 0, hd);
   const Kernels& kern = kernels();
 #pragma omp parallel
@@ -541,7 +551,7 @@ void CpuDevice::do_attention_forward(Tensor& out, Tensor& probs, const Tensor& q
     for (int64_t b = 0; b < B; ++b)
       for (int64_t j = 0; j < nh; ++j) {
         const int64_t g = j / group;
-        kern.attend(pout + b * qc + j * hd, pp + (b * nh + j) * S * S, pq + b * qc + j * hd, ldq,
+        kern.attend(pout + b * qc + j * hd, pl + (b * nh + j) * S, pq + b * qc + j * hd, ldq,
                     pk + b * kc + g * hd, pv + b * kc + g * hd, ldk, sh.scale, d, ws.data());
       }
   }
@@ -549,7 +559,7 @@ void CpuDevice::do_attention_forward(Tensor& out, Tensor& probs, const Tensor& q
 
 // Attention over a key/value cache: the n new query positions [past, past + n) of every (b, j)
 // read keys [0, past + n); query i attends to t ≤ past + i. The forward's pair routine with the
-// positions offset by past, and no probs kept (nothing is kept for a backward).
+// positions offset by past, and no log-sum-exp kept (nothing is kept for a backward).
 void CpuDevice::do_attention_cached_forward(Tensor& out, const Tensor& q, const Tensor& k,
                                             const Tensor& v, int64_t past,
                                             const AttentionShape& sh) {
@@ -578,7 +588,8 @@ void CpuDevice::do_attention_cached_forward(Tensor& out, const Tensor& q, const 
 
 void CpuDevice::do_attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
                                       const Tensor& q, const Tensor& k, const Tensor& v,
-                                      const Tensor& probs, const AttentionShape& sh) {
+                                      const Tensor& out, const Tensor& lse,
+                                      const AttentionShape& sh) {
   const int64_t S = sh.seq, B = sh.batch, nh = sh.heads, nkv = sh.kv_heads, hd = sh.head_dim;
   const int64_t group = nh / nkv;
   const int64_t qc = nh * hd, kc = nkv * hd;
@@ -595,9 +606,8 @@ void CpuDevice::do_attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const 
       for (int64_t g = 0; g < nkv; ++g) {
         const int64_t j0 = g * group, qoff = b * qc + j0 * hd, koff = b * kc + g * hd;
         kern.backward(dq.data() + qoff, dk.data() + koff, dv.data() + koff, dout.data() + qoff,
-                      q.data() + qoff, k.data() + koff, v.data() + koff,
-                      probs.data() + (b * nh + j0) * S * S, ldq, ldk, group, sh.scale, d,
-                      ws.data());
+                      q.data() + qoff, k.data() + koff, v.data() + koff, out.data() + qoff,
+                      lse.data() + (b * nh + j0) * S, ldq, ldk, group, sh.scale, d, ws.data());
       }
   }
 }

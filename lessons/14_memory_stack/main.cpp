@@ -7,8 +7,8 @@
 //   2. The articles' order ([A2] §5.3), one row each, stacked: t = 2 (TP shards weights,
 //      gradients, AdamW and most activations), --precision bf16 (bf16 copies of the weights, bf16
 //      activations and TP collectives over the fp32 master; every row after it is bf16),
-//      --recompute selective (the attention probabilities are not
-//      kept), --recompute full (each block keeps its input only), --micro-batches 2 (each forward
+//      --recompute selective (Korthikanti's recomputation of the attention core: nothing left to
+//      drop here, attention keeps no S × S tensor), --recompute full (each block keeps its input only), --micro-batches 2 (each forward
 //      holds half the batch), ZeRO-1 over dp = 2 (tp 2 × dp 2: AdamW's moments sharded over the
 //      replicas), and a larger t last (t = 4: each step up in t adds communication; [A3]: the
 //      smallest t that fits). Each row trains 5 steps on the same batches and prints its peak per rank split
@@ -201,13 +201,13 @@ double forward_flops(const GptConfig& c, int t, int64_t batch) {
          2.0 * N * h * static_cast<double>(c.padded_vocab(t)) / t;
 }
 
-// Recomputation's extra forward work per rank and step on its replica's `batch` sequences:
-// selective the attention core of every block, full every block's forward.
+// Recomputation's extra forward work per rank and step on its replica's `batch` sequences: full
+// every block's forward; selective none (attention keeps no S × S tensor for it to drop: its
+// backward recomputes the probabilities from the kept log-sum-exp in every mode).
 double extra_flops(const GptConfig& c, Recompute mode, int t, int64_t batch) {
   const double h = static_cast<double>(c.hidden), N = static_cast<double>(batch * c.seq);
   const double attention = 4.0 * static_cast<double>(batch * c.seq * c.seq) * h / t;
   const double block = 2.0 * N * (h * h * 4 + 2 * h * static_cast<double>(c.inner())) / t;
-  if (mode == Recompute::Selective) return c.layers * attention;
   if (mode == Recompute::Full) return c.layers * (attention + block);
   return 0;
 }
@@ -360,6 +360,14 @@ int main(int argc, char** argv) {
           "stay f32) and the bytes on the wire (x",
           num(comm_ratio, "%.3f"), ": the cross-entropy's statistics stay f32).");
     L.check_value("selective recomputation changes no communication", sel.comm, half.comm, 0.0);
+    // Selective recomputation drops the attention core's S × S tensors; this attention keeps none
+    // (only a log-sum-exp per query row, from which its backward recomputes the probabilities).
+    L.check_value("selective recomputation keeps what none keeps",
+                  static_cast<double>(sel.peak.activations),
+                  static_cast<double>(half.peak.activations), 0.0);
+    L.say("  selective recomputation keeps what none keeps, ", kib(sel.peak.activations),
+          ": it drops attention's S x S probabilities, and this attention never keeps them (a "
+          "log-sum-exp per\n  query row instead, from which every backward recomputes them).");
     // Full recomputation reruns each block's forward, whose two all-reduces of N·h bf16 values
     // (after attention and after the MLP) run again in backward.
     const int64_t nh_bytes = kBatch * cfg.seq * cfg.hidden * dtype_size(Dtype::bf16);

@@ -15,7 +15,6 @@ ParallelAttention::ParallelAttention(Device& device, Communicator& comm, const s
       prefix_(prefix),
       sp_(cfg.sp),
       overlap_(cfg.overlap),
-      recompute_(cfg.recompute),
       hidden_(cfg.hidden),
       heads_(cfg.heads),
       kv_heads_(cfg.kv()),
@@ -31,7 +30,8 @@ ParallelAttention::ParallelAttention(Device& device, Communicator& comm, const s
       q_out_(prefix + ".q"),
       k_out_(prefix + ".k"),
       v_out_(prefix + ".v"),
-      probs_(prefix + ".probs") {
+      ctx_(prefix + ".ctx"),
+      lse_(prefix + ".lse") {
   for (ParallelLinearBase* l :
        {static_cast<ParallelLinearBase*>(&q_), static_cast<ParallelLinearBase*>(&k_),
         static_cast<ParallelLinearBase*>(&v_), static_cast<ParallelLinearBase*>(&proj_)})
@@ -65,13 +65,15 @@ Tensor ParallelAttention::forward(const Tensor& x_in, int64_t seq, int64_t batch
   const Tensor& k = saved_.keep(k_out_, qkv[1]);
   const Tensor& v = saved_.keep(v_out_, qkv[2]);
   Tensor ctx(device_, q.shape(), q.dtype());
-  Tensor probs(device_, Shape{batch, heads_ / t, seq, seq}, q.dtype());
-  device_.attention_forward(ctx, probs, q, k, v, shape_);  // local: whole heads
-  if (recompute_ == Recompute::Selective)
-    probs_.reset();  // the s²-sized core: recomputed in backward
-  else
-    saved_.keep(probs_, probs);
-  return proj_.forward(ctx);  // Σ_r ctx_r P_r: g's all-reduce (SP: reduce-scatter)
+  Tensor lse(device_, Shape{batch, heads_ / t, seq});  // f32: one log-sum-exp per query row
+  device_.attention_forward(ctx, lse, q, k, v, shape_);  // local: whole heads
+  Tensor y = proj_.forward(ctx);  // Σ_r ctx_r P_r: g's all-reduce (SP: reduce-scatter)
+  // Backward recomputes the probabilities from q, k and lse, and needs ctx (the output projection
+  // keeps it already: the ledger counts it once) for the softmax backward's row sums. Nothing of
+  // size S × S is kept, whatever the recomputation mode (model/recompute.h).
+  saved_.keep(ctx_, ctx);
+  saved_.keep(lse_, lse);
+  return y;
 }
 #endif
 
@@ -79,17 +81,9 @@ Tensor ParallelAttention::backward(const Tensor& dy) {
   q_.prefetch_input();  // SP + async: X's re-gather runs under the projection's and attention's
   Tensor dctx = proj_.backward(dy);
   const Tensor &q = q_out_.get(), &k = k_out_.get(), &v = v_out_.get();
-  Tensor probs;
-  if (recompute_ == Recompute::Selective) {  // the same kernel on the same q, k, v: bitwise equal
-    Tensor ctx(device_, q.shape(), q.dtype());
-    probs = Tensor(device_, Shape{shape_.batch, shape_.heads, shape_.seq, shape_.seq}, q.dtype());
-    device_.attention_forward(ctx, probs, q, k, v, shape_);
-  } else {
-    probs = probs_.get();
-  }
   Tensor dq(device_, q.shape(), dctx.dtype()), dk(device_, k.shape(), dctx.dtype()),
       dv(device_, v.shape(), dctx.dtype());
-  device_.attention_backward(dq, dk, dv, dctx, q, k, v, probs, shape_);
+  device_.attention_backward(dq, dk, dv, dctx, q, k, v, ctx_.get(), lse_.get(), shape_);
   // f backward (SP: reduce-scatter) once for q, k and v.
   return ColumnParallelLinear::backward_shared({&q_, &k_, &v_}, {dq, dk, dv});
 }

@@ -64,14 +64,14 @@ class ParallelAttention {
   std::string prefix_;
   bool sp_;
   Overlap overlap_;
-  Recompute recompute_;  // selective: probs_ is not kept, backward recomputes it from q, k, v
   int64_t hidden_, heads_, kv_heads_, head_dim_;
   ColumnParallelLinear q_, k_, v_;
   RowParallelLinear proj_;
   AttentionShape shape_;
   ActivationStash saved_;
   SavedTensor q_out_, k_out_, v_out_;  // (N, nh/t · hd), (N, nkv/t · hd) twice
-  SavedTensor probs_;                  // (B, nh/t, S, S); not kept under selective recomputation
+  SavedTensor ctx_;                    // (N, nh/t · hd): the output, the projection's input too
+  SavedTensor lse_;                    // (B, nh/t, S), f32: what backward recomputes P from
 };
 
 }  // namespace tp

@@ -16,11 +16,12 @@ TokenFlops token_flops(const GptConfig& cfg, int64_t seq) {
   const double attention = 4.0 * static_cast<double>(cfg.layers) * static_cast<double>(h) *
                            static_cast<double>(seq);  // QKᵀ and PV forward, per token
   out.model = 6.0 * static_cast<double>(out.n) + 3.0 * attention;
+  // What the hardware runs besides: the attention backward recomputes its scores QKᵀ from q, k
+  // and the kept log-sum-exp (half of `attention`), in every mode; full recomputation reruns each
+  // block's forward as well. Selective has nothing left to rerun (attention keeps no S × S).
   const Recompute rc = cfg.recompute;
-  out.hardware =
-      out.model + (rc == Recompute::Selective ? attention
-                   : rc == Recompute::Full    ? 2.0 * static_cast<double>(out.n_blocks) + attention
-                                              : 0.0);
+  out.hardware = out.model + 0.5 * attention +
+                 (rc == Recompute::Full ? 2.0 * static_cast<double>(out.n_blocks) + attention : 0.0);
   return out;
 }
 

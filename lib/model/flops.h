@@ -16,10 +16,12 @@
 // cost a few FLOPs per element, not 6, but are a rounding error of N). N is the real vocabulary's,
 // not the padding rows'.
 //
-// HFU counts what the hardware runs besides: recomputation's extra forward (model/recompute.h):
-// selective reruns attention's core, + 4·L·h·S per token; full reruns every block's forward,
-// + 2·N_blocks + 4·L·h·S. MFU divides the model FLOPs (the work the model needs, whatever the
-// implementation) by the peak, HFU the hardware FLOPs.
+// HFU counts what the hardware runs besides: the attention backward's recomputation of the scores
+// QKᵀ from the kept log-sum-exp (FlashAttention's backward; every mode), + 2·L·h·S per token; and
+// full recomputation's extra forward (model/recompute.h), + 2·N_blocks + 4·L·h·S. Selective
+// recomputation adds nothing: attention keeps no S × S tensor, so there is nothing left for it to
+// rerun. MFU divides the model FLOPs (the work the model needs, whatever the implementation) by
+// the peak, HFU the hardware FLOPs.
 #pragma once
 
 #include <cstdint>

@@ -1,8 +1,9 @@
 // memory.h — the activation memory of one transformer block, in closed form.
 //
 // What a block keeps for backward on one rank, for this implementation's choices (fp32 = 4 bytes
-// per value, bf16 = 2, see Precision below; dropout masks stored as fp32) with recompute = none (the attention probabilities
-// kept; nothing recomputed except the sequence-parallel all-gather; selective and full below).
+// per value, bf16 = 2, see Precision below; dropout masks stored as fp32) with recompute = none
+// (nothing recomputed except the sequence-parallel all-gather and attention's scores, which every
+// backward recomputes from the kept log-sum-exp; selective and full below).
 // With N = s·b tokens, h hidden, nh / nkv heads of size hd, ffn the MLP size, t ranks, and n = N/t
 // under sequence parallelism (N without):
 //
@@ -10,7 +11,8 @@
 //   attention input             n·h        (the ln_1 output; under SP the local shard, re-gathered
 //                                           in backward)
 //   q, k, v                     N·(nh + 2 nkv)·hd / t
-//   attention probabilities     b·(nh/t)·s²
+//   attention log-sum-exp       b·(nh/t)·s, f32 in either precision (the S × S probabilities are
+//                               never kept: backward recomputes them from it, core/device.h)
 //   attention output (ctx)      N·nh·hd / t (input of the row-parallel c_proj)
 //   dropout mask (p > 0)        n·h
 //   ln_2 input                  n·h        + statistics
@@ -20,16 +22,15 @@
 //   dropout mask (p > 0)        n·h
 //
 // For GPT-2's shape (nkv = nh, ffn = 4h, GeLU, LayerNorm, dropout on) this is, in bytes,
-//   TP only:  4·[sbh(6 + 12/t) + 4sb] + 4·nh·s²·b/t   =  sbh(24 + 48/t) + 16sb + 4·nh·s²b/t
-//   TP + SP:  sbh·72/t + 16sb/t + 4·nh·s²b/t
-// the fp32 analogue of Korthikanti et al.'s sbh(10 + 24/t + 5as/(ht)) and sbh(34/t + 5as/(ht)) for
-// 16-bit activations with 1-byte masks: sequence parallelism divides the part that TP alone
-// leaves replicated (the n·h terms) by t too.
+//   TP only:  4·[sbh(6 + 12/t) + 4sb] + 4·nh·s·b/t   =  sbh(24 + 48/t) + 16sb + 4·nh·sb/t
+//   TP + SP:  sbh·72/t + 16sb/t + 4·nh·sb/t
+// the fp32 analogue of Korthikanti et al.'s selective-recomputation rows, sbh(10 + 24/t) and
+// sbh·34/t, for 16-bit activations with 1-byte masks (their no-recomputation rows add
+// 5as/(ht)·sbh, the s² probabilities and their dropout mask, which this attention never keeps):
+// sequence parallelism divides the part that TP alone leaves replicated (the n·h terms) by t too.
 //
 // Recomputation (cfg.recompute, model/recompute.h) changes what is kept:
-//   selective  the probabilities are not kept: minus 4·b·(nh/t)·s², the s²-term. GPT-2's shape:
-//              TP only sbh(24 + 48/t) + 16sb;  TP + SP 72·sbh/t + 16sb/t  (Korthikanti:
-//              sbh(10 + 24/t) and 34·sbh/t).
+//   selective  the same as none: there is no s² term left to drop (model/recompute.h).
 //   full       the block's input only: 4·n·h, i.e. 4sbh (TP only) or 4sbh/t (TP + SP)
 //              (Korthikanti: 2sbh, the 16-bit input, without SP).
 //
@@ -39,7 +40,7 @@
 //
 // The peak of a step (memory_peak): the forward keeps L blocks + the head; then the backward of
 // each block computes again what its mode dropped and holds it while that block's backward runs
-// (recompute_rerun_bytes: selective the probabilities, full everything but the kept input), so one
+// (recompute_rerun_bytes: full everything but the kept input; selective nothing), so one
 // block's rerun adds to the peak. Model states: weights 4P (the fp32 master; under bf16 + 2P for
 // its compute copy, 6P), gradients 4P (fp32 in either precision), AdamW's moments 8P, or
 // 8·⌈P/dp⌉ with ZeRO-1 over dp replicas (P: this rank's parameter elements): 16 B per parameter
@@ -48,7 +49,7 @@
 // bytes instead of 4, except the norms' statistics and the dropout masks, which stay f32 (4 B);
 // outside the blocks ln_f's input and output and the logits take 2 B, the token ids, the
 // embedding's mask and ln_f's statistics 4 B.
-// GPT-2's shape in bf16, TP only: sbh(16 + 24/t) + 16sb + 2·nh·s²b/t (the masks 8sbh of it at
+// GPT-2's shape in bf16, TP only: sbh(16 + 24/t) + 16sb + 4·nh·sb/t (the masks 8sbh of it at
 // 4 B; Korthikanti's 1-byte masks would make them 2sbh, which gives their sbh(10 + 24/t)).
 #pragma once
 

@@ -2,10 +2,13 @@
 // computes again there (GptConfig::recompute, tp_train --recompute).
 //
 //   none       every block keeps what its backward reads (model/memory.h lists it).
-//   selective  the attention core is not kept: the softmax probabilities (B, nh/t, S, S), the one
-//              activation that grows with s², are recomputed in backward from the kept q, k, v
-//              (Korthikanti et al., "Reducing Activation Recomputation in Large Transformer
-//              Models", selective recomputation). Extra work: one attention_forward per block.
+//   selective  Korthikanti et al.'s selective recomputation ("Reducing Activation Recomputation in
+//              Large Transformer Models") drops the attention core's S × S tensors and recomputes
+//              them in backward. This library's attention never keeps them: its forward keeps the
+//              per-row log-sum-exp, (B, nh/t, S), and its backward recomputes the probabilities
+//              from q, k and that (FlashAttention's way, core/device.h), in every mode. So
+//              selective keeps what `none` keeps and does no extra work; the name stays, so that
+//              configurations that ask for it run and show that it is already paid for.
 //   full       each block keeps only its input (under SP its s/t-token shard) and reruns its whole
 //              forward at the start of its backward, collectives included. Extra work: one forward.
 //

@@ -93,7 +93,8 @@ class RecordingDevice final : public tp::Device {
     ++calls;
   }
   void do_attention_backward(Tensor&, Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                             const Tensor&, const Tensor&, const AttentionShape&) override {
+                             const Tensor&, const Tensor&, const Tensor&,
+                             const AttentionShape&) override {
     ++calls;
   }
   void do_attention_cached_forward(Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t,
@@ -164,7 +165,7 @@ TEST(DeviceChecks, EveryKernelRejectsATensorOfAnotherDeviceBeforeTheBackendRuns)
       [&] { dev.rmsnorm_forward(x, x, other, x, 1e-5f); },
       [&] { dev.rmsnorm_backward(x, x, x, x, x, other); },
       [&] { dev.attention_forward(x, x, other, x, x, sh); },
-      [&] { dev.attention_backward(x, x, x, x, x, x, x, other, sh); },
+      [&] { dev.attention_backward(x, x, x, x, x, x, x, x, other, sh); },
       [&] { dev.attention_cached_forward(x, x, x, other, 0, sh); },
       [&] { dev.embedding_shard_forward(x, other, x, 0); },
       [&] { dev.embedding_shard_backward(x, x, other, 0); },

@@ -27,13 +27,13 @@ using namespace tp::testing;  // test_util.h, cpu_backend/kernel_test_util.h
 // ---- double reference -------------------------------------------------------------------------
 
 struct AttnRef {
-  Vec out, probs;
+  Vec out, probs, lse;  // lse: (B, nh, S), log Σ_{t ≤ s} e^(scale·q_s·k_t)
 };
 
 // The definition, loop by loop: token (s, b) is row s·B + b; query head j reads kv head j/(nh/nkv).
 AttnRef attention_ref(const Vec& q, const Vec& k, const Vec& v, const AttentionShape& sh) {
   const int64_t S = sh.seq, B = sh.batch, nh = sh.heads, nkv = sh.kv_heads, hd = sh.head_dim;
-  AttnRef r{Vec(q.size(), 0.0), Vec(B * nh * S * S, 0.0)};
+  AttnRef r{Vec(q.size(), 0.0), Vec(B * nh * S * S, 0.0), Vec(B * nh * S, 0.0)};
   for (int64_t b = 0; b < B; ++b)
     for (int64_t j = 0; j < nh; ++j) {
       const int64_t g = j / (nh / nkv);
@@ -49,6 +49,7 @@ AttnRef attention_ref(const Vec& q, const Vec& k, const Vec& v, const AttentionS
         }
         double sum = 0;
         for (double& x : score) sum += (x = std::exp(x - mx));
+        r.lse[(b * nh + j) * S + s] = mx + std::log(sum);
         for (int64_t t = 0; t <= s; ++t) {
           const double p = score[t] / sum;
           r.probs[((b * nh + j) * S + s) * S + t] = p;
@@ -75,7 +76,7 @@ std::string attn_tag(const AttentionShape& s) {
 struct AttnCase {
   AttentionShape sh;
   std::vector<float> q, k, v;
-  Tensor Q, K, V, out, probs;
+  Tensor Q, K, V, out, lse;
   explicit AttnCase(const AttentionShape& s) : sh(s) {
     const int64_t rows = s.seq * s.batch, qc = s.heads * s.head_dim, kc = s.kv_heads * s.head_dim;
     const std::string tag = attn_tag(s);
@@ -86,8 +87,8 @@ struct AttnCase {
     K = on_device(Shape{rows, kc}, k);
     V = on_device(Shape{rows, kc}, v);
     out = filled(Shape{rows, qc}, kNaN);
-    probs = filled(Shape{s.batch, s.heads, s.seq, s.seq}, kNaN);
-    device().attention_forward(out, probs, Q, K, V, sh);
+    lse = filled(Shape{s.batch, s.heads, s.seq}, kNaN);
+    device().attention_forward(out, lse, Q, K, V, sh);
   }
 };
 
@@ -97,25 +98,30 @@ const AttentionShape kAttnShapes[] = {
     attn_shape(4, 3, 4, 1, 2),  // MQA
 };
 
-TEST(KernelAttention, ForwardMatchesReferenceAndProbsAreCausal) {
+// The forward's output and its log-sum-exp against the double reference; the lse is what the
+// backward rebuilds P from, so P = e^(scale·q·k − lse) must be causal and sum to 1 per row.
+TEST(KernelAttention, ForwardMatchesReferenceAndLseRebuildsTheProbabilities) {
   for (const AttentionShape& sh : kAttnShapes) {
     AttnCase c(sh);
     const AttnRef ref = attention_ref(to_d(c.q), to_d(c.k), to_d(c.v), sh);
     EXPECT_LE(rel_error(c.out.to_host(), to_f(ref.out)), kForwardTol) << attn_tag(sh);
-    const auto p = c.probs.to_host();
-    EXPECT_LE(rel_error(p, to_f(ref.probs)), kForwardTol) << attn_tag(sh);
-    const int64_t S = sh.seq;
-    for (int64_t row = 0; row < sh.batch * sh.heads * S; ++row) {
-      const int64_t s = row % S;
-      double sum = 0;
-      for (int64_t t = 0; t < S; ++t) {
-        if (t > s) {
-          EXPECT_EQ(p[row * S + t], 0.0f) << attn_tag(sh) << " row " << row << " t " << t;
+    const auto lse = c.lse.to_host();
+    EXPECT_LE(rel_error(lse, to_f(ref.lse)), kForwardTol) << attn_tag(sh);
+    const int64_t S = sh.seq, B = sh.batch, nh = sh.heads, hd = sh.head_dim;
+    const int64_t nkv = sh.kv_heads;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t j = 0; j < nh; ++j)
+        for (int64_t s = 0; s < S; ++s) {
+          double sum = 0;
+          for (int64_t t = 0; t <= s; ++t) {
+            double d = 0;
+            for (int64_t e = 0; e < hd; ++e)
+              d += static_cast<double>(c.q[(s * B + b) * nh * hd + j * hd + e]) *
+                   c.k[(t * B + b) * nkv * hd + (j / (nh / nkv)) * hd + e];
+            sum += std::exp(sh.scale * d - lse[(b * nh + j) * S + s]);
+          }
+          EXPECT_NEAR(sum, 1.0, 1e-5) << attn_tag(sh) << " b " << b << " j " << j << " s " << s;
         }
-        sum += p[row * S + t];
-      }
-      EXPECT_NEAR(sum, 1.0, 1e-6) << attn_tag(sh) << " row " << row;
-    }
   }
 }
 
@@ -126,7 +132,7 @@ TEST(KernelAttention, BackwardMatchesFiniteDifferences) {
     Tensor dOut = on_device(c.Q.shape(), to_f(R));
     Tensor dQ = filled(c.Q.shape(), kNaN), dK = filled(c.K.shape(), kNaN),
            dV = filled(c.V.shape(), kNaN);
-    device().attention_backward(dQ, dK, dV, dOut, c.Q, c.K, c.V, c.probs, sh);
+    device().attention_backward(dQ, dK, dV, dOut, c.Q, c.K, c.V, c.out, c.lse, sh);
     const Vec q = to_d(c.q), k = to_d(c.k), v = to_d(c.v);
     const Vec want_dq = fd_grad([&](const Vec& x) { return attention_ref(x, k, v, sh).out; }, q, R);
     const Vec want_dk = fd_grad([&](const Vec& x) { return attention_ref(q, x, v, sh).out; }, k, R);
@@ -144,7 +150,7 @@ TEST(KernelAttention, BackwardIsThreadIndependent) {
   for (int t = 1; t <= 2; ++t)
     with_threads(t, [&] {
       Tensor dQ(device(), c.Q.shape()), dK(device(), c.K.shape()), dV(device(), c.V.shape());
-      device().attention_backward(dQ, dK, dV, dOut, c.Q, c.K, c.V, c.probs, c.sh);
+      device().attention_backward(dQ, dK, dV, dOut, c.Q, c.K, c.V, c.out, c.lse, c.sh);
       got[t - 1][0] = dQ.to_host();
       got[t - 1][1] = dK.to_host();
       got[t - 1][2] = dV.to_host();
@@ -196,10 +202,15 @@ TEST(KernelAttention, CachedForwardMatchesForwardRows) {
 TEST(KernelAttention, BadShapesAreErrors) {
   AttentionShape sh = attn_shape(3, 2, 3, 2, 4);  // nh % nkv != 0
   Tensor q(device(), Shape{6, 12}), k(device(), Shape{6, 8}), v(device(), Shape{6, 8});
-  Tensor out(device(), Shape{6, 12}), probs(device(), Shape{2, 3, 3, 3});
-  EXPECT_THROW(device().attention_forward(out, probs, q, k, v, sh), tp::Error);
+  Tensor out(device(), Shape{6, 12}), lse(device(), Shape{2, 3, 3});
+  EXPECT_THROW(device().attention_forward(out, lse, q, k, v, sh), tp::Error);
   sh = attn_shape(3, 2, 4, 2, 4);  // q is 6x12, not 6x16
-  EXPECT_THROW(device().attention_forward(out, probs, q, k, v, sh), tp::Error);
+  EXPECT_THROW(device().attention_forward(out, lse, q, k, v, sh), tp::Error);
+  sh = attn_shape(3, 2, 4, 2, 3);  // q 6x12, k and v 6x6 fit; lse holds B·nh·S + 1 values
+  Tensor k6(device(), Shape{6, 6}), v6(device(), Shape{6, 6});
+  Tensor lse_ok(device(), Shape{2, 4, 3}), lse_long(device(), Shape{2 * 4 * 3 + 1});
+  EXPECT_NO_THROW(device().attention_forward(out, lse_ok, q, k6, v6, sh));
+  EXPECT_THROW(device().attention_forward(out, lse_long, q, k6, v6, sh), tp::Error);
 }
 
 // ---- attention: the CPU kernel's instruction sets ----------------------------------------------
@@ -271,12 +282,12 @@ TEST(KernelAttentionIsa, EveryVariantMatchesTheReference) {
       const Vec q = to_d(c.q), k = to_d(c.k), v = to_d(c.v);
       const AttnRef ref = attention_ref(q, k, v, sh);
       EXPECT_LE(rel_error(c.out.to_host(), to_f(ref.out)), kForwardTol) << tag;
-      EXPECT_LE(rel_error(c.probs.to_host(), to_f(ref.probs)), kForwardTol) << tag;
+      EXPECT_LE(rel_error(c.lse.to_host(), to_f(ref.lse)), kForwardTol) << tag;
       const std::vector<float> r = random_vector("R" + attn_tag(sh), c.Q.numel());
       Tensor dOut = on_device(c.Q.shape(), r);
       Tensor dQ = filled(c.Q.shape(), kNaN), dK = filled(c.K.shape(), kNaN),
              dV = filled(c.V.shape(), kNaN);
-      device().attention_backward(dQ, dK, dV, dOut, c.Q, c.K, c.V, c.probs, sh);
+      device().attention_backward(dQ, dK, dV, dOut, c.Q, c.K, c.V, c.out, c.lse, sh);
       const AttnGrads want = attention_backward_ref(q, k, v, to_d(r), sh);
       // the same bound as the forward: an analytic reference, no finite differences
       EXPECT_LE(rel_error(dQ.to_host(), to_f(want.dq)), kForwardTol) << tag;
@@ -292,7 +303,7 @@ TEST(KernelAttentionIsa, EveryVariantMatchesTheReference) {
       const std::vector<float> full = c.out.to_host();
       const std::vector<float> rows(full.begin() + past * sh.batch * qc, full.end());
       EXPECT_LE(rel_error(cached.to_host(), rows), kForwardTol) << tag << " cached";
-      for (Tensor* t : {&c.out, &c.probs, &dQ, &dK, &dV}) got[i].push_back(t->to_host());
+      for (Tensor* t : {&c.out, &c.lse, &dQ, &dK, &dV}) got[i].push_back(t->to_host());
     }
   }
   // AVX-512 and AVX2 + FMA: each element is the same chain of fused multiply-adds.
@@ -310,22 +321,22 @@ TEST(KernelAttentionIsa, EveryVariantMatchesTheReference) {
 TEST(KernelAttentionIsa, ForwardIsThreadIndependent) {
   const AttentionShape sh = attn_shape(64, 2, 4, 2, 16);
   AttnCase c(sh);
-  std::vector<float> out[2], probs[2], cached[2];
+  std::vector<float> out[2], lse[2], cached[2];
   const int64_t past = 40, n = sh.seq - past, B = sh.batch;
   AttentionShape part = sh;
   part.seq = n;
   for (int t = 1; t <= 2; ++t)
     with_threads(t, [&] {
-      Tensor o = filled(c.Q.shape(), kNaN), p = filled(c.probs.shape(), kNaN);
-      device().attention_forward(o, p, c.Q, c.K, c.V, sh);
+      Tensor o = filled(c.Q.shape(), kNaN), l = filled(c.lse.shape(), kNaN);
+      device().attention_forward(o, l, c.Q, c.K, c.V, sh);
       Tensor oc = filled(Shape{n * B, sh.heads * sh.head_dim}, kNaN);
       device().attention_cached_forward(oc, c.Q.view(past * B, sh.seq * B), c.K, c.V, past, part);
       out[t - 1] = o.to_host();
-      probs[t - 1] = p.to_host();
+      lse[t - 1] = l.to_host();
       cached[t - 1] = oc.to_host();
     });
   EXPECT_EQ(out[0], out[1]);
-  EXPECT_EQ(probs[0], probs[1]);
+  EXPECT_EQ(lse[0], lse[1]);
   EXPECT_EQ(cached[0], cached[1]);
 }
 
