@@ -200,7 +200,7 @@ void CudaDevice::do_attention_forward(Tensor& out, Tensor& lse, const Tensor& q,
   for (int64_t r = 0; r < group; ++r)
     batched_gemm(false, false, S, hd, S, 1.0f, p32 + r * S * S, S, group * S * S, v32, B * kc, hd,
                  0.0f, out32 + r * hd, B * qc, group * hd, pairs);  // out = P V
-  st.round(3);                                                      // a bf16 out: rounded once
+  st.round(3);
 }
 
 // As the forward with n query rows over P = past + n keys: the scores (B, nh, n, P) in scratch.
