@@ -101,11 +101,11 @@ class CudaDevice : public Device {
                            const Tensor& w, const Tensor& rstd) override;
 
   // kernels/attention.cu
-  void do_attention_forward(Tensor& out, Tensor& probs, const Tensor& q, const Tensor& k,
+  void do_attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k,
                             const Tensor& v, const AttentionShape& shape) override;
   void do_attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
-                             const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
-                             const AttentionShape& shape) override;
+                             const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                             const Tensor& lse, const AttentionShape& shape) override;
   void do_attention_cached_forward(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
                                    int64_t past, const AttentionShape& shape) override;
 

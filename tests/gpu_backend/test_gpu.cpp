@@ -445,15 +445,18 @@ TEST(GpuAttention, CausalForwardBackwardMhaAndGqa) {
     Pair q = rnd(tag + ".q", Shape{n, c.heads * c.hd}, 2.0f),
          k = rnd(tag + ".k", Shape{n, c.kv * c.hd}, 2.0f),
          v = rnd(tag + ".v", Shape{n, c.kv * c.hd});
-    Pair o = out(Shape{n, c.heads * c.hd}), probs = out(Shape{c.batch, c.heads, c.seq, c.seq});
-    cpu().attention_forward(o.cpu, probs.cpu, q.cpu, k.cpu, v.cpu, sh);
-    gpu().attention_forward(o.gpu, probs.gpu, q.gpu, k.gpu, v.gpu, sh);
+    Pair o = out(Shape{n, c.heads * c.hd}), lse = out(Shape{c.batch, c.heads, c.seq});
+    cpu().attention_forward(o.cpu, lse.cpu, q.cpu, k.cpu, v.cpu, sh);
+    gpu().attention_forward(o.gpu, lse.gpu, q.gpu, k.gpu, v.gpu, sh);
     EXPECT_CLOSE(o, kFp32) << tag;
-    EXPECT_CLOSE(probs, kFp32) << tag;
+    EXPECT_CLOSE(lse, kFp32) << tag;
+    // Each backward from its own forward's out and lse (P recomputed from q, k and lse).
     Pair dout = rnd(tag + ".dout", Shape{n, c.heads * c.hd});
     Pair dq = out(q.cpu.shape()), dk = out(k.cpu.shape()), dv = out(v.cpu.shape());
-    cpu().attention_backward(dq.cpu, dk.cpu, dv.cpu, dout.cpu, q.cpu, k.cpu, v.cpu, probs.cpu, sh);
-    gpu().attention_backward(dq.gpu, dk.gpu, dv.gpu, dout.gpu, q.gpu, k.gpu, v.gpu, probs.gpu, sh);
+    cpu().attention_backward(dq.cpu, dk.cpu, dv.cpu, dout.cpu, q.cpu, k.cpu, v.cpu, o.cpu, lse.cpu,
+                             sh);
+    gpu().attention_backward(dq.gpu, dk.gpu, dv.gpu, dout.gpu, q.gpu, k.gpu, v.gpu, o.gpu, lse.gpu,
+                             sh);
     EXPECT_CLOSE(dq, kFp32) << tag;
     EXPECT_CLOSE(dk, kFp32) << tag;
     EXPECT_CLOSE(dv, kFp32) << tag;
@@ -939,13 +942,14 @@ TEST(GpuModel, Bf16GradientsMatchCpuBf16) {
                 world().size(), worst);
 }
 
-// The attention: bf16 q, k, v, out, probs and gradients (the model's), and an f32 probs beside
-// bf16 activations; MHA and GQA (dk, dv summed over a group before their one rounding).
+// The attention: bf16 q, k, v, out, dout and gradients (the model's) with the f32 lse, and f32
+// out and dout beside bf16 q, k, v; MHA and GQA (dk, dv summed over a group before their one
+// rounding).
 TEST(GpuBf16Native, AttentionForwardBackwardBitForBit) {
   REQUIRE_GPU();
   struct Case {
     int64_t seq, batch, heads, kv, hd;
-    Dtype probs;
+    Dtype out;  // out and dout
   };
   for (const Case c :
        {Case{13, 2, 4, 4, 8, kB}, Case{13, 2, 4, 2, 8, kB}, Case{9, 3, 6, 2, 16, kF}}) {
@@ -961,17 +965,16 @@ TEST(GpuBf16Native, AttentionForwardBackwardBitForBit) {
     Twin q = twin(tag + ".q", Shape{n, c.heads * c.hd}, kB, 2.0f),
          k = twin(tag + ".k", Shape{n, c.kv * c.hd}, kB, 2.0f),
          v = twin(tag + ".v", Shape{n, c.kv * c.hd}, kB),
-         dout = twin(tag + ".dout", q.nat.shape(), kB);
-    Twin o = nan_twin(q.nat.shape(), kB),
-         probs = nan_twin(Shape{c.batch, c.heads, c.seq, c.seq}, c.probs);
+         dout = twin(tag + ".dout", q.nat.shape(), c.out);
+    Twin o = nan_twin(q.nat.shape(), c.out), lse = nan_twin(Shape{c.batch, c.heads, c.seq}, kF);
     Twin dq = nan_twin(q.nat.shape(), kB), dk = nan_twin(k.nat.shape(), kB),
          dv = nan_twin(v.nat.shape(), kB);
     on_both("attention", [&](Device& dev, auto&& T) {
-      dev.attention_forward(T(o), T(probs), T(q), T(k), T(v), sh);
-      dev.attention_backward(T(dq), T(dk), T(dv), T(dout), T(q), T(k), T(v), T(probs), sh);
+      dev.attention_forward(T(o), T(lse), T(q), T(k), T(v), sh);
+      dev.attention_backward(T(dq), T(dk), T(dv), T(dout), T(q), T(k), T(v), T(o), T(lse), sh);
     });
     EXPECT_BITS(o) << tag;
-    EXPECT_BITS(probs) << tag;
+    EXPECT_BITS(lse) << tag;
     EXPECT_BITS(dq) << tag;
     EXPECT_BITS(dk) << tag;
     EXPECT_BITS(dv) << tag;
