@@ -35,14 +35,16 @@ expect "--link 0,1e-300 (the delay would vanish)" 2 "--link=0,1e-300: β = 1e-30
 
 # 5. --decay-steps at or below --warmup is an error, not ignored: tests/train/test_train_flags.cpp.
 
-# 6. Lesson flags agree with their help: lesson 13 says [2, 100000] and refuses 1 with that range.
+# 6. Lesson flags agree with their help: lessons 13 and 13b say [2, 100000] and refuse 1 with that
+# range.
 log=$logs/check_lesson13_help.log
 run_mpi 1 "$BUILD/bin/lesson_13_train_gpt" --help >"$log" 2>&1
-if grep -q -- '--steps=N .*(default: 20; in \[2, 100000\])' "$log" && grep -q -- '--sp-steps=N .*(default: 5; in \[2, 100000\])' "$log"; then
-  pass 1; echo "✓ lesson 13's help: --steps and --sp-steps in [2, 100000], the range it checks"
-else fail "lesson 13's --help does not state --steps/--sp-steps in [2, 100000] (see $log)"; fi
-expect "lesson 13 --sp-steps above --steps" 2 "--sp-steps=9 must be at most --steps=4" 4 \
-  "$BUILD/bin/lesson_13_train_gpt" --steps 4 --sp-steps 9
+run_mpi 1 "$BUILD/bin/lesson_13b_tp_or_sp" --help >>"$log" 2>&1
+if grep -q -- '--steps=N .*(default: 20; in \[2, 100000\])' "$log" && grep -q -- '--steps=N .*(default: 5; in \[2, 100000\])' "$log"; then
+  pass 1; echo "✓ lessons 13 and 13b's help: --steps in [2, 100000], the range they check"
+else fail "lesson 13's or 13b's --help does not state --steps in [2, 100000] (see $log)"; fi
+expect "lesson 13 --steps 1" 2 "--steps=1: must be in [2, 100000]" 4 "$BUILD/bin/lesson_13_train_gpt" --steps 1
+expect "lesson 13b --steps 1" 2 "--steps=1: must be in [2, 100000]" 4 "$BUILD/bin/lesson_13b_tp_or_sp" --steps 1
 
 # 7. Sizes no machine holds: one line in flag terms, no internal names, nothing wraps.
 # (tp_train's --hidden 2^63-1, --pad-vocab-multiple 2^62, --hidden 2^31-1 and --batch 2^62, and that
