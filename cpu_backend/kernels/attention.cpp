@@ -363,9 +363,9 @@ int64_t forward_floats(const Dims& d) {
 // One (b, j) pair: query row i (position past + i) attends to keys t ≤ past + i.
 // q, out: (n, hd) row stride ldq; k, v: (keys, hd) row stride ldk; lse (n) or null.
 template <int W, int R>
-TP_ATTN_INLINE void attend_pair(float* out, float* lse, const float* q, int64_t ldq,
-                                const float* k, const float* v, int64_t ldk, float scale,
-                                const Dims& d, float* ws) {
+TP_ATTN_INLINE void attend_pair(float* out, float* lse, const float* q, int64_t ldq, const float* k,
+                                const float* v, int64_t ldk, float scale, const Dims& d,
+                                float* ws) {
   float* qp = ws;                 // (nr, hdp)
   float* kt = qp + d.nr * d.hdp;  // (hd, kr)
   float* vp = kt + d.hd * d.kr;   // (kr, hdp)
@@ -401,9 +401,9 @@ int64_t backward_floats(const Dims& d) {
 // stride ldk; lse: head j's (S) at + (j − j0)·S.
 template <int W, int R>
 TP_ATTN_INLINE void backward_group(float* dq, float* dk, float* dv, const float* dout,
-                                   const float* q, const float* k, const float* v,
-                                   const float* out, const float* lse, int64_t ldq, int64_t ldk,
-                                   int64_t group, float scale, const Dims& d, float* ws) {
+                                   const float* q, const float* k, const float* v, const float* out,
+                                   const float* lse, int64_t ldq, int64_t ldk, int64_t group,
+                                   float scale, const Dims& d, float* ws) {
   const int64_t S = d.n, kr = d.kr, hdp = d.hdp;
   float* kp = ws;               // (kr, hdp)
   float* kt = kp + kr * hdp;    // (hd, kr)
@@ -466,17 +466,17 @@ struct Kernels {
                    float*);
 };
 
-#define TP_ATTN_KERNELS(SUFFIX, TARGET, W, R)                                                  \
-  TARGET void attend_##SUFFIX(float* out, float* lse, const float* q, int64_t ldq,             \
-                              const float* k, const float* v, int64_t ldk, float scale,        \
-                              const Dims& d, float* ws) {                                      \
-    attend_pair<W, R>(out, lse, q, ldq, k, v, ldk, scale, d, ws);                              \
-  }                                                                                            \
-  TARGET void backward_##SUFFIX(float* dq, float* dk, float* dv, const float* dout,            \
-                                const float* q, const float* k, const float* v,                \
-                                const float* out, const float* lse, int64_t ldq, int64_t ldk,  \
-                                int64_t group, float scale, const Dims& d, float* ws) {        \
-    backward_group<W, R>(dq, dk, dv, dout, q, k, v, out, lse, ldq, ldk, group, scale, d, ws); \
+#define TP_ATTN_KERNELS(SUFFIX, TARGET, W, R)                                                      \
+  TARGET void attend_##SUFFIX(float* out, float* lse, const float* q, int64_t ldq, const float* k, \
+                              const float* v, int64_t ldk, float scale, const Dims& d,             \
+                              float* ws) {                                                         \
+    attend_pair<W, R>(out, lse, q, ldq, k, v, ldk, scale, d, ws);                                  \
+  }                                                                                                \
+  TARGET void backward_##SUFFIX(float* dq, float* dk, float* dv, const float* dout,                \
+                                const float* q, const float* k, const float* v, const float* out,  \
+                                const float* lse, int64_t ldq, int64_t ldk, int64_t group,         \
+                                float scale, const Dims& d, float* ws) {                           \
+    backward_group<W, R>(dq, dk, dv, dout, q, k, v, out, lse, ldq, ldk, group, scale, d, ws);      \
   }
 
 TP_ATTN_KERNELS(base, , 4, 4)

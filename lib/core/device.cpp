@@ -520,14 +520,15 @@ void Device::attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const 
 
 void Device::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
                                 const Tensor& q, const Tensor& k, const Tensor& v,
-                                const Tensor& out, const Tensor& lse,
-                                const AttentionShape& shape) {
+                                const Tensor& out, const Tensor& lse, const AttentionShape& shape) {
   const Launch kernel(*this, Kernel::attention_backward);
   checks::check_attention_backward(*this, dq, dk, dv, dout, q, k, v, out, lse, shape);
-  kernel.run([&](auto& dq_, auto& dk_, auto& dv_, auto& dout_, auto& q_, auto& k_, auto& v_,
-                 auto& out_,
-                 auto& lse_) { do_attention_backward(dq_, dk_, dv_, dout_, q_, k_, v_, out_, lse_, shape); },
-             dq, dk, dv, dout, q, k, v, out, lse);
+  kernel.run(
+      [&](auto& dq_, auto& dk_, auto& dv_, auto& dout_, auto& q_, auto& k_, auto& v_, auto& out_,
+          auto& lse_) {
+    do_attention_backward(dq_, dk_, dv_, dout_, q_, k_, v_, out_, lse_, shape);
+      },
+      dq, dk, dv, dout, q, k, v, out, lse);
 }
 
 void Device::attention_cached_forward(Tensor& out, const Tensor& q, const Tensor& k,

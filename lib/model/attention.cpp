@@ -65,7 +65,7 @@ Tensor ParallelAttention::forward(const Tensor& x_in, int64_t seq, int64_t batch
   const Tensor& k = saved_.keep(k_out_, qkv[1]);
   const Tensor& v = saved_.keep(v_out_, qkv[2]);
   Tensor ctx(device_, q.shape(), q.dtype());
-  Tensor lse(device_, Shape{batch, heads_ / t, seq});  // f32: one log-sum-exp per query row
+  Tensor lse(device_, Shape{batch, heads_ / t, seq});    // f32: one log-sum-exp per query row
   device_.attention_forward(ctx, lse, q, k, v, shape_);  // local: whole heads
   Tensor y = proj_.forward(ctx);  // Σ_r ctx_r P_r: g's all-reduce (SP: reduce-scatter)
   // Backward recomputes the probabilities from q, k and lse, and needs ctx (the output projection

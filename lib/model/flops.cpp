@@ -20,8 +20,9 @@ TokenFlops token_flops(const GptConfig& cfg, int64_t seq) {
   // and the kept log-sum-exp (half of `attention`), in every mode; full recomputation reruns each
   // block's forward as well. Selective has nothing left to rerun (attention keeps no S × S).
   const Recompute rc = cfg.recompute;
-  out.hardware = out.model + 0.5 * attention +
-                 (rc == Recompute::Full ? 2.0 * static_cast<double>(out.n_blocks) + attention : 0.0);
+  out.hardware =
+      out.model + 0.5 * attention +
+      (rc == Recompute::Full ? 2.0 * static_cast<double>(out.n_blocks) + attention : 0.0);
   return out;
 }
 

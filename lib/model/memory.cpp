@@ -17,7 +17,7 @@ KeptValues kept_values(const GptConfig& c, int64_t seq, int64_t batch, int t) {
   const int64_t N = seq * batch, n = c.sp ? N / t : N, h = c.hidden, hd = c.head_dim();
   const Recompute recompute = c.recompute;
   if (recompute == Recompute::Full) return {n * h, 0};  // the block's input only
-  const int64_t lse = batch * (c.heads / t) * seq;  // attention's log-sum-exp per row, f32
+  const int64_t lse = batch * (c.heads / t) * seq;      // attention's log-sum-exp per row, f32
   const int64_t stats = c.norm_kind() == NormKind::LayerNorm ? 2 * n : n;
   const int64_t mask = c.dropout > 0.0f ? n * h : 0;
   const int64_t mlp_saved = (c.activation() == Activation::SwiGlu ? 3 : 2) * N * c.inner() / t;
@@ -29,7 +29,7 @@ KeptValues kept_values(const GptConfig& c, int64_t seq, int64_t batch, int t) {
                   + n * h                                // ln_2 input
                   + n * h                                // MLP input
                   + mlp_saved;                           // up (+ gate), activation
-  k.f32 = 2 * stats    // ln_1's and ln_2's statistics
+  k.f32 = 2 * stats                                      // ln_1's and ln_2's statistics
           + lse        // attention's log-sum-exp (what backward recomputes P from)
           + 2 * mask;  // the dropout masks after attention and the MLP
   return k;

@@ -74,11 +74,10 @@ std::string flops_line(const GptConfig& cfg, int64_t seq, int ranks, double peak
                          cfg.tied ? " (tied wte)" : "", ", not wpe",
                          cfg.tied ? "" : " nor wte's lookup", "), of the global model over ", ranks,
                          " rank(s)",
-                         f.hardware != f.model ? "; HFU adds --recompute " +
-                                                     std::string(recompute_name(cfg.recompute)) +
-                                                     "'s forward: " + fmt_g(f.hardware)
-                                               : std::string(),
-                         "; peak per rank ", fmt_g(peak_flops / 1e9), " GFLOP/s = ", peak_what);
+                         "; HFU adds what is computed again (attention's scores in backward",
+                         cfg.recompute == Recompute::Full ? ", --recompute full's forward" : "",
+                         "): ", fmt_g(f.hardware), "; peak per rank ", fmt_g(peak_flops / 1e9),
+                         " GFLOP/s = ", peak_what);
 }
 
 }  // namespace tp

@@ -26,13 +26,14 @@ TEST(ActivationMemory, GptTwoShapeIsKorthikantisFlashRowPlusTheLibrarysExtras) {
       const int64_t shard = sp ? t : 1;  // what SP divides by t too
       // Korthikanti: sbh(10 + 24/t) (TP) or sbh·34/t (TP + SP), in bytes, 16-bit, 1-byte masks.
       const int64_t korthikanti = sp ? 34 * sbh / t : 10 * sbh + 24 * sbh / t;
-      const int64_t masks = 2 * 3 * sbh / shard;  // two n·h masks at 4 B instead of 1 B
+      const int64_t masks = 2 * 3 * sbh / shard;     // two n·h masks at 4 B instead of 1 B
       const int64_t stats = 2 * 2 * 4 * sb / shard;  // ln_1, ln_2: μ and rstd per token, f32
       const int64_t lse = 4 * (a / t) * sb;          // per query row of this rank's heads, f32
       EXPECT_EQ(tp::block_activation_bytes(c, s, b, t), korthikanti + masks + stats + lse)
           << "t = " << t << (sp ? " with SP" : "");
       // and no term in s²: doubling s doubles the block's bytes
-      EXPECT_EQ(tp::block_activation_bytes(c, 2 * s, b, t), 2 * tp::block_activation_bytes(c, s, b, t));
+      EXPECT_EQ(tp::block_activation_bytes(c, 2 * s, b, t),
+                2 * tp::block_activation_bytes(c, s, b, t));
     }
 }
 

@@ -465,7 +465,8 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // memory.h's closed forms for GPT-2's shape (nkv = nh, ffn = 4h, GeLU, LayerNorm, dropout on):
-//   TP only: sbh(24 + 48/t) + 16sb + 4·nh·s²b/t;   TP + SP: sbh·72/t + 16sb/t + 4·nh·s²b/t.
+//   TP only: sbh(24 + 48/t) + 16sb + 4·nh·sb/t;   TP + SP: sbh·72/t + 16sb/t + 4·nh·sb/t
+// (the last term attention's f32 log-sum-exp; no term in s²).
 TEST(SpVocabMemoryFormula, Gpt2ShapeMatchesTheClosedForms) {
   GptConfig cfg = ledger_config();
   cfg.ffn = 4 * cfg.hidden;
@@ -474,11 +475,11 @@ TEST(SpVocabMemoryFormula, Gpt2ShapeMatchesTheClosedForms) {
   for (int t : {1, 2, 3, 4}) {
     cfg.sp = false;
     EXPECT_EQ(block_activation_bytes(cfg, s, b, t),
-              s * b * h * 24 + s * b * h * 48 / t + 16 * s * b + 4 * nh * s * s * b / t)
+              s * b * h * 24 + s * b * h * 48 / t + 16 * s * b + 4 * nh * s * b / t)
         << "t = " << t;
     cfg.sp = true;
     EXPECT_EQ(block_activation_bytes(cfg, s, b, t),
-              s * b * h * 72 / t + 16 * s * b / t + 4 * nh * s * s * b / t)
+              s * b * h * 72 / t + 16 * s * b / t + 4 * nh * s * b / t)
         << "t = " << t;
   }
 }

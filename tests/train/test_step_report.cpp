@@ -9,6 +9,7 @@
 #include <string>
 
 #include "model/data.h"
+#include "model/recompute.h"
 
 namespace {
 
@@ -86,7 +87,13 @@ TEST(StepReport, FlopsLineNamesTheFormulaAndThePeak) {
   EXPECT_EQ(line.rfind("MFU: model FLOPs per token 6·N + 12·L·h·S = ", 0), 0u) << line;
   EXPECT_TRUE(contains(line, "of the global model over 2 rank(s)")) << line;
   EXPECT_TRUE(contains(line, "; peak per rank 50 GFLOP/s = a test peak")) << line;
-  EXPECT_FALSE(contains(line, "HFU")) << line;  // no --recompute
+  // the attention backward recomputes its scores from the kept log-sum-exp, whatever --recompute
+  EXPECT_TRUE(
+      contains(line, "; HFU adds what is computed again (attention's scores in backward): "))
+      << line;
+  cfg.recompute = tp::Recompute::Full;
+  EXPECT_TRUE(contains(tp::flops_line(cfg, cfg.seq, 2, 5e10, "a test peak"),
+                       "(attention's scores in backward, --recompute full's forward): "));
 }
 
 }  // namespace
