@@ -87,7 +87,7 @@ double closed_coef(int mode, double t, double attention_term) {
 // The terms of step 1's table, by what SP does to them: the first three are what plain TP keeps
 // whole on every rank (SP divides them by t), the last two what TP already splits.
 const char* const kTerms[] = {"norm inputs, mean, rstd", "attention and MLP inputs",
-                              "dropout masks", "attention: q, k, v, probs, proj input",
+                              "dropout masks", "attention: q, k, v, lse, output",
                               "MLP hidden (fc1 out, fc2 in)"};
 const char* const kTermColors[] = {"#6baed6", "#fd8d3c", "#bdbdbd", "#74c476", "#9e9ac8"};
 
@@ -234,13 +234,14 @@ int main(int argc, char** argv) {
                    {static_cast<float>(f_tp - f_sp)}, {static_cast<float>(shrunk)}, 0);
       // lib/model/memory.h's closed form for GPT-2's shape (ffn = 4h, GeLU, LayerNorm, dropout).
       const double sbh = static_cast<double>(S) * B * cfg.hidden, sb = static_cast<double>(S) * B;
-      const double probs = 4.0 * cfg.heads * S * S * B / tt;
-      L.check_fact("TP = sbh(24 + 48/t) + 16sb + 4·nh·s²b/t at t = " + std::to_string(tt),
+      // attention keeps one f32 log-sum-exp per query row of its nh/t heads, not the S × S scores
+      const double lse = 4.0 * cfg.heads * S * B / tt;
+      L.check_fact("TP = sbh(24 + 48/t) + 16sb + 4·nh·sb/t at t = " + std::to_string(tt),
                    {static_cast<float>(f_tp)},
-                   {static_cast<float>(sbh * (24 + 48.0 / tt) + 16 * sb + probs)}, 0);
-      L.check_fact("TP + SP = sbh·72/t + 16sb/t + 4·nh·s²b/t at t = " + std::to_string(tt),
+                   {static_cast<float>(sbh * (24 + 48.0 / tt) + 16 * sb + lse)}, 0);
+      L.check_fact("TP + SP = sbh·72/t + 16sb/t + 4·nh·sb/t at t = " + std::to_string(tt),
                    {static_cast<float>(f_sp)},
-                   {static_cast<float>(sbh * 72.0 / tt + 16 * sb / tt + probs)}, 0);
+                   {static_cast<float>(sbh * 72.0 / tt + 16 * sb / tt + lse)}, 0);
     }
     L.say(
         "  bytes per rank for layer 0 (measured: this run's t, and t = 1 on a one-rank "
@@ -252,10 +253,12 @@ int main(int argc, char** argv) {
         "  (ln_1 and ln_2 inputs with their mean and rstd, attention and MLP inputs, two dropout "
         "masks).");
     L.say(
-        "  In fp32 with fp32 masks the closed forms are TP: sbh(24 + 48/t) + 16sb + 4·nh·s²b/t "
+        "  In fp32 with fp32 masks the closed forms are TP: sbh(24 + 48/t) + 16sb + 4·nh·sb/t "
         "and\n"
-        "  TP + SP: sbh·72/t + 16sb/t + 4·nh·s²b/t (the 16sb: two LayerNorms' mean and rstd). The "
-        "24 is\n"
+        "  TP + SP: sbh·72/t + 16sb/t + 4·nh·sb/t (the 16sb: two LayerNorms' mean and rstd; the "
+        "4·nh·sb/t:\n"
+        "  attention's log-sum-exp, one per query row, kept instead of the s × s probabilities). "
+        "The 24 is\n"
         "  four fp32 per-token tensors and two fp32 masks that plain TP keeps whole on every "
         "rank.");
 
@@ -310,8 +313,8 @@ int main(int argc, char** argv) {
                fixed(36 * c * sbh8 / GB, 1)});
     }
     L.say(
-        "  With FlashAttention the a·s²·b terms are recomputed, not stored. c · s·b·h bytes (GB = "
-        "1e9 B):");
+        "  With FlashAttention the a·s²·b terms are recomputed, not stored, as this library's "
+        "attention does\n  (step 1 has no s² term). c · s·b·h bytes (GB = 1e9 B):");
     L.say(big.str());
     L.check_fact("GB per layer: 1.14, 0.44, 0.14", per_layer, {1.14f, 0.44f, 0.14f});
     L.check_fact("GB for 36 layers: 41.1, 15.7, 5.1", all_layers, {41.1f, 15.7f, 5.1f});
