@@ -8,8 +8,8 @@
 //      gradients, AdamW and most activations), --precision bf16 (bf16 copies of the weights, bf16
 //      activations and TP collectives over the fp32 master; every row after it is bf16),
 //      --recompute selective (Korthikanti's recomputation of the attention core: nothing left to
-//      drop here, attention keeps no S × S tensor), --recompute full (each block keeps its input only), --micro-batches 2 (each forward
-//      holds half the batch), ZeRO-1 over dp = 2 (tp 2 × dp 2: AdamW's moments sharded over the
+//      drop here, attention keeps no S × S tensor), --recompute full (each block keeps its input
+//      only), --micro-batches 2 (each forward holds half the batch), ZeRO-1 over dp = 2 (tp 2 × dp 2: AdamW's moments sharded over the
 //      replicas), and a larger t last (t = 4: each step up in t adds communication; [A3]: the
 //      smallest t that fits). Each row trains 5 steps on the same batches and prints its peak per rank split
 //      into weights, gradients, optimizer state and activations, MEASURED (the parameters' and
@@ -64,8 +64,9 @@ constexpr double kFp32Tolerance = 1e-4;  // TP, micro-batches, ZeRO-1 move sums 
 constexpr double kBf16Tolerance =
     1e-2;  // bf16 against fp32: tests/model/test_precision_mpi.cpp's 1 %
 
-// L = 2, h = 48, 12 heads (hd 4), ffn 96, V = 64, S = 32: the s²-term of the attention
-// probabilities is a visible part of the activations, and every size divides by t = 1, 2, 4.
+// L = 2, h = 48, 12 heads (hd 4), ffn 96, V = 64, S = 32: attention's S × S probabilities would
+// be a visible part of the activations had it kept them (it keeps a log-sum-exp per query row, so
+// selective recomputation keeps what none keeps), and every size divides by t = 1, 2, 4.
 GptConfig lesson_config() {
   GptConfig c = small_gpt(32);  // the tests' small GPT (model/presets.h)
   c.init_std = 0.1f;
