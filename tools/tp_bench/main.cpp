@@ -25,6 +25,7 @@
 //   gemm_gpu.cpp     3. GEMM on the GPU against a measured ceiling (--suite gemm, --backend gpu)
 //   block.cpp        4. one transformer block forward + backward (--suite block)
 //   memory.cpp       5. memory-bound kernels against a device-to-device copy (--suite memory)
+//   attention.cpp    6. causal attention forward and backward, s = 128 … 2048 (--suite attention)
 #include <string>
 
 #include "bench.h"
@@ -41,8 +42,9 @@ int main(int argc, char** argv) {
       "Measures a backend: GEMM (CPU: Device::gemm vs direct cblas_sgemm; GPU: layer shapes vs a "
       "measured ceiling), "
       "collectives, one transformer block, memory-bound kernels.");
-  opts.text("suite", "auto", "what to measure: auto (cpu: gemm + collectives; gpu: all)",
-            {"auto", "gemm", "threads", "collectives", "block", "memory", "all", "none"});
+  opts.text(
+      "suite", "auto", "what to measure: auto (cpu: gemm + collectives; gpu: all)",
+      {"auto", "gemm", "threads", "collectives", "block", "memory", "attention", "all", "none"});
   // Bounds past any model measured here (h = 65536 is 4x the largest GPT), before a product wraps.
   opts.integer("hidden", 4096, "h for the GPU GEMM shapes, the block and the memory kernels")
       .min(1)
