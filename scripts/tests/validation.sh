@@ -4,7 +4,8 @@
 # 1. Bad input: --eval-every without held-out data, one line, exit 2. 2. The held-out loss at
 # t = 2, and at tp 2 × dp 2 with micro-batches, against t = 1 within 1e-4 (same_curve on
 # val_loss), in --log-json and in the --plot picture;
-# every progress line has GFLOP/s per rank and MFU, and the header names the peak. 3. A low cached
+# every progress line has GFLOP/s per rank, MFU and HFU (the attention backward's recomputed
+# scores), and the header names the peak. 3. A low cached
 # sgemm ceiling is measured again after a run over 100 % MFU.
 
 vl=$tmp/validation
@@ -38,7 +39,7 @@ if grep -q "^step    10 | val loss [0-9.]* | train loss [0-9.]* | floor 1.213 | 
   pass 1; echo "✓ $(grep '^step    10 | val loss' "$logs/validation_t2.log")"
 else fail "no val loss line beside the train loss and floor (see $logs/validation_t2.log)"; fi
 steps=$(grep -c '^step .* | loss ' "$logs/validation_t2.log")
-mfu=$(grep -c '^step .* | loss .* GFLOP/s/rank, MFU [0-9.e+-]*%$' "$logs/validation_t2.log")
+mfu=$(grep -c '^step .* | loss .* GFLOP/s/rank, MFU [0-9.e+-]*%, HFU [0-9.e+-]*%$' "$logs/validation_t2.log")
 if [ "$steps" = 10 ] && [ "$mfu" = 10 ] && grep -q "^MFU: model FLOPs per token 6·N + 12·L·h·S = .* peak per rank" "$logs/validation_t2.log"; then
   pass 1; echo "✓ every progress line has FLOP/s per rank and MFU: $(grep '^step    10 | loss' "$logs/validation_t2.log" | sed 's/.*exposed comm[^|]*| //')"
 else fail "$mfu of $steps progress lines show MFU, or no MFU header (see $logs/validation_t2.log)"; fi
