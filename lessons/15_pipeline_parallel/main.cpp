@@ -174,7 +174,7 @@ int main(int argc, char** argv) {
     // would take the cores from the stage that computes and the bubble would be the scheduler's.
     lesson::SleepingWaits quiet(world.split(0, world.rank()));
     ProcessGrid grid(quiet, GridAxes{1, N}, L.node_of_rank());
-    const GptConfig g = lesson_gpt(/*layers=*/8, /*hidden=*/64, /*vocab=*/64, /*seq=*/32);
+    const GptConfig g = lesson_gpt(/*layers=*/8, /*hidden=*/128, /*vocab=*/64, /*seq=*/64);
     const int64_t B = 2 * m;  // 2 sequences per micro-batch
     const StageLayout stage = pipeline_stage_layout(grid, g);
     L.say("  model: ", g.str(), "; batch ", B, " sequences = m ", m, " micro-batches of ", B / m);
