@@ -155,6 +155,9 @@ class CpuDevice : public Device {
   void do_attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
                              const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                              const Tensor& lse, const AttentionShape& shape) override;
+  // kernels/attention_merge.cpp
+  void do_attention_merge(Tensor& out, Tensor& lse, const Tensor& out_part, const Tensor& lse_part,
+                          const AttentionShape& shape) override;
   void do_attention_cached_forward(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
                                    int64_t past, const AttentionShape& shape) override;
 

@@ -342,16 +342,18 @@ TP_ATTN_INLINE void softmax_backward_row(float* ds, const float* p, int64_t n, i
 // The sizes of one call, and the per-thread panels (zero-initialised once; the padding is never
 // written, so it stays zero for every pair of the call).
 struct Dims {
-  int64_t n, past, keys, hd;  // queries, positions before them, keys = past + n, head dim
+  int64_t n, keys, past, hd;  // queries, keys, query i's key position past + i, head dim
   int64_t nr, kr, hdp;        // n, keys and hd rounded up to kPad
-  Dims(int64_t n_, int64_t past_, int64_t hd_)
+  Dims(int64_t n_, int64_t keys_, int64_t past_, int64_t hd_)
       : n(n_),
+        keys(keys_),
         past(past_),
-        keys(past_ + n_),
         hd(hd_),
         nr(round_up(n_, kPad)),
-        kr(round_up(past_ + n_, kPad)),
+        kr(round_up(keys_, kPad)),
         hdp(round_up(hd_, kPad)) {}
+  // The keys query row i reads: [0, visible(i)).
+  int64_t visible(int64_t i) const { return std::min(keys, past + i + 1); }
 };
 
 // Forward panels: Q (nr, hdp), Kᵀ (hd, kr), V (kr, hdp), the score rows (kRows, kr), the output
@@ -360,7 +362,7 @@ int64_t forward_floats(const Dims& d) {
   return d.nr * d.hdp + d.hd * d.kr + d.kr * d.hdp + kRows * d.kr + kRows * d.hdp;
 }
 
-// One (b, j) pair: query row i (position past + i) attends to keys t ≤ past + i.
+// One (b, j) pair: query row i (position past + i) attends to keys t ≤ past + i, t < keys.
 // q, out: (n, hd) row stride ldq; k, v: (keys, hd) row stride ldk; lse (n) or null.
 template <int W, int R>
 TP_ATTN_INLINE void attend_pair(float* out, float* lse, const float* q, int64_t ldq, const float* k,
@@ -376,13 +378,13 @@ TP_ATTN_INLINE void attend_pair(float* out, float* lse, const float* q, int64_t 
   copy_rows<W>(vp, d.hdp, v, ldk, d.keys, d.hd);
   for (int64_t i0 = 0; i0 < d.n; i0 += R) {
     const int64_t rows = std::min<int64_t>(R, d.n - i0);
-    const int64_t keys = d.past + i0 + rows;  // the tile's rows read keys [0, keys)
+    const int64_t keys = d.visible(i0 + rows - 1);  // the tile's rows read keys [0, keys)
     const int64_t cols = round_up(keys, kPad);
     // scores = scale · Q[i0:i0+R] Kᵀ[:, :keys], the softmax of each row (its log-sum-exp kept),
     // out = P V[:keys]; the R score rows pass through L1 and are never stored
     tile_row<W, R>(sc, d.kr, qp + i0 * d.hdp, d.hdp, 1, kt, d.kr, d.hd, cols, scale, false);
     for (int64_t r = 0; r < rows; ++r) {
-      const float l = causal_softmax_row<W>(sc + r * d.kr, d.past + i0 + r + 1, cols);
+      const float l = causal_softmax_row<W>(sc + r * d.kr, d.visible(i0 + r), cols);
       if (lse) lse[i0 + r] = l;
     }
     tile_row<W, R>(ob, d.hdp, sc, d.kr, 1, vp, d.hdp, keys, d.hd, 1.0f, false);
@@ -390,68 +392,71 @@ TP_ATTN_INLINE void attend_pair(float* out, float* lse, const float* q, int64_t 
   }
 }
 
-// Backward panels: K (kr, hdp), Kᵀ and Vᵀ (hd, kr), Q and dout (kr, hdp), P and dS (kr, kr), the
+// Backward panels: K (kr, hdp), Kᵀ and Vᵀ (hd, kr), Q and dout (nr, hdp), P and dS (nr, kr), the
 // dk and dv sums (kr, hdp), the dq rows (kRows, hdp).
 int64_t backward_floats(const Dims& d) {
-  return d.kr * d.hdp * 5 + 2 * d.hd * d.kr + 2 * d.kr * d.kr + kRows * d.hdp;
+  return d.kr * d.hdp * 3 + 2 * d.nr * d.hdp + 2 * d.hd * d.kr + 2 * d.nr * d.kr + kRows * d.hdp;
 }
 
 // One (b, g) pair: its query heads j0 .. j0 + group − 1 in order, their dk, dv summed.
-// dq, dout, q, out: head j's (S, hd) at + (j − j0)·hd, row stride ldq; k, v, dk, dv: (S, hd) row
-// stride ldk; lse: head j's (S) at + (j − j0)·S.
+// dq, dout, q, out: head j's (n, hd) at + (j − j0)·hd, row stride ldq; k, v, dk, dv: (keys, hd)
+// row stride ldk; lse: head j's (n) at + (j − j0)·n. Query row s reads keys [0, d.visible(s)).
 template <int W, int R>
 TP_ATTN_INLINE void backward_group(float* dq, float* dk, float* dv, const float* dout,
                                    const float* q, const float* k, const float* v, const float* out,
                                    const float* lse, int64_t ldq, int64_t ldk, int64_t group,
                                    float scale, const Dims& d, float* ws) {
-  const int64_t S = d.n, kr = d.kr, hdp = d.hdp;
-  float* kp = ws;               // (kr, hdp)
-  float* kt = kp + kr * hdp;    // (hd, kr)
-  float* vt = kt + d.hd * kr;   // (hd, kr)
-  float* qp = vt + d.hd * kr;   // (kr, hdp)
-  float* dop = qp + kr * hdp;   // (kr, hdp)
-  float* dkb = dop + kr * hdp;  // (kr, hdp)
-  float* dvb = dkb + kr * hdp;  // (kr, hdp)
-  float* pb = dvb + kr * hdp;   // (kr, kr)
-  float* ds = pb + kr * kr;     // (kr, kr)
-  float* ob = ds + kr * kr;     // (kRows, hdp)
-  copy_rows<W>(kp, hdp, k, ldk, S, d.hd);
-  copy_transposed(kt, kr, k, ldk, S, d.hd);
-  copy_transposed(vt, kr, v, ldk, S, d.hd);
+  const int64_t S = d.n, K = d.keys, kr = d.kr, hdp = d.hdp;
+  float* kp = ws;                 // (kr, hdp)
+  float* kt = kp + kr * hdp;      // (hd, kr)
+  float* vt = kt + d.hd * kr;     // (hd, kr)
+  float* qp = vt + d.hd * kr;     // (nr, hdp)
+  float* dop = qp + d.nr * hdp;   // (nr, hdp)
+  float* dkb = dop + d.nr * hdp;  // (kr, hdp)
+  float* dvb = dkb + kr * hdp;    // (kr, hdp)
+  float* pb = dvb + kr * hdp;     // (nr, kr)
+  float* ds = pb + d.nr * kr;     // (nr, kr)
+  float* ob = ds + d.nr * kr;     // (kRows, hdp)
+  copy_rows<W>(kp, hdp, k, ldk, K, d.hd);
+  copy_transposed(kt, kr, k, ldk, K, d.hd);
+  copy_transposed(vt, kr, v, ldk, K, d.hd);
   for (int64_t jj = 0; jj < group; ++jj) {
     const float* lj = lse + jj * S;
     const float* oj = out + jj * d.hd;
     copy_rows<W>(qp, hdp, q + jj * d.hd, ldq, S, d.hd);
     copy_rows<W>(dop, hdp, dout + jj * d.hd, ldq, S, d.hd);
     for (int64_t s0 = 0; s0 < S; s0 += R) {
-      const int64_t rows = std::min<int64_t>(R, S - s0), keys = s0 + rows;
+      const int64_t rows = std::min<int64_t>(R, S - s0), keys = d.visible(s0 + rows - 1);
       const int64_t cols = round_up(keys, kPad);
       // P recomputed: scores = scale · Q[s0:s0+R] Kᵀ[:, :keys], row s → e^(x − lse[s]), 0 past s
       tile_row<W, R>(pb + s0 * kr, kr, qp + s0 * hdp, hdp, 1, kt, kr, d.hd, cols, scale, false);
       // dP = dout[s0:s0+R] Vᵀ[:, :keys]; dS = P ⊙ (dP − D), D = Σ_e dout ⊙ out; dq = scale · dS K
       tile_row<W, R>(ds + s0 * kr, kr, dop + s0 * hdp, hdp, 1, vt, kr, d.hd, cols, 1.0f, false);
       for (int64_t s = s0; s < s0 + rows; ++s) {
-        probs_from_lse_row<W>(pb + s * kr, s + 1, kr, lj[s]);
+        const int64_t seen = d.visible(s);
+        probs_from_lse_row<W>(pb + s * kr, seen, kr, lj[s]);
         double dsum = 0.0;  // in increasing e, in double
         for (int64_t e = 0; e < d.hd; ++e)
           dsum += static_cast<double>(dout[jj * d.hd + s * ldq + e]) * oj[s * ldq + e];
-        softmax_backward_row<W>(ds + s * kr, pb + s * kr, s + 1,
-                                std::min(kr, round_up(s + 1, kLanes) + kLanes),
+        softmax_backward_row<W>(ds + s * kr, pb + s * kr, seen,
+                                std::min(kr, round_up(seen, kLanes) + kLanes),
                                 static_cast<float>(dsum));
       }
       tile_row<W, R>(ob, hdp, ds + s0 * kr, kr, 1, kp, hdp, keys, d.hd, scale, false);
       copy_rows<W>(dq + jj * d.hd + s0 * ldq, ldq, ob, hdp, rows, d.hd);
     }
-    // dk[t0:t0+R] (+)= scale · Σ_{s ≥ t0} dS[s, t0:t0+R]ᵀ Q[s], dv the same with P and dout
-    for (int64_t t0 = 0; t0 < S; t0 += R) {
-      tile_row<W, R>(dkb + t0 * hdp, hdp, ds + t0 * kr + t0, 1, kr, qp + t0 * hdp, hdp, S - t0,
+    // dk[t0:t0+R] (+)= scale · Σ_{s ≥ s1} dS[s, t0:t0+R]ᵀ Q[s], dv the same with P and dout,
+    // from the first query that sees key t0, s1 = t0 − past (none: a sum of nothing, zeros)
+    for (int64_t t0 = 0; t0 < K; t0 += R) {
+      const int64_t s1 = std::min(S, std::max<int64_t>(0, t0 - d.past));
+      tile_row<W, R>(dkb + t0 * hdp, hdp, ds + s1 * kr + t0, 1, kr, qp + s1 * hdp, hdp, S - s1,
                      d.hd, scale, jj > 0);
-      tile_row<W, R>(dvb + t0 * hdp, hdp, pb + t0 * kr + t0, 1, kr, dop + t0 * hdp, hdp, S - t0,
+      tile_row<W, R>(dvb + t0 * hdp, hdp, pb + s1 * kr + t0, 1, kr, dop + s1 * hdp, hdp, S - s1,
                      d.hd, 1.0f, jj > 0);
     }
   }
-  copy_rows<W>(dk, ldk, dkb, hdp, S, d.hd);
-  copy_rows<W>(dv, ldk, dvb, hdp, S, d.hd);
+  copy_rows<W>(dk, ldk, dkb, hdp, K, d.hd);
+  copy_rows<W>(dv, ldk, dvb, hdp, K, d.hd);
 }
 
 // The instruction sets: AVX-512 (16 floats a vector), AVX2 with FMA (8), the build's baseline
@@ -542,7 +547,7 @@ void CpuDevice::do_attention_forward(Tensor& out, Tensor& lse, const Tensor& q, 
   const float* pv = v.data();
   float* pout = out.data();
   float* pl = lse.data();
-  const Dims d(S, 0, hd);
+  const Dims d(S, sh.keys(), sh.past, hd);
   const Kernels& kern = kernels();
 #pragma omp parallel
   {
@@ -571,7 +576,7 @@ void CpuDevice::do_attention_cached_forward(Tensor& out, const Tensor& q, const 
   const float* pk = k.data();
   const float* pv = v.data();
   float* pout = out.data();
-  const Dims d(n, past, hd);
+  const Dims d(n, past + n, past, hd);
   const Kernels& kern = kernels();
 #pragma omp parallel
   {
@@ -594,7 +599,7 @@ void CpuDevice::do_attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const 
   const int64_t group = nh / nkv;
   const int64_t qc = nh * hd, kc = nkv * hd;
   const int64_t ldq = B * qc, ldk = B * kc;
-  const Dims d(S, 0, hd);
+  const Dims d(S, sh.keys(), sh.past, hd);
   const Kernels& kern = kernels();
   // One (b, g) pair per iteration, so the group's query heads add into dk_bg, dv_bg on one
   // thread, in order.

@@ -19,6 +19,7 @@
 // stand-in path on any GPU, which bf16 GEMMs (another sum order) would not be. What the native
 // path saves: the front's stand-in tensors and their widening of the outputs' old contents. lse
 // is f32 on every path. The cached forward (generation) stays on the front's stand-ins.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
@@ -48,13 +49,15 @@ namespace {
 // max), e_t = exp(x_t − m) written back and Σ e_t in f64 (block sum), P_t = e_t · f32(1/Σ),
 // zeros for t > s — the CPU's arithmetic; lse = f32(m + log Σ) (in f64) where lse is given.
 //
-// The same kernel serves attention over a key/value cache (attention_cached_forward, lse null):
-// rows of P keys for the n query positions [past, past + n), so row (b, j, i) reads keys
-// t ≤ past + i. The plain forward is n = P = S, past = 0.
+// The same kernel serves every placement of the queries among the keys: rows of P keys for the n
+// query positions [past, past + n), so row (b, j, i) reads keys t ≤ min(past + i, P − 1):
+// attention over a key/value cache (attention_cached_forward, lse null; P = past + n), one
+// chunk of queries against another chunk's keys (ring attention: AttentionShape::kv_seq, past).
+// The plain forward is n = P = S, past = 0.
 __global__ void causal_softmax_kernel(float* probs, float* lse, int64_t n, int64_t P, int64_t past,
                                       int64_t rows) {
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const int64_t s = past + row % n;
+    const int64_t s = min(past + row % n, P - 1);
     float* p = probs + row * P;
     float m = -INFINITY;
     for (int64_t t = threadIdx.x; t <= s; t += blockDim.x) m = fmaxf(m, p[t]);
@@ -74,34 +77,60 @@ __global__ void causal_softmax_kernel(float* probs, float* lse, int64_t n, int64
 }
 
 // The backward's softmax step, per row (b, j, s) of the recomputed scores X (scale · Q Kᵀ, in
-// place in `probs`) and of dP (dout Vᵀ, in place in `ds`), both full S×S batched GEMMs:
+// place in `probs`) and of dP (dout Vᵀ, in place in `ds`), both full S×K batched GEMMs; with
+// u = min(past + s, K − 1) the row's last key (as in the forward):
 //   D     = Σ_e dout[s, e] · out[s, e]      f64 products and block sum, as on the CPU
-//   P_t   = exp(X_t − lse),                 t ≤ s; 0 for t > s
-//   dS_t  = P_t · (dP_t − f32(D)),          t ≤ s; 0 for t > s
+//   P_t   = exp(X_t − lse),                 t ≤ u; 0 for t > u
+//   dS_t  = P_t · (dP_t − f32(D)),          t ≤ u; 0 for t > u
 // out and dout (S·B, nh·hd): (b, j, s)'s hd values at row s·B + b, columns [j·hd, (j + 1)·hd).
 // One block per row, grid stride.
 __global__ void causal_softmax_backward_kernel(float* probs, float* ds, const float* lse,
                                                const float* out, const float* dout, int64_t S,
-                                               int64_t B, int64_t nh, int64_t hd, int64_t rows) {
+                                               int64_t K, int64_t past, int64_t B, int64_t nh,
+                                               int64_t hd, int64_t rows) {
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const int64_t s = row % S, bj = row / S, j = bj % nh, b = bj / nh;
+    const int64_t u = min(past + s, K - 1);
     const int64_t at = (s * B + b) * nh * hd + j * hd;
     double dsum = 0.0;
     for (int64_t e = threadIdx.x; e < hd; e += blockDim.x)
       dsum += static_cast<double>(dout[at + e]) * out[at + e];
     const float D = static_cast<float>(gpu::block_sum(dsum));
     const float l = lse[row];
-    float* p = probs + row * S;
-    float* d = ds + row * S;
-    for (int64_t t = threadIdx.x; t <= s; t += blockDim.x) {
+    float* p = probs + row * K;
+    float* d = ds + row * K;
+    for (int64_t t = threadIdx.x; t <= u; t += blockDim.x) {
       const float pt = expf(p[t] - l);
       p[t] = pt;
       d[t] = pt * (d[t] - D);
     }
-    for (int64_t t = s + 1 + threadIdx.x; t < S; t += blockDim.x) {
+    for (int64_t t = u + 1 + threadIdx.x; t < K; t += blockDim.x) {
       p[t] = 0.0f;
       d[t] = 0.0f;
     }
+  }
+}
+
+// Ring attention's merge (Device::attention_merge), one thread per (row s·B + b, head j), the
+// CPU's arithmetic (cpu_backend/kernels/attention_merge.cpp): m = max(l1, l2), w = e^(l − m),
+// out ← (w1/Σ)·out + (w2/Σ)·out_part, lse ← m + log Σ; both −inf leave the row as it was.
+__global__ void attention_merge_kernel(float* out, float* lse, const float* out_part,
+                                       const float* lse_part, int64_t S, int64_t B, int64_t nh,
+                                       int64_t hd) {
+  const int64_t pairs = S * B * nh;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < pairs;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t j = i % nh, sb = i / nh, b = sb % B, s = sb / B;
+    float& l1 = lse[(b * nh + j) * S + s];
+    const float l2 = lse_part[(b * nh + j) * S + s];
+    const float m = l1 > l2 ? l1 : l2;
+    if (m == -INFINITY) continue;
+    const float w1 = expf(l1 - m), w2 = expf(l2 - m), sum = w1 + w2;
+    const float a = w1 / sum, c = w2 / sum;
+    float* o = out + sb * nh * hd + j * hd;
+    const float* op = out_part + sb * nh * hd + j * hd;
+    for (int64_t e = 0; e < hd; ++e) o[e] = __fadd_rn(__fmul_rn(a, o[e]), __fmul_rn(c, op[e]));
+    l1 = m + logf(sum);
   }
 }
 
@@ -171,34 +200,37 @@ class F32Staging {
 namespace {
 // scores (B, nh, S, S) = scale · Q Kᵀ for every (b, j), the full square (forward and backward: the
 // same calls, so the backward recomputes the forward's scores bit for bit).
+// With kv_seq set the block is S × K, K = keys() (ring attention's chunk pairs).
 void attention_scores(CudaDevice& dev, float* scores, const float* q32, const float* k32,
                       const AttentionShape& sh) {
-  const int64_t S = sh.seq, B = sh.batch, nh = sh.heads, nkv = sh.kv_heads, hd = sh.head_dim;
+  const int64_t S = sh.seq, K = sh.keys(), B = sh.batch, nh = sh.heads, nkv = sh.kv_heads,
+                hd = sh.head_dim;
   const int64_t group = nh / nkv;
   for (int64_t r = 0; r < group; ++r)
-    dev.batched_gemm(false, true, S, S, hd, sh.scale, q32 + r * hd, B * nh * hd, group * hd, k32,
-                     B * nkv * hd, hd, 0.0f, scores + r * S * S, S, group * S * S, B * nkv);
+    dev.batched_gemm(false, true, S, K, hd, sh.scale, q32 + r * hd, B * nh * hd, group * hd, k32,
+                     B * nkv * hd, hd, 0.0f, scores + r * S * K, K, group * S * K, B * nkv);
 }
 }  // namespace
 
 void CudaDevice::do_attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k,
                                       const Tensor& v, const AttentionShape& sh) {
-  const int64_t S = sh.seq, B = sh.batch, nh = sh.heads, nkv = sh.kv_heads, hd = sh.head_dim;
+  const int64_t S = sh.seq, K = sh.keys(), B = sh.batch, nh = sh.heads, nkv = sh.kv_heads,
+                hd = sh.head_dim;
   const int64_t group = nh / nkv, qc = nh * hd, kc = nkv * hd, pairs = B * nkv, rows = B * nh * S;
   if (rows == 0 || hd == 0) return;
   // bf16 tensors (native_bf16): widened into scratch, the f32 computation below unchanged, a bf16
   // out rounded once — what the Device front's stand-ins do, without their allocations and their
-  // widening of out's old contents. The scores / P: B·nh·S·S floats of scratch after the staging.
+  // widening of out's old contents. The scores / P: B·nh·S·K floats of scratch after the staging.
   F32Staging st(*this, {{&q, true}, {&k, true}, {&v, true}, {&out, false}},
-                static_cast<size_t>(rows * S) * sizeof(float));
+                static_cast<size_t>(rows * K) * sizeof(float));
   const float *q32 = st.f32(0), *k32 = st.f32(1), *v32 = st.f32(2);
   float *out32 = st.f32(3), *p32 = st.extra();
   attention_scores(*this, p32, q32, k32, sh);  // scale·Q Kᵀ
-  causal_softmax_kernel<<<gpu::row_blocks(rows), gpu::threads_for(S, gpu::kRowThreads), 0,
-                          stream()>>>(p32, lse.data(), S, S, 0, rows);
+  causal_softmax_kernel<<<gpu::row_blocks(rows), gpu::threads_for(K, gpu::kRowThreads), 0,
+                          stream()>>>(p32, lse.data(), S, K, sh.past, rows);
   CUDA_CHECK_LAUNCH();
   for (int64_t r = 0; r < group; ++r)
-    batched_gemm(false, false, S, hd, S, 1.0f, p32 + r * S * S, S, group * S * S, v32, B * kc, hd,
+    batched_gemm(false, false, S, hd, K, 1.0f, p32 + r * S * K, K, group * S * K, v32, B * kc, hd,
                  0.0f, out32 + r * hd, B * qc, group * hd, pairs);  // out = P V
   st.round(3);
 }
@@ -227,13 +259,14 @@ void CudaDevice::do_attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const
                                        const Tensor& q, const Tensor& k, const Tensor& v,
                                        const Tensor& out, const Tensor& lse,
                                        const AttentionShape& sh) {
-  const int64_t S = sh.seq, B = sh.batch, nh = sh.heads, nkv = sh.kv_heads, hd = sh.head_dim;
+  const int64_t S = sh.seq, K = sh.keys(), B = sh.batch, nh = sh.heads, nkv = sh.kv_heads,
+                hd = sh.head_dim;
   const int64_t group = nh / nkv, qc = nh * hd, kc = nkv * hd, pairs = B * nkv, rows = B * nh * S;
   if (rows == 0 || hd == 0) return;
   // bf16 tensors: widened into scratch (out too: D reads it in f32), the f32 computation
   // unchanged, dq, dk, dv rounded once at the end (dk and dv after their sum over the group).
-  // After the staging, 2·B·nh·S·S floats of scratch: the scores, then P in place; dP, then dS.
-  const size_t square = static_cast<size_t>(rows * S);
+  // After the staging, 2·B·nh·S·K floats of scratch: the scores, then P in place; dP, then dS.
+  const size_t square = static_cast<size_t>(rows * K);
   F32Staging st(*this,
                 {{&dout, true},
                  {&q, true},
@@ -250,26 +283,41 @@ void CudaDevice::do_attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const
   float *p32 = st.extra(), *ds = st.extra() + square;
   attention_scores(*this, p32, q32, k32, sh);  // scale·Q Kᵀ, the forward's
   for (int64_t r = 0; r < group; ++r)
-    batched_gemm(false, true, S, S, hd, 1.0f, dout32 + r * hd, B * qc, group * hd, v32, B * kc, hd,
-                 0.0f, ds + r * S * S, S, group * S * S, pairs);  // dP = dout Vᵀ
-  causal_softmax_backward_kernel<<<gpu::row_blocks(rows), gpu::threads_for(S, gpu::kRowThreads), 0,
-                                   stream()>>>(p32, ds, lse.data(), out32, dout32, S, B, nh, hd,
-                                               rows);
+    batched_gemm(false, true, S, K, hd, 1.0f, dout32 + r * hd, B * qc, group * hd, v32, B * kc, hd,
+                 0.0f, ds + r * S * K, K, group * S * K, pairs);  // dP = dout Vᵀ
+  causal_softmax_backward_kernel<<<gpu::row_blocks(rows), gpu::threads_for(K, gpu::kRowThreads), 0,
+                                   stream()>>>(p32, ds, lse.data(), out32, dout32, S, K, sh.past, B,
+                                               nh, hd, rows);
   CUDA_CHECK_LAUNCH();
   for (int64_t r = 0; r < group; ++r) {
-    const float* dsr = ds + r * S * S;
-    const float* pr = p32 + r * S * S;
+    const float* dsr = ds + r * S * K;
+    const float* pr = p32 + r * S * K;
     const float beta = r == 0 ? 0.0f : 1.0f;  // a kv head sums over its group's query heads
-    batched_gemm(false, false, S, hd, S, sh.scale, dsr, S, group * S * S, k32, B * kc, hd, 0.0f,
+    batched_gemm(false, false, S, hd, K, sh.scale, dsr, K, group * S * K, k32, B * kc, hd, 0.0f,
                  dq32 + r * hd, B * qc, group * hd, pairs);  // dq = scale · dS K
-    batched_gemm(true, false, S, hd, S, sh.scale, dsr, S, group * S * S, q32 + r * hd, B * qc,
+    batched_gemm(true, false, K, hd, S, sh.scale, dsr, K, group * S * K, q32 + r * hd, B * qc,
                  group * hd, beta, dk32, B * kc, hd, pairs);  // dk (+)= scale · dSᵀ Q
-    batched_gemm(true, false, S, hd, S, 1.0f, pr, S, group * S * S, dout32 + r * hd, B * qc,
+    batched_gemm(true, false, K, hd, S, 1.0f, pr, K, group * S * K, dout32 + r * hd, B * qc,
                  group * hd, beta, dv32, B * kc, hd, pairs);  // dv (+)= Pᵀ dout
   }
   st.round(5);
   st.round(6);
   st.round(7);
+}
+
+// Ring attention's merge: no GEMM, one thread per (row, head), in f32: bf16 out and out_part
+// widened into scratch and out rounded once (F32Staging), as the front's stand-ins would.
+void CudaDevice::do_attention_merge(Tensor& out, Tensor& lse, const Tensor& out_part,
+                                    const Tensor& lse_part, const AttentionShape& sh) {
+  const int64_t pairs = sh.seq * sh.batch * sh.heads;
+  if (pairs == 0) return;
+  F32Staging st(*this, {{&out, true}, {&out_part, true}});
+  constexpr int kThreads = 256;
+  const int blocks = static_cast<int>(std::min<int64_t>((pairs + kThreads - 1) / kThreads, 4096));
+  attention_merge_kernel<<<blocks, kThreads, 0, stream()>>>(
+      st.f32(0), lse.data(), st.f32(1), lse_part.data(), sh.seq, sh.batch, sh.heads, sh.head_dim);
+  CUDA_CHECK_LAUNCH();
+  st.round(0);
 }
 
 }  // namespace tp

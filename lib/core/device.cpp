@@ -531,6 +531,15 @@ void Device::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor
       dq, dk, dv, dout, q, k, v, out, lse);
 }
 
+void Device::attention_merge(Tensor& out, Tensor& lse, const Tensor& out_part,
+                             const Tensor& lse_part, const AttentionShape& shape) {
+  const Launch kernel(*this, Kernel::attention_merge);
+  checks::check_attention_merge(*this, out, lse, out_part, lse_part, shape);
+  kernel.run([&](auto& out_, auto& lse_, auto& op_,
+                 auto& lp_) { do_attention_merge(out_, lse_, op_, lp_, shape); },
+             out, lse, out_part, lse_part);
+}
+
 void Device::attention_cached_forward(Tensor& out, const Tensor& q, const Tensor& k,
                                       const Tensor& v, int64_t past, const AttentionShape& shape) {
   const Launch kernel(*this, Kernel::attention_cached_forward);

@@ -79,6 +79,13 @@ struct AttentionShape {
   int64_t kv_heads = 0;  ///< nkv: key/value heads held by this call; nh % nkv == 0
   int64_t head_dim = 0;  ///< hd
   float scale = 1.0f;    ///< multiplies q·k, normally 1/sqrt(hd)
+  /// Keys per sequence (0: S, self-attention). Ring attention (parallel/ring_attention.h) calls the
+  /// kernels on one chunk of queries against another rank's chunk of keys.
+  int64_t kv_seq = 0;
+  /// Query i sits at key position past + i: it attends to keys t ≤ past + i (t < keys()). 0 with
+  /// kv_seq = 0 is plain causal self-attention; past ≥ keys() − 1 lets every query see every key.
+  int64_t past = 0;
+  int64_t keys() const { return kv_seq > 0 ? kv_seq : seq; }
 };
 
 /// The sizes of a GEMM, C (m × n) = op(A) (m × k) · op(B) (k × n) (see Device::gemm).
@@ -356,12 +363,13 @@ class Device {
 
   // ---- attention (stem: attention) -----------------------------------------------------------
   /// Causal softmax attention for every (batch b, query head j): query head j reads key/value
-  /// head g = j / (nh / nkv). q: (S·B, nh·hd), k, v: (S·B, nkv·hd), out: (S·B, nh·hd), row s·B + b;
-  /// Q_bj, K_bg, V_bg: (S, hd) are head j's (g's) columns at the rows of batch b. Per (b, j):
-  ///   X_bj   = scale · Q_bj K_bgᵀ                        (the scores, S × S)
-  ///   P_bj   = softmax_causal(X_bj)   row s: softmax over t ≤ s, 0 for t > s
+  /// head g = j / (nh / nkv). q: (S·B, nh·hd), k, v: (K·B, nkv·hd) with K = shape.keys() (S unless
+  /// kv_seq is set), out: (S·B, nh·hd), row s·B + b; Q_bj (S, hd), K_bg, V_bg (K, hd) are head j's
+  /// (g's) columns at the rows of batch b. With p = shape.past (0 by default), per (b, j):
+  ///   X_bj   = scale · Q_bj K_bgᵀ                        (the scores, S × K)
+  ///   P_bj   = softmax_causal(X_bj)   row s: softmax over t ≤ p + s, 0 for t > p + s
   ///   out_bj = P_bj V_bg
-  ///   lse_bj[s] = log Σ_{t ≤ s} e^(X_bj[s, t])           (natural log: the softmax's denominator)
+  ///   lse_bj[s] = log Σ_{t ≤ p + s} e^(X_bj[s, t])       (natural log: the softmax's denominator)
   /// lse: (B, nh, S), always f32. The S × S probabilities are not kept: lse is what backward needs
   /// to recompute them, P[s, t] = e^(X[s, t] − lse[s]) (FlashAttention's saved statistic; ring
   /// attention merges partial outputs by it).
@@ -374,10 +382,19 @@ class Device {
   ///   dq_bj = scale · dS K_bg
   ///   dk_bg = scale · Σ_{j of g} dSᵀ Q_bj,   dv_bg = Σ_{j of g} P_bjᵀ dout_bj
   /// dq, dk, dv written (=); dk, dv sum over the query heads that share a key/value head. out and
-  /// lse are attention_forward's.
+  /// lse are attention_forward's. With kv_seq and past as in attention_forward (dk, dv: (K·B,
+  /// nkv·hd)); ring attention passes the merged out and lse of every key block (the row sum D and
+  /// P need the softmax over all keys, not over this call's).
   void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q,
                           const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                           const AttentionShape& shape);
+  /// Merges two softmax attentions of the same queries over disjoint key sets (ring attention's
+  /// step: parallel/ring_attention.h). out, out_part: (S·B, nh·hd); lse, lse_part: (B, nh, S), f32,
+  /// as attention_forward writes them. Per row, with L = log(e^lse + e^lse_part):
+  ///   out ← e^(lse − L)·out + e^(lse_part − L)·out_part,   lse ← L
+  /// — the softmax over the union of the key sets, without the scores of either.
+  void attention_merge(Tensor& out, Tensor& lse, const Tensor& out_part, const Tensor& lse_part,
+                       const AttentionShape& shape);
   /// Causal attention of new positions over a key/value cache (incremental decoding; inference
   /// only, so no probs are kept and no backward). q, out: (n·B, nh·hd), the queries of positions
   /// [past, past + n) with n = shape.seq; k, v: ((past + n)·B, nkv·hd), the keys and values of
@@ -510,6 +527,8 @@ class Device {
                                      const Tensor& q, const Tensor& k, const Tensor& v,
                                      const Tensor& out, const Tensor& lse,
                                      const AttentionShape& shape) = 0;
+  virtual void do_attention_merge(Tensor& out, Tensor& lse, const Tensor& out_part,
+                                  const Tensor& lse_part, const AttentionShape& shape) = 0;
   /// Optional (see the top of this file).
   virtual void do_attention_cached_forward(Tensor& out, const Tensor& q, const Tensor& k,
                                            const Tensor& v, int64_t past,

@@ -48,6 +48,7 @@ namespace tp {
   X(rmsnorm_backward_add)     \
   X(attention_forward)        \
   X(attention_backward)       \
+  X(attention_merge)          \
   X(attention_cached_forward) \
   X(embedding_shard_forward)  \
   X(embedding_shard_backward) \

@@ -60,13 +60,15 @@ void check_attention(const Device& dev, Kernel kernel, const AttentionShape& sh,
            " nkv=", sh.kv_heads, " hd=", sh.head_dim, ")");
   TP_CHECK(sh.heads % sh.kv_heads == 0, what, ": nh=", sh.heads,
            " is not a multiple of nkv=", sh.kv_heads);
-  const int64_t rows = sh.seq * sh.batch;
+  TP_CHECK(sh.kv_seq >= 0 && sh.past >= 0, what, ": kv_seq=", sh.kv_seq, " and past=", sh.past,
+           " must be ≥ 0");
+  const int64_t rows = sh.seq * sh.batch, krows = sh.keys() * sh.batch;
   TP_CHECK(q.rows() == rows && q.cols() == sh.heads * sh.head_dim, what, ": q ", q.shape().str(),
            " should be ", rows, "x", sh.heads * sh.head_dim);
-  TP_CHECK(k.rows() == rows && k.cols() == sh.kv_heads * sh.head_dim, what, ": k ", k.shape().str(),
-           " should be ", rows, "x", sh.kv_heads * sh.head_dim);
-  TP_CHECK(v.rows() == rows && v.cols() == sh.kv_heads * sh.head_dim, what, ": v ", v.shape().str(),
-           " should be ", rows, "x", sh.kv_heads * sh.head_dim);
+  TP_CHECK(k.rows() == krows && k.cols() == sh.kv_heads * sh.head_dim, what, ": k ",
+           k.shape().str(), " should be ", krows, "x", sh.kv_heads * sh.head_dim);
+  TP_CHECK(v.rows() == krows && v.cols() == sh.kv_heads * sh.head_dim, what, ": v ",
+           v.shape().str(), " should be ", krows, "x", sh.kv_heads * sh.head_dim);
   TP_CHECK(lse.numel() == sh.batch * sh.heads * sh.seq, what, ": lse ", lse.shape().str(),
            " should hold B·nh·S = ", sh.batch * sh.heads * sh.seq);
   TP_CHECK(lse.dtype() == Dtype::f32, what, ": lse is ", dtype_name(lse.dtype()),
@@ -303,6 +305,25 @@ void check_attention_backward(const Device& dev, const Tensor& dq, const Tensor&
                dv.cols() == v.cols(),
            "attention_backward: dk ", dk.shape().str(), " and dv ", dv.shape().str(),
            " should match k ", k.shape().str());
+}
+
+void check_attention_merge(const Device& dev, const Tensor& out, const Tensor& lse,
+                           const Tensor& out_part, const Tensor& lse_part,
+                           const AttentionShape& sh) {
+  constexpr Kernel kernel = Kernel::attention_merge;
+  check_all_on(dev, kernel, out, lse, out_part, lse_part);
+  const int64_t rows = sh.seq * sh.batch, cols = sh.heads * sh.head_dim;
+  TP_CHECK(out.rows() == rows && out.cols() == cols && out_part.rows() == rows &&
+               out_part.cols() == cols,
+           "attention_merge: out ", out.shape().str(), " and out_part ", out_part.shape().str(),
+           " should be ", rows, "x", cols);
+  TP_CHECK(lse.numel() == sh.batch * sh.heads * sh.seq && lse_part.numel() == lse.numel(),
+           "attention_merge: lse ", lse.shape().str(), " and lse_part ", lse_part.shape().str(),
+           " should hold B·nh·S = ", sh.batch * sh.heads * sh.seq);
+  TP_CHECK(lse.dtype() == Dtype::f32 && lse_part.dtype() == Dtype::f32,
+           "attention_merge: the log-sum-exps are always f32");
+  TP_CHECK(out.dtype() == out_part.dtype(), "attention_merge: out is ", dtype_name(out.dtype()),
+           ", out_part ", dtype_name(out_part.dtype()));
 }
 
 void check_attention_cached_forward(const Device& dev, const Tensor& out, const Tensor& q,

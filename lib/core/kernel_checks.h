@@ -145,6 +145,9 @@ void check_attention_backward(const Device& dev, const Tensor& dq, const Tensor&
                               const Tensor& k, const Tensor& v, const Tensor& out,
                               const Tensor& lse, const AttentionShape& sh);
 /// q, out: (n·B, nh·hd) with n = sh.seq; k, v: ((past + n)·B, nkv·hd); past ≥ 0.
+void check_attention_merge(const Device& dev, const Tensor& out, const Tensor& lse,
+                           const Tensor& out_part, const Tensor& lse_part,
+                           const AttentionShape& sh);
 void check_attention_cached_forward(const Device& dev, const Tensor& out, const Tensor& q,
                                     const Tensor& k, const Tensor& v, int64_t past,
                                     const AttentionShape& sh);

@@ -42,6 +42,7 @@ KernelSet Gpt::bf16_kernels() {
           Kernel::rmsnorm_backward,
           Kernel::attention_forward,
           Kernel::attention_backward,
+          Kernel::attention_merge,
           Kernel::embedding_shard_forward,
           Kernel::embedding_shard_backward,
           Kernel::position_forward,

@@ -97,6 +97,10 @@ class RecordingDevice final : public tp::Device {
                              const AttentionShape&) override {
     ++calls;
   }
+  void do_attention_merge(Tensor&, Tensor&, const Tensor&, const Tensor&,
+                          const AttentionShape&) override {
+    ++calls;
+  }
   void do_attention_cached_forward(Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t,
                                    const AttentionShape&) override {
     ++calls;

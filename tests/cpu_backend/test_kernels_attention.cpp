@@ -160,6 +160,93 @@ TEST(KernelAttention, BackwardIsThreadIndependent) {
   EXPECT_EQ(got[0][2], got[1][2]);
 }
 
+// Ring attention's pieces (parallel/ring_attention.h): the sequence cut into chunks of c
+// positions, each query chunk a attends to key chunks b ≤ a — the diagonal one with the causal
+// mask (past = 0), the earlier ones whole (past = (a − b)·c) — and the partial outputs merge by
+// their log-sum-exps. The merged out and lse are the whole forward's; the backward of every pair,
+// given the whole out and lse, sums to the whole backward (dq over b, dk and dv over a).
+std::vector<float> lse_chunk(const std::vector<float>& lse, const AttentionShape& sh, int64_t s0,
+                             int64_t c) {
+  std::vector<float> r;
+  for (int64_t bj = 0; bj < sh.batch * sh.heads; ++bj)
+    for (int64_t s = s0; s < s0 + c; ++s) r.push_back(lse[bj * sh.seq + s]);
+  return r;
+}
+
+TEST(KernelAttention, ChunkPairsMergedAreTheWholeAttention) {
+  for (const AttentionShape& whole : {attn_shape(12, 2, 4, 2, 3), attn_shape(40, 2, 2, 1, 36)}) {
+    AttnCase c(whole);
+    const int64_t B = whole.batch, n = 4, len = whole.seq / n, qc = whole.heads * whole.head_dim,
+                  kc = whole.kv_heads * whole.head_dim;
+    const std::vector<float> lse_all = c.lse.to_host();
+    Tensor dOut =
+        on_device(c.Q.shape(), random_vector("chunk_dout" + attn_tag(whole), c.Q.numel()));
+    Tensor dQ(device(), c.Q.shape()), dK(device(), c.K.shape()), dV(device(), c.V.shape());
+    device().attention_backward(dQ, dK, dV, dOut, c.Q, c.K, c.V, c.out, c.lse, whole);
+    std::vector<float> out(c.out.numel()), dq(dQ.numel(), 0.0f), dk(dK.numel(), 0.0f),
+        dv(dV.numel(), 0.0f);
+    for (int64_t a = 0; a < n; ++a) {
+      AttentionShape sh = whole;
+      sh.seq = sh.kv_seq = len;
+      const auto rows = [&](int64_t i) { return std::make_pair(i * len * B, (i + 1) * len * B); };
+      const Tensor Qa = c.Q.view(rows(a).first, rows(a).second);
+      Tensor acc, acc_lse;
+      for (int64_t b = 0; b <= a; ++b) {
+        sh.past = (a - b) * len;
+        Tensor o(device(), Qa.shape()), l(device(), Shape{B, sh.heads, len});
+        device().attention_forward(o, l, Qa, c.K.view(rows(b).first, rows(b).second),
+                                   c.V.view(rows(b).first, rows(b).second), sh);
+        if (b == 0) {
+          acc = o;
+          acc_lse = l;
+        } else {
+          device().attention_merge(acc, acc_lse, o, l, sh);
+        }
+      }
+      const auto ah = acc.to_host();
+      std::copy(ah.begin(), ah.end(), out.begin() + a * len * B * qc);
+      EXPECT_LE(rel_error(acc_lse.to_host(), lse_chunk(lse_all, whole, a * len, len)), kForwardTol)
+          << attn_tag(whole) << " lse of chunk " << a;
+      // The backward of each pair, from the whole out and lse of chunk a.
+      const Tensor La = on_device(Shape{B, sh.heads, len}, lse_chunk(lse_all, whole, a * len, len));
+      for (int64_t b = 0; b <= a; ++b) {
+        sh.past = (a - b) * len;
+        Tensor pq(device(), Qa.shape()), pk(device(), Shape{len * B, kc}),
+            pv(device(), Shape{len * B, kc});
+        device().attention_backward(pq, pk, pv, dOut.view(rows(a).first, rows(a).second), Qa,
+                                    c.K.view(rows(b).first, rows(b).second),
+                                    c.V.view(rows(b).first, rows(b).second),
+                                    c.out.view(rows(a).first, rows(a).second), La, sh);
+        const auto add = [](std::vector<float>& to, int64_t at, const std::vector<float>& x) {
+          for (size_t i = 0; i < x.size(); ++i) to[at + i] += x[i];
+        };
+        add(dq, a * len * B * qc, pq.to_host());
+        add(dk, b * len * B * kc, pk.to_host());
+        add(dv, b * len * B * kc, pv.to_host());
+      }
+    }
+    EXPECT_LE(rel_error(out, c.out.to_host()), kForwardTol) << attn_tag(whole);
+    EXPECT_LE(rel_error(dq, dQ.to_host()), kForwardTol) << attn_tag(whole);
+    EXPECT_LE(rel_error(dk, dK.to_host()), kForwardTol) << attn_tag(whole);
+    EXPECT_LE(rel_error(dv, dV.to_host()), kForwardTol) << attn_tag(whole);
+  }
+}
+
+// A merge with a side that saw no key (lse = −inf) leaves the other side; two equal halves
+// average.
+TEST(KernelAttention, MergeWeighsBySoftmaxMass) {
+  const AttentionShape sh = attn_shape(1, 1, 1, 1, 2);
+  Tensor out = on_device(Shape{1, 2}, {1.0f, 2.0f}), lse = on_device(Shape{1, 1, 1}, {0.5f});
+  device().attention_merge(out, lse, on_device(Shape{1, 2}, {7.0f, 9.0f}),
+                           on_device(Shape{1, 1, 1}, {-INFINITY}), sh);
+  EXPECT_EQ(out.to_host(), (std::vector<float>{1.0f, 2.0f}));
+  EXPECT_EQ(lse.to_host(), (std::vector<float>{0.5f}));
+  device().attention_merge(out, lse, on_device(Shape{1, 2}, {3.0f, 4.0f}),
+                           on_device(Shape{1, 1, 1}, {0.5f}), sh);
+  EXPECT_EQ(out.to_host(), (std::vector<float>{2.0f, 3.0f}));
+  EXPECT_NEAR(lse.to_host()[0], 0.5 + std::log(2.0), 1e-6);
+}
+
 // Attention over a key/value cache: the queries of positions [past, S) against keys [0, S) give
 // the full forward's rows of those positions, for a prefill (past = 0), a middle block and the
 // last position alone (decoding). The keys and values are views of the full ones' first rows.

@@ -463,6 +463,55 @@ TEST(GpuAttention, CausalForwardBackwardMhaAndGqa) {
   }
 }
 
+// Ring attention's pieces (parallel/ring_attention.h): one chunk of queries against another
+// chunk's keys (kv_seq, past: the diagonal, a whole earlier chunk, keys longer than the queries),
+// forward and backward, then the merge of two partial outputs by their log-sum-exps, against
+// the CPU.
+TEST(GpuAttention, ChunkPairsAndMerge) {
+  REQUIRE_GPU();
+  struct Case {
+    int64_t n, keys, past, batch, heads, kv, hd;
+  };
+  for (const Case c : {Case{6, 6, 0, 2, 4, 2, 8}, Case{6, 6, 12, 2, 4, 2, 8},
+                       Case{5, 9, 3, 1, 6, 3, 16}, Case{33, 33, 33, 1, 2, 1, 64}}) {
+    AttentionShape sh;
+    sh.seq = c.n;
+    sh.kv_seq = c.keys;
+    sh.past = c.past;
+    sh.batch = c.batch;
+    sh.heads = c.heads;
+    sh.kv_heads = c.kv;
+    sh.head_dim = c.hd;
+    sh.scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+    const int64_t rows = c.n * c.batch, krows = c.keys * c.batch;
+    const std::string tag =
+        "chunk" + std::to_string(c.n) + "." + std::to_string(c.keys) + "." + std::to_string(c.past);
+    Pair q = rnd(tag + ".q", Shape{rows, c.heads * c.hd}, 2.0f),
+         k = rnd(tag + ".k", Shape{krows, c.kv * c.hd}, 2.0f),
+         v = rnd(tag + ".v", Shape{krows, c.kv * c.hd});
+    Pair o = out(Shape{rows, c.heads * c.hd}), lse = out(Shape{c.batch, c.heads, c.n});
+    cpu().attention_forward(o.cpu, lse.cpu, q.cpu, k.cpu, v.cpu, sh);
+    gpu().attention_forward(o.gpu, lse.gpu, q.gpu, k.gpu, v.gpu, sh);
+    EXPECT_CLOSE(o, kFp32) << tag;
+    EXPECT_CLOSE(lse, kFp32) << tag;
+    Pair dout = rnd(tag + ".dout", Shape{rows, c.heads * c.hd});
+    Pair dq = out(q.cpu.shape()), dk = out(k.cpu.shape()), dv = out(v.cpu.shape());
+    cpu().attention_backward(dq.cpu, dk.cpu, dv.cpu, dout.cpu, q.cpu, k.cpu, v.cpu, o.cpu, lse.cpu,
+                             sh);
+    gpu().attention_backward(dq.gpu, dk.gpu, dv.gpu, dout.gpu, q.gpu, k.gpu, v.gpu, o.gpu, lse.gpu,
+                             sh);
+    EXPECT_CLOSE(dq, kFp32) << tag;
+    EXPECT_CLOSE(dk, kFp32) << tag;
+    EXPECT_CLOSE(dv, kFp32) << tag;
+    // Merge another partial (its own out and lse) into this one.
+    Pair o2 = rnd(tag + ".o2", o.cpu.shape()), l2 = rnd(tag + ".l2", lse.cpu.shape(), 3.0f);
+    cpu().attention_merge(o.cpu, lse.cpu, o2.cpu, l2.cpu, sh);
+    gpu().attention_merge(o.gpu, lse.gpu, o2.gpu, l2.gpu, sh);
+    EXPECT_CLOSE(o, kFp32) << tag << " merged";
+    EXPECT_CLOSE(lse, kFp32) << tag << " merged";
+  }
+}
+
 // Attention over a key/value cache (decoding): n new query positions after `past` cached ones,
 // against the CPU; a prefill (past = 0), a block in the middle and one position at the end.
 TEST(GpuAttention, CachedForwardMhaAndGqa) {
