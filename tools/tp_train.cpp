@@ -155,6 +155,7 @@ StepsDone Run::run_steps(const LrSchedule& schedule, const Prediction& predict, 
   tp.set_timeline(&timeline);
   grid.dp().set_timeline(&timeline);
   grid.pp().set_timeline(&timeline);
+  grid.cp().set_timeline(&timeline);
   PipelineRecord record;  // --pp: what this stage ran in the step, and when
   StepOptions step_opts = plan.step_opts;
   if (plan.pp > 1) step_opts.record = &record;
@@ -168,7 +169,8 @@ StepsDone Run::run_steps(const LrSchedule& schedule, const Prediction& predict, 
     ctx.device.set_timeline(tracing ? &timeline : nullptr);
     const size_t span_mark = timeline.mark();
     const double t0 = now();
-    const size_t mark = tp.ledger().size(), dp_mark = grid.dp().ledger().size();
+    const size_t mark = tp.ledger().size(), dp_mark = grid.dp().ledger().size(),
+                 cp_mark = grid.cp().ledger().size();
     const Batch b = source.batch(step, batch, seq);
     const float lr = learning_rate(schedule, step);
     const bool dump = i == 0 && !o.get_text("dump-grads").empty();
@@ -196,14 +198,16 @@ StepsDone Run::run_steps(const LrSchedule& schedule, const Prediction& predict, 
     done.plot_losses.push_back(loss);
     ctx.device.synchronize();
     if (i == 0 && plan.pp == 1) {
-      check_activation_memory(world, model, cfg, seq, batch / dp / plan.step_opts.micro_batches,
-                              tp.size());
+      check_activation_memory(world, model, cfg, seq / plan.cp,
+                              batch / dp / plan.step_opts.micro_batches, tp.size());
       check_measured_budget(world, o, plan, model, opt);
     }
     if (plan.pp > 1 && (i == 0 || i + 1 == steps))
       log_pipeline(ctx.device, world, grid, plan, record);
     const double secs = now() - t0,
-                 comm = tp.ledger().seconds_since(mark) + grid.dp().ledger().seconds_since(dp_mark);
+                 comm = tp.ledger().seconds_since(mark) +
+                        grid.dp().ledger().seconds_since(dp_mark) +
+                        (plan.cp > 1 ? grid.cp().ledger().seconds_since(cp_mark) : 0.0);
     const double exposed = timeline.totals_since(span_mark).exposed;
     StepNumbers n{step + 1, loss,    norm, lr,        static_cast<double>(batch * seq) / secs,
                   comm,     exposed, secs, tp.size(), dp};
@@ -231,6 +235,7 @@ StepsDone Run::run_steps(const LrSchedule& schedule, const Prediction& predict, 
   tp.set_timeline(nullptr);
   grid.dp().set_timeline(nullptr);
   grid.pp().set_timeline(nullptr);
+  grid.cp().set_timeline(nullptr);
   ctx.device.set_timeline(nullptr);
   json.close();  // checked: a deferred write error (NFS, a full disk) surfaces here
   if (const int sig = agreed_stop_signal()) checkpoints.stop_after_signal(step, sig);
@@ -300,7 +305,7 @@ int train(Context& ctx) {
                  "): give --val-fraction F (> 0) leaving at least seq + 1 = ", seq + 1,
                  " bytes on each side, or drop --eval-every");
   // The tp × dp (× pp) grid: `tp` is this rank's TP group (the whole world when --dp 1, --pp 1).
-  ProcessGrid grid(world, GridAxes{dp, plan.pp}, ctx.node_of_rank);
+  ProcessGrid grid(world, GridAxes{dp, plan.pp, plan.cp}, ctx.node_of_rank);
   Communicator& tp = grid.tp();
   if (!grid.placement_warning().empty()) log0(world, "warning: ", grid.placement_warning());
   AdamWParams hp;
@@ -311,6 +316,7 @@ int train(Context& ctx) {
       build(ctx.device, tp, cfg, pipeline_stage_layout(grid, cfg, plan.pp_layers), seed, hp);
   Gpt& model = *trainee.model;
   AdamW& opt = *trainee.opt;
+  model.set_context_parallel(grid.cp(), plan.cp_layout);  // cp 1: nothing changes
   // Before training, not after: with --save-every, room for --keep files and the next one (a save
   // writes the new file before it prunes the oldest), or for as many as this run saves.
   const int64_t save_every = o.get_int("save-every");

@@ -65,8 +65,16 @@ Tensor ParallelAttention::forward(const Tensor& x_in, int64_t seq, int64_t batch
   const Tensor& k = saved_.keep(k_out_, qkv[1]);
   const Tensor& v = saved_.keep(v_out_, qkv[2]);
   Tensor ctx(device_, q.shape(), q.dtype());
-  Tensor lse(device_, Shape{batch, heads_ / t, seq});    // f32: one log-sum-exp per query row
-  device_.attention_forward(ctx, lse, q, k, v, shape_);  // local: whole heads
+  Tensor lse;    // f32: one log-sum-exp per query row
+  if (ring()) {  // CP: my S/cp positions' queries meet every key around the ring
+    global_seq_ = seq * cp_->size();
+    RingAttention ring(device_, *cp_, global_seq_, cp_layout_);
+    lse = Tensor(device_, ring.lse_shape(batch, heads_ / t));
+    ring.forward(ctx, lse, q, k, v, shape_);
+  } else {
+    lse = Tensor(device_, Shape{batch, heads_ / t, seq});
+    device_.attention_forward(ctx, lse, q, k, v, shape_);  // local: whole heads
+  }
   Tensor y = proj_.forward(ctx);  // Σ_r ctx_r P_r: g's all-reduce (SP: reduce-scatter)
   // Backward recomputes the probabilities from q, k and lse, and needs ctx (the output projection
   // keeps it already: the ledger counts it once) for the softmax backward's row sums. Nothing of
@@ -83,7 +91,12 @@ Tensor ParallelAttention::backward(const Tensor& dy) {
   const Tensor &q = q_out_.get(), &k = k_out_.get(), &v = v_out_.get();
   Tensor dq(device_, q.shape(), dctx.dtype()), dk(device_, k.shape(), dctx.dtype()),
       dv(device_, v.shape(), dctx.dtype());
-  device_.attention_backward(dq, dk, dv, dctx, q, k, v, ctx_.get(), lse_.get(), shape_);
+  if (ring()) {  // dK, dV travel the ring home (parallel/ring_attention.h)
+    RingAttention ring(device_, *cp_, global_seq_, cp_layout_);
+    ring.backward(dq, dk, dv, dctx, q, k, v, ctx_.get(), lse_.get(), shape_);
+  } else {
+    device_.attention_backward(dq, dk, dv, dctx, q, k, v, ctx_.get(), lse_.get(), shape_);
+  }
   // f backward (SP: reduce-scatter) once for q, k and v.
   return ColumnParallelLinear::backward_shared({&q_, &k_, &v_}, {dq, dk, dv});
 }

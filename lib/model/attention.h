@@ -18,6 +18,7 @@
 #include "parallel/collective_matmul.h"
 #include "parallel/linear.h"
 #include "parallel/param.h"
+#include "parallel/ring_attention.h"
 
 namespace tp {
 
@@ -53,6 +54,12 @@ class ParallelAttention {
   /// computed again. One all-reduce (the output projection's g), as in forward; nothing is kept
   /// for backward. Without SP; the cache must hold past + n positions.
   Tensor forward_cached(const Tensor& x, LayerKvCache& cache, int64_t past, int64_t batch);
+  /// Context parallelism: forward's x holds this rank's S/cp positions (seq = S/cp) and the
+  /// attention runs as a ring over `cp` (parallel/ring_attention.h); nullptr or size 1: off.
+  void set_context_parallel(Communicator* cp, CpLayout layout) {
+    cp_ = cp;
+    cp_layout_ = layout;
+  }
   /// Columns of this rank's k (and v): nkv/t · hd.
   int64_t kv_local_cols() const { return k_.out_local(); }
   void collect_params(ParamList& out, float std, float proj_std) const;
@@ -72,6 +79,11 @@ class ParallelAttention {
   SavedTensor q_out_, k_out_, v_out_;  // (N, nh/t · hd), (N, nkv/t · hd) twice
   SavedTensor ctx_;                    // (N, nh/t · hd): the output, the projection's input too
   SavedTensor lse_;                    // (B, nh/t, S), f32: what backward recomputes P from
+                                       // (CP: (chunks·B, nh/t, c), RingAttention::lse_shape)
+  Communicator* cp_ = nullptr;
+  CpLayout cp_layout_ = CpLayout::Zigzag;
+  int64_t global_seq_ = 0;  // S: seq · cp
+  bool ring() const { return cp_ != nullptr && cp_->size() > 1; }
 };
 
 }  // namespace tp

@@ -1,6 +1,7 @@
 #include "model/block.h"
 
 #include <string>
+#include <vector>
 
 namespace tp {
 
@@ -51,11 +52,16 @@ Tensor TransformerBlock::forward(const Tensor& x, int64_t seq, int64_t batch, ui
 
 Tensor TransformerBlock::forward_parts(const Tensor& x, int64_t seq, int64_t batch, uint64_t seed,
                                        int64_t step) {
-  const int64_t row0 = sp_ ? comm_.rank() * x.rows() : 0;  // my first token row, for the masks
-  Tensor a = drop_attn_.forward(attn_.forward(ln_1_.forward(x), seq, batch), seed, step, row0);
+  // My token rows as runs of global rows, for the masks: under SP from my first row; under CP
+  // chunk by chunk (one run without CP).
+  const int cp = cp_ ? cp_->size() : 1;
+  const std::vector<RowRun> rows =
+      cp_row_runs(seq * cp, batch, cp, cp_ ? cp_->rank() : 0, cp_layout_,
+                  sp_ ? comm_.rank() * x.rows() : 0, x.rows());
+  Tensor a = drop_attn_.forward(attn_.forward(ln_1_.forward(x), seq, batch), seed, step, rows);
   Tensor x1;  // x + a, written by ln_2's fused residual add (the norm reads it while in cache)
   const Tensor n2 = ln_2_.forward_add(x, a, x1);
-  Tensor m = drop_mlp_.forward(mlp_.forward(n2), seed, step, row0);
+  Tensor m = drop_mlp_.forward(mlp_.forward(n2), seed, step, rows);
   return add(device_, x1, m);
 }
 

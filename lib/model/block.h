@@ -44,6 +44,14 @@ class TransformerBlock {
   /// Under full recomputation that is the block's input only; its parts record into the block's
   /// own ledger, which keeps nothing during forward and is released after backward.
   void observe(MemoryLedger* ledger);
+  /// Context parallelism (parallel/context_parallel.h): x holds this rank's S/cp positions of
+  /// every sequence (seq in forward is S/cp), attention runs as a ring over `cp`
+  /// (ParallelAttention::set_context_parallel) and the dropout masks are keyed by global rows.
+  void set_context_parallel(Communicator* cp, CpLayout layout) {
+    cp_ = cp;
+    cp_layout_ = layout;
+    attn_.set_context_parallel(cp, layout);
+  }
   /// Dropout on (training) or off (evaluation).
   void set_training(bool on) {
     drop_attn_.set_enabled(on);
@@ -66,6 +74,8 @@ class TransformerBlock {
   SavedTensor input_;  // (S·B, h); under SP this rank's (S·B/t, h)
   int64_t seq_ = 0, batch_ = 0, step_ = 0;
   uint64_t seed_ = 0;
+  Communicator* cp_ = nullptr;
+  CpLayout cp_layout_ = CpLayout::Zigzag;
 
   Tensor forward_parts(const Tensor& x, int64_t seq, int64_t batch, uint64_t seed, int64_t step);
 };

@@ -10,8 +10,11 @@
 #include <cstdint>
 #include <string>
 
+#include <vector>
+
 #include "core/device.h"
 #include "observe/activation_stash.h"
+#include "parallel/context_parallel.h"
 
 namespace tp {
 
@@ -23,6 +26,9 @@ class Dropout {
   Dropout(Device& device, std::string site, float p);
   /// x: (N, h) → y = x ⊙ mask / (1 − p). p = 0: returns x.
   Tensor forward(const Tensor& x, uint64_t seed, int64_t step, int64_t row_offset = 0);
+  /// The same with x's rows in runs of consecutive global rows (context parallelism's zigzag
+  /// chunks: parallel/context_parallel.h's cp_row_runs); one run {0, row_offset, N} is the above.
+  Tensor forward(const Tensor& x, uint64_t seed, int64_t step, const std::vector<RowRun>& runs);
   /// dx = dy ⊙ mask / (1 − p).
   Tensor backward(const Tensor& dy);
   void observe(MemoryLedger* ledger, int64_t layer) { saved_.attach(ledger, layer); }

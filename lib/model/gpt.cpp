@@ -140,8 +140,11 @@ void Gpt::check_batch(const Batch& b, bool targets) const {
   const int t = comm_.size();
   TP_CHECK_INPUT(b.seq >= 1 && b.seq <= cfg_.seq, "a batch of sequence length ", b.seq,
                  " does not fit the position table of ", cfg_.seq, " (--seq)");
-  TP_CHECK_INPUT(!cfg_.sp || b.seq % t == 0, "sequence parallelism needs the sequence length ",
-                 b.seq, " to be divisible by t=", t);
+  const int cp = cp_size();
+  const std::vector<std::string> split = cp_problems(b.seq, cp, cp_layout_);
+  TP_CHECK_INPUT(split.empty(), split.empty() ? "" : split.front());
+  TP_CHECK_INPUT(!cfg_.sp || b.seq / cp % t == 0, "sequence parallelism needs the sequence length ",
+                 cp > 1 ? "per CP rank " : "", b.seq / cp, " to be divisible by t=", t);
   const int64_t n = b.seq * b.batch;
   TP_CHECK(static_cast<int64_t>(b.ids.size()) == n, "batch holds ", b.ids.size(), " ids for ",
            b.seq, "x", b.batch);
@@ -161,9 +164,16 @@ Tensor Gpt::embed(const Batch& b, uint64_t seed, int64_t step) {
   //    (under SP: reduce-scattered, my s/t tokens).
   const int64_t n = b.seq * b.batch;
   Tensor x = wte_->forward(Tensor::from_host(device_, Shape{n}, as_float(b.ids)));
-  row0_ = cfg_.sp ? comm_.rank() * x.rows() : 0;
-  device_.position_forward(x, compute_tensor(wpe_, wpe_copy_), b.batch, row0_);
-  return drop_embd_.forward(x, seed, step, row0_);
+  // My rows as runs of global rows: under SP from my first row, under CP chunk by chunk; the
+  // position rows and the dropout masks follow the global rows.
+  const int cp = cp_size();
+  rows_ = cp_row_runs(b.seq * cp, b.batch, cp, cp_ ? cp_->rank() : 0, cp_layout_,
+                      cfg_.sp ? comm_.rank() * x.rows() : 0, x.rows());
+  for (const RowRun& run : rows_) {
+    Tensor part = x.view(run.local_row, run.local_row + run.rows);
+    device_.position_forward(part, compute_tensor(wpe_, wpe_copy_), b.batch, run.global_row);
+  }
+  return drop_embd_.forward(x, seed, step, rows_);
 }
 
 Tensor Gpt::head_logits(const Tensor& x, int64_t n) {
@@ -178,10 +188,11 @@ Tensor Gpt::head_logits(const Tensor& x, int64_t n) {
   return logits;
 }
 
-Tensor Gpt::forward_logits(const Batch& b, uint64_t seed, int64_t step) {
+Tensor Gpt::forward_logits(const Batch& b_whole, uint64_t seed, int64_t step) {
   TP_CHECK(stage_.whole(cfg_.layers),
            "Gpt::forward_logits needs the whole model, not a pipeline stage");
-  check_batch(b, false);
+  check_batch(b_whole, false);
+  const Batch b = local_batch(b_whole);
   memory_.clear();
   batch_ = b.batch;
   // bf16: the compute copies from the fp32 masters, one rounding per weight (after each update;
@@ -214,9 +225,10 @@ float Gpt::forward(const Batch& b, uint64_t seed, int64_t step) {
   return loss;
 }
 
-Tensor Gpt::forward_stage(const Batch& b, const Tensor& input, uint64_t seed, int64_t step,
+Tensor Gpt::forward_stage(const Batch& b_whole, const Tensor& input, uint64_t seed, int64_t step,
                           float* loss) {
-  check_batch(b, stage_.head);
+  check_batch(b_whole, stage_.head);
+  const Batch b = local_batch(b_whole);  // CP: my S/cp positions
   memory_.clear();
   batch_ = b.batch;
   // bf16: the compute copies from the fp32 masters, one rounding per weight (after each update;
@@ -256,6 +268,9 @@ KvCache Gpt::make_kv_cache(int64_t batch, int64_t capacity) const {
 }
 
 Tensor Gpt::forward_cached(const std::vector<int32_t>& ids, KvCache& cache, bool all_positions) {
+  TP_CHECK_INPUT(cp_size() == 1,
+                 "generation runs at cp 1: a key/value cache holds every position anyway; build "
+                 "the model without --cp (it changes no weight)");
   TP_CHECK_INPUT(!cfg_.sp,
                  "generation runs without sequence parallelism; build the model "
                  "without --sp (it changes no weight)");
@@ -315,7 +330,9 @@ Tensor Gpt::backward_stage(const Tensor& dout) {
   for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) dx = (*it)->backward(dx);
   if (!stage_.embedding) return dx;
   dx = drop_embd_.backward(dx);
-  device_.position_backward(dwpe_, dx, batch_, row0_);
+  for (const RowRun& run : rows_)
+    device_.position_backward(dwpe_, dx.view(run.local_row, run.local_row + run.rows), batch_,
+                              run.global_row);
   wte_->backward(dx);  // SP: all-gather to all tokens; dwte += dE on my ids
   return Tensor();
 }
@@ -350,6 +367,26 @@ void Gpt::finish_gradients() {
   }
 }
 #endif
+
+void Gpt::set_context_parallel(Communicator& cp, CpLayout layout) {
+  cp_ = &cp;
+  cp_layout_ = layout;
+  for (auto& b : blocks_) b->set_context_parallel(&cp, layout);
+}
+
+Batch Gpt::local_batch(const Batch& b) const {
+  const int cp = cp_size();
+  if (cp == 1) return b;
+  Batch mine;
+  mine.seq = b.seq / cp;
+  mine.batch = b.batch;
+  for (int64_t p : cp_positions(b.seq, cp, cp_->rank(), cp_layout_))
+    for (int64_t j = 0; j < b.batch; ++j) {
+      mine.ids.push_back(b.ids[p * b.batch + j]);
+      if (!b.targets.empty()) mine.targets.push_back(b.targets[p * b.batch + j]);
+    }
+  return mine;
+}
 
 void Gpt::set_training(bool on) {
   drop_embd_.set_enabled(on);

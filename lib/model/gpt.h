@@ -137,6 +137,18 @@ class Gpt {
   /// rank with a different, partial gradient; audit_replicated_gradients() catches that.
   void finish_gradients();
   void zero_grad();
+  /// Context parallelism (parallel/context_parallel.h): every forward takes the whole batch and
+  /// runs this rank's S/cp positions of each sequence (cp.rank()'s chunks of `layout`): the
+  /// embedding of its ids at their global positions, attention as a ring over `cp`
+  /// (parallel/ring_attention.h), the loss of its targets — the mean over its S/cp · B tokens, so
+  /// the whole batch's loss and gradients are the average over the CP group (train_step takes
+  /// it). Dropout masks stay keyed by global rows. cp.size() = 1: nothing changes. Not for
+  /// generation (forward_cached refuses it: a key/value cache holds every position anyway).
+  void set_context_parallel(Communicator& cp, CpLayout layout);
+  /// The part of `b` this rank runs: b itself without CP, else its S/cp positions of every
+  /// sequence (ids and targets), seq = S/cp.
+  Batch local_batch(const Batch& b) const;
+  int cp_size() const { return cp_ ? cp_->size() : 1; }
   /// Dropout on (training, the default) or off (evaluation: model/evaluate.h); forward only.
   void set_training(bool on);
   /// Padded vocabulary V' (a multiple of t) and this rank's first id.
@@ -172,7 +184,10 @@ class Gpt {
   ActivationStash saved_;
   SavedTensor xf_{"lm_head.input"};         // ln_f's output, all tokens: (N, h)
   SavedTensor dlogits_{"lm_head.dlogits"};  // the loss gradient on my logits: (N, V'/t)
-  int64_t batch_ = 0, row0_ = 0;
+  int64_t batch_ = 0;
+  std::vector<RowRun> rows_;  // my token rows as runs of global rows (positions, dropout masks)
+  Communicator* cp_ = nullptr;
+  CpLayout cp_layout_ = CpLayout::Zigzag;
 
   void check_batch(const Batch& b, bool targets) const;
   Tensor embed(const Batch& b, uint64_t seed, int64_t step);

@@ -54,7 +54,7 @@ class GptStage : public PipelineStage {
   }
   Shape activation_shape() const override {
     const GptConfig& cfg = model_.config();
-    const int64_t n = micro_.front().seq * micro_.front().batch;
+    const int64_t n = micro_.front().seq * micro_.front().batch / model_.cp_size();  // CP: S/cp
     return Shape{cfg.sp ? n / model_.tp_size() : n, cfg.hidden};
   }
   Dtype activation_dtype() const override { return model_.config().compute_dtype(); }
@@ -181,6 +181,8 @@ StepResult train_step(ProcessGrid& grid, Device& device, Gpt& model, AdamW& opt,
     TP_CHECK(!model.stage().whole(model.config().layers), "train_step: pp=", pp,
              " needs the model of one stage (pipeline_stage_layout)");
   }
+  TP_CHECK(model.cp_size() == grid.cp_size(), "train_step: the grid has cp=", grid.cp_size(),
+           " but the model runs cp=", model.cp_size(), " (Gpt::set_context_parallel(grid.cp()))");
   TP_CHECK_INPUT(
       global_batch.batch % dp == 0, "batch=", global_batch.batch, " is not divisible by dp=", dp,
       ": every DP rank takes batch/dp sequences; choose a batch that is a multiple of ", dp);
@@ -234,6 +236,10 @@ StepResult train_step(ProcessGrid& grid, Device& device, Gpt& model, AdamW& opt,
     for (Param& p : model.params()) device.scale(p.grad, 1.0f / static_cast<float>(m));
   model.finish_gradients();
   sum_embedding_gradients(grid.pp(), device, model);
+  // Context parallelism: each CP rank's gradients are of the mean loss over its S/cp · B tokens
+  // (the ring's dK, dV carry the other ranks' terms home), all token counts equal, so their
+  // average over the CP group is the whole batch's gradient; the loss too.
+  average_gradients(grid.cp(), device, model.params(), &r.loss, "context_parallel_grads");
   Tensor grad_shard;  // ZeRO-1: my 1/dp of the averaged, flattened gradients
   if (options.zero == 1)
     grad_shard = reduce_scatter_gradients(grid.dp(), device, model.params(), &r.loss);

@@ -211,6 +211,9 @@ namespace {
 
 // The colour group of a span.
 const char* category(const Span& s) {
+  // Ring attention's K, V and dK, dV passes (context parallelism: parallel/ring_attention.h)
+  if (s.kind == SpanKind::Collective && s.label.find("ring attention") != std::string::npos)
+    return "ring";
   if (s.kind == SpanKind::Collective) return "collective";
   if (s.kind == SpanKind::Wait) return "wait";
   if (s.kind == SpanKind::Phase) return "phase";
@@ -229,6 +232,7 @@ const Category kCategories[] = {
     {"attention", "attention", "#b07aa1"},
     {"kernel", "norm, elementwise, other kernels", "#59a14f"},
     {"collective", "collective", "#f28e2b"},
+    {"ring", "ring attention K, V (context parallelism)", "#76b7b2"},
     {"wait", "wait (issue, Work::wait)", "#e15759"},
     {"phase", "pipeline op (F/B of a micro-batch)", "#bab0ac"},
 };

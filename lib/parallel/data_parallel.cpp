@@ -27,7 +27,8 @@ void pack(const ParamList& params, Tensor Param::*which, Tensor& flat) {
 }
 }  // namespace
 
-void average_gradients(Communicator& dp, Device& device, ParamList& params, float* loss) {
+void average_gradients(Communicator& dp, Device& device, ParamList& params, float* loss,
+                       const char* label) {
   if (dp.size() == 1) return;
   // One all-reduce for everything: pack, sum over the DP group, scale by 1/dp, unpack. (Real
   // frameworks cut this into buckets and start each while backward still runs; one buffer keeps
@@ -37,7 +38,7 @@ void average_gradients(Communicator& dp, Device& device, ParamList& params, floa
   const int64_t at = packed.numel() - 1;
   packed.view(at, at + 1).copy_from_host({loss ? *loss : 0.0f});
   {
-    CommLedger::Scope scope(dp.ledger(), "data_parallel_grads");
+    CommLedger::Scope scope(dp.ledger(), label);
     dp.all_reduce(packed);
   }
   device.scale(packed, 1.0f / static_cast<float>(dp.size()));

@@ -31,7 +31,10 @@ namespace tp {
 /// rank's shard), and *loss ← the mean of the dp losses, in one all-reduce over `dp` of everything
 /// packed together (label "data_parallel_grads"). Afterwards every DP rank holds the gradient of
 /// the global batch's mean loss. Nothing happens when dp.size() == 1. `loss` may be null.
-void average_gradients(Communicator& dp, Device& device, ParamList& params, float* loss);
+/// `label`: the ledger's name for the all-reduce (context parallelism averages over its CP group
+/// with this too: "context_parallel_grads").
+void average_gradients(Communicator& dp, Device& device, ParamList& params, float* loss,
+                       const char* label = "data_parallel_grads");
 
 /// Elements average_gradients moves per rank: every gradient shard, plus one for the loss.
 int64_t data_parallel_elements(const ParamList& params);

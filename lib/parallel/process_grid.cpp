@@ -16,7 +16,7 @@ std::string group_str(const std::vector<int>& ranks) {
 
 }  // namespace
 
-std::vector<std::string> ProcessGrid::problems(int world_size, int dp, int pp) {
+std::vector<std::string> ProcessGrid::problems(int world_size, int dp, int pp, int cp) {
   std::vector<std::string> out;
   std::string divisors;
   for (int d = 1; d <= world_size; ++d)
@@ -34,34 +34,48 @@ std::vector<std::string> ProcessGrid::problems(int world_size, int dp, int pp) {
     out.push_back("pp=" + std::to_string(pp) + " with dp=" + std::to_string(dp) +
                   " does not divide the " + std::to_string(world_size) +
                   " ranks: np must equal tp × dp × pp; choose dp · pp in {" + divisors + "}");
+  if (cp < 1)
+    out.push_back("--cp=" + std::to_string(cp) + " must be at least 1 (np = tp × cp × dp × pp)");
+  else if (out.empty() && world_size % (dp * pp * cp) != 0)
+    out.push_back("--cp=" + std::to_string(cp) + " does not divide the " +
+                  std::to_string(world_size / (dp * pp)) +
+                  " ranks left by dp=" + std::to_string(dp) + " and pp=" + std::to_string(pp) +
+                  ": np must equal tp × cp × dp × pp; choose cp · dp · pp in {" + divisors + "}");
   return out;
 }
 
 ProcessGrid::ProcessGrid(Communicator& world, GridAxes axes, std::vector<int> node_of_rank)
     : world_(world), node_of_rank_(std::move(node_of_rank)) {
-  const auto bad = problems(world.size(), axes.dp, axes.pp);
+  const auto bad = problems(world.size(), axes.dp, axes.pp, axes.cp);
   TP_CHECK_INPUT(bad.empty(), bad.empty() ? "" : bad.front());
   TP_CHECK(node_of_rank_.empty() || static_cast<int>(node_of_rank_.size()) == world.size(),
            "ProcessGrid: node_of_rank has ", node_of_rank_.size(), " entries for ", world.size(),
            " ranks");
   dp_size_ = axes.dp;
   pp_size_ = axes.pp;
-  tp_size_ = world.size() / (dp_size_ * pp_size_);
+  cp_size_ = axes.cp;
+  tp_size_ = world.size() / (dp_size_ * pp_size_ * cp_size_);
   const int r = world.rank();
   tp_rank_ = r % tp_size_;
-  dp_rank_ = r / tp_size_ % dp_size_;
-  pp_rank_ = r / (tp_size_ * dp_size_);
+  cp_rank_ = r / tp_size_ % cp_size_;
+  dp_rank_ = r / (tp_size_ * cp_size_) % dp_size_;
+  pp_rank_ = r / (tp_size_ * cp_size_ * dp_size_);
   // Every split on every rank, in the same order (each is collective over the world); whether an
-  // axis splits depends on the sizes only, the same everywhere.
-  tp_ = axis(tp_size_, pp_rank_ * dp_size_ + dp_rank_, tp_rank_, tp_owned_, "TP group");
-  dp_ = axis(dp_size_, pp_rank_ * tp_size_ + tp_rank_, dp_rank_, dp_owned_, "DP group");
-  pp_ = axis(pp_size_, dp_rank_ * tp_size_ + tp_rank_, pp_rank_, pp_owned_, "PP group");
+  // axis splits depends on the sizes only, the same everywhere. A group's color numbers the other
+  // three coordinates.
+  const int T = tp_size_, C = cp_size_, D = dp_size_;
+  tp_ = axis(T, (pp_rank_ * D + dp_rank_) * C + cp_rank_, tp_rank_, tp_owned_, "TP group");
+  cp_ = axis(C, (pp_rank_ * D + dp_rank_) * T + tp_rank_, cp_rank_, cp_owned_, "CP group");
+  dp_ = axis(D, (pp_rank_ * C + cp_rank_) * T + tp_rank_, dp_rank_, dp_owned_, "DP group");
+  pp_ = axis(pp_size_, (dp_rank_ * C + cp_rank_) * T + tp_rank_, pp_rank_, pp_owned_, "PP group");
   TP_CHECK(tp_->size() == tp_size_ && tp_->rank() == tp_rank_ && dp_->size() == dp_size_ &&
-               dp_->rank() == dp_rank_ && pp_->size() == pp_size_ && pp_->rank() == pp_rank_,
-           "ProcessGrid: the split gave TP rank ", tp_->rank(), "/", tp_->size(), ", DP rank ",
-           dp_->rank(), "/", dp_->size(), " and PP rank ", pp_->rank(), "/", pp_->size(),
-           "; expected ", tp_rank_, "/", tp_size_, ", ", dp_rank_, "/", dp_size_, " and ", pp_rank_,
-           "/", pp_size_);
+               dp_->rank() == dp_rank_ && pp_->size() == pp_size_ && pp_->rank() == pp_rank_ &&
+               cp_->size() == cp_size_ && cp_->rank() == cp_rank_,
+           "ProcessGrid: the split gave TP rank ", tp_->rank(), "/", tp_->size(), ", CP rank ",
+           cp_->rank(), "/", cp_->size(), ", DP rank ", dp_->rank(), "/", dp_->size(),
+           " and PP rank ", pp_->rank(), "/", pp_->size(), "; expected ", tp_rank_, "/", tp_size_,
+           ", ", cp_rank_, "/", cp_size_, ", ", dp_rank_, "/", dp_size_, " and ", pp_rank_, "/",
+           pp_size_);
 }
 
 Communicator* ProcessGrid::axis(int size, int color, int key, std::unique_ptr<Communicator>& owned,
@@ -75,21 +89,27 @@ Communicator* ProcessGrid::axis(int size, int color, int key, std::unique_ptr<Co
   return owned.get();
 }
 
-std::vector<int> ProcessGrid::tp_group(int dp_rank, int pp_rank) const {
+std::vector<int> ProcessGrid::tp_group(int dp_rank, int pp_rank, int cp_rank) const {
   std::vector<int> out;
-  for (int i = 0; i < tp_size_; ++i) out.push_back(world_rank(i, dp_rank, pp_rank));
+  for (int i = 0; i < tp_size_; ++i) out.push_back(world_rank(i, dp_rank, pp_rank, cp_rank));
   return out;
 }
 
-std::vector<int> ProcessGrid::dp_group(int tp_rank, int pp_rank) const {
+std::vector<int> ProcessGrid::cp_group(int tp_rank, int dp_rank, int pp_rank) const {
   std::vector<int> out;
-  for (int d = 0; d < dp_size_; ++d) out.push_back(world_rank(tp_rank, d, pp_rank));
+  for (int c = 0; c < cp_size_; ++c) out.push_back(world_rank(tp_rank, dp_rank, pp_rank, c));
   return out;
 }
 
-std::vector<int> ProcessGrid::pp_group(int tp_rank, int dp_rank) const {
+std::vector<int> ProcessGrid::dp_group(int tp_rank, int pp_rank, int cp_rank) const {
   std::vector<int> out;
-  for (int p = 0; p < pp_size_; ++p) out.push_back(world_rank(tp_rank, dp_rank, p));
+  for (int d = 0; d < dp_size_; ++d) out.push_back(world_rank(tp_rank, d, pp_rank, cp_rank));
+  return out;
+}
+
+std::vector<int> ProcessGrid::pp_group(int tp_rank, int dp_rank, int cp_rank) const {
+  std::vector<int> out;
+  for (int p = 0; p < pp_size_; ++p) out.push_back(world_rank(tp_rank, dp_rank, p, cp_rank));
   return out;
 }
 
@@ -122,19 +142,30 @@ std::string ProcessGrid::placement_warning(int tp, const std::vector<int>& node_
 }
 
 std::string ProcessGrid::describe() const {
-  std::string tps, dps, pps;
+  std::string tps, cps, dps, pps;
+  const auto add = [](std::string& to, const std::vector<int>& g) {
+    to += (to.empty() ? "" : " ") + group_str(g);
+  };
   for (int p = 0; p < pp_size_; ++p)
-    for (int d = 0; d < dp_size_; ++d) tps += (tps.empty() ? "" : " ") + group_str(tp_group(d, p));
+    for (int d = 0; d < dp_size_; ++d)
+      for (int c = 0; c < cp_size_; ++c) add(tps, tp_group(d, p, c));
   for (int p = 0; p < pp_size_; ++p)
-    for (int i = 0; i < tp_size_; ++i) dps += (dps.empty() ? "" : " ") + group_str(dp_group(i, p));
+    for (int d = 0; d < dp_size_; ++d)
+      for (int i = 0; i < tp_size_; ++i) add(cps, cp_group(i, d, p));
+  for (int p = 0; p < pp_size_; ++p)
+    for (int c = 0; c < cp_size_; ++c)
+      for (int i = 0; i < tp_size_; ++i) add(dps, dp_group(i, p, c));
   for (int d = 0; d < dp_size_; ++d)
-    for (int i = 0; i < tp_size_; ++i) pps += (pps.empty() ? "" : " ") + group_str(pp_group(i, d));
+    for (int c = 0; c < cp_size_; ++c)
+      for (int i = 0; i < tp_size_; ++i) add(pps, pp_group(i, d, c));
+  const std::string cp = cp_size_ > 1 ? " × cp " + std::to_string(cp_size_) : "";
+  const std::string cp_groups = cp_size_ > 1 ? "; CP groups " + cps : "";
   if (pp_size_ == 1)
-    return "tp " + std::to_string(tp_size_) + " × dp " + std::to_string(dp_size_) + " (TP groups " +
-           tps + "; DP groups " + dps + ")";
-  return "tp " + std::to_string(tp_size_) + " × pp " + std::to_string(pp_size_) + " × dp " +
-         std::to_string(dp_size_) + " (TP groups " + tps + "; PP groups " + pps + "; DP groups " +
-         dps + ")";
+    return "tp " + std::to_string(tp_size_) + cp + " × dp " + std::to_string(dp_size_) +
+           " (TP groups " + tps + cp_groups + "; DP groups " + dps + ")";
+  return "tp " + std::to_string(tp_size_) + cp + " × pp " + std::to_string(pp_size_) + " × dp " +
+         std::to_string(dp_size_) + " (TP groups " + tps + cp_groups + "; PP groups " + pps +
+         "; DP groups " + dps + ")";
 }
 
 }  // namespace tp

@@ -1,10 +1,17 @@
-// process_grid.h — the world's ranks as a grid with three named axes, tp × dp × pp: tensor
-// parallelism inside each row, data parallelism down each column, pipeline stages outermost.
+// process_grid.h — the world's ranks as a grid with four named axes, tp × cp × dp × pp: tensor
+// parallelism inside each row, context parallelism next, data parallelism down each column,
+// pipeline stages outermost.
 //
-//   world rank  r = (pp_rank · dp + dp_rank) · tp + tp_rank          (tp innermost, pp outermost)
+//   world rank  r = ((pp_rank · dp + dp_rank) · cp + cp_rank) · tp + tp_rank
+//                                           (tp innermost, then cp, dp, pp outermost)
 //   TP group    = {…, r − 1, r, r + 1, …}  tp adjacent ranks: one stage of one model replica, split
-//   DP group    = ranks tp apart            the same shard of the same stage in every replica
-//   PP group    = ranks tp · dp apart       the stages of one replica's shard, in stage order
+//   CP group    = ranks tp apart            the same shard, each holding S/cp of every sequence
+//                                           (parallel/context_parallel.h); cp = 1 without --cp
+//   DP group    = ranks tp · cp apart       the same shard of the same stage in every replica
+//   PP group    = ranks tp · cp · dp apart  the stages of one replica's shard, in stage order
+//
+// CP sits next to TP because it moves the most after TP: every layer's keys and values go around
+// its ring (parallel/ring_attention.h), where DP moves the gradients once a step.
 //
 // np 4 = tp 2 × dp 2 (pp 1):      tp_rank 0   tp_rank 1
 //                     dp_rank 0   rank 0      rank 1      ← TP group {0, 1}
@@ -36,10 +43,11 @@
 
 namespace tp {
 
-/// The sizes of the grid's outer axes; tp = world size / (dp · pp).
+/// The sizes of the grid's outer axes; tp = world size / (cp · dp · pp).
 struct GridAxes {
   int dp = 1;
   int pp = 1;
+  int cp = 1;
 };
 
 class ProcessGrid {
@@ -47,7 +55,7 @@ class ProcessGrid {
   /// Every problem with tp × dp × pp = world_size (empty when fine): dp ≥ 1, pp ≥ 1, dp · pp
   /// divides world_size. The same on every rank: validate before constructing (the constructor
   /// throws them as bad input).
-  static std::vector<std::string> problems(int world_size, int dp, int pp = 1);
+  static std::vector<std::string> problems(int world_size, int dp, int pp = 1, int cp = 1);
 
   /// Splits `world` into the TP, DP and PP groups (collective: every rank of `world` calls it).
   /// `node_of_rank`: the node of every world rank (Context::node_of_rank); empty: unknown (no
@@ -60,26 +68,32 @@ class ProcessGrid {
       : ProcessGrid(world, GridAxes{dp, 1}, std::move(node_of_rank)) {}
 
   int tp_size() const { return tp_size_; }
+  int cp_size() const { return cp_size_; }
   int dp_size() const { return dp_size_; }
   int pp_size() const { return pp_size_; }
   int tp_rank() const { return tp_rank_; }
+  int cp_rank() const { return cp_rank_; }
   int dp_rank() const { return dp_rank_; }
   int pp_rank() const { return pp_rank_; }
   Communicator& world() { return world_; }
   /// The TP group of this rank (the model's communicator), its DP group and its PP group.
   Communicator& tp() { return *tp_; }
+  /// The CP group: the ranks holding the other parts of the same sequences.
+  Communicator& cp() { return *cp_; }
   Communicator& dp() { return *dp_; }
   Communicator& pp() { return *pp_; }
 
-  /// World rank at coordinate (tp_rank, dp_rank, pp_rank): (pp_rank · dp + dp_rank) · tp + tp_rank.
-  int world_rank(int tp_rank, int dp_rank, int pp_rank = 0) const {
-    return (pp_rank * dp_size_ + dp_rank) * tp_size_ + tp_rank;
+  /// World rank at coordinate (tp_rank, dp_rank, pp_rank, cp_rank):
+  /// ((pp_rank · dp + dp_rank) · cp + cp_rank) · tp + tp_rank.
+  int world_rank(int tp_rank, int dp_rank, int pp_rank = 0, int cp_rank = 0) const {
+    return ((pp_rank * dp_size_ + dp_rank) * cp_size_ + cp_rank) * tp_size_ + tp_rank;
   }
-  /// World ranks of one group of each axis, in group-rank order, named by the other two
+  /// World ranks of one group of each axis, in group-rank order, named by the other
   /// coordinates.
-  std::vector<int> tp_group(int dp_rank, int pp_rank = 0) const;
-  std::vector<int> dp_group(int tp_rank, int pp_rank = 0) const;
-  std::vector<int> pp_group(int tp_rank, int dp_rank = 0) const;
+  std::vector<int> tp_group(int dp_rank, int pp_rank = 0, int cp_rank = 0) const;
+  std::vector<int> cp_group(int tp_rank, int dp_rank = 0, int pp_rank = 0) const;
+  std::vector<int> dp_group(int tp_rank, int pp_rank = 0, int cp_rank = 0) const;
+  std::vector<int> pp_group(int tp_rank, int dp_rank = 0, int cp_rank = 0) const;
 
   /// "" when every TP group lies on one node (or the placement is unknown), else one line naming
   /// the first group that spans nodes and the fix.
@@ -98,10 +112,11 @@ class ProcessGrid {
                      const char* role);
 
   Communicator& world_;
-  int tp_size_, dp_size_, pp_size_, tp_rank_, dp_rank_, pp_rank_;
+  int tp_size_, cp_size_, dp_size_, pp_size_, tp_rank_, cp_rank_, dp_rank_, pp_rank_;
   std::vector<int> node_of_rank_;
-  std::unique_ptr<Communicator> tp_owned_, dp_owned_, pp_owned_;
+  std::unique_ptr<Communicator> tp_owned_, cp_owned_, dp_owned_, pp_owned_;
   Communicator* tp_ = nullptr;
+  Communicator* cp_ = nullptr;
   Communicator* dp_ = nullptr;
   Communicator* pp_ = nullptr;
 };

@@ -79,9 +79,9 @@ class RingAttention {
 
   /// Called for every pair of every forward step (Skipped ones too, with no tensors).
   void set_observer(RingPairObserver observer) { observer_ = std::move(observer); }
-  /// Testing: merge by adding the partial outputs without their log-sum-exp weights (a broken
-  /// ring; the equality tests must catch it).
-  void set_broken_merge_for_test(bool on) { broken_merge_ = on; }
+  /// Testing, for every RingAttention of the process from now on: merge by adding the partial
+  /// outputs without their log-sum-exp weights (a broken ring; the equality tests must catch it).
+  static void set_broken_merge_for_test(bool on) { broken_merge_ = on; }
 
   int cp() const { return cp_.size(); }
   const std::vector<CpChunk>& chunks() const { return mine_; }
@@ -96,7 +96,7 @@ class RingAttention {
   CpLayout layout_;
   std::vector<CpChunk> mine_;
   RingPairObserver observer_;
-  bool broken_merge_ = false;
+  static inline bool broken_merge_ = false;
   int64_t full_pairs_ = 0, diagonal_pairs_ = 0;
 };
 

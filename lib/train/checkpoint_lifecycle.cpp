@@ -52,7 +52,9 @@ CheckpointLifecycle::CheckpointLifecycle(Communicator& world, Device& device, co
 
 void CheckpointLifecycle::write_agreed(const std::string& flag,
                                        const std::function<void()>& write) {
-  const std::string failed = agree_on_outcome(world_, device_, grid_.dp_rank() == 0, write);
+  // One replica writes: DP rank 0, and of its CP ranks (which hold the same weights) the first.
+  const std::string failed =
+      agree_on_outcome(world_, device_, grid_.dp_rank() == 0 && grid_.cp_rank() == 0, write);
   if (failed.empty()) return;
   // Only rank 0's line is printed: only rank 0 looks for what survived (a checkpoint, when what
   // failed was one, or an export of one).

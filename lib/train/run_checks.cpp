@@ -110,10 +110,13 @@ double validation_loss(const Options& o, ProcessGrid& grid, Device& device, Gpt&
   // evaluation ends within a batch; the step loop then stops the run.
   const double mine = held_out_loss(model, grid.pp(), source, o.get_int("eval-batches"), plan.batch,
                                     plan.seq, plan.seed, slice, stop);
-  if (plan.dp == 1) return mine;
+  if (plan.dp == 1 && plan.cp == 1) return mine;
+  // The mean over the replicas' slices, and under CP over each sequence's S/cp parts (equal
+  // token counts: the whole batch's mean).
   Tensor v = Tensor::from_host(device, Shape{1}, {static_cast<float>(mine)});
   grid.dp().all_reduce(v);
-  return v.to_host()[0] / plan.dp;
+  grid.cp().all_reduce(v);
+  return v.to_host()[0] / (plan.dp * plan.cp);
 }
 
 }  // namespace tp

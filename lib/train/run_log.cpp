@@ -20,7 +20,7 @@ void log_run(Communicator& world, const Device& device, const Plan& plan, Proces
   for (const Param& p : model.params())
     n_params += p.ckpt_rows > 0 ? p.ckpt_rows * p.cols() : p.shape.numel();
   log0(world, "tp_train: t = ", tp.size(), " (", world.name(), ", ", device.name(), ")");
-  if (dp > 1 || grid.pp_size() > 1) log0(world, "grid: ", grid.describe());
+  if (dp > 1 || grid.pp_size() > 1 || grid.cp_size() > 1) log0(world, "grid: ", grid.describe());
   log0(world, "model: ", cfg.str(), ", ", n_params, " parameters");
   if (cfg.precision == Precision::Bf16) log0(world, "bf16 GEMM: ", bf16_gemm);
   log0(world, "data: ", source.describe());

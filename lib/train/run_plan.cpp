@@ -118,6 +118,35 @@ void plan_vocab_and_file(const Options& o, Plan& r, std::vector<std::string>& pr
 
 }  // namespace
 
+namespace {
+// --cp, --cp-layout: the sequence splits into the layout's chunks (parallel/context_parallel.h),
+// SP then splits each rank's S/cp positions by t, and what does not combine with CP yet is
+// refused by name.
+void plan_context_parallel(const Options& o, Plan& r, std::vector<std::string>& problems) {
+  const std::string layout = o.get_text("cp-layout");
+  if (!parse_cp_layout(layout, r.cp_layout)) {
+    problems.push_back("--cp-layout=" + layout + " is not a layout; use zigzag or contiguous");
+    return;
+  }
+  if (r.cp < 1) return;  // ProcessGrid::problems said so
+  for (const std::string& p : cp_problems(r.seq, r.cp, r.cp_layout)) problems.push_back(p);
+  if (r.cp > 1 && r.cfg.sp && r.seq % (r.cp * r.t) != 0)
+    problems.push_back("--sp with --cp=" + std::to_string(r.cp) + ": each CP rank's " +
+                       std::to_string(r.seq / r.cp) +
+                       " positions must split over t=" + std::to_string(r.t) +
+                       "; use a --seq divisible by cp · t = " + std::to_string(r.cp * r.t));
+  if (r.cp > 1) {
+    const std::pair<bool, const char*> refused[] = {
+        {o.get_flag("audit-grads"), "--audit-grads"},
+        {o.get_real("memory-budget") > 0, "--memory-budget"}};
+    for (const auto& [given, flag] : refused)
+      if (given)
+        problems.push_back(std::string(flag) + " with --cp=" + std::to_string(r.cp) +
+                           ": not implemented for context parallelism; drop it or use --cp 1");
+  }
+}
+}  // namespace
+
 Plan plan_run(const Options& o, int world_size) {
   Plan r;
   GptConfig& cfg = r.cfg;
@@ -142,9 +171,11 @@ Plan plan_run(const Options& o, int world_size) {
   plan_vocab_and_file(o, r, problems);
   plan_origin(o, r, problems);
   const int pp = r.pp = o.get_int32("pp");
-  const auto grid_problems = ProcessGrid::problems(world_size, dp, pp);
+  const int cp = r.cp = o.get_int32("cp");
+  const auto grid_problems = ProcessGrid::problems(world_size, dp, pp, cp);
   for (const auto& p : grid_problems) problems.push_back(p);
-  const int t = r.t = grid_problems.empty() ? world_size / dp / pp : world_size;  // TP group size
+  const int t = r.t = grid_problems.empty() ? world_size / dp / pp / cp : world_size;  // TP size
+  plan_context_parallel(o, r, problems);
   if (grid_problems.empty() && batch >= 1 && batch % dp != 0)
     problems.push_back("--batch=" + std::to_string(batch) + " is not divisible by --dp=" +
                        std::to_string(dp) + ": every DP rank takes batch/dp sequences");
@@ -191,6 +222,7 @@ Plan plan_run(const Options& o, int world_size) {
   pre.t = t;
   if (dp > 1) pre.t_label = "the TP group: ranks / --dp";
   if (pp > 1) pre.t_label = "the TP group: ranks / (--dp · --pp)";
+  if (cp > 1) pre.t_label = "the TP group: ranks / (--cp · --dp · --pp)";
   for (const std::string& p : preflight(pre).problems) problems.push_back(p);
   TP_CHECK_INPUT(problems.empty(), problems_message(problems));
   return r;

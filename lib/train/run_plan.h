@@ -32,6 +32,8 @@ struct Plan {
   ModelFile file;
   int dp = 1, t = 1;                      // t: the TP group's size
   int pp = 1;                             // --pp: pipeline stages
+  int cp = 1;                             // --cp: context-parallel ranks
+  CpLayout cp_layout = CpLayout::Zigzag;  // --cp-layout
   std::vector<int64_t> pp_layers;         // --pp-layers (empty: an even split)
   StepOptions step_opts;                  // --micro-batches, --zero, --schedule
   std::vector<std::string> resume_notes;  // --resume auto: the newer checkpoints it skipped

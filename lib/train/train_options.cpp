@@ -37,6 +37,15 @@ void declare_optimisation(Options& o) {
                "batch/dp sequences and the gradients are averaged over the replicas")
       .min(1)
       .fits_int()
+      .integer("cp", 1,
+               "context-parallel ranks: np = tp × cp × dp × pp; each holds seq/cp positions of "
+               "every sequence and attention runs as a ring over them (lib/parallel/"
+               "ring_attention.h)")
+      .min(1)
+      .fits_int()
+      .text("cp-layout", "zigzag",
+            "which positions a CP rank holds: zigzag (chunks r and 2cp-1-r of 2cp: every rank "
+            "the same causal work) or contiguous (chunk r of cp)")
       .integer("steps", 50,
                "steps to run: from a fresh start or --load, N more (0: just --save the initial "
                "weights); with --resume, the step the run ends at (the same command finishes "

@@ -63,7 +63,7 @@ Result ring_against_whole(CpLayout layout, int64_t nkv, bool broken, int64_t* kv
   const std::vector<int64_t> pos = cp_positions(S, cp.size(), cp.rank(), layout);
   const int64_t n = static_cast<int64_t>(pos.size());
   RingAttention ring(device(), cp, S, layout);
-  ring.set_broken_merge_for_test(broken);
+  RingAttention::set_broken_merge_for_test(broken);
   Tensor q_ = T(Shape{n * B, qc}, my_rows(q, pos, B, qc)),
          k_ = T(Shape{n * B, kc}, my_rows(k, pos, B, kc)),
          v_ = T(Shape{n * B, kc}, my_rows(v, pos, B, kc));
@@ -73,6 +73,7 @@ Result ring_against_whole(CpLayout layout, int64_t nkv, bool broken, int64_t* kv
   if (kv_bytes) *kv_bytes = static_cast<int64_t>(cp.ledger().wire_bytes_since(before));
   Tensor dq_(device(), q_.shape()), dk_(device(), k_.shape()), dv_(device(), v_.shape());
   ring.backward(dq_, dk_, dv_, T(q_.shape(), my_rows(dout, pos, B, qc)), q_, k_, v_, o_, l_, whole);
+  RingAttention::set_broken_merge_for_test(false);
   // lse: the whole one's (B, nh, S) at my positions, chunk by chunk as lse_shape lays them out.
   const auto Lh = L.to_host();
   std::vector<float> want_lse;
