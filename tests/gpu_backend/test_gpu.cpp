@@ -62,10 +62,12 @@
 #include "model/data.h"
 #include "model/gpt.h"
 #include "model/memory.h"
+#include "model/presets.h"
 #include "model/train.h"
 #include "mpi_communicator.h"
 #include "node.h"
 #include "parallel/param.h"
+#include "parallel/process_grid.h"
 #include "test_util.h"
 
 namespace {
@@ -1299,6 +1301,37 @@ TEST(GpuCollectives, NcclRejectsACpuDevice) {
   } catch (const Error& e) {
     EXPECT_TRUE(e.is_bad_input()) << e.what();
     EXPECT_NE(std::string(e.what()).find("CUDA device"), std::string::npos) << e.what();
+  }
+}
+
+// Context parallelism on the GPU (issue 42): cp = np, the ring's K, V and dK, dV on the NCCL
+// communicator (where the ranks have a GPU each; else the host-staged MPI one), 3 training steps
+// in both layouts against one CPU device on the whole batch: the losses within kModel.
+TEST(GpuModel, ContextParallelRingMatchesOneCpuDevice) {
+  REQUIRE_GPU();
+  if (world().size() == 1) GTEST_SKIP() << "no ring at cp = 1";
+  Communicator& comm = nccl_world() ? *nccl_world() : world();
+  GptConfig cfg = gpt_shape(2, 24, 4, 2, 48, 32, 24);  // S = 24 splits for cp = 2, 3, 4
+  cfg.init_std = 0.1f;
+  AdamWParams hp;
+  hp.lr = 1e-2f;
+  const MarkovSource data(cfg.vocab, kSeed);
+  for (CpLayout layout : {CpLayout::Zigzag, CpLayout::Contiguous}) {
+    ProcessGrid grid(comm, GridAxes{1, 1, comm.size()});
+    SerialCommunicator solo;
+    Gpt mg(gpu(), grid.tp(), cfg), mc(cpu(), solo, cfg);
+    mg.set_context_parallel(grid.cp(), layout);
+    mg.init(kSeed);
+    mc.init(kSeed);
+    AdamW og(gpu(), mg.params(), hp), oc(cpu(), mc.params(), hp);
+    ProcessGrid one(solo, 1);
+    for (int64_t s = 0; s < 3; ++s) {
+      const Batch b = data.batch(s, 2, cfg.seq);
+      const float lg = train_step(grid, gpu(), mg, og, b, kSeed, s, hp.lr, 1.0f).loss;
+      const float lc = train_step(one, cpu(), mc, oc, b, kSeed, s, hp.lr, 1.0f).loss;
+      EXPECT_LE(std::abs(lg - lc), kModel * lc)
+          << cp_layout_name(layout) << " step " << s << ": " << lg << " vs " << lc;
+    }
   }
 }
 
