@@ -220,7 +220,9 @@ int main(int argc, char** argv) {
     TP_CHECK_INPUT(cp == 1 || (o.get_int32("pp") <= 1 && o.get_int32("dp") <= 1), "--cp ", cp,
                    " with --pp or --dp: the pipeline block does not plan CP yet; give --cp 1, or "
                    "leave out --pp and --dp");
-    if (cp != 1) return report_cp(o, base, cp);
+    // --cp given (--cp 1 too: its section is the baseline the other sizes compare with).
+    if (cp != 1 || (o.given("cp") && o.get_int32("pp") <= 1 && o.get_int32("dp") <= 1))
+      return report_cp(o, base, cp);
     if (o.get_int32("pp") > 1 || o.get_int32("dp") > 1) {
       // The pipeline block: its own problems are one error line (exit 2); the TP report is that
       // of one micro-batch, followed by the stages, the bubble and the traffic.

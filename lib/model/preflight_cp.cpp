@@ -27,7 +27,9 @@ std::string format(const char* fmt, Args... args) {
 std::string gb(double b) { return format("%.2f GB", b / 1e9); }
 std::string mib(double b) { return format("%.1f MiB", b / 1048576.0); }
 std::string ms(double s) {
-  return s >= 1e-4 ? format("%.2f ms", s * 1e3) : format("%.1f µs", s * 1e6);
+  return s >= 1.0    ? format("%.2f s", s)
+         : s >= 1e-4 ? format("%.2f ms", s * 1e3)
+                     : format("%.1f µs", s * 1e6);
 }
 
 // The problems of the CP axis: the split itself, SP's shard of S/cp, the job's size.
@@ -141,7 +143,10 @@ CpPlan plan_cp(const Preflight& p, const CpInput& in) {
   if (e < 4) local.precision = Precision::Bf16;
   const Link nvlink = *parse_link("nvlink");
   for (const PlannedCollective& k : step_collectives(local, B, t, e))
-    if (k.per_layer) c.tp_comm_seconds += k.count * predict_seconds(k.op, t, k.bytes, nvlink.model);
+    if (k.per_layer) {
+      c.tp_comm_seconds += k.count * predict_seconds(k.op, t, k.bytes, nvlink.model);
+      c.tp_comm_bytes += k.count * ring_wire_bytes(k.op, t, k.bytes);
+    }
   return c;
 }
 
@@ -188,19 +193,26 @@ std::string cp_report(const Preflight& p, const CpPlan& c) {
                c.ring_inside_node ? "inside a node" : "across nodes", c.ring_link.str().c_str());
   os << format(
       "  time per layer, one rank: linear layers %s + attention %s (%s layout's slowest "
-      "rank) at %.0f TFLOPS; the ring %s (%s of the attention it runs under); TP%s "
-      "collectives at S/cp on NVLink %s\n",
+      "rank) at %.0f TFLOPS; the ring %s (%s of the attention it runs under)\n",
       ms(c.linear_seconds).c_str(), ms(c.attention_seconds).c_str(), cp_layout_name(in.layout),
       p.in.flops / 1e12, ms(c.ring_seconds).c_str(),
       c.attention_seconds > 0
           ? format("%.1f%%", 100.0 * c.ring_seconds / c.attention_seconds).c_str()
-          : "-",
-      cfg.sp ? " + SP" : "", ms(c.tp_comm_seconds).c_str());
+          : "-");
+  os << format("  TP%s collectives per layer at S/cp: %s per rank, %s on NVLink\n",
+               cfg.sp ? " + SP" : "", mib(c.tp_comm_bytes).c_str(), ms(c.tp_comm_seconds).c_str());
   os << format(
       "  once per step: the CP all-reduce of the fp32 gradients, P x 4 = %s, sends "
       "2(cp-1)/cp of it = %s: %s\n",
       gb(static_cast<double>(c.grad_allreduce)).c_str(),
       mib(ring_wire_bytes("all_reduce", cp, c.grad_allreduce)).c_str(),
+      ms(c.grad_allreduce_seconds).c_str());
+  const double compute = L * (c.linear_seconds + c.attention_seconds);
+  os << format(
+      "  one step, %lld layers: compute %s, the ring %s, TP%s collectives %s, the CP "
+      "all-reduce %s (each alone, nothing overlapped)\n",
+      static_cast<long long>(L), ms(compute).c_str(), ms(L * c.ring_seconds).c_str(),
+      cfg.sp ? " + SP" : "", ms(L * c.tp_comm_seconds).c_str(),
       ms(c.grad_allreduce_seconds).c_str());
   return os.str();
 }

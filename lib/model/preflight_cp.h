@@ -81,6 +81,7 @@ struct CpPlan {
   double attention_seconds = 0;  ///< per layer: the slowest rank's share of 7·nh·hd·S²·B / t
   double ring_seconds = 0;       ///< per layer: every hop forward and backward on ring_link
   double tp_comm_seconds = 0;    ///< per layer: the TP (or TP + SP) collectives at S/cp, NVLink
+  double tp_comm_bytes = 0;      ///< their bytes per rank (ring model)
   double grad_allreduce_seconds = 0;  ///< once per step, on ring_link
 };
 
