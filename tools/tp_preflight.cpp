@@ -195,7 +195,9 @@ int main(int argc, char** argv) {
       .text("cp-layout", "zigzag",
             "which positions a CP rank holds: zigzag (chunks r and 2cp-1-r of 2cp) or contiguous",
             {"zigzag", "contiguous"})
-      .real("gpu-memory", 80.0, "GB (10^9 bytes) of one GPU, for whether --cp's peak fits");
+      .real("gpu-memory", 80.0, "GB (10^9 bytes) of one GPU, for whether --cp's peak fits")
+      .min(0.0, true)
+      .max(1e9);
   // The pipeline block (lib/model/pipeline_plan.h): --pp and --schedule (declared as tp_train
   // declares them), with --dp and --micro-batches. With --pp > 1 or --dp > 1 the report adds the
   // stages' memory, the bubble and each link's traffic per step (--batch is then the global batch).
