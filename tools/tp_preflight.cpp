@@ -9,6 +9,8 @@
 //   build/bin/tp_preflight --model llama2-70b -t 8 --nodes 8 --gpus-per-node 8 --batch 4
 //       --micro-batches 4 --recompute selective --zero 1       (the memory stack, issue 22)
 //   build/bin/tp_preflight --hidden 50 --heads 4 --ffn 7 -t 2    (exit 2: every problem at once)
+//   build/bin/tp_preflight --model llama2-70b --seq 131072 -t 8 --sp --cp 8 --gpus-per-node 8
+//       (context parallelism, issue 42: 128k tokens; lib/model/preflight_cp.h)
 //
 // Exit status: 0 when the configuration can run (warnings and notes do not count), 2 when there is
 // any problem or a bad flag.
@@ -24,6 +26,7 @@
 #include "model/memory_budget.h"
 #include "model/pipeline_plan.h"
 #include "model/preflight.h"
+#include "model/preflight_cp.h"
 #include "model/presets.h"
 
 using namespace tp;
@@ -49,11 +52,13 @@ int world_of(const Options& o, int t) {
 }
 
 // The memory stack's flags (issue 22): --recompute, --micro-batches, --zero 1 over dp replicas.
+// With --cp the replicas are groups of t x cp ranks.
 void memory_options(const Options& o, PreflightInput& in) {
   in.model.recompute = parse_recompute(o.get_text("recompute"));
   in.micro_batches = o.get_int32("micro-batches");
-  const int world = world_of(o, in.t);
-  const int dp = world > 0 && in.t >= 1 && world % in.t == 0 ? world / in.t : 1;
+  const int group = in.t * std::max(1, o.get_int32("cp"));
+  const int world = world_of(o, group);
+  const int dp = world > 0 && group >= 1 && world % group == 0 ? world / group : 1;
   const int zero = o.get_int32("zero");
   TP_CHECK_INPUT(zero == 0 || zero == 1, "--zero=", zero,
                  " is not a stage this build has; use 0 or 1");
@@ -104,6 +109,22 @@ PreflightInput input_from(const Options& o) {
   in.flops = o.get_real("tflops") * 1e12;
   memory_options(o, in);
   return in;
+}
+
+// --cp: the TP report of the whole sequence, then what CP changes (lib/model/preflight_cp.h).
+int report_cp(const Options& o, const PreflightInput& base, int cp) {
+  CpInput cin;
+  cin.cp = cp;
+  TP_CHECK_INPUT(parse_cp_layout(o.get_text("cp-layout"), cin.layout),
+                 "--cp-layout=", o.get_text("cp-layout"), ": expected zigzag or contiguous");
+  cin.gpu_memory = o.get_real("gpu-memory") * 1e9;
+  const Preflight p = preflight(base);
+  const CpPlan c = plan_cp(p, cin);
+  std::vector<std::string> problems = p.problems;
+  problems.insert(problems.end(), c.problems.begin(), c.problems.end());
+  TP_CHECK_INPUT(problems.empty(), problems_message(problems));
+  std::printf("%s%s", preflight_report(p).c_str(), cp_report(p, c).c_str());
+  return 0;
 }
 
 }  // namespace
@@ -166,7 +187,17 @@ int main(int argc, char** argv) {
                "data-parallel replicas, for --zero 1, the memory stack and --pp (0: nodes x GPUs "
                "/ t when given)")
       .non_negative()
-      .fits_int();
+      .fits_int()
+      .integer("cp", 1,
+               "context-parallel size: every sequence split over cp ranks, attention as a ring "
+               "(the job is tp x cp ranks)")
+      .fits_int()
+      .text("cp-layout", "zigzag",
+            "which positions a CP rank holds: zigzag (chunks r and 2cp-1-r of 2cp) or contiguous",
+            {"zigzag", "contiguous"})
+      .real("gpu-memory", 80.0, "GB (10^9 bytes) of one GPU, for whether --cp's peak fits")
+      .min(0.0, true)
+      .max(1e9);
   // The pipeline block (lib/model/pipeline_plan.h): --pp and --schedule (declared as tp_train
   // declares them), with --dp and --micro-batches. With --pp > 1 or --dp > 1 the report adds the
   // stages' memory, the bubble and each link's traffic per step (--batch is then the global batch).
@@ -187,6 +218,13 @@ int main(int argc, char** argv) {
       return 0;
     }
     const PreflightInput base = input_from(o);
+    const int cp = o.get_int32("cp");
+    TP_CHECK_INPUT(cp == 1 || (o.get_int32("pp") <= 1 && o.get_int32("dp") <= 1), "--cp ", cp,
+                   " with --pp or --dp: the pipeline block does not plan CP yet; give --cp 1, or "
+                   "leave out --pp and --dp");
+    // --cp given (--cp 1 too: its section is the baseline the other sizes compare with).
+    if (cp != 1 || (o.given("cp") && o.get_int32("pp") <= 1 && o.get_int32("dp") <= 1))
+      return report_cp(o, base, cp);
     if (o.get_int32("pp") > 1 || o.get_int32("dp") > 1) {
       // The pipeline block: its own problems are one error line (exit 2); the TP report is that
       // of one micro-batch, followed by the stages, the bubble and the traffic.
