@@ -188,13 +188,6 @@ int main(int argc, char** argv) {
                "/ t when given)")
       .non_negative()
       .fits_int()
-      .integer("cp", 1,
-               "context-parallel size: every sequence split over cp ranks, attention as a ring "
-               "(the job is tp x cp ranks)")
-      .fits_int()
-      .text("cp-layout", "zigzag",
-            "which positions a CP rank holds: zigzag (chunks r and 2cp-1-r of 2cp) or contiguous",
-            {"zigzag", "contiguous"})
       .real("gpu-memory", 80.0, "GB (10^9 bytes) of one GPU, for whether --cp's peak fits")
       .min(0.0, true)
       .max(1e9);
@@ -202,6 +195,7 @@ int main(int argc, char** argv) {
   // declares them), with --dp and --micro-batches. With --pp > 1 or --dp > 1 the report adds the
   // stages' memory, the bubble and each link's traffic per step (--batch is then the global batch).
   declare_pipeline_options(o);
+  declare_context_parallel_options(o);  // --cp, --cp-layout: tp_train's words
   try {
     // -t N and -t=N are short for --tp.
     std::vector<std::string> args(argv, argv + argc);

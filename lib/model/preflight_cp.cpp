@@ -217,4 +217,17 @@ std::string cp_report(const Preflight& p, const CpPlan& c) {
   return os.str();
 }
 
+void declare_context_parallel_options(Options& o) {
+  o.integer("cp", 1,
+            "context-parallel ranks: np = tp × cp × dp × pp; each holds seq/cp positions of every "
+            "sequence and attention runs as a ring over them (lib/parallel/ring_attention.h)")
+      .min(1)
+      .max(kMaxCp)
+      .fits_int()
+      .text("cp-layout", "zigzag",
+            "which positions a CP rank holds: zigzag (chunks r and 2cp-1-r of 2cp: every rank "
+            "the same causal work) or contiguous (chunk r of cp)",
+            {"zigzag", "contiguous"});
+}
+
 }  // namespace tp

@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "core/options.h"
 #include "model/memory.h"
 #include "model/preflight.h"
 #include "observe/simulated_link.h"
@@ -92,5 +93,9 @@ CpPlan plan_cp(const Preflight& p, const CpInput& in);
 
 /// The CP section of the report (starts with a blank line, ends with a newline).
 std::string cp_report(const Preflight& p, const CpPlan& c);
+
+/// --cp and --cp-layout, declared once for tp_train and tp_preflight (the same words, bounds and
+/// defaults, as declare_pipeline_options does for --pp).
+void declare_context_parallel_options(Options& o);
 
 }  // namespace tp

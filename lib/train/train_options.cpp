@@ -4,6 +4,7 @@
 #include <string>
 
 #include "model/pipeline_plan.h"
+#include "model/preflight_cp.h"
 
 namespace tp {
 
@@ -37,15 +38,6 @@ void declare_optimisation(Options& o) {
                "batch/dp sequences and the gradients are averaged over the replicas")
       .min(1)
       .fits_int()
-      .integer("cp", 1,
-               "context-parallel ranks: np = tp × cp × dp × pp; each holds seq/cp positions of "
-               "every sequence and attention runs as a ring over them (lib/parallel/"
-               "ring_attention.h)")
-      .min(1)
-      .fits_int()
-      .text("cp-layout", "zigzag",
-            "which positions a CP rank holds: zigzag (chunks r and 2cp-1-r of 2cp: every rank "
-            "the same causal work) or contiguous (chunk r of cp)")
       .integer("steps", 50,
                "steps to run: from a fresh start or --load, N more (0: just --save the initial "
                "weights); with --resume, the step the run ends at (the same command finishes "
@@ -110,7 +102,8 @@ void declare_layer_forms(Options& o) {
             "step 1 (0 = no budget)")
       .min(1)
       .zero_means_off();
-  declare_pipeline_options(o);  // --pp, --schedule: tp_preflight's too
+  declare_pipeline_options(o);          // --pp, --schedule: tp_preflight's too
+  declare_context_parallel_options(o);  // --cp, --cp-layout: tp_preflight's too
   o.text("pp-layers", "", "blocks per stage with --pp, e.g. 3,5 (default: an even split)")
       .integer("pad-vocab-multiple", 1, "pad the vocabulary to a multiple of this times t")
       .min(1)

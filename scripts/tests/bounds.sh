@@ -28,13 +28,13 @@ else fail "tp_train --help lacks a bound of --keep, --eval-batches, --memory-bud
 # the launcher's.)
 expect "--stall-timeout 0.001" 2 "--stall-timeout=0.001: must be 0 or >= 1" 1 "${tt[@]}" --stall-timeout 0.001
 
-# 3. tp_preflight refuses what tp_train refuses, with the same words (one declaration of --pp and
-# --schedule, lib/model/pipeline_plan.h) and the same defaults: --pp 2 plans tp_train's afab.
+# 3. tp_preflight refuses what tp_train refuses, with the same words (one declaration of --pp,
+# --schedule (lib/model/pipeline_plan.h), --cp and --cp-layout (lib/model/preflight_cp.h)) and the same defaults: --pp 2 plans tp_train's afab.
 for pp in 0 -1; do
   expect "tp_preflight --pp $pp" 2 "error: --pp=$pp: must be in [1, 1024]" 1 "$BUILD/bin/tp_preflight" --pp "$pp"
 done
 # The flags both tools take: the same error line, word for word.
-for args in "--pp 0" "--pp 2000" "--schedule gpipe" "--zero 2" "--zero -1" "--micro-batches 0" \
+for args in "--pp 0" "--pp 2000" "--schedule gpipe" "--zero 2" "--zero -1" "--micro-batches 0" "--cp 0" "--cp-layout spiral" \
   "--micro-batches 4294967297"; do
   # shellcheck disable=SC2086  # each case is several words
   a=$("$BUILD/bin/tp_preflight" $args 2>&1 | grep error:)

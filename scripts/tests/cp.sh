@@ -12,7 +12,7 @@
 # 1. Bad input.
 expect "--cp not dividing np" 2 "--cp=2 does not divide the 3 ranks" 3 "${tt[@]}" --cp 2
 expect "--seq not splitting into 2·cp chunks" 2 "is not divisible by 4" 2 "${tt[@]}" --cp 2 --seq 6
-expect "--cp-layout unknown" 2 "--cp-layout=spiral is not a layout; use zigzag or contiguous" 2 \
+expect "--cp-layout unknown" 2 "--cp-layout=spiral: expected one of zigzag, contiguous" 2 \
   "${tt[@]}" --cp 2 --cp-layout spiral
 expect "--sp with --cp: the positions per CP rank not divisible by t" 2 "--sp with --cp=2: each CP rank's 3 positions must split over t=2" 4 \
   "${tt[@]}" --cp 2 --cp-layout contiguous --seq 6 --sp
