@@ -351,7 +351,7 @@ expect "tp_preflight: Qwen3-8B all-reduce on InfiniBand (A3)" 0 "2.35 ms (+α" 1
 cp70=("$BUILD/bin/tp_preflight" --model llama2-70b --seq 131072 -t 8 --sp --gpus-per-node 8)
 expect "tp_preflight --cp 8: the ring's bytes per layer" 0 "forward 56.0 MiB, backward 120.0 MiB" 1 "${cp70[@]}" --cp 8
 expect "tp_preflight --cp 3: S not divisible by 2 cp" 2 "--seq 131072 is not divisible by 6" 1 "${cp70[@]}" --cp 3
-expect "tp_preflight --cp 0" 2 "--cp 0 must be at least 1" 1 "${cp70[@]}" --cp 0
+expect "tp_preflight --cp 0" 2 "--cp=0: must be in [1, 4096]" 1 "${cp70[@]}" --cp 0
 expect "tp_preflight --cp: more GPUs than the job" 2 "8 x 4 x 1 x 1 = 32 GPUs, but the job has 2 nodes x 8 GPUs" 1 \
   "${cp70[@]}" --cp 4 --nodes 2
 expect "missing data file" 2 "cannot open data file $tmp/none.txt" 2 "${tt[@]}" --data "$tmp/none.txt"
