@@ -14,7 +14,7 @@
 // solution: lib/parallel/lse_merge.cpp
 // grader: lesson_08d_context_parallel 4
 // if it fails: "merge of two halves" differs: check the weights e^(lse − L); adding the two outputs as they are is the bug a merge exists to avoid.
-// if it fails: the output is right for head 0 only, or sequence 0: check the two index formulas above.
+// if it fails: the output is right for head 0 only: check the two index formulas above (head j, position s).
 // if it fails: lse differs but out is right: lse must become L, the log of the summed denominators.
 #include <cmath>
 
