@@ -40,13 +40,11 @@
 #include "lesson.h"
 #include "model/config.h"
 #include "model/memory.h"
-#include "observe/simulated_link.h"
-#include "observe/timeline.h"
-#include "observe/timer.h"
 #include "parallel/context_parallel.h"
 #include "parallel/lse_merge.h"
 #include "parallel/ring_attention.h"
 #include "pictures.h"
+#include "ring_timing.h"
 #include "sleeping_waits.h"
 
 using namespace tp;
@@ -199,10 +197,10 @@ void merge_one_row(lesson::Lesson& L, Device& dev, const Whole& w) {
       return k;
     }();
     Tensor o(dev, Shape{B, cols}), l(dev, Shape{B, sh.heads, 1});
-    dev.attention_forward(o, l, Tensor::from_host(dev, Shape{B, cols}, q_last),
-                          Tensor::from_host(dev, Shape{half * B, cols}, rows_at(w.k, keys, B, cols)),
-                          Tensor::from_host(dev, Shape{half * B, cols}, rows_at(w.v, keys, B, cols)),
-                          p);
+    dev.attention_forward(
+        o, l, Tensor::from_host(dev, Shape{B, cols}, q_last),
+        Tensor::from_host(dev, Shape{half * B, cols}, rows_at(w.k, keys, B, cols)),
+        Tensor::from_host(dev, Shape{half * B, cols}, rows_at(w.v, keys, B, cols)), p);
     out = o.to_host(), lse = l.to_host();
   };
   std::vector<float> out_a, lse_a, out_b, lse_b;
@@ -311,24 +309,24 @@ RingRun ring_step_by_step(lesson::Lesson& L, const Whole& w) {
   const std::vector<double> merge_errs = L.gather_double(merge_err);
   double worst_merge = 0;
   for (double e : merge_errs) worst_merge = std::max(worst_merge, e);
-  L.say("  every device merge (Device::attention_merge) against the host's lse_merge_rows: largest ",
-        "relative difference ", sci(worst_merge), " (tolerance 1e-05)");
+  L.say(
+      "  every device merge (Device::attention_merge) against the host's lse_merge_rows: largest ",
+      "relative difference ", sci(worst_merge), " (tolerance 1e-05)");
   L.check_true("device merges equal lse_merge_rows (every rank, every step)", worst_merge <= kTol,
                "relative difference " + sci(worst_merge));
 
   // The end: each rank's out and lse against one device; then backward's dq, dk, dv.
   auto want = [&](const std::vector<float>& x, int64_t c) {
-    return lesson::per_rank(cp, [&](int r) {
-      return rows_at(x, cp_positions(S, cp, r, layout), B, c);
-    });
+    return lesson::per_rank(
+        cp, [&](int r) { return rows_at(x, cp_positions(S, cp, r, layout), B, c); });
   };
   const int64_t kc = sh.kv_heads * hd;
-  const auto want_lse = lesson::per_rank(cp, [&](int r) {
-    return lse_at(w.lse, cp_chunks(S, cp, r, layout), sh);
-  });
+  const auto want_lse =
+      lesson::per_rank(cp, [&](int r) { return lse_at(w.lse, cp_chunks(S, cp, r, layout), sh); });
   const std::vector<int64_t> pos = cp_positions(S, cp, world.rank(), layout);
   const double e_out = rel_error(run.out, rows_at(w.out, pos, B, cols));
-  const double e_lse = rel_error(run.lse, lse_at(w.lse, cp_chunks(S, cp, world.rank(), layout), sh));
+  const double e_lse =
+      rel_error(run.lse, lse_at(w.lse, cp_chunks(S, cp, world.rank(), layout), sh));
   const std::vector<double> eo = L.gather_double(e_out), el = L.gather_double(e_lse);
   for (int r = 0; r < cp && L.is_root(); ++r)
     L.say("  rank ", r, " (positions ", chunk_list(cp_chunks(S, cp, r, layout)),
@@ -368,14 +366,16 @@ std::vector<std::vector<double>> layouts(lesson::Lesson& L, const Whole& w) {
                                prods = L.gather_int64(products);
     const std::vector<double> counted = L.gather_double(tiles);
     const std::vector<double> model = ring_work(S, cp, layout);
-    L.say("  ", cp_layout_name(layout), " (", layout == CpLayout::Contiguous ? "one chunk of " :
-          "two chunks of ", layout == CpLayout::Contiguous ? S / cp : c, " positions per rank):");
+    L.say("  ", cp_layout_name(layout), " (",
+          layout == CpLayout::Contiguous ? "one chunk of " : "two chunks of ",
+          layout == CpLayout::Contiguous ? S / cp : c, " positions per rank):");
     lesson::Table t({"rank", "its positions", "full pairs", "diagonal pairs",
                      "tiles counted (c × c, a diagonal ½)", "ring_work", "q·k scores computed"});
     double busiest = 0, sum = 0;
     for (int r = 0; r < cp && L.is_root(); ++r) {
       t.add({std::to_string(r), chunk_list(cp_chunks(S, cp, r, layout)), std::to_string(full[r]),
-             std::to_string(diag[r]), fmt_g(counted[r]), fmt_g(model[r]), std::to_string(prods[r])});
+             std::to_string(diag[r]), fmt_g(counted[r]), fmt_g(model[r]),
+             std::to_string(prods[r])});
       busiest = std::max(busiest, counted[r]), sum += counted[r];
     }
     L.say(t.str());
@@ -390,12 +390,15 @@ std::vector<std::vector<double>> layouts(lesson::Lesson& L, const Whole& w) {
     tiles_by_layout.push_back(counted);
     L.check_ranks(std::string("out, ring (") + cp_layout_name(layout) + ") vs one device",
                   Tensor::from_host(dev, Shape{int64_t(run.out.size())}, run.out),
-                  lesson::per_rank(cp, [&](int r) {
-                    return rows_at(w.out, cp_positions(S, cp, r, layout), w.shape.batch, cols);
-                  }),
+                  lesson::per_rank(
+                      cp,
+                      [&](int r) {
+      return rows_at(w.out, cp_positions(S, cp, r, layout), w.shape.batch, cols);
+                      }),
                   kTol);
   }
-  L.say("  (c = S/(2·cp) = ", c, "; a tile is c × c scores, a diagonal pair is ½ tile in the model:",
+  L.say("  (c = S/(2·cp) = ", c,
+        "; a tile is c × c scores, a diagonal pair is ½ tile in the model:",
         " the causal\n  triangle holds c(c + 1)/2 of its c² scores, which the last column counts)");
   return tiles_by_layout;
 }
@@ -405,8 +408,8 @@ double ring_bytes(lesson::Lesson& L, const Whole& w, const RingRun& run) {
   const int cp = L.size();
   const AttentionShape& sh = w.shape;
   const int64_t kv = sh.seq / cp * sh.batch * sh.kv_heads * sh.head_dim, per_step = 2 * kv * 4;
-  L.say("  kv = (S/cp)·B·nkv·hd = ", sh.seq / cp, "·", sh.batch, "·", sh.kv_heads, "·",
-        sh.head_dim, " = ", kv, " floats; one step sends K and V: 2·kv·4 B = ", per_step, " B");
+  L.say("  kv = (S/cp)·B·nkv·hd = ", sh.seq / cp, "·", sh.batch, "·", sh.kv_heads, "·", sh.head_dim,
+        " = ", kv, " floats; one step sends K and V: 2·kv·4 B = ", per_step, " B");
   const auto& recs = L.world().ledger().records();
   lesson::Table t({"pass", "CommLedger label", "calls", "sent per call", "sent per rank",
                    "formula (ring_attention.h)"});
@@ -417,14 +420,16 @@ double ring_bytes(lesson::Lesson& L, const Whole& w, const RingRun& run) {
     size_t from, to;
     int64_t calls;
   };
-  const Row rows[] = {{"forward", "ring attention kv", run.ledger_begin, run.ledger_backward, cp - 1},
-                      {"backward", "ring attention kv", run.ledger_backward, run.ledger_end, cp - 1},
-                      {"backward", "ring attention dkv", run.ledger_backward, run.ledger_end, cp}};
+  const Row rows[] = {
+      {"forward", "ring attention kv", run.ledger_begin, run.ledger_backward, cp - 1},
+      {"backward", "ring attention kv", run.ledger_backward, run.ledger_end, cp - 1},
+      {"backward", "ring attention dkv", run.ledger_backward, run.ledger_end, cp}};
   for (const Row& row : rows) {
     int64_t calls = 0;
     double bytes = 0, per_call = 0;
     for (size_t i = row.from; i < row.to; ++i)
-      if (recs[i].label == row.label) ++calls, bytes += recs[i].wire_bytes, per_call = recs[i].wire_bytes;
+      if (recs[i].label == row.label)
+        ++calls, bytes += recs[i].wire_bytes, per_call = recs[i].wire_bytes;
     t.add({row.pass, row.label, std::to_string(calls), fixed(per_call, 0) + " B",
            fixed(bytes, 0) + " B",
            "2·kv·4·" + std::string(row.calls == cp ? "cp" : "(cp − 1)") + " = " +
@@ -436,109 +441,13 @@ double ring_bytes(lesson::Lesson& L, const Whole& w, const RingRun& run) {
     total += bytes;
   }
   L.say(t.str());
-  L.say("  one attention's forward + backward: ", fixed(total, 0), " B per rank, (3·cp − 2)·2·kv·4;",
+  L.say("  one attention's forward + backward: ", fixed(total, 0),
+        " B per rank, (3·cp − 2)·2·kv·4;",
         " every other op of the layer is local (its tokens are here, its weights whole)");
   return total;
 }
 
-// Per ring step that has a transfer (0 … cp − 2), from the timeline: the window the transfer had
-// to hide under (its issue to the start of its wait: the step's compute), the wait (exposed) and
-// when the block had arrived (issue to the end of the wait).
-struct StepTimes {
-  std::vector<double> window, exposed, arrived;
-};
-
-StepTimes time_ring(Device& dev, Communicator& comm, RingAttention& ring, const Tensor& q,
-                    const Tensor& k, const Tensor& v, const AttentionShape& sh, int repeats,
-                    std::vector<float>& out_host) {
-  Tensor out(dev, q.shape()), lse(dev, ring.lse_shape(sh.batch, sh.heads));
-  Timeline tl(comm.rank());
-  dev.set_timeline(&tl);
-  comm.set_timeline(&tl);
-  StepTimes st;
-  for (int i = 0; i <= repeats; ++i) {
-    comm.barrier();
-    tl.clear();
-    ring.forward(out, lse, q, k, v, sh);
-    if (i == 0) continue;  // the warm-up pays for first allocations
-    double issue = -1;
-    for (const Span& s : tl.spans()) {
-      if (s.kind != SpanKind::Wait) continue;
-      if (s.name.rfind("issue ", 0) == 0) issue = s.start;
-      if (s.name.rfind("wait ", 0) == 0 && issue >= 0) {
-        st.window.push_back(s.start - issue);
-        st.exposed.push_back(s.seconds());
-        st.arrived.push_back(s.end - issue);
-        issue = -1;
-      }
-    }
-  }
-  dev.set_timeline(nullptr);
-  comm.set_timeline(nullptr);
-  out_host = out.to_host();
-  return st;
-}
-
 std::string ms(double seconds) { return fixed(seconds * 1e3, 2) + " ms"; }
-
-// What one link's timed forwards gave on one rank of the timing pair (medians over the forwards;
-// lo, hi: the measured hidden share's spread).
-struct LinkTimes {
-  std::string link;  // "fast (α 5 µs, β … GB/s)"
-  double transfer = 0, arrived = 0, earliest = 0, window = 0, predicted = 0, hidden = 0;
-  double lo = 0, hi = 0;
-};
-
-// Step 5's timing on the pair of ranks 0 and 1 (`pair`): the ring's compute on the real
-// transport, then the two links, each sized by that compute. Fills `links` (fast, slow).
-void time_links(lesson::Lesson& L, Communicator& pair, int repeats, std::vector<LinkTimes>& links,
-                double& compute, bool& same_numbers) {
-  Device& dev = L.device();
-  const int cp = pair.size();
-  const int64_t c = 256, S = 2 * c * cp, B = 1, nh = 4, hd = 64, n = S / cp;
-  const AttentionShape sh{S, B, nh, nh, hd, 1.0f / std::sqrt(float(hd))};
-  auto random = [&](const char* name) {
-    Tensor t(dev, Shape{n * B, nh * hd});
-    dev.fill_random(t, RngKey::from(8, name), GlobalIndex::rows(nh * hd, pair.rank() * n * B),
-                    Distribution::normal(0, 1));
-    return t;
-  };
-  const Tensor q = random("q"), k = random("k"), v = random("v");
-  const double bytes = 2.0 * n * B * nh * hd * 4;  // one K, V block
-  std::vector<float> out_real;
-  RingAttention real_ring(dev, pair, S, CpLayout::Zigzag);
-  const StepTimes real = time_ring(dev, pair, real_ring, q, k, v, sh, repeats, out_real);
-  // The links must be the same on both ranks: sized by the slower rank's median compute.
-  Tensor slower = Tensor::from_host(dev, Shape{1}, {float(median(real.window))});
-  pair.all_reduce(slower, ReduceOp::Max);
-  compute = slower.to_host()[0];
-  same_numbers = true;
-  for (double factor : {0.5, 2.0}) {
-    AlphaBeta ab;
-    ab.alpha = 5e-6;
-    const double T = factor * compute;
-    ab.beta = bytes / (T - ab.alpha);
-    SimulatedLink link(pair.split(0, pair.rank()), Link{factor < 1 ? "fast" : "slow", ab});
-    RingAttention ring(dev, link, S, CpLayout::Zigzag);
-    std::vector<float> out_link;
-    const StepTimes st = time_ring(dev, link, ring, q, k, v, sh, repeats, out_link);
-    same_numbers = same_numbers && out_link == out_real;
-    // The model, forward by forward: this step's compute hides min(compute, T) of the transfer.
-    std::vector<double> hidden, predicted;
-    for (size_t i = 0; i < st.exposed.size(); ++i) {
-      hidden.push_back(std::max(0.0, 1.0 - st.exposed[i] / T));
-      predicted.push_back(std::min(1.0, st.window[i] / T));
-    }
-    LinkTimes lt;
-    lt.link = std::string(factor < 1 ? "fast" : "slow") + " (" + ab.str() + ")";
-    lt.transfer = T, lt.arrived = median(st.arrived), lt.window = median(st.window);
-    lt.earliest = *std::min_element(st.arrived.begin(), st.arrived.end());
-    lt.predicted = median(predicted), lt.hidden = median(hidden);
-    lt.lo = *std::min_element(hidden.begin(), hidden.end());
-    lt.hi = *std::max_element(hidden.begin(), hidden.end());
-    links.push_back(lt);
-  }
-}
 
 // 5. The α–β prediction of when a block's transfer hides under its compute, against two simulated
 // links: one whose transfer takes half a step's compute, one twice. Timed on ranks 0 and 1 (a
@@ -551,26 +460,27 @@ void overlap(lesson::Lesson& L, int repeats) {
   L.say("  timed on a ring of 2 (ranks 0 and 1; the others sleep): S = 1024, 512 positions per ",
         "rank (zigzag chunks\n  of 256), B = 1, 4 heads of 64: one K, V block is 524288 B; ",
         repeats, " timed forwards per run, step 0 of each (the one step with a transfer)");
-  std::vector<LinkTimes> links;
+  std::vector<lesson::LinkTimes> links;
   double compute = 0;
   bool same = true;
-  if (timing) time_links(L, *pair, repeats, links, compute, same);
+  if (timing) links = lesson::time_links(dev, *pair, repeats, compute, same);
   lesson::quiet_barrier(dev, world);
   if (!timing) links.resize(2);
   L.say("  real transport (shared memory): a step's compute (issue → wait) ", ms(compute),
         " (the slower rank's median); the links below are sized from it");
-  lesson::Table t({"link", "rank", "transfer α + bytes/β", "wait ended (median)", "compute (median)",
-                   "predicted hidden", "measured hidden", "min", "max"});
+  lesson::Table t({"link", "rank", "transfer α + bytes/β", "wait ended (median)",
+                   "compute (median)", "predicted hidden", "measured hidden", "min", "max"});
   bool never_early = true;
-  for (const LinkTimes& lt : links) {
-    const std::vector<double> arrived = L.gather_double(lt.arrived),
+  for (const lesson::LinkTimes& lt : links) {
+    const std::vector<double> ready = L.gather_double(lt.ready),
                               earliest = L.gather_double(lt.earliest / lt.transfer),
-                              win = L.gather_double(lt.window), pred = L.gather_double(lt.predicted),
+                              win = L.gather_double(lt.window),
+                              pred = L.gather_double(lt.predicted),
                               hid = L.gather_double(lt.hidden), lo = L.gather_double(lt.lo),
                               hi = L.gather_double(lt.hi);
     for (int r = 0; r < 2 && L.is_root(); ++r) {
-      t.add({lt.link, std::to_string(r), ms(lt.transfer), ms(arrived[r]), ms(win[r]),
-             pct(pred[r]), pct(hid[r]), pct(lo[r]), pct(hi[r])});
+      t.add({lt.link, std::to_string(r), ms(lt.transfer), ms(ready[r]), ms(win[r]), pct(pred[r]),
+             pct(hid[r]), pct(lo[r]), pct(hi[r])});
       never_early = never_early && earliest[r] >= 0.999;  // gathered as float: 24 bits
     }
   }
@@ -615,7 +525,8 @@ void schemes(lesson::Lesson& L, const Whole& w, double cp_bytes) {
                      "activations kept per rank", "block matrices per rank"});
   tab.add({"one device", "nothing", "nothing", "0 B", std::to_string(one) + " B",
            std::to_string(matrices) + " B"});
-  const std::string na = "— (" + std::to_string(sh.heads) + " heads over " + std::to_string(t) + ")";
+  const std::string na =
+      "— (" + std::to_string(sh.heads) + " heads over " + std::to_string(t) + ")";
   tab.add({"TP", "heads, ffn (weights)", "4 all-reduces of N·h",
            tp_fits ? fixed(tp_bytes, 0) + " B" : na, tp_fits ? std::to_string(tp_act) + " B" : na,
            std::to_string(matrices / t) + " B"});
@@ -684,7 +595,8 @@ SvgDiagram draw_layouts(int cp, int64_t S, const std::vector<std::vector<double>
     }
     for (int qi = 0; qi < k; ++qi)
       for (int ki = 0; ki < k; ++ki) {
-        const std::string fill = ki > qi ? "#ffffff" : lesson::rank_color(owner(qi, cp, layouts[g]));
+        const std::string fill =
+            ki > qi ? "#ffffff" : lesson::rank_color(owner(qi, cp, layouts[g]));
         d.box(x0 + ki * cell, y0 + qi * cell, cell, cell, fill, ki == qi ? "½" : "");
       }
     std::string per = "tiles per rank:";
@@ -699,7 +611,8 @@ SvgDiagram draw_layouts(int cp, int64_t S, const std::vector<std::vector<double>
        "queries and computes it;",
        "white: skipped (every key after every query); ½: a diagonal tile, the causal triangle. "
        "Contiguous: rank r computes 4r + 2",
-       "tiles, so the last rank waits on nothing while the first idles; zigzag pairs an early chunk "
+       "tiles, so the last rank waits on nothing while the first idles; zigzag pairs an early "
+       "chunk "
        "with a late one: 2·cp each."});
   return d;
 }
@@ -728,8 +641,8 @@ int main(int argc, char** argv) {
     merge_one_row(L, dev, w);
 
     // 2. The ring, step by step.
-    L.step("Ring attention at cp = " + std::to_string(cp) + " (zigzag), step by step: S = " +
-           std::to_string(S) + ", B = 1, 4 heads of 4.");
+    L.step("Ring attention at cp = " + std::to_string(cp) +
+           " (zigzag), step by step: S = " + std::to_string(S) + ", B = 1, 4 heads of 4.");
     const RingRun run = ring_step_by_step(L, w);
 
     // 3. Who computes how much: both layouts, counted by the observer.
@@ -758,7 +671,8 @@ int main(int argc, char** argv) {
         "Context parallelism splits the sequence everywhere. The MLP, the norms and the\n"
         "projections need only their own tokens; attention needs every earlier key, so the K, V\n"
         "blocks travel around the ring, one hop per step, while each rank computes on the block\n"
-        "it holds. Each partial output is normalised over its own keys; the log-sum-exp merge puts\n"
+        "it holds. Each partial output is normalised over its own keys; the log-sum-exp merge "
+        "puts\n"
         "them on the common denominator, and after cp steps every rank holds one device's rows.\n"
         "Under the causal mask, zigzag chunks give every rank the same work. A hop hides under\n"
         "the step's compute when compute ≥ α + bytes/β; CP keeps the activations of TP + SP\n"
@@ -767,8 +681,7 @@ int main(int argc, char** argv) {
       [](Options& o) {
     lesson::svg_option(o, "lesson_08d_context_parallel.svg",
                        "the chunks of both layouts and the causal tile grid by rank");
-    o.integer("seq", 0,
-              "S, the sequence length; S must divide by 2·cp (0: 16, or 24 at -np 3)")
+    o.integer("seq", 0, "S, the sequence length; S must divide by 2·cp (0: 16, or 24 at -np 3)")
         .non_negative();
     o.integer("repeats", 15, "timed ring forwards per link in step 5").min(1).max(1000);
   });

@@ -15,8 +15,8 @@ void lse_merge_rows(std::vector<float>& out, std::vector<float>& lse,
                     const AttentionShape& shape) {
   const int64_t S = shape.seq, B = shape.batch, nh = shape.heads, hd = shape.head_dim;
   const size_t outs = static_cast<size_t>(S * B * nh * hd), rows = static_cast<size_t>(B * nh * S);
-  TP_CHECK(out.size() == outs && out_part.size() == outs, "lse_merge_rows: outputs of ",
-           out.size(), " and ", out_part.size(), " values, expected S·B·nh·hd = ", outs);
+  TP_CHECK(out.size() == outs && out_part.size() == outs, "lse_merge_rows: outputs of ", out.size(),
+           " and ", out_part.size(), " values, expected S·B·nh·hd = ", outs);
   TP_CHECK(lse.size() == rows && lse_part.size() == rows, "lse_merge_rows: lse of ", lse.size(),
            " and ", lse_part.size(), " values, expected B·nh·S = ", rows);
   for (int64_t b = 0; b < B; ++b)
