@@ -24,6 +24,7 @@ void lse_merge_rows(std::vector<float>& out, std::vector<float>& lse,
       for (int64_t s = 0; s < S; ++s) {
         const size_t r = static_cast<size_t>((b * nh + j) * S + s);
         const double a = lse[r], p = lse_part[r], m = std::max(a, p);
+        if (std::isinf(m) && m < 0) continue;  // neither side saw a key: nothing to merge
         const double L = m + std::log(std::exp(a - m) + std::exp(p - m));
         const double wa = std::exp(a - L), wp = std::exp(p - L);
         float* o = out.data() + (s * B + b) * nh * hd + j * hd;

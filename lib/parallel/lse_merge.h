@@ -23,7 +23,8 @@ namespace tp {
 
 /// For every row (position s, sequence b, head j): out ← the merged output, lse ← L (above).
 /// out, out_part: (S·B, nh·hd) row-major, element (s·B + b, j·hd + e); lse, lse_part: (B, nh, S),
-/// element (b·nh + j)·S + s. Sizes are checked.
+/// element (b·nh + j)·S + s. A side with lse = −inf saw no key and leaves the other as it is (both:
+/// the row stays). Sizes are checked.
 void lse_merge_rows(std::vector<float>& out, std::vector<float>& lse,
                     const std::vector<float>& out_part, const std::vector<float>& lse_part,
                     const AttentionShape& shape);
