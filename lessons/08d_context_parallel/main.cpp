@@ -40,6 +40,7 @@
 #include "lesson.h"
 #include "model/config.h"
 #include "model/memory.h"
+#include "model/presets.h"
 #include "parallel/context_parallel.h"
 #include "parallel/lse_merge.h"
 #include "parallel/ring_attention.h"
@@ -501,16 +502,13 @@ void overlap(lesson::Lesson& L, int repeats) {
 
 // 6. TP, SP and CP side by side for the lesson's model, at degree cp: what each splits, what
 // moves, the bytes of one layer's forward + backward and the activations a block keeps, per rank.
-void schemes(lesson::Lesson& L, const Whole& w, double cp_bytes) {
+void schemes(lesson::Lesson& L, const GptConfig& cfg, const Whole& w, double cp_bytes) {
   const int t = L.size();
   const AttentionShape& sh = w.shape;
-  GptConfig cfg;
-  cfg.layers = 1, cfg.hidden = sh.heads * sh.head_dim, cfg.heads = sh.heads;
-  cfg.kv_heads = sh.kv_heads, cfg.ffn = 4 * cfg.hidden, cfg.vocab = 32, cfg.seq = sh.seq;
   const int64_t S = sh.seq, B = sh.batch, h = cfg.hidden, N = S * B;
   L.say("  the lesson's model as a GPT block: h = ", h, " (", sh.heads, " heads of ", sh.head_dim,
-        "), ffn = ", cfg.ffn, ", S = ", S, ", B = ", B, ", fp32, no dropout; degree ", t,
-        " for each scheme");
+        "), ffn = ", cfg.inner(), ", S = ", S, ", B = ", B, ", fp32, dropout ",
+        lesson::fmt(cfg.dropout), "; degree ", t, " for each scheme");
   const double half = double(t - 1) / t * N * h * 4;  // one all-gather or reduce-scatter of N·h
   const double tp_bytes = 8 * half, sp_bytes = 10 * half;
   GptConfig sp_cfg = cfg;
@@ -634,7 +632,9 @@ int main(int argc, char** argv) {
     const int repeats = static_cast<int>(L.options().get_int("repeats"));
     const std::string svg = lesson::svg_path(L);  // drawn in step 7, its path checked now
     Device& dev = L.device();
-    const Whole w = whole_attention(dev, S, /*B=*/1, /*nh=*/4, /*hd=*/4, /*seed=*/8);
+    // The model of step 6 (lesson_gpt: h = 16, 4 heads of 4, ffn 4h); its attention is steps 1-4's.
+    const GptConfig cfg = lesson_gpt(/*layers=*/1, /*hidden=*/16, /*vocab=*/32, S);
+    const Whole w = whole_attention(dev, S, /*B=*/1, cfg.heads, cfg.head_dim(), /*seed=*/8);
 
     // 1. The merge every ring step relies on, on one row.
     L.step("The log-sum-exp merge on one row: two halves of the keys, merged, equal all of them.");
@@ -659,7 +659,7 @@ int main(int argc, char** argv) {
 
     // 6. TP, SP and CP side by side.
     L.step("TP, SP and CP side by side: what is split, what moves, what each rank keeps.");
-    schemes(L, w, cp_bytes);
+    schemes(L, cfg, w, cp_bytes);
 
     // 7. The picture.
     L.step("Who holds which chunk, who computes which tile: the picture.");
