@@ -2,7 +2,7 @@
 // by ring attention: the keys and values travel around the ranks, and each rank merges its partial
 // outputs by their log-sum-exps.
 //
-// What it shows (tiny numbers: S = 16, B = 1, 2 heads of size 4; every number computed):
+// What it shows (tiny numbers: S = 16, B = 1, 4 heads of size 4; every number computed):
 //   1. The merge on one row: attention over the first half of the keys and over the second, merged
 //      by their log-sum-exps (lib/parallel/lse_merge.h), equals attention over all of them; added
 //      without the weights it does not.
@@ -16,8 +16,9 @@
 //   4. The K, V bytes of each ring step from the CP communicator's ledger against the formula of
 //      ring_attention.h.
 //   5. When a block's transfer hides under its compute: the α–β prediction (hidden = min(1,
-//      compute / transfer)) against the waits measured over two simulated links, one faster and
-//      one slower than a step's compute, at a larger shape (256 positions per rank).
+//      compute / transfer), forward by forward) against the waits measured over two simulated
+//      links whose transfer takes half and twice a step's compute, at a larger shape (512
+//      positions per rank), timed on a ring of 2 (ranks 0 and 1) while the other ranks sleep.
 //   6. TP, SP and CP side by side for the lesson's model: what each splits, what moves, bytes per
 //      layer and activation memory per rank (lib/model/memory.h; CP is S → S/cp at t = 1).
 //   7. The picture (--svg): the 2·cp chunks by rank in both layouts, and the causal grid of (query
@@ -25,7 +26,8 @@
 //
 // What is new since lesson 08c: parallel/context_parallel.h (layouts, chunks, pairs, ring_work),
 // parallel/ring_attention.h (RingAttention and its observer), Device::attention_merge, and
-// AttentionShape::kv_seq and ::past (one chunk of queries against another chunk's keys).
+// AttentionShape::kv_seq and ::past (one chunk of queries against another chunk's keys);
+// parallel/lse_merge.h (the merge on the host: exercise 12) and lessons/ring_timing.h.
 //
 // Run:  make lessons && mpirun -np 4 build/bin/lesson_08d_context_parallel [--step] [--svg P]
 //       (also -np 2, 3; S must divide by 2·cp: the default S = 16 becomes 24 at -np 3)
