@@ -611,9 +611,8 @@ SvgDiagram draw_layouts(int cp, int64_t S, const std::vector<std::vector<double>
        "queries and computes it;",
        "white: skipped (every key after every query); ½: a diagonal tile, the causal triangle. "
        "Contiguous: rank r computes 4r + 2",
-       "tiles, so the last rank waits on nothing while the first idles; zigzag pairs an early "
-       "chunk "
-       "with a late one: 2·cp each."});
+       "tiles, so rank 0 idles while rank cp − 1 computes; zigzag pairs an early chunk with a late "
+       "one: 2·cp each."});
   return d;
 }
 
