@@ -35,6 +35,7 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/comm_ledger.h"
@@ -573,7 +574,11 @@ SvgDiagram draw_layouts(int cp, int64_t S, const std::vector<std::vector<double>
                "Context parallelism at cp = " + std::to_string(cp) + ", S = " + std::to_string(S) +
                    ": who holds which chunk, and who computes which tile");
   double y = 50;
-  y = lesson::draw_rank_legend(d, left, y, cp) + 6;
+  std::vector<std::pair<std::string, std::string>> legend;
+  for (int r = 0; r < cp; ++r)
+    legend.push_back({lesson::rank_color(r), "rank " + std::to_string(r)});
+  legend.push_back({"#ffffff", "skipped tile"});
+  y = lesson::draw_swatches(d, left, y, legend) + 6;
   const CpLayout layouts[] = {CpLayout::Contiguous, CpLayout::Zigzag};
   for (CpLayout layout : layouts) {
     d.text(left, y + 16, cp_layout_name(layout), "start", 12);
