@@ -242,6 +242,7 @@ StepsDone Run::run_steps(const LrSchedule& schedule, const Prediction& predict, 
   if (!trace.empty() && steps > 0)
     write_trace(ctx.device, world, timeline, trace,
                 world.name() + ", t = " + std::to_string(tp.size()) +
+                    (plan.cp > 1 ? " × cp = " + std::to_string(plan.cp) : std::string()) +
                     (dp > 1 ? " × dp = " + std::to_string(dp) : std::string()) +
                     (plan.pp > 1 ? " × pp = " + std::to_string(plan.pp) : std::string()) +
                     ", --overlap " + overlap_name(cfg.overlap),

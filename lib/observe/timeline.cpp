@@ -232,7 +232,7 @@ const Category kCategories[] = {
     {"attention", "attention", "#b07aa1"},
     {"kernel", "norm, elementwise, other kernels", "#59a14f"},
     {"collective", "collective", "#f28e2b"},
-    {"ring", "ring attention K, V (context parallelism)", "#76b7b2"},
+    {"ring", "ring attention (CP)", "#76b7b2"},
     {"wait", "wait (issue, Work::wait)", "#e15759"},
     {"phase", "pipeline op (F/B of a micro-batch)", "#bab0ac"},
 };

@@ -71,13 +71,14 @@ void RingAttention::forward(Tensor& out, Tensor& lse, const Tensor& q, const Ten
     // 2. Every (my query chunk, their key chunk) pair the causal mask leaves anything of.
     for (size_t a = 0; a < mine_.size(); ++a)
       for (size_t b = 0; b < theirs.size(); ++b) {
-        RingPair pair{i,
-                      source,
-                      static_cast<int>(a),
-                      static_cast<int>(b),
-                      mine_[a],
-                      theirs[b],
-                      classify_pair(mine_[a], theirs[b])};
+        RingPair pair;
+        pair.step = i;
+        pair.source = source;
+        pair.q_chunk = static_cast<int>(a);
+        pair.kv_chunk = static_cast<int>(b);
+        pair.q = mine_[a];
+        pair.kv = theirs[b];
+        pair.kind = classify_pair(mine_[a], theirs[b]);
         if (pair.kind == ChunkPair::Skipped) {
           if (observer_) observer_(pair);
           continue;
@@ -127,10 +128,16 @@ void RingAttention::backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& d
     return;
   }
   Tensor cur = pack_kv(device_, k, v), next(device_, cur.shape(), cur.dtype());
-  // The travelling dK | dV of the held block (zero at its home), and where the next one arrives.
-  Tensor dkv(device_, cur.shape(), dk.dtype()), dkv_next(device_, cur.shape(), dk.dtype());
-  device_.fill(dkv, 0.0f);
+  // The travelling dK | dV of the held block: acc[held] (zero at its home). After a step adds its
+  // part, it goes on to r + 1 while the next step computes, and the next block's arrives in the
+  // other buffer; `part` is a step's own contribution, added once that has arrived.
+  Tensor acc[2] = {Tensor(device_, cur.shape(), dk.dtype()),
+                   Tensor(device_, cur.shape(), dk.dtype())};
+  Tensor part(device_, cur.shape(), dk.dtype());
+  device_.fill(acc[0], 0.0f);
   device_.fill(dq, 0.0f);
+  std::unique_ptr<Work> carry;
+  int held = 0;
   for (int i = 0; i < cp; ++i) {
     const int source = (r - i + cp) % cp;
     std::unique_ptr<Work> pass;
@@ -138,8 +145,10 @@ void RingAttention::backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& d
       CommLedger::Scope scope(cp_.ledger(), "ring attention kv");
       pass = cp_.send_recv_async(cur, (r + 1) % cp, next, (r - 1 + cp) % cp);
     }
+    Tensor& into = i == 0 ? acc[0] : part;  // step 0: straight into my own block's accumulator
+    if (i > 0) device_.fill(part, 0.0f);
     const Tensor held_k = cur.view(0, n * B), held_v = cur.view(n * B, 2 * n * B);
-    Tensor held_dk = dkv.view(0, n * B), held_dv = dkv.view(n * B, 2 * n * B);
+    Tensor into_dk = into.view(0, n * B), into_dv = into.view(n * B, 2 * n * B);
     const std::vector<CpChunk> theirs = cp_chunks(seq_, cp, source, layout_);
     for (size_t a = 0; a < mine_.size(); ++a)
       for (size_t b = 0; b < theirs.size(); ++b) {
@@ -153,23 +162,28 @@ void RingAttention::backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& d
         // P and D from the merged out and lse: the softmax over every key, not this block's.
         device_.attention_backward(pq, pk, pv, da, qa, kb, vb, oa, la, sh);
         Tensor dqa = chunk_rows(dq, mine_[a], B);
-        Tensor dkb = chunk_rows(held_dk, theirs[b], B), dvb = chunk_rows(held_dv, theirs[b], B);
+        Tensor dkb = chunk_rows(into_dk, theirs[b], B), dvb = chunk_rows(into_dv, theirs[b], B);
         device_.axpy(1.0f, pq, dqa);
         device_.axpy(1.0f, pk, dkb);
         device_.axpy(1.0f, pv, dvb);
       }
-    {  // dK, dV on to the next rank (the last hop takes them home)
-      CommLedger::Scope scope(cp_.ledger(), "ring attention dkv");
-      cp_.send_recv(dkv, (r + 1) % cp, dkv_next, (r - 1 + cp) % cp);
-      std::swap(dkv, dkv_next);
+    if (i > 0) {  // the held block's dK | dV from the ranks before, plus mine
+      carry->wait();
+      device_.axpy(1.0f, part, acc[held]);
     }
+    {  // on to the next rank while the next step computes (the last hop takes them home)
+      CommLedger::Scope scope(cp_.ledger(), "ring attention dkv");
+      carry = cp_.send_recv_async(acc[held], (r + 1) % cp, acc[1 - held], (r - 1 + cp) % cp);
+    }
+    held = 1 - held;
     if (pass) {
       pass->wait();
       std::swap(cur, next);
     }
   }
-  dk.copy_from(dkv.view(0, n * B));
-  dv.copy_from(dkv.view(n * B, 2 * n * B));
+  carry->wait();  // my own block's dK | dV, home from rank r − 1
+  dk.copy_from(acc[held].view(0, n * B));
+  dv.copy_from(acc[held].view(n * B, 2 * n * B));
 }
 
 }  // namespace tp

@@ -22,7 +22,9 @@
 //                     lse of the query chunk (P and the row sum D need the softmax over all keys)
 //                     adds to this rank's dQ and to the travelling dK, dV; then K, V go on to
 //                     r + 1 (cp − 1 times) and dK, dV too (cp times: the last hop takes them
-//                     home, where they are this rank's dk, dv).
+//                     home, where they are this rank's dk, dv). Both passes overlap the next
+//                     step's compute: a step computes its dK, dV part apart and adds it to the
+//                     travelling sums once they have arrived.
 //
 // Bytes each rank sends per attention call, with e bytes per element and kv = (S/cp)·B·nkv·hd:
 // forward 2·kv·e·(cp − 1); backward 2·kv·e·(cp − 1) for K, V and 2·kv·e·cp for dK, dV. Grouped-
@@ -53,7 +55,8 @@ struct RingPair {
   CpChunk q, kv;     ///< the two chunks' positions
   ChunkPair kind = ChunkPair::Full;
   /// Forward only, for a computed pair: its partial output (c·B, nh·hd) and log-sum-exp
-  /// (B, nh, c) before the merge; and the chunk's running ones after it.
+  /// (B, nh, c) before the merge; and the chunk's running ones after it (views of the output:
+  /// read them in the observer, later merges overwrite them).
   Tensor partial_out, partial_lse, merged_out, merged_lse;
 };
 
