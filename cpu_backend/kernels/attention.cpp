@@ -406,7 +406,7 @@ TP_ATTN_INLINE void attend_pair(float* out, float* lse, const float* q, int64_t 
 #define TP_ATTN_KEY_BLOCK 64
 #endif
 #ifndef TP_ATTN_QUERY_BLOCK
-#define TP_ATTN_QUERY_BLOCK 64
+#define TP_ATTN_QUERY_BLOCK 128
 #endif
 constexpr int64_t kKeyBlock = TP_ATTN_KEY_BLOCK;
 constexpr int64_t kQueryBlock = TP_ATTN_QUERY_BLOCK;
