@@ -108,35 +108,34 @@ TP_ATTN_INLINE void multiply_add(V& acc, float x, const V& b) {
   }
 }
 
-// The register tile: for r < kRows and c < 2W,
+// The register tile: for r < kRows and c < H·W (H = 2 vectors a row, or 1 for a last half),
 //   c[r·ldc + c] (+)= alpha · Σ_{e<k} a(r, e) · b[e·ldb + c],   a(r, e) = a[r·ar + e·ae],
 // the sum in increasing e (add: c + alpha·sum; else alpha·sum). a is read at kRows rows and b at
-// 2W columns: the caller's panels are padded so that both exist.
-template <int W, int R>
+// H·W columns: the caller's panels are padded so that both exist.
+template <int W, int R, int H = 2>
 TP_ATTN_INLINE void tile(float* c, int64_t ldc, const float* a, int64_t ar, int64_t ae,
                          const float* b, int64_t ldb, int64_t k, float alpha, bool add) {
-  static_assert(R <= kRows && kPad % R == 0 && kPad % (2 * W) == 0,
+  static_assert(R <= kRows && kPad % R == 0 && kPad % (2 * W) == 0 && (H == 1 || H == 2),
                 "a tile's rows and columns divide the panels' padding");
   using V = typename Vec<W>::type;
-  V acc[R][2];
+  V acc[R][H];
 #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = V{};
+  for (int r = 0; r < R; ++r)
+    for (int h = 0; h < H; ++h) acc[r][h] = V{};
   for (int64_t e = 0; e < k; ++e) {
     const float* be = b + e * ldb;
-    V b0, b1;
-    load(b0, be);
-    load(b1, be + W);
+    V bv[H];
+    for (int h = 0; h < H; ++h) load(bv[h], be + h * W);
     const float* ak = a + e * ae;
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const float x = ak[r * ar];
-      multiply_add<W>(acc[r][0], x, b0);
-      multiply_add<W>(acc[r][1], x, b1);
+      for (int h = 0; h < H; ++h) multiply_add<W>(acc[r][h], x, bv[h]);
     }
   }
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
-    for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < H; ++h) {
       float* cp = c + r * ldc + h * W;
       V x = alpha * acc[r][h];
       if (add) {
@@ -148,14 +147,20 @@ TP_ATTN_INLINE void tile(float* c, int64_t ldc, const float* a, int64_t ar, int6
     }
 }
 
-// c (kRows, n) = alpha · a (kRows, k) b (k, n), the tile over column blocks of 2W; n ≤ the
-// padded width of b and c, k as in tile.
+// c (kRows, n) = alpha · a (kRows, k) b (k, n), the tile over column blocks of 2W, a last block of
+// at most W columns by a one-vector tile (AVX-512: n a multiple of kLanes = W need not be of 2W);
+// n ≤ the padded width of b and c, k as in tile. Which columns share a tile changes no element's
+// sum.
 template <int W, int R>
 TP_ATTN_INLINE void tile_row(float* c, int64_t ldc, const float* a, int64_t ar, int64_t ae,
                              const float* b, int64_t ldb, int64_t k, int64_t n, float alpha,
                              bool add) {
-  for (int64_t c0 = 0; c0 < n; c0 += 2 * W)
-    tile<W, R>(c + c0, ldc, a, ar, ae, b + c0, ldb, k, alpha, add);
+  for (int64_t c0 = 0; c0 < n; c0 += 2 * W) {
+    if (n - c0 <= W)
+      tile<W, R, 1>(c + c0, ldc, a, ar, ae, b + c0, ldb, k, alpha, add);
+    else
+      tile<W, R, 2>(c + c0, ldc, a, ar, ae, b + c0, ldb, k, alpha, add);
+  }
 }
 
 // dst (rows, cols) row stride ldd = src (rows, cols) row stride lds, W floats a step (inline:
@@ -385,7 +390,7 @@ TP_ATTN_INLINE void attend_pair(float* out, float* lse, const float* q, int64_t 
   for (int64_t i0 = 0; i0 < d.n; i0 += R) {
     const int64_t rows = std::min<int64_t>(R, d.n - i0);
     const int64_t keys = d.visible(i0 + rows - 1);  // the tile's rows read keys [0, keys)
-    const int64_t cols = round_up(keys, kPad);
+    const int64_t cols = round_up(keys, kLanes);  // what the softmax rows read
     // scores = scale · Q[i0:i0+R] Kᵀ[:, :keys], the softmax of each row (its log-sum-exp kept),
     // out = P V[:keys]; the R score rows pass through L1 and are never stored
     tile_row<W, R>(sc, d.kr, qp + i0 * d.hdp, d.hdp, 1, kt, d.kr, d.hd, cols, scale, false);
@@ -465,7 +470,7 @@ TP_ATTN_INLINE void backward_key_block(const BackwardPanels& p, int64_t k0, cons
       const int64_t rows = std::min<int64_t>(R, q1 - s0);
       // the tile reads keys [k0, k0 + seen)
       const int64_t seen = std::min(d.visible(s0 + rows - 1), kend) - k0;
-      const int64_t cols = round_up(seen, kPad);
+      const int64_t cols = round_up(seen, kLanes);  // what the softmax rows read
       float* pr = p.pb + (s0 - q0) * kKeyBlock;
       float* dr = p.ds + (s0 - q0) * kKeyBlock;
       tile_row<W, R>(pr, kKeyBlock, p.qp + s0 * hdp, hdp, 1, p.kt + k0, kr, d.hd, cols, scale,
