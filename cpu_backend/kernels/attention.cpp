@@ -54,11 +54,12 @@ namespace tp {
 // (multiply_add: explicit, since -ffp-contract=off forbids the compiler to fuse; until it was
 // explicit these steps were two roundings on every CPU). The blocks are constants, the same for
 // every variant; a tile that starts or ends its sum at a row or key of its own adds only zeros
-// (P and dS are +0 past a row's visible keys), which leave a running sum as it was. The same bits for any OpenMP thread count (one
-// (b, j) or (b, g) pair runs whole on one thread), at every t (a head's numbers do not depend on
-// the others), and on AVX-512 and AVX2 machines alike (the vector width changes which columns
-// share a register, not any element's sum); a CPU without AVX2 and FMA (the baseline path) rounds
-// each product separately: other bits, within fp32 tolerance.
+// (P and dS are +0 past a row's visible keys), which leave a running sum as it was. The same
+// bits for any OpenMP thread count (one (b, j) or (b, g) pair runs whole on one thread), at
+// every t (a head's numbers do not depend on the others), and on AVX-512 and AVX2 machines alike
+// (the vector width changes which columns share a register, not any element's sum); a CPU
+// without AVX2 and FMA (the baseline path) rounds each product separately: other bits, within
+// fp32 tolerance.
 //
 // Measured (1 thread, bench model's per-layer shapes (S, B, nh, hd) = (128, 8, 8, 32), loaded
 // machine): against the per-block sgemm version this replaced, AVX-512 0.63× forward and 0.77×
@@ -69,6 +70,9 @@ namespace tp {
 // without scalar masking stores and with P written in place, forward 2.09–2.21 → 1.76–1.79 ms;
 // the explicit FMA, forward 1.73–1.79 → 1.47–1.55 ms, backward 2.62–2.67 → 2.10–2.21 ms; the
 // transposes by 8 × 8 blocks, forward 1.59 → 1.46–1.53 ms, backward 2.25–2.28 → 2.16–2.23 ms.
+// The backward by key blocks against the n × keys panels (tp_bench --suite attention, B = 1,
+// nh = 8, medians of 3 interleaved runs, loaded Zen 4): 0.96–0.98× at s = 128, 0.92–0.97× at 512,
+// 0.48× and 0.58× at 2048 (hd 32, 64), where the panels had left L2 (docs/performance.md).
 namespace {
 constexpr int64_t kRows = 8;  // rows of a register tile, at most (AVX-512: 8; else 4)
 constexpr int64_t kPad = 32;  // panel widths are multiples of this: 2 vectors of the widest ISA
@@ -350,8 +354,8 @@ TP_ATTN_INLINE void softmax_backward_row(float* ds, const float* p, int64_t n, i
   zero<W>(ds + nc, len - nc);
 }
 
-// The sizes of one call, and the per-thread panels (zero-initialised once; the padding is never
-// written, so it stays zero for every pair of the call).
+// The sizes of one call, and the per-thread panels (zero-initialised once; the operands' padding
+// is never written, so it stays zero for every pair of the call).
 struct Dims {
   int64_t n, keys, past, hd;  // queries, keys, query i's key position past + i, head dim
   int64_t nr, kr, hdp;        // n, keys and hd rounded up to kPad
@@ -390,7 +394,7 @@ TP_ATTN_INLINE void attend_pair(float* out, float* lse, const float* q, int64_t 
   for (int64_t i0 = 0; i0 < d.n; i0 += R) {
     const int64_t rows = std::min<int64_t>(R, d.n - i0);
     const int64_t keys = d.visible(i0 + rows - 1);  // the tile's rows read keys [0, keys)
-    const int64_t cols = round_up(keys, kLanes);  // what the softmax rows read
+    const int64_t cols = round_up(keys, kLanes);    // what the softmax rows read
     // scores = scale · Q[i0:i0+R] Kᵀ[:, :keys], the softmax of each row (its log-sum-exp kept),
     // out = P V[:keys]; the R score rows pass through L1 and are never stored
     tile_row<W, R>(sc, d.kr, qp + i0 * d.hdp, d.hdp, 1, kt, d.kr, d.hd, cols, scale, false);
@@ -406,20 +410,16 @@ TP_ATTN_INLINE void attend_pair(float* out, float* lse, const float* q, int64_t 
 // The backward's blocks: kKeyBlock keys at a time (the outer loop), and within one, kQueryBlock
 // queries at a time, whose P and dS rows are recomputed into a (kQueryBlock, kKeyBlock) panel
 // and used at once. Both multiples of kPad and fixed for every variant: the order of the dk and dv
-// sums (one running sum per query block) does not depend on the tile's R or W.
-#ifndef TP_ATTN_KEY_BLOCK
-#define TP_ATTN_KEY_BLOCK 64
-#endif
-#ifndef TP_ATTN_QUERY_BLOCK
-#define TP_ATTN_QUERY_BLOCK 128
-#endif
-constexpr int64_t kKeyBlock = TP_ATTN_KEY_BLOCK;
-constexpr int64_t kQueryBlock = TP_ATTN_QUERY_BLOCK;
+// sums (one running sum per query block) does not depend on the tile's R or W. (Key blocks of 32,
+// 64 and 128 with query blocks of 64, 128 and 256 measured within noise of one another.)
+constexpr int64_t kKeyBlock = 64;
+constexpr int64_t kQueryBlock = 128;
 static_assert(kKeyBlock % kPad == 0 && kQueryBlock % kPad == 0, "blocks of whole panel columns");
 
 // Backward panels: K (kr, hdp), Kᵀ and Vᵀ (hd, kr), Q, dout and the dq sums (nr, hdp), the dk and
 // dv sums (kr, hdp), P and dS of one block pair (qb, kKeyBlock), the row sums D (nr). No n × keys
-// term: at (S, hd) = (2048, 64) 2.6 MiB per thread, where the S × S panels were 34 MiB.
+// term: at (S, hd) = (2048, 64) 1.07 M floats (4.1 MiB) per thread, where the P and dS panels of
+// n × keys made it 9.3 M (35.5 MiB).
 int64_t backward_query_rows(const Dims& d) { return std::min(d.nr, kQueryBlock); }
 int64_t backward_floats(const Dims& d) {
   return 3 * d.kr * d.hdp + 2 * d.hd * d.kr + 3 * d.nr * d.hdp +
@@ -430,15 +430,15 @@ int64_t backward_floats(const Dims& d) {
 struct BackwardPanels {
   float *kp, *kt, *vt, *qp, *dop, *dqb, *dkb, *dvb, *pb, *ds, *rs;
   BackwardPanels(float* ws, const Dims& d) {
-    kp = ws;                      // K (kr, hdp)
-    kt = kp + d.kr * d.hdp;       // Kᵀ (hd, kr)
-    vt = kt + d.hd * d.kr;        // Vᵀ (hd, kr)
-    qp = vt + d.hd * d.kr;        // Q (nr, hdp)
-    dop = qp + d.nr * d.hdp;      // dout (nr, hdp)
-    dqb = dop + d.nr * d.hdp;     // the dq sums (nr, hdp)
-    dkb = dqb + d.nr * d.hdp;     // the dk sums (kr, hdp)
-    dvb = dkb + d.kr * d.hdp;     // the dv sums (kr, hdp)
-    pb = dvb + d.kr * d.hdp;      // P (qb, kKeyBlock)
+    kp = ws;                                       // K (kr, hdp)
+    kt = kp + d.kr * d.hdp;                        // Kᵀ (hd, kr)
+    vt = kt + d.hd * d.kr;                         // Vᵀ (hd, kr)
+    qp = vt + d.hd * d.kr;                         // Q (nr, hdp)
+    dop = qp + d.nr * d.hdp;                       // dout (nr, hdp)
+    dqb = dop + d.nr * d.hdp;                      // the dq sums (nr, hdp)
+    dkb = dqb + d.nr * d.hdp;                      // the dk sums (kr, hdp)
+    dvb = dkb + d.kr * d.hdp;                      // the dv sums (kr, hdp)
+    pb = dvb + d.kr * d.hdp;                       // P (qb, kKeyBlock)
     ds = pb + backward_query_rows(d) * kKeyBlock;  // dS (qb, kKeyBlock)
     rs = ds + backward_query_rows(d) * kKeyBlock;  // D (nr)
   }
@@ -495,8 +495,8 @@ TP_ATTN_INLINE void backward_key_block(const BackwardPanels& p, int64_t k0, cons
       const float* pa = p.pb + (s1 - q0) * kKeyBlock + (t0 - k0);
       tile_row<W, R>(p.dkb + t0 * hdp, hdp, da, 1, kKeyBlock, p.qp + s1 * hdp, hdp, q1 - s1, d.hd,
                      scale, add);
-      tile_row<W, R>(p.dvb + t0 * hdp, hdp, pa, 1, kKeyBlock, p.dop + s1 * hdp, hdp, q1 - s1,
-                     d.hd, 1.0f, add);
+      tile_row<W, R>(p.dvb + t0 * hdp, hdp, pa, 1, kKeyBlock, p.dop + s1 * hdp, hdp, q1 - s1, d.hd,
+                     1.0f, add);
     }
   }
 }

@@ -360,9 +360,9 @@ TEST(KernelAttentionIsa, EveryVariantMatchesTheReference) {
   ASSERT_FALSE(isas.empty());
   EXPECT_EQ(isas.back(), "base");  // the baseline runs everywhere
   const AttentionShape shapes[] = {
-      attn_shape(37, 2, 4, 2, 40),  // GQA; S, hd past the tiles and the panels' 32
-      attn_shape(70, 1, 3, 3, 16),  // MHA; three 32-key chunks, the last ragged
-      attn_shape(5, 2, 4, 2, 3),    // the kernel tests' smallest
+      attn_shape(37, 2, 4, 2, 40),   // GQA; S, hd past the tiles and the panels' 32
+      attn_shape(70, 1, 3, 3, 16),   // MHA; three 32-key chunks, the last ragged
+      attn_shape(5, 2, 4, 2, 3),     // the kernel tests' smallest
       attn_shape(150, 1, 4, 2, 24),  // GQA; three key blocks of the backward, two query blocks
   };
   AttnIsaGuard guard;
