@@ -71,8 +71,8 @@ namespace tp {
 // the explicit FMA, forward 1.73–1.79 → 1.47–1.55 ms, backward 2.62–2.67 → 2.10–2.21 ms; the
 // transposes by 8 × 8 blocks, forward 1.59 → 1.46–1.53 ms, backward 2.25–2.28 → 2.16–2.23 ms.
 // The backward by key blocks against the n × keys panels (tp_bench --suite attention, B = 1,
-// nh = 8, medians of 3 interleaved runs, loaded Zen 4): 0.96–0.98× at s = 128, 0.92–0.97× at 512,
-// 0.48× and 0.58× at 2048 (hd 32, 64), where the panels had left L2 (docs/performance.md).
+// nh = 8, medians of 3 interleaved runs, loaded Zen 4): 0.95–0.97× at s = 128 and 512, 0.49×
+// and 0.56× at 2048 (hd 32, 64), where the panels had left L2 (docs/performance.md).
 namespace {
 constexpr int64_t kRows = 8;  // rows of a register tile, at most (AVX-512: 8; else 4)
 constexpr int64_t kPad = 32;  // panel widths are multiples of this: 2 vectors of the widest ISA
