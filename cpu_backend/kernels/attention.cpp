@@ -35,24 +35,31 @@ namespace tp {
 // the softmax, dS by its loop), which the next product multiplies through.
 // Forward, per (b, j) and R-row tile: scores into a row buffer, the softmax on it (its log-sum-exp
 // written to lse), out = P V from the same buffer: the S·S scores pass through L1 and go nowhere.
-// Backward, per (b, g): P recomputed tile by tile from the scores and lse (e^(x − lse)), dP tile
-// by tile, the softmax backward on it with the row sum D = Σ dout ⊙ out (dS kept for the group),
-// dq from the dS rows, then dk, dv as Σ_s dS[s, t]·Q[s], Σ_s P[s, t]·dout[s] over s ≥ t. The
-// per-thread P and dS panels are S × S scratch, made and dropped within the call.
+// Backward, per (b, g), FlashAttention-2's order: per query head, an outer loop over blocks of
+// kKeyBlock keys, an inner one over blocks of kQueryBlock queries that see the block (the causal
+// triangle and past skip whole blocks and R-row tiles); per (query block, key block) P recomputed
+// tile by tile from the scores and lse (e^(x − lse)), dP, the softmax backward with the row sum
+// D = Σ dout ⊙ out, into a (kQueryBlock, kKeyBlock) panel; dq (+)= scale · dS K_block in an
+// (n, hd) panel, dk, dv (+)= scale · dSᵀ Q, Pᵀ dout for the block's keys. No n × keys panel.
 // Operands are first copied into zero-padded per-thread panels (K and V transposed where the
 // kernel reads them by columns; the transposes by 8 × 8 blocks in registers). What stays scalar:
 // the transposes' and the copies' edges (S, hd mod 8; hd mod W), the trees that add a row's max
 // and Σ across the lanes, and D's dot product over hd.
 //
-// Order of the sums: every output element is one running sum over the reduction index in
-// increasing order (hd for the scores and dP, keys for out and dq, queries for dk and dv), each
-// step a fused multiply-add where the CPU has FMA (multiply_add: explicit, since -ffp-contract=off
-// forbids the compiler to fuse; until it was explicit these steps were two roundings on every
-// CPU). The same bits for any OpenMP thread count (one
-// (b, j) or (b, g) pair runs whole on one thread), at every t (a head's numbers do not depend on
-// the others), and on AVX-512 and AVX2 machines alike (the vector width changes which columns
-// share a register, not any element's sum); a CPU without AVX2 and FMA (the baseline path) rounds
-// each product separately: other bits, within fp32 tolerance.
+// Order of the sums: every element of the scores, dP and out is one running sum over the reduction
+// index in increasing order (hd for the scores and dP, keys for out); dq is one running sum per
+// key block (over its keys, increasing), the blocks' sums added in increasing order; dk and dv
+// one running sum per query block (over its queries, increasing), added in increasing order of
+// query block, then of query head. Each step a fused multiply-add where the CPU has FMA
+// (multiply_add: explicit, since -ffp-contract=off forbids the compiler to fuse; until it was
+// explicit these steps were two roundings on every CPU). The blocks are constants, the same for
+// every variant; a tile that starts or ends its sum at a row or key of its own adds only zeros
+// (P and dS are +0 past a row's visible keys), which leave a running sum as it was. The same
+// bits for any OpenMP thread count (one (b, j) or (b, g) pair runs whole on one thread), at
+// every t (a head's numbers do not depend on the others), and on AVX-512 and AVX2 machines alike
+// (the vector width changes which columns share a register, not any element's sum); a CPU
+// without AVX2 and FMA (the baseline path) rounds each product separately: other bits, within
+// fp32 tolerance.
 //
 // Measured (1 thread, bench model's per-layer shapes (S, B, nh, hd) = (128, 8, 8, 32), loaded
 // machine): against the per-block sgemm version this replaced, AVX-512 0.63× forward and 0.77×
@@ -63,6 +70,9 @@ namespace tp {
 // without scalar masking stores and with P written in place, forward 2.09–2.21 → 1.76–1.79 ms;
 // the explicit FMA, forward 1.73–1.79 → 1.47–1.55 ms, backward 2.62–2.67 → 2.10–2.21 ms; the
 // transposes by 8 × 8 blocks, forward 1.59 → 1.46–1.53 ms, backward 2.25–2.28 → 2.16–2.23 ms.
+// The backward by key blocks against the n × keys panels (tp_bench --suite attention, B = 1,
+// nh = 8, medians of 3 interleaved runs, loaded Zen 4): 0.95–0.97× at s = 128 and 512, 0.49×
+// and 0.56× at 2048 (hd 32, 64), where the panels had left L2 (docs/performance.md).
 namespace {
 constexpr int64_t kRows = 8;  // rows of a register tile, at most (AVX-512: 8; else 4)
 constexpr int64_t kPad = 32;  // panel widths are multiples of this: 2 vectors of the widest ISA
@@ -102,35 +112,34 @@ TP_ATTN_INLINE void multiply_add(V& acc, float x, const V& b) {
   }
 }
 
-// The register tile: for r < kRows and c < 2W,
+// The register tile: for r < kRows and c < H·W (H = 2 vectors a row, or 1 for a last half),
 //   c[r·ldc + c] (+)= alpha · Σ_{e<k} a(r, e) · b[e·ldb + c],   a(r, e) = a[r·ar + e·ae],
 // the sum in increasing e (add: c + alpha·sum; else alpha·sum). a is read at kRows rows and b at
-// 2W columns: the caller's panels are padded so that both exist.
-template <int W, int R>
+// H·W columns: the caller's panels are padded so that both exist.
+template <int W, int R, int H = 2>
 TP_ATTN_INLINE void tile(float* c, int64_t ldc, const float* a, int64_t ar, int64_t ae,
                          const float* b, int64_t ldb, int64_t k, float alpha, bool add) {
-  static_assert(R <= kRows && kPad % R == 0 && kPad % (2 * W) == 0,
+  static_assert(R <= kRows && kPad % R == 0 && kPad % (2 * W) == 0 && (H == 1 || H == 2),
                 "a tile's rows and columns divide the panels' padding");
   using V = typename Vec<W>::type;
-  V acc[R][2];
+  V acc[R][H];
 #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = V{};
+  for (int r = 0; r < R; ++r)
+    for (int h = 0; h < H; ++h) acc[r][h] = V{};
   for (int64_t e = 0; e < k; ++e) {
     const float* be = b + e * ldb;
-    V b0, b1;
-    load(b0, be);
-    load(b1, be + W);
+    V bv[H];
+    for (int h = 0; h < H; ++h) load(bv[h], be + h * W);
     const float* ak = a + e * ae;
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const float x = ak[r * ar];
-      multiply_add<W>(acc[r][0], x, b0);
-      multiply_add<W>(acc[r][1], x, b1);
+      for (int h = 0; h < H; ++h) multiply_add<W>(acc[r][h], x, bv[h]);
     }
   }
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
-    for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < H; ++h) {
       float* cp = c + r * ldc + h * W;
       V x = alpha * acc[r][h];
       if (add) {
@@ -142,14 +151,20 @@ TP_ATTN_INLINE void tile(float* c, int64_t ldc, const float* a, int64_t ar, int6
     }
 }
 
-// c (kRows, n) = alpha · a (kRows, k) b (k, n), the tile over column blocks of 2W; n ≤ the
-// padded width of b and c, k as in tile.
+// c (kRows, n) = alpha · a (kRows, k) b (k, n), the tile over column blocks of 2W, a last block of
+// at most W columns by a one-vector tile (AVX-512: n a multiple of kLanes = W need not be of 2W);
+// n ≤ the padded width of b and c, k as in tile. Which columns share a tile changes no element's
+// sum.
 template <int W, int R>
 TP_ATTN_INLINE void tile_row(float* c, int64_t ldc, const float* a, int64_t ar, int64_t ae,
                              const float* b, int64_t ldb, int64_t k, int64_t n, float alpha,
                              bool add) {
-  for (int64_t c0 = 0; c0 < n; c0 += 2 * W)
-    tile<W, R>(c + c0, ldc, a, ar, ae, b + c0, ldb, k, alpha, add);
+  for (int64_t c0 = 0; c0 < n; c0 += 2 * W) {
+    if (n - c0 <= W)
+      tile<W, R, 1>(c + c0, ldc, a, ar, ae, b + c0, ldb, k, alpha, add);
+    else
+      tile<W, R, 2>(c + c0, ldc, a, ar, ae, b + c0, ldb, k, alpha, add);
+  }
 }
 
 // dst (rows, cols) row stride ldd = src (rows, cols) row stride lds, W floats a step (inline:
@@ -339,8 +354,8 @@ TP_ATTN_INLINE void softmax_backward_row(float* ds, const float* p, int64_t n, i
   zero<W>(ds + nc, len - nc);
 }
 
-// The sizes of one call, and the per-thread panels (zero-initialised once; the padding is never
-// written, so it stays zero for every pair of the call).
+// The sizes of one call, and the per-thread panels (zero-initialised once; the operands' padding
+// is never written, so it stays zero for every pair of the call).
 struct Dims {
   int64_t n, keys, past, hd;  // queries, keys, query i's key position past + i, head dim
   int64_t nr, kr, hdp;        // n, keys and hd rounded up to kPad
@@ -379,7 +394,7 @@ TP_ATTN_INLINE void attend_pair(float* out, float* lse, const float* q, int64_t 
   for (int64_t i0 = 0; i0 < d.n; i0 += R) {
     const int64_t rows = std::min<int64_t>(R, d.n - i0);
     const int64_t keys = d.visible(i0 + rows - 1);  // the tile's rows read keys [0, keys)
-    const int64_t cols = round_up(keys, kPad);
+    const int64_t cols = round_up(keys, kLanes);    // what the softmax rows read
     // scores = scale · Q[i0:i0+R] Kᵀ[:, :keys], the softmax of each row (its log-sum-exp kept),
     // out = P V[:keys]; the R score rows pass through L1 and are never stored
     tile_row<W, R>(sc, d.kr, qp + i0 * d.hdp, d.hdp, 1, kt, d.kr, d.hd, cols, scale, false);
@@ -392,71 +407,131 @@ TP_ATTN_INLINE void attend_pair(float* out, float* lse, const float* q, int64_t 
   }
 }
 
-// Backward panels: K (kr, hdp), Kᵀ and Vᵀ (hd, kr), Q and dout (nr, hdp), P and dS (nr, kr), the
-// dk and dv sums (kr, hdp), the dq rows (kRows, hdp).
+// The backward's blocks: kKeyBlock keys at a time (the outer loop), and within one, kQueryBlock
+// queries at a time, whose P and dS rows are recomputed into a (kQueryBlock, kKeyBlock) panel
+// and used at once. Both multiples of kPad and fixed for every variant: the order of the dk and dv
+// sums (one running sum per query block) does not depend on the tile's R or W. (Key blocks of 32,
+// 64 and 128 with query blocks of 64, 128 and 256 measured within noise of one another.)
+constexpr int64_t kKeyBlock = 64;
+constexpr int64_t kQueryBlock = 128;
+static_assert(kKeyBlock % kPad == 0 && kQueryBlock % kPad == 0, "blocks of whole panel columns");
+
+// Backward panels: K (kr, hdp), Kᵀ and Vᵀ (hd, kr), Q, dout and the dq sums (nr, hdp), the dk and
+// dv sums (kr, hdp), P and dS of one block pair (qb, kKeyBlock), the row sums D (nr). No n × keys
+// term: at (S, hd) = (2048, 64) 1.07 M floats (4.1 MiB) per thread, where the P and dS panels of
+// n × keys made it 9.3 M (35.5 MiB).
+int64_t backward_query_rows(const Dims& d) { return std::min(d.nr, kQueryBlock); }
 int64_t backward_floats(const Dims& d) {
-  return d.kr * d.hdp * 3 + 2 * d.nr * d.hdp + 2 * d.hd * d.kr + 2 * d.nr * d.kr + kRows * d.hdp;
+  return 3 * d.kr * d.hdp + 2 * d.hd * d.kr + 3 * d.nr * d.hdp +
+         2 * backward_query_rows(d) * kKeyBlock + d.nr;
+}
+
+// The backward's per-thread panels, laid out in backward_floats' workspace.
+struct BackwardPanels {
+  float *kp, *kt, *vt, *qp, *dop, *dqb, *dkb, *dvb, *pb, *ds, *rs;
+  BackwardPanels(float* ws, const Dims& d) {
+    kp = ws;                                       // K (kr, hdp)
+    kt = kp + d.kr * d.hdp;                        // Kᵀ (hd, kr)
+    vt = kt + d.hd * d.kr;                         // Vᵀ (hd, kr)
+    qp = vt + d.hd * d.kr;                         // Q (nr, hdp)
+    dop = qp + d.nr * d.hdp;                       // dout (nr, hdp)
+    dqb = dop + d.nr * d.hdp;                      // the dq sums (nr, hdp)
+    dkb = dqb + d.nr * d.hdp;                      // the dk sums (kr, hdp)
+    dvb = dkb + d.kr * d.hdp;                      // the dv sums (kr, hdp)
+    pb = dvb + d.kr * d.hdp;                       // P (qb, kKeyBlock)
+    ds = pb + backward_query_rows(d) * kKeyBlock;  // dS (qb, kKeyBlock)
+    rs = ds + backward_query_rows(d) * kKeyBlock;  // D (nr)
+  }
+};
+
+// One query head's share of key block [k0, k0 + kKeyBlock) ∩ [0, keys): for each query block
+// [q0, q1) that sees the block, each R-row query tile in it that sees key k0 recomputes its P and
+// dS rows (scores = scale · Q Kᵀ, P = e^(x − lse), dP = dout Vᵀ, dS = P ⊙ (dP − D)) and adds
+// scale · dS K_block to its dq rows; then each R-key tile of the block (+)= scale · dSᵀ Q and
+// Pᵀ dout over the block's queries from the first that sees it. first: this head is the group's
+// first (dk, dv written rather than added at the first query block).
+template <int W, int R>
+TP_ATTN_INLINE void backward_key_block(const BackwardPanels& p, int64_t k0, const float* lse,
+                                       bool first, float scale, const Dims& d) {
+  const int64_t n = d.n, kr = d.kr, hdp = d.hdp, kend = std::min(d.keys, k0 + kKeyBlock);
+  const int64_t sfirst = std::max<int64_t>(0, k0 - d.past);  // the first query that sees k0
+  if (sfirst >= n) {  // no query sees the block: its dk, dv are sums of nothing
+    if (first)
+      for (int64_t t = k0; t < kend; ++t) {
+        zero<W>(p.dkb + t * hdp, hdp);
+        zero<W>(p.dvb + t * hdp, hdp);
+      }
+    return;
+  }
+  const int64_t qstart = sfirst / kQueryBlock * kQueryBlock;
+  for (int64_t q0 = qstart; q0 < n; q0 += kQueryBlock) {
+    const int64_t q1 = std::min(n, q0 + kQueryBlock);
+    for (int64_t s0 = std::max(q0, sfirst / R * R); s0 < q1; s0 += R) {
+      const int64_t rows = std::min<int64_t>(R, q1 - s0);
+      // the tile reads keys [k0, k0 + seen)
+      const int64_t seen = std::min(d.visible(s0 + rows - 1), kend) - k0;
+      const int64_t cols = round_up(seen, kLanes);  // what the softmax rows read
+      float* pr = p.pb + (s0 - q0) * kKeyBlock;
+      float* dr = p.ds + (s0 - q0) * kKeyBlock;
+      tile_row<W, R>(pr, kKeyBlock, p.qp + s0 * hdp, hdp, 1, p.kt + k0, kr, d.hd, cols, scale,
+                     false);
+      tile_row<W, R>(dr, kKeyBlock, p.dop + s0 * hdp, hdp, 1, p.vt + k0, kr, d.hd, cols, 1.0f,
+                     false);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t sr = std::min(std::max<int64_t>(0, d.visible(s0 + r) - k0), kKeyBlock);
+        probs_from_lse_row<W>(pr + r * kKeyBlock, sr, kKeyBlock, lse[s0 + r]);
+        softmax_backward_row<W>(dr + r * kKeyBlock, pr + r * kKeyBlock, sr, kKeyBlock,
+                                p.rs[s0 + r]);
+      }
+      // dq rows (+)= scale · dS K[k0:k0+seen]: written at the first key block (every query sees
+      // key 0), added after
+      tile_row<W, R>(p.dqb + s0 * hdp, hdp, dr, kKeyBlock, 1, p.kp + k0 * hdp, hdp, seen, d.hd,
+                     scale, k0 > 0);
+    }
+    const bool add = !(first && q0 == qstart);
+    for (int64_t t0 = k0; t0 < kend; t0 += R) {
+      const int64_t s1 = std::min(q1, std::max(q0, t0 - d.past));  // leading rows: zeros
+      const float* da = p.ds + (s1 - q0) * kKeyBlock + (t0 - k0);
+      const float* pa = p.pb + (s1 - q0) * kKeyBlock + (t0 - k0);
+      tile_row<W, R>(p.dkb + t0 * hdp, hdp, da, 1, kKeyBlock, p.qp + s1 * hdp, hdp, q1 - s1, d.hd,
+                     scale, add);
+      tile_row<W, R>(p.dvb + t0 * hdp, hdp, pa, 1, kKeyBlock, p.dop + s1 * hdp, hdp, q1 - s1, d.hd,
+                     1.0f, add);
+    }
+  }
 }
 
 // One (b, g) pair: its query heads j0 .. j0 + group − 1 in order, their dk, dv summed.
 // dq, dout, q, out: head j's (n, hd) at + (j − j0)·hd, row stride ldq; k, v, dk, dv: (keys, hd)
 // row stride ldk; lse: head j's (n) at + (j − j0)·n. Query row s reads keys [0, d.visible(s)).
+// Per head: the key blocks in order (backward_key_block), dq summed over them in the dq panel.
 template <int W, int R>
 TP_ATTN_INLINE void backward_group(float* dq, float* dk, float* dv, const float* dout,
                                    const float* q, const float* k, const float* v, const float* out,
                                    const float* lse, int64_t ldq, int64_t ldk, int64_t group,
                                    float scale, const Dims& d, float* ws) {
-  const int64_t S = d.n, K = d.keys, kr = d.kr, hdp = d.hdp;
-  float* kp = ws;                 // (kr, hdp)
-  float* kt = kp + kr * hdp;      // (hd, kr)
-  float* vt = kt + d.hd * kr;     // (hd, kr)
-  float* qp = vt + d.hd * kr;     // (nr, hdp)
-  float* dop = qp + d.nr * hdp;   // (nr, hdp)
-  float* dkb = dop + d.nr * hdp;  // (kr, hdp)
-  float* dvb = dkb + kr * hdp;    // (kr, hdp)
-  float* pb = dvb + kr * hdp;     // (nr, kr)
-  float* ds = pb + d.nr * kr;     // (nr, kr)
-  float* ob = ds + d.nr * kr;     // (kRows, hdp)
-  copy_rows<W>(kp, hdp, k, ldk, K, d.hd);
-  copy_transposed(kt, kr, k, ldk, K, d.hd);
-  copy_transposed(vt, kr, v, ldk, K, d.hd);
+  const int64_t S = d.n, K = d.keys, hdp = d.hdp;
+  const BackwardPanels p(ws, d);
+  copy_rows<W>(p.kp, hdp, k, ldk, K, d.hd);
+  copy_transposed(p.kt, d.kr, k, ldk, K, d.hd);
+  copy_transposed(p.vt, d.kr, v, ldk, K, d.hd);
   for (int64_t jj = 0; jj < group; ++jj) {
-    const float* lj = lse + jj * S;
     const float* oj = out + jj * d.hd;
-    copy_rows<W>(qp, hdp, q + jj * d.hd, ldq, S, d.hd);
-    copy_rows<W>(dop, hdp, dout + jj * d.hd, ldq, S, d.hd);
-    for (int64_t s0 = 0; s0 < S; s0 += R) {
-      const int64_t rows = std::min<int64_t>(R, S - s0), keys = d.visible(s0 + rows - 1);
-      const int64_t cols = round_up(keys, kPad);
-      // P recomputed: scores = scale · Q[s0:s0+R] Kᵀ[:, :keys], row s → e^(x − lse[s]), 0 past s
-      tile_row<W, R>(pb + s0 * kr, kr, qp + s0 * hdp, hdp, 1, kt, kr, d.hd, cols, scale, false);
-      // dP = dout[s0:s0+R] Vᵀ[:, :keys]; dS = P ⊙ (dP − D), D = Σ_e dout ⊙ out; dq = scale · dS K
-      tile_row<W, R>(ds + s0 * kr, kr, dop + s0 * hdp, hdp, 1, vt, kr, d.hd, cols, 1.0f, false);
-      for (int64_t s = s0; s < s0 + rows; ++s) {
-        const int64_t seen = d.visible(s);
-        probs_from_lse_row<W>(pb + s * kr, seen, kr, lj[s]);
-        double dsum = 0.0;  // in increasing e, in double
-        for (int64_t e = 0; e < d.hd; ++e)
-          dsum += static_cast<double>(dout[jj * d.hd + s * ldq + e]) * oj[s * ldq + e];
-        softmax_backward_row<W>(ds + s * kr, pb + s * kr, seen,
-                                std::min(kr, round_up(seen, kLanes) + kLanes),
-                                static_cast<float>(dsum));
-      }
-      tile_row<W, R>(ob, hdp, ds + s0 * kr, kr, 1, kp, hdp, keys, d.hd, scale, false);
-      copy_rows<W>(dq + jj * d.hd + s0 * ldq, ldq, ob, hdp, rows, d.hd);
+    const float* dj = dout + jj * d.hd;
+    copy_rows<W>(p.qp, hdp, q + jj * d.hd, ldq, S, d.hd);
+    copy_rows<W>(p.dop, hdp, dj, ldq, S, d.hd);
+    for (int64_t s = 0; s < S; ++s) {  // D[s] = Σ_e dout ⊙ out, in increasing e, in double
+      double dsum = 0.0;
+      for (int64_t e = 0; e < d.hd; ++e)
+        dsum += static_cast<double>(dj[s * ldq + e]) * oj[s * ldq + e];
+      p.rs[s] = static_cast<float>(dsum);
     }
-    // dk[t0:t0+R] (+)= scale · Σ_{s ≥ s1} dS[s, t0:t0+R]ᵀ Q[s], dv the same with P and dout,
-    // from the first query that sees key t0, s1 = t0 − past (none: a sum of nothing, zeros)
-    for (int64_t t0 = 0; t0 < K; t0 += R) {
-      const int64_t s1 = std::min(S, std::max<int64_t>(0, t0 - d.past));
-      tile_row<W, R>(dkb + t0 * hdp, hdp, ds + s1 * kr + t0, 1, kr, qp + s1 * hdp, hdp, S - s1,
-                     d.hd, scale, jj > 0);
-      tile_row<W, R>(dvb + t0 * hdp, hdp, pb + s1 * kr + t0, 1, kr, dop + s1 * hdp, hdp, S - s1,
-                     d.hd, 1.0f, jj > 0);
-    }
+    for (int64_t k0 = 0; k0 < K; k0 += kKeyBlock)
+      backward_key_block<W, R>(p, k0, lse + jj * S, jj == 0, scale, d);
+    copy_rows<W>(dq + jj * d.hd, ldq, p.dqb, hdp, S, d.hd);
   }
-  copy_rows<W>(dk, ldk, dkb, hdp, K, d.hd);
-  copy_rows<W>(dv, ldk, dvb, hdp, K, d.hd);
+  copy_rows<W>(dk, ldk, p.dkb, hdp, K, d.hd);
+  copy_rows<W>(dv, ldk, p.dvb, hdp, K, d.hd);
 }
 
 // The instruction sets: AVX-512 (16 floats a vector), AVX2 with FMA (8), the build's baseline

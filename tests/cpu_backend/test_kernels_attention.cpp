@@ -143,21 +143,24 @@ TEST(KernelAttention, BackwardMatchesFiniteDifferences) {
   }
 }
 
+// B·nh·S²·hd ≥ 5e5: parallel; S = 200 is four key blocks and two query blocks of the backward.
 TEST(KernelAttention, BackwardIsThreadIndependent) {
-  AttnCase c(attn_shape(64, 2, 4, 2, 16));  // B·nh·S²·hd ≈ 5e5: parallel
-  Tensor dOut = on_device(c.Q.shape(), random_vector("attn_thr_dout", c.Q.numel()));
-  std::vector<float> got[2][3];
-  for (int t = 1; t <= 2; ++t)
-    with_threads(t, [&] {
-      Tensor dQ(device(), c.Q.shape()), dK(device(), c.K.shape()), dV(device(), c.V.shape());
-      device().attention_backward(dQ, dK, dV, dOut, c.Q, c.K, c.V, c.out, c.lse, c.sh);
-      got[t - 1][0] = dQ.to_host();
-      got[t - 1][1] = dK.to_host();
-      got[t - 1][2] = dV.to_host();
-    });
-  EXPECT_EQ(got[0][0], got[1][0]);
-  EXPECT_EQ(got[0][1], got[1][1]);
-  EXPECT_EQ(got[0][2], got[1][2]);
+  for (const AttentionShape& sh : {attn_shape(64, 2, 4, 2, 16), attn_shape(200, 2, 4, 2, 16)}) {
+    AttnCase c(sh);
+    Tensor dOut = on_device(c.Q.shape(), random_vector("attn_thr_dout", c.Q.numel()));
+    std::vector<float> got[2][3];
+    for (int t = 1; t <= 2; ++t)
+      with_threads(t, [&] {
+        Tensor dQ(device(), c.Q.shape()), dK(device(), c.K.shape()), dV(device(), c.V.shape());
+        device().attention_backward(dQ, dK, dV, dOut, c.Q, c.K, c.V, c.out, c.lse, c.sh);
+        got[t - 1][0] = dQ.to_host();
+        got[t - 1][1] = dK.to_host();
+        got[t - 1][2] = dV.to_host();
+      });
+    EXPECT_EQ(got[0][0], got[1][0]) << attn_tag(sh);
+    EXPECT_EQ(got[0][1], got[1][1]) << attn_tag(sh);
+    EXPECT_EQ(got[0][2], got[1][2]) << attn_tag(sh);
+  }
 }
 
 // Ring attention's pieces (parallel/ring_attention.h): the sequence cut into chunks of c
@@ -174,7 +177,9 @@ std::vector<float> lse_chunk(const std::vector<float>& lse, const AttentionShape
 }
 
 TEST(KernelAttention, ChunkPairsMergedAreTheWholeAttention) {
-  for (const AttentionShape& whole : {attn_shape(12, 2, 4, 2, 3), attn_shape(40, 2, 2, 1, 36)}) {
+  // 300 in four chunks of 75: two key blocks of the backward per pair, the second ragged
+  for (const AttentionShape& whole :
+       {attn_shape(12, 2, 4, 2, 3), attn_shape(40, 2, 2, 1, 36), attn_shape(300, 1, 4, 2, 20)}) {
     AttnCase c(whole);
     const int64_t B = whole.batch, n = 4, len = whole.seq / n, qc = whole.heads * whole.head_dim,
                   kc = whole.kv_heads * whole.head_dim;
@@ -355,9 +360,10 @@ TEST(KernelAttentionIsa, EveryVariantMatchesTheReference) {
   ASSERT_FALSE(isas.empty());
   EXPECT_EQ(isas.back(), "base");  // the baseline runs everywhere
   const AttentionShape shapes[] = {
-      attn_shape(37, 2, 4, 2, 40),  // GQA; S, hd past the tiles and the panels' 32
-      attn_shape(70, 1, 3, 3, 16),  // MHA; three 32-key chunks, the last ragged
-      attn_shape(5, 2, 4, 2, 3),    // the kernel tests' smallest
+      attn_shape(37, 2, 4, 2, 40),   // GQA; S, hd past the tiles and the panels' 32
+      attn_shape(70, 1, 3, 3, 16),   // MHA; three 32-key chunks, the last ragged
+      attn_shape(5, 2, 4, 2, 3),     // the kernel tests' smallest
+      attn_shape(150, 1, 4, 2, 24),  // GQA; three key blocks of the backward, two query blocks
   };
   AttnIsaGuard guard;
   std::vector<std::vector<std::vector<float>>> got(isas.size());  // [isa][shape·5 + tensor]
@@ -425,6 +431,52 @@ TEST(KernelAttentionIsa, ForwardIsThreadIndependent) {
   EXPECT_EQ(out[0], out[1]);
   EXPECT_EQ(lse[0], lse[1]);
   EXPECT_EQ(cached[0], cached[1]);
+}
+
+// The backward at S = 300, GQA: five key blocks (the last of 44 keys) and three query blocks
+// (the last of 44 queries), neither a multiple of the blocks nor of the tiles, against the double
+// reference.
+TEST(KernelAttention, BackwardOverSeveralBlocksMatchesTheReference) {
+  const AttentionShape sh = attn_shape(300, 1, 4, 2, 20);
+  AttnCase c(sh);
+  const std::vector<float> r = random_vector("R" + attn_tag(sh), c.Q.numel());
+  Tensor dOut = on_device(c.Q.shape(), r);
+  Tensor dQ = filled(c.Q.shape(), kNaN), dK = filled(c.K.shape(), kNaN),
+         dV = filled(c.V.shape(), kNaN);
+  device().attention_backward(dQ, dK, dV, dOut, c.Q, c.K, c.V, c.out, c.lse, sh);
+  const AttnGrads want = attention_backward_ref(to_d(c.q), to_d(c.k), to_d(c.v), to_d(r), sh);
+  EXPECT_LE(rel_error(dQ.to_host(), to_f(want.dq)), kForwardTol);
+  EXPECT_LE(rel_error(dK.to_host(), to_f(want.dk)), kForwardTol);
+  EXPECT_LE(rel_error(dV.to_host(), to_f(want.dv)), kForwardTol);
+}
+
+// Keys that no query sees (kv_seq = 300 against 100 queries at past 0: the key blocks from 128 on
+// are skipped whole) get dk = dv = 0, and the rest is the self-attention of the first 100 keys.
+TEST(KernelAttention, BackwardOfUnseenKeyBlocksIsZero) {
+  const AttentionShape self = attn_shape(100, 2, 4, 2, 16);
+  AttnCase c(self);
+  const int64_t B = self.batch, kc = self.kv_heads * self.head_dim, keys = 300;
+  AttentionShape sh = self;
+  sh.kv_seq = keys;
+  std::vector<float> k = random_vector("unseen_k", keys * B * kc);
+  std::vector<float> v = random_vector("unseen_v", keys * B * kc);
+  std::copy(c.k.begin(), c.k.end(), k.begin());  // the first 100 keys are the case's
+  std::copy(c.v.begin(), c.v.end(), v.begin());
+  Tensor K = on_device(Shape{keys * B, kc}, k), V = on_device(Shape{keys * B, kc}, v);
+  Tensor dOut = on_device(c.Q.shape(), random_vector("unseen_dout", c.Q.numel()));
+  Tensor dQ = filled(c.Q.shape(), kNaN), dK = filled(K.shape(), kNaN), dV = filled(V.shape(), kNaN);
+  device().attention_backward(dQ, dK, dV, dOut, c.Q, K, V, c.out, c.lse, sh);
+  Tensor sQ(device(), c.Q.shape()), sK(device(), c.K.shape()), sV(device(), c.V.shape());
+  device().attention_backward(sQ, sK, sV, dOut, c.Q, c.K, c.V, c.out, c.lse, self);
+  EXPECT_LE(rel_error(dQ.to_host(), sQ.to_host()), kForwardTol);
+  const std::vector<float> gk = dK.to_host(), gv = dV.to_host();
+  const size_t seen = static_cast<size_t>(self.seq * B * kc);
+  EXPECT_LE(rel_error(std::vector<float>(gk.begin(), gk.begin() + seen), sK.to_host()),
+            kForwardTol);
+  EXPECT_LE(rel_error(std::vector<float>(gv.begin(), gv.begin() + seen), sV.to_host()),
+            kForwardTol);
+  EXPECT_EQ(std::vector<float>(gk.begin() + seen, gk.end()), std::vector<float>(gk.size() - seen));
+  EXPECT_EQ(std::vector<float>(gv.begin() + seen, gv.end()), std::vector<float>(gv.size() - seen));
 }
 
 TEST(KernelAttentionIsa, UnknownVariantIsAnError) {
