@@ -27,6 +27,7 @@
 
 #include "cuda_check.h"
 #include "cuda_device.h"
+#include "kernels/attention_tiled.cuh"
 #include "kernels/kernel_util.cuh"
 
 namespace tp {
@@ -221,10 +222,16 @@ void CudaDevice::do_attention_forward(Tensor& out, Tensor& lse, const Tensor& q,
   // bf16 tensors (native_bf16): widened into scratch, the f32 computation below unchanged, a bf16
   // out rounded once — what the Device front's stand-ins do, without their allocations and their
   // widening of out's old contents. The scores / P: B·nh·S·K floats of scratch after the staging.
+  const bool tiled = gpu::tiled_attention_takes(sh);
   F32Staging st(*this, {{&q, true}, {&k, true}, {&v, true}, {&out, false}},
-                static_cast<size_t>(rows * K) * sizeof(float));
+                tiled ? 0 : static_cast<size_t>(rows * K) * sizeof(float));
   const float *q32 = st.f32(0), *k32 = st.f32(1), *v32 = st.f32(2);
   float *out32 = st.f32(3), *p32 = st.extra();
+  if (tiled) {  // kernels/attention_tiled.cu: no scores in memory
+    gpu::tiled_attention_forward(stream(), out32, lse.data(), q32, k32, v32, sh);
+    st.round(3);
+    return;
+  }
   attention_scores(*this, p32, q32, k32, sh);  // scale·Q Kᵀ
   causal_softmax_kernel<<<gpu::row_blocks(rows), gpu::threads_for(K, gpu::kRowThreads), 0,
                           stream()>>>(p32, lse.data(), S, K, sh.past, rows);
@@ -243,6 +250,13 @@ void CudaDevice::do_attention_cached_forward(Tensor& out, const Tensor& q, const
   const int64_t P = past + n, group = nh / nkv, qc = nh * hd, kc = nkv * hd, pairs = B * nkv;
   const int64_t rows = B * nh * n;
   if (rows == 0 || hd == 0) return;
+  if (gpu::tiled_attention_takes(sh)) {  // the queries at [past, past + n) of P keys, no lse
+    AttentionShape tsh = sh;
+    tsh.kv_seq = P;
+    tsh.past = past;
+    gpu::tiled_attention_forward(stream(), out.data(), nullptr, q.data(), k.data(), v.data(), tsh);
+    return;
+  }
   float* scores = static_cast<float*>(scratch(static_cast<size_t>(rows * P) * sizeof(float)));
   for (int64_t r = 0; r < group; ++r)
     batched_gemm(false, true, n, P, hd, sh.scale, q.data() + r * hd, B * qc, group * hd, k.data(),
@@ -266,6 +280,7 @@ void CudaDevice::do_attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const
   // bf16 tensors: widened into scratch (out too: D reads it in f32), the f32 computation
   // unchanged, dq, dk, dv rounded once at the end (dk and dv after their sum over the group).
   // After the staging, 2·B·nh·S·K floats of scratch: the scores, then P in place; dP, then dS.
+  const bool tiled = gpu::tiled_attention_takes(sh);
   const size_t square = static_cast<size_t>(rows * K);
   F32Staging st(*this,
                 {{&dout, true},
@@ -276,10 +291,18 @@ void CudaDevice::do_attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const
                  {&dq, false},
                  {&dk, false},
                  {&dv, false}},
-                2 * square * sizeof(float));
+                (tiled ? static_cast<size_t>(rows) : 2 * square) * sizeof(float));
   const float *dout32 = st.f32(0), *q32 = st.f32(1), *k32 = st.f32(2), *v32 = st.f32(3),
               *out32 = st.f32(4);
   float *dq32 = st.f32(5), *dk32 = st.f32(6), *dv32 = st.f32(7);
+  if (tiled) {  // kernels/attention_tiled.cu: the rows' D in scratch, no S × K panels
+    gpu::tiled_attention_backward(stream(), dq32, dk32, dv32, dout32, q32, k32, v32, out32,
+                                  lse.data(), st.extra(), sh);
+    st.round(5);
+    st.round(6);
+    st.round(7);
+    return;
+  }
   float *p32 = st.extra(), *ds = st.extra() + square;
   attention_scores(*this, p32, q32, k32, sh);  // scale·Q Kᵀ, the forward's
   for (int64_t r = 0; r < group; ++r)

@@ -542,6 +542,74 @@ TEST(GpuAttention, CachedForwardMhaAndGqa) {
   }
 }
 
+// The tiled kernels (gpu_backend/kernels/attention_tiled.cu: blocks of 64 query or key rows,
+// shared tiles of 64 rows at head dims ≤ 64 and 32 at 65…128) over several tiles on both sides,
+// partial last tiles, GQA, keys ≠ queries with past, each of the three head-dim instances (≤ 32,
+// ≤ 64, ≤ 128 with 1, 2, 4 threads per row), and a head dim past 128 (the cuBLAS path) — against
+// the CPU; the backward run twice gives the same bits (fixed sum orders, no atomics); the cached
+// forward (the same forward kernel, no lse) over several key tiles.
+TEST(GpuAttention, TiledSeveralTilesGqaAndPast) {
+  REQUIRE_GPU();
+  struct Case {
+    int64_t n, keys, past, batch, heads, kv, hd;
+  };
+  for (const Case c : {Case{150, 150, 0, 2, 4, 2, 40}, Case{150, 150, 0, 1, 2, 1, 128},
+                       Case{130, 130, 0, 1, 3, 3, 5}, Case{70, 150, 80, 1, 6, 2, 24},
+                       Case{100, 90, 20, 2, 4, 1, 64}, Case{20, 20, 0, 1, 2, 1, 136}}) {
+    AttentionShape sh;
+    sh.seq = c.n;
+    sh.kv_seq = c.keys == c.n && c.past == 0 ? 0 : c.keys;
+    sh.past = c.past;
+    sh.batch = c.batch;
+    sh.heads = c.heads;
+    sh.kv_heads = c.kv;
+    sh.head_dim = c.hd;
+    sh.scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+    const int64_t rows = c.n * c.batch, krows = c.keys * c.batch;
+    const std::string tag = "tiled" + std::to_string(c.n) + "." + std::to_string(c.keys) + "." +
+                            std::to_string(c.past) + ".hd" + std::to_string(c.hd);
+    Pair q = rnd(tag + ".q", Shape{rows, c.heads * c.hd}, 2.0f),
+         k = rnd(tag + ".k", Shape{krows, c.kv * c.hd}, 2.0f),
+         v = rnd(tag + ".v", Shape{krows, c.kv * c.hd});
+    Pair o = out(Shape{rows, c.heads * c.hd}), lse = out(Shape{c.batch, c.heads, c.n});
+    cpu().attention_forward(o.cpu, lse.cpu, q.cpu, k.cpu, v.cpu, sh);
+    gpu().attention_forward(o.gpu, lse.gpu, q.gpu, k.gpu, v.gpu, sh);
+    EXPECT_CLOSE(o, kFp32) << tag;
+    EXPECT_CLOSE(lse, kFp32) << tag;
+    Pair dout = rnd(tag + ".dout", Shape{rows, c.heads * c.hd});
+    Pair dq = out(q.cpu.shape()), dk = out(k.cpu.shape()), dv = out(v.cpu.shape());
+    cpu().attention_backward(dq.cpu, dk.cpu, dv.cpu, dout.cpu, q.cpu, k.cpu, v.cpu, o.cpu, lse.cpu,
+                             sh);
+    gpu().attention_backward(dq.gpu, dk.gpu, dv.gpu, dout.gpu, q.gpu, k.gpu, v.gpu, o.gpu, lse.gpu,
+                             sh);
+    EXPECT_CLOSE(dq, kFp32) << tag;
+    EXPECT_CLOSE(dk, kFp32) << tag;
+    EXPECT_CLOSE(dv, kFp32) << tag;
+    Pair dq2 = out(q.cpu.shape()), dk2 = out(k.cpu.shape()), dv2 = out(v.cpu.shape());
+    gpu().attention_backward(dq2.gpu, dk2.gpu, dv2.gpu, dout.gpu, q.gpu, k.gpu, v.gpu, o.gpu,
+                             lse.gpu, sh);
+    EXPECT_EQ(dq2.gpu.to_host(), dq.gpu.to_host()) << tag;
+    EXPECT_EQ(dk2.gpu.to_host(), dk.gpu.to_host()) << tag;
+    EXPECT_EQ(dv2.gpu.to_host(), dv.gpu.to_host()) << tag;
+  }
+  // The cached forward: 70 new positions after 100 cached ones (3 key tiles of 64 at hd 40).
+  AttentionShape sh;
+  sh.seq = 70;
+  sh.batch = 2;
+  sh.heads = 4;
+  sh.kv_heads = 2;
+  sh.head_dim = 40;
+  sh.scale = 1.0f / std::sqrt(40.0f);
+  const int64_t past = 100, rows = sh.seq * sh.batch, keys = (past + sh.seq) * sh.batch;
+  Pair q = rnd("tiled.cached.q", Shape{rows, 4 * 40}, 2.0f),
+       k = rnd("tiled.cached.k", Shape{keys, 2 * 40}, 2.0f),
+       v = rnd("tiled.cached.v", Shape{keys, 2 * 40});
+  Pair o = out(Shape{rows, 4 * 40});
+  cpu().attention_cached_forward(o.cpu, q.cpu, k.cpu, v.cpu, past, sh);
+  gpu().attention_cached_forward(o.gpu, q.gpu, k.gpu, v.gpu, past, sh);
+  EXPECT_CLOSE(o, kFp32) << "cached";
+}
+
 // Token ids as floats, some owned by the shard [first, first + rows) and some not.
 std::vector<float> ids(int64_t n, int64_t vocab, const std::string& name) {
   std::vector<float> v(static_cast<size_t>(n));
