@@ -4,21 +4,29 @@
 //
 // No S×S probabilities are kept between the passes: the forward returns out and the per-row
 // log-sum-exp lse (B, nh, S, f32), and the backward recomputes P = e^(X − lse) from q, k and lse.
-// The S×S scores still pass through memory, in the device's scratch (CudaDevice::scratch), for
-// the cuBLAS GEMMs on either side of the softmax; a tiled kernel that never materialises them is
-// a later step (FlashAttention's).
 //
-// The products are cuBLAS GEMMs (deterministic for a given GPU and cuBLAS version; the backward's
-// recomputed scores are the forward's bit for bit); the softmax rows are fixed-tree block
-// reductions (kernel_util.cuh). No float atomics.
+// Two paths. Head dims up to 128 (gpu::tiled_attention_takes): the tiled kernels of
+// kernels/attention_tiled.cu, FlashAttention-2's — the forward streams K and V tiles through
+// shared memory with an online softmax per query row, the backward is a dq kernel per query tile
+// and a dk, dv kernel per key tile (no float atomics), and no S × K scores or probabilities ever
+// reach memory; that file's header gives the tiles, the shared memory per block and the registers.
+// Larger head dims: the path below, cuBLAS GEMMs with the S × K scores in the device's scratch
+// (CudaDevice::scratch) and softmax kernels between them (the forward: scores, softmax, P·V;
+// the backward: scores and dP again, then dq, dk, dv from P and dS, 2·B·nh·S·K floats).
+//
+// Determinism: the tiled kernels sum in fixed orders (their file says which); on the cuBLAS path
+// the GEMMs are deterministic for a given GPU and cuBLAS version (the backward's recomputed scores
+// are the forward's bit for bit) and the softmax rows are fixed-tree block reductions
+// (kernel_util.cuh). No float atomics on either path.
 //
 // bf16 (--precision bf16): the forward and backward take bf16 tensors themselves (native_bf16) but
-// compute exactly as in f32: P stays f32 for the P·V product (and the backward's GEMMs read P and
-// dS in f32), and cuBLAS multiplies no f32 operand by a bf16 one, so bf16 q, k, v (and out, dout)
-// are widened into scratch (F32Staging below) and the same f32 batched GEMMs run — bit for bit the
-// stand-in path on any GPU, which bf16 GEMMs (another sum order) would not be. What the native
-// path saves: the front's stand-in tensors and their widening of the outputs' old contents. lse
-// is f32 on every path. The cached forward (generation) stays on the front's stand-ins.
+// compute exactly as in f32: bf16 q, k, v (and out, dout) are widened into scratch (F32Staging
+// below) and the same f32 kernels run — the tiled ones, or the cuBLAS path, where P stays f32 for
+// the P·V product and cuBLAS multiplies no f32 operand by a bf16 one — so the result is bit for
+// bit the stand-in path on any GPU, which bf16 products (another sum order) would not be. What the
+// native path saves: the front's stand-in tensors and their widening of the outputs' old
+// contents. lse is f32 on every path. The cached forward (generation) stays on the front's
+// stand-ins; with head dims ≤ 128 it is the tiled forward (keys past + n, no lse).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

@@ -13,20 +13,29 @@
 // a dot product is 32 products per thread, then an xor-shuffle sum over the row's kT threads.
 // kCols = 64 for kD ≤ 64 and 32 for kD = 128, so the two shared tiles are 2·kCols·kD·4 bytes:
 // 16 KB (kD 32), 32 KB (kD 64 and 128) per block, under the 48 KB of static shared memory;
-// threads per block 64, 128, 256. Registers per thread: 32 columns of two or three rows
-// (q, acc; q, dout, dq; k, v, dk, dv: at most 128 floats) plus the forward's kCols scores.
-// Not measured: no GPU here. At kD 64 (128 threads, 32 KB) an H100 SM (228 KB of shared
-// memory) holds 7 blocks by shared memory, fewer if the registers exceed 64 per thread, so the
-// occupancy is set by the registers; the products are scalar FMAs from shared memory, not tensor
-// cores — a later step (mma / wgmma) would be FlashAttention-2's real speed.
+// threads per block 64, 128, 256. Registers per thread hold 32 columns of two or three rows
+// (q, acc; q, dout, dq; k, v, dk, dv) plus the forward's kCols scores.
+//
+// Not measured: there is no GPU here, so no timings. What ptxas reports (CUDA 13, sm_90, -O2,
+// `nvcc … -Xptxas -v`), registers per thread for kD = 32 / 64 / 128, no spills in any:
+//   forward 254 / 168 / 128,  dq 150 / 160 / 158,  dk dv 221 / 227 / 226
+// so on an H100 SM (65536 registers, 64 warps, 228 KB of shared memory) the registers, not the
+// shared memory, bound the occupancy: 8–16 warps of 64 (the forward 8 / 12 / 16, dq 12 / 12 / 8,
+// dk dv 8 / 8 / 8). Capping them (__launch_bounds__ with a minimum of blocks: 128 for the
+// forward and dq, about 170 for dk dv) made ptxas spill 60–348 bytes per thread in every kernel
+// it had to shrink, so they are not capped. The products are
+// scalar FMAs from shared memory, not tensor cores (mma / wgmma would be FlashAttention-2's real
+// speed: a later step). The dk, dv grid is B·nkv·⌈K/64⌉ blocks, each looping over its group's
+// query heads: few blocks for a small batch and short sequences.
 //
 // Causal skipping: a query tile [q0, q0 + 64) reads the key tiles below min(K, past + q0 + 64)
 // only; a key tile [k0, k0 + 64) reads the queries from max(0, k0 − past) on. Inside a tile the
 // mask is per element (query s sees key t iff t ≤ past + s and t < K); a row that sees no key
 // gets out = 0 and lse = −inf, as the cuBLAS path gives.
 //
-// Arithmetic: scores x = scale · (q · k) in f32, the same product order in the forward and in
-// both backward kernels (so the backward's P = e^(x − lse) recomputes the forward's x); the
+// Arithmetic: scores x = scale · (q · k) in f32, the same order of products and sums in the
+// forward and in both backward kernels (so the backward's x is the forward's but for where the
+// compiler fuses a multiply-add differently; P = e^(x − lse) is within f32 rounding of it); the
 // forward's running max m and sum l per row in f32, rescaled by e^(m_old − m_new) per key tile,
 // out = acc · (1/l), lse = m + log l. D in f64 over hd (the CPU's order), stored in f32.
 // Deterministic: each output element is one thread's running sum in a fixed order (key tiles
@@ -54,7 +63,7 @@ constexpr int kPerRow = 32;  // columns a thread holds
 
 template <int kD>
 struct Tile {
-  static constexpr int kT = kD / kPerRow;            // threads per row
+  static constexpr int kT = kD / kPerRow;           // threads per row
   static constexpr int kCols = kD <= 64 ? 64 : 32;  // rows of a shared tile
   static constexpr int kThreads = kRows * kT;
 };
@@ -69,8 +78,7 @@ __device__ __forceinline__ float row_sum(float v) {
 
 // This thread's 32 columns (c, c + kT, …) of a row of hd floats; zeros past hd or for no row.
 template <int kT>
-__device__ __forceinline__ void load_row(float (&r)[kPerRow], const float* row, int c,
-                                         int64_t hd) {
+__device__ __forceinline__ void load_row(float (&r)[kPerRow], const float* row, int c, int64_t hd) {
 #pragma unroll
   for (int i = 0; i < kPerRow; ++i) {
     const int64_t e = static_cast<int64_t>(i) * kT + c;
@@ -138,7 +146,7 @@ __global__ void __launch_bounds__(Tile<kD>::kThreads)
       tmax = fmaxf(tmax, x[t]);
     }
     const float mnew = fmaxf(m, tmax);
-    if (mnew == -INFINITY) continue;  // nothing visible yet (the same for the row's threads)
+    if (mnew == -INFINITY) continue;     // nothing visible yet (the same for the row's threads)
     const float alpha = expf(m - mnew);  // 0 on the first visible tile
     l *= alpha;
 #pragma unroll
@@ -297,8 +305,8 @@ unsigned int blocks_for(int64_t pairs, int64_t rows) {
 template <int kD>
 void forward(cudaStream_t stream, float* out, float* lse, const float* q, const float* k,
              const float* v, const Dims& d) {
-  tiled_forward_kernel<kD><<<blocks_for(d.B * d.nh, d.S), Tile<kD>::kThreads, 0, stream>>>(
-      out, lse, q, k, v, d);
+  tiled_forward_kernel<kD>
+      <<<blocks_for(d.B * d.nh, d.S), Tile<kD>::kThreads, 0, stream>>>(out, lse, q, k, v, d);
   CUDA_CHECK_LAUNCH();
 }
 
