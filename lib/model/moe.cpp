@@ -30,7 +30,8 @@ void add_param(ParamList& out, const std::string& name, const Tensor& value, con
 void check_moe_config(const MoeConfig& cfg) {
   TP_CHECK_INPUT(cfg.hidden > 0 && cfg.ffn > 0, "moe: hidden=", cfg.hidden, " and ffn=", cfg.ffn,
                  " must both be positive");
-  TP_CHECK_INPUT(cfg.experts >= 1, "--experts ", cfg.experts, ": a mixture needs at least 1 expert");
+  TP_CHECK_INPUT(cfg.experts >= 1, "--experts ", cfg.experts,
+                 ": a mixture needs at least 1 expert");
   TP_CHECK_INPUT(cfg.top_k >= 1 && cfg.top_k <= cfg.experts, "--top-k ", cfg.top_k,
                  " with --experts ", cfg.experts, ": choose k in 1..", cfg.experts);
   TP_CHECK_INPUT(cfg.capacity_factor >= 0 && std::isfinite(cfg.capacity_factor),
@@ -110,7 +111,7 @@ std::vector<double> MoeLayer::mean_prob() const {
   return p;
 }
 
-// ---- routing (host) ------------------------------------------------------------------------------
+// ---- routing (host) -----------------------------------------------------------------------------
 
 void MoeLayer::route(const std::vector<float>& logits, int64_t n) {
   const int ne = cfg_.experts, k = cfg_.top_k;
@@ -223,7 +224,7 @@ std::vector<float> MoeLayer::router_grad(const std::vector<float>& dgate_slot,
   return dz;
 }
 
-// ---- forward and backward ------------------------------------------------------------------------
+// ---- forward and backward -----------------------------------------------------------------------
 
 // xs: (M, h), the kept slots' tokens sorted by expert → the experts' outputs (M, h), ungated.
 Tensor MoeLayer::experts_forward(const Tensor& xs) {
@@ -272,7 +273,8 @@ Tensor MoeLayer::forward(const Tensor& x_in) {
   compute_losses();
   Tensor y = Tensor::zeros(device_, Shape{n, h});
   const int64_t m = static_cast<int64_t>(route_.slot_of.size());
-  if (m == 0) return y.reshape(x_in.shape());  // every assignment dropped
+  // M ≥ 1 (a capacity is at least 1); the check keeps the views below non-empty all the same.
+  TP_CHECK(m > 0, prefix_, ": no assignment kept (capacity ", capacity_, ")");
   // 2. Each kept slot's token and gate, sorted by expert; the tokens gathered.
   std::vector<float> ids(static_cast<size_t>(m)), gates(static_cast<size_t>(m));
   for (int64_t s = 0; s < m; ++s) {
@@ -329,13 +331,13 @@ Tensor MoeLayer::experts_backward(const Tensor& xs, const Tensor& dout) {
 Tensor MoeLayer::backward(const Tensor& dy_in, float loss_scale) {
   const Tensor& x = x_.get();
   const int64_t n = x.rows(), h = cfg_.hidden;
-  TP_CHECK_INPUT(dy_in.numel() == n * h && dy_in.cols() == h, prefix_, ": dy ",
-                 dy_in.shape().str(), " should be (", n, ", ", h, ") like the forward's input");
+  TP_CHECK_INPUT(dy_in.numel() == n * h && dy_in.cols() == h, prefix_, ": dy ", dy_in.shape().str(),
+                 " should be (", n, ", ", h, ") like the forward's input");
   const Tensor dy = dy_in.reshape(Shape{n, h});
   Tensor dx = Tensor::zeros(device_, Shape{n, h});
   const int64_t m = static_cast<int64_t>(route_.slot_of.size());
   std::vector<float> dgate_slot;
-  if (m > 0) {
+  {  // the experts' path; its (M, h) temporaries are freed before the router's GEMMs
     const Tensor& ids = ids_.get();
     // dY of each slot's token; the gate's gradient is its row's dot with the ungated output.
     Tensor dys(device_, Shape{m, h}), prod(device_, Shape{m, h}), dg(device_, Shape{m, 1});
@@ -352,8 +354,8 @@ Tensor MoeLayer::backward(const Tensor& dy_in, float loss_scale) {
     device_.embedding_shard_backward(dx, dxs, ids, 0);  // dx[token of s] += dxs[s]
   }
   // The router: dZ from the host, then dW_r += xᵀ dZ, dx += dZ W_rᵀ.
-  const Tensor dlogits = Tensor::from_host(device_, Shape{n, cfg_.experts},
-                                           router_grad(dgate_slot, loss_scale));
+  const Tensor dlogits =
+      Tensor::from_host(device_, Shape{n, cfg_.experts}, router_grad(dgate_slot, loss_scale));
   device_.gemm(true, false, 1.0f, x, dlogits, 1.0f, router_dweight);
   device_.gemm(false, true, 1.0f, dlogits, router_weight, 1.0f, dx);
   return dx.reshape(dy_in.shape());

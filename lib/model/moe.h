@@ -29,13 +29,13 @@
 // Losses, added by the caller to the model's loss (their values: losses(); their gradients: added
 // to the router's by backward):
 //   aux = α · E · Σ_e f_e · P_e    the Switch/GShard load-balancing loss (Fedus, Zoph, Shazeer,
-//                                  "Switch Transformers", 2021, eq. 4–6; α = 0.01 is theirs), with
+//                                  "Switch Transformers", 2021, §2.2; α = 0.01 is theirs), with
 //                                  f_e = the fraction of the N·k router choices that picked e
 //                                  (counted before any drop) and P_e = the mean of p_e over the N
 //                                  tokens. f_e is a count: treated as a constant in backward, as
 //                                  every implementation does.
 //   zl  = β · mean_tokens (log Σ_e e^{z_e})²   the router z-loss (Zoph et al., "ST-MoE", 2022,
-//                                  eq. 5; β = 1e-3 is theirs).
+//                                  §3; β = 1e-3 is theirs).
 // Their statistics (the counts, Σ_tokens p, N, Σ_tokens lse²) are this call's tokens unless the
 // caller sets a stats reducer (set_stats_reducer): it receives them summed over this rank's tokens
 // and may replace them by their sums over the global batch (an all-reduce over data-parallel
@@ -48,12 +48,12 @@
 // kernels with token indices as ids). The routing goes through the host: the (N, E) logits are
 // copied to the host, softmax, top-k, the statistics and the permutation are computed there, and
 // the (M) indices and gates are copied back; backward copies the (M) gate gradients to the host
-// and the (N, E) logit gradients back. On a GPU forward moves 4·N·E bytes to the host and 8·M back,
-// backward 4·M and 4·N·E, with two synchronisations per pass (four more: each gather and scatter-add call checks its ids on the
-// host, core/kernel_checks.h), each of which empties the stream and leaves the GPU idle while the
-// host routes. A device softmax/top-k and a device sort by expert (what Megatron-Core's permute
-// does) would remove them. NOTE(issue 43): move the routing onto the device when EP lands;
-// correctness first.
+// and the (N, E) logit gradients back. On a GPU, forward moves 4·N·E bytes to the host and 8·M
+// back, backward 4·M and 4·N·E, with two synchronisations per pass (and one more per gather or
+// scatter-add call, which checks its ids on the host: core/kernel_checks.h). Each empties the
+// stream and leaves the GPU idle while the host routes. A device softmax and top-k and a device
+// sort by expert (what Megatron-Core's permute does) would remove them. NOTE(issue 43): move the
+// routing onto the device when EP lands; correctness first.
 //
 // Precision: fp32 only at this step (bf16 compute copies are not made).
 #pragma once
@@ -148,12 +148,12 @@ class MoeLayer {
  private:
   /// The host side of one forward's routing, kept for backward.
   struct Route {
-    std::vector<float> probs;   // (N·E)
-    std::vector<double> lse;    // (N)
-    std::vector<int> expert;    // (N·k)
-    std::vector<float> gate;    // (N·k), 0 for dropped
-    std::vector<int> slot_of;   // (M): the assignment t·k + j of each kept slot, sorted by expert
-    std::vector<int64_t> begin; // (E + 1): expert e's slots are [begin[e], begin[e + 1])
+    std::vector<float> probs;    // (N·E)
+    std::vector<double> lse;     // (N)
+    std::vector<int> expert;     // (N·k)
+    std::vector<float> gate;     // (N·k), 0 for dropped
+    std::vector<int> slot_of;    // (M): the assignment t·k + j of each kept slot, sorted by expert
+    std::vector<int64_t> begin;  // (E + 1): expert e's slots are [begin[e], begin[e + 1])
   };
   void route(const std::vector<float>& logits, int64_t n);
   void compute_losses();

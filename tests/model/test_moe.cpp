@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "core/error.h"
+#include "expect_bad_input.h"
 #include "model/moe.h"
 #include "observe/memory_ledger.h"
-#include "expect_bad_input.h"
 #include "test_util.h"
 
 using tp::testing::device;
@@ -26,7 +26,7 @@ namespace {
 
 using Vec = std::vector<double>;
 
-// ---- the reference ---------------------------------------------------------------------------
+// ---- the reference ------------------------------------------------------------------------------
 
 struct RefExpert {
   Vec w_fc, b_fc, w_gate, b_gate, w_proj, b_proj;  // (h, f), (f), (h, f), (f), (f, h), (h)
@@ -125,7 +125,7 @@ double ref_loss(const MoeConfig& cfg, const RefParams& p, const Vec& x, const Ve
   return l;
 }
 
-// ---- setup -----------------------------------------------------------------------------------
+// ---- setup --------------------------------------------------------------------------------------
 
 Vec rand_vec(const std::string& name, int64_t n, double scale, uint64_t seed) {
   const std::vector<float> v = random_vector(name, n, seed);
@@ -186,7 +186,7 @@ std::string name_of(const MoeConfig& cfg) {
 
 constexpr int64_t kTokens = 10;
 
-// ---- forward ---------------------------------------------------------------------------------
+// ---- forward ------------------------------------------------------------------------------------
 
 void check_forward(const MoeConfig& cfg, uint64_t seed) {
   SCOPED_TRACE(name_of(cfg));
@@ -216,7 +216,7 @@ TEST(Moe, ForwardMatchesTheReference) {
     for (int k : {1, 2}) check_forward(small_cfg(k, act), 7);
 }
 
-// ---- backward --------------------------------------------------------------------------------
+// ---- backward -----------------------------------------------------------------------------------
 
 // ∂L/∂v[i] by central differences of the reference in double, v a parameter of `p` or x.
 template <typename Get>
@@ -301,7 +301,7 @@ TEST(Moe, BalancingAndZLossGradientsMatchFiniteDifferences) {
   }
 }
 
-// ---- capacity --------------------------------------------------------------------------------
+// ---- capacity -----------------------------------------------------------------------------------
 
 // c = 0.5 with N = 10, k = 2, E = 4: capacity ceil(0.5 · 20 / 4) = 3 per expert, so at least 8
 // of the 20 choices are dropped, the later tokens' first.
@@ -335,7 +335,7 @@ TEST(Moe, ACapacityFactorDropsTheLaterTokensAndCountsThem) {
   }
 }
 
-// ---- routing rules ---------------------------------------------------------------------------
+// ---- routing rules ------------------------------------------------------------------------------
 
 // Integer inputs and weights make the logits exact, so ties are exact.
 TEST(Moe, TiesGoToTheLowestExpertId) {
@@ -393,7 +393,7 @@ TEST(Moe, GatesAreRenormalisedOverTheTopKButNotAtKEqualsOne) {
   }
 }
 
-// ---- the statistics' reducer -----------------------------------------------------------------
+// ---- the statistics' reducer --------------------------------------------------------------------
 
 // A reducer that sums this rank's statistics over two ranks holding the same tokens (what an
 // all-reduce over dp = 2 gives there): the losses stay those of one rank, and backward adds half
@@ -434,7 +434,7 @@ TEST(Moe, AStatsReducerReplacesTheSumsAndScalesTheGradientShare) {
   EXPECT_NEAR(skew.losses().aux, cfg.aux_loss_coef * cfg.experts * skew.mean_prob()[1], 1e-12);
 }
 
-// ---- parameters, memory, bad input -----------------------------------------------------------
+// ---- parameters, memory, bad input --------------------------------------------------------------
 
 TEST(Moe, CollectParamsNamesEveryTensorAndObserveRecordsWhatForwardKeeps) {
   const MoeConfig cfg = small_cfg(2, Activation::SwiGlu);
@@ -467,7 +467,8 @@ TEST(Moe, CollectParamsNamesEveryTensorAndObserveRecordsWhatForwardKeeps) {
 TEST(Moe, BadConfigsAndInputsAreRefusedWithOneLine) {
   using testing::expect_bad_input;
   MoeConfig k_big = small_cfg(5, Activation::Gelu);
-  expect_bad_input([&] { MoeLayer l(device(), "moe", k_big); }, "choose k in 1..4", "k = 5 > E = 4");
+  expect_bad_input([&] { MoeLayer l(device(), "moe", k_big); }, "choose k in 1..4",
+                   "k = 5 > E = 4");
   MoeConfig no_experts = small_cfg(1, Activation::Gelu);
   no_experts.experts = 0;
   expect_bad_input([&] { MoeLayer l(device(), "moe", no_experts); }, "at least 1 expert", "E = 0");
@@ -476,8 +477,11 @@ TEST(Moe, BadConfigsAndInputsAreRefusedWithOneLine) {
   expect_bad_input([&] { MoeLayer l(device(), "moe", cap); }, "--capacity-factor -1 must be > 0",
                    "c = -1");
   MoeLayer layer(device(), "moe", small_cfg(2, Activation::Gelu));
-  expect_bad_input([&] { layer.forward(Tensor::zeros(device(), Shape{3, 5})); },
-                   "should be f32 (N, 8)", "x of 5 columns at h = 8");
+  expect_bad_input(
+      [&] {
+    layer.forward(Tensor::zeros(device(), Shape{3, 5}));
+      },
+      "should be f32 (N, 8)", "x of 5 columns at h = 8");
 }
 
 }  // namespace
