@@ -281,12 +281,16 @@ Tensor MoeLayer::forward(const Tensor& x_in) {
     ids[s] = static_cast<float>(route_.slot_of[s] / k);
     gates[s] = route_.gate[route_.slot_of[s]];
   }
-  const Tensor& id_t = saved_.keep(ids_, Tensor::from_host(device_, Shape{m}, ids));
-  const Tensor& gate_t = saved_.keep(gates_, Tensor::from_host(device_, Shape{m, 1}, gates));
+  // (locals, not the references keep returns: a ledger that is not keeping returns its argument)
+  const Tensor id_t = Tensor::from_host(device_, Shape{m}, ids);
+  const Tensor gate_t = Tensor::from_host(device_, Shape{m, 1}, gates);
+  saved_.keep(ids_, id_t);
+  saved_.keep(gates_, gate_t);
   Tensor xs(device_, Shape{m, h});
   device_.embedding_shard_forward(xs, id_t, x, 0);  // xs[s] = x[token of s]
   // 3. The experts, each on its contiguous rows of xs.
-  const Tensor& out = saved_.keep(out_, experts_forward(xs));
+  const Tensor out = experts_forward(xs);
+  saved_.keep(out_, out);
   // 4. Combine: y[token of s] += g_s · out[s] (the gates broadcast over h by a rank-1 GEMM).
   Tensor gate_rows(device_, Shape{m, h}), weighted(device_, Shape{m, h});
   device_.gemm(false, false, 1.0f, gate_t, ones_h_, 0.0f, gate_rows);

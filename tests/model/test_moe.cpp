@@ -455,13 +455,20 @@ TEST(Moe, CollectParamsNamesEveryTensorAndObserveRecordsWhatForwardKeeps) {
 
   MemoryLedger ledger;
   layer.observe(&ledger, 0);
-  layer.forward(Tensor::from_host(device(), Shape{kTokens, cfg.hidden},
-                                  random_vector("x", kTokens * cfg.hidden)));
+  const Tensor x = Tensor::from_host(device(), Shape{kTokens, cfg.hidden},
+                                     random_vector("x", kTokens * cfg.hidden));
+  const std::vector<float> y = layer.forward(x).to_host();
   // x (N, h); per slot: its token and gate, c_fc and c_gate outputs and the activation (M, ffn),
   // the experts' output (M, h); dropless M = N·k
   const int64_t m = kTokens * 2, f32 = 4;
   EXPECT_EQ(ledger.layer_bytes(0),
             f32 * (kTokens * cfg.hidden + 2 * m + 3 * m * cfg.ffn + m * cfg.hidden));
+  // a ledger that keeps nothing (full recomputation): the same output, nothing recorded
+  MemoryLedger none;
+  none.set_keeping(false);
+  layer.observe(&none, 0);
+  EXPECT_EQ(layer.forward(x).to_host(), y);
+  EXPECT_EQ(none.layer_bytes(0), 0);
 }
 
 TEST(Moe, BadConfigsAndInputsAreRefusedWithOneLine) {
