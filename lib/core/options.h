@@ -82,6 +82,8 @@ class Options {
   const std::string& get_text(const std::string& name) const;
   /// True when the command line set `name` (even to its default value).
   bool given(const std::string& name) const;
+  /// True when the program declared `name` (a function shared by programs with different tables).
+  bool declared(const std::string& name) const { return options_.count(name) > 0; }
 
  private:
   enum class Type { Flag, Int, Real, Text };

@@ -21,6 +21,7 @@
 #include "model/config.h"
 #include "model/dropout.h"
 #include "model/mlp.h"
+#include "model/moe.h"
 #include "model/norm.h"
 #include "model/recompute.h"
 #include "observe/activation_stash.h"
@@ -52,6 +53,17 @@ class TransformerBlock {
     cp_layout_ = layout;
     attn_.set_context_parallel(cp, layout);
   }
+  /// The block's mixture of experts, or null when its MLP is dense.
+  MoeLayer* moe() { return moe_.get(); }
+  const MoeLayer* moe() const { return moe_.get(); }
+  /// Mixture of experts: the router statistics' reduction over the ranks that hold other tokens
+  /// of the batch, and the factor on the balancing losses' gradients that the gradient averages
+  /// over those ranks take back out (train_step sets them; model/moe.h).
+  void set_moe_reduction(const RouterStatsReducer& reducer, float grad_scale) {
+    if (!moe_) return;
+    moe_->set_stats_reducer(reducer);
+    moe_grad_scale_ = grad_scale;
+  }
   /// Dropout on (training) or off (evaluation).
   void set_training(bool on) {
     drop_attn_.set_enabled(on);
@@ -65,7 +77,9 @@ class TransformerBlock {
   int64_t layer_;
   Norm ln_1_, ln_2_;
   ParallelAttention attn_;
-  ParallelMLP mlp_;
+  std::unique_ptr<ParallelMLP> mlp_;  // the dense MLP, or
+  std::unique_ptr<MoeLayer> moe_;     // the experts (cfg.is_moe_block(layer): model/moe.h)
+  float moe_grad_scale_ = 1.0f;
   Dropout drop_attn_, drop_mlp_;
   Recompute recompute_;
   // Full recomputation: the input and the forward's arguments, and the parts' own ledger.

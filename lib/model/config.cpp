@@ -58,7 +58,12 @@ double GptConfig::approx_parameters(int t) const {
   const double v = std::ceil(static_cast<double>(vocab) / m) * m;  // the padded vocabulary
   const double block = h * (h + 2 * kv_dim) + h * h +
                        (activation() == Activation::SwiGlu ? 3 : 2) * h * f + 6 * h + f;
-  return static_cast<double>(layers) * block + (v * (tied ? 1 : 2) + static_cast<double>(seq)) * h;
+  const bool swiglu = activation() == Activation::SwiGlu;
+  const double mlp = (swiglu ? 3 : 2) * h * f + (swiglu ? 2 : 1) * f + h;  // one expert
+  double total = static_cast<double>(layers) * block;
+  if (experts > 0 && moe_every > 0)  // L / n MoE blocks: E expert MLPs and the router (h × E)
+    total += static_cast<double>(layers / moe_every) * ((experts - 1) * mlp + h * experts);
+  return total + (v * (tied ? 1 : 2) + static_cast<double>(seq)) * h;
 }
 
 std::vector<std::string> GptConfig::problems(int t, const std::string& t_label) const {
@@ -77,6 +82,20 @@ std::vector<std::string> GptConfig::problems(int t, const std::string& t_label) 
   need(dropout >= 0.0f && dropout < 1.0f, "--dropout=" + sci(dropout) + " must be in [0, 1)");
   need(pad_vocab_multiple >= 1,
        "--pad-vocab-multiple=" + std::to_string(pad_vocab_multiple) + " must be at least 1");
+  need(experts >= 0, "--experts=" + std::to_string(experts) + " must be 0 (dense) or positive");
+  if (experts > 0) {
+    need(top_k >= 1 && top_k <= experts,
+         "--top-k=" + std::to_string(top_k) +
+             " must be in [1, --experts=" + std::to_string(experts) + "]");
+    need(moe_every >= 1, "--moe-every=" + std::to_string(moe_every) + " must be at least 1");
+    need(std::isfinite(capacity_factor) && capacity_factor >= 0,
+         "--capacity-factor=" + sci(capacity_factor) + " must be 0 (dropless) or positive");
+    need(aux_loss_coef >= 0 && z_loss_coef >= 0,
+         "--aux-loss-coef and --z-loss-coef must be 0 or positive");
+    need(precision == Precision::Fp32,
+         "--experts with --precision bf16: the mixture of experts runs in fp32 only so far; use "
+         "--precision fp32");
+  }
   if (!p.empty()) return p;
   // Sizes: each one, and the parameter count, small enough that no size computed from them (shapes,
   // bytes, the preflight's sums) overflows a 64-bit integer.
@@ -147,7 +166,10 @@ std::string GptConfig::str() const {
      << (sp ? " sp" : "")
      << (overlap != Overlap::None ? std::string(" overlap=") + overlap_name(overlap) : "")
      << (recompute != Recompute::None ? std::string(" recompute=") + recompute_name(recompute) : "")
-     << (precision == Precision::Bf16 ? " bf16" : "");
+     << (precision == Precision::Bf16 ? " bf16" : "")
+     << (experts > 0 ? " experts=" + std::to_string(experts) + " top_k=" + std::to_string(top_k) +
+                           (moe_every > 1 ? " moe_every=" + std::to_string(moe_every) : "")
+                     : "");
   return os.str();
 }
 

@@ -71,6 +71,19 @@ struct GptConfig {
   /// fp32 or bf16 mixed precision (--precision). Not part of a checkpoint: the file holds the fp32
   /// master, so a run saved in one precision resumes in the other.
   Precision precision = Precision::Fp32;
+  /// Mixture of experts (model/moe.h; --experts, issue 43): 0 = every block has the dense MLP;
+  /// E > 0 = block l's MLP is E experts with a top-k router when l % moe_every == moe_every − 1
+  /// (moe_every 1: every block; 2: blocks 1, 3, …, GShard's every other layer). The experts are
+  /// whole on every TP rank (no expert TP, no expert parallelism yet).
+  int experts = 0;
+  int top_k = 2;                 ///< k experts per token (--top-k)
+  int moe_every = 1;             ///< --moe-every
+  double aux_loss_coef = 0.01;   ///< α of the load-balancing loss (--aux-loss-coef; Switch's)
+  double z_loss_coef = 1e-3;     ///< β of the router z-loss (--z-loss-coef; ST-MoE's)
+  double capacity_factor = 0.0;  ///< 0: dropless; c > 0: ceil(c·N·k/E) tokens per expert
+  bool is_moe_block(int64_t layer) const {
+    return experts > 0 && moe_every > 0 && layer % moe_every == moe_every - 1;
+  }
   /// The dtype of activations, their gradients and the weights' compute copies: bf16 under
   /// Precision::Bf16, else f32. Master weights, gradients and AdamW state are f32 either way.
   Dtype compute_dtype() const { return precision == Precision::Bf16 ? Dtype::bf16 : Dtype::f32; }

@@ -21,6 +21,14 @@ GptConfig config_from_flags(const Options& o) {
   c.overlap = parse_overlap(o.get_text("overlap"));
   c.recompute = parse_recompute(o.get_text("recompute"));
   c.pad_vocab_multiple = o.get_int("pad-vocab-multiple");
+  if (o.declared("experts")) {  // tp_train's mixture-of-experts flags (model/moe.h)
+    c.experts = o.get_int32("experts");
+    c.top_k = o.get_int32("top-k");
+    c.moe_every = o.get_int32("moe-every");
+    c.aux_loss_coef = o.get_real("aux-loss-coef");
+    c.z_loss_coef = o.get_real("z-loss-coef");
+    c.capacity_factor = o.get_real("capacity-factor");
+  }
   return c;
 }
 

@@ -240,7 +240,8 @@ Tensor Gpt::forward_stage(const Batch& b_whole, const Tensor& input, uint64_t se
   for (auto& block : blocks_) x = block->forward(x, b.seq, b.batch, seed, step);
   if (!stage_.head) return x;
   Tensor logits = head_logits(x, b.seq * b.batch);  // (N, V'/t), kept as the dlogits slot
-  const float l = loss_and_gradient(logits, b);
+  // The cross-entropy, plus the experts' balancing losses (their gradients come in backward).
+  const float l = loss_and_gradient(logits, b) + static_cast<float>(moe_loss());
   if (loss) *loss = l;
   return Tensor();
 }
@@ -268,6 +269,9 @@ KvCache Gpt::make_kv_cache(int64_t batch, int64_t capacity) const {
 }
 
 Tensor Gpt::forward_cached(const std::vector<int32_t>& ids, KvCache& cache, bool all_positions) {
+  TP_CHECK_INPUT(cfg_.experts == 0,
+                 "generation with --experts is not implemented yet (the mixture of experts runs "
+                 "in training only)");
   TP_CHECK_INPUT(cp_size() == 1,
                  "generation runs at cp 1: a key/value cache holds every position anyway; build "
                  "the model without --cp (it changes no weight)");
@@ -367,6 +371,23 @@ void Gpt::finish_gradients() {
   }
 }
 #endif
+
+void Gpt::set_moe_reduction(const RouterStatsReducer& reducer, float grad_scale) {
+  for (auto& b : blocks_) b->set_moe_reduction(reducer, grad_scale);
+}
+
+std::vector<const MoeLayer*> Gpt::moe_layers() const {
+  std::vector<const MoeLayer*> out;
+  for (const auto& b : blocks_)
+    if (b->moe()) out.push_back(b->moe());
+  return out;
+}
+
+double Gpt::moe_loss() const {
+  double sum = 0;
+  for (const MoeLayer* m : moe_layers()) sum += m->losses().aux + m->losses().z_loss;
+  return sum;
+}
 
 void Gpt::set_context_parallel(Communicator& cp, CpLayout layout) {
   cp_ = &cp;

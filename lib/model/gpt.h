@@ -149,6 +149,17 @@ class Gpt {
   /// sequence (ids and targets), seq = S/cp.
   Batch local_batch(const Batch& b) const;
   int cp_size() const { return cp_ ? cp_->size() : 1; }
+  /// Mixture of experts (cfg.experts > 0, model/moe.h): every MoE block's router statistics are
+  /// reduced by `reducer` (their sums over the ranks holding the batch's other tokens: the global
+  /// batch's balancing loss), and the balancing losses' gradients are scaled by `grad_scale` (the
+  /// count of ranks whose gradients are averaged, dp · cp, so the average keeps their sum).
+  /// train_step sets both from the grid.
+  void set_moe_reduction(const RouterStatsReducer& reducer, float grad_scale);
+  /// The blocks' mixture-of-experts layers on this stage (empty for a dense model).
+  std::vector<const MoeLayer*> moe_layers() const;
+  /// Σ over this stage's MoE blocks of the last forward's balancing loss and z-loss (part of the
+  /// loss forward returns).
+  double moe_loss() const;
   /// Dropout on (training, the default) or off (evaluation: model/evaluate.h); forward only.
   void set_training(bool on);
   /// Padded vocabulary V' (a multiple of t) and this rank's first id.

@@ -343,6 +343,8 @@ std::string hf_export_problem(const GptConfig& c) {
     cannot.push_back(std::string("--norm ") + norm_name(c.norm) + " (GPT-2 has LayerNorm)");
   if (c.kv() != c.heads)
     cannot.push_back("--kv-heads " + std::to_string(c.kv()) + " (GPT-2 has no GQA)");
+  if (c.experts > 0)
+    cannot.push_back("--experts " + std::to_string(c.experts) + " (GPT-2 has no experts)");
   std::string all;
   for (size_t i = 0; i < cannot.size(); ++i) all += (i ? ", " : "") + cannot[i];
   return all;

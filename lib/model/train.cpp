@@ -73,6 +73,40 @@ class GptStage : public PipelineStage {
   int in_flight_ = 0;
 };
 
+// Mixture of experts: the router statistics summed over the ranks that hold the batch's other
+// tokens — the TP group under SP (each rank its s/t tokens; without SP they all hold the same),
+// the CP group and the DP group — in one f32 all-reduce per group ("moe_router_stats"). The
+// counts are exact in f32 up to 2^24 tokens.
+RouterStatsReducer router_stats_reducer(ProcessGrid& grid, Device& device, bool sp) {
+  std::vector<Communicator*> groups;
+  if (sp) groups.push_back(&grid.tp());
+  groups.push_back(&grid.cp());
+  groups.push_back(&grid.dp());
+  return [groups, &device](RouterStats& s) {
+    const size_t E = s.choices.size();
+    std::vector<float> packed(2 * E + 2);
+    for (size_t e = 0; e < E; ++e) {
+      packed[e] = static_cast<float>(s.choices[e]);
+      packed[E + e] = static_cast<float>(s.prob_sum[e]);
+    }
+    packed[2 * E] = static_cast<float>(s.tokens);
+    packed[2 * E + 1] = static_cast<float>(s.lse_sq_sum);
+    Tensor t = Tensor::from_host(device, Shape{static_cast<int64_t>(packed.size())}, packed);
+    for (Communicator* c : groups)
+      if (c->size() > 1) {
+        CommLedger::Scope scope(c->ledger(), "moe_router_stats");
+        c->all_reduce(t);
+      }
+    packed = t.to_host();
+    for (size_t e = 0; e < E; ++e) {
+      s.choices[e] = packed[e];
+      s.prob_sum[e] = packed[E + e];
+    }
+    s.tokens = packed[2 * E];
+    s.lse_sq_sum = packed[2 * E + 1];
+  };
+}
+
 bool holds_tied_copy(const Gpt& model, int pp) {
   return pp > 1 && model.config().tied && model.stage().head && !model.stage().embedding;
 }
@@ -183,6 +217,17 @@ StepResult train_step(ProcessGrid& grid, Device& device, Gpt& model, AdamW& opt,
   }
   TP_CHECK(model.cp_size() == grid.cp_size(), "train_step: the grid has cp=", grid.cp_size(),
            " but the model runs cp=", model.cp_size(), " (Gpt::set_context_parallel(grid.cp()))");
+  if (model.config().experts > 0) {
+    // The balancing loss of the global batch: its statistics summed over every rank holding
+    // other tokens, and its gradient shares scaled so that the averages over dp and cp keep
+    // their sum. A micro-batch or a pipeline stage would see part of the batch: not yet.
+    TP_CHECK_INPUT(options.micro_batches == 1 && pp == 1, "--experts with --micro-batches ",
+                   options.micro_batches, " and --pp ", pp,
+                   ": the balancing statistics are the whole batch's, which a micro-batch or a "
+                   "stage does not see; use --micro-batches 1 and --pp 1");
+    model.set_moe_reduction(router_stats_reducer(grid, device, model.config().sp),
+                            static_cast<float>(dp * grid.cp_size()));
+  }
   TP_CHECK_INPUT(
       global_batch.batch % dp == 0, "batch=", global_batch.batch, " is not divisible by dp=", dp,
       ": every DP rank takes batch/dp sequences; choose a batch that is a multiple of ", dp);

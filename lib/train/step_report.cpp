@@ -80,4 +80,23 @@ std::string flops_line(const GptConfig& cfg, int64_t seq, int ranks, double peak
                          " GFLOP/s = ", peak_what);
 }
 
+std::string moe_line(const Gpt& model) {
+  const std::vector<const MoeLayer*> moe = model.moe_layers();
+  if (moe.empty()) return "";
+  const RouterStats& s = moe.front()->stats();
+  std::string counts;
+  for (double c : s.choices) counts += " " + fmt_g(c);
+  double aux = 0, z = 0;
+  int64_t dropped = 0;
+  for (const MoeLayer* m : moe) {
+    aux += m->losses().aux;
+    z += m->losses().z_loss;
+    dropped += m->dropped();
+  }
+  return "  moe: tokens per expert (first MoE block, of " +
+         fmt_g(s.tokens * moe.front()->config().top_k) + ")" + counts + " | balancing loss " +
+         fmt_g(aux) + ", z-loss " + fmt_g(z) + " | dropped " + std::to_string(dropped) +
+         " (this rank)";
+}
+
 }  // namespace tp

@@ -14,6 +14,7 @@
 #include "model/config.h"
 #include "model/data.h"
 #include "model/flops.h"
+#include "model/gpt.h"
 
 namespace tp {
 
@@ -37,6 +38,11 @@ void set_utilisation(StepNumbers& n, const TokenFlops& f, double tokens, int ran
 /// MFU M%" (and ", HFU H%" with --recompute); " (simulated link)" after the exposed share when the
 /// TP communicator is a simulated link.
 std::string progress_line(const StepNumbers& n, bool simulated);
+
+/// With --experts, after the progress line: "  moe: tokens per expert (block l, of N·k) c_0 c_1 …
+/// | balancing loss a, z-loss z (all MoE blocks) | dropped d" — the first MoE block's counts over
+/// the global batch (the router statistics after their reduction).
+std::string moe_line(const Gpt& model);
 
 /// One JSON object (no newline) of the step for --log-json: step, loss, grad_norm, lr,
 /// tokens_per_s, comm_s, exposed_s, compute_s, t, dp, flops_per_rank, mfu, hfu, and val_loss on an

@@ -1,0 +1,42 @@
+# moe.sh — issue 43's mixture of experts on tp_train: --experts, --top-k, --moe-every,
+# --aux-loss-coef, --z-loss-coef, --capacity-factor (sourced by scripts/run-tests.sh, section 8b).
+#
+# Bad input: one line each, exit 2, within 10 s. Then 20-step loss curves against t = 1 within 1e-4
+# relative at every step (same_curve): tp 2, tp 4 with --sp (each rank routes its s/t tokens, the
+# balancing statistics summed over the TP group), tp 2 × dp 2 (summed over DP: the global batch's
+# balancing loss), tp 2 × cp 2, top-1 SwiGLU every other block with full recomputation; each
+# progress line followed by the first MoE block's tokens per expert. A checkpoint saved at tp 2
+# resumes at t = 1 on the uninterrupted curve; a dense model refuses it in one line.
+moe=(--experts 4 --top-k 2)
+expect "--top-k above --experts" 2 "--top-k=5 must be in [1, --experts=4]" 2 "${tt[@]}" --experts 4 --top-k 5
+expect "--experts with --pp" 2 "--experts with --pp > 1" 2 "${tt[@]}" "${moe[@]}" --pp 2
+expect "--experts with --micro-batches" 2 "--experts with --micro-batches > 1" 2 "${tt[@]}" "${moe[@]}" --micro-batches 2
+expect "--experts with bf16" 2 "the mixture of experts runs in fp32 only so far" 2 "${tt[@]}" "${moe[@]}" --precision bf16
+expect "--experts with --export-hf" 2 "--experts 4 (GPT-2 has no experts)" 1 "${tt[@]}" "${moe[@]}" --export-hf "$tmp/moe_hf"
+expect "--capacity-factor negative" 2 "--capacity-factor=-1: must be 0 or > 0" 1 "${tt[@]}" "${moe[@]}" --capacity-factor -1
+
+rm -f "$tmp"/moe_*.json "$tmp"/moe_*.safetensors  # --log-json appends
+moe_run() {  # moe_run NAME NP ARGS...: tp_train "${moe[@]}" ARGS → $tmp/moe_NAME.json
+  local name=$1 np=$2; shift 2
+  run_mpi "$np" "${train[@]}" "${moe[@]}" --log-json "$tmp/moe_${name// /_}.json" "$@" \
+    >"$logs/moe_${name// /_}.log" 2>&1 || fail "tp_train ${moe[*]} $* at -np $np exited non-zero (see $logs/moe_${name// /_}.log)"
+}
+moe_run t1 1 --steps 24
+for grid in "tp 2:2" "tp 4 sp:4 --sp" "tp 2 x dp 2:4 --dp 2" "tp 2 x cp 2:4 --cp 2"; do
+  name=${grid%%:*}; set -- ${grid#*:}
+  moe_run "$name" "$@" --steps 20 $([ "$name" = "tp 2" ] && echo "--save $tmp/moe_tp2_at20.safetensors")
+  same_curve "20-step loss curve with --experts 4 --top-k 2, $name vs t = 1" "$tmp/moe_t1.json" "$tmp/moe_${name// /_}.json"
+done
+moe_run t1_k1 1 --steps 20 --top-k 1 --act swiglu --moe-every 2
+moe_run "tp 2 k1" 2 --steps 20 --top-k 1 --act swiglu --moe-every 2 --recompute full
+same_curve "20-step loss curve, top-1 SwiGLU every other block, full recomputation, tp 2 vs t = 1" \
+  "$tmp/moe_t1_k1.json" "$tmp/moe_tp_2_k1.json"
+if grep -q "moe: tokens per expert (first MoE block, of 128)" "$logs/moe_tp_2.log" 2>/dev/null; then
+  pass 1; echo "✓ the MoE line: $(grep -m1 -o 'moe: .*' "$logs/moe_tp_2.log")"
+else fail "no 'moe: tokens per expert' line (see $logs/moe_tp_2.log)"; fi
+# The tp 2 checkpoint at step 20 resumes at t = 1 on the uninterrupted curve (steps 21-24).
+run_mpi 1 "${train[@]}" "${moe[@]}" --steps 4 --load "$tmp/moe_tp2_at20.safetensors" --log-json "$tmp/moe_resumed.json" \
+  >"$logs/moe_resumed.log" 2>&1 || fail "resuming the MoE checkpoint at t = 1 exited non-zero (see $logs/moe_resumed.log)"
+same_curve "MoE checkpoint (tp 2) resumed at t = 1, steps 21-24" "$tmp/moe_t1.json" "$tmp/moe_resumed.json" 20
+expect "a dense model loading an MoE checkpoint" 2 "it has no tensor transformer.h.0.mlp.c_fc.weight" 1 \
+  "${ld[@]}" "$tmp/moe_tp2_at20.safetensors"

@@ -1,0 +1,178 @@
+// test_moe_model_mpi.cpp — the mixture of experts in the model (--experts, model/moe.h): train_step
+// on the grids this np allows against one device on the same global batch — the loss and the
+// gradient norm of 3 steps, every gradient of the first step, every weight after 3 steps — with the
+// balancing statistics summed over the ranks holding other tokens (SP's TP group, CP, DP), so that
+// every grid computes one device's balancing loss; top-1 and top-2, GeLU and SwiGLU, every other
+// block, full recomputation, a capacity factor under plain TP (each rank sees every token). And the
+// other way: without the statistics' reduction a dp 2 run's loss is not one device's. Runs under
+// mpirun -np 1 … 4.
+//
+// Tolerances (relative): 1e-5 for the loss and norm of 3 steps and the first step's gradients (the
+// sums of the gradients and of the router statistics run in another order); 1e-4 for the weights
+// after 3 steps (that rounding fed back through AdamW, whose steps on the rarely chosen experts'
+// near-zero gradients magnify it; the TP tests' curve bound); the key biases, zero up to rounding
+// noise, left out (test_context_parallel_mpi.cpp).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "model/adamw.h"
+#include "model/data.h"
+#include "model/gpt.h"
+#include "model/presets.h"
+#include "model/train.h"
+#include "parallel/process_grid.h"
+#include "test_util.h"
+
+namespace {
+
+using namespace tp;
+using tp::testing::device;
+using tp::testing::world;
+
+GptConfig moe_gpt() {
+  GptConfig c = gpt_shape(2, 24, 12, 0, 48, 36, 24);  // splits at t = 1 … 4, V unpadded
+  c.init_std = 0.1f;
+  c.experts = 4;
+  c.top_k = 2;
+  c.aux_loss_coef = 0.05;  // large enough that a wrong statistic shows in the loss
+  return c;
+}
+
+struct Case {
+  int dp = 1, cp = 1;
+  bool sp = false;
+  int top_k = 2, moe_every = 1;
+  Activation act = Activation::Gelu;
+  Recompute recompute = Recompute::None;
+  double capacity = 0;
+  std::string tag() const {
+    return "dp " + std::to_string(dp) + " cp " + std::to_string(cp) + (sp ? " sp" : "") + " k " +
+           std::to_string(top_k) + " every " + std::to_string(moe_every) +
+           (act == Activation::SwiGlu ? " swiglu" : "") +
+           (recompute == Recompute::Full ? " full" : "") +
+           (capacity > 0 ? " capacity " + std::to_string(capacity) : "");
+  }
+};
+
+ParamList without_key_bias(const ParamList& all) {
+  ParamList kept;
+  for (const Param& p : all)
+    if (p.name.size() < 7 || p.name.compare(p.name.size() - 7, 7, ".k.bias") != 0)
+      kept.push_back(p);
+  return kept;
+}
+
+struct Outcome {
+  double loss = 0, norm = 0, grads = 0, values = 0;
+};
+
+Outcome train_against_one(const Case& c, bool reduce = true) {
+  ProcessGrid grid(world(), GridAxes{c.dp, 1, c.cp});
+  SerialCommunicator solo;
+  ProcessGrid one_grid(solo, 1);
+  GptConfig g = moe_gpt();
+  g.top_k = c.top_k;
+  g.moe_every = c.moe_every;
+  g.act = c.act;
+  g.recompute = c.recompute;
+  g.capacity_factor = c.capacity;
+  GptConfig g1 = g;
+  g.sp = c.sp && grid.tp_size() > 1;
+  Gpt model(device(), grid.tp(), g), one(device(), solo, g1);
+  model.set_context_parallel(grid.cp(), CpLayout::Zigzag);
+  model.init(3);
+  one.init(3);
+  AdamWParams hp;
+  hp.lr = 1e-2f;
+  AdamW opt(device(), model.params(), hp), one_opt(device(), one.params(), hp);
+  MarkovSource data(g.vocab, 3);
+  Outcome o;
+  SerialCommunicator s2;
+  for (int64_t s = 0; s < 3; ++s) {
+    const Batch b = data.batch(s, 2 * c.dp, g.seq);
+    StepResult a;
+    if (reduce) {
+      a = train_step(grid, device(), model, opt, b, 3, s, hp.lr, 0.5f);
+    } else {  // every replica's own statistics: train_step's reduction undone before the forward
+      model.set_moe_reduction({}, 1.0f);
+      const Batch mine = batch_slice(b, grid.dp_rank() * 2, 2);
+      model.zero_grad();
+      const float l = model.forward(mine, 3, s);
+      Tensor t = Tensor::from_host(device(), Shape{1}, {l / static_cast<float>(c.dp)});
+      grid.dp().all_reduce(t);
+      a.loss = t.to_host()[0];
+    }
+    const StepResult r = train_step(one_grid, device(), one, one_opt, b, 3, s, hp.lr, 0.5f);
+    o.loss = std::max(o.loss, std::fabs(double{a.loss} - r.loss) / std::fabs(double{r.loss}));
+    if (!reduce) return o;
+    o.norm = std::max(o.norm, std::fabs(a.grad_norm - r.grad_norm) / r.grad_norm);
+    if (s == 0)
+      o.grads = rel_error(gathered(grid.tp(), without_key_bias(model.params()), ParamField::Grad),
+                          gathered(s2, without_key_bias(one.params()), ParamField::Grad));
+  }
+  o.values = rel_error(gathered(grid.tp(), without_key_bias(model.params()), ParamField::Value),
+                       gathered(s2, without_key_bias(one.params()), ParamField::Value));
+  return o;
+}
+
+std::vector<Case> cases_for(int np) {
+  std::vector<Case> v;
+  Case plain;  // tp = np: every rank the whole experts on every token
+  v.push_back(plain);
+  Case k1 = plain;
+  k1.top_k = 1;
+  v.push_back(k1);
+  Case swiglu = plain;
+  swiglu.act = Activation::SwiGlu;
+  swiglu.moe_every = 2;
+  swiglu.recompute = Recompute::Full;
+  v.push_back(swiglu);
+  Case capacity = plain;
+  capacity.capacity = 1.0;
+  v.push_back(capacity);
+  if (np > 1) {
+    Case sp = plain;
+    sp.sp = true;  // tp = np, each rank its s/t tokens: the statistics summed over the TP group
+    v.push_back(sp);
+    Case dp = plain;
+    dp.dp = np;
+    v.push_back(dp);
+  }
+  if (np == 4) {
+    Case grid;
+    grid.dp = 2;
+    grid.sp = true;
+    v.push_back(grid);
+    Case cp;
+    cp.cp = 2;
+    cp.sp = true;
+    v.push_back(cp);
+  }
+  return v;
+}
+
+TEST(MoeModel, TrainsLikeOneDeviceOnEveryGrid) {
+  for (const Case& c : cases_for(world().size())) {
+    const Outcome o = train_against_one(c);
+    EXPECT_LE(o.loss, 1e-5) << c.tag();
+    EXPECT_LE(o.norm, 1e-5) << c.tag();
+    EXPECT_LE(o.grads, 1e-5) << c.tag();
+    EXPECT_LE(o.values, 1e-4) << c.tag();
+  }
+}
+
+// The statistics per replica instead of the global batch's (what the reduction is for): at dp > 1
+// the balancing loss is each replica's, and the averaged loss is not one device's.
+TEST(MoeModel, PerReplicaStatisticsAreNotOneDevice) {
+  if (world().size() == 1) GTEST_SKIP() << "needs dp > 1";
+  Case c;
+  c.dp = world().size();
+  const Outcome o = train_against_one(c, false);
+  EXPECT_GT(o.loss, 1e-6) << c.tag();
+}
+
+}  // namespace
