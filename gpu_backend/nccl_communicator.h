@@ -7,6 +7,8 @@
 //   send_recv       → ncclSend + ncclRecv in one group      send_recv_async      → the same, Work
 //   send / recv     → ncclSend / ncclRecv (no group)        send_async / recv_async → the same, Work
 //   barrier         → both streams synchronised, then MPI_Barrier
+//   all_to_all_v    → ncclSend + ncclRecv to every other peer in one group (empty blocks skipped),
+//                     the block to itself a cudaMemcpyAsync on the communication stream
 //   split           → MPI_Comm_split, then ncclCommSplit (NCCL ≥ 2.18) or a new unique id per group
 //
 // Dtypes: an f32 tensor travels as ncclFloat, a bf16 one as ncclBfloat16, whose sum NCCL adds in
@@ -51,6 +53,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/communicator.h"
 #include "core/error.h"
@@ -97,6 +100,8 @@ class NcclCommunicator : public Communicator {
   void do_recv(Tensor& x, int from) override;
   std::unique_ptr<Work> do_send_async(const Tensor& x, int to) override;
   std::unique_ptr<Work> do_recv_async(Tensor& x, int from) override;
+  void do_all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_rows, Tensor& recv,
+                       const std::vector<int64_t>& recv_rows) override;
 
  private:
   /// For split(): wraps an NCCL communicator already created over the MPI communicator `comm`

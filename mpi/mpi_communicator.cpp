@@ -482,6 +482,33 @@ void MpiCommunicator::do_recv(Tensor& x, int from) {
   out.write_back();
 }
 
+// Counts and displacements in elements, as MPI's int: every block and every offset must fit, so a
+// buffer over INT_MAX elements is refused (count_of's line) rather than wrapped.
+void MpiCommunicator::do_all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_rows,
+                                      Tensor& recv, const std::vector<int64_t>& recv_rows) {
+  count_of(send);
+  count_of(recv);
+  const int t = size();
+  std::vector<int> send_counts(t), send_displs(t), recv_counts(t), recv_displs(t);
+  int64_t send_at = 0, recv_at = 0;
+  for (int p = 0; p < t; ++p) {
+    send_counts[p] = static_cast<int>(send_rows[p] * send.cols());
+    send_displs[p] = static_cast<int>(send_at);
+    send_at += send_counts[p];
+    recv_counts[p] = static_cast<int>(recv_rows[p] * recv.cols());
+    recv_displs[p] = static_cast<int>(recv_at);
+    recv_at += recv_counts[p];
+  }
+  HostView in(send, true), out(recv, false);
+  MPI_Request req = MPI_REQUEST_NULL;
+  mpi::check(MPI_Ialltoallv(in.ptr(), send_counts.data(), send_displs.data(), type_of(send),
+                            out.ptr(), recv_counts.data(), recv_displs.data(), type_of(recv), comm_,
+                            &req),
+             "MPI_Ialltoallv");
+  mpi::wait_all(1, &req, "MPI_Ialltoallv", send.bytes());
+  out.write_back();
+}
+
 void MpiCommunicator::do_barrier() {
   MPI_Request req = MPI_REQUEST_NULL;
   mpi::check(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier");

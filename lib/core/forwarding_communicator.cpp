@@ -51,6 +51,15 @@ void ForwardingCommunicator::do_recv(Tensor& x, int from) {
   around({"recv", &x, -1, true}, [&] { inner_->recv(x, from); });
 }
 
+void ForwardingCommunicator::do_all_to_all_v(const Tensor& send,
+                                             const std::vector<int64_t>& send_rows, Tensor& recv,
+                                             const std::vector<int64_t>& recv_rows) {
+  Forwarded call{"all_to_all_v", &send};
+  call.rows_sent = send.rows();
+  call.rows_received = recv.rows();
+  around(call, [&] { inner_->all_to_all_v(send, send_rows, recv, recv_rows); });
+}
+
 std::unique_ptr<Work> ForwardingCommunicator::do_all_reduce_async(Tensor& x) {
   return around_async({"all_reduce", &x}, [&] { return inner_->all_reduce_async(x); });
 }
