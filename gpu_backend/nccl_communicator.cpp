@@ -274,10 +274,25 @@ std::unique_ptr<Work> NcclCommunicator::do_recv_async(Tensor& x, int from) {
 // deadlock); the block to itself is a device-to-device copy on the same stream.
 void NcclCommunicator::do_all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_rows,
                                        Tensor& recv, const std::vector<int64_t>& recv_rows) {
+  begin();
+  enqueue_all_to_all_v(send, send_rows, recv, recv_rows);
+  finish();
+}
+
+std::unique_ptr<Work> NcclCommunicator::do_all_to_all_v_async(
+    const Tensor& send, const std::vector<int64_t>& send_rows, Tensor& recv,
+    const std::vector<int64_t>& recv_rows) {
+  begin();
+  enqueue_all_to_all_v(send, send_rows, recv, recv_rows);
+  return finish_async({send, recv});
+}
+
+void NcclCommunicator::enqueue_all_to_all_v(const Tensor& send,
+                                            const std::vector<int64_t>& send_rows, Tensor& recv,
+                                            const std::vector<int64_t>& recv_rows) {
   const size_t row_bytes = static_cast<size_t>(send.cols() * send.element_size());
   const auto* from = static_cast<const char*>(send.raw());
   auto* to = static_cast<char*>(recv.raw());
-  begin();
   NCCL_CHECK(ncclGroupStart());
   size_t send_at = 0, recv_at = 0;  // in rows
   for (int p = 0; p < size(); ++p) {
@@ -299,7 +314,6 @@ void NcclCommunicator::do_all_to_all_v(const Tensor& send, const std::vector<int
     recv_at += r;
   }
   NCCL_CHECK(ncclGroupEnd());
-  finish();
 }
 
 void NcclCommunicator::do_barrier() {

@@ -9,7 +9,7 @@
 //   broadcast       → MPI_Ibcast                            split                → MPI_Comm_split
 //   send / recv     → MPI_Isend / MPI_Irecv (tag 1)         send_async / recv_async → MPI_Isend / MPI_Irecv
 //   barrier         → MPI_Ibarrier
-//   all_to_all_v    → MPI_Ialltoallv (element counts and displacements per peer, as int: a buffer
+//   all_to_all_v(_async) → MPI_Ialltoallv (element counts and displacements per peer, as int: a buffer
 //                     over INT_MAX elements is refused with a line)
 //
 // The blocking calls wait for their nonblocking call in mpi::wait_all (mpi_wait.h): a tight test
@@ -120,6 +120,9 @@ class MpiCommunicator : public Communicator {
   std::unique_ptr<Work> do_recv_async(Tensor& x, int from) override;
   void do_all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_rows, Tensor& recv,
                        const std::vector<int64_t>& recv_rows) override;
+  std::unique_ptr<Work> do_all_to_all_v_async(const Tensor& send,
+                                              const std::vector<int64_t>& send_rows, Tensor& recv,
+                                              const std::vector<int64_t>& recv_rows) override;
 
  private:
   /// The progress thread (started on the first call), or null without MPI_THREAD_MULTIPLE.

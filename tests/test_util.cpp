@@ -112,13 +112,24 @@ void check_all_to_all_v(Communicator& c, Device& dev, unsigned seed) {
     c.all_to_all_v(send, counts[r], recv, recv_rows);
     EXPECT_EQ(recv.to_host(), expected) << c.name() << " " << dtype_name(dtype);
     ASSERT_EQ(c.ledger().size(), before + 1);
-    const CommRecord& rec = c.ledger().records().back();
+    const CommRecord rec = c.ledger().records().back();
     EXPECT_EQ(rec.op, "all_to_all_v");
     EXPECT_EQ(rec.elements, rows_out * kCols);
     EXPECT_EQ(rec.bytes, rows_out * kCols * send.element_size());
     EXPECT_DOUBLE_EQ(rec.wire_bytes,
                      static_cast<double>((rows_out - counts[r][r]) * kCols * send.element_size()))
         << c.name() << " wire bytes leave out the self-block";
+    // The same in flight: the counts may go out of scope before wait().
+    Tensor later = Tensor::zeros(dev, Shape{rows_in, kCols}, dtype);
+    std::unique_ptr<Work> work;
+    {
+      const std::vector<int64_t> send_rows = counts[r], expect_rows = recv_rows;
+      work = c.all_to_all_v_async(send, send_rows, later, expect_rows);
+    }
+    work->wait();
+    EXPECT_EQ(later.to_host(), expected) << c.name() << " async " << dtype_name(dtype);
+    EXPECT_TRUE(c.ledger().records().back().async);
+    EXPECT_EQ(c.ledger().records().back().wire_bytes, rec.wire_bytes);
   }
   // Bad calls, refused on every rank alike before anything moves.
   const std::vector<int64_t> none(t, 0);

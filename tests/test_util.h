@@ -48,7 +48,8 @@ void check_point_to_point(Communicator& c, Device& dev);
 /// all_to_all_v on `c` with tensors on `dev` (every rank calls it; EXPECT_* only), in f32 and bf16:
 /// a count matrix from `seed` (0-4 rows per pair, with zeros: some self-blocks, one rank that
 /// sends nothing, one pair both ways), rows whose values name (source, destination, row, col)
-/// so the result is compared with the definition exactly (ids < 256: exact in bf16 too);
+/// so the result is compared with the definition exactly (ids < 256: exact in bf16 too), blocking
+/// and asynchronous;
 /// exchange_counts gives each rank its column of the matrix; the ledger's record (elements,
 /// bytes, wire bytes without the self-block); bad shapes and counts refused with their line
 /// before anything moves. Shared by the MPI tests (CPU) and the GPU tests (NCCL, host-staged).

@@ -288,16 +288,38 @@ void Communicator::check_all_to_all_v(const Tensor& send, const std::vector<int6
   }
 }
 
-void Communicator::all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_rows,
-                                Tensor& recv, const std::vector<int64_t>& recv_rows) {
-  check_all_to_all_v(send, send_rows, recv, recv_rows);
+size_t Communicator::record_all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_rows,
+                                         bool async) {
   const size_t index =
-      ledger_.record("all_to_all_v", size_, send.numel(), false, send.element_size());
+      ledger_.record("all_to_all_v", size_, send.numel(), async, send.element_size());
   // What crosses a link: every row but the block this rank keeps.
   ledger_.set_wire_bytes(index, static_cast<double>(send.rows() - send_rows[rank_]) *
                                     static_cast<double>(send.cols() * send.element_size()));
-  CallTimer timer(ledger_, index, timeline_);
+  return index;
+}
+
+void Communicator::all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_rows,
+                                Tensor& recv, const std::vector<int64_t>& recv_rows) {
+  check_all_to_all_v(send, send_rows, recv, recv_rows);
+  CallTimer timer(ledger_, record_all_to_all_v(send, send_rows, false), timeline_);
   do_all_to_all_v(send, send_rows, recv, recv_rows);
+}
+
+std::unique_ptr<Work> Communicator::all_to_all_v_async(const Tensor& send,
+                                                       const std::vector<int64_t>& send_rows,
+                                                       Tensor& recv,
+                                                       const std::vector<int64_t>& recv_rows) {
+  check_all_to_all_v(send, send_rows, recv, recv_rows);
+  CallTimer timer(ledger_, record_all_to_all_v(send, send_rows, true), timeline_);
+  return timer.track(do_all_to_all_v_async(send, send_rows, recv, recv_rows));
+}
+
+std::unique_ptr<Work> Communicator::do_all_to_all_v_async(const Tensor& send,
+                                                          const std::vector<int64_t>& send_rows,
+                                                          Tensor& recv,
+                                                          const std::vector<int64_t>& recv_rows) {
+  do_all_to_all_v(send, send_rows, recv, recv_rows);
+  return std::make_unique<CompletedWork>();
 }
 
 std::vector<int64_t> exchange_counts(Communicator& comm, Device& device,

@@ -20,7 +20,7 @@
 //                                 rank by design; exchange_counts() below tells each rank what
 //                                 it will receive.
 //
-// all_reduce / all_gather / reduce_scatter / send_recv / send / recv also come as *_async: they
+// all_reduce / all_gather / reduce_scatter / send_recv / send / recv / all_to_all_v also come as *_async: they
 // return a Work at once, and the output may be read only after Work::wait() (compute may run in
 // between).
 //
@@ -114,6 +114,10 @@ class Communicator {
   /// itself is a local copy).
   void all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_rows, Tensor& recv,
                     const std::vector<int64_t>& recv_rows);
+  /// all_to_all_v in flight: `send` must not be written and `recv` not read before wait(). The
+  /// count vectors are copied where a backend needs them later.
+  std::unique_ptr<Work> all_to_all_v_async(const Tensor& send, const std::vector<int64_t>& send_rows,
+                                           Tensor& recv, const std::vector<int64_t>& recv_rows);
   /// Waits until every rank of the group has called barrier(). Not in the ledger (moves no data);
   /// the progress monitor (core/progress.h) sees it.
   void barrier();
@@ -173,6 +177,11 @@ class Communicator {
   /// Shapes and counts are checked; a backend moves the blocks.
   virtual void do_all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_rows,
                                Tensor& recv, const std::vector<int64_t>& recv_rows);
+  /// The default runs do_all_to_all_v and returns a completed Work.
+  virtual std::unique_ptr<Work> do_all_to_all_v_async(const Tensor& send,
+                                                      const std::vector<int64_t>& send_rows,
+                                                      Tensor& recv,
+                                                      const std::vector<int64_t>& recv_rows);
   /// Throws "<name()> communicator: <op> not supported".
   [[noreturn]] void unsupported(const char* op) const;
 
@@ -186,6 +195,9 @@ class Communicator {
   /// all_to_all_v's buffers and counts (see all_to_all_v).
   void check_all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_rows,
                           const Tensor& recv, const std::vector<int64_t>& recv_rows) const;
+  /// Its ledger record (wire bytes: the rows sent to other ranks); returns the index.
+  size_t record_all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_rows,
+                             bool async);
 
   int rank_;
   int size_;

@@ -86,6 +86,9 @@ class ForwardingCommunicator : public Communicator {
   std::unique_ptr<Work> do_recv_async(Tensor& x, int from) override;
   void do_all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_rows, Tensor& recv,
                        const std::vector<int64_t>& recv_rows) override;
+  std::unique_ptr<Work> do_all_to_all_v_async(const Tensor& send,
+                                              const std::vector<int64_t>& send_rows, Tensor& recv,
+                                              const std::vector<int64_t>& recv_rows) override;
 
  private:
   std::unique_ptr<Communicator> inner_;
