@@ -304,11 +304,11 @@ void NcclCommunicator::enqueue_all_to_all_v(const Tensor& send,
                                    s * row_bytes, cudaMemcpyDeviceToDevice, comm_stream_));
     } else {
       if (s > 0)
-        NCCL_CHECK(ncclSend(from + send_at * row_bytes, s * cols, type_of(send), p, nccl_,
-                            comm_stream_));
+        NCCL_CHECK(
+            ncclSend(from + send_at * row_bytes, s * cols, type_of(send), p, nccl_, comm_stream_));
       if (r > 0)
-        NCCL_CHECK(ncclRecv(to + recv_at * row_bytes, r * cols, type_of(recv), p, nccl_,
-                            comm_stream_));
+        NCCL_CHECK(
+            ncclRecv(to + recv_at * row_bytes, r * cols, type_of(recv), p, nccl_, comm_stream_));
     }
     send_at += s;
     recv_at += r;

@@ -519,8 +519,7 @@ void MpiCommunicator::do_all_to_all_v(const Tensor& send, const std::vector<int6
   const std::vector<int> c = alltoallv_counts(send, send_rows, recv, recv_rows);
   HostView in(send, true), out(recv, false);
   MPI_Request req = MPI_REQUEST_NULL;
-  mpi::check(alltoallv_start(in.ptr(), out.ptr(), c, type_of(send), comm_, &req),
-             "MPI_Ialltoallv");
+  mpi::check(alltoallv_start(in.ptr(), out.ptr(), c, type_of(send), comm_, &req), "MPI_Ialltoallv");
   mpi::wait_all(1, &req, "MPI_Ialltoallv", send.bytes());
   out.write_back();
 }
@@ -531,9 +530,9 @@ std::unique_ptr<Work> MpiCommunicator::do_all_to_all_v_async(
   auto work = std::make_unique<MpiWork>("wait all_to_all_v", size(), &send, recv, progress());
   Transfer& t = work->transfer();
   t.counts = alltoallv_counts(send, send_rows, recv, recv_rows);
-  mpi::check(alltoallv_start(t.in->ptr(), t.out.ptr(), t.counts, type_of(send), comm_,
-                             &t.requests[0]),
-             "MPI_Ialltoallv");
+  mpi::check(
+      alltoallv_start(t.in->ptr(), t.out.ptr(), t.counts, type_of(send), comm_, &t.requests[0]),
+      "MPI_Ialltoallv");
   work->start();
   return work;
 }

@@ -9,8 +9,9 @@
 //   broadcast       → MPI_Ibcast                            split                → MPI_Comm_split
 //   send / recv     → MPI_Isend / MPI_Irecv (tag 1)         send_async / recv_async → MPI_Isend / MPI_Irecv
 //   barrier         → MPI_Ibarrier
-//   all_to_all_v(_async) → MPI_Ialltoallv (element counts and displacements per peer, as int: a buffer
-//                     over INT_MAX elements is refused with a line)
+//   all_to_all_v    → MPI_Ialltoallv (counts and displacements in elements, as int: a buffer over
+//                     INT_MAX elements is refused with a line)
+//                                                           all_to_all_v_async   → MPI_Ialltoallv
 //
 // The blocking calls wait for their nonblocking call in mpi::wait_all (mpi_wait.h): a tight test
 // loop for 2 ms, then growing sleeps, so that a rank waiting for a stopped peer does not spin a

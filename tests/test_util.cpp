@@ -84,9 +84,9 @@ void check_all_to_all_v(Communicator& c, Device& dev, unsigned seed) {
   std::vector<std::vector<int64_t>> counts(t, std::vector<int64_t>(t));
   for (auto& row : counts)
     for (auto& n : row) n = rows_of(gen);
-  counts[0][0] = 0;                                          // an empty self-block
-  if (t > 1) counts[t - 1] = std::vector<int64_t>(t, 0);     // a rank that sends nothing
-  if (t > 2) counts[1][2] = counts[2][1] = 0;                // a pair with nothing either way
+  counts[0][0] = 0;                                       // an empty self-block
+  if (t > 1) counts[t - 1] = std::vector<int64_t>(t, 0);  // a rank that sends nothing
+  if (t > 2) counts[1][2] = counts[2][1] = 0;             // a pair with nothing either way
   // Row k of the block s → d, column j: a distinct small integer (exact in bf16).
   auto id = [&](int s, int d, int64_t k, int64_t j) {
     return static_cast<float>(((s * t + d) * kMaxRows + k) * kCols + j);

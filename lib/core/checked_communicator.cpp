@@ -18,7 +18,7 @@ namespace {
 // The fingerprint of one call, as it travels: fixed size, one byte per float.
 struct Fingerprint {
   int64_t sequence = 0;
-  int64_t elements = 0;  // all_to_all_v: the cols (its counts differ by rank by design)
+  int64_t elements = 0;    // all_to_all_v: the cols (its counts differ by rank by design)
   int64_t rows_sent = -1;  // all_to_all_v: Σ send_rows and Σ recv_rows, not in the key
   int64_t rows_received = -1;
   int32_t root = -1;
@@ -165,7 +165,8 @@ void CheckedCommunicator::agree(const Forwarded& call) {
     if (sent == received) return;
     line = "collective #" + std::to_string(mine.sequence) + " " + describe(mine) +
            ": the group sends " + std::to_string(sent) + " rows in all but receives " +
-           std::to_string(received) + "; each rank's recv_rows[p] must be rank p's "
+           std::to_string(received) +
+           "; each rank's recv_rows[p] must be rank p's "
            "send_rows[this rank] (exchange_counts gives them) (--check-collectives)";
   } else {
     return;

@@ -283,8 +283,8 @@ void Communicator::check_all_to_all_v(const Tensor& send, const std::vector<int6
       sum += (*counts)[p];
     }
     TP_CHECK(sum == buffer.rows(), op, ": ", which, " adds up to ", sum, " rows but ",
-             counts == &send_rows ? "send " : "recv ", buffer.shape().str(), " has ",
-             buffer.rows(), "; the counts must cover the buffer exactly");
+             counts == &send_rows ? "send " : "recv ", buffer.shape().str(), " has ", buffer.rows(),
+             "; the counts must cover the buffer exactly");
   }
 }
 
@@ -334,7 +334,8 @@ std::vector<int64_t> exchange_counts(Communicator& comm, Device& device,
     TP_CHECK(send_rows[p] >= 0, "exchange_counts: send_rows[", p, "] = ", send_rows[p],
              "; a row count is 0 or more");
     const uint64_t v = static_cast<uint64_t>(send_rows[p]);
-    for (int k = 0; k < kPieces; ++k) mine[p * kPieces + k] = static_cast<float>(v >> (16 * k) & 0xffff);
+    for (int k = 0; k < kPieces; ++k)
+      mine[p * kPieces + k] = static_cast<float>(v >> (16 * k) & 0xffff);
   }
   const Tensor send = Tensor::from_host(device, Shape{t, kPieces}, mine);
   Tensor recv(device, Shape{t, kPieces});
@@ -344,8 +345,7 @@ std::vector<int64_t> exchange_counts(Communicator& comm, Device& device,
   std::vector<int64_t> recv_rows(static_cast<size_t>(t));
   for (int p = 0; p < t; ++p) {
     uint64_t v = 0;
-    for (int k = 0; k < kPieces; ++k)
-      v |= static_cast<uint64_t>(got[p * kPieces + k]) << (16 * k);
+    for (int k = 0; k < kPieces; ++k) v |= static_cast<uint64_t>(got[p * kPieces + k]) << (16 * k);
     recv_rows[p] = static_cast<int64_t>(v);
   }
   return recv_rows;

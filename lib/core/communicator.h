@@ -20,9 +20,9 @@
 //                                 rank by design; exchange_counts() below tells each rank what
 //                                 it will receive.
 //
-// all_reduce / all_gather / reduce_scatter / send_recv / send / recv / all_to_all_v also come as *_async: they
-// return a Work at once, and the output may be read only after Work::wait() (compute may run in
-// between).
+// all_reduce / all_gather / reduce_scatter / send_recv / send / recv / all_to_all_v also come as
+// *_async: they return a Work at once, and the output may be read only after Work::wait()
+// (compute may run in between).
 //
 // Point to point. Sends and receives between two ranks match in the order they were issued. As
 // with NCCL, a send may wait until its receive is posted (and an asynchronous one may start
@@ -30,8 +30,8 @@
 // match: in a pairwise exchange one side sends first and the other receives first (or use
 // send_recv, which posts both at once). The peer is another rank of the group, never this rank.
 //
-// Optional operations. An operation not every backend has (today: send / recv, all_to_all_v) has a default
-// do_* that fails with one line naming the backend and the operation ("mpi (MPICH 4.0.2)
+// Optional operations. An operation not every backend has (today: send / recv, all_to_all_v) has
+// a default do_* that fails with one line naming the backend and the operation ("mpi (MPICH 4.0.2)
 // communicator: send not supported"), as c10d's Backend does, so adding an operation touches
 // this interface, the backends that implement it and core/forwarding_communicator (which carries
 // it through every decorator), not every subclass.
@@ -116,8 +116,9 @@ class Communicator {
                     const std::vector<int64_t>& recv_rows);
   /// all_to_all_v in flight: `send` must not be written and `recv` not read before wait(). The
   /// count vectors are copied where a backend needs them later.
-  std::unique_ptr<Work> all_to_all_v_async(const Tensor& send, const std::vector<int64_t>& send_rows,
-                                           Tensor& recv, const std::vector<int64_t>& recv_rows);
+  std::unique_ptr<Work> all_to_all_v_async(const Tensor& send,
+                                           const std::vector<int64_t>& send_rows, Tensor& recv,
+                                           const std::vector<int64_t>& recv_rows);
   /// Waits until every rank of the group has called barrier(). Not in the ledger (moves no data);
   /// the progress monitor (core/progress.h) sees it.
   void barrier();
@@ -196,8 +197,7 @@ class Communicator {
   void check_all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_rows,
                           const Tensor& recv, const std::vector<int64_t>& recv_rows) const;
   /// Its ledger record (wire bytes: the rows sent to other ranks); returns the index.
-  size_t record_all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_rows,
-                             bool async);
+  size_t record_all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_rows, bool async);
 
   int rank_;
   int size_;

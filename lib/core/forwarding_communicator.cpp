@@ -70,9 +70,8 @@ void ForwardingCommunicator::do_all_to_all_v(const Tensor& send,
 std::unique_ptr<Work> ForwardingCommunicator::do_all_to_all_v_async(
     const Tensor& send, const std::vector<int64_t>& send_rows, Tensor& recv,
     const std::vector<int64_t>& recv_rows) {
-  return around_async(all_to_all_v_call(send, recv), [&] {
-    return inner_->all_to_all_v_async(send, send_rows, recv, recv_rows);
-  });
+  return around_async(all_to_all_v_call(send, recv),
+                      [&] { return inner_->all_to_all_v_async(send, send_rows, recv, recv_rows); });
 }
 
 std::unique_ptr<Work> ForwardingCommunicator::do_all_reduce_async(Tensor& x) {

@@ -67,8 +67,7 @@ void bench_alltoall(Context& ctx) {
                   sent / lib_s / 1e9, raw_s > 0 ? lib_s / raw_s : 0.0, wrong);
     log0(ctx.world, line);
     const std::string name = "all_to_all_v." + std::to_string(rows * kCols * 4);
-    result(ctx, "alltoall", name, lib_s * 1e6, "us", raw_s * 1e6,
-           raw_s > 0 ? lib_s / raw_s : 0.0);
+    result(ctx, "alltoall", name, lib_s * 1e6, "us", raw_s * 1e6, raw_s > 0 ? lib_s / raw_s : 0.0);
     result(ctx, "alltoall", name + ".wrong", wrong, "count", 0, 0);
   }
 }

@@ -44,10 +44,9 @@ int main(int argc, char** argv) {
       "Measures a backend: GEMM (CPU: Device::gemm vs direct cblas_sgemm; GPU: layer shapes vs a "
       "measured ceiling), "
       "collectives, one transformer block, memory-bound kernels.");
-  opts.text(
-      "suite", "auto", "what to measure: auto (cpu: gemm + collectives; gpu: all)",
-      {"auto", "gemm", "threads", "collectives", "block", "memory", "attention", "alltoall", "all",
-       "none"});
+  opts.text("suite", "auto", "what to measure: auto (cpu: gemm + collectives; gpu: all)",
+            {"auto", "gemm", "threads", "collectives", "block", "memory", "attention", "alltoall",
+             "all", "none"});
   // Bounds past any model measured here (h = 65536 is 4x the largest GPT), before a product wraps.
   opts.integer("hidden", 4096, "h for the GPU GEMM shapes, the block and the memory kernels")
       .min(1)
