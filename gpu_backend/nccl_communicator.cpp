@@ -270,6 +270,52 @@ std::unique_ptr<Work> NcclCommunicator::do_recv_async(Tensor& x, int from) {
   return finish_async({x});
 }
 
+// One NCCL group: a send and a receive per other peer, posted together (so no order of peers can
+// deadlock); the block to itself is a device-to-device copy on the same stream.
+void NcclCommunicator::do_all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_rows,
+                                       Tensor& recv, const std::vector<int64_t>& recv_rows) {
+  begin();
+  enqueue_all_to_all_v(send, send_rows, recv, recv_rows);
+  finish();
+}
+
+std::unique_ptr<Work> NcclCommunicator::do_all_to_all_v_async(
+    const Tensor& send, const std::vector<int64_t>& send_rows, Tensor& recv,
+    const std::vector<int64_t>& recv_rows) {
+  begin();
+  enqueue_all_to_all_v(send, send_rows, recv, recv_rows);
+  return finish_async({send, recv});
+}
+
+void NcclCommunicator::enqueue_all_to_all_v(const Tensor& send,
+                                            const std::vector<int64_t>& send_rows, Tensor& recv,
+                                            const std::vector<int64_t>& recv_rows) {
+  const size_t row_bytes = static_cast<size_t>(send.cols() * send.element_size());
+  const auto* from = static_cast<const char*>(send.raw());
+  auto* to = static_cast<char*>(recv.raw());
+  NCCL_CHECK(ncclGroupStart());
+  size_t send_at = 0, recv_at = 0;  // in rows
+  for (int p = 0; p < size(); ++p) {
+    const size_t s = static_cast<size_t>(send_rows[p]), r = static_cast<size_t>(recv_rows[p]);
+    const size_t cols = static_cast<size_t>(send.cols());
+    if (p == rank()) {
+      if (s > 0)
+        CUDA_CHECK(cudaMemcpyAsync(to + recv_at * row_bytes, from + send_at * row_bytes,
+                                   s * row_bytes, cudaMemcpyDeviceToDevice, comm_stream_));
+    } else {
+      if (s > 0)
+        NCCL_CHECK(
+            ncclSend(from + send_at * row_bytes, s * cols, type_of(send), p, nccl_, comm_stream_));
+      if (r > 0)
+        NCCL_CHECK(
+            ncclRecv(to + recv_at * row_bytes, r * cols, type_of(recv), p, nccl_, comm_stream_));
+    }
+    send_at += s;
+    recv_at += r;
+  }
+  NCCL_CHECK(ncclGroupEnd());
+}
+
 void NcclCommunicator::do_barrier() {
   // Everything this rank has queued (compute and communication) is finished before it arrives.
   device_.synchronize();

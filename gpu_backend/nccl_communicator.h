@@ -7,6 +7,9 @@
 //   send_recv       → ncclSend + ncclRecv in one group      send_recv_async      → the same, Work
 //   send / recv     → ncclSend / ncclRecv (no group)        send_async / recv_async → the same, Work
 //   barrier         → both streams synchronised, then MPI_Barrier
+//   all_to_all_v    → ncclSend + ncclRecv to every other peer in one group (empty blocks skipped),
+//                     the block to itself a cudaMemcpyAsync on the communication stream
+//                                                           all_to_all_v_async   → the same, Work
 //   split           → MPI_Comm_split, then ncclCommSplit (NCCL ≥ 2.18) or a new unique id per group
 //
 // Dtypes: an f32 tensor travels as ncclFloat, a bf16 one as ncclBfloat16, whose sum NCCL adds in
@@ -51,6 +54,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/communicator.h"
 #include "core/error.h"
@@ -97,6 +101,11 @@ class NcclCommunicator : public Communicator {
   void do_recv(Tensor& x, int from) override;
   std::unique_ptr<Work> do_send_async(const Tensor& x, int to) override;
   std::unique_ptr<Work> do_recv_async(Tensor& x, int from) override;
+  void do_all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_rows, Tensor& recv,
+                       const std::vector<int64_t>& recv_rows) override;
+  std::unique_ptr<Work> do_all_to_all_v_async(const Tensor& send,
+                                              const std::vector<int64_t>& send_rows, Tensor& recv,
+                                              const std::vector<int64_t>& recv_rows) override;
 
  private:
   /// For split(): wraps an NCCL communicator already created over the MPI communicator `comm`
@@ -108,6 +117,9 @@ class NcclCommunicator : public Communicator {
   void release(bool failing) noexcept;
   /// The send and the receive of one ring step, in one NCCL group on the communication stream.
   void enqueue_send_recv(const Tensor& send, int to, Tensor& recv, int from);
+  /// all_to_all_v's sends, receives and local copy on the communication stream.
+  void enqueue_all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_rows, Tensor& recv,
+                            const std::vector<int64_t>& recv_rows);
   /// Makes the communication stream wait for everything enqueued so far on the compute stream.
   void begin();
   /// Blocking call, after the collective is enqueued: records done_ on the communication stream

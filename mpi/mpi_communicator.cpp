@@ -115,6 +115,7 @@ struct Transfer {
   MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   int count = 1;  // requests in use: 1 for a collective, a send or a receive, 2 for a send-recv
   bool sends_only = false;  // a send: `out` is only read, never written back
+  std::vector<int> counts;  // all_to_all_v: counts and displacements MPI reads until completion
   // Completion, as the progress thread reports it; `waiting`: a caller is blocked in wait().
   std::mutex mu;
   std::condition_variable cv;
@@ -480,6 +481,60 @@ void MpiCommunicator::do_recv(Tensor& x, int from) {
   mpi::check(MPI_Imrecv(out.ptr(), count_of(x), type_of(x), &msg, &req), "MPI_Imrecv");
   mpi::wait_all(1, &req, "MPI_Imrecv", x.bytes());
   out.write_back();
+}
+
+namespace {
+// all_to_all_v's counts and displacements in elements, as MPI's int: every block and every offset
+// must fit, so a buffer over INT_MAX elements is refused (count_of's line) rather than wrapped.
+// [0, t): send counts, [t, 2t): send displacements, [2t, 3t): receive counts, [3t, 4t): receive
+// displacements (a nonblocking call reads them until it completes: the Work keeps them).
+std::vector<int> alltoallv_counts(const Tensor& send, const std::vector<int64_t>& send_rows,
+                                  const Tensor& recv, const std::vector<int64_t>& recv_rows) {
+  count_of(send);
+  count_of(recv);
+  const size_t t = send_rows.size();
+  std::vector<int> c(4 * t);
+  int64_t send_at = 0, recv_at = 0;
+  for (size_t p = 0; p < t; ++p) {
+    c[p] = static_cast<int>(send_rows[p] * send.cols());
+    c[t + p] = static_cast<int>(send_at);
+    send_at += c[p];
+    c[2 * t + p] = static_cast<int>(recv_rows[p] * recv.cols());
+    c[3 * t + p] = static_cast<int>(recv_at);
+    recv_at += c[2 * t + p];
+  }
+  return c;
+}
+
+int alltoallv_start(const void* in, void* out, const std::vector<int>& c, MPI_Datatype type,
+                    MPI_Comm comm, MPI_Request* req) {
+  const size_t t = c.size() / 4;
+  return MPI_Ialltoallv(in, c.data(), c.data() + t, type, out, c.data() + 2 * t, c.data() + 3 * t,
+                        type, comm, req);
+}
+}  // namespace
+
+void MpiCommunicator::do_all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_rows,
+                                      Tensor& recv, const std::vector<int64_t>& recv_rows) {
+  const std::vector<int> c = alltoallv_counts(send, send_rows, recv, recv_rows);
+  HostView in(send, true), out(recv, false);
+  MPI_Request req = MPI_REQUEST_NULL;
+  mpi::check(alltoallv_start(in.ptr(), out.ptr(), c, type_of(send), comm_, &req), "MPI_Ialltoallv");
+  mpi::wait_all(1, &req, "MPI_Ialltoallv", send.bytes());
+  out.write_back();
+}
+
+std::unique_ptr<Work> MpiCommunicator::do_all_to_all_v_async(
+    const Tensor& send, const std::vector<int64_t>& send_rows, Tensor& recv,
+    const std::vector<int64_t>& recv_rows) {
+  auto work = std::make_unique<MpiWork>("wait all_to_all_v", size(), &send, recv, progress());
+  Transfer& t = work->transfer();
+  t.counts = alltoallv_counts(send, send_rows, recv, recv_rows);
+  mpi::check(
+      alltoallv_start(t.in->ptr(), t.out.ptr(), t.counts, type_of(send), comm_, &t.requests[0]),
+      "MPI_Ialltoallv");
+  work->start();
+  return work;
 }
 
 void MpiCommunicator::do_barrier() {

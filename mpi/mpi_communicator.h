@@ -9,6 +9,9 @@
 //   broadcast       → MPI_Ibcast                            split                → MPI_Comm_split
 //   send / recv     → MPI_Isend / MPI_Irecv (tag 1)         send_async / recv_async → MPI_Isend / MPI_Irecv
 //   barrier         → MPI_Ibarrier
+//   all_to_all_v    → MPI_Ialltoallv (counts and displacements in elements, as int: a buffer over
+//                     INT_MAX elements is refused with a line)
+//                                                           all_to_all_v_async   → MPI_Ialltoallv
 //
 // The blocking calls wait for their nonblocking call in mpi::wait_all (mpi_wait.h): a tight test
 // loop for 2 ms, then growing sleeps, so that a rank waiting for a stopped peer does not spin a
@@ -81,7 +84,9 @@
 
 #include <mpi.h>
 
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "core/communicator.h"
 
@@ -114,6 +119,11 @@ class MpiCommunicator : public Communicator {
   void do_recv(Tensor& x, int from) override;
   std::unique_ptr<Work> do_send_async(const Tensor& x, int to) override;
   std::unique_ptr<Work> do_recv_async(Tensor& x, int from) override;
+  void do_all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_rows, Tensor& recv,
+                       const std::vector<int64_t>& recv_rows) override;
+  std::unique_ptr<Work> do_all_to_all_v_async(const Tensor& send,
+                                              const std::vector<int64_t>& send_rows, Tensor& recv,
+                                              const std::vector<int64_t>& recv_rows) override;
 
  private:
   /// The progress thread (started on the first call), or null without MPI_THREAD_MULTIPLE.

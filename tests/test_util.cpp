@@ -7,7 +7,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <memory>
+#include <random>
 #include <string>
 
 #include "core/error.h"
@@ -58,6 +60,104 @@ std::vector<float> iota_vector(int64_t n, float start, float step) {
   std::vector<float> v(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) v[i] = start + step * static_cast<float>(i);
   return v;
+}
+
+namespace {
+// The message of the tp::Error `call` throws, or "" (then a failure is added).
+std::string error_of(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no error thrown";
+  return "";
+}
+}  // namespace
+
+void check_all_to_all_v(Communicator& c, Device& dev, unsigned seed) {
+  const int t = c.size(), r = c.rank();
+  constexpr int64_t kCols = 3, kMaxRows = 4;
+  // counts[s][d]: rows rank s sends rank d, the same matrix on every rank.
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int64_t> rows_of(0, kMaxRows);
+  std::vector<std::vector<int64_t>> counts(t, std::vector<int64_t>(t));
+  for (auto& row : counts)
+    for (auto& n : row) n = rows_of(gen);
+  counts[0][0] = 0;                                       // an empty self-block
+  if (t > 1) counts[t - 1] = std::vector<int64_t>(t, 0);  // a rank that sends nothing
+  if (t > 2) counts[1][2] = counts[2][1] = 0;             // a pair with nothing either way
+  // Row k of the block s → d, column j: a distinct small integer (exact in bf16).
+  auto id = [&](int s, int d, int64_t k, int64_t j) {
+    return static_cast<float>(((s * t + d) * kMaxRows + k) * kCols + j);
+  };
+  std::vector<int64_t> recv_rows(t);
+  std::vector<float> sent, expected;
+  for (int d = 0; d < t; ++d)
+    for (int64_t k = 0; k < counts[r][d]; ++k)
+      for (int64_t j = 0; j < kCols; ++j) sent.push_back(id(r, d, k, j));
+  for (int s = 0; s < t; ++s) {
+    recv_rows[s] = counts[s][r];
+    for (int64_t k = 0; k < counts[s][r]; ++k)
+      for (int64_t j = 0; j < kCols; ++j) expected.push_back(id(s, r, k, j));
+  }
+  EXPECT_EQ(exchange_counts(c, dev, counts[r]), recv_rows) << c.name() << " exchange_counts";
+  const int64_t rows_out = static_cast<int64_t>(sent.size()) / kCols;
+  const int64_t rows_in = static_cast<int64_t>(expected.size()) / kCols;
+  for (Dtype dtype : {Dtype::f32, Dtype::bf16}) {
+    const Tensor send = Tensor::from_host(dev, Shape{rows_out, kCols}, sent, dtype);
+    Tensor recv = Tensor::from_host(dev, Shape{rows_in, kCols},
+                                    std::vector<float>(expected.size(), -1.0f), dtype);
+    const size_t before = c.ledger().size();
+    c.all_to_all_v(send, counts[r], recv, recv_rows);
+    EXPECT_EQ(recv.to_host(), expected) << c.name() << " " << dtype_name(dtype);
+    ASSERT_EQ(c.ledger().size(), before + 1);
+    const CommRecord rec = c.ledger().records().back();
+    EXPECT_EQ(rec.op, "all_to_all_v");
+    EXPECT_EQ(rec.elements, rows_out * kCols);
+    EXPECT_EQ(rec.bytes, rows_out * kCols * send.element_size());
+    EXPECT_DOUBLE_EQ(rec.wire_bytes,
+                     static_cast<double>((rows_out - counts[r][r]) * kCols * send.element_size()))
+        << c.name() << " wire bytes leave out the self-block";
+    // The same in flight: the counts may go out of scope before wait().
+    Tensor later = Tensor::zeros(dev, Shape{rows_in, kCols}, dtype);
+    std::unique_ptr<Work> work;
+    {
+      const std::vector<int64_t> send_rows = counts[r], expect_rows = recv_rows;
+      work = c.all_to_all_v_async(send, send_rows, later, expect_rows);
+    }
+    work->wait();
+    EXPECT_EQ(later.to_host(), expected) << c.name() << " async " << dtype_name(dtype);
+    EXPECT_TRUE(c.ledger().records().back().async);
+    EXPECT_EQ(c.ledger().records().back().wire_bytes, rec.wire_bytes);
+  }
+  // Bad calls, refused on every rank alike before anything moves.
+  const std::vector<int64_t> none(t, 0);
+  Tensor empty = Tensor::zeros(dev, Shape{0, kCols});
+  Tensor two = Tensor::zeros(dev, Shape{2, kCols}), wide = Tensor::zeros(dev, Shape{0, kCols + 1});
+  std::vector<int64_t> two_to_last = none;
+  two_to_last[t - 1] = 2;
+  auto expect_line = [&](const std::function<void()>& call, const std::string& part) {
+    const std::string line = error_of(call);
+    EXPECT_NE(line.find(part), std::string::npos) << c.name() << ": " << line;
+  };
+  expect_line([&] { c.all_to_all_v(empty, std::vector<int64_t>(t + 1, 0), empty, none); },
+              "send_rows has " + std::to_string(t + 1) + " counts; give one per rank of the " +
+                  "group of " + std::to_string(t));
+  expect_line([&] { c.all_to_all_v(two, none, empty, none); },
+              "send_rows adds up to 0 rows but send [2, 3] has 2");
+  expect_line([&] { c.all_to_all_v(empty, none, empty, two_to_last); },
+              "recv_rows adds up to 2 rows but recv [0, 3] has 0");
+  std::vector<int64_t> negative = none;
+  negative[0] = -1;
+  expect_line([&] { c.all_to_all_v(empty, negative, empty, none); }, "a row count is 0 or more");
+  expect_line([&] { c.all_to_all_v(empty, none, wide, none); }, "send has 3 cols and recv 4");
+  Tensor flat = Tensor::zeros(dev, Shape{0});
+  expect_line([&] { c.all_to_all_v(flat, none, flat, none); }, "must both be 2-D");
+  Tensor half = Tensor::zeros(dev, Shape{0, kCols}, Dtype::bf16);
+  expect_line([&] { c.all_to_all_v(empty, none, half, none); }, "a f32 and a bf16 buffer");
+  // Nothing at all to move still completes.
+  c.all_to_all_v(empty, none, empty, none);
 }
 
 void check_point_to_point(Communicator& c, Device& dev) {

@@ -45,6 +45,16 @@ std::vector<float> iota_vector(int64_t n, float start = 0.0f, float step = 1.0f)
 /// anything moves. Shared by the MPI tests (CPU) and the GPU tests (NCCL, host-staged MPI).
 void check_point_to_point(Communicator& c, Device& dev);
 
+/// all_to_all_v on `c` with tensors on `dev` (every rank calls it; EXPECT_* only), in f32 and bf16:
+/// a count matrix from `seed` (0-4 rows per pair, with zeros: some self-blocks, one rank that
+/// sends nothing, one pair both ways), rows whose values name (source, destination, row, col)
+/// so the result is compared with the definition exactly (ids < 256: exact in bf16 too), blocking
+/// and asynchronous;
+/// exchange_counts gives each rank its column of the matrix; the ledger's record (elements,
+/// bytes, wire bytes without the self-block); bad shapes and counts refused with their line
+/// before anything moves. Shared by the MPI tests (CPU) and the GPU tests (NCCL, host-staged).
+void check_all_to_all_v(Communicator& c, Device& dev, unsigned seed);
+
 /// bf16 collectives on `c` with tensors on `dev` (every rank calls it; EXPECT_* only). Rank r holds
 /// bf16 partial sums p_r (random, full 8-bit significands, mixed signs); the bf16 all-reduce and
 /// reduce-scatter are compared with the exact sum in double and with the f32 collective of the

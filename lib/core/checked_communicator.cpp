@@ -18,7 +18,9 @@ namespace {
 // The fingerprint of one call, as it travels: fixed size, one byte per float.
 struct Fingerprint {
   int64_t sequence = 0;
-  int64_t elements = 0;
+  int64_t elements = 0;    // all_to_all_v: the cols (its counts differ by rank by design)
+  int64_t rows_sent = -1;  // all_to_all_v: Σ send_rows and Σ recv_rows, not in the key
+  int64_t rows_received = -1;
   int32_t root = -1;
   int32_t world_rank = 0;
   uint8_t dtype = 0;
@@ -58,7 +60,10 @@ std::string key(const Fingerprint& f) {
 // "all_gather(4096 floats, 'attn qkv')", "broadcast(12 bf16 from rank 0)", "barrier()".
 std::string describe(const Fingerprint& f) {
   std::string args;
-  if (std::strcmp(f.op, "barrier") != 0) {
+  if (std::strcmp(f.op, "all_to_all_v") == 0) {
+    args = "rows of " + std::to_string(f.elements) +
+           (f.dtype == static_cast<uint8_t>(Dtype::bf16) ? " bf16" : " floats");
+  } else if (std::strcmp(f.op, "barrier") != 0) {
     args = std::to_string(f.elements) +
            (f.dtype == static_cast<uint8_t>(Dtype::bf16) ? " bf16" : " floats");
     if (f.root >= 0) args += " from rank " + std::to_string(f.root);
@@ -126,7 +131,10 @@ std::string CheckedCommunicator::name() const { return "checked " + inner().name
 void CheckedCommunicator::agree(const Forwarded& call) {
   Fingerprint mine;
   mine.sequence = ++sequence_;
-  mine.elements = call.buffer != nullptr ? call.buffer->numel() : 0;
+  const bool rows = call.rows_sent >= 0;  // all_to_all_v: the row width must agree, not N
+  mine.elements = call.buffer == nullptr ? 0 : rows ? call.buffer->cols() : call.buffer->numel();
+  mine.rows_sent = call.rows_sent;
+  mine.rows_received = call.rows_received;
   mine.root = call.root;
   mine.world_rank = world_rank_;
   mine.dtype = static_cast<uint8_t>(call.buffer != nullptr ? call.buffer->dtype() : Dtype::f32);
@@ -145,8 +153,24 @@ void CheckedCommunicator::agree(const Forwarded& call) {
     all.push_back(decode(floats.data() + r * kRecordFloats));
     same = same && key(all.back()) == key(all.front());
   }
-  if (same) return;
-  const std::string line = mismatch_line(all, world_size_, role());
+  std::string line;
+  if (!same) {
+    line = mismatch_line(all, world_size_, role());
+  } else if (rows) {
+    // Every row sent is received somewhere: the totals over the group agree. (Each rank's
+    // recv_rows[p] must equal rank p's send_rows[this rank]; a fingerprint of fixed size cannot
+    // carry the counts, so only their sums are compared.)
+    int64_t sent = 0, received = 0;
+    for (const Fingerprint& f : all) sent += f.rows_sent, received += f.rows_received;
+    if (sent == received) return;
+    line = "collective #" + std::to_string(mine.sequence) + " " + describe(mine) +
+           ": the group sends " + std::to_string(sent) + " rows in all but receives " +
+           std::to_string(received) +
+           "; each rank's recv_rows[p] must be rank p's "
+           "send_rows[this rank] (exchange_counts gives them) (--check-collectives)";
+  } else {
+    return;
+  }
   if (size() == world_size_) throw Error(line, 2);
   if (rank() != 0) std::this_thread::sleep_for(std::chrono::duration<double>(kOthersWait));
   throw Error(line, 2, Error::ThisRankOnly{});

@@ -12,8 +12,13 @@
 // rank (the fingerprint):
 //
 //   sequence number   the call's index on this communicator (1, 2, ...), the same on every rank
-//   operation         all_reduce, all_reduce_max, all_gather, reduce_scatter, broadcast, barrier
-//   element count     the ledger's N (all_gather, reduce_scatter: the full buffer)
+//   operation         all_reduce, all_reduce_max, all_gather, reduce_scatter, broadcast, barrier,
+//                     all_to_all_v
+//   element count     the ledger's N (all_gather, reduce_scatter: the full buffer); for
+//                     all_to_all_v the row width (cols): its counts differ by rank by design, so
+//                     they cannot be required equal. Instead each rank adds the rows it sends and
+//                     receives in all, and the group's two sums must agree (a rank expecting
+//                     rows nobody sends is caught; two swapped counts are not)
 //   dtype             f32 | bf16
 //   root              broadcast's root (else -1)
 //   ledger label      the label of the call (CommLedger::Scope), cut to 63 bytes
@@ -51,7 +56,7 @@
 // 0). (A check that completed inside the Work instead would let the real calls be issued before
 // a mismatch is known, which no backend survives.)
 //
-// Cost: one extra all-gather of size · 112 floats (and on a GPU a host round trip) per collective;
+// Cost: one extra all-gather of size · 128 floats (and on a GPU a host round trip) per collective;
 // its ledger records go to the inner communicator's ledger, so this one's ledger and the α–β
 // numbers are those of the program's own calls.
 #pragma once

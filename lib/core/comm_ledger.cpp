@@ -10,6 +10,7 @@ double ring_wire_bytes(const std::string& op, int t, int64_t bytes) {
   const double share = static_cast<double>(t - 1) / t;
   if (op == "all_reduce" || op == "all_reduce_max") return 2.0 * share * n;
   if (op == "all_gather" || op == "reduce_scatter") return share * n;
+  if (op == "all_to_all_v") return share * n;  // an even split; the call sets the exact bytes
   if (op == "broadcast" || op == "send_recv" || op == "send") return n;
   if (op == "recv") return 0.0;  // the sender counts the message
   TP_CHECK(false, "ring_wire_bytes: unknown op '", op, "'");

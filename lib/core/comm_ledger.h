@@ -10,6 +10,9 @@
 //   broadcast        N                   (pipelined chain: every rank but the last forwards N)
 //   send-recv        N                   (N = the buffer sent)
 //   send / recv      N / 0               (point to point: the sender counts the message)
+//   all-to-all-v     the rows sent to other ranks (N = the whole send buffer; the block a rank
+//                    keeps crosses no link). Communicator::all_to_all_v sets it from the counts;
+//                    from N alone, ring_wire_bytes gives an even split's (t − 1) / t · N.
 //
 // With t = 1 every op moves nothing. The label says where the call came from ("f backward", a
 // lesson step...): code pushes labels with CommLedger::Scope.
@@ -24,7 +27,7 @@ namespace tp {
 /// One collective call as seen by this rank.
 struct CommRecord {
   /// "all_reduce", "all_reduce_max", "all_gather", "reduce_scatter", "broadcast", "send_recv",
-  /// "send", "recv"
+  /// "send", "recv", "all_to_all_v"
   std::string op;
   int group_size = 1;     ///< t, the ranks in the communicator
   int64_t elements = 0;   ///< N: elements of the logical buffer (see the table above)
@@ -50,6 +53,8 @@ class CommLedger {
                 int64_t element_size = 4);
   /// Sets the wall time of record `index`.
   void set_seconds(size_t index, double seconds) { records_.at(index).seconds = seconds; }
+  /// Sets the wire bytes of record `index` (all_to_all_v: what its counts send to other ranks).
+  void set_wire_bytes(size_t index, double bytes) { records_.at(index).wire_bytes = bytes; }
   const std::vector<CommRecord>& records() const { return records_; }
   size_t size() const { return records_.size(); }
   void clear() { records_.clear(); }

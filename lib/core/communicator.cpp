@@ -1,7 +1,9 @@
 #include "core/communicator.h"
 
 #include <chrono>
+#include <cstring>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "core/progress.h"
 #include "core/span_sink.h"
@@ -259,6 +261,101 @@ std::unique_ptr<Work> Communicator::recv_async(Tensor& x, int from) {
   return timer.track(do_recv_async(x, from));
 }
 
+void Communicator::check_all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_rows,
+                                      const Tensor& recv,
+                                      const std::vector<int64_t>& recv_rows) const {
+  const char* op = "all_to_all_v";
+  TP_CHECK(send.defined() && recv.defined(), op, ": undefined tensor");
+  TP_CHECK(send.ndim() == 2 && recv.ndim() == 2, op, ": send ", send.shape().str(), " and recv ",
+           recv.shape().str(), " must both be 2-D (rows, cols)");
+  TP_CHECK(send.cols() == recv.cols(), op, ": send has ", send.cols(), " cols and recv ",
+           recv.cols(), "; rows of one width travel, give both buffers the same cols");
+  check_same_dtype(op, send, recv);
+  for (const auto* counts : {&send_rows, &recv_rows}) {
+    const char* which = counts == &send_rows ? "send_rows" : "recv_rows";
+    const Tensor& buffer = counts == &send_rows ? send : recv;
+    TP_CHECK(static_cast<int>(counts->size()) == size_, op, ": ", which, " has ", counts->size(),
+             " counts; give one per rank of the group of ", size_);
+    int64_t sum = 0;
+    for (size_t p = 0; p < counts->size(); ++p) {
+      TP_CHECK((*counts)[p] >= 0, op, ": ", which, "[", p, "] = ", (*counts)[p],
+               "; a row count is 0 or more");
+      sum += (*counts)[p];
+    }
+    TP_CHECK(sum == buffer.rows(), op, ": ", which, " adds up to ", sum, " rows but ",
+             counts == &send_rows ? "send " : "recv ", buffer.shape().str(), " has ", buffer.rows(),
+             "; the counts must cover the buffer exactly");
+  }
+}
+
+size_t Communicator::record_all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_rows,
+                                         bool async) {
+  const size_t index =
+      ledger_.record("all_to_all_v", size_, send.numel(), async, send.element_size());
+  // What crosses a link: every row but the block this rank keeps.
+  ledger_.set_wire_bytes(index, static_cast<double>(send.rows() - send_rows[rank_]) *
+                                    static_cast<double>(send.cols() * send.element_size()));
+  return index;
+}
+
+void Communicator::all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_rows,
+                                Tensor& recv, const std::vector<int64_t>& recv_rows) {
+  check_all_to_all_v(send, send_rows, recv, recv_rows);
+  CallTimer timer(ledger_, record_all_to_all_v(send, send_rows, false), timeline_);
+  do_all_to_all_v(send, send_rows, recv, recv_rows);
+}
+
+std::unique_ptr<Work> Communicator::all_to_all_v_async(const Tensor& send,
+                                                       const std::vector<int64_t>& send_rows,
+                                                       Tensor& recv,
+                                                       const std::vector<int64_t>& recv_rows) {
+  check_all_to_all_v(send, send_rows, recv, recv_rows);
+  CallTimer timer(ledger_, record_all_to_all_v(send, send_rows, true), timeline_);
+  return timer.track(do_all_to_all_v_async(send, send_rows, recv, recv_rows));
+}
+
+std::unique_ptr<Work> Communicator::do_all_to_all_v_async(const Tensor& send,
+                                                          const std::vector<int64_t>& send_rows,
+                                                          Tensor& recv,
+                                                          const std::vector<int64_t>& recv_rows) {
+  do_all_to_all_v(send, send_rows, recv, recv_rows);
+  return std::make_unique<CompletedWork>();
+}
+
+std::vector<int64_t> exchange_counts(Communicator& comm, Device& device,
+                                     const std::vector<int64_t>& send_rows) {
+  const int t = comm.size();
+  TP_CHECK(static_cast<int>(send_rows.size()) == t, "exchange_counts: ", send_rows.size(),
+           " counts; give one per rank of the group of ", t);
+  // Each count as four 16-bit pieces, low first: integers below 2^16 are exact in f32.
+  constexpr int kPieces = 4;
+  std::vector<float> mine(static_cast<size_t>(t) * kPieces);
+  for (int p = 0; p < t; ++p) {
+    TP_CHECK(send_rows[p] >= 0, "exchange_counts: send_rows[", p, "] = ", send_rows[p],
+             "; a row count is 0 or more");
+    const uint64_t v = static_cast<uint64_t>(send_rows[p]);
+    for (int k = 0; k < kPieces; ++k)
+      mine[p * kPieces + k] = static_cast<float>(v >> (16 * k) & 0xffff);
+  }
+  const Tensor send = Tensor::from_host(device, Shape{t, kPieces}, mine);
+  Tensor recv(device, Shape{t, kPieces});
+  const std::vector<int64_t> ones(static_cast<size_t>(t), 1);
+  comm.all_to_all_v(send, ones, recv, ones);
+  const std::vector<float> got = recv.to_host();
+  std::vector<int64_t> recv_rows(static_cast<size_t>(t));
+  for (int p = 0; p < t; ++p) {
+    uint64_t v = 0;
+    for (int k = 0; k < kPieces; ++k) v |= static_cast<uint64_t>(got[p * kPieces + k]) << (16 * k);
+    recv_rows[p] = static_cast<int64_t>(v);
+  }
+  return recv_rows;
+}
+
+void Communicator::do_all_to_all_v(const Tensor&, const std::vector<int64_t>&, Tensor&,
+                                   const std::vector<int64_t>&) {
+  unsupported("all_to_all_v");
+}
+
 void Communicator::do_send(const Tensor&, int) { unsupported("send"); }
 void Communicator::do_recv(Tensor&, int) { unsupported("recv"); }
 std::unique_ptr<Work> Communicator::do_send_async(const Tensor&, int) { unsupported("send_async"); }
@@ -295,6 +392,11 @@ void SerialCommunicator::do_reduce_scatter(const Tensor& full, Tensor& shard) {
 
 void SerialCommunicator::do_send_recv(const Tensor& send, int, Tensor& recv, int) {
   recv.copy_from(send);
+}
+
+void SerialCommunicator::do_all_to_all_v(const Tensor& send, const std::vector<int64_t>&,
+                                         Tensor& recv, const std::vector<int64_t>&) {
+  recv.copy_from(send);  // one rank: its one block to itself (the shapes are checked equal)
 }
 
 std::unique_ptr<Communicator> SerialCommunicator::do_split(int, int) {

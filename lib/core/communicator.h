@@ -12,10 +12,17 @@
 //   send_recv(send, to, recv, from)  one ring step: send to `to` while receiving from `from`
 //   send(x, to) / recv(x, from)   point to point (pipeline stages): x of any shape goes to peer
 //                                 `to`; the receiver's x has the same element count
+//   all_to_all_v(send, send_rows, recv, recv_rows)
+//                                 send and recv are 2-D (rows, cols), one dtype, the same cols;
+//                                 send's rows go in rank order, send_rows[p] consecutive rows to
+//                                 rank p; recv gets recv_rows[p] rows from rank p, in rank order
+//                                 (expert parallelism's dispatch and combine). Counts differ by
+//                                 rank by design; exchange_counts() below tells each rank what
+//                                 it will receive.
 //
-// all_reduce / all_gather / reduce_scatter / send_recv / send / recv also come as *_async: they
-// return a Work at once, and the output may be read only after Work::wait() (compute may run in
-// between).
+// all_reduce / all_gather / reduce_scatter / send_recv / send / recv / all_to_all_v also come as
+// *_async: they return a Work at once, and the output may be read only after Work::wait()
+// (compute may run in between).
 //
 // Point to point. Sends and receives between two ranks match in the order they were issued. As
 // with NCCL, a send may wait until its receive is posted (and an asynchronous one may start
@@ -23,8 +30,8 @@
 // match: in a pairwise exchange one side sends first and the other receives first (or use
 // send_recv, which posts both at once). The peer is another rank of the group, never this rank.
 //
-// Optional operations. An operation not every backend has (today: send / recv) has a default
-// do_* that fails with one line naming the backend and the operation ("mpi (MPICH 4.0.2)
+// Optional operations. An operation not every backend has (today: send / recv, all_to_all_v) has
+// a default do_* that fails with one line naming the backend and the operation ("mpi (MPICH 4.0.2)
 // communicator: send not supported"), as c10d's Backend does, so adding an operation touches
 // this interface, the backends that implement it and core/forwarding_communicator (which carries
 // it through every decorator), not every subclass.
@@ -43,15 +50,18 @@
 // parallel/mappings and use Device::copy_columns around these contiguous moves.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/comm_ledger.h"
 #include "core/tensor.h"
 
 namespace tp {
 
+class Device;
 class SpanSink;
 
 /// The reduction of all_reduce: sum (the default everywhere) or max (the vocabulary-parallel
@@ -97,6 +107,18 @@ class Communicator {
   void send(const Tensor& x, int to);
   /// Receives into x from rank `from`; x holds as many elements as the matching send.
   void recv(Tensor& x, int from);
+  /// All-to-all with a row count per peer (see the top of this file; optional). Checked first:
+  /// both buffers 2-D with the same cols and dtype, one count per rank of the group, none
+  /// negative, Σ send_rows = send.rows() and Σ recv_rows = recv.rows(). The ledger counts
+  /// send.numel() elements and, as wire bytes, only the rows that leave this rank (the block to
+  /// itself is a local copy).
+  void all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_rows, Tensor& recv,
+                    const std::vector<int64_t>& recv_rows);
+  /// all_to_all_v in flight: `send` must not be written and `recv` not read before wait(). The
+  /// count vectors are copied where a backend needs them later.
+  std::unique_ptr<Work> all_to_all_v_async(const Tensor& send,
+                                           const std::vector<int64_t>& send_rows, Tensor& recv,
+                                           const std::vector<int64_t>& recv_rows);
   /// Waits until every rank of the group has called barrier(). Not in the ledger (moves no data);
   /// the progress monitor (core/progress.h) sees it.
   void barrier();
@@ -153,6 +175,14 @@ class Communicator {
   virtual void do_recv(Tensor& x, int from);
   virtual std::unique_ptr<Work> do_send_async(const Tensor& x, int to);
   virtual std::unique_ptr<Work> do_recv_async(Tensor& x, int from);
+  /// Shapes and counts are checked; a backend moves the blocks.
+  virtual void do_all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_rows,
+                               Tensor& recv, const std::vector<int64_t>& recv_rows);
+  /// The default runs do_all_to_all_v and returns a completed Work.
+  virtual std::unique_ptr<Work> do_all_to_all_v_async(const Tensor& send,
+                                                      const std::vector<int64_t>& send_rows,
+                                                      Tensor& recv,
+                                                      const std::vector<int64_t>& recv_rows);
   /// Throws "<name()> communicator: <op> not supported".
   [[noreturn]] void unsupported(const char* op) const;
 
@@ -163,6 +193,11 @@ class Communicator {
   void check_same_dtype(const char* op, const Tensor& a, const Tensor& b) const;
   /// A point-to-point peer: another rank of the group, and a defined tensor.
   void check_p2p(const char* op, const Tensor& x, int peer) const;
+  /// all_to_all_v's buffers and counts (see all_to_all_v).
+  void check_all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_rows,
+                          const Tensor& recv, const std::vector<int64_t>& recv_rows) const;
+  /// Its ledger record (wire bytes: the rows sent to other ranks); returns the index.
+  size_t record_all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_rows, bool async);
 
   int rank_;
   int size_;
@@ -185,6 +220,17 @@ class SerialCommunicator : public Communicator {
   void do_send_recv(const Tensor& send, int to, Tensor& recv, int from) override;
   void do_barrier() override {}
   std::unique_ptr<Communicator> do_split(int color, int key) override;
+  void do_all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_rows, Tensor& recv,
+                       const std::vector<int64_t>& recv_rows) override;
 };
+
+/// Expert parallelism's first step: rank r says how many rows it will send to each rank
+/// (send_rows[p], one per rank of `comm`), and learns how many each will send it: the result's
+/// [p] is send_rows[r] of rank p. A free function over all_to_all_v (one row per peer), so every
+/// backend and decorator that carries all_to_all_v carries it, with its ledger row and span, and
+/// no backend needs more code. Each count travels exactly as four 16-bit pieces in an f32 row
+/// (f32 holds integers exactly only up to 2^24). Negative counts are refused.
+std::vector<int64_t> exchange_counts(Communicator& comm, Device& device,
+                                     const std::vector<int64_t>& send_rows);
 
 }  // namespace tp

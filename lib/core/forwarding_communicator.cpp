@@ -51,6 +51,29 @@ void ForwardingCommunicator::do_recv(Tensor& x, int from) {
   around({"recv", &x, -1, true}, [&] { inner_->recv(x, from); });
 }
 
+namespace {
+Forwarded all_to_all_v_call(const Tensor& send, const Tensor& recv) {
+  Forwarded call{"all_to_all_v", &send};
+  call.rows_sent = send.rows();
+  call.rows_received = recv.rows();
+  return call;
+}
+}  // namespace
+
+void ForwardingCommunicator::do_all_to_all_v(const Tensor& send,
+                                             const std::vector<int64_t>& send_rows, Tensor& recv,
+                                             const std::vector<int64_t>& recv_rows) {
+  around(all_to_all_v_call(send, recv),
+         [&] { inner_->all_to_all_v(send, send_rows, recv, recv_rows); });
+}
+
+std::unique_ptr<Work> ForwardingCommunicator::do_all_to_all_v_async(
+    const Tensor& send, const std::vector<int64_t>& send_rows, Tensor& recv,
+    const std::vector<int64_t>& recv_rows) {
+  return around_async(all_to_all_v_call(send, recv),
+                      [&] { return inner_->all_to_all_v_async(send, send_rows, recv, recv_rows); });
+}
+
 std::unique_ptr<Work> ForwardingCommunicator::do_all_reduce_async(Tensor& x) {
   return around_async({"all_reduce", &x}, [&] { return inner_->all_reduce_async(x); });
 }

@@ -34,15 +34,18 @@ namespace tp {
 /// One call a ForwardingCommunicator forwards, as a decorator's hook sees it.
 struct Forwarded {
   /// The ledger's operation: "all_reduce", "all_reduce_max", "all_gather", "reduce_scatter",
-  /// "broadcast", "send_recv", "send", "recv", "barrier".
+  /// "broadcast", "send_recv", "send", "recv", "barrier", "all_to_all_v".
   const char* op;
   /// The buffer the ledger counts: x; all_gather / reduce_scatter: the full buffer; send_recv:
-  /// the send buffer. nullptr for barrier (it moves no data).
+  /// the send buffer; all_to_all_v: the send buffer. nullptr for barrier (it moves no data).
   const Tensor* buffer;
   /// broadcast's root, else -1.
   int root = -1;
   /// send_recv, send, recv (and their *_async): only two ranks of the group take part.
   bool point_to_point = false;
+  /// all_to_all_v: the rows this rank sends in all and receives in all, else -1.
+  int64_t rows_sent = -1;
+  int64_t rows_received = -1;
 };
 
 /// A Communicator over `inner` that forwards every operation to it (see the top of this file).
@@ -81,6 +84,11 @@ class ForwardingCommunicator : public Communicator {
   void do_recv(Tensor& x, int from) override;
   std::unique_ptr<Work> do_send_async(const Tensor& x, int to) override;
   std::unique_ptr<Work> do_recv_async(Tensor& x, int from) override;
+  void do_all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_rows, Tensor& recv,
+                       const std::vector<int64_t>& recv_rows) override;
+  std::unique_ptr<Work> do_all_to_all_v_async(const Tensor& send,
+                                              const std::vector<int64_t>& send_rows, Tensor& recv,
+                                              const std::vector<int64_t>& recv_rows) override;
 
  private:
   std::unique_ptr<Communicator> inner_;

@@ -54,7 +54,7 @@ int ring_steps(const std::string& op, int t) {
   if (t <= 1) return 0;
   if (op == "all_reduce" || op == "all_reduce_max") return 2 * (t - 1);
   if (op == "send_recv" || op == "send" || op == "recv") return 1;
-  return t - 1;  // all_gather, reduce_scatter, broadcast
+  return t - 1;  // all_gather, reduce_scatter, broadcast, all_to_all_v (one message per peer)
 }
 
 double predict_seconds(const std::string& op, int t, int64_t bytes, const AlphaBeta& ab) {
@@ -127,7 +127,11 @@ std::string prediction_report(const CommLedger& ledger, size_t from, size_t to, 
   size_t label_width = 5;
   for (size_t i = from; i < to; ++i) {
     const CommRecord& r = records[i];
-    const double predicted = predict_seconds(r.op, r.group_size, r.bytes, ab);
+    // all_to_all_v: its own wire bytes (its counts, not N, say what leaves the rank).
+    const double predicted =
+        r.op == "all_to_all_v" && ring_steps(r.op, r.group_size) > 0 && ab.beta > 0.0
+            ? ring_steps(r.op, r.group_size) * ab.alpha + r.wire_bytes / ab.beta
+            : predict_seconds(r.op, r.group_size, r.bytes, ab);
     const std::string label = r.label.empty() ? "-" : r.label;
     label_width = std::max(label_width, label.size());
     for (Row* row : {&by_op[{r.op, r.bytes, r.async}], &by_label[{label, r.op, r.async}], &total}) {

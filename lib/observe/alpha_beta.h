@@ -11,6 +11,8 @@
 //   broadcast                   t − 1        N                   (pipelined chain)
 //   send-recv                   1            N
 //   send / recv (point to point) 1           N / 0               (the sender counts the message)
+//   all-to-all-v                t − 1        the rows sent to other ranks (the record's
+//                                            wire_bytes; (t − 1) / t · N for an even split)
 //   any op at t = 1             0            0
 //
 //   seconds = steps · α + wire_bytes / β

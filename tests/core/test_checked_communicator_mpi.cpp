@@ -116,6 +116,39 @@ TEST(CheckedCommunicator, SkippedCallAndOtherDtypeAreNamed) {
   EXPECT_NE(line.find("called broadcast(8 floats from rank 0)"), std::string::npos) << line;
 }
 
+// all_to_all_v: counts differ by rank by design, so the check compares the op, the row width and
+// the dtype, and the group's total rows sent against received.
+TEST(CheckedCommunicator, AllToAllVPassesUnevenCountsAndNamesAMismatch) {
+  auto c = checked_world();
+  const int t = c->size(), r = c->rank();
+  tp::testing::check_all_to_all_v(*c, device(), 11);  // uneven counts pass, results exact
+  if (t == 1) GTEST_SKIP() << "the mismatches need two ranks";
+  const bool last = r == t - 1;
+  // Rank r sends one row to every rank: (t, 2) in, (t, 2) out.
+  const std::vector<int64_t> ones(t, 1);
+  Tensor send = Tensor::zeros(device(), Shape{t, 2}, last ? Dtype::bf16 : Dtype::f32);
+  Tensor recv = Tensor::zeros(device(), Shape{t, 2}, last ? Dtype::bf16 : Dtype::f32);
+  const int64_t checked = c->checked();
+  std::string line = mismatch_of([&] { c->all_to_all_v(send, ones, recv, ones); });
+  EXPECT_EQ(line, "collective #" + std::to_string(checked + 1) + " on the world (" +
+                      std::to_string(t) + " ranks): rank " + std::to_string(t - 1) +
+                      " called all_to_all_v(rows of 2 bf16), " + others(t) +
+                      " called all_to_all_v(rows of 2 floats) (--check-collectives)");
+  // Same op, width and dtype, but rank 0 expects a row that nobody sends.
+  Tensor f_send = Tensor::zeros(device(), Shape{t, 2});
+  std::vector<int64_t> expect = ones;
+  if (r == 0) expect[0] = 2;
+  Tensor f_recv = Tensor::zeros(device(), Shape{r == 0 ? t + 1 : t, 2});
+  line = mismatch_of([&] { c->all_to_all_v(f_send, ones, f_recv, expect); });
+  EXPECT_EQ(line, "collective #" + std::to_string(checked + 2) +
+                      " all_to_all_v(rows of 2 floats): the group sends " + std::to_string(t * t) +
+                      " rows in all but receives " + std::to_string(t * t + 1) +
+                      "; each rank's recv_rows[p] must be rank p's send_rows[this rank] "
+                      "(exchange_counts gives them) (--check-collectives)");
+  // Nothing ran: the group goes on.
+  c->all_to_all_v(f_send, ones, f_send, ones);
+}
+
 // A sub-group of a process grid is named by its axis: the grid sets each split's role, and the
 // checker's line says "the TP group of world ranks …" (np 4: tp 2 × dp 2, both axes split).
 TEST(CheckedCommunicator, GridSubGroupIsNamedByItsAxis) {

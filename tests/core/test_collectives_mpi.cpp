@@ -380,6 +380,10 @@ TEST(OptionalOperations, FailWithOneLineNamingTheBackendAndTheOp) {
   EXPECT_EQ(message([&] { c.recv(x, 1); }), "minimal communicator: recv not supported");
   EXPECT_EQ(message([&] { c.send_async(x, 1); }), "minimal communicator: send_async not supported");
   EXPECT_EQ(message([&] { c.recv_async(x, 1); }), "minimal communicator: recv_async not supported");
+  Tensor rows = Tensor::zeros(device(), Shape{0, 3});
+  const std::vector<int64_t> none(static_cast<size_t>(c.size()), 0);
+  EXPECT_EQ(message([&] { c.all_to_all_v(rows, none, rows, none); }),
+            "minimal communicator: all_to_all_v not supported");
 }
 
 TEST(SerialCommunicator, IsTheSizeOneCase) {
@@ -396,6 +400,23 @@ TEST(SerialCommunicator, IsTheSizeOneCase) {
 // ---- bf16 ----------------------------------------------------------------------------------------
 // The bound and the checks are tp::testing::check_bf16_collectives's (test_util.h): t − 1 combines,
 // each rounding once to bf16, |err| ≤ γ_{t−1} Σ|p| with γ_k = k 2^−8 / (1 − k 2^−8).
+
+// all_to_all_v with uneven counts (zeros included), f32 and bf16, against its definition; the
+// ledger; bad calls refused (tests/test_util.cpp). On the world, on split groups, and serial.
+TEST(AllToAllV, UnevenCountsMatchTheDefinition) {
+  for (unsigned seed : {1u, 2u, 3u}) tp::testing::check_all_to_all_v(world(), device(), seed);
+}
+
+TEST(AllToAllV, OnSplitGroups) {
+  Communicator& w = world();
+  auto sub = w.split(w.rank() % 2, w.rank());
+  tp::testing::check_all_to_all_v(*sub, device(), 7);
+}
+
+TEST(AllToAllV, SerialIsACopy) {
+  SerialCommunicator serial;
+  tp::testing::check_all_to_all_v(serial, device(), 5);
+}
 
 TEST(Bf16Collectives, SumsWithinTheRoundingBoundAndHalfTheBytes) {
   tp::testing::check_bf16_collectives(world(), device());

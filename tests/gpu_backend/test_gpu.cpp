@@ -1347,6 +1347,20 @@ TEST(GpuCollectives, MpiHostStagedEveryCollective) {
   tp::testing::check_point_to_point(c, gpu());
 }
 
+// all_to_all_v with uneven counts, f32 and bf16 (tp::testing::check_all_to_all_v): NCCL's grouped
+// ncclSend/ncclRecv with the self-block a device copy, and MPI_Ialltoallv on host-staged copies.
+TEST(GpuCollectives, NcclAllToAllV) {
+  REQUIRE_GPU();
+  if (!nccl_world()) GTEST_SKIP() << g.nccl_skip;
+  for (unsigned seed : {1u, 2u}) tp::testing::check_all_to_all_v(*g.nccl, gpu(), seed);
+}
+
+TEST(GpuCollectives, MpiHostStagedAllToAllV) {
+  REQUIRE_GPU();
+  MpiCommunicator c(MPI_COMM_WORLD, false);
+  tp::testing::check_all_to_all_v(c, gpu(), 3);
+}
+
 // bf16 collectives (ncclBfloat16; MPI's user op on the host-staged copy): the bound and the checks
 // of tp::testing::check_bf16_collectives (test_util.h).
 TEST(GpuCollectives, NcclBf16WithinTheRoundingBound) {

@@ -107,6 +107,23 @@ TEST(AlphaBeta, RingFormulasAgainstHandValues) {
     EXPECT_EQ(predict_seconds(op, 1, n, AlphaBeta{}), 0.0) << op;  // t = 1: nothing, not even α
   }
   EXPECT_THROW(ring_steps("all_to_all", 2), Error);
+  // all_to_all_v: t − 1 messages; from N alone an even split, (t − 1)/t · N.
+  EXPECT_EQ(ring_steps("all_to_all_v", 4), 3);
+  EXPECT_NEAR(predict_seconds("all_to_all_v", 4, n, ab), 3e-6 + 0.786432e-3, 1e-12);
+}
+
+TEST(AlphaBeta, ReportPredictsAnAllToAllVByTheBytesItSends) {
+  // A 1 MiB send buffer at t = 4 of which this rank keeps 1/2: it sends 512 KiB to the others.
+  // α = 1 µs, β = 1 GB/s: 3 α + 524288 / β = 527.288 µs (not the even split's 789.4).
+  CommLedger ledger;
+  const size_t i = ledger.record("all_to_all_v", 4, 1 << 18);
+  ledger.set_wire_bytes(i, 524288.0);
+  ledger.set_seconds(i, 527.288e-6);
+  const std::string report =
+      prediction_report(ledger, 0, ledger.size(), AlphaBeta{1e-6, 1e9}, "P: ");
+  EXPECT_NE(report.find("all_to_all_v     1048576      1         527.3        527.3       1.00"),
+            std::string::npos)
+      << report;
 }
 
 TEST(AlphaBeta, SeedNumbersFromThePresets) {

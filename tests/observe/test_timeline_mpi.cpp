@@ -136,6 +136,27 @@ TEST(Timeline, KernelsAndCollectivesAreRecordedByConstruction) {
   expect_no_overlap(spans, "communication");
 }
 
+// all_to_all_v is recorded as the other blocking collectives are: one span on the communication
+// track with the bytes of its send buffer and its label.
+TEST(Timeline, AllToAllVIsOneCollectiveSpan) {
+  const int t = world().size();
+  Timeline tl(world().rank());
+  world().set_timeline(&tl);
+  const std::vector<int64_t> twos(static_cast<size_t>(t), 2);
+  Tensor send = Tensor::zeros(device(), Shape{2 * t, 3}), recv(device(), Shape{2 * t, 3});
+  {
+    CommLedger::Scope scope(world().ledger(), "dispatch");
+    world().all_to_all_v(send, twos, recv, twos);
+  }
+  world().set_timeline(nullptr);
+  const auto spans = named(tl.spans(), SpanKind::Collective, "all_to_all_v");
+  ASSERT_EQ(spans.size(), 1u);
+  EXPECT_STREQ(spans[0].track(), "communication");
+  EXPECT_FALSE(spans[0].async);
+  EXPECT_EQ(spans[0].bytes, 4 * 2 * t * 3);
+  EXPECT_EQ(spans[0].label, "dispatch");
+}
+
 // Hand-made spans (seconds), with the sums worked out:
 //   kernel            [0, 1]
 //   all_reduce        [1, 1.5]   blocking: exposed 0.5

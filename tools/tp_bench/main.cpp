@@ -26,6 +26,8 @@
 //   block.cpp        4. one transformer block forward + backward (--suite block)
 //   memory.cpp       5. memory-bound kernels against a device-to-device copy (--suite memory)
 //   attention.cpp    6. causal attention forward and backward, s = 128 … 2048 (--suite attention)
+//   alltoall.cpp     7. all_to_all_v against a bare MPI_Alltoallv, 1 … 16 MiB (--suite alltoall
+//                       only: not in auto or all)
 #include <string>
 
 #include "bench.h"
@@ -42,9 +44,9 @@ int main(int argc, char** argv) {
       "Measures a backend: GEMM (CPU: Device::gemm vs direct cblas_sgemm; GPU: layer shapes vs a "
       "measured ceiling), "
       "collectives, one transformer block, memory-bound kernels.");
-  opts.text(
-      "suite", "auto", "what to measure: auto (cpu: gemm + collectives; gpu: all)",
-      {"auto", "gemm", "threads", "collectives", "block", "memory", "attention", "all", "none"});
+  opts.text("suite", "auto", "what to measure: auto (cpu: gemm + collectives; gpu: all)",
+            {"auto", "gemm", "threads", "collectives", "block", "memory", "attention", "alltoall",
+             "all", "none"});
   // Bounds past any model measured here (h = 65536 is 4x the largest GPT), before a product wraps.
   opts.integer("hidden", 4096, "h for the GPU GEMM shapes, the block and the memory kernels")
       .min(1)
