@@ -193,7 +193,7 @@ std::string moe_report(const Preflight& p, const MoePlan& m) {
       count(m.wpe).c_str(), count(m.biases).c_str(), count(m.total - m.wpe - m.biases).c_str(),
       count(m.active - m.wpe - m.biases).c_str());
   auto row = [&](const char* what, const MoeStates& s) {
-    os << format("  %-44s P %9s  weights %9s  grads %9s  AdamW %9s  total %9s\n", what,
+    os << format("  %-46s P %9s  weights %9s  grads %9s  AdamW %9s  total %9s\n", what,
                  count(s.params).c_str(), gb(s.weights).c_str(), gb(s.grads).c_str(),
                  gb(s.adamw).c_str(), gb(s.total()).c_str());
   };
@@ -221,7 +221,7 @@ std::string moe_report(const Preflight& p, const MoePlan& m) {
         mib(m.a2a.per_layer).c_str(), mib(static_cast<double>(m.a2a.per_layer) * L_moe).c_str(),
         static_cast<long long>(L_moe));
     os << format(
-        "    EP group of %d ranks %d apart, %s: %s; one all-to-all %s ((ep-1) a + bytes/b), "
+        "    EP group of %d ranks %d apart, %s: %s; one all-to-all %s ((ep-1) α + bytes/β), "
         "%s per layer, %s per step\n",
         ep, t, m.a2a_inside_node ? "inside a node" : "across nodes", m.a2a_link.str().c_str(),
         ms(m.a2a_seconds).c_str(), ms(4 * m.a2a_seconds).c_str(),
