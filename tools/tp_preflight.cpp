@@ -243,7 +243,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     const PreflightInput base = input_from(o);
-    if (base.model.experts > 0 || o.given("ep")) return report_moe(o, base);
+    if (base.model.experts > 0 || o.get_int32("ep") > 1) return report_moe(o, base);
     const int cp = o.get_int32("cp");
     TP_CHECK_INPUT(cp == 1 || (o.get_int32("pp") <= 1 && o.get_int32("dp") <= 1), "--cp ", cp,
                    " with --pp or --dp: the pipeline block does not plan CP yet; give --cp 1, or "

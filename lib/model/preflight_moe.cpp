@@ -17,11 +17,18 @@ std::string format(const char* fmt, Args... args) {
   return buf;
 }
 
-// preflight.cpp's units: GB = 10⁹ bytes for memory, MiB for traffic, B/M/k for counts.
-std::string gb(double b) { return format("%.2f GB", b / 1e9); }
+// preflight.cpp's units: decimal (GB = 10⁹ bytes) for memory, binary (MiB) for traffic.
+std::string gb(double b) {
+  return b >= 1e9   ? format("%.2f GB", b / 1e9)
+         : b >= 1e6 ? format("%.2f MB", b / 1e6)
+         : b >= 1e3 ? format("%.2f kB", b / 1e3)
+                    : format("%.0f B", b);
+}
 std::string mib(double b) {
   return b >= 1073741824.0 ? format("%.2f GiB", b / 1073741824.0)
-                           : format("%.1f MiB", b / 1048576.0);
+         : b >= 1048576.0  ? format("%.1f MiB", b / 1048576.0)
+         : b >= 1024.0     ? format("%.1f KiB", b / 1024.0)
+                           : format("%.0f B", b);
 }
 std::string ms(double s) {
   return s >= 1.0    ? format("%.2f s", s)
@@ -161,6 +168,7 @@ MoePlan plan_moe(const Preflight& p, const MoeInput& in) {
 std::string moe_report(const Preflight& p, const MoePlan& m) {
   std::ostringstream os;
   const GptConfig& c = p.cfg;
+  if (c.experts <= 0 || !m.problems.empty()) return "";
   const MoeCounts& n = m.counts;
   const int t = p.in.t, ep = m.in.ep;
   const int64_t L = c.layers, E = c.experts;
@@ -197,7 +205,8 @@ std::string moe_report(const Preflight& p, const MoePlan& m) {
                  count(s.params).c_str(), gb(s.weights).c_str(), gb(s.grads).c_str(),
                  gb(s.adamw).c_str(), gb(s.total()).c_str());
   };
-  os << "  model states per rank (GB = 10^9 bytes; activations: the peak above counts the dense "
+  os << "  model states per rank (GB = 10^9 bytes, MB = 10^6; activations: the peak above counts "
+        "the dense "
         "MLP's)\n";
   row(format("t = %d, every expert on every TP rank (today)", t).c_str(), m.at_t);
   if (ep > 1) {
