@@ -354,6 +354,14 @@ expect "tp_preflight --cp 3: S not divisible by 2 cp" 2 "--seq 131072 is not div
 expect "tp_preflight --cp 0" 2 "--cp=0: must be in [1, 4096]" 1 "${cp70[@]}" --cp 0
 expect "tp_preflight --cp: more GPUs than the job" 2 "8 x 4 x 1 x 1 = 32 GPUs, but the job has 2 nodes x 8 GPUs" 1 \
   "${cp70[@]}" --cp 4 --nodes 2
+# --experts (lib/model/preflight_moe.h): Mixtral-8x7B's published counts (without this project's wpe
+# and biases), the EP plan's all-to-all on 8 x 8 GPUs (docs/model.md), and its bad inputs.
+mx=("$BUILD/bin/tp_preflight" --model mixtral-8x7b -t 8 --nodes 8 --gpus-per-node 8)
+expect "tp_preflight mixtral-8x7b: 46.7 B total, 12.9 B active" 0 "(RoPE, no biases): total 46.70B, active 12.87B" 1 "${mx[@]}"
+expect "tp_preflight --ep 8: the all-to-all per rank" 0 "T x k x h x (ep-1)/ep x 2 B = 448.0 MiB" 1 "${mx[@]}" --ep 8
+expect "tp_preflight --top-k above --experts" 2 "--top-k=9 must be in [1, --experts=8]" 1 "${mx[@]}" --top-k 9
+expect "tp_preflight --ep not dividing dp" 2 "--ep=16 does not divide dp=8" 1 "${mx[@]}" --experts 16 --ep 16
+expect "tp_preflight --experts -1" 2 "--experts=-1: must be in [0, 4096]" 1 "${mx[@]}" --experts -1
 expect "missing data file" 2 "cannot open data file $tmp/none.txt" 2 "${tt[@]}" --data "$tmp/none.txt"
 expect "data file too short" 2 "has 1 bytes; one training sequence needs seq + 1 = 65" 2 "${tt[@]}" --data "$tmp/tiny.txt"
 expect "missing checkpoint" 2 "cannot open checkpoint $tmp/none.safetensors" 2 "${tt[@]}" --load "$tmp/none.safetensors"

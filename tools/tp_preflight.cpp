@@ -11,6 +11,9 @@
 //   build/bin/tp_preflight --hidden 50 --heads 4 --ffn 7 -t 2    (exit 2: every problem at once)
 //   build/bin/tp_preflight --model llama2-70b --seq 131072 -t 8 --sp --cp 8 --gpus-per-node 8
 //       (context parallelism, issue 42: 128k tokens; lib/model/preflight_cp.h)
+//   build/bin/tp_preflight --model mixtral-8x7b -t 8 --nodes 8 --gpus-per-node 8 --ep 8
+//       (a mixture of experts, issue 43: counts, memory per rank, the EP plan's all-to-all;
+//       lib/model/preflight_moe.h)
 //
 // Exit status: 0 when the configuration can run (warnings and notes do not count), 2 when there is
 // any problem or a bad flag.
@@ -27,6 +30,7 @@
 #include "model/pipeline_plan.h"
 #include "model/preflight.h"
 #include "model/preflight_cp.h"
+#include "model/preflight_moe.h"
 #include "model/presets.h"
 
 using namespace tp;
@@ -90,6 +94,9 @@ PreflightInput input_from(const Options& o) {
   if (o.get_flag("untie")) c.tied = false;
   c.dropout = static_cast<float>(o.get_real("dropout"));
   c.sp = o.get_flag("sp");
+  if (o.given("experts")) c.experts = o.get_int32("experts");  // else the preset's
+  if (o.given("top-k")) c.top_k = o.get_int32("top-k");
+  if (o.given("moe-every")) c.moe_every = o.get_int32("moe-every");
   in.model = c;
   in.batch = o.get_int("batch") != 0 ? o.get_int("batch") : (preset.empty() ? 8 : 1);
   in.t = o.get_int32("tp");
@@ -124,6 +131,28 @@ int report_cp(const Options& o, const PreflightInput& base, int cp) {
   problems.insert(problems.end(), c.problems.begin(), c.problems.end());
   TP_CHECK_INPUT(problems.empty(), problems_message(problems));
   std::printf("%s%s", preflight_report(p).c_str(), cp_report(p, c).c_str());
+  return 0;
+}
+
+// --experts (or a preset with experts) and --ep: the TP report, then what the experts change
+// (lib/model/preflight_moe.h).
+int report_moe(const Options& o, const PreflightInput& base) {
+  TP_CHECK_INPUT(o.get_int32("pp") <= 1 && o.get_int32("cp") <= 1,
+                 "--experts with --pp or --cp: the preflight does not plan experts beside them "
+                 "yet; give --pp 1 and --cp 1");
+  MoeInput min;
+  min.ep = o.get_int32("ep");
+  const int world = world_of(o, base.t);
+  min.dp = o.get_int32("dp") > 0                             ? o.get_int32("dp")
+           : world > 0 && base.t >= 1 && world % base.t == 0 ? world / base.t
+                                                             : 0;
+  min.gpu_memory = o.get_real("gpu-memory") * 1e9;
+  const Preflight p = preflight(base);
+  const MoePlan m = plan_moe(p, min);
+  std::vector<std::string> problems = p.problems;
+  problems.insert(problems.end(), m.problems.begin(), m.problems.end());
+  TP_CHECK_INPUT(problems.empty(), problems_message(problems));
+  std::printf("%s%s", preflight_report(p).c_str(), moe_report(p, m).c_str());
   return 0;
 }
 
@@ -188,14 +217,16 @@ int main(int argc, char** argv) {
                "/ t when given)")
       .non_negative()
       .fits_int()
-      .real("gpu-memory", 80.0, "GB (10^9 bytes) of one GPU, for whether --cp's peak fits")
+      .real("gpu-memory", 80.0,
+            "GB (10^9 bytes) of one GPU, for whether --cp's peak (and --experts' states) fit")
       .min(0.0, true)
       .max(1e9);
   // The pipeline block (lib/model/pipeline_plan.h): --pp and --schedule (declared as tp_train
   // declares them), with --dp and --micro-batches. With --pp > 1 or --dp > 1 the report adds the
   // stages' memory, the bubble and each link's traffic per step (--batch is then the global batch).
   declare_pipeline_options(o);
-  declare_context_parallel_options(o);  // --cp, --cp-layout: tp_train's words
+  declare_context_parallel_options(o);          // --cp, --cp-layout: tp_train's words
+  declare_mixture_of_experts_options(o, true);  // --experts, --top-k, ...: tp_train's; + --ep
   try {
     // -t N and -t=N are short for --tp.
     std::vector<std::string> args(argv, argv + argc);
@@ -212,6 +243,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     const PreflightInput base = input_from(o);
+    if (base.model.experts > 0 || o.get_int32("ep") > 1) return report_moe(o, base);
     const int cp = o.get_int32("cp");
     TP_CHECK_INPUT(cp == 1 || (o.get_int32("pp") <= 1 && o.get_int32("dp") <= 1), "--cp ", cp,
                    " with --pp or --dp: the pipeline block does not plan CP yet; give --cp 1, or "

@@ -7,6 +7,7 @@
 #include "core/comm_ledger.h"
 #include "core/error.h"
 #include "model/memory.h"
+#include "model/preflight_moe.h"
 #include "observe/alpha_beta.h"
 
 namespace tp {
@@ -259,6 +260,11 @@ void count_parameters(const PreflightInput& in, Preflight& p) {
     p.params_total += x.global.numel() * (x.per_layer ? c.layers : 1);
     if (x.per_layer) p.params_per_layer += x.global.numel();
   }
+  // A mixture of experts (model/preflight_moe.h): the router and every expert whole on each rank
+  // in place of the MoE blocks' MLP shards; compute counts the k experts a token visits.
+  p.params_per_rank += moe_extra_params(c, t);
+  p.params_total += moe_extra_params(in.model, 1);
+  p.params_per_layer = moe_active_per_layer(in.model, p.params_per_layer);
   const int64_t P = p.params_per_rank, d = in.dtype_bytes;
   // Mixed precision (d < 4, --precision bf16): a d-byte compute copy of the weights over the fp32
   // master (counted with AdamW); the weight gradients stay fp32 in this implementation
@@ -416,6 +422,10 @@ void report_shards(std::ostream& os, const Preflight& p) {
   os << "  parameters: " << count_str(p.params_total) << " in the model, "
      << count_str(p.params_per_rank) << " held by each rank (replicated ones and padding rows "
      << "included)\n";
+  if (c.experts > 0)
+    os << "  (the MoE blocks hold a router and " << c.experts
+       << " whole experts instead of the mlp.* shards: # mixture of experts below; the counts "
+          "include them)\n";
 }
 
 // The memory of one rank: model states, activations both ways, logits and the peak.

@@ -22,6 +22,13 @@ GptConfig llama_like(GptConfig c) {
   return c;
 }
 
+// A mixture of experts over a shape: every block's MLP as E experts of its ffn, top-k.
+GptConfig mixture(GptConfig c, int experts, int top_k) {
+  c.experts = experts;
+  c.top_k = top_k;
+  return c;
+}
+
 struct Preset {
   const char* name;
   GptConfig config;
@@ -34,6 +41,7 @@ const Preset kPresets[] = {
     {"qwen3-8b", llama_like(gpt_shape(36, 4096, 32, 8, 12288, 151936, 8192))},  // [A3], 8K tokens
     {"llama2-7b", llama_like(gpt_shape(32, 4096, 32, 32, 11008, 32000, 4096))},
     {"llama2-70b", llama_like(gpt_shape(80, 8192, 64, 8, 28672, 32000, 4096))},
+    {"mixtral-8x7b", mixture(llama_like(gpt_shape(32, 4096, 32, 8, 14336, 32000, 32768)), 8, 2)},
 };
 
 }  // namespace

@@ -11,6 +11,11 @@
 //   qwen3-8b       36   4096  32  8    12288  151936  8192  swiglu  rmsnorm    no
 //   llama2-7b      32   4096  32  32   11008  32000   4096  swiglu  rmsnorm    no
 //   llama2-70b     80   8192  64  8    28672  32000   4096  swiglu  rmsnorm    no
+//   mixtral-8x7b   32   4096  32  8    14336  32000   32768 swiglu  rmsnorm    no  (E 8, k 2)
+//
+// mixtral-8x7b: every block's MLP is 8 experts of f = 14336, 2 per token (model/moe.h); S is its
+// max_position_embeddings, so this project's learned wpe adds S·h = 134M parameters its RoPE does
+// not have (tp_preflight prints the count without them).
 //
 // The small shapes (GeLU, LayerNorm, tied; see each function for why its sizes are what they are):
 //   tiny_gpt       L    24    12  12   48     32      12    init_std 0.1
@@ -34,7 +39,7 @@ GptConfig gpt_shape(int64_t layers, int64_t hidden, int64_t heads, int64_t kv_he
                     int64_t vocab, int64_t seq);
 
 /// The named model shapes tp_preflight --model knows: "gpt2-small", "gpt2-medium", "qwen3-8b",
-/// "llama2-7b", "llama2-70b". Throws a bad-input tp::Error naming them for any other name.
+/// "llama2-7b", "llama2-70b", "mixtral-8x7b". Throws a bad-input tp::Error naming them for any other name.
 GptConfig model_preset(const std::string& name);
 /// Their names, for --help.
 std::vector<std::string> model_preset_names();

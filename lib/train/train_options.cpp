@@ -5,6 +5,7 @@
 
 #include "model/pipeline_plan.h"
 #include "model/preflight_cp.h"
+#include "model/preflight_moe.h"
 
 namespace tp {
 
@@ -66,35 +67,6 @@ void declare_optimisation(Options& o) {
       .as_float();
 }
 
-// Mixture of experts (model/moe.h, issue 43): the MLP of some blocks as E experts and a router.
-void declare_mixture_of_experts(Options& o) {
-  o.integer("experts", 0,
-            "mixture of experts: E expert MLPs with a top-k router in place of the MLP of every "
-            "--moe-every-th block (0 = dense)")
-      .non_negative()
-      .max(4096)
-      .fits_int()
-      .integer("top-k", 2,
-               "experts per token with --experts (gates renormalised over the k when k > 1, the "
-               "raw probability at k = 1)")
-      .min(1)
-      .max(4096)
-      .fits_int()
-      .integer("moe-every", 1, "with --experts: blocks l with l % n = n - 1 are MoE (1: all)")
-      .min(1)
-      .max(4096)
-      .fits_int()
-      .real("aux-loss-coef", 0.01,
-            "weight of the load-balancing loss (Switch Transformers' 0.01; 0 = off)")
-      .non_negative()
-      .real("z-loss-coef", 1e-3, "weight of the router z-loss (ST-MoE's 1e-3; 0 = off)")
-      .non_negative()
-      .real("capacity-factor", 0,
-            "tokens per expert at most ceil(c * tokens * k / E), the rest dropped (0 = dropless)")
-      .positive()
-      .zero_means_off();
-}
-
 // How the layers compute and split: activation, norm, SP, overlap, recomputation, precision, micro-batches, ZeRO, the memory budget, the pipeline.
 void declare_layer_forms(Options& o) {
   o.text("act", "gelu", "MLP activation", {"gelu", "swiglu"})
@@ -131,9 +103,9 @@ void declare_layer_forms(Options& o) {
             "step 1 (0 = no budget)")
       .min(1)
       .zero_means_off();
-  declare_mixture_of_experts(o);
-  declare_pipeline_options(o);          // --pp, --schedule: tp_preflight's too
-  declare_context_parallel_options(o);  // --cp, --cp-layout: tp_preflight's too
+  declare_mixture_of_experts_options(o, false);  // tp_preflight's too (with --ep)
+  declare_pipeline_options(o);                   // --pp, --schedule: tp_preflight's too
+  declare_context_parallel_options(o);           // --cp, --cp-layout: tp_preflight's too
   o.text("pp-layers", "", "blocks per stage with --pp, e.g. 3,5 (default: an even split)")
       .integer("pad-vocab-multiple", 1, "pad the vocabulary to a multiple of this times t")
       .min(1)
