@@ -183,7 +183,8 @@ Plan plan_run(const Options& o, int world_size) {
          "--micro-batches > 1 (the balancing statistics are the whole batch's; a micro-batch "
          "sees part)"},
         {o.get_flag("audit-grads"), "--audit-grads"},
-        {o.get_real("memory-budget") > 0, "--memory-budget (the preflight has no experts yet)"}};
+        {o.get_real("memory-budget") > 0,
+         "--memory-budget (the preflight counts no expert activations yet)"}};
     for (const auto& [given, what] : refused)
       if (given)
         problems.push_back(std::string("--experts with ") + what +
