@@ -4,7 +4,8 @@
 # Bad input: one line each, exit 2, within 10 s. Then 20-step loss curves against t = 1 within
 # 1e-4 relative at every step (same_curve; the ring's merge and the CP average add in another
 # order): cp 2 zigzag and contiguous, cp 4, tp 2 × cp 2 with and without --sp, cp 2 × pp 2,
-# cp 2 × dp 2, cp 2 with dropout (the masks keyed by global rows: one device's); bf16 cp 2 and
+# cp 2 × dp 2 (and with --zero 1), tp 2 × cp 2 with full recomputation and micro-batches and with
+# SP's ring overlap, cp 2 with dropout (the masks keyed by global rows: one device's); bf16 cp 2 and
 # tp 2 × cp 2 against t = 1 bf16. The first step's gradients (--dump-grads) at cp 2 and
 # tp 2 × cp 2 against t = 1 within 1e-5. Checkpoints stay global: a cp 2 run's checkpoint resumes
 # at cp 1 and a t = 1 run's at cp 4, on the uninterrupted t = 1 curve.
@@ -41,6 +42,9 @@ cp_curve "tp 2 x cp 2" "$tmp/cp_t1.json" 4 --cp 2
 cp_curve "tp 2 x cp 2 sp" "$tmp/cp_t1.json" 4 --cp 2 --sp
 cp_curve "cp 2 x pp 2" "$tmp/cp_t1.json" 4 --cp 2 --pp 2
 cp_curve "cp 2 x dp 2" "$tmp/cp_t1.json" 4 --cp 2 --dp 2
+cp_curve "cp 2 x dp 2 zero 1" "$tmp/cp_t1.json" 4 --cp 2 --dp 2 --zero 1
+cp_curve "tp 2 x cp 2 recompute full, micro-batches 2" "$tmp/cp_t1.json" 4 --cp 2 --recompute full --micro-batches 2
+cp_curve "tp 2 x cp 2 sp overlap ring" "$tmp/cp_t1.json" 4 --cp 2 --sp --overlap ring
 cp_ref t1_dropout --steps 20 --dropout 0.1
 cp_curve "cp 2 dropout" "$tmp/cp_t1_dropout.json" 2 --cp 2 --dropout 0.1
 # bf16: the ring merges bf16 partial outputs (each merge rounds once more than one device's
