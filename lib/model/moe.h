@@ -122,8 +122,9 @@ class MoeLayer {
   /// e.g. 1 / micro-batches).
   Tensor backward(const Tensor& dy, float loss_scale = 1.0f);
 
-  /// Checkpoint names: <prefix>.router.weight (h, E), <prefix>.experts.<e>.c_fc.{weight,bias},
-  /// .c_gate.* (SwiGLU), .c_proj.*; all Split::Replicated. proj_std for c_proj's weights.
+  /// Checkpoint names: "<prefix>.router.weight" (h, E), "<prefix>.experts.<e>.c_fc.weight" and
+  /// ".bias", ".c_gate.*" (SwiGLU), ".c_proj.*"; all Split::Replicated. proj_std for c_proj's
+  /// weights.
   void collect_params(ParamList& out, float std, float proj_std) const;
   void observe(MemoryLedger* ledger, int64_t layer);
   void set_stats_reducer(RouterStatsReducer reducer) { reducer_ = std::move(reducer); }
