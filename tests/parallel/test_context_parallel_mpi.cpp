@@ -22,6 +22,7 @@
 #include "model/gpt.h"
 #include "model/presets.h"
 #include "model/train.h"
+#include "model_test_helpers.h"
 #include "parallel/process_grid.h"
 #include "parallel/ring_attention.h"
 #include "test_util.h"
@@ -66,8 +67,7 @@ struct Outcome {
 ParamList without_key_bias(const ParamList& all) {
   ParamList kept;
   for (const Param& p : all)
-    if (p.name.size() < 7 || p.name.compare(p.name.size() - 7, 7, ".k.bias") != 0)
-      kept.push_back(p);
+    if (!tp::testing::is_key_bias(p.name)) kept.push_back(p);
   return kept;
 }
 double grads_error(ProcessGrid& grid, Gpt& model, Gpt& one) {
