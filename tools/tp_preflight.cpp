@@ -225,8 +225,8 @@ int main(int argc, char** argv) {
   // declares them), with --dp and --micro-batches. With --pp > 1 or --dp > 1 the report adds the
   // stages' memory, the bubble and each link's traffic per step (--batch is then the global batch).
   declare_pipeline_options(o);
-  declare_context_parallel_options(o);          // --cp, --cp-layout: tp_train's words
-  declare_mixture_of_experts_options(o, true);  // --experts, --top-k, ...: tp_train's; + --ep
+  declare_context_parallel_options(o);    // --cp, --cp-layout: tp_train's words
+  declare_mixture_of_experts_options(o);  // --experts, --top-k, --ep ...: tp_train's
   try {
     // -t N and -t=N are short for --tp.
     std::vector<std::string> args(argv, argv + argc);

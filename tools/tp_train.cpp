@@ -309,15 +309,15 @@ int train(Context& ctx) {
                  "): give --val-fraction F (> 0) leaving at least seq + 1 = ", seq + 1,
                  " bytes on each side, or drop --eval-every");
   // The tp × dp (× pp) grid: `tp` is this rank's TP group (the whole world when --dp 1, --pp 1).
-  ProcessGrid grid(world, GridAxes{dp, plan.pp, plan.cp}, ctx.node_of_rank);
+  ProcessGrid grid(world, GridAxes{dp, plan.pp, plan.cp, plan.ep}, ctx.node_of_rank);
   Communicator& tp = grid.tp();
   if (!grid.placement_warning().empty()) log0(world, "warning: ", grid.placement_warning());
   AdamWParams hp;
   hp.lr = static_cast<float>(o.get_real("lr"));
   hp.weight_decay = static_cast<float>(o.get_real("weight-decay"));
   const LrSchedule schedule{hp.lr, plan.warmup, plan.decay_steps};
-  const Trainee trainee =
-      build(ctx.device, tp, cfg, pipeline_stage_layout(grid, cfg, plan.pp_layers), seed, hp);
+  const Trainee trainee = build(
+      ctx.device, tp, cfg, pipeline_stage_layout(grid, cfg, plan.pp_layers), seed, hp, &grid.ep());
   Gpt& model = *trainee.model;
   AdamW& opt = *trainee.opt;
   model.set_context_parallel(grid.cp(), plan.cp_layout);  // cp 1: nothing changes

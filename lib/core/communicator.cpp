@@ -323,32 +323,34 @@ std::unique_ptr<Work> Communicator::do_all_to_all_v_async(const Tensor& send,
 }
 
 std::vector<int64_t> exchange_counts(Communicator& comm, Device& device,
-                                     const std::vector<int64_t>& send_rows) {
+                                     const std::vector<int64_t>& send_counts) {
   const int t = comm.size();
-  TP_CHECK(static_cast<int>(send_rows.size()) == t, "exchange_counts: ", send_rows.size(),
-           " counts; give one per rank of the group of ", t);
+  const size_t n = send_counts.size();
+  TP_CHECK(n > 0 && n % static_cast<size_t>(t) == 0, "exchange_counts: ", n,
+           " counts; give the same number (at least one) for each rank of the group of ", t);
+  const int64_t w = static_cast<int64_t>(n) / t;  // counts per peer
   // Each count as four 16-bit pieces, low first: integers below 2^16 are exact in f32.
   constexpr int kPieces = 4;
-  std::vector<float> mine(static_cast<size_t>(t) * kPieces);
-  for (int p = 0; p < t; ++p) {
-    TP_CHECK(send_rows[p] >= 0, "exchange_counts: send_rows[", p, "] = ", send_rows[p],
+  std::vector<float> mine(n * kPieces);
+  for (size_t i = 0; i < n; ++i) {
+    TP_CHECK(send_counts[i] >= 0, "exchange_counts: count [", i, "] = ", send_counts[i],
              "; a row count is 0 or more");
-    const uint64_t v = static_cast<uint64_t>(send_rows[p]);
+    const uint64_t v = static_cast<uint64_t>(send_counts[i]);
     for (int k = 0; k < kPieces; ++k)
-      mine[p * kPieces + k] = static_cast<float>(v >> (16 * k) & 0xffff);
+      mine[i * kPieces + k] = static_cast<float>(v >> (16 * k) & 0xffff);
   }
-  const Tensor send = Tensor::from_host(device, Shape{t, kPieces}, mine);
-  Tensor recv(device, Shape{t, kPieces});
+  const Tensor send = Tensor::from_host(device, Shape{t, w * kPieces}, mine);
+  Tensor recv(device, Shape{t, w * kPieces});
   const std::vector<int64_t> ones(static_cast<size_t>(t), 1);
   comm.all_to_all_v(send, ones, recv, ones);
   const std::vector<float> got = recv.to_host();
-  std::vector<int64_t> recv_rows(static_cast<size_t>(t));
-  for (int p = 0; p < t; ++p) {
+  std::vector<int64_t> recv_counts(n);
+  for (size_t i = 0; i < n; ++i) {
     uint64_t v = 0;
-    for (int k = 0; k < kPieces; ++k) v |= static_cast<uint64_t>(got[p * kPieces + k]) << (16 * k);
-    recv_rows[p] = static_cast<int64_t>(v);
+    for (int k = 0; k < kPieces; ++k) v |= static_cast<uint64_t>(got[i * kPieces + k]) << (16 * k);
+    recv_counts[i] = static_cast<int64_t>(v);
   }
-  return recv_rows;
+  return recv_counts;
 }
 
 void Communicator::do_all_to_all_v(const Tensor&, const std::vector<int64_t>&, Tensor&,

@@ -225,12 +225,14 @@ class SerialCommunicator : public Communicator {
 };
 
 /// Expert parallelism's first step: rank r says how many rows it will send to each rank
-/// (send_rows[p], one per rank of `comm`), and learns how many each will send it: the result's
-/// [p] is send_rows[r] of rank p. A free function over all_to_all_v (one row per peer), so every
-/// backend and decorator that carries all_to_all_v carries it, with its ledger row and span, and
-/// no backend needs more code. Each count travels exactly as four 16-bit pieces in an f32 row
-/// (f32 holds integers exactly only up to 2^24). Negative counts are refused.
+/// (send_counts[p], one per rank of `comm`), and learns how many each will send it: the result's
+/// [p] is send_counts[r] of rank p. With w counts per peer (send_counts of t·w: [p·w + i] for
+/// peer p, e.g. one per expert that p holds), the result's [p·w + i] is send_counts[r·w + i] of
+/// rank p. A free function over all_to_all_v (one row per peer), so every backend and decorator
+/// that carries all_to_all_v carries it, with its ledger row and span, and no backend needs more
+/// code. Each count travels exactly as four 16-bit pieces in f32 (f32 holds integers exactly
+/// only up to 2^24). Negative counts are refused.
 std::vector<int64_t> exchange_counts(Communicator& comm, Device& device,
-                                     const std::vector<int64_t>& send_rows);
+                                     const std::vector<int64_t>& send_counts);
 
 }  // namespace tp

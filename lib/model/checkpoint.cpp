@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "core/agreement.h"
@@ -243,8 +244,43 @@ void save_checkpoint(const std::string& path, Communicator& comm, const Gpt& mod
   write.rethrow();
 }
 
+namespace {
+// Expert parallelism: the EP group's rank 0 gets the other ranks' experts (weights and moments:
+// the rest it holds itself) and its TP rank 0 writes the one file. Collective over `tp` and, on
+// the TP rank 0s, over `ep`.
+void save_expert_parallel(const std::string& path, Communicator& tp, Communicator& ep,
+                          const Gpt& model, const AdamW& opt, int64_t step,
+                          const CheckpointOrigin& origin) {
+  std::vector<NamedHostTensor> tensors = checkpoint_tensors(tp, model, opt);
+  if (ep.rank() > 0) {
+    std::set<std::string> experts;
+    for (const Param& p : model.params())
+      if (p.expert >= 0)
+        for (const char* prefix : {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq."})
+          experts.insert(prefix + stored_name(p));
+    tensors.erase(std::remove_if(tensors.begin(), tensors.end(),
+                                 [&](const NamedHostTensor& t) { return !experts.count(t.name); }),
+                  tensors.end());
+  }
+  DeferredError write;  // a failed write still joins the barriers its peers wait in
+  if (tp.rank() == 0) {
+    const std::vector<NamedHostTensor> all =
+        gather_to_first_stage(ep, model.params().front().value.device(), tensors);
+    if (ep.rank() == 0) write.run([&] { write_checkpoint(path, all, model, opt, step, origin); });
+    ep.barrier();
+  }
+  tp.barrier();  // nobody reads the file before it is complete
+  write.rethrow();
+}
+}  // namespace
+
 void save_checkpoint(const std::string& path, Communicator& tp, Communicator& pp, const Gpt& model,
-                     const AdamW& opt, int64_t step, const CheckpointOrigin& origin) {
+                     const AdamW& opt, int64_t step, const CheckpointOrigin& origin,
+                     Communicator* ep) {
+  if (ep && ep->size() > 1) {
+    TP_CHECK(pp.size() == 1, "save_checkpoint: expert parallelism with pipeline stages");
+    return save_expert_parallel(path, tp, *ep, model, opt, step, origin);
+  }
   if (pp.size() == 1) return save_checkpoint(path, tp, model, opt, step, origin);
   const std::vector<NamedHostTensor> tensors = checkpoint_tensors(tp, model, opt);
   DeferredError write;   // a failed write still joins the barriers its peers wait in

@@ -1,5 +1,6 @@
 #include "model/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -374,6 +375,23 @@ void Gpt::finish_gradients() {
 
 void Gpt::set_moe_reduction(const RouterStatsReducer& reducer, float grad_scale) {
   for (auto& b : blocks_) b->set_moe_reduction(reducer, grad_scale);
+}
+
+void Gpt::set_expert_parallel(Communicator& ep) {
+  if (ep.size() == 1) return;
+  TP_CHECK(!ep_, "Gpt::set_expert_parallel: called twice");
+  ep_ = &ep;
+  ExpertPlacement place;
+  for (auto& b : blocks_)
+    if (b->moe()) {
+      b->moe()->set_expert_group(&ep);
+      place = b->moe()->dispatch().placement();
+    }
+  // The experts this rank no longer holds leave the parameter list (their tensors with them).
+  params_.erase(
+      std::remove_if(params_.begin(), params_.end(),
+                     [&](const Param& p) { return p.expert >= 0 && !place.holds(p.expert); }),
+      params_.end());
 }
 
 std::vector<const MoeLayer*> Gpt::moe_layers() const {

@@ -155,6 +155,12 @@ class Gpt {
   /// count of ranks whose gradients are averaged, dp · cp, so the average keeps their sum).
   /// train_step sets both from the grid.
   void set_moe_reduction(const RouterStatsReducer& reducer, float grad_scale);
+  /// Expert parallelism (parallel/expert_parallel.h): every MoE block keeps only the experts
+  /// its rank of `ep` holds, and the other experts' parameters leave params() (call it after
+  /// constructing, before init, loading and the optimizer). ep.size() = 1: nothing changes.
+  /// Refuses E not divisible by ep.size() (bad input).
+  void set_expert_parallel(Communicator& ep);
+  int ep_size() const { return ep_ ? ep_->size() : 1; }
   /// The blocks' mixture-of-experts layers on this stage (empty for a dense model).
   std::vector<const MoeLayer*> moe_layers() const;
   /// Σ over this stage's MoE blocks of the last forward's balancing loss and z-loss (part of the
@@ -198,6 +204,7 @@ class Gpt {
   int64_t batch_ = 0;
   std::vector<RowRun> rows_;  // my token rows as runs of global rows (positions, dropout masks)
   Communicator* cp_ = nullptr;
+  Communicator* ep_ = nullptr;
   CpLayout cp_layout_ = CpLayout::Zigzag;
 
   void check_batch(const Batch& b, bool targets) const;

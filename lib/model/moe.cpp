@@ -12,7 +12,7 @@ namespace {
 
 /// A parameter of the layer, whole on this rank (no TP inside the experts at this step).
 void add_param(ParamList& out, const std::string& name, const Tensor& value, const Tensor& grad,
-               Init init, float std, bool decay) {
+               Init init, float std, bool decay, int expert = -1) {
   Param p;
   p.name = name;
   p.shape = value.shape();
@@ -22,6 +22,7 @@ void add_param(ParamList& out, const std::string& name, const Tensor& value, con
   p.init = init;
   p.init_std = std;
   p.decay = decay;
+  p.expert = expert;
   out.push_back(p);
 }
 
@@ -47,9 +48,11 @@ MoeLayer::MoeLayer(Device& device, const std::string& prefix, const MoeConfig& c
       prefix_(prefix),
       cfg_(cfg),
       swiglu_(cfg.act == Activation::SwiGlu),
+      dispatch_(std::make_unique<ExpertDispatch>(device, nullptr, cfg.experts)),
       x_(prefix + ".input"),
       ids_(prefix + ".slot_tokens"),
       gates_(prefix + ".slot_gates"),
+      xe_(prefix + ".experts.input"),
       up_(prefix + ".experts.c_fc.output"),
       gate_pre_(prefix + ".experts.c_gate.output"),
       act_(prefix + ".experts.act"),
@@ -81,18 +84,29 @@ MoeLayer::MoeLayer(Device& device, const std::string& prefix, const MoeConfig& c
 void MoeLayer::collect_params(ParamList& out, float std, float proj_std) const {
   add_param(out, prefix_ + ".router.weight", router_weight, router_dweight, Init::Normal, std,
             true);
-  for (size_t e = 0; e < experts.size(); ++e) {
-    const MoeExpert& ex = experts[e];
+  for (size_t i = 0; i < experts.size(); ++i) {
+    const MoeExpert& ex = experts[i];
+    const int e = dispatch_->placement().first() + static_cast<int>(i);
     const std::string p = prefix_ + ".experts." + std::to_string(e);
-    add_param(out, p + ".c_fc.weight", ex.w_fc, ex.dw_fc, Init::Normal, std, true);
-    add_param(out, p + ".c_fc.bias", ex.b_fc, ex.db_fc, Init::Zeros, 0, false);
+    add_param(out, p + ".c_fc.weight", ex.w_fc, ex.dw_fc, Init::Normal, std, true, e);
+    add_param(out, p + ".c_fc.bias", ex.b_fc, ex.db_fc, Init::Zeros, 0, false, e);
     if (swiglu_) {
-      add_param(out, p + ".c_gate.weight", ex.w_gate, ex.dw_gate, Init::Normal, std, true);
-      add_param(out, p + ".c_gate.bias", ex.b_gate, ex.db_gate, Init::Zeros, 0, false);
+      add_param(out, p + ".c_gate.weight", ex.w_gate, ex.dw_gate, Init::Normal, std, true, e);
+      add_param(out, p + ".c_gate.bias", ex.b_gate, ex.db_gate, Init::Zeros, 0, false, e);
     }
-    add_param(out, p + ".c_proj.weight", ex.w_proj, ex.dw_proj, Init::Normal, proj_std, true);
-    add_param(out, p + ".c_proj.bias", ex.b_proj, ex.db_proj, Init::Zeros, 0, false);
+    add_param(out, p + ".c_proj.weight", ex.w_proj, ex.dw_proj, Init::Normal, proj_std, true, e);
+    add_param(out, p + ".c_proj.bias", ex.b_proj, ex.db_proj, Init::Zeros, 0, false, e);
   }
+}
+
+void MoeLayer::set_expert_group(Communicator* ep) {
+  TP_CHECK(static_cast<int>(experts.size()) == cfg_.experts, prefix_,
+           ": set_expert_group once, on a layer that still holds every expert");
+  dispatch_ = std::make_unique<ExpertDispatch>(device_, ep, cfg_.experts);
+  const ExpertPlacement& place = dispatch_->placement();
+  std::vector<MoeExpert> mine(experts.begin() + place.first(),
+                              experts.begin() + place.first() + place.local());
+  experts = std::move(mine);
 }
 
 void MoeLayer::observe(MemoryLedger* ledger, int64_t layer) { saved_.attach(ledger, layer); }
@@ -232,10 +246,11 @@ Tensor MoeLayer::experts_forward(const Tensor& xs) {
   Tensor up(device_, Shape{m, cfg_.ffn}), act(device_, Shape{m, cfg_.ffn});
   Tensor gate = swiglu_ ? Tensor(device_, Shape{m, cfg_.ffn}) : Tensor();
   Tensor out(device_, Shape{m, cfg_.hidden});
-  for (int e = 0; e < cfg_.experts; ++e) {
-    const int64_t b = route_.begin[e], c = route_.begin[e + 1];
+  const std::vector<int64_t>& begin = dispatch_->expert_begin();
+  for (size_t e = 0; e < experts.size(); ++e) {
+    const int64_t b = begin[e], c = begin[e + 1];
     if (b == c) continue;
-    const MoeExpert& ex = experts[static_cast<size_t>(e)];
+    const MoeExpert& ex = experts[e];
     const Tensor xe = xs.view(b, c);
     Tensor up_e = up.view(b, c), act_e = act.view(b, c), out_e = out.view(b, c);
     device_.gemm(false, false, 1.0f, xe, ex.w_fc, 0.0f, up_e);  // X_e W_fc
@@ -288,8 +303,14 @@ Tensor MoeLayer::forward(const Tensor& x_in) {
   saved_.keep(gates_, gate_t);
   Tensor xs(device_, Shape{m, h});
   device_.embedding_shard_forward(xs, id_t, x, 0);  // xs[s] = x[token of s]
-  // 3. The experts, each on its contiguous rows of xs.
-  const Tensor out = experts_forward(xs);
+  // 3. The experts, each on its contiguous rows of xs; under EP on the rows sent to their rank,
+  // and the outputs sent back (parallel/expert_parallel.h).
+  std::vector<int64_t> per_expert(static_cast<size_t>(cfg_.experts));
+  for (int e = 0; e < cfg_.experts; ++e) per_expert[e] = route_.begin[e + 1] - route_.begin[e];
+  dispatch_->plan(per_expert);
+  const Tensor xe = dispatch_->dispatch(xs);
+  if (dispatch_->placement().ep > 1) saved_.keep(xe_, xe);
+  const Tensor out = dispatch_->combine(experts_forward(xe));
   saved_.keep(out_, out);
   // 4. Combine: y[token of s] += g_s · out[s] (the gates broadcast over h by a rank-1 GEMM).
   Tensor gate_rows(device_, Shape{m, h}), weighted(device_, Shape{m, h});
@@ -307,10 +328,11 @@ Tensor MoeLayer::experts_backward(const Tensor& xs, const Tensor& dout) {
   Tensor dact(device_, Shape{m, cfg_.ffn}), dup(device_, Shape{m, cfg_.ffn});
   Tensor dgate = swiglu_ ? Tensor(device_, Shape{m, cfg_.ffn}) : Tensor();
   Tensor dxs(device_, Shape{m, cfg_.hidden});
-  for (int e = 0; e < cfg_.experts; ++e) {
-    const int64_t b = route_.begin[e], c = route_.begin[e + 1];
+  const std::vector<int64_t>& begin = dispatch_->expert_begin();
+  for (size_t e = 0; e < experts.size(); ++e) {
+    const int64_t b = begin[e], c = begin[e + 1];
     if (b == c) continue;
-    MoeExpert& ex = experts[static_cast<size_t>(e)];
+    MoeExpert& ex = experts[e];
     const Tensor xe = xs.view(b, c), dout_e = dout.view(b, c), up_e = up.view(b, c);
     Tensor dact_e = dact.view(b, c), dup_e = dup.view(b, c), dxe = dxs.view(b, c);
     device_.add_bias_backward(ex.db_proj, dout_e);
@@ -349,12 +371,21 @@ Tensor MoeLayer::backward(const Tensor& dy_in, float loss_scale) {
     device_.mul(dys, out_.get(), prod);
     device_.gemm(false, true, 1.0f, prod, ones_h_, 0.0f, dg);  // Σ_c dys[s, c] out[s, c]
     dgate_slot = dg.to_host();
-    // The experts' dY: g_s · dys[s]; their input regathered from x.
-    Tensor gate_rows(device_, Shape{m, h}), dout(device_, Shape{m, h}), xs(device_, Shape{m, h});
+    // The experts' dY: g_s · dys[s]. Their input: regathered from x, or under EP the rows that
+    // came in forward; dY goes to the experts' ranks as the tokens did, dX comes back.
+    Tensor gate_rows(device_, Shape{m, h}), dout(device_, Shape{m, h});
     device_.gemm(false, false, 1.0f, gates_.get(), ones_h_, 0.0f, gate_rows);
     device_.mul(dys, gate_rows, dout);
-    device_.embedding_shard_forward(xs, ids, x, 0);
-    const Tensor dxs = experts_backward(xs, dout);
+    Tensor dxs;
+    if (dispatch_->placement().ep == 1) {
+      Tensor xs(device_, Shape{m, h});
+      device_.embedding_shard_forward(xs, ids, x, 0);
+      dxs = experts_backward(xs, dout);
+    } else {
+      const Tensor dxe =
+          experts_backward(xe_.get(), dispatch_->dispatch(dout, "moe dispatch (backward)"));
+      dxs = dispatch_->combine(dxe, "moe combine (backward)");
+    }
     device_.embedding_shard_backward(dx, dxs, ids, 0);  // dx[token of s] += dxs[s]
   }
   // The router: dZ from the host, then dW_r += xᵀ dZ, dx += dZ W_rᵀ.

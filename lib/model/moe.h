@@ -55,6 +55,13 @@
 // sort by expert (what Megatron-Core's permute does) would remove them. NOTE(issue 43): move the
 // routing onto the device when EP lands; correctness first.
 //
+// Expert parallelism (set_expert_group): this rank keeps only the E/ep experts the placement gives
+// it (parallel/expert_parallel.h); after the routing, the kept slots' rows go to their experts'
+// ranks and the outputs come back (ExpertDispatch), forward and backward. Capacity and drops stay
+// per source rank (GShard's per-group capacity: each rank's N tokens are one group), so a run at
+// any ep computes what dp ranks without EP compute. With EP the experts' input rows are kept for
+// backward (R × h) instead of being gathered again from x.
+//
 // Precision: fp32 only at this step (bf16 compute copies are not made).
 #pragma once
 
@@ -63,9 +70,12 @@
 #include <string>
 #include <vector>
 
+#include <memory>
 #include "core/device.h"
 #include "model/config.h"
+
 #include "observe/activation_stash.h"
+#include "parallel/expert_parallel.h"
 #include "parallel/param.h"
 
 namespace tp {
@@ -123,11 +133,16 @@ class MoeLayer {
   Tensor backward(const Tensor& dy, float loss_scale = 1.0f);
 
   /// Checkpoint names: "<prefix>.router.weight" (h, E), "<prefix>.experts.<e>.c_fc.weight" and
-  /// ".bias", ".c_gate.*" (SwiGLU), ".c_proj.*"; all Split::Replicated. proj_std for c_proj's
-  /// weights.
+  /// ".bias", ".c_gate.*" (SwiGLU), ".c_proj.*" (e the global expert id; Param::expert = e); all
+  /// Split::Replicated. proj_std for c_proj's weights. Under EP only this rank's experts.
   void collect_params(ParamList& out, float std, float proj_std) const;
   void observe(MemoryLedger* ledger, int64_t layer);
   void set_stats_reducer(RouterStatsReducer reducer) { reducer_ = std::move(reducer); }
+  /// Expert parallelism over `ep` (null or size 1: none): keeps only this rank's experts (call it
+  /// before the parameters are collected). Refuses E not divisible by ep (bad input).
+  void set_expert_group(Communicator* ep);
+  /// Where the experts are and, after a forward, what the last pass sent and received.
+  const ExpertDispatch& dispatch() const { return *dispatch_; }
 
   const MoeConfig& config() const { return cfg_; }
   const MoeLosses& losses() const { return losses_; }
@@ -144,6 +159,7 @@ class MoeLayer {
   const std::vector<float>& gates() const { return route_.gate; }
 
   Tensor router_weight, router_dweight;  ///< (h, E)
+  /// This rank's experts: all E, or under EP the E/ep from dispatch().placement().first().
   std::vector<MoeExpert> experts;
 
  private:
@@ -158,6 +174,7 @@ class MoeLayer {
   };
   void route(const std::vector<float>& logits, int64_t n);
   void compute_losses();
+  /// Rows sorted by local expert (dispatch().expert_begin()) through this rank's experts.
   Tensor experts_forward(const Tensor& xs);
   Tensor experts_backward(const Tensor& xs, const Tensor& dout);
   std::vector<float> router_grad(const std::vector<float>& dgate_slot, float loss_scale) const;
@@ -167,6 +184,7 @@ class MoeLayer {
   MoeConfig cfg_;
   bool swiglu_;
   RouterStatsReducer reducer_;
+  std::unique_ptr<ExpertDispatch> dispatch_;
   Route route_;
   RouterStats stats_;
   MoeLosses losses_;
@@ -174,7 +192,7 @@ class MoeLayer {
   int64_t capacity_ = 0;
   Tensor ones_h_;  // (1, h) of ones: the gates broadcast over a row, and a row sum
   ActivationStash saved_;
-  SavedTensor x_, ids_, gates_, up_, gate_pre_, act_, out_;
+  SavedTensor x_, ids_, gates_, xe_, up_, gate_pre_, act_, out_;
 };
 
 }  // namespace tp

@@ -1,5 +1,7 @@
 #include "model/preflight_moe.h"
 
+#include "parallel/expert_parallel.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
@@ -62,16 +64,9 @@ void check_moe(const Preflight& p, MoePlan& m) {
   auto problem = [&](bool ok, const std::string& msg) {
     if (!ok) m.problems.push_back(msg);
   };
-  problem(ep >= 1 && ep <= kMaxExperts, format("--ep=%d must be in [1, %d]", ep, kMaxExperts));
-  if (!m.problems.empty()) return;
-  problem(ep == 1 || E > 0,
-          format("--ep %d without --experts: expert parallelism places experts; give --experts E "
-                 "(a multiple of %d) or --ep 1",
-                 ep, ep));
-  problem(E <= 0 || E % ep == 0,
-          format("--experts=%d is not divisible by --ep=%d: each rank of an EP group holds E/ep "
-                 "whole experts; choose --ep among the divisors of %d",
-                 E, ep, E));
+  const std::string placed = expert_parallel_problem(E, ep);  // the line tp_train prints too
+  if (!placed.empty()) m.problems.push_back(placed);
+  if (ep < 1) return;
   problem(dp <= 0 || dp % ep == 0,
           format("--ep=%d does not divide dp=%d: EP groups are carved from the data-parallel "
                  "replicas; choose --ep among the divisors of %d (or change --dp, --nodes)",
@@ -241,7 +236,7 @@ std::string moe_report(const Preflight& p, const MoePlan& m) {
   return os.str();
 }
 
-void declare_mixture_of_experts_options(Options& o, bool with_ep) {
+void declare_mixture_of_experts_options(Options& o) {
   o.integer("experts", 0,
             "mixture of experts: E expert MLPs with a top-k router in place of the MLP of every "
             "--moe-every-th block (0 = dense)")
@@ -267,13 +262,12 @@ void declare_mixture_of_experts_options(Options& o, bool with_ep) {
             "tokens per expert at most ceil(c * tokens * k / E), the rest dropped (0 = dropless)")
       .positive()
       .zero_means_off();
-  if (with_ep)
-    o.integer("ep", 1,
-              "expert parallelism to plan: EP groups of N data-parallel replicas, each rank "
-              "holding E/N experts (tp_train has no --ep yet)")
-        .min(1)
-        .max(kMaxExperts)
-        .fits_int();
+  o.integer("ep", 1,
+            "expert parallelism with --experts: EP groups of N data-parallel ranks, each rank "
+            "holding E/N experts (N divides --dp and E)")
+      .min(1)
+      .max(kMaxExperts)
+      .fits_int();
 }
 
 }  // namespace tp

@@ -18,7 +18,7 @@
 // Per rank at t: the dense preflight's shards, with each MoE block's sharded MLP replaced by the
 // router and all E experts whole (tp::Gpt replicates them over TP: no expert TP, no EP yet).
 //
-// Expert parallelism as planned (issue 43, item 2; not in tp_train yet): EP groups of ep ranks
+// Expert parallelism as planned (tp_train --ep runs it: parallel/expert_parallel.h): EP groups of ep ranks
 // carved from the dp axis (ranks t apart, ProcessGrid's numbering: inside a node when the node
 // holds t · ep GPUs); each rank holds E/ep experts of every MoE block, the router and attention
 // stay replicated. Per rank: P_ep = P − M · (E − E/ep) · expert. ZeRO-1 (--zero 1) shards the
@@ -109,9 +109,8 @@ MoePlan plan_moe(const Preflight& p, const MoeInput& in);
 /// The MoE section of the report (starts with a blank line, ends with a newline).
 std::string moe_report(const Preflight& p, const MoePlan& m);
 
-/// --experts, --top-k, --moe-every, --aux-loss-coef, --z-loss-coef, --capacity-factor, declared
-/// once for tp_train and tp_preflight; `with_ep` adds --ep (tp_preflight's plan; tp_train has no
-/// expert parallelism yet).
-void declare_mixture_of_experts_options(Options& o, bool with_ep);
+/// --experts, --top-k, --moe-every, --aux-loss-coef, --z-loss-coef, --capacity-factor and --ep,
+/// declared once for tp_train and tp_preflight.
+void declare_mixture_of_experts_options(Options& o);
 
 }  // namespace tp

@@ -107,6 +107,33 @@ RouterStatsReducer router_stats_reducer(ProcessGrid& grid, Device& device, bool 
   };
 }
 
+// Expert parallelism: an expert's gradient on its rank holds the terms of every rank of the EP
+// group (their tokens came to it), each of its rank's mean loss; summed over the EDP group (the
+// ranks holding the same expert) it is the sum over all dp ranks, so the average dp = 1 takes is
+// that sum / dp: the EDP average (÷ dp/ep) then ÷ ep. The rest is averaged over DP as always.
+void average_expert_parallel(ProcessGrid& grid, Device& device, ParamList& params, float* loss) {
+  ParamList dense, experts;
+  for (const Param& p : params) (p.expert >= 0 ? experts : dense).push_back(p);
+  average_gradients(grid.dp(), device, dense, loss);
+  average_gradients(grid.edp(), device, experts, nullptr, "expert_data_parallel_grads");
+  for (Param& p : experts) device.scale(p.grad, 1.0f / static_cast<float>(grid.ep_size()));
+}
+
+// ‖g‖ under EP: every rank holds the dense gradients whole (per TP shard) and E/ep experts, so
+// the experts' squares are summed over the EP group ("ep_grad_norm") and added once.
+double expert_parallel_grad_norm(ProcessGrid& grid, Device& device, const ParamList& params) {
+  ParamList dense, experts;
+  for (const Param& p : params) (p.expert >= 0 ? experts : dense).push_back(p);
+  const double d = global_grad_norm(grid.tp(), device, dense);
+  const double e = experts.empty() ? 0.0 : global_grad_norm(grid.tp(), device, experts);
+  Tensor sq = Tensor::from_host(device, Shape{1}, {static_cast<float>(e * e)});
+  {
+    CommLedger::Scope scope(grid.ep().ledger(), "ep_grad_norm");
+    grid.ep().all_reduce(sq);
+  }
+  return std::sqrt(d * d + static_cast<double>(sq.to_host()[0]));
+}
+
 bool holds_tied_copy(const Gpt& model, int pp) {
   return pp > 1 && model.config().tied && model.stage().head && !model.stage().embedding;
 }
@@ -228,6 +255,12 @@ StepResult train_step(ProcessGrid& grid, Device& device, Gpt& model, AdamW& opt,
     model.set_moe_reduction(router_stats_reducer(grid, device, model.config().sp),
                             static_cast<float>(dp * grid.cp_size()));
   }
+  const bool ep = grid.ep_size() > 1;
+  TP_CHECK(model.ep_size() == grid.ep_size(), "train_step: the grid has ep=", grid.ep_size(),
+           " but the model runs ep=", model.ep_size(), " (Gpt::set_expert_parallel(grid.ep()))");
+  TP_CHECK_INPUT(!ep || options.zero == 0, "--ep ", grid.ep_size(),
+                 " with --zero 1: sharding the experts' optimizer state over their EDP group is "
+                 "not implemented yet; use --zero 0");
   TP_CHECK_INPUT(
       global_batch.batch % dp == 0, "batch=", global_batch.batch, " is not divisible by dp=", dp,
       ": every DP rank takes batch/dp sequences; choose a batch that is a multiple of ", dp);
@@ -288,6 +321,8 @@ StepResult train_step(ProcessGrid& grid, Device& device, Gpt& model, AdamW& opt,
   Tensor grad_shard;  // ZeRO-1: my 1/dp of the averaged, flattened gradients
   if (options.zero == 1)
     grad_shard = reduce_scatter_gradients(grid.dp(), device, model.params(), &r.loss);
+  else if (ep)
+    average_expert_parallel(grid, device, model.params(), &r.loss);
   else
     average_gradients(grid.dp(), device, model.params(), &r.loss);
   if (after_backward) after_backward(r.loss);
@@ -299,7 +334,8 @@ StepResult train_step(ProcessGrid& grid, Device& device, Gpt& model, AdamW& opt,
                     ? sum_over_stages(grid.pp(), device,
                                       zero_grad_norm(grid.dp(), grid.tp(), device, model.params(),
                                                      grad_shard, counted_on_stage(model, pp)))
-                    : pipeline_grad_norm(grid.tp(), grid.pp(), device, model);
+                : ep ? expert_parallel_grad_norm(grid, device, model.params())
+                     : pipeline_grad_norm(grid.tp(), grid.pp(), device, model);
   // The averaged loss and the norm are the same on every rank: every rank takes the same branch.
   if (!std::isfinite(r.loss))
     r.nonfinite = "loss";

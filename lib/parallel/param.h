@@ -55,6 +55,10 @@ struct Param {
   std::string ckpt_name;
   int64_t ckpt_col0 = 0;
   int64_t ckpt_cols = 0;
+  /// A mixture-of-experts expert's parameter: the global expert id (model/moe.h); under expert
+  /// parallelism only the ranks holding the expert have it (parallel/expert_parallel.h), and its
+  /// gradient is summed over the expert-data-parallel group instead of DP. −1: every other one.
+  int expert = -1;
   /// Under bf16 mixed precision, the bf16 copy of `value` (the fp32 master) that forward and
   /// backward read, remade by refresh_compute_copies; undefined in fp32 (the layers read value).
   Tensor compute;

@@ -16,7 +16,7 @@ std::string group_str(const std::vector<int>& ranks) {
 
 }  // namespace
 
-std::vector<std::string> ProcessGrid::problems(int world_size, int dp, int pp, int cp) {
+std::vector<std::string> ProcessGrid::problems(int world_size, int dp, int pp, int cp, int ep) {
   std::vector<std::string> out;
   std::string divisors;
   for (int d = 1; d <= world_size; ++d)
@@ -41,12 +41,21 @@ std::vector<std::string> ProcessGrid::problems(int world_size, int dp, int pp, i
                   std::to_string(world_size / (dp * pp)) +
                   " ranks left by dp=" + std::to_string(dp) + " and pp=" + std::to_string(pp) +
                   ": np must equal tp × cp × dp × pp; choose cp · dp · pp in {" + divisors + "}");
+  if (out.empty() && (ep < 1 || dp % ep != 0)) {
+    std::string fits;
+    for (int d = 1; d <= dp; ++d)
+      if (dp % d == 0) fits += (fits.empty() ? "" : ", ") + std::to_string(d);
+    out.push_back("--ep " + std::to_string(ep) + " with --dp " + std::to_string(dp) +
+                  ": the EP groups are carved from the data-parallel ranks, so ep must divide dp; "
+                  "choose --ep in {" +
+                  fits + "} or a larger --dp");
+  }
   return out;
 }
 
 ProcessGrid::ProcessGrid(Communicator& world, GridAxes axes, std::vector<int> node_of_rank)
     : world_(world), node_of_rank_(std::move(node_of_rank)) {
-  const auto bad = problems(world.size(), axes.dp, axes.pp, axes.cp);
+  const auto bad = problems(world.size(), axes.dp, axes.pp, axes.cp, axes.ep);
   TP_CHECK_INPUT(bad.empty(), bad.empty() ? "" : bad.front());
   TP_CHECK(node_of_rank_.empty() || static_cast<int>(node_of_rank_.size()) == world.size(),
            "ProcessGrid: node_of_rank has ", node_of_rank_.size(), " entries for ", world.size(),
@@ -54,6 +63,7 @@ ProcessGrid::ProcessGrid(Communicator& world, GridAxes axes, std::vector<int> no
   dp_size_ = axes.dp;
   pp_size_ = axes.pp;
   cp_size_ = axes.cp;
+  ep_size_ = axes.ep;
   tp_size_ = world.size() / (dp_size_ * pp_size_ * cp_size_);
   const int r = world.rank();
   tp_rank_ = r % tp_size_;
@@ -68,6 +78,11 @@ ProcessGrid::ProcessGrid(Communicator& world, GridAxes axes, std::vector<int> no
   cp_ = axis(C, (pp_rank_ * D + dp_rank_) * T + tp_rank_, cp_rank_, cp_owned_, "CP group");
   dp_ = axis(D, (pp_rank_ * C + cp_rank_) * T + tp_rank_, dp_rank_, dp_owned_, "DP group");
   pp_ = axis(pp_size_, (dp_rank_ * C + cp_rank_) * T + tp_rank_, pp_rank_, pp_owned_, "PP group");
+  const int E = ep_size_, edp_rank = dp_rank_ / E, ep_rank = dp_rank_ % E;
+  ep_ = axis(E, ((pp_rank_ * (D / E) + edp_rank) * C + cp_rank_) * T + tp_rank_, ep_rank, ep_owned_,
+             "EP group");
+  edp_ = axis(D / E, ((pp_rank_ * E + ep_rank) * C + cp_rank_) * T + tp_rank_, edp_rank, edp_owned_,
+              "EDP group");
   TP_CHECK(tp_->size() == tp_size_ && tp_->rank() == tp_rank_ && dp_->size() == dp_size_ &&
                dp_->rank() == dp_rank_ && pp_->size() == pp_size_ && pp_->rank() == pp_rank_ &&
                cp_->size() == cp_size_ && cp_->rank() == cp_rank_,
@@ -158,14 +173,24 @@ std::string ProcessGrid::describe() const {
   for (int d = 0; d < dp_size_; ++d)
     for (int c = 0; c < cp_size_; ++c)
       for (int i = 0; i < tp_size_; ++i) add(pps, pp_group(i, d, c));
+  std::string eps;
+  for (int p = 0; p < pp_size_ && ep_size_ > 1; ++p)
+    for (int g = 0; g < dp_size_ / ep_size_; ++g)
+      for (int c = 0; c < cp_size_; ++c)
+        for (int i = 0; i < tp_size_; ++i) {
+          std::vector<int> group;
+          for (int e = 0; e < ep_size_; ++e) group.push_back(world_rank(i, g * ep_size_ + e, p, c));
+          add(eps, group);
+        }
+  const std::string ep_groups = ep_size_ > 1 ? "; EP groups " + eps : "";
   const std::string cp = cp_size_ > 1 ? " × cp " + std::to_string(cp_size_) : "";
   const std::string cp_groups = cp_size_ > 1 ? "; CP groups " + cps : "";
   if (pp_size_ == 1)
     return "tp " + std::to_string(tp_size_) + cp + " × dp " + std::to_string(dp_size_) +
-           " (TP groups " + tps + cp_groups + "; DP groups " + dps + ")";
+           " (TP groups " + tps + cp_groups + "; DP groups " + dps + ep_groups + ")";
   return "tp " + std::to_string(tp_size_) + cp + " × pp " + std::to_string(pp_size_) + " × dp " +
          std::to_string(dp_size_) + " (TP groups " + tps + cp_groups + "; PP groups " + pps +
-         "; DP groups " + dps + ")";
+         "; DP groups " + dps + ep_groups + ")";
 }
 
 }  // namespace tp

@@ -33,6 +33,12 @@
 // an error. tp_train and lesson 12 print the warning.
 //
 // Data parallelism (parallel/data_parallel.h) averages the gradients over the DP group.
+//
+// Expert parallelism (parallel/expert_parallel.h) is carved from the DP axis: ep consecutive DP
+// ranks form an EP group (dp_rank = edp_rank · ep + ep_rank), over which a mixture of experts
+// spreads its experts; the DP ranks ep apart hold the same experts and form the expert-data-
+// parallel (EDP) group, of dp / ep ranks, over which those experts' gradients are summed.
+//   np 4 = tp 1 × dp 4, ep 2:  EP groups {0, 1} {2, 3};  EDP groups {0, 2} {1, 3}
 #pragma once
 
 #include <memory>
@@ -48,6 +54,7 @@ struct GridAxes {
   int dp = 1;
   int pp = 1;
   int cp = 1;
+  int ep = 1;  ///< expert parallelism, inside dp (ep divides dp)
 };
 
 class ProcessGrid {
@@ -55,7 +62,8 @@ class ProcessGrid {
   /// Every problem with tp × dp × pp = world_size (empty when fine): dp ≥ 1, pp ≥ 1, dp · pp
   /// divides world_size. The same on every rank: validate before constructing (the constructor
   /// throws them as bad input).
-  static std::vector<std::string> problems(int world_size, int dp, int pp = 1, int cp = 1);
+  static std::vector<std::string> problems(int world_size, int dp, int pp = 1, int cp = 1,
+                                           int ep = 1);
 
   /// Splits `world` into the TP, DP and PP groups (collective: every rank of `world` calls it).
   /// `node_of_rank`: the node of every world rank (Context::node_of_rank); empty: unknown (no
@@ -75,6 +83,8 @@ class ProcessGrid {
   int cp_rank() const { return cp_rank_; }
   int dp_rank() const { return dp_rank_; }
   int pp_rank() const { return pp_rank_; }
+  int ep_size() const { return ep_size_; }
+  int ep_rank() const { return dp_rank_ % ep_size_; }
   Communicator& world() { return world_; }
   /// The TP group of this rank (the model's communicator), its DP group and its PP group.
   Communicator& tp() { return *tp_; }
@@ -82,6 +92,9 @@ class ProcessGrid {
   Communicator& cp() { return *cp_; }
   Communicator& dp() { return *dp_; }
   Communicator& pp() { return *pp_; }
+  /// The EP group (ep consecutive DP ranks) and the EDP group (the DP ranks ep apart).
+  Communicator& ep() { return *ep_; }
+  Communicator& edp() { return *edp_; }
 
   /// World rank at coordinate (tp_rank, dp_rank, pp_rank, cp_rank):
   /// ((pp_rank · dp + dp_rank) · cp + cp_rank) · tp + tp_rank.
@@ -113,12 +126,15 @@ class ProcessGrid {
 
   Communicator& world_;
   int tp_size_, cp_size_, dp_size_, pp_size_, tp_rank_, cp_rank_, dp_rank_, pp_rank_;
+  int ep_size_ = 1;
   std::vector<int> node_of_rank_;
-  std::unique_ptr<Communicator> tp_owned_, cp_owned_, dp_owned_, pp_owned_;
+  std::unique_ptr<Communicator> tp_owned_, cp_owned_, dp_owned_, pp_owned_, ep_owned_, edp_owned_;
   Communicator* tp_ = nullptr;
   Communicator* cp_ = nullptr;
   Communicator* dp_ = nullptr;
   Communicator* pp_ = nullptr;
+  Communicator* ep_ = nullptr;
+  Communicator* edp_ = nullptr;
 };
 
 }  // namespace tp

@@ -52,9 +52,10 @@ CheckpointLifecycle::CheckpointLifecycle(Communicator& world, Device& device, co
 
 void CheckpointLifecycle::write_agreed(const std::string& flag,
                                        const std::function<void()>& write) {
-  // One replica writes: DP rank 0, and of its CP ranks (which hold the same weights) the first.
-  const std::string failed =
-      agree_on_outcome(world_, device_, grid_.dp_rank() == 0 && grid_.cp_rank() == 0, write);
+  // One replica writes: DP rank 0, and of its CP ranks (which hold the same weights) the first;
+  // under expert parallelism the EP group of DP rank 0 (it holds every expert between its ranks).
+  const bool writes = grid_.dp_rank() < grid_.ep_size() && grid_.cp_rank() == 0;
+  const std::string failed = agree_on_outcome(world_, device_, writes, write);
   if (failed.empty()) return;
   // Only rank 0's line is printed: only rank 0 looks for what survived (a checkpoint, when what
   // failed was one, or an export of one).
@@ -77,8 +78,9 @@ void CheckpointLifecycle::save_to_series(int64_t step, const std::string& path) 
   }
   const bool sharded = opt_.sharded();
   if (sharded) opt_.unshard(model_.params());  // --zero 1: the file holds them whole
-  write_agreed("--save",
-               [&] { save_checkpoint(path, grid_.tp(), grid_.pp(), model_, opt_, step, origin_); });
+  write_agreed("--save", [&] {
+    save_checkpoint(path, grid_.tp(), grid_.pp(), model_, opt_, step, origin_, &grid_.ep());
+  });
   if (sharded) opt_.shard_over(grid_.dp(), model_.params());  // and training goes on sharded
   prune_series(world_, o_, step, origin_);
   log0(world_, "saved ", path, " at step ", step);

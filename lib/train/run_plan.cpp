@@ -11,6 +11,7 @@
 #include "model/checkpoint_series.h"
 #include "model/file_shape.h"
 #include "model/preflight.h"
+#include "parallel/expert_parallel.h"
 #include "parallel/pipeline_parallel.h"
 #include "parallel/process_grid.h"
 
@@ -172,10 +173,24 @@ Plan plan_run(const Options& o, int world_size) {
   plan_origin(o, r, problems);
   const int pp = r.pp = o.get_int32("pp");
   const int cp = r.cp = o.get_int32("cp");
-  const auto grid_problems = ProcessGrid::problems(world_size, dp, pp, cp);
+  const int ep = r.ep = o.get_int32("ep");
+  const auto grid_problems = ProcessGrid::problems(world_size, dp, pp, cp, ep);
   for (const auto& p : grid_problems) problems.push_back(p);
   const int t = r.t = grid_problems.empty() ? world_size / dp / pp / cp : world_size;  // TP size
   plan_context_parallel(o, r, problems);
+  if (const std::string placed = expert_parallel_problem(cfg.experts, ep); !placed.empty())
+    problems.push_back(placed);
+  if (ep >
+      1) {  // expert parallelism (parallel/expert_parallel.h): what it does not combine with yet
+    const std::pair<bool, const char*> refused[] = {
+        {o.get_int32("zero") == 1,
+         "--zero 1 (the experts' moments would shard over their EDP group: not written yet)"},
+        {!o.get_text("dump-grads").empty(), "--dump-grads (it gathers over TP only)"}};
+    for (const auto& [given, what] : refused)
+      if (given)
+        problems.push_back("--ep " + std::to_string(ep) + " with " + what +
+                           ": not implemented yet; drop one of the two");
+  }
   if (cfg.experts > 0) {  // the mixture of experts (model/moe.h): what it does not combine with yet
     const std::pair<bool, const char*> refused[] = {
         {pp > 1, "--pp > 1 (the balancing statistics are the whole batch's; a stage sees part)"},

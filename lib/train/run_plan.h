@@ -33,6 +33,7 @@ struct Plan {
   int dp = 1, t = 1;                      // t: the TP group's size
   int pp = 1;                             // --pp: pipeline stages
   int cp = 1;                             // --cp: context-parallel ranks
+  int ep = 1;                             // --ep: expert-parallel ranks (inside dp)
   CpLayout cp_layout = CpLayout::Zigzag;  // --cp-layout
   std::vector<int64_t> pp_layers;         // --pp-layers (empty: an even split)
   StepOptions step_opts;                  // --micro-batches, --zero, --schedule

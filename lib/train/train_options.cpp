@@ -103,9 +103,9 @@ void declare_layer_forms(Options& o) {
             "step 1 (0 = no budget)")
       .min(1)
       .zero_means_off();
-  declare_mixture_of_experts_options(o, false);  // tp_preflight's too (with --ep)
-  declare_pipeline_options(o);                   // --pp, --schedule: tp_preflight's too
-  declare_context_parallel_options(o);           // --cp, --cp-layout: tp_preflight's too
+  declare_mixture_of_experts_options(o);  // tp_preflight's too
+  declare_pipeline_options(o);            // --pp, --schedule: tp_preflight's too
+  declare_context_parallel_options(o);    // --cp, --cp-layout: tp_preflight's too
   o.text("pp-layers", "", "blocks per stage with --pp, e.g. 3,5 (default: an even split)")
       .integer("pad-vocab-multiple", 1, "pad the vocabulary to a multiple of this times t")
       .min(1)

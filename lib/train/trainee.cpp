@@ -35,7 +35,7 @@ std::unique_ptr<TokenSource> token_source(const Plan& plan, double val_fraction)
 }
 
 Trainee build(Device& device, Communicator& tp, const GptConfig& cfg, const StageLayout& stage,
-              uint64_t seed, const AdamWParams& hp) {
+              uint64_t seed, const AdamWParams& hp, Communicator* ep) {
   // The size of weights and gradients (fp32) per rank, roughly, for an out-of-memory message.
   const double h = static_cast<double>(cfg.hidden), ffn = cfg.ffn ? cfg.ffn : 4.0 * h;
   const double weights = 4.0 *
@@ -46,6 +46,7 @@ Trainee build(Device& device, Communicator& tp, const GptConfig& cfg, const Stag
       allocating("the model (about " + gib(2 * weights) + " of weights and gradients per rank)",
                  "--hidden/--layers/--ffn/--vocab/--seq or add ranks",
                  [&] { return std::make_unique<Gpt>(device, tp, cfg, stage); });
+  if (ep) model_ptr->set_expert_parallel(*ep);
   model_ptr->init(seed);
   auto opt_ptr = allocating("AdamW's moments (about " + gib(2 * weights) + " per rank)",
                             "--hidden/--layers/--ffn/--vocab or add ranks", [&] {

@@ -55,8 +55,9 @@ struct Trainee {
   std::unique_ptr<AdamW> opt;
 };
 
+/// `ep`: expert parallelism's group (Gpt::set_expert_parallel, before init and the optimizer).
 Trainee build(Device& device, Communicator& tp, const GptConfig& cfg, const StageLayout& stage,
-              uint64_t seed, const AdamWParams& hp);
+              uint64_t seed, const AdamWParams& hp, Communicator* ep = nullptr);
 
 /// --init-from (weights, step 0) or --load (weights, moments and the step): the step to start at.
 int64_t start_from(Communicator& world, Communicator& tp, const Plan& plan, Gpt& model, AdamW& opt);

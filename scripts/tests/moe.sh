@@ -6,13 +6,19 @@
 # balancing statistics summed over the TP group), tp 2 × dp 2 (summed over DP: the global batch's
 # balancing loss), tp 2 × cp 2, top-1 SwiGLU every other block with full recomputation; each
 # progress line followed by the first MoE block's tokens per expert. A checkpoint saved at tp 2
-# resumes at t = 1 on the uninterrupted curve; a dense model refuses it in one line.
+# resumes at t = 1 on the uninterrupted curve; a dense model refuses it in one line. Expert
+# parallelism (--ep): ep 2, ep 4, ep 2 inside dp 4, tp 2 × ep 2 on the t = 1 curve; a checkpoint
+# saved at ep 2 resumes at t = 1 and at ep 4, and the tp 2 one at ep 2; its bad inputs.
 moe=(--experts 4 --top-k 2)
 expect "--top-k above --experts" 2 "--top-k=5 must be in [1, --experts=4]" 2 "${tt[@]}" --experts 4 --top-k 5
 expect "--experts with --pp" 2 "--experts with --pp > 1" 2 "${tt[@]}" "${moe[@]}" --pp 2
 expect "--experts with --micro-batches" 2 "--experts with --micro-batches > 1" 2 "${tt[@]}" "${moe[@]}" --micro-batches 2
 expect "--experts with bf16" 2 "the mixture of experts runs in fp32 only so far" 2 "${tt[@]}" "${moe[@]}" --precision bf16
 expect "--experts with --export-hf" 2 "--experts 4 (GPT-2 has no experts)" 1 "${tt[@]}" "${moe[@]}" --export-hf "$tmp/moe_hf"
+expect "--experts not divisible by --ep" 2 "--experts=4 is not divisible by --ep=3" 3 "${tt[@]}" "${moe[@]}" --dp 3 --ep 3
+expect "--ep not dividing --dp" 2 "ep must divide dp" 2 "${tt[@]}" "${moe[@]}" --dp 2 --ep 4
+expect "--ep without --experts" 2 "--ep 2 without --experts" 2 "${tt[@]}" --dp 2 --ep 2
+expect "--ep with --zero 1" 2 "--ep 2 with --zero 1" 2 "${tt[@]}" "${moe[@]}" --dp 2 --ep 2 --zero 1
 expect "--capacity-factor negative" 2 "--capacity-factor=-1: must be 0 or > 0" 1 "${tt[@]}" "${moe[@]}" --capacity-factor -1
 
 rm -f "$tmp"/moe_*.json "$tmp"/moe_*.safetensors  # --log-json appends
@@ -40,3 +46,17 @@ run_mpi 1 "${train[@]}" "${moe[@]}" --steps 4 --load "$tmp/moe_tp2_at20.safetens
 same_curve "MoE checkpoint (tp 2) resumed at t = 1, steps 21-24" "$tmp/moe_t1.json" "$tmp/moe_resumed.json" 20
 expect "a dense model loading an MoE checkpoint" 2 "it has no tensor transformer.h.0.mlp.c_fc.weight" 1 \
   "${ld[@]}" "$tmp/moe_tp2_at20.safetensors"
+
+# Expert parallelism: the experts spread over the EP group, the tokens sent to them by all-to-all.
+for grid in "ep 2:2 --dp 2 --ep 2" "ep 4:4 --dp 4 --ep 4" "dp 4 ep 2:4 --dp 4 --ep 2" "tp 2 x ep 2:4 --dp 2 --ep 2 --sp"; do
+  name=${grid%%:*}; set -- ${grid#*:}
+  moe_run "$name" "$@" --steps 20 $([ "$name" = "ep 2" ] && echo "--save $tmp/moe_ep2_at20.safetensors")
+  same_curve "20-step loss curve with --experts 4 --top-k 2, $name vs t = 1" "$tmp/moe_t1.json" "$tmp/moe_${name// /_}.json"
+done
+for resume in "ep 2 file at t 1:1:ep2" "ep 2 file at ep 4:4 --dp 4 --ep 4:ep2" "tp 2 file at ep 2:2 --dp 2 --ep 2:tp2"; do
+  name=${resume%%:*}; rest=${resume#*:}; file=${rest##*:}; set -- ${rest%:*}; np=$1; shift
+  run_mpi "$np" "${train[@]}" "${moe[@]}" "$@" --steps 4 --load "$tmp/moe_${file}_at20.safetensors" \
+    --log-json "$tmp/moe_resumed_${file}_$np.json" >"$logs/moe_resumed_${file}_$np.log" 2>&1 ||
+    fail "resuming the MoE checkpoint ($name) exited non-zero (see $logs/moe_resumed_${file}_$np.log)"
+  same_curve "MoE checkpoint, $name, steps 21-24" "$tmp/moe_t1.json" "$tmp/moe_resumed_${file}_$np.json" 20
+done

@@ -4,7 +4,9 @@
 // balancing statistics summed over the ranks holding other tokens (SP's TP group, CP, DP), so that
 // every grid computes one device's balancing loss; top-1 and top-2, GeLU and SwiGLU, every other
 // block, full recomputation, a capacity factor under plain TP (each rank sees every token). And the
-// other way: without the statistics' reduction a dp 2 run's loss is not one device's. Runs under
+// other way: without the statistics' reduction a dp 2 run's loss is not one device's. Expert
+// parallelism (--ep, parallel/expert_parallel.h): ep 2, ep 4, ep 2 inside dp 4 (EDP groups of 2),
+// tp 2 × ep 2 with and without SP, each rank comparing the experts it holds. Runs under
 // mpirun -np 1 … 4.
 //
 // Tolerances (relative): 1e-5 for the loss and norm of 3 steps and the first step's gradients (the
@@ -44,16 +46,16 @@ GptConfig moe_gpt() {
 }
 
 struct Case {
-  int dp = 1, cp = 1;
+  int dp = 1, cp = 1, ep = 1;
   bool sp = false;
   int top_k = 2, moe_every = 1;
   Activation act = Activation::Gelu;
   Recompute recompute = Recompute::None;
   double capacity = 0;
   std::string tag() const {
-    return "dp " + std::to_string(dp) + " cp " + std::to_string(cp) + (sp ? " sp" : "") + " k " +
-           std::to_string(top_k) + " every " + std::to_string(moe_every) +
-           (act == Activation::SwiGlu ? " swiglu" : "") +
+    return "dp " + std::to_string(dp) + " cp " + std::to_string(cp) + " ep " + std::to_string(ep) +
+           (sp ? " sp" : "") + " k " + std::to_string(top_k) + " every " +
+           std::to_string(moe_every) + (act == Activation::SwiGlu ? " swiglu" : "") +
            (recompute == Recompute::Full ? " full" : "") +
            (capacity > 0 ? " capacity " + std::to_string(capacity) : "");
   }
@@ -66,12 +68,21 @@ ParamList without_key_bias(const ParamList& all) {
   return kept;
 }
 
+// The parameters of `all` that `like` has too (under EP a rank holds only its experts), in order.
+ParamList holding(const ParamList& all, const ParamList& like) {
+  ParamList kept;
+  for (const Param& p : all)
+    if (std::any_of(like.begin(), like.end(), [&](const Param& q) { return q.name == p.name; }))
+      kept.push_back(p);
+  return kept;
+}
+
 struct Outcome {
   double loss = 0, norm = 0, grads = 0, values = 0;
 };
 
 Outcome train_against_one(const Case& c, bool reduce = true) {
-  ProcessGrid grid(world(), GridAxes{c.dp, 1, c.cp});
+  ProcessGrid grid(world(), GridAxes{c.dp, 1, c.cp, c.ep});
   SerialCommunicator solo;
   ProcessGrid one_grid(solo, 1);
   GptConfig g = moe_gpt();
@@ -84,6 +95,7 @@ Outcome train_against_one(const Case& c, bool reduce = true) {
   g.sp = c.sp && grid.tp_size() > 1;
   Gpt model(device(), grid.tp(), g), one(device(), solo, g1);
   model.set_context_parallel(grid.cp(), CpLayout::Zigzag);
+  model.set_expert_parallel(grid.ep());
   model.init(3);
   one.init(3);
   AdamWParams hp;
@@ -110,12 +122,16 @@ Outcome train_against_one(const Case& c, bool reduce = true) {
     o.loss = std::max(o.loss, std::fabs(double{a.loss} - r.loss) / std::fabs(double{r.loss}));
     if (!reduce) return o;
     o.norm = std::max(o.norm, std::fabs(a.grad_norm - r.grad_norm) / r.grad_norm);
+    const ParamList mine = without_key_bias(model.params());
+    const ParamList same = holding(without_key_bias(one.params()), mine);
     if (s == 0)
-      o.grads = rel_error(gathered(grid.tp(), without_key_bias(model.params()), ParamField::Grad),
-                          gathered(s2, without_key_bias(one.params()), ParamField::Grad));
+      o.grads = rel_error(gathered(grid.tp(), mine, ParamField::Grad),
+                          gathered(s2, same, ParamField::Grad));
   }
-  o.values = rel_error(gathered(grid.tp(), without_key_bias(model.params()), ParamField::Value),
-                       gathered(s2, without_key_bias(one.params()), ParamField::Value));
+  const ParamList mine = without_key_bias(model.params());
+  o.values =
+      rel_error(gathered(grid.tp(), mine, ParamField::Value),
+                gathered(s2, holding(without_key_bias(one.params()), mine), ParamField::Value));
   return o;
 }
 
@@ -142,6 +158,16 @@ std::vector<Case> cases_for(int np) {
     dp.dp = np;
     v.push_back(dp);
   }
+  if (np == 2 || np == 4) {  // E = 4 experts: ep 2 and 4
+    Case ep;
+    ep.dp = ep.ep = np;
+    v.push_back(ep);
+    Case ep_k1 = ep;
+    ep_k1.top_k = 1;
+    ep_k1.act = Activation::SwiGlu;
+    ep_k1.recompute = Recompute::Full;
+    v.push_back(ep_k1);
+  }
   if (np == 4) {
     Case grid;
     grid.dp = 2;
@@ -151,6 +177,16 @@ std::vector<Case> cases_for(int np) {
     cp.cp = 2;
     cp.sp = true;
     v.push_back(cp);
+    Case edp;  // EP groups {0, 1} {2, 3}, the experts' gradients summed over {0, 2} and {1, 3}
+    edp.dp = 4;
+    edp.ep = 2;
+    v.push_back(edp);
+    Case tp_ep;  // tp 2 × ep 2: each TP rank its own EP group
+    tp_ep.dp = tp_ep.ep = 2;
+    v.push_back(tp_ep);
+    Case tp_ep_sp = tp_ep;
+    tp_ep_sp.sp = true;
+    v.push_back(tp_ep_sp);
   }
   return v;
 }

@@ -195,7 +195,7 @@ TEST(PreflightMoe, BadInputsAreOneLineEach) {
   // The option's bounds: --experts below 0 is refused before any arithmetic.
   for (const char* bad : {"--experts=-1", "--ep=0"}) {
     Options o("t", "t");
-    declare_mixture_of_experts_options(o, true);
+    declare_mixture_of_experts_options(o);
     const char* argv[] = {"t", bad};
     try {
       o.parse(2, argv);
