@@ -1417,4 +1417,38 @@ TEST(GpuModel, ContextParallelRingMatchesOneCpuDevice) {
   }
 }
 
+// Expert parallelism on the GPU (issue 43): ep = dp = np, 12 experts (E/ep whole on each rank),
+// the tokens dispatched and combined by all_to_all_v on the NCCL communicator (where the ranks
+// have a GPU each; else the host-staged MPI one), 3 training steps against one CPU device running
+// every expert on the whole batch: the losses within kModel.
+TEST(GpuModel, ExpertParallelMatchesOneCpuDevice) {
+  REQUIRE_GPU();
+  if (world().size() == 1) GTEST_SKIP() << "no all-to-all at ep = 1";
+  Communicator& comm = nccl_world() ? *nccl_world() : world();
+  const int ep = comm.size();
+  GptConfig cfg = gpt_shape(2, 24, 4, 2, 48, 32, 16);
+  cfg.init_std = 0.1f;
+  cfg.experts = 12;  // divisible by ep = 2, 3, 4
+  cfg.top_k = 2;
+  cfg.aux_loss_coef = 0.05;
+  AdamWParams hp;
+  hp.lr = 1e-2f;
+  const MarkovSource data(cfg.vocab, kSeed);
+  ProcessGrid grid(comm, GridAxes{ep, 1, 1, ep});
+  SerialCommunicator solo;
+  Gpt mg(gpu(), grid.tp(), cfg), mc(cpu(), solo, cfg);
+  mg.set_expert_parallel(grid.ep());
+  mg.init(kSeed);
+  mc.init(kSeed);
+  AdamW og(gpu(), mg.params(), hp), oc(cpu(), mc.params(), hp);
+  ProcessGrid one(solo, 1);
+  for (int64_t s = 0; s < 3; ++s) {
+    const Batch b = data.batch(s, 12, cfg.seq);
+    const float lg = train_step(grid, gpu(), mg, og, b, kSeed, s, hp.lr, 1.0f).loss;
+    const float lc = train_step(one, cpu(), mc, oc, b, kSeed, s, hp.lr, 1.0f).loss;
+    EXPECT_LE(std::abs(lg - lc), kModel * lc) << "ep " << ep << " step " << s << ": " << lg
+                                              << " vs " << lc;
+  }
+}
+
 }  // namespace
