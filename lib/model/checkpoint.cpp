@@ -246,10 +246,11 @@ void save_checkpoint(const std::string& path, Communicator& comm, const Gpt& mod
 
 namespace {
 // Expert parallelism: the EP group's rank 0 gets the other ranks' experts (weights and moments:
-// the rest it holds itself) and its TP rank 0 writes the one file. Collective over `tp` and, on
-// the TP rank 0s, over `ep`.
-void save_expert_parallel(const std::string& path, Communicator& tp, Communicator& ep,
-                          const Gpt& model, const AdamW& opt, int64_t step,
+// the rest it holds itself); with pipeline stages the stages' EP rank 0s then send theirs to the
+// first stage, as without EP; TP rank 0 of what is left writes the one file. Collective over `tp`,
+// on the TP rank 0s over `ep`, and on those of EP rank 0 over `pp`.
+void save_expert_parallel(const std::string& path, Communicator& tp, Communicator& pp,
+                          Communicator& ep, const Gpt& model, const AdamW& opt, int64_t step,
                           const CheckpointOrigin& origin) {
   std::vector<NamedHostTensor> tensors = checkpoint_tensors(tp, model, opt);
   if (ep.rank() > 0) {
@@ -264,9 +265,13 @@ void save_expert_parallel(const std::string& path, Communicator& tp, Communicato
   }
   DeferredError write;  // a failed write still joins the barriers its peers wait in
   if (tp.rank() == 0) {
-    const std::vector<NamedHostTensor> all =
-        gather_to_first_stage(ep, model.params().front().value.device(), tensors);
-    if (ep.rank() == 0) write.run([&] { write_checkpoint(path, all, model, opt, step, origin); });
+    Device& device = model.params().front().value.device();
+    std::vector<NamedHostTensor> all = gather_to_first_stage(ep, device, tensors);
+    if (ep.rank() == 0) {
+      if (pp.size() > 1) all = gather_to_first_stage(pp, device, all);
+      if (pp.rank() == 0) write.run([&] { write_checkpoint(path, all, model, opt, step, origin); });
+      pp.barrier();
+    }
     ep.barrier();
   }
   tp.barrier();  // nobody reads the file before it is complete
@@ -277,10 +282,8 @@ void save_expert_parallel(const std::string& path, Communicator& tp, Communicato
 void save_checkpoint(const std::string& path, Communicator& tp, Communicator& pp, const Gpt& model,
                      const AdamW& opt, int64_t step, const CheckpointOrigin& origin,
                      Communicator* ep) {
-  if (ep && ep->size() > 1) {
-    TP_CHECK(pp.size() == 1, "save_checkpoint: expert parallelism with pipeline stages");
-    return save_expert_parallel(path, tp, *ep, model, opt, step, origin);
-  }
+  if (ep && ep->size() > 1)
+    return save_expert_parallel(path, tp, pp, *ep, model, opt, step, origin);
   if (pp.size() == 1) return save_checkpoint(path, tp, model, opt, step, origin);
   const std::vector<NamedHostTensor> tensors = checkpoint_tensors(tp, model, opt);
   DeferredError write;   // a failed write still joins the barriers its peers wait in

@@ -82,8 +82,8 @@ void save_checkpoint(const std::string& path, Communicator& comm, const Gpt& mod
 
 /// The same for one stage of a pipeline (`pp` its PP group): every stage's tensors go to the first
 /// stage, whose TP rank 0 writes the one global file; collective over `tp` and, on the TP rank 0s,
-/// over `pp`. Under expert parallelism (`ep` of more than one rank; pp 1) the EP group's experts go
-/// to its rank 0 likewise, so the file holds every expert whole, whatever ep. Loading needs
+/// over `pp`. Under expert parallelism (`ep` of more than one rank) the EP group's experts go
+/// to its rank 0 first, likewise, so the file holds every expert whole, whatever ep. Loading needs
 /// nothing of the kind: each rank reads its own tensors (its stage's, its experts).
 void save_checkpoint(const std::string& path, Communicator& tp, Communicator& pp, const Gpt& model,
                      const AdamW& opt, int64_t step, const CheckpointOrigin& origin = {},

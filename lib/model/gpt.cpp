@@ -239,10 +239,15 @@ Tensor Gpt::forward_stage(const Batch& b_whole, const Tensor& input, uint64_t se
   Tensor x = stage_.embedding ? embed(b, seed, step) : input;
   TP_CHECK(x.defined(), "Gpt::forward_stage: a stage after the first needs its input");
   for (auto& block : blocks_) x = block->forward(x, b.seq, b.batch, seed, step);
-  if (!stage_.head) return x;
+  // The experts' balancing losses of this stage's blocks (their gradients come in backward), part
+  // of the training loss; a held-out loss is the cross-entropy alone.
+  const float moe = training_ ? static_cast<float>(moe_loss()) : 0.0f;
+  if (!stage_.head) {
+    if (loss) *loss = moe;  // a pipeline sums the stages' shares (train_step)
+    return x;
+  }
   Tensor logits = head_logits(x, b.seq * b.batch);  // (N, V'/t), kept as the dlogits slot
-  // The cross-entropy, plus the experts' balancing losses (their gradients come in backward).
-  const float l = loss_and_gradient(logits, b) + static_cast<float>(moe_loss());
+  const float l = loss_and_gradient(logits, b) + moe;
   if (loss) *loss = l;
   return Tensor();
 }
@@ -428,6 +433,7 @@ Batch Gpt::local_batch(const Batch& b) const {
 }
 
 void Gpt::set_training(bool on) {
+  training_ = on;
   drop_embd_.set_enabled(on);
   for (auto& b : blocks_) b->set_training(on);
 }

@@ -95,7 +95,8 @@ class Gpt {
   /// the ids of `batch`, any other from `input`, the previous stage's output (S·B, h) (under SP
   /// this rank's (S·B/t, h)). Returns the output for the next stage, of the same shape; the last
   /// stage computes the loss (batch.targets needed), keeps its gradient for backward_stage, sets
-  /// *loss and returns an empty tensor. With the whole model, forward() is this.
+  /// *loss and returns an empty tensor; another stage sets *loss to its blocks' balancing losses
+  /// (mixture of experts, training; else 0). With the whole model, forward() is this.
   Tensor forward_stage(const Batch& batch, const Tensor& input, uint64_t seed, int64_t step,
                        float* loss);
   /// This stage's backward: from the kept loss gradient (last stage) or `dout`, the gradient of
@@ -205,6 +206,7 @@ class Gpt {
   std::vector<RowRun> rows_;  // my token rows as runs of global rows (positions, dropout masks)
   Communicator* cp_ = nullptr;
   Communicator* ep_ = nullptr;
+  bool training_ = true;
   CpLayout cp_layout_ = CpLayout::Zigzag;
 
   void check_batch(const Batch& b, bool targets) const;

@@ -272,6 +272,21 @@ Tensor MoeLayer::experts_forward(const Tensor& xs) {
   return out;
 }
 
+// Router logits on the device, routing on the host (see the header: what it costs), the losses
+// (their statistics reduced by the reducer: a collective) and the dispatch plan (a collective
+// over the EP group). Backward calls it again when the routing in hand is another forward's.
+void MoeLayer::route_tokens(const Tensor& x) {
+  const int64_t n = x.rows();
+  Tensor logits(device_, Shape{n, cfg_.experts});
+  device_.gemm(false, false, 1.0f, x, router_weight, 0.0f, logits);
+  route(logits.to_host(), n);
+  compute_losses();
+  std::vector<int64_t> per_expert(static_cast<size_t>(cfg_.experts));
+  for (int e = 0; e < cfg_.experts; ++e) per_expert[e] = route_.begin[e + 1] - route_.begin[e];
+  dispatch_->plan(per_expert);
+  routed_ = x;
+}
+
 Tensor MoeLayer::forward(const Tensor& x_in) {
   const int64_t h = cfg_.hidden, k = cfg_.top_k;
   TP_CHECK_INPUT(x_in.cols() == h && x_in.dtype() == Dtype::f32, prefix_, ": input ",
@@ -281,11 +296,7 @@ Tensor MoeLayer::forward(const Tensor& x_in) {
                  " tokens; the layer routes 1 to 2^24 − 1 tokens per call");
   const Tensor x = x_in.reshape(Shape{n, h});
   saved_.keep(x_, x);
-  // 1. Router logits on the device, routing on the host (see the header: what it costs).
-  Tensor logits(device_, Shape{n, cfg_.experts});
-  device_.gemm(false, false, 1.0f, x, router_weight, 0.0f, logits);
-  route(logits.to_host(), n);
-  compute_losses();
+  route_tokens(x);  // 1. the router, the losses and the plan of the experts' all-to-all
   Tensor y = Tensor::zeros(device_, Shape{n, h});
   const int64_t m = static_cast<int64_t>(route_.slot_of.size());
   // M ≥ 1 (a capacity is at least 1); the check keeps the views below non-empty all the same.
@@ -305,9 +316,6 @@ Tensor MoeLayer::forward(const Tensor& x_in) {
   device_.embedding_shard_forward(xs, id_t, x, 0);  // xs[s] = x[token of s]
   // 3. The experts, each on its contiguous rows of xs; under EP on the rows sent to their rank,
   // and the outputs sent back (parallel/expert_parallel.h).
-  std::vector<int64_t> per_expert(static_cast<size_t>(cfg_.experts));
-  for (int e = 0; e < cfg_.experts; ++e) per_expert[e] = route_.begin[e + 1] - route_.begin[e];
-  dispatch_->plan(per_expert);
   const Tensor xe = dispatch_->dispatch(xs);
   if (dispatch_->placement().ep > 1) saved_.keep(xe_, xe);
   const Tensor out = dispatch_->combine(experts_forward(xe));
@@ -357,6 +365,9 @@ Tensor MoeLayer::experts_backward(const Tensor& xs, const Tensor& dout) {
 Tensor MoeLayer::backward(const Tensor& dy_in, float loss_scale) {
   const Tensor& x = x_.get();
   const int64_t n = x.rows(), h = cfg_.hidden;
+  // Another micro-batch's forward ran since this one's (a pipeline keeps several in flight):
+  // route this one's tokens again, which gives the same routing, losses and plan.
+  if (!routed_.defined() || routed_.raw() != x.raw()) route_tokens(x);
   TP_CHECK_INPUT(dy_in.numel() == n * h && dy_in.cols() == h, prefix_, ": dy ", dy_in.shape().str(),
                  " should be (", n, ", ", h, ") like the forward's input");
   const Tensor dy = dy_in.reshape(Shape{n, h});
@@ -393,6 +404,7 @@ Tensor MoeLayer::backward(const Tensor& dy_in, float loss_scale) {
       Tensor::from_host(device_, Shape{n, cfg_.experts}, router_grad(dgate_slot, loss_scale));
   device_.gemm(true, false, 1.0f, x, dlogits, 1.0f, router_dweight);
   device_.gemm(false, true, 1.0f, dlogits, router_weight, 1.0f, dx);
+  routed_ = Tensor();
   return dx.reshape(dy_in.shape());
 }
 

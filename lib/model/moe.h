@@ -62,6 +62,11 @@
 // any ep computes what dp ranks without EP compute. With EP the experts' input rows are kept for
 // backward (R × h) instead of being gathered again from x.
 //
+// Micro-batches and pipelines. The routing (host), the statistics and the dispatch plan are the last
+// forward's; when backward finds they belong to another input (a pipeline ran the next
+// micro-batch's forward in between), it routes its own input again — the same numbers, one router
+// GEMM and the two small collectives again — rather than keeping every micro-batch's routing.
+//
 // Precision: fp32 only at this step (bf16 compute copies are not made).
 #pragma once
 
@@ -172,6 +177,7 @@ class MoeLayer {
     std::vector<int> slot_of;    // (M): the assignment t·k + j of each kept slot, sorted by expert
     std::vector<int64_t> begin;  // (E + 1): expert e's slots are [begin[e], begin[e + 1])
   };
+  void route_tokens(const Tensor& x);
   void route(const std::vector<float>& logits, int64_t n);
   void compute_losses();
   /// Rows sorted by local expert (dispatch().expert_begin()) through this rank's experts.
@@ -186,6 +192,7 @@ class MoeLayer {
   RouterStatsReducer reducer_;
   std::unique_ptr<ExpertDispatch> dispatch_;
   Route route_;
+  Tensor routed_;  // the input route_ and the plan belong to (held, so its address stays unique)
   RouterStats stats_;
   MoeLosses losses_;
   int64_t dropped_ = 0;

@@ -121,9 +121,12 @@ void average_expert_parallel(ProcessGrid& grid, Device& device, ParamList& param
 
 // ‖g‖ under EP: every rank holds the dense gradients whole (per TP shard) and E/ep experts, so
 // the experts' squares are summed over the EP group ("ep_grad_norm") and added once.
-double expert_parallel_grad_norm(ProcessGrid& grid, Device& device, const ParamList& params) {
+// `counted`: as pipeline_grad_norm's (a last stage's copy of the tied wte is the first stage's).
+double expert_parallel_grad_norm(ProcessGrid& grid, Device& device, const ParamList& params,
+                                 const std::function<bool(const Param&)>& counted) {
   ParamList dense, experts;
-  for (const Param& p : params) (p.expert >= 0 ? experts : dense).push_back(p);
+  for (const Param& p : params)
+    if (counted(p)) (p.expert >= 0 ? experts : dense).push_back(p);
   const double d = global_grad_norm(grid.tp(), device, dense);
   const double e = experts.empty() ? 0.0 : global_grad_norm(grid.tp(), device, experts);
   Tensor sq = Tensor::from_host(device, Shape{1}, {static_cast<float>(e * e)});
@@ -245,13 +248,9 @@ StepResult train_step(ProcessGrid& grid, Device& device, Gpt& model, AdamW& opt,
   TP_CHECK(model.cp_size() == grid.cp_size(), "train_step: the grid has cp=", grid.cp_size(),
            " but the model runs cp=", model.cp_size(), " (Gpt::set_context_parallel(grid.cp()))");
   if (model.config().experts > 0) {
-    // The balancing loss of the global batch: its statistics summed over every rank holding
-    // other tokens, and its gradient shares scaled so that the averages over dp and cp keep
-    // their sum. A micro-batch or a pipeline stage would see part of the batch: not yet.
-    TP_CHECK_INPUT(options.micro_batches == 1 && pp == 1, "--experts with --micro-batches ",
-                   options.micro_batches, " and --pp ", pp,
-                   ": the balancing statistics are the whole batch's, which a micro-batch or a "
-                   "stage does not see; use --micro-batches 1 and --pp 1");
+    // The balancing loss of each forward's tokens over every rank holding others of them (the
+    // global batch, or the global micro-batch with --micro-batches), and its gradient shares
+    // scaled so that the averages over dp and cp keep their sum.
     model.set_moe_reduction(router_stats_reducer(grid, device, model.config().sp),
                             static_cast<float>(dp * grid.cp_size()));
   }
@@ -305,7 +304,7 @@ StepResult train_step(ProcessGrid& grid, Device& device, Gpt& model, AdamW& opt,
     Tensor l = Tensor::from_host(device, Shape{1}, {static_cast<float>(stage.loss_sum())});
     {
       CommLedger::Scope scope(grid.pp().ledger(), "pp_loss");
-      grid.pp().all_reduce(l);  // 0 from every stage but the last: exact
+      grid.pp().all_reduce(l);  // the last stage's, plus the balancing losses of the others
     }
     loss_sum = l.to_host()[0];
   }
@@ -334,7 +333,9 @@ StepResult train_step(ProcessGrid& grid, Device& device, Gpt& model, AdamW& opt,
                     ? sum_over_stages(grid.pp(), device,
                                       zero_grad_norm(grid.dp(), grid.tp(), device, model.params(),
                                                      grad_shard, counted_on_stage(model, pp)))
-                : ep ? expert_parallel_grad_norm(grid, device, model.params())
+                : ep ? sum_over_stages(grid.pp(), device,
+                                       expert_parallel_grad_norm(grid, device, model.params(),
+                                                                 counted_on_stage(model, pp)))
                      : pipeline_grad_norm(grid.tp(), grid.pp(), device, model);
   // The averaged loss and the norm are the same on every rank: every rank takes the same branch.
   if (!std::isfinite(r.loss))

@@ -193,10 +193,6 @@ Plan plan_run(const Options& o, int world_size) {
   }
   if (cfg.experts > 0) {  // the mixture of experts (model/moe.h): what it does not combine with yet
     const std::pair<bool, const char*> refused[] = {
-        {pp > 1, "--pp > 1 (the balancing statistics are the whole batch's; a stage sees part)"},
-        {o.get_int32("micro-batches") > 1,
-         "--micro-batches > 1 (the balancing statistics are the whole batch's; a micro-batch "
-         "sees part)"},
         {o.get_flag("audit-grads"), "--audit-grads"},
         {o.get_real("memory-budget") > 0,
          "--memory-budget (the preflight counts no expert activations yet)"}};

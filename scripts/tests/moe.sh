@@ -8,11 +8,12 @@
 # progress line followed by the first MoE block's tokens per expert. A checkpoint saved at tp 2
 # resumes at t = 1 on the uninterrupted curve; a dense model refuses it in one line. Expert
 # parallelism (--ep): ep 2, ep 4, ep 2 inside dp 4, tp 2 × ep 2 on the t = 1 curve; a checkpoint
-# saved at ep 2 resumes at t = 1 and at ep 4, and the tp 2 one at ep 2; its bad inputs.
+# saved at ep 2 resumes at t = 1 and at ep 4, and the tp 2 one at ep 2; its bad inputs. Micro-batches
+# (the balancing statistics each global micro-batch's): pp 2 on t = 1's curve at --micro-batches 2;
+# ep 2 × pp 2 on dp 2's (whose micro-batch k is both replicas' k-th part: one device runs other
+# micro-batches), and its checkpoint resumed at dp 2 on dp 2's uninterrupted curve.
 moe=(--experts 4 --top-k 2)
 expect "--top-k above --experts" 2 "--top-k=5 must be in [1, --experts=4]" 2 "${tt[@]}" --experts 4 --top-k 5
-expect "--experts with --pp" 2 "--experts with --pp > 1" 2 "${tt[@]}" "${moe[@]}" --pp 2
-expect "--experts with --micro-batches" 2 "--experts with --micro-batches > 1" 2 "${tt[@]}" "${moe[@]}" --micro-batches 2
 expect "--experts with bf16" 2 "the mixture of experts runs in fp32 only so far" 2 "${tt[@]}" "${moe[@]}" --precision bf16
 expect "--experts with --export-hf" 2 "--experts 4 (GPT-2 has no experts)" 1 "${tt[@]}" "${moe[@]}" --export-hf "$tmp/moe_hf"
 expect "--experts not divisible by --ep" 2 "--experts=4 is not divisible by --ep=3" 3 "${tt[@]}" "${moe[@]}" --dp 3 --ep 3
@@ -60,3 +61,15 @@ for resume in "ep 2 file at t 1:1:ep2" "ep 2 file at ep 4:4 --dp 4 --ep 4:ep2" "
     fail "resuming the MoE checkpoint ($name) exited non-zero (see $logs/moe_resumed_${file}_$np.log)"
   same_curve "MoE checkpoint, $name, steps 21-24" "$tmp/moe_t1.json" "$tmp/moe_resumed_${file}_$np.json" 20
 done
+
+# Micro-batches and pipeline stages.
+moe_run t1_m2 1 --steps 20 --micro-batches 2
+moe_run "pp 2" 2 --steps 20 --micro-batches 2 --pp 2 --schedule 1f1b
+same_curve "20-step loss curve with --experts, pp 2 (1F1B, 2 micro-batches) vs t = 1" "$tmp/moe_t1_m2.json" "$tmp/moe_pp_2.json"
+moe_run "dp 2 m2" 2 --steps 24 --micro-batches 2 --dp 2
+moe_run "ep 2 x pp 2" 4 --steps 20 --micro-batches 2 --dp 2 --ep 2 --pp 2 --save "$tmp/moe_eppp_at20.safetensors"
+same_curve "20-step loss curve with --experts, ep 2 x pp 2 vs dp 2 (2 micro-batches)" "$tmp/moe_dp_2_m2.json" "$tmp/moe_ep_2_x_pp_2.json"
+run_mpi 2 "${train[@]}" "${moe[@]}" --dp 2 --micro-batches 2 --steps 4 --load "$tmp/moe_eppp_at20.safetensors" \
+  --log-json "$tmp/moe_resumed_eppp.json" >"$logs/moe_resumed_eppp.log" 2>&1 ||
+  fail "resuming the ep 2 x pp 2 MoE checkpoint at dp 2 exited non-zero (see $logs/moe_resumed_eppp.log)"
+same_curve "MoE checkpoint (ep 2 x pp 2) resumed at dp 2, steps 21-24" "$tmp/moe_dp_2_m2.json" "$tmp/moe_resumed_eppp.json" 20

@@ -1446,8 +1446,8 @@ TEST(GpuModel, ExpertParallelMatchesOneCpuDevice) {
     const Batch b = data.batch(s, 12, cfg.seq);
     const float lg = train_step(grid, gpu(), mg, og, b, kSeed, s, hp.lr, 1.0f).loss;
     const float lc = train_step(one, cpu(), mc, oc, b, kSeed, s, hp.lr, 1.0f).loss;
-    EXPECT_LE(std::abs(lg - lc), kModel * lc) << "ep " << ep << " step " << s << ": " << lg
-                                              << " vs " << lc;
+    EXPECT_LE(std::abs(lg - lc), kModel * lc)
+        << "ep " << ep << " step " << s << ": " << lg << " vs " << lc;
   }
 }
 

@@ -6,8 +6,10 @@
 // block, full recomputation, a capacity factor under plain TP (each rank sees every token). And the
 // other way: without the statistics' reduction a dp 2 run's loss is not one device's. Expert
 // parallelism (--ep, parallel/expert_parallel.h): ep 2, ep 4, ep 2 inside dp 4 (EDP groups of 2),
-// tp 2 × ep 2 with and without SP, each rank comparing the experts it holds. Runs under
-// mpirun -np 1 … 4.
+// tp 2 × ep 2 with and without SP, each rank comparing the experts it holds. Micro-batches (the
+// statistics each global micro-batch's, on both sides) and pipeline stages: pp 2 (AFAB and 1F1B,
+// several micro-batches in flight: backward routes its tokens again), ep 2 × pp 2, tp 2 × pp 2
+// with SP. Runs under mpirun -np 1 … 4.
 //
 // Tolerances (relative): 1e-5 for the loss and norm of 3 steps and the first step's gradients (the
 // sums of the gradients and of the router statistics run in another order); 1e-4 for the weights
@@ -46,7 +48,8 @@ GptConfig moe_gpt() {
 }
 
 struct Case {
-  int dp = 1, cp = 1, ep = 1;
+  int dp = 1, cp = 1, ep = 1, pp = 1, micro = 1;
+  Schedule schedule = Schedule::Afab;
   bool sp = false;
   int top_k = 2, moe_every = 1;
   Activation act = Activation::Gelu;
@@ -54,8 +57,10 @@ struct Case {
   double capacity = 0;
   std::string tag() const {
     return "dp " + std::to_string(dp) + " cp " + std::to_string(cp) + " ep " + std::to_string(ep) +
-           (sp ? " sp" : "") + " k " + std::to_string(top_k) + " every " +
-           std::to_string(moe_every) + (act == Activation::SwiGlu ? " swiglu" : "") +
+           " pp " + std::to_string(pp) + " m " + std::to_string(micro) +
+           (schedule == Schedule::OneFOneB ? " 1f1b" : "") + (sp ? " sp" : "") + " k " +
+           std::to_string(top_k) + " every " + std::to_string(moe_every) +
+           (act == Activation::SwiGlu ? " swiglu" : "") +
            (recompute == Recompute::Full ? " full" : "") +
            (capacity > 0 ? " capacity " + std::to_string(capacity) : "");
   }
@@ -77,12 +82,30 @@ ParamList holding(const ParamList& all, const ParamList& like) {
   return kept;
 }
 
+// The global batch with its sequences in the order one device must run them for its contiguous
+// micro-batch k to be what the dp ranks' micro-batches k are together (the sequences the balancing
+// statistics of micro-batch k cover): rank d's micro-batch k is its slice's k-th part.
+Batch as_global_micro_batches(const Batch& b, int dp, int m) {
+  const int64_t local = b.batch / dp, micro = local / m;
+  std::vector<int64_t> order;
+  for (int k = 0; k < m; ++k)
+    for (int d = 0; d < dp; ++d)
+      for (int64_t j = 0; j < micro; ++j) order.push_back(d * local + k * micro + j);
+  Batch out = b;
+  for (int64_t s = 0; s < b.seq; ++s)
+    for (int64_t i = 0; i < b.batch; ++i) {
+      out.ids[s * b.batch + i] = b.ids[s * b.batch + order[i]];
+      out.targets[s * b.batch + i] = b.targets[s * b.batch + order[i]];
+    }
+  return out;
+}
+
 struct Outcome {
   double loss = 0, norm = 0, grads = 0, values = 0;
 };
 
 Outcome train_against_one(const Case& c, bool reduce = true) {
-  ProcessGrid grid(world(), GridAxes{c.dp, 1, c.cp, c.ep});
+  ProcessGrid grid(world(), GridAxes{c.dp, c.pp, c.cp, c.ep});
   SerialCommunicator solo;
   ProcessGrid one_grid(solo, 1);
   GptConfig g = moe_gpt();
@@ -93,7 +116,7 @@ Outcome train_against_one(const Case& c, bool reduce = true) {
   g.capacity_factor = c.capacity;
   GptConfig g1 = g;
   g.sp = c.sp && grid.tp_size() > 1;
-  Gpt model(device(), grid.tp(), g), one(device(), solo, g1);
+  Gpt model(device(), grid.tp(), g, pipeline_stage_layout(grid, g, {})), one(device(), solo, g1);
   model.set_context_parallel(grid.cp(), CpLayout::Zigzag);
   model.set_expert_parallel(grid.ep());
   model.init(3);
@@ -102,13 +125,16 @@ Outcome train_against_one(const Case& c, bool reduce = true) {
   hp.lr = 1e-2f;
   AdamW opt(device(), model.params(), hp), one_opt(device(), one.params(), hp);
   MarkovSource data(g.vocab, 3);
+  StepOptions options, one_options;  // one device runs the same micro-batches, one after another
+  options.micro_batches = one_options.micro_batches = c.micro;
+  options.schedule = c.schedule;
   Outcome o;
   SerialCommunicator s2;
   for (int64_t s = 0; s < 3; ++s) {
     const Batch b = data.batch(s, 2 * c.dp, g.seq);
     StepResult a;
     if (reduce) {
-      a = train_step(grid, device(), model, opt, b, 3, s, hp.lr, 0.5f);
+      a = train_step(grid, device(), model, opt, b, 3, s, hp.lr, 0.5f, {}, options);
     } else {  // every replica's own statistics: train_step's reduction undone before the forward
       model.set_moe_reduction({}, 1.0f);
       const Batch mine = batch_slice(b, grid.dp_rank() * 2, 2);
@@ -118,7 +144,9 @@ Outcome train_against_one(const Case& c, bool reduce = true) {
       grid.dp().all_reduce(t);
       a.loss = t.to_host()[0];
     }
-    const StepResult r = train_step(one_grid, device(), one, one_opt, b, 3, s, hp.lr, 0.5f);
+    const StepResult r =
+        train_step(one_grid, device(), one, one_opt, as_global_micro_batches(b, c.dp, c.micro), 3,
+                   s, hp.lr, 0.5f, {}, one_options);
     o.loss = std::max(o.loss, std::fabs(double{a.loss} - r.loss) / std::fabs(double{r.loss}));
     if (!reduce) return o;
     o.norm = std::max(o.norm, std::fabs(a.grad_norm - r.grad_norm) / r.grad_norm);
@@ -158,6 +186,22 @@ std::vector<Case> cases_for(int np) {
     dp.dp = np;
     v.push_back(dp);
   }
+  Case micro = plain;  // the statistics of each global micro-batch
+  micro.micro = 2;
+  v.push_back(micro);
+  if (np == 2) {
+    for (Schedule s : {Schedule::Afab, Schedule::OneFOneB}) {
+      Case pp;  // both micro-batches' forwards before the first backward
+      pp.pp = 2;
+      pp.micro = 2;
+      pp.schedule = s;
+      v.push_back(pp);
+    }
+    Case ep_micro;
+    ep_micro.dp = ep_micro.ep = 2;
+    ep_micro.micro = 2;
+    v.push_back(ep_micro);
+  }
   if (np == 2 || np == 4) {  // E = 4 experts: ep 2 and 4
     Case ep;
     ep.dp = ep.ep = np;
@@ -187,6 +231,16 @@ std::vector<Case> cases_for(int np) {
     Case tp_ep_sp = tp_ep;
     tp_ep_sp.sp = true;
     v.push_back(tp_ep_sp);
+    Case ep_pp;  // ep 2 × pp 2
+    ep_pp.dp = ep_pp.ep = ep_pp.pp = 2;
+    ep_pp.micro = 2;
+    ep_pp.schedule = Schedule::OneFOneB;
+    v.push_back(ep_pp);
+    Case tp_pp;  // tp 2 × pp 2 with SP
+    tp_pp.pp = 2;
+    tp_pp.micro = 2;
+    tp_pp.sp = true;
+    v.push_back(tp_pp);
   }
   return v;
 }
