@@ -43,6 +43,7 @@ TransformerBlock::TransformerBlock(Device& device, Communicator& comm, const Gpt
     m.z_loss_coef = cfg.z_loss_coef;
     m.capacity_factor = cfg.capacity_factor;
     m.act = cfg.act;
+    m.compute = cfg.compute_dtype();
     moe_ = std::make_unique<MoeLayer>(device, mlp, m);
   } else {
     mlp_ = std::make_unique<ParallelMLP>(device, comm, mlp, cfg);

@@ -92,9 +92,6 @@ std::vector<std::string> GptConfig::problems(int t, const std::string& t_label) 
          "--capacity-factor=" + sci(capacity_factor) + " must be 0 (dropless) or positive");
     need(aux_loss_coef >= 0 && z_loss_coef >= 0,
          "--aux-loss-coef and --z-loss-coef must be 0 or positive");
-    need(precision == Precision::Fp32,
-         "--experts with --precision bf16: the mixture of experts runs in fp32 only so far; use "
-         "--precision fp32");
   }
   if (!p.empty()) return p;
   // Sizes: each one, and the parameter count, small enough that no size computed from them (shapes,

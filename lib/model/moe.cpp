@@ -12,7 +12,7 @@ namespace {
 
 /// A parameter of the layer, whole on this rank (no TP inside the experts at this step).
 void add_param(ParamList& out, const std::string& name, const Tensor& value, const Tensor& grad,
-               Init init, float std, bool decay, int expert = -1) {
+               Init init, float std, bool decay, int expert = -1, const Tensor& compute = {}) {
   Param p;
   p.name = name;
   p.shape = value.shape();
@@ -23,10 +23,22 @@ void add_param(ParamList& out, const std::string& name, const Tensor& value, con
   p.init_std = std;
   p.decay = decay;
   p.expert = expert;
+  p.compute = compute;
   out.push_back(p);
 }
 
+// What a layer computes with: the bf16 copy when there is one, else the fp32 parameter.
+const Tensor& W(const Tensor& value, const Tensor& copy) { return compute_tensor(value, copy); }
+
 }  // namespace
+
+// An f32 sum (the combine, the input gradient) in the compute dtype: rounded to bf16 once.
+Tensor MoeLayer::in_compute_dtype(const Tensor& sum) const {
+  if (cfg_.compute == Dtype::f32) return sum;
+  Tensor out(device_, sum.shape(), cfg_.compute);
+  device_.convert(sum, out);
+  return out;
+}
 
 void check_moe_config(const MoeConfig& cfg) {
   TP_CHECK_INPUT(cfg.hidden > 0 && cfg.ffn > 0, "moe: hidden=", cfg.hidden, " and ffn=", cfg.ffn,
@@ -58,6 +70,8 @@ MoeLayer::MoeLayer(Device& device, const std::string& prefix, const MoeConfig& c
       act_(prefix + ".experts.act"),
       out_(prefix + ".experts.c_proj.output") {
   check_moe_config(cfg);
+  TP_CHECK(cfg.compute == Dtype::f32 || cfg.compute == Dtype::bf16, prefix, ": compute dtype ",
+           dtype_name(cfg.compute));
   const int64_t h = cfg.hidden, f = cfg.ffn;
   router_weight = Tensor::zeros(device, Shape{h, cfg.experts});
   router_dweight = Tensor::zeros(device, Shape{h, cfg.experts});
@@ -77,6 +91,15 @@ MoeLayer::MoeLayer(Device& device, const std::string& prefix, const MoeConfig& c
     ex.dw_gate = Tensor::zeros(device, Shape{h, f});
     ex.db_gate = Tensor::zeros(device, Shape{f});
   }
+  for (MoeExpert& ex : experts) {  // bf16: the copies the experts compute with
+    ex.cw_fc = make_compute_copy(ex.w_fc, cfg.compute);
+    ex.cb_fc = make_compute_copy(ex.b_fc, cfg.compute);
+    ex.cw_proj = make_compute_copy(ex.w_proj, cfg.compute);
+    ex.cb_proj = make_compute_copy(ex.b_proj, cfg.compute);
+    if (!swiglu_) continue;
+    ex.cw_gate = make_compute_copy(ex.w_gate, cfg.compute);
+    ex.cb_gate = make_compute_copy(ex.b_gate, cfg.compute);
+  }
   ones_h_ = Tensor(device, Shape{1, h});
   device.fill(ones_h_, 1.0f);
 }
@@ -88,14 +111,17 @@ void MoeLayer::collect_params(ParamList& out, float std, float proj_std) const {
     const MoeExpert& ex = experts[i];
     const int e = dispatch_->placement().first() + static_cast<int>(i);
     const std::string p = prefix_ + ".experts." + std::to_string(e);
-    add_param(out, p + ".c_fc.weight", ex.w_fc, ex.dw_fc, Init::Normal, std, true, e);
-    add_param(out, p + ".c_fc.bias", ex.b_fc, ex.db_fc, Init::Zeros, 0, false, e);
+    add_param(out, p + ".c_fc.weight", ex.w_fc, ex.dw_fc, Init::Normal, std, true, e, ex.cw_fc);
+    add_param(out, p + ".c_fc.bias", ex.b_fc, ex.db_fc, Init::Zeros, 0, false, e, ex.cb_fc);
     if (swiglu_) {
-      add_param(out, p + ".c_gate.weight", ex.w_gate, ex.dw_gate, Init::Normal, std, true, e);
-      add_param(out, p + ".c_gate.bias", ex.b_gate, ex.db_gate, Init::Zeros, 0, false, e);
+      add_param(out, p + ".c_gate.weight", ex.w_gate, ex.dw_gate, Init::Normal, std, true, e,
+                ex.cw_gate);
+      add_param(out, p + ".c_gate.bias", ex.b_gate, ex.db_gate, Init::Zeros, 0, false, e,
+                ex.cb_gate);
     }
-    add_param(out, p + ".c_proj.weight", ex.w_proj, ex.dw_proj, Init::Normal, proj_std, true, e);
-    add_param(out, p + ".c_proj.bias", ex.b_proj, ex.db_proj, Init::Zeros, 0, false, e);
+    add_param(out, p + ".c_proj.weight", ex.w_proj, ex.dw_proj, Init::Normal, proj_std, true, e,
+              ex.cw_proj);
+    add_param(out, p + ".c_proj.bias", ex.b_proj, ex.db_proj, Init::Zeros, 0, false, e, ex.cb_proj);
   }
 }
 
@@ -243,9 +269,10 @@ std::vector<float> MoeLayer::router_grad(const std::vector<float>& dgate_slot,
 // xs: (M, h), the kept slots' tokens sorted by expert → the experts' outputs (M, h), ungated.
 Tensor MoeLayer::experts_forward(const Tensor& xs) {
   const int64_t m = xs.rows();
-  Tensor up(device_, Shape{m, cfg_.ffn}), act(device_, Shape{m, cfg_.ffn});
-  Tensor gate = swiglu_ ? Tensor(device_, Shape{m, cfg_.ffn}) : Tensor();
-  Tensor out(device_, Shape{m, cfg_.hidden});
+  const Dtype dt = xs.dtype();
+  Tensor up(device_, Shape{m, cfg_.ffn}, dt), act(device_, Shape{m, cfg_.ffn}, dt);
+  Tensor gate = swiglu_ ? Tensor(device_, Shape{m, cfg_.ffn}, dt) : Tensor();
+  Tensor out(device_, Shape{m, cfg_.hidden}, dt);
   const std::vector<int64_t>& begin = dispatch_->expert_begin();
   for (size_t e = 0; e < experts.size(); ++e) {
     const int64_t b = begin[e], c = begin[e + 1];
@@ -253,18 +280,21 @@ Tensor MoeLayer::experts_forward(const Tensor& xs) {
     const MoeExpert& ex = experts[e];
     const Tensor xe = xs.view(b, c);
     Tensor up_e = up.view(b, c), act_e = act.view(b, c), out_e = out.view(b, c);
-    device_.gemm(false, false, 1.0f, xe, ex.w_fc, 0.0f, up_e);  // X_e W_fc
+    device_.gemm(false, false, 1.0f, xe, W(ex.w_fc, ex.cw_fc), 0.0f, up_e);  // X_e W_fc
     if (swiglu_) {
       Tensor gate_e = gate.view(b, c);
-      device_.add_bias(up_e, ex.b_fc);
-      device_.gemm(false, false, 1.0f, xe, ex.w_gate, 0.0f, gate_e);
-      device_.add_bias(gate_e, ex.b_gate);
+      device_.add_bias(up_e, W(ex.b_fc, ex.cb_fc));
+      device_.gemm(false, false, 1.0f, xe, W(ex.w_gate, ex.cw_gate), 0.0f, gate_e);
+      device_.add_bias(gate_e, W(ex.b_gate, ex.cb_gate));
       device_.swiglu_forward(act_e, gate_e, up_e);  // silu(X W_g + b_g) ⊙ (X W_fc + b_fc)
-    } else {
+    } else if (dt == Dtype::f32) {
       device_.bias_gelu_forward(act_e, up_e, ex.b_fc);  // GeLU(X W_fc + b_fc), up kept unbiased
+    } else {  // bf16: the bias, then GeLU, each rounding once (up kept biased), as the dense MLP
+      device_.add_bias(up_e, W(ex.b_fc, ex.cb_fc));
+      device_.gelu_forward(act_e, up_e);
     }
-    device_.gemm(false, false, 1.0f, act_e, ex.w_proj, 0.0f, out_e);
-    device_.add_bias(out_e, ex.b_proj);
+    device_.gemm(false, false, 1.0f, act_e, W(ex.w_proj, ex.cw_proj), 0.0f, out_e);
+    device_.add_bias(out_e, W(ex.b_proj, ex.cb_proj));
   }
   saved_.keep(up_, up);
   saved_.keep(act_, act);
@@ -289,8 +319,8 @@ void MoeLayer::route_tokens(const Tensor& x) {
 
 Tensor MoeLayer::forward(const Tensor& x_in) {
   const int64_t h = cfg_.hidden, k = cfg_.top_k;
-  TP_CHECK_INPUT(x_in.cols() == h && x_in.dtype() == Dtype::f32, prefix_, ": input ",
-                 x_in.shape().str(), " should be f32 (N, ", h, ")");
+  TP_CHECK_INPUT(x_in.cols() == h && x_in.dtype() == cfg_.compute, prefix_, ": input ",
+                 x_in.shape().str(), " should be ", dtype_name(cfg_.compute), " (N, ", h, ")");
   const int64_t n = x_in.rows();
   TP_CHECK_INPUT(n > 0 && n < (int64_t{1} << 24), prefix_, ": ", n,
                  " tokens; the layer routes 1 to 2^24 − 1 tokens per call");
@@ -312,7 +342,7 @@ Tensor MoeLayer::forward(const Tensor& x_in) {
   const Tensor gate_t = Tensor::from_host(device_, Shape{m, 1}, gates);
   saved_.keep(ids_, id_t);
   saved_.keep(gates_, gate_t);
-  Tensor xs(device_, Shape{m, h});
+  Tensor xs(device_, Shape{m, h}, x.dtype());
   device_.embedding_shard_forward(xs, id_t, x, 0);  // xs[s] = x[token of s]
   // 3. The experts, each on its contiguous rows of xs; under EP on the rows sent to their rank,
   // and the outputs sent back (parallel/expert_parallel.h).
@@ -324,8 +354,8 @@ Tensor MoeLayer::forward(const Tensor& x_in) {
   Tensor gate_rows(device_, Shape{m, h}), weighted(device_, Shape{m, h});
   device_.gemm(false, false, 1.0f, gate_t, ones_h_, 0.0f, gate_rows);
   device_.mul(out, gate_rows, weighted);
-  device_.embedding_shard_backward(y, weighted, id_t, 0);
-  return y.reshape(x_in.shape());
+  device_.embedding_shard_backward(y, weighted, id_t, 0);  // in f32 (y, weighted): one rounding
+  return in_compute_dtype(y).reshape(x_in.shape());
 }
 
 // xs, dout: (M, h) → dxs: (M, h); the experts' parameter gradients +=.
@@ -333,9 +363,10 @@ Tensor MoeLayer::experts_backward(const Tensor& xs, const Tensor& dout) {
   const int64_t m = xs.rows();
   const Tensor& up = up_.get();
   const Tensor& act = act_.get();
-  Tensor dact(device_, Shape{m, cfg_.ffn}), dup(device_, Shape{m, cfg_.ffn});
-  Tensor dgate = swiglu_ ? Tensor(device_, Shape{m, cfg_.ffn}) : Tensor();
-  Tensor dxs(device_, Shape{m, cfg_.hidden});
+  const Dtype dt = dout.dtype();
+  Tensor dact(device_, Shape{m, cfg_.ffn}, dt), dup(device_, Shape{m, cfg_.ffn}, dt);
+  Tensor dgate = swiglu_ ? Tensor(device_, Shape{m, cfg_.ffn}, dt) : Tensor();
+  Tensor dxs(device_, Shape{m, cfg_.hidden}, dt);
   const std::vector<int64_t>& begin = dispatch_->expert_begin();
   for (size_t e = 0; e < experts.size(); ++e) {
     const int64_t b = begin[e], c = begin[e + 1];
@@ -345,19 +376,23 @@ Tensor MoeLayer::experts_backward(const Tensor& xs, const Tensor& dout) {
     Tensor dact_e = dact.view(b, c), dup_e = dup.view(b, c), dxe = dxs.view(b, c);
     device_.add_bias_backward(ex.db_proj, dout_e);
     device_.gemm(true, false, 1.0f, act.view(b, c), dout_e, 1.0f, ex.dw_proj);  // += actᵀ dY
-    device_.gemm(false, true, 1.0f, dout_e, ex.w_proj, 0.0f, dact_e);           // dY W_projᵀ
+    device_.gemm(false, true, 1.0f, dout_e, W(ex.w_proj, ex.cw_proj), 0.0f, dact_e);  // dY W_pᵀ
     if (swiglu_) {
       Tensor dgate_e = dgate.view(b, c);
       device_.swiglu_backward(dgate_e, dup_e, dact_e, gate_pre_.get().view(b, c), up_e);
       device_.add_bias_backward(ex.db_gate, dgate_e);
       device_.add_bias_backward(ex.db_fc, dup_e);
       device_.gemm(true, false, 1.0f, xe, dgate_e, 1.0f, ex.dw_gate);
-    } else {
+    } else if (dt == Dtype::f32) {
       device_.bias_gelu_backward(dup_e, ex.db_fc, dact_e, up_e, ex.b_fc);
+    } else {
+      device_.gelu_backward(dup_e, dact_e, up_e);  // up kept biased (forward)
+      device_.add_bias_backward(ex.db_fc, dup_e);
     }
     device_.gemm(true, false, 1.0f, xe, dup_e, 1.0f, ex.dw_fc);
-    device_.gemm(false, true, 1.0f, dup_e, ex.w_fc, 0.0f, dxe);
-    if (swiglu_) device_.gemm(false, true, 1.0f, dgate.view(b, c), ex.w_gate, 1.0f, dxe);
+    device_.gemm(false, true, 1.0f, dup_e, W(ex.w_fc, ex.cw_fc), 0.0f, dxe);
+    if (swiglu_)
+      device_.gemm(false, true, 1.0f, dgate.view(b, c), W(ex.w_gate, ex.cw_gate), 1.0f, dxe);
   }
   return dxs;
 }
@@ -377,19 +412,20 @@ Tensor MoeLayer::backward(const Tensor& dy_in, float loss_scale) {
   {  // the experts' path; its (M, h) temporaries are freed before the router's GEMMs
     const Tensor& ids = ids_.get();
     // dY of each slot's token; the gate's gradient is its row's dot with the ungated output.
-    Tensor dys(device_, Shape{m, h}), prod(device_, Shape{m, h}), dg(device_, Shape{m, 1});
+    Tensor dys(device_, Shape{m, h}, dy.dtype()), prod(device_, Shape{m, h}),
+        dg(device_, Shape{m, 1});
     device_.embedding_shard_forward(dys, ids, dy, 0);
     device_.mul(dys, out_.get(), prod);
     device_.gemm(false, true, 1.0f, prod, ones_h_, 0.0f, dg);  // Σ_c dys[s, c] out[s, c]
     dgate_slot = dg.to_host();
     // The experts' dY: g_s · dys[s]. Their input: regathered from x, or under EP the rows that
     // came in forward; dY goes to the experts' ranks as the tokens did, dX comes back.
-    Tensor gate_rows(device_, Shape{m, h}), dout(device_, Shape{m, h});
+    Tensor gate_rows(device_, Shape{m, h}), dout(device_, Shape{m, h}, dy.dtype());
     device_.gemm(false, false, 1.0f, gates_.get(), ones_h_, 0.0f, gate_rows);
     device_.mul(dys, gate_rows, dout);
     Tensor dxs;
     if (dispatch_->placement().ep == 1) {
-      Tensor xs(device_, Shape{m, h});
+      Tensor xs(device_, Shape{m, h}, x.dtype());
       device_.embedding_shard_forward(xs, ids, x, 0);
       dxs = experts_backward(xs, dout);
     } else {
@@ -405,7 +441,7 @@ Tensor MoeLayer::backward(const Tensor& dy_in, float loss_scale) {
   device_.gemm(true, false, 1.0f, x, dlogits, 1.0f, router_dweight);
   device_.gemm(false, true, 1.0f, dlogits, router_weight, 1.0f, dx);
   routed_ = Tensor();
-  return dx.reshape(dy_in.shape());
+  return in_compute_dtype(dx).reshape(dy_in.shape());
 }
 
 }  // namespace tp

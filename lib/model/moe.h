@@ -67,7 +67,12 @@
 // micro-batch's forward in between), it routes its own input again — the same numbers, one router
 // GEMM and the two small collectives again — rather than keeping every micro-batch's routing.
 //
-// Precision: fp32 only at this step (bf16 compute copies are not made).
+// Precision. fp32, or bf16 mixed precision (MoeConfig::compute): the experts compute with bf16
+// copies of their weights (Param::compute, remade from the fp32 masters after each update) on
+// bf16 activations, as the dense MLP does (bias, then GeLU, each rounding once); the router runs in
+// f32 on the widened input (its softmax and top-k are the routing: a bf16 logit would tie experts
+// an f32 one tells apart); the gate-weighted combine and the input gradient are summed in f32 and
+// rounded to bf16 once. The dispatch moves bf16 rows (half the bytes).
 #pragma once
 
 #include <cstdint>
@@ -98,6 +103,7 @@ struct MoeConfig {
   double z_loss_coef = 1e-3;    ///< β (ST-MoE)
   double capacity_factor = 0;   ///< c; 0: dropless
   Activation act = Activation::Gelu;
+  Dtype compute = Dtype::f32;  ///< the activations' and the experts' compute dtype
 };
 
 /// Refuses a config that cannot run (bad input, exit 2, one line naming the fix).
@@ -124,6 +130,8 @@ struct MoeLosses {
 struct MoeExpert {
   Tensor w_fc, b_fc, w_gate, b_gate, w_proj, b_proj;  ///< (h, ffn), (ffn); gate: SwiGLU only
   Tensor dw_fc, db_fc, dw_gate, db_gate, dw_proj, db_proj;
+  /// bf16 compute copies of the six (MoeConfig::compute = bf16), else undefined.
+  Tensor cw_fc, cb_fc, cw_gate, cb_gate, cw_proj, cb_proj;
 };
 
 class MoeLayer {
@@ -184,6 +192,7 @@ class MoeLayer {
   Tensor experts_forward(const Tensor& xs);
   Tensor experts_backward(const Tensor& xs, const Tensor& dout);
   std::vector<float> router_grad(const std::vector<float>& dgate_slot, float loss_scale) const;
+  Tensor in_compute_dtype(const Tensor& sum) const;
 
   Device& device_;
   std::string prefix_;
