@@ -125,7 +125,28 @@ else
     pass 1; echo "✓ elastic: SIGTERM to tp-run: exit $rc, no restart, $(grep -o 'emergency checkpoint.*saved at step [0-9]*' "$log" | head -1)"
   else fail "elastic: SIGTERM to tp-run: exit $rc, a restart or no emergency checkpoint (see $log)"; fi
 
-  # 5. Bad input to tp-run: one line, exit 2, nothing started.
+  # 5. The grid rule beyond this test bed's one case (tp-run's own functions, no MPI): dp 4 on 6
+  #    slots of tp 2 takes dp 2 (3 does not divide the 4 micro-batches of a step), dp 4 with 3
+  #    micro-batches takes dp 3 × 4; --min-dp 3 refuses dp 2; ranks by MPICH's block placement.
+  if python3 - >"$logs/elastic_grid.log" 2>&1 <<'PY'; then
+import importlib.machinery, types
+loader = importlib.machinery.SourceFileLoader("tp_run", "scripts/tp-run")
+run = types.ModuleType(loader.name)
+loader.exec_module(run)
+G, H = run.Grid, run.Host
+assert run.shrink(G(8, 4, 1, ""), 6, "", 1) == G(4, 2, 2, "")
+assert run.shrink(G(8, 4, 3, ""), 6, "", 1) == G(6, 3, 4, "")
+assert run.shrink(G(8, 4, 1, ""), 6, "", 3) is None
+assert run.shrink(G(4, 2, 1, ""), 2, "1", 1) == G(2, 1, 2, "0")  # one replica: --zero 0
+hosts = [H("a", 2), H("b", 2), H("c", 1)]
+assert [run.host_of_rank(hosts, 5, r).name for r in range(5)] == ["a", "a", "b", "b", "c"]
+assert run.with_flag(["--dp=2", "--steps", "9"], "dp", "1") == ["--dp=1", "--steps", "9"]
+assert run.with_flag(["--steps", "9"], "micro-batches", "2") == ["--steps", "9", "--micro-batches", "2"]
+PY
+    pass 1; echo "✓ elastic: the grid rule (dp 4 on 6 slots: 2 × 2 or 3 × 4 micro-batches; --min-dp; --zero 0) and MPICH's placement"
+  else fail "elastic: the grid rule or the placement differs (see $logs/elastic_grid.log)"; cat "$logs/elastic_grid.log"; fi
+
+  # 6. Bad input to tp-run: one line, exit 2, nothing started.
   el_bad() {  # el_bad NAME NEEDLE ARGS...
     local name=$1 needle=$2 log=$logs/elastic_bad_${1// /_}.log rc; shift 2
     timeout 60 scripts/tp-run "$@" >"$log" 2>&1; rc=$?
