@@ -111,8 +111,8 @@ else
   else fail "elastic: --min-dp 2: exit $rc, no refusal line or a restart (see $log)"; fi
 
   # 4. SIGTERM to tp-run: forwarded; tp_train's emergency checkpoint, no restart. On one host:
-  #    on the two, SIGTERM to mpirun itself sometimes ends a rank of the second host before the
-  #    step boundary (UCX aborts on it; seen once in 4 under tp-run, not in 6 without; open).
+  #    on the two, a rank of the second host once ended before the step boundary (UCX aborted on
+  #    it; 1 of 4 runs under tp-run, then 0 of 8 under tp-run and 0 of 8 under plain mpirun; open).
   log=$logs/elastic_sigterm.log
   timeout 120 scripts/tp-run --mpirun "$MPIEXEC" --np 2 -- "${train[@]}" --steps 1000000 --log-every 1 \
     --save "$el/term/" --save-every 1000 >"$log" 2>&1 &
