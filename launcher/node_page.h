@@ -48,6 +48,9 @@ struct Header {
   int64_t stop_ns = 0;
   char host[64] = {};
   char life_name[48] = {};  // the watchdog's socket for the ranks' life lines (life_line.h)
+  // Set by the watchdog when another node's watchdog reports a death (watchdog_peers.h): a rank
+  // whose transport aborts on the broken connection to that node is a consequence, not the cause.
+  int32_t peer_node_death = 0;
 };
 
 /// Slot::crashed: the fatal-signal handler named the rank itself (the watchdog says nothing), or

@@ -56,18 +56,32 @@ pid_t g_watchdog_pid = -1;  // local rank 0: the watchdog process
 bool g_watchdog_warned = false;
 int64_t g_watchdog_checked_ns = 0;
 
+// Whether a rank of this node (or, with several nodes, of another: its watchdog's report reaches
+// ours within milliseconds; wait up to kPeerWaitMs for it) has begun to end.
+bool peer_ending() {
+  constexpr int kPeerWaitMs = 250;
+  for (int waited = 0;; waited += 10) {
+    for (int i = 0; i < g_header->local_size; ++i)
+      if (&g_slots[i] != g_slot && g_slots[i].pid > 0 && life_line::process_ending(g_slots[i].pid))
+        return true;
+    if (g_header->peer_node_death != 0) return true;
+    if (g_header->nodes <= 1 || waited >= kPeerWaitMs) return false;
+    sleep_ms(10);
+  }
+}
+
 void on_fatal_signal(int sig) {
-  // A transport that aborts because a peer of this node died (UCX raises SIGABRT, with its own
-  // backtrace, when the connection to a killed rank breaks; it can notice before that rank's
-  // files close) is not the death to name: this rank says nothing and marks itself a consequence
-  // (kAfterPeer), which the watchdog passes over when it names the first death.
-  for (int i = 0; i < g_header->local_size; ++i)
-    if (&g_slots[i] != g_slot && g_slots[i].pid > 0 && life_line::process_ending(g_slots[i].pid)) {
-      g_slot->crashed = kAfterPeer;
-      std::signal(sig, SIG_DFL);
-      ::raise(sig);
-      return;
-    }
+  // A transport that aborts because a peer died (UCX raises SIGABRT, with its own backtrace, when
+  // the connection to a killed rank breaks; it can notice before that rank's files close, and
+  // before another node's watchdog has seen the death) is not the death to name: this rank says
+  // nothing and marks itself a consequence (kAfterPeer), which the watchdog passes over when it
+  // names the first death.
+  if (peer_ending()) {
+    g_slot->crashed = kAfterPeer;
+    std::signal(sig, SIG_DFL);
+    ::raise(sig);
+    return;
+  }
   g_slot->crashed = kNamedItself;
   Line line;
   line << "rank " << g_rank << " (pid " << static_cast<int64_t>(::getpid()) << "): fatal signal "

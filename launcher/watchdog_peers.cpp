@@ -75,6 +75,7 @@ void serve_peers(Watch& w) {
     if (w.hub) send_peers(w, r, i);
     if (r.kind == kQuiet) w.peer_quiet = true;
     if (r.kind == kDeath && w.ndeaths < w.deaths.size()) w.deaths[w.ndeaths++] = r;
+    if (r.kind == kDeath) g_header->peer_node_death = 1;  // for the ranks' on_fatal_signal
   }
 }
 

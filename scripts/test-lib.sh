@@ -100,6 +100,18 @@ same_curve() {  # [TOL=T] same_curve NAME A.json B.json [FIRST_STEP_OF_B]: relat
   elif awk -v w="$worst" -v t="$tol" 'BEGIN { exit !(w <= t) }'; then pass 1; echo "✓ $name: largest relative difference $worst"
   else fail "$name: loss curves differ by $worst (> $tol)"; fi
 }
+# same_bits NAME REF.json RESUMED.json FIRST: the resumed run's losses are the reference's from
+# step FIRST + 1 on, as the same decimal strings (%.9g: a float's bits).
+same_bits() {
+  local name=$1 a=$2 b=$3 first=$4 n diff
+  n=$(losses "$b" | wc -l)
+  diff=$(paste <(losses "$a" | tail -n +$((first + 1)) | head -n "$n") <(losses "$b") |
+         awk '$1 != $2 { d++ } NF != 2 { d++ } END { print d + 0 }')
+  if [ "$n" -gt 0 ] && [ "$diff" = 0 ]; then pass 1; echo "✓ $name: $n losses from step $((first + 1)) identical"
+  else fail "$name: $diff of $n losses from step $((first + 1)) differ ($a, $b)"; fi
+}
+# descendants PID: every process under PID.
+descendants() { local c; for c in $(ps -o pid= --ppid "$1"); do echo "$c"; descendants "$c"; done; }
 tt=("$BUILD/bin/tp_train" --steps 1)
 ld=("${train[@]}" --steps 1 --load)
 

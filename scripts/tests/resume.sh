@@ -28,19 +28,6 @@ expect "--resume auto-or-fresh on an empty folder" 0 "--resume: auto-or-fresh: n
   "${tt[@]}" --save "$rs/empty/" --resume auto-or-fresh
 rm -rf "$rs/empty"
 
-# same_bits NAME REF.json RESUMED.json FIRST: the resumed run's losses are the reference's from
-# step FIRST + 1 on, as the same decimal strings (%.9g: a float's bits).
-same_bits() {
-  local name=$1 a=$2 b=$3 first=$4 n diff
-  n=$(losses "$b" | wc -l)
-  diff=$(paste <(losses "$a" | tail -n +$((first + 1)) | head -n "$n") <(losses "$b") |
-         awk '$1 != $2 { d++ } NF != 2 { d++ } END { print d + 0 }')
-  if [ "$n" -gt 0 ] && [ "$diff" = 0 ]; then pass 1; echo "✓ $name: $n losses from step $((first + 1)) identical"
-  else fail "$name: $diff of $n losses from step $((first + 1)) differ ($a, $b)"; fi
-}
-# descendants PID: every process under PID.
-descendants() { local c; for c in $(ps -o pid= --ppid "$1"); do echo "$c"; descendants "$c"; done; }
-
 # 2. A run killed after its step-20 checkpoint appeared (it would run for ever: it is killed at
 #    whatever step it has reached), then the uninterrupted run to 10 steps past its newest file.
 run_mpi 2 "${train[@]}" --steps 1000000 --save "$rs/ck/" --save-every 5 --keep 3 >"$logs/resume_killed.log" 2>&1 &

@@ -50,8 +50,6 @@ for np in 2 4; do
   lacks "--export-hf onto a folder, np $np" "$logs/check_--export-hf_onto_a_folder,_np_$np.log" "give --save"
 done
 
-# descendants PID: every process under PID.
-sf_descendants() { local c; for c in $(ps -o pid= --ppid "$1"); do echo "$c"; sf_descendants "$c"; done; }
 # sf_term LOG NP BREAK ARGS...: starts tp_train ARGS at NP ranks, runs BREAK after its first step,
 # then sends mpirun SIGTERM and waits at most 15 s. Sets rc (999: hung, killed).
 sf_term() {
@@ -65,7 +63,7 @@ sf_term() {
   for _ in $(seq 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   if kill -0 "$pid" 2>/dev/null; then
     # shellcheck disable=SC2046  # one pid per word
-    kill -KILL $(sf_descendants "$pid") "$pid" 2>/dev/null
+    kill -KILL $(descendants "$pid") "$pid" 2>/dev/null
     wait "$pid"; rc=999
   else
     wait "$pid"; rc=$?
