@@ -12,7 +12,8 @@
 # (the balancing statistics each global micro-batch's): pp 2 on t = 1's curve at --micro-batches 2;
 # ep 2 × pp 2 on dp 2's (whose micro-batch k is both replicas' k-th part: one device runs other
 # micro-batches), and its checkpoint resumed at dp 2 on dp 2's uninterrupted curve. bf16: ep 2 and
-# tp 2 × ep 2 on t = 1's bf16 curve within 2e-3 (3.6e-4 and 4.8e-4 here).
+# tp 2 × ep 2 on t = 1's bf16 curve within 2e-3 (3.6e-4 and 4.8e-4 here). A capacity factor at
+# ep 2 on dp 2's curve (the capacity per source rank) with drops counted.
 moe=(--experts 4 --top-k 2)
 expect "--top-k above --experts" 2 "--top-k=5 must be in [1, --experts=4]" 2 "${tt[@]}" --experts 4 --top-k 5
 expect "--experts with --export-hf" 2 "--experts 4 (GPT-2 has no experts)" 1 "${tt[@]}" "${moe[@]}" --export-hf "$tmp/moe_hf"
@@ -73,6 +74,13 @@ run_mpi 2 "${train[@]}" "${moe[@]}" --dp 2 --micro-batches 2 --steps 4 --load "$
   --log-json "$tmp/moe_resumed_eppp.json" >"$logs/moe_resumed_eppp.log" 2>&1 ||
   fail "resuming the ep 2 x pp 2 MoE checkpoint at dp 2 exited non-zero (see $logs/moe_resumed_eppp.log)"
 same_curve "MoE checkpoint (ep 2 x pp 2) resumed at dp 2, steps 21-24" "$tmp/moe_dp_2_m2.json" "$tmp/moe_resumed_eppp.json" 20
+
+# A capacity factor under EP: the capacity stays per source rank, so ep 2 computes what dp 2 does.
+moe_run "dp 2 cap" 2 --steps 20 --dp 2 --capacity-factor 1.0
+moe_run "ep 2 cap" 2 --steps 20 --dp 2 --ep 2 --capacity-factor 1.0
+same_curve "20-step loss curve with --capacity-factor 1.0, ep 2 vs dp 2" "$tmp/moe_dp_2_cap.json" "$tmp/moe_ep_2_cap.json"
+if grep -q "dropped [1-9]" "$logs/moe_ep_2_cap.log"; then pass 1; echo "✓ ep 2 with --capacity-factor 1.0 drops: $(grep -m1 -o 'dropped [0-9]* (this rank)' "$logs/moe_ep_2_cap.log")"
+else fail "no drops counted with --capacity-factor 1.0 at ep 2 (see $logs/moe_ep_2_cap.log)"; fi
 
 # bf16 mixed precision (the experts on bf16 copies, the router in f32).
 moe_run t1_bf16 1 --steps 20 --precision bf16
