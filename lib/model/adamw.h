@@ -6,6 +6,7 @@
 // The project's full legend (S, B, h, nh, nkv, hd, ffn, V, t): core/device.h.
 #pragma once
 
+#include <utility>
 #include <vector>
 
 #include "core/communicator.h"
@@ -44,13 +45,23 @@ class AdamW {
   /// (ZeroPartition), taken from the per-parameter moments it holds now (zeros, or what a
   /// checkpoint loaded), which are freed. Local: no communication.
   void shard_over(Communicator& dp, const ParamList& params);
+  /// ZeRO-1 under expert parallelism (parallel/expert_parallel.h): the experts' moments
+  /// (Param::expert ≥ 0) sharded over `edp`, the ranks holding the same experts, and the rest's
+  /// over `dp`: two partitions, each as shard_over's over its own parameters in ParamList order.
+  void shard_over(Communicator& dp, Communicator& edp, const ParamList& params);
   /// Back to per-parameter moments (exp_avg(), exp_avg_sq()), all-gathered over the DP group: for
   /// a checkpoint, which holds global tensors. Collective over the group given to shard_over.
   void unshard(const ParamList& params);
-  bool sharded() const { return dp_ != nullptr; }
+  /// shard_over again with the groups of the last one (after unshard: a checkpoint was written).
+  void reshard(const ParamList& params);
+  bool sharded() const { return !shards_.empty(); }
   /// ZeRO-1's update: AdamW on this rank's shard of the values with `grad_shard` (from
   /// reduce_scatter_gradients), then all_gather_parameters. Needs shard_over first.
   void step_sharded(ParamList& params, const Tensor& grad_shard, float lr, float grad_scale);
+  /// The same with one gradient shard per partition of the two-group shard_over: the rest's over
+  /// dp, then the experts'.
+  void step_sharded(ParamList& params, const std::vector<Tensor>& grad_shards, float lr,
+                    float grad_scale);
   /// Bytes of moments this rank holds: 2 · 4 · (its parameter elements), or 2 · 4 · ⌈P/dp⌉ sharded.
   int64_t state_bytes() const;
 
@@ -59,8 +70,17 @@ class AdamW {
   AdamWParams hp_;
   std::vector<Tensor> m_, v_;
   int64_t steps_ = 0;
-  Communicator* dp_ = nullptr;  // ZeRO-1's group; null: not sharded
-  Tensor m_shard_, v_shard_;    // (ZeroPartition::shard()) each
+  /// ZeRO-1's partitions: the parameters (indices into the ParamList) sharded over one group.
+  struct Shard {
+    Communicator* group = nullptr;
+    std::vector<size_t> index;
+    Tensor m, v;  // (ZeroPartition::shard()) each
+  };
+  std::vector<Shard> shards_;                         // empty: not sharded
+  std::vector<std::pair<Communicator*, bool>> plan_;  // (group, experts?) of the last shard_over
+
+  void shard_groups(const std::vector<std::pair<Communicator*, bool>>& plan,
+                    const ParamList& params);
 
   AdamWParams hyper_for(const Param& p, float lr, float grad_scale) const;
 };

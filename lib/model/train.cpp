@@ -1,6 +1,7 @@
 #include "model/train.h"
 
 #include <cmath>
+#include <utility>
 
 #include "core/error.h"
 #include "model/data.h"
@@ -107,13 +108,19 @@ RouterStatsReducer router_stats_reducer(ProcessGrid& grid, Device& device, bool 
   };
 }
 
+// The parameters of the experts (Param::expert ≥ 0) and the rest, each in ParamList order.
+std::pair<ParamList, ParamList> split_experts(const ParamList& params) {
+  std::pair<ParamList, ParamList> out;  // (dense, experts)
+  for (const Param& p : params) (p.expert >= 0 ? out.second : out.first).push_back(p);
+  return out;
+}
+
 // Expert parallelism: an expert's gradient on its rank holds the terms of every rank of the EP
 // group (their tokens came to it), each of its rank's mean loss; summed over the EDP group (the
 // ranks holding the same expert) it is the sum over all dp ranks, so the average dp = 1 takes is
 // that sum / dp: the EDP average (÷ dp/ep) then ÷ ep. The rest is averaged over DP as always.
 void average_expert_parallel(ProcessGrid& grid, Device& device, ParamList& params, float* loss) {
-  ParamList dense, experts;
-  for (const Param& p : params) (p.expert >= 0 ? experts : dense).push_back(p);
+  auto [dense, experts] = split_experts(params);
   average_gradients(grid.dp(), device, dense, loss);
   average_gradients(grid.edp(), device, experts, nullptr, "expert_data_parallel_grads");
   for (Param& p : experts) device.scale(p.grad, 1.0f / static_cast<float>(grid.ep_size()));
@@ -129,6 +136,38 @@ double expert_parallel_grad_norm(ProcessGrid& grid, Device& device, const ParamL
     if (counted(p)) (p.expert >= 0 ? experts : dense).push_back(p);
   const double d = global_grad_norm(grid.tp(), device, dense);
   const double e = experts.empty() ? 0.0 : global_grad_norm(grid.tp(), device, experts);
+  Tensor sq = Tensor::from_host(device, Shape{1}, {static_cast<float>(e * e)});
+  {
+    CommLedger::Scope scope(grid.ep().ledger(), "ep_grad_norm");
+    grid.ep().all_reduce(sq);
+  }
+  return std::sqrt(d * d + static_cast<double>(sq.to_host()[0]));
+}
+
+// ZeRO-1 under EP: the rest's gradients reduce-scattered over DP (and the loss averaged), the
+// experts' over EDP and ÷ ep as average_expert_parallel's; AdamW's two partitions
+// (AdamW::shard_over(dp, edp, …)) take them in that order.
+std::vector<Tensor> reduce_scatter_expert_parallel(ProcessGrid& grid, Device& device,
+                                                   const ParamList& params, float* loss) {
+  auto [dense, experts] = split_experts(params);
+  std::vector<Tensor> shards{reduce_scatter_gradients(grid.dp(), device, dense, loss), Tensor()};
+  if (!experts.empty()) {
+    shards[1] = reduce_scatter_gradients(grid.edp(), device, experts, nullptr);
+    device.scale(shards[1], 1.0f / static_cast<float>(grid.ep_size()));
+  }
+  return shards;
+}
+
+// ‖g‖ from those shards: each partition's as zero_grad_norm, the experts' squares summed over
+// the EP group (each rank's experts are others).
+double zero_expert_parallel_grad_norm(ProcessGrid& grid, Device& device, const ParamList& params,
+                                      const std::vector<Tensor>& shards,
+                                      const std::function<bool(const Param&)>& counted) {
+  auto [dense, experts] = split_experts(params);
+  const double d = zero_grad_norm(grid.dp(), grid.tp(), device, dense, shards[0], counted);
+  const double e = experts.empty()
+                       ? 0.0
+                       : zero_grad_norm(grid.edp(), grid.tp(), device, experts, shards[1], counted);
   Tensor sq = Tensor::from_host(device, Shape{1}, {static_cast<float>(e * e)});
   {
     CommLedger::Scope scope(grid.ep().ledger(), "ep_grad_norm");
@@ -257,9 +296,7 @@ StepResult train_step(ProcessGrid& grid, Device& device, Gpt& model, AdamW& opt,
   const bool ep = grid.ep_size() > 1;
   TP_CHECK(model.ep_size() == grid.ep_size(), "train_step: the grid has ep=", grid.ep_size(),
            " but the model runs ep=", model.ep_size(), " (Gpt::set_expert_parallel(grid.ep()))");
-  TP_CHECK_INPUT(!ep || options.zero == 0, "--ep ", grid.ep_size(),
-                 " with --zero 1: sharding the experts' optimizer state over their EDP group is "
-                 "not implemented yet; use --zero 0");
+
   TP_CHECK_INPUT(
       global_batch.batch % dp == 0, "batch=", global_batch.batch, " is not divisible by dp=", dp,
       ": every DP rank takes batch/dp sequences; choose a batch that is a multiple of ", dp);
@@ -317,8 +354,11 @@ StepResult train_step(ProcessGrid& grid, Device& device, Gpt& model, AdamW& opt,
   // (the ring's dK, dV carry the other ranks' terms home), all token counts equal, so their
   // average over the CP group is the whole batch's gradient; the loss too.
   average_gradients(grid.cp(), device, model.params(), &r.loss, "context_parallel_grads");
-  Tensor grad_shard;  // ZeRO-1: my 1/dp of the averaged, flattened gradients
-  if (options.zero == 1)
+  Tensor grad_shard;              // ZeRO-1: my 1/dp of the averaged, flattened gradients
+  std::vector<Tensor> ep_shards;  // ZeRO-1 under EP: the rest's over dp, the experts' over edp
+  if (options.zero == 1 && ep)
+    ep_shards = reduce_scatter_expert_parallel(grid, device, model.params(), &r.loss);
+  else if (options.zero == 1)
     grad_shard = reduce_scatter_gradients(grid.dp(), device, model.params(), &r.loss);
   else if (ep)
     average_expert_parallel(grid, device, model.params(), &r.loss);
@@ -329,14 +369,19 @@ StepResult train_step(ProcessGrid& grid, Device& device, Gpt& model, AdamW& opt,
   // whole model's, as at dp = 1.
   // ZeRO-1 on a pipeline: each stage's DP group holds that stage's shards, so the stage's norm
   // comes from them and the stages' are summed as without ZeRO.
-  r.grad_norm = options.zero == 1
-                    ? sum_over_stages(grid.pp(), device,
-                                      zero_grad_norm(grid.dp(), grid.tp(), device, model.params(),
-                                                     grad_shard, counted_on_stage(model, pp)))
-                : ep ? sum_over_stages(grid.pp(), device,
-                                       expert_parallel_grad_norm(grid, device, model.params(),
-                                                                 counted_on_stage(model, pp)))
-                     : pipeline_grad_norm(grid.tp(), grid.pp(), device, model);
+  r.grad_norm =
+      options.zero == 1 && ep
+          ? sum_over_stages(grid.pp(), device,
+                            zero_expert_parallel_grad_norm(grid, device, model.params(), ep_shards,
+                                                           counted_on_stage(model, pp)))
+      : options.zero == 1
+          ? sum_over_stages(grid.pp(), device,
+                            zero_grad_norm(grid.dp(), grid.tp(), device, model.params(), grad_shard,
+                                           counted_on_stage(model, pp)))
+      : ep ? sum_over_stages(grid.pp(), device,
+                             expert_parallel_grad_norm(grid, device, model.params(),
+                                                       counted_on_stage(model, pp)))
+           : pipeline_grad_norm(grid.tp(), grid.pp(), device, model);
   // The averaged loss and the norm are the same on every rank: every rank takes the same branch.
   if (!std::isfinite(r.loss))
     r.nonfinite = "loss";
@@ -344,7 +389,9 @@ StepResult train_step(ProcessGrid& grid, Device& device, Gpt& model, AdamW& opt,
     r.nonfinite = first_nonfinite_gradient(grid.tp(), device, model.params());
   if (!r.nonfinite.empty()) return r;  // no update: the weights and AdamW's state stay as they were
   r.clip = clip_factor(r.grad_norm, max_grad_norm);
-  if (options.zero == 1)
+  if (options.zero == 1 && ep)
+    opt.step_sharded(model.params(), ep_shards, lr, r.clip);
+  else if (options.zero == 1)
     opt.step_sharded(model.params(), grad_shard, lr, r.clip);
   else
     opt.step(model.params(), lr, r.clip);

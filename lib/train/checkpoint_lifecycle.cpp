@@ -81,7 +81,7 @@ void CheckpointLifecycle::save_to_series(int64_t step, const std::string& path) 
   write_agreed("--save", [&] {
     save_checkpoint(path, grid_.tp(), grid_.pp(), model_, opt_, step, origin_, &grid_.ep());
   });
-  if (sharded) opt_.shard_over(grid_.dp(), model_.params());  // and training goes on sharded
+  if (sharded) opt_.reshard(model_.params());  // and training goes on sharded
   prune_series(world_, o_, step, origin_);
   log0(world_, "saved ", path, " at step ", step);
 }

@@ -183,8 +183,6 @@ Plan plan_run(const Options& o, int world_size) {
   if (ep >
       1) {  // expert parallelism (parallel/expert_parallel.h): what it does not combine with yet
     const std::pair<bool, const char*> refused[] = {
-        {o.get_int32("zero") == 1,
-         "--zero 1 (the experts' moments would shard over their EDP group: not written yet)"},
         {!o.get_text("dump-grads").empty(), "--dump-grads (it gathers over TP only)"}};
     for (const auto& [given, what] : refused)
       if (given)

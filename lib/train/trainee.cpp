@@ -86,10 +86,13 @@ void shard_optimizer(Communicator& world, ProcessGrid& grid, const Plan& plan, c
                      AdamW& opt) {
   if (plan.step_opts.zero != 1 || opt.sharded()) return;
   const int64_t whole = opt.state_bytes();
-  opt.shard_over(grid.dp(), model.params());
+  if (grid.ep_size() > 1)
+    opt.shard_over(grid.dp(), grid.edp(), model.params());  // the experts' over their EDP group
+  else
+    opt.shard_over(grid.dp(), model.params());
   log0(world, "--zero 1: AdamW's moments on each rank: ", opt.state_bytes(),
-       " bytes (2 · 4 · ⌈P/dp⌉", ", P = ", whole / 8,
-       " parameter elements of this TP rank) instead of ", whole);
+       " bytes (2 · 4 · ⌈P/dp⌉", grid.ep_size() > 1 ? ", the experts' ⌈P/(dp/ep)⌉" : "",
+       ", P = ", whole / 8, " parameter elements of this rank) instead of ", whole);
 }
 
 }  // namespace tp

@@ -20,10 +20,9 @@ expect "--experts with --export-hf" 2 "--experts 4 (GPT-2 has no experts)" 1 "${
 expect "--experts not divisible by --ep" 2 "--experts=4 is not divisible by --ep=3" 3 "${tt[@]}" "${moe[@]}" --dp 3 --ep 3
 expect "--ep not dividing --dp" 2 "ep must divide dp" 2 "${tt[@]}" "${moe[@]}" --dp 2 --ep 4
 expect "--ep without --experts" 2 "--ep 2 without --experts" 2 "${tt[@]}" --dp 2 --ep 2
-expect "--ep with --zero 1" 2 "--ep 2 with --zero 1" 2 "${tt[@]}" "${moe[@]}" --dp 2 --ep 2 --zero 1
 expect "--capacity-factor negative" 2 "--capacity-factor=-1: must be 0 or > 0" 1 "${tt[@]}" "${moe[@]}" --capacity-factor -1
 
-rm -f "$tmp"/moe_*.json "$tmp"/moe_*.safetensors  # --log-json appends
+rm -rf "$tmp"/moe_*.json "$tmp"/moe_*.safetensors "$tmp"/moe_zero_ck  # --log-json appends
 moe_run() {  # moe_run NAME NP ARGS...: tp_train "${moe[@]}" ARGS → $tmp/moe_NAME.json
   local name=$1 np=$2; shift 2
   run_mpi "$np" "${train[@]}" "${moe[@]}" --log-json "$tmp/moe_${name// /_}.json" "$@" \
@@ -74,6 +73,16 @@ run_mpi 2 "${train[@]}" "${moe[@]}" --dp 2 --micro-batches 2 --steps 4 --load "$
   --log-json "$tmp/moe_resumed_eppp.json" >"$logs/moe_resumed_eppp.log" 2>&1 ||
   fail "resuming the ep 2 x pp 2 MoE checkpoint at dp 2 exited non-zero (see $logs/moe_resumed_eppp.log)"
 same_curve "MoE checkpoint (ep 2 x pp 2) resumed at dp 2, steps 21-24" "$tmp/moe_dp_2_m2.json" "$tmp/moe_resumed_eppp.json" 20
+
+# ZeRO-1 under EP (the experts' moments over their EDP group): dp 4 ep 2 on t = 1's curve, saving
+# every 10 steps (the moments gathered for the file and sharded again), the step-20 file resumed at
+# t = 1 on the uninterrupted curve.
+moe_run "dp 4 ep 2 zero" 4 --steps 20 --dp 4 --ep 2 --zero 1 --save "$tmp/moe_zero_ck/" --save-every 10
+same_curve "20-step loss curve with --experts, dp 4 ep 2 --zero 1 vs t = 1" "$tmp/moe_t1.json" "$tmp/moe_dp_4_ep_2_zero.json"
+zero_file=$(ls "$tmp"/moe_zero_ck/*20*.safetensors 2>/dev/null | head -1)
+run_mpi 1 "${train[@]}" "${moe[@]}" --steps 4 --load "$zero_file" --log-json "$tmp/moe_resumed_zero.json" \
+  >"$logs/moe_resumed_zero.log" 2>&1 || fail "resuming the ZeRO-1 EP checkpoint ($zero_file) at t = 1 exited non-zero (see $logs/moe_resumed_zero.log)"
+same_curve "MoE checkpoint (dp 4 ep 2 --zero 1) resumed at t = 1, steps 21-24" "$tmp/moe_t1.json" "$tmp/moe_resumed_zero.json" 20
 
 # A capacity factor under EP: the capacity stays per source rank, so ep 2 computes what dp 2 does.
 moe_run "dp 2 cap" 2 --steps 20 --dp 2 --capacity-factor 1.0

@@ -48,7 +48,7 @@ GptConfig moe_gpt() {
 }
 
 struct Case {
-  int dp = 1, cp = 1, ep = 1, pp = 1, micro = 1;
+  int dp = 1, cp = 1, ep = 1, pp = 1, micro = 1, zero = 0;
   Schedule schedule = Schedule::Afab;
   Precision precision = Precision::Fp32;
   bool sp = false;
@@ -58,7 +58,7 @@ struct Case {
   double capacity = 0;
   std::string tag() const {
     return "dp " + std::to_string(dp) + " cp " + std::to_string(cp) + " ep " + std::to_string(ep) +
-           " pp " + std::to_string(pp) + " m " + std::to_string(micro) +
+           " pp " + std::to_string(pp) + " m " + std::to_string(micro) + (zero ? " zero 1" : "") +
            (schedule == Schedule::OneFOneB ? " 1f1b" : "") +
            (precision == Precision::Bf16 ? " bf16" : "") + (sp ? " sp" : "") + " k " +
            std::to_string(top_k) + " every " + std::to_string(moe_every) +
@@ -127,10 +127,15 @@ Outcome train_against_one(const Case& c, bool reduce = true) {
   AdamWParams hp;
   hp.lr = 1e-2f;
   AdamW opt(device(), model.params(), hp), one_opt(device(), one.params(), hp);
+  if (c.zero == 1 && c.ep > 1)
+    opt.shard_over(grid.dp(), grid.edp(), model.params());  // the experts over EDP (tp_train's)
+  else if (c.zero == 1)
+    opt.shard_over(grid.dp(), model.params());
   MarkovSource data(g.vocab, 3);
   StepOptions options, one_options;  // one device runs the same micro-batches, one after another
   options.micro_batches = one_options.micro_batches = c.micro;
   options.schedule = c.schedule;
+  options.zero = c.zero;
   Outcome o;
   SerialCommunicator s2;
   for (int64_t s = 0; s < 3; ++s) {
@@ -155,7 +160,7 @@ Outcome train_against_one(const Case& c, bool reduce = true) {
     o.norm = std::max(o.norm, std::fabs(a.grad_norm - r.grad_norm) / r.grad_norm);
     const ParamList mine = without_key_bias(model.params());
     const ParamList same = holding(without_key_bias(one.params()), mine);
-    if (s == 0)
+    if (s == 0 && c.zero == 0)  // (ZeRO-1 leaves each replica's own gradients in Param::grad)
       o.grads = rel_error(gathered(grid.tp(), mine, ParamField::Grad),
                           gathered(s2, same, ParamField::Grad));
   }
@@ -204,6 +209,10 @@ std::vector<Case> cases_for(int np) {
     ep_micro.dp = ep_micro.ep = 2;
     ep_micro.micro = 2;
     v.push_back(ep_micro);
+    Case ep_zero;  // the rest's moments over dp 2, the experts' over EDP groups of 1
+    ep_zero.dp = ep_zero.ep = 2;
+    ep_zero.zero = 1;
+    v.push_back(ep_zero);
   }
   if (np == 2 || np == 4) {  // E = 4 experts: ep 2 and 4
     Case ep;
@@ -228,6 +237,13 @@ std::vector<Case> cases_for(int np) {
     edp.dp = 4;
     edp.ep = 2;
     v.push_back(edp);
+    Case edp_zero = edp;  // ZeRO-1: the experts' moments sharded over {0, 2} and {1, 3}
+    edp_zero.zero = 1;
+    v.push_back(edp_zero);
+    Case ep_pp_zero;  // ep 2 × pp 2 with ZeRO-1
+    ep_pp_zero.dp = ep_pp_zero.ep = ep_pp_zero.pp = ep_pp_zero.micro = 2;
+    ep_pp_zero.zero = 1;
+    v.push_back(ep_pp_zero);
     Case tp_ep;  // tp 2 × ep 2: each TP rank its own EP group
     tp_ep.dp = tp_ep.ep = 2;
     v.push_back(tp_ep);
