@@ -409,8 +409,15 @@ std::pair<std::vector<double>, std::vector<double>> balancing(lesson::Lesson& L,
   const double with = spread(sums[1]), without = spread(sums[0]);
   L.say("  spread = max |count − mean| / mean: ", pct(without), " without the loss, ", pct(with),
         " with it (the goal: within ±25 %)");
-  L.check_true("with the balancing loss every expert is within ±25 % of the mean", with <= 0.25,
-               "spread " + pct(with));
+  L.check_true("the balancing loss narrows the spread", with < without,
+               pct(with) + " with it, " + pct(without) + " without");
+  // The goal is the lesson's own setting's; with other flags it is reported, not checked.
+  if (!L.options().given("aux-loss-coef") && !L.options().given("lr") && steps == 50)
+    L.check_true("with the balancing loss every expert is within ±25 % of the mean", with <= 0.25,
+                 "spread " + pct(with));
+  else
+    L.say("  (the ±25 % goal is checked at the defaults: α = 0.1, lr 1e-2, 50 steps; here it is ",
+          with <= 0.25 ? "met)" : "not met)");
   return {sums[0], sums[1]};
 }
 
@@ -543,8 +550,8 @@ SvgDiagram draw(int ep, const EpRun& run, const std::vector<double>& with,
                             {{"#bbbbbb", "without the balancing loss"},
                              {lesson::rank_color(0), "with it (α = " + fmt_g(alpha) + ")"}});
   lesson::draw_notes(d, y + 10,
-                     {"Each token's router picks k = 2 of 8 experts; rank r holds experts 2r and "
-                      "2r + 1, so a token's rows go where its experts are.",
+                     {"Each token's router picks k = 2 of 8 experts; each rank holds 8/ep of them, "
+                      "so a token's rows go to the ranks where its experts are.",
                       "The balancing loss α·E·Σ f_e·P_e pushes the router towards equal shares."});
   return d;
 }
