@@ -158,7 +158,7 @@ void one_rank(lesson::Lesson& L, MoeLayer& one, const Tensor& x, int64_t n) {
   L.say("  tokens per expert (all ", x.rows(), " tokens, k = ", kTopK,
         " choices each): ", list(per), "; mean ", fixed(double(x.rows()) * kTopK / kExperts, 1));
   L.say("  balancing loss α·E·Σ f_e·P_e = ", fixed(one.losses().aux, 6),
-        " (α = 0.01; it is α when every f_e = P_e = 1/E)");
+        " (α = ", fmt_g(one.config().aux_loss_coef), "; it is α when every f_e = P_e = 1/E)");
 }
 
 // What step 2 leaves for steps 4 and 6: every rank's plan, this rank's part of the ledger.
