@@ -201,8 +201,14 @@ void print_plan(lesson::Lesson& L, const std::vector<std::vector<float>>& plans,
 
 // 3) of step 2: the library's expert-major order (exercise 13) printed for rank 0 and checked on
 // every rank against the lesson's stable sort.
-void reorder(lesson::Lesson& L, const ExpertDispatch& d, int64_t most) {
+void reorder(lesson::Lesson& L, const ExpertDispatch& d) {
   Device& dev = L.device();
+  Tensor rows = floats(dev, {float(d.received())});
+  {
+    CommLedger::Scope scope(L.world().ledger(), "lesson check");
+    L.world().all_reduce(rows, ReduceOp::Max);  // the orders are compared padded to the longest
+  }
+  const int64_t most = std::lround(rows.to_host()[0]);
   const int ep = d.placement().ep, el = d.placement().local();
   const std::vector<int64_t> order = expert_major_order(d.recv_counts(), ep, el),
                              want = sorted_by_expert(d.recv_counts(), ep, el);
@@ -340,7 +346,7 @@ EpRun expert_parallel(lesson::Lesson& L, MoeLayer& one, const Tensor& x, const T
         " arrives;\n  2) then the rows (\"moe dispatch\": all_to_all_v of (rows, h), rank p's rows",
         " to rank p):");
   print_plan(L, run.plan, ep, el);
-  reorder(L, d, x.rows() * kTopK);
+  reorder(L, d);
   L.say("  4) each expert runs its GEMMs on its contiguous rows; \"moe combine\" is the reverse",
         " all_to_all_v,\n     and each token's rank adds g·output of its k rows into y.",
         " Backward: dY dispatched, dX combined, the same plan.");
