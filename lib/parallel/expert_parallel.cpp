@@ -2,6 +2,7 @@
 
 #include "core/comm_ledger.h"
 #include "core/error.h"
+#include "core/exercise.h"
 
 namespace tp {
 
@@ -22,6 +23,22 @@ std::string expert_parallel_problem(int experts, int ep) {
            std::to_string(experts);
   return "";
 }
+
+#if TP_EXERCISE != 13  // exercises/13_expert_major_order.cpp
+std::vector<int64_t> expert_major_order(const std::vector<int64_t>& recv_counts, int ep,
+                                        int local) {
+  // Source-major offsets of block (s, i), then the expert-major walk over them.
+  std::vector<int64_t> src_begin(static_cast<size_t>(ep * local) + 1, 0);
+  for (int b = 0; b < ep * local; ++b) src_begin[b + 1] = src_begin[b] + recv_counts[b];
+  std::vector<int64_t> order;
+  order.reserve(static_cast<size_t>(src_begin.back()));
+  for (int i = 0; i < local; ++i)
+    for (int s = 0; s < ep; ++s)
+      for (int64_t r = src_begin[s * local + i]; r < src_begin[s * local + i + 1]; ++r)
+        order.push_back(r);
+  return order;
+}
+#endif
 
 ExpertDispatch::ExpertDispatch(Device& device, Communicator* ep, int experts)
     : device_(device), ep_(ep) {
@@ -54,17 +71,18 @@ void ExpertDispatch::plan(const std::vector<int64_t>& per_expert) {
   for (int i = 0; i < el; ++i) begin_[i + 1] += begin_[i];
   to_expert_major_ = to_source_major_ = Tensor();
   if (ep == 1 || el == 1 || received() == 0) return;  // the two orders are the same
-  // Source-major offsets of block (s, i), then the expert-major walk over them.
-  std::vector<int64_t> src_begin(static_cast<size_t>(ep * el) + 1, 0);
-  for (int b = 0; b < ep * el; ++b) src_begin[b + 1] = src_begin[b] + recv_counts_[b];
-  std::vector<float> to_expert, to_source(static_cast<size_t>(received()));
-  to_expert.reserve(static_cast<size_t>(received()));
-  for (int i = 0; i < el; ++i)
-    for (int s = 0; s < ep; ++s)
-      for (int64_t r = src_begin[s * el + i]; r < src_begin[s * el + i + 1]; ++r) {
-        to_source[static_cast<size_t>(r)] = static_cast<float>(to_expert.size());
-        to_expert.push_back(static_cast<float>(r));
-      }
+  const std::vector<int64_t> order = expert_major_order(recv_counts_, ep, el);
+  TP_CHECK(static_cast<int64_t>(order.size()) == received(), "expert_major_order: ", order.size(),
+           " rows for the ", received(), " received");
+  std::vector<float> to_expert(order.size()), to_source(order.size(), -1.0f);
+  for (size_t j = 0; j < order.size(); ++j) {
+    const int64_t r = order[j];
+    TP_CHECK(r >= 0 && r < received() && to_source[static_cast<size_t>(r)] < 0,
+             "expert_major_order: row ", j, " names source-major row ", r,
+             ", out of range or named twice (the order must be a permutation of 0 … R − 1)");
+    to_expert[j] = static_cast<float>(r);
+    to_source[static_cast<size_t>(r)] = static_cast<float>(j);
+  }
   TP_CHECK(received() < (int64_t{1} << 24), "ExpertDispatch: ", received(),
            " rows received; row ids travel as f32, exact below 2^24");
   to_expert_major_ = Tensor::from_host(device_, Shape{received()}, to_expert);

@@ -58,6 +58,13 @@ struct ExpertPlacement {
 /// not divisible by ep); "" when E experts spread evenly over ep ranks. experts ≤ 0: a dense model.
 std::string expert_parallel_problem(int experts, int ep);
 
+/// The expert-major order of the rows one rank received (exercise 13). recv_counts[s·El + i]: the
+/// rows source s sent for local expert i; they arrive source-major, source 0's block first and
+/// inside it expert 0's rows, then expert 1's, …. Returns, for each row j of the expert-major
+/// order (local expert 0's rows from source 0, 1, …, then expert 1's, …; each block's rows kept in
+/// their order), the source-major row it is: out[j] = r. R = Σ recv_counts entries.
+std::vector<int64_t> expert_major_order(const std::vector<int64_t>& recv_counts, int ep, int local);
+
 class ExpertDispatch {
  public:
   /// `ep`: the EP group (null: ep = 1, nothing moves). Checks experts % ep (bad input).
