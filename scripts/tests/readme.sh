@@ -49,16 +49,19 @@ readme_help=$tmp/readme_help.txt
 for tool in tp_train tp_generate tp_preflight tp_tokenize tp_export tp_bench; do
   [ -x "$BUILD/bin/$tool" ] && "$BUILD/bin/$tool" --help >>"$readme_help" 2>&1
 done
+# The elastic supervisor (a script): the flags its --help names, one a line as the tools list them.
+scripts/tp-run --help 2>&1 | grep -o -- '--[a-z][a-z0-9-]*' | sed 's/^/  /' >>"$readme_help"
 if ! grep -q '^usage: tp_train' "$readme_help"; then
   echo "· README: the tools are not built ($BUILD/bin/tp_train), so the flags of docs/training.md are not checked"
 else
-  # Not the tools': mpirun's, srun's, Open MPI's, update-alternatives', install-deps.sh's and
-  # Megatron's flags the page names, and --help itself.
+  # Not the tools': mpirun's, srun's, Open MPI's, MPICH's configure, update-alternatives',
+  # install-deps.sh's and Megatron's flags the page names, and --help itself.
   readme_missing=$(awk '/^ *(```|~~~)/ { code = !code; next }
                         !code || /build\/bin\/|^ *(mpirun|make|srun) / { print }' docs/training.md |
     grep -o -- '--[a-z][a-z0-9-]*' | sort -u | while read -r flag; do
       case $flag in --oversubscribe | --bind-to | --allow-run-as-root | --mpi | --mca | --prefix | \
-        --display | --openmpi | --train-iters | --help) continue ;; esac
+        --display | --openmpi | --train-iters | --host | --exclude | --kill-on-bad-exit | \
+        --with-ft | --help) continue ;; esac
       grep -q -- "^ *$flag\b" "$readme_help" || echo "$flag"
     done | tr '\n' ' ')
   if [ -z "$readme_missing" ]; then
