@@ -7,6 +7,7 @@
 #include <semaphore.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -28,6 +29,7 @@ namespace {
 
 FlightRecorder* g_recorder = nullptr;  // lives until the process ends (the dumper may be writing)
 std::string g_ring_path;               // the ring file, removed when run_program returns
+ino_t g_ring_inode = 0;                // its inode: a later job may have replaced the name
 sem_t g_wake;
 std::atomic<const char*> g_reason{nullptr};
 
@@ -80,10 +82,17 @@ std::string agree_job_id(MPI_Comm comm, const std::string& host) {
 // cannot be made (then the ring is in memory and a killed rank leaves nothing).
 void* map_ring_file(const std::string& path, size_t capacity) {
   const size_t bytes = flight_ring_bytes(capacity);
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // A new file, never the old one cut to size: another job in the same folder may still have the
+  // old one mapped (a mapping past its file's end raises SIGBUS); it keeps its unlinked file.
+  ::unlink(path.c_str());
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return nullptr;
+  struct stat st {};
+  if (::fstat(fd, &st) == 0) g_ring_inode = st.st_ino;
   void* map = MAP_FAILED;
-  if (::ftruncate(fd, static_cast<off_t>(bytes)) == 0)
+  // Its blocks allocated now: a store into a page the file system has no room for would raise
+  // SIGBUS (a full disk: the ring then lives in memory only).
+  if (::posix_fallocate(fd, 0, static_cast<off_t>(bytes)) == 0)
     map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);
   if (map != MAP_FAILED) return map;
@@ -152,7 +161,10 @@ void start_flight_recorder(MPI_Comm comm, const Options& options) {
 }
 
 void finish_flight_recorder() {
-  if (!g_ring_path.empty()) ::unlink(g_ring_path.c_str());  // the mapping stays valid
+  struct stat st {};
+  // Only our own file (the mapping stays valid after the unlink).
+  if (!g_ring_path.empty() && ::stat(g_ring_path.c_str(), &st) == 0 && st.st_ino == g_ring_inode)
+    ::unlink(g_ring_path.c_str());
   g_ring_path.clear();
 }
 

@@ -131,3 +131,19 @@ expect "flight: tp_flight on two jobs' dumps" 2 "come from two different jobs" 1
 d=$(flight_dir cut)
 head -c 300 "$tmp/flight_never2/flight-rank-0.jsonl" >"$d/flight-rank-0.jsonl"
 expect "flight: tp_flight on a truncated dump" 2 "flight-rank-0.jsonl line" 1 "$fl" "$d"
+
+# 8. The NCCL communicator on the CUDA emulator records through the same front: a count mismatch
+# under --check-collectives and a skipped all-reduce that stalls, each named by tp_flight.
+if [ -x "$BUILD/emu/bin/collective_mismatch" ]; then
+  emu=("$BUILD/emu/bin/collective_mismatch" --backend gpu --comm nccl)
+  d=$(flight_dir emu_size)
+  WITHIN=30 expect "flight: emulated NCCL, another count" 2 "error: collective #5" 2 "${emu[@]}" \
+    --mode=size --check-collectives --flight-dir "$d"
+  flight_check "flight: tp_flight on emulated NCCL's mismatch" "$d" \
+    "collective #5 of the world of world ranks 0, 1: rank 0 called all_reduce(4096 floats, 'mlp fc2'); rank 1 called all_reduce(4104 floats, 'mlp fc2')"
+  d=$(flight_dir emu_never)
+  WITHIN=30 expect "flight: emulated NCCL, a rank skips a collective" nonzero "error: no progress for" 2 \
+    "${emu[@]}" --mode=never --stall-timeout 2 --flight-dir "$d"
+  flight_check "flight: tp_flight on emulated NCCL's stall" "$d" \
+    "rank 1 (host $host, step 3) never entered collective #5 all_reduce(16.0 KiB, 'mlp fc2') on the world of world ranks 0, 1; its last completed was #4; rank 0 waits in #5"
+fi
