@@ -429,7 +429,7 @@ def debugging_rows(table, build, steps, tmp, reps):
     # interleaved, against the goal (at most 2 % of a step at t = 2).
     on, off = [], []
     flight = ("--flight-dir", tmp)
-    for i in range(reps):  # which goes first alternates: the first run of a pair was faster here
+    for i in range(reps):  # which goes first alternates, so that an order effect shows in the spread
         for recorder in ((True, False) if i % 2 else (False, True)):
             if recorder:
                 on.append(train_tokens(build, 2, 1, steps, tmp, "flight_on", flight))

@@ -121,6 +121,15 @@ else
   fail "$name: tp_train did not start (see $log)"; kill -KILL "$launcher"; wait "$launcher"
 fi
 
+# 6b. The non-finite stop (exit 3) dumps on every rank, into the folder of --save by default.
+d=$(flight_dir nan)
+WITHIN=20 expect "flight: the non-finite stop dumps" 3 "first non-finite tensor: " 2 "${train[@]}" \
+  --lr 1e30 --steps 20 --save "$d/ck.safetensors"
+if grep -q '"reason":"non-finite stop at step' "$d/flight-rank-0.jsonl" "$d/flight-rank-1.jsonl" 2>/dev/null &&
+  [ "$(grep -l '"reason":"non-finite' "$d"/flight-rank-*.jsonl | wc -l)" = 2 ] && [ -z "$(ls "$d"/*.ring 2>/dev/null)" ]; then
+  pass 1; echo "✓ flight: both ranks dumped at the non-finite stop, next to --save; no ring file left"
+else fail "flight: no dump of both ranks at the non-finite stop in $d (or a ring file left)"; fi
+
 # 7. Bad inputs, one line each, exit 2.
 expect "flight: --flight-dir that does not exist" 2 "the folder $tmp/flight_nope does not exist" 2 \
   "${train[@]}" --steps 1 --flight-dir "$tmp/flight_nope"
