@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <string>
 #include <thread>
@@ -103,10 +104,11 @@ void* map_ring_file(const std::string& path, size_t capacity) {
 }  // namespace
 
 void add_flight_options(Options& options) {
-  options.path("flight-dir", "",
-               "folder of the flight recorder's dumps (flight-rank-R.jsonl, read by tp_flight), "
-               "written on a stall, a collective mismatch, a fatal signal, the non-finite stop "
-               "and SIGUSR1; default: the folder of --save when given, else the working folder");
+  options.path(
+      "flight-dir", "",
+      "folder of the flight recorder's dumps (flight-rank-R.jsonl, read by tp_flight), "
+      "written on a stall, a collective mismatch, a fatal signal, the non-finite stop "
+      "and SIGUSR1; default: the folder of --save when it exists, else the working folder");
   options
       .integer("flight-records", static_cast<int64_t>(FlightRecorder::kDefaultCapacity),
                "calls the flight recorder keeps per rank (its ring); 0: no recorder")
@@ -116,14 +118,22 @@ void add_flight_options(Options& options) {
 
 void start_flight_recorder(MPI_Comm comm, const Options& options) {
   const int64_t capacity = options.get_int("flight-records");
-  if (capacity == 0) return;  // every rank sees the same flag: none of them records
+  if (capacity == 0) {              // every rank sees the same flag: none of them records
+    std::signal(SIGUSR1, SIG_IGN);  // and a snapshot asked for does nothing (not the default kill)
+    return;
+  }
   std::string dir = options.get_text("flight-dir");
   if (!options.given("flight-dir")) {
     dir = ".";
     if (options.declared("save") && options.given("save")) {
       const std::string& save = options.get_text("save");
       const size_t slash = save.find_last_of('/');
-      dir = slash == std::string::npos ? "." : slash == 0 ? "/" : save.substr(0, slash);
+      const std::string folder = slash == std::string::npos ? "."
+                                 : slash == 0               ? "/"
+                                                            : save.substr(0, slash);
+      // A series folder (--save DIR/) that tp_train has yet to create: the working folder then.
+      struct stat st {};
+      if (::stat(folder.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) dir = folder;
     }
   }
   int rank = 0, size = 1;
@@ -158,6 +168,7 @@ void start_flight_recorder(MPI_Comm comm, const Options& options) {
   sigemptyset(&sa.sa_mask);
   ::sigaction(SIGUSR1, &sa, nullptr);
   set_call_recorder(g_recorder);
+  g_slot->flight_on = 1;  // the watchdog may ask now
 }
 
 void finish_flight_recorder() {

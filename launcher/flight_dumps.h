@@ -27,11 +27,12 @@ namespace tp {
 /// How long the watchdog waits for the ranks' dumps before it kills a stalled rank (ms).
 constexpr long kDumpWaitMs = 2000;
 
-/// Declares --flight-dir.
+/// Declares --flight-dir and --flight-records (the ring's size; 0: no recorder, no ring file,
+/// and SIGUSR1 is ignored).
 void add_flight_options(Options& options);
 
-/// After parsing: the folder (--flight-dir, else the folder of --save when the program has one
-/// and it is given, else the working folder) is checked writable on every rank (a bad-input
+/// After parsing: the folder (--flight-dir, else the folder of --save when the program has one,
+/// it is given and the folder exists, else the working folder) is checked writable on every rank (a bad-input
 /// error naming it otherwise), the job id agreed on, and the recorder, its SIGUSR1 handler and
 /// the dumper thread installed (SIGUSR1 is blocked in the calling thread, so call it before the
 /// threads that should not be woken by it are started). Collective over `comm`.

@@ -35,9 +35,12 @@ struct Slot {
   char op[32] = {};
   char label[64] = {};
   // The flight recorder (launcher/flight_dumps.h): why the watchdog asks this rank for a dump
-  // (kFlightStall, kFlightDeath; set before its SIGUSR1), and the dumps the rank has written.
+  // (kFlightStall, kFlightDeath; set before its SIGUSR1), the dumps the rank has written, and
+  // whether it records at all.
   int32_t flight_request = 0;
   int32_t flight_dumps = 0;
+  int32_t flight_on =
+      0;  // the rank has a recorder and its SIGUSR1 handler (not --flight-records 0)
 };
 
 // The node's page: a header, then one Slot per local rank.

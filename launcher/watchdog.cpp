@@ -91,7 +91,8 @@ void ask_for_flight_dumps(Slot* slots, int count, int32_t why, const int64_t* di
   int32_t before[256] = {};
   bool asked[256] = {};
   for (int i = 0; i < count && i < 256; ++i) {
-    if ((died != nullptr && died[i] != 0) || is_stopped(slots[i].pid)) continue;
+    if (!slots[i].flight_on || (died != nullptr && died[i] != 0) || is_stopped(slots[i].pid))
+      continue;
     before[i] = __atomic_load_n(&slots[i].flight_dumps, __ATOMIC_ACQUIRE);
     __atomic_store_n(&slots[i].flight_request, why, __ATOMIC_RELEASE);
     asked[i] = ::kill(slots[i].pid, SIGUSR1) == 0;

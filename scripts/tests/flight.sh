@@ -130,6 +130,14 @@ if grep -q '"reason":"non-finite stop at step' "$d/flight-rank-0.jsonl" "$d/flig
   pass 1; echo "✓ flight: both ranks dumped at the non-finite stop, next to --save; no ring file left"
 else fail "flight: no dump of both ranks at the non-finite stop in $d (or a ring file left)"; fi
 
+# 6c. --flight-records 0: no recorder, no file; the stall is named as before, within the same time
+# (the watchdog asks no rank for a dump, and a SIGUSR1 to a rank is ignored, not fatal).
+d=$(flight_dir off)
+WITHIN=10 expect "flight: --flight-records 0, a stall" nonzero "rank 2 (pid" 3 "$BUILD/bin/fail_one_rank" \
+  --mode=sigstop --stall-timeout 2 --flight-records 0 --flight-dir "$d"
+if [ -z "$(ls "$d")" ]; then pass 1; echo "✓ flight: --flight-records 0 writes nothing"
+else fail "flight: --flight-records 0 wrote $(ls "$d" | head -3)"; fi
+
 # 7. Bad inputs, one line each, exit 2.
 expect "flight: --flight-dir that does not exist" 2 "the folder $tmp/flight_nope does not exist" 2 \
   "${train[@]}" --steps 1 --flight-dir "$tmp/flight_nope"
