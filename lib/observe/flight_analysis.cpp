@@ -206,7 +206,10 @@ std::vector<int> waiting_in_newest(const Aligned& g, int64_t* newest) {
 
 bool find_laggard(const std::vector<FlightDump>& dumps, const std::vector<Aligned>& groups,
                   FlightDiagnosis& d) {
-  bool found_idle = false;
+  // Which laggard is the cause: one outside every call (it computes, or hangs, elsewhere) before
+  // one that left only its ring file (stopped or killed inside a call), before one that waits
+  // in another group's call (it only follows a cause there).
+  int best = 0;
   for (const Aligned& g : groups) {
     if (g.p2p) continue;
     int64_t newest = 0;
@@ -215,7 +218,9 @@ bool find_laggard(const std::vector<FlightDump>& dumps, const std::vector<Aligne
     for (const auto& [rank, m] : g.members) {
       if (m.last() >= newest || m.dump == nullptr) continue;
       const std::string elsewhere = waits_in(groups, rank);
-      if (found_idle || (d.kind == "never_entered" && !elsewhere.empty())) continue;
+      const int score = elsewhere.empty() ? 3 : m.dump->from_ring ? 2 : 1;
+      if (score <= best) continue;
+      best = score;
       const FlightCall* call = g.members.at(waiting.front()).at(newest);
       const FlightDump* dump = dump_of(dumps, rank);
       d.kind = "never_entered";
@@ -233,7 +238,6 @@ bool find_laggard(const std::vector<FlightDump>& dumps, const std::vector<Aligne
                (waiting.size() == 1 ? " waits" : " wait") + " in #" + std::to_string(newest);
       if (!elsewhere.empty())
         d.line += "; rank " + std::to_string(rank) + " itself is in " + elsewhere;
-      found_idle = elsewhere.empty();
     }
   }
   return d.kind == "never_entered";

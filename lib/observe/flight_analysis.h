@@ -13,7 +13,8 @@
 //      'mlp fc2'), rank 1 called all_gather(…)");
 //   2. a rank that never entered a call the others of its group wait in: "rank 3 (host B, step 812)
 //      never entered collective #4417 all_reduce(1 MiB, 'mlp fc2') on the TP group of world ranks
-//      2, 3; its last completed was #4416; rank 2 waits in #4417";
+//      2, 3; its last completed was #4416; rank 2 waits in #4417" (of several laggards, one outside
+//      every call first, then one that left only its ring file: the others wait for it elsewhere);
 //   3. a rank without a dump (SIGKILLed, or stopped and never resumed): who is missing, and what the
 //      others last saw of it (the call they wait in on a group it belongs to, the last one they
 //      completed with it);

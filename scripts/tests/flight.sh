@@ -87,6 +87,8 @@ if stall_wait_step "$log"; then
     kill -0 "$launcher" 2>/dev/null || break; sleep 0.1
   done
   t_end=$(date +%s.%N)
+  # The line and the end within one poll: the line's time is the end's (an upper bound).
+  [ -z "$t_line" ] && grep -q "no progress for" "$log" && t_line=$t_end
   kill -KILL "$victim" "$launcher" 2>/dev/null; wait "$launcher"
   t_dump=$(stat -c %.9Y "$d"/flight-rank-0.jsonl 2>/dev/null || echo 0)
   t_diag=$( { "$fl" "$d" | head -1; } 2>&1); t_tool=$(date +%s.%N)
@@ -97,6 +99,27 @@ if stall_wait_step "$log"; then
   elif ! awk -v a="$t0" -v e="$t_end" 'BEGIN { exit !(e - a <= 8) }'; then fail "$name: $times (over 3 + 5 s)"
   elif [[ "$t_diag" != *"rank 1 "*"stopped or killed"* ]]; then fail "$name: tp_flight says '$t_diag'"
   else pass 1; echo "✓ $name: $times after the SIGSTOP (--stall-timeout 3)"; fi
+else
+  fail "$name: tp_train did not start (see $log)"; kill -KILL "$launcher"; wait "$launcher"
+fi
+
+# 5b. A process grid (t = 2 x dp 2 at np 4): the groups are named by axis and world ranks, and
+# of the ranks that lag some group the stopped one (only its ring file) is named, not rank 2,
+# which merely waits for it in their TP group.
+name="flight: t 2 x dp 2, rank 3 stopped"
+d=$(flight_dir grid) log=$logs/check_${name// /_}.log
+"$MPIEXEC" $MPI_FLAGS -np 4 "${train[@]}" --dp 2 --steps 100000000 --stall-timeout 2 --flight-dir "$d" \
+  </dev/null >"$log" 2>&1 &
+launcher=$!
+if stall_wait_step "$log"; then
+  kill -STOP "$(stall_ranks "$launcher" | tail -1)"
+  for _ in $(seq 100); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$launcher" 2>/dev/null; wait "$launcher"
+  out=$("$fl" "$d" 2>&1)
+  if [[ "$(echo "$out" | head -1)" == "rank 3 (host $host, step "*", no dump of its own: stopped or killed)"* ]] &&
+    echo "$out" | grep -q "^the TP group of world ranks 2, 3:" && echo "$out" | grep -q "^the DP group of world ranks 1, 3:"; then
+    pass 1; echo "✓ $name: $(echo "$out" | head -1 | cut -c1-170)…"
+  else echo "$out" >>"$log"; fail "$name: tp_flight does not name rank 3 or the groups (see $log)"; fi
 else
   fail "$name: tp_train did not start (see $log)"; kill -KILL "$launcher"; wait "$launcher"
 fi
