@@ -19,6 +19,7 @@
 #include "core/checked_communicator.h"
 #include "core/error.h"
 #include "core/output_file.h"
+#include "flight_dumps.h"
 #include "node.h"
 #include "watchdog.h"
 
@@ -185,6 +186,7 @@ int run_program(int argc, char** argv, Options& options, const Program& program)
                "before each collective the ranks agree on its fingerprint (op, size, dtype, root, "
                "label); a mismatch ends the job with one line naming it, exit 2 (also "
                "TP_CHECK_COLLECTIVES=1)");
+  add_flight_options(options);
   int rc = 0;
   try {
     options.parse(argc, argv);
@@ -192,6 +194,7 @@ int run_program(int argc, char** argv, Options& options, const Program& program)
     if (options.help_requested()) {
       if (rank == 0) std::fputs(options.help().c_str(), stdout);
     } else {
+      start_flight_recorder(MPI_COMM_WORLD, options);
       const DeviceOptions dev_opts = device_options(options, local_rank);
       std::unique_ptr<Device> device = make_device(dev_opts);
       std::unique_ptr<Communicator> world =
@@ -200,6 +203,9 @@ int run_program(int argc, char** argv, Options& options, const Program& program)
       if (options.get_flag("check-collectives") || check_collectives_from_environment())
         world = std::make_unique<CheckedCommunicator>(std::move(world), *device);
       world = with_link(options.get_text("link"), std::move(world));
+      std::vector<int> world_ranks(static_cast<size_t>(world_size));
+      for (int r = 0; r < world_size; ++r) world_ranks[static_cast<size_t>(r)] = r;
+      world->set_world_ranks(world_ranks);  // the flight recorder's name for the world
       Context ctx{options, *device, *world, local_rank, local_size, node_of_rank};
       rc = program(ctx);
       device->synchronize();
@@ -217,6 +223,7 @@ int run_program(int argc, char** argv, Options& options, const Program& program)
     abort_job(rank, e.what(), 1);
   }
   std::fflush(stdout);
+  finish_flight_recorder();
   MPI_Finalize();
   return rc;
 }

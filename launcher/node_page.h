@@ -34,6 +34,13 @@ struct Slot {
   int32_t crashed = 0;  // set by the fatal-signal handler: kNamedItself or kAfterPeer
   char op[32] = {};
   char label[64] = {};
+  // The flight recorder (launcher/flight_dumps.h): why the watchdog asks this rank for a dump
+  // (kFlightStall, kFlightDeath; set before its SIGUSR1), the dumps the rank has written, and
+  // whether it records at all.
+  int32_t flight_request = 0;
+  int32_t flight_dumps = 0;
+  int32_t flight_on =
+      0;  // the rank has a recorder and its SIGUSR1 handler (not --flight-records 0)
 };
 
 // The node's page: a header, then one Slot per local rank.
@@ -58,6 +65,9 @@ struct Header {
 /// the broken connection: not the death to name).
 constexpr int32_t kNamedItself = 1;
 constexpr int32_t kAfterPeer = 2;
+// Slot::flight_request: why a SIGUSR1 came (0: a live snapshot somebody asked for).
+constexpr int32_t kFlightStall = 1;
+constexpr int32_t kFlightDeath = 2;
 
 /// The node's page (a fallback of one slot until start_watchdog maps the shared one), this rank's
 /// slot, and this rank's world and node-local rank.

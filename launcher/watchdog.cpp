@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/progress.h"
+#include "flight_dumps.h"
 #include "graceful_stop.h"
 #include "launcher.h"
 #include "life_line.h"
@@ -89,12 +90,36 @@ void on_fatal_signal(int sig) {
   if (g_slot->step >= 0) line << " at step " << g_slot->step;
   line << "; the job ends";
   line.write_to(2);
+  request_flight_dump("fatal signal");  // the dumper thread writes while this handler waits
   sleep_ms(300);  // the launcher forwards stderr asynchronously; let the line out before dying
   std::signal(sig, SIG_DFL);
   ::raise(sig);
 }
 
 // ---- the watchdog process ------------------------------------------------------------------------
+
+// Asks every rank of the node that can answer (not stopped, not ended) for a flight dump
+// (flight_dumps.h): the reason goes in its slot, then SIGUSR1. With `wait_ms`, waits that long at
+// most for their dumps to be written.
+void ask_for_flight_dumps(Slot* slots, int count, int32_t why, const int64_t* died, long wait_ms) {
+  int32_t before[256] = {};
+  bool asked[256] = {};
+  for (int i = 0; i < count && i < 256; ++i) {
+    if (!slots[i].flight_on || (died != nullptr && died[i] != 0) || is_stopped(slots[i].pid))
+      continue;
+    before[i] = __atomic_load_n(&slots[i].flight_dumps, __ATOMIC_ACQUIRE);
+    __atomic_store_n(&slots[i].flight_request, why, __ATOMIC_RELEASE);
+    asked[i] = ::kill(slots[i].pid, SIGUSR1) == 0;
+  }
+  for (long waited = 0; waited < wait_ms; waited += 10) {
+    bool all = true;
+    for (int i = 0; i < count && i < 256; ++i)
+      all = all &&
+            (!asked[i] || __atomic_load_n(&slots[i].flight_dumps, __ATOMIC_ACQUIRE) != before[i]);
+    if (all) return;
+    sleep_ms(10);
+  }
+}
 
 // The stall rule: the timeout now in force (0: off).
 int64_t stall_limit(const Slot* slots, int count) {
@@ -139,7 +164,10 @@ void report_stall(const Slot* slots, int count, int64_t stale, int64_t limit, bo
   }
   g_header->quiet = 1;
   line.write_to(2);
-  sleep_ms(300);  // let the launcher forward the line before the ranks go
+  // The flight dumps are on disk before anybody is killed (flight_dumps.h); this also lets the
+  // launcher forward the line before the ranks go.
+  ask_for_flight_dumps(const_cast<Slot*>(slots), count, kFlightStall, nullptr, kDumpWaitMs);
+  sleep_ms(100);
   for (int i = 0; i < count; ++i)
     if (stalled[i]) ::kill(slots[i].pid, SIGKILL);
   quiet_exit(*g_watch);
@@ -283,7 +311,12 @@ void run_first() {
         if (p == &lines[i] && !life_line::ended(p->fd)) continue;
         p->fd = -1;  // poll ignores it from now on
         if (w.died_ns[static_cast<size_t>(i)] == 0) w.died_ns[static_cast<size_t>(i)] = real;
-        if (first_death == 0) first_death = now;
+        if (first_death == 0) {
+          first_death = now;
+          // The launcher kills the others within ~0.1 s: ask for their dumps at once.
+          if (!g_header->quiet)
+            ask_for_flight_dumps(g_slots, count, kFlightDeath, w.died_ns.data(), 0);
+        }
       }
     if (first_death != 0) {
       if (g_header->quiet || w.peer_quiet || crashed) quiet_exit(w);
@@ -387,6 +420,7 @@ void set_current_step(int64_t step) {
   if (step != g_slot->step) g_slot->step_start_ns = now;
   g_slot->step = step;
   g_slot->progress_ns = now;
+  set_flight_step(step);
   if (g_local == 0) check_watchdog(now);
 }
 

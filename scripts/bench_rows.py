@@ -425,6 +425,19 @@ def debugging_rows(table, build, steps, tmp, reps):
     table.add("debugging", "tp_train t = 2 with --check-collectives vs without", f"{med(on):.0f} tok/s",
               f"without: {med(off):.0f} tok/s", [a / b for a, b in zip(on, off)],
               note="one all-gather of t·112 floats before each collective; off by default")
+    # The flight recorder is on by default (observe/flight_recorder.h): its cost, on and off
+    # interleaved, against the goal (at most 2 % of a step at t = 2).
+    on, off = [], []
+    flight = ("--flight-dir", tmp)
+    for i in range(reps):  # which goes first alternates, so that an order effect shows in the spread
+        for recorder in ((True, False) if i % 2 else (False, True)):
+            if recorder:
+                on.append(train_tokens(build, 2, 1, steps, tmp, "flight_on", flight))
+            else:
+                off.append(train_tokens(build, 2, 1, steps, tmp, "flight_off", flight + ("--flight-records", "0")))
+    table.add("debugging", "tp_train t = 2 with the flight recorder (default) vs --flight-records 0",
+              f"{med(on):.0f} tok/s", f"without: {med(off):.0f} tok/s", [a / b for a, b in zip(on, off)],
+              at_least(0.98), "a ring of 4096 calls per rank, in a file mapping")
 BUBBLE_LINE = re.compile(r"pipeline bubble: ([\d.]+) % measured .* = ([\d.]+) %")
 
 

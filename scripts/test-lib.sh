@@ -59,8 +59,10 @@ serial() {
 }
 
 # The files a failing run must leave alone: name and checksum of every file under $BUILD/test-tmp.
-# (Lock files come and go with the runs that hold them; comm needs plain sorted lines.)
-files_state() { [ -d "$BUILD/test-tmp" ] && find "$BUILD/test-tmp" -type f ! -name '*.log' ! -name '*.lock' -exec cksum {} + 2>/dev/null | LC_ALL=C sort; }
+# (Lock files come and go with the runs that hold them, and so do the flight recorder's dumps and
+# ring files, flight-rank-*, in a --save folder: launcher/flight_dumps.h; comm needs plain sorted
+# lines.)
+files_state() { [ -d "$BUILD/test-tmp" ] && find "$BUILD/test-tmp" -type f ! -name '*.log' ! -name '*.lock' ! -name 'flight-rank-*' -exec cksum {} + 2>/dev/null | LC_ALL=C sort; }
 expect() {  # [WITHIN=S] expect NAME EXPECTED_RC NEEDLE NP PROGRAM ARGS...
   # Passes when the program exits EXPECTED_RC (or any non-zero code for "nonzero") within S seconds
   # (default 10), its output holds NEEDLE, at most one line says "error:" (bad input is one line

@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/call_recorder.h"
 #include "core/device.h"
 #include "core/error.h"
 
@@ -171,6 +172,7 @@ void CheckedCommunicator::agree(const Forwarded& call) {
   } else {
     return;
   }
+  dump_flight_record("collective mismatch: " + line);  // before any rank is aborted
   if (size() == world_size_) throw Error(line, 2);
   if (rank() != 0) std::this_thread::sleep_for(std::chrono::duration<double>(kOthersWait));
   throw Error(line, 2, Error::ThisRankOnly{});

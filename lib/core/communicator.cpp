@@ -2,7 +2,9 @@
 
 #include <chrono>
 #include <cstring>
+#include <exception>
 
+#include "core/call_recorder.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/progress.h"
@@ -11,6 +13,69 @@
 namespace tp {
 
 namespace {
+// The flight recorder's nesting (core/call_recorder.h): calls of this thread now inside a front,
+// and the token of the outermost one (0: not recorded).
+thread_local int t_depth = 0;
+thread_local uint64_t t_outer = 0;
+
+// One call's life in the flight recorder: a blocking call completes when the scope ends without an
+// exception (a call that threw stays incomplete in the dump); an *_async one when its Work does.
+class FlightScope {
+ public:
+  FlightScope(uint64_t token, bool async)
+      : token_(token), async_(async), exceptions_(std::uncaught_exceptions()) {
+    ++t_depth;
+    if (token_ != 0) t_outer = token_;
+  }
+  ~FlightScope() {
+    --t_depth;
+    if (token_ == 0) return;
+    t_outer = 0;
+    CallRecorder* recorder = call_recorder();
+    if (recorder != nullptr && !async_ && std::uncaught_exceptions() == exceptions_)
+      recorder->completed(token_);
+  }
+  FlightScope(const FlightScope&) = delete;
+  FlightScope& operator=(const FlightScope&) = delete;
+  uint64_t token() const { return token_; }
+
+ private:
+  uint64_t token_;
+  bool async_;
+  int exceptions_;
+};
+
+// The Work of a recorded *_async call: tells the recorder when the call is seen complete.
+class FlightWork : public Work {
+ public:
+  FlightWork(std::unique_ptr<Work> work, uint64_t token) : work_(std::move(work)), token_(token) {}
+  // Destroyed unseen: the backend's Work completes the call as it goes (see TimedWork).
+  ~FlightWork() override {
+    if (seen_) return;
+    work_.reset();
+    completed();
+  }
+  void wait() override {
+    work_->wait();
+    completed();
+  }
+  bool test() override {
+    const bool done = work_->test();
+    if (done) completed();
+    return done;
+  }
+
+ private:
+  void completed() {
+    if (seen_) return;
+    seen_ = true;
+    if (CallRecorder* recorder = call_recorder()) recorder->completed(token_);
+  }
+  std::unique_ptr<Work> work_;
+  uint64_t token_;
+  bool seen_ = false;
+};
+
 // The Work an *_async call returns while a timeline is set: the backend's Work, and the spans of
 // what follows the issue. The collective's span runs from its issue to the moment its completion is
 // seen (wait() returns, or test() first says true); the thread's time inside wait() is a Wait span.
@@ -69,10 +134,11 @@ class TimedWork : public Work {
 // Work track() then wraps. The progress monitor (core/progress.h) sees the call from start to end.
 class CallTimer {
  public:
-  CallTimer(CommLedger& ledger, size_t index, SpanSink* timeline)
+  CallTimer(CommLedger& ledger, size_t index, SpanSink* timeline, uint64_t flight)
       : ledger_(ledger),
         index_(index),
         timeline_(timeline),
+        flight_(flight, ledger.records()[index].async),
         progress_(ledger.records()[index].op.c_str(), ledger.records()[index].group_size,
                   ledger.records()[index].label),
         start_(std::chrono::steady_clock::now()),
@@ -95,6 +161,7 @@ class CallTimer {
   }
   /// The Work of an *_async call, wrapped so that its completion is recorded.
   std::unique_ptr<Work> track(std::unique_ptr<Work> work) const {
+    if (flight_.token() != 0) work = std::make_unique<FlightWork>(std::move(work), flight_.token());
     if (timeline_ == nullptr) return work;
     return std::make_unique<TimedWork>(std::move(work), *timeline_, collective());
   }
@@ -116,6 +183,7 @@ class CallTimer {
   CommLedger& ledger_;
   size_t index_;
   SpanSink* timeline_;
+  FlightScope flight_;
   ProgressScope progress_;
   std::chrono::steady_clock::time_point start_;
   double span_start_;
@@ -136,8 +204,29 @@ void Communicator::check_same_dtype(const char* op, const Tensor& a, const Tenso
 }
 
 void Communicator::barrier() {
+  static const std::string kNoLabel;
+  FlightScope flight_scope(flight("barrier", 0, false, kNoLabel, -1, Dtype::f32), false);
   ProgressScope progress("barrier", size_, "");
   do_barrier();
+}
+
+uint64_t Communicator::flight(size_t index, int peer, Dtype dtype) {
+  if (call_recorder() == nullptr) return 0;
+  const CommRecord& r = ledger_.records()[index];
+  return flight(r.op.c_str(), r.elements, r.async, r.label, peer, dtype);
+}
+
+uint64_t Communicator::flight(const char* op, int64_t count, bool async, const std::string& label,
+                              int peer, Dtype dtype) {
+  CallRecorder* recorder = call_recorder();
+  if (recorder == nullptr) return 0;
+  if (t_depth > 0) {  // a decorator's inner call: the outermost one has reached this far
+    if (t_outer != 0) recorder->started(t_outer);
+    return 0;
+  }
+  if (flight_group_ < 0) flight_group_ = recorder->add_group(role_, world_ranks_, rank_, size_);
+  return recorder->issued(flight_group_, ++flight_sequence_,
+                          IssuedCall{op, count, dtype, peer, async, &label});
 }
 
 void Communicator::check_peer(const char* op, int peer) const {
@@ -157,33 +246,32 @@ void Communicator::unsupported(const char* op) const {
 
 void Communicator::all_reduce(Tensor& x, ReduceOp op) {
   TP_CHECK(x.defined(), "all_reduce: undefined tensor");
-  CallTimer timer(ledger_,
-                  ledger_.record(op == ReduceOp::Max ? "all_reduce_max" : "all_reduce", size_,
-                                 x.numel(), false, x.element_size()),
-                  timeline_);
+  const size_t index = ledger_.record(op == ReduceOp::Max ? "all_reduce_max" : "all_reduce", size_,
+                                      x.numel(), false, x.element_size());
+  CallTimer timer(ledger_, index, timeline_, flight(index, -1, x.dtype()));
   do_all_reduce(x, op);
 }
 
 void Communicator::all_gather(const Tensor& shard, Tensor& full) {
   check_gather_shapes("all_gather", shard, full);
-  CallTimer timer(ledger_,
-                  ledger_.record("all_gather", size_, full.numel(), false, full.element_size()),
-                  timeline_);
+  const size_t index =
+      ledger_.record("all_gather", size_, full.numel(), false, full.element_size());
+  CallTimer timer(ledger_, index, timeline_, flight(index, -1, full.dtype()));
   do_all_gather(shard, full);
 }
 
 void Communicator::reduce_scatter(const Tensor& full, Tensor& shard) {
   check_gather_shapes("reduce_scatter", shard, full);
-  CallTimer timer(ledger_,
-                  ledger_.record("reduce_scatter", size_, full.numel(), false, full.element_size()),
-                  timeline_);
+  const size_t index =
+      ledger_.record("reduce_scatter", size_, full.numel(), false, full.element_size());
+  CallTimer timer(ledger_, index, timeline_, flight(index, -1, full.dtype()));
   do_reduce_scatter(full, shard);
 }
 
 void Communicator::broadcast(Tensor& x, int root) {
   check_peer("broadcast", root);
-  CallTimer timer(ledger_, ledger_.record("broadcast", size_, x.numel(), false, x.element_size()),
-                  timeline_);
+  const size_t index = ledger_.record("broadcast", size_, x.numel(), false, x.element_size());
+  CallTimer timer(ledger_, index, timeline_, flight(index, root, x.dtype()));
   do_broadcast(x, root);
 }
 
@@ -192,32 +280,30 @@ void Communicator::send_recv(const Tensor& send, int to, Tensor& recv, int from)
   check_peer("send_recv", from);
   TP_CHECK(send.defined() && recv.defined(), "send_recv: undefined tensor");
   check_same_dtype("send_recv", send, recv);
-  CallTimer timer(ledger_,
-                  ledger_.record("send_recv", size_, send.numel(), false, send.element_size()),
-                  timeline_);
+  const size_t index = ledger_.record("send_recv", size_, send.numel(), false, send.element_size());
+  CallTimer timer(ledger_, index, timeline_, flight(index, -1, send.dtype()));
   do_send_recv(send, to, recv, from);
 }
 
 std::unique_ptr<Work> Communicator::all_reduce_async(Tensor& x) {
   TP_CHECK(x.defined(), "all_reduce_async: undefined tensor");
-  CallTimer timer(ledger_, ledger_.record("all_reduce", size_, x.numel(), true, x.element_size()),
-                  timeline_);
+  const size_t index = ledger_.record("all_reduce", size_, x.numel(), true, x.element_size());
+  CallTimer timer(ledger_, index, timeline_, flight(index, -1, x.dtype()));
   return timer.track(do_all_reduce_async(x));
 }
 
 std::unique_ptr<Work> Communicator::all_gather_async(const Tensor& shard, Tensor& full) {
   check_gather_shapes("all_gather_async", shard, full);
-  CallTimer timer(ledger_,
-                  ledger_.record("all_gather", size_, full.numel(), true, full.element_size()),
-                  timeline_);
+  const size_t index = ledger_.record("all_gather", size_, full.numel(), true, full.element_size());
+  CallTimer timer(ledger_, index, timeline_, flight(index, -1, full.dtype()));
   return timer.track(do_all_gather_async(shard, full));
 }
 
 std::unique_ptr<Work> Communicator::reduce_scatter_async(const Tensor& full, Tensor& shard) {
   check_gather_shapes("reduce_scatter_async", shard, full);
-  CallTimer timer(ledger_,
-                  ledger_.record("reduce_scatter", size_, full.numel(), true, full.element_size()),
-                  timeline_);
+  const size_t index =
+      ledger_.record("reduce_scatter", size_, full.numel(), true, full.element_size());
+  CallTimer timer(ledger_, index, timeline_, flight(index, -1, full.dtype()));
   return timer.track(do_reduce_scatter_async(full, shard));
 }
 
@@ -227,37 +313,36 @@ std::unique_ptr<Work> Communicator::send_recv_async(const Tensor& send, int to, 
   check_peer("send_recv_async", from);
   TP_CHECK(send.defined() && recv.defined(), "send_recv_async: undefined tensor");
   check_same_dtype("send_recv_async", send, recv);
-  CallTimer timer(ledger_,
-                  ledger_.record("send_recv", size_, send.numel(), true, send.element_size()),
-                  timeline_);
+  const size_t index = ledger_.record("send_recv", size_, send.numel(), true, send.element_size());
+  CallTimer timer(ledger_, index, timeline_, flight(index, -1, send.dtype()));
   return timer.track(do_send_recv_async(send, to, recv, from));
 }
 
 void Communicator::send(const Tensor& x, int to) {
   check_p2p("send", x, to);
-  CallTimer timer(ledger_, ledger_.record("send", size_, x.numel(), false, x.element_size()),
-                  timeline_);
+  const size_t index = ledger_.record("send", size_, x.numel(), false, x.element_size());
+  CallTimer timer(ledger_, index, timeline_, flight(index, to, x.dtype()));
   do_send(x, to);
 }
 
 void Communicator::recv(Tensor& x, int from) {
   check_p2p("recv", x, from);
-  CallTimer timer(ledger_, ledger_.record("recv", size_, x.numel(), false, x.element_size()),
-                  timeline_);
+  const size_t index = ledger_.record("recv", size_, x.numel(), false, x.element_size());
+  CallTimer timer(ledger_, index, timeline_, flight(index, from, x.dtype()));
   do_recv(x, from);
 }
 
 std::unique_ptr<Work> Communicator::send_async(const Tensor& x, int to) {
   check_p2p("send_async", x, to);
-  CallTimer timer(ledger_, ledger_.record("send", size_, x.numel(), true, x.element_size()),
-                  timeline_);
+  const size_t index = ledger_.record("send", size_, x.numel(), true, x.element_size());
+  CallTimer timer(ledger_, index, timeline_, flight(index, to, x.dtype()));
   return timer.track(do_send_async(x, to));
 }
 
 std::unique_ptr<Work> Communicator::recv_async(Tensor& x, int from) {
   check_p2p("recv_async", x, from);
-  CallTimer timer(ledger_, ledger_.record("recv", size_, x.numel(), true, x.element_size()),
-                  timeline_);
+  const size_t index = ledger_.record("recv", size_, x.numel(), true, x.element_size());
+  CallTimer timer(ledger_, index, timeline_, flight(index, from, x.dtype()));
   return timer.track(do_recv_async(x, from));
 }
 
@@ -301,7 +386,8 @@ size_t Communicator::record_all_to_all_v(const Tensor& send, const std::vector<i
 void Communicator::all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_rows,
                                 Tensor& recv, const std::vector<int64_t>& recv_rows) {
   check_all_to_all_v(send, send_rows, recv, recv_rows);
-  CallTimer timer(ledger_, record_all_to_all_v(send, send_rows, false), timeline_);
+  const size_t index = record_all_to_all_v(send, send_rows, false);
+  CallTimer timer(ledger_, index, timeline_, flight(index, -1, send.dtype()));
   do_all_to_all_v(send, send_rows, recv, recv_rows);
 }
 
@@ -310,7 +396,8 @@ std::unique_ptr<Work> Communicator::all_to_all_v_async(const Tensor& send,
                                                        Tensor& recv,
                                                        const std::vector<int64_t>& recv_rows) {
   check_all_to_all_v(send, send_rows, recv, recv_rows);
-  CallTimer timer(ledger_, record_all_to_all_v(send, send_rows, true), timeline_);
+  const size_t index = record_all_to_all_v(send, send_rows, true);
+  CallTimer timer(ledger_, index, timeline_, flight(index, -1, send.dtype()));
   return timer.track(do_all_to_all_v_async(send, send_rows, recv, recv_rows));
 }
 

@@ -42,6 +42,10 @@
 // bf16 once per combine of two partial sums, as NCCL does for ncclBfloat16; each backend's header
 // says how it gets there.
 //
+// With a flight recorder installed (core/call_recorder.h), the front also hands it every call
+// (the outermost of a thread: a decorator's inner calls are not recorded twice), numbered per
+// communicator, so that a dump says which call each rank reached.
+//
 // With a Timeline set (set_timeline), the front end also records every call as spans, handed to a
 // SpanSink (core/span_sink.h): see observe/timeline.h for which, and for the exposed communication
 // they add up to.
@@ -145,6 +149,10 @@ class Communicator {
   /// process_grid.cpp sets it on the sub-groups it splits.
   void set_role(std::string role) { role_ = std::move(role); }
   const std::string& role() const { return role_; }
+  /// The world ranks of this group's members, in group order ("" = unknown; the launcher sets the
+  /// world's, process_grid.cpp its sub-groups'): the flight recorder names groups by them.
+  void set_world_ranks(std::vector<int> ranks) { world_ranks_ = std::move(ranks); }
+  const std::vector<int>& world_ranks() const { return world_ranks_; }
 
   /// Records every collective from now on as a span of `timeline` (a SpanSink: observe/timeline.h's
   /// Timeline): a blocking
@@ -198,12 +206,21 @@ class Communicator {
                           const Tensor& recv, const std::vector<int64_t>& recv_rows) const;
   /// Its ledger record (wire bytes: the rows sent to other ranks); returns the index.
   size_t record_all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_rows, bool async);
+  /// Hands ledger record `index` to the flight recorder (core/call_recorder.h) when this is the
+  /// thread's outermost call; returns its token (0: not recorded).
+  uint64_t flight(size_t index, int peer, Dtype dtype);
+  /// The same for a call the ledger does not hold (barrier).
+  uint64_t flight(const char* op, int64_t count, bool async, const std::string& label, int peer,
+                  Dtype dtype);
 
   int rank_;
   int size_;
   CommLedger ledger_;
   std::string role_;
+  std::vector<int> world_ranks_;
   SpanSink* timeline_ = nullptr;
+  int flight_group_ = -1;        // the flight recorder's id of this group (-1: none yet)
+  int64_t flight_sequence_ = 0;  // calls recorded on this communicator
 };
 
 /// The communicator of a single rank (t = 1): every collective is a copy or nothing.

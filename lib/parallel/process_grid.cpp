@@ -91,6 +91,11 @@ ProcessGrid::ProcessGrid(Communicator& world, GridAxes axes, std::vector<int> no
            " and PP rank ", pp_->rank(), "/", pp_->size(), "; expected ", tp_rank_, "/", tp_size_,
            ", ", cp_rank_, "/", cp_size_, ", ", dp_rank_, "/", dp_size_, " and ", pp_rank_, "/",
            pp_size_);
+  // The flight recorder names a sub-group by its members' world ranks (observe/flight_recorder.h).
+  if (tp_owned_) tp_owned_->set_world_ranks(tp_group(dp_rank_, pp_rank_, cp_rank_));
+  if (cp_owned_) cp_owned_->set_world_ranks(cp_group(tp_rank_, dp_rank_, pp_rank_));
+  if (dp_owned_) dp_owned_->set_world_ranks(dp_group(tp_rank_, pp_rank_, cp_rank_));
+  if (pp_owned_) pp_owned_->set_world_ranks(pp_group(tp_rank_, dp_rank_, cp_rank_));
 }
 
 Communicator* ProcessGrid::axis(int size, int color, int key, std::unique_ptr<Communicator>& owned,

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <vector>
+#include "core/call_recorder.h"
 #include "core/error.h"
 #include "core/format.h"
 #include "core/log.h"
@@ -61,11 +62,13 @@ void non_finite_step(Communicator& world, const StepResult& r, int64_t step, boo
                            (std::isnan(bad) ? "NaN"
                             : bad > 0       ? "+Inf"
                                             : "-Inf");
-  if (!skip_nonfinite)
+  if (!skip_nonfinite) {
+    dump_flight_record("non-finite stop at step " + std::to_string(step + 1));
     throw Error(detail::str_cat("step ", step + 1, ": ", what, ", first non-finite tensor: ",
                                 r.nonfinite, "; no update made and nothing saved (lower --lr, ",
                                 "set --clip, or pass --skip-nonfinite to skip such steps)"),
                 Error::kNonFinite);
+  }
   log0(world, "step ", step + 1, ": skipped (", what, ", first non-finite tensor: ", r.nonfinite,
        ")");
 }
