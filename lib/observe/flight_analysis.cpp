@@ -206,9 +206,11 @@ std::vector<int> waiting_in_newest(const Aligned& g, int64_t* newest) {
 
 bool find_laggard(const std::vector<FlightDump>& dumps, const std::vector<Aligned>& groups,
                   FlightDiagnosis& d) {
-  // Which laggard is the cause: one outside every call (it computes, or hangs, elsewhere) before
-  // one that left only its ring file (stopped or killed inside a call), before one that waits
-  // in another group's call (it only follows a cause there).
+  // Which laggard is the cause: one that left only its ring file (stopped or killed: it could not
+  // answer the dump request) before one outside every recorded call (it computes, or hangs,
+  // elsewhere — or waits in a call the recorder does not see, such as the stop-signal agreement
+  // over raw MPI, behind the stopped one), before one that waits in another group's call (it only
+  // follows a cause there).
   int best = 0;
   for (const Aligned& g : groups) {
     if (g.p2p) continue;
@@ -218,7 +220,7 @@ bool find_laggard(const std::vector<FlightDump>& dumps, const std::vector<Aligne
     for (const auto& [rank, m] : g.members) {
       if (m.last() >= newest || m.dump == nullptr) continue;
       const std::string elsewhere = waits_in(groups, rank);
-      const int score = elsewhere.empty() ? 3 : m.dump->from_ring ? 2 : 1;
+      const int score = m.dump->from_ring ? 3 : elsewhere.empty() ? 2 : 1;
       if (score <= best) continue;
       best = score;
       const FlightCall* call = g.members.at(waiting.front()).at(newest);

@@ -239,6 +239,20 @@ TEST(FlightAnalysis, EveryRankInTheCallNamesTheOneThatLeftOnlyItsRing) {
       << d.line;
 }
 
+// tp 2 × dp 2 with rank 3 stopped inside a call the recorder does not see (the stop-signal
+// agreement over raw MPI): rank 1, held up behind it there, is outside every recorded call, but
+// the cause is the rank that could not answer the dump request.
+TEST(FlightAnalysis, AStoppedRankComesBeforeOneOutsideTheRecordedCalls) {
+  auto dumps = synthetic(4, {0, 1}, {{0, 5, 6}, {1, 5, 5}}, "TP group");
+  for (FlightDump& d : synthetic(4, {2, 3}, {{2, 5, 6}, {3, 5, 5}}, "TP group")) dumps.push_back(d);
+  dumps[3].from_ring = true;  // rank 3: no dump of its own
+  const FlightDiagnosis d = diagnose_flight(dumps);
+  EXPECT_EQ(d.kind, "never_entered");
+  EXPECT_EQ(d.rank, 3) << d.line;
+  EXPECT_NE(d.line.find("no dump of its own: stopped or killed"), std::string::npos) << d.line;
+  EXPECT_NE(d.line.find("on the TP group of world ranks 2, 3"), std::string::npos) << d.line;
+}
+
 TEST(FlightAnalysis, AllCompletedPointsOutsideTheCollectives) {
   const FlightDiagnosis d = diagnose_flight(synthetic(2, {0, 1}, {{0, 6, 6}, {1, 6, 6}}));
   EXPECT_EQ(d.kind, "all_completed");
