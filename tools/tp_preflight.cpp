@@ -13,7 +13,7 @@
 //       (context parallelism, issue 42: 128k tokens; lib/model/preflight_cp.h)
 //   build/bin/tp_preflight --model mixtral-8x7b -t 8 --nodes 8 --gpus-per-node 8 --ep 8
 //       (a mixture of experts, issue 43: counts, memory per rank, the EP plan's all-to-all;
-//       lib/model/preflight_moe.h)
+//       lib/model/preflight_moe.h; add --pp 2 for the states per pipeline stage)
 //
 // Exit status: 0 when the configuration can run (warnings and notes do not count), 2 when there is
 // any problem or a bad flag.
@@ -56,11 +56,11 @@ int world_of(const Options& o, int t) {
 }
 
 // The memory stack's flags (issue 22): --recompute, --micro-batches, --zero 1 over dp replicas.
-// With --cp the replicas are groups of t x cp ranks.
+// With --cp (--pp) the replicas are groups of t x cp (t x pp) ranks.
 void memory_options(const Options& o, PreflightInput& in) {
   in.model.recompute = parse_recompute(o.get_text("recompute"));
   in.micro_batches = o.get_int32("micro-batches");
-  const int group = in.t * std::max(1, o.get_int32("cp"));
+  const int group = in.t * std::max(1, o.get_int32("cp")) * std::max(1, o.get_int32("pp"));
   const int world = world_of(o, group);
   const int dp = world > 0 && group >= 1 && world % group == 0 ? world / group : 1;
   const int zero = o.get_int32("zero");
@@ -135,17 +135,19 @@ int report_cp(const Options& o, const PreflightInput& base, int cp) {
 }
 
 // --experts (or a preset with experts) and --ep: the TP report, then what the experts change
-// (lib/model/preflight_moe.h).
+// (lib/model/preflight_moe.h); with --pp, per stage, the replicas being groups of t x pp ranks.
 int report_moe(const Options& o, const PreflightInput& base) {
-  TP_CHECK_INPUT(o.get_int32("pp") <= 1 && o.get_int32("cp") <= 1,
-                 "--experts with --pp or --cp: the preflight does not plan experts beside them "
-                 "yet; give --pp 1 and --cp 1");
+  TP_CHECK_INPUT(o.get_int32("cp") <= 1,
+                 "--experts with --cp: the preflight does not plan experts beside context "
+                 "parallelism yet (--pp and --ep it does); give --cp 1");
   MoeInput min;
   min.ep = o.get_int32("ep");
-  const int world = world_of(o, base.t);
-  min.dp = o.get_int32("dp") > 0                             ? o.get_int32("dp")
-           : world > 0 && base.t >= 1 && world % base.t == 0 ? world / base.t
-                                                             : 0;
+  min.pp = o.get_int32("pp");
+  const int group = base.t * min.pp;
+  const int world = world_of(o, group);
+  min.dp = o.get_int32("dp") > 0                           ? o.get_int32("dp")
+           : world > 0 && group >= 1 && world % group == 0 ? world / group
+                                                           : 0;
   min.gpu_memory = o.get_real("gpu-memory") * 1e9;
   const Preflight p = preflight(base);
   const MoePlan m = plan_moe(p, min);

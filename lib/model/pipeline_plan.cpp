@@ -199,6 +199,11 @@ RankParams rank_params(const Preflight& tp) {
   return r;
 }
 
+int64_t stage_params(const RankParams& r, bool tied, bool embeddings, bool head, int blocks) {
+  return r.per_block * blocks + (embeddings ? r.wte + r.wpe : 0) +
+         (head ? r.ln_f + (tied ? (embeddings ? 0 : r.wte) : r.lm_head) : 0);
+}
+
 // Stage s of the plan, holding `blocks` (first, count): its memory, compute and traffic.
 StagePlan plan_stage(const PipelineInput& in, const PipelinePlan& p, int s,
                      std::pair<int, int> blocks, const RankParams& r, const GroupsInside& inside) {
@@ -212,8 +217,7 @@ StagePlan plan_stage(const PipelineInput& in, const PipelinePlan& p, int s,
   st.blocks = blocks.second;
   st.embeddings = s == 0;
   st.head = s == N - 1;
-  st.params = r.per_block * st.blocks + (st.embeddings ? r.wte + r.wpe : 0) +
-              (st.head ? r.ln_f + (c.tied ? (st.embeddings ? 0 : r.wte) : r.lm_head) : 0);
+  st.params = stage_params(r, c.tied, st.embeddings, st.head, st.blocks);
   // The library's model states (model/preflight.cpp, docs/model.md "Memory accounting"): d-byte
   // weights, fp32 gradients, AdamW's fp32 moments and, under d < 4, the fp32 master: 16 B per
   // parameter in fp32, 2 + 4 + 4 + 8 = 18 B in bf16.
@@ -246,6 +250,10 @@ StagePlan plan_stage(const PipelineInput& in, const PipelinePlan& p, int s,
 }
 
 }  // namespace
+
+int64_t stage_params(const Preflight& tp, int stages, int stage, int blocks) {
+  return stage_params(rank_params(tp), tp.cfg.tied, stage == 0, stage == stages - 1, blocks);
+}
 
 PipelinePlan plan_pipeline(const PipelineInput& in) {
   PipelinePlan p;

@@ -73,6 +73,11 @@ int micro_batches_in_flight(PpSchedule s, int stages, int stage, int micro_batch
 /// the first layers mod stages stages one more).
 std::vector<std::pair<int, int>> stage_blocks(int layers, int stages);
 
+/// P_s: the parameters one rank of stage `stage` of `stages`, holding `blocks` blocks, keeps:
+/// `blocks` dense blocks' shards of the TP preflight `tp`, the embeddings on stage 0, ln_f and the
+/// head on the last (a tied head: wte's shard again when the last stage is not the first).
+int64_t stage_params(const Preflight& tp, int stages, int stage, int blocks);
+
 /// A layout to plan: the model and job of the TP preflight (base.batch = B, the global batch;
 /// base.t = tp) and the outer axes.
 struct PipelineInput {

@@ -1,5 +1,6 @@
 #include "model/preflight_moe.h"
 
+#include "model/pipeline_plan.h"
 #include "parallel/expert_parallel.h"
 
 #include <algorithm>
@@ -66,6 +67,11 @@ void check_moe(const Preflight& p, MoePlan& m) {
   };
   const std::string placed = expert_parallel_problem(E, ep);  // the line tp_train prints too
   if (!placed.empty()) m.problems.push_back(placed);
+  problem(m.in.pp <= p.in.model.layers,
+          format("--pp=%d is more stages than the model's %lld blocks (each stage holds at least "
+                 "one); choose --pp <= %lld",
+                 m.in.pp, static_cast<long long>(p.in.model.layers),
+                 static_cast<long long>(p.in.model.layers)));
   if (ep < 1) return;
   problem(dp <= 0 || dp % ep == 0,
           format("--ep=%d does not divide dp=%d: EP groups are carved from the data-parallel "
@@ -76,6 +82,40 @@ void check_moe(const Preflight& p, MoePlan& m) {
         format("dp not given (--dp, or --nodes and --gpus-per-node): the plan takes "
                "it to be a multiple of --ep %d",
                ep));
+}
+
+// One rank holding `params` parameters, `experts` of them the experts of every MoE block it runs
+// (whole on each TP rank): its states today, and under --ep with E/ep of them, whose AdamW
+// moments ZeRO-1 shards over the dp/ep replicas holding the same experts.
+void rank_states(const Preflight& p, int ep, int64_t params, int64_t experts, MoeStates& at_t,
+                 MoeStates& at_ep) {
+  const int zdp = std::max(1, p.in.zero_dp);
+  const int64_t d = p.in.dtype_bytes;
+  at_t = states(params - experts, experts, d, zdp, zdp);
+  at_ep = states(params - experts, experts / ep, d, zdp, std::max(1, zdp / ep));
+}
+
+// --pp: a stage's ranks hold its dense shards (pipeline_plan.h's stage_params, the even split of
+// stage_blocks, as tp::Gpt's pipeline_stage_layout cuts the model) with each of its MoE blocks'
+// MLP shard replaced by the router and the experts. The fullest stage's become at_t and at_ep.
+void plan_stages(const Preflight& p, MoePlan& m) {
+  const GptConfig& c = p.cfg;
+  const int N = m.in.pp;
+  const auto split = stage_blocks(static_cast<int>(c.layers), N);
+  for (int s = 0; s < N; ++s) {
+    MoeStage st;
+    st.stage = s;
+    st.first_block = split[s].first;
+    st.blocks = split[s].second;
+    for (int l = st.first_block; l < st.first_block + st.blocks; ++l)
+      st.moe_blocks += c.is_moe_block(l) ? 1 : 0;
+    const int64_t params = stage_params(p, N, s, st.blocks) + st.moe_blocks * m.counts.block_extra;
+    rank_states(p, m.in.ep, params, st.moe_blocks * c.experts * m.counts.expert, st.at_t, st.at_ep);
+    m.stages.push_back(st);
+    if (st.at_ep.total() > m.stages[m.fullest].at_ep.total()) m.fullest = s;
+  }
+  m.at_t = m.stages[m.fullest].at_t;
+  m.at_ep = m.stages[m.fullest].at_ep;
 }
 
 // The EP group's link: ep ranks t apart, inside a node when the node holds t · ep GPUs.
@@ -109,7 +149,8 @@ MoeCounts moe_counts(const GptConfig& c, int t) {
   m.expert = up * (h * f + f) + f * h + h;
   m.router = h * E;
   const int64_t dense_shard = up * (h * (f / t) + f / t) + (f / t) * h + h;  // ParallelMLP at t
-  m.extra_per_rank = m.moe_blocks * (m.router + E * m.expert - dense_shard);
+  m.block_extra = m.router + E * m.expert - dense_shard;
+  m.extra_per_rank = m.moe_blocks * m.block_extra;
   m.inactive = m.moe_blocks * (E - c.top_k) * m.expert;
   return m;
 }
@@ -148,17 +189,43 @@ MoePlan plan_moe(const Preflight& p, const MoeInput& in) {
   m.biases =
       c.layers * (attn_biases + mlp_biases) + m.counts.moe_blocks * (c.experts - 1) * mlp_biases;
   // Today: experts whole on each TP rank. Planned: E/ep of them.
-  const int64_t experts_t = m.counts.moe_blocks * c.experts * m.counts.expert;
-  const int64_t experts_ep = experts_t / ep;
-  const int zdp = std::max(1, p.in.zero_dp);
+  if (in.pp > 1) {
+    plan_stages(p, m);
+    m.notes.push_back(
+        format("the TP report above is the whole model's (pp 1); with --pp %d a "
+               "rank holds its stage's share, as below",
+               in.pp));
+  } else {
+    rank_states(p, ep, p.params_per_rank, m.counts.moe_blocks * c.experts * m.counts.expert, m.at_t,
+                m.at_ep);
+  }
   const int64_t d = p.in.dtype_bytes;
-  m.at_t = states(p.params_per_rank - experts_t, experts_t, d, zdp, zdp);
-  m.at_ep = states(p.params_per_rank - experts_t, experts_ep, d, zdp, std::max(1, zdp / ep));
   const int64_t tokens = p.in.batch * c.seq / (c.sp ? t : 1);
   m.a2a = moe_all_to_all_bytes(tokens, c.top_k, h, ep, d);
   place_all_to_all(p, m);
   return m;
 }
+
+namespace {
+
+// --pp: one line per stage (its blocks, its MoE blocks, one rank's states today and under --ep),
+// then which stage the rows below are.
+void report_stages(std::ostringstream& os, const MoePlan& m, int ep) {
+  os << format("  --pp %d: blocks split evenly over the stages; one rank of each holds\n", m.in.pp);
+  for (const MoeStage& st : m.stages) {
+    const std::string blocks = format("[%d, %d)", st.first_block, st.first_block + st.blocks);
+    os << format("    stage %d  blocks %-10s %3lld MoE  today P %9s  total %9s", st.stage,
+                 blocks.c_str(), static_cast<long long>(st.moe_blocks),
+                 count(st.at_t.params).c_str(), gb(st.at_t.total()).c_str());
+    if (ep > 1)
+      os << format("  --ep %d P %9s  total %9s", ep, count(st.at_ep.params).c_str(),
+                   gb(st.at_ep.total()).c_str());
+    os << "\n";
+  }
+  os << format("    the fullest is stage %d: its ranks' states below\n", m.fullest);
+}
+
+}  // namespace
 
 std::string moe_report(const Preflight& p, const MoePlan& m) {
   std::ostringstream os;
@@ -195,17 +262,23 @@ std::string moe_report(const Preflight& p, const MoePlan& m) {
       "no biases): total %s, active %s\n",
       count(m.wpe).c_str(), count(m.biases).c_str(), count(m.total - m.wpe - m.biases).c_str(),
       count(m.active - m.wpe - m.biases).c_str());
+  const int width = m.in.pp > 1 ? 56 : 46;  // "stage s, " before the labels
   auto row = [&](const char* what, const MoeStates& s) {
-    os << format("  %-46s P %9s  weights %9s  grads %9s  AdamW %9s  total %9s\n", what,
+    os << format("  %-*s P %9s  weights %9s  grads %9s  AdamW %9s  total %9s\n", width, what,
                  count(s.params).c_str(), gb(s.weights).c_str(), gb(s.grads).c_str(),
                  gb(s.adamw).c_str(), gb(s.total()).c_str());
   };
   os << "  model states per rank (GB = 10^9 bytes, MB = 10^6; activations: the peak above counts "
         "the dense "
         "MLP's)\n";
-  row(format("t = %d, every expert on every TP rank (today)", t).c_str(), m.at_t);
+  const int N = m.in.pp;
+  if (N > 1) report_stages(os, m, ep);
+  const std::string where = N > 1 ? format("stage %d, ", m.fullest) : "";
+  row(format("%st = %d, every expert on every TP rank%s", where.c_str(), t, N > 1 ? "" : " (today)")
+          .c_str(),
+      m.at_t);
   if (ep > 1) {
-    row(format("--ep %d (planned): %lld of %lld experts per rank", ep,
+    row(format("%s--ep %d (planned): %lld of %lld experts per rank", where.c_str(), ep,
                static_cast<long long>(E / ep), static_cast<long long>(E))
             .c_str(),
         m.at_ep);
@@ -213,7 +286,12 @@ std::string moe_report(const Preflight& p, const MoePlan& m) {
         "    the model states alone against --gpu-memory %s: %s at t = %d, %s with --ep %d\n",
         gb(m.in.gpu_memory).c_str(), m.at_t.total() <= m.in.gpu_memory ? "fit" : "do not fit", t,
         m.at_ep.total() <= m.in.gpu_memory ? "fit" : "do not fit", ep);
-    const int64_t L_moe = n.moe_blocks;
+    // Per step a rank runs its stage's MoE layers (all of them at pp 1): the busiest stage's.
+    int64_t L_moe = n.moe_blocks;
+    if (N > 1) {
+      L_moe = 0;
+      for (const MoeStage& st : m.stages) L_moe = std::max(L_moe, st.moe_blocks);
+    }
     os << format(
         "  all-to-all per rank under --ep %d: T = %lld tokens%s, one all-to-all T x k x h "
         "x (ep-1)/ep x %lld B = %s;\n",
@@ -221,9 +299,9 @@ std::string moe_report(const Preflight& p, const MoePlan& m) {
         static_cast<long long>(p.in.dtype_bytes), mib(m.a2a.each).c_str());
     os << format(
         "    per MoE layer 4 of them (forward dispatch + combine, backward the same) = %s, "
-        "%s per step for %lld MoE layers\n",
+        "%s per step for %lld MoE layers%s\n",
         mib(m.a2a.per_layer).c_str(), mib(static_cast<double>(m.a2a.per_layer) * L_moe).c_str(),
-        static_cast<long long>(L_moe));
+        static_cast<long long>(L_moe), N > 1 ? " (the busiest stage's)" : "");
     os << format(
         "    EP group of %d ranks %d apart, %s: %s; one all-to-all %s ((ep-1) α + bytes/β), "
         "%s per layer, %s per step\n",

@@ -24,6 +24,13 @@
 // stay replicated. Per rank: P_ep = P − M · (E − E/ep) · expert. ZeRO-1 (--zero 1) shards the
 // dense moments over dp and the experts' over the dp/ep replicas that hold the same experts.
 //
+// Pipeline parallelism (--pp N, tp_train runs experts on a pipeline): the blocks split evenly
+// over the stages (pipeline_plan.h's stage_blocks, as pipeline_stage_layout cuts tp::Gpt); a rank
+// of stage s holds that stage's dense shards (pipeline_plan.h's stage_params) with each of its M_s
+// MoE blocks (is_moe_block of the global index) holding the router and E (E/ep) whole experts.
+// dp is then per stage (world / (t · N)); the fullest stage's ranks are the rows that must fit.
+// Context parallelism with experts is not planned (tp_preflight refuses --cp with --experts).
+//
 // The all-to-all of one MoE layer, per rank: T tokens (B·S; B·S/t under SP, each TP rank routing
 // its own share; without SP every TP rank holds, and sends, all B·S), each token to k experts, of
 // which (ep − 1)/ep live elsewhere on average (balanced routing):
@@ -49,8 +56,11 @@ struct MoeCounts {
   int64_t moe_blocks = 0;  ///< M
   int64_t expert = 0;      ///< one expert's parameters
   int64_t router = 0;      ///< h · E, per MoE block
-  /// What one rank holds beyond the dense model's shards at t: M · (router + E · expert − the
-  /// dense MLP's shard at t). At t = 1 this is what turns the dense count into the MoE one.
+  /// One MoE block on one rank beyond a dense block's shard at t: router + E · expert − the
+  /// dense MLP's shard.
+  int64_t block_extra = 0;
+  /// What one rank holds beyond the dense model's shards at t: M · block_extra. At t = 1 this
+  /// is what turns the dense count into the MoE one.
   int64_t extra_per_rank = 0;
   int64_t inactive = 0;  ///< M · (E − k) · expert: the experts one token does not visit
 };
@@ -79,6 +89,7 @@ struct MoeInput {
   int ep = 1;  ///< --ep
   int dp = 0;  ///< data-parallel replicas when known (--dp, or nodes · GPUs / t), else 0
   double gpu_memory = 80e9;  ///< bytes of one GPU, for whether the model states fit
+  int pp = 1;                ///< --pp: pipeline stages (dp above is then per stage)
 };
 
 /// The model states of one rank.
@@ -88,6 +99,14 @@ struct MoeStates {
   int64_t total() const { return weights + grads + adamw; }
 };
 
+/// One pipeline stage under --pp (pipeline_plan.h's even split, stage_blocks): its blocks, the
+/// MoE blocks among them (GptConfig::is_moe_block of the global index) and one rank's states.
+struct MoeStage {
+  int stage = 0, first_block = 0, blocks = 0;
+  int64_t moe_blocks = 0;
+  MoeStates at_t, at_ep;
+};
+
 /// What the experts change (fields past `problems` only when there are none).
 struct MoePlan {
   MoeInput in;
@@ -95,15 +114,18 @@ struct MoePlan {
   MoeCounts counts;
   int64_t total = 0, active = 0;  ///< the model's parameters, and those one token uses
   int64_t wpe = 0, biases = 0;    ///< S·h and the linear layers' biases (Mixtral has neither)
-  MoeStates at_t, at_ep;          ///< per rank today (experts whole) and under --ep
+  MoeStates at_t, at_ep;          ///< per rank today (experts whole) and under --ep; with
+                                  ///< --pp those of the fullest stage's ranks
+  std::vector<MoeStage> stages;   ///< --pp > 1: every stage (empty at pp 1)
+  int fullest = 0;                ///< the stage whose ranks hold the most bytes under --ep
   MoeAllToAll a2a;
   bool a2a_inside_node = false;
   Link a2a_link;
   double a2a_seconds = 0;  ///< one all-to-all, α–β
 };
 
-/// The problems of the MoE and EP axes (--ep without --experts, E % ep, dp % ep), then the
-/// numbers. `p` is the TP preflight of the model (its problems must be empty for the numbers).
+/// The problems of the MoE and EP axes (--ep without --experts, E % ep, dp % ep, more stages
+/// than blocks), then the numbers. `p` is the TP preflight of the model (its problems must be empty for the numbers).
 MoePlan plan_moe(const Preflight& p, const MoeInput& in);
 
 /// The MoE section of the report (starts with a blank line, ends with a newline).

@@ -7,9 +7,16 @@
 //   - the active count by hand (one expert's tensors written out), and the EP plan's experts per
 //     rank;
 //   - the all-to-all bytes: T · k · h · (ep − 1)/ep · e, four of them per layer, zero at ep = 1;
+//   - --pp 2: each stage's states per rank against the stage tp::Gpt builds (stages of 2 and 1
+//     blocks, every block MoE or every other one: a stage with fewer MoE blocks, one with none),
+//     at t = 1, 2, ep = 1, 2, tied or not; the AdamW bytes under ZeRO-1 from the model's own
+//     dense and expert elements; and on a real ProcessGrid (np 2: pp 2; np 4: pp 2 × dp 2, ep 2)
+//     the stage pipeline_stage_layout gives each rank, experts placed by set_expert_parallel;
 //   - the bad inputs, each one line naming the fix: k > E, E not divisible by ep, ep not dividing
-//     dp, --ep without --experts, and --experts below 0 refused by the option's bounds.
-// Serial arithmetic (a pretend communicator builds each rank's model); runs under any -np.
+//     dp, --ep without --experts, more stages than blocks, and --experts below 0 refused by the
+//     option's bounds.
+// Serial arithmetic (a pretend communicator builds each rank's model) except PipelineStagesOnAGrid;
+// runs under any -np.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -20,15 +27,19 @@
 #include "core/error.h"
 #include "core/options.h"
 #include "model/gpt.h"
+#include "model/pipeline_plan.h"
 #include "model/preflight.h"
 #include "model/preflight_moe.h"
 #include "model/presets.h"
+#include "model/train.h"
+#include "parallel/process_grid.h"
 #include "test_util.h"
 
 namespace {
 
 using namespace tp;
 using tp::testing::device;
+using tp::testing::world;
 
 // Says it is rank `rank` of `size`; building a model moves no data, so any collective fails.
 class Pretend : public Communicator {
@@ -79,6 +90,31 @@ int64_t allocated(const GptConfig& c, int rank, int t) {
   for (const Param& p : model.params()) n += p.value.numel();
   return n;
 }
+
+// The elements a stage's model holds: the dense ones and the experts'.
+struct Held {
+  int64_t dense = 0, experts = 0;
+  int64_t all() const { return dense + experts; }
+};
+
+Held held(const Gpt& model) {
+  Held h;
+  for (const Param& p : model.params()) (p.expert >= 0 ? h.experts : h.dense) += p.value.numel();
+  return h;
+}
+
+// Stage s of `stages` as pipeline_stage_layout cuts the model (the even split).
+StageLayout stage_of(const GptConfig& c, int stages, int s) {
+  const auto split = stage_blocks(static_cast<int>(c.layers), stages);
+  StageLayout st;
+  st.first_layer = split[s].first;
+  st.end_layer = split[s].first + split[s].second;
+  st.embedding = s == 0;
+  st.head = s == stages - 1;
+  return st;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 bool has_one(const std::vector<std::string>& list, const std::string& part) {
   return list.size() == 1 && list[0].find(part) != std::string::npos;
@@ -175,6 +211,91 @@ TEST(PreflightMoe, AllToAllBytes) {
   EXPECT_DOUBLE_EQ(m.a2a_seconds, 3 * m.a2a_link.model.alpha + m.a2a.each / m.a2a_link.model.beta);
 }
 
+TEST(PreflightMoe, PipelineStagesEqualWhatTheStageAllocates) {
+  constexpr int kStages = 2, kZeroDp = 4;
+  for (Activation act : {Activation::Gelu, Activation::SwiGlu})
+    for (int every : {1, 2})
+      for (bool tied : {false, true})
+        for (int t : {1, 2})
+          for (int ep : {1, 2}) {
+            GptConfig c = moe_model(act, every);
+            c.tied = tied;
+            PreflightInput in = input(c, t);
+            in.zero_dp = kZeroDp;
+            MoeInput e;
+            e.ep = ep;
+            e.dp = kZeroDp;
+            e.pp = kStages;
+            const MoePlan m = plan_moe(preflight(in), e);
+            const std::string where = std::string(activation_name(act)) +
+                                      " every=" + std::to_string(every) +
+                                      " tied=" + std::to_string(tied) + " t=" + std::to_string(t) +
+                                      " ep=" + std::to_string(ep);
+            ASSERT_TRUE(m.problems.empty()) << where << ": " << m.problems[0];
+            ASSERT_EQ(m.stages.size(), 2u) << where;
+            // 3 blocks: stage 0 holds blocks 0, 1, stage 1 block 2. Every block MoE: 2 and 1;
+            // every other (block 1): 1 and none.
+            EXPECT_EQ(m.stages[0].moe_blocks, every == 1 ? 2 : 1) << where;
+            EXPECT_EQ(m.stages[1].moe_blocks, every == 1 ? 1 : 0) << where;
+            EXPECT_EQ(m.fullest, 0) << where;
+            EXPECT_EQ(m.at_ep.total(), m.stages[0].at_ep.total()) << where;
+            for (int s = 0; s < kStages; ++s) {
+              const MoeStage& st = m.stages[s];
+              EXPECT_EQ(st.first_block, s == 0 ? 0 : 2) << where;
+              for (int r = 0; r < t; ++r)
+                for (int er = 0; er < ep; ++er) {
+                  Pretend comm(r, t), whole(0, 1), group(er, ep);
+                  Gpt today(device(), comm, c, stage_of(c, kStages, s));
+                  Gpt planned(device(), comm, c, stage_of(c, kStages, s));
+                  planned.set_expert_parallel(ep > 1 ? static_cast<Communicator&>(group) : whole);
+                  const Held a = held(today), b = held(planned);
+                  const std::string at = where + " stage=" + std::to_string(s) +
+                                         " rank=" + std::to_string(r) + "/" + std::to_string(er);
+                  EXPECT_EQ(st.at_t.params, a.all()) << at;
+                  EXPECT_EQ(st.at_ep.params, b.all()) << at;
+                  EXPECT_EQ(st.at_ep.weights, 4 * b.all()) << at;
+                  EXPECT_EQ(st.at_ep.grads, 4 * b.all()) << at;
+                  // ZeRO-1: the dense moments over dp, the experts' over dp/ep.
+                  EXPECT_EQ(st.at_ep.adamw,
+                            8 * (ceil_div(b.dense, kZeroDp) + ceil_div(b.experts, kZeroDp / ep)))
+                      << at;
+                  if (st.moe_blocks == 0) {
+                    EXPECT_EQ(b.experts, 0) << at;
+                  }
+                }
+            }
+          }
+}
+
+TEST(PreflightMoe, PipelineStagesOnAGrid) {
+  const int np = world().size();
+  if (np != 2 && np != 4) GTEST_SKIP() << "pp 2 needs np 2 (pp 2) or 4 (pp 2 x dp 2, ep 2)";
+  const int dp = np / 2, ep = dp;
+  for (int every : {1, 2}) {
+    const GptConfig c = moe_model(Activation::SwiGlu, every);
+    ProcessGrid grid(world(), GridAxes{dp, 2, 1, ep});
+    Gpt model(device(), grid.tp(), c, pipeline_stage_layout(grid, c));
+    model.set_expert_parallel(grid.ep());
+    const Held h = held(model);
+    PreflightInput in = input(c, grid.tp_size());
+    in.zero_dp = dp;
+    MoeInput e;
+    e.ep = ep;
+    e.dp = dp;
+    e.pp = 2;
+    const MoePlan m = plan_moe(preflight(in), e);
+    ASSERT_TRUE(m.problems.empty()) << m.problems[0];
+    const MoeStage& st = m.stages[grid.pp_rank()];
+    const std::string at = "every=" + std::to_string(every) + " rank " +
+                           std::to_string(world().rank()) + " stage " +
+                           std::to_string(grid.pp_rank());
+    EXPECT_EQ(st.first_block, pipeline_stage_layout(grid, c).first_layer) << at;
+    EXPECT_EQ(st.at_ep.params, h.all()) << at;
+    EXPECT_EQ(st.at_ep.adamw, 8 * (ceil_div(h.dense, dp) + h.experts)) << at;  // EDP of 1
+    EXPECT_EQ(static_cast<int64_t>(model.moe_layers().size()), st.moe_blocks) << at;
+  }
+}
+
 TEST(PreflightMoe, BadInputsAreOneLineEach) {
   GptConfig c = moe_model(Activation::Gelu, 1);
   c.top_k = 5;  // k > E
@@ -188,6 +309,9 @@ TEST(PreflightMoe, BadInputsAreOneLineEach) {
   EXPECT_TRUE(has_one(plan_moe(p, e).problems, "--ep=4 does not divide dp=6"));
   e.dp = 8;
   EXPECT_TRUE(plan_moe(p, e).problems.empty());
+  e.pp = 4;  // 3 blocks
+  EXPECT_TRUE(has_one(plan_moe(p, e).problems, "--pp=4 is more stages than the model's 3 blocks"));
+  e.pp = 1;
   const Preflight dense = preflight(input(gpt_shape(2, 16, 4, 0, 0, 30, 8), 1));
   e.ep = 2;
   e.dp = 0;
