@@ -72,7 +72,9 @@ TEST(Progress, EveryCollectiveEntersAndLeavesWithItsOpGroupAndLabel) {
 }
 
 // Rank 0 arrives 300 ms late: the others wait in the all-reduce, hear waiting() and use far less
-// than the 300 ms of CPU a spinning wait would (bound: a tenth; this backoff uses ~2%).
+// than the 300 ms of CPU a spinning wait would (bound: a fifth; this backoff uses ~2% on a quiet
+// core, and up to 13 % was seen under Open MPI at np 4 on 2 cores, whose MPI_Test costs more; a
+// spinning rank there still gets half a core, 0.5 of the wall time, so the bound tells them apart).
 TEST(Progress, AWaitForALatePeerSleepsAndTellsTheMonitor) {
   Communicator& w = world();
   if (w.size() == 1) GTEST_SKIP() << "needs a peer";
@@ -93,7 +95,7 @@ TEST(Progress, AWaitForALatePeerSleepsAndTellsTheMonitor) {
     if (w.rank() == 0) continue;
     EXPECT_GT(wall, 0.2) << (async ? "async" : "blocking");
     EXPECT_GT(m.waits, 0) << (async ? "async" : "blocking");
-    EXPECT_LT(cpu, 0.1 * wall) << (async ? "async" : "blocking") << ": " << cpu * 1e3
+    EXPECT_LT(cpu, 0.2 * wall) << (async ? "async" : "blocking") << ": " << cpu * 1e3
                                << " ms of CPU in a wait of " << wall * 1e3 << " ms";
   }
 }
